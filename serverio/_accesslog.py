@@ -1,0 +1,106 @@
+"""Access log lines: common, combined and JSON.
+
+Never logs request bodies or raw header bytes; every value that came from the
+client is escaped so it cannot forge a log line (control characters, quotes
+and backslashes become ``\\xNN`` escapes).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+__all__ = ["AccessLog", "AccessRecord"]
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _escape(value: str) -> str:
+    if value.isprintable() and '"' not in value and "\\" not in value:
+        return value
+    out = []
+    for ch in value:
+        o = ord(ch)
+        if o < 0x20 or o == 0x7F or ch in '"\\' or not ch.isprintable():
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRecord:
+    client: str
+    method: str
+    target: str
+    version: str
+    status: int
+    size: int
+    duration: float
+    user_agent: str | None = None
+    referer: str | None = None
+    request_id: str | None = None
+
+
+class AccessLog:
+    """Formats and writes one line per response.
+
+    The timestamp string is memoised per second.  ``fmt`` is one of
+    ``common``, ``combined``, ``json``; ``off`` makes :meth:`write` a no-op.
+    """
+
+    def __init__(self, fmt: str, stream: TextIO | None = None) -> None:
+        self.fmt = fmt
+        self.stream = stream if stream is not None else sys.stderr
+        self._sec = -1
+        self._stamp = ""
+        self.enabled = fmt != "off"
+
+    def _clf_time(self, now: float) -> str:
+        sec = int(now)
+        if sec != self._sec:
+            t = time.gmtime(sec)
+            self._stamp = (
+                f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:"
+                f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} +0000"
+            )
+            self._sec = sec
+        return self._stamp
+
+    def format(self, r: AccessRecord, now: float) -> str:
+        if self.fmt == "json":
+            return json.dumps(
+                {
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                    "client": r.client,
+                    "method": r.method,
+                    "target": r.target,
+                    "version": r.version,
+                    "status": r.status,
+                    "bytes": r.size,
+                    "duration": round(r.duration, 6),
+                    "user_agent": r.user_agent,
+                    "referer": r.referer,
+                    "request_id": r.request_id,
+                },
+                ensure_ascii=True,
+            )
+        line = (
+            f'{r.client} - - [{self._clf_time(now)}] "{_escape(r.method)} {_escape(r.target)} '
+            f'HTTP/{r.version}" {r.status} {r.size if r.size else "-"}'
+        )
+        if self.fmt == "combined":
+            line += f' "{_escape(r.referer or "-")}" "{_escape(r.user_agent or "-")}"'
+        return line
+
+    def write(self, r: AccessRecord, now: float) -> None:
+        if not self.enabled:
+            return
+        try:
+            self.stream.write(self.format(r, now) + "\n")
+        except (OSError, ValueError):
+            # A closed or broken log stream must not take the server down.
+            self.enabled = False

@@ -1,0 +1,125 @@
+"""The one object that holds every policy knob.
+
+A :class:`Config` is immutable and validated once, at start-up; the hot path
+reads attributes and never re-parses anything.  Defaults are justified in
+docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+
+from ._errors import ConfigError
+
+__all__ = ["ACCESS_LOG_FORMATS", "Config"]
+
+ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
+
+# Sizes beyond these are refused as "absurd": they are certainly typos and
+# would let one knob exhaust the process (threads, memory, fds).
+_MAX_WORKERS = 1024
+_MAX_QUEUE = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every policy knob of one server.  Construct, then call :meth:`validate`."""
+
+    directory: str = "."
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    # Connection policy.
+    max_connections: int = 1024
+    head_timeout: float = 10.0
+    keepalive_timeout: float = 5.0
+    write_timeout: float = 30.0
+    max_requests: int = 1000
+    shutdown_timeout: float = 10.0
+    max_head_size: int = 16384
+    max_target_size: int = 8192
+
+    # Filesystem policy.
+    index: tuple[str, ...] = ("index.html",)
+    hidden: bool = False
+    follow_symlinks: bool = False
+    cache_control: str | None = None
+    small_file_size: int = 65536
+    sendfile: bool = True
+    max_ranges: int = 16
+
+    # Blocking-work pools (0 workers = inline on the event loop).
+    fs_workers: int = 0
+    fs_queue: int = 0
+    work_workers: int = 2
+    work_queue: int = 64
+
+    # Output.
+    access_log: str = "common"
+    quiet: bool = False
+
+    # Derived, filled by validate(): the absolute real path of the root.
+    root: str = field(default="", compare=False)
+
+    def validate(self) -> Config:
+        """Check every knob; return a copy with derived fields filled in.
+
+        Raises :class:`ConfigError` with a one-line message naming the option.
+        """
+        for name in ("head_timeout", "keepalive_timeout", "write_timeout", "shutdown_timeout"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"--{_opt(name)} must be a positive number of seconds, got {v!r}")
+        for name, lo in (
+            ("max_connections", 1),
+            ("max_requests", 1),
+            ("max_head_size", 256),
+            ("max_target_size", 16),
+            ("small_file_size", 0),
+            ("max_ranges", 1),
+            ("fs_workers", 0),
+            ("fs_queue", 0),
+            ("work_workers", 0),
+            ("work_queue", 0),
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < lo:
+                raise ConfigError(f"--{_opt(name)} must be an integer >= {lo}, got {v!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
+        if self.max_target_size > self.max_head_size:
+            raise ConfigError("--max-head-size must be at least the maximum target size (8192)")
+        for pool in ("fs", "work"):
+            workers = getattr(self, f"{pool}_workers")
+            queue = getattr(self, f"{pool}_queue")
+            if workers > _MAX_WORKERS:
+                raise ConfigError(f"--{pool}-workers {workers} is absurd (max {_MAX_WORKERS})")
+            if queue > _MAX_QUEUE:
+                raise ConfigError(f"--{pool}-queue {queue} is absurd (max {_MAX_QUEUE})")
+            if workers == 0 and queue > 0:
+                raise ConfigError(f"--{pool}-queue needs --{pool}-workers > 0 (0 workers = inline)")
+        if self.access_log not in ACCESS_LOG_FORMATS:
+            raise ConfigError(
+                f"--access-log must be one of {', '.join(ACCESS_LOG_FORMATS)}, "
+                f"got {self.access_log!r}"
+            )
+        for name in self.index:
+            if not name or "/" in name or name in (".", "..") or "\x00" in name:
+                raise ConfigError(f"--index {name!r} must be a plain file name")
+        if self.cache_control is not None and not _is_field_value(self.cache_control):
+            raise ConfigError("--cache-control must be a printable ASCII header value")
+        if not os.path.isdir(self.directory):
+            raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
+        root = os.path.realpath(self.directory)
+        return dataclasses.replace(self, root=root)
+
+
+def _opt(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _is_field_value(v: str) -> bool:
+    return v == v.strip() and all(0x20 <= ord(c) < 0x7F for c in v)

@@ -1,0 +1,406 @@
+"""The connection task: h11 + socket + sendfile, and nothing else.
+
+One task per connection reads request heads, turns them into facts, asks the
+server to prepare a plan, and writes the plan's bytes.  It is the only task
+that writes to its socket.  Deadlines are cancel scopes:
+
+* head deadline: the whole request head must arrive within ``head_timeout``
+  of the connection's start (first request) or of the first byte of the
+  request (keep-alive requests) -> 408 and close (slowloris);
+* keep-alive deadline: between requests, the first byte must arrive within
+  ``keepalive_timeout`` -> silent close;
+* write deadline: every write must make progress within ``write_timeout``
+  -> abort.
+
+Data flows one way: bytes -> h11 events -> :class:`RequestFacts` ->
+preparation -> :class:`Plan` -> bytes.  The response head is serialised by
+:mod:`serverio._wire` (see its docstring for why not ``h11.Connection.send``);
+h11 parses every request, one fresh parser per request cycle, handed the
+bytes left over from the previous one (pipelining).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import TYPE_CHECKING
+
+import h11
+import trio
+
+from ._accesslog import AccessRecord
+from ._core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ._errors import HTTPError
+from ._target import parse_target
+from ._wire import head_bytes
+
+if TYPE_CHECKING:
+    from ._prepare import Prepared
+    from ._server import Server
+
+__all__ = ["ConnectionTask"]
+
+RECV_SIZE = 16384
+SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
+BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
+
+_HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+_HAS_SENDFILE = hasattr(os, "sendfile")
+
+
+class _Abort(Exception):
+    """The response cannot be completed; close the connection now."""
+
+
+def _tokens(value: bytes) -> set[bytes]:
+    return {t.strip().lower() for t in value.split(b",")}
+
+
+class ConnectionTask:
+    """One client connection.  Created by the server's accept loop."""
+
+    __slots__ = ("_fed", "client", "in_flight", "read_scope", "server", "stream", "use_sendfile")
+
+    def __init__(self, server: Server, stream: trio.abc.Stream, client: str) -> None:
+        self.server = server
+        self.stream = stream
+        self.client = client
+        self.read_scope: trio.CancelScope | None = None
+        self.in_flight = False
+        self._fed = 0
+        # One decision per connection: zero-copy when the stream is a plain
+        # socket and the platform has sendfile; otherwise the buffered path
+        # (TLS streams, memory streams in tests, other platforms).
+        self.use_sendfile = (
+            server.config.sendfile and _HAS_SENDFILE and isinstance(stream, trio.SocketStream)
+        )
+
+    def drain(self) -> None:
+        """Graceful shutdown: a connection waiting for a request closes now;
+        one with a request in flight finishes it (with Connection: close)."""
+        if self.read_scope is not None:
+            self.read_scope.cancel()
+
+    async def run(self) -> None:
+        stats = self.server.stats
+        try:
+            await self._serve()
+        except trio.Cancelled:
+            stats.cancelled += 1
+            raise
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            stats.resets += 1
+        except _Abort:
+            pass
+        finally:
+            await trio.aclose_forcefully(self.stream)
+
+    # ------------------------------------------------------------ reading
+
+    def _new_parser(self, leftover: bytes) -> h11.Connection:
+        parser = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=self.server.config.max_head_size
+        )
+        self._fed = len(leftover)
+        if leftover:
+            parser.receive_data(leftover)
+        return parser
+
+    async def _next_request(self, parser: h11.Connection, idle: bool) -> h11.Request | None:
+        """The next request head, or None when the connection should close
+        quietly (EOF, keep-alive timeout, drain)."""
+        server = self.server
+        cfg = server.config
+        keepalive = idle and self._fed == 0
+        timeout = cfg.keepalive_timeout if keepalive else cfg.head_timeout
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+            self.read_scope = scope
+            if server.draining:
+                scope.cancel()
+            while True:
+                try:
+                    event = parser.next_event()
+                except h11.RemoteProtocolError as exc:
+                    raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
+                if event is h11.NEED_DATA:
+                    data = await self.stream.receive_some(RECV_SIZE)
+                    if not data:
+                        return None
+                    if keepalive:
+                        # First byte of the next request: the head deadline
+                        # starts now.
+                        keepalive = False
+                        scope.deadline = trio.current_time() + cfg.head_timeout
+                    self._fed += len(data)
+                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+                    continue
+                if type(event) is h11.Request:
+                    if self._fed > cfg.max_head_size:
+                        # h11 only limits *incomplete* heads; a whole
+                        # oversized head in one read gets through, so count
+                        # the bytes it consumed ourselves.
+                        consumed = self._fed - len(parser.trailing_data[0])
+                        if consumed > cfg.max_head_size:
+                            raise HTTPError(431, "request head too large", close=True)
+                    self.read_scope = None
+                    return event
+                return None  # ConnectionClosed
+        self.read_scope = None
+        if server.draining:
+            return None
+        if keepalive:
+            server.stats.timeouts_keepalive += 1
+            return None
+        server.stats.timeouts_head += 1
+        raise HTTPError(408, "request head timeout", close=True)
+
+    def _facts(self, event: h11.Request) -> tuple[RequestFacts, bool, str | None, str | None]:
+        """Request facts, whether it is an HTTP/1.0 keep-alive, user agent, referer."""
+        version = event.http_version
+        if version != b"1.1" and version != b"1.0":
+            raise HTTPError(505, "unsupported HTTP version", close=True)
+        target = parse_target(
+            event.method, event.target, max_size=self.server.config.max_target_size
+        )
+        if_match = if_none_match = ims = ius = rng = if_range = None
+        ua = referer = None
+        connection: bytes | None = None
+        has_body = False
+        chunked = False
+        for name, value in event.headers:
+            if name == b"host":
+                if _HOST_RE.fullmatch(value) is None:
+                    raise HTTPError(400, "invalid Host", close=True)
+            elif name == b"connection":
+                connection = value if connection is None else connection + b"," + value
+            elif name == b"content-length":
+                if value != b"0":
+                    has_body = True
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"if-none-match":
+                v = value.decode("latin-1")
+                if_none_match = v if if_none_match is None else f"{if_none_match}, {v}"
+            elif name == b"if-modified-since":
+                v = value.decode("latin-1")
+                ims = v if ims is None else f"{ims}, {v}"
+            elif name == b"range":
+                v = value.decode("latin-1")
+                rng = v if rng is None else f"{rng}, {v}"
+            elif name == b"if-match":
+                v = value.decode("latin-1")
+                if_match = v if if_match is None else f"{if_match}, {v}"
+            elif name == b"if-unmodified-since":
+                v = value.decode("latin-1")
+                ius = v if ius is None else f"{ius}, {v}"
+            elif name == b"if-range":
+                v = value.decode("latin-1")
+                if_range = v if if_range is None else f"{if_range}, {v}"
+            elif name == b"user-agent":
+                ua = value.decode("latin-1")
+            elif name == b"referer":
+                referer = value.decode("latin-1")
+        if chunked:
+            if has_body or any(n == b"content-length" for n, _ in event.headers):
+                # RFC 9112 §6.1: both framings at once is how requests get
+                # smuggled; refuse rather than pick one.
+                raise HTTPError(400, "Content-Length with Transfer-Encoding", close=True)
+            has_body = True
+        tokens = _tokens(connection) if connection is not None else set()
+        if version == b"1.1":
+            keep_alive = b"close" not in tokens
+            ka10 = False
+        else:
+            keep_alive = b"keep-alive" in tokens and b"close" not in tokens
+            ka10 = keep_alive
+        facts = RequestFacts(
+            method=event.method,
+            target=target,
+            keep_alive=keep_alive and not has_body,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            if_modified_since=ims,
+            if_unmodified_since=ius,
+            range=rng,
+            if_range=if_range,
+            has_body=has_body,
+        )
+        return facts, ka10, ua, referer
+
+    # ------------------------------------------------------------ serving
+
+    async def _serve(self) -> None:
+        server = self.server
+        cfg = server.config
+        stats = server.stats
+        parser = self._new_parser(b"")
+        requests = 0
+        while True:
+            try:
+                event = await self._next_request(parser, idle=requests > 0)
+            except HTTPError as exc:
+                await self._send_error(exc)
+                return
+            if event is None:
+                return
+            requests += 1
+            self.in_flight = True
+            started = trio.current_time()
+            now = time.time()
+            head = event.method == b"HEAD"
+            prepared: Prepared | None = None
+            ka10 = False
+            ua = referer = None
+            keep = False
+            try:
+                try:
+                    req, ka10, ua, referer = self._facts(event)
+                    keep = req.keep_alive and requests < cfg.max_requests
+                    plan = route(req, cfg, now)
+                    if plan is None:
+                        prepared = await server.prepare(req, now, self, parser)
+                        if prepared is None:
+                            return  # the client went away while we waited
+                        plan = prepared.plan
+                except HTTPError as exc:
+                    plan = http_error_plan(exc, now, head_only=head)
+                    if exc.close:
+                        keep = False
+                close = not keep or plan.close or server.draining
+                sent = await self._emit(plan, prepared, close=close, ka10=ka10 and not close)
+            finally:
+                if prepared is not None:
+                    prepared.close()
+                self.in_flight = False
+            stats.completed += 1
+            status = plan.status
+            if status >= 500:
+                stats.server_errors += 1
+            elif status >= 400:
+                stats.client_errors += 1
+            if server.access_log.enabled:
+                server.access_log.write(
+                    AccessRecord(
+                        client=self.client,
+                        method=event.method.decode("latin-1"),
+                        target=event.target.decode("latin-1"),
+                        version=event.http_version.decode("latin-1"),
+                        status=status,
+                        size=sent,
+                        duration=trio.current_time() - started,
+                        user_agent=ua,
+                        referer=referer,
+                    ),
+                    now,
+                )
+            if close:
+                return
+            parser = self._new_parser(parser.trailing_data[0])
+
+    async def _send_error(self, exc: HTTPError) -> None:
+        """Answer a request we could not parse, then close."""
+        stats = self.server.stats
+        plan = http_error_plan(exc, time.time())
+        try:
+            await self._emit(plan, None, close=True, ka10=False)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, _Abort):
+            return
+        stats.completed += 1
+        if plan.status >= 500:
+            stats.server_errors += 1
+        else:
+            stats.client_errors += 1
+        if self.server.access_log.enabled:
+            self.server.access_log.write(
+                AccessRecord(self.client, "-", "-", "1.1", plan.status, len(plan.body[0]), 0.0),
+                time.time(),
+            )
+
+    # ------------------------------------------------------------ writing
+
+    async def _send(self, data: bytes | bytearray | memoryview) -> None:
+        cfg = self.server.config
+        with trio.move_on_after(cfg.write_timeout) as scope:
+            await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            self.server.stats.timeouts_write += 1
+            raise _Abort
+
+    async def _emit(self, plan: Plan, prepared: Prepared | None, *, close: bool, ka10: bool) -> int:
+        """Write the plan.  Returns the number of body bytes sent."""
+        buf = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
+        stats = self.server.stats
+        sent = 0
+        if plan.send_body:
+            pieces: list[bytes] = [buf]
+            for piece in plan.body:
+                if isinstance(piece, FileSpan):
+                    assert prepared is not None and prepared.fd >= 0
+                    await self._send(b"".join(pieces))
+                    pieces = []
+                    if self.use_sendfile:
+                        await self._sendfile(prepared.fd, piece)
+                    else:
+                        await self._send_buffered(prepared.fd, piece)
+                else:
+                    pieces.append(piece)
+                sent += len(piece)
+            if any(isinstance(p, FileSpan) for p in plan.body):
+                if self.use_sendfile:
+                    stats.sendfile_responses += 1
+                else:
+                    stats.buffered_responses += 1
+            buf = b"".join(pieces)
+        if buf:
+            await self._send(buf)
+        stats.bytes_sent += len(buf) + sent
+        return sent
+
+    async def _sendfile(self, fd: int, span: FileSpan) -> None:
+        """Zero-copy: ``os.sendfile`` on the non-blocking socket.
+
+        Waits with ``wait_writable`` on EAGAIN; the write deadline is pushed
+        forward on every call that moves bytes ("time without progress").
+        A file that shrank under us makes sendfile return 0 before the span
+        is done: we abort rather than pad or finish short.
+        """
+        assert isinstance(self.stream, trio.SocketStream)
+        sock = self.stream.socket
+        sockfd = sock.fileno()
+        offset, remaining = span.offset, span.length
+        timeout = self.server.config.write_timeout
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+            while remaining:
+                try:
+                    n = os.sendfile(sockfd, fd, offset, min(remaining, SENDFILE_CHUNK))
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(sock)
+                    continue
+                except OSError as exc:
+                    raise trio.BrokenResourceError from exc
+                if n == 0:
+                    self.server.stats.truncated += 1
+                    raise _Abort
+                offset += n
+                remaining -= n
+                scope.deadline = trio.current_time() + timeout
+                if n == SENDFILE_CHUNK:
+                    # The socket took a whole chunk without blocking: let
+                    # other tasks run before the next one (fairness).
+                    await trio.lowlevel.checkpoint()
+        if scope.cancelled_caught:
+            self.server.stats.timeouts_write += 1
+            raise _Abort
+
+    async def _send_buffered(self, fd: int, span: FileSpan) -> None:
+        """Through user space, at most BUFFER_CHUNK bytes at a time."""
+        offset, remaining = span.offset, span.length
+        while remaining:
+            data = os.pread(fd, min(remaining, BUFFER_CHUNK), offset)
+            if not data:
+                self.server.stats.truncated += 1
+                raise _Abort
+            await self._send(data)
+            offset += len(data)
+            remaining -= len(data)

@@ -1,0 +1,488 @@
+"""The pure decision core.
+
+request facts + file facts + policy + now -> a response :class:`Plan`.
+
+Nothing in this module does I/O, reads a clock, or touches trio: every input
+is an argument, so every rule is tested table-driven without an event loop
+(tests/test_core.py).  The edges (:mod:`serverio._prepare` and
+:mod:`serverio._connection`) gather facts and carry out plans.
+
+All validators live here, in one module, evaluated in one function in the
+order of RFC 9110 §13.2.2 — splitting 304 and Range handling across modules
+is how precedence bugs survive elsewhere (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from ._config import Config
+from ._dates import format_http_date, parse_http_date
+from ._errors import HTTPError, reason_phrase
+from ._target import Target
+
+__all__ = [
+    "UNSATISFIABLE",
+    "FileFacts",
+    "FileSpan",
+    "Plan",
+    "RequestFacts",
+    "decide_directory",
+    "decide_file",
+    "error_plan",
+    "evaluate_preconditions",
+    "make_etag",
+    "parse_etag_list",
+    "parse_range",
+    "route",
+]
+
+ALLOW: Final = b"GET, HEAD, OPTIONS"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What the connection task learned from one request head.
+
+    Header values are ``str`` (latin-1 decoded, as received); a header that
+    appeared on several lines is joined with ``", "`` (RFC 9110 §5.3), which
+    makes a repeated singleton field such as If-Modified-Since invalid, as the
+    RFC requires.
+    """
+
+    method: bytes
+    target: Target
+    keep_alive: bool = True
+    if_match: str | None = None
+    if_none_match: str | None = None
+    if_modified_since: str | None = None
+    if_unmodified_since: str | None = None
+    range: str | None = None
+    if_range: str | None = None
+    has_body: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    """Immutable facts about one opened regular file (from fstat)."""
+
+    size: int
+    mtime_ns: int
+    dev: int
+    ino: int
+    content_type: str
+    etag: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.etag:
+            object.__setattr__(
+                self, "etag", make_etag(self.dev, self.ino, self.size, self.mtime_ns)
+            )
+
+    @property
+    def mtime(self) -> int:
+        """Modification time in whole seconds (the resolution of HTTP-date)."""
+        return self.mtime_ns // 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FileSpan:
+    """``length`` bytes of the opened file starting at ``offset``."""
+
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@dataclass(slots=True)
+class Plan:
+    """A response to carry out.
+
+    ``body`` is the exact byte sequence of the message body for GET: literal
+    ``bytes`` and :class:`FileSpan` pieces of the opened file, in order.  The
+    Content-Length header was computed from the same sequence, so framing
+    cannot drift from what is written.  ``send_body`` is False for HEAD and
+    bodiless statuses.  ``close`` asks the connection to close afterwards.
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: tuple[bytes | FileSpan, ...] = ()
+    send_body: bool = True
+    close: bool = False
+
+    @property
+    def file_bytes(self) -> int:
+        return sum(p.length for p in self.body if isinstance(p, FileSpan))
+
+    @property
+    def needs_file(self) -> bool:
+        return self.send_body and any(isinstance(p, FileSpan) for p in self.body)
+
+
+# ---------------------------------------------------------------- validators
+
+
+def make_etag(dev: int, ino: int, size: int, mtime_ns: int) -> str:
+    """A strong ETag from the file's identity (RFC 9110 §8.8.3).
+
+    Any change of inode (replace by rename), size or mtime changes it, so a
+    validator never matches bytes of a different file.
+    """
+    return f'"{dev:x}-{ino:x}-{size:x}-{mtime_ns:x}"'
+
+
+def parse_etag_list(value: str) -> list[str] | None:
+    """Parse ``#entity-tag`` (RFC 9110 §8.8.3); ``None`` means ``*``.
+
+    Returns the tags with their ``W/`` prefix kept.  Parsing stops at the first
+    malformed member (what is before it still counts), as Go's net/http does.
+    """
+    s = value.strip()
+    if s == "*":
+        return None
+    tags: list[str] = []
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c in " \t,":
+            i += 1
+            continue
+        start = i
+        if s.startswith('W/"', i):
+            i += 2
+        if i >= n or s[i] != '"':
+            break
+        end = s.find('"', i + 1)
+        if end == -1:
+            break
+        opaque = s[i + 1 : end]
+        # etagc = %x21 / %x23-7E / obs-text: no space, no DQUOTE, no controls.
+        if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in opaque):
+            break
+        tags.append(s[start : end + 1])
+        i = end + 1
+    return tags
+
+
+def _strong_match(tag: str, etag: str) -> bool:
+    # §8.8.3.2: strong comparison, both must be strong and identical.
+    return not tag.startswith("W/") and tag == etag
+
+
+def _weak_match(tag: str, etag: str) -> bool:
+    return (tag[2:] if tag.startswith("W/") else tag) == (
+        etag[2:] if etag.startswith("W/") else etag
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Precondition:
+    """Outcome of §13.2.2 steps 1-4: ``None`` = proceed, else 304 or 412."""
+
+    status: int | None
+
+
+_PROCEED = Precondition(None)
+_NOT_MODIFIED = Precondition(304)
+_FAILED = Precondition(412)
+
+
+def evaluate_preconditions(req: RequestFacts, etag: str, mtime: int) -> Precondition:
+    """RFC 9110 §13.2.2 steps 1-4, for an existing representation."""
+    # Step 1: If-Match (§13.1.1) - strong comparison; '*' matches any current
+    # representation.
+    if req.if_match is not None:
+        tags = parse_etag_list(req.if_match)
+        if tags is not None and not any(_strong_match(t, etag) for t in tags):
+            return _FAILED
+    # Step 2: If-Unmodified-Since (§13.1.4), only without If-Match; an invalid
+    # date is ignored.
+    elif req.if_unmodified_since is not None:
+        date = parse_http_date(req.if_unmodified_since)
+        if date is not None and mtime > date:
+            return _FAILED
+    get_or_head = req.method in (b"GET", b"HEAD")
+    # Step 3: If-None-Match (§13.1.2) - weak comparison.
+    if req.if_none_match is not None:
+        tags = parse_etag_list(req.if_none_match)
+        if tags is None or any(_weak_match(t, etag) for t in tags):
+            return _NOT_MODIFIED if get_or_head else _FAILED
+    # Step 4: If-Modified-Since (§13.1.3), only without If-None-Match and only
+    # for GET/HEAD; invalid dates ignored.
+    elif req.if_modified_since is not None and get_or_head:
+        date = parse_http_date(req.if_modified_since)
+        if date is not None and mtime <= date:
+            return _NOT_MODIFIED
+    return _PROCEED
+
+
+def if_range_matches(value: str, etag: str, mtime: int) -> bool:
+    """§13.1.5: an entity-tag must match strongly; a date must be exact."""
+    v = value.strip()
+    if v.startswith(('"', 'W/"')):
+        return _strong_match(v, etag)
+    date = parse_http_date(v)
+    return date is not None and date == mtime
+
+
+# -------------------------------------------------------------------- ranges
+
+
+class _Unsatisfiable:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSATISFIABLE"
+
+
+UNSATISFIABLE: Final = _Unsatisfiable()
+
+# A number with more digits than this is larger than any file; parsing it in
+# full would only let a client burn CPU (and Python refuses > 4300 digits).
+_MAX_DIGITS = 18
+_HUGE = 1_000_000_000_000_000_000  # 10**_MAX_DIGITS
+
+
+def _num(s: str) -> int | None:
+    if not s or not s.isascii() or not s.isdigit():
+        return None
+    if len(s) > _MAX_DIGITS:
+        return _HUGE
+    return int(s)
+
+
+def parse_range(value: str, size: int) -> list[tuple[int, int]] | _Unsatisfiable | None:
+    """Parse a Range header against a representation of ``size`` bytes.
+
+    Returns a list of ``(start, end_exclusive)`` spans in request order, the
+    :data:`UNSATISFIABLE` marker (-> 416), or ``None`` when the header must be
+    ignored (-> 200): another unit, bad syntax (RFC 9110 §14.2: a server MAY
+    ignore it; we always do, so a malformed header never yields a wrong 206).
+    """
+    unit, eq, rest = value.partition("=")
+    if not eq or unit.strip().lower() != "bytes":
+        return None
+    spans: list[tuple[int, int]] = []
+    saw_any = False
+    for member in rest.split(","):
+        spec = member.strip(" \t")
+        if not spec:
+            continue  # §5.6.1: empty list elements are allowed and ignored
+        saw_any = True
+        first_s, dash, last_s = spec.partition("-")
+        if not dash:
+            return None
+        first_s, last_s = first_s.strip(" \t"), last_s.strip(" \t")
+        if first_s == "":
+            # suffix-range "-N": the last N bytes (§14.1.2).
+            n = _num(last_s)
+            if n is None:
+                return None
+            if n == 0 or size == 0:
+                continue  # unsatisfiable member
+            spans.append((max(0, size - n), size))
+            continue
+        first = _num(first_s)
+        if first is None:
+            return None
+        if last_s == "":
+            last = size - 1
+        else:
+            last_v = _num(last_s)
+            if last_v is None or last_v < first:
+                return None  # "a-b" with b < a makes the whole field invalid
+            last = min(last_v, size - 1)  # clamp (§14.1.2)
+        if first >= size:
+            continue  # unsatisfiable member
+        spans.append((first, last + 1))
+    if not saw_any:
+        return None
+    if not spans:
+        return UNSATISFIABLE
+    return spans
+
+
+def coalesce(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge overlapping and adjacent spans (RFC 9110 §14.3 permits it)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+# --------------------------------------------------------------------- plans
+
+_DATE_MEMO: list[tuple[int, bytes]] = [(-1, b"")]
+
+
+def _date(now: float) -> bytes:
+    # A pure memo: the same second always formats the same way.
+    sec = int(now)
+    memo = _DATE_MEMO[0]
+    if memo[0] != sec:
+        memo = (sec, format_http_date(sec).encode("ascii"))
+        _DATE_MEMO[0] = memo
+    return memo[1]
+
+
+def error_plan(
+    status: int,
+    now: float,
+    *,
+    close: bool = False,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    head_only: bool = False,
+) -> Plan:
+    """The one place an error status becomes a response.
+
+    The body is a fixed text per status ("404 Not Found\\n"): no path, no
+    exception text ever reaches the client.
+    """
+    body = b"%d %s\n" % (status, reason_phrase(status))
+    hs = [
+        (b"date", _date(now)),
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"%d" % len(body)),
+        *headers,
+    ]
+    return Plan(status, hs, (body,), send_body=not head_only, close=close)
+
+
+def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> Plan:
+    extra: list[tuple[bytes, bytes]] = []
+    if exc.status == 405:
+        extra.append((b"allow", ALLOW))
+    elif exc.status == 503:
+        extra.append((b"retry-after", b"1"))
+    return error_plan(
+        exc.status,
+        now,
+        close=exc.close or exc.status == 503,
+        headers=extra,
+        head_only=head_only,
+    )
+
+
+def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
+    """Decisions that need no filesystem: method, asterisk, hidden paths.
+
+    Returns ``None`` when the request must go through preparation.
+    """
+    method = req.method
+    if method == b"OPTIONS":
+        # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
+        return Plan(204, [(b"date", _date(now)), (b"allow", ALLOW)], (), send_body=False)
+    if method not in (b"GET", b"HEAD"):
+        return error_plan(405, now, headers=[(b"allow", ALLOW)], close=req.has_body)
+    if req.target.asterisk:  # pragma: no cover - parse_target refuses it already
+        return error_plan(400, now, close=True)
+    if req.target.hidden and not cfg.hidden:
+        return error_plan(404, now, head_only=method == b"HEAD")
+    return None
+
+
+def decide_directory(req: RequestFacts, cfg: Config, now: float) -> Plan:
+    """A directory with no index file (or not yet slash-terminated)."""
+    head = req.method == b"HEAD"
+    if not req.target.slash and req.target.segments:
+        # Redirect to the slash-terminated path so relative links resolve.
+        # The Location is rebuilt from the decoded segments, so it always
+        # starts with exactly one "/" and can never become "//host".
+        loc = req.target.url_path(slash=True)
+        if req.target.query is not None:
+            loc += "?" + req.target.query
+        return error_plan(301, now, headers=[(b"location", loc.encode("latin-1"))], head_only=head)
+    return error_plan(404, now, head_only=head)
+
+
+def _representation_headers(file: FileFacts, cfg: Config, now: float) -> list[tuple[bytes, bytes]]:
+    hs = [
+        (b"date", _date(now)),
+        (b"last-modified", format_http_date(file.mtime).encode("ascii")),
+        (b"etag", file.etag.encode("ascii")),
+    ]
+    if cfg.cache_control is not None:
+        hs.append((b"cache-control", cfg.cache_control.encode("ascii")))
+    return hs
+
+
+def decide_file(
+    req: RequestFacts, file: FileFacts, cfg: Config, now: float, boundary: str = ""
+) -> Plan:
+    """The response for a GET or HEAD of an existing regular file.
+
+    ``boundary`` is the multipart boundary to use if several ranges are
+    served; the edge supplies it (randomness is I/O).
+    """
+    head = req.method == b"HEAD"
+    pre = evaluate_preconditions(req, file.etag, file.mtime)
+    if pre.status == 304:
+        return Plan(304, _representation_headers(file, cfg, now), (), send_body=False)
+    if pre.status == 412:
+        return error_plan(412, now, head_only=head)
+
+    hs = _representation_headers(file, cfg, now)
+    hs.append((b"accept-ranges", b"bytes"))
+    ctype = file.content_type.encode("ascii")
+    size = file.size
+
+    # Step 5 (§13.2.2): Range, only for GET (§14.2), gated by If-Range.
+    spans: list[tuple[int, int]] | _Unsatisfiable | None = None
+    if req.range is not None and req.method == b"GET":
+        if req.if_range is None or if_range_matches(req.if_range, file.etag, file.mtime):
+            spans = parse_range(req.range, size)
+    if spans is UNSATISFIABLE:
+        return error_plan(416, now, headers=[(b"content-range", b"bytes */%d" % size)])
+    if isinstance(spans, list):
+        # Amplification guard (as Go's net/http): too many ranges, or ranges
+        # that add up to more than the file, are answered with the whole file.
+        if len(spans) > cfg.max_ranges or sum(e - s for s, e in spans) > size:
+            spans = None
+        else:
+            spans = coalesce(spans)
+    if isinstance(spans, list) and len(spans) == 1:
+        start, end = spans[0]
+        hs.append((b"content-type", ctype))
+        hs.append((b"content-range", b"bytes %d-%d/%d" % (start, end - 1, size)))
+        hs.append((b"content-length", b"%d" % (end - start)))
+        return Plan(206, hs, (FileSpan(start, end - start),), send_body=not head)
+    if isinstance(spans, list) and boundary:
+        body = multipart_body(spans, size, ctype, boundary.encode("ascii"))
+        hs.append((b"content-type", b"multipart/byteranges; boundary=" + boundary.encode()))
+        hs.append((b"content-length", b"%d" % sum(len(p) for p in body)))
+        return Plan(206, hs, body, send_body=not head)
+    hs.append((b"content-type", ctype))
+    hs.append((b"content-length", b"%d" % size))
+    body_parts: tuple[bytes | FileSpan, ...] = (FileSpan(0, size),) if size else ()
+    return Plan(200, hs, body_parts, send_body=not head)
+
+
+def multipart_body(
+    spans: Sequence[tuple[int, int]], size: int, ctype: bytes, boundary: bytes
+) -> tuple[bytes | FileSpan, ...]:
+    """The multipart/byteranges body (RFC 9110 §14.6) as literal and file pieces.
+
+    The Content-Length is the sum of these pieces' lengths: the encoder is the
+    counter, never a hand-computed formula.
+    """
+    parts: list[bytes | FileSpan] = []
+    for i, (start, end) in enumerate(spans):
+        parts.append(
+            (b"--" if i == 0 else b"\r\n--")
+            + boundary
+            + b"\r\ncontent-type: "
+            + ctype
+            + b"\r\ncontent-range: bytes %d-%d/%d\r\n\r\n" % (start, end - 1, size)
+        )
+        parts.append(FileSpan(start, end - start))
+    parts.append(b"\r\n--" + boundary + b"--\r\n")
+    return tuple(parts)

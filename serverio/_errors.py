@@ -1,0 +1,39 @@
+"""Errors that carry their HTTP status, and the fixed texts they map to.
+
+Like h11's ``error_status_hint``: the code that detects a problem says which
+status it deserves; the connection task maps it to a response in one place
+(:func:`serverio._core.error_plan`) without knowing why it happened.  Bodies
+are fixed per status so nothing about the filesystem or the exception leaks.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+__all__ = ["ConfigError", "HTTPError", "reason_phrase"]
+
+
+class HTTPError(Exception):
+    """A request that must be answered with ``status``.
+
+    ``detail`` is for the error log only; it never reaches the client.
+    ``close`` says whether the connection must be closed after the answer
+    (protocol errors: the byte stream can no longer be trusted).
+    """
+
+    def __init__(self, status: int, detail: str = "", *, close: bool = False) -> None:
+        super().__init__(detail or str(status))
+        self.status = status
+        self.detail = detail
+        self.close = close
+
+
+class ConfigError(ValueError):
+    """An invalid policy value; the CLI prints it as one line and exits 2."""
+
+
+_REASONS: dict[int, bytes] = {s.value: s.phrase.encode("ascii") for s in HTTPStatus}
+
+
+def reason_phrase(status: int) -> bytes:
+    return _REASONS.get(status, b"Unknown")

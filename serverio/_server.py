@@ -1,0 +1,355 @@
+"""The server: listeners, admission, the connection nursery, shutdown order.
+
+Structure (docs/architecture.md has the picture)::
+
+    serve()
+      nursery "connections"           owns every connection task
+        accept loop per listener      (in its own cancel scope)
+        ConnectionTask.run() ...
+      pools fs / work                 CapacityLimiter + bounded queue each
+
+Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
+
+1. stop accepting: cancel the accept loops and close the listeners at once
+   (closing a trio listener never waits on connection tasks, so the trap the
+   seeds recorded for asyncio's ``wait_closed()`` cannot happen here);
+2. close idle connections at once (those waiting for a request);
+3. let in-flight responses finish, each with ``Connection: close``, until
+   ``shutdown_timeout``;
+4. cancel the connection nursery: whatever remains is cut;
+5. wait for pool threads until the same deadline; threads still stuck in a
+   syscall are abandoned (logged with their count) and we return anyway.
+
+A second :meth:`abort` (second signal) skips to step 4 immediately.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import secrets
+import socket as _stdsocket
+from collections.abc import Sequence
+
+import h11
+import trio
+
+from ._accesslog import AccessLog
+from ._blocking import Pool, run_blocking
+from ._config import Config
+from ._connection import RECV_SIZE, ConnectionTask
+from ._core import RequestFacts
+from ._errors import reason_phrase
+from ._fsopen import RootOpener
+from ._prepare import Prepared, prepare
+from ._stats import Stats
+
+__all__ = ["Server"]
+
+log = logging.getLogger("serverio")
+
+_ACCEPT_RETRY_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.ECONNABORTED}
+)
+_MAX_REJECTORS = 256  # concurrent 503 writers; beyond this, excess is just closed
+_REJECT_BODY = b"503 Service Unavailable\n"
+_REJECT = (
+    b"HTTP/1.1 503 " + reason_phrase(503) + b"\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\n"
+    b"Retry-After: 1\r\n"
+    b"Connection: close\r\n\r\n" % len(_REJECT_BODY)
+) + _REJECT_BODY
+
+
+def _format_client(sockaddr: object) -> str:
+    if isinstance(sockaddr, tuple) and sockaddr:
+        return str(sockaddr[0])
+    return "-"
+
+
+class Server:
+    """A static file server for one directory.
+
+    Use :meth:`serve` inside a nursery (``await nursery.start(server.serve)``)
+    and :meth:`shutdown` to stop it gracefully.
+
+    Cancellation handling: cancelling :meth:`serve` from outside cancels the
+    whole tree at once (accept loops, connections) without the graceful
+    drain; blocking threads in the pools are abandoned and their late results
+    closed when they finish.  :meth:`shutdown` is the graceful path.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        listeners: Sequence[trio.SocketListener] | None = None,
+        access_log: AccessLog | None = None,
+    ) -> None:
+        self.config = config if config.root else config.validate()
+        self.stats = Stats()
+        self.access_log = access_log or AccessLog("off" if config.quiet else config.access_log)
+        self.fs = Pool("fs", self.config.fs_workers, self.config.fs_queue)
+        self.work = Pool("work", self.config.work_workers, self.config.work_queue)
+        self.listeners: list[trio.SocketListener] = list(listeners or [])
+        self.draining = False
+        self.connections: set[ConnectionTask] = set()
+        self.abandoned_threads = 0
+        self._opener: RootOpener | None = None
+        self._shutdown = trio.Event()
+        self._aborted = False
+        self._conn_nursery: trio.Nursery | None = None
+        self._idle = trio.Event()
+        self._rejectors = 0
+        self._boundary_prefix = secrets.token_hex(6)
+        self._boundary_counter = 0
+
+    # ------------------------------------------------------------ public
+
+    @property
+    def opener(self) -> RootOpener:
+        if self._opener is None:
+            self._opener = RootOpener(self.config.root, follow_symlinks=self.config.follow_symlinks)
+        return self._opener
+
+    def addresses(self) -> list[tuple[str, int]]:
+        out = []
+        for listener in self.listeners:
+            name = listener.socket.getsockname()
+            out.append((str(name[0]), int(name[1])))
+        return out
+
+    def shutdown(self) -> None:
+        """Begin graceful shutdown (idempotent)."""
+        self._shutdown.set()
+
+    def abort(self) -> None:
+        """Stop now: cancel every connection without draining."""
+        self._aborted = True
+        self._shutdown.set()
+        if self._conn_nursery is not None:
+            self._conn_nursery.cancel_scope.cancel()
+
+    async def open_listeners(self) -> None:
+        """Bind the configured address (unless listeners were given)."""
+        if self.listeners:
+            return
+        self.listeners = [await _bind(self.config.host, self.config.port)]
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until :meth:`shutdown`, then drain in order and return."""
+        await self.open_listeners()
+        _ = self.opener  # open the root once, before accepting anything
+        try:
+            async with trio.open_nursery() as conns:
+                self._conn_nursery = conns
+                accept_scope = trio.CancelScope()
+                conns.start_soon(self._accept_all, conns, accept_scope)
+                task_status.started(self)
+                await self._shutdown.wait()
+                # 1. stop accepting.
+                accept_scope.cancel()
+                for listener in self.listeners:
+                    await trio.aclose_forcefully(listener)
+                deadline = trio.current_time() + self.config.shutdown_timeout
+                if not self._aborted:
+                    # 2. idle connections close now; 3. in-flight ones drain.
+                    self.draining = True
+                    for c in list(self.connections):
+                        c.drain()
+                    with trio.move_on_at(deadline):
+                        while self.connections:
+                            self._idle = trio.Event()
+                            await self._idle.wait()
+                # 4. cut whatever remains.
+                conns.cancel_scope.cancel()
+            # 5. wait for pool threads, then abandon the stuck ones.
+            if not self._aborted:
+                stuck = 0
+                for pool in (self.fs, self.work):
+                    stuck += await pool.wait_idle(deadline)
+            else:
+                stuck = self.fs.running + self.work.running
+            self.abandoned_threads = stuck
+            if stuck:
+                log.warning("abandoning %d worker thread(s) stuck in blocking calls", stuck)
+        finally:
+            self._conn_nursery = None
+            if self._opener is not None:
+                self._opener.close()
+                self._opener = None
+
+    # ------------------------------------------------------------ accept
+
+    async def _accept_all(self, conns: trio.Nursery, scope: trio.CancelScope) -> None:
+        with scope:
+            async with trio.open_nursery() as acceptors:
+                for listener in self.listeners:
+                    acceptors.start_soon(self._accept_loop, listener, conns)
+
+    async def _accept_loop(self, listener: trio.SocketListener, conns: trio.Nursery) -> None:
+        max_conns = self.config.max_connections
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno in _ACCEPT_RETRY_ERRNOS:
+                    # Like trio.serve_listeners: out of fds is a condition to
+                    # ride out, not a reason to stop serving.
+                    log.error("accept failed (%s); retrying", errno.errorcode.get(exc.errno or 0))
+                    await trio.sleep(0.1)
+                    continue
+                raise
+            self.stats.accepted += 1
+            if len(self.connections) >= max_conns:
+                self.stats.rejected += 1
+                if self._rejectors >= _MAX_REJECTORS:
+                    await trio.aclose_forcefully(stream)
+                else:
+                    self._rejectors += 1
+                    conns.start_soon(self._reject, stream)
+                continue
+            try:
+                client = _format_client(stream.socket.getpeername())
+            except OSError:
+                await trio.aclose_forcefully(stream)
+                continue
+            conn = ConnectionTask(self, stream, client)
+            self.connections.add(conn)
+            conns.start_soon(self._run_connection, conn)
+
+    async def _run_connection(self, conn: ConnectionTask) -> None:
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            if not self.connections:
+                self._idle.set()
+
+    async def _reject(self, stream: trio.SocketStream) -> None:
+        """503 at once, then a bounded linger so the client can read it."""
+        try:
+            with trio.move_on_after(1.0):
+                await stream.send_all(_REJECT)
+                await stream.send_eof()
+                for _ in range(16):  # drain a little so close() does not RST
+                    if not await stream.receive_some(RECV_SIZE):
+                        break
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self._rejectors -= 1
+            await trio.aclose_forcefully(stream)
+
+    # ------------------------------------------------------------ prepare
+
+    def _boundary(self) -> str:
+        self._boundary_counter += 1
+        return f"serverio-{self._boundary_prefix}{self._boundary_counter:x}"
+
+    async def prepare(
+        self, req: RequestFacts, now: float, conn: ConnectionTask, parser: h11.Connection
+    ) -> Prepared | None:
+        """Run the preparation step, inline or in the ``fs`` pool.
+
+        Returns None if the client disconnected while a pooled preparation
+        was pending.
+
+        Cancellation handling: in pooled mode the caller watches its socket
+        while it waits; if the client goes away, the wait is cancelled, the
+        thread is abandoned, and its result is closed by the late-close path
+        (exactly once).  May raise :class:`~serverio.PoolSaturated` (503).
+        """
+        boundary = self._boundary() if req.range is not None else ""
+        if self.fs.inline:
+            return prepare(req, self.config, self.opener, now, boundary)
+        return await self._prepare_watched(req, now, conn, parser, boundary)
+
+    async def _prepare_watched(
+        self,
+        req: RequestFacts,
+        now: float,
+        conn: ConnectionTask,
+        parser: h11.Connection,
+        boundary: str,
+    ) -> Prepared | None:
+        result: Prepared | None = None
+        error: BaseException | None = None
+        gone = False
+        limit = self.config.max_head_size
+
+        async def work(scope: trio.CancelScope) -> None:
+            nonlocal result, error
+            try:
+                result = await run_blocking(
+                    self.fs,
+                    prepare,
+                    req,
+                    self.config,
+                    self.opener,
+                    now,
+                    boundary,
+                    late_close=Prepared.close,
+                )
+            except trio.Cancelled:
+                raise
+            except Exception as exc:
+                error = exc
+            scope.cancel()
+
+        async def watch(scope: trio.CancelScope) -> None:
+            # Read while we wait, so a client that hangs up is noticed now,
+            # not when the filesystem answers.  Pipelined bytes go to h11's
+            # buffer; past one head's worth we stop reading (backpressure).
+            nonlocal gone
+            try:
+                while conn._fed <= limit:
+                    data = await conn.stream.receive_some(RECV_SIZE)
+                    if not data:
+                        gone = True
+                        scope.cancel()
+                        return
+                    conn._fed += len(data)
+                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                gone = True
+                scope.cancel()
+                return
+            await trio.sleep_forever()
+
+        async with trio.open_nursery() as n:
+            n.start_soon(work, n.cancel_scope)
+            n.start_soon(watch, n.cancel_scope)
+        if gone:
+            if result is not None:
+                result.close()
+            self.stats.cancelled += 1
+            return None
+        if error is not None:
+            raise error
+        return result
+
+
+async def _bind(host: str, port: int) -> trio.SocketListener:
+    """Bind one listening socket (IPv4 or IPv6 literal, or a host name)."""
+    infos = await trio.socket.getaddrinfo(
+        host, port, type=_stdsocket.SOCK_STREAM, flags=_stdsocket.AI_PASSIVE
+    )
+    if not infos:  # pragma: no cover - getaddrinfo raises instead
+        raise OSError(f"cannot resolve {host!r}")
+    family, type_, proto, _, sockaddr = infos[0]
+    sock = trio.socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_REUSEADDR, 1)
+        if family == _stdsocket.AF_INET6:
+            # Like http.server: "::" also accepts IPv4 (dual stack).
+            sock.setsockopt(_stdsocket.IPPROTO_IPV6, _stdsocket.IPV6_V6ONLY, 0)
+        await sock.bind(sockaddr)
+        sock.listen(4096)  # the kernel caps this at net.core.somaxconn
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)

@@ -1,0 +1,33 @@
+"""Counters: a plain object for tests, one line at shutdown, metrics later."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+__all__ = ["Stats"]
+
+
+@dataclass(slots=True)
+class Stats:
+    """Engine counters.  Only the trio thread mutates them (no locks needed)."""
+
+    accepted: int = 0  # sockets accepted (admitted or not)
+    rejected: int = 0  # turned away by --max-connections (503)
+    completed: int = 0  # responses written in full
+    client_errors: int = 0  # 4xx responses
+    server_errors: int = 0  # 5xx responses
+    timeouts_head: int = 0  # request head not complete within --head-timeout
+    timeouts_keepalive: int = 0  # idle keep-alive connection closed
+    timeouts_write: int = 0  # no send progress within --write-timeout
+    cancelled: int = 0  # connections cut by shutdown or abort
+    resets: int = 0  # peer reset / broken pipe while we were writing
+    truncated: int = 0  # file shrank while being sent: connection aborted
+    sendfile_responses: int = 0  # bodies sent with os.sendfile
+    buffered_responses: int = 0  # file bodies sent through user space
+    bytes_sent: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.as_dict().items())

@@ -1,0 +1,157 @@
+"""Request-target parsing and path mapping (pure).
+
+Turns the raw request-target bytes into a tuple of decoded path segments that
+can be joined under the served root without ever leaving it.  The filesystem
+is never consulted here; :mod:`serverio._prepare` opens the result with a
+resolver that is itself confined to the root, so a symlink cannot undo what
+this module guarantees lexically.
+
+Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
+
+* origin-form ``/path?query`` and absolute-form ``http://host/path?query``
+  (§3.2.2: a server MUST accept absolute-form); asterisk-form ``*`` only for
+  OPTIONS (§3.2.4); authority-form is only for CONNECT, which we do not serve.
+* The path is split on raw ``/`` first, then each segment is percent-decoded
+  exactly once, so ``%2F`` can never introduce a separator and ``%252e`` stays
+  the literal text ``%2e``.
+* Invalid percent escapes, invalid (including overlong) UTF-8, NUL and
+  backslash are 400.  ``.`` and ``..`` segments (raw or encoded) are 400: a
+  conforming client removes dot-segments before sending (RFC 3986 §5.2.4), so
+  their presence is an attack or a bug, and answering 400 is safer than
+  guessing.
+* A segment that decodes to contain ``/`` is 404 (like Apache's default
+  ``AllowEncodedSlashes Off``): such a name cannot exist on a POSIX filesystem.
+* Empty segments (``//``) are dropped, so a redirect built from the segments
+  can never start with ``//`` (an open redirect to another host).
+* Hidden segments (starting with ``.``) are reported, not refused: the
+  decision core applies the ``--hidden`` policy.  ``.well-known`` (RFC 8615)
+  is never hidden when it is the first segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from ._errors import HTTPError
+
+__all__ = ["Target", "parse_target"]
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A parsed request-target.
+
+    ``segments`` are decoded path segments (never empty, never ``.``/``..``);
+    ``slash`` is True when the path ended with ``/``; ``query`` is the raw
+    query string without ``?`` (``None`` when there was no ``?``);
+    ``asterisk`` is True for the ``*`` form; ``hidden`` is True when a
+    segment other than a leading ``.well-known`` starts with a dot.
+    """
+
+    segments: tuple[str, ...]
+    slash: bool
+    query: str | None
+    asterisk: bool = False
+    hidden: bool = False
+
+    @property
+    def relpath(self) -> str:
+        """The path relative to the root, ``.`` for the root itself."""
+        return "/".join(self.segments) if self.segments else "."
+
+    def url_path(self, *, slash: bool | None = None) -> str:
+        """The canonical, percent-encoded absolute path (for Location)."""
+        path = "/" + "/".join(quote(s, safe="!$&'()*+,;=:@~-._") for s in self.segments)
+        want_slash = self.slash if slash is None else slash
+        if want_slash and self.segments:
+            path += "/"
+        return path
+
+
+def _unquote_segment(raw: bytes) -> str:
+    if b"%" not in raw:
+        out = raw
+    else:
+        buf = bytearray()
+        i = 0
+        n = len(raw)
+        while i < n:
+            c = raw[i]
+            if c == 0x25:  # '%'
+                if i + 2 >= n:
+                    raise HTTPError(400, "truncated percent escape")
+                h1, h2 = raw[i + 1], raw[i + 2]
+                if h1 not in _HEX or h2 not in _HEX:
+                    raise HTTPError(400, "invalid percent escape")
+                buf.append(int(raw[i + 1 : i + 3], 16))
+                i += 3
+            else:
+                buf.append(c)
+                i += 1
+        out = bytes(buf)
+    try:
+        # Strict UTF-8: rejects overlong forms (e.g. %C0%AE for '.') and
+        # surrogates, so there is exactly one spelling of every name.
+        text = out.decode("utf-8", "strict")
+    except UnicodeDecodeError:
+        raise HTTPError(400, "path is not valid UTF-8") from None
+    if "\x00" in text or "\\" in text:
+        raise HTTPError(400, "NUL or backslash in path")
+    return text
+
+
+def parse_target(method: bytes, raw: bytes, *, max_size: int = 8192) -> Target:
+    """Parse ``raw`` (the request-target as received) for ``method``.
+
+    Raises :class:`HTTPError` (400, 404 or 414); never touches the filesystem.
+    """
+    if len(raw) > max_size:
+        raise HTTPError(414, "request-target too long", close=True)
+    if raw == b"*":
+        if method != b"OPTIONS":
+            raise HTTPError(400, "asterisk-form is only for OPTIONS", close=True)
+        return Target((), False, None, asterisk=True)
+    if raw[:1] != b"/":
+        # absolute-form: scheme "://" authority path-abempty [ "?" query ]
+        lower = raw[:8].lower()
+        if lower.startswith(b"http://"):
+            rest = raw[7:]
+        elif lower.startswith(b"https://"):
+            rest = raw[8:]
+        else:
+            raise HTTPError(400, "unsupported request-target form", close=True)
+        cut = len(rest)
+        for sep in (b"/", b"?"):
+            j = rest.find(sep)
+            if j != -1 and j < cut:
+                cut = j
+        if cut == 0:
+            raise HTTPError(400, "absolute-form without authority", close=True)
+        raw = rest[cut:]
+        if raw[:1] != b"/":
+            raw = b"/" + raw  # "http://host?x" means path "/" (RFC 9112 §3.2.2)
+    q = raw.find(b"?")
+    if q == -1:
+        path, query = raw, None
+    else:
+        path, query = raw[:q], raw[q + 1 :].decode("latin-1")
+    if b"#" in path:
+        raise HTTPError(400, "fragment in request-target", close=True)
+    segments: list[str] = []
+    hidden = False
+    for rawseg in path.split(b"/"):
+        if not rawseg:
+            continue
+        seg = _unquote_segment(rawseg)
+        if seg in (".", ".."):
+            raise HTTPError(400, "dot-segment in path")
+        if "/" in seg:
+            raise HTTPError(404, "encoded slash in path")
+        if seg[0] == "." and not (seg == ".well-known" and not segments):
+            hidden = True
+        segments.append(seg)
+    slash = path.endswith(b"/")
+    return Target(tuple(segments), slash, query, hidden=hidden)
