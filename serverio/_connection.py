@@ -44,6 +44,7 @@ __all__ = ["ConnectionTask"]
 RECV_SIZE = 16384
 SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
 BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
+SEND_PIECE = 16384  # non-socket streams: progress granularity of the write deadline
 
 _HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
 _HAS_SENDFILE = hasattr(os, "sendfile")
@@ -60,7 +61,16 @@ def _tokens(value: bytes) -> set[bytes]:
 class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
-    __slots__ = ("_fed", "client", "in_flight", "read_scope", "server", "stream", "use_sendfile")
+    __slots__ = (
+        "_fed",
+        "_sock",
+        "client",
+        "in_flight",
+        "read_scope",
+        "server",
+        "stream",
+        "use_sendfile",
+    )
 
     def __init__(self, server: Server, stream: trio.abc.Stream, client: str) -> None:
         self.server = server
@@ -72,9 +82,9 @@ class ConnectionTask:
         # One decision per connection: zero-copy when the stream is a plain
         # socket and the platform has sendfile; otherwise the buffered path
         # (TLS streams, memory streams in tests, other platforms).
-        self.use_sendfile = (
-            server.config.sendfile and _HAS_SENDFILE and isinstance(stream, trio.SocketStream)
-        )
+        is_socket = isinstance(stream, trio.SocketStream)
+        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self.use_sendfile = server.config.sendfile and _HAS_SENDFILE and is_socket
 
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;
@@ -319,10 +329,27 @@ class ConnectionTask:
 
     # ------------------------------------------------------------ writing
 
-    async def _send(self, data: bytes | bytearray | memoryview) -> None:
-        cfg = self.server.config
-        with trio.move_on_after(cfg.write_timeout) as scope:
-            await self.stream.send_all(data)
+    async def _send(self, data: bytes) -> None:
+        """Write ``data`` under the write deadline ("time without progress").
+
+        On a plain socket we drive ``sock.send`` ourselves so every partial
+        send pushes the deadline forward.  Other streams (TLS, memory) only
+        report completion, so we hand them SEND_PIECE bytes at a time and
+        push the deadline after each piece.
+        """
+        timeout = self.server.config.write_timeout
+        view = memoryview(data)
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+            if self._sock is not None:
+                while view:
+                    n = await self._sock.send(view)
+                    view = view[n:]
+                    scope.deadline = trio.current_time() + timeout
+            else:
+                while view:
+                    await self.stream.send_all(view[:SEND_PIECE])
+                    view = view[SEND_PIECE:]
+                    scope.deadline = trio.current_time() + timeout
         if scope.cancelled_caught:
             self.server.stats.timeouts_write += 1
             raise _Abort

@@ -1,0 +1,167 @@
+"""Shared fixtures: a served tree, in-memory connections, real listeners."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import h11
+import pytest
+import trio
+import trio.testing
+
+from serverio import Config, Server
+from serverio._connection import ConnectionTask
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A served tree, plus a sibling 'outside' directory that must never leak."""
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("<h1>home</h1>\n")
+    (www / "hello.txt").write_text("hello world\n")
+    (www / "data.bin").write_bytes(bytes(range(256)) * 4)  # 1 KiB
+    (www / "big.bin").write_bytes(os.urandom(300_000))
+    (www / "sub").mkdir()
+    (www / "sub" / "index.html").write_text("<p>sub</p>\n")
+    (www / "noindex").mkdir()
+    (www / "noindex" / "a.txt").write_text("a\n")
+    (www / ".secret").write_text("hidden\n")
+    (www / ".well-known").mkdir()
+    (www / ".well-known" / "security.txt").write_text("Contact: x\n")
+    (www / "caf\u00e9.txt").write_text("unicode name\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    return www
+
+
+def make_config(root: Path, **kw: object) -> Config:
+    return replace(Config(directory=str(root), access_log="off"), **kw).validate()  # type: ignore[arg-type]
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    raw_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+class HTTPClient:
+    """A client-side h11 parser over any trio stream."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.conn = h11.Connection(h11.CLIENT)
+
+    def _reset(self) -> None:
+        leftover = self.conn.trailing_data[0]
+        self.conn = h11.Connection(h11.CLIENT)
+        if leftover:
+            self.conn.receive_data(leftover)
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def read_response(self, *, head: bool = False) -> Response:
+        """Read one response.  ``head``: it answers a HEAD (no body)."""
+        if head:
+            # Tell the client parser that this response answers a HEAD.
+            self._reset()
+            self.conn.send(h11.Request(method="HEAD", target="/", headers=[("Host", "x")]))
+            self.conn.send(h11.EndOfMessage())
+        elif self.conn.our_state is h11.IDLE:
+            self.conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+            self.conn.send(h11.EndOfMessage())
+        status = 0
+        headers: dict[str, str] = {}
+        raw: list[tuple[bytes, bytes]] = []
+        body = bytearray()
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await self.stream.receive_some(65536)
+                self.conn.receive_data(bytes(data))
+                continue
+            if isinstance(event, h11.Response):
+                status = event.status_code
+                raw = list(event.headers.raw_items())
+                for k, v in event.headers:
+                    headers[k.decode()] = v.decode("latin-1")
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):
+                raise EOFError("connection closed before the response ended")
+        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+            self.conn.start_next_cycle()
+        else:
+            self._reset()
+        return Response(status, headers, bytes(body), raw)
+
+    async def get(self, target: str, headers: str = "", method: str = "GET") -> Response:
+        await self.send_raw(
+            f"{method} {target} HTTP/1.1\r\nHost: t\r\n{headers}\r\n".encode("latin-1")
+        )
+        return await self.read_response(head=method == "HEAD")
+
+    async def at_eof(self) -> bool:
+        """True when the server closed (reads EOF with no further bytes)."""
+        try:
+            data = await self.stream.receive_some(65536)
+        except trio.BrokenResourceError:
+            return True
+        return data == b""
+
+
+@asynccontextmanager
+async def memory_connection(
+    cfg: Config, *, lockstep: bool = False, server: Server | None = None
+) -> AsyncIterator[tuple[HTTPClient, Server, ConnectionTask]]:
+    """One ConnectionTask over an in-memory stream pair (no sockets)."""
+    srv = server or Server(cfg)
+    if lockstep:
+        client, theirs = trio.testing.lockstep_stream_pair()
+    else:
+        client, theirs = trio.testing.memory_stream_pair()
+    conn = ConnectionTask(srv, theirs, "memory")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        try:
+            yield HTTPClient(client), srv, conn
+        finally:
+            nursery.cancel_scope.cancel()
+    srv.opener.close()
+
+
+@asynccontextmanager
+async def running_server(cfg: Config) -> AsyncIterator[tuple[Server, int]]:
+    """A real Server on 127.0.0.1 port 0; shut down gracefully on exit."""
+    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        port = srv.addresses()[0][1]
+        try:
+            yield srv, port
+        finally:
+            srv.shutdown()
+
+
+async def connect(port: int) -> HTTPClient:
+    return HTTPClient(await trio.open_tcp_stream("127.0.0.1", port))
+
+
+OpenFds = Callable[[], int]
+
+
+def open_fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
