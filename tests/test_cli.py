@@ -1,0 +1,141 @@
+"""The command line, as scripts and benchmark harnesses use it (subprocesses)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+@contextmanager
+def serve(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "serverio", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        yield proc, line
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "serverio", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def test_serving_line_and_sigterm_exit_0(root: Path) -> None:
+    with serve("0", "-d", str(root), "-q") as (proc, line):
+        assert line.startswith(f"Serving {root} at http://127.0.0.1:")
+        url = line.split(" at ", 1)[1].strip()
+        with urllib.request.urlopen(url + "hello.txt", timeout=10) as resp:
+            assert resp.read() == b"hello world\n"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    assert out == ""  # exactly one stdout line, already read
+    assert "stopped: accepted=1" in err and "Traceback" not in err
+
+
+def test_sigint_and_access_log(root: Path) -> None:
+    with serve("0", "-d", str(root), "--access-log", "combined") as (proc, line):
+        url = line.split(" at ", 1)[1].strip()
+        req = urllib.request.Request(url + "hello.txt", headers={"User-Agent": 'evil"\x7f'})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    log_line = next(x for x in err.splitlines() if "GET /hello.txt" in x)
+    assert log_line.endswith('"-" "evil\\x22\\x7f"')
+
+
+def test_ipv6_loopback(root: Path) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 in this kernel")
+    try:
+        s = socket.socket(socket.AF_INET6)
+        s.bind(("::1", 0))
+        s.close()
+    except OSError:
+        pytest.skip("::1 is not configured on this machine")
+    with serve("0", "-b", "::1", "-d", str(root), "-q") as (proc, line):
+        assert "http://[::1]:" in line
+        url = line.split(" at ", 1)[1].strip()
+        with urllib.request.urlopen(url + "hello.txt", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--head-timeout", "-1"], "--head-timeout"),
+        (["--keepalive-timeout", "0"], "--keepalive-timeout"),
+        (["--write-timeout", "nan"], "--write-timeout"),
+        (["--max-connections", "0"], "--max-connections"),
+        (["--head-timeout", "abc"], "seconds"),
+        (["-d", "/nonexistent/dir"], "does not exist"),
+        (["70000"], "port"),
+        (["--access-log", "xml"], "--access-log"),
+        (["--fs-workers", "-1"], "--fs-workers"),
+        (["--fs-queue", "5"], "--fs-queue needs --fs-workers"),
+        (["--fs-workers", "100000"], "absurd"),
+        (["--work-queue", "9999999", "--work-workers", "2"], "absurd"),
+        (["--index", "../x"], "--index"),
+        (["--cache-control", "a\tb"], "--cache-control"),
+        (["--bogus"], "unrecognized"),
+    ],
+)
+def test_invalid_values_exit_2_one_line(root: Path, args: list[str], needle: str) -> None:
+    if "-d" not in args:
+        args = [*args, "-d", str(root)]
+    r = run_cli(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("serverio: error:"), r.stderr
+    assert needle in lines[0]
+    assert r.stdout == ""
+
+
+def test_port_in_use_exit_2(root: Path) -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        port = s.getsockname()[1]
+        r = run_cli(str(port), "-d", str(root))
+    finally:
+        s.close()
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"serverio: error: cannot listen on 127.0.0.1 port {port}: Address already in use"
+    ]
+
+
+def test_help_mentions_safe_default() -> None:
+    r = run_cli("--help")
+    assert r.returncode == 0 and "127.0.0.1" in r.stdout and "all interfaces" in r.stdout
+
+
+def test_console_script_is_declared() -> None:
+    import tomllib
+
+    data = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert data["project"]["scripts"]["serverio"] == "serverio._cli:main"
