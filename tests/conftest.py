@@ -129,6 +129,8 @@ async def memory_connection(
 ) -> AsyncIterator[tuple[HTTPClient, Server, ConnectionTask]]:
     """One ConnectionTask over an in-memory stream pair (no sockets)."""
     srv = server or Server(cfg)
+    client: trio.abc.Stream
+    theirs: trio.abc.Stream
     if lockstep:
         client, theirs = trio.testing.lockstep_stream_pair()
     else:
@@ -161,6 +163,13 @@ async def connect(port: int) -> HTTPClient:
 
 
 OpenFds = Callable[[], int]
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll a condition that has no event to wait on, bounded by ``timeout``."""
+    with trio.fail_after(timeout):
+        while not predicate():  # noqa: ASYNC110 - state owned by the server, no event
+            await trio.sleep(0.005)
 
 
 def open_fd_count() -> int:

@@ -10,7 +10,7 @@ import trio
 
 from serverio import Server
 
-from .conftest import connect, make_config, open_fd_count, running_server
+from .conftest import connect, make_config, open_fd_count, running_server, wait_until
 
 
 async def test_sendfile_for_large_bodies(root: Path) -> None:
@@ -49,9 +49,7 @@ async def test_admission_503_and_recovery(root: Path) -> None:
         assert rejected.header("retry-after") == "1"
         assert rejected.header("connection") == "close"
         await a.stream.aclose()
-        with trio.fail_after(5):
-            while len(srv.connections) > 1:
-                await trio.sleep(0.01)
+        await wait_until(lambda: len(srv.connections) == 1)
         d = await connect(port)
         assert (await d.get("/hello.txt")).status == 200
         for s in (b, c, d):
@@ -74,16 +72,12 @@ async def test_graceful_shutdown_order(root: Path) -> None:
         await busy.send_raw(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         first = await busy.stream.receive_some(1)  # the response has started
         assert first
-        with trio.fail_after(5):
-            while not any(c.in_flight for c in srv.connections):
-                await trio.sleep(0.01)
+        await wait_until(lambda: any(c.in_flight for c in srv.connections))
         srv.shutdown()
         with trio.fail_after(5):
             assert await idle.at_eof()
         # The listener is closed: new connections are refused.
-        with trio.fail_after(5):
-            while srv.listeners[0].socket.fileno() != -1:
-                await trio.sleep(0.01)
+        await wait_until(lambda: srv.listeners[0].socket.fileno() == -1)
         refused = socket.socket()
         try:
             assert refused.connect_ex(("127.0.0.1", port)) != 0
@@ -112,8 +106,7 @@ async def test_shutdown_deadline_cancels_stragglers(root: Path) -> None:
             port = srv.addresses()[0][1]
             stuck = await connect(port)
             await stuck.send_raw(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-            while not any(c.in_flight for c in srv.connections):
-                await trio.sleep(0.01)
+            await wait_until(lambda: any(c.in_flight for c in srv.connections))
             srv.shutdown()  # the client never reads: cut at the deadline
     await stuck.stream.aclose()
     assert srv.stats.cancelled == 1
