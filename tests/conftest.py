@@ -165,9 +165,9 @@ async def connect(port: int) -> HTTPClient:
 OpenFds = Callable[[], int]
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll a condition that has no event to wait on, bounded by ``timeout``."""
-    with trio.fail_after(timeout):
+async def wait_until(predicate: Callable[[], bool], limit: float = 5.0) -> None:
+    """Poll a condition that has no event to wait on, bounded by ``limit`` seconds."""
+    with trio.fail_after(limit):
         while not predicate():  # noqa: ASYNC110 - state owned by the server, no event
             await trio.sleep(0.005)
 
