@@ -358,7 +358,7 @@ async def test_keepalive_then_head_deadline(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     cfg = make_config(root, keepalive_timeout=3, head_timeout=10)
-    async with memory_connection(cfg) as (client, srv, _):
+    async with memory_connection(cfg) as (client, _, _):
         await client.get("/hello.txt")
         await trio.sleep(2)  # within keep-alive
         await client.send_raw(b"GET /hello.txt HTTP/1.1\r\n")
@@ -372,7 +372,7 @@ async def test_write_timeout_aborts_non_reader(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     cfg = make_config(root, write_timeout=7)
-    async with memory_connection(cfg, lockstep=True) as (client, srv, conn):
+    async with memory_connection(cfg, lockstep=True) as (client, srv, _):
         await client.send_raw(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         # Never read: the server's write cannot progress.
         await trio.sleep(6)

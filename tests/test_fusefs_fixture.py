@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from .fusefs import SlowFS, SlowFSError, fuse_available, is_mounted, slowfs_in
 
 JOIN_TIMEOUT = 10.0
