@@ -139,3 +139,25 @@ def test_console_script_is_declared() -> None:
 
     data = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert data["project"]["scripts"]["serverio"] == "serverio._cli:main"
+
+
+def test_second_signal_aborts_at_once(root: Path) -> None:
+    """SIGTERM starts the drain; a second SIGTERM cuts it short."""
+    (root / "huge.bin").write_bytes(b"z" * 64_000_000)
+    with serve("0", "-d", str(root), "-q", "--shutdown-timeout", "60") as (proc, line):
+        port = int(line.rsplit(":", 1)[1].strip("/\n"))
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        s.recv(100)  # the response has started; we then stop reading
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=1.5)
+            raise AssertionError("the drain should still be waiting for the transfer")
+        except subprocess.TimeoutExpired:
+            pass
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        s.close()
+    assert proc.returncode == 0
