@@ -62,6 +62,7 @@ class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
     __slots__ = (
+        "_fd",
         "_fed",
         "_sock",
         "client",
@@ -84,6 +85,9 @@ class ConnectionTask:
         # (TLS streams, memory streams in tests, other platforms).
         is_socket = isinstance(stream, trio.SocketStream)
         self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # The raw fd for the fast paths (non-blocking read/write without
+        # trio's socket machinery); -1 for streams that are not sockets.
+        self._fd = self._sock.fileno() if self._sock is not None else -1
         self.use_sendfile = server.config.sendfile and _HAS_SENDFILE and is_socket
 
     def drain(self) -> None:
@@ -117,22 +121,61 @@ class ConnectionTask:
             parser.receive_data(leftover)
         return parser
 
+    def _parse(self, parser: h11.Connection) -> object:
+        """The next h11 event, with protocol errors mapped to HTTPError."""
+        try:
+            event = parser.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
+        if type(event) is h11.Request:
+            max_head = self.server.config.max_head_size
+            if self._fed > max_head:
+                # h11 only limits *incomplete* heads; a whole oversized head
+                # in one read gets through, so count what it consumed.
+                if self._fed - len(parser.trailing_data[0]) > max_head:
+                    raise HTTPError(431, "request head too large", close=True)
+        return event
+
     async def _next_request(self, parser: h11.Connection, idle: bool) -> h11.Request | None:
         """The next request head, or None when the connection should close
         quietly (EOF, keep-alive timeout, drain)."""
+        server = self.server
+        if server.draining:
+            return None
+        fd = self._fd
+        if fd >= 0:
+            # Fast path: the head is already buffered (pipelining) or is in
+            # the socket now.  No cancel scope, no trio socket machinery; one
+            # checkpoint keeps the loop fair to other connections.
+            event = self._parse(parser)
+            if event is h11.NEED_DATA:
+                try:
+                    data: bytes | None = os.read(fd, RECV_SIZE)
+                except BlockingIOError:
+                    data = None
+                except OSError as exc:
+                    raise trio.BrokenResourceError from exc
+                if data is not None:
+                    if not data:
+                        return None
+                    self._fed += len(data)
+                    parser.receive_data(data)
+                    event = self._parse(parser)
+            if event is not h11.NEED_DATA:
+                await trio.lowlevel.checkpoint()
+                return event if type(event) is h11.Request else None
+        return await self._wait_request(parser, idle)
+
+    async def _wait_request(self, parser: h11.Connection, idle: bool) -> h11.Request | None:
+        """Slow path of :meth:`_next_request`: wait under the deadlines."""
         server = self.server
         cfg = server.config
         keepalive = idle and self._fed == 0
         timeout = cfg.keepalive_timeout if keepalive else cfg.head_timeout
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             self.read_scope = scope
-            if server.draining:
-                scope.cancel()
             while True:
-                try:
-                    event = parser.next_event()
-                except h11.RemoteProtocolError as exc:
-                    raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
+                event = self._parse(parser)
                 if event is h11.NEED_DATA:
                     data = await self.stream.receive_some(RECV_SIZE)
                     if not data:
@@ -145,17 +188,8 @@ class ConnectionTask:
                     self._fed += len(data)
                     parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
                     continue
-                if type(event) is h11.Request:
-                    if self._fed > cfg.max_head_size:
-                        # h11 only limits *incomplete* heads; a whole
-                        # oversized head in one read gets through, so count
-                        # the bytes it consumed ourselves.
-                        consumed = self._fed - len(parser.trailing_data[0])
-                        if consumed > cfg.max_head_size:
-                            raise HTTPError(431, "request head too large", close=True)
-                    self.read_scope = None
-                    return event
-                return None  # ConnectionClosed
+                self.read_scope = None
+                return event if type(event) is h11.Request else None
         self.read_scope = None
         if server.draining:
             return None
@@ -332,13 +366,25 @@ class ConnectionTask:
     async def _send(self, data: bytes) -> None:
         """Write ``data`` under the write deadline ("time without progress").
 
-        On a plain socket we drive ``sock.send`` ourselves so every partial
-        send pushes the deadline forward.  Other streams (TLS, memory) only
-        report completion, so we hand them SEND_PIECE bytes at a time and
-        push the deadline after each piece.
+        Fast path: one non-blocking ``write`` that takes everything (the
+        common case for heads and small bodies) needs no scope and no wait.
+        Otherwise, on a plain socket we drive ``sock.send`` ourselves so every
+        partial send pushes the deadline forward.  Other streams (TLS,
+        memory) only report completion, so we hand them SEND_PIECE bytes at
+        a time and push the deadline after each piece.
         """
-        timeout = self.server.config.write_timeout
         view = memoryview(data)
+        if self._fd >= 0:
+            try:
+                n = os.write(self._fd, view)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+            if n == len(view):
+                return
+            view = view[n:]
+        timeout = self.server.config.write_timeout
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             if self._sock is not None:
                 while view:
