@@ -62,10 +62,10 @@ class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
     __slots__ = (
+        "_client",
         "_fd",
         "_fed",
         "_sock",
-        "client",
         "in_flight",
         "read_scope",
         "server",
@@ -73,10 +73,10 @@ class ConnectionTask:
         "use_sendfile",
     )
 
-    def __init__(self, server: Server, stream: trio.abc.Stream, client: str) -> None:
+    def __init__(self, server: Server, stream: trio.abc.Stream, client: str | None = None) -> None:
         self.server = server
         self.stream = stream
-        self.client = client
+        self._client = client
         self.read_scope: trio.CancelScope | None = None
         self.in_flight = False
         self._fed = 0
@@ -89,6 +89,23 @@ class ConnectionTask:
         # trio's socket machinery); -1 for streams that are not sockets.
         self._fd = self._sock.fileno() if self._sock is not None else -1
         self.use_sendfile = server.config.sendfile and _HAS_SENDFILE and is_socket
+
+    @property
+    def client(self) -> str:
+        """The peer address, looked up only when something (the access log)
+        asks: a getpeername() per connection is a syscall the churn workload
+        would otherwise pay for nothing."""
+        if self._client is None:
+            self._client = "-"
+            if self._sock is not None:
+                try:
+                    peer = self._sock.getpeername()
+                except OSError:
+                    pass
+                else:
+                    if isinstance(peer, tuple) and peer:
+                        self._client = str(peer[0])
+        return self._client
 
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;

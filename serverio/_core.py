@@ -242,17 +242,15 @@ class _Unsatisfiable:
 
 UNSATISFIABLE: Final = _Unsatisfiable()
 
-# A number with more digits than this is larger than any file; parsing it in
-# full would only let a client burn CPU (and Python refuses > 4300 digits).
+# A number with more digits than this is larger than any file; the header is
+# ignored rather than parsed in full (a client could burn CPU, and Python
+# refuses > 4300 digits).
 _MAX_DIGITS = 18
-_HUGE = 1_000_000_000_000_000_000  # 10**_MAX_DIGITS
 
 
 def _num(s: str) -> int | None:
-    if not s or not s.isascii() or not s.isdigit():
+    if not s or len(s) > _MAX_DIGITS or not s.isascii() or not s.isdigit():
         return None
-    if len(s) > _MAX_DIGITS:
-        return _HUGE
     return int(s)
 
 

@@ -30,7 +30,7 @@ def format_http_date(epoch_seconds: float) -> str:
 
 def _hms(s: str) -> tuple[int, int, int] | None:
     parts = s.split(":")
-    if len(parts) != 3 or not all(len(p) == 2 and p.isdigit() for p in parts):
+    if len(parts) != 3 or not all(len(p) == 2 and p.isascii() and p.isdigit() for p in parts):
         return None
     h, m, sec = (int(p) for p in parts)
     if h > 23 or m > 59 or sec > 60:  # 60: leap second, as RFC 5322 permits

@@ -62,12 +62,6 @@ _REJECT = (
 ) + _REJECT_BODY
 
 
-def _format_client(sockaddr: object) -> str:
-    if isinstance(sockaddr, tuple) and sockaddr:
-        return str(sockaddr[0])
-    return "-"
-
-
 class Server:
     """A static file server for one directory.
 
@@ -212,12 +206,7 @@ class Server:
                     self._rejectors += 1
                     conns.start_soon(self._reject, stream)
                 continue
-            try:
-                client = _format_client(stream.socket.getpeername())
-            except OSError:
-                await trio.aclose_forcefully(stream)
-                continue
-            conn = ConnectionTask(self, stream, client)
+            conn = ConnectionTask(self, stream)
             self.connections.add(conn)
             conns.start_soon(self._run_connection, conn)
 
