@@ -1,0 +1,514 @@
+"""Orchestration of one benchmark run: fixtures, servers, warm-up, rotated trials, artifact."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import fixtures, report, slowfs
+from bench.idle import measure_idle, raise_nofile
+from bench.machine import machine_facts
+from bench.procstat import PeakRssSampler
+from bench.servers import (
+    KINDS,
+    HarnessEnv,
+    LaunchPlan,
+    RunningServer,
+    ServerSpec,
+    ServerStartError,
+    find_nginx,
+    running,
+)
+from bench.stats import mad_percent, median
+from bench.workloads import Workload, probe
+from bench.wrk import WrkParseError, parse_wrk_output, wrk_command
+
+SCHEMA = 1
+SLOW_DELAY_S = 0.010
+
+
+@dataclass
+class RunOptions:
+    mode: str
+    servers: list[ServerSpec]
+    explicit_servers: bool
+    workloads: list[Workload]
+    rounds: int
+    duration_s: int
+    warmup_s: int
+    idle_conns: int
+    idle_rounds: int
+    reference: str
+    pin: bool
+    wrk_threads: int | None
+    out_dir: Path
+    plots: bool
+    peers_venv: Path
+    repo: Path
+    wrk_timeout_s: int = 5
+    slow_delay_s: float = SLOW_DELAY_S
+
+
+@dataclass
+class Placement:
+    server_cpu: int | None
+    wrk_cpu: int | None
+    wrk_threads: int
+
+    def describe(self) -> str:
+        if self.server_cpu is None:
+            return f"not pinned; wrk -t{self.wrk_threads}"
+        return (
+            f"server on CPU {self.server_cpu}, wrk (and harness) on CPU {self.wrk_cpu}; "
+            f"wrk -t{self.wrk_threads}"
+        )
+
+
+@dataclass
+class Entry:
+    """The outcome for one (workload, server) pair."""
+
+    workload: str
+    server: str
+    status: str = "ok"  # ok | errors | skipped | failed
+    reason: str = ""
+    probe: dict[str, str] = field(default_factory=dict)
+    headers: list[list[str]] = field(default_factory=list)
+    startup_s: float | None = None
+    argv: list[str] = field(default_factory=list)
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    log_tail: str = ""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _placement(opts: RunOptions) -> Placement:
+    cpus = sorted(os.sched_getaffinity(0))
+    if opts.pin and len(cpus) >= 2 and shutil.which("taskset"):
+        return Placement(cpus[0], cpus[1], opts.wrk_threads or 1)
+    return Placement(None, None, opts.wrk_threads or min(2, len(cpus)))
+
+
+class Run:
+    def __init__(self, opts: RunOptions, env: HarnessEnv, placement: Placement, tmp: Path) -> None:
+        self.opts = opts
+        self.env = env
+        self.placement = placement
+        self.tmp = tmp
+        self.fixture = fixtures.create(self._mkdir("root"))
+        self._counter = 0
+
+    def _mkdir(self, name: str) -> Path:
+        path = self.tmp / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _server_dir(self, spec: ServerSpec, workload: Workload) -> Path:
+        self._counter += 1
+        return self._mkdir(f"servers/{self._counter:03d}-{workload.name}-{spec.name}")
+
+    # -- server lifecycle ------------------------------------------------------
+
+    def plan(
+        self, spec: ServerSpec, workload: Workload, root: Path, workdir: Path
+    ) -> LaunchPlan | str:
+        file = root / workload.file if workload.file else None
+        return KINDS[spec.kind].plan(spec, self.env, root, file, workdir)
+
+    @contextmanager
+    def server(
+        self, spec: ServerSpec, workload: Workload, root: Path, entry: Entry
+    ) -> Iterator[RunningServer | None]:
+        """Start ``spec`` for ``workload``; yields None (and fills ``entry``) when it cannot run."""
+        workdir = self._server_dir(spec, workload)
+        plan = self.plan(spec, workload, root, workdir)
+        if isinstance(plan, str):
+            entry.status, entry.reason = "skipped", plan
+            yield None
+            return
+        with ExitStack() as stack:
+            rs: RunningServer | None = None
+            try:
+                rs = stack.enter_context(
+                    running(spec, plan, workdir / "server.log", cpu=self.placement.server_cpu)
+                )
+                entry.startup_s = round(rs.startup_s, 3)
+                entry.argv = rs.argv
+            except ServerStartError as exc:
+                entry.status, entry.reason = "failed", "did not start"
+                entry.log_tail = str(exc)
+                log(f"  {spec.name}: FAILED to start: {exc}")
+            yield rs
+            if rs is not None and not rs.alive():
+                entry.status, entry.reason = "failed", f"server exited with {rs.proc.returncode}"
+                entry.log_tail = rs.log_tail()
+
+    # -- wrk workloads ---------------------------------------------------------
+
+    def wrk_once(
+        self,
+        rs: RunningServer,
+        workload: Workload,
+        headers: tuple[tuple[str, str], ...],
+        seconds: int,
+    ) -> dict[str, Any]:
+        argv = wrk_command(
+            rs.url(workload.path),
+            connections=workload.connections,
+            duration_s=seconds,
+            threads=self.placement.wrk_threads,
+            headers=headers,
+            timeout_s=self.opts.wrk_timeout_s,
+            cpu=self.placement.wrk_cpu,
+        )
+        trial: dict[str, Any] = {"error": None}
+        with PeakRssSampler(rs.pid) as sampler:
+            try:
+                proc = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    text=True,
+                    timeout=seconds + 60,
+                    stdin=subprocess.DEVNULL,
+                )
+            except subprocess.TimeoutExpired:
+                proc = None
+        trial["peak_rss_kib"] = sampler.peak_kib
+        trial["server_alive"] = rs.alive()
+        if proc is None:
+            trial["error"] = "wrk did not finish in time"
+            return trial
+        try:
+            result = parse_wrk_output(proc.stdout)
+        except WrkParseError:
+            trial["error"] = (
+                f"wrk exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-300:]}"
+            )
+            return trial
+        trial.update(
+            rps=result.rps,
+            requests=result.requests,
+            duration_s=result.duration_s,
+            bytes_read=result.bytes_read,
+            latency_avg_ms=result.latency_avg_ms,
+            latency_max_ms=result.latency_max_ms,
+            percentiles_ms=result.percentiles_ms,
+            p50_ms=result.p50_ms,
+            p99_ms=result.p99_ms,
+            non_2xx_3xx=result.non_2xx_3xx,
+            socket_errors=result.socket_errors,
+            errors=result.error_count,
+        )
+        if result.requests == 0:
+            trial["error"] = "no request completed"
+        return trial
+
+    def run_wrk_workload(
+        self, workload: Workload, specs: list[ServerSpec], root: Path
+    ) -> list[Entry]:
+        entries = {s.name: Entry(workload.name, s.name) for s in specs}
+        live: dict[str, tuple[RunningServer, tuple[tuple[str, str], ...]]] = {}
+        with ExitStack() as outer:
+            for spec in specs:
+                entry = entries[spec.name]
+                inner = outer.enter_context(ExitStack())
+                rs = inner.enter_context(self.server(spec, workload, root, entry))
+                if rs is None:
+                    continue
+                result = probe(workload, rs.port, self.fixture)
+                entry.probe = result.facts
+                if not result.ok:
+                    entry.status, entry.reason = "skipped", result.reason
+                    log(f"  {spec.name}: skipped: {result.reason}")
+                    inner.close()
+                    continue
+                headers = workload.request_headers() + result.headers
+                entry.headers = [list(h) for h in headers]
+                live[spec.name] = (rs, headers)
+            if self.opts.warmup_s > 0:
+                for name, (rs, headers) in live.items():
+                    log(f"  warm-up {name} ({self.opts.warmup_s}s)")
+                    self.wrk_once(rs, workload, headers, self.opts.warmup_s)
+            for rnd in range(self.opts.rounds):  # rotated: A B C ... A B C
+                for name, (rs, headers) in live.items():
+                    entry = entries[name]
+                    if not rs.alive():
+                        continue
+                    trial = self.wrk_once(rs, workload, headers, self.opts.duration_s)
+                    trial["round"] = rnd + 1
+                    entry.trials.append(trial)
+                    log(f"  round {rnd + 1}/{self.opts.rounds} {name}: {_trial_line(trial)}")
+        for name in live:
+            summarise_wrk(entries[name])
+        return list(entries.values())
+
+    # -- idle connections --------------------------------------------------------
+
+    def run_idle(self, workload: Workload, specs: list[ServerSpec]) -> list[Entry]:
+        entries = {s.name: Entry(workload.name, s.name) for s in specs}
+        path = f"/{workload.file}"
+        for rnd in range(self.opts.idle_rounds):  # a fresh server per round: RSS starts clean
+            for spec in specs:
+                entry = entries[spec.name]
+                if entry.status in ("skipped", "failed"):
+                    continue
+                with self.server(spec, workload, self.fixture.root, entry) as rs:
+                    if rs is None:
+                        continue
+                    result = measure_idle(rs.pid, rs.port, path, self.opts.idle_conns)
+                    trial = {
+                        "round": rnd + 1,
+                        **asdict(result),
+                        "kib_per_connection": result.kib_per_connection,
+                    }
+                    trial["server_alive"] = rs.alive()
+                    entry.trials.append(trial)
+                    log(
+                        f"  round {rnd + 1}/{self.opts.idle_rounds} {spec.name}: "
+                        f"{result.still_open}/{result.requested}"
+                        f" open, {result.kib_per_connection:.1f} KiB/conn"
+                    )
+        for entry in entries.values():
+            if entry.trials:
+                summarise_idle(entry)
+        return list(entries.values())
+
+    # -- slow storage ------------------------------------------------------------
+
+    def run_slow(self, workload: Workload, specs: list[ServerSpec]) -> list[Entry]:
+        def skipped(reason: str) -> list[Entry]:
+            log(f"  skipped: {reason}")
+            return [Entry(workload.name, s.name, status="skipped", reason=reason) for s in specs]
+
+        reason = slowfs.availability()
+        if reason:
+            return skipped(reason)
+        try:
+            with slowfs.slow_mount(
+                self.fixture.root,
+                self.tmp / "slowfs-mount",
+                self.opts.slow_delay_s,
+                workload.file or "1k.bin",
+            ) as served:
+                return self.run_wrk_workload(workload, specs, served)
+        except slowfs.SlowFsUnavailable as exc:
+            return skipped(str(exc))
+
+    def run_workload(self, workload: Workload) -> list[Entry]:
+        specs: list[ServerSpec] = []
+        entries: list[Entry] = []
+        for spec in self.opts.servers:
+            if spec.only_workloads is not None and workload.name not in spec.only_workloads:
+                continue
+            if workload.server_tags is not None and not (workload.server_tags & spec.tags):
+                entries.append(
+                    Entry(workload.name, spec.name, "skipped", workload.skip_reason_for_others)
+                )
+                continue
+            specs.append(spec)
+        if workload.kind == "idle":
+            entries += self.run_idle(workload, specs)
+        elif workload.kind == "slow":
+            entries += self.run_slow(workload, specs)
+        else:
+            entries += self.run_wrk_workload(workload, specs, self.fixture.root)
+        order = {spec.name: i for i, spec in enumerate(self.opts.servers)}
+        return sorted(entries, key=lambda e: order[e.server])
+
+
+def _trial_line(trial: dict[str, Any]) -> str:
+    if trial.get("error"):
+        return f"ERROR {trial['error']}"
+    line = (
+        f"{trial['rps']:,.0f} rps, p99 {trial['p99_ms']:.2f} ms, "
+        f"rss {trial['peak_rss_kib'] / 1024:.1f} MiB"
+    )
+    return line + (f", {trial['errors']} errors" if trial["errors"] else "")
+
+
+def summarise_wrk(entry: Entry) -> None:
+    good = [t for t in entry.trials if not t.get("error")]
+    failed = len(entry.trials) - len(good)
+    rps = [float(t["rps"]) for t in good]
+    with_errors = [t for t in good if t["errors"]]
+    error_kinds: dict[str, int] = {}
+    for t in good:
+        if t["non_2xx_3xx"]:
+            error_kinds["non-2xx/3xx"] = error_kinds.get("non-2xx/3xx", 0) + int(t["non_2xx_3xx"])
+        for kind, count in t["socket_errors"].items():
+            if count:
+                error_kinds[kind] = error_kinds.get(kind, 0) + int(count)
+    entry.summary = {
+        "trials": len(entry.trials),
+        "failed_trials": failed,
+        "trials_with_errors": len(with_errors),
+        "error_kinds": error_kinds,
+        "median_rps": median(rps),
+        "mad_pct": mad_percent(rps),
+        "p50_ms": median([float(t["p50_ms"]) for t in good]),
+        "p99_ms": median([float(t["p99_ms"]) for t in good]),
+        "peak_rss_mib": max((int(t["peak_rss_kib"]) for t in entry.trials), default=0) / 1024,
+    }
+    if not good:
+        entry.status = "failed"
+        entry.reason = entry.reason or (
+            entry.trials[0]["error"] if entry.trials else "no trial ran"
+        )
+    elif failed or with_errors:
+        entry.status = "errors" if entry.status == "ok" else entry.status
+
+
+def summarise_idle(entry: Entry) -> None:
+    trials = entry.trials
+    per_conn = [float(t["kib_per_connection"]) for t in trials]
+    entry.summary = {
+        "trials": len(trials),
+        "kib_per_connection": median(per_conn),
+        "mad_pct": mad_percent(per_conn),
+        "requested": int(trials[0]["requested"]),
+        "still_open": int(median([float(t["still_open"]) for t in trials])),
+        "rss_before_mib": median([float(t["rss_before_kib"]) for t in trials]) / 1024,
+        "rss_after_mib": median([float(t["rss_after_kib"]) for t in trials]) / 1024,
+        "failures": sum(int(t["failures"]) for t in trials),
+        "first_error": next((t["first_error"] for t in trials if t["first_error"]), ""),
+        "responsive_after": all(t["responsive_after"] for t in trials),
+    }
+    if not any(t["still_open"] for t in trials):
+        entry.status, entry.reason = (
+            "failed",
+            entry.summary["first_error"] or "no connection stayed open",
+        )
+    elif entry.summary["failures"] or not entry.summary["responsive_after"]:
+        entry.status = "errors" if entry.status == "ok" else entry.status
+
+
+def smoke_problems(entries: list[dict[str, Any]], servers: list[str]) -> list[str]:
+    """What makes a smoke run fail: harness breakage, never performance."""
+    problems = []
+    for e in entries:
+        if e["status"] == "failed":
+            problems.append(f"{e['workload']}/{e['server']}: failed: {e['reason']}")
+        elif e["status"] == "skipped" and e["workload"] in ("1k", "1k-churn", "idle"):
+            problems.append(
+                f"{e['workload']}/{e['server']}: skipped a basic workload: {e['reason']}"
+            )
+    ran = {e["server"] for e in entries if e["status"] in ("ok", "errors")}
+    problems += [f"{name}: never served a workload" for name in servers if name not in ran]
+    return problems
+
+
+def execute(opts: RunOptions) -> int:
+    """Run everything in ``opts``; write the artifact; print the table. Returns the exit code."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        log("wrk not found: apt-get install -y wrk (or python -m bench setup)")
+        return 2
+    nofile = raise_nofile()
+    env = HarnessEnv(
+        repo=opts.repo,
+        python=sys.executable,
+        peers_python=opts.peers_venv / "bin" / "python",
+        nginx=find_nginx(),
+    )
+    unavailable = {s.name: r for s in opts.servers if (r := KINDS[s.kind].unavailable(env))}
+    for name, reason in unavailable.items():
+        log(f"server {name} unavailable: {reason}")
+    if unavailable and (opts.explicit_servers or opts.mode == "smoke"):
+        log("requested servers are unavailable; nothing was run")
+        return 2
+    opts.servers = [s for s in opts.servers if s.name not in unavailable]
+    if not opts.servers:
+        log("no server available")
+        return 2
+    placement = _placement(opts)
+    if placement.wrk_cpu is not None:
+        os.sched_setaffinity(0, {placement.wrk_cpu})  # keep the harness off the server's CPU
+    started = time.time()
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started)) + f"-{opts.mode}"
+    names = [s.name for s in opts.servers]
+    reference = opts.reference if opts.reference in names else names[0]
+    artifact: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "mode": opts.mode,
+        "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "settings": {
+            "rounds": opts.rounds,
+            "duration_s": opts.duration_s,
+            "warmup_s": opts.warmup_s,
+            "idle_conns": opts.idle_conns,
+            "idle_rounds": opts.idle_rounds,
+            "wrk_threads": placement.wrk_threads,
+            "wrk_timeout_s": opts.wrk_timeout_s,
+            "server_cpu": placement.server_cpu,
+            "wrk_cpu": placement.wrk_cpu,
+            "placement": placement.describe(),
+            "nofile": nofile,
+            "slow_delay_s": opts.slow_delay_s,
+            "reference": reference,
+        },
+        "machine": machine_facts(opts.repo, env.peers_python, env.nginx, wrk),
+        "servers": {
+            s.name: {"kind": s.kind, "description": s.description, "extra_args": list(s.extra_args)}
+            for s in opts.servers
+        },
+        "unavailable": unavailable,
+        "workloads": {
+            w.name: {
+                "description": w.description,
+                "kind": w.kind,
+                "path": w.path,
+                "connections": w.connections if w.kind != "idle" else opts.idle_conns,
+                "churn": w.churn,
+                "headers": [list(h) for h in w.request_headers()],
+            }
+            for w in opts.workloads
+        },
+        "results": [],
+    }
+    log(
+        f"run {run_id}: servers {', '.join(names)}; "
+        f"workloads {', '.join(w.name for w in opts.workloads)}"
+    )
+    log(f"placement: {placement.describe()}")
+    tmp = Path(tempfile.mkdtemp(prefix="serverio-bench-"))
+    try:
+        run = Run(opts, env, placement, tmp)
+        for workload in opts.workloads:
+            log(f"workload {workload.name}: {workload.description}")
+            artifact["results"].extend(asdict(e) for e in run.run_workload(workload))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    artifact["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    artifact["elapsed_s"] = round(time.time() - started, 1)
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    path = opts.out_dir / f"{run_id}.json"
+    path.write_text(json.dumps(artifact, indent=2, sort_keys=False) + "\n")
+    print(report.render_markdown(artifact))
+    log(f"artifact: {path}")
+    if opts.plots:
+        log(report.plots_message(report.write_plots(artifact, opts.out_dir / run_id)))
+    problems = [
+        f"{e['workload']}/{e['server']}: failed: {e['reason']}"
+        for e in artifact["results"]
+        if e["status"] == "failed"
+    ]
+    if opts.mode == "smoke":
+        problems = smoke_problems(artifact["results"], names)
+        log("smoke: OK" if not problems else "smoke: FAILED")
+    for problem in problems:
+        log(f"  {problem}")
+    return 1 if problems else 0

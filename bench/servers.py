@@ -1,0 +1,482 @@
+"""Server registry and process management: start on a loopback port, wait, tear down.
+
+A server entry (``ServerSpec``) names a *kind* (how to build its command
+line) plus extra arguments, so variants such as another serverio
+``--fs-workers`` setting are one more entry. Every server is started in its
+own process group and the whole group is killed when its ``with`` block exits.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+BENCH_DIR = Path(__file__).resolve().parent
+BASELINES = BENCH_DIR / "baselines"
+DEFAULT_PEERS_VENV = BENCH_DIR / ".peers-venv"
+LOOPBACK = "127.0.0.1"
+
+# serverio (and the baselines that mimic it) print "Serving DIR at http://HOST:PORT/".
+READY_RE = re.compile(rb"http://(?P<host>\[[^\]]*\]|[^\s/:]+):(?P<port>\d+)")
+
+
+class ServerStartError(RuntimeError):
+    """A server exited or did not become ready in time."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    kind: str
+    extra_args: tuple[str, ...] = ()
+    description: str = ""
+    tags: frozenset[str] = frozenset()
+    # When set, the server only takes part in these workloads.
+    only_workloads: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class HarnessEnv:
+    repo: Path
+    python: str
+    peers_python: Path
+    nginx: str | None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    cwd: Path
+    # A port chosen by the harness, or None to read it from the ready line.
+    port: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to start one kind of server."""
+
+    unavailable: Callable[[HarnessEnv], str | None]
+    # (spec, env, root dir, the workload's file or None, private work dir) -> plan or skip reason
+    plan: Callable[[ServerSpec, HarnessEnv, Path, Path | None, Path], LaunchPlan | str]
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (bound once, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --- kinds -----------------------------------------------------------------
+
+
+def _serverio_unavailable(env: HarnessEnv) -> str | None:
+    spec = importlib.util.find_spec("serverio")
+    if spec is None or not spec.submodule_search_locations:
+        return (
+            "serverio is not importable by this interpreter (pip install -e . from the repo root)"
+        )
+    if not any((Path(p) / "__main__.py").exists() for p in spec.submodule_search_locations):
+        return "serverio has no __main__ module yet"
+    return None
+
+
+def _serverio_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    argv = [
+        env.python,
+        "-m",
+        "serverio",
+        "0",
+        "-b",
+        LOOPBACK,
+        "-d",
+        str(root),
+        "-q",
+        *spec.extra_args,
+    ]
+    return LaunchPlan(argv=argv, cwd=env.repo)
+
+
+def _module_unavailable(*modules: str) -> Callable[[HarnessEnv], str | None]:
+    def check(env: HarnessEnv) -> str | None:
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        return f"not importable here: {', '.join(missing)}" if missing else None
+
+    return check
+
+
+def _bare_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if file is None:
+        return "the bare control serves a single file; this workload requests a directory"
+    argv = [env.python, str(BASELINES / "bare_trio_h11.py"), str(file), "0", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir)
+
+
+def _stdlib_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    # ThreadingHTTPServer; --protocol exists since Python 3.11 (HTTP/1.0 is the default).
+    argv = [env.python, "-u", "-m", "http.server", "0", "-b", LOOPBACK, "-d", str(root)]
+    argv += ["--protocol", "HTTP/1.1", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir)
+
+
+def _peers_unavailable(env: HarnessEnv) -> str | None:
+    if not env.peers_python.exists():
+        return f"peers venv missing ({env.peers_python.parent.parent}): run `python -m bench setup`"
+    return None
+
+
+def _peer_env(root: Path) -> dict[str, str]:
+    return {"PYTHONPATH": str(BASELINES), "BENCH_ROOT": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _aiohttp_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    port = free_port()
+    argv = [str(env.peers_python), str(BASELINES / "aiohttp_static.py"), str(root), str(port)]
+    return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, port=port, env=_peer_env(root))
+
+
+def _uvicorn_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    port = free_port()
+    argv = [str(env.peers_python), "-m", "uvicorn", "starlette_static:app"]
+    argv += ["--host", LOOPBACK, "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    argv += ["--timeout-keep-alive", "75", "--backlog", "2048", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir, port=port, env=_peer_env(root))
+
+
+HYPERCORN_TOML = """\
+# Written by bench: one in-process trio worker, no request cap per connection.
+worker_class = "trio"
+workers = 0
+keep_alive_timeout = 75
+keep_alive_max_requests = 1000000000
+backlog = 2048
+"""
+
+
+def _hypercorn_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    port = free_port()
+    config = workdir / "hypercorn.toml"
+    config.write_text(HYPERCORN_TOML)
+    argv = [str(env.peers_python), "-m", "hypercorn", "--config", str(config)]
+    argv += ["--worker-class", "trio", "--workers", "0", "--bind", f"{LOOPBACK}:{port}"]
+    argv += ["--keep-alive", "75", "--backlog", "2048", *spec.extra_args, "starlette_static:app"]
+    return LaunchPlan(argv=argv, cwd=workdir, port=port, env=_peer_env(root))
+
+
+NGINX_CONF = """\
+# Written by bench for one run; everything lives in {d}.
+worker_processes 1;
+daemon off;
+master_process on;
+{user}pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 20000; }}
+http {{
+    {mime}
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    access_log off;
+    keepalive_timeout 75s;
+    keepalive_requests 1000000000;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    gzip on;
+    gzip_static on;
+    gzip_types text/plain;
+    server {{
+        listen {host}:{port};
+        root {root};
+        location / {{ autoindex on; }}
+    }}
+}}
+"""
+
+
+def find_nginx() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+
+
+def _nginx_unavailable(env: HarnessEnv) -> str | None:
+    return None if env.nginx else "nginx not found (apt-get install -y nginx-light)"
+
+
+def _nginx_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    assert env.nginx is not None
+    port = free_port()
+    mime = Path("/etc/nginx/mime.types")
+    conf = workdir / "nginx.conf"
+    conf.write_text(
+        NGINX_CONF.format(
+            d=workdir,
+            # Workers must read the fixture under a private temp dir.
+            user="user root;\n" if os.geteuid() == 0 else "",
+            mime=f"include {mime};"
+            if mime.exists()
+            else "types { text/plain txt; text/html html; }",
+            host=LOOPBACK,
+            port=port,
+            root=root,
+        )
+    )
+    argv = [env.nginx, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")]
+    return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, port=port)
+
+
+KINDS: dict[str, Kind] = {
+    "serverio": Kind(_serverio_unavailable, _serverio_plan),
+    "bare": Kind(_module_unavailable("trio", "h11"), _bare_plan),
+    "http.server": Kind(lambda env: None, _stdlib_plan),
+    "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
+    "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
+    "hypercorn": Kind(_peers_unavailable, _hypercorn_plan),
+    "nginx": Kind(_nginx_unavailable, _nginx_plan),
+}
+
+# Benchmark settings applied to every server where its default would distort a
+# measurement: keep-alive >= 75 s and connection caps above the idle workload's
+# 10,000 (the idle workload), no per-connection request cap (keep-alive
+# workloads would otherwise reconnect every 1,000 requests).
+SERVERIO_COMMON = (
+    "--access-log",
+    "off",
+    "--max-connections",
+    "20000",
+    "--keepalive-timeout",
+    "75",
+    "--max-requests",
+    "1000000000",
+)
+
+
+def serverio_entry(
+    name: str,
+    *extra_args: str,
+    description: str = "",
+    only_workloads: tuple[str, ...] | None = None,
+) -> ServerSpec:
+    """A serverio variant: ``python -m serverio 0 -b 127.0.0.1 -d DIR -q`` plus ``extra_args``."""
+    return ServerSpec(
+        name=name,
+        kind="serverio",
+        extra_args=(*extra_args, *SERVERIO_COMMON),
+        description=description or f"serverio {' '.join(extra_args)}",
+        tags=frozenset({"serverio"}),
+        only_workloads=frozenset(only_workloads) if only_workloads is not None else None,
+    )
+
+
+SERVERS: dict[str, ServerSpec] = {
+    s.name: s
+    for s in (
+        serverio_entry(
+            "serverio-inline", "--fs-workers", "0", description="serverio, filesystem work inline"
+        ),
+        serverio_entry(
+            "serverio-pool",
+            "--fs-workers",
+            "4",
+            "--fs-queue",
+            "64",
+            description="serverio, 4 fs workers + 64 queue",
+        ),
+        serverio_entry(
+            "serverio-pool16",
+            "--fs-workers",
+            "16",
+            "--fs-queue",
+            "64",
+            description="serverio, 16 fs workers + 64 queue (slow-storage workload only)",
+            only_workloads=("slow",),
+        ),
+        ServerSpec(
+            "bare", "bare", description="bare trio+h11 loop serving one file (ceiling control)"
+        ),
+        ServerSpec(
+            "http.server", "http.server", description="CPython ThreadingHTTPServer, HTTP/1.1"
+        ),
+        ServerSpec("aiohttp", "aiohttp", description="aiohttp web.static (asyncio loop)"),
+        ServerSpec(
+            "uvicorn-starlette", "uvicorn", description="uvicorn (1 worker) + Starlette StaticFiles"
+        ),
+        ServerSpec(
+            "hypercorn-trio",
+            "hypercorn",
+            description="hypercorn trio worker + Starlette StaticFiles",
+        ),
+        ServerSpec("nginx", "nginx", description="nginx, 1 worker, sendfile"),
+    )
+}
+
+SMOKE_SERVERS = ("serverio-inline", "serverio-pool", "bare", "http.server")
+
+
+# --- process management ----------------------------------------------------
+
+
+@dataclass
+class RunningServer:
+    spec: ServerSpec
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    argv: list[str]
+    startup_s: float
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def url(self, path: str) -> str:
+        return f"http://{LOOPBACK}:{self.port}{path}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        return tail(self.log_path, lines)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        data = path.read_bytes()[-8192:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def _pump(stream: IO[bytes], log: IO[bytes], found: list[int], ready: threading.Event) -> None:
+    """Copy the server's stdout to its log; note the port of the first ready line."""
+    for line in iter(stream.readline, b""):  # ends at EOF, when the server exits
+        log.write(line)
+        log.flush()
+        if not found and (m := READY_RE.search(line)):
+            found.append(int(m["port"]))
+            ready.set()
+    ready.set()
+
+
+def _http_ready(port: int, timeout_s: float) -> bool:
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/")
+        conn.getresponse().read()
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def terminate(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """Stop a server's whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    # Anything left in the group (a straggling worker, or a leader that ignored SIGTERM).
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(5.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+@contextmanager
+def running(
+    spec: ServerSpec, plan: LaunchPlan, log_path: Path, *, cpu: int | None, timeout_s: float = 30.0
+) -> Iterator[RunningServer]:
+    """Start ``plan`` pinned to ``cpu``; wait until it answers HTTP; yield; kill its group."""
+    argv = ([] if cpu is None else ["taskset", "-c", str(cpu)]) + plan.argv
+    env = {**os.environ, **plan.env}
+    started = time.monotonic()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=plan.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if plan.port is None else log,
+            stderr=log,
+            start_new_session=True,
+        )
+        pump: threading.Thread | None = None
+        try:
+            deadline = started + timeout_s
+            port = plan.port
+            if port is None:
+                assert proc.stdout is not None
+                found: list[int] = []
+                ready = threading.Event()
+                pump = threading.Thread(
+                    target=_pump, args=(proc.stdout, log, found, ready), daemon=True
+                )
+                pump.start()
+                ready.wait(timeout_s)
+                if not found:
+                    raise ServerStartError(
+                        f"{spec.name}: no 'Serving ... at http://HOST:PORT/' line "
+                        f"(exit code {proc.poll()}):\n{tail(log_path)}"
+                    )
+                port = found[0]
+            while not _http_ready(port, 1.0):  # bounded by the deadline
+                if proc.poll() is not None:
+                    raise ServerStartError(
+                        f"{spec.name} exited with {proc.returncode}:\n{tail(log_path)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise ServerStartError(
+                        f"{spec.name} did not answer on port {port} within {timeout_s:.0f}s"
+                    )
+                time.sleep(0.05)
+            yield RunningServer(spec, proc, port, log_path, argv, time.monotonic() - started)
+        finally:
+            terminate(proc)
+            if pump is not None:
+                pump.join(timeout=5.0)
+            if proc.stdout is not None:
+                proc.stdout.close()

@@ -1,0 +1,80 @@
+"""Pluggable slow-storage hook: a FUSE mirror of the fixture that adds latency.
+
+The FUSE filesystem belongs to the test suite (``tests/fusefs.py``); this
+module only adapts to it, so the ``slow`` workload runs when that module is
+importable and FUSE works here, and is skipped *with the reason* otherwise.
+
+Contract used from ``tests.fusefs``:
+
+- ``fuse_available() -> str | None``: None when a mount can work, else why not;
+- ``SlowFS(backing, mountpoint, delay)``: a context manager mirroring
+  ``backing`` read-only at ``mountpoint`` while open, with ``delay`` seconds
+  added to every ``open`` and ``getattr``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+MODULE = "tests.fusefs"
+
+
+class SlowFsUnavailable(RuntimeError):
+    """The slow-storage fixture cannot be used here; the message says why."""
+
+
+def _module() -> ModuleType:
+    try:
+        module = importlib.import_module(MODULE)
+    except ModuleNotFoundError as exc:
+        raise SlowFsUnavailable(f"{MODULE} not importable ({exc.name} missing)") from exc
+    except Exception as exc:  # a broken fixture module must not stop the other workloads
+        raise SlowFsUnavailable(f"importing {MODULE} failed: {exc!r}") from exc
+    if not callable(getattr(module, "SlowFS", None)):
+        raise SlowFsUnavailable(f"{MODULE} has no SlowFS")
+    return module
+
+
+def availability() -> str | None:
+    """None when the hook is usable, else the reason it is not."""
+    try:
+        module = _module()
+    except SlowFsUnavailable as exc:
+        return str(exc)
+    check = getattr(module, "fuse_available", None)
+    if callable(check):
+        reason = check()
+        return None if reason is None else str(reason)
+    return None
+
+
+def _exists_within(path: Path, timeout_s: float) -> bool:
+    """``path.exists()`` on a thread, so a wedged mount cannot hang the harness."""
+    seen: list[bool] = []
+    thread = threading.Thread(target=lambda: seen.append(path.exists()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(seen and seen[0])
+
+
+@contextmanager
+def slow_mount(source: Path, mountpoint: Path, delay_s: float, probe_file: str) -> Iterator[Path]:
+    """Mirror ``source`` at ``mountpoint``, ``delay_s`` per open/getattr; yield the served path."""
+    fs: Any = _module().SlowFS(source, mountpoint, delay_s)
+    if not isinstance(fs, AbstractContextManager):
+        raise SlowFsUnavailable(f"{MODULE}.SlowFS is not a context manager")
+    try:
+        with fs:
+            if not _exists_within(mountpoint / probe_file, 15.0):
+                raise SlowFsUnavailable(
+                    f"{mountpoint / probe_file} not visible through the FUSE mount"
+                )
+            yield mountpoint
+    except (OSError, TimeoutError) as exc:
+        raise SlowFsUnavailable(f"FUSE mount failed: {exc!r}") from exc
