@@ -313,8 +313,10 @@ SERVERS: dict[str, ServerSpec] = {
             "--fs-workers",
             "4",
             "--fs-queue",
-            "64",
-            description="serverio, 4 fs workers + 64 queue",
+            "1024",
+            # The queue covers the largest workload's 256 connections, so the
+            # comparison measures the hop's cost, not admission 503s.
+            description="serverio, 4 fs workers + 1024 queue",
         ),
         serverio_entry(
             "serverio-pool16",
