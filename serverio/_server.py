@@ -266,12 +266,34 @@ class Server:
         boundary: str,
     ) -> Prepared | None:
         result: Prepared | None = None
-        error: BaseException | None = None
+        error: Exception | None = None
         gone = False
         limit = self.config.max_head_size
 
-        async def work(scope: trio.CancelScope) -> None:
-            nonlocal result, error
+        async def watch(scope: trio.CancelScope) -> None:
+            # Read while we wait, so a client that hangs up is noticed now,
+            # not when the filesystem answers.  Pipelined bytes go to h11's
+            # buffer; past one head's worth we stop reading (backpressure).
+            nonlocal gone
+            try:
+                while conn._fed <= limit:
+                    data = await conn.stream.receive_some(RECV_SIZE)
+                    if not data:
+                        break
+                    conn._fed += len(data)
+                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+                else:
+                    await trio.sleep_forever()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            gone = True
+            scope.cancel()
+
+        # One helper task (the watcher); this task waits for the thread.  If
+        # the watcher cancels the nursery, run_blocking abandons the thread
+        # and its result goes to the late-close path.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, nursery.cancel_scope)
             try:
                 result = await run_blocking(
                     self.fs,
@@ -283,35 +305,9 @@ class Server:
                     boundary,
                     late_close=Prepared.close,
                 )
-            except trio.Cancelled:
-                raise
-            except Exception as exc:
+            except Exception as exc:  # PoolSaturated and friends: re-raised below
                 error = exc
-            scope.cancel()
-
-        async def watch(scope: trio.CancelScope) -> None:
-            # Read while we wait, so a client that hangs up is noticed now,
-            # not when the filesystem answers.  Pipelined bytes go to h11's
-            # buffer; past one head's worth we stop reading (backpressure).
-            nonlocal gone
-            try:
-                while conn._fed <= limit:
-                    data = await conn.stream.receive_some(RECV_SIZE)
-                    if not data:
-                        gone = True
-                        scope.cancel()
-                        return
-                    conn._fed += len(data)
-                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                gone = True
-                scope.cancel()
-                return
-            await trio.sleep_forever()
-
-        async with trio.open_nursery() as n:
-            n.start_soon(work, n.cancel_scope)
-            n.start_soon(watch, n.cancel_scope)
+            nursery.cancel_scope.cancel()
         if gone:
             if result is not None:
                 result.close()
