@@ -51,6 +51,7 @@ log = logging.getLogger("serverio")
 _ACCEPT_RETRY_ERRNOS = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.ECONNABORTED}
 )
+_ACCEPT_BURST = 64  # connections accepted per wake-up before yielding
 _MAX_REJECTORS = 256  # concurrent 503 writers; beyond this, excess is just closed
 _REJECT_BODY = b"503 Service Unavailable\n"
 _REJECT = (
@@ -185,30 +186,57 @@ class Server:
                     acceptors.start_soon(self._accept_loop, listener, conns)
 
     async def _accept_loop(self, listener: trio.SocketListener, conns: trio.Nursery) -> None:
+        """Accept until cancelled, draining the kernel's accept queue in bursts.
+
+        ``SocketListener.accept()`` takes one connection per scheduling turn;
+        with hundreds of busy connection tasks in each turn, a burst of new
+        clients then waits in the backlog for seconds (we measured a p99 of
+        1.2 s with 256 connections opening at once).  So we accept with a
+        plain non-blocking ``accept()`` on the same fd until EAGAIN (at most
+        ``_ACCEPT_BURST`` in a row), and only then wait for readability.
+        """
         max_conns = self.config.max_connections
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno in _ACCEPT_RETRY_ERRNOS:
-                    # Like trio.serve_listeners: out of fds is a condition to
-                    # ride out, not a reason to stop serving.
-                    log.error("accept failed (%s); retrying", errno.errorcode.get(exc.errno or 0))
-                    await trio.sleep(0.1)
-                    continue
-                raise
-            self.stats.accepted += 1
-            if len(self.connections) >= max_conns:
-                self.stats.rejected += 1
-                if self._rejectors >= _MAX_REJECTORS:
-                    await trio.aclose_forcefully(stream)
+        lsock = listener.socket
+        # A stdlib view of the same fd (no dup): closing it is trio's job, so
+        # we detach() instead of close().
+        raw = _stdsocket.socket(lsock.family, lsock.type, lsock.proto, fileno=lsock.fileno())
+        try:
+            while True:
+                for _ in range(_ACCEPT_BURST):
+                    try:
+                        sock, _addr = raw.accept()
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:
+                        if exc.errno in _ACCEPT_RETRY_ERRNOS:
+                            # Like trio.serve_listeners: out of fds is a
+                            # condition to ride out, not a reason to stop.
+                            log.error(
+                                "accept failed (%s); retrying", errno.errorcode.get(exc.errno or 0)
+                            )
+                            await trio.sleep(0.1)
+                            break
+                        raise
+                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+                    self.stats.accepted += 1
+                    if len(self.connections) >= max_conns:
+                        self.stats.rejected += 1
+                        if self._rejectors >= _MAX_REJECTORS:
+                            stream.socket.close()
+                        else:
+                            self._rejectors += 1
+                            conns.start_soon(self._reject, stream)
+                        continue
+                    conn = ConnectionTask(self, stream)
+                    self.connections.add(conn)
+                    conns.start_soon(self._run_connection, conn)
                 else:
-                    self._rejectors += 1
-                    conns.start_soon(self._reject, stream)
-                continue
-            conn = ConnectionTask(self, stream)
-            self.connections.add(conn)
-            conns.start_soon(self._run_connection, conn)
+                    # A full burst: let the new tasks run before the next one.
+                    await trio.lowlevel.checkpoint()
+                    continue
+                await trio.lowlevel.wait_readable(raw)
+        finally:
+            raw.detach()
 
     async def _run_connection(self, conn: ConnectionTask) -> None:
         try:
