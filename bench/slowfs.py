@@ -9,7 +9,7 @@ Contract used from ``tests.fusefs``:
 - ``fuse_available() -> str | None``: None when a mount can work, else why not;
 - ``SlowFS(backing, mountpoint, delay)``: a context manager mirroring
   ``backing`` read-only at ``mountpoint`` while open, with ``delay`` seconds
-  added to every ``open`` and ``getattr``.
+  added to every ``open`` (one per request; lookups and fstat undelayed).
 """
 
 from __future__ import annotations
@@ -65,12 +65,19 @@ def _exists_within(path: Path, timeout_s: float) -> bool:
 
 @contextmanager
 def slow_mount(source: Path, mountpoint: Path, delay_s: float, probe_file: str) -> Iterator[Path]:
-    """Mirror ``source`` at ``mountpoint``, ``delay_s`` per open/getattr; yield the served path."""
-    fs: Any = _module().SlowFS(source, mountpoint, delay_s)
+    """Mirror ``source`` at ``mountpoint`` with ``delay_s`` per ``open``; yield the served path.
+
+    Only ``open`` is delayed: serverio's preparation makes exactly one open
+    per request (plus undelayed lookups and an fstat), so every request
+    costs one delay, like the seeds' deterministic 10 ms preparation probe,
+    and the expected ceiling is min(workers, clients) / delay.
+    """
+    fs: Any = _module().SlowFS(source, mountpoint, 0.0)
     if not isinstance(fs, AbstractContextManager):
         raise SlowFsUnavailable(f"{MODULE}.SlowFS is not a context manager")
     try:
         with fs:
+            fs.set_delay(delay_s, ops=("open",))
             if not _exists_within(mountpoint / probe_file, 15.0):
                 raise SlowFsUnavailable(
                     f"{mountpoint / probe_file} not visible through the FUSE mount"

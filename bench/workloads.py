@@ -110,7 +110,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload("idle", "idle keep-alive connections: server RSS per connection", kind="idle"),
         Workload(
             "slow",
-            "1 KiB on a FUSE mount adding 10 ms per open/getattr, 64 conns",
+            "1 KiB on a FUSE mount adding 10 ms per open (one per request), 64 conns",
             kind="slow",
             server_tags=frozenset({"serverio"}),
             skip_reason_for_others="slow storage compares serverio fs-worker settings only",
