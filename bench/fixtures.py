@@ -10,7 +10,13 @@ from pathlib import Path
 KIB = 1024
 MIB = 1024 * KIB
 
-BINARY_FILES = {"1k.bin": KIB, "16k.bin": 16 * KIB, "64k.bin": 64 * KIB, "8m.bin": 8 * MIB}
+BINARY_FILES = {
+    "1k.bin": KIB,
+    "16k.bin": 16 * KIB,
+    "64k.bin": 64 * KIB,
+    "256k.bin": 256 * KIB,
+    "8m.bin": 8 * MIB,
+}
 TEXT_FILE = "64k.txt"
 TEXT_SIZE = 64 * KIB
 LISTING_DIR = "dir"
@@ -48,7 +54,7 @@ def _text(rng: random.Random, size: int) -> bytes:
 def create(root: Path, seed: int = 20260710) -> Fixture:
     """Write the fixture tree under ``root`` (which must exist) and return it.
 
-    Files: 1k.bin, 16k.bin, 64k.bin, 8m.bin (random bytes); 64k.txt
+    Files: 1k.bin, 16k.bin, 64k.bin, 256k.bin, 8m.bin (random bytes); 64k.txt
     (compressible text) and its precompressed sidecar 64k.txt.gz for servers
     that serve sidecars; dir/ with 20 small files; index.html.
     """

@@ -75,9 +75,12 @@ def slow_mount(source: Path, mountpoint: Path, delay_s: float, probe_file: str) 
     fs: Any = _module().SlowFS(source, mountpoint, 0.0)
     if not isinstance(fs, AbstractContextManager):
         raise SlowFsUnavailable(f"{MODULE}.SlowFS is not a context manager")
+    set_delay: Any = getattr(fs, "set_delay", None)
+    if not callable(set_delay):
+        raise SlowFsUnavailable(f"{MODULE}.SlowFS has no set_delay()")
     try:
         with fs:
-            fs.set_delay(delay_s, ops=("open",))
+            set_delay(delay_s, ops=("open",))
             if not _exists_within(mountpoint / probe_file, 15.0):
                 raise SlowFsUnavailable(
                     f"{mountpoint / probe_file} not visible through the FUSE mount"

@@ -66,6 +66,12 @@ WORKLOADS: dict[str, Workload] = {
             "64k-c64", "64 KiB file, 64 keep-alive connections", path="/64k.bin", file="64k.bin"
         ),
         Workload(
+            "256k-c64",
+            "256 KiB file, 64 keep-alive connections (small-file crossover study)",
+            path="/256k.bin",
+            file="256k.bin",
+        ),
+        Workload(
             "64k-c256",
             "64 KiB file, 256 keep-alive connections",
             path="/64k.bin",
