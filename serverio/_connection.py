@@ -160,10 +160,15 @@ class ConnectionTask:
         if server.draining:
             return None
         fd = self._fd
-        if fd >= 0:
-            # Fast path: the head is already buffered (pipelining) or is in
-            # the socket now.  No cancel scope, no trio socket machinery; one
-            # checkpoint keeps the loop fair to other connections.
+        if fd >= 0 and (self._fed or not idle):
+            # Fast path, when the head is probably here already: bytes left
+            # over from the previous request (pipelining), or a new
+            # connection (clients send right after connecting).  No cancel
+            # scope, no trio socket machinery; one checkpoint keeps the loop
+            # fair to other connections.  After a response to a client that
+            # waits for it, the next request is not here yet: trying a read
+            # first would only cost an EAGAIN syscall, so we go straight to
+            # waiting.
             event = self._parse(parser)
             if event is h11.NEED_DATA:
                 try:
@@ -191,10 +196,22 @@ class ConnectionTask:
         timeout = cfg.keepalive_timeout if keepalive else cfg.head_timeout
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             self.read_scope = scope
+            fd = self._fd
             while True:
-                event = self._parse(parser)
+                event = self._parse(parser) if self._fed else h11.NEED_DATA
                 if event is h11.NEED_DATA:
-                    data = await self.stream.receive_some(RECV_SIZE)
+                    if fd >= 0:
+                        # Wait, then read once: trio's receive_some would
+                        # first try a recv that we know returns EAGAIN.
+                        await trio.lowlevel.wait_readable(fd)
+                        try:
+                            data: bytes | bytearray = os.read(fd, RECV_SIZE)
+                        except BlockingIOError:
+                            continue
+                        except OSError as exc:
+                            raise trio.BrokenResourceError from exc
+                    else:
+                        data = await self.stream.receive_some(RECV_SIZE)
                     if not data:
                         return None
                     if keepalive:
