@@ -144,12 +144,12 @@ body{margin:0 auto;max-width:60rem;padding:1.5rem 1rem;font:15px/1.5 system-ui,s
 color:var(--fg);background:var(--bg)}
 h1{font-size:1.25rem;font-weight:600;margin:0 0 1rem;word-break:break-all}
 a{color:var(--link);text-decoration:none}a:hover{text-decoration:underline}
-nav a,nav span{margin:0 .15rem}
+nav{margin:0 0 .75rem;color:var(--mute)}nav a,nav span{margin:0 .15rem}
 table{width:100%;border-collapse:collapse}
 th,td{padding:.35rem .6rem;text-align:left;border-bottom:1px solid var(--line)}
 th{font-weight:600;color:var(--mute);white-space:nowrap}
 tbody tr:hover{background:var(--row)}
-td.name{word-break:break-all}
+th.name,td.name{width:100%}td.name{word-break:break-all}
 td.size,td.time,th.size{text-align:right;white-space:nowrap;color:var(--mute);\
 font-variant-numeric:tabular-nums}
 td.time,th.time{text-align:right}
