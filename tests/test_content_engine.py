@@ -27,7 +27,15 @@ from serverio import Config, Server, run_blocking
 from serverio import _content as content_mod
 from serverio._connection import ConnectionTask
 
-from .conftest import HTTPClient, Response, make_config, open_fd_count, wait_until
+from .conftest import (
+    HTTPClient,
+    Response,
+    connect,
+    make_config,
+    open_fd_count,
+    running_server,
+    wait_until,
+)
 
 TEXT = ("serverio compresses text on the fly; " * 400).encode()  # ~14 KiB
 GZ = "Accept-Encoding: gzip\r\n"
@@ -579,3 +587,25 @@ async def test_spa_file_must_pass_containment(root: Path) -> None:
     (root / "shell.html").symlink_to(root.parent / "outside" / "secret.txt")
     [r] = await fetch(make_config(root, spa="shell.html"), ("/route", ""))
     assert r.status == 404 and b"OUTSIDE" not in r.body
+
+
+# ------------------------------------------------- real sockets, pooled hop
+
+
+async def test_real_sockets_with_fs_pool(text_root: Path) -> None:
+    """Follow-ups after a pooled preparation hop, over a real socket (sendfile)."""
+    big = TEXT * 30  # > small_file_size: the identity body goes out by sendfile
+    (text_root / "big.js").write_bytes(big)
+    cfg = make_config(text_root, fs_workers=2, fs_queue=8, digest=True)
+    async with running_server(cfg) as (srv, port):
+        client = await connect(port)
+        gz = await client.get("/big.js", GZ)
+        ident = await client.get("/big.js")
+        lst = await client.get("/noindex/?format=json")
+        await client.stream.aclose()
+    assert gzip.decompress(gz.body) == big
+    assert _digest(gz) == ("sha-256", hashlib.sha256(gz.body).digest())
+    assert ident.body == big and _digest(ident) == ("sha-256", hashlib.sha256(big).digest())
+    assert srv.stats.sendfile_responses == 1
+    assert [e["name"] for e in json.loads(lst.body)["entries"]] == ["a.txt"]
+    assert srv.fs.stats.submitted == 3
