@@ -13,6 +13,8 @@ import base64
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Final
 from urllib.parse import parse_qsl
 
@@ -78,7 +80,7 @@ class AcceptEncoding:
         return w.get("*")
 
 
-_NO_FIELD = AcceptEncoding({}, present=False)
+_NO_FIELD = AcceptEncoding(MappingProxyType({}), present=False)
 
 
 def _parse_weighted(value: str, *, media: bool) -> dict[str, float]:
@@ -124,7 +126,16 @@ def parse_accept_encoding(value: str | None) -> AcceptEncoding:
     """Parse Accept-Encoding (RFC 9110 §12.5.3); ``None``: no such field."""
     if value is None:
         return _NO_FIELD
-    return AcceptEncoding(_parse_weighted(value, media=False))
+    return _parse_accept_encoding(value)
+
+
+# Browsers send a handful of distinct values ("gzip, deflate, br, zstd"), so
+# a bounded memo makes the parse free on the hot path.  The function is
+# pure and its result immutable (a read-only mapping), so sharing is safe,
+# across worker threads too (lru_cache is thread-safe).
+@lru_cache(maxsize=256)
+def _parse_accept_encoding(value: str) -> AcceptEncoding:
+    return AcceptEncoding(MappingProxyType(_parse_weighted(value, media=False)))
 
 
 def select_coding(

@@ -236,8 +236,11 @@ def prepare(
 
 def _placeholder(now: float) -> Plan:
     # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out,
-    # never a wrong 200.
-    return error_plan(500, now)
+    # never a wrong 200.  Shared: nothing mutates a placeholder.
+    return _PLACEHOLDER
+
+
+_PLACEHOLDER = error_plan(500, 0.0)
 
 
 def _prepare_file(
