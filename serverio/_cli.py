@@ -35,6 +35,27 @@ def _seconds(text: str) -> float:
     return v
 
 
+_SIZE_UNITS = {
+    "": 1,
+    "k": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+}
+
+
+def _bytes(text: str) -> int:
+    """A byte count: ``1048576``, ``64M``, ``64MiB``, ``512k`` (binary units)."""
+    t = text.strip().lower()
+    digits = t.rstrip("kmgib")
+    unit = t[len(digits) :]
+    if not digits.isdigit() or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 1048576, 512k, 64MiB)")
+    return int(digits) * _SIZE_UNITS[unit]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="serverio",
@@ -112,6 +133,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--max-ranges", type=int, default=_D.max_ranges, metavar="N")
     f.add_argument("--no-sendfile", action="store_true", help="send file bodies through user space")
+    c = p.add_argument_group("content")
+    c.add_argument(
+        "--no-listing", action="store_true", help="404 for directories without an index file"
+    )
+    c.add_argument(
+        "--listing-max-entries",
+        type=int,
+        default=_D.listing_max_entries,
+        metavar="N",
+        help="entries shown per listing; more are cut with a notice (default 10000)",
+    )
+    c.add_argument(
+        "--download",
+        action="append",
+        metavar="GLOB",
+        help="serve matching files as attachments (repeatable; '*.zip', 'releases/*')",
+    )
+    c.add_argument(
+        "--spa",
+        nargs="?",
+        const="index.html",
+        default=None,
+        metavar="FILE",
+        help="answer missing extension-less paths with FILE (default index.html)",
+    )
+    c.add_argument(
+        "--no-precompressed",
+        action="store_true",
+        help="ignore FILE.br / FILE.zst / FILE.gz sidecars",
+    )
+    c.add_argument(
+        "--compress-max-size",
+        type=_bytes,
+        default=_D.compress_max_size,
+        metavar="BYTES",
+        help="largest file compressed on the fly (default 8MiB; 0 = never)",
+    )
+    c.add_argument(
+        "--compress-cache-size",
+        type=_bytes,
+        default=_D.compress_cache_size,
+        metavar="BYTES",
+        help="memory for compressed results, LRU (default 64MiB)",
+    )
+    c.add_argument(
+        "--digest", action="store_true", help="send Repr-Digest (RFC 9530) with file responses"
+    )
     b = p.add_argument_group("blocking work")
     b.add_argument(
         "--fs-workers",
@@ -157,6 +225,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
         fs_queue=args.fs_queue,
         work_workers=args.work_workers,
         work_queue=args.work_queue,
+        listing=not args.no_listing,
+        listing_max_entries=args.listing_max_entries,
+        download=tuple(args.download or ()),
+        spa=args.spa,
+        precompressed=not args.no_precompressed,
+        compress_max_size=args.compress_max_size,
+        compress_cache_size=args.compress_cache_size,
+        digest=args.digest,
         access_log="off" if args.quiet else args.access_log,
         quiet=args.quiet,
     ).validate()

@@ -22,6 +22,8 @@ ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 # would let one knob exhaust the process (threads, memory, fds).
 _MAX_WORKERS = 1024
 _MAX_QUEUE = 65536
+_MAX_LISTING_ENTRIES = 1_000_000
+_MiB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,16 @@ class Config:
     work_workers: int = 2
     work_queue: int = 64
 
+    # Content features (docs/features.md, "Content options" in docs/cli.md).
+    listing: bool = True
+    listing_max_entries: int = 10_000
+    download: tuple[str, ...] = ()
+    spa: str | None = None  # None = off; else a file path relative to the root
+    precompressed: bool = True
+    compress_max_size: int = 8 * _MiB  # 0 = no on-the-fly compression
+    compress_cache_size: int = 64 * _MiB
+    digest: bool = False
+
     # Output.
     access_log: str = "common"
     quiet: bool = False
@@ -84,6 +96,9 @@ class Config:
             ("fs_queue", 0),
             ("work_workers", 0),
             ("work_queue", 0),
+            ("listing_max_entries", 1),
+            ("compress_max_size", 0),
+            ("compress_cache_size", 0),
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:
@@ -101,6 +116,19 @@ class Config:
                 raise ConfigError(f"--{pool}-queue {queue} is absurd (max {_MAX_QUEUE})")
             if workers == 0 and queue > 0:
                 raise ConfigError(f"--{pool}-queue needs --{pool}-workers > 0 (0 workers = inline)")
+        if self.listing_max_entries > _MAX_LISTING_ENTRIES:
+            raise ConfigError(
+                f"--listing-max-entries {self.listing_max_entries} is absurd "
+                f"(max {_MAX_LISTING_ENTRIES})"
+            )
+        for glob in self.download:
+            if not glob or "\x00" in glob or glob.startswith("/"):
+                raise ConfigError(f"--download {glob!r} must be a non-empty relative glob")
+        if self.spa is not None and not _is_relative_path(self.spa):
+            raise ConfigError(
+                f"--spa {self.spa!r} must be a file path below the root "
+                "(no leading '/', no '.' or '..' segments, no hidden segments)"
+            )
         if self.access_log not in ACCESS_LOG_FORMATS:
             raise ConfigError(
                 f"--access-log must be one of {', '.join(ACCESS_LOG_FORMATS)}, "
@@ -119,6 +147,16 @@ class Config:
 
 def _opt(name: str) -> str:
     return name.replace("_", "-")
+
+
+def _is_relative_path(v: str) -> bool:
+    segments = v.split("/")
+    return (
+        bool(v)
+        and "\x00" not in v
+        and "\\" not in v
+        and all(s and not s.startswith(".") for s in segments)
+    )
 
 
 def _is_field_value(v: str) -> bool:

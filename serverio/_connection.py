@@ -242,6 +242,7 @@ class ConnectionTask:
             event.method, event.target, max_size=self.server.config.max_target_size
         )
         if_match = if_none_match = ims = ius = rng = if_range = None
+        accept = accept_encoding = want_digest = None
         ua = referer = None
         connection: bytes | None = None
         has_body = False
@@ -275,6 +276,15 @@ class ConnectionTask:
             elif name == b"if-range":
                 v = value.decode("latin-1")
                 if_range = v if if_range is None else f"{if_range}, {v}"
+            elif name == b"accept-encoding":
+                v = value.decode("latin-1")
+                accept_encoding = v if accept_encoding is None else f"{accept_encoding}, {v}"
+            elif name == b"accept":
+                v = value.decode("latin-1")
+                accept = v if accept is None else f"{accept}, {v}"
+            elif name == b"want-repr-digest":
+                v = value.decode("latin-1")
+                want_digest = v if want_digest is None else f"{want_digest}, {v}"
             elif name == b"user-agent":
                 ua = value.decode("latin-1")
             elif name == b"referer":
@@ -303,6 +313,9 @@ class ConnectionTask:
             range=rng,
             if_range=if_range,
             has_body=has_body,
+            accept=accept,
+            accept_encoding=accept_encoding,
+            want_repr_digest=want_digest,
         )
         return facts, ka10, ua, referer
 

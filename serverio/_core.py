@@ -25,21 +25,29 @@ from ._target import Target
 
 __all__ = [
     "UNSATISFIABLE",
+    "VARY_ACCEPT",
+    "VARY_ACCEPT_ENCODING",
     "FileFacts",
     "FileSpan",
     "Plan",
     "RequestFacts",
+    "coded_etag",
     "decide_directory",
     "decide_file",
+    "decide_generated",
     "error_plan",
     "evaluate_preconditions",
     "make_etag",
     "parse_etag_list",
     "parse_range",
+    "precondition_plan",
     "route",
+    "spa_fallback_applies",
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
+VARY_ACCEPT_ENCODING: Final = b"Accept-Encoding"
+VARY_ACCEPT: Final = b"Accept"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,9 @@ class RequestFacts:
     range: str | None = None
     if_range: str | None = None
     has_body: bool = False
+    accept: str | None = None
+    accept_encoding: str | None = None
+    want_repr_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +147,19 @@ def make_etag(dev: int, ino: int, size: int, mtime_ns: int) -> str:
     return f'"{dev:x}-{ino:x}-{size:x}-{mtime_ns:x}"'
 
 
+def coded_etag(etag: str, coding: str) -> str:
+    """The strong ETag of the ``coding`` representation of a file.
+
+    RFC 9110 §8.8.3.3: a content-coded representation is a different
+    representation and needs a different entity-tag, or a cache could answer
+    a gzip-accepting client's revalidation with identity bytes (and 304 and
+    If-Range would mix representations).  ``"tag"`` -> ``"tag-gzip"``.
+    """
+    if not coding:
+        return etag
+    return etag[:-1] + "-" + coding + '"'
+
+
 def parse_etag_list(value: str) -> list[str] | None:
     """Parse ``#entity-tag`` (RFC 9110 §8.8.3); ``None`` means ``*``.
 
@@ -192,8 +216,14 @@ _NOT_MODIFIED = Precondition(304)
 _FAILED = Precondition(412)
 
 
-def evaluate_preconditions(req: RequestFacts, etag: str, mtime: int) -> Precondition:
-    """RFC 9110 §13.2.2 steps 1-4, for an existing representation."""
+def evaluate_preconditions(req: RequestFacts, etag: str, mtime: int | None) -> Precondition:
+    """RFC 9110 §13.2.2 steps 1-4, for an existing representation.
+
+    ``mtime`` is None for a representation without a modification date (a
+    generated listing): then the date conditions are ignored (§13.1.3,
+    §13.1.4: "MUST ignore ... if the resource does not have a modification
+    date available").
+    """
     # Step 1: If-Match (§13.1.1) - strong comparison; '*' matches any current
     # representation.
     if req.if_match is not None:
@@ -202,7 +232,7 @@ def evaluate_preconditions(req: RequestFacts, etag: str, mtime: int) -> Precondi
             return _FAILED
     # Step 2: If-Unmodified-Since (§13.1.4), only without If-Match; an invalid
     # date is ignored.
-    elif req.if_unmodified_since is not None:
+    elif req.if_unmodified_since is not None and mtime is not None:
         date = parse_http_date(req.if_unmodified_since)
         if date is not None and mtime > date:
             return _FAILED
@@ -214,7 +244,7 @@ def evaluate_preconditions(req: RequestFacts, etag: str, mtime: int) -> Precondi
             return _NOT_MODIFIED if get_or_head else _FAILED
     # Step 4: If-Modified-Since (§13.1.3), only without If-None-Match and only
     # for GET/HEAD; invalid dates ignored.
-    elif req.if_modified_since is not None and get_or_head:
+    elif req.if_modified_since is not None and get_or_head and mtime is not None:
         date = parse_http_date(req.if_modified_since)
         if date is not None and mtime <= date:
             return _NOT_MODIFIED
@@ -402,44 +432,125 @@ def decide_directory(req: RequestFacts, cfg: Config, now: float) -> Plan:
     return error_plan(404, now, head_only=head)
 
 
-def _representation_headers(file: FileFacts, cfg: Config, now: float) -> list[tuple[bytes, bytes]]:
-    hs = [
-        (b"date", _date(now)),
-        (b"last-modified", format_http_date(file.mtime).encode("ascii")),
-        (b"etag", file.etag.encode("ascii")),
-    ]
+def spa_fallback_applies(req: RequestFacts, cfg: Config) -> bool:
+    """May a missing path be answered with the ``--spa`` file?
+
+    Only GET/HEAD of a path that looks like a client-side route: its last
+    segment has no extension (``/app.js`` missing is a real 404 a developer
+    must see), and no segment starts with a dot (hidden files and
+    ``.well-known`` never fall back: a missing ``/.well-known/x`` answered
+    with HTML would confuse every protocol that probes it).
+    """
+    if cfg.spa is None or req.method not in (b"GET", b"HEAD"):
+        return False
+    segments = req.target.segments
+    if any(s.startswith(".") for s in segments):
+        return False
+    return not segments or "." not in segments[-1]
+
+
+def _validator_headers(
+    etag: str, mtime: int | None, cfg: Config, now: float, vary: bytes
+) -> list[tuple[bytes, bytes]]:
+    # What a 304 must repeat from the 200 it stands for (§15.4.5): Date,
+    # ETag, Cache-Control, Vary.
+    hs = [(b"date", _date(now))]
+    if mtime is not None:
+        hs.append((b"last-modified", format_http_date(mtime).encode("ascii")))
+    hs.append((b"etag", etag.encode("ascii")))
     if cfg.cache_control is not None:
         hs.append((b"cache-control", cfg.cache_control.encode("ascii")))
+    if vary:
+        hs.append((b"vary", vary))
     return hs
 
 
+def precondition_plan(
+    req: RequestFacts,
+    file: FileFacts,
+    cfg: Config,
+    now: float,
+    *,
+    coding: str = "",
+    vary: bool = False,
+) -> Plan | None:
+    """The 304 or 412 for this representation, or None to go on.
+
+    Lets the edge answer a revalidation of a compressed representation
+    without compressing anything: the coded ETag is known from the file's
+    identity alone.
+    """
+    etag = coded_etag(file.etag, coding)
+    pre = evaluate_preconditions(req, etag, file.mtime)
+    if pre.status == 304:
+        hs = _validator_headers(etag, file.mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
+        return Plan(304, hs, (), send_body=False)
+    if pre.status == 412:
+        return error_plan(412, now, head_only=req.method == b"HEAD")
+    return None
+
+
 def decide_file(
-    req: RequestFacts, file: FileFacts, cfg: Config, now: float, boundary: str = ""
+    req: RequestFacts,
+    file: FileFacts,
+    cfg: Config,
+    now: float,
+    boundary: str = "",
+    *,
+    coding: str = "",
+    data: bytes | None = None,
+    vary: bool = False,
+    extra: Sequence[tuple[bytes, bytes]] = (),
 ) -> Plan:
     """The response for a GET or HEAD of an existing regular file.
 
     ``boundary`` is the multipart boundary to use if several ranges are
     served; the edge supplies it (randomness is I/O).
+
+    ``coding`` names the content coding of the representation served
+    (``""``: identity).  Its bytes are ``data`` (compressed in memory) or,
+    when ``data`` is None, the whole opened file (a precompressed sidecar,
+    whose facts ``file`` then describes).  A coded representation is never
+    ranged: the edge selects identity for any request with a Range header.
+    ``vary`` adds ``Vary: Accept-Encoding`` (every response for a resource
+    whose coding is negotiated, identity included, §12.5.5).  ``extra``
+    headers (Content-Disposition, Repr-Digest) go on 200 and 206 only.
     """
     head = req.method == b"HEAD"
-    pre = evaluate_preconditions(req, file.etag, file.mtime)
-    if pre.status == 304:
-        return Plan(304, _representation_headers(file, cfg, now), (), send_body=False)
-    if pre.status == 412:
-        return error_plan(412, now, head_only=head)
-
-    hs = _representation_headers(file, cfg, now)
+    pre = precondition_plan(req, file, cfg, now, coding=coding, vary=vary)
+    if pre is not None:
+        return pre
+    etag = coded_etag(file.etag, coding)
+    hs = _validator_headers(etag, file.mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
     hs.append((b"accept-ranges", b"bytes"))
     ctype = file.content_type.encode("ascii")
-    size = file.size
 
+    if coding:
+        size = file.size if data is None else len(data)
+        hs.append((b"content-type", ctype))
+        hs.append((b"content-encoding", coding.encode("ascii")))
+        hs.append((b"content-length", b"%d" % size))
+        hs.extend(extra)
+        coded: tuple[bytes | FileSpan, ...]
+        if data is not None:
+            coded = (data,) if size else ()
+        else:
+            coded = (FileSpan(0, size),) if size else ()
+        return Plan(200, hs, coded, send_body=not head)
+
+    size = file.size
     # Step 5 (§13.2.2): Range, only for GET (§14.2), gated by If-Range.
     spans: list[tuple[int, int]] | _Unsatisfiable | None = None
     if req.range is not None and req.method == b"GET":
         if req.if_range is None or if_range_matches(req.if_range, file.etag, file.mtime):
             spans = parse_range(req.range, size)
     if spans is UNSATISFIABLE:
-        return error_plan(416, now, headers=[(b"content-range", b"bytes */%d" % size)])
+        return error_plan(
+            416,
+            now,
+            headers=[(b"content-range", b"bytes */%d" % size)]
+            + ([(b"vary", VARY_ACCEPT_ENCODING)] if vary else []),
+        )
     if isinstance(spans, list):
         # Amplification guard (as Go's net/http): too many ranges, or ranges
         # that add up to more than the file, are answered with the whole file.
@@ -452,16 +563,49 @@ def decide_file(
         hs.append((b"content-type", ctype))
         hs.append((b"content-range", b"bytes %d-%d/%d" % (start, end - 1, size)))
         hs.append((b"content-length", b"%d" % (end - start)))
+        hs.extend(extra)
         return Plan(206, hs, (FileSpan(start, end - start),), send_body=not head)
     if isinstance(spans, list) and boundary:
         body = multipart_body(spans, size, ctype, boundary.encode("ascii"))
         hs.append((b"content-type", b"multipart/byteranges; boundary=" + boundary.encode()))
         hs.append((b"content-length", b"%d" % sum(len(p) for p in body)))
+        hs.extend(extra)
         return Plan(206, hs, body, send_body=not head)
     hs.append((b"content-type", ctype))
     hs.append((b"content-length", b"%d" % size))
+    hs.extend(extra)
     body_parts: tuple[bytes | FileSpan, ...] = (FileSpan(0, size),) if size else ()
     return Plan(200, hs, body_parts, send_body=not head)
+
+
+def decide_generated(
+    req: RequestFacts,
+    cfg: Config,
+    now: float,
+    body: bytes,
+    content_type: bytes,
+    etag: str,
+    *,
+    vary: bytes = VARY_ACCEPT,
+) -> Plan:
+    """A response whose body the server generated (a directory listing).
+
+    It has an ETag (weak, computed over ``body`` by the caller) and no
+    modification date, so If-None-Match revalidates it and the date
+    conditions are ignored (§13.1.3-4).  No Range support: a listing is not
+    worth resuming, and §14.2 lets a server ignore Range.  ``vary`` names
+    the request fields the body was negotiated on (Accept, for the format).
+    """
+    head = req.method == b"HEAD"
+    pre = evaluate_preconditions(req, etag, None)
+    if pre.status == 304:
+        return Plan(304, _validator_headers(etag, None, cfg, now, vary), (), send_body=False)
+    if pre.status == 412:
+        return error_plan(412, now, head_only=head)
+    hs = _validator_headers(etag, None, cfg, now, vary)
+    hs.append((b"content-type", content_type))
+    hs.append((b"content-length", b"%d" % len(body)))
+    return Plan(200, hs, (body,) if body else (), send_body=not head)
 
 
 def multipart_body(

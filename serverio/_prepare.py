@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass, field
 
 from ._config import Config
+from ._content import CODECS
 from ._core import (
     FileFacts,
     FileSpan,
@@ -28,9 +29,21 @@ from ._core import (
     decide_directory,
     decide_file,
     error_plan,
+    precondition_plan,
+    spa_fallback_applies,
 )
+from ._disposition import content_disposition, download_matches
 from ._fsopen import RootOpener
-from ._mime import guess_type
+from ._mime import guess_type, is_compressible
+from ._negotiate import (
+    COMPRESS_MIN_SIZE,
+    SIDECAR_SUFFIX,
+    parse_accept_encoding,
+    parse_query,
+    select_coding,
+    want_digest,
+    wanted_codings,
+)
 
 __all__ = ["Prepared", "prepare"]
 
@@ -45,11 +58,33 @@ _OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 @dataclass(slots=True)
 class Prepared:
-    """A plan, and the open file it streams from (``fd == -1``: none)."""
+    """A plan, and the open file it streams from (``fd == -1``: none).
+
+    Follow-ups (finished by :class:`serverio._content.ContentService` on the
+    trio side before the plan is carried out; ``needs_followup``):
+
+    * ``listing``: ``fd`` is a directory to list; ``plan`` is a placeholder;
+    * ``compress``: a content coding to produce on the fly; ``plan`` is a
+      placeholder, ``extra`` the headers the file response carries
+      (Content-Disposition);
+    * ``digest``: the algorithm of a Repr-Digest for the representation
+      ``plan`` serves: ``fd`` (kept open for it even when the body was read
+      in the hop) holds its bytes, ``facts`` their identity and ``coding``
+      their content coding (a sidecar's, or ``""``).
+    """
 
     plan: Plan
     fd: int = -1
     facts: FileFacts | None = field(default=None)
+    listing: bool = False
+    compress: str = ""
+    extra: tuple[tuple[bytes, bytes], ...] = ()
+    digest: str = ""
+    coding: str = ""
+
+    @property
+    def needs_followup(self) -> bool:
+        return self.listing or bool(self.compress) or bool(self.digest)
 
     def close(self) -> None:
         """Close the descriptor; safe to call again (the second call is a no-op)."""
@@ -87,6 +122,55 @@ def _read_spans(fd: int, plan: Plan) -> bool:
     return True
 
 
+def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | None:
+    """Open ``rel`` if it is a regular file; None if it is missing or not one."""
+    try:
+        fd = opener.open(rel)
+    except OSError as exc:
+        if exc.errno in _NOT_FOUND_ERRNOS or exc.errno in _FORBIDDEN_ERRNOS:
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+
+def _missing_inside(opener: RootOpener, segments: tuple[str, ...]) -> bool:
+    """Is a path that failed with ENOENT missing *inside* the root?
+
+    An ENOENT can come from beyond a symlink that leaves the root (an
+    absolute link makes the opener fall back to a plain open, which then
+    fails before any verification).  The nearest existing ancestor decides:
+    it must open under the same containment.  One open per missing level.
+    """
+    for i in range(len(segments) - 1, -1, -1):
+        try:
+            fd = opener.open("/".join(segments[:i]) if i else ".")
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                continue
+            return False  # EXDEV (escapes), ELOOP, EACCES: not a route of ours
+        os.close(fd)
+        return True
+    return False  # pragma: no cover - the root itself always opens
+
+
+def _facts(st: os.stat_result, content_type: str) -> FileFacts:
+    return FileFacts(
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        dev=st.st_dev,
+        ino=st.st_ino,
+        content_type=content_type,
+    )
+
+
 def prepare(
     req: RequestFacts, cfg: Config, opener: RootOpener, now: float, boundary: str = ""
 ) -> Prepared:
@@ -96,30 +180,43 @@ def prepare(
     target = req.target
     fd = -1
     try:
-        fd = opener.open(target.relpath)
+        try:
+            fd = opener.open(target.relpath)
+        except OSError as exc:
+            # SPA fallback: only for a path that is really missing (not one
+            # refused by containment: EXDEV, ELOOP), and only if the SPA
+            # file itself opens under the same containment.
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not spa_fallback_applies(req, cfg):
+                raise
+            if not _missing_inside(opener, target.segments):
+                raise
+            assert cfg.spa is not None
+            opened = _open_file(opener, cfg.spa)
+            if opened is None:
+                raise
+            spa_fd, spa_st = opened  # ownership moves to _prepare_file
+            return _prepare_file(req, cfg, opener, now, boundary, spa_fd, spa_st, cfg.spa)
         st = os.fstat(fd)
-        name = target.segments[-1] if target.segments else ""
+        relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
                 return Prepared(decide_directory(req, cfg, now))
-            os.close(fd)
-            fd = -1
             for index in cfg.index:
                 rel = f"{target.relpath}/{index}" if target.segments else index
-                try:
-                    fd = opener.open(rel)
-                except OSError as exc:
-                    if exc.errno in _NOT_FOUND_ERRNOS or exc.errno in _FORBIDDEN_ERRNOS:
-                        continue
-                    raise
-                st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode):
-                    name = index
+                opened = _open_file(opener, rel)
+                if opened is not None:
+                    os.close(fd)
+                    fd, st = opened
+                    relpath = rel
                     break
-                os.close(fd)
-                fd = -1
             else:
-                return Prepared(decide_directory(req, cfg, now))
+                if not cfg.listing:
+                    return Prepared(decide_directory(req, cfg, now))
+                # The scan runs in the work pool (serverio._content); the
+                # directory descriptor goes with it.
+                prepared = Prepared(_placeholder(now), fd, listing=True)
+                fd = -1
+                return prepared
         elif not stat.S_ISREG(st.st_mode):
             # FIFO, socket, device: never served (opened O_NONBLOCK, so the
             # open itself could not hang).
@@ -128,27 +225,101 @@ def prepare(
             # "/file.txt/" names a directory that does not exist (POSIX
             # resolution would have said ENOTDIR for "file.txt/.").
             return Prepared(error_plan(404, now, head_only=head))
-        facts = FileFacts(
-            size=st.st_size,
-            mtime_ns=st.st_mtime_ns,
-            dev=st.st_dev,
-            ino=st.st_ino,
-            content_type=guess_type(name),
-        )
-        plan = decide_file(req, facts, cfg, now, boundary)
-        if not plan.needs_file:
-            return Prepared(plan, facts=facts)
-        if plan.file_bytes <= cfg.small_file_size:
-            # Small body: read it now, in this same hop, and send it with the
-            # head in one write.  The file is closed before we return.
-            if not _read_spans(fd, plan):
-                return Prepared(error_plan(503, now, headers=[(b"retry-after", b"1")]), facts=facts)
-            return Prepared(plan, facts=facts)
-        prepared = Prepared(plan, fd, facts)
-        fd = -1  # ownership moves to the caller
-        return prepared
+        file_fd, fd = fd, -1  # ownership moves to _prepare_file
+        return _prepare_file(req, cfg, opener, now, boundary, file_fd, st, relpath)
     except OSError as exc:
         return Prepared(_errno_plan(exc, now, head))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _placeholder(now: float) -> Plan:
+    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out,
+    # never a wrong 200.  Shared: nothing mutates a placeholder.
+    return _PLACEHOLDER
+
+
+_PLACEHOLDER = error_plan(500, 0.0)
+
+
+def _prepare_file(
+    req: RequestFacts,
+    cfg: Config,
+    opener: RootOpener,
+    now: float,
+    boundary: str,
+    fd: int,
+    st: os.stat_result,
+    relpath: str,
+) -> Prepared:
+    """The response for the regular file open on ``fd`` (which this owns)."""
+    try:
+        name = relpath.rsplit("/", 1)[-1]
+        ctype = guess_type(name)
+        facts = _facts(st, ctype)
+        extra: tuple[tuple[bytes, bytes], ...] = ()
+        if "download" in parse_query(req.target.query) or (
+            cfg.download and download_matches(name, relpath, cfg.download)
+        ):
+            extra = ((b"content-disposition", content_disposition(name)),)
+        # Every response for a resource whose coding is negotiated carries
+        # Vary: Accept-Encoding, identity included (RFC 9110 §12.5.5).
+        vary = is_compressible(ctype) and (cfg.precompressed or cfg.compress_max_size > 0)
+        coding, sidecar = "", False
+        # A Range request gets identity (coded representations are never
+        # ranged), for HEAD as for GET so that HEAD mirrors GET.
+        if vary and req.range is None and req.accept_encoding is not None:
+            accept = parse_accept_encoding(req.accept_encoding)
+            sidecars: dict[str, tuple[int, os.stat_result]] = {}
+            try:
+                if cfg.precompressed:
+                    for c in wanted_codings(accept):
+                        opened = _open_file(opener, relpath + SIDECAR_SUFFIX[c])
+                        if opened is None:
+                            continue
+                        if opened[1].st_mtime_ns < st.st_mtime_ns:
+                            os.close(opened[0])  # stale: older than the file
+                            continue
+                        sidecars[c] = opened
+                on_the_fly: tuple[str, ...] = ()
+                if COMPRESS_MIN_SIZE <= st.st_size <= cfg.compress_max_size:
+                    on_the_fly = tuple(CODECS)
+                coding, sidecar = select_coding(accept, sidecars, on_the_fly)
+                if sidecar:
+                    # Serve the sidecar: its own length, identity, ETag.
+                    os.close(fd)
+                    fd, st = sidecars.pop(coding)
+                    facts = _facts(st, ctype)
+            finally:
+                for sfd, _ in sidecars.values():
+                    os.close(sfd)
+        if coding and not sidecar:
+            pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
+            if pre is not None:
+                return Prepared(pre)  # 304/412 without compressing anything
+            prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
+            fd = -1
+            if cfg.digest:
+                prepared.digest = want_digest(req.want_repr_digest) or ""
+            return prepared
+        plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
+        prepared = Prepared(plan, facts=facts, coding=coding)
+        if cfg.digest and plan.status in (200, 206):
+            prepared.digest = want_digest(req.want_repr_digest) or ""
+        keep = bool(prepared.digest)  # the hash job reads from this descriptor
+        if plan.needs_file and plan.file_bytes <= cfg.small_file_size:
+            # Small body: read it now, in this same hop, and send it with the
+            # head in one write.
+            if not _read_spans(fd, plan):
+                return Prepared(error_plan(503, now, headers=[(b"retry-after", b"1")]), facts=facts)
+        elif plan.needs_file:
+            keep = True
+        if keep:
+            prepared.fd, fd = fd, -1  # ownership moves to the caller
+        return prepared
+    except OSError as exc:
+        return Prepared(_errno_plan(exc, now, req.method == b"HEAD"))
     finally:
         if fd >= 0:
             os.close(fd)

@@ -7,6 +7,9 @@ Structure (docs/architecture.md has the picture)::
         accept loop per listener      (in its own cancel scope)
         ConnectionTask.run() ...
       pools fs / work                 CapacityLimiter + bounded queue each
+      nursery "jobs"                  cache jobs (compression, digests): they
+                                      belong to the caches, not to a request,
+                                      and outlive the connections
 
 Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
 
@@ -38,6 +41,7 @@ from ._accesslog import AccessLog
 from ._blocking import Pool, run_blocking
 from ._config import Config
 from ._connection import RECV_SIZE, ConnectionTask
+from ._content import ContentService
 from ._core import RequestFacts
 from ._errors import reason_phrase
 from ._fsopen import RootOpener
@@ -99,6 +103,7 @@ class Server:
         self._rejectors = 0
         self._boundary_prefix = secrets.token_hex(6)
         self._boundary_counter = 0
+        self.content = ContentService(self)
 
     # ------------------------------------------------------------ public
 
@@ -139,7 +144,7 @@ class Server:
         await self.open_listeners()
         _ = self.opener  # open the root once, before accepting anything
         try:
-            async with trio.open_nursery() as conns:
+            async with self.content.running(), trio.open_nursery() as conns:
                 self._conn_nursery = conns
                 accept_scope = trio.CancelScope()
                 conns.start_soon(self._accept_all, conns, accept_scope)
@@ -279,11 +284,29 @@ class Server:
         while it waits; if the client goes away, the wait is cancelled, the
         thread is abandoned, and its result is closed by the late-close path
         (exactly once).  May raise :class:`~serverio.PoolSaturated` (503).
+
+        Follow-ups (listing, compression, digest) then run through
+        :class:`~serverio._content.ContentService`; if they raise or are
+        cancelled, the prepared descriptor is closed here before the
+        exception propagates.
         """
         boundary = self._boundary() if req.range is not None else ""
         if self.fs.inline:
-            return prepare(req, self.config, self.opener, now, boundary)
-        return await self._prepare_watched(req, now, conn, parser, boundary)
+            prepared = prepare(req, self.config, self.opener, now, boundary)
+        else:
+            maybe = await self._prepare_watched(req, now, conn, parser, boundary)
+            if maybe is None:
+                return None
+            prepared = maybe
+        if prepared.needs_followup:
+            # Listing scans, compression, digests (serverio._content): the
+            # work pool, not the fs pool, and not this hop.
+            try:
+                await self.content.finish(prepared, req, now)
+            except BaseException:
+                prepared.close()
+                raise
+        return prepared
 
     async def _prepare_watched(
         self,

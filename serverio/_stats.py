@@ -25,6 +25,11 @@ class Stats:
     sendfile_responses: int = 0  # bodies sent with os.sendfile
     buffered_responses: int = 0  # file bodies sent through user space
     bytes_sent: int = 0
+    # Content features (serverio._content).
+    listings: int = 0  # directory listings rendered
+    compressed_responses: int = 0  # bodies compressed on the fly (cache hit or fresh)
+    compress_fallbacks: int = 0  # identity served: work pool saturated or file changed
+    digest_omitted: int = 0  # Repr-Digest left out: work pool saturated or file changed
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -136,7 +136,8 @@ async def memory_connection(
     else:
         client, theirs = trio.testing.memory_stream_pair()
     conn = ConnectionTask(srv, theirs, "memory")
-    async with trio.open_nursery() as nursery:
+    # The server's cache-job nursery (what Server.serve opens), re-entrant.
+    async with srv.content.running(), trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         try:
             yield HTTPClient(client), srv, conn

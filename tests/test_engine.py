@@ -37,7 +37,7 @@ async def test_get_and_head_same_headers(root: Path) -> None:
 
 
 async def test_index_and_redirect_keeps_query(root: Path) -> None:
-    async with memory_connection(make_config(root)) as (client, _, _):
+    async with memory_connection(make_config(root, listing=False)) as (client, _, _):
         home = await client.get("/")
         redirect = await client.get("/sub?x=1&y=%20")
         sub = await client.get("/sub/")

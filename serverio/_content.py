@@ -1,0 +1,470 @@
+"""Content follow-ups: listings, on-the-fly compression, representation digests.
+
+The preparation hop (:mod:`serverio._prepare`) decides everything it can
+from one round of syscalls; what needs CPU or a directory scan it leaves as
+a follow-up on the :class:`~serverio._prepare.Prepared`.  This module
+finishes those on the trio thread:
+
+* the cheap part inline: cache lookups, the pure decisions
+  (:func:`serverio._core.decide_file`, :mod:`serverio._listing`);
+* the expensive part in the ``work`` pool through
+  :func:`~serverio.run_blocking`, never on the event loop: directory scans,
+  compression and hashing.
+
+A full work pool degrades rather than fails where it can: a listing is a
+503 (like the fs pool), a compression miss is served as identity, a digest
+miss omits the header; each is counted in :class:`~serverio.Stats`.
+
+Every blocking function here receives an :class:`OwnedFd` and closes its
+descriptor itself, exactly once, even when its caller has been cancelled
+and the thread abandoned.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import stat
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final
+
+from ._blocking import run_blocking
+from ._core import Plan, RequestFacts, decide_file, decide_generated
+from ._flight import SingleFlightCache
+from ._fsopen import RootOpener
+from ._listing import (
+    Entry,
+    ListingQuery,
+    listing_etag,
+    parse_listing_query,
+    render_html,
+    render_json,
+    sort_entries,
+)
+from ._negotiate import parse_query, prefers_json, repr_digest_field
+from ._target import Target
+
+if TYPE_CHECKING:
+    from ._prepare import Prepared
+    from ._server import Server
+
+__all__ = [
+    "CODECS",
+    "ContentService",
+    "OwnedFd",
+    "compress_bytes",
+    "list_directory",
+    "scan_directory",
+]
+
+# Identity of the bytes a cached value describes: (dev, ino, size, mtime_ns)
+# of the file (or sidecar) + content coding (+ digest algorithm).
+CompressKey = tuple[int, int, int, int, str]
+DigestKey = tuple[int, int, int, int, str, str]
+
+READ_CHUNK = 1 << 20
+# Digests are tiny; their cache is bounded at this many bytes of values
+# (each weighs its digest plus a fixed overhead): ~20,000 entries.
+DIGEST_CACHE_BYTES: Final = 4 * 1024 * 1024
+_DIGEST_OVERHEAD: Final = 160
+
+_HASHES: Final = {"sha-256": "sha256", "sha-512": "sha512"}
+
+
+# ------------------------------------------------------------------ codecs
+
+
+def _gzip(data: bytes) -> bytes:
+    # mtime=0: the same input always compresses to the same bytes, so the
+    # digest of a gzip representation is stable across restarts.
+    return gzip.compress(data, compresslevel=6, mtime=0)
+
+
+def _load_codecs() -> dict[str, Callable[[bytes], bytes]]:
+    codecs: dict[str, Callable[[bytes], bytes]] = {"gzip": _gzip}
+    try:
+        import brotli
+
+        def _br(data: bytes) -> bytes:
+            # Quality 5: within a few percent of 11 on text at a fraction of
+            # the CPU (a miss blocks its requesters until it is done).
+            return bytes(brotli.compress(data, quality=5))
+
+        codecs["br"] = _br
+    except ImportError:  # optional extra "brotli"
+        pass
+    try:
+        import zstandard
+
+        def _zstd(data: bytes) -> bytes:
+            # A compressor object is not thread-safe: one per call.
+            return bytes(zstandard.ZstdCompressor(level=9).compress(data))
+
+        codecs["zstd"] = _zstd
+    except ImportError:  # optional extra "zstd"
+        pass
+    return codecs
+
+
+CODECS: Final = _load_codecs()
+
+
+def compress_bytes(coding: str, data: bytes) -> bytes:
+    return CODECS[coding](data)
+
+
+# --------------------------------------------------------- owned descriptors
+
+
+class OwnedFd:
+    """A descriptor handed to a worker thread; whoever claims it closes it.
+
+    The thread claims it when it starts.  If the thread never starts (its
+    caller was cancelled while queued, or the pool refused it), the job
+    releases it instead.  The lock makes "claim" atomic between the two, so
+    the descriptor is closed exactly once and never while in use.
+    """
+
+    __slots__ = ("_fd", "_lock")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._lock = threading.Lock()
+
+    def claim(self) -> int:
+        with self._lock:
+            fd, self._fd = self._fd, -1
+        return fd
+
+    def release(self) -> None:
+        fd = self.claim()
+        if fd >= 0:
+            os.close(fd)
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    parts = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(READ_CHUNK, size - offset), offset)
+        if not chunk:
+            return None  # the file shrank
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
+def _unchanged(fd: int, size: int, mtime_ns: int) -> bool:
+    st = os.fstat(fd)
+    return st.st_size == size and st.st_mtime_ns == mtime_ns
+
+
+def compress_file(owned: OwnedFd, coding: str, size: int, mtime_ns: int) -> bytes | None:
+    """Read exactly ``size`` bytes of the file and compress them (blocking).
+
+    Returns None if the file changed under us (the cache key would lie).
+
+    Cancellation handling: runs in a worker thread; if its job is cancelled
+    the thread finishes anyway, closes its descriptor, and the result is
+    dropped by :func:`~serverio.run_blocking`.
+    """
+    fd = owned.claim()
+    if fd < 0:
+        return None
+    try:
+        data = _read_exact(fd, size)
+        if data is None or not _unchanged(fd, size, mtime_ns):
+            return None
+    finally:
+        os.close(fd)
+    return compress_bytes(coding, data)
+
+
+def hash_file(owned: OwnedFd, algorithm: str, size: int, mtime_ns: int) -> bytes | None:
+    """The digest of exactly ``size`` bytes of the opened file (blocking).
+
+    The bytes hashed are the opened file's, the same inode the response is
+    served from.  None if the file changed while we read it.
+
+    Cancellation handling: as :func:`compress_file`.
+    """
+    fd = owned.claim()
+    if fd < 0:
+        return None
+    try:
+        h = hashlib.new(_HASHES[algorithm])
+        offset = 0
+        while offset < size:
+            chunk = os.pread(fd, min(READ_CHUNK, size - offset), offset)
+            if not chunk:
+                return None
+            h.update(chunk)
+            offset += len(chunk)
+        if not _unchanged(fd, size, mtime_ns):
+            return None
+        return h.digest()
+    finally:
+        os.close(fd)
+
+
+def hash_bytes(algorithm: str, data: bytes) -> bytes:
+    return hashlib.new(_HASHES[algorithm], data).digest()
+
+
+# ------------------------------------------------------------------ listing
+
+
+def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
+    """Would a request for this name pass :func:`serverio._target.parse_target`
+    and the hidden policy?  Names that cannot be served are not listed."""
+    if "\\" in name:
+        return False
+    try:
+        name.encode("utf-8")  # undecodable bytes come back as surrogates
+    except UnicodeEncodeError:
+        return False
+    if name.startswith("."):
+        return hidden or (at_root and name == ".well-known")
+    return True
+
+
+def scan_directory(
+    owned: OwnedFd, opener: RootOpener, relpath: str, hidden: bool, limit: int
+) -> tuple[list[Entry], bool]:
+    """Scan one directory (blocking): the entries a client could fetch.
+
+    Applies the serving policy to every name: hidden names unless
+    ``hidden``; symlinks are resolved through ``opener`` (the same
+    containment as a request: a link leaving the root is not listed unless
+    the opener follows symlinks; a dangling one never is); only regular
+    files and directories.  Stops after ``limit`` entries; the boolean says
+    whether it stopped early.
+
+    Cancellation handling: runs in a worker thread; if the requester is
+    cancelled the thread finishes the scan, closes the directory descriptor
+    it owns, and the result is dropped.
+    """
+    fd = owned.claim()
+    if fd < 0:
+        return [], False
+    at_root = relpath == "."
+    prefix = "" if at_root else relpath + "/"
+    entries: list[Entry] = []
+    truncated = False
+    try:
+        with os.scandir(fd) as it:
+            for de in it:
+                name = de.name
+                if not _listable_name(name, hidden=hidden, at_root=at_root):
+                    continue
+                try:
+                    st = de.stat(follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        link_fd = opener.open(prefix + name)
+                        try:
+                            st = os.fstat(link_fd)
+                        finally:
+                            os.close(link_fd)
+                except OSError:
+                    continue  # vanished, escapes the root, dangling, forbidden
+                if stat.S_ISDIR(st.st_mode):
+                    is_dir = True
+                elif stat.S_ISREG(st.st_mode):
+                    is_dir = False
+                else:
+                    continue  # FIFO, socket, device: never served
+                if len(entries) >= limit:
+                    truncated = True
+                    break
+                entries.append(Entry(name, is_dir, -1 if is_dir else st.st_size, int(st.st_mtime)))
+    finally:
+        os.close(fd)
+    return entries, truncated
+
+
+def list_directory(
+    owned: OwnedFd,
+    opener: RootOpener,
+    target: Target,
+    query: ListingQuery,
+    hidden: bool,
+    limit: int,
+) -> tuple[bytes, bytes]:
+    """Scan, sort and render one listing (blocking): ``(body, content_type)``.
+
+    Rendering is pure, but runs here with the scan so that formatting ten
+    thousand rows never holds the event loop.
+
+    Cancellation handling: as :func:`scan_directory`.
+    """
+    entries, truncated = scan_directory(owned, opener, target.relpath, hidden, limit)
+    ordered = sort_entries(entries, query)
+    if query.json:
+        return render_json(target.segments, ordered, truncated=truncated), b"application/json"
+    body = render_html(target.segments, ordered, query, truncated=truncated, limit=limit)
+    return body, b"text/html; charset=utf-8"
+
+
+# ------------------------------------------------------------------ service
+
+
+class ContentService:
+    """The server's caches and follow-up logic (one per :class:`Server`)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        cfg = server.config
+        self.compressed: SingleFlightCache[CompressKey, bytes] = SingleFlightCache(
+            "compression", cfg.compress_cache_size, len
+        )
+        self.digests: SingleFlightCache[DigestKey, bytes] = SingleFlightCache(
+            "digest", DIGEST_CACHE_BYTES, lambda d: len(d) + _DIGEST_OVERHEAD
+        )
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The job nurseries of both caches, for the server's lifetime.
+
+        Cancellation handling: leaving the block cancels every job still
+        running; their threads are abandoned and close their own
+        descriptors when they end.
+        """
+        async with self.compressed.running(), self.digests.running():
+            yield
+
+    async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> None:
+        """Carry out the follow-ups on ``prepared``, replacing its plan.
+
+        Cancellation handling: the caller owns ``prepared`` and closes it
+        if this raises (including Cancelled).  A cancelled wait on a cache
+        job leaves the job running for others; a cancelled listing scan
+        abandons its thread, which closes the directory descriptor.
+        """
+        server = self.server
+        cfg = server.config
+        stats = server.stats
+        if prepared.listing:
+            prepared.plan = await self._listing(prepared, req, now)
+            return
+        facts = prepared.facts
+        assert facts is not None
+        data: bytes | None = None
+        if prepared.compress:
+            coding = prepared.compress
+            data = await self._compressed(prepared, coding)
+            if data is not None:
+                stats.compressed_responses += 1
+                prepared.coding = coding
+                prepared.plan = decide_file(
+                    req, facts, cfg, now, coding=coding, data=data, vary=True, extra=prepared.extra
+                )
+            else:
+                # Saturated work pool (or the file changed): identity, which
+                # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
+                stats.compress_fallbacks += 1
+                prepared.plan = decide_file(req, facts, cfg, now, vary=True, extra=prepared.extra)
+        plan = prepared.plan
+        if prepared.digest and plan.status in (200, 206):
+            digest = await self._digest(prepared, data)
+            if digest is None:
+                stats.digest_omitted += 1
+            else:
+                plan.headers.append((b"repr-digest", repr_digest_field(prepared.digest, digest)))
+        if not plan.needs_file:
+            prepared.close()  # kept open only for the follow-ups
+
+    async def _compressed(self, prepared: Prepared, coding: str) -> bytes | None:
+        facts = prepared.facts
+        assert facts is not None
+        key: CompressKey = (facts.dev, facts.ino, facts.size, facts.mtime_ns, coding)
+        hit = self.compressed.get(key)
+        if hit is not None:
+            return hit  # the hot path: no thread hop, no syscall
+        work = self.server.work
+        fd = prepared.fd
+        size, mtime_ns = facts.size, facts.mtime_ns
+
+        def make_job() -> Callable[[], Awaitable[bytes | None]]:
+            # The job gets its own descriptor, taken now while the
+            # requester's is open: the requester may give up (and close its
+            # own) while the job runs for everyone else.
+            owned = OwnedFd(os.dup(fd))
+
+            async def job() -> bytes | None:
+                try:
+                    return await run_blocking(work, compress_file, owned, coding, size, mtime_ns)
+                finally:
+                    owned.release()  # a no-op if the thread claimed it
+
+            return job
+
+        return await self.compressed.get_or_run(key, make_job)
+
+    async def _digest(self, prepared: Prepared, data: bytes | None) -> bytes | None:
+        facts = prepared.facts
+        assert facts is not None
+        algorithm = prepared.digest
+        key: DigestKey = (
+            facts.dev,
+            facts.ino,
+            facts.size,
+            facts.mtime_ns,
+            prepared.coding,
+            algorithm,
+        )
+        hit = self.digests.get(key)
+        if hit is not None:
+            return hit
+        work = self.server.work
+        size, mtime_ns = facts.size, facts.mtime_ns
+        fd = prepared.fd
+
+        def make_job() -> Callable[[], Awaitable[bytes | None]]:
+            if data is not None:
+                body = data
+
+                async def bytes_job() -> bytes | None:
+                    return await run_blocking(work, hash_bytes, algorithm, body)
+
+                return bytes_job
+            owned = OwnedFd(os.dup(fd))
+
+            async def file_job() -> bytes | None:
+                try:
+                    return await run_blocking(work, hash_file, owned, algorithm, size, mtime_ns)
+                finally:
+                    owned.release()
+
+            return file_job
+
+        return await self.digests.get_or_run(key, make_job)
+
+    async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
+        """Scan, sort and render in the work pool (requester-owned: a 503
+        when saturated, like the fs pool), then decide on the trio thread."""
+        server = self.server
+        cfg = server.config
+        query = parse_listing_query(
+            parse_query(req.target.query), accept_json=prefers_json(req.accept)
+        )
+        # The directory descriptor moves to the scan: the thread closes it.
+        owned = OwnedFd(prepared.fd)
+        prepared.fd = -1
+        try:
+            body, ctype = await run_blocking(
+                server.work,
+                list_directory,
+                owned,
+                server.opener,
+                req.target,
+                query,
+                cfg.hidden,
+                cfg.listing_max_entries,
+            )
+        finally:
+            owned.release()  # queued and cancelled, or refused: never claimed
+        server.stats.listings += 1
+        return decide_generated(req, cfg, now, body, ctype, listing_etag(body))

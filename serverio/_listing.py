@@ -1,0 +1,263 @@
+"""Directory listings: sort order and HTML/JSON rendering (pure).
+
+Entries in, bytes out.  The scan that produces the entries (with the
+containment and hidden-file policy applied) is an edge: it runs in the
+``work`` pool (:mod:`serverio._content`).  Rendering is bounded by the
+number of entries (``--listing-max-entries``) and the length of a name
+(255 bytes on every common filesystem).
+
+Every name is text chosen by whoever can create files: it is HTML-escaped
+where it is shown and percent-encoded where it is a link, so a file called
+``<script>x.txt`` renders as that text and links to ``%3Cscript%3Ex.txt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+from urllib.parse import quote
+
+__all__ = [
+    "SORT_KEYS",
+    "Entry",
+    "ListingQuery",
+    "listing_etag",
+    "parse_listing_query",
+    "render_html",
+    "render_json",
+    "sort_entries",
+]
+
+SORT_KEYS: Final = ("name", "size", "mtime")
+_ORDERS: Final = ("asc", "desc")
+# Characters left as they are in a path segment (RFC 3986 §3.3 pchar minus
+# the ones a browser or HTML would reinterpret).
+_SAFE: Final = "!$&'()*+,;=:@~-._"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One listed name.  ``size`` is -1 for directories."""
+
+    name: str
+    is_dir: bool
+    size: int
+    mtime: int  # seconds since the epoch
+
+
+@dataclass(frozen=True, slots=True)
+class ListingQuery:
+    sort: str = "name"
+    order: str = "asc"
+    json: bool = False
+
+
+def parse_listing_query(params: Mapping[str, str], *, accept_json: bool) -> ListingQuery:
+    """``?sort=name|size|mtime&order=asc|desc&format=json|html``.
+
+    Unknown values are ignored (the default applies), as for any other
+    query string a static server does not understand.  ``format`` wins over
+    the Accept header because it is the more explicit of the two.
+    """
+    sort = params.get("sort", "name")
+    order = params.get("order", "asc")
+    fmt = params.get("format")
+    return ListingQuery(
+        sort=sort if sort in SORT_KEYS else "name",
+        order=order if order in _ORDERS else "asc",
+        json=fmt == "json" if fmt in ("json", "html") else accept_json,
+    )
+
+
+def _name_key(e: Entry) -> tuple[str, str]:
+    return (e.name.casefold(), e.name)
+
+
+def _size_key(e: Entry) -> tuple[int, str, str]:
+    return (e.size, e.name.casefold(), e.name)
+
+
+def _mtime_key(e: Entry) -> tuple[int, str, str]:
+    return (e.mtime, e.name.casefold(), e.name)
+
+
+def sort_entries(entries: Sequence[Entry], query: ListingQuery) -> list[Entry]:
+    """Directories first (whatever the order), then by the chosen key; the
+    name breaks ties so the order is total and stable across requests.
+    Directories have no size, so a size sort orders them by name."""
+    reverse = query.order == "desc"
+    key = {"size": _size_key, "mtime": _mtime_key}.get(query.sort, _name_key)
+    dir_key = _name_key if query.sort == "size" else key
+    dirs = sorted((e for e in entries if e.is_dir), key=dir_key, reverse=reverse)
+    files = sorted((e for e in entries if not e.is_dir), key=key, reverse=reverse)
+    return dirs + files
+
+
+def human_size(n: int) -> str:
+    """1023 B, 1.0 KiB, 12.3 MiB (binary units, one decimal)."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024
+        if value < 1024 or unit == "PiB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _iso(mtime: int) -> str:
+    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _shown_time(mtime: int) -> str:
+    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _href(segments: Sequence[str], slash: bool = True) -> str:
+    path = "/" + "/".join(quote(s, safe=_SAFE) for s in segments)
+    return path + "/" if slash and segments else path
+
+
+def listing_etag(body: bytes) -> str:
+    """A weak validator over the rendered bytes (RFC 9110 §8.8.3).
+
+    Weak because a listing is generated, not stored: we promise "same
+    listing", which is what a cache revalidating it needs, and we never
+    serve byte ranges of it.  Its bytes depend on the sort order and
+    format, so each of those has its own validator.
+    """
+    return 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+
+
+_CSS: Final = """\
+:root{color-scheme:light dark;--fg:#1f2328;--bg:#fff;--mute:#59636e;--line:#d1d9e0;\
+--link:#0969da;--row:#f6f8fa;--warn-bg:#fff8c5;--warn:#7d4e00}
+@media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--bg:#0d1117;--mute:#9198a1;\
+--line:#3d444d;--link:#4493f8;--row:#151b23;--warn-bg:#3b2e00;--warn:#f2cc60}}
+*{box-sizing:border-box}
+body{margin:0 auto;max-width:60rem;padding:1.5rem 1rem;font:15px/1.5 system-ui,sans-serif;\
+color:var(--fg);background:var(--bg)}
+h1{font-size:1.25rem;font-weight:600;margin:0 0 1rem;word-break:break-all}
+a{color:var(--link);text-decoration:none}a:hover{text-decoration:underline}
+nav{margin:0 0 .75rem;color:var(--mute)}nav a,nav span{margin:0 .15rem}
+table{width:100%;border-collapse:collapse}
+th,td{padding:.35rem .6rem;text-align:left;border-bottom:1px solid var(--line)}
+th{font-weight:600;color:var(--mute);white-space:nowrap}
+tbody tr:hover{background:var(--row)}
+th.name,td.name{width:100%}td.name{word-break:break-all}
+td.size,td.time,th.size{text-align:right;white-space:nowrap;color:var(--mute);\
+font-variant-numeric:tabular-nums}
+td.time,th.time{text-align:right}
+.dir a{font-weight:600}
+.notice{padding:.5rem .75rem;border-radius:6px;background:var(--warn-bg);color:var(--warn)}
+footer{margin-top:1rem;color:var(--mute);font-size:.85rem}
+"""
+
+
+def render_html(
+    segments: Sequence[str],
+    entries: Sequence[Entry],
+    query: ListingQuery,
+    *,
+    truncated: bool = False,
+    limit: int = 0,
+) -> bytes:
+    """The HTML page for the directory at ``segments`` (decoded names).
+
+    ``entries`` must already be sorted (:func:`sort_entries`).
+    """
+    esc = html.escape
+    title = "/" + "".join(s + "/" for s in segments)
+    crumbs = ['<a href="/">/</a>']
+    for i, seg in enumerate(segments):
+        href = _href(segments[: i + 1])
+        crumbs.append(f'<a href="{esc(href)}">{esc(seg)}</a><span>/</span>')
+    heads = []
+    for key, label, cls in (
+        ("name", "Name", "name"),
+        ("size", "Size", "size"),
+        ("mtime", "Modified", "time"),
+    ):
+        order = "desc" if query.sort == key and query.order == "asc" else "asc"
+        arrow = ""
+        if query.sort == key:
+            arrow = " \u2191" if query.order == "asc" else " \u2193"
+        heads.append(
+            f'<th class="{cls}"><a href="?sort={key}&amp;order={order}">{label}</a>{arrow}</th>'
+        )
+    rows = []
+    if segments:
+        rows.append(
+            '<tr class="dir"><td class="name"><a href="../">../</a></td>'
+            '<td class="size"></td><td class="time"></td></tr>'
+        )
+    for e in entries:
+        link = quote(e.name, safe=_SAFE) + ("/" if e.is_dir else "")
+        shown = esc(e.name) + ("/" if e.is_dir else "")
+        size = "\u2014" if e.is_dir else human_size(e.size)
+        size_title = "" if e.is_dir else f' title="{e.size} bytes"'
+        rows.append(
+            f'<tr class="{"dir" if e.is_dir else "file"}">'
+            f'<td class="name"><a href="{esc(link)}">{shown}</a></td>'
+            f'<td class="size"{size_title}>{size}</td>'
+            f'<td class="time"><time datetime="{_iso(e.mtime)}">{_shown_time(e.mtime)}</time></td>'
+            "</tr>"
+        )
+    notice = ""
+    if truncated:
+        notice = (
+            f'<p class="notice" role="status">Listing truncated: showing the first {limit} '
+            "entries of a larger directory.</p>\n"
+        )
+    count = f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}"
+    page = (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="color-scheme" content="light dark">\n'
+        f"<title>Index of {esc(title)}</title>\n"
+        f"<style>\n{_CSS}</style></head>\n"
+        f"<body>\n<h1>Index of {esc(title)}</h1>\n"
+        f'<nav aria-label="breadcrumb">{"".join(crumbs)}</nav>\n'
+        f"{notice}"
+        f"<table>\n<thead><tr>{''.join(heads)}</tr></thead>\n<tbody>\n"
+        + "\n".join(rows)
+        + f"\n</tbody></table>\n<footer>{count} \u00b7 times in UTC \u00b7 "
+        '<a href="?format=json">JSON</a></footer>\n</body></html>\n'
+    )
+    return page.encode("utf-8")
+
+
+def render_json(
+    segments: Sequence[str],
+    entries: Sequence[Entry],
+    *,
+    truncated: bool = False,
+) -> bytes:
+    """The JSON listing: ``{"path", "truncated", "entries": [...]}``.
+
+    Each entry has ``name``, ``type`` (``file``/``dir``), ``size`` (bytes;
+    null for directories), ``mtime`` (seconds since the epoch, UTC) and
+    ``href`` (the percent-encoded link, relative to the listing).
+    """
+    doc = {
+        "path": "/" + "".join(s + "/" for s in segments),
+        "truncated": truncated,
+        "entries": [
+            {
+                "name": e.name,
+                "type": "dir" if e.is_dir else "file",
+                "size": None if e.is_dir else e.size,
+                "mtime": e.mtime,
+                "href": quote(e.name, safe=_SAFE) + ("/" if e.is_dir else ""),
+            }
+            for e in entries
+        ],
+    }
+    # ensure_ascii: the body is pure ASCII whatever the names are.
+    return json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"

@@ -1,0 +1,86 @@
+"""Content options on the command line: parsing, defaults, one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serverio._cli import build_parser, config_from_args, main
+from serverio._config import Config
+
+
+def parse(root: Path, *args: str) -> Config:
+    return config_from_args(build_parser().parse_args([*args, "-d", str(root)]))
+
+
+def test_defaults(root: Path) -> None:
+    cfg = parse(root)
+    assert cfg.listing and cfg.listing_max_entries == 10_000
+    assert cfg.download == () and cfg.spa is None
+    assert cfg.precompressed and not cfg.digest
+    assert cfg.compress_max_size == 8 * 1024 * 1024
+    assert cfg.compress_cache_size == 64 * 1024 * 1024
+
+
+def test_all_options(root: Path) -> None:
+    cfg = parse(
+        root,
+        "--no-listing",
+        "--listing-max-entries",
+        "50",
+        "--download",
+        "*.zip",
+        "--download",
+        "releases/*",
+        "--spa",
+        "--no-precompressed",
+        "--compress-max-size",
+        "512k",
+        "--compress-cache-size",
+        "16MiB",
+        "--digest",
+    )
+    assert not cfg.listing and cfg.listing_max_entries == 50
+    assert cfg.download == ("*.zip", "releases/*") and cfg.spa == "index.html"
+    assert not cfg.precompressed and cfg.digest
+    assert cfg.compress_max_size == 512 * 1024 and cfg.compress_cache_size == 16 << 20
+
+
+@pytest.mark.parametrize(
+    ("args", "spa"),
+    [(["--spa", "app/shell.html"], "app/shell.html"), (["--spa=x.html"], "x.html"), ([], None)],
+)
+def test_spa_file(root: Path, args: list[str], spa: str | None) -> None:
+    assert parse(root, *args).spa == spa
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--listing-max-entries", "0"], "--listing-max-entries"),
+        (["--listing-max-entries", "99999999"], "absurd"),
+        (["--compress-max-size", "-1"], "--compress-max-size"),
+        (["--compress-max-size", "12XB"], "is not a size"),
+        (["--compress-cache-size", "lots"], "is not a size"),
+        (["--spa=../index.html"], "--spa"),
+        (["--spa=/etc/passwd"], "--spa"),
+        (["--spa=.hidden/index.html"], "--spa"),
+        (["--spa=a//b"], "--spa"),
+        (["--download", ""], "--download"),
+        (["--download", "/abs/*"], "--download"),
+    ],
+)
+def test_invalid_values_exit_2_one_line(
+    root: Path, args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # main() returns 2 for a ConfigError; argparse type errors exit(2) itself.
+    try:
+        code: object = main([*args, "-d", str(root)])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("serverio: error:"), err
+    assert needle in lines[0]
