@@ -14,6 +14,7 @@ is how precedence bugs survive elsewhere (see docs/architecture.md).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -454,15 +455,30 @@ def _validator_headers(
 ) -> list[tuple[bytes, bytes]]:
     # What a 304 must repeat from the 200 it stands for (§15.4.5): Date,
     # ETag, Cache-Control, Vary.
-    hs = [(b"date", _date(now))]
+    return [(b"date", _date(now)), *_validator_tail(etag, mtime, cfg.cache_control, vary)]
+
+
+@functools.lru_cache(maxsize=256)
+def _ascii(text: str) -> bytes:
+    return text.encode("ascii")
+
+
+@functools.lru_cache(maxsize=4096)
+def _validator_tail(
+    etag: str, mtime: int | None, cache_control: str | None, vary: bytes
+) -> tuple[tuple[bytes, bytes], ...]:
+    # Memoised per representation: formatting Last-Modified and encoding the
+    # validators is the same work for every request of a file that has not
+    # changed (its ETag changes when it does).  Pure, so the memo is too.
+    hs = []
     if mtime is not None:
         hs.append((b"last-modified", format_http_date(mtime).encode("ascii")))
     hs.append((b"etag", etag.encode("ascii")))
-    if cfg.cache_control is not None:
-        hs.append((b"cache-control", cfg.cache_control.encode("ascii")))
+    if cache_control is not None:
+        hs.append((b"cache-control", cache_control.encode("ascii")))
     if vary:
         hs.append((b"vary", vary))
-    return hs
+    return tuple(hs)
 
 
 def precondition_plan(
@@ -523,7 +539,7 @@ def decide_file(
     etag = coded_etag(file.etag, coding)
     hs = _validator_headers(etag, file.mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
     hs.append((b"accept-ranges", b"bytes"))
-    ctype = file.content_type.encode("ascii")
+    ctype = _ascii(file.content_type)
 
     if coding:
         size = file.size if data is None else len(data)

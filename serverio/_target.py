@@ -30,6 +30,7 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -103,11 +104,29 @@ def _unquote_segment(raw: bytes) -> str:
     return text
 
 
+_MEMO_MAX_TARGET = 256  # longer targets are parsed every time (memo stays small)
+
+
 def parse_target(method: bytes, raw: bytes, *, max_size: int = 8192) -> Target:
     """Parse ``raw`` (the request-target as received) for ``method``.
 
     Raises :class:`HTTPError` (400, 404 or 414); never touches the filesystem.
+    Results for short targets are memoised (a pure function of its inputs,
+    and :class:`Target` is immutable): a busy server sees the same few
+    paths over and over.  Errors are never memoised; the memo holds at most
+    4096 entries of at most 256 bytes, so a client cannot grow it.
     """
+    if len(raw) <= _MEMO_MAX_TARGET:
+        return _parse_target_memo(method, bytes(raw), max_size)
+    return _parse_target(method, raw, max_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_target_memo(method: bytes, raw: bytes, max_size: int) -> Target:
+    return _parse_target(method, raw, max_size)
+
+
+def _parse_target(method: bytes, raw: bytes, max_size: int) -> Target:
     if len(raw) > max_size:
         raise HTTPError(414, "request-target too long", close=True)
     if raw == b"*":
