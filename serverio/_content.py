@@ -22,8 +22,10 @@ and the thread abandoned.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
+import logging
 import os
 import stat
 import threading
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from ._blocking import run_blocking
 from ._core import Plan, RequestFacts, decide_file, decide_generated
+from ._errors import HTTPError
 from ._flight import SingleFlightCache
 from ._fsopen import RootOpener
 from ._listing import (
@@ -62,6 +65,8 @@ __all__ = [
 
 # Identity of the bytes a cached value describes: (dev, ino, size, mtime_ns)
 # of the file (or sidecar) + content coding (+ digest algorithm).
+log = logging.getLogger("serverio")
+
 CompressKey = tuple[int, int, int, int, str]
 DigestKey = tuple[int, int, int, int, str, str]
 
@@ -311,6 +316,30 @@ def list_directory(
 # ------------------------------------------------------------------ service
 
 
+def _dup(fd: int) -> OwnedFd | None:
+    try:
+        return OwnedFd(os.dup(fd))
+    except OSError:
+        # EMFILE/ENFILE: the job cannot run; its waiters fall back (identity,
+        # or no digest) instead of failing the request.
+        return None
+
+
+async def _nothing() -> bytes | None:
+    return None
+
+
+def _errno_status(exc: OSError) -> int:
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return 404
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return 403
+    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        return 503
+    log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
+    return 500
+
+
 class ContentService:
     """The server's caches and follow-up logic (one per :class:`Server`)."""
 
@@ -391,7 +420,9 @@ class ContentService:
             # The job gets its own descriptor, taken now while the
             # requester's is open: the requester may give up (and close its
             # own) while the job runs for everyone else.
-            owned = OwnedFd(os.dup(fd))
+            owned = _dup(fd)
+            if owned is None:
+                return _nothing
 
             async def job() -> bytes | None:
                 try:
@@ -430,7 +461,9 @@ class ContentService:
                     return await run_blocking(work, hash_bytes, algorithm, body)
 
                 return bytes_job
-            owned = OwnedFd(os.dup(fd))
+            owned = _dup(fd)
+            if owned is None:
+                return _nothing
 
             async def file_job() -> bytes | None:
                 try:
@@ -464,6 +497,10 @@ class ContentService:
                 cfg.hidden,
                 cfg.listing_max_entries,
             )
+        except OSError as exc:
+            # The directory went away, or we ran out of descriptors: a
+            # status, mapped in one place like every other error.
+            raise HTTPError(_errno_status(exc), "directory scan failed") from None
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
         server.stats.listings += 1

@@ -153,10 +153,13 @@ class SingleFlightCache(Generic[K, V]):
             if self._nursery is None:
                 self.stats.unavailable += 1
                 return None
+            # make_job first: if it raises, no flight exists for others to
+            # wait on forever.
+            job = make_job()
             flight = _Flight()
             self._flights[key] = flight
             self.stats.started += 1
-            self._nursery.start_soon(self._run, key, flight, make_job())
+            self._nursery.start_soon(self._run, key, flight, job)
         else:
             self.stats.joined += 1
         flight.waiters += 1
