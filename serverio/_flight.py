@@ -144,6 +144,11 @@ class SingleFlightCache(Generic[K, V]):
         (unless None) is stored.  Returns None when the job produced
         nothing: pool saturated, file changed, or no nursery (shutting
         down).  The caller then falls back.
+
+        Cancellation handling: cancelling the caller only ends its wait; the
+        job (started by it or not) keeps running for the other waiters and
+        stores its result.  If ``make_job`` raises, nothing is registered and
+        the exception propagates to this caller alone.
         """
         value = self.get(key)
         if value is not None:
