@@ -22,8 +22,10 @@ and the thread abandoned.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
+import logging
 import os
 import stat
 import threading
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from ._blocking import run_blocking
 from ._core import Plan, RequestFacts, decide_file, decide_generated
+from ._errors import HTTPError
 from ._flight import SingleFlightCache
 from ._fsopen import RootOpener
 from ._listing import (
@@ -62,6 +65,8 @@ __all__ = [
 
 # Identity of the bytes a cached value describes: (dev, ino, size, mtime_ns)
 # of the file (or sidecar) + content coding (+ digest algorithm).
+log = logging.getLogger("serverio")
+
 CompressKey = tuple[int, int, int, int, str]
 DigestKey = tuple[int, int, int, int, str, str]
 
@@ -311,6 +316,30 @@ def list_directory(
 # ------------------------------------------------------------------ service
 
 
+def _dup(fd: int) -> OwnedFd | None:
+    try:
+        return OwnedFd(os.dup(fd))
+    except OSError:
+        # EMFILE/ENFILE: the job cannot run; its waiters fall back (identity,
+        # or no digest) instead of failing the request.
+        return None
+
+
+async def _nothing() -> bytes | None:
+    return None
+
+
+def _errno_status(exc: OSError) -> int:
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return 404
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return 403
+    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        return 503
+    log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
+    return 500
+
+
 class ContentService:
     """The server's caches and follow-up logic (one per :class:`Server`)."""
 
@@ -335,51 +364,116 @@ class ContentService:
         async with self.compressed.running(), self.digests.running():
             yield
 
+    # A follow-up is done when its flag on the Prepared is cleared, so the
+    # two entry points below can hand over to each other: finish_cached()
+    # does what the caches can answer without waiting, finish() the rest.
+
+    def finish_cached(self, prepared: Prepared, req: RequestFacts, now: float) -> bool:
+        """Finish the follow-ups from the caches alone (no await, no thread).
+
+        The hot path: a compressed or digest cache hit costs a dict lookup.
+        Returns False, with the finished steps cleared, when something must
+        wait (a listing scan, a cache miss); then call :meth:`finish`.
+        """
+        if prepared.listing:
+            return False
+        if prepared.compress:
+            data = self.compressed.get(self._compress_key(prepared))
+            if data is None:
+                return False
+            self._use_compressed(prepared, req, now, data)
+        if prepared.digest:
+            if prepared.plan.status in (200, 206):
+                digest = self.digests.get(self._digest_key(prepared))
+                if digest is None:
+                    return False
+                self._use_digest(prepared, digest)
+            prepared.digest = ""
+        self._done(prepared)
+        return True
+
     async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> None:
-        """Carry out the follow-ups on ``prepared``, replacing its plan.
+        """Carry out the remaining follow-ups on ``prepared``, replacing its plan.
 
         Cancellation handling: the caller owns ``prepared`` and closes it
         if this raises (including Cancelled).  A cancelled wait on a cache
         job leaves the job running for others; a cancelled listing scan
         abandons its thread, which closes the directory descriptor.
         """
-        server = self.server
-        cfg = server.config
-        stats = server.stats
         if prepared.listing:
             prepared.plan = await self._listing(prepared, req, now)
+            prepared.listing = False
             return
-        facts = prepared.facts
-        assert facts is not None
-        data: bytes | None = None
         if prepared.compress:
-            coding = prepared.compress
-            data = await self._compressed(prepared, coding)
+            data = await self._compressed(prepared, prepared.compress)
             if data is not None:
-                stats.compressed_responses += 1
-                prepared.coding = coding
-                prepared.plan = decide_file(
-                    req, facts, cfg, now, coding=coding, data=data, vary=True, extra=prepared.extra
-                )
+                self._use_compressed(prepared, req, now, data)
             else:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
-                stats.compress_fallbacks += 1
-                prepared.plan = decide_file(req, facts, cfg, now, vary=True, extra=prepared.extra)
-        plan = prepared.plan
-        if prepared.digest and plan.status in (200, 206):
-            digest = await self._digest(prepared, data)
-            if digest is None:
-                stats.digest_omitted += 1
-            else:
-                plan.headers.append((b"repr-digest", repr_digest_field(prepared.digest, digest)))
-        if not plan.needs_file:
+                self.server.stats.compress_fallbacks += 1
+                facts = prepared.facts
+                assert facts is not None
+                prepared.plan = decide_file(
+                    req, facts, self.server.config, now, vary=True, extra=prepared.extra
+                )
+                prepared.compress = ""
+        if prepared.digest:
+            if prepared.plan.status in (200, 206):
+                digest = await self._digest(prepared)
+                if digest is None:
+                    self.server.stats.digest_omitted += 1
+                else:
+                    self._use_digest(prepared, digest)
+            prepared.digest = ""
+        self._done(prepared)
+
+    def _use_compressed(
+        self, prepared: Prepared, req: RequestFacts, now: float, data: bytes
+    ) -> None:
+        facts = prepared.facts
+        assert facts is not None
+        coding = prepared.compress
+        self.server.stats.compressed_responses += 1
+        prepared.plan = decide_file(
+            req,
+            facts,
+            self.server.config,
+            now,
+            coding=coding,
+            data=data,
+            vary=True,
+            extra=prepared.extra,
+        )
+        prepared.coding = coding
+        prepared.data = data  # the representation a digest must describe
+        prepared.compress = ""
+
+    @staticmethod
+    def _use_digest(prepared: Prepared, digest: bytes) -> None:
+        prepared.plan.headers.append((b"repr-digest", repr_digest_field(prepared.digest, digest)))
+
+    @staticmethod
+    def _done(prepared: Prepared) -> None:
+        if not prepared.plan.needs_file:
             prepared.close()  # kept open only for the follow-ups
+
+    @staticmethod
+    def _compress_key(prepared: Prepared) -> CompressKey:
+        facts = prepared.facts
+        assert facts is not None
+        return (facts.dev, facts.ino, facts.size, facts.mtime_ns, prepared.compress)
+
+    @staticmethod
+    def _digest_key(prepared: Prepared) -> DigestKey:
+        facts = prepared.facts
+        assert facts is not None
+        return (facts.dev, facts.ino, facts.size, facts.mtime_ns, prepared.coding, prepared.digest)
 
     async def _compressed(self, prepared: Prepared, coding: str) -> bytes | None:
         facts = prepared.facts
         assert facts is not None
-        key: CompressKey = (facts.dev, facts.ino, facts.size, facts.mtime_ns, coding)
+        key = self._compress_key(prepared)
         hit = self.compressed.get(key)
         if hit is not None:
             return hit  # the hot path: no thread hop, no syscall
@@ -391,7 +485,9 @@ class ContentService:
             # The job gets its own descriptor, taken now while the
             # requester's is open: the requester may give up (and close its
             # own) while the job runs for everyone else.
-            owned = OwnedFd(os.dup(fd))
+            owned = _dup(fd)
+            if owned is None:
+                return _nothing
 
             async def job() -> bytes | None:
                 try:
@@ -403,18 +499,12 @@ class ContentService:
 
         return await self.compressed.get_or_run(key, make_job)
 
-    async def _digest(self, prepared: Prepared, data: bytes | None) -> bytes | None:
+    async def _digest(self, prepared: Prepared) -> bytes | None:
         facts = prepared.facts
         assert facts is not None
         algorithm = prepared.digest
-        key: DigestKey = (
-            facts.dev,
-            facts.ino,
-            facts.size,
-            facts.mtime_ns,
-            prepared.coding,
-            algorithm,
-        )
+        data = prepared.data
+        key = self._digest_key(prepared)
         hit = self.digests.get(key)
         if hit is not None:
             return hit
@@ -430,7 +520,9 @@ class ContentService:
                     return await run_blocking(work, hash_bytes, algorithm, body)
 
                 return bytes_job
-            owned = OwnedFd(os.dup(fd))
+            owned = _dup(fd)
+            if owned is None:
+                return _nothing
 
             async def file_job() -> bytes | None:
                 try:
@@ -464,6 +556,10 @@ class ContentService:
                 cfg.hidden,
                 cfg.listing_max_entries,
             )
+        except OSError as exc:
+            # The directory went away, or we ran out of descriptors: a
+            # status, mapped in one place like every other error.
+            raise HTTPError(_errno_status(exc), "directory scan failed") from None
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
         server.stats.listings += 1

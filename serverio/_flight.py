@@ -144,6 +144,11 @@ class SingleFlightCache(Generic[K, V]):
         (unless None) is stored.  Returns None when the job produced
         nothing: pool saturated, file changed, or no nursery (shutting
         down).  The caller then falls back.
+
+        Cancellation handling: cancelling the caller only ends its wait; the
+        job (started by it or not) keeps running for the other waiters and
+        stores its result.  If ``make_job`` raises, nothing is registered and
+        the exception propagates to this caller alone.
         """
         value = self.get(key)
         if value is not None:
@@ -153,10 +158,13 @@ class SingleFlightCache(Generic[K, V]):
             if self._nursery is None:
                 self.stats.unavailable += 1
                 return None
+            # make_job first: if it raises, no flight exists for others to
+            # wait on forever.
+            job = make_job()
             flight = _Flight()
             self._flights[key] = flight
             self.stats.started += 1
-            self._nursery.start_soon(self._run, key, flight, make_job())
+            self._nursery.start_soon(self._run, key, flight, job)
         else:
             self.stats.joined += 1
         flight.waiters += 1

@@ -70,7 +70,10 @@ class Prepared:
     * ``digest``: the algorithm of a Repr-Digest for the representation
       ``plan`` serves: ``fd`` (kept open for it even when the body was read
       in the hop) holds its bytes, ``facts`` their identity and ``coding``
-      their content coding (a sidecar's, or ``""``).
+      their content coding (a sidecar's, or ``""``; after compression the
+      coding produced, with its bytes in ``data``).
+
+    Each flag is cleared when its follow-up is done.
     """
 
     plan: Plan
@@ -81,6 +84,7 @@ class Prepared:
     extra: tuple[tuple[bytes, bytes], ...] = ()
     digest: str = ""
     coding: str = ""
+    data: bytes | None = None  # compressed body, once a follow-up produced it
 
     @property
     def needs_followup(self) -> bool:

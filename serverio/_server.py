@@ -299,14 +299,71 @@ class Server:
                 return None
             prepared = maybe
         if prepared.needs_followup:
-            # Listing scans, compression, digests (serverio._content): the
-            # work pool, not the fs pool, and not this hop.
+            # Listing scans, compression, digests (serverio._content): cache
+            # hits right here; what must wait (work pool, a cache job) waits
+            # while watching the client, like the pooled hop.
             try:
-                await self.content.finish(prepared, req, now)
+                if not self.content.finish_cached(prepared, req, now):
+                    if not await self._finish_watched(prepared, req, now, conn, parser):
+                        prepared.close()
+                        self.stats.cancelled += 1
+                        return None
             except BaseException:
                 prepared.close()
                 raise
         return prepared
+
+    async def _finish_watched(
+        self,
+        prepared: Prepared,
+        req: RequestFacts,
+        now: float,
+        conn: ConnectionTask,
+        parser: h11.Connection,
+    ) -> bool:
+        """Finish the follow-ups; False if the client went away meanwhile.
+
+        Cancellation handling: if the client hangs up, the wait is
+        cancelled: a listing scan's thread is abandoned (it closes its
+        descriptor), a wait on a cache job just stops — the job carries on
+        for the other requests and fills the cache.  The caller closes
+        ``prepared``.
+        """
+        gone = False
+        error: Exception | None = None
+        limit = self.config.max_head_size
+
+        async def watch(scope: trio.CancelScope) -> None:
+            # As in _prepare_watched: read while we wait (pipelined bytes go
+            # to h11's buffer, up to one head's worth), so a hang-up is
+            # noticed now rather than when the work is done.
+            nonlocal gone
+            try:
+                while conn._fed <= limit:
+                    data = await conn.stream.receive_some(RECV_SIZE)
+                    if not data:
+                        break
+                    conn._fed += len(data)
+                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+                else:
+                    await trio.sleep_forever()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            gone = True
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, nursery.cancel_scope)
+            try:
+                await self.content.finish(prepared, req, now)
+            except Exception as exc:  # PoolSaturated and friends: re-raised below
+                error = exc
+            nursery.cancel_scope.cancel()
+        if gone:
+            return False
+        if error is not None:
+            raise error
+        return True
 
     async def _prepare_watched(
         self,

@@ -255,8 +255,8 @@ async def test_cancelled_requester_does_not_cancel_the_job(text_root: Path, gate
         first, first_scope = await connect()
         await first.send_raw(b"GET /app.js HTTP/1.1\r\nHost: t\r\n" + GZ.encode() + b"\r\n")
         await wait_until(lambda: cache.in_flight == 1 and gate.calls == 1)
-        first_scope.cancel()  # the first requester goes away
-        await wait_until(lambda: srv.stats.cancelled == 1)
+        first_scope.cancel()  # the first requester's task is cancelled
+        await wait_until(lambda: first_scope.cancelled_caught)
         assert cache.in_flight == 1
         second, _ = await connect()
         await second.send_raw(b"GET /app.js HTTP/1.1\r\nHost: t\r\n" + GZ.encode() + b"\r\n")
@@ -277,7 +277,7 @@ async def test_job_without_waiters_fills_cache_and_closes_its_fd(
         await client.send_raw(b"GET /app.js HTTP/1.1\r\nHost: t\r\n" + GZ.encode() + b"\r\n")
         await wait_until(lambda: gate.calls == 1)
         scope.cancel()
-        await wait_until(lambda: srv.stats.cancelled == 1)
+        await wait_until(lambda: scope.cancelled_caught)
         gate.event.set()
         await wait_until(lambda: len(cache) == 1 and cache.in_flight == 0)
         await wait_until(lambda: srv.work.running == 0)
@@ -609,3 +609,26 @@ async def test_real_sockets_with_fs_pool(text_root: Path) -> None:
     assert srv.stats.sendfile_responses == 1
     assert [e["name"] for e in json.loads(lst.body)["entries"]] == ["a.txt"]
     assert srv.fs.stats.submitted == 3
+
+
+async def test_client_hangup_while_waiting(text_root: Path, gate: Gate) -> None:
+    """A client that hangs up stops waiting at once: its queued listing scan
+    leaves the work queue, its wait on a compression job ends, and the job
+    still finishes and fills the cache."""
+    cfg = make_config(text_root, work_workers=1, work_queue=4)
+    async with memory_server(cfg) as (srv, connect):
+        cache = srv.content.compressed
+        gz, _ = await connect()
+        await gz.send_raw(b"GET /app.js HTTP/1.1\r\nHost: t\r\n" + GZ.encode() + b"\r\n")
+        await wait_until(lambda: gate.calls == 1)  # the one worker is busy compressing
+        lst, _ = await connect()
+        await lst.send_raw(b"GET /noindex/ HTTP/1.1\r\nHost: t\r\n\r\n")
+        await wait_until(lambda: srv.work.queued == 1)
+        await lst.stream.aclose()
+        await gz.stream.aclose()
+        await wait_until(lambda: srv.stats.cancelled == 2)
+        assert srv.work.queued == 0 and srv.work.stats.cancelled_waiting == 1
+        assert cache.in_flight == 1  # nobody waits, the job goes on
+        gate.event.set()
+        await wait_until(lambda: len(cache) == 1)
+    assert srv.stats.listings == 0 and srv.stats.completed == 0
