@@ -54,6 +54,15 @@ class _Abort(Exception):
     """The response cannot be completed; close the connection now."""
 
 
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split(trio.Cancelled)
+        return rest is None
+    return False
+
+
 def _tokens(value: bytes) -> set[bytes]:
     return {t.strip().lower() for t in value.split(b",")}
 
@@ -117,13 +126,16 @@ class ConnectionTask:
         stats = self.server.stats
         try:
             await self._serve()
-        except trio.Cancelled:
-            stats.cancelled += 1
-            raise
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             stats.resets += 1
         except _Abort:
             pass
+        except BaseException as exc:
+            # Cancellation may arrive bare or wrapped in an exception group by
+            # a nursery we were waiting in (the pooled-preparation watcher).
+            if _only_cancelled(exc):
+                stats.cancelled += 1
+            raise
         finally:
             await trio.aclose_forcefully(self.stream)
 

@@ -179,7 +179,14 @@ class Server:
         finally:
             self._conn_nursery = None
             if self._opener is not None:
-                self._opener.close()
+                if self.fs.running or self.work.running:
+                    # Abandoned threads may still call openat2() on the root
+                    # fd; closing it now could let the number be reused by an
+                    # unrelated file while they run.  Keep it open: they fail
+                    # or finish on the real root, and process exit closes it.
+                    log.warning("keeping the root directory fd open for abandoned threads")
+                else:
+                    self._opener.close()
                 self._opener = None
 
     # ------------------------------------------------------------ accept
