@@ -29,10 +29,12 @@ A second :meth:`abort` (second signal) skips to step 4 immediately.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import secrets
 import socket as _stdsocket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import h11
 import trio
@@ -49,6 +51,8 @@ from ._prepare import Prepared, prepare
 from ._stats import Stats
 
 __all__ = ["Server"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("serverio")
 
@@ -336,41 +340,10 @@ class Server:
         for the other requests and fills the cache.  The caller closes
         ``prepared``.
         """
-        gone = False
-        error: Exception | None = None
-        limit = self.config.max_head_size
-
-        async def watch(scope: trio.CancelScope) -> None:
-            # As in _prepare_watched: read while we wait (pipelined bytes go
-            # to h11's buffer, up to one head's worth), so a hang-up is
-            # noticed now rather than when the work is done.
-            nonlocal gone
-            try:
-                while conn._fed <= limit:
-                    data = await conn.stream.receive_some(RECV_SIZE)
-                    if not data:
-                        break
-                    conn._fed += len(data)
-                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
-                else:
-                    await trio.sleep_forever()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            gone = True
-            scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch, nursery.cancel_scope)
-            try:
-                await self.content.finish(prepared, req, now)
-            except Exception as exc:  # PoolSaturated and friends: re-raised below
-                error = exc
-            nursery.cancel_scope.cancel()
-        if gone:
-            return False
-        if error is not None:
-            raise error
-        return True
+        gone, _ = await self._while_watching(
+            conn, parser, functools.partial(self.content.finish, prepared, req, now)
+        )
+        return not gone
 
     async def _prepare_watched(
         self,
@@ -380,15 +353,49 @@ class Server:
         parser: h11.Connection,
         boundary: str,
     ) -> Prepared | None:
-        result: Prepared | None = None
+        # If the watcher sees the client leave, run_blocking abandons the
+        # thread and its result goes to the late-close path.
+        work = functools.partial(
+            run_blocking,
+            self.fs,
+            prepare,
+            req,
+            self.config,
+            self.opener,
+            now,
+            boundary,
+            late_close=Prepared.close,
+        )
+        gone, result = await self._while_watching(conn, parser, work)
+        if gone:
+            if result is not None:
+                result.close()
+            self.stats.cancelled += 1
+            return None
+        return result
+
+    async def _while_watching(
+        self, conn: ConnectionTask, parser: h11.Connection, work: Callable[[], Awaitable[T]]
+    ) -> tuple[bool, T | None]:
+        """Await ``work()`` while watching the client; ``(gone, result)``.
+
+        One helper task (the watcher) reads the socket while this task
+        waits, so a client that hangs up is noticed now, not when the work
+        is done.  Pipelined bytes go to h11's buffer; past one head's worth
+        the watcher stops reading (backpressure).  It never writes.
+
+        Cancellation handling: when the client goes away the watcher
+        cancels the nursery, which cancels ``work()``; we return
+        ``(True, result-if-any)`` and the caller disposes of the result.
+        Exceptions from ``work()`` (such as PoolSaturated) are re-raised
+        only if the client is still there.
+        """
+        result: T | None = None
         error: Exception | None = None
         gone = False
         limit = self.config.max_head_size
 
         async def watch(scope: trio.CancelScope) -> None:
-            # Read while we wait, so a client that hangs up is noticed now,
-            # not when the filesystem answers.  Pipelined bytes go to h11's
-            # buffer; past one head's worth we stop reading (backpressure).
             nonlocal gone
             try:
                 while conn._fed <= limit:
@@ -404,33 +411,18 @@ class Server:
             gone = True
             scope.cancel()
 
-        # One helper task (the watcher); this task waits for the thread.  If
-        # the watcher cancels the nursery, run_blocking abandons the thread
-        # and its result goes to the late-close path.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch, nursery.cancel_scope)
             try:
-                result = await run_blocking(
-                    self.fs,
-                    prepare,
-                    req,
-                    self.config,
-                    self.opener,
-                    now,
-                    boundary,
-                    late_close=Prepared.close,
-                )
+                result = await work()
             except Exception as exc:  # PoolSaturated and friends: re-raised below
                 error = exc
             nursery.cancel_scope.cancel()
         if gone:
-            if result is not None:
-                result.close()
-            self.stats.cancelled += 1
-            return None
+            return True, result
         if error is not None:
             raise error
-        return result
+        return False, result
 
 
 async def _bind(host: str, port: int) -> trio.SocketListener:
