@@ -133,9 +133,7 @@ async def test_tls_hello_to_plaintext_port_gets_400(root: Path) -> None:
     assert srv.stats.client_errors == 1
 
 
-async def test_handshake_bounded_by_head_timeout(
-    root: Path, cert_files: tuple[Path, Path]
-) -> None:
+async def test_handshake_bounded_by_head_timeout(root: Path, cert_files: tuple[Path, Path]) -> None:
     certfile, keyfile = cert_files
     cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile), head_timeout=0.3)
     async with running_server(cfg) as (srv, port):
