@@ -1,8 +1,10 @@
 """Access log lines: common, combined and JSON.
 
 Never logs request bodies or raw header bytes; every value that came from the
-client is escaped so it cannot forge a log line (control characters, quotes
-and backslashes become ``\\xNN`` escapes).
+client is escaped so it cannot forge a log line: in ``common`` and
+``combined``, control characters, non-ASCII bytes, quotes and backslashes
+become ``\\xNN`` escapes; ``json`` uses JSON's own ``\\uNNNN`` escapes
+(lossless).  The request id is the client's ``X-Request-Id``, if any.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 
 def _escape(value: str) -> str:
-    if value.isprintable() and '"' not in value and "\\" not in value:
+    # Values are latin-1 decodings of the wire bytes, so every non-printable
+    # or non-ASCII character becomes \xNN: the exact byte the client sent,
+    # and a line that cannot be split, recoloured or mis-decoded by a viewer.
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
         return value
     out = []
     for ch in value:
         o = ord(ch)
-        if o < 0x20 or o == 0x7F or ch in '"\\' or not ch.isprintable():
+        if o < 0x20 or o >= 0x7F or ch in '"\\':
             out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
         else:
             out.append(ch)

@@ -185,6 +185,10 @@ def _validate_operations(c: Config) -> None:
         host, port = parse_host_port(c.admin_bind, "--admin-bind")
         if port != 0 and port == c.port and not c.fds and _same_host(host, c.host):
             raise ConfigError("--admin-bind must not be the public address (use another port)")
+    if c.access_log_file is not None:
+        parent = os.path.dirname(os.path.abspath(c.access_log_file))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"--access-log-file: directory {parent!r} does not exist")
     if c.log_level not in LOG_LEVELS:
         levels = ", ".join(LOG_LEVELS)
         raise ConfigError(f"--log-level must be one of {levels}, got {c.log_level!r}")

@@ -57,7 +57,11 @@ async def run_server(
     try:
         server = Server(cfg, listeners=listeners, ssl_context=ssl_context)
     except OSError as exc:  # the access log file cannot be opened
-        print(f"serverio: error: {exc}", file=sys.stderr)
+        reason = exc.strerror or str(exc)
+        print(
+            f"serverio: error: cannot open --access-log-file {cfg.access_log_file}: {reason}",
+            file=sys.stderr,
+        )
         return 2
     try:
         await server.open_listeners()
