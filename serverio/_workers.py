@@ -140,7 +140,7 @@ class _Supervisor:
         self.crashes: list[float] = []
         self.retired: list[Snapshot] = []  # counters of processes that ended
         self.started = False  # every worker was ready once
-        self._done = trio.Event()
+        self.stopped = trio.Event()  # set once by stop()
 
     async def run(self) -> int:
         cfg = self.cfg
@@ -200,6 +200,7 @@ class _Supervisor:
     def stop(self) -> None:
         if not self.stopping:
             self.stopping = True
+            self.stopped.set()
             self._send_all(signal.SIGTERM)
             for slot in self.slots:
                 slot.ready_event.set()  # nobody waits for a start any more
@@ -245,8 +246,7 @@ class _Supervisor:
             )
             slot.restarts += 1
             with trio.move_on_after(delay):
-                while not self.stopping:  # noqa: ASYNC110 - woken by the deadline or a stop
-                    await trio.sleep(0.05)
+                await self.stopped.wait()
 
     async def _run_once(self, slot: _Slot) -> int:
         cfg = self.cfg
@@ -300,8 +300,7 @@ class _Supervisor:
     async def _kill_late(self, proc: trio.Process) -> None:
         # Workers drain within --shutdown-timeout; one that does not (wedged
         # beyond trio's reach) is killed so that the supervisor can exit.
-        while not self.stopping:  # noqa: ASYNC110 - a flag, polled cheaply
-            await trio.sleep(0.1)
+        await self.stopped.wait()
         await trio.sleep(self.cfg.shutdown_timeout + _KILL_GRACE)
         if proc.returncode is None:
             log.error("worker pid %d did not stop in time; killing it", proc.pid)

@@ -149,3 +149,30 @@ def test_print_config_escapes_strings(tmp_path: Path) -> None:
     args = parser.parse_args(["--cache-control", 'a"b\\c\x7f'])
     printed = tomllib.loads(dump(parser, args))
     assert printed["cache-control"] == 'a"b\\c\x7f'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9100", ("127.0.0.1", 9100)),
+        ("[::1]:9100", ("::1", 9100)),
+        ("localhost:0", ("localhost", 0)),
+    ],
+)
+def test_admin_bind_parsing(text: str, expected: tuple[str, int]) -> None:
+    from serverio._config import parse_host_port
+
+    assert parse_host_port(text, "--admin-bind") == expected
+
+
+@pytest.mark.parametrize("text", ["9100", "::1:9100", "host:", ":9100", "h:70000", "h:x"])
+def test_admin_bind_invalid(root: Path, text: str) -> None:
+    r = run_cli("-d", str(root), "--admin-bind", text)
+    assert r.returncode == 2 and "--admin-bind must be HOST:PORT" in r.stderr
+
+
+def test_admin_bind_never_the_public_address(root: Path) -> None:
+    r = run_cli("9100", "-d", str(root), "--admin-bind", "127.0.0.1:9100")
+    assert r.returncode == 2 and "must not be the public address" in r.stderr
+    r = run_cli("9100", "-b", "0.0.0.0", "-d", str(root), "--admin-bind", "127.0.0.1:9100")
+    assert r.returncode == 2 and "must not be the public address" in r.stderr

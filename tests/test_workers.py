@@ -237,3 +237,25 @@ def test_workers_port_in_use_exit_2(root: Path) -> None:
     assert r.stderr.splitlines() == [
         f"serverio: error: cannot listen on 127.0.0.1 port {port}: Address already in use"
     ]
+
+
+def test_workers_exit_when_the_supervisor_is_killed(root: Path) -> None:
+    """SIGKILL leaves no chance to forward anything: the workers notice EOF
+    on the pipe the supervisor held and drain on their own."""
+    with workers(root) as w:
+        poll(lambda: len(worker_pids(w.admin)) == 2)
+        pids = worker_pids(w.admin)
+        w.proc.kill()
+        w.proc.communicate(timeout=30)
+
+        def gone() -> bool:
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            return False
+                except FileNotFoundError:
+                    pass
+            return True
+
+        poll(gone)
