@@ -87,6 +87,8 @@ def _sample(action: argparse.Action) -> object:
         value = 3
     elif action.type is None:
         value = "x"
+    elif isinstance(action.default, int | float | str) and not isinstance(action.default, bool):
+        value = action.default  # a converter of its own (seconds, sizes): its default parses
     else:
         value = 1.5
     if isinstance(action, argparse._AppendAction):
