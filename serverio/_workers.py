@@ -138,7 +138,8 @@ class _Supervisor:
         self.signals = 0
         self.exit_code = 0
         self.crashes: list[float] = []
-        self.retired: list[Snapshot] = []  # counters of processes that ended
+        # Counters of processes that ended, folded into one snapshot.
+        self.retired: Snapshot = merge([])
         self.started = False  # every worker was ready once
         self.stopped = trio.Event()  # set once by stop()
 
@@ -279,7 +280,7 @@ class _Supervisor:
         await proc.stdout.aclose()
         slot.ready = False
         if slot.last is not None:
-            self.retired.append(counters_only(slot.last))
+            self.retired = merge([self.retired, counters_only(slot.last)])
             slot.last = None
         if not self.started or self.stopping:
             slot.ready_event.set()  # a failed start must not block _announce
@@ -339,7 +340,7 @@ class _Supervisor:
             snap = await self._scrape(slot)
             if snap is not None:
                 snaps.append((slot, snap))
-        total = merge([*self.retired, *(s for _, s in snaps)])
+        total = merge([self.retired, *(s for _, s in snaps)])
         extra = [
             *family(
                 "serverio_workers",

@@ -47,11 +47,18 @@ async def tls_connect(port: int, ctx: ssl.SSLContext) -> HTTPClient:
     return HTTPClient(stream)
 
 
+@pytest.mark.parametrize("fs_workers", [0, 2])
 async def test_https_get_alpn_and_buffered_bodies(
-    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path]
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path], fs_workers: int
 ) -> None:
     certfile, keyfile = cert_files
-    cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile))
+    cfg = make_config(
+        root,
+        certfile=str(certfile),
+        keyfile=str(keyfile),
+        fs_workers=fs_workers,
+        fs_queue=4 if fs_workers else 0,
+    )
     big = (root / "big.bin").read_bytes()
     async with running_server(cfg) as (srv, port):
         ctx = client_context(ca)
