@@ -1,8 +1,10 @@
 """Access log lines: common, combined and JSON.
 
 Never logs request bodies or raw header bytes; every value that came from the
-client is escaped so it cannot forge a log line (control characters, quotes
-and backslashes become ``\\xNN`` escapes).
+client is escaped so it cannot forge a log line: in ``common`` and
+``combined``, control characters, non-ASCII bytes, quotes and backslashes
+become ``\\xNN`` escapes; ``json`` uses JSON's own ``\\uNNNN`` escapes
+(lossless).  The request id is the client's ``X-Request-Id``, if any.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 
 def _escape(value: str) -> str:
-    if value.isprintable() and '"' not in value and "\\" not in value:
+    # Values are latin-1 decodings of the wire bytes, so every non-printable
+    # or non-ASCII character becomes \xNN: the exact byte the client sent,
+    # and a line that cannot be split, recoloured or mis-decoded by a viewer.
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
         return value
     out = []
     for ch in value:
         o = ord(ch)
-        if o < 0x20 or o == 0x7F or ch in '"\\' or not ch.isprintable():
+        if o < 0x20 or o >= 0x7F or ch in '"\\':
             out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
         else:
             out.append(ch)
@@ -50,14 +55,51 @@ class AccessLog:
 
     The timestamp string is memoised per second.  ``fmt`` is one of
     ``common``, ``combined``, ``json``; ``off`` makes :meth:`write` a no-op.
+
+    ``path`` (``--access-log-file``): append to that file instead of
+    ``stream``; :meth:`reopen` (SIGHUP) reopens it by name, so logrotate can
+    move the old file away first.  Several ``--workers`` processes may share
+    one file: it is opened with O_APPEND and every line is written by a
+    single ``write`` (line buffering), so lines do not interleave.
     """
 
-    def __init__(self, fmt: str, stream: TextIO | None = None) -> None:
+    def __init__(self, fmt: str, stream: TextIO | None = None, *, path: str | None = None) -> None:
         self.fmt = fmt
+        self.path = path
+        self.enabled = fmt != "off"
+        if path is not None and self.enabled:
+            stream = self._open(path)
         self.stream = stream if stream is not None else sys.stderr
         self._sec = -1
         self._stamp = ""
-        self.enabled = fmt != "off"
+
+    @staticmethod
+    def _open(path: str) -> TextIO:
+        return open(path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")
+
+    def reopen(self) -> None:
+        """Reopen ``path`` (after logrotate moved it).  No-op without a path.
+
+        If the new file cannot be opened, keep writing to the old one and
+        say so on stderr: losing the log silently is worse than a stale name.
+        """
+        if self.path is None or self.fmt == "off":
+            return
+        try:
+            new = self._open(self.path)
+        except OSError as exc:
+            print(f"serverio: error: cannot reopen access log: {exc}", file=sys.stderr)
+            return
+        old, self.stream = self.stream, new
+        self.enabled = True
+        try:
+            old.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self.path is not None and self.stream is not sys.stderr:
+            self.stream.close()
 
     def _clf_time(self, now: float) -> str:
         sec = int(now)

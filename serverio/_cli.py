@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 import trio
 
-from ._config import ACCESS_LOG_FORMATS, Config
+from ._activation import systemd_fds
+from ._config import ACCESS_LOG_FORMATS, LOG_LEVELS, Config
 from ._errors import ConfigError
-from ._server import Server
+from ._run import run_server
+from ._tls import make_ssl_context
+from ._tomlconfig import dump, parse_with_config
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -194,7 +197,62 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--access-log", choices=ACCESS_LOG_FORMATS, default=_D.access_log)
     o.add_argument("-q", "--quiet", action="store_true", help="no access log")
+    o.add_argument(
+        "--access-log-file",
+        metavar="PATH",
+        default=None,
+        help="append the access log to PATH (reopened on SIGHUP) instead of stderr",
+    )
+    o.add_argument("--log-level", choices=LOG_LEVELS, default=_D.log_level, help="error log level")
+    _add_operations(p)
     return p
+
+
+def _add_operations(p: argparse.ArgumentParser) -> None:
+    """Options of docs/cli.md "Operations options" (TLS, processes, admin, config)."""
+    t = p.add_argument_group("TLS")
+    t.add_argument("--certfile", metavar="PATH", default=None, help="PEM certificate chain")
+    t.add_argument("--keyfile", metavar="PATH", default=None, help="PEM private key")
+    t.add_argument(
+        "--keyfile-password-env",
+        metavar="NAME",
+        default=None,
+        help="environment variable holding the key's password (never pass it in argv)",
+    )
+    g = p.add_argument_group("deployment")
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=_D.workers,
+        metavar="N",
+        help="processes, each with its own SO_REUSEPORT listener (default 1)",
+    )
+    g.add_argument(
+        "--fd",
+        type=int,
+        action="append",
+        metavar="N",
+        help="serve on inherited listening socket N instead of binding (repeatable); "
+        "systemd's LISTEN_FDS is used automatically",
+    )
+    g.add_argument(
+        "--admin-bind",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve GET /metrics and /healthz there (off by default; never the public port)",
+    )
+    c = p.add_argument_group("configuration file")
+    c.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="TOML file: each option as a key (max-connections = 100); the command line wins",
+    )
+    c.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration as TOML and exit",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -235,55 +293,39 @@ def config_from_args(args: argparse.Namespace) -> Config:
         digest=args.digest,
         access_log="off" if args.quiet else args.access_log,
         quiet=args.quiet,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
+        keyfile_password_env=args.keyfile_password_env,
+        workers=args.workers,
+        fds=tuple(args.fd or ()),
+        admin_bind=args.admin_bind,
+        access_log_file=args.access_log_file,
+        log_level=args.log_level,
     ).validate()
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-async def _amain(cfg: Config) -> int:
-    server = Server(cfg)
-    try:
-        await server.open_listeners()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        print(
-            f"serverio: error: cannot listen on {cfg.host} port {cfg.port}: {reason}",
-            file=sys.stderr,
-        )
-        return 2
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def run(task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
-                await server.serve(task_status=task_status)
-                nursery.cancel_scope.cancel()
-
-            await nursery.start(run)
-            host, port = server.addresses()[0]
-            print(f"Serving {cfg.root} at http://{_url_host(host)}:{port}/", flush=True)
-            count = 0
-            async for _ in signals:
-                count += 1
-                if count == 1:
-                    server.shutdown()
-                else:
-                    server.abort()
-    print(f"serverio: stopped: {server.stats.summary()}", file=sys.stderr, flush=True)
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        args = parse_with_config(parser, argv)
+        if not args.fd and not args.print_config:
+            # systemd socket activation (consumes LISTEN_FDS/LISTEN_PID).
+            args.fd = systemd_fds() or None
         cfg = config_from_args(args)
+        if args.print_config:
+            sys.stdout.write(dump(parser, args))
+            return 0
+        ssl_context = make_ssl_context(cfg)
     except ConfigError as exc:
         print(f"serverio: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="serverio: %(levelname)s: %(message)s")
-    return trio.run(_amain, cfg)
+    logging.basicConfig(level=cfg.log_level.upper(), format="serverio: %(levelname)s: %(message)s")
+    if cfg.workers > 1:
+        from ._workers import supervise
+
+        return supervise(cfg)
+    return trio.run(functools.partial(run_server, cfg, ssl_context=ssl_context))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from ._errors import ConfigError
 
-__all__ = ["ACCESS_LOG_FORMATS", "Config"]
+__all__ = ["ACCESS_LOG_FORMATS", "LOG_LEVELS", "Config", "parse_host_port"]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -24,6 +25,7 @@ _MAX_WORKERS = 1024
 _MAX_QUEUE = 65536
 _MAX_LISTING_ENTRIES = 1_000_000
 _MiB = 1024 * 1024
+_MAX_PROCESSES = 256  # --workers: processes, each with its own pools and fds
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,16 @@ class Config:
     # Output.
     access_log: str = "common"
     quiet: bool = False
+
+    # Operations (docs/cli.md "Operations options").
+    certfile: str | None = None
+    keyfile: str | None = None
+    keyfile_password_env: str | None = None  # the NAME of a variable, never the password
+    workers: int = 1  # processes, each with its own SO_REUSEPORT listener
+    fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
+    admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
+    access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
+    log_level: str = "info"
 
     # Derived, filled by validate(): the absolute real path of the root.
     root: str = field(default="", compare=False)
@@ -139,10 +151,66 @@ class Config:
                 raise ConfigError(f"--index {name!r} must be a plain file name")
         if self.cache_control is not None and not _is_field_value(self.cache_control):
             raise ConfigError("--cache-control must be a printable ASCII header value")
+        _validate_operations(self)
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)
         return dataclasses.replace(self, root=root)
+
+
+def _validate_operations(c: Config) -> None:
+    if c.keyfile is not None and c.certfile is None:
+        raise ConfigError("--keyfile needs --certfile")
+    if c.keyfile_password_env is not None:
+        if c.certfile is None:
+            raise ConfigError("--keyfile-password-env needs --certfile")
+        if c.keyfile_password_env not in os.environ:
+            raise ConfigError(
+                f"--keyfile-password-env: variable {c.keyfile_password_env!r} is not set"
+            )
+    for name in ("certfile", "keyfile"):
+        path = getattr(c, name)
+        if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            raise ConfigError(f"--{name} {path!r} is not a readable file")
+    if not isinstance(c.workers, int) or not 1 <= c.workers <= _MAX_PROCESSES:
+        raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {c.workers!r}")
+    for fd in c.fds:
+        if not isinstance(fd, int) or fd < 0:
+            raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
+    if c.fds and c.workers > 1:
+        # One inherited socket shared by N processes is exactly the unbalanced
+        # set-up --workers exists to avoid (see docs/deployment.md).
+        raise ConfigError("--workers > 1 cannot serve inherited sockets (--fd / LISTEN_FDS)")
+    if c.admin_bind is not None:
+        host, port = parse_host_port(c.admin_bind, "--admin-bind")
+        if port != 0 and port == c.port and not c.fds and _same_host(host, c.host):
+            raise ConfigError("--admin-bind must not be the public address (use another port)")
+    if c.access_log_file is not None:
+        parent = os.path.dirname(os.path.abspath(c.access_log_file))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"--access-log-file: directory {parent!r} does not exist")
+    if c.log_level not in LOG_LEVELS:
+        levels = ", ".join(LOG_LEVELS)
+        raise ConfigError(f"--log-level must be one of {levels}, got {c.log_level!r}")
+
+
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def _same_host(a: str, b: str) -> bool:
+    return a == b or a in _WILDCARDS or b in _WILDCARDS
+
+
+def parse_host_port(text: str, option: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); ConfigError otherwise."""
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        sep = ""  # an unbracketed IPv6 literal: ambiguous
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"{option} must be HOST:PORT (IPv6 as [ADDR]:PORT), got {text!r}")
+    return host, int(port_text)
 
 
 def _opt(name: str) -> str:

@@ -125,6 +125,8 @@ class ConnectionTask:
     async def run(self) -> None:
         stats = self.server.stats
         try:
+            if isinstance(self.stream, trio.SSLStream) and not await self._handshake():
+                return
             await self._serve()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             stats.resets += 1
@@ -138,6 +140,32 @@ class ConnectionTask:
             raise
         finally:
             await trio.aclose_forcefully(self.stream)
+
+    async def _handshake(self) -> bool:
+        """TLS handshake under the head deadline; False: close quietly.
+
+        It is the read scope while it runs, so a drain closes a connection
+        still in its handshake at once, like an idle one.
+        """
+        server = self.server
+        assert isinstance(self.stream, trio.SSLStream)
+        with trio.CancelScope(deadline=trio.current_time() + server.config.head_timeout) as scope:
+            self.read_scope = scope
+            if server.draining:
+                scope.cancel()
+            try:
+                await self.stream.do_handshake()
+            except trio.BrokenResourceError:
+                # Not TLS (a plain HTTP request), a version or cipher
+                # mismatch, or the peer went away mid-hello.
+                server.stats.tls_handshake_failures += 1
+                return False
+        self.read_scope = None
+        if scope.cancelled_caught:
+            if not server.draining:
+                server.stats.timeouts_head += 1
+            return False
+        return True
 
     # ------------------------------------------------------------ reading
 
@@ -245,8 +273,11 @@ class ConnectionTask:
         server.stats.timeouts_head += 1
         raise HTTPError(408, "request head timeout", close=True)
 
-    def _facts(self, event: h11.Request) -> tuple[RequestFacts, bool, str | None, str | None]:
-        """Request facts, whether it is an HTTP/1.0 keep-alive, user agent, referer."""
+    def _facts(
+        self, event: h11.Request
+    ) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
+        """Request facts, whether it is an HTTP/1.0 keep-alive, user agent,
+        referer, request id (X-Request-Id, for the access log only)."""
         version = event.http_version
         if version != b"1.1" and version != b"1.0":
             raise HTTPError(505, "unsupported HTTP version", close=True)
@@ -255,7 +286,7 @@ class ConnectionTask:
         )
         if_match = if_none_match = ims = ius = rng = if_range = None
         accept = accept_encoding = want_digest = None
-        ua = referer = None
+        ua = referer = request_id = None
         connection: bytes | None = None
         has_body = False
         chunked = False
@@ -301,6 +332,8 @@ class ConnectionTask:
                 ua = value.decode("latin-1")
             elif name == b"referer":
                 referer = value.decode("latin-1")
+            elif name == b"x-request-id":
+                request_id = value.decode("latin-1")
         if chunked:
             if has_body or any(n == b"content-length" for n, _ in event.headers):
                 # RFC 9112 §6.1: both framings at once is how requests get
@@ -329,7 +362,7 @@ class ConnectionTask:
             accept_encoding=accept_encoding,
             want_repr_digest=want_digest,
         )
-        return facts, ka10, ua, referer
+        return facts, ka10, ua, referer, request_id
 
     # ------------------------------------------------------------ serving
 
@@ -354,11 +387,11 @@ class ConnectionTask:
             head = event.method == b"HEAD"
             prepared: Prepared | None = None
             ka10 = False
-            ua = referer = None
+            ua = referer = request_id = None
             keep = False
             try:
                 try:
-                    req, ka10, ua, referer = self._facts(event)
+                    req, ka10, ua, referer, request_id = self._facts(event)
                     keep = req.keep_alive and requests < cfg.max_requests
                     plan = route(req, cfg, now)
                     if plan is None:
@@ -377,6 +410,7 @@ class ConnectionTask:
                     prepared.close()
                 self.in_flight = False
             stats.completed += 1
+            server.response_times.observe(trio.current_time() - started)
             status = plan.status
             if status >= 500:
                 stats.server_errors += 1
@@ -394,6 +428,7 @@ class ConnectionTask:
                         duration=trio.current_time() - started,
                         user_agent=ua,
                         referer=referer,
+                        request_id=request_id,
                     ),
                     now,
                 )

@@ -33,6 +33,7 @@ import functools
 import logging
 import secrets
 import socket as _stdsocket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -40,6 +41,7 @@ import h11
 import trio
 
 from ._accesslog import AccessLog
+from ._activation import listeners_from_fds
 from ._blocking import Pool, run_blocking
 from ._config import Config
 from ._connection import RECV_SIZE, ConnectionTask
@@ -47,8 +49,10 @@ from ._content import ContentService
 from ._core import RequestFacts
 from ._errors import reason_phrase
 from ._fsopen import RootOpener
+from ._metrics import Histogram
 from ._prepare import Prepared, prepare
 from ._stats import Stats
+from ._tls import make_ssl_context
 
 __all__ = ["Server"]
 
@@ -89,10 +93,17 @@ class Server:
         *,
         listeners: Sequence[trio.SocketListener] | None = None,
         access_log: AccessLog | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config if config.root else config.validate()
         self.stats = Stats()
-        self.access_log = access_log or AccessLog("off" if config.quiet else config.access_log)
+        self.response_times = Histogram()
+        # TLS when --certfile is set (the CLI builds the context first, so
+        # a bad certificate is a one-line start-up error, not a traceback).
+        self.ssl_context = ssl_context or make_ssl_context(self.config)
+        self.access_log = access_log or AccessLog(
+            "off" if config.quiet else config.access_log, path=self.config.access_log_file
+        )
         self.fs = Pool("fs", self.config.fs_workers, self.config.fs_queue)
         self.work = Pool("work", self.config.work_workers, self.config.work_queue)
         self.listeners: list[trio.SocketListener] = list(listeners or [])
@@ -136,8 +147,14 @@ class Server:
             self._conn_nursery.cancel_scope.cancel()
 
     async def open_listeners(self) -> None:
-        """Bind the configured address (unless listeners were given)."""
+        """Bind the configured address (unless listeners were given).
+
+        With ``--fd`` the inherited sockets are used instead of binding.
+        """
         if self.listeners:
+            return
+        if self.config.fds:
+            self.listeners = listeners_from_fds(self.config.fds)
             return
         self.listeners = [await _bind(self.config.host, self.config.port)]
 
@@ -237,13 +254,18 @@ class Server:
                     self.stats.accepted += 1
                     if len(self.connections) >= max_conns:
                         self.stats.rejected += 1
-                        if self._rejectors >= _MAX_REJECTORS:
+                        if self._rejectors >= _MAX_REJECTORS or self.ssl_context is not None:
+                            # (A plaintext 503 means nothing to a TLS client,
+                            # and a handshake is the work we are shedding.)
                             stream.socket.close()
                         else:
                             self._rejectors += 1
                             conns.start_soon(self._reject, stream)
                         continue
-                    conn = ConnectionTask(self, stream)
+                    if self.ssl_context is not None:
+                        conn = self._tls_connection(stream)
+                    else:
+                        conn = ConnectionTask(self, stream)
                     self.connections.add(conn)
                     conns.start_soon(self._run_connection, conn)
                 else:
@@ -253,6 +275,24 @@ class Server:
                 await trio.lowlevel.wait_readable(raw)
         finally:
             raw.detach()
+
+    def _tls_connection(self, stream: trio.SocketStream) -> ConnectionTask:
+        """Wrap in TLS; the handshake happens in the connection task, under
+        the head deadline, and ConnectionTask takes the buffered path for any
+        stream that is not a plain SocketStream."""
+        assert self.ssl_context is not None
+        client = "-"
+        try:
+            # Eager here (the lazy lookup needs a plain socket): next to a
+            # TLS handshake one getpeername() is noise.
+            peer = stream.socket.getpeername()
+        except OSError:
+            pass
+        else:
+            if isinstance(peer, tuple) and peer:
+                client = str(peer[0])
+        tls = trio.SSLStream(stream, self.ssl_context, server_side=True, https_compatible=True)
+        return ConnectionTask(self, tls, client)
 
     async def _run_connection(self, conn: ConnectionTask) -> None:
         try:
@@ -425,8 +465,13 @@ class Server:
         return False, result
 
 
-async def _bind(host: str, port: int) -> trio.SocketListener:
-    """Bind one listening socket (IPv4 or IPv6 literal, or a host name)."""
+async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.SocketListener:
+    """Bind one listening socket (IPv4 or IPv6 literal, or a host name).
+
+    ``reuse_port``: SO_REUSEPORT, so that each ``--workers`` process has its
+    own listening socket on the same port and the kernel balances between
+    them.
+    """
     infos = await trio.socket.getaddrinfo(
         host, port, type=_stdsocket.SOCK_STREAM, flags=_stdsocket.AI_PASSIVE
     )
@@ -436,6 +481,8 @@ async def _bind(host: str, port: int) -> trio.SocketListener:
     sock = trio.socket.socket(family, type_, proto)
     try:
         sock.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_REUSEPORT, 1)
         if family == _stdsocket.AF_INET6:
             # Like http.server: "::" also accepts IPv4 (dual stack).
             sock.setsockopt(_stdsocket.IPPROTO_IPV6, _stdsocket.IPV6_V6ONLY, 0)

@@ -30,6 +30,8 @@ class Stats:
     compressed_responses: int = 0  # bodies compressed on the fly (cache hit or fresh)
     compress_fallbacks: int = 0  # identity served: work pool saturated or file changed
     digest_omitted: int = 0  # Repr-Digest left out: work pool saturated or file changed
+    # Operations.
+    tls_handshake_failures: int = 0  # TLS hello never completed (plain HTTP, bad client)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

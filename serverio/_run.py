@@ -1,0 +1,146 @@
+"""One serving process: listeners, signals, the admin endpoint, the log file.
+
+Used by the CLI for a single process and by each ``--workers`` process
+(:mod:`serverio._workers`), which adds its own tasks (a metrics socket for
+the supervisor, a watch on the supervisor's pipe).
+
+Signals: the first SIGINT/SIGTERM starts the graceful drain, a second one
+aborts; SIGHUP reopens ``--access-log-file`` (logrotate's ``postrotate``).
+"""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+
+from ._admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
+from ._config import Config
+from ._errors import ConfigError
+from ._metrics import render, snapshot
+from ._server import Server
+
+__all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
+
+# A task started next to the server: gets the server and a "started" hook.
+ExtraTask = Callable[[Server], Awaitable[None]]
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _listen_error(cfg: Config, exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"serverio: error: cannot listen on {cfg.host} port {cfg.port}: {reason}"
+
+
+async def run_server(
+    cfg: Config,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    listeners: Sequence[trio.SocketListener] | None = None,
+    announce: bool = True,
+    admin: bool = True,
+    extra: Sequence[ExtraTask] = (),
+    on_ready: Callable[[Server], None] | None = None,
+) -> int:
+    """Serve until SIGINT/SIGTERM (or an extra task's shutdown); exit status.
+
+    Cancellation handling: this is a process's main task; on a second signal
+    the server aborts (connections cut, stuck pool threads abandoned) and the
+    function still returns normally after printing the summary.
+    """
+    try:
+        server = Server(cfg, listeners=listeners, ssl_context=ssl_context)
+    except OSError as exc:  # the access log file cannot be opened
+        reason = exc.strerror or str(exc)
+        print(
+            f"serverio: error: cannot open --access-log-file {cfg.access_log_file}: {reason}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        await server.open_listeners()
+        admin_listener = (
+            await open_admin_listener(cfg.admin_bind) if admin and cfg.admin_bind else None
+        )
+    except ConfigError as exc:
+        print(f"serverio: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if server.listeners:
+            print(
+                f"serverio: error: cannot listen on --admin-bind {cfg.admin_bind}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+        else:
+            print(_listen_error(cfg, exc), file=sys.stderr)
+        return 2
+    stopping = False
+    admin_handler = make_admin_handler(server, lambda: stopping)
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def run(task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+                await server.serve(task_status=task_status)
+                nursery.cancel_scope.cancel()
+
+            await nursery.start(run)
+            if admin_listener is not None:
+                await nursery.start(serve_admin, admin_listener, admin_handler)
+            for task in extra:
+                nursery.start_soon(task, server)
+            if announce:
+                host, port = server.addresses()[0]
+                print(
+                    f"Serving {cfg.root} at {_scheme(cfg)}://{url_host(host)}:{port}/", flush=True
+                )
+                if admin_listener is not None:
+                    name = admin_listener.socket.getsockname()
+                    print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
+            if on_ready is not None:
+                on_ready(server)
+            count = 0
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    server.access_log.reopen()
+                    continue
+                stopping = True
+                count += 1
+                if count == 1:
+                    server.shutdown()
+                else:
+                    server.abort()
+    server.access_log.close()
+    print(f"serverio: stopped: {server.stats.summary()}", file=sys.stderr, flush=True)
+    return 0
+
+
+def make_admin_handler(server: Server, stopping: Callable[[], bool]) -> AdminHandler:
+    """``/metrics`` and ``/healthz`` of one serving process.
+
+    Health is 503 from the first stop signal on (``stopping``) and while the
+    server drains, so a load balancer stops sending before the listener
+    closes.
+    """
+
+    async def handler(path: str) -> tuple[int, str, bytes]:
+        if path == "/metrics":
+            return 200, PROMETHEUS_TYPE, render(snapshot(server)).encode()
+        if path == "/healthz":
+            if stopping() or server.draining:
+                return text(503, "draining\n")
+            return text(200, "ok\n")
+        return text(404, "not found\n")
+
+    return handler
+
+
+def _scheme(cfg: Config) -> str:
+    return "https" if cfg.certfile else "http"

@@ -1,0 +1,65 @@
+"""TLS: the server-side context and the bounded handshake.
+
+Accepted sockets are wrapped in :class:`trio.SSLStream`; the connection task
+then does the handshake under the head deadline (a client that opens a TCP
+connection and never finishes its hello is a slowloris like any other).
+Bodies of TLS connections always take the buffered path: sendfile cannot
+encrypt, and the buffered path reads at most ``BUFFER_CHUNK`` bytes at a
+time, so memory per connection stays bounded.
+
+The key's password is never taken from the command line (argv is visible to
+every local user in ``ps``): ``--keyfile-password-env NAME`` names an
+environment variable that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+
+from ._config import Config
+from ._errors import ConfigError
+
+__all__ = ["make_ssl_context"]
+
+
+def make_ssl_context(config: Config) -> ssl.SSLContext | None:
+    """The server context for ``config``, or None when TLS is off.
+
+    Raises :class:`ConfigError` (one line, naming the option) when the
+    certificate or key cannot be loaded.
+    """
+    if config.certfile is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    # Modern defaults: TLS 1.2 and 1.3 only; the default cipher list of the
+    # ssl module (already without RC4/3DES/export suites).
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    # No session tickets are needed for a file server, and renegotiation is
+    # a known DoS lever.
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
+    env = config.keyfile_password_env
+
+    def password() -> bytes:
+        # Called by OpenSSL only for an encrypted key.  Without this callback
+        # OpenSSL would prompt on the controlling terminal, which hangs a
+        # service; we fail with a message instead.
+        if env is None:
+            raise ConfigError(
+                "--keyfile is encrypted: put its password in an environment "
+                "variable and pass --keyfile-password-env NAME"
+            )
+        value = os.environ.get(env)
+        if value is None:
+            raise ConfigError(f"--keyfile-password-env: variable {env!r} is not set")
+        return value.encode()
+
+    try:
+        ctx.load_cert_chain(config.certfile, config.keyfile, password=password)
+    except ConfigError:
+        raise
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        what = "--certfile/--keyfile" if config.keyfile else "--certfile"
+        raise ConfigError(f"{what}: cannot load certificate and key: {exc}") from None
+    return ctx

@@ -1,0 +1,189 @@
+"""``--config serverio.toml``: every command-line option as a TOML key.
+
+The key set is derived from the argparse parser, not listed by hand, so an
+option added to :mod:`serverio._cli` gets its TOML key automatically:
+
+* the key is the long option name without its leading dashes
+  (``--max-connections`` -> ``max-connections``; the positional ``port`` is
+  ``port``);
+* the TOML type follows the option: flags are booleans, ``type=int``
+  options integers, repeatable options arrays, other typed options (seconds)
+  numbers or strings passed through the option's own converter, the rest
+  strings (checked against ``choices``).
+
+Precedence: file values become the parser's defaults and the command line
+is parsed again, so only options actually given on the command line win.
+Unknown keys and wrong types are :class:`ConfigError` naming the key and the
+file.  :func:`dump` writes the effective configuration back as TOML
+(``--print-config``), in a form ``--config`` accepts unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tomllib
+from collections.abc import Sequence
+from typing import Any
+
+from ._errors import ConfigError
+
+__all__ = ["CLI_ONLY", "dump", "option_keys", "parse_with_config"]
+
+# Options about the configuration itself (and help) have no TOML key.
+CLI_ONLY = frozenset({"help", "config", "print_config"})
+
+
+def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """TOML key -> argparse action, for every option that has a key."""
+    out: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        if action.dest in CLI_ONLY or action.dest == argparse.SUPPRESS:
+            continue
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        key = longs[0][2:] if longs else action.dest
+        out[key] = action
+    return out
+
+
+def _is_flag(action: argparse.Action) -> bool:
+    return action.nargs == 0
+
+
+def _is_list(action: argparse.Action) -> bool:
+    return isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+")
+
+
+def _kind(v: object) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}.get(
+        type(v), "table" if isinstance(v, dict) else type(v).__name__
+    )
+
+
+def _scalar(action: argparse.Action, key: str, value: object, where: str) -> object:
+    conv = action.type
+    if conv is int:
+        if type(value) is not int:
+            raise ConfigError(f"{where}: key {key!r} must be an integer, got {_kind(value)}")
+        out: object = value
+    elif conv is None:
+        if type(value) is not str:
+            raise ConfigError(f"{where}: key {key!r} must be a string, got {_kind(value)}")
+        out = value
+    else:
+        # A converter of our own (seconds, sizes...): numbers and strings go
+        # through it exactly as the command-line text would.
+        if type(value) not in (int, float, str):
+            raise ConfigError(
+                f"{where}: key {key!r} must be a number or string, got {_kind(value)}"
+            )
+        try:
+            out = conv(str(value))  # type: ignore[operator]  # argparse types are callables
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}: key {key!r}: {exc}") from None
+    if action.choices is not None and out not in action.choices:
+        choices = ", ".join(map(str, action.choices))
+        raise ConfigError(f"{where}: key {key!r} must be one of {choices}, got {out!r}")
+    return out
+
+
+def _typed(action: argparse.Action, key: str, value: object, where: str) -> object:
+    if _is_flag(action):
+        if type(value) is not bool:
+            raise ConfigError(f"{where}: key {key!r} must be a boolean, got {_kind(value)}")
+        return action.const if value else action.default
+    if _is_list(action):
+        items = value if isinstance(value, list) else [value]
+        return [_scalar(action, key, item, where) for item in items]
+    return _scalar(action, key, value, where)
+
+
+def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
+    """Read ``path`` -> {dest: typed value}.  Raises ConfigError."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    keys = option_keys(parser)
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        action = keys.get(key)
+        if action is None:
+            raise ConfigError(f"{path}: unknown key {key!r}")
+        out[action.dest] = _typed(action, key, value, path)
+    return out
+
+
+def parse_with_config(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; with ``--config FILE``, file values are the defaults.
+
+    Raises ConfigError for problems in the file; argparse itself exits 2 on
+    command-line errors.
+    """
+    args = parser.parse_args(argv)
+    path = getattr(args, "config", None)
+    if not path:
+        return args
+    values = load(parser, path)
+    keys = option_keys(parser)
+    lists = {a.dest for a in keys.values() if _is_list(a)}
+    # Repeatable options append to their default in argparse, so a file list
+    # would be extended rather than replaced by the command line; apply those
+    # only when the command line gave none.
+    parser.set_defaults(**{d: v for d, v in values.items() if d not in lists})
+    args = parser.parse_args(argv)
+    for dest in lists & values.keys():
+        if getattr(args, dest) in (None, []):
+            setattr(args, dest, values[dest])
+    return args
+
+
+def _toml_str(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return _toml_str(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The effective configuration (file + command line) as TOML."""
+    lines = ["# serverio effective configuration (--print-config)"]
+    for key, action in option_keys(parser).items():
+        value = getattr(args, action.dest, None)
+        if _is_flag(action):
+            value = value == action.const if action.const is not None else bool(value)
+        if value is None:
+            lines.append(f"# {key} is not set")
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"

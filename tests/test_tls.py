@@ -1,0 +1,191 @@
+"""TLS over real sockets on 127.0.0.1 with trustme certificates."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+from cryptography.hazmat.primitives import serialization
+
+from serverio import ConfigError
+from serverio._tls import make_ssl_context
+
+from .conftest import HTTPClient, make_config, running_server, wait_until
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(certfile))
+    leaf.private_key_pem.write_to_path(str(keyfile))
+    return certfile, keyfile
+
+
+def client_context(ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return ctx
+
+
+async def tls_connect(port: int, ctx: ssl.SSLContext) -> HTTPClient:
+    tcp = await trio.open_tcp_stream("127.0.0.1", port)
+    stream = trio.SSLStream(tcp, ctx, server_hostname="127.0.0.1", https_compatible=True)
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(tcp)
+        raise
+    return HTTPClient(stream)
+
+
+@pytest.mark.parametrize("fs_workers", [0, 2])
+async def test_https_get_alpn_and_buffered_bodies(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path], fs_workers: int
+) -> None:
+    certfile, keyfile = cert_files
+    cfg = make_config(
+        root,
+        certfile=str(certfile),
+        keyfile=str(keyfile),
+        fs_workers=fs_workers,
+        fs_queue=4 if fs_workers else 0,
+    )
+    big = (root / "big.bin").read_bytes()
+    async with running_server(cfg) as (srv, port):
+        ctx = client_context(ca)
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        client = await tls_connect(port, ctx)
+        assert isinstance(client.stream, trio.SSLStream)
+        assert client.stream.selected_alpn_protocol() == "http/1.1"
+        assert client.stream.version() in ("TLSv1.2", "TLSv1.3")
+        r = await client.get("/hello.txt")
+        r2 = await client.get("/big.bin")  # keep-alive over TLS, large body
+        await client.stream.aclose()
+    assert r.status == 200 and r.body == b"hello world\n"
+    assert r2.body == big
+    # No sendfile through TLS: the file body went through user space.
+    assert srv.stats.sendfile_responses == 0 and srv.stats.buffered_responses == 1
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.MINIMUM_SUPPORTED:DeprecationWarning")
+async def test_old_tls_versions_refused(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path]
+) -> None:
+    certfile, keyfile = cert_files
+    cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile))
+    async with running_server(cfg) as (srv, port):
+        ctx = client_context(ca)
+        ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        try:
+            ctx.set_ciphers("ALL:@SECLEVEL=0")
+        except ssl.SSLError:
+            pass
+        with pytest.raises(trio.BrokenResourceError):
+            await tls_connect(port, ctx)
+        await wait_until(lambda: srv.stats.tls_handshake_failures == 1)
+    assert srv.stats.completed == 0
+
+
+async def test_plaintext_request_to_tls_port_ends_cleanly(
+    root: Path, cert_files: tuple[Path, Path]
+) -> None:
+    certfile, keyfile = cert_files
+    cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile))
+    async with running_server(cfg) as (srv, port):
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        await tcp.send_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        received = b""
+        with trio.fail_after(5):
+            try:
+                while chunk := await tcp.receive_some(65536):
+                    received += chunk
+            except trio.BrokenResourceError:
+                pass  # a reset is a clean end too
+        await tcp.aclose()
+        await wait_until(lambda: not srv.connections)
+    assert b"hello world" not in received and not received.startswith(b"HTTP/")
+    assert srv.stats.tls_handshake_failures == 1
+    assert srv.stats.completed == 0 and srv.stats.cancelled == 0
+
+
+async def test_tls_hello_to_plaintext_port_gets_400(root: Path) -> None:
+    # A real ClientHello, produced by the ssl module into a memory BIO.
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="x")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    hello = outgoing.read()
+    assert hello[:1] == b"\x16"  # TLS handshake record
+    async with running_server(make_config(root)) as (srv, port):
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        await tcp.send_all(hello)
+        received = b""
+        with trio.fail_after(5):
+            while chunk := await tcp.receive_some(65536):
+                received += chunk
+        await tcp.aclose()
+    assert received.startswith(b"HTTP/1.1 400 ")
+    assert b"Connection: close" in received
+    assert srv.stats.client_errors == 1
+
+
+async def test_handshake_bounded_by_head_timeout(root: Path, cert_files: tuple[Path, Path]) -> None:
+    certfile, keyfile = cert_files
+    cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile), head_timeout=0.3)
+    async with running_server(cfg) as (srv, port):
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)  # and never say hello
+        with trio.fail_after(5):
+            assert await tcp.receive_some(100) == b""
+        await tcp.aclose()
+    assert srv.stats.timeouts_head == 1 and srv.stats.tls_handshake_failures == 0
+
+
+def _encrypted_key(keyfile: Path, password: bytes) -> Path:
+    key = serialization.load_pem_private_key(keyfile.read_bytes(), password=None)
+    out = keyfile.with_name("enc.pem")
+    out.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password),
+        )
+    )
+    return out
+
+
+def test_encrypted_key_password_from_environment(
+    root: Path, cert_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    certfile, keyfile = cert_files
+    enc = _encrypted_key(keyfile, b"s3cret")
+    monkeypatch.setenv("TEST_KEY_PW", "s3cret")
+    cfg = make_config(
+        root, certfile=str(certfile), keyfile=str(enc), keyfile_password_env="TEST_KEY_PW"
+    )
+    assert make_ssl_context(cfg) is not None
+    # Without the variable: a clear error, never a terminal prompt.
+    with pytest.raises(ConfigError, match="--keyfile-password-env"):
+        make_ssl_context(make_config(root, certfile=str(certfile), keyfile=str(enc)))
+    monkeypatch.setenv("TEST_KEY_PW", "wrong")
+    with pytest.raises(ConfigError, match="cannot load"):
+        make_ssl_context(cfg)
+
+
+def test_unusable_certificate_is_a_config_error(root: Path, tmp_path: Path) -> None:
+    bogus = tmp_path / "bogus.pem"
+    bogus.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match="--certfile"):
+        make_ssl_context(make_config(root, certfile=str(bogus)))
+    with pytest.raises(ConfigError, match="--keyfile needs --certfile"):
+        make_config(root, keyfile=str(bogus))
