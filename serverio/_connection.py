@@ -523,7 +523,12 @@ class ConnectionTask:
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             if self._sock is not None:
                 while view:
-                    n = await self._sock.send(view)
+                    try:
+                        n = await self._sock.send(view)
+                    except OSError as exc:
+                        # EPIPE/ECONNRESET from the raw socket: the same
+                        # "peer went away" as the stream API reports.
+                        raise trio.BrokenResourceError from exc
                     view = view[n:]
                     scope.deadline = trio.current_time() + timeout
             else:
@@ -605,7 +610,13 @@ class ConnectionTask:
         """Through user space, at most BUFFER_CHUNK bytes at a time."""
         offset, remaining = span.offset, span.length
         while remaining:
-            data = os.pread(fd, min(remaining, BUFFER_CHUNK), offset)
+            try:
+                data = os.pread(fd, min(remaining, BUFFER_CHUNK), offset)
+            except OSError:
+                # EIO from a failing disk mid-body: the head is out, so the
+                # only honest answer is to cut the response short.
+                self.server.stats.read_errors += 1
+                raise _Abort from None
             if not data:
                 self.server.stats.truncated += 1
                 raise _Abort

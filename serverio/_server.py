@@ -297,6 +297,13 @@ class Server:
     async def _run_connection(self, conn: ConnectionTask) -> None:
         try:
             await conn.run()
+        except Exception:
+            # A bug in one connection must not take every other connection
+            # down with it (a nursery would cancel its siblings).  Log it
+            # with its traceback and count it; the client sees a closed
+            # connection.  Cancellation is not an Exception and passes.
+            self.stats.internal_errors += 1
+            log.exception("internal error in a connection task (connection closed)")
         finally:
             self.connections.discard(conn)
             if not self.connections:

@@ -24,6 +24,8 @@ class Stats:
     truncated: int = 0  # file shrank while being sent: connection aborted
     sendfile_responses: int = 0  # bodies sent with os.sendfile
     buffered_responses: int = 0  # file bodies sent through user space
+    read_errors: int = 0  # the file failed (EIO) mid-body: connection aborted
+    internal_errors: int = 0  # a bug escaped a connection task (logged, survived)
     bytes_sent: int = 0
     # Content features (serverio._content).
     listings: int = 0  # directory listings rendered

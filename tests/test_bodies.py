@@ -223,11 +223,18 @@ def test_non_reading_clients_bounded_memory(root: Path) -> None:
     assert hwm_kib < 100 * 1024, f"peak RSS {hwm_kib} KiB"
 
 
-async def test_server_survives_sendfile_to_closed_client(root: Path) -> None:
-    """Broken pipe on sendfile: the connection ends, the server serves on."""
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"sendfile": False}, {"small_file_size": 16 * 1024 * 1024}],
+    ids=["sendfile", "buffered", "small-file-path"],
+)
+async def test_server_survives_client_gone_mid_body(root: Path, kw: dict[str, object]) -> None:
+    """Broken pipe or reset mid-body, on every write path (sendfile, buffered
+    pread+send, one big head+body write): the connection ends, counted, and
+    the server serves on."""
     original(root)
     srv_ok = True
-    async with running_server(make_config(root)) as (srv, port):
+    async with running_server(make_config(root, **kw)) as (srv, port):
         for _ in range(5):
             client, _ = await read_head_then_pause(
                 port, b"GET /video.bin HTTP/1.1\r\nHost: t\r\n\r\n"

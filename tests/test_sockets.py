@@ -6,6 +6,7 @@ import socket
 import threading
 from pathlib import Path
 
+import pytest
 import trio
 
 from serverio import Server
@@ -144,3 +145,31 @@ async def test_symlink_swap_race_never_escapes(root: Path) -> None:
             stop.set()
             t.join()
     assert statuses <= {200, 404}
+
+
+async def test_a_bug_in_one_connection_does_not_stop_the_server(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from serverio import _connection
+
+    real = _connection.route  # type: ignore[attr-defined]
+    calls = 0
+
+    def flaky_route(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("injected bug")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_connection, "route", flaky_route)
+    async with running_server(make_config(root)) as (srv, port):
+        broken = await connect(port)
+        await broken.send_raw(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert await broken.at_eof()
+        fine = await connect(port)
+        assert (await fine.get("/hello.txt")).status == 200
+        for c in (broken, fine):
+            await c.stream.aclose()
+    assert srv.stats.internal_errors == 1
+    assert "injected bug" in caplog.text
