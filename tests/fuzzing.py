@@ -2,8 +2,10 @@
 
 Each case is a byte string (one or more pipelined request heads, built from
 a grammar of hostile pieces and then mutated byte-wise) fed to a real
-:class:`~serverio._connection.ConnectionTask` over an in-memory stream, in
-1-4 reads.  The oracle checks, per case:
+:class:`~serverio._connection.ConnectionTask` in 1-4 reads, alternately over
+an in-memory stream (the generic stream paths, buffered bodies) and over a
+real ``socketpair`` (the socket fast paths and ``os.sendfile``).  The oracle
+checks, per case:
 
 * nothing escapes ``ConnectionTask.run`` (it handles every error itself);
 * the output parses as a sequence of well-formed HTTP/1.1 responses, one
@@ -24,18 +26,20 @@ a grammar of hostile pieces and then mutated byte-wise) fed to a real
 It runs under trio's ``MockClock(autojump_threshold=0)``: deadlines fire
 without real waiting, and ``wait_all_tasks_blocked`` (which takes priority
 over the autojump) tells us the engine has consumed everything fed so far.
-The stream is a purpose-built one rather than ``trio.testing``'s memory
-pair: the driver must see "all output so far" without blocking, and a
-million cases should not pay for the pump.
+The memory stream is a purpose-built one rather than ``trio.testing``'s
+memory pair: the driver must see "all output so far" without blocking, and
+a million cases should not pay for the pump.
 
 Used by tests/test_reliability.py (short budget) and bench/stress.py (long).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,6 +152,100 @@ class FuzzStream(trio.abc.Stream):
         self.closed_event.set()
         self._lot.unpark_all()
         await trio.lowlevel.checkpoint()
+
+
+class _MemoryEnd:
+    """The driver's side of a :class:`FuzzStream` (no kernel involved)."""
+
+    transport = "memory"
+
+    def __init__(self) -> None:
+        self.stream = FuzzStream()
+        self.server_stream: trio.abc.Stream = self.stream
+        self.out = self.stream.out
+
+    def feed(self, data: bytes) -> None:
+        self.stream.feed(data)
+
+    def feed_eof(self) -> None:
+        self.stream.feed_eof()
+
+    def is_closed(self) -> bool:
+        return self.stream.closed
+
+    async def settle(self) -> None:
+        await trio.testing.wait_all_tasks_blocked()
+
+    async def wait_closed(self) -> None:
+        await self.stream.closed_event.wait()
+
+    def close(self) -> None:
+        pass
+
+
+class _SocketEnd:
+    """The driver's side of a real ``socketpair``: the engine then takes its
+    socket paths (non-blocking read/write fast paths, ``os.sendfile``),
+    which memory streams never reach.
+
+    ``wait_all_tasks_blocked`` still means "the engine consumed everything":
+    bytes written to a socketpair are readable at once, and trio polls for
+    I/O before it declares the loop idle.
+    """
+
+    transport = "socket"
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        mine.setblocking(False)
+        self.sock = mine
+        self.server_stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+        self.out = bytearray()
+        self.closed = False
+
+    def feed(self, data: bytes) -> None:
+        # Inputs are far smaller than the socket buffer: this never blocks.
+        # After the server closed, the bytes go nowhere (as in memory mode).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.sock.sendall(data)
+
+    def feed_eof(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+    def _drain(self) -> bool:
+        got = False
+        while not self.closed:
+            try:
+                data = self.sock.recv(1 << 20)
+            except BlockingIOError:
+                break
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.closed = True
+                break
+            self.out += data
+            got = True
+        return got
+
+    async def settle(self) -> None:
+        # Reading may unblock a server waiting to write: repeat until quiet.
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            if not self._drain():
+                return
+
+    async def wait_closed(self) -> None:
+        while not self.closed:
+            await trio.lowlevel.wait_readable(self.sock)
+            self._drain()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class _Records(AccessLog):
@@ -516,20 +614,18 @@ def make_env(base: Path, **config: object) -> FuzzEnv:
     return FuzzEnv(root, server, log, tree_contents(root), str(root).encode())
 
 
-async def _settle() -> None:
-    await trio.testing.wait_all_tasks_blocked()
-
-
 class _Run:
     """One case in flight: the stream, the engine task, and what was checked."""
 
-    def __init__(self, env: FuzzEnv, case: Case) -> None:
+    def __init__(self, env: FuzzEnv, case: Case, transport: str) -> None:
         self.env = env
         self.case = case
         self.records = env.log.records
         self.records.clear()
-        self.stream = FuzzStream()
-        self.conn = ConnectionTask(env.server, self.stream, "fuzz")
+        self.stream: _MemoryEnd | _SocketEnd = (
+            _SocketEnd() if transport == "socket" else _MemoryEnd()
+        )
+        self.conn = ConnectionTask(env.server, self.stream.server_stream, "fuzz")
         self.crashed: list[BaseException] = []
         self.checked_out = 0
         self.checked_rec = 0
@@ -539,7 +635,7 @@ class _Run:
             await self.conn.run()
         except Exception as exc:  # the property under test: nothing escapes
             self.crashed.append(exc)
-            await self.stream.aclose()
+            await trio.aclose_forcefully(self.stream.server_stream)
 
     def check(self, expect_probe: bool | None) -> list[_Resp]:
         """Parse what arrived since the last check and apply the invariants.
@@ -565,9 +661,9 @@ class _Run:
                 raise CaseFailure("a request body was parsed as a request")
             if r.status == 200 and rec.method == "GET" and r.body not in env.contents:
                 raise CaseFailure(f"200 body is not a file's content: {r.body[:40]!r}")
-            if r.close and (i != len(resps) - 1 or not stream.closed):
+            if r.close and (i != len(resps) - 1 or not stream.is_closed()):
                 raise CaseFailure("Connection: close but the connection went on")
-        if stream.closed and resps and not resps[-1].close and expect_probe is None:
+        if stream.is_closed() and resps and not resps[-1].close and expect_probe is None:
             raise CaseFailure("closed after a response that did not say Connection: close")
         if expect_probe:
             if len(resps) != 1 or resps[0].status != 200 or resps[0].body != HELLO:
@@ -594,7 +690,7 @@ class _Run:
         outcome = "closed"
         for chunk in self.case.chunks:
             stream.feed(chunk)
-            await _settle()
+            await stream.settle()
         resps = self.check(None)
         if stream.is_closed() and not resps:
             raise CaseFailure("closed without any response")
@@ -603,11 +699,11 @@ class _Run:
             # probe may complete that head and be refused with it.
             if not self.case.stall:
                 stream.feed(PROBE)
-                await _settle()
+                await stream.settle()
             if not stream.is_closed() and len(self.records) == self.checked_rec:
                 # Still waiting for the end of a head: the head deadline
                 # must answer 408 and close (mock time: instant).
-                await stream.closed_event.wait()
+                await stream.wait_closed()
                 got = self.check(False)
                 if [r.status for r in got] != [408] or not got[0].close:
                     raise CaseFailure(f"stalled head ended with {got!r}")
@@ -618,19 +714,19 @@ class _Run:
         if not stream.is_closed():
             # Open after a complete head: the connection must be clean.
             stream.feed(PROBE)
-            await _settle()
+            await stream.settle()
             self.check(True)
             if stream.is_closed():
                 raise CaseFailure("closed after answering the probe")
             outcome = "clean"
             stream.feed_eof()
-            await _settle()
+            await stream.settle()
             if not stream.is_closed() or len(stream.out) != self.checked_out:
                 raise CaseFailure("client EOF did not end the connection silently")
         return outcome
 
 
-async def run_case(env: FuzzEnv, case: Case) -> str:
+async def run_case(env: FuzzEnv, case: Case, transport: str = "memory") -> str:
     """Drive one case; raises :class:`CaseFailure` if any property breaks.
 
     Returns how the connection ended: ``closed`` (by the server, after the
@@ -638,13 +734,15 @@ async def run_case(env: FuzzEnv, case: Case) -> str:
     probe completed a broken head and was refused) or ``clean`` (the probe
     was answered correctly on the same connection).
     """
-    run = _Run(env, case)
+    run = _Run(env, case, transport)
     try:
         # Mock time: only a connection that never times out can reach this.
         with trio.fail_after(3600):
             outcome = await run.drive()
     except trio.TooSlowError:
         raise CaseFailure("connection hung: no deadline fired") from None
+    finally:
+        run.stream.close()
     if run.crashed:
         raise CaseFailure(f"exception escaped ConnectionTask.run: {run.crashed[0]!r}")
     return outcome
@@ -657,6 +755,7 @@ class FuzzReport:
     failures: list[tuple[int, str, bytes]] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
+    transports: dict[str, int] = field(default_factory=dict)
     responses: int = 0
     bytes_in: int = 0
     seconds: float = 0.0
@@ -675,6 +774,7 @@ class FuzzReport:
             ],
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
             "outcomes": dict(sorted(self.outcomes.items())),
+            "transports": dict(sorted(self.transports.items())),
             "seconds": round(self.seconds, 1),
             "fds_before": self.fds_before,
             "fds_after": self.fds_after,
@@ -697,15 +797,19 @@ async def fuzz(
     seen: set[str] = set()
     for index in range(start, start + cases):
         case = make_case(seed, index)
+        # Alternate transports: memory streams (buffered body path, slow
+        # read path) and socketpairs (fast paths, sendfile).
+        transport = "socket" if index % 2 else "memory"
+        report.transports[transport] = report.transports.get(transport, 0) + 1
         try:
-            outcome = await run_case(env, case)
+            outcome = await run_case(env, case, transport)
             report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
         except CaseFailure as exc:
             why = str(exc)
             key = why.split(":")[0]
             if key not in seen:  # one example per kind of failure
                 seen.add(key)
-                report.failures.append((index, why, case.data))
+                report.failures.append((index, f"{transport}: {why}", case.data))
             if len(report.failures) >= max_failures:
                 break
         report.cases += 1

@@ -115,6 +115,7 @@ async def test_raw_request_fuzzer(
     # The generator reaches every kind of ending, or the oracle checks little.
     assert set(report.outcomes) == {"closed", "clean", "absorbed", "stalled"}
     assert {200, 206, 304, 400, 404, 408, 431} <= set(report.statuses)
+    assert set(report.transports) == {"memory", "socket"}
 
 
 async def test_fuzzer_oracle_catches_smuggling(
