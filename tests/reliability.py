@@ -1011,6 +1011,12 @@ async def _shutdown(
         problems.append(f"idle: {len(idle_closed)}/{idle} closed, slowest {worst:.2f} s")
     if served_after:
         problems.append(f"{served_after} connections made after the signal were served")
+    # The server's own count: every accept() it made, admitted or not.
+    summary = server.stderr().strip().splitlines()[-1:]
+    fields = dict(kv.split("=", 1) for kv in (summary[0].split() if summary else []) if "=" in kv)
+    accepted_after = int(fields.get("accepted", "-1")) - (transfers + idle)
+    if accepted_after != 0:
+        problems.append(f"server accepted {accepted_after} connections after the signal")
     if rc != 0:
         problems.append(f"exit status {rc}")
     if exited_after > drain + 3.0:
@@ -1031,9 +1037,10 @@ async def _shutdown(
         "idle_closed_max_ms": ms(max(idle_closed, default=0.0)),
         "connects_after_signal_refused": refused,
         "connects_after_signal_served": served_after,
+        "server_accepted_after_signal": accepted_after,
         "exit_status": rc,
         "exited_after_s": round(exited_after, 2),
-        "server_summary": server.stderr().strip().splitlines()[-1:],
+        "server_summary": summary,
     }
 
 
@@ -1081,6 +1088,7 @@ def truncation(transfers: int = 120, files: int = 4, size: int = 2 * MiB) -> Fig
             root = Path(tmp)
             for f in range(files):
                 (root / f"f{f}.bin").write_bytes(versioned(f, 0, size))
+            (root / "hello.txt").write_bytes(b"hello world\n")
             args = ["--no-sendfile"] if mode == "buffered" else []
             with ServerProcess(root, *args) as server:
                 fig = trio.run(
@@ -1173,10 +1181,13 @@ async def _truncation(
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         await s.connect((HOST, server.port))
         stream = trio.SocketStream(s)
+        # A second request is pipelined behind the file: a response that
+        # ended short but let the connection go on would swallow its bytes
+        # into the body (a mismatch) instead of looking merely cut.
+        follow = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
         try:
-            await stream.send_all(
-                f"GET /f{f}.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{hdr}\r\n".encode()
-            )
+            first = f"GET /f{f}.bin HTTP/1.1\r\nHost: t\r\n{hdr}\r\n".encode()
+            await stream.send_all(first + follow)
             buf = bytearray()
             # Read slowly, so files change while responses are in flight.
             while b"\r\n\r\n" not in buf:
@@ -1209,44 +1220,64 @@ async def _truncation(
                 await trio.sleep(0.001)
         finally:
             await stream.aclose()
-        if len(body) > cl:
-            outcomes["overlong"] += 1
-        elif len(body) < cl:
-            outcomes["cut"] += 1
+        # ``body`` now holds everything after the first head: the file's
+        # bytes, then (if it completed) the whole answer to the follow-up.
+        rest = bytes(body[cl:])
+        body = body[:cl]
+        verdict, candidates = judge(f, start, bytes(body))
+        if len(body) < cl:
+            # Cut short: fine, provided what did arrive is the file's bytes
+            # (a response that ended short but let the connection go on
+            # would have the follow-up's answer here).
+            outcomes["cut" if verdict != "bad" else "mismatch"] += 1
+            if verdict == "bad":
+                mismatches.append({"kind": kind, "cut_tail": bytes(body[-60:]).decode("latin-1")})
+        elif not (rest.startswith(b"HTTP/1.1 200 ") and rest.endswith(b"\r\n\r\nhello world\n")):
+            # Complete, yet the follow-up's answer is not what came next.
+            outcomes["overlong" if rest else "cut"] += 1
+            if rest:
+                mismatches.append({"kind": kind, "desync": rest[:80].decode("latin-1")})
+        elif verdict == "intact":
+            outcomes["intact"] += 1
+        elif verdict == "zeroed":
+            # Zero-copy: bytes already handed to the kernel can be zeroed by
+            # a later in-place truncation (see zeroed_tail).
+            outcomes["zeroed_by_truncation"] += 1
         else:
-            fv = _version_of(bytes(body), start)
-            if fv is not None:
-                candidates = [fv[1]] if fv[0] == f else []
-            else:
-                # Too short to hold a block tag: any version of this file
-                # that has exactly these bytes there will do.
-                candidates = list(range(version[f] + 1))
-            if any(versioned(f, v, start + cl)[start:] == body for v in candidates):
-                outcomes["intact"] += 1
-            elif sendfile and any(zeroed_tail(f, v, start, bytes(body)) for v in candidates):
-                # Zero-copy: bytes already handed to the kernel can be zeroed
-                # by a later in-place truncation (see zeroed_tail).
-                outcomes["zeroed_by_truncation"] += 1
-            else:
-                outcomes["mismatch"] += 1
-                if candidates and len(mismatches) < 5:
-                    want = versioned(f, candidates[0], start + cl)[start:]
-                    diff = [i for i in range(cl) if want[i] != body[i]]
-                    mismatches.append(
-                        {
-                            "kind": kind,
-                            "status": status,
-                            "start": start,
-                            "length": cl,
-                            "version": candidates[0],
-                            "first_diff_at": start + diff[0] if diff else None,
-                            "last_diff_at": start + diff[-1] if diff else None,
-                            "diff_bytes": len(diff),
-                            "diff_all_zero": all(body[i] == 0 for i in diff),
-                            "size_now": cur_size[f],
-                            "truncations": trunc_log.get((f, candidates[0]), []),
-                        }
-                    )
+            outcomes["mismatch"] += 1
+            if candidates and len(mismatches) < 5:
+                want = versioned(f, candidates[0], start + cl)[start:]
+                diff = [i for i in range(cl) if want[i] != body[i]]
+                mismatches.append(
+                    {
+                        "kind": kind,
+                        "status": status,
+                        "start": start,
+                        "length": cl,
+                        "version": candidates[0],
+                        "first_diff_at": start + diff[0] if diff else None,
+                        "last_diff_at": start + diff[-1] if diff else None,
+                        "diff_bytes": len(diff),
+                        "diff_all_zero": all(body[i] == 0 for i in diff),
+                        "size_now": cur_size[f],
+                        "truncations": trunc_log.get((f, candidates[0]), []),
+                    }
+                )
+
+    def judge(f: int, start: int, body: bytes) -> tuple[str, list[int]]:
+        """"intact", "zeroed" (sendfile only) or "bad", and the versions tried."""
+        fv = _version_of(body, start)
+        if fv is not None:
+            candidates = [fv[1]] if fv[0] == f else []
+        else:
+            # Too short to hold a block tag: any version of this file that
+            # has exactly these bytes there will do.
+            candidates = list(range(version[f] + 1))
+        if any(versioned(f, v, start + len(body))[start:] == body for v in candidates):
+            return "intact", candidates
+        if sendfile and any(zeroed_tail(f, v, start, body) for v in candidates):
+            return "zeroed", candidates
+        return "bad", candidates
 
     per_client = 4
     jobs = list(range(transfers))
