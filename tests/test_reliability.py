@@ -22,7 +22,10 @@ import pytest
 import trio
 import trio.testing
 
+import serverio._server
+
 from . import fuzzing, reliability
+from .conftest import connect, make_config, running_server
 from .fuzzing import Case, CaseFailure, make_case, make_env, run_case
 
 
@@ -61,12 +64,32 @@ def test_nonreading_clients_buffered_path() -> None:
 
 @pytest.mark.slow
 def test_connection_flood() -> None:
-    fig = check(reliability.flood(max_conns=32, flood=300, waves=3))
+    fig = check(reliability.flood(max_conns=32, flood=400, waves=3))
     for wave in fig["per_wave"]:
         assert wave["admitted"] == 32
-        assert wave["rejected_503"] + wave["closed_without_503"] == 268
+        assert wave["rejected_503"] == 368 and wave["closed_without_503"] == 0
         assert wave["client_during_flood_status"] in (0, 503)
     assert fig["reject_max_ms"] < 3000 and fig["recovery_max_ms"] < 1000
+
+
+async def test_turned_away_past_rejector_cap_still_get_503(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the flood scenario: with more excess connections at once than
+    the server runs rejector tasks (256), the rest were closed without a
+    response.  They must get their 503 too (written at once, no linger)."""
+    monkeypatch.setattr(serverio._server, "_MAX_REJECTORS", 0)
+    async with running_server(make_config(root, max_connections=1)) as (srv, port):
+        holder = await connect(port)
+        assert (await holder.get("/hello.txt")).status == 200
+        for _ in range(5):
+            turned_away = await connect(port)
+            with trio.fail_after(5):
+                r = await turned_away.get("/hello.txt")
+            assert r.status == 503 and r.header("retry-after") == "1"
+            await turned_away.stream.aclose()
+        await holder.stream.aclose()
+    assert srv.stats.rejected == 5
 
 
 @pytest.mark.slow
