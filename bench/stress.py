@@ -80,8 +80,11 @@ def run_fuzz(cases: int, jobs: int, seed: int) -> Figures:
         results = list(pool.map(_fuzz_worker, *zip(*parts, strict=True)))
     statuses: dict[str, int] = {}
     outcomes: dict[str, int] = {}
+    transports: dict[str, int] = {}
     failures: list[Any] = []
     for r in results:
+        for k, v in r["transports"].items():
+            transports[k] = transports.get(k, 0) + v
         for k, v in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + v
         for k, v in r["outcomes"].items():
@@ -96,6 +99,7 @@ def run_fuzz(cases: int, jobs: int, seed: int) -> Figures:
         "failures": failures,
         "statuses": dict(sorted(statuses.items())),
         "outcomes": dict(sorted(outcomes.items())),
+        "transports": dict(sorted(transports.items())),
         "fd_growth": max(r["fds_after"] - r["fds_before"] for r in results),
         "seconds": round(time.perf_counter() - t0, 1),
         "ok": not failures,
