@@ -3,10 +3,12 @@
     python bench/stress.py all                 # every scenario below
     python bench/stress.py slowloris           # 1,000 dribbling connections
     python bench/stress.py nonreaders          # 500 clients that never read 8 MiB
+    python bench/stress.py nonreaders_buffered # the same with --no-sendfile
     python bench/stress.py flood               # connections beyond --max-connections
     python bench/stress.py fsstall             # FUSE stall: fs pool saturation
     python bench/stress.py shutdown            # SIGTERM during 200 transfers
     python bench/stress.py truncation          # files truncated/replaced mid-transfer
+    python bench/stress.py slowhttptest        # the same attack by slowhttptest, if installed
     python bench/stress.py fuzz --cases 1000000 --jobs 2
 
 The scenarios are the same functions tests/test_reliability.py runs with
@@ -121,7 +123,16 @@ def _scenario(name: str) -> Callable[[argparse.Namespace], Figures]:
 
 SCENARIOS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     name: _scenario(name)
-    for name in ("slowloris", "nonreaders", "flood", "fsstall", "shutdown", "truncation")
+    for name in (
+        "slowloris",
+        "nonreaders",
+        "nonreaders_buffered",
+        "flood",
+        "fsstall",
+        "shutdown",
+        "truncation",
+        "slowhttptest",
+    )
 }
 SCENARIOS["fuzz"] = lambda a: run_fuzz(a.cases, a.jobs, a.seed)
 

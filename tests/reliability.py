@@ -41,10 +41,12 @@ Figures = dict[str, Any]
 FULL: dict[str, dict[str, Any]] = {
     "slowloris": {"conns": 1000, "head_timeout": 2.0, "duration": 6.0},
     "nonreaders": {"conns": 500, "write_timeout": 3.0},
+    "nonreaders_buffered": {"conns": 500, "write_timeout": 3.0},
     "flood": {"max_conns": 256, "flood": 2000, "waves": 5},
     "fsstall": {"workers": 8, "queue": 32, "extra": 500},
     "shutdown": {"transfers": 200, "slow": 50, "idle": 50, "shutdown_timeout": 10.0},
     "truncation": {"transfers": 400, "files": 8, "size": 4 * MiB},
+    "slowhttptest": {"conns": 1000, "head_timeout": 2.0, "length": 15},
 }
 
 
@@ -474,6 +476,11 @@ def nonreaders(conns: int = 100, write_timeout: float = 2.0, sendfile: bool = Tr
             return trio.run(_nonreaders, server, conns, write_timeout, sendfile)
 
 
+def nonreaders_buffered(conns: int = 100, write_timeout: float = 2.0) -> Figures:
+    """:func:`nonreaders` on the buffered path (``--no-sendfile``)."""
+    return nonreaders(conns, write_timeout, sendfile=False)
+
+
 async def _nonreaders(
     server: ServerProcess, conns: int, write_timeout: float, sendfile: bool
 ) -> Figures:
@@ -647,7 +654,9 @@ async def _flood(server: ServerProcess, max_conns: int, flood: int, waves: int) 
             answered_in = trio.current_time() - t_wave
             during = await server.aprobe()
             # A well-behaved client during the flood: full, so 503 (fast).
+            t_probe = trio.current_time()
             probe_reply = await get(server.port, "/hello.txt", limit=5)
+            probe_ms = ms(trio.current_time() - t_probe)
             # The flood stops.
             release.set()
             for s in held:
@@ -679,6 +688,7 @@ async def _flood(server: ServerProcess, max_conns: int, flood: int, waves: int) 
                 "server_fds_during": during["fds"],
                 "server_tasks_during": during["tasks"],
                 "client_during_flood_status": probe_reply.status,
+                "client_during_flood_ms": probe_ms,
                 "recovered_after_ms": ms(recovery[-1]),
                 "rss_mib_after": round(after["VmRSS"] / MiB, 1),
                 "fds_after": after["fds"],
@@ -793,6 +803,13 @@ async def _fsstall(server: ServerProcess, fs: Any, workers: int, queue: int, ext
     async with trio.open_nursery() as nursery:
         for i in range(extra):
             nursery.start_soon(extra_req, i)
+    # One more, on its own (the burst above measures the client's own
+    # concurrency as much as the server).
+    t0 = trio.current_time()
+    single = await get(server.port, f"/f{n}.bin", limit=5)
+    single_ms = ms(trio.current_time() - t0)
+    if single.status != 503:
+        problems.append(f"a lone file request during the stall got {single.status}")
     # Requests that need no filesystem work.
     nofs: list[float] = []
     nofs_ok = 0
@@ -846,6 +863,7 @@ async def _fsstall(server: ServerProcess, fs: Any, workers: int, queue: int, ext
         "extra_statuses": {str(k): v for k, v in sorted(statuses.items())},
         "extra_503_p99_ms": ms(percentile(latencies, 99)),
         "extra_503_max_ms": ms(max(latencies, default=0.0)),
+        "single_503_ms": single_ms,
         "nofs_answered": f"{nofs_ok}/{len(nofs)}",
         "nofs_p99_ms": ms(percentile(nofs, 99)),
         "waiting_clients_served_after_release": answered,
@@ -1305,4 +1323,60 @@ async def _truncation(
         "server_truncated_aborts": stats["truncated"],
         "mismatch_details": mismatches,
         **leaks.figures(),
+    }
+
+
+# ------------------------------------------------------------------ slowhttptest
+
+
+def slowhttptest(conns: int = 1000, head_timeout: float = 2.0, length: int = 15) -> Figures:
+    """An independent slowloris check with slowhttptest (Debian), if installed.
+
+    slowhttptest opens ``conns`` slow-header connections at 500/s and
+    probes the service every second; the server must stay available every
+    second and leave slowhttptest no connection to hold.
+    """
+    import shutil
+
+    exe = shutil.which("slowhttptest")
+    if exe is None:
+        return {"ok": True, "skipped": "slowhttptest not installed", "problems": []}
+    raise_fd_limit()
+    with tempfile.TemporaryDirectory(prefix="serverio-sht-") as tmp:
+        root = Path(tmp)
+        (root / "hello.txt").write_bytes(b"hello world\n")
+        args = ["--head-timeout", str(head_timeout), "--max-connections", str(conns + 64)]
+        with ServerProcess(root, *args) as server:
+            before = server.probe()
+            prefix = str(root / "report")
+            cmd = [exe, "-H", "-c", str(conns), "-i", "1", "-r", "500", "-l", str(length)]
+            cmd += ["-p", "2", "-g", "-o", prefix, "-u", f"http://{HOST}:{server.port}/hello.txt"]
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=length + 60, check=False
+            )
+            after = server.probe()
+            rows = Path(prefix + ".csv").read_text().splitlines()[1:]
+    # CSV: seconds, closed, pending, connected, service available (0 = down)
+    table = [[int(x) for x in row.split(",")] for row in rows if row]
+    unavailable = [r[0] for r in table if r[4] == 0]
+    exit_line = next(
+        (ln for ln in done.stdout.splitlines() if "Exit status" in ln), "Exit status: ?"
+    )
+    exit_text = "".join(ch for ch in exit_line if ch.isprintable()).split(":", 1)[1]
+    exit_text = exit_text.replace("[1;36m", "").replace("[0m", "").strip()
+    problems = []
+    if unavailable:
+        problems.append(f"service unavailable at seconds {unavailable}")
+    if after["connections"]:
+        problems.append(f"{after['connections']} connections left")
+    return {
+        "ok": not problems,
+        "problems": problems,
+        "conns": conns,
+        "head_timeout_s": head_timeout,
+        "seconds": len(table),
+        "max_connected": max((r[3] for r in table), default=0),
+        "seconds_unavailable": len(unavailable),
+        "slowhttptest_exit": exit_text,
+        "server_timeouts_head": after["stats"]["timeouts_head"] - before["stats"]["timeouts_head"],
     }

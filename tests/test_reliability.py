@@ -49,6 +49,15 @@ def test_slowloris() -> None:
 
 
 @pytest.mark.slow
+def test_slowhttptest_independent_check() -> None:
+    """The same attack by another tool (Debian's slowhttptest, if installed)."""
+    fig = check(reliability.slowhttptest(conns=200, head_timeout=1.0, length=6))
+    if "skipped" in fig:
+        pytest.skip(fig["skipped"])
+    assert fig["seconds_unavailable"] == 0 and fig["server_timeouts_head"] >= 200
+
+
+@pytest.mark.slow
 def test_nonreading_clients() -> None:
     fig = check(reliability.nonreaders(conns=100, write_timeout=1.5))
     assert fig["server_timeouts_write"] == 100 and fig["clients_cut_short"] == 100
