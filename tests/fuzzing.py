@@ -36,6 +36,7 @@ Used by tests/test_reliability.py (short budget) and bench/stress.py (long).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import random
 import re
@@ -596,6 +597,27 @@ def _parse(out: bytes, records: list[AccessRecord]) -> tuple[list[_Resp], bytes]
     return resps, out[pos:]
 
 
+def _content(r: _Resp) -> bytes:
+    """The body with its Content-Encoding undone."""
+    coding = r.headers.get(b"content-encoding")
+    if coding is None:
+        return r.body
+    try:
+        if coding == b"gzip":
+            return gzip.decompress(r.body)
+        if coding == b"br":
+            import brotli
+
+            return bytes(brotli.decompress(r.body))
+        if coding == b"zstd":
+            import zstandard
+
+            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(r.body))
+    except Exception as exc:  # any decoder error means a corrupt body
+        raise CaseFailure(f"{coding!r} body does not decode: {exc!r}") from None
+    raise CaseFailure(f"unknown Content-Encoding {coding!r}")
+
+
 @dataclass(slots=True)
 class FuzzEnv:
     root: Path
@@ -607,7 +629,20 @@ class FuzzEnv:
 
 def make_env(base: Path, **config: object) -> FuzzEnv:
     root = make_tree(base)
-    cfg = Config(directory=str(root), head_timeout=7.0, keepalive_timeout=3.0, **config)  # type: ignore[arg-type]
+    # Both pools inline: a task waiting for a worker thread counts as
+    # "blocked", so wait_all_tasks_blocked would return early, and the mock
+    # clock would jump while the thread runs.  Pools under load are the fs
+    # stall scenario's subject (real time, real threads).
+    cfg = Config(
+        directory=str(root),
+        head_timeout=7.0,
+        keepalive_timeout=3.0,
+        fs_workers=0,
+        fs_queue=0,
+        work_workers=0,
+        work_queue=0,
+        **config,  # type: ignore[arg-type]
+    )
     log = _Records()
     server = Server(cfg.validate(), access_log=log)
     _ = server.opener  # open the root now, so fd counts start from the steady state
@@ -659,8 +694,10 @@ class _Run:
                 raise CaseFailure(f"server error {r.status}")
             if self.case.smuggle_check and rec.target.encode("latin-1").startswith(SMUGGLED):
                 raise CaseFailure("a request body was parsed as a request")
-            if r.status == 200 and rec.method == "GET" and r.body not in env.contents:
-                raise CaseFailure(f"200 body is not a file's content: {r.body[:40]!r}")
+            if r.status == 200 and rec.method == "GET" and _content(r) not in env.contents:
+                listing = r.headers.get(b"content-type", b"").startswith(b"text/html")
+                if not (listing and _content(r).startswith(b"<!DOCTYPE html>")):
+                    raise CaseFailure(f"200 body is not a file's content: {r.body[:40]!r}")
             if r.close and (i != len(resps) - 1 or not stream.is_closed()):
                 raise CaseFailure("Connection: close but the connection went on")
         if stream.is_closed() and resps and not resps[-1].close and expect_probe is None:

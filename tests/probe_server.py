@@ -18,7 +18,7 @@ import threading
 
 import trio
 
-from serverio import _cli
+from serverio import _cli, _run
 from serverio._server import Server
 
 
@@ -74,5 +74,6 @@ class ProbedServer(Server):
 
 
 if __name__ == "__main__":
-    _cli.Server = ProbedServer  # type: ignore[attr-defined]  # the one substitution
+    # The one substitution: the single-process runner builds ProbedServer.
+    _run.Server = ProbedServer  # type: ignore[attr-defined]
     sys.exit(_cli.main())
