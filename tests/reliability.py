@@ -348,6 +348,7 @@ async def _slowloris(
     got_408 = 0
     still_open = 0
     latencies: list[float] = []
+    when: list[float] = []  # start of each good request, from the attack's start
     good_errors = 0
     # Bounded: a dribbler gives up (and counts as a failure) at this point.
     give_up = head_timeout + 5.0
@@ -401,6 +402,7 @@ async def _slowloris(
                 except (trio.BrokenResourceError, OSError):
                     r = Reply(0, {}, b"", False, True)
                 latencies.append(trio.current_time() - t0)
+                when.append(t0 - t_start)
                 if r.status != 200 or r.body != b"hello world\n":
                     good_errors += 1
                 if r.eof or r.status != 200:
@@ -449,6 +451,12 @@ async def _slowloris(
         "good_p50_ms": ms(percentile(latencies, 50)),
         "good_p99_ms": ms(p99),
         "good_max_ms": ms(max(latencies, default=0.0)),
+        # The slowest good requests and when they started: they coincide with
+        # the connect burst (t ~ 0) or the mass timeout (t ~ head_timeout).
+        "good_slowest_at_s_ms": [
+            [round(w, 2), ms(lat)]
+            for lat, w in sorted(zip(latencies, when, strict=True), reverse=True)[:3]
+        ],
         "p99_target_50ms_met": p99 < 0.050,
         **leaks.figures(),
     }
@@ -827,7 +835,15 @@ async def _fsstall(server: ServerProcess, fs: Any, workers: int, queue: int, ext
     # fds those threads open after the release must be closed late.
     for s in hung[: n // 2]:
         await s.aclose()
-    await trio.sleep(0.2)
+
+    def gave_up() -> bool:
+        st = server.probe()["fs"]
+        return bool(st["abandoned"] + st["cancelled_waiting"] >= n // 2)
+
+    with trio.move_on_after(10):
+        # The server notices the hang-ups while the opens are still stuck.
+        while not await trio.to_thread.run_sync(gave_up):  # noqa: ASYNC110 - polls the process
+            await trio.sleep(0.02)
     fs.release()
     t_rel = trio.current_time()
     answered = 0
