@@ -322,6 +322,43 @@ def make_file(path: Path, size: int, seed: int) -> bytes:
 
 # ------------------------------------------------------------------ slowloris
 
+# A blocking keep-alive client: GET /hello.txt every 10 ms for DURATION
+# seconds; prints its latencies (and when each request started) as JSON.
+_GOOD_CLIENT = r"""
+import json, socket, sys, time
+port, duration = int(sys.argv[1]), float(sys.argv[2])
+req = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n"
+want = b"hello world\n"
+lat, when, errors = [], [], 0
+t_start = time.monotonic()
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(5)
+while time.monotonic() - t_start < duration:
+    t0 = time.monotonic()
+    ok = False
+    try:
+        s.sendall(req)
+        buf = b""
+        while b"\r\n\r\n" not in buf or not buf.endswith(want):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        ok = buf.startswith(b"HTTP/1.1 200 ") and buf.endswith(want)
+    except OSError:
+        pass
+    lat.append(time.monotonic() - t0)
+    when.append(t0 - t_start)
+    if not ok:
+        errors += 1
+        s.close()
+        s = socket.create_connection(("127.0.0.1", port))
+        s.settimeout(5)
+    time.sleep(0.01)
+s.close()
+print(json.dumps({"latencies": lat, "when": when, "errors": errors}))
+"""
+
 
 def slowloris(conns: int = 200, head_timeout: float = 1.0, duration: float = 3.0) -> Figures:
     """``conns`` connections dribble head bytes; a good client keeps asking.
@@ -336,20 +373,33 @@ def slowloris(conns: int = 200, head_timeout: float = 1.0, duration: float = 3.0
         (root / "hello.txt").write_bytes(b"hello world\n")
         args = ["--head-timeout", str(head_timeout), "--max-connections", str(conns + 64)]
         with ServerProcess(root, *args) as server:
-            return trio.run(_slowloris, server, conns, head_timeout, duration)
+            # The well-behaved client runs in its own process, so that its
+            # latencies measure the server, not this process's dribblers.
+            good = subprocess.Popen(
+                [sys.executable, "-c", _GOOD_CLIENT, str(server.port), repr(duration)],
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            )
+            try:
+                return trio.run(_slowloris, server, good, conns, head_timeout, duration)
+            finally:
+                if good.poll() is None:
+                    good.kill()
+                    good.wait()
 
 
 async def _slowloris(
-    server: ServerProcess, conns: int, head_timeout: float, duration: float
+    server: ServerProcess,
+    good: subprocess.Popen[bytes],
+    conns: int,
+    head_timeout: float,
+    duration: float,
 ) -> Figures:
     leaks = Leaks(await server.aprobe())
     problems: list[str] = []
     close_after: list[float] = []
     got_408 = 0
     still_open = 0
-    latencies: list[float] = []
-    when: list[float] = []  # start of each good request, from the attack's start
-    good_errors = 0
     # Bounded: a dribbler gives up (and counts as a failure) at this point.
     give_up = head_timeout + 5.0
 
@@ -389,42 +439,14 @@ async def _slowloris(
         else:
             still_open += 1
 
-    async def good_client(stop: trio.Event) -> None:
-        nonlocal good_errors
-        stream = await trio.open_tcp_stream(HOST, server.port)
-        buf = bytearray()
-        try:
-            while not stop.is_set():
-                t0 = trio.current_time()
-                try:
-                    await stream.send_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-                    r = await read_reply(stream, buf, limit=5)
-                except (trio.BrokenResourceError, OSError):
-                    r = Reply(0, {}, b"", False, True)
-                latencies.append(trio.current_time() - t0)
-                when.append(t0 - t_start)
-                if r.status != 200 or r.body != b"hello world\n":
-                    good_errors += 1
-                if r.eof or r.status != 200:
-                    await stream.aclose()
-                    stream = await trio.open_tcp_stream(HOST, server.port)
-                    buf = bytearray()
-                await trio.sleep(0.01)
-        finally:
-            await stream.aclose()
-
-    stop = trio.Event()
-    t_start = trio.current_time()
-    async with trio.open_nursery() as outer:
-        outer.start_soon(good_client, stop)
-        async with trio.open_nursery() as nursery:
-            for i in range(conns):
-                nursery.start_soon(dribbler, i)
-                if i % 50 == 49:
-                    await trio.lowlevel.checkpoint()  # let the connects go out in waves
-            # keep the good client running at least ``duration``
-            await trio.sleep(max(0.0, duration - (trio.current_time() - t_start)))
-        stop.set()
+    async with trio.open_nursery() as nursery:
+        for i in range(conns):
+            nursery.start_soon(dribbler, i)
+            if i % 50 == 49:
+                await trio.lowlevel.checkpoint()  # let the connects go out in waves
+    out, _ = await trio.to_thread.run_sync(good.communicate, None, duration + 30)
+    report = json.loads(out)
+    latencies, when, good_errors = report["latencies"], report["when"], report["errors"]
     await settle(server, leaks)
     snap = leaks.after
     if still_open:
