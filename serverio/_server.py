@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import os
 import secrets
 import socket as _stdsocket
 import ssl
@@ -73,6 +74,24 @@ _REJECT = (
     b"Retry-After: 1\r\n"
     b"Connection: close\r\n\r\n" % len(_REJECT_BODY)
 ) + _REJECT_BODY
+
+
+def _reject_at_once(stream: trio.SocketStream) -> None:
+    """Past the rejector cap: still a 503, without a task or a linger.
+
+    One non-blocking write (the response fits any empty socket buffer), then
+    FIN; request bytes that already arrived are read first, so that close()
+    sends FIN rather than RST (an RST can make the client drop the 503).
+    """
+    fd = stream.socket.fileno()
+    try:
+        os.write(fd, _REJECT)
+        stream.socket.shutdown(_stdsocket.SHUT_WR)
+        for _ in range(4):
+            if not os.read(fd, RECV_SIZE):
+                break
+    except OSError:  # BlockingIOError: nothing (more) to read; or the peer is gone
+        pass
 
 
 class Server:
@@ -254,9 +273,12 @@ class Server:
                     self.stats.accepted += 1
                     if len(self.connections) >= max_conns:
                         self.stats.rejected += 1
-                        if self._rejectors >= _MAX_REJECTORS or self.ssl_context is not None:
+                        if self.ssl_context is not None:
                             # (A plaintext 503 means nothing to a TLS client,
                             # and a handshake is the work we are shedding.)
+                            stream.socket.close()
+                        elif self._rejectors >= _MAX_REJECTORS:
+                            _reject_at_once(stream)
                             stream.socket.close()
                         else:
                             self._rejectors += 1
