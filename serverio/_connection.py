@@ -59,6 +59,19 @@ class _Abort(Exception):
     """The response cannot be completed; close the connection now."""
 
 
+_FACT_FIELDS: dict[bytes, str] = {
+    b"if-match": "if_match",
+    b"if-none-match": "if_none_match",
+    b"if-modified-since": "if_modified_since",
+    b"if-unmodified-since": "if_unmodified_since",
+    b"range": "range",
+    b"if-range": "if_range",
+    b"accept": "accept",
+    b"accept-encoding": "accept_encoding",
+    b"want-repr-digest": "want_repr_digest",
+}
+
+
 def _only_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, trio.Cancelled):
         return True
@@ -324,14 +337,22 @@ class ConnectionTask:
         target = parse_target(
             event.method, event.target, max_size=self.server.config.max_target_size
         )
-        if_match = if_none_match = ims = ius = rng = if_range = None
-        accept = accept_encoding = want_digest = None
+        # Fields the decision core reads, by RequestFacts attribute.  A field
+        # sent on several lines is joined with ", " (RFC 9110 §5.3), which
+        # makes a repeated singleton (If-Modified-Since, Range) invalid, as
+        # the RFC requires.
+        fields: dict[str, str] = {}
         ua = referer = request_id = None
         connection: bytes | None = None
         has_body = False
         chunked = False
         for name, value in event.headers:
-            if name == b"host":
+            attr = _FACT_FIELDS.get(name)
+            if attr is not None:
+                v = value.decode("latin-1")
+                old = fields.get(attr)
+                fields[attr] = v if old is None else f"{old}, {v}"
+            elif name == b"host":
                 if _HOST_RE.fullmatch(value) is None:
                     raise HTTPError(400, "invalid Host", close=True)
             elif name == b"connection":
@@ -341,33 +362,6 @@ class ConnectionTask:
                     has_body = True
             elif name == b"transfer-encoding":
                 chunked = True
-            elif name == b"if-none-match":
-                v = value.decode("latin-1")
-                if_none_match = v if if_none_match is None else f"{if_none_match}, {v}"
-            elif name == b"if-modified-since":
-                v = value.decode("latin-1")
-                ims = v if ims is None else f"{ims}, {v}"
-            elif name == b"range":
-                v = value.decode("latin-1")
-                rng = v if rng is None else f"{rng}, {v}"
-            elif name == b"if-match":
-                v = value.decode("latin-1")
-                if_match = v if if_match is None else f"{if_match}, {v}"
-            elif name == b"if-unmodified-since":
-                v = value.decode("latin-1")
-                ius = v if ius is None else f"{ius}, {v}"
-            elif name == b"if-range":
-                v = value.decode("latin-1")
-                if_range = v if if_range is None else f"{if_range}, {v}"
-            elif name == b"accept-encoding":
-                v = value.decode("latin-1")
-                accept_encoding = v if accept_encoding is None else f"{accept_encoding}, {v}"
-            elif name == b"accept":
-                v = value.decode("latin-1")
-                accept = v if accept is None else f"{accept}, {v}"
-            elif name == b"want-repr-digest":
-                v = value.decode("latin-1")
-                want_digest = v if want_digest is None else f"{want_digest}, {v}"
             elif name == b"user-agent":
                 ua = value.decode("latin-1")
             elif name == b"referer":
@@ -391,16 +385,8 @@ class ConnectionTask:
             method=event.method,
             target=target,
             keep_alive=keep_alive and not has_body,
-            if_match=if_match,
-            if_none_match=if_none_match,
-            if_modified_since=ims,
-            if_unmodified_since=ius,
-            range=rng,
-            if_range=if_range,
             has_body=has_body,
-            accept=accept,
-            accept_encoding=accept_encoding,
-            want_repr_digest=want_digest,
+            **fields,
         )
         return facts, ka10, ua, referer, request_id
 
