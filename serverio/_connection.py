@@ -189,7 +189,13 @@ class ConnectionTask:
                 stats.cancelled += 1
             raise
         finally:
-            await trio.aclose_forcefully(self.stream)
+            if self._sock is not None:
+                # A plain socket closes synchronously (what SocketStream.aclose
+                # does, minus its checkpoint); aclose_forcefully would also
+                # enter a cancel scope, per connection, for nothing.
+                self._sock.close()
+            else:
+                await trio.aclose_forcefully(self.stream)
 
     async def _handshake(self) -> bool:
         """TLS handshake under the head deadline; False: close quietly.
