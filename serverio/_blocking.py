@@ -104,10 +104,14 @@ class Pool:
             self.stats.rejected += 1
             raise PoolSaturated(self.name)
         self.stats.submitted += 1
+        # Occupancy once this call is admitted: it takes a worker if one is
+        # free, else a queue slot.
         if running >= self.workers:
             queued += 1
             self.stats.peak_queued = max(self.stats.peak_queued, queued)
-        self.stats.peak_running = max(self.stats.peak_running, min(running + 1, self.workers))
+        else:
+            running += 1
+        self.stats.peak_running = max(self.stats.peak_running, running)
         load = (running + queued) / (self.workers + self.queue)
         if load >= _WARN_FRACTION:
             now = trio.current_time()

@@ -162,3 +162,23 @@ def test_only_blocking_module_calls_to_thread() -> None:
             if isinstance(node, ast.alias) and node.name.split(".")[0] == "asyncio":
                 offenders.append(f"{path.name}:{node.lineno} imports asyncio")
     assert offenders == []
+
+
+async def test_warns_once_when_nearly_full(caplog: pytest.LogCaptureFixture) -> None:
+    """Passing 80% of workers + queue logs one warning (rate-limited), so
+    exhaustion is visible before it becomes 503s."""
+    pool = Pool("t", 4, 1)  # capacity 5: the 4th admission reaches 80%
+    gate = threading.Event()
+    with caplog.at_level("WARNING", logger="serverio"):
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(run_blocking, pool, blocker, gate)
+                await wait_until(lambda i=i: pool.running == i + 1)  # type: ignore[misc]
+                if i == 2:
+                    assert "of capacity" not in caplog.text  # 3/5 = 60%: quiet
+            nursery.start_soon(run_blocking, pool, blocker, gate)  # queued: 100%
+            await wait_until(lambda: pool.queued == 1)
+            gate.set()
+    warnings = [r for r in caplog.records if "of capacity" in r.getMessage()]
+    assert len(warnings) == 1  # rate-limited: 80% and 100% within 10 s
+    assert "t pool at 80% of capacity" in warnings[0].getMessage()
