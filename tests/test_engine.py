@@ -429,3 +429,19 @@ async def test_access_log_common(root: Path) -> None:
     assert len(lines) == 2
     assert '"GET /hello.txt HTTP/1.1" 200 12' in lines[0]
     assert lines[1].endswith('"GET /x%0a%22y HTTP/1.1" 404 14')
+
+
+async def test_index_names_tried_in_order(root: Path) -> None:
+    (root / "noindex" / "home.htm").write_text("htm\n")
+    cfg = make_config(root, index=("index.html", "home.htm"), listing=False)
+    async with memory_connection(cfg) as (client, _, _):
+        sub = await client.get("/sub/")  # has index.html
+        alt = await client.get("/noindex/")  # only home.htm
+    assert sub.body == b"<p>sub</p>\n" and alt.body == b"htm\n"
+
+
+def test_cli_index_list() -> None:
+    from serverio._cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["--index", "a.html,b.html", "--index", "c.html", "-d", "."])
+    assert config_from_args(args).index == ("a.html", "b.html", "c.html")
