@@ -47,19 +47,9 @@ from typing import IO, Any, Self
 
 import pytest
 
+from .fusefs_server import KNOWN_OPS  # one list, shared with the FUSE process
+
 SERVER_SCRIPT = Path(__file__).with_name("fusefs_server.py")
-#: Operations that can be delayed/blocked; mirrors fusefs_server.KNOWN_OPS.
-KNOWN_OPS: tuple[str, ...] = (
-    "getattr",
-    "open",
-    "read",
-    "release",
-    "opendir",
-    "readdir",
-    "releasedir",
-    "readlink",
-    "statfs",
-)
 DEFAULT_DELAY_OPS: tuple[str, ...] = ("getattr", "open")
 DEFAULT_BLOCK_OPS: tuple[str, ...] = ("open",)
 #: Set to a non-empty value to skip every FUSE-backed test.
