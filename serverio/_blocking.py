@@ -21,7 +21,6 @@ thread.  Instead (docs/cancellation.md):
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -231,7 +230,3 @@ async def run_blocking(
         raise handoff.error
     return handoff.value  # type: ignore[return-value]
 
-
-def current_thread_count() -> int:
-    """For tests and shutdown logs: live threads in this process."""
-    return threading.active_count()

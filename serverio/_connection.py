@@ -533,15 +533,21 @@ class ConnectionTask:
             raise _Abort
 
     async def _emit(self, plan: Plan, prepared: Prepared | None, *, close: bool, ka10: bool) -> int:
-        """Write the plan.  Returns the number of body bytes sent."""
-        buf = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
+        """Write the plan.  Returns the number of body bytes sent.
+
+        Literal pieces are coalesced with the head into as few writes as
+        possible; each file span is flushed before it and streamed itself.
+        """
+        head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
         stats = self.server.stats
         sent = 0
+        pieces = [head]
         if plan.send_body:
-            pieces: list[bytes] = [buf]
+            used_file = False
             for piece in plan.body:
                 if isinstance(piece, FileSpan):
                     assert prepared is not None and prepared.fd >= 0
+                    used_file = True
                     await self._send(b"".join(pieces))
                     pieces = []
                     if self.use_sendfile:
@@ -551,15 +557,14 @@ class ConnectionTask:
                 else:
                     pieces.append(piece)
                 sent += len(piece)
-            if any(isinstance(p, FileSpan) for p in plan.body):
+            if used_file:
                 if self.use_sendfile:
                     stats.sendfile_responses += 1
                 else:
                     stats.buffered_responses += 1
-            buf = b"".join(pieces)
-        if buf:
-            await self._send(buf)
-        stats.bytes_sent += len(buf) + sent
+        if pieces:
+            await self._send(b"".join(pieces))
+        stats.bytes_sent += len(head) + sent
         return sent
 
     async def _sendfile(self, fd: int, span: FileSpan) -> None:

@@ -402,7 +402,10 @@ def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> P
 
 
 def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
-    """Decisions that need no filesystem: method, asterisk, hidden paths.
+    """Decisions that need no filesystem: method and hidden paths.
+
+    (The asterisk-form reaches here only with OPTIONS: parse_target refuses
+    it for every other method.)
 
     Returns ``None`` when the request must go through preparation.
     """
@@ -412,8 +415,6 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         return Plan(204, [(b"date", _date(now)), (b"allow", ALLOW)], (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         return error_plan(405, now, headers=[(b"allow", ALLOW)], close=req.has_body)
-    if req.target.asterisk:  # pragma: no cover - parse_target refuses it already
-        return error_plan(400, now, close=True)
     if req.target.hidden and not cfg.hidden:
         return error_plan(404, now, head_only=method == b"HEAD")
     return None

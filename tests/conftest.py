@@ -163,9 +163,6 @@ async def connect(port: int) -> HTTPClient:
     return HTTPClient(await trio.open_tcp_stream("127.0.0.1", port))
 
 
-OpenFds = Callable[[], int]
-
-
 async def wait_until(predicate: Callable[[], bool], limit: float = 5.0) -> None:
     """Poll a condition that has no event to wait on, bounded by ``limit`` seconds."""
     with trio.fail_after(limit):

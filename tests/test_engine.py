@@ -445,3 +445,26 @@ def test_cli_index_list() -> None:
 
     args = build_parser().parse_args(["--index", "a.html,b.html", "--index", "c.html", "-d", "."])
     assert config_from_args(args).index == ("a.html", "b.html", "c.html")
+
+
+async def test_bytes_sent_counts_head_and_body_once(root: Path) -> None:
+    import socket as _s
+
+    a, b = _s.socketpair()
+    srv = Server(make_config(root))
+    from serverio._connection import ConnectionTask
+
+    conn = ConnectionTask(srv, trio.SocketStream(trio.socket.from_stdlib_socket(b)))
+    client = trio.socket.from_stdlib_socket(a)
+    received = b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        for target in (b"/hello.txt", b"/big.bin"):  # small (with head) and sendfile
+            await client.send(b"GET " + target + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        await client.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        while data := await client.recv(1 << 20):
+            received += data
+    client.close()
+    srv.opener.close()
+    assert srv.stats.completed == 3 and srv.stats.sendfile_responses == 1
+    assert srv.stats.bytes_sent == len(received)
