@@ -182,3 +182,19 @@ async def test_warns_once_when_nearly_full(caplog: pytest.LogCaptureFixture) -> 
     warnings = [r for r in caplog.records if "of capacity" in r.getMessage()]
     assert len(warnings) == 1  # rate-limited: 80% and 100% within 10 s
     assert "t pool at 80% of capacity" in warnings[0].getMessage()
+
+
+async def test_a_stalled_pool_does_not_starve_another() -> None:
+    """fs stuck in syscalls: the work pool (and trio's default) still run."""
+    fs, work = Pool("fs", 2, 0), Pool("work", 1, 0)
+    gate = threading.Event()
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(run_blocking, fs, blocker, gate)
+        await wait_until(lambda: fs.running == 2)
+        with pytest.raises(PoolSaturated):
+            await run_blocking(fs, lambda: None)
+        with trio.fail_after(5):
+            assert await run_blocking(work, lambda: "ran") == "ran"
+            assert await trio.to_thread.run_sync(lambda: "default") == "default"
+        gate.set()
