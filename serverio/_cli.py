@@ -192,6 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="threads for filesystem preparation (0 = inline)",
     )
     b.add_argument("--fs-queue", type=int, default=_D.fs_queue, metavar="N")
+    b.add_argument(
+        "--file-cache-size",
+        type=_bytes,
+        default=_D.file_cache_size,
+        metavar="BYTES",
+        help="memory for small files' bytes, revalidated per request (default 16MiB; 0 = off)",
+    )
+    b.add_argument(
+        "--fs-cache-valid",
+        type=float,
+        default=_D.fs_cache_valid,
+        metavar="SECONDS",
+        help="with --fs-workers: trust a cached file this long without a stat (default 1)",
+    )
     b.add_argument("--work-workers", type=int, default=_D.work_workers, metavar="N")
     b.add_argument("--work-queue", type=int, default=_D.work_queue, metavar="N")
     o = p.add_argument_group("output")
@@ -280,6 +294,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         max_ranges=args.max_ranges,
         sendfile=not args.no_sendfile,
         fs_workers=args.fs_workers,
+        file_cache_size=args.file_cache_size,
+        fs_cache_valid=args.fs_cache_valid,
         fs_queue=args.fs_queue,
         work_workers=args.work_workers,
         work_queue=args.work_queue,

@@ -53,6 +53,11 @@ class Config:
     cache_control: str | None = None
     small_file_size: int = 65536
     sendfile: bool = True
+    # Warm-file cache (serverio._filecache): bytes of small files kept in
+    # memory; 0 = off.  In pooled mode an entry is trusted without a stat
+    # for fs_cache_valid seconds after its last revalidation.
+    file_cache_size: int = 16 * _MiB
+    fs_cache_valid: float = 1.0
     max_ranges: int = 16
 
     # Blocking-work pools (0 workers = inline on the event loop).
@@ -111,6 +116,7 @@ class Config:
             ("listing_max_entries", 1),
             ("compress_max_size", 0),
             ("compress_cache_size", 0),
+            ("file_cache_size", 0),
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:
@@ -128,6 +134,9 @@ class Config:
                 raise ConfigError(f"--{pool}-queue {queue} is absurd (max {_MAX_QUEUE})")
             if workers == 0 and queue > 0:
                 raise ConfigError(f"--{pool}-queue needs --{pool}-workers > 0 (0 workers = inline)")
+        v = self.fs_cache_valid
+        if not (isinstance(v, int | float) and math.isfinite(v) and 0 <= v <= 3600):
+            raise ConfigError(f"--fs-cache-valid must be between 0 and 3600 seconds, got {v!r}")
         if self.listing_max_entries > _MAX_LISTING_ENTRIES:
             raise ConfigError(
                 f"--listing-max-entries {self.listing_max_entries} is absurd "

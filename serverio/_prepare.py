@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ._config import Config
 from ._content import CODECS
@@ -33,6 +34,7 @@ from ._core import (
     spa_fallback_applies,
 )
 from ._disposition import content_disposition, download_matches
+from ._filecache import CachedFile, FileCache, identity, settled
 from ._fsopen import RootOpener
 from ._mime import guess_type, is_compressible
 from ._negotiate import (
@@ -45,7 +47,14 @@ from ._negotiate import (
     wanted_codings,
 )
 
-__all__ = ["Prepared", "prepare"]
+__all__ = [
+    "CacheCandidate",
+    "Prepared",
+    "cache_candidate",
+    "prepare",
+    "prepare_cached",
+    "serve_cached",
+]
 
 log = logging.getLogger("serverio")
 
@@ -108,6 +117,17 @@ def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
     return error_plan(500, now, head_only=head)
 
 
+def _read_all(fd: int, size: int) -> bytes | None:
+    """The first ``size`` bytes of the file; None if it is shorter now."""
+    data = os.pread(fd, size, 0)
+    while len(data) < size:
+        more = os.pread(fd, size - len(data), len(data))
+        if not more:
+            return None
+        data += more
+    return data
+
+
 def _read_spans(fd: int, plan: Plan) -> bool:
     """Replace the plan's file spans with their bytes.  False if the file shrank."""
     body: list[bytes | FileSpan] = []
@@ -124,6 +144,13 @@ def _read_spans(fd: int, plan: Plan) -> bool:
             body.append(piece)
     plan.body = tuple(body)
     return True
+
+
+def _slice_spans(data: bytes, plan: Plan) -> None:
+    """Replace the plan's file spans with slices of the whole file's ``data``."""
+    plan.body = tuple(
+        data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p for p in plan.body
+    )
 
 
 def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | None:
@@ -175,11 +202,112 @@ def _facts(st: os.stat_result, content_type: str) -> FileFacts:
     )
 
 
+def _file_headers(
+    req: RequestFacts, cfg: Config, relpath: str, ctype: str
+) -> tuple[tuple[tuple[bytes, bytes], ...], bool]:
+    """The extra headers of a file response, and whether its coding varies."""
+    extra: tuple[tuple[bytes, bytes], ...] = ()
+    name = relpath.rsplit("/", 1)[-1]
+    if "download" in parse_query(req.target.query) or (
+        cfg.download and download_matches(name, relpath, cfg.download)
+    ):
+        extra = ((b"content-disposition", content_disposition(name)),)
+    # Every response for a resource whose coding is negotiated carries
+    # Vary: Accept-Encoding, identity included (RFC 9110 §12.5.5).
+    vary = is_compressible(ctype) and (cfg.precompressed or cfg.compress_max_size > 0)
+    return extra, vary
+
+
+def _negotiates(req: RequestFacts, vary: bool) -> bool:
+    # A Range request gets identity (coded representations are never
+    # ranged), for HEAD as for GET so that HEAD mirrors GET.
+    return vary and req.range is None and req.accept_encoding is not None
+
+
+class CacheCandidate(NamedTuple):
+    """A warm-file cache entry that may answer this request, if still valid."""
+
+    key: str
+    entry: CachedFile
+    extra: tuple[tuple[bytes, bytes], ...]
+    vary: bool
+
+
+def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCandidate | None:
+    """The cache entry for the file ``req`` names directly, or None.
+
+    None also when the request needs the file itself: coding negotiation
+    (sidecars, compression) or a Repr-Digest.  No syscall; any thread.
+    """
+    target = req.target
+    if target.slash or not target.segments:
+        return None
+    entry = cache.get(target.relpath)
+    if entry is None:
+        return None
+    extra, vary = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
+    if _negotiates(req, vary) or (cfg.digest and want_digest(req.want_repr_digest)):
+        return None
+    return CacheCandidate(target.relpath, entry, extra, vary)
+
+
+def serve_cached(
+    cache: FileCache,
+    hit: CacheCandidate,
+    req: RequestFacts,
+    cfg: Config,
+    now: float,
+    boundary: str,
+) -> Prepared:
+    """The response from a candidate the caller has found valid."""
+    cache.hit()
+    facts = hit.entry.facts
+    plan = decide_file(req, facts, cfg, now, boundary, vary=hit.vary, extra=hit.extra)
+    if plan.needs_file:
+        _slice_spans(hit.entry.data, plan)
+    return Prepared(plan, facts=facts)
+
+
+def prepare_cached(
+    cache: FileCache,
+    req: RequestFacts,
+    cfg: Config,
+    now: float,
+    boundary: str,
+    mono: float,
+    opener: RootOpener,
+) -> Prepared | None:
+    """The response from the warm-file cache after one ``stat``, or None.
+
+    Blocking: the inline path, or inside the pool's hop.  (Pooled mode's
+    no-syscall window is applied by the server on the event loop.)
+    """
+    hit = cache_candidate(cache, req, cfg)
+    if hit is None or not cache.revalidate(hit.key, hit.entry, opener.root_fd, mono):
+        return None
+    return serve_cached(cache, hit, req, cfg, now, boundary)
+
+
 def prepare(
-    req: RequestFacts, cfg: Config, opener: RootOpener, now: float, boundary: str = ""
+    req: RequestFacts,
+    cfg: Config,
+    opener: RootOpener,
+    now: float,
+    boundary: str = "",
+    cache: FileCache | None = None,
+    mono: float = 0.0,
 ) -> Prepared:
     """Resolve, open, validate and decide.  Blocking; never raises for
-    filesystem trouble (it becomes a plan)."""
+    filesystem trouble (it becomes a plan).
+
+    With ``cache``, a warm small file is answered from memory after one
+    ``stat`` (:func:`prepare_cached`), and a settled small file read here
+    is stored there; ``mono`` (trio clock) stamps the revalidation.
+    """
+    if cache is not None:
+        hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
+        if hit is not None:
+            return hit
     head = req.method == b"HEAD"
     target = req.target
     fd = -1
@@ -230,7 +358,7 @@ def prepare(
             # resolution would have said ENOTDIR for "file.txt/.").
             return Prepared(error_plan(404, now, head_only=head))
         file_fd, fd = fd, -1  # ownership moves to _prepare_file
-        return _prepare_file(req, cfg, opener, now, boundary, file_fd, st, relpath)
+        return _prepare_file(req, cfg, opener, now, boundary, file_fd, st, relpath, cache, mono)
     except OSError as exc:
         return Prepared(_errno_plan(exc, now, head))
     finally:
@@ -256,24 +384,16 @@ def _prepare_file(
     fd: int,
     st: os.stat_result,
     relpath: str,
+    cache: FileCache | None = None,
+    mono: float = 0.0,
 ) -> Prepared:
     """The response for the regular file open on ``fd`` (which this owns)."""
     try:
-        name = relpath.rsplit("/", 1)[-1]
-        ctype = guess_type(name)
+        ctype = guess_type(relpath.rsplit("/", 1)[-1])
         facts = _facts(st, ctype)
-        extra: tuple[tuple[bytes, bytes], ...] = ()
-        if "download" in parse_query(req.target.query) or (
-            cfg.download and download_matches(name, relpath, cfg.download)
-        ):
-            extra = ((b"content-disposition", content_disposition(name)),)
-        # Every response for a resource whose coding is negotiated carries
-        # Vary: Accept-Encoding, identity included (RFC 9110 §12.5.5).
-        vary = is_compressible(ctype) and (cfg.precompressed or cfg.compress_max_size > 0)
+        extra, vary = _file_headers(req, cfg, relpath, ctype)
         coding, sidecar = "", False
-        # A Range request gets identity (coded representations are never
-        # ranged), for HEAD as for GET so that HEAD mirrors GET.
-        if vary and req.range is None and req.accept_encoding is not None:
+        if _negotiates(req, vary):
             accept = parse_accept_encoding(req.accept_encoding)
             sidecars: dict[str, tuple[int, os.stat_result]] = {}
             try:
@@ -312,7 +432,25 @@ def _prepare_file(
         if cfg.digest and plan.status in (200, 206):
             prepared.digest = want_digest(req.want_repr_digest) or ""
         keep = bool(prepared.digest)  # the hash job reads from this descriptor
-        if plan.needs_file and plan.file_bytes <= cfg.small_file_size:
+        if (
+            cache is not None
+            and not coding
+            and not keep
+            and relpath == req.target.relpath
+            and not req.target.slash
+            and cache.admits(st.st_size)
+            and settled(st, now)
+        ):
+            # A small, settled file named directly by the target: read it
+            # whole, keep it for the next request (serverio._filecache) and
+            # serve this one's spans from it.
+            data = _read_all(fd, st.st_size)
+            if data is None:
+                return Prepared(error_plan(503, now, headers=[(b"retry-after", b"1")]), facts=facts)
+            cache.put(relpath, CachedFile(identity(st), facts, data, mono))
+            if plan.needs_file:
+                _slice_spans(data, plan)
+        elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
             if not _read_spans(fd, plan):

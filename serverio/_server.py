@@ -43,15 +43,16 @@ import trio
 
 from ._accesslog import AccessLog
 from ._activation import listeners_from_fds
-from ._blocking import Pool, run_blocking
+from ._blocking import Pool, PoolSaturated, run_blocking
 from ._config import Config
 from ._connection import RECV_SIZE, ConnectionTask
 from ._content import ContentService
 from ._core import RequestFacts
 from ._errors import reason_phrase
+from ._filecache import CachedFile, FileCache
 from ._fsopen import RootOpener
 from ._metrics import Histogram
-from ._prepare import Prepared, prepare
+from ._prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
 from ._stats import Stats
 from ._tls import make_ssl_context
 
@@ -124,6 +125,8 @@ class Server:
             "off" if config.quiet else config.access_log, path=self.config.access_log_file
         )
         self.fs = Pool("fs", self.config.fs_workers, self.config.fs_queue)
+        self.files = FileCache(self.config.file_cache_size, self.config.small_file_size)
+        self._refreshes: dict[str, trio.Event] = {}
         self.work = Pool("work", self.config.work_workers, self.config.work_queue)
         self.listeners: list[trio.SocketListener] = list(listeners or [])
         self.draining = False
@@ -371,10 +374,11 @@ class Server:
         exception propagates.
         """
         boundary = self._boundary() if req.range is not None else ""
+        files = self.files if self.files.enabled else None
         if self.fs.inline:
-            prepared = prepare(req, self.config, self.opener, now, boundary)
+            prepared = prepare(req, self.config, self.opener, now, boundary, files)
         else:
-            maybe = await self._prepare_watched(req, now, conn, parser, boundary)
+            maybe = await self._prepare_pooled(req, now, conn, parser, boundary, files)
             if maybe is None:
                 return None
             prepared = maybe
@@ -414,6 +418,66 @@ class Server:
         )
         return not gone
 
+    async def _prepare_pooled(
+        self,
+        req: RequestFacts,
+        now: float,
+        conn: ConnectionTask,
+        parser: h11.Connection,
+        boundary: str,
+        files: FileCache | None,
+    ) -> Prepared | None:
+        """Pooled mode: from the warm-file cache, or through one hop.
+
+        Cancellation handling: as :meth:`prepare`; a wait for a shared
+        revalidation is watched like the hop, and leaving it does not
+        cancel the revalidation (other requests wait for it too).
+        """
+        mono = trio.current_time()
+        hit = cache_candidate(files, req, self.config) if files is not None else None
+        if hit is not None:
+            # Pooled mode trusts a warm entry for fs_cache_valid seconds
+            # without a syscall (serverio._filecache); past half of that
+            # one background stat refreshes it, and once it has expired
+            # every request for it waits for that one stat instead of
+            # each hopping (a stampede: 64 hops at once).
+            assert files is not None
+            valid = self.config.fs_cache_valid
+            age = mono - hit.entry.checked
+            if age > valid / 2:
+                refreshed = self._refresh(hit)
+                if age > valid and refreshed is not None:
+                    gone, _ = await self._while_watching(conn, parser, refreshed.wait)
+                    if gone:
+                        self.stats.cancelled += 1
+                        return None
+            if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
+                return serve_cached(files, hit, req, self.config, now, boundary)
+        return await self._prepare_watched(req, now, conn, parser, boundary, files, mono)
+
+    def _refresh(self, hit: CacheCandidate) -> trio.Event | None:
+        """Revalidate a cached file through the pool, once at a time; the
+        Event is set when done (None: no nursery to run it in)."""
+        done = self._refreshes.get(hit.key)
+        if done is None and self._conn_nursery is not None:
+            done = self._refreshes[hit.key] = trio.Event()
+            self._conn_nursery.start_soon(self._run_refresh, hit.key, hit.entry, done)
+        return done
+
+    async def _run_refresh(self, key: str, entry: CachedFile, done: trio.Event) -> None:
+        """Cancellation handling: a refresh cancelled at shutdown abandons its
+        thread like any pooled call; the thread only stamps or drops the
+        entry, so nothing needs closing.  Waiters are woken either way."""
+        try:
+            await run_blocking(
+                self.fs, self.files.revalidate, key, entry, self.opener.root_fd, trio.current_time()
+            )
+        except PoolSaturated:
+            pass  # busy pool: the entry stays expired; requests hop themselves
+        finally:
+            del self._refreshes[key]
+            done.set()
+
     async def _prepare_watched(
         self,
         req: RequestFacts,
@@ -421,6 +485,8 @@ class Server:
         conn: ConnectionTask,
         parser: h11.Connection,
         boundary: str,
+        files: FileCache | None,
+        mono: float,
     ) -> Prepared | None:
         # If the watcher sees the client leave, run_blocking abandons the
         # thread and its result goes to the late-close path.
@@ -433,6 +499,8 @@ class Server:
             self.opener,
             now,
             boundary,
+            files,
+            mono,
             late_close=Prepared.close,
         )
         gone, result = await self._while_watching(conn, parser, work)

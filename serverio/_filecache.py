@@ -1,0 +1,168 @@
+"""The warm-file cache: small files' bytes and facts, revalidated by identity.
+
+Without it every request for a small file costs four filesystem syscalls
+(``openat2``, ``fstat``, ``pread``, ``close``) and, in pooled mode, a thread
+hop (docs/performance.md measured both).  With it:
+
+* **inline** (``--fs-workers 0``, the default): a hit costs one ``stat`` of
+  the path, compared with the identity the bytes were read under — device,
+  inode, size, mtime and ctime in nanoseconds.  Any write, truncation,
+  rename-over, chmod or delete changes at least one of them, so a hit is
+  never staler than the ``stat``: no time window, nothing to tune.
+* **pooled** (``--fs-workers N``, the slow-storage profile): the ``stat``
+  itself can block for seconds on NFS or FUSE, so it must not run on the
+  event loop.  An entry revalidated less than ``--fs-cache-valid`` seconds
+  ago (default 1 s) is served without any syscall or hop; an older one is
+  revalidated in the pool.  A change is seen at most that long after it
+  happens — the bound nginx's ``open_file_cache_valid`` sets (60 s by
+  default there), and shorter than NFS's own attribute cache (3 to 60 s).
+
+Containment: an entry only exists for bytes read from a descriptor that
+:class:`~serverio._fsopen.RootOpener` opened under the root.  The
+revalidating ``stat`` follows symlinks without that check, but a hit needs
+the *same inode* (and the same size and times) as those bytes, so whatever
+the path now resolves to, a hit serves exactly what was already served.
+Anything else is a miss and goes through the full, contained open.
+
+Racy entries (the "racy git" problem): a timestamp is only as fine as the
+filesystem's clock tick (a jiffy on ext4, 2 s on FAT), so a same-size
+rewrite within one tick of our read could leave every identity field but
+ctime equal — and ctime has the same tick.  Bytes are therefore cached
+only from files last changed more than :data:`RACY_SECONDS` before the
+read; a file being written now is simply read every time until it settles.
+
+Thread-safety: preparation runs in worker threads in pooled mode, so the
+LRU is guarded by a lock (uncontended in inline mode).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ._core import FileFacts
+
+__all__ = ["RACY_SECONDS", "CachedFile", "FileCache", "FileCacheStats", "identity"]
+
+# Files changed less than this long before the read are not cached (see
+# "Racy entries" above).  2 s covers FAT's timestamp granularity.
+RACY_SECONDS = 2.0
+
+# Accounted per entry on top of its bytes (dict slot, entry object, facts).
+_ENTRY_OVERHEAD = 512
+
+Identity = tuple[int, int, int, int, int]
+
+
+def identity(st: os.stat_result) -> Identity:
+    """What must be unchanged for cached bytes to still be the file's."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def settled(st: os.stat_result, now: float) -> bool:
+    """Was the file last changed more than RACY_SECONDS before ``now`` (wall clock)?"""
+    limit = int((now - RACY_SECONDS) * 1e9)
+    return st.st_mtime_ns < limit and st.st_ctime_ns < limit
+
+
+@dataclass(slots=True)
+class CachedFile:
+    """One small regular file: its identity, facts and whole content."""
+
+    ident: Identity
+    facts: FileFacts
+    data: bytes
+    # Trio clock time of the last successful revalidation (pooled mode's
+    # window); a plain float store, safe from any thread.
+    checked: float
+
+
+@dataclass(slots=True)
+class FileCacheStats:
+    hits: int = 0  # served from memory (after a stat, or inside the window)
+    stale: int = 0  # revalidation found the file changed or gone: dropped
+    stored: int = 0
+    evicted: int = 0
+
+
+class FileCache:
+    """A byte-bounded LRU of :class:`CachedFile`, keyed by relative path.
+
+    ``capacity`` counts content bytes plus a fixed overhead per entry;
+    ``max_entry`` is the largest file kept (the small-file size: larger
+    bodies are streamed with sendfile and never read into memory).
+    ``capacity == 0`` disables the cache.
+    """
+
+    def __init__(self, capacity: int, max_entry: int) -> None:
+        self.capacity = capacity
+        self.max_entry = max_entry
+        self.size = 0
+        self.stats = FileCacheStats()
+        self._entries: OrderedDict[str, CachedFile] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity > 0
+
+    def admits(self, size: int) -> bool:
+        """Would a file of ``size`` bytes be kept?"""
+        return size <= self.max_entry and size + _ENTRY_OVERHEAD <= self.capacity
+
+    def get(self, key: str) -> CachedFile | None:
+        """The entry for ``key`` (marked recently used), or None.  Not yet a hit:
+        the caller revalidates it and then calls :meth:`hit` or :meth:`drop`."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def hit(self) -> None:
+        self.stats.hits += 1  # a racy += across threads only blurs a counter
+
+    def drop(self, key: str, entry: CachedFile) -> None:
+        """Forget ``entry`` (found stale), unless ``key`` was refilled since."""
+        with self._lock:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+                self.size -= len(entry.data) + _ENTRY_OVERHEAD
+                self.stats.stale += 1
+
+    def revalidate(self, key: str, entry: CachedFile, root_fd: int, mono: float) -> bool:
+        """Is ``entry`` still the file at ``key``?  One ``stat``; blocking.
+
+        Yes: stamp it checked at ``mono``.  No (changed, gone, unreadable):
+        drop it.
+        """
+        try:
+            st = os.stat(key, dir_fd=root_fd)
+        except OSError:
+            st = None
+        if st is None or identity(st) != entry.ident:
+            self.drop(key, entry)
+            return False
+        entry.checked = mono
+        return True
+
+    def put(self, key: str, entry: CachedFile) -> None:
+        cost = len(entry.data) + _ENTRY_OVERHEAD
+        if not self.admits(len(entry.data)):
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.size -= len(old.data) + _ENTRY_OVERHEAD
+            self._entries[key] = entry
+            self.size += cost
+            self.stats.stored += 1
+            while self.size > self.capacity:
+                _, dropped = self._entries.popitem(last=False)
+                self.size -= len(dropped.data) + _ENTRY_OVERHEAD
+                self.stats.evicted += 1

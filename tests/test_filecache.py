@@ -1,0 +1,368 @@
+"""The warm-file cache (serverio._filecache): hits equal misses, and a hit is
+never staler than its revalidation.
+
+``prepare`` takes the wall-clock ``now`` as an argument, so the unit tests
+pass a time well after the files were written: they count as settled (not
+"racy") without sleeping.  Server-level tests make every file settled by
+setting RACY_SECONDS below zero.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from serverio import Config, RequestFacts, Server, _filecache, parse_target
+from serverio._cli import build_parser, config_from_args
+from serverio._connection import ConnectionTask
+from serverio._core import Plan
+from serverio._filecache import CachedFile, FileCache, identity
+from serverio._fsopen import RootOpener
+from serverio._prepare import prepare
+
+from .conftest import HTTPClient, make_config
+
+LATER = time.time() + 3600.0  # "now" for prepare(): every file is settled
+BOUNDARY = "b0undary"
+
+
+@pytest.fixture
+def opener(root: Path) -> Iterator[RootOpener]:
+    op = RootOpener(str(root), follow_symlinks=False)
+    yield op
+    op.close()
+
+
+def request(target: str = "/data.bin", method: bytes = b"GET", **fields: str) -> RequestFacts:
+    return RequestFacts(
+        method=method,
+        target=parse_target(method, target.encode()),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def run(
+    req: RequestFacts, cfg: Config, op: RootOpener, cache: FileCache | None, now: float = LATER
+) -> Plan:
+    prepared = prepare(req, cfg, op, now, BOUNDARY if req.range else "", cache, 0.0)
+    try:
+        return prepared.plan
+    finally:
+        prepared.close()
+
+
+def as_tuple(plan: Plan) -> tuple[object, ...]:
+    return (plan.status, plan.headers, plan.body, plan.send_body, plan.close)
+
+
+def new_cache(cfg: Config, capacity: int = 1 << 20) -> FileCache:
+    return FileCache(capacity, cfg.small_file_size)
+
+
+# Every request shape the hit path answers, against data.bin (1 KiB):
+# conditionals (RFC 9110 §13.2.2 order), ranges (single, multiple,
+# unsatisfiable, If-Range), HEAD and Content-Disposition.
+VARIANTS: list[tuple[str, bytes, dict[str, str]]] = [
+    ("/data.bin", b"GET", {}),
+    ("/data.bin", b"HEAD", {}),
+    ("/data.bin", b"GET", {"if_none_match": "*"}),
+    ("/data.bin", b"GET", {"if_match": '"nope"'}),
+    ("/data.bin", b"GET", {"if_modified_since": "Sun, 29 Nov 2037 00:00:00 GMT"}),
+    ("/data.bin", b"GET", {"if_unmodified_since": "Sun, 01 Jan 2000 00:00:00 GMT"}),
+    ("/data.bin", b"GET", {"range": "bytes=0-99"}),
+    ("/data.bin", b"GET", {"range": "bytes=-10"}),
+    ("/data.bin", b"GET", {"range": "bytes=1000-"}),
+    ("/data.bin", b"GET", {"range": "bytes=0-9,100-199,1020-"}),
+    ("/data.bin", b"GET", {"range": "bytes=5000-"}),
+    ("/data.bin", b"GET", {"range": "bytes=0-9", "if_range": '"other"'}),
+    ("/data.bin", b"HEAD", {"range": "bytes=0-9"}),
+    ("/data.bin?download", b"GET", {}),
+    ("/hello.txt", b"GET", {}),
+    ("/hello.txt", b"GET", {"range": "bytes=0-4"}),
+]
+
+
+@pytest.mark.parametrize(("target", "method", "fields"), VARIANTS)
+def test_a_hit_answers_exactly_like_a_miss(
+    root: Path, opener: RootOpener, target: str, method: bytes, fields: dict[str, str]
+) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    req = request(target, method, **fields)
+    uncached = run(req, cfg, opener, None)
+    first = run(req, cfg, opener, cache)  # fills
+    assert cache.stats.stored == 1 and cache.stats.hits == 0
+    second = run(req, cfg, opener, cache)  # hits
+    assert cache.stats.hits == 1
+    assert as_tuple(first) == as_tuple(uncached) == as_tuple(second)
+
+
+def test_validators_of_a_hit_are_the_file_s(root: Path, opener: RootOpener) -> None:
+    # 304 from the cache uses the ETag the file has (not a stale one).
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    etag = dict(run(request(), cfg, opener, cache).headers)[b"etag"].decode()
+    plan = run(request(if_none_match=etag), cfg, opener, cache)
+    assert plan.status == 304 and cache.stats.hits == 1
+
+
+def test_a_file_changed_recently_is_not_cached(root: Path, opener: RootOpener) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    run(request(), cfg, opener, cache, now=time.time())  # data.bin was just written
+    assert len(cache) == 0
+    assert run(request(), cfg, opener, cache, now=time.time()).status == 200
+
+
+def test_same_size_rewrite_with_restored_mtime_is_seen(root: Path, opener: RootOpener) -> None:
+    # The rewrite keeps size and (forcibly) mtime; ctime still moves.
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    path = root / "data.bin"
+    before = path.stat()
+    run(request(), cfg, opener, cache)
+    path.write_bytes(b"Z" * before.st_size)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    plan = run(request(), cfg, opener, cache)
+    assert plan.body == (b"Z" * before.st_size,)
+    assert cache.stats.hits == 0 and cache.stats.stale == 1
+
+
+@pytest.mark.parametrize("change", ["delete", "rename-over", "symlink-outside", "truncate"])
+def test_a_changed_path_is_never_answered_from_the_cache(
+    root: Path, opener: RootOpener, change: str
+) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    path = root / "data.bin"
+    run(request(), cfg, opener, cache)
+    assert len(cache) == 1
+    if change == "delete":
+        path.unlink()
+        expect: tuple[int, bytes | None] = (404, None)
+    elif change == "rename-over":
+        (root / "new.tmp").write_bytes(b"N" * 1024)
+        os.replace(root / "new.tmp", path)
+        expect = (200, b"N" * 1024)
+    elif change == "symlink-outside":
+        # The same size as the cached file, outside the root: containment
+        # must refuse it, not the cache serve the old bytes.
+        outside = root.parent / "outside" / "same-size.bin"
+        outside.write_bytes(b"X" * 1024)
+        path.unlink()
+        path.symlink_to(outside)
+        expect = (404, None)
+    else:
+        with open(path, "r+b") as f:
+            f.truncate(10)
+        expect = (200, bytes(range(10)))
+    plan = run(request(), cfg, opener, cache)
+    assert plan.status == expect[0]
+    if expect[1] is not None:
+        assert plan.body == (expect[1],)
+    assert cache.stats.hits == 0
+
+
+def test_only_small_files_named_directly_are_cached(root: Path, opener: RootOpener) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    run(request("/big.bin"), cfg, opener, cache)  # 300 KB: streamed, never cached
+    run(request("/"), cfg, opener, cache)  # index.html through the index rule
+    run(request("/sub/"), cfg, opener, cache)
+    assert len(cache) == 0
+    run(request("/sub/index.html"), cfg, opener, cache)
+    assert len(cache) == 1
+
+
+def test_coding_negotiation_is_never_answered_from_the_cache(
+    root: Path, opener: RootOpener
+) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    text = root / "site.css"
+    text.write_bytes(b"body{color:red}\n" * 100)
+    past = time.time_ns() - 10**10
+    os.utime(text, ns=(past, past))
+    run(request("/site.css"), cfg, opener, cache)  # no Accept-Encoding: cacheable
+    assert len(cache) == 1
+    # A sidecar added later is still found: Accept-Encoding bypasses the cache.
+    (root / "site.css.gz").write_bytes(b"\x1f\x8b" + b"\0" * 20)
+    os.utime(root / "site.css.gz", ns=(past + 1, past + 1))
+    plan = run(request("/site.css", accept_encoding="gzip"), cfg, opener, cache)
+    assert dict(plan.headers).get(b"content-encoding") == b"gzip"
+    assert cache.stats.hits == 0
+    assert run(request("/site.css"), cfg, opener, cache).status == 200
+    assert cache.stats.hits == 1
+
+
+def test_lru_is_bounded_in_bytes(root: Path, opener: RootOpener) -> None:
+    cfg = make_config(root)
+    for i in range(4):
+        (root / f"f{i}.bin").write_bytes(bytes([i]) * 1000)
+    cache = new_cache(cfg, capacity=3100)  # two entries of 1000 B + 512 B overhead
+    for i in range(3):
+        run(request(f"/f{i}.bin"), cfg, opener, cache)
+    assert len(cache) == 2 and cache.stats.evicted == 1 and cache.size <= 3100
+    run(request("/f1.bin"), cfg, opener, cache)  # f1 hits and becomes newest
+    run(request("/f3.bin"), cfg, opener, cache)  # evicts f2, the oldest
+    assert cache.stats.hits == 1
+    run(request("/f1.bin"), cfg, opener, cache)
+    assert cache.stats.hits == 2
+    run(request("/f2.bin"), cfg, opener, cache)
+    assert cache.stats.hits == 2  # f2 had been evicted
+
+
+def test_drop_keeps_a_newer_entry(root: Path) -> None:
+    cache = FileCache(1 << 20, 65536)
+    st = (root / "data.bin").stat()
+    facts_entry = CachedFile(identity(st), None, b"a", 0.0)  # type: ignore[arg-type]
+    newer = CachedFile(identity(st), None, b"b", 0.0)  # type: ignore[arg-type]
+    cache.put("k", facts_entry)
+    cache.put("k", newer)
+    cache.drop("k", facts_entry)  # a late revalidation of the old entry
+    assert cache.get("k") is newer
+
+
+def test_disabled_cache_stores_nothing(root: Path, opener: RootOpener) -> None:
+    cfg = make_config(root, file_cache_size=0)
+    cache = new_cache(cfg, capacity=0)
+    run(request(), cfg, opener, cache)
+    assert len(cache) == 0 and not cache.enabled
+
+
+# ---------------------------------------------------------------- server level
+
+
+@asynccontextmanager
+async def pooled_server(cfg: Config) -> AsyncIterator[tuple[Server, HTTPClient]]:
+    """A Server whose connection nursery is set (as serve() does), so that
+    background revalidations can run; one in-memory connection."""
+    srv = Server(cfg)
+    _ = srv.opener
+    async with srv.content.running(), trio.open_nursery() as nursery:
+        srv._conn_nursery = nursery
+        client, theirs = trio.testing.memory_stream_pair()
+        nursery.start_soon(ConnectionTask(srv, theirs, "memory").run)
+        try:
+            yield srv, HTTPClient(client)
+        finally:
+            nursery.cancel_scope.cancel()
+    srv._conn_nursery = None
+    srv.opener.close()
+
+
+@pytest.fixture
+def settled_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_inline_server_sees_every_change_at_once(root: Path) -> None:
+    cfg = make_config(root)
+    async with pooled_server(cfg) as (srv, client):
+        assert (await client.get("/hello.txt")).body == b"hello world\n"
+        assert (await client.get("/hello.txt")).body == b"hello world\n"
+        assert srv.files.stats.hits == 1
+        (root / "hello.txt").write_text("HELLO WORLD\n")  # same size
+        assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_pooled_server_window_bounds_staleness(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, client):
+        assert (await client.get("/hello.txt")).body == b"hello world\n"  # fill: one hop
+        hops = srv.fs.stats.submitted
+        for _ in range(5):  # inside the window: no syscall, no hop
+            assert (await client.get("/hello.txt")).body == b"hello world\n"
+        assert srv.fs.stats.submitted == hops
+        (root / "hello.txt").write_text("HELLO WORLD\n")
+        # Still inside the window: the documented staleness.
+        assert (await client.get("/hello.txt")).body == b"hello world\n"
+        await trio.sleep(1.01)  # the window is over: a revalidation finds the change
+        assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_pooled_expiry_costs_one_hop_for_many_requests(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, fs_workers=2, fs_queue=64, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, first):
+        assert (await first.get("/data.bin")).status == 200
+        clients = [first]
+        for _ in range(19):
+            client, theirs = trio.testing.memory_stream_pair()
+            assert srv._conn_nursery is not None
+            srv._conn_nursery.start_soon(ConnectionTask(srv, theirs, "memory").run)
+            clients.append(HTTPClient(client))
+        await trio.sleep(2.0)  # expired (inside the keep-alive timeout)
+        hops = srv.fs.stats.submitted
+        statuses: list[int] = []
+
+        async def get(c: HTTPClient) -> None:
+            statuses.append((await c.get("/data.bin")).status)
+
+        async with trio.open_nursery() as nursery:
+            for c in clients:
+                nursery.start_soon(get, c)
+        assert statuses == [200] * 20
+        assert srv.fs.stats.submitted == hops + 1  # one shared revalidation
+        assert srv.files.stats.hits >= 20
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_pooled_refresh_ahead_keeps_a_hot_file_warm(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, client):
+        await client.get("/data.bin")
+        hops = srv.fs.stats.submitted
+        for _ in range(40):  # 4 s of steady traffic, 0.1 s apart
+            await trio.sleep(0.1)
+            assert (await client.get("/data.bin")).status == 200
+        # Background stats only (about one per half window), never one per
+        # request, and the requests themselves never waited for a hop.
+        refreshes = srv.fs.stats.submitted - hops
+        assert 4 <= refreshes <= 10
+        assert srv.files.stats.hits == 40
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_pooled_expired_entry_is_not_served_without_revalidation(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # With no way to run the shared revalidation (no nursery here; in
+    # production: a saturated pool), an expired entry must not be served:
+    # the request hops and prepares the file itself.
+    cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, client):
+        assert (await client.get("/hello.txt")).body == b"hello world\n"
+        (root / "hello.txt").write_text("HELLO WORLD\n")
+        nursery, srv._conn_nursery = srv._conn_nursery, None
+        await trio.sleep(1.5)
+        hops = srv.fs.stats.submitted
+        assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
+        assert srv.fs.stats.submitted == hops + 1
+        srv._conn_nursery = nursery
+
+
+def test_cli_options(root: Path) -> None:
+    def parse(*args: str) -> Config:
+        return config_from_args(build_parser().parse_args([*args, "-d", str(root)]))
+
+    cfg = parse()
+    assert cfg.file_cache_size == 16 << 20 and cfg.fs_cache_valid == 1.0
+    cfg = parse("--file-cache-size", "0", "--fs-workers", "4", "--fs-cache-valid", "0.25")
+    assert cfg.file_cache_size == 0 and cfg.fs_cache_valid == 0.25
+    assert not Server(cfg).files.enabled
