@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,8 @@ class Run:
         self, spec: ServerSpec, workload: Workload, root: Path, workdir: Path
     ) -> LaunchPlan | str:
         file = root / workload.file if workload.file else None
+        if spec.kind == "serverio" and workload.serverio_args:
+            spec = replace(spec, extra_args=(*spec.extra_args, *workload.serverio_args))
         return KINDS[spec.kind].plan(spec, self.env, root, file, workdir)
 
     @contextmanager

@@ -36,6 +36,8 @@ class Workload:
     feature: Feature = "plain"
     # When set, only servers carrying one of these tags take part.
     server_tags: frozenset[str] | None = None
+    # Appended to every serverio variant's command line for this workload.
+    serverio_args: tuple[str, ...] = ()
     skip_reason_for_others: str = ""
 
     def request_headers(self) -> tuple[tuple[str, str], ...]:
@@ -118,6 +120,10 @@ WORKLOADS: dict[str, Workload] = {
             "slow",
             "1 KiB on a FUSE mount adding 10 ms per open (one per request), 64 conns",
             kind="slow",
+            # The warm-file cache would answer from memory and never reach
+            # the slow open: this workload measures how the fs pool
+            # overlaps blocking opens, so every request must make one.
+            serverio_args=("--file-cache-size", "0"),
             server_tags=frozenset({"serverio"}),
             skip_reason_for_others="slow storage compares serverio fs-worker settings only",
         ),

@@ -173,6 +173,7 @@ class SlowFS:
         block_timeout: float = 120.0,
         startup_timeout: float = 10.0,
         debug: bool = False,
+        kernel_cache: bool = False,
     ) -> None:
         self.backing = Path(backing)
         self.mountpoint = Path(mountpoint)
@@ -181,6 +182,7 @@ class SlowFS:
         self._block_timeout = block_timeout
         self._startup_timeout = startup_timeout
         self._debug = debug
+        self._kernel_cache = kernel_cache
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._stderr: IO[bytes] | None = None
@@ -243,6 +245,8 @@ class SlowFS:
         ]
         if self._debug:
             cmd.append("--debug")
+        if self._kernel_cache:
+            cmd.append("--kernel-cache")
         try:
             try:
                 self._proc = subprocess.Popen(
@@ -428,14 +432,16 @@ def fuse_available() -> str | None:
 
 
 @contextlib.contextmanager
-def slowfs_in(tmp_path: Path, delay: float = 0.0) -> Iterator[SlowFS]:
+def slowfs_in(
+    tmp_path: Path, delay: float = 0.0, *, kernel_cache: bool = False
+) -> Iterator[SlowFS]:
     """SlowFS over ``tmp_path/backing`` at ``tmp_path/mnt``; skips without FUSE."""
     reason = fuse_available()
     if reason is not None:
         pytest.skip(reason)
     backing = tmp_path / "backing"
     backing.mkdir(exist_ok=True)
-    with SlowFS(backing, tmp_path / "mnt", delay) as fs:
+    with SlowFS(backing, tmp_path / "mnt", delay, kernel_cache=kernel_cache) as fs:
         yield fs
 
 

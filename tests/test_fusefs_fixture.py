@@ -303,3 +303,20 @@ def test_fuse_available_is_none_here() -> None:
     if reason is not None:
         pytest.skip(reason)
     assert reason is None
+
+
+def test_kernel_cache_keeps_open_uncached(tmp_path: Path) -> None:
+    # The benchmark's mount: lookups and stats are answered by the kernel,
+    # but every open still reaches the FUSE process (and its delay).
+    with slowfs_in(tmp_path, kernel_cache=True) as slow:
+        (slow.backing / "hello.txt").write_bytes(b"hello world\n")
+        path = slow.path("hello.txt")
+        assert path.read_bytes() == b"hello world\n"
+        slow.reset_stats()
+        for _ in range(20):
+            os.stat(path)
+            assert path.read_bytes() == b"hello world\n"
+        stats = slow.stats()
+        assert stats["open_calls"] == 20
+        assert stats["getattr_calls"] <= 2
+        assert stats["read_calls"] <= 2
