@@ -538,7 +538,9 @@ class ConnectionTask:
         Literal pieces are coalesced with the head into as few writes as
         possible; each file span is flushed before it and streamed itself.
         """
-        head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
+        head = plan.head
+        if head is None or close or ka10:
+            head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
         stats = self.server.stats
         sent = 0
         pieces = [head]

@@ -126,6 +126,9 @@ class Plan:
     body: tuple[bytes | FileSpan, ...] = ()
     send_body: bool = True
     close: bool = False
+    # The serialised head for a kept-alive HTTP/1.1 connection, when the edge
+    # memoised it (serverio._prepare.serve_cached); else None.
+    head: bytes | None = None
 
     @property
     def file_bytes(self) -> int:

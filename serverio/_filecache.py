@@ -40,9 +40,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ._core import FileFacts
+from ._core import FileFacts, Plan
 
 __all__ = ["RACY_SECONDS", "CachedFile", "FileCache", "FileCacheStats", "identity"]
 
@@ -77,6 +77,12 @@ class CachedFile:
     # Trio clock time of the last successful revalidation (pooled mode's
     # window); a plain float store, safe from any thread.
     checked: float
+    # Memo of the edge (serverio._prepare.serve_cached), not shared state
+    # of the cache: the response to a plain GET/HEAD, per method, for the
+    # wall-clock second of its Date header; and the (extra headers, vary)
+    # of a request without a query.
+    plain: dict[bytes, tuple[int, Plan]] = field(default_factory=dict)
+    headers: tuple[tuple[tuple[bytes, bytes], ...], bool] | None = None
 
 
 @dataclass(slots=True)

@@ -46,6 +46,7 @@ from ._negotiate import (
     want_digest,
     wanted_codings,
 )
+from ._wire import head_bytes
 
 __all__ = [
     "CacheCandidate",
@@ -245,7 +246,13 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
     entry = cache.get(target.relpath)
     if entry is None:
         return None
-    extra, vary = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
+    if target.query:
+        extra, vary = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
+    else:
+        # Without a query they depend on the file alone: memoised.
+        if entry.headers is None:
+            entry.headers = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
+        extra, vary = entry.headers
     if _negotiates(req, vary) or (cfg.digest and want_digest(req.want_repr_digest)):
         return None
     return CacheCandidate(target.relpath, entry, extra, vary)
@@ -259,13 +266,36 @@ def serve_cached(
     now: float,
     boundary: str,
 ) -> Prepared:
-    """The response from a candidate the caller has found valid."""
+    """The response from a candidate the caller has found valid.
+
+    A plain request (no precondition, no range, no query: what browsers
+    and benchmarks send most) gets the same response for the whole
+    second of its Date header, so the plan and its serialised head are
+    memoised per method and second.  Shared plans are never mutated: the
+    connection only reads them.
+    """
     cache.hit()
-    facts = hit.entry.facts
-    plan = decide_file(req, facts, cfg, now, boundary, vary=hit.vary, extra=hit.extra)
+    entry = hit.entry
+    plain = (
+        req.if_none_match is None
+        and req.if_modified_since is None
+        and req.if_match is None
+        and req.if_unmodified_since is None
+        and req.range is None
+        and not req.target.query
+    )
+    second = int(now)
+    if plain:
+        memo = entry.plain.get(req.method)
+        if memo is not None and memo[0] == second:
+            return Prepared(memo[1], facts=entry.facts)
+    plan = decide_file(req, entry.facts, cfg, now, boundary, vary=hit.vary, extra=hit.extra)
     if plan.needs_file:
-        _slice_spans(hit.entry.data, plan)
-    return Prepared(plan, facts=facts)
+        _slice_spans(entry.data, plan)
+    if plain:
+        plan.head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        entry.plain[req.method] = (second, plan)
+    return Prepared(plan, facts=entry.facts)
 
 
 def prepare_cached(

@@ -26,10 +26,11 @@ from serverio._core import Plan
 from serverio._filecache import CachedFile, FileCache, identity
 from serverio._fsopen import RootOpener
 from serverio._prepare import prepare
+from serverio._wire import head_bytes
 
 from .conftest import HTTPClient, make_config
 
-LATER = time.time() + 3600.0  # "now" for prepare(): every file is settled
+LATER = float(int(time.time()) + 3600)  # "now" for prepare(): every file is settled
 BOUNDARY = "b0undary"
 
 
@@ -366,3 +367,45 @@ def test_cli_options(root: Path) -> None:
     cfg = parse("--file-cache-size", "0", "--fs-workers", "4", "--fs-cache-valid", "0.25")
     assert cfg.file_cache_size == 0 and cfg.fs_cache_valid == 0.25
     assert not Server(cfg).files.enabled
+
+
+def test_plain_requests_share_one_plan_per_second(root: Path, opener: RootOpener) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    run(request(), cfg, opener, cache)  # fill
+    a = run(request(), cfg, opener, cache, now=LATER + 0.2)
+    b = run(request(), cfg, opener, cache, now=LATER + 0.7)  # same second
+    c = run(request(), cfg, opener, cache, now=LATER + 1.2)  # next second
+    assert a is b and b is not c
+    assert a.head == head_bytes(a.status, a.headers, close=False, keep_alive_10=False)
+    assert dict(a.headers)[b"date"] != dict(c.headers)[b"date"]
+    head = run(request(method=b"HEAD"), cfg, opener, cache, now=LATER + 0.5)
+    assert head is not a and not head.send_body
+    # Anything but a plain request is decided afresh.
+    assert run(request(range="bytes=0-1"), cfg, opener, cache, now=LATER + 0.5).status == 206
+    assert run(request("/data.bin?download"), cfg, opener, cache, now=LATER + 0.5) is not a
+
+
+@pytest.mark.usefixtures("settled_files")
+@pytest.mark.parametrize(
+    ("version", "connection", "expect"),
+    [("1.1", "", None), ("1.1", "close", "close"), ("1.0", "keep-alive", "keep-alive")],
+)
+async def test_memoised_head_still_says_how_the_connection_ends(
+    root: Path, version: str, connection: str, expect: str | None
+) -> None:
+    cfg = make_config(root)
+    extra = f"Connection: {connection}\r\n" if connection else ""
+    async with pooled_server(cfg) as (srv, client):
+        for _ in range(2):  # fill, then memoise the keep-alive head
+            assert (await client.get("/data.bin")).header("connection") is None
+        for _ in range(3):
+            await client.send_raw(
+                f"GET /data.bin HTTP/{version}\r\nHost: t\r\n{extra}\r\n".encode()
+            )
+            r = await client.read_response()
+            assert r.status == 200 and r.body == bytes(range(256)) * 4
+            assert r.header("connection") == expect
+            if expect == "close":
+                break
+        assert srv.files.stats.hits >= 2
