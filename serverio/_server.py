@@ -375,6 +375,8 @@ class Server:
         """
         boundary = self._boundary() if req.range is not None else ""
         files = self.files if self.files.enabled else None
+        if not self.fs.inline:
+            conn.ensure_busy()  # the pooled path may wait
         if self.fs.inline:
             prepared = prepare(req, self.config, self.opener, now, boundary, files)
         else:
@@ -383,6 +385,7 @@ class Server:
                 return None
             prepared = maybe
         if prepared.needs_followup:
+            conn.ensure_busy()
             # Listing scans, compression, digests (serverio._content): cache
             # hits right here; what must wait (work pool, a cache job) waits
             # while watching the client, like the pooled hop.

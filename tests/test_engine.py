@@ -401,6 +401,31 @@ async def test_write_deadline_is_per_progress(
         assert got > 300_000  # the head plus all 300,000 body bytes
 
 
+async def test_read_deadlines_never_cut_a_slow_response(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The keep-alive and head deadlines armed while waiting for the second
+    request stay on the lifetime scope until the answer could wait
+    (ConnectionTask.ensure_busy); a response that outlives them both must
+    still be written in full."""
+    cfg = make_config(root, keepalive_timeout=2, head_timeout=3, write_timeout=5)
+    async with memory_connection(cfg, lockstep=True) as (client, srv, _):
+        assert (await client.get("/hello.txt")).status == 200
+        await trio.sleep(1)  # inside keep-alive: the deadline is armed
+        await client.send_raw(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        got = 0
+        while got < 300_000:
+            data = await client.stream.receive_some(16384)
+            if not data:
+                break
+            got += len(data)
+            await trio.sleep(1)  # ~20 s in all, far past 2 s and 3 s
+        assert got > 300_000
+        assert trio.current_time() > 15
+    assert srv.stats.timeouts_keepalive == srv.stats.timeouts_head == 0
+    assert srv.stats.timeouts_write == 0
+
+
 # ------------------------------------------------------------ counters/log
 
 
