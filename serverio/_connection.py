@@ -575,7 +575,7 @@ class ConnectionTask:
                 if isinstance(piece, FileSpan):
                     assert prepared is not None and prepared.fd >= 0
                     used_file = True
-                    await self._send(b"".join(pieces))
+                    await self._send_pieces(pieces)
                     pieces = []
                     if self.use_sendfile:
                         await self._sendfile(prepared.fd, piece)
@@ -590,9 +590,29 @@ class ConnectionTask:
                 else:
                     stats.buffered_responses += 1
         if pieces:
-            await self._send(b"".join(pieces))
+            await self._send_pieces(pieces)
         stats.bytes_sent += len(head) + sent
         return sent
+
+    async def _send_pieces(self, pieces: list[bytes]) -> None:
+        """Write the pieces in order: one ``writev`` when it takes them all.
+
+        Gathering the head and an in-memory body in the kernel saves joining
+        them in user space — a 64 KiB copy per request for a cached file.
+        """
+        if len(pieces) > 1 and self._fd >= 0:
+            try:
+                n = os.writev(self._fd, pieces)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+            if n == sum(map(len, pieces)):
+                return
+            # Rare (a full socket buffer): the rest through the slow path.
+            await self._send(b"".join(pieces)[n:])
+            return
+        await self._send(pieces[0] if len(pieces) == 1 else b"".join(pieces))
 
     async def _sendfile(self, fd: int, span: FileSpan) -> None:
         """Zero-copy: ``os.sendfile`` on the non-blocking socket.

@@ -28,7 +28,7 @@ from serverio._fsopen import RootOpener
 from serverio._prepare import prepare
 from serverio._wire import head_bytes
 
-from .conftest import HTTPClient, make_config
+from .conftest import HTTPClient, connect, make_config, running_server, wait_until
 
 LATER = float(int(time.time()) + 3600)  # "now" for prepare(): every file is settled
 BOUNDARY = "b0undary"
@@ -409,3 +409,25 @@ async def test_memoised_head_still_says_how_the_connection_ends(
             if expect == "close":
                 break
         assert srv.files.stats.hits >= 2
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_cached_bodies_survive_a_full_socket_buffer(root: Path) -> None:
+    # Pipelined requests for a cached 64 KiB file that the client reads only
+    # later: the server's writev fills the socket buffers and takes the
+    # partial-write path; every response must still arrive byte-exact.
+    body = os.urandom(65536)
+    (root / "64k.bin").write_bytes(body)
+    cfg = make_config(root)
+    n = 120  # ~7.7 MiB of responses: more than loopback buffers hold
+    async with running_server(cfg) as (srv, port):
+        client = await connect(port)
+        await client.send_raw(b"GET /64k.bin HTTP/1.1\r\nHost: t\r\n\r\n" * n)
+        await wait_until(lambda: srv.files.stats.hits > 0)
+        await trio.sleep(0.2)  # let the server run into the full buffer
+        with trio.fail_after(30):
+            for _ in range(n):
+                r = await client.read_response()
+                assert r.status == 200 and r.body == body
+        await client.stream.aclose()
+    assert srv.stats.timeouts_write == 0
