@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from ._core import FileFacts, Plan
 
-__all__ = ["RACY_SECONDS", "CachedFile", "FileCache", "FileCacheStats", "identity"]
+__all__ = ["RACY_SECONDS", "CachedFile", "FileCache", "FileCacheStats", "Sidecar", "identity"]
 
 # Files changed less than this long before the read are not cached (see
 # "Racy entries" above).  2 s covers FAT's timestamp granularity.
@@ -61,10 +61,41 @@ def identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _same(path: str, ident: Identity | None, root_fd: int) -> bool:
+    """Does ``path`` still have ``ident`` (None: still not exist)?"""
+    try:
+        st = os.stat(path, dir_fd=root_fd)
+    except FileNotFoundError:
+        return ident is None
+    except OSError:
+        return False
+    return ident is not None and identity(st) == ident
+
+
+def _cost(entry: CachedFile) -> int:
+    cost = len(entry.data) + _ENTRY_OVERHEAD
+    for sidecar in entry.sidecars.values():
+        cost += _ENTRY_OVERHEAD + (len(sidecar.cached.data) if sidecar.cached else 0)
+    return cost
+
+
 def settled(st: os.stat_result, now: float) -> bool:
     """Was the file last changed more than RACY_SECONDS before ``now`` (wall clock)?"""
     limit = int((now - RACY_SECONDS) * 1e9)
     return st.st_mtime_ns < limit and st.st_ctime_ns < limit
+
+
+@dataclass(slots=True, frozen=True)
+class Sidecar:
+    """What a precompressed sidecar path held when its file was cached.
+
+    ``ident`` None: no such file.  ``cached`` None: it exists but is not
+    used (older than the file it compresses).  Otherwise its bytes.
+    """
+
+    path: str
+    ident: Identity | None
+    cached: CachedFile | None
 
 
 @dataclass(slots=True)
@@ -83,6 +114,9 @@ class CachedFile:
     # of a request without a query.
     plain: dict[bytes, tuple[int, Plan]] = field(default_factory=dict)
     headers: tuple[tuple[tuple[bytes, bytes], ...], bool] | None = None
+    # Per content coding: the sidecar state seen with this file (filled by
+    # the preparation that negotiated it; revalidated with the file).
+    sidecars: dict[str, Sidecar] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -138,37 +172,38 @@ class FileCache:
         with self._lock:
             if self._entries.get(key) is entry:
                 del self._entries[key]
-                self.size -= len(entry.data) + _ENTRY_OVERHEAD
+                self.size -= _cost(entry)
                 self.stats.stale += 1
 
     def revalidate(self, key: str, entry: CachedFile, root_fd: int, mono: float) -> bool:
-        """Is ``entry`` still the file at ``key``?  One ``stat``; blocking.
+        """Is ``entry`` still the file at ``key``?  One ``stat`` (plus one per
+        sidecar state it recorded); blocking.
 
         Yes: stamp it checked at ``mono``.  No (changed, gone, unreadable):
         drop it.
         """
-        try:
-            st = os.stat(key, dir_fd=root_fd)
-        except OSError:
-            st = None
-        if st is None or identity(st) != entry.ident:
+        if not (
+            _same(key, entry.ident, root_fd)
+            and all(_same(s.path, s.ident, root_fd) for s in entry.sidecars.values())
+        ):
             self.drop(key, entry)
             return False
         entry.checked = mono
         return True
 
     def put(self, key: str, entry: CachedFile) -> None:
-        cost = len(entry.data) + _ENTRY_OVERHEAD
-        if not self.admits(len(entry.data)):
+        """Store ``entry`` (complete: its sidecar states are not added later)."""
+        cost = _cost(entry)
+        if len(entry.data) > self.max_entry or cost > self.capacity:
             return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self.size -= len(old.data) + _ENTRY_OVERHEAD
+                self.size -= _cost(old)
             self._entries[key] = entry
             self.size += cost
             self.stats.stored += 1
             while self.size > self.capacity:
                 _, dropped = self._entries.popitem(last=False)
-                self.size -= len(dropped.data) + _ENTRY_OVERHEAD
+                self.size -= _cost(dropped)
                 self.stats.evicted += 1

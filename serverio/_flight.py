@@ -115,6 +115,10 @@ class SingleFlightCache(Generic[K, V]):
             self.stats.hits += 1
         return value
 
+    def __contains__(self, key: object) -> bool:
+        """Is a value cached for ``key``?  (No hit counted, no LRU touch.)"""
+        return key in self._entries
+
     def put(self, key: K, value: V) -> None:
         size = self.sizeof(value)
         if size > self.capacity:

@@ -34,7 +34,7 @@ from ._core import (
     spa_fallback_applies,
 )
 from ._disposition import content_disposition, download_matches
-from ._filecache import CachedFile, FileCache, identity, settled
+from ._filecache import CachedFile, FileCache, Sidecar, identity, settled
 from ._fsopen import RootOpener
 from ._mime import guess_type, is_compressible
 from ._negotiate import (
@@ -226,19 +226,28 @@ def _negotiates(req: RequestFacts, vary: bool) -> bool:
 
 
 class CacheCandidate(NamedTuple):
-    """A warm-file cache entry that may answer this request, if still valid."""
+    """A warm-file cache entry that may answer this request, if still valid.
+
+    ``coding`` is the negotiated content coding ("" for identity); ``rep``
+    holds the bytes to serve: the file's own entry, or a sidecar's.  A
+    coding to produce on the fly has ``rep is entry``.
+    """
 
     key: str
     entry: CachedFile
     extra: tuple[tuple[bytes, bytes], ...]
     vary: bool
+    coding: str = ""
+    rep: CachedFile | None = None
 
 
 def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCandidate | None:
     """The cache entry for the file ``req`` names directly, or None.
 
-    None also when the request needs the file itself: coding negotiation
-    (sidecars, compression) or a Repr-Digest.  No syscall; any thread.
+    Coding negotiation is answered from the sidecar states recorded with
+    the entry (each revalidated with it); a coding never looked at for
+    this file, or a Repr-Digest, needs the file itself: None.  No syscall;
+    any thread.
     """
     target = req.target
     if target.slash or not target.segments:
@@ -253,9 +262,25 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
         if entry.headers is None:
             entry.headers = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
         extra, vary = entry.headers
-    if _negotiates(req, vary) or (cfg.digest and want_digest(req.want_repr_digest)):
+    if cfg.digest and want_digest(req.want_repr_digest):
         return None
-    return CacheCandidate(target.relpath, entry, extra, vary)
+    if not _negotiates(req, vary):
+        return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
+    # The same choice as _prepare_file makes with the files open.
+    accept = parse_accept_encoding(req.accept_encoding)
+    sidecars: dict[str, CachedFile] = {}
+    if cfg.precompressed:
+        for c in wanted_codings(accept):
+            known = entry.sidecars.get(c)
+            if known is None:
+                return None  # never looked at with this file
+            if known.cached is not None:
+                sidecars[c] = known.cached
+    size = entry.facts.size
+    on_the_fly = tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.compress_max_size else ()
+    coding, from_sidecar = select_coding(accept, sidecars, on_the_fly)
+    rep = sidecars[coding] if from_sidecar else entry
+    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep)
 
 
 def serve_cached(
@@ -276,6 +301,8 @@ def serve_cached(
     """
     cache.hit()
     entry = hit.entry
+    if hit.coding:
+        return _serve_coded(hit, req, cfg, now)
     plain = (
         req.if_none_match is None
         and req.if_modified_since is None
@@ -296,6 +323,24 @@ def serve_cached(
         plan.head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
         entry.plain[req.method] = (second, plan)
     return Prepared(plan, facts=entry.facts)
+
+
+def _serve_coded(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
+    rep = hit.rep
+    assert rep is not None
+    if rep is not hit.entry:
+        # A precompressed sidecar: its own length, identity and ETag.
+        plan = decide_file(req, rep.facts, cfg, now, coding=hit.coding, vary=True, extra=hit.extra)
+        if plan.needs_file:
+            _slice_spans(rep.data, plan)
+        return Prepared(plan, facts=rep.facts, coding=hit.coding)
+    # On the fly: from the compression cache (a follow-up on the trio
+    # side).  No descriptor: on a miss there, the server prepares again
+    # without this cache (Server.prepare).
+    pre = precondition_plan(req, rep.facts, cfg, now, coding=hit.coding, vary=True)
+    if pre is not None:
+        return Prepared(pre)
+    return Prepared(_placeholder(now), -1, rep.facts, compress=hit.coding, extra=hit.extra)
 
 
 def prepare_cached(
@@ -417,25 +462,69 @@ def _prepare_file(
     cache: FileCache | None = None,
     mono: float = 0.0,
 ) -> Prepared:
-    """The response for the regular file open on ``fd`` (which this owns)."""
+    """The response for the regular file open on ``fd`` (which this owns).
+
+    With ``cache``, a small settled file named directly by the target is
+    read whole and stored (serverio._filecache) with the state of every
+    sidecar this request negotiated, so the next request can make the
+    same choice from memory.
+    """
+    unavailable = error_plan(503, now, headers=[(b"retry-after", b"1")])
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
         facts = _facts(st, ctype)
         extra, vary = _file_headers(req, cfg, relpath, ctype)
+        wants_digest = cfg.digest and bool(want_digest(req.want_repr_digest))
+        entry: CachedFile | None = None
+        if (
+            cache is not None
+            and not wants_digest
+            and relpath == req.target.relpath
+            and not req.target.slash
+            and cache.admits(st.st_size)
+            and settled(st, now)
+        ):
+            data = _read_all(fd, st.st_size)
+            if data is None:
+                return Prepared(unavailable, facts=facts)
+            entry = CachedFile(identity(st), facts, data, mono)
+        served = entry  # the cached bytes of the representation served, if any
         coding, sidecar = "", False
         if _negotiates(req, vary):
             accept = parse_accept_encoding(req.accept_encoding)
             sidecars: dict[str, tuple[int, os.stat_result]] = {}
+            cached_sidecars: dict[str, CachedFile] = {}
             try:
                 if cfg.precompressed:
                     for c in wanted_codings(accept):
-                        opened = _open_file(opener, relpath + SIDECAR_SUFFIX[c])
+                        path = relpath + SIDECAR_SUFFIX[c]
+                        opened = _open_file(opener, path)
                         if opened is None:
+                            if entry is not None:
+                                entry.sidecars[c] = Sidecar(path, None, None)
                             continue
-                        if opened[1].st_mtime_ns < st.st_mtime_ns:
+                        side_st = opened[1]
+                        if side_st.st_mtime_ns < st.st_mtime_ns:
                             os.close(opened[0])  # stale: older than the file
+                            if entry is not None:
+                                entry.sidecars[c] = Sidecar(path, identity(side_st), None)
                             continue
                         sidecars[c] = opened
+                        if (
+                            entry is not None
+                            and cache is not None
+                            and cache.admits(side_st.st_size)
+                            and settled(side_st, now)
+                        ):
+                            side_data = _read_all(opened[0], side_st.st_size)
+                            if side_data is not None:
+                                side = CachedFile(
+                                    identity(side_st), _facts(side_st, ctype), side_data, mono
+                                )
+                                entry.sidecars[c] = Sidecar(path, side.ident, side)
+                                cached_sidecars[c] = side
+                        # Otherwise no state is recorded for c: a later
+                        # request that wants it prepares the file again.
                 on_the_fly: tuple[str, ...] = ()
                 if COMPRESS_MIN_SIZE <= st.st_size <= cfg.compress_max_size:
                     on_the_fly = tuple(CODECS)
@@ -445,46 +534,35 @@ def _prepare_file(
                     os.close(fd)
                     fd, st = sidecars.pop(coding)
                     facts = _facts(st, ctype)
+                    served = cached_sidecars.get(coding)
             finally:
                 for sfd, _ in sidecars.values():
                     os.close(sfd)
+        if entry is not None:
+            assert cache is not None
+            cache.put(relpath, entry)
         if coding and not sidecar:
             pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
             if pre is not None:
                 return Prepared(pre)  # 304/412 without compressing anything
             prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
             fd = -1
-            if cfg.digest:
+            if wants_digest:
                 prepared.digest = want_digest(req.want_repr_digest) or ""
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
         prepared = Prepared(plan, facts=facts, coding=coding)
-        if cfg.digest and plan.status in (200, 206):
+        if wants_digest and plan.status in (200, 206):
             prepared.digest = want_digest(req.want_repr_digest) or ""
         keep = bool(prepared.digest)  # the hash job reads from this descriptor
-        if (
-            cache is not None
-            and not coding
-            and not keep
-            and relpath == req.target.relpath
-            and not req.target.slash
-            and cache.admits(st.st_size)
-            and settled(st, now)
-        ):
-            # A small, settled file named directly by the target: read it
-            # whole, keep it for the next request (serverio._filecache) and
-            # serve this one's spans from it.
-            data = _read_all(fd, st.st_size)
-            if data is None:
-                return Prepared(error_plan(503, now, headers=[(b"retry-after", b"1")]), facts=facts)
-            cache.put(relpath, CachedFile(identity(st), facts, data, mono))
+        if served is not None:
             if plan.needs_file:
-                _slice_spans(data, plan)
+                _slice_spans(served.data, plan)
         elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
             if not _read_spans(fd, plan):
-                return Prepared(error_plan(503, now, headers=[(b"retry-after", b"1")]), facts=facts)
+                return Prepared(unavailable, facts=facts)
         elif plan.needs_file:
             keep = True
         if keep:

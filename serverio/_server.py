@@ -375,15 +375,20 @@ class Server:
         """
         boundary = self._boundary() if req.range is not None else ""
         files = self.files if self.files.enabled else None
-        if not self.fs.inline:
-            conn.ensure_busy()  # the pooled path may wait
-        if self.fs.inline:
-            prepared = prepare(req, self.config, self.opener, now, boundary, files)
-        else:
-            maybe = await self._prepare_pooled(req, now, conn, parser, boundary, files)
-            if maybe is None:
-                return None
-            prepared = maybe
+        for cache in (files, None):
+            if self.fs.inline:
+                prepared = prepare(req, self.config, self.opener, now, boundary, cache)
+            else:
+                maybe = await self._prepare_pooled(req, now, conn, parser, boundary, cache)
+                if maybe is None:
+                    return None
+                prepared = maybe
+            if prepared.fd >= 0 or self.content.can_finish_without_file(prepared):
+                break
+            # A warm-file cache answer chose a coding to compress on the
+            # fly, and the compression cache does not hold it: prepare
+            # again, opening the file for the compression job (once per
+            # compressed result, then it is cached).
         if prepared.needs_followup:
             conn.ensure_busy()
             # Listing scans, compression, digests (serverio._content): cache
@@ -446,16 +451,27 @@ class Server:
             # each hopping (a stampede: 64 hops at once).
             assert files is not None
             valid = self.config.fs_cache_valid
-            age = mono - hit.entry.checked
-            if age > valid / 2:
+            if mono - hit.entry.checked > valid / 2:
+                # At most two rounds: a revalidation already under way may
+                # have started before this request arrived, which is not
+                # fresh enough when the window is (nearly) 0; the second
+                # one, shared with everyone who waited, starts after.
                 refreshed = self._refresh(hit)
-                if age > valid and refreshed is not None:
+                for last in (False, True):
+                    if refreshed is None or mono - hit.entry.checked <= valid:
+                        break
+                    conn.ensure_busy()
                     gone, _ = await self._while_watching(conn, parser, refreshed.wait)
                     if gone:
                         self.stats.cancelled += 1
                         return None
+                    if last or files.get(hit.key) is not hit.entry:
+                        break  # waited enough, or the file changed: prepare it afresh
+                    if mono - hit.entry.checked > valid:
+                        refreshed = self._refresh(hit)
             if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
                 return serve_cached(files, hit, req, self.config, now, boundary)
+        conn.ensure_busy()
         return await self._prepare_watched(req, now, conn, parser, boundary, files, mono)
 
     def _refresh(self, hit: CacheCandidate) -> trio.Event | None:
@@ -477,6 +493,10 @@ class Server:
             )
         except PoolSaturated:
             pass  # busy pool: the entry stays expired; requests hop themselves
+        except Exception:
+            # A bug here must not take the connections nursery down with it;
+            # the entry just expires and requests prepare the file themselves.
+            log.exception("internal error while revalidating a cached file")
         finally:
             del self._refreshes[key]
             done.set()

@@ -9,6 +9,7 @@ setting RACY_SECONDS below zero.
 
 from __future__ import annotations
 
+import gzip
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +23,7 @@ import trio.testing
 from serverio import Config, RequestFacts, Server, _filecache, parse_target
 from serverio._cli import build_parser, config_from_args
 from serverio._connection import ConnectionTask
-from serverio._core import Plan
+from serverio._core import FileFacts, Plan
 from serverio._filecache import CachedFile, FileCache, identity
 from serverio._fsopen import RootOpener
 from serverio._prepare import prepare
@@ -182,25 +183,48 @@ def test_only_small_files_named_directly_are_cached(root: Path, opener: RootOpen
     assert len(cache) == 1
 
 
-def test_coding_negotiation_is_never_answered_from_the_cache(
-    root: Path, opener: RootOpener
-) -> None:
+def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: RootOpener) -> None:
     cfg = make_config(root)
     cache = new_cache(cfg)
     text = root / "site.css"
     text.write_bytes(b"body{color:red}\n" * 100)
     past = time.time_ns() - 10**10
     os.utime(text, ns=(past, past))
-    run(request("/site.css"), cfg, opener, cache)  # no Accept-Encoding: cacheable
-    assert len(cache) == 1
-    # A sidecar added later is still found: Accept-Encoding bypasses the cache.
+    gz = request("/site.css", accept_encoding="gzip")
+
+    def fresh(req: RequestFacts) -> tuple[object, ...]:
+        return as_tuple(run(req, cfg, opener, None))
+
+    # No sidecar: gzip on the fly.  The entry records "no .gz" with the file.
+    first = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
+    assert first.compress == "gzip" and first.fd >= 0
+    first.close()
+    second = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
+    assert second.compress == "gzip" and second.fd == -1  # from the cache
+    assert cache.stats.hits == 1
+    # A sidecar appears: the next request sees it (its stat is part of the hit).
     (root / "site.css.gz").write_bytes(b"\x1f\x8b" + b"\0" * 20)
     os.utime(root / "site.css.gz", ns=(past + 1, past + 1))
-    plan = run(request("/site.css", accept_encoding="gzip"), cfg, opener, cache)
-    assert dict(plan.headers).get(b"content-encoding") == b"gzip"
-    assert cache.stats.hits == 0
-    assert run(request("/site.css"), cfg, opener, cache).status == 200
-    assert cache.stats.hits == 1
+    plan = run(gz, cfg, opener, cache)
+    assert dict(plan.headers)[b"content-encoding"] == b"gzip"
+    assert dict(plan.headers)[b"content-length"] == b"22"
+    assert cache.stats.stale == 1
+    # Now the sidecar is answered from memory, exactly like a miss.
+    hits = cache.stats.hits
+    assert as_tuple(run(gz, cfg, opener, cache)) == fresh(gz)
+    assert cache.stats.hits == hits + 1
+    # Identity still answers a request without Accept-Encoding.
+    assert dict(run(request("/site.css"), cfg, opener, cache).headers)[b"content-length"] == b"1600"
+    # The sidecar goes stale (the file is newer): identity or on the fly again.
+    os.utime(text, ns=(past + 2, past + 2))
+    again = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
+    assert again.compress == "gzip"
+    again.close()
+    # A coding never looked at with this file (br) is not guessed.
+    br = request("/site.css", accept_encoding="br")
+    hits = cache.stats.hits
+    run(br, cfg, opener, cache)
+    assert cache.stats.hits == hits
 
 
 def test_lru_is_bounded_in_bytes(root: Path, opener: RootOpener) -> None:
@@ -223,8 +247,9 @@ def test_lru_is_bounded_in_bytes(root: Path, opener: RootOpener) -> None:
 def test_drop_keeps_a_newer_entry(root: Path) -> None:
     cache = FileCache(1 << 20, 65536)
     st = (root / "data.bin").stat()
-    facts_entry = CachedFile(identity(st), None, b"a", 0.0)  # type: ignore[arg-type]
-    newer = CachedFile(identity(st), None, b"b", 0.0)  # type: ignore[arg-type]
+    facts = FileFacts(st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, "a/b")
+    facts_entry = CachedFile(identity(st), facts, b"a", 0.0)
+    newer = CachedFile(identity(st), facts, b"b", 0.0)
     cache.put("k", facts_entry)
     cache.put("k", newer)
     cache.drop("k", facts_entry)  # a late revalidation of the old entry
@@ -431,3 +456,80 @@ async def test_cached_bodies_survive_a_full_socket_buffer(root: Path) -> None:
                 assert r.status == 200 and r.body == body
         await client.stream.aclose()
     assert srv.stats.timeouts_write == 0
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_a_failing_revalidation_is_contained(
+    root: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, client):
+        assert (await client.get("/hello.txt")).status == 200
+
+        original = srv.files.revalidate
+        calls: list[str] = []
+
+        def broken_once(key: str, entry: CachedFile, root_fd: int, mono: float) -> bool:
+            calls.append(key)
+            if len(calls) == 1:  # the shared background revalidation
+                raise RuntimeError("bug")
+            return original(key, entry, root_fd, mono)
+
+        monkeypatch.setattr(srv.files, "revalidate", broken_once)
+        await trio.sleep(2.0)  # expired: the shared revalidation runs and fails
+        (root / "hello.txt").write_text("HELLO WORLD\n")
+        # The request falls back to its own hop; the server keeps serving.
+        assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
+        assert (await client.get("/hello.txt")).status == 200
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_pooled_window_zero_is_strict_and_shared(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # --fs-cache-valid 0: every request is answered only after a stat that
+    # started after it arrived; concurrent requests share those stats.
+    cfg = make_config(root, fs_workers=2, fs_queue=64, fs_cache_valid=0.0)
+    async with pooled_server(cfg) as (srv, first):
+        assert (await first.get("/hello.txt")).body == b"hello world\n"
+        await trio.sleep(0.1)
+        (root / "hello.txt").write_text("HELLO WORLD\n")
+        assert (await first.get("/hello.txt")).body == b"HELLO WORLD\n"  # at once
+        assert (await first.get("/hello.txt")).status == 200  # refilled? racy-proof
+        clients = [first]
+        for _ in range(9):
+            client, theirs = trio.testing.memory_stream_pair()
+            assert srv._conn_nursery is not None
+            srv._conn_nursery.start_soon(ConnectionTask(srv, theirs, "memory").run)
+            clients.append(HTTPClient(client))
+        await trio.sleep(0.1)
+        hops, hits = srv.fs.stats.submitted, srv.files.stats.hits
+        bodies: list[bytes] = []
+
+        async def get(c: HTTPClient) -> None:
+            bodies.append((await c.get("/hello.txt")).body)
+
+        async with trio.open_nursery() as nursery:
+            for c in clients:
+                nursery.start_soon(get, c)
+        assert bodies == [b"HELLO WORLD\n"] * 10
+        assert srv.fs.stats.submitted - hops <= 2  # shared stats, no per-request hop
+        assert srv.files.stats.hits - hits == 10
+
+
+@pytest.mark.usefixtures("settled_files")
+@pytest.mark.parametrize("compress_cache", [1 << 20, 0])
+async def test_server_answers_gzip_from_both_caches(root: Path, compress_cache: int) -> None:
+    # With no room for compressed results, a file-cache answer that chose
+    # gzip has no descriptor for the compression job: the server prepares
+    # again without the file cache, every time.
+    text = b"body{color:red}\n" * 100
+    (root / "site.css").write_bytes(text)
+    cfg = make_config(root, precompressed=False, compress_cache_size=compress_cache)
+    async with pooled_server(cfg) as (srv, client):
+        for _ in range(4):
+            r = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+            assert r.header("content-encoding") == "gzip"
+            assert gzip.decompress(r.body) == text
+        assert srv.files.stats.hits >= 3
+        assert srv.content.compressed.stats.stored == (1 if compress_cache else 0)
