@@ -108,11 +108,12 @@ class CachedFile:
     # Trio clock time of the last successful revalidation (pooled mode's
     # window); a plain float store, safe from any thread.
     checked: float
-    # Memo of the edge (serverio._prepare.serve_cached), not shared state
-    # of the cache: the response to a plain GET/HEAD, per method, for the
-    # wall-clock second of its Date header; and the (extra headers, vary)
-    # of a request without a query.
-    plain: dict[bytes, tuple[int, Plan]] = field(default_factory=dict)
+    # Memos of the edge (serverio._prepare.serve_cached), not shared state
+    # of the cache: the response to a plain GET/HEAD for the wall-clock
+    # second of its Date header, per (method, coding served from a
+    # sidecar or ""); and the (extra headers, vary) of a request without
+    # a query.
+    plain: dict[tuple[bytes, str], tuple[int, Plan]] = field(default_factory=dict)
     headers: tuple[tuple[tuple[bytes, bytes], ...], bool] | None = None
     # Per content coding: the sidecar state seen with this file (filled by
     # the preparation that negotiated it; revalidated with the file).

@@ -300,9 +300,10 @@ def serve_cached(
     connection only reads them.
     """
     cache.hit()
-    entry = hit.entry
-    if hit.coding:
-        return _serve_coded(hit, req, cfg, now)
+    rep = hit.rep
+    assert rep is not None
+    if hit.coding and rep is hit.entry:
+        return _serve_on_the_fly(hit, req, cfg, now)
     plain = (
         req.if_none_match is None
         and req.if_modified_since is None
@@ -312,35 +313,33 @@ def serve_cached(
         and not req.target.query
     )
     second = int(now)
+    memo_key = (req.method, hit.coding)
+    plain_memo = hit.entry.plain
     if plain:
-        memo = entry.plain.get(req.method)
+        memo = plain_memo.get(memo_key)
         if memo is not None and memo[0] == second:
-            return Prepared(memo[1], facts=entry.facts)
-    plan = decide_file(req, entry.facts, cfg, now, boundary, vary=hit.vary, extra=hit.extra)
+            return Prepared(memo[1], facts=rep.facts, coding=hit.coding)
+    # Identity, or a precompressed sidecar (its own length, ETag).
+    plan = decide_file(
+        req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
+    )
     if plan.needs_file:
-        _slice_spans(entry.data, plan)
+        _slice_spans(rep.data, plan)
     if plain:
         plan.head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
-        entry.plain[req.method] = (second, plan)
-    return Prepared(plan, facts=entry.facts)
+        plain_memo[memo_key] = (second, plan)
+    return Prepared(plan, facts=rep.facts, coding=hit.coding)
 
 
-def _serve_coded(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
-    rep = hit.rep
-    assert rep is not None
-    if rep is not hit.entry:
-        # A precompressed sidecar: its own length, identity and ETag.
-        plan = decide_file(req, rep.facts, cfg, now, coding=hit.coding, vary=True, extra=hit.extra)
-        if plan.needs_file:
-            _slice_spans(rep.data, plan)
-        return Prepared(plan, facts=rep.facts, coding=hit.coding)
-    # On the fly: from the compression cache (a follow-up on the trio
-    # side).  No descriptor: on a miss there, the server prepares again
-    # without this cache (Server.prepare).
-    pre = precondition_plan(req, rep.facts, cfg, now, coding=hit.coding, vary=True)
+def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
+    # From the compression cache (a follow-up on the trio side).  No
+    # descriptor: on a miss there, the server prepares again without this
+    # cache (Server.prepare).
+    facts = hit.entry.facts
+    pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
     if pre is not None:
         return Prepared(pre)
-    return Prepared(_placeholder(now), -1, rep.facts, compress=hit.coding, extra=hit.extra)
+    return Prepared(_placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra)
 
 
 def prepare_cached(

@@ -213,6 +213,7 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
     hits = cache.stats.hits
     assert as_tuple(run(gz, cfg, opener, cache)) == fresh(gz)
     assert cache.stats.hits == hits + 1
+    assert run(gz, cfg, opener, cache) is run(gz, cfg, opener, cache)  # memoised
     # Identity still answers a request without Accept-Encoding.
     assert dict(run(request("/site.css"), cfg, opener, cache).headers)[b"content-length"] == b"1600"
     # The sidecar goes stale (the file is newer): identity or on the fly again.
