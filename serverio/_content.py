@@ -393,12 +393,12 @@ class ContentService:
         return True
 
     def can_finish_without_file(self, prepared: Prepared) -> bool:
-        """Can a compression follow-up be finished with no descriptor?
+        """Can ``prepared``'s compression follow-up be finished with no descriptor?
 
         A warm-file cache answer (serverio._filecache) defers on-the-fly
         coding to the compression cache and has no descriptor for a job.
         """
-        return not prepared.compress or self._compress_key(prepared) in self.compressed
+        return self._compress_key(prepared) in self.compressed
 
     async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> None:
         """Carry out the remaining follow-ups on ``prepared``, replacing its plan.

@@ -36,6 +36,7 @@ __all__ = [
     "decide_directory",
     "decide_file",
     "decide_generated",
+    "depends_on_method_only",
     "error_plan",
     "evaluate_preconditions",
     "make_etag",
@@ -508,6 +509,25 @@ def precondition_plan(
     if pre.status == 412:
         return error_plan(412, now, head_only=req.method == b"HEAD")
     return None
+
+
+def depends_on_method_only(req: RequestFacts) -> bool:
+    """Does :func:`decide_file` answer ``req`` from its method alone?
+
+    True when the request carries no precondition, no Range and no query:
+    then, for one file, coding, policy and second of ``now`` (the Date
+    header), every such request gets the same plan.  The edge memoises
+    those (serverio._prepare.serve_cached); keep this beside decide_file
+    so that a new input to the decision cannot be missed here.
+    """
+    return (
+        req.if_none_match is None
+        and req.if_modified_since is None
+        and req.if_match is None
+        and req.if_unmodified_since is None
+        and req.range is None
+        and not req.target.query
+    )
 
 
 def decide_file(

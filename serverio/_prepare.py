@@ -29,6 +29,7 @@ from ._core import (
     RequestFacts,
     decide_directory,
     decide_file,
+    depends_on_method_only,
     error_plan,
     precondition_plan,
     spa_fallback_applies,
@@ -219,6 +220,11 @@ def _file_headers(
     return extra, vary
 
 
+def _on_the_fly(size: int, cfg: Config) -> tuple[str, ...]:
+    """The codings a file of ``size`` bytes may be compressed to on the fly."""
+    return tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.compress_max_size else ()
+
+
 def _negotiates(req: RequestFacts, vary: bool) -> bool:
     # A Range request gets identity (coded representations are never
     # ranged), for HEAD as for GET so that HEAD mirrors GET.
@@ -276,9 +282,7 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
                 return None  # never looked at with this file
             if known.cached is not None:
                 sidecars[c] = known.cached
-    size = entry.facts.size
-    on_the_fly = tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.compress_max_size else ()
-    coding, from_sidecar = select_coding(accept, sidecars, on_the_fly)
+    coding, from_sidecar = select_coding(accept, sidecars, _on_the_fly(entry.facts.size, cfg))
     rep = sidecars[coding] if from_sidecar else entry
     return CacheCandidate(target.relpath, entry, extra, vary, coding, rep)
 
@@ -304,14 +308,7 @@ def serve_cached(
     assert rep is not None
     if hit.coding and rep is hit.entry:
         return _serve_on_the_fly(hit, req, cfg, now)
-    plain = (
-        req.if_none_match is None
-        and req.if_modified_since is None
-        and req.if_match is None
-        and req.if_unmodified_since is None
-        and req.range is None
-        and not req.target.query
-    )
+    plain = depends_on_method_only(req)
     second = int(now)
     memo_key = (req.method, hit.coding)
     plain_memo = hit.entry.plain
@@ -440,6 +437,11 @@ def prepare(
             os.close(fd)
 
 
+def _unavailable(now: float) -> Plan:
+    # The file shrank while we read it: try again (never a short body).
+    return error_plan(503, now, headers=[(b"retry-after", b"1")])
+
+
 def _placeholder(now: float) -> Plan:
     # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out,
     # never a wrong 200.  Shared: nothing mutates a placeholder.
@@ -468,16 +470,15 @@ def _prepare_file(
     sidecar this request negotiated, so the next request can make the
     same choice from memory.
     """
-    unavailable = error_plan(503, now, headers=[(b"retry-after", b"1")])
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
         facts = _facts(st, ctype)
         extra, vary = _file_headers(req, cfg, relpath, ctype)
-        wants_digest = cfg.digest and bool(want_digest(req.want_repr_digest))
+        digest = (want_digest(req.want_repr_digest) or "") if cfg.digest else ""
         entry: CachedFile | None = None
         if (
             cache is not None
-            and not wants_digest
+            and not digest
             and relpath == req.target.relpath
             and not req.target.slash
             and cache.admits(st.st_size)
@@ -485,7 +486,7 @@ def _prepare_file(
         ):
             data = _read_all(fd, st.st_size)
             if data is None:
-                return Prepared(unavailable, facts=facts)
+                return Prepared(_unavailable(now), facts=facts)
             entry = CachedFile(identity(st), facts, data, mono)
         served = entry  # the cached bytes of the representation served, if any
         coding, sidecar = "", False
@@ -524,10 +525,7 @@ def _prepare_file(
                                 cached_sidecars[c] = side
                         # Otherwise no state is recorded for c: a later
                         # request that wants it prepares the file again.
-                on_the_fly: tuple[str, ...] = ()
-                if COMPRESS_MIN_SIZE <= st.st_size <= cfg.compress_max_size:
-                    on_the_fly = tuple(CODECS)
-                coding, sidecar = select_coding(accept, sidecars, on_the_fly)
+                coding, sidecar = select_coding(accept, sidecars, _on_the_fly(st.st_size, cfg))
                 if sidecar:
                     # Serve the sidecar: its own length, identity, ETag.
                     os.close(fd)
@@ -546,13 +544,12 @@ def _prepare_file(
                 return Prepared(pre)  # 304/412 without compressing anything
             prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
             fd = -1
-            if wants_digest:
-                prepared.digest = want_digest(req.want_repr_digest) or ""
+            prepared.digest = digest
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
         prepared = Prepared(plan, facts=facts, coding=coding)
-        if wants_digest and plan.status in (200, 206):
-            prepared.digest = want_digest(req.want_repr_digest) or ""
+        if plan.status in (200, 206):
+            prepared.digest = digest
         keep = bool(prepared.digest)  # the hash job reads from this descriptor
         if served is not None:
             if plan.needs_file:
@@ -561,7 +558,7 @@ def _prepare_file(
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
             if not _read_spans(fd, plan):
-                return Prepared(unavailable, facts=facts)
+                return Prepared(_unavailable(now), facts=facts)
         elif plan.needs_file:
             keep = True
         if keep:

@@ -383,7 +383,9 @@ class Server:
                 if maybe is None:
                     return None
                 prepared = maybe
-            if prepared.fd >= 0 or self.content.can_finish_without_file(prepared):
+            if not prepared.compress or prepared.fd >= 0:
+                break
+            if self.content.can_finish_without_file(prepared):
                 break
             # A warm-file cache answer chose a coding to compress on the
             # fly, and the compression cache does not hold it: prepare

@@ -881,3 +881,26 @@ def test_http_error_plan_leaks_nothing_and_adds_headers() -> None:
     assert header_map(busy)[b"retry-after"] == b"1" and busy.close
     bad = http_error_plan(HTTPError(400, secret, close=True), NOW, head_only=True)
     assert bad.close and not bad.send_body
+
+
+@pytest.mark.parametrize(
+    ("target", "fields", "expected"),
+    [
+        (b"/a.txt", {}, True),
+        (b"/a.txt?download", {}, False),
+        (b"/a.txt", {"if_none_match": "*"}, False),
+        (b"/a.txt", {"if_match": "*"}, False),
+        (b"/a.txt", {"if_modified_since": "Sun, 29 Nov 2026 00:00:00 GMT"}, False),
+        (b"/a.txt", {"if_unmodified_since": "Sun, 29 Nov 2026 00:00:00 GMT"}, False),
+        (b"/a.txt", {"range": "bytes=0-1"}, False),
+        # If-Range only matters with Range; Accept-Encoding is decided
+        # before decide_file (the coding is its argument).
+        (b"/a.txt", {"if_range": '"x"', "accept_encoding": "gzip"}, True),
+    ],
+)
+def test_depends_on_method_only(target: bytes, fields: dict[str, str], expected: bool) -> None:
+    from serverio._core import depends_on_method_only
+    from serverio._target import parse_target
+
+    req = RequestFacts(method=b"GET", target=parse_target(b"GET", target), **fields)  # type: ignore[arg-type]
+    assert depends_on_method_only(req) is expected
