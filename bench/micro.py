@@ -5,9 +5,9 @@
 * h11-cycle-send: parse a request with h11 and send a 6-header response,
   1 KiB body and EndOfMessage through ``h11.Connection.send``;
 * h11-cycle-parse: parse the same request with a fresh h11 parser only;
-* wire-head: serialise the same head with ``serverio._wire.head_bytes``;
-* decide-file: ``serverio._core.decide_file`` for a plain 200;
-* parse-target: ``serverio._target.parse_target`` for a short path.
+* wire-head: serialise the same head with ``serverio.http.wire.head_bytes``;
+* decide-file: ``serverio.http.core.decide_file`` for a plain 200;
+* parse-target: ``serverio.http.target.parse_target`` for a short path.
 
 It times the pure pieces separately from the whole-server load test
 (``python -m bench run``).
@@ -20,7 +20,7 @@ import timeit
 import h11
 
 from serverio import Config, FileFacts, RequestFacts, decide_file, parse_target
-from serverio._wire import head_bytes
+from serverio.http.wire import head_bytes
 
 REQ = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n"
 HEADERS = [

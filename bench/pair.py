@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.baselines.bare_trio_h11 import handle
 from serverio import Config, Server
-from serverio._connection import ConnectionTask
+from serverio.net.connection import ConnectionTask
 
 REQUEST = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n"
 
@@ -71,7 +71,7 @@ def main() -> None:
         root = Path(tmp)
         (root / "1k.bin").write_bytes(bytes(range(256)) * 4)
         # serverio caches a file only once it has been unchanged for 2 s
-        # (the "racy" rule of serverio._filecache), as a served site's files
+        # (the "racy" rule of serverio.fs.filecache), as a served site's files
         # are; ctime cannot be back-dated, so wait that out.
         time.sleep(2.1)
         us = trio.run(run, args.server, args.n, root)

@@ -4,11 +4,11 @@ The public names are re-exported from private modules; see
 docs/architecture.md for which module owns what.
 """
 
-from ._accesslog import AccessLog, AccessRecord
-from ._blocking import Pool, PoolSaturated, PoolStats, run_blocking
-from ._cli import main
-from ._config import Config
-from ._core import (
+from .concurrency.blocking import Pool, PoolSaturated, PoolStats, run_blocking
+from .config import Config
+from .errors import ConfigError, HTTPError
+from .fs.prepare import Prepared, prepare
+from .http.core import (
     FileFacts,
     FileSpan,
     Plan,
@@ -20,12 +20,12 @@ from ._core import (
     parse_range,
     route,
 )
-from ._errors import ConfigError, HTTPError
-from ._mime import guess_type
-from ._prepare import Prepared, prepare
-from ._server import Server
-from ._stats import Stats
-from ._target import Target, parse_target
+from .http.mime import guess_type
+from .http.target import Target, parse_target
+from .net.server import Server
+from .observe.accesslog import AccessLog, AccessRecord
+from .observe.stats import Stats
+from .ops.cli import main
 
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from serverio import Config, Server
-from serverio._connection import ConnectionTask
+from serverio.net.connection import ConnectionTask
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Each case is a byte string (one or more pipelined request heads, built from
 a grammar of hostile pieces and then mutated byte-wise) fed to a real
-:class:`~serverio._connection.ConnectionTask` in 1-4 reads, alternately over
+:class:`~serverio.net.connection.ConnectionTask` in 1-4 reads, alternately over
 an in-memory stream (the generic stream paths, buffered bodies) and over a
 real ``socketpair`` (the socket fast paths and ``os.sendfile``).  The oracle
 checks, per case:
@@ -51,7 +51,7 @@ import trio.lowlevel
 import trio.testing
 
 from serverio import AccessLog, AccessRecord, Config, Server
-from serverio._connection import ConnectionTask
+from serverio.net.connection import ConnectionTask
 
 SECRET = b"OUTSIDE-SECRET-7f3a"
 SMUGGLED = b"/SMUGGLED"

@@ -18,8 +18,9 @@ import threading
 
 import trio
 
-from serverio import _cli, _run
-from serverio._server import Server
+from serverio.net.server import Server
+from serverio.ops import cli as _cli
+from serverio.ops import run as _run
 
 
 def snapshot(server: Server, seq: int) -> dict[str, object]:

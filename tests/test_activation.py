@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from serverio._activation import systemd_fds
-from serverio._errors import ConfigError
+from serverio.errors import ConfigError
+from serverio.net.activation import systemd_fds
 
 from .test_cli import run_cli
 

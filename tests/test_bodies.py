@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from serverio import FileSpan, Plan, RequestFacts, parse_target, prepare
-from serverio._fsopen import RootOpener
+from serverio.fs.opener import RootOpener
 
 from .conftest import HTTPClient, connect, make_config, running_server, wait_until
 

@@ -141,7 +141,7 @@ def test_console_script_is_declared() -> None:
     import tomllib
 
     data = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
-    assert data["project"]["scripts"]["serverio"] == "serverio._cli:main"
+    assert data["project"]["scripts"]["serverio"] == "serverio.ops.cli:main"
 
 
 def test_second_signal_aborts_at_once(root: Path) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from serverio._cli import build_parser, config_from_args, main
-from serverio._config import Config
+from serverio.config import Config
+from serverio.ops.cli import build_parser, config_from_args, main
 
 
 def parse(root: Path, *args: str) -> Config:

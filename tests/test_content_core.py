@@ -1,6 +1,6 @@
 """Per-representation decisions of the pure core (no event loop).
 
-Validators stay in serverio._core's single evaluate function; these tables
+Validators stay in serverio.http.core's single evaluate function; these tables
 check that each content coding is its own representation there: its own
 strong ETag, its own 304, If-Range that never mixes codings, Vary on every
 response (identity too), and listings with a weak validator.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from serverio._config import Config
-from serverio._core import (
+from serverio.config import Config
+from serverio.http.core import (
     FileFacts,
     FileSpan,
     Plan,
@@ -25,8 +25,8 @@ from serverio._core import (
     precondition_plan,
     spa_fallback_applies,
 )
-from serverio._dates import format_http_date
-from serverio._target import parse_target
+from serverio.http.dates import format_http_date
+from serverio.http.target import parse_target
 
 NOW = 1_700_000_000.0
 FILE = FileFacts(size=1000, mtime_ns=1_600_000_000 * 10**9, dev=1, ino=2, content_type="text/css")

@@ -24,8 +24,8 @@ import trio.testing
 import zstandard
 
 from serverio import Config, Server, run_blocking
-from serverio import _content as content_mod
-from serverio._connection import ConnectionTask
+from serverio.net.connection import ConnectionTask
+from serverio.pipeline import content as content_mod
 
 from .conftest import (
     HTTPClient,

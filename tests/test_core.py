@@ -1,6 +1,6 @@
 """The pure decision core, table-driven and without an event loop.
 
-The precondition table checks :func:`serverio._core.decide_file` against an
+The precondition table checks :func:`serverio.http.core.decide_file` against an
 oracle written in this file from the text of RFC 9110 §13.2.2 (not from
 ``_core``).  Range cases include the Go net/http ``fs_test.go`` table.
 """
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from serverio._config import Config
-from serverio._core import (
+from serverio.config import Config
+from serverio.errors import HTTPError
+from serverio.http.core import (
     UNSATISFIABLE,
     FileFacts,
     FileSpan,
@@ -33,9 +34,8 @@ from serverio._core import (
     parse_range,
     route,
 )
-from serverio._dates import format_http_date
-from serverio._errors import HTTPError
-from serverio._target import Target, parse_target
+from serverio.http.dates import format_http_date
+from serverio.http.target import Target, parse_target
 
 NOW = 1_700_000_000.75
 MTIME = 1_699_990_000  # a few hours before NOW
@@ -899,8 +899,8 @@ def test_http_error_plan_leaks_nothing_and_adds_headers() -> None:
     ],
 )
 def test_depends_on_method_only(target: bytes, fields: dict[str, str], expected: bool) -> None:
-    from serverio._core import depends_on_method_only
-    from serverio._target import parse_target
+    from serverio.http.core import depends_on_method_only
+    from serverio.http.target import parse_target
 
     req = RequestFacts(method=b"GET", target=parse_target(b"GET", target), **fields)  # type: ignore[arg-type]
     assert depends_on_method_only(req) is expected

@@ -14,8 +14,9 @@ import posixpath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serverio._config import Config
-from serverio._core import (
+from serverio.config import Config
+from serverio.errors import HTTPError
+from serverio.http.core import (
     UNSATISFIABLE,
     FileFacts,
     FileSpan,
@@ -25,9 +26,8 @@ from serverio._core import (
     evaluate_preconditions,
     parse_range,
 )
-from serverio._dates import format_http_date, parse_http_date
-from serverio._errors import HTTPError
-from serverio._target import Target, parse_target
+from serverio.http.dates import format_http_date, parse_http_date
+from serverio.http.target import Target, parse_target
 
 settings.register_profile(
     "serverio-core",

@@ -12,12 +12,20 @@ from datetime import UTC, datetime
 import h11
 import pytest
 
-from serverio._config import Config
-from serverio._core import FileFacts, FileSpan, Plan, RequestFacts, decide_file, error_plan, route
-from serverio._dates import format_http_date, parse_http_date
-from serverio._mime import DEFAULT_TYPE, guess_type, is_compressible
-from serverio._target import parse_target
-from serverio._wire import head_bytes
+from serverio.config import Config
+from serverio.http.core import (
+    FileFacts,
+    FileSpan,
+    Plan,
+    RequestFacts,
+    decide_file,
+    error_plan,
+    route,
+)
+from serverio.http.dates import format_http_date, parse_http_date
+from serverio.http.mime import DEFAULT_TYPE, guess_type, is_compressible
+from serverio.http.target import parse_target
+from serverio.http.wire import head_bytes
 
 
 def epoch(year: int, month: int, day: int, hour: int = 0, minute: int = 0, sec: int = 0) -> int:

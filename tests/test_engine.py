@@ -466,7 +466,7 @@ async def test_index_names_tried_in_order(root: Path) -> None:
 
 
 def test_cli_index_list() -> None:
-    from serverio._cli import build_parser, config_from_args
+    from serverio.ops.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(["--index", "a.html,b.html", "--index", "c.html", "-d", "."])
     assert config_from_args(args).index == ("a.html", "b.html", "c.html")
@@ -477,7 +477,7 @@ async def test_bytes_sent_counts_head_and_body_once(root: Path) -> None:
 
     a, b = _s.socketpair()
     srv = Server(make_config(root))
-    from serverio._connection import ConnectionTask
+    from serverio.net.connection import ConnectionTask
 
     conn = ConnectionTask(srv, trio.SocketStream(trio.socket.from_stdlib_socket(b)))
     client = trio.socket.from_stdlib_socket(a)

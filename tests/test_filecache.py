@@ -1,4 +1,4 @@
-"""The warm-file cache (serverio._filecache): hits equal misses, and a hit is
+"""The warm-file cache (serverio.fs.filecache): hits equal misses, and a hit is
 never staler than its revalidation.
 
 ``prepare`` takes the wall-clock ``now`` as an argument, so the unit tests
@@ -20,14 +20,15 @@ import pytest
 import trio
 import trio.testing
 
-from serverio import Config, RequestFacts, Server, _filecache, parse_target
-from serverio._cli import build_parser, config_from_args
-from serverio._connection import ConnectionTask
-from serverio._core import FileFacts, Plan
-from serverio._filecache import CachedFile, FileCache, identity
-from serverio._fsopen import RootOpener
-from serverio._prepare import prepare
-from serverio._wire import head_bytes
+from serverio import Config, RequestFacts, Server, parse_target
+from serverio.fs import filecache as _filecache
+from serverio.fs.filecache import CachedFile, FileCache, identity
+from serverio.fs.opener import RootOpener
+from serverio.fs.prepare import prepare
+from serverio.http.core import FileFacts, Plan
+from serverio.http.wire import head_bytes
+from serverio.net.connection import ConnectionTask
+from serverio.ops.cli import build_parser, config_from_args
 
 from .conftest import HTTPClient, connect, make_config, running_server, wait_until
 

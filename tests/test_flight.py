@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 from serverio import PoolSaturated
-from serverio import _content as content_mod
-from serverio._flight import SingleFlightCache
+from serverio.concurrency.flight import SingleFlightCache
+from serverio.pipeline import content as content_mod
 
 from .conftest import make_config, memory_connection, open_fd_count
 

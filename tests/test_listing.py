@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from serverio._listing import (
+from serverio.http.listing import (
     Entry,
     ListingQuery,
     human_size,

@@ -10,9 +10,9 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from serverio import Server
-from serverio._admin import open_admin_listener, serve_admin
-from serverio._metrics import BUCKETS, Histogram, merge, render, snapshot
-from serverio._run import make_admin_handler
+from serverio.net.admin import open_admin_listener, serve_admin
+from serverio.ops.metrics import BUCKETS, Histogram, merge, render, snapshot
+from serverio.ops.run import make_admin_handler
 
 from .conftest import connect, make_config, running_server, wait_until
 

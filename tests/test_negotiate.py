@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from serverio._disposition import ascii_fallback, content_disposition, download_matches
-from serverio._negotiate import (
+from serverio.http.disposition import ascii_fallback, content_disposition, download_matches
+from serverio.http.negotiate import (
     parse_accept_encoding,
     parse_query,
     prefers_json,

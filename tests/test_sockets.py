@@ -150,8 +150,7 @@ async def test_symlink_swap_race_never_escapes(root: Path) -> None:
 async def test_a_bug_in_one_connection_does_not_stop_the_server(
     root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from serverio import _connection
-
+    from serverio.net import connection as _connection
     real = _connection.route  # type: ignore[attr-defined]
     calls = 0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from serverio._errors import HTTPError
-from serverio._target import Target, parse_target
+from serverio.errors import HTTPError
+from serverio.http.target import Target, parse_target
 
 ACCEPTED: list[tuple[bytes, tuple[str, ...], bool, str | None, bool]] = [
     # raw, segments, slash, query, hidden

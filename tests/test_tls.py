@@ -11,7 +11,7 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 from serverio import ConfigError
-from serverio._tls import make_ssl_context
+from serverio.net.tls import make_ssl_context
 
 from .conftest import HTTPClient, make_config, running_server, wait_until
 

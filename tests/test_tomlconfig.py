@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from serverio._cli import build_parser, config_from_args
-from serverio._errors import ConfigError
-from serverio._tomlconfig import CLI_ONLY, dump, option_keys, parse_with_config
+from serverio.errors import ConfigError
+from serverio.ops.cli import build_parser, config_from_args
+from serverio.ops.tomlconfig import CLI_ONLY, dump, option_keys, parse_with_config
 
 from .test_cli import run_cli
 
@@ -162,7 +162,7 @@ def test_print_config_escapes_strings(tmp_path: Path) -> None:
     ],
 )
 def test_admin_bind_parsing(text: str, expected: tuple[str, int]) -> None:
-    from serverio._config import parse_host_port
+    from serverio.config import parse_host_port
 
     assert parse_host_port(text, "--admin-bind") == expected
 

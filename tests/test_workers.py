@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serverio._cli import main
+from serverio.ops.cli import main
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from collections.abc import MutableMapping, Sequence
 
 import trio
 
-from ._errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"]
 

@@ -1,7 +1,7 @@
 """One serving process: listeners, signals, the admin endpoint, the log file.
 
 Used by the CLI for a single process and by each ``--workers`` process
-(:mod:`serverio._workers`), which adds its own tasks (a metrics socket for
+(:mod:`serverio.ops.workers`), which adds its own tasks (a metrics socket for
 the supervisor, a watch on the supervisor's pipe).
 
 Signals: the first SIGINT/SIGTERM starts the graceful drain, a second one
@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from ._admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
-from ._config import Config
-from ._errors import ConfigError
-from ._metrics import render, snapshot
-from ._server import Server
+from ..config import Config
+from ..errors import ConfigError
+from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
+from ..net.server import Server
+from .metrics import render, snapshot
 
 __all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
 

@@ -3,7 +3,7 @@
 One call does containment, open, fstat, regular-file validation, MIME
 selection, the decision (pure core) and, for small bodies, the read.  It is
 one call so that it costs one thread hop when it runs in the ``fs`` pool
-(:mod:`serverio._blocking`); it is synchronous and never touches trio.
+(:mod:`serverio.concurrency.blocking`); it is synchronous and never touches trio.
 
 It returns a :class:`Prepared`: the plan plus, when the body must be streamed
 from the file, the opened descriptor.  Whoever receives a ``Prepared`` owns
@@ -20,9 +20,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ._config import Config
-from ._content import CODECS
-from ._core import (
+from ..config import Config
+from ..http.core import (
     FileFacts,
     FileSpan,
     Plan,
@@ -34,11 +33,9 @@ from ._core import (
     precondition_plan,
     spa_fallback_applies,
 )
-from ._disposition import content_disposition, download_matches
-from ._filecache import CachedFile, FileCache, Sidecar, identity, settled
-from ._fsopen import RootOpener
-from ._mime import guess_type, is_compressible
-from ._negotiate import (
+from ..http.disposition import content_disposition, download_matches
+from ..http.mime import guess_type, is_compressible
+from ..http.negotiate import (
     COMPRESS_MIN_SIZE,
     SIDECAR_SUFFIX,
     parse_accept_encoding,
@@ -47,7 +44,10 @@ from ._negotiate import (
     want_digest,
     wanted_codings,
 )
-from ._wire import head_bytes
+from ..http.wire import head_bytes
+from ..pipeline.content import CODECS
+from .filecache import CachedFile, FileCache, Sidecar, identity, settled
+from .opener import RootOpener
 
 __all__ = [
     "CacheCandidate",
@@ -71,7 +71,7 @@ _OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 class Prepared:
     """A plan, and the open file it streams from (``fd == -1``: none).
 
-    Follow-ups (finished by :class:`serverio._content.ContentService` on the
+    Follow-ups (finished by :class:`serverio.pipeline.content.ContentService` on the
     trio side before the plan is carried out; ``needs_followup``):
 
     * ``listing``: ``fd`` is a directory to list; ``plan`` is a placeholder;
@@ -415,7 +415,7 @@ def prepare(
             else:
                 if not cfg.listing:
                     return Prepared(decide_directory(req, cfg, now))
-                # The scan runs in the work pool (serverio._content); the
+                # The scan runs in the work pool (serverio.pipeline.content); the
                 # directory descriptor goes with it.
                 prepared = Prepared(_placeholder(now), fd, listing=True)
                 fd = -1
@@ -466,7 +466,7 @@ def _prepare_file(
     """The response for the regular file open on ``fd`` (which this owns).
 
     With ``cache``, a small settled file named directly by the target is
-    read whole and stored (serverio._filecache) with the state of every
+    read whole and stored (serverio.fs.filecache) with the state of every
     sidecar this request negotiated, so the next request can make the
     same choice from memory.
     """

@@ -1,7 +1,7 @@
 """Metrics: the response-time histogram, snapshots, and Prometheus text.
 
 Three steps, each a plain function so that the multi-process supervisor can
-reuse them (:mod:`serverio._workers`):
+reuse them (:mod:`serverio.ops.workers`):
 
 1. :func:`snapshot` copies one server's numbers into a JSON-able dict
    (engine counters, every pool's counters and gauges, the histogram);
@@ -20,10 +20,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
-from ._blocking import Pool, PoolStats
+from ..concurrency.blocking import Pool, PoolStats
 
 if TYPE_CHECKING:
-    from ._server import Server
+    from ..net.server import Server
 
 __all__ = ["BUCKETS", "Histogram", "counters_only", "family", "merge", "render", "snapshot"]
 

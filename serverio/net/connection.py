@@ -14,7 +14,7 @@ that writes to its socket.  Deadlines are cancel scopes:
 
 Data flows one way: bytes -> h11 events -> :class:`RequestFacts` ->
 preparation -> :class:`Plan` -> bytes.  The response head is serialised by
-:mod:`serverio._wire` (see its docstring for why not ``h11.Connection.send``);
+:mod:`serverio.http.wire` (see its docstring for why not ``h11.Connection.send``);
 h11 parses every request, one fresh parser per request cycle, handed the
 bytes left over from the previous one (pipelining).
 """
@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING
 import h11
 import trio
 
-from ._accesslog import AccessRecord
-from ._core import FileSpan, Plan, RequestFacts, http_error_plan, route
-from ._errors import HTTPError
-from ._target import parse_target
-from ._wire import head_bytes
+from ..errors import HTTPError
+from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ..http.target import parse_target
+from ..http.wire import head_bytes
+from ..observe.accesslog import AccessRecord
 
 if TYPE_CHECKING:
-    from ._prepare import Prepared
-    from ._server import Server
+    from ..fs.prepare import Prepared
+    from .server import Server
 
 __all__ = ["ConnectionTask"]
 

@@ -12,12 +12,12 @@ from typing import NoReturn
 
 import trio
 
-from ._activation import systemd_fds
-from ._config import ACCESS_LOG_FORMATS, LOG_LEVELS, Config
-from ._errors import ConfigError
-from ._run import run_server
-from ._tls import make_ssl_context
-from ._tomlconfig import dump, parse_with_config
+from ..config import ACCESS_LOG_FORMATS, LOG_LEVELS, Config
+from ..errors import ConfigError
+from ..net.activation import systemd_fds
+from ..net.tls import make_ssl_context
+from .run import run_server
+from .tomlconfig import dump, parse_with_config
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -338,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="serverio: %(levelname)s: %(message)s")
     if cfg.workers > 1:
-        from ._workers import supervise
+        from .workers import supervise
 
         return supervise(cfg)
     return trio.run(functools.partial(run_server, cfg, ssl_context=ssl_context))

@@ -27,7 +27,7 @@ class Stats:
     read_errors: int = 0  # the file failed (EIO) mid-body: connection aborted
     internal_errors: int = 0  # a bug escaped a connection task (logged, survived)
     bytes_sent: int = 0
-    # Content features (serverio._content).
+    # Content features (serverio.pipeline.content).
     listings: int = 0  # directory listings rendered
     compressed_responses: int = 0  # bodies compressed on the fly (cache hit or fresh)
     compress_fallbacks: int = 0  # identity served: work pool saturated or file changed

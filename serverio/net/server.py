@@ -41,20 +41,20 @@ from typing import TypeVar
 import h11
 import trio
 
-from ._accesslog import AccessLog
-from ._activation import listeners_from_fds
-from ._blocking import Pool, PoolSaturated, run_blocking
-from ._config import Config
-from ._connection import RECV_SIZE, ConnectionTask
-from ._content import ContentService
-from ._core import RequestFacts
-from ._errors import reason_phrase
-from ._filecache import CachedFile, FileCache
-from ._fsopen import RootOpener
-from ._metrics import Histogram
-from ._prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
-from ._stats import Stats
-from ._tls import make_ssl_context
+from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..config import Config
+from ..errors import reason_phrase
+from ..fs.filecache import CachedFile, FileCache
+from ..fs.opener import RootOpener
+from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
+from ..http.core import RequestFacts
+from ..observe.accesslog import AccessLog
+from ..observe.stats import Stats
+from ..ops.metrics import Histogram
+from ..pipeline.content import ContentService
+from .activation import listeners_from_fds
+from .connection import RECV_SIZE, ConnectionTask
+from .tls import make_ssl_context
 
 __all__ = ["Server"]
 
@@ -369,7 +369,7 @@ class Server:
         (exactly once).  May raise :class:`~serverio.PoolSaturated` (503).
 
         Follow-ups (listing, compression, digest) then run through
-        :class:`~serverio._content.ContentService`; if they raise or are
+        :class:`~serverio.pipeline.content.ContentService`; if they raise or are
         cancelled, the prepared descriptor is closed here before the
         exception propagates.
         """
@@ -393,7 +393,7 @@ class Server:
             # compressed result, then it is cached).
         if prepared.needs_followup:
             conn.ensure_busy()
-            # Listing scans, compression, digests (serverio._content): cache
+            # Listing scans, compression, digests (serverio.pipeline.content): cache
             # hits right here; what must wait (work pool, a cache job) waits
             # while watching the client, like the pooled hop.
             try:
@@ -447,7 +447,7 @@ class Server:
         hit = cache_candidate(files, req, self.config) if files is not None else None
         if hit is not None:
             # Pooled mode trusts a warm entry for fs_cache_valid seconds
-            # without a syscall (serverio._filecache); past half of that
+            # without a syscall (serverio.fs.filecache); past half of that
             # one background stat refreshes it, and once it has expired
             # every request for it waits for that one stat instead of
             # each hopping (a stampede: 64 hops at once).

@@ -18,7 +18,7 @@ hop (docs/performance.md measured both).  With it:
   default there), and shorter than NFS's own attribute cache (3 to 60 s).
 
 Containment: an entry only exists for bytes read from a descriptor that
-:class:`~serverio._fsopen.RootOpener` opened under the root.  The
+:class:`~serverio.fs.opener.RootOpener` opened under the root.  The
 revalidating ``stat`` follows symlinks without that check, but a hit needs
 the *same inode* (and the same size and times) as those bytes, so whatever
 the path now resolves to, a hit serves exactly what was already served.
@@ -42,7 +42,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ._core import FileFacts, Plan
+from ..http.core import FileFacts, Plan
 
 __all__ = ["RACY_SECONDS", "CachedFile", "FileCache", "FileCacheStats", "Sidecar", "identity"]
 
@@ -108,7 +108,7 @@ class CachedFile:
     # Trio clock time of the last successful revalidation (pooled mode's
     # window); a plain float store, safe from any thread.
     checked: float
-    # Memos of the edge (serverio._prepare.serve_cached), not shared state
+    # Memos of the edge (serverio.fs.prepare.serve_cached), not shared state
     # of the cache: the response to a plain GET/HEAD for the wall-clock
     # second of its Date header, per (method, coding served from a
     # sidecar or ""); and the (extra headers, vary) of a request without

@@ -2,7 +2,7 @@
 
 Like h11's ``error_status_hint``: the code that detects a problem says which
 status it deserves; the connection task maps it to a response in one place
-(:func:`serverio._core.error_plan`) without knowing why it happened.  Bodies
+(:func:`serverio.http.core.error_plan`) without knowing why it happened.  Bodies
 are fixed per status so nothing about the filesystem or the exception leaks.
 """
 

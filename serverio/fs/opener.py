@@ -4,7 +4,7 @@ There is no check-then-open window: the containment check is made by the
 kernel during the open itself, or on the already-opened descriptor.
 
 * ``--follow-symlinks``: a plain ``openat(root_fd, relpath)``.  The relative
-  path has no ``..`` segments (:mod:`serverio._target` refuses them), so only
+  path has no ``..`` segments (:mod:`serverio.http.target` refuses them), so only
   symlinks can lead out, and the operator allowed that.
 * Otherwise, on Linux >= 5.6: ``openat2(root_fd, relpath,
   RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)``.  The kernel refuses (EXDEV) any

@@ -28,7 +28,7 @@ The parent (supervisor) never serves and never forks a running trio loop:
 Metrics (``--admin-bind``) are served by the parent: each worker answers
 its own snapshot on a private Unix socket (in a 0700 temporary directory),
 the parent fetches them per scrape and adds them up
-(:func:`serverio._metrics.merge`).  A worker that dies contributes the
+(:func:`serverio.ops.metrics.merge`).  A worker that dies contributes the
 counters of the last scrape that saw it, so the sums stay monotonic except
 for what it counted since that scrape.
 """
@@ -53,13 +53,13 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from ._admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
-from ._config import Config
-from ._errors import ConfigError
-from ._metrics import Snapshot, counters_only, family, merge, render, snapshot
-from ._run import run_server, url_host
-from ._server import Server, _bind
-from ._tls import make_ssl_context
+from ..config import Config
+from ..errors import ConfigError
+from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
+from ..net.server import Server, _bind
+from ..net.tls import make_ssl_context
+from .metrics import Snapshot, counters_only, family, merge, render, snapshot
+from .run import run_server, url_host
 
 __all__ = ["CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"]
 
@@ -72,8 +72,9 @@ _BACKOFF_MAX = 5.0
 _KILL_GRACE = 5.0  # after --shutdown-timeout, stragglers get SIGKILL
 _SCRAPE_TIMEOUT = 1.0
 _HEADER = struct.Struct("!I")
-# Workers import serverio from where the parent did, installed or not.
-_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Workers import serverio from where the parent did, installed or not: the
+# directory that holds the top-level package (this file is serverio/ops/).
+_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _NO_REUSEPORT = "--workers needs SO_REUSEPORT, which this platform does not support"
 
 
@@ -255,7 +256,7 @@ class _Supervisor:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PKG_PARENT, env.get("PYTHONPATH")]))
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-c", "from serverio._workers import worker_main; worker_main()"],
+            [sys.executable, "-c", "from serverio.ops.workers import worker_main; worker_main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

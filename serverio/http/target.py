@@ -2,7 +2,7 @@
 
 Turns the raw request-target bytes into a tuple of decoded path segments that
 can be joined under the served root without ever leaving it.  The filesystem
-is never consulted here; :mod:`serverio._prepare` opens the result with a
+is never consulted here; :mod:`serverio.fs.prepare` opens the result with a
 resolver that is itself confined to the root, so a symlink cannot undo what
 this module guarantees lexically.
 
@@ -34,7 +34,7 @@ import functools
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ._errors import HTTPError
+from ..errors import HTTPError
 
 __all__ = ["Target", "parse_target"]
 

@@ -1,7 +1,7 @@
 """``--config serverio.toml``: every command-line option as a TOML key.
 
 The key set is derived from the argparse parser, not listed by hand, so an
-option added to :mod:`serverio._cli` gets its TOML key automatically:
+option added to :mod:`serverio.ops.cli` gets its TOML key automatically:
 
 * the key is the long option name without its leading dashes
   (``--max-connections`` -> ``max-connections``; the positional ``port`` is
@@ -26,7 +26,7 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["CLI_ONLY", "dump", "option_keys", "parse_with_config"]
 

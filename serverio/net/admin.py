@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 import h11
 import trio
 
-from ._config import parse_host_port
-from ._errors import reason_phrase
-from ._server import _bind
+from ..config import parse_host_port
+from ..errors import reason_phrase
+from .server import _bind
 
 __all__ = ["PROMETHEUS_TYPE", "AdminHandler", "open_admin_listener", "serve_admin", "text"]
 

@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ._errors import ConfigError
+from .errors import ConfigError
 
 __all__ = ["ACCESS_LOG_FORMATS", "LOG_LEVELS", "Config", "parse_host_port"]
 
@@ -53,7 +53,7 @@ class Config:
     cache_control: str | None = None
     small_file_size: int = 65536
     sendfile: bool = True
-    # Warm-file cache (serverio._filecache): bytes of small files kept in
+    # Warm-file cache (serverio.fs.filecache): bytes of small files kept in
     # memory; 0 = off.  In pooled mode an entry is trusted without a stat
     # for fs_cache_valid seconds after its last revalidation.
     file_cache_size: int = 16 * _MiB

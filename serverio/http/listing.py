@@ -2,7 +2,7 @@
 
 Entries in, bytes out.  The scan that produces the entries (with the
 containment and hidden-file policy applied) is an edge: it runs in the
-``work`` pool (:mod:`serverio._content`).  Rendering is bounded by the
+``work`` pool (:mod:`serverio.pipeline.content`).  Rendering is bounded by the
 number of entries (``--listing-max-entries``) and the length of a name
 (255 bytes on every common filesystem).
 

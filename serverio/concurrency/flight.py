@@ -1,7 +1,7 @@
 """A byte-bounded LRU cache whose misses are computed once (single-flight).
 
 Used for on-the-fly compression and for representation digests: one class,
-two instances (:mod:`serverio._content`).
+two instances (:mod:`serverio.pipeline.content`).
 
 * **Bounded**: entries are weighed by ``sizeof``; inserting evicts the least
   recently used ones until the total fits ``capacity``.  A value larger than
@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ._blocking import PoolSaturated
+from .blocking import PoolSaturated
 
 __all__ = ["FlightStats", "SingleFlightCache"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ._errors import reason_phrase
+from ..errors import reason_phrase
 
 __all__ = ["head_bytes"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import ssl
 
-from ._config import Config
-from ._errors import ConfigError
+from ..config import Config
+from ..errors import ConfigError
 
 __all__ = ["make_ssl_context"]
 

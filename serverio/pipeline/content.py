@@ -1,12 +1,12 @@
 """Content follow-ups: listings, on-the-fly compression, representation digests.
 
-The preparation hop (:mod:`serverio._prepare`) decides everything it can
+The preparation hop (:mod:`serverio.fs.prepare`) decides everything it can
 from one round of syscalls; what needs CPU or a directory scan it leaves as
-a follow-up on the :class:`~serverio._prepare.Prepared`.  This module
+a follow-up on the :class:`~serverio.fs.prepare.Prepared`.  This module
 finishes those on the trio thread:
 
 * the cheap part inline: cache lookups, the pure decisions
-  (:func:`serverio._core.decide_file`, :mod:`serverio._listing`);
+  (:func:`serverio.http.core.decide_file`, :mod:`serverio.http.listing`);
 * the expensive part in the ``work`` pool through
   :func:`~serverio.run_blocking`, never on the event loop: directory scans,
   compression and hashing.
@@ -33,12 +33,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
-from ._blocking import run_blocking
-from ._core import Plan, RequestFacts, decide_file, decide_generated
-from ._errors import HTTPError
-from ._flight import SingleFlightCache
-from ._fsopen import RootOpener
-from ._listing import (
+from ..concurrency.blocking import run_blocking
+from ..concurrency.flight import SingleFlightCache
+from ..errors import HTTPError
+from ..fs.opener import RootOpener
+from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.listing import (
     Entry,
     ListingQuery,
     listing_etag,
@@ -47,12 +47,12 @@ from ._listing import (
     render_json,
     sort_entries,
 )
-from ._negotiate import parse_query, prefers_json, repr_digest_field
-from ._target import Target
+from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.target import Target
 
 if TYPE_CHECKING:
-    from ._prepare import Prepared
-    from ._server import Server
+    from ..fs.prepare import Prepared
+    from ..net.server import Server
 
 __all__ = [
     "CODECS",
@@ -223,7 +223,7 @@ def hash_bytes(algorithm: str, data: bytes) -> bytes:
 
 
 def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
-    """Would a request for this name pass :func:`serverio._target.parse_target`
+    """Would a request for this name pass :func:`serverio.http.target.parse_target`
     and the hidden policy?  Names that cannot be served are not listed."""
     if "\\" in name:
         return False
@@ -395,7 +395,7 @@ class ContentService:
     def can_finish_without_file(self, prepared: Prepared) -> bool:
         """Can ``prepared``'s compression follow-up be finished with no descriptor?
 
-        A warm-file cache answer (serverio._filecache) defers on-the-fly
+        A warm-file cache answer (serverio.fs.filecache) defers on-the-fly
         coding to the compression cache and has no descriptor for a job.
         """
         return self._compress_key(prepared) in self.compressed

@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ._errors import HTTPError
+from ..errors import HTTPError
 
 __all__ = ["Pool", "PoolSaturated", "PoolStats", "run_blocking"]
 
