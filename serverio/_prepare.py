@@ -174,26 +174,6 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     return fd, st
 
 
-def _missing_inside(opener: RootOpener, segments: tuple[str, ...]) -> bool:
-    """Is a path that failed with ENOENT missing *inside* the root?
-
-    An ENOENT can come from beyond a symlink that leaves the root (an
-    absolute link makes the opener fall back to a plain open, which then
-    fails before any verification).  The nearest existing ancestor decides:
-    it must open under the same containment.  One open per missing level.
-    """
-    for i in range(len(segments) - 1, -1, -1):
-        try:
-            fd = opener.open("/".join(segments[:i]) if i else ".")
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                continue
-            return False  # EXDEV (escapes), ELOOP, EACCES: not a route of ours
-        os.close(fd)
-        return True
-    return False  # pragma: no cover - the root itself always opens
-
-
 def _facts(st: os.stat_result, content_type: str) -> FileFacts:
     return FileFacts(
         size=st.st_size,
@@ -388,10 +368,10 @@ def prepare(
         except OSError as exc:
             # SPA fallback: only for a path that is really missing (not one
             # refused by containment: EXDEV, ELOOP), and only if the SPA
-            # file itself opens under the same containment.
+            # file itself opens under the same containment.  The opener
+            # never looks outside the root, so ENOENT/ENOTDIR from it means
+            # missing inside: no further open is needed to tell.
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not spa_fallback_applies(req, cfg):
-                raise
-            if not _missing_inside(opener, target.segments):
                 raise
             assert cfg.spa is not None
             opened = _open_file(opener, cfg.spa)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -13,8 +14,9 @@ import pytest
 import trio
 import trio.testing
 
-from serverio import Config, Server
+from serverio import Config, Server, _server
 from serverio._connection import ConnectionTask
+from serverio._fsopen import STRATEGIES, RootOpener
 
 
 @pytest.fixture
@@ -38,6 +40,21 @@ def root(tmp_path: Path) -> Path:
     outside.mkdir()
     (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
     return www
+
+
+@pytest.fixture(params=STRATEGIES)
+def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test under each containment strategy of RootOpener: the server
+    it starts creates its opener with that strategy forced."""
+    name: str = request.param
+    if name == "openat2":
+        probe = RootOpener("/", follow_symlinks=False)
+        available = probe.strategy == "openat2"
+        probe.close()
+        if not available:
+            pytest.skip("openat2 is not available on this kernel")
+    monkeypatch.setattr(_server, "RootOpener", functools.partial(RootOpener, strategy=name))
+    return name
 
 
 def make_config(root: Path, **kw: object) -> Config:
