@@ -23,6 +23,10 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
   ``AllowEncodedSlashes Off``): such a name cannot exist on a POSIX filesystem.
 * Empty segments (``//``) are dropped, so a redirect built from the segments
   can never start with ``//`` (an open redirect to another host).
+* More than :data:`MAX_SEGMENTS` segments is 414 (RFC 9110 §15.5.15: a
+  target longer than the server is willing to interpret): opening a path
+  costs up to one ``openat`` per segment where the kernel cannot resolve
+  it in one call, and no served tree is that deep.
 * Hidden segments (starting with ``.``) are reported, not refused: the
   decision core applies the ``--hidden`` policy.  ``.well-known`` (RFC 8615)
   is never hidden when it is the first segment.
@@ -36,9 +40,12 @@ from urllib.parse import quote
 
 from ._errors import HTTPError
 
-__all__ = ["Target", "parse_target"]
+__all__ = ["MAX_SEGMENTS", "Target", "parse_target"]
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+
+# The most path segments a request-target may have (see the module docstring).
+MAX_SEGMENTS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,8 @@ def _parse_target(method: bytes, raw: bytes, max_size: int) -> Target:
             raise HTTPError(404, "encoded slash in path")
         if seg[0] == "." and not (seg == ".well-known" and not segments):
             hidden = True
+        if len(segments) == MAX_SEGMENTS:
+            raise HTTPError(414, "too many path segments")
         segments.append(seg)
     slash = path.endswith(b"/")
     return Target(tuple(segments), slash, query, hidden=hidden)
