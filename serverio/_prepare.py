@@ -65,6 +65,7 @@ _NOT_FOUND_ERRNOS = frozenset(
 )
 _FORBIDDEN_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
 _OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+_PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
 
 
 @dataclass(slots=True)
@@ -288,7 +289,9 @@ def serve_cached(
     assert rep is not None
     if hit.coding and rep is hit.entry:
         return _serve_on_the_fly(hit, req, cfg, now)
-    plain = depends_on_method_only(req)
+    # Keyed by method: only the two methods served here (any other is a
+    # 405 before preparation), so the memo has at most 2 x 4 entries.
+    plain = req.method in _PLAIN_METHODS and depends_on_method_only(req)
     second = int(now)
     memo_key = (req.method, hit.coding)
     plain_memo = hit.entry.plain

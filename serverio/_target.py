@@ -112,23 +112,28 @@ def _unquote_segment(raw: bytes) -> str:
 
 
 _MEMO_MAX_TARGET = 256  # longer targets are parsed every time (memo stays small)
+_MEMO_ENTRIES = 4096
+# Only methods we serve enter the memo: the method is client input of any
+# length, and every other method is answered 405 without a lookup.
+_MEMO_METHODS = frozenset({b"GET", b"HEAD"})
 
 
 def parse_target(method: bytes, raw: bytes, *, max_size: int = 8192) -> Target:
     """Parse ``raw`` (the request-target as received) for ``method``.
 
     Raises :class:`HTTPError` (400, 404 or 414); never touches the filesystem.
-    Results for short targets are memoised (a pure function of its inputs,
-    and :class:`Target` is immutable): a busy server sees the same few
-    paths over and over.  Errors are never memoised; the memo holds at most
-    4096 entries of at most 256 bytes, so a client cannot grow it.
+    Results for short targets of GET and HEAD are memoised (a pure function
+    of its inputs, and :class:`Target` is immutable): a busy server sees the
+    same few paths over and over.  Errors are never memoised; the memo holds
+    at most 4096 entries, each keyed by a known method and at most 256 bytes
+    of target, so a client cannot grow it.
     """
-    if len(raw) <= _MEMO_MAX_TARGET:
+    if len(raw) <= _MEMO_MAX_TARGET and method in _MEMO_METHODS:
         return _parse_target_memo(method, bytes(raw), max_size)
     return _parse_target(method, raw, max_size)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=_MEMO_ENTRIES)
 def _parse_target_memo(method: bytes, raw: bytes, max_size: int) -> Target:
     return _parse_target(method, raw, max_size)
 
