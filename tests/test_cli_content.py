@@ -66,7 +66,7 @@ def test_spa_file(root: Path, args: list[str], spa: str | None) -> None:
 def _flag_like_options() -> list[str]:
     """Every option that may be given without a value: flags, and any option
     whose value is optional."""
-    out = []
+    out: list[str] = []
     for action in build_parser()._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
