@@ -165,20 +165,21 @@ async def test_dotfiles_reached_through_links_are_hidden(root: Path, strategy: s
     (root / "pub" / "settings").symlink_to("../.env")
     (root / "abs-env").symlink_to(root / ".env")
     (root / "wk").symlink_to(".well-known/security.txt")
-    targets = ("/env.txt", "/repo/config", "/pub/settings", "/abs-env", "/wk")
+    (root / "via-git").symlink_to(".git/../hello.txt")
+    targets = ("/env.txt", "/repo/config", "/pub/settings", "/abs-env", "/via-git", "/wk")
     async with memory_connection(make_config(root, index=())) as (client, _, _):
         hidden = [await client.get(t) for t in targets]
         listing = await client.get("/?format=json")
         pub = await client.get("/pub/?format=json")
-    assert [r.status for r in hidden] == [404, 404, 404, 404, 200]
+    assert [r.status for r in hidden] == [404, 404, 404, 404, 404, 200]
     assert all(b"SECRET" not in r.body and b"[core]" not in r.body for r in hidden)
     names = {e["name"] for e in json.loads(listing.body)["entries"]}
-    assert names.isdisjoint({"env.txt", "repo", "abs-env"}) and "wk" in names
+    assert names.isdisjoint({"env.txt", "repo", "abs-env", "via-git"}) and "wk" in names
     assert json.loads(pub.body)["entries"] == []
     async with memory_connection(make_config(root, index=(), hidden=True)) as (client, _, _):
         shown = [await client.get(t) for t in targets]
         listing = await client.get("/?format=json")
-    assert [r.status for r in shown] == [200] * 5
+    assert [r.status for r in shown] == [200] * 6
     assert shown[0].body == b"SECRET=1\n" and shown[1].body == b"[core]\n"
     names = {e["name"] for e in json.loads(listing.body)["entries"]}
     assert {"env.txt", "repo", "abs-env"} <= names
