@@ -147,7 +147,7 @@ class Config:
                 raise ConfigError(f"--download {glob!r} must be a non-empty relative glob")
         if self.spa is not None and not _is_relative_path(self.spa):
             raise ConfigError(
-                f"--spa {self.spa!r} must be a file path below the root "
+                f"--spa-file {self.spa!r} must be a file path below the root "
                 "(no leading '/', no '.' or '..' segments, no hidden segments)"
             )
         if self.access_log not in ACCESS_LOG_FORMATS:

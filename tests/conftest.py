@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,6 +15,8 @@ import trio
 import trio.testing
 
 from serverio import Config, Server
+from serverio.fs.opener import STRATEGIES, RootOpener
+from serverio.net import server as _server
 from serverio.net.connection import ConnectionTask
 
 
@@ -38,6 +41,21 @@ def root(tmp_path: Path) -> Path:
     outside.mkdir()
     (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
     return www
+
+
+@pytest.fixture(params=STRATEGIES)
+def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test under each containment strategy of RootOpener: the server
+    it starts creates its opener with that strategy forced."""
+    name: str = request.param
+    if name == "openat2":
+        probe = RootOpener("/", follow_symlinks=False)
+        available = probe.strategy == "openat2"
+        probe.close()
+        if not available:
+            pytest.skip("openat2 is not available on this kernel")
+    monkeypatch.setattr(_server, "RootOpener", functools.partial(RootOpener, strategy=name))
+    return name
 
 
 def make_config(root: Path, **kw: object) -> Config:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,44 @@ def test_all_options(root: Path) -> None:
 
 @pytest.mark.parametrize(
     ("args", "spa"),
-    [(["--spa", "app/shell.html"], "app/shell.html"), (["--spa=x.html"], "x.html"), ([], None)],
+    [
+        (["--spa"], "index.html"),
+        (["--spa-file", "app/shell.html"], "app/shell.html"),
+        (["--spa", "--spa-file", "app/shell.html"], "app/shell.html"),
+        (["--spa=x.html"], "x.html"),
+        (["--spa-file=x.html"], "x.html"),
+        ([], None),
+    ],
 )
 def test_spa_file(root: Path, args: list[str], spa: str | None) -> None:
     assert parse(root, *args).spa == spa
+
+
+def _flag_like_options() -> list[str]:
+    """Every option that may be given without a value: flags, and any option
+    whose value is optional."""
+    out: list[str] = []
+    for action in build_parser()._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        if action.nargs in (0, "?", "*"):
+            out.extend(action.option_strings)
+    return out
+
+
+@pytest.mark.parametrize("option", _flag_like_options())
+def test_a_number_after_any_valueless_option_is_the_port(root: Path, option: str) -> None:
+    """``serverio --spa 8080`` serves on port 8080: no option swallows it."""
+    args = build_parser().parse_args([option, "8080", "-d", str(root)])
+    assert args.port == 8080
+    args = build_parser().parse_args(["-d", str(root), option, "8080"])
+    assert args.port == 8080
+
+
+def test_valueless_options_are_all_covered() -> None:
+    options = _flag_like_options()
+    assert "--spa" in options and "--hidden" in options and "--digest" in options
+    assert "--spa-file" not in options  # it always takes its value
 
 
 @pytest.mark.parametrize(
@@ -84,3 +119,18 @@ def test_invalid_values_exit_2_one_line(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("serverio: error:"), err
     assert needle in lines[0]
+
+
+def test_spa_then_port_in_the_effective_configuration(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tomllib
+
+    assert main(["--spa", "8080", "-d", str(root), "--print-config"]) == 0
+    printed = tomllib.loads(capsys.readouterr().out)
+    assert printed["port"] == 8080 and printed["spa"] is True and "spa-file" not in printed
+    conf = tmp_path / "spa.toml"
+    conf.write_text(f'directory = "{root}"\nspa-file = "app/shell.html"\n')
+    assert main(["--config", str(conf), "--print-config"]) == 0
+    printed = tomllib.loads(capsys.readouterr().out)
+    assert printed["spa-file"] == "app/shell.html" and printed["port"] == 8000

@@ -139,7 +139,7 @@ async def test_ranges(root: Path) -> None:
         ("http://host/../outside/secret.txt", {400}),
     ],
 )
-async def test_containment(root: Path, target: str, statuses: set[int]) -> None:
+async def test_containment(root: Path, target: str, statuses: set[int], strategy: str) -> None:
     async with memory_connection(make_config(root)) as (client, _, _):
         await client.send_raw(f"GET {target} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
         r = await client.read_response()
@@ -147,7 +147,7 @@ async def test_containment(root: Path, target: str, statuses: set[int]) -> None:
     assert b"OUTSIDE" not in r.body and str(root) not in r.body.decode("latin-1")
 
 
-async def test_symlinks(root: Path) -> None:
+async def test_symlinks(root: Path, strategy: str) -> None:
     outside = root.parent / "outside"
     (root / "out-link").symlink_to(outside / "secret.txt")
     (root / "out-dir").symlink_to(outside)
@@ -169,7 +169,7 @@ async def test_symlinks(root: Path) -> None:
     assert dev2.status == 404  # not a regular file
 
 
-async def test_hidden_policy(root: Path) -> None:
+async def test_hidden_policy(root: Path, strategy: str) -> None:
     async with memory_connection(make_config(root)) as (client, _, _):
         hidden = await client.get("/.secret")
         known = await client.get("/.well-known/security.txt")
@@ -179,7 +179,7 @@ async def test_hidden_policy(root: Path) -> None:
     assert shown.status == 200 and shown.body == b"hidden\n"
 
 
-async def test_fifo_is_404_and_does_not_hang(root: Path) -> None:
+async def test_fifo_is_404_and_does_not_hang(root: Path, strategy: str) -> None:
     import os
 
     os.mkfifo(root / "pipe")

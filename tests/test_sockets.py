@@ -114,7 +114,7 @@ async def test_shutdown_deadline_cancels_stragglers(root: Path) -> None:
     assert open_fd_count() == fds
 
 
-async def test_symlink_swap_race_never_escapes(root: Path) -> None:
+async def test_symlink_swap_race_never_escapes(root: Path, strategy: str) -> None:
     """A thread flips a symlink between an inside and an outside target while
     requests run: the outside file is never served."""
     link = root / "flip"

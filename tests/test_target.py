@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serverio.errors import HTTPError
-from serverio.http.target import Target, parse_target
+from serverio.http.target import MAX_SEGMENTS, Target, parse_target
 
 ACCEPTED: list[tuple[bytes, tuple[str, ...], bool, str | None, bool]] = [
     # raw, segments, slash, query, hidden
@@ -227,3 +227,15 @@ def test_url_path_and_relpath(
     target = Target(segments, slash, None)
     assert target.url_path() == path
     assert target.relpath == relpath
+
+
+def test_segment_limit() -> None:
+    at_limit = b"/a" * MAX_SEGMENTS
+    assert len(parse_target(b"GET", at_limit).segments) == MAX_SEGMENTS
+    # Neither empty segments nor a trailing slash count.
+    assert len(parse_target(b"GET", b"//" + b"a//" * MAX_SEGMENTS).segments) == MAX_SEGMENTS
+    assert parse_target(b"GET", at_limit + b"/").slash
+    for over in (at_limit + b"/a", b"/a" * 2040, b"/%61" * (MAX_SEGMENTS + 1)):
+        with pytest.raises(HTTPError) as exc:
+            parse_target(b"GET", over)
+        assert exc.value.status == 414

@@ -65,6 +65,7 @@ _NOT_FOUND_ERRNOS = frozenset(
 )
 _FORBIDDEN_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
 _OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+_PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
 
 
 @dataclass(slots=True)
@@ -172,26 +173,6 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
         os.close(fd)
         return None
     return fd, st
-
-
-def _missing_inside(opener: RootOpener, segments: tuple[str, ...]) -> bool:
-    """Is a path that failed with ENOENT missing *inside* the root?
-
-    An ENOENT can come from beyond a symlink that leaves the root (an
-    absolute link makes the opener fall back to a plain open, which then
-    fails before any verification).  The nearest existing ancestor decides:
-    it must open under the same containment.  One open per missing level.
-    """
-    for i in range(len(segments) - 1, -1, -1):
-        try:
-            fd = opener.open("/".join(segments[:i]) if i else ".")
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                continue
-            return False  # EXDEV (escapes), ELOOP, EACCES: not a route of ours
-        os.close(fd)
-        return True
-    return False  # pragma: no cover - the root itself always opens
 
 
 def _facts(st: os.stat_result, content_type: str) -> FileFacts:
@@ -308,7 +289,9 @@ def serve_cached(
     assert rep is not None
     if hit.coding and rep is hit.entry:
         return _serve_on_the_fly(hit, req, cfg, now)
-    plain = depends_on_method_only(req)
+    # Keyed by method: only the two methods served here (any other is a
+    # 405 before preparation), so the memo has at most 2 x 4 entries.
+    plain = req.method in _PLAIN_METHODS and depends_on_method_only(req)
     second = int(now)
     memo_key = (req.method, hit.coding)
     plain_memo = hit.entry.plain
@@ -388,10 +371,10 @@ def prepare(
         except OSError as exc:
             # SPA fallback: only for a path that is really missing (not one
             # refused by containment: EXDEV, ELOOP), and only if the SPA
-            # file itself opens under the same containment.
+            # file itself opens under the same containment.  The opener
+            # never looks outside the root, so ENOENT/ENOTDIR from it means
+            # missing inside: no further open is needed to tell.
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not spa_fallback_applies(req, cfg):
-                raise
-            if not _missing_inside(opener, target.segments):
                 raise
             assert cfg.spa is not None
             opened = _open_file(opener, cfg.spa)

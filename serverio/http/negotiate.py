@@ -122,20 +122,37 @@ def _parse_weighted(value: str, *, media: bool) -> dict[str, float]:
     return out
 
 
+# The only members of Accept-Encoding a decision reads (AcceptEncoding.q is
+# asked about our codings, identity_q about identity and "*"); the others
+# are dropped, so a parsed field is small whatever the client sent.
+_RELEVANT_CODINGS: Final = frozenset((*CODING_RANK, "identity", "*"))
+_MEMO_MAX_VALUE: Final = 256  # longer values are parsed every time
+
+
 def parse_accept_encoding(value: str | None) -> AcceptEncoding:
     """Parse Accept-Encoding (RFC 9110 §12.5.3); ``None``: no such field."""
     if value is None:
         return _NO_FIELD
+    if len(value) <= _MEMO_MAX_VALUE:
+        return _parse_accept_encoding_memo(value)
     return _parse_accept_encoding(value)
 
 
-# Browsers send a handful of distinct values ("gzip, deflate, br, zstd"), so
-# a bounded memo makes the parse free on the hot path.  The function is
-# pure and its result immutable (a read-only mapping), so sharing is safe,
-# across worker threads too (lru_cache is thread-safe).
-@lru_cache(maxsize=256)
 def _parse_accept_encoding(value: str) -> AcceptEncoding:
-    return AcceptEncoding(MappingProxyType(_parse_weighted(value, media=False)))
+    weights = _parse_weighted(value, media=False)
+    return AcceptEncoding(
+        MappingProxyType({c: q for c, q in weights.items() if c in _RELEVANT_CODINGS})
+    )
+
+
+# Browsers send a handful of distinct values ("gzip, deflate, br, zstd"), so
+# a bounded memo makes the parse free on the hot path: at most 256 entries,
+# each keyed by at most 256 characters and holding at most five weights.
+# The function is pure and its result immutable (a read-only mapping), so
+# sharing is safe, across worker threads too (lru_cache is thread-safe).
+@lru_cache(maxsize=256)
+def _parse_accept_encoding_memo(value: str) -> AcceptEncoding:
+    return _parse_accept_encoding(value)
 
 
 def select_coding(

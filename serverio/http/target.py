@@ -23,6 +23,10 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
   ``AllowEncodedSlashes Off``): such a name cannot exist on a POSIX filesystem.
 * Empty segments (``//``) are dropped, so a redirect built from the segments
   can never start with ``//`` (an open redirect to another host).
+* More than :data:`MAX_SEGMENTS` segments is 414 (RFC 9110 §15.5.15: a
+  target longer than the server is willing to interpret): opening a path
+  costs up to one ``openat`` per segment where the kernel cannot resolve
+  it in one call, and no served tree is that deep.
 * Hidden segments (starting with ``.``) are reported, not refused: the
   decision core applies the ``--hidden`` policy.  ``.well-known`` (RFC 8615)
   is never hidden when it is the first segment.
@@ -36,9 +40,12 @@ from urllib.parse import quote
 
 from ..errors import HTTPError
 
-__all__ = ["Target", "parse_target"]
+__all__ = ["MAX_SEGMENTS", "Target", "parse_target"]
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+
+# The most path segments a request-target may have (see the module docstring).
+MAX_SEGMENTS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,23 +112,28 @@ def _unquote_segment(raw: bytes) -> str:
 
 
 _MEMO_MAX_TARGET = 256  # longer targets are parsed every time (memo stays small)
+_MEMO_ENTRIES = 4096
+# Only methods we serve enter the memo: the method is client input of any
+# length, and every other method is answered 405 without a lookup.
+_MEMO_METHODS = frozenset({b"GET", b"HEAD"})
 
 
 def parse_target(method: bytes, raw: bytes, *, max_size: int = 8192) -> Target:
     """Parse ``raw`` (the request-target as received) for ``method``.
 
     Raises :class:`HTTPError` (400, 404 or 414); never touches the filesystem.
-    Results for short targets are memoised (a pure function of its inputs,
-    and :class:`Target` is immutable): a busy server sees the same few
-    paths over and over.  Errors are never memoised; the memo holds at most
-    4096 entries of at most 256 bytes, so a client cannot grow it.
+    Results for short targets of GET and HEAD are memoised (a pure function
+    of its inputs, and :class:`Target` is immutable): a busy server sees the
+    same few paths over and over.  Errors are never memoised; the memo holds
+    at most 4096 entries, each keyed by a known method and at most 256 bytes
+    of target, so a client cannot grow it.
     """
-    if len(raw) <= _MEMO_MAX_TARGET:
+    if len(raw) <= _MEMO_MAX_TARGET and method in _MEMO_METHODS:
         return _parse_target_memo(method, bytes(raw), max_size)
     return _parse_target(method, raw, max_size)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=_MEMO_ENTRIES)
 def _parse_target_memo(method: bytes, raw: bytes, max_size: int) -> Target:
     return _parse_target(method, raw, max_size)
 
@@ -171,6 +183,8 @@ def _parse_target(method: bytes, raw: bytes, max_size: int) -> Target:
             raise HTTPError(404, "encoded slash in path")
         if seg[0] == "." and not (seg == ".well-known" and not segments):
             hidden = True
+        if len(segments) == MAX_SEGMENTS:
+            raise HTTPError(414, "too many path segments")
         segments.append(seg)
     slash = path.endswith(b"/")
     return Target(tuple(segments), slash, query, hidden=hidden)

@@ -147,7 +147,11 @@ class Server:
     @property
     def opener(self) -> RootOpener:
         if self._opener is None:
-            self._opener = RootOpener(self.config.root, follow_symlinks=self.config.follow_symlinks)
+            self._opener = RootOpener(
+                self.config.root,
+                follow_symlinks=self.config.follow_symlinks,
+                hidden=self.config.hidden,
+            )
         return self._opener
 
     def addresses(self) -> list[tuple[str, int]]:

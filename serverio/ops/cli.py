@@ -29,6 +29,21 @@ class _Parser(argparse.ArgumentParser):
         # One clear line and exit status 2, like every other invalid input.
         self.exit(2, f"serverio: error: {message}\n")
 
+    def parse_known_args(  # type: ignore[override]  # same signature, narrower types
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # No option takes an optional value (a bare number after one would
+        # be ambiguous with the port), but "--spa=FILE" (one token, so
+        # unambiguous) is still accepted as "--spa-file=FILE".
+        argv = sys.argv[1:] if args is None else list(args)
+        out: list[str] = []
+        for i, arg in enumerate(argv):
+            if arg == "--":
+                out.extend(argv[i:])
+                break
+            out.append("--spa-file=" + arg[6:] if arg.startswith("--spa=") else arg)
+        return super().parse_known_args(out, namespace)
+
 
 def _seconds(text: str) -> float:
     try:
@@ -155,11 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--spa",
-        nargs="?",
-        const="index.html",
-        default=None,
+        action="store_true",
+        help="answer missing extension-less paths with index.html (or --spa-file)",
+    )
+    c.add_argument(
+        "--spa-file",
         metavar="FILE",
-        help="answer missing extension-less paths with FILE (default index.html)",
+        default=None,
+        help="the file --spa answers with (implies --spa; --spa=FILE is the same)",
     )
     c.add_argument(
         "--no-precompressed",
@@ -302,7 +320,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         listing=not args.no_listing,
         listing_max_entries=args.listing_max_entries,
         download=tuple(args.download or ()),
-        spa=args.spa,
+        spa=args.spa_file if args.spa_file is not None else ("index.html" if args.spa else None),
         precompressed=not args.no_precompressed,
         compress_max_size=args.compress_max_size,
         compress_cache_size=args.compress_cache_size,
