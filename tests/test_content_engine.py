@@ -24,8 +24,8 @@ import trio.testing
 import zstandard
 
 from serverio import Config, Server, run_blocking
+from serverio.http import codecs as codecs_mod
 from serverio.net.connection import ConnectionTask
-from serverio.pipeline import content as content_mod
 
 from .conftest import (
     HTTPClient,
@@ -105,7 +105,7 @@ class Gate:
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     g = Gate()
-    monkeypatch.setitem(content_mod.CODECS, "gzip", g.wrap(content_mod.CODECS["gzip"]))
+    monkeypatch.setitem(codecs_mod.CODECS, "gzip", g.wrap(codecs_mod.CODECS["gzip"]))
     yield g
     g.event.set()  # never leave a worker thread blocked
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..config import Config
+from ..http.codecs import CODECS
 from ..http.core import (
     FileFacts,
     FileSpan,
@@ -45,7 +46,6 @@ from ..http.negotiate import (
     wanted_codings,
 )
 from ..http.wire import head_bytes
-from ..pipeline.content import CODECS
 from .filecache import CachedFile, FileCache, Sidecar, identity, settled
 from .opener import RootOpener
 

@@ -23,7 +23,6 @@ and the thread abandoned.
 from __future__ import annotations
 
 import errno
-import gzip
 import hashlib
 import logging
 import os
@@ -37,6 +36,7 @@ from ..concurrency.blocking import run_blocking
 from ..concurrency.flight import SingleFlightCache
 from ..errors import HTTPError
 from ..fs.opener import RootOpener
+from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
     Entry,
@@ -55,10 +55,8 @@ if TYPE_CHECKING:
     from ..net.server import Server
 
 __all__ = [
-    "CODECS",
     "ContentService",
     "OwnedFd",
-    "compress_bytes",
     "list_directory",
     "scan_directory",
 ]
@@ -77,48 +75,6 @@ DIGEST_CACHE_BYTES: Final = 4 * 1024 * 1024
 _DIGEST_OVERHEAD: Final = 160
 
 _HASHES: Final = {"sha-256": "sha256", "sha-512": "sha512"}
-
-
-# ------------------------------------------------------------------ codecs
-
-
-def _gzip(data: bytes) -> bytes:
-    # mtime=0: the same input always compresses to the same bytes, so the
-    # digest of a gzip representation is stable across restarts.
-    return gzip.compress(data, compresslevel=6, mtime=0)
-
-
-def _load_codecs() -> dict[str, Callable[[bytes], bytes]]:
-    codecs: dict[str, Callable[[bytes], bytes]] = {"gzip": _gzip}
-    try:
-        import brotli
-
-        def _br(data: bytes) -> bytes:
-            # Quality 5: within a few percent of 11 on text at a fraction of
-            # the CPU (a miss blocks its requesters until it is done).
-            return bytes(brotli.compress(data, quality=5))
-
-        codecs["br"] = _br
-    except ImportError:  # optional extra "brotli"
-        pass
-    try:
-        import zstandard
-
-        def _zstd(data: bytes) -> bytes:
-            # A compressor object is not thread-safe: one per call.
-            return bytes(zstandard.ZstdCompressor(level=9).compress(data))
-
-        codecs["zstd"] = _zstd
-    except ImportError:  # optional extra "zstd"
-        pass
-    return codecs
-
-
-CODECS: Final = _load_codecs()
-
-
-def compress_bytes(coding: str, data: bytes) -> bytes:
-    return CODECS[coding](data)
 
 
 # --------------------------------------------------------- owned descriptors
