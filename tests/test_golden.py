@@ -75,6 +75,16 @@ def test_transcript_is_identical_across_two_runs_of_the_same_code(tmp_path: Path
     }
     assert dates == {"<date>"}
     assert {r["flags"] for r in records} == set(golden.SMOKE.flag_sets)
+    kept = {r["id"] for r in records}
+    assert golden.SMOKE.keep <= kept
+    multipart = [
+        v
+        for r in records
+        for resp in r["responses"]
+        for k, v in resp["headers"]
+        if k == "content-type" and v.startswith("multipart/")
+    ]
+    assert multipart and all("boundary=<boundary>" in v for v in multipart)
     a = tmp_path / "a.jsonl"
     b = tmp_path / "b.jsonl"
     golden.write(a, first)
