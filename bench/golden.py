@@ -73,6 +73,11 @@ FLAG_SETS: dict[str, tuple[str, ...]] = {
 SMOKE_FLAG_SETS = ("default", "fs-workers-2")
 COMMON_ARGS = ("-q", "--access-log", "off")
 
+
+class GoldenError(RuntimeError):
+    """The transcript cannot be recorded; the message says why (one line)."""
+
+
 # ------------------------------------------------------------------ the tree
 
 _WORDS = (
@@ -95,7 +100,7 @@ def _brotli(data: bytes) -> bytes:
     try:
         import brotli
     except ImportError as exc:  # the tree must be the same everywhere: no fallback
-        raise SystemExit("golden: the brotli module is needed (pip install brotli)") from exc
+        raise GoldenError("the brotli module is needed (pip install brotli)") from exc
     out: bytes = brotli.compress(data, quality=11)
     return out
 
@@ -844,7 +849,11 @@ def record(target: Target, selection: Selection, progress: bool = False) -> list
                 server = _server(target, root, FLAG_SETS[name], workdir)
                 port = server.__enter__()
             except ServerStartError as exc:
-                raise SystemExit(f"golden: {target.label} did not start: {exc}") from exc
+                # The server's last log line says why (e.g. a flag this commit lacks).
+                last = str(exc).strip().splitlines()[-1:] or ["no output"]
+                raise GoldenError(
+                    f"{target.label} did not start with flag set {name!r}: {last[0][:200]}"
+                ) from exc
             try:
                 validators: dict[str, dict[str, str]] = {}
                 todo = kept + (fuzz if name == "default" else [])
@@ -1000,7 +1009,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"golden: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    lines = record(target, selection, progress=True)
+    try:
+        lines = record(target, selection, progress=True)
+    except GoldenError as exc:
+        print(f"golden: {exc}", file=sys.stderr)
+        return 2
     write(args.out, lines)
     print(
         f"golden: {len(lines) - 1} requests from {target.label} -> {args.out} "
