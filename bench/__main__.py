@@ -1,4 +1,4 @@
-"""Entry point: ``python -m bench {run,setup,report,list}``."""
+"""Entry point: ``python -m bench {run,setup,report,list,golden,callgrind}``."""
 
 from bench.cli import main
 

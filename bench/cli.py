@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import peers, report
+from bench import callgrind, commits, golden, peers, report
 from bench.runner import RunOptions, execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
@@ -20,6 +20,7 @@ from bench.servers import (
     SMOKE_SERVERS,
     HarnessEnv,
     ServerSpec,
+    commit_entry,
     find_nginx,
     serverio_entry,
 )
@@ -87,6 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=ARGS",
         help="add a serverio entry with extra CLI args (repeatable)",
     )
+    run.add_argument(
+        "--serverio-commit",
+        action="append",
+        default=[],
+        metavar="REV[=NAME]",
+        help="add the serverio of git commit REV as one more server (repeatable); "
+        "default name serverio@<short id>",
+    )
+    run.add_argument(
+        "--baseline",
+        action="store_true",
+        help="add the recorded baseline commit (bench/baseline.txt) as serverio@<short id>",
+    )
+    run.add_argument(
+        "--commit-like",
+        default="serverio-inline",
+        metavar="ENTRY",
+        help="serverio entry whose arguments the commit peers use (default serverio-inline)",
+    )
     run.add_argument("--wrk-threads", type=int, help="wrk -t (default 1 when pinned)")
     run.add_argument(
         "--no-pin", action="store_true", help="do not pin server/wrk to CPUs with taskset"
@@ -117,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: next to the artifact, in a folder named after the run",
     )
 
+    golden.add_parser(sub)
+    callgrind.add_parser(sub)
+
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
     ls.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
     return parser
@@ -132,15 +155,50 @@ def _select(
     return chosen
 
 
+def commit_peers(revs: list[str], baseline: bool, like_name: str) -> list[ServerSpec]:
+    """One serverio entry per requested commit, with the arguments of ``like_name``."""
+    like = SERVERS.get(like_name)
+    if like is None or like.kind != "serverio":
+        raise SystemExit(f"--commit-like: not a serverio entry: {like_name}")
+    wanted = [r.partition("=")[::2] for r in revs]
+    if baseline:
+        try:
+            wanted.append((commits.read_baseline(), ""))
+        except commits.CommitError as exc:
+            raise SystemExit(f"--baseline: {exc}") from exc
+    peers_: list[ServerSpec] = []
+    for rev, name in wanted:
+        try:
+            commit = commits.resolve(rev.strip())
+            commits_tree = commits.checkout(commit)
+        except commits.CommitError as exc:
+            raise SystemExit(f"--serverio-commit: {exc}") from exc
+        spec = commit_entry(like, commit, commits_tree, name.strip())
+        if all(p.name != spec.name for p in peers_):
+            peers_.append(spec)
+    return peers_
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     rounds, duration, warmup, idle_conns, idle_rounds = PRESETS[mode]
     registry = dict(SERVERS)
     variants: list[ServerSpec] = args.serverio_variant
     registry.update({v.name: v for v in variants})
+    at_commits = commit_peers(args.serverio_commit, args.baseline, args.commit_like)
+    registry.update({p.name: p for p in at_commits})
     default_servers = [*SMOKE_SERVERS] if mode == "smoke" else [*SERVERS]
     default_servers += [v.name for v in variants]
     server_names = _select(args.servers, dict(registry), default_servers, "servers")
+    # Commit peers were asked for by name: they run even with an explicit
+    # --servers list, right after the entry whose arguments they copy, so
+    # the rotation puts old and new side by side.
+    extra = [p.name for p in at_commits if p.name not in server_names]
+    if args.commit_like in server_names:
+        at = server_names.index(args.commit_like) + 1
+        server_names[at:at] = extra
+    else:
+        server_names += extra
     default_workloads = SMOKE_WORKLOADS if mode == "smoke" else tuple(WORKLOADS)
     workload_names = _select(args.workloads, dict(WORKLOADS), default_workloads, "workloads")
     opts = RunOptions(
@@ -196,10 +254,19 @@ def _terminate_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate_on_sigterm)
+    return dispatch(args)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command (``main`` without the process-wide signal setup)."""
     if args.command == "run":
         return cmd_run(args)
     if args.command == "setup":
         return peers.setup(args.peers_venv, args.python, force=args.force, apt=not args.no_apt)
     if args.command == "report":
         return cmd_report(args)
+    if args.command == "golden":
+        return golden.run(args)
+    if args.command == "callgrind":
+        return callgrind.run(args)
     return cmd_list(args)

@@ -464,7 +464,12 @@ def execute(opts: RunOptions) -> int:
         },
         "machine": machine_facts(opts.repo, env.peers_python, env.nginx, wrk),
         "servers": {
-            s.name: {"kind": s.kind, "description": s.description, "extra_args": list(s.extra_args)}
+            s.name: {
+                "kind": s.kind,
+                "description": s.description,
+                "extra_args": list(s.extra_args),
+                **({"commit": s.commit} if s.commit else {}),
+            }
             for s in opts.servers
         },
         "unavailable": unavailable,

@@ -20,9 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
+
+from bench.commits import serverio_launch
 
 BENCH_DIR = Path(__file__).resolve().parent
 BASELINES = BENCH_DIR / "baselines"
@@ -46,6 +48,10 @@ class ServerSpec:
     tags: frozenset[str] = frozenset()
     # When set, the server only takes part in these workloads.
     only_workloads: frozenset[str] | None = None
+    # serverio kind only: run the serverio of this commit (full id), exported
+    # to ``tree`` by bench.commits, instead of the current checkout's.
+    commit: str = ""
+    tree: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,10 +105,12 @@ def _serverio_unavailable(env: HarnessEnv) -> str | None:
 def _serverio_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
+    # Another commit's serverio runs under this interpreter (same trio and
+    # h11) with its tree on PYTHONPATH and as cwd; see bench/commits.py.
+    launch = serverio_launch(env.python, Path(spec.tree) if spec.tree else None)
+    cwd = launch.cwd if spec.tree else env.repo
     argv = [
-        env.python,
-        "-m",
-        "serverio",
+        *launch.argv(),
         "0",
         "-b",
         LOOPBACK,
@@ -111,7 +119,7 @@ def _serverio_plan(
         "-q",
         *spec.extra_args,
     ]
-    return LaunchPlan(argv=argv, cwd=env.repo)
+    return LaunchPlan(argv=argv, cwd=cwd, env=launch.env)
 
 
 def _module_unavailable(*modules: str) -> Callable[[HarnessEnv], str | None]:
@@ -347,6 +355,21 @@ SERVERS: dict[str, ServerSpec] = {
 }
 
 SMOKE_SERVERS = ("serverio-inline", "serverio-pool", "bare", "http.server")
+
+
+def commit_entry(like: ServerSpec, commit: str, tree: Path, name: str = "") -> ServerSpec:
+    """``like`` (a serverio entry), but running the serverio of ``commit`` from ``tree``.
+
+    Same arguments, tags and workload restrictions, so it takes part in
+    exactly the workloads ``like`` does, pinned the same way.
+    """
+    return replace(
+        like,
+        name=name or f"serverio@{commit[:7]}",
+        description=f"{like.description} at commit {commit[:12]}",
+        commit=commit,
+        tree=str(tree),
+    )
 
 
 # --- process management ----------------------------------------------------

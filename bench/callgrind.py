@@ -1,0 +1,169 @@
+"""Instructions per request under callgrind, for this checkout and another commit.
+
+``python -m bench callgrind [--commit REV | --baseline] [-n 500,1500]`` runs
+``bench/pair.py`` (one connection over a socketpair, in one process) under
+``valgrind --tool=callgrind`` twice per serverio, with N1 and N2 requests,
+and prints ``(Ir[N2] - Ir[N1]) / (N2 - N1)``: the instructions of one warm
+1 KiB keep-alive GET, client and server together.  Start-up, imports and the
+file-settling sleep cancel out in the difference.
+
+Each serverio is measured with *its own* ``bench/pair.py``: the script drives
+serverio's connection class directly, whose shape the commit defines, so an
+old commit is run from its exported tree (bench/commits.py) with that tree as
+working directory and on ``PYTHONPATH``.  ``PYTHONHASHSEED`` is fixed so that
+two runs of the same commit count (nearly) the same instructions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import commits
+
+_TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
+
+
+class CallgrindError(RuntimeError):
+    """A measurement could not be taken; the message says why (one line)."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    label: str
+    tree: Path
+    env: dict[str, str]
+
+
+def total_ir(out_file: Path) -> int:
+    """The total instruction count (``Ir``) recorded in a callgrind output file."""
+    m = _TOTAL.search(out_file.read_bytes())
+    if m is None:
+        raise CallgrindError(f"no summary line in {out_file.name}")
+    return int(m[1])
+
+
+def measure(subject: Subject, n: int, server: str, python: str, workdir: Path) -> int:
+    script = subject.tree / "bench" / "pair.py"
+    if not script.exists():
+        raise CallgrindError(f"{subject.label} has no bench/pair.py")
+    out = workdir / f"callgrind.{subject.label.replace('/', '_')}.{server}.{n}"
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        python,
+        str(script),
+        "--server",
+        server,
+        "-n",
+        str(n),
+    ]
+    env = {**os.environ, **subject.env, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(
+        argv, cwd=subject.tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise CallgrindError(f"{subject.label} n={n}: exit {proc.returncode}: {tail[0][:200]}")
+    return total_ir(out)
+
+
+def per_request(
+    subject: Subject, ns: tuple[int, int], server: str, python: str, workdir: Path
+) -> dict[str, Any]:
+    low, high = (measure(subject, n, server, python, workdir) for n in ns)
+    return {
+        "label": subject.label,
+        "server": server,
+        "ir": {str(ns[0]): low, str(ns[1]): high},
+        "ir_per_request": (high - low) / (ns[1] - ns[0]),
+    }
+
+
+def subjects(revs: list[str], baseline: bool) -> list[Subject]:
+    out = [Subject("this checkout", commits.REPO, {})]
+    wanted = list(revs)
+    if baseline:
+        wanted.append(commits.read_baseline())
+    for rev in wanted:
+        commit = commits.resolve(rev)
+        tree = commits.checkout(commit)
+        out.append(Subject(f"serverio@{commits.short(commit)}", tree, {"PYTHONPATH": str(tree)}))
+    return out
+
+
+def _ns(value: str) -> tuple[int, int]:
+    try:
+        a, b = (int(v) for v in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected N1,N2 with N1 < N2, e.g. 500,1500") from None
+    if not 0 < a < b:
+        raise argparse.ArgumentTypeError("expected N1,N2 with 0 < N1 < N2")
+    return a, b
+
+
+def add_parser(sub: Any) -> None:
+    cg = sub.add_parser(
+        "callgrind", help="instructions per request over bench/pair.py (valgrind callgrind)"
+    )
+    cg.add_argument(
+        "--commit",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="also measure the serverio of commit REV (repeatable)",
+    )
+    cg.add_argument(
+        "--baseline", action="store_true", help="also measure the commit in bench/baseline.txt"
+    )
+    cg.add_argument(
+        "-n",
+        type=_ns,
+        default=(500, 1500),
+        metavar="N1,N2",
+        help="request counts of the two runs (default 500,1500)",
+    )
+    cg.add_argument(
+        "--bare", action="store_true", help="also measure the bare trio+h11 loop (the ceiling)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if shutil.which("valgrind") is None:
+        print("callgrind: valgrind not found (apt-get install -y valgrind)", file=sys.stderr)
+        return 2
+    try:
+        subs = subjects(args.commit, args.baseline)
+    except commits.CommitError as exc:
+        print(f"callgrind: {exc}", file=sys.stderr)
+        return 2
+    servers = ["serverio", *(["bare"] if args.bare else [])]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="serverio-callgrind-") as tmp:
+        for subject in subs:
+            for server in servers:
+                if server == "bare" and subject is not subs[0]:
+                    continue  # the bare loop is the same program in every commit
+                print(f"callgrind: {subject.label} {server} n={args.n}", file=sys.stderr)
+                try:
+                    rows.append(per_request(subject, args.n, server, sys.executable, Path(tmp)))
+                except CallgrindError as exc:
+                    print(f"callgrind: {exc}", file=sys.stderr)
+                    return 1
+    first = rows[0]["ir_per_request"]
+    print(f"| serverio | server | Ir/request (n={args.n[0]}..{args.n[1]}) | vs this checkout |")
+    print("|---|---|---:|---:|")
+    for row in rows:
+        ratio = row["ir_per_request"] / first - 1 if row["server"] == "serverio" else None
+        rel = f"{ratio:+.1%}" if ratio is not None else ""
+        print(f"| {row['label']} | {row['server']} | {row['ir_per_request']:,.0f} | {rel} |")
+    return 0
