@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import threading
+import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import trio
 
 import serverio
 from serverio import Pool, PoolSaturated, run_blocking
+from serverio.concurrency import blocking as _blocking
 
 from .conftest import wait_until
 
@@ -75,18 +78,22 @@ async def test_saturation_rejects_at_once_and_recovers() -> None:
 
 async def test_abandon_on_cancel_keeps_token_and_late_closes_once() -> None:
     pool = Pool("t", 1, 0)
-    gate, entered = threading.Event(), threading.Event()
+    gate = threading.Event()
     produced: list[Resource] = []
+    scope = trio.CancelScope()
 
     def work() -> Resource:
-        r = blocker(gate, entered)
+        # Cancel the caller once this thread runs, then block: the thread
+        # finishes only after its caller abandoned it.
+        trio.from_thread.run_sync(scope.cancel)
+        r = blocker(gate)
         produced.append(r)
         return r
 
-    with trio.move_on_after(0.05) as scope:
+    with scope:
         await run_blocking(pool, work, late_close=Resource.close)
     # The caller came back at once ...
-    assert scope.cancelled_caught and entered.is_set()
+    assert scope.cancelled_caught and produced == []
     assert pool.stats.abandoned == 1
     # ... but the thread still runs and still holds its token: the pool is
     # full and refuses new work rather than over-committing threads.
@@ -100,6 +107,107 @@ async def test_abandon_on_cancel_keeps_token_and_late_closes_once() -> None:
     # And never a second close, whatever happens later.
     await trio.sleep(0.05)
     assert produced[0].closes == 1
+
+
+class _CancelRightAfter:
+    """A trio token whose every ``run_sync_soon`` queues ``scope.cancel``
+    right behind the callback.
+
+    run_blocking's worker thread queues ``settle`` (which stores the result)
+    and only then returns, after which trio queues the wake-up of the
+    awaiting task.  The entry queue is FIFO, so with this token the order on
+    the trio thread is exactly: settle, cancel, trio's wake-up -- the caller
+    is cancelled after its result was stored and before it resumed.
+    """
+
+    def __init__(self, real: trio.lowlevel.TrioToken, scope: trio.CancelScope) -> None:
+        self.real = real
+        self.scope = scope
+        self.order: list[str] = []
+
+    def run_sync_soon(self, fn: Callable[..., object], *args: object) -> None:
+        def traced() -> None:
+            self.order.append("settle")
+            fn(*args)
+
+        def cancel() -> None:
+            self.order.append("cancel")
+            self.scope.cancel()
+
+        self.real.run_sync_soon(traced)
+        self.real.run_sync_soon(cancel)
+
+
+class _TrioWithToken(types.ModuleType):
+    """The trio module, except that ``lowlevel.current_trio_token()`` is ``token``."""
+
+    def __init__(self, token: _CancelRightAfter) -> None:
+        super().__init__("trio")
+        self.lowlevel = types.SimpleNamespace(current_trio_token=lambda: token)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(trio, name)
+
+
+async def test_result_settled_before_a_cancelled_caller_resumes_is_late_closed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = Pool("t", 1, 0)
+    scope = trio.CancelScope()
+    token = _CancelRightAfter(trio.lowlevel.current_trio_token(), scope)
+    # Only run_blocking sees the wrapped token; trio's own thread machinery
+    # keeps the real one.
+    monkeypatch.setattr(_blocking, "trio", _TrioWithToken(token))
+    produced: list[Resource] = []
+    closed: list[Resource] = []
+
+    def work() -> Resource:
+        produced.append(Resource())
+        return produced[-1]
+
+    def late_close(r: Resource) -> None:
+        closed.append(r)
+        r.close()
+
+    with scope:
+        await run_blocking(pool, work, late_close=late_close)
+    monkeypatch.undo()
+    assert scope.cancelled_caught
+    assert token.order == ["settle", "cancel"]
+    assert len(produced) == 1 and closed == produced and produced[0].closes == 1
+    assert pool.stats.late_closed == 1
+    assert pool.stats.abandoned == 1 and pool.stats.completed == 0
+    await wait_until(lambda: pool.running == 0)  # trio's wake-up released the token
+    assert produced[0].closes == 1 and pool.stats.late_closed == 1
+
+
+def test_result_of_a_thread_outliving_the_event_loop_is_closed_in_the_thread() -> None:
+    pool = Pool("t", 1, 0)
+    gate, closed = threading.Event(), threading.Event()
+    scope = trio.CancelScope()
+    produced: list[Resource] = []
+
+    def work() -> Resource:
+        trio.from_thread.run_sync(scope.cancel)  # abandon this thread, then block
+        r = blocker(gate)
+        produced.append(r)
+        return r
+
+    def late_close(r: Resource) -> None:
+        r.close()
+        closed.set()
+
+    async def main() -> None:
+        with scope:
+            await run_blocking(pool, work, late_close=late_close)
+
+    trio.run(main)
+    # The loop is gone and the thread still holds its result.
+    assert produced == [] and pool.stats.abandoned == 1
+    gate.set()
+    assert closed.wait(10)
+    assert len(produced) == 1 and produced[0].closes == 1
+    assert pool.stats.late_closed == 0  # no trio thread left to count it
 
 
 async def test_cancel_while_queued_never_runs() -> None:

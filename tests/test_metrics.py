@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from serverio import Server
+from serverio.fs import filecache as _filecache
 from serverio.net.admin import open_admin_listener, serve_admin
-from serverio.ops.metrics import BUCKETS, Histogram, merge, render, snapshot
-from serverio.ops.run import make_admin_handler
+from serverio.ops.metrics import BUCKETS, Histogram, counters_only, merge, render, snapshot
+from serverio.ops.run import make_admin_handler, run_server
 
 from .conftest import connect, make_config, running_server, wait_until
 
@@ -130,3 +135,149 @@ def test_histogram_buckets_and_merge() -> None:
 async def test_snapshot_covers_every_pool(root: Path) -> None:
     srv = Server(make_config(root))
     assert set(snapshot(srv)["pools"]) == {"fs", "work"}
+
+
+# ------------------------------------------------------------------ caches
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def cache_numbers(m: dict[tuple[str, Labels], float], cache: str) -> dict[str, float]:
+    """The serverio_cache_* samples of one cache, by short name."""
+    out = {}
+    for (name, labels), value in m.items():
+        if name.startswith("serverio_cache_") and labels == (("cache", cache),):
+            short = name.removeprefix("serverio_cache_").removesuffix("_total")
+            out[short] = value
+    return out
+
+
+@pytest.fixture
+def settled_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Files just written count as settled, so the warm-file cache keeps them.
+    monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)
+
+
+@pytest.mark.usefixtures("settled_files")
+@pytest.mark.parametrize("fs_workers", [0, 2])
+async def test_file_cache_counters_in_metrics(root: Path, fs_workers: int) -> None:
+    (root / "one.txt").write_bytes(b"1" * 1000)
+    (root / "two.txt").write_bytes(b"2" * 1000)
+    # Room for one 1000-byte file (plus its per-entry overhead), not two.
+    cfg = make_config(root, file_cache_size=3000, fs_workers=fs_workers, fs_queue=4 * fs_workers)
+    async with running_server(cfg) as (srv, port):
+        async with admin_for(srv) as admin:
+            client = await connect(port)
+            for path in ("/one.txt", "/one.txt", "/two.txt", "/one.txt"):
+                r = await client.get(path)
+                assert r.status == 200 and r.body == (root / path[1:]).read_bytes()
+            await client.stream.aclose()
+            m = samples((await admin_get(admin, "/metrics"))[2].decode())
+    file = cache_numbers(m, "file")
+    # Pooled mode looks the file up on the event loop and again in the
+    # thread: each request still counts once.
+    assert file["hits"] == 1
+    assert file["misses"] == 3
+    assert file["stored"] == 3
+    assert file["evictions"] == 2  # two.txt pushed one.txt out, then back
+    assert file["entries"] == 1
+    assert file["bytes"] == srv.files.size > 1000
+    assert file["capacity_bytes"] == 3000
+
+
+def _text(n: int) -> bytes:
+    # Base64 of random bytes: compresses by about a quarter, whatever the codec.
+    return base64.b64encode(os.urandom(n))[:n]
+
+
+async def test_compression_and_digest_cache_counters_in_metrics(root: Path) -> None:
+    (root / "page1.txt").write_bytes(_text(4000))
+    (root / "page2.txt").write_bytes(_text(4000))
+    # One compressed page (about 3000 bytes) fits, two do not.
+    cfg = make_config(root, file_cache_size=0, compress_cache_size=4000, digest=True)
+    gzip = "Accept-Encoding: gzip\r\n"
+    async with running_server(cfg) as (srv, port):
+        async with admin_for(srv) as admin:
+            client = await connect(port)
+            for path, headers in (
+                ("/page1.txt", gzip),  # compression miss, digest (gzip) miss
+                ("/page1.txt", gzip),  # both hits
+                ("/page2.txt", gzip),  # both misses; page1 evicted from compression
+                ("/hello.txt", ""),  # too small to compress; digest (identity) miss
+                ("/hello.txt", ""),  # digest hit
+            ):
+                r = await client.get(path, headers)
+                assert r.status == 200 and r.header("repr-digest")
+                assert r.header("content-encoding") == ("gzip" if headers else None)
+            await client.stream.aclose()
+            m = samples((await admin_get(admin, "/metrics"))[2].decode())
+    compression = cache_numbers(m, "compression")
+    assert compression["hits"] == 1
+    assert compression["misses"] == 2
+    assert compression["started"] == 2
+    assert compression["stored"] == 2
+    assert compression["evictions"] == 1
+    assert compression["entries"] == 1
+    assert compression["bytes"] == srv.content.compressed.size
+    assert 2000 < compression["bytes"] <= 4000
+    assert compression["capacity_bytes"] == 4000
+    digest = cache_numbers(m, "digest")
+    assert (digest["hits"], digest["misses"], digest["evictions"]) == (2, 3, 0)
+    assert digest["entries"] == 3 and digest["bytes"] == srv.content.digests.size > 0
+    file = cache_numbers(m, "file")  # off: never consulted
+    assert (file["hits"], file["misses"], file["capacity_bytes"]) == (0, 0, 0)
+
+
+def test_cache_numbers_merge_and_retire() -> None:
+    def snap(hits: int, size: int) -> dict[str, object]:
+        return {
+            "stats": {},
+            "caches": {"file": {"hits": hits, "misses": 1, "bytes": size, "entries": 1}},
+            "pools": {},
+            "open_connections": 0,
+            "draining": 0,
+            "abandoned_threads": 0,
+            "histogram": {"counts": [0] * (len(BUCKETS) + 1), "sum": 0.0},
+        }
+
+    total = merge([snap(2, 100), snap(3, 50)])
+    assert total["caches"]["file"] == {"hits": 5, "misses": 2, "bytes": 150, "entries": 2}
+    # A retired worker keeps contributing its counters, not its sizes.
+    assert counters_only(total)["caches"]["file"] == {"hits": 5, "misses": 2}
+    m = samples(render(total))
+    assert m[("serverio_cache_hits_total", (("cache", "file"),))] == 5
+    assert m[("serverio_cache_bytes", (("cache", "file"),))] == 150
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_shutdown_summary_reports_cache_counters(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (root / "page.txt").write_bytes(_text(4000))
+    cfg = replace(make_config(root), host="127.0.0.1", port=0)
+
+    async def traffic(srv: Server) -> None:
+        client = await connect(srv.addresses()[0][1])
+        for _ in range(3):
+            assert (await client.get("/hello.txt")).status == 200
+        for _ in range(2):
+            r = await client.get("/page.txt", "Accept-Encoding: gzip\r\n")
+            assert r.header("content-encoding") == "gzip"
+        await client.stream.aclose()
+        srv.shutdown()
+
+    with trio.fail_after(10):
+        assert await run_server(cfg, admin=False, extra=[traffic]) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
+    assert len(lines) == 1
+    fields = dict(kv.split("=", 1) for kv in lines[0].split()[2:])
+    assert fields["completed"] == "5"
+    # hello.txt: one miss, two hits; page.txt: one miss, one hit.
+    assert (fields["cache_file_hits"], fields["cache_file_misses"]) == ("3", "2")
+    assert fields["cache_file_entries"] == "2"
+    assert int(fields["cache_file_bytes"]) > 4000
+    assert (fields["cache_compression_hits"], fields["cache_compression_misses"]) == ("1", "1")
+    assert fields["cache_compression_entries"] == "1"
+    assert fields["cache_compression_evictions"] == "0"
+    assert (fields["cache_digest_hits"], fields["cache_digest_misses"]) == ("0", "0")

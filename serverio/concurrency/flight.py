@@ -42,6 +42,7 @@ Job = Callable[[], Awaitable[V | None]]
 @dataclass(slots=True)
 class FlightStats:
     hits: int = 0  # answered from the cache
+    misses: int = 0  # get_or_run calls that found no value (started + joined + unavailable)
     started: int = 0  # jobs started (one per miss storm)
     joined: int = 0  # misses that waited on a job another request started
     stored: int = 0  # results put in the cache
@@ -157,6 +158,7 @@ class SingleFlightCache(Generic[K, V]):
         value = self.get(key)
         if value is not None:
             return value
+        self.stats.misses += 1
         flight = self._flights.get(key)
         if flight is None:
             if self._nursery is None:

@@ -123,6 +123,7 @@ class CachedFile:
 @dataclass(slots=True)
 class FileCacheStats:
     hits: int = 0  # served from memory (after a stat, or inside the window)
+    misses: int = 0  # consulted for a file named by the target, answered from disk
     stale: int = 0  # revalidation found the file changed or gone: dropped
     stored: int = 0
     evicted: int = 0
@@ -167,6 +168,12 @@ class FileCache:
 
     def hit(self) -> None:
         self.stats.hits += 1  # a racy += across threads only blurs a counter
+
+    def miss(self) -> None:
+        """Count a request the cache was consulted for and could not answer
+        (no entry, stale, or not usable for it): called once per request by
+        the preparation that then goes to the filesystem."""
+        self.stats.misses += 1
 
     def drop(self, key: str, entry: CachedFile) -> None:
         """Forget ``entry`` (found stale), unless ``key`` was refilled since."""

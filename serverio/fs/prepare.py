@@ -362,6 +362,8 @@ def prepare(
         hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
         if hit is not None:
             return hit
+        if req.target.segments and not req.target.slash:
+            cache.miss()  # a path that names a file: looked up, answered from disk
     head = req.method == b"HEAD"
     target = req.target
     fd = -1

@@ -1,7 +1,8 @@
-"""Counters: a plain object for tests, one line at shutdown, metrics later."""
+"""Counters: a plain object for tests, one line at shutdown (with the caches' numbers)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 __all__ = ["Stats"]
@@ -38,5 +39,15 @@ class Stats:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
-    def summary(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.as_dict().items())
+    def summary(
+        self,
+        caches: Mapping[str, Mapping[str, int]] | None = None,
+        cache_keys: tuple[str, ...] = (),
+    ) -> str:
+        """``key=value`` pairs on one line: every counter, then for each cache
+        (name -> numbers, as :func:`serverio.ops.metrics.caches_of` gives) the
+        ``cache_keys`` it has, as ``cache_<name>_<key>=value``."""
+        parts = [f"{k}={v}" for k, v in self.as_dict().items()]
+        for name, numbers in (caches or {}).items():
+            parts += [f"cache_{name}_{k}={numbers[k]}" for k in cache_keys if k in numbers]
+        return " ".join(parts)

@@ -4,7 +4,8 @@ Three steps, each a plain function so that the multi-process supervisor can
 reuse them (:mod:`serverio.ops.workers`):
 
 1. :func:`snapshot` copies one server's numbers into a JSON-able dict
-   (engine counters, every pool's counters and gauges, the histogram);
+   (engine counters, every pool's counters and gauges, every cache's
+   counters and sizes, the histogram);
 2. :func:`merge` adds snapshots of several worker processes together;
 3. :func:`render` writes the Prometheus text exposition format (0.0.4).
 
@@ -21,11 +22,22 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from ..concurrency.blocking import Pool, PoolStats
+from ..concurrency.flight import SingleFlightCache
+from ..fs.filecache import FileCache
 
 if TYPE_CHECKING:
     from ..net.server import Server
 
-__all__ = ["BUCKETS", "Histogram", "counters_only", "family", "merge", "render", "snapshot"]
+__all__ = [
+    "BUCKETS",
+    "Histogram",
+    "caches_of",
+    "counters_only",
+    "family",
+    "merge",
+    "render",
+    "snapshot",
+]
 
 # Seconds.  A static file server answers most requests in well under a
 # millisecond; the upper buckets are for large bodies and slow clients.
@@ -81,6 +93,31 @@ _HELP = {
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})
 
+# Cache numbers: every counter of a cache's stats dataclass is exported as
+# serverio_cache_<name>_total{cache=...} ("evicted" is spelt "evictions");
+# these three are gauges of the cache's current state.
+_CACHE_GAUGES = {
+    "bytes": ("serverio_cache_bytes", "Bytes a cache holds now (its own accounting)."),
+    "entries": ("serverio_cache_entries", "Entries a cache holds now."),
+    "capacity": ("serverio_cache_capacity_bytes", "Configured size of a cache (0 = off)."),
+}
+_CACHE_RENAME = {"evicted": "evictions"}
+_CACHE_HELP = {
+    "hits": "Lookups answered from a cache.",
+    "misses": "Lookups a cache could not answer.",
+    "evictions": "Entries dropped to make room (least recently used first).",
+    "stored": "Entries put in a cache.",
+    "stale": "Entries found changed on revalidation and dropped.",
+    "started": "Jobs started to compute a missing value (one per miss storm).",
+    "joined": "Misses that waited for a job another request started.",
+    "oversized": "Values larger than the whole cache: served, not stored.",
+    "saturated": "Jobs refused by a full work pool.",
+    "failed": "Jobs that produced nothing (file changed, error).",
+    "unavailable": "Misses while no job nursery was running (shutdown).",
+}
+# What the shutdown summary line shows per cache (serverio.observe.stats).
+SUMMARY_CACHE_KEYS = ("hits", "misses", "evictions", "bytes", "entries")
+
 
 def pools_of(server: Server) -> list[Pool]:
     """Every :class:`Pool` the server owns, found by type rather than by name
@@ -88,11 +125,32 @@ def pools_of(server: Server) -> list[Pool]:
     return [v for v in vars(server).values() if isinstance(v, Pool)]
 
 
+def _cache_numbers(stats: Any, size: int, entries: int, capacity: int) -> dict[str, int]:
+    counters = {_CACHE_RENAME.get(k, k): v for k, v in asdict(stats).items()}
+    return {**counters, "bytes": size, "entries": entries, "capacity": capacity}
+
+
+def caches_of(server: Server) -> dict[str, dict[str, int]]:
+    """Counters and sizes of every cache the server owns, by cache name.
+
+    The warm-file cache is ``file``; the single-flight caches of the
+    content service (compression, digests) are found by type, so that a
+    cache added there later is exported without touching this module.
+    """
+    files: FileCache = server.files
+    out = {"file": _cache_numbers(files.stats, files.size, len(files), files.capacity)}
+    for value in vars(server.content).values():
+        if isinstance(value, SingleFlightCache):
+            out[value.name] = _cache_numbers(value.stats, value.size, len(value), value.capacity)
+    return out
+
+
 def snapshot(server: Server) -> Snapshot:
     """One process's numbers as a JSON-able dict (see :func:`merge`)."""
     hist: Histogram = server.response_times
     return {
         "stats": server.stats.as_dict(),
+        "caches": caches_of(server),
         "pools": {
             p.name: {
                 **asdict(p.stats),
@@ -114,6 +172,7 @@ def merge(snaps: Iterable[Snapshot]) -> Snapshot:
     """Add snapshots together: counters and gauges sum, peaks take the max."""
     out: Snapshot = {
         "stats": {},
+        "caches": {},
         "pools": {},
         "open_connections": 0,
         "draining": 0,
@@ -123,6 +182,10 @@ def merge(snaps: Iterable[Snapshot]) -> Snapshot:
     for s in snaps:
         for k, v in s["stats"].items():
             out["stats"][k] = out["stats"].get(k, 0) + v
+        for name, cs in s.get("caches", {}).items():
+            dst = out["caches"].setdefault(name, {})
+            for k, v in cs.items():
+                dst[k] = dst.get(k, 0) + v  # each process has its own caches
         for name, ps in s["pools"].items():
             dst = out["pools"].setdefault(name, {})
             for k, v in ps.items():
@@ -140,6 +203,10 @@ def counters_only(s: Snapshot) -> Snapshot:
     """The monotonic part of a snapshot (what a retired worker contributes)."""
     return {
         "stats": dict(s["stats"]),
+        "caches": {
+            n: {k: v for k, v in cs.items() if k not in _CACHE_GAUGES}
+            for n, cs in s.get("caches", {}).items()
+        },
         "pools": {
             n: {k: v for k, v in ps.items() if k not in _POOL_GAUGES}
             for n, ps in s["pools"].items()
@@ -225,6 +292,18 @@ def render(s: Snapshot, extra: Iterable[str] = ()) -> str:
         w.family(name, "gauge", help_text)
         for pool, ps in sorted(s["pools"].items()):
             w.sample(name, ps.get(key, 0), {"pool": pool})
+    caches: dict[str, dict[str, int]] = s.get("caches", {})
+    keys = list(dict.fromkeys(k for cs in caches.values() for k in cs))
+    for key in keys:
+        if key in _CACHE_GAUGES:
+            name, help_text = _CACHE_GAUGES[key]
+            w.family(name, "gauge", help_text)
+        else:
+            name = f"serverio_cache_{key}_total"
+            w.family(name, "counter", _CACHE_HELP.get(key, f"Cache counter {key}."))
+        for cache, cs in sorted(caches.items()):
+            if key in cs:
+                w.sample(name, cs[key], {"cache": cache})
     w.family("serverio_open_connections", "gauge", "Client connections open now.")
     w.sample("serverio_open_connections", s["open_connections"])
     w.family("serverio_draining", "gauge", "1 while a graceful shutdown is draining.")

@@ -21,7 +21,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
 from ..net.server import Server
-from .metrics import render, snapshot
+from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
 
 __all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
 
@@ -118,7 +118,8 @@ async def run_server(
                 else:
                     server.abort()
     server.access_log.close()
-    print(f"serverio: stopped: {server.stats.summary()}", file=sys.stderr, flush=True)
+    summary = server.stats.summary(caches_of(server), SUMMARY_CACHE_KEYS)
+    print(f"serverio: stopped: {summary}", file=sys.stderr, flush=True)
     return 0
 
 
