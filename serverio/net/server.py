@@ -49,8 +49,8 @@ from ..fs.opener import RootOpener
 from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
 from ..http.core import RequestFacts
 from ..observe.accesslog import AccessLog
+from ..observe.histogram import Histogram
 from ..observe.stats import Stats
-from ..ops.metrics import Histogram
 from ..pipeline.content import ContentService
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionTask

@@ -15,7 +15,6 @@ bounds and two additions (:meth:`Histogram.observe`).
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, fields
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..concurrency.blocking import Pool, PoolStats
 from ..concurrency.flight import SingleFlightCache
 from ..fs.filecache import FileCache
+from ..observe.histogram import BUCKETS, Histogram
 
 if TYPE_CHECKING:
     from ..net.server import Server
@@ -39,38 +39,9 @@ __all__ = [
     "snapshot",
 ]
 
-# Seconds.  A static file server answers most requests in well under a
-# millisecond; the upper buckets are for large bodies and slow clients.
-BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    1.0,
-    5.0,
-    30.0,
-)
-
 Snapshot = dict[str, Any]
 
 
-class Histogram:
-    """Cumulative-on-render histogram of durations (non-cumulative counts inside)."""
-
-    __slots__ = ("counts", "sum")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)  # the last slot is +Inf
-        self.sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.sum += seconds
 
 
 # Engine counters whose Prometheus name is not simply serverio_<name>_total.
