@@ -1,0 +1,122 @@
+"""Transport robustness over real loopback sockets.
+
+* memory: clients that stop reading pin no private copy of a shared body;
+* half-close: a client that sends its request and then ``shutdown(SHUT_WR)``
+  still gets the whole response;
+* descriptors: under a low RLIMIT_NOFILE, clients past the limit still get
+  a 503 at once, and the accept-failure log line is rate limited;
+* admin: idle connections (public or admin) do not lock out ``/healthz``.
+
+Every socket is 127.0.0.1 with port 0; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .reliability import HOST, MiB, ServerProcess
+
+KiB = 1024
+
+
+def _request(target: str, headers: str = "") -> bytes:
+    return f"GET {target} HTTP/1.1\r\nHost: t\r\n{headers}\r\n".encode()
+
+
+def _read_response(sock: socket.socket, limit: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+    """One whole response (Content-Length framed) from a blocking socket."""
+    sock.settimeout(limit)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(65536)
+        if not data:
+            raise EOFError(f"closed before the head ended: {buf[:200]!r}")
+        buf += data
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length", "0"))
+    while len(buf) < n:
+        data = sock.recv(1 << 20)
+        if not data:
+            raise EOFError(f"closed after {len(buf)} of {n} body bytes")
+        buf += data
+    return status, headers, buf[:n]
+
+
+def _connect(port: int, *, rcvbuf: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        # Before connect(), so the advertised window is small from the start.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10)
+    sock.connect((HOST, port))
+    return sock
+
+
+def _compressible_text(size: int, seed: int) -> bytes:
+    """Text that gzip shrinks to about 3/4 (base64 of random bytes, in lines)."""
+    raw = base64.b64encode(random.Random(seed).randbytes(size * 3 // 4))
+    return b"\n".join(raw[i : i + 76] for i in range(0, len(raw), 76))
+
+
+# ------------------------------------------------------------------ memory
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+def test_stalled_readers_of_a_cached_gzip_body_pin_no_private_copy(tmp_path: Path) -> None:
+    """N clients ask for a 4 MB text from the compression cache, read 100
+    bytes and stall: the server's RSS grows by less than 64 KiB each (plus a
+    fixed allowance), not by a copy of the ~3 MB coded body each."""
+    www = tmp_path / "www"
+    www.mkdir()
+    text = _compressible_text(4 * MiB, seed=7)
+    (www / "big.txt").write_bytes(text)
+    conns = 30
+    gz = "Accept-Encoding: gzip\r\n"
+    with ServerProcess(www, "--write-timeout", "60", probed=False) as srv:
+        # Warm the compression cache with one full read.
+        with _connect(srv.port) as sock:
+            sock.sendall(_request("/big.txt", gz + "Connection: close\r\n"))
+            status, headers, body = _read_response(sock)
+        assert status == 200 and headers.get("content-encoding") == "gzip"
+        assert gzip.decompress(body) == text
+        coded = len(body)
+        time.sleep(0.3)
+        before = srv.rss()[0]
+        stalled = []
+        try:
+            for _ in range(conns):
+                sock = _connect(srv.port, rcvbuf=4096)
+                stalled.append(sock)
+                sock.sendall(_request("/big.txt", gz))
+                got = sock.recv(100)
+                assert got.startswith(b"HTTP/1.1 200"), got
+            time.sleep(0.5)  # every writer is now blocked on its full socket
+            after = srv.rss()[0]
+        finally:
+            for sock in stalled:
+                sock.close()
+    grown = after - before
+    per_conn = grown / conns
+    print(
+        f"\nstalled readers: {conns}, coded body {coded / MiB:.2f} MiB, "
+        f"RSS {before / MiB:.1f} -> {after / MiB:.1f} MiB ({per_conn / KiB:.0f} KiB each)"
+    )
+    assert grown < conns * 64 * KiB + 8 * MiB, (
+        f"RSS grew {grown / MiB:.1f} MiB for {conns} stalled readers "
+        f"({per_conn / KiB:.0f} KiB each; coded body {coded / KiB:.0f} KiB)"
+    )
