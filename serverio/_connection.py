@@ -97,6 +97,7 @@ class ConnectionTask:
         "_phase",
         "_sock",
         "in_flight",
+        "peer_eof",
         "read_scope",
         "server",
         "stream",
@@ -109,6 +110,9 @@ class ConnectionTask:
         self._client = client
         self.read_scope: trio.CancelScope | None = None
         self.in_flight = False
+        # The client half-closed (EOF while we answered): answer what was
+        # received, then close; nothing more can arrive.
+        self.peer_eof = False
         self._drained = False
         self._phase = _BUSY
         self._armed = False  # the lifetime scope holds a read deadline
@@ -328,6 +332,8 @@ class ConnectionTask:
             scope.deadline = trio.current_time() + cfg.head_timeout
         fd = self._fd
         event: object = self._parse(parser) if self._fed else h11.NEED_DATA
+        if event is h11.NEED_DATA and self.peer_eof:
+            return None  # half-closed: no more requests can arrive
         while event is h11.NEED_DATA:
             if fd >= 0:
                 # Wait, then read once: trio's receive_some would first try
@@ -459,6 +465,8 @@ class ConnectionTask:
                     if exc.close:
                         keep = False
                 close = not keep or plan.close or server.draining
+                if self.peer_eof and not parser.trailing_data[0]:
+                    close = True  # half-closed, nothing pipelined: this is the last
                 sent = await self._emit(plan, prepared, close=close, ka10=ka10 and not close)
             finally:
                 if prepared is not None:

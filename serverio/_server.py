@@ -546,6 +546,13 @@ class Server:
         is done.  Pipelined bytes go to h11's buffer; past one head's worth
         the watcher stops reading (backpressure).  It never writes.
 
+        Only a reset (or a closed stream) means the client is gone.  EOF is
+        a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
+        the request, then ``shutdown(SHUT_WR)``, and still read the answer
+        (RFC 9112 §9.6 lets the client close its sending side first).  The
+        watcher then stops reading and marks the connection, which closes
+        after what it already received has been answered.
+
         Cancellation handling: when the client goes away the watcher
         cancels the nursery, which cancels ``work()``; we return
         ``(True, result-if-any)`` and the caller disposes of the result.
@@ -560,14 +567,14 @@ class Server:
         async def watch(scope: trio.CancelScope) -> None:
             nonlocal gone
             try:
-                while conn._fed <= limit:
+                while conn._fed <= limit and not conn.peer_eof:
                     data = await conn.stream.receive_some(RECV_SIZE)
                     if not data:
+                        conn.peer_eof = True
                         break
                     conn._fed += len(data)
                     parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
-                else:
-                    await trio.sleep_forever()
+                await trio.sleep_forever()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             gone = True

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 
+from .conftest import HTTPClient, Response, make_config, running_server
 from .reliability import HOST, MiB, ServerProcess
 
 KiB = 1024
@@ -120,3 +122,82 @@ def test_stalled_readers_of_a_cached_gzip_body_pin_no_private_copy(tmp_path: Pat
         f"RSS grew {grown / MiB:.1f} MiB for {conns} stalled readers "
         f"({per_conn / KiB:.0f} KiB each; coded body {coded / KiB:.0f} KiB)"
     )
+
+
+# ------------------------------------------------------------------ half-close
+
+
+async def _half_closed_exchange(port: int, request: bytes) -> tuple[Response, bool]:
+    """Send ``request``, then shutdown(SHUT_WR) (as ``nc -N`` does); read the
+    response and whether the server closed after it."""
+    stream = await trio.open_tcp_stream(HOST, port)
+    try:
+        await stream.send_all(request)
+        await stream.send_eof()
+        client = HTTPClient(stream)
+        with trio.fail_after(10):
+            response = await client.read_response(head=request.startswith(b"HEAD"))
+            closed = await client.at_eof()
+        return response, closed
+    finally:
+        await stream.aclose()
+
+
+HALF_CLOSE_CASES = {
+    # name: (target, extra request fields, check of the response)
+    "listing": ("/noindex/", "", lambda r: b"a.txt" in r.body),
+    "plain file": ("/big.bin", "", lambda r: len(r.body) == 300_000),
+    "gzip miss": (
+        "/text.txt",
+        "Accept-Encoding: gzip\r\n",
+        lambda r: r.header("content-encoding") == "gzip"
+        and gzip.decompress(r.body) == HALF_CLOSE_TEXT,
+    ),
+    "digest miss": (
+        "/hello.txt",
+        "Want-Repr-Digest: sha-256=9\r\n",
+        lambda r: r.body == b"hello world\n"
+        and (r.header("repr-digest") or "").startswith("sha-256="),
+    ),
+}
+HALF_CLOSE_TEXT = b"half-closed clients still get their answer; " * 200
+
+
+@pytest.mark.parametrize("fs_workers", [0, 2], ids=["inline", "pooled"])
+@pytest.mark.parametrize("case", list(HALF_CLOSE_CASES))
+async def test_half_closed_client_gets_whole_response_then_close(
+    root: Path, case: str, fs_workers: int
+) -> None:
+    """EOF on the read side is not a disconnect: the response is complete
+    (Connection: close) and the server closes after it; nothing is counted
+    as cancelled."""
+    (root / "text.txt").write_bytes(HALF_CLOSE_TEXT)
+    target, fields, ok = HALF_CLOSE_CASES[case]
+    cfg = make_config(root, fs_workers=fs_workers, digest=True)
+    async with running_server(cfg) as (srv, port):
+        response, closed = await _half_closed_exchange(port, _request(target, fields))
+        assert response.status == 200
+        assert ok(response), (response.headers, response.body[:200])
+        assert response.header("connection") == "close"
+        assert closed
+        assert srv.stats.cancelled == 0
+
+
+async def test_half_closed_client_gets_every_pipelined_response(root: Path) -> None:
+    """Two pipelined requests, then EOF: both are answered, the last with
+    Connection: close."""
+    async with running_server(make_config(root, fs_workers=2)) as (srv, port):
+        stream = await trio.open_tcp_stream(HOST, port)
+        try:
+            await stream.send_all(_request("/noindex/") + _request("/hello.txt"))
+            await stream.send_eof()
+            client = HTTPClient(stream)
+            with trio.fail_after(10):
+                first = await client.read_response()
+                second = await client.read_response()
+                closed = await client.at_eof()
+        finally:
+            await stream.aclose()
+    assert first.status == 200 and b"a.txt" in first.body
+    assert second.status == 200 and second.body == b"hello world\n"
+    assert second.header("connection") == "close" and closed
