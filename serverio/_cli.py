@@ -15,6 +15,7 @@ import trio
 from ._activation import systemd_fds
 from ._config import ACCESS_LOG_FORMATS, LOG_LEVELS, Config
 from ._errors import ConfigError
+from ._fdlimit import fit_fd_limit
 from ._run import run_server
 from ._tls import make_ssl_context
 from ._tomlconfig import dump, parse_with_config
@@ -337,6 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"serverio: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="serverio: %(levelname)s: %(message)s")
+    # Before any worker starts: they inherit the raised limit and the config.
+    cfg, note = fit_fd_limit(cfg)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
     if cfg.workers > 1:
         from ._workers import supervise
 

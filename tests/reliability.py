@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,13 @@ class ServerProcess:
     snapshot); otherwise plain ``python -m serverio``.
     """
 
-    def __init__(self, directory: Path, *args: str, probed: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *args: str,
+        probed: bool = True,
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.tmp = tempfile.TemporaryDirectory(prefix="serverio-probe-")
         self.probe_path = Path(self.tmp.name, "probe.json")
@@ -91,7 +98,12 @@ class ServerProcess:
         env = dict(os.environ, SERVERIO_PROBE=str(self.probe_path), PYTHONUNBUFFERED="1")
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, env=env
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            preexec_fn=preexec,  # e.g. a lower RLIMIT_NOFILE for the server only
         )
         self.port = self._read_port()
         self.returncode: int | None = None

@@ -16,16 +16,27 @@ import base64
 import gzip
 import os
 import random
+import re
+import select
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import trio
 
 from .conftest import HTTPClient, Response, make_config, running_server
 from .reliability import HOST, MiB, ServerProcess
+
+resource: ModuleType | None
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 
 KiB = 1024
 
@@ -143,24 +154,26 @@ async def _half_closed_exchange(port: int, request: bytes) -> tuple[Response, bo
         await stream.aclose()
 
 
-HALF_CLOSE_CASES = {
+HALF_CLOSE_TEXT = b"half-closed clients still get their answer; " * 200
+HALF_CLOSE_CASES: dict[str, tuple[str, str, Callable[[Response], bool]]] = {
     # name: (target, extra request fields, check of the response)
     "listing": ("/noindex/", "", lambda r: b"a.txt" in r.body),
     "plain file": ("/big.bin", "", lambda r: len(r.body) == 300_000),
     "gzip miss": (
         "/text.txt",
         "Accept-Encoding: gzip\r\n",
-        lambda r: r.header("content-encoding") == "gzip"
-        and gzip.decompress(r.body) == HALF_CLOSE_TEXT,
+        lambda r: (
+            r.header("content-encoding") == "gzip" and gzip.decompress(r.body) == HALF_CLOSE_TEXT
+        ),
     ),
     "digest miss": (
         "/hello.txt",
         "Want-Repr-Digest: sha-256=9\r\n",
-        lambda r: r.body == b"hello world\n"
-        and (r.header("repr-digest") or "").startswith("sha-256="),
+        lambda r: (
+            r.body == b"hello world\n" and (r.header("repr-digest") or "").startswith("sha-256=")
+        ),
     ),
 }
-HALF_CLOSE_TEXT = b"half-closed clients still get their answer; " * 200
 
 
 @pytest.mark.parametrize("fs_workers", [0, 2], ids=["inline", "pooled"])
@@ -201,3 +214,150 @@ async def test_half_closed_client_gets_every_pipelined_response(root: Path) -> N
     assert first.status == 200 and b"a.txt" in first.body
     assert second.status == 200 and second.body == b"hello world\n"
     assert second.header("connection") == "close" and closed
+    assert srv.stats.cancelled == 0
+
+
+# ------------------------------------------------------------------ descriptors
+
+
+def _open_idle(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that send nothing (each holds a server fd)."""
+    return [_connect(port) for _ in range(count)]
+
+
+def _answered(socks: list[socket.socket], limit: float) -> dict[socket.socket, bytes]:
+    """What each socket received within ``limit`` seconds (until EOF), for
+    the sockets that received anything."""
+    got: dict[socket.socket, bytes] = {}
+    pending = set(socks)
+    deadline = time.monotonic() + limit
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(list(pending), [], [], left)
+        for sock in ready:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            if data:
+                got[sock] = got.get(sock, b"") + data
+            else:
+                pending.discard(sock)  # EOF (or reset)
+                got.setdefault(sock, b"")
+    return got
+
+
+def _low_fd_limit(n: int) -> Callable[[], None]:
+    def preexec() -> None:
+        assert resource is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    return preexec
+
+
+@pytest.mark.skipif(resource is None, reason="RLIMIT_NOFILE is POSIX only")
+def test_low_fd_limit_lowers_the_connection_limit_and_the_rest_get_503(
+    tmp_path: Path,
+) -> None:
+    """Hard and soft limit 64 with --max-connections 200: the server says it
+    lowered the limit, admits what fits, and every client past it gets its
+    503 at once instead of waiting in the backlog."""
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "hello.txt").write_text("hello\n")
+    clients = 80
+    with ServerProcess(
+        www, "--max-connections", "200", probed=False, preexec=_low_fd_limit(64)
+    ) as srv:
+        note = [ln for ln in srv.stderr().splitlines() if "--max-connections lowered" in ln]
+        assert len(note) == 1, srv.stderr()
+        admitted = int(re.search(r"lowered from 200 to (\d+)", note[0]).group(1))  # type: ignore[union-attr]
+        assert 1 <= admitted < 64
+        socks = _open_idle(srv.port, clients)
+        try:
+            # Well inside the head timeout (10 s): an answer here is the
+            # 503, not a timeout; the admitted connections stay silent.
+            got = _answered(socks, limit=1.5)
+            statuses = [data[:12] for data in got.values()]
+        finally:
+            for sock in socks:
+                sock.close()
+        print(f"\nfd limit 64: admitted {admitted}, answered {len(got)} of {clients - admitted}")
+        assert len(got) == clients - admitted, (len(got), admitted, srv.stderr())
+        assert all(s == b"HTTP/1.1 503" for s in statuses), statuses
+        with _connect(srv.port) as sock:  # and service goes on
+            sock.sendall(_request("/hello.txt", "Connection: close\r\n"))
+            assert _read_response(sock)[0] == 200
+
+
+@pytest.mark.skipif(
+    resource is None or not hasattr(resource, "prlimit") or not os.path.isdir("/proc/self/fd"),
+    reason="needs prlimit(2) and /proc (Linux)",
+)
+def test_out_of_descriptors_new_clients_still_get_503_and_the_log_is_rate_limited(
+    tmp_path: Path,
+) -> None:
+    """The process runs out of descriptors below --max-connections (its
+    limit lowered from outside, as other fd use would): clients keep
+    arriving for two seconds and each gets a 503 at once from the spare
+    descriptor; "accept failed" is logged about once a second, not ten
+    times."""
+    assert resource is not None
+    www = tmp_path / "www"
+    www.mkdir()
+    with ServerProcess(www, "--max-connections", "500", probed=False) as srv:
+        in_use = len(os.listdir(f"/proc/{srv.pid}/fd"))
+        _, hard = resource.prlimit(srv.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(srv.pid, resource.RLIMIT_NOFILE, (in_use + 4, hard))
+        idle = _open_idle(srv.port, 4)  # the last free descriptors
+        late: list[socket.socket] = []
+        try:
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            waits = []
+            while time.monotonic() - t0 < 2.0:
+                sock = _connect(srv.port)
+                late.append(sock)
+                c0 = time.monotonic()
+                got = _answered([sock], limit=2.0)
+                waits.append(time.monotonic() - c0)
+                assert got.get(sock, b"")[:12] == b"HTTP/1.1 503", (len(late), srv.stderr())
+                time.sleep(0.05)
+            elapsed = time.monotonic() - t0
+        finally:
+            for sock in idle + late:
+                sock.close()
+        time.sleep(0.2)
+        lines = [ln for ln in srv.stderr().splitlines() if "accept failed" in ln]
+    print(
+        f"\nout of fds: {len(late)} late clients all 503, slowest {max(waits) * 1000:.0f} ms; "
+        f"{len(lines)} 'accept failed' lines in {elapsed:.1f} s"
+    )
+    assert max(waits) < 1.0
+    assert 1 <= len(lines) <= elapsed / 1.0 + 2, lines
+
+
+@pytest.mark.skipif(resource is None, reason="RLIMIT_NOFILE is POSIX only")
+def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit() -> None:
+    """Soft 256 under a higher hard limit: raised to two descriptors per
+    connection plus the reserve, and nothing is lowered or said."""
+    assert resource is not None
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip("hard open-file limit below 4096")
+    code = (
+        "import resource, sys\n"
+        "from serverio import Config\n"
+        "from serverio._fdlimit import fd_reserve, fit_fd_limit\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))\n"
+        "cfg = Config(directory='.', max_connections=1024).validate()\n"
+        "out, note = fit_fd_limit(cfg)\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 2 * 1024 + fd_reserve(cfg),"
+        " out.max_connections, note)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.split()
+    assert out == [out[1], out[1], "1024", "None"], out
