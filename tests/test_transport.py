@@ -28,8 +28,14 @@ from types import ModuleType
 
 import pytest
 import trio
+import trio.testing
 
-from .conftest import HTTPClient, Response, make_config, running_server
+from serverio._admin import AdminBudget, open_admin_listener, serve_admin, text
+from serverio._admin import _one as _admin_one
+from serverio._run import make_admin_handler
+
+from . import reliability
+from .conftest import HTTPClient, Response, make_config, running_server, wait_until
 from .reliability import HOST, MiB, ServerProcess
 
 resource: ModuleType | None
@@ -361,3 +367,99 @@ def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     ).stdout.split()
     assert out == [out[1], out[1], "1024", "None"], out
+
+
+# ------------------------------------------------------------------ admin
+
+
+async def _ok_handler(path: str) -> tuple[int, str, bytes]:
+    return text(200, "ok\n")
+
+
+async def _admin_get(port: int, target: str) -> reliability.Reply:
+    return await reliability.get(port, target, limit=5)
+
+
+async def test_healthz_answers_while_public_connections_are_all_idle(root: Path) -> None:
+    """--max-connections filled with idle clients (the next public client
+    gets 503): the admin endpoint has its own budget and answers 200."""
+    async with running_server(make_config(root, max_connections=8)) as (srv, port):
+        listener = await open_admin_listener("127.0.0.1:0")
+        admin_port = listener.socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_admin, listener, make_admin_handler(srv, lambda: False))
+            idle = [await trio.open_tcp_stream(HOST, port) for _ in range(8)]
+            try:
+                await wait_until(lambda: len(srv.connections) == 8)
+                assert (await reliability.get(port, "/hello.txt", limit=5)).status == 503
+                health = await _admin_get(admin_port, "/healthz")
+                assert health.status == 200 and health.body == b"ok\n"
+            finally:
+                for s in idle:
+                    await s.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_idle_admin_connections_do_not_lock_out_healthz_or_public_traffic(
+    root: Path,
+) -> None:
+    """64 idle admin connections (four times the admin budget): the oldest
+    idle ones are closed to make room, /healthz answers 200 at once, and
+    public traffic neither sees nor pays for them."""
+    async with running_server(make_config(root, max_connections=8)) as (srv, port):
+        listener = await open_admin_listener("127.0.0.1:0")
+        admin_port = listener.socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_admin, listener, make_admin_handler(srv, lambda: False))
+            idle = [await trio.open_tcp_stream(HOST, admin_port) for _ in range(64)]
+            try:
+                with trio.fail_after(2):
+                    health = await _admin_get(admin_port, "/healthz")
+                assert health.status == 200 and health.body == b"ok\n"
+                assert len(srv.connections) == 0  # admin connections are not public ones
+                public = await reliability.get(port, "/hello.txt", limit=5)
+                assert public.status == 200 and public.body == b"hello world\n"
+                # The evicted idle connections were closed, not left hanging.
+                closed = 0
+                for s in idle:
+                    with trio.move_on_after(0.05):
+                        closed += (await s.receive_some(100)) == b""
+                assert closed >= 64 - 16
+            finally:
+                for s in idle:
+                    await s.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_admin_connection_without_a_head_closes_at_the_head_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An admin connection that sends nothing is closed after the short head
+    deadline (2 s), not the whole exchange's 5 s, and gives its slot back."""
+    budget = AdminBudget(4)
+    client, server_end = trio.testing.memory_stream_pair()
+    slot = budget.admit()
+    assert slot is not None and budget.active == 1
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_admin_one, server_end, _ok_handler, budget, slot)
+        assert await client.receive_some(100) == b""
+    assert trio.current_time() - start == pytest.approx(2.0)
+    assert budget.active == 0 and not budget.idle
+
+
+async def test_admin_budget_full_of_busy_connections_answers_503() -> None:
+    """Every slot is answering (none idle to evict): a newcomer gets None
+    (the listener answers it 503 at once); an idle slot is evicted instead."""
+    budget = AdminBudget(2)
+    first, second = budget.admit(), budget.admit()
+    assert first is not None and second is not None
+    third = budget.admit()  # evicts the oldest idle one, `first`
+    assert third is not None and first.evicted and first.scope.cancel_called
+    budget.busy(second)
+    budget.busy(third)
+    assert budget.admit() is None
+    budget.release(first)  # the evicted task ends: counted once only
+    assert budget.active == 2
+    budget.release(second)
+    assert budget.admit() is not None
