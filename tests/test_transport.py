@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -35,7 +36,14 @@ from serverio._admin import _one as _admin_one
 from serverio._run import make_admin_handler
 
 from . import reliability
-from .conftest import HTTPClient, Response, make_config, running_server, wait_until
+from .conftest import (
+    HTTPClient,
+    Response,
+    make_config,
+    memory_connection,
+    running_server,
+    wait_until,
+)
 from .reliability import HOST, MiB, ServerProcess
 
 resource: ModuleType | None
@@ -463,3 +471,26 @@ async def test_admin_budget_full_of_busy_connections_answers_503() -> None:
     assert budget.active == 2
     budget.release(second)
     assert budget.admit() is not None
+
+
+async def test_stalled_reader_over_a_buffered_stream_pins_no_copy(root: Path) -> None:
+    """The path for streams that are not plain sockets (TLS): a client that
+    stops reading a compression-cache hit makes the server hold no joined
+    copy of head and body, only the piece in flight."""
+    text = _compressible_text(4 * MiB, seed=3)
+    (root / "big.txt").write_bytes(text)
+    gz = "Accept-Encoding: gzip\r\n"
+    async with memory_connection(make_config(root), lockstep=True) as (client, _, _):
+        warm = await client.get("/big.txt", gz)
+        assert warm.header("content-encoding") == "gzip"
+        assert gzip.decompress(warm.body) == text
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            await client.send_raw(_request("/big.txt", gz))
+            assert (await client.stream.receive_some(100)).startswith(b"HTTP/1.1 200")
+            await trio.sleep(0.05)  # the server is now blocked in its next write
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert grown < 256 * KiB, f"{grown / KiB:.0f} KiB held for one stalled reader"
