@@ -493,4 +493,5 @@ async def test_stalled_reader_over_a_buffered_stream_pins_no_copy(root: Path) ->
             grown = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
+    print(f"\nbuffered path, one stalled reader: {grown / KiB:.0f} KiB held")
     assert grown < 256 * KiB, f"{grown / KiB:.0f} KiB held for one stalled reader"
