@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -76,9 +78,12 @@ class Response:
 class HTTPClient:
     """A client-side h11 parser over any trio stream."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, server_end: trio.abc.Stream | None = None) -> None:
         self.stream = stream
         self.conn = h11.Connection(h11.CLIENT)
+        # In-memory connections: the server's end, so that reset() can make
+        # the server's reads fail as a TCP reset would.
+        self.server_end = server_end
 
     def _reset(self) -> None:
         leftover = self.conn.trailing_data[0]
@@ -141,6 +146,24 @@ class HTTPClient:
         return data == b""
 
 
+async def reset(client: HTTPClient) -> None:
+    """Hang up abortively, as a TCP reset: the server's next read fails.
+
+    (Closing with a FIN alone is a half-close, after which the server still
+    answers the request it has, RFC 9112 §9.6.)  Sockets: SO_LINGER 0 makes
+    close() send an RST.  Memory streams: the server's receiving end is
+    closed, so its pending read raises.
+    """
+    stream = client.stream
+    if isinstance(stream, trio.SocketStream):
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    elif isinstance(client.server_end, trio.StapledStream):
+        receive = client.server_end.receive_stream
+        assert isinstance(receive, trio.testing.MemoryReceiveStream)
+        receive.close()
+    await stream.aclose()
+
+
 @asynccontextmanager
 async def memory_connection(
     cfg: Config, *, lockstep: bool = False, server: Server | None = None
@@ -158,7 +181,7 @@ async def memory_connection(
     async with srv.content.running(), trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         try:
-            yield HTTPClient(client), srv, conn
+            yield HTTPClient(client, theirs), srv, conn
         finally:
             nursery.cancel_scope.cancel()
     srv.opener.close()

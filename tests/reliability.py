@@ -21,10 +21,12 @@ import resource
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,13 @@ class ServerProcess:
     snapshot); otherwise plain ``python -m serverio``.
     """
 
-    def __init__(self, directory: Path, *args: str, probed: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *args: str,
+        probed: bool = True,
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.tmp = tempfile.TemporaryDirectory(prefix="serverio-probe-")
         self.probe_path = Path(self.tmp.name, "probe.json")
@@ -90,7 +98,12 @@ class ServerProcess:
         env = dict(os.environ, SERVERIO_PROBE=str(self.probe_path), PYTHONUNBUFFERED="1")
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, env=env
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            preexec_fn=preexec,  # e.g. a lower RLIMIT_NOFILE for the server only
         )
         self.port = self._read_port()
         self.returncode: int | None = None
@@ -856,6 +869,9 @@ async def _fsstall(server: ServerProcess, fs: Any, workers: int, queue: int, ext
     # Half the hung clients give up: their threads are abandoned, and the
     # fds those threads open after the release must be closed late.
     for s in hung[: n // 2]:
+        # An abortive close (RST): a FIN alone is a half-close, after which
+        # the server still answers.
+        s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await s.aclose()
 
     def gave_up() -> bool:

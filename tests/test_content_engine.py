@@ -33,6 +33,7 @@ from .conftest import (
     connect,
     make_config,
     open_fd_count,
+    reset,
     running_server,
     wait_until,
 )
@@ -61,7 +62,7 @@ async def memory_server(cfg: Config) -> AsyncIterator[tuple[Server, Connect]]:
                     await conn.run()
 
             nursery.start_soon(run)
-            return HTTPClient(client), scope
+            return HTTPClient(client, theirs), scope
 
         try:
             yield srv, connect
@@ -624,8 +625,8 @@ async def test_client_hangup_while_waiting(text_root: Path, gate: Gate) -> None:
         lst, _ = await connect()
         await lst.send_raw(b"GET /noindex/ HTTP/1.1\r\nHost: t\r\n\r\n")
         await wait_until(lambda: srv.work.queued == 1)
-        await lst.stream.aclose()
-        await gz.stream.aclose()
+        await reset(lst)
+        await reset(gz)
         await wait_until(lambda: srv.stats.cancelled == 2)
         assert srv.work.queued == 0 and srv.work.stats.cancelled_waiting == 1
         assert cache.in_flight == 1  # nobody waits, the job goes on

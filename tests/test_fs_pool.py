@@ -16,7 +16,7 @@ import trio
 
 from serverio import Config, ConfigError
 
-from .conftest import connect, make_config, open_fd_count, running_server, wait_until
+from .conftest import connect, make_config, open_fd_count, reset, running_server, wait_until
 from .fusefs import SlowFS, slowfs  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ async def test_c_disconnect_while_hung_late_fd_closed(slowfs: SlowFS) -> None:  
         # the abandoned thread produces a real fd that must be late-closed.
         await client.send_raw(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         await wait_until(lambda: slowfs.stats()["blocked"] >= 1, 15)
-        await client.stream.aclose()
+        await reset(client)
         # The connection task is cleaned up at once, while the thread is
         # still stuck in open() and still holds its token.
         await wait_until(lambda: not srv.connections, 5)

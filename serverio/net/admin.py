@@ -5,6 +5,15 @@ an attacker how loaded the server is, and health checks must keep answering
 while the public listener is closed for a drain.  It is deliberately tiny:
 one request per connection, a short deadline, a small head limit, h11 for
 parsing; nothing here touches the filesystem or the pools.
+
+Admission is its own: public connections never count against it (nor admin
+connections against ``--max-connections``).  The request head must arrive
+within ``_HEAD_DEADLINE``; when all ``_MAX_CONNECTIONS`` slots are taken, a
+new connection evicts the oldest one still waiting for its head (an idle
+connection holds a slot only until someone needs it), and only when every
+slot is busy answering does the newcomer get a 503.  So idle connections
+cannot lock a health checker out: it gets in as long as it sends its
+request within the head deadline.
 """
 
 from __future__ import annotations
@@ -17,15 +26,16 @@ import trio
 
 from ..config import parse_host_port
 from ..errors import reason_phrase
-from .server import _bind
+from .server import _bind, _reject_at_once
 
 __all__ = ["PROMETHEUS_TYPE", "AdminHandler", "open_admin_listener", "serve_admin", "text"]
 
 log = logging.getLogger("serverio")
 
 _DEADLINE = 5.0  # seconds for one whole admin exchange
+_HEAD_DEADLINE = 2.0  # seconds for the request head to arrive
 _MAX_HEAD = 8192
-_MAX_CONNECTIONS = 64  # a scraper and a health checker need a handful
+_MAX_CONNECTIONS = 16  # a scraper and a health checker need a handful
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # (status, content type, body) for a path; the caller passes its own.
@@ -49,7 +59,7 @@ async def serve_admin(
     Cancellation handling: cancelling this task closes the listener and every
     admin connection at once; nothing is left half-done (no side effects).
     """
-    limit = trio.CapacityLimiter(_MAX_CONNECTIONS)
+    budget = AdminBudget(_MAX_CONNECTIONS)
     async with listener, trio.open_nursery() as nursery:
         task_status.started()
         while True:
@@ -59,42 +69,106 @@ async def serve_admin(
                 log.error("admin accept failed: %s", exc)
                 await trio.sleep(0.1)
                 continue
-            if limit.available_tokens == 0:
+            slot = budget.admit()
+            if slot is None:
+                # Every slot is answering (each for at most _DEADLINE): a
+                # 503 in one non-blocking write, no task, no linger.
+                _reject_at_once(stream.socket)
                 await trio.aclose_forcefully(stream)
                 continue
-            nursery.start_soon(_one, stream, handler, limit)
+            nursery.start_soon(_one, stream, handler, budget, slot)
+
+
+class _Slot:
+    __slots__ = ("evicted", "scope")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope(deadline=trio.current_time() + _DEADLINE)
+        self.evicted = False
+
+
+class AdminBudget:
+    """The admin listener's own connection slots.
+
+    ``idle`` holds, oldest first, the slots whose connection still waits for
+    its request head: those may be evicted for a newcomer.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.active = 0
+        self.idle: dict[_Slot, None] = {}
+        self.evicted = 0
+
+    def admit(self) -> _Slot | None:
+        """A slot for a new connection, evicting the oldest idle one if all
+        are taken; None if every slot is busy answering."""
+        if self.active >= self.size:
+            if not self.idle:
+                return None
+            oldest = next(iter(self.idle))
+            self.evict(oldest)
+        slot = _Slot()
+        self.active += 1
+        self.idle[slot] = None
+        return slot
+
+    def evict(self, slot: _Slot) -> None:
+        del self.idle[slot]
+        slot.evicted = True
+        slot.scope.cancel()
+        self.active -= 1
+        self.evicted += 1
+
+    def busy(self, slot: _Slot) -> None:
+        """The head is in: no longer evictable."""
+        self.idle.pop(slot, None)
+
+    def release(self, slot: _Slot) -> None:
+        if not slot.evicted:
+            self.idle.pop(slot, None)
+            self.active -= 1
 
 
 async def _one(
-    stream: trio.SocketStream, handler: AdminHandler, limit: trio.CapacityLimiter
+    stream: trio.abc.HalfCloseableStream, handler: AdminHandler, budget: AdminBudget, slot: _Slot
 ) -> None:
-    async with limit:
-        try:
-            with trio.move_on_after(_DEADLINE):
-                await _exchange(stream, handler)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            await trio.aclose_forcefully(stream)
+    """Cancellation handling: an eviction or the deadline cancels the slot's
+    scope; the stream is closed either way and the slot given back once."""
+    try:
+        with slot.scope:
+            await _exchange(stream, handler, budget, slot)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        budget.release(slot)
+        await trio.aclose_forcefully(stream)
 
 
-async def _exchange(stream: trio.SocketStream, handler: AdminHandler) -> None:
+async def _exchange(
+    stream: trio.abc.HalfCloseableStream, handler: AdminHandler, budget: AdminBudget, slot: _Slot
+) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
-    while True:
-        try:
-            event = conn.next_event()
-        except h11.RemoteProtocolError:
-            await _respond(stream, 400, "text/plain; charset=utf-8", b"bad request\n", False)
-            return
-        if event is h11.NEED_DATA:
-            data = await stream.receive_some(_MAX_HEAD)
-            if not data:
+    with trio.move_on_after(_HEAD_DEADLINE) as head_scope:
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError:
+                await _respond(stream, 400, "text/plain; charset=utf-8", b"bad request\n", False)
                 return
-            conn.receive_data(bytes(data))
-            continue
-        if isinstance(event, h11.Request):
-            break
-        return
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(_MAX_HEAD)
+                if not data:
+                    return
+                conn.receive_data(bytes(data))
+                continue
+            if isinstance(event, h11.Request):
+                break
+            return
+    if head_scope.cancelled_caught:
+        return  # no head within _HEAD_DEADLINE: close
+    assert isinstance(event, h11.Request)
+    budget.busy(slot)
     method = event.method
     path = event.target.split(b"?", 1)[0].decode("ascii", "replace")
     if method not in (b"GET", b"HEAD"):
@@ -105,7 +179,7 @@ async def _exchange(stream: trio.SocketStream, handler: AdminHandler) -> None:
 
 
 async def _respond(
-    stream: trio.SocketStream, status: int, ctype: str, body: bytes, head: bool
+    stream: trio.abc.HalfCloseableStream, status: int, ctype: str, body: bytes, head: bool
 ) -> None:
     out = (
         b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"

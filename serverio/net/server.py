@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import math
 import os
 import secrets
 import socket as _stdsocket
@@ -77,17 +78,22 @@ _REJECT = (
 ) + _REJECT_BODY
 
 
-def _reject_at_once(stream: trio.SocketStream) -> None:
+_ACCEPT_LOG_INTERVAL = 1.0  # seconds between two "accept failed" log lines at most
+_OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def _reject_at_once(sock: _stdsocket.socket | trio.socket.SocketType) -> None:
     """Past the rejector cap: still a 503, without a task or a linger.
 
     One non-blocking write (the response fits any empty socket buffer), then
     FIN; request bytes that already arrived are read first, so that close()
     sends FIN rather than RST (an RST can make the client drop the 503).
+    ``sock`` must be non-blocking.
     """
-    fd = stream.socket.fileno()
+    fd = sock.fileno()
     try:
         os.write(fd, _REJECT)
-        stream.socket.shutdown(_stdsocket.SHUT_WR)
+        sock.shutdown(_stdsocket.SHUT_WR)
         for _ in range(4):
             if not os.read(fd, RECV_SIZE):
                 break
@@ -138,6 +144,9 @@ class Server:
         self._conn_nursery: trio.Nursery | None = None
         self._idle = trio.Event()
         self._rejectors = 0
+        self._spare_fd = -1  # opened by serve(): see _shed_with_spare
+        self._accept_logged_at = -math.inf
+        self._accept_unlogged = 0
         self._boundary_prefix = secrets.token_hex(6)
         self._boundary_counter = 0
         self.content = ContentService(self)
@@ -190,6 +199,7 @@ class Server:
         """Serve until :meth:`shutdown`, then drain in order and return."""
         await self.open_listeners()
         _ = self.opener  # open the root once, before accepting anything
+        self._spare_fd = _open_spare()
         try:
             async with self.content.running(), trio.open_nursery() as conns:
                 self._conn_nursery = conns
@@ -225,6 +235,9 @@ class Server:
                 log.warning("abandoning %d worker thread(s) stuck in blocking calls", stuck)
         finally:
             self._conn_nursery = None
+            if self._spare_fd >= 0:
+                os.close(self._spare_fd)
+                self._spare_fd = -1
             if self._opener is not None:
                 if self.fs.running or self.work.running:
                     # Abandoned threads may still call openat2() on the root
@@ -270,9 +283,13 @@ class Server:
                         if exc.errno in _ACCEPT_RETRY_ERRNOS:
                             # Like trio.serve_listeners: out of fds is a
                             # condition to ride out, not a reason to stop.
-                            log.error(
-                                "accept failed (%s); retrying", errno.errorcode.get(exc.errno or 0)
-                            )
+                            self._log_accept_failure(exc.errno or 0)
+                            if exc.errno in _OUT_OF_FDS:
+                                shed = self._shed_with_spare(raw)
+                                if shed:
+                                    continue  # the next pending client, if any
+                                if shed is not None:
+                                    break  # nothing pending: wait for the next
                             await trio.sleep(0.1)
                             break
                         raise
@@ -285,7 +302,7 @@ class Server:
                             # and a handshake is the work we are shedding.)
                             stream.socket.close()
                         elif self._rejectors >= _MAX_REJECTORS:
-                            _reject_at_once(stream)
+                            _reject_at_once(stream.socket)
                             stream.socket.close()
                         else:
                             self._rejectors += 1
@@ -304,6 +321,64 @@ class Server:
                 await trio.lowlevel.wait_readable(raw)
         finally:
             raw.detach()
+
+    def _log_accept_failure(self, err: int) -> None:
+        """Log an accept failure at most once per second, with a count of
+        the ones not logged since (EMFILE can come thousands of times a
+        second while clients keep connecting)."""
+        now = trio.current_time()
+        if now - self._accept_logged_at < _ACCEPT_LOG_INTERVAL:
+            self._accept_unlogged += 1
+            return
+        more = self._accept_unlogged
+        self._accept_logged_at = now
+        self._accept_unlogged = 0
+        name = errno.errorcode.get(err, str(err))
+        if err in _OUT_OF_FDS:
+            log.error(
+                "accept failed (%s): out of file descriptors; new clients get 503 "
+                "(%d more since the last report)",
+                name,
+                more,
+            )
+        else:
+            log.error("accept failed (%s); retrying (%d more since the last report)", name, more)
+
+    def _shed_with_spare(self, raw: _stdsocket.socket) -> bool | None:
+        """Out of descriptors: answer one pending client 503 anyway.
+
+        The spare descriptor (an open ``/dev/null``, kept for this) is
+        closed, which frees exactly one slot for ``accept()``; the client
+        gets the 503 at once and is closed, and the spare is taken back.
+        True: one client was answered; False: none was pending; None: no
+        spare (it could not be re-opened, for the same lack of descriptors):
+        the caller backs off.  Over TLS the client is closed without a 503
+        (a plaintext answer means nothing to it).
+        """
+        if self._spare_fd < 0:
+            self._spare_fd = _open_spare()
+            if self._spare_fd < 0:
+                return None
+        os.close(self._spare_fd)
+        self._spare_fd = -1
+        try:
+            sock, _addr = raw.accept()
+        except BlockingIOError:
+            shed: bool | None = False
+        except OSError:
+            shed = None  # another thread took the freed slot first
+        else:
+            self.stats.accepted += 1
+            self.stats.rejected += 1
+            try:
+                if self.ssl_context is None:
+                    sock.setblocking(False)
+                    _reject_at_once(sock)
+            finally:
+                sock.close()
+            shed = True
+        self._spare_fd = _open_spare()
+        return shed
 
     def _tls_connection(self, stream: trio.SocketStream) -> ConnectionTask:
         """Wrap in TLS; the handshake happens in the connection task, under
@@ -550,6 +625,13 @@ class Server:
         is done.  Pipelined bytes go to h11's buffer; past one head's worth
         the watcher stops reading (backpressure).  It never writes.
 
+        Only a reset (or a closed stream) means the client is gone.  EOF is
+        a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
+        the request, then ``shutdown(SHUT_WR)``, and still read the answer
+        (RFC 9112 §9.6 lets the client close its sending side first).  The
+        watcher then stops reading and marks the connection, which closes
+        after what it already received has been answered.
+
         Cancellation handling: when the client goes away the watcher
         cancels the nursery, which cancels ``work()``; we return
         ``(True, result-if-any)`` and the caller disposes of the result.
@@ -564,14 +646,14 @@ class Server:
         async def watch(scope: trio.CancelScope) -> None:
             nonlocal gone
             try:
-                while conn._fed <= limit:
+                while conn._fed <= limit and not conn.peer_eof:
                     data = await conn.stream.receive_some(RECV_SIZE)
                     if not data:
+                        conn.peer_eof = True
                         break
                     conn._fed += len(data)
                     parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
-                else:
-                    await trio.sleep_forever()
+                await trio.sleep_forever()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             gone = True
@@ -589,6 +671,14 @@ class Server:
         if error is not None:
             raise error
         return False, result
+
+
+def _open_spare() -> int:
+    """The spare descriptor for 503s at EMFILE; -1 if none can be opened."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return -1
 
 
 async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.SocketListener:

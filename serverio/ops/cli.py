@@ -16,6 +16,7 @@ from ..config import ACCESS_LOG_FORMATS, LOG_LEVELS, Config
 from ..errors import ConfigError
 from ..net.activation import systemd_fds
 from ..net.tls import make_ssl_context
+from .fdlimit import fit_fd_limit
 from .run import run_server
 from .tomlconfig import dump, parse_with_config
 
@@ -355,6 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"serverio: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="serverio: %(levelname)s: %(message)s")
+    # Before any worker starts: they inherit the raised limit and the config.
+    cfg, note = fit_fd_limit(cfg)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
     if cfg.workers > 1:
         from .workers import supervise
 

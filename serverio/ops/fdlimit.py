@@ -1,0 +1,83 @@
+"""Fitting ``--max-connections`` to the open-file limit (RLIMIT_NOFILE).
+
+Each connection costs a socket descriptor, and one more while a file is
+streamed to it.  With the common soft limit of 1024 and the default of 1024
+connections, the process ran out of descriptors before the connection limit
+was reached: ``accept()`` failed with EMFILE and clients waited in the
+backlog instead of getting their 503.  So at start-up, like nginx's
+``worker_rlimit_nofile`` and the Go runtime, the soft limit is raised toward
+the hard limit (unprivileged: a process may raise its soft limit up to its
+hard limit); if even that cannot hold one descriptor per connection plus a
+reserve, the effective connection limit is lowered and the CLI says so once.
+
+``resource`` is POSIX only; elsewhere (Windows) nothing is changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import ModuleType
+
+from ..config import Config
+
+resource: ModuleType | None
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None
+
+__all__ = ["FD_RESERVE", "fd_reserve", "fit_fd_limit"]
+
+#: Descriptors the process needs besides its connections: standard streams,
+#: the event loop's epoll/kqueue and wake-up pipes, listeners, the root
+#: directory, log files, the spare descriptor kept for 503s at EMFILE, the
+#: admin listener and its few connections.
+FD_RESERVE = 32
+
+
+def fd_reserve(cfg: Config) -> int:
+    """Descriptors kept out of the connection budget: :data:`FD_RESERVE`
+    plus two per pool thread (an open file or directory, and a duplicate a
+    cache job owns)."""
+    return FD_RESERVE + 2 * (cfg.fs_workers + cfg.work_workers)
+
+
+def fit_fd_limit(cfg: Config) -> tuple[Config, str | None]:
+    """Raise the soft open-file limit for ``cfg``; lower its connection limit
+    if even the hard limit is too low.
+
+    Wanted: two descriptors per connection (socket and file) plus the
+    reserve.  Needed: one per connection plus the reserve; below that,
+    ``max_connections`` becomes what fits.  Returns the (possibly changed)
+    config and a one-line note for stderr, or None when nothing was lowered.
+    """
+    if resource is None:  # pragma: no cover - Windows
+        return cfg, None
+    infinity = resource.RLIM_INFINITY
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover - no such limit here
+        return cfg, None
+    reserve = fd_reserve(cfg)
+    want = 2 * cfg.max_connections + reserve
+    if soft != infinity and soft < want:
+        target = want if hard == infinity else min(want, hard)
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            except (OSError, ValueError):
+                # macOS refuses a soft limit above kern.maxfilesperproc even
+                # when the hard limit is "unlimited": keep what we have.
+                pass
+            else:
+                soft = target
+    if soft == infinity or cfg.max_connections + reserve <= soft:
+        return cfg, None
+    fit = max(1, soft - reserve)
+    note = (
+        f"serverio: note: --max-connections lowered from {cfg.max_connections} to {fit}: "
+        f"the open-file limit is {soft} (hard {'unlimited' if hard == infinity else hard}) "
+        f"and {reserve} descriptors are kept in reserve; raise it with ulimit -n "
+        f"or systemd's LimitNOFILE="
+    )
+    return replace(cfg, max_connections=fit), note
