@@ -462,13 +462,13 @@ async def test_listing_html(tree: Path) -> None:
     assert r.status == 200 and r.header("content-type") == "text/html; charset=utf-8"
     assert r.header("vary") == "Accept" and (r.header("etag") or "").startswith('W/"')
     assert r.header("last-modified") is None
-    assert 'href="sub/"' in page and 'href="a.txt"' in page and 'href="in-link"' in page
-    assert 'href="%3Cscript%3Ex.txt"' in page and "&lt;script&gt;x.txt" in page
+    assert 'href="./sub/"' in page and 'href="./a.txt"' in page and 'href="./in-link"' in page
+    assert 'href="./%3Cscript%3Ex.txt"' in page and "&lt;script&gt;x.txt" in page
     assert "<script>" not in page
     for absent in (".dot", "out-link", "dangling", "fifo"):
         assert absent not in page
     # Directories first.
-    assert page.index('href="sub/"') < page.index('href="a.txt"')
+    assert page.index('href="./sub/"') < page.index('href="./a.txt"')
 
 
 async def test_listing_json_sort_and_policies(tree: Path) -> None:

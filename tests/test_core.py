@@ -762,6 +762,9 @@ REDIRECTS = [
     Redirect(b"/a%23b", b"/a%23b/"),
     Redirect(b"/100%25", b"/100%25/"),
     Redirect(b"/%252e", b"/%252e/"),
+    # An encoded backslash is a name character; it stays encoded (never "/\\").
+    Redirect(b"/%5Cevil", b"/%5Cevil/"),
+    Redirect(b"/javascript:x", b"/javascript%3Ax/"),
 ]
 
 
@@ -782,7 +785,7 @@ def test_directory_redirect(case: Redirect, method: bytes) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "status"),
-    [(b"/\\evil", 400), (b"/%5Cevil", 400), (b"/%2F%2Fevil.com", 404), (b"/%2f%2fevil.com/", 404)],
+    [(b"/\\evil", 400), (b"/%2F%2Fevil.com", 404), (b"/%2f%2fevil.com/", 404)],
 )
 def test_open_redirect_targets_never_reach_a_redirect(raw: bytes, status: int) -> None:
     with pytest.raises(HTTPError) as exc:

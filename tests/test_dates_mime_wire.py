@@ -262,7 +262,10 @@ def test_is_compressible(ctype: str, expected: bool) -> None:
 )
 def test_canonical_header_names(name: bytes, canonical: bytes) -> None:
     out = head_bytes(200, [(name, b"v")], close=False, keep_alive_10=False)
-    assert out == b"HTTP/1.1 200 OK\r\n" + canonical + b": v\r\n\r\n"
+    assert (
+        out
+        == b"HTTP/1.1 200 OK\r\nX-Content-Type-Options: nosniff\r\n" + canonical + b": v\r\n\r\n"
+    )
 
 
 def test_head_bytes_exact() -> None:
@@ -274,6 +277,7 @@ def test_head_bytes_exact() -> None:
     )
     assert out == (
         b"HTTP/1.1 206 Partial Content\r\n"
+        b"X-Content-Type-Options: nosniff\r\n"
         b"Content-Range: bytes 0-0/9\r\n"
         b"Content-Length: 1\r\n"
         b"x-other: y\r\n"
@@ -300,7 +304,11 @@ def test_connection_header(close: bool, keep_alive_10: bool, connection: bytes |
 @pytest.mark.parametrize("status", [100, 200, 204, 206, 299, 304, 404, 416, 418, 451, 503, 599])
 def test_status_lines(status: int) -> None:
     out = head_bytes(status, [], close=False, keep_alive_10=False)
-    assert re.fullmatch(rb"HTTP/1\.1 %d [\x21-\x7e][\x20-\x7e]*\r\n\r\n" % status, out), out
+    assert re.fullmatch(
+        rb"HTTP/1\.1 %d [\x21-\x7e][\x20-\x7e]*\r\nX-Content-Type-Options: nosniff\r\n\r\n"
+        % status,
+        out,
+    ), out
     assert head_bytes(status, [], close=False, keep_alive_10=False) == out  # memo is stable
 
 
@@ -404,6 +412,7 @@ def test_h11_parses_our_responses(method: str, plan: Plan, bytewise: bool) -> No
     sent = dict(plan.headers)
     received = list(response.headers)
     expected = sorted(sent.items()) + ([(b"connection", b"close")] if plan.close else [])
+    expected.append((b"x-content-type-options", b"nosniff"))  # on every response
     assert sorted(received) == sorted(expected)
     if plan.close:
         assert conn.their_state is h11.MUST_CLOSE

@@ -100,15 +100,15 @@ def test_html_escapes_names_and_encodes_links() -> None:
     p = _Collect()
     p.feed(page)
     assert "script" not in p.tags  # no tag came from a name
-    assert "d%C3%A9j%C3%A0/" in p.links
-    assert "%3Cscript%3Ealert%281%29%3C%2Fscript%3E.txt" not in p.links  # ( ) stay literal
-    assert "%3Cscript%3Ealert(1)%3C%2Fscript%3E.txt" in p.links
-    assert "a%22b'c&d.txt" in p.links
-    assert "sp%20ace%23%3F%25.txt" in p.links
+    assert "./d%C3%A9j%C3%A0/" in p.links
+    # Every byte outside RFC 3986 unreserved is encoded, ( ) ' & included.
+    assert "./%3Cscript%3Ealert%281%29%3C%2Fscript%3E.txt" in p.links
+    assert "./a%22b%27c%26d.txt" in p.links
+    assert "./sp%20ace%23%3F%25.txt" in p.links
     text = "".join(p.text)
     assert "<script>alert(1)</script>.txt" in text and "a\"b'c&d.txt" in text
-    # Breadcrumb: root, /sub/, /sub/<b>/ (encoded), and a parent link.
-    assert p.links[:3] == ["/", "/sub/", "/sub/%3Cb%3E/"]
+    # Breadcrumb, relative to /sub/<b>/: root, /sub/, the page itself.
+    assert p.links[:3] == ["../../", "../", "./"]
     assert "../" in p.links
     assert "Index of /sub/&lt;b&gt;/" in page
     # Sort links in the header toggle the order of the current key.
@@ -138,7 +138,7 @@ def test_json_listing() -> None:
         "type": "dir",
         "size": None,
         "mtime": 1_700_000_000,
-        "href": "d%C3%A9j%C3%A0/",
+        "href": "./d%C3%A9j%C3%A0/",
     }
     names = [e["name"] for e in doc["entries"]]
     assert "<script>alert(1)</script>.txt" in names

@@ -44,6 +44,9 @@ ACCEPTED: list[tuple[bytes, tuple[str, ...], bool, str | None, bool]] = [
     (b"/a;b=c", ("a;b=c",), False, None, False),
     (b"/a..b", ("a..b",), False, None, False),
     (b"/b.", ("b.",), False, None, False),
+    # An encoded backslash is part of a POSIX name, never a separator.
+    (b"/%5c", ("\\",), False, None, False),
+    (b"/%5C..%5Cx", ("\\..\\x",), False, None, False),
     # Hidden segments are reported, not refused.
     (b"/...", ("...",), False, None, True),
     (b"/.hidden", (".hidden",), False, None, True),
@@ -104,11 +107,10 @@ REJECTED: list[tuple[bytes, int]] = [
     (b"/%2F%2Fevil.com", 404),
     (b"/%2f", 404),
     (b"/..%2f..%2fetc", 404),
-    # Backslash, raw or encoded; NUL.
+    # Raw backslash; NUL.  (An encoded backslash is a name character: below.)
     (b"/a\\b", 400),
     (b"/\\evil", 400),
-    (b"/%5c", 400),
-    (b"/%5C..%5Cx", 400),
+    (b"/a%5c\\b", 400),
     (b"/a%00", 400),
     (b"/%00", 400),
     (b"/a\x00b", 400),

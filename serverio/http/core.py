@@ -21,7 +21,7 @@ from typing import Final
 
 from ..config import Config
 from ..errors import HTTPError, reason_phrase
-from .dates import format_http_date, parse_http_date
+from .dates import format_http_date, http_seconds, parse_http_date
 from .target import Target
 
 __all__ = [
@@ -95,9 +95,12 @@ class FileFacts:
             )
 
     @property
-    def mtime(self) -> int:
-        """Modification time in whole seconds (the resolution of HTTP-date)."""
-        return self.mtime_ns // 1_000_000_000
+    def mtime(self) -> int | None:
+        """Modification time in whole seconds (the resolution of HTTP-date);
+        None when no HTTP-date can express it: then the response has no
+        Last-Modified and the date conditions are ignored, as for any
+        representation without a modification date (the ETag still works)."""
+        return http_seconds(self.mtime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,11 +259,14 @@ def evaluate_preconditions(req: RequestFacts, etag: str, mtime: int | None) -> P
     return _PROCEED
 
 
-def if_range_matches(value: str, etag: str, mtime: int) -> bool:
-    """§13.1.5: an entity-tag must match strongly; a date must be exact."""
+def if_range_matches(value: str, etag: str, mtime: int | None) -> bool:
+    """§13.1.5: an entity-tag must match strongly; a date must be exact (and
+    never matches a representation without a modification date)."""
     v = value.strip()
     if v.startswith(('"', 'W/"')):
         return _strong_match(v, etag)
+    if mtime is None:
+        return False
     date = parse_http_date(v)
     return date is not None and date == mtime
 
@@ -627,6 +633,7 @@ def decide_generated(
     etag: str,
     *,
     vary: bytes = VARY_ACCEPT,
+    csp: bytes = b"",
 ) -> Plan:
     """A response whose body the server generated (a directory listing).
 
@@ -635,6 +642,7 @@ def decide_generated(
     conditions are ignored (§13.1.3-4).  No Range support: a listing is not
     worth resuming, and §14.2 lets a server ignore Range.  ``vary`` names
     the request fields the body was negotiated on (Accept, for the format).
+    ``csp`` is the page's Content-Security-Policy (sent with the 200).
     """
     head = req.method == b"HEAD"
     pre = evaluate_preconditions(req, etag, None)
@@ -645,6 +653,8 @@ def decide_generated(
     hs = _validator_headers(etag, None, cfg, now, vary)
     hs.append((b"content-type", content_type))
     hs.append((b"content-length", b"%d" % len(body)))
+    if csp:
+        hs.append((b"content-security-policy", csp))
     return Plan(200, hs, (body,) if body else (), send_body=not head)
 
 

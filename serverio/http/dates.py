@@ -11,7 +11,13 @@ from __future__ import annotations
 import calendar
 import time
 
-__all__ = ["format_http_date", "parse_http_date"]
+__all__ = [
+    "MAX_HTTP_SECONDS",
+    "MIN_HTTP_SECONDS",
+    "format_http_date",
+    "http_seconds",
+    "parse_http_date",
+]
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _LONG_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -19,9 +25,34 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 _MONTH_NUM = {m: i + 1 for i, m in enumerate(_MONTHS)}
 
 
+# IMF-fixdate has a four-digit year (RFC 9110 §5.6.7), so the instants it
+# can name run from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+MIN_HTTP_SECONDS = -62_135_596_800
+MAX_HTTP_SECONDS = 253_402_300_799
+
+
+def http_seconds(mtime_ns: int) -> int | None:
+    """Whole seconds of a file time in nanoseconds, or ``None`` when no
+    HTTP-date can express it.
+
+    Filesystems store times far outside that span (tmpfs and btrfs accept
+    any 64-bit value: year 11476, or before year 1); such a time is treated
+    as unknown rather than formatted as a five-digit year or left to raise.
+    """
+    sec = mtime_ns // 1_000_000_000
+    return sec if MIN_HTTP_SECONDS <= sec <= MAX_HTTP_SECONDS else None
+
+
 def format_http_date(epoch_seconds: float) -> str:
-    """IMF-fixdate, e.g. ``Sun, 06 Nov 1994 08:49:37 GMT``."""
-    t = time.gmtime(int(epoch_seconds))
+    """IMF-fixdate, e.g. ``Sun, 06 Nov 1994 08:49:37 GMT``.
+
+    Raises ValueError for an instant outside the four-digit years (see
+    :func:`http_seconds`), so a malformed date is never sent.
+    """
+    sec = int(epoch_seconds)
+    if not MIN_HTTP_SECONDS <= sec <= MAX_HTTP_SECONDS:
+        raise ValueError("time outside the range of an HTTP-date")
+    t = time.gmtime(sec)
     return (
         f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
         f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"

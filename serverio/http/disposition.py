@@ -32,7 +32,11 @@ def ascii_fallback(name: str) -> str:
     quoted-string (RFC 9110 §5.6.4) ``"`` and ``\\`` are replaced rather than
     escaped, since several user agents do not unescape; ``%`` is replaced
     because some user agents percent-decode this parameter (RFC 6266
-    appendix D).
+    appendix D).  ``/`` and ``\\`` are replaced too, after the
+    decomposition (fullwidth solidus U+FF0F decomposes to ``/``), and leading dots
+    are dropped, so a user agent that trusts this parameter as a path can
+    neither leave its download directory nor create a hidden file
+    (RFC 6266 §4.3).
     """
     decomposed = unicodedata.normalize("NFKD", name)
     out = []
@@ -40,7 +44,7 @@ def ascii_fallback(name: str) -> str:
         if unicodedata.combining(ch):
             continue
         o = ord(ch)
-        if 0x20 <= o < 0x7F and ch not in '"\\%':
+        if 0x20 <= o < 0x7F and ch not in '"\\%/':
             out.append(ch)
         else:
             out.append("_")

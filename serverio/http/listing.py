@@ -8,21 +8,31 @@ number of entries (``--listing-max-entries``) and the length of a name
 
 Every name is text chosen by whoever can create files: it is HTML-escaped
 where it is shown and percent-encoded where it is a link, so a file called
-``<script>x.txt`` renders as that text and links to ``%3Cscript%3Ex.txt``.
+``<script>x.txt`` renders as that text and links to ``./%3Cscript%3Ex.txt``.
+Every link is a relative path: entries start with ``./`` and encode every
+byte outside RFC 3986 unreserved (:func:`serverio.http.target.quote_segment`),
+so ``javascript:alert(1)`` links to ``./javascript%3Aalert%281%29``, never
+to a script URL; breadcrumbs are ``../`` chains, sort links are query-only.
+Bidi and control characters in a shown name are shown as ``<U+202E>``
+so a name cannot disguise itself (``exe.txt`` spelled backwards).  The
+page has no script and is sent with :data:`LISTING_CSP`.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
-from urllib.parse import quote
+
+from .target import quote_segment
 
 __all__ = [
+    "LISTING_CSP",
     "SORT_KEYS",
     "Entry",
     "ListingQuery",
@@ -30,24 +40,24 @@ __all__ = [
     "parse_listing_query",
     "render_html",
     "render_json",
+    "shown_name",
     "sort_entries",
 ]
 
 SORT_KEYS: Final = ("name", "size", "mtime")
 _ORDERS: Final = ("asc", "desc")
-# Characters left as they are in a path segment (RFC 3986 §3.3 pchar minus
-# the ones a browser or HTML would reinterpret).
-_SAFE: Final = "!$&'()*+,;=:@~-._"
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One listed name.  ``size`` is -1 for directories."""
+    """One listed name.  ``size`` is -1 for directories; ``mtime`` is None
+    when the file's time is outside what an HTTP-date can express
+    (:func:`serverio.http.dates.http_seconds`)."""
 
     name: str
     is_dir: bool
     size: int
-    mtime: int  # seconds since the epoch
+    mtime: int | None  # seconds since the epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +92,9 @@ def _size_key(e: Entry) -> tuple[int, str, str]:
     return (e.size, e.name.casefold(), e.name)
 
 
-def _mtime_key(e: Entry) -> tuple[int, str, str]:
-    return (e.mtime, e.name.casefold(), e.name)
+def _mtime_key(e: Entry) -> tuple[bool, int, str, str]:
+    # An unknown time sorts after every known one (before them, descending).
+    return (e.mtime is None, e.mtime or 0, e.name.casefold(), e.name)
 
 
 def sort_entries(entries: Sequence[Entry], query: ListingQuery) -> list[Entry]:
@@ -110,17 +121,47 @@ def human_size(n: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _iso(mtime: int) -> str:
-    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _shown_time(mtime: int) -> str:
-    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%d %H:%M")
+def _time_cell(mtime: int | None) -> str:
+    if mtime is None:
+        return '<td class="time" title="unknown">\u2014</td>'
+    # Arithmetic, not fromtimestamp: no platform limit on the range of time_t.
+    t = _EPOCH + timedelta(seconds=mtime)
+    iso = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
+    return f'<td class="time"><time datetime="{iso}">{iso[:10]} {iso[11:16]}</time></td>'
 
 
-def _href(segments: Sequence[str], slash: bool = True) -> str:
-    path = "/" + "/".join(quote(s, safe=_SAFE) for s in segments)
-    return path + "/" if slash and segments else path
+# Shown as <U+XXXX>: C0/C1 controls, line/paragraph separators and the
+# bidi formatting characters (Unicode UAX #9: embeddings, overrides,
+# isolates, marks), which could make one name look like another.
+_BIDI: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _shown_char(ch: str) -> str:
+    o = ord(ch)
+    if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte (surrogateescape)
+        return f"<0x{o - 0xDC00:02X}>"
+    if ch in _BIDI or o < 0x20 or 0x7F <= o < 0xA0 or o in (0x2028, 0x2029) or 0xD800 <= o < 0xE000:
+        return f"<U+{o:04X}>"
+    return ch
+
+
+def shown_name(name: str) -> str:
+    """``name`` as displayed: controls and bidi characters made visible.
+
+    The link still carries the exact name; only the text a reader sees
+    changes.  (Not HTML-escaped: the caller escapes.)
+    """
+    if name.isprintable():  # fast path: none of the characters below is printable
+        return name
+    return "".join(_shown_char(ch) for ch in name)
+
+
+def _entry_href(e: Entry) -> str:
+    # "./" first: even an encoded first segment never starts the reference.
+    return "./" + quote_segment(e.name) + ("/" if e.is_dir else "")
 
 
 def listing_etag(body: bytes) -> str:
@@ -158,6 +199,17 @@ td.time,th.time{text-align:right}
 footer{margin-top:1rem;color:var(--mute);font-size:.85rem}
 """
 
+_STYLE: Final = "\n" + _CSS  # the exact text of the page's <style> element
+
+# The page runs no script, loads nothing, and allows only its own inline
+# style, by hash (CSP Level 3 §8.4): a name that slipped past escaping still
+# could not execute, submit a form, rebase links or frame the page.
+LISTING_CSP: Final = (
+    "default-src 'none'; style-src 'sha256-"
+    + base64.b64encode(hashlib.sha256(_STYLE.encode("utf-8")).digest()).decode("ascii")
+    + "'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+).encode("ascii")
+
 
 def render_html(
     segments: Sequence[str],
@@ -172,11 +224,13 @@ def render_html(
     ``entries`` must already be sorted (:func:`sort_entries`).
     """
     esc = html.escape
-    title = "/" + "".join(s + "/" for s in segments)
-    crumbs = ['<a href="/">/</a>']
+    title = "/" + "".join(shown_name(s) + "/" for s in segments)
+    # Breadcrumbs relative to this page: "../" per level up, "./" for itself.
+    depth = len(segments)
+    crumbs = [f'<a href="{"../" * depth or "./"}">/</a>']
     for i, seg in enumerate(segments):
-        href = _href(segments[: i + 1])
-        crumbs.append(f'<a href="{esc(href)}">{esc(seg)}</a><span>/</span>')
+        href = "../" * (depth - i - 1) or "./"
+        crumbs.append(f'<a href="{href}">{esc(shown_name(seg))}</a><span>/</span>')
     heads = []
     for key, label, cls in (
         ("name", "Name", "name"),
@@ -197,15 +251,15 @@ def render_html(
             '<td class="size"></td><td class="time"></td></tr>'
         )
     for e in entries:
-        link = quote(e.name, safe=_SAFE) + ("/" if e.is_dir else "")
-        shown = esc(e.name) + ("/" if e.is_dir else "")
+        link = _entry_href(e)
+        shown = esc(shown_name(e.name)) + ("/" if e.is_dir else "")
         size = "\u2014" if e.is_dir else human_size(e.size)
         size_title = "" if e.is_dir else f' title="{e.size} bytes"'
         rows.append(
             f'<tr class="{"dir" if e.is_dir else "file"}">'
             f'<td class="name"><a href="{esc(link)}">{shown}</a></td>'
             f'<td class="size"{size_title}>{size}</td>'
-            f'<td class="time"><time datetime="{_iso(e.mtime)}">{_shown_time(e.mtime)}</time></td>'
+            f"{_time_cell(e.mtime)}"
             "</tr>"
         )
     notice = ""
@@ -221,7 +275,7 @@ def render_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<meta name="color-scheme" content="light dark">\n'
         f"<title>Index of {esc(title)}</title>\n"
-        f"<style>\n{_CSS}</style></head>\n"
+        f"<style>{_STYLE}</style></head>\n"
         f"<body>\n<h1>Index of {esc(title)}</h1>\n"
         f'<nav aria-label="breadcrumb">{"".join(crumbs)}</nav>\n'
         f"{notice}"
@@ -242,8 +296,9 @@ def render_json(
     """The JSON listing: ``{"path", "truncated", "entries": [...]}``.
 
     Each entry has ``name``, ``type`` (``file``/``dir``), ``size`` (bytes;
-    null for directories), ``mtime`` (seconds since the epoch, UTC) and
-    ``href`` (the percent-encoded link, relative to the listing).
+    null for directories), ``mtime`` (seconds since the epoch, UTC; null
+    when unknown: outside the years 1-9999) and ``href`` (the link relative
+    to the listing: ``./`` and the percent-encoded name).
     """
     doc = {
         "path": "/" + "".join(s + "/" for s in segments),
@@ -254,7 +309,7 @@ def render_json(
                 "type": "dir" if e.is_dir else "file",
                 "size": None if e.is_dir else e.size,
                 "mtime": e.mtime,
-                "href": quote(e.name, safe=_SAFE) + ("/" if e.is_dir else ""),
+                "href": _entry_href(e),
             }
             for e in entries
         ],

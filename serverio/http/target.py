@@ -14,11 +14,14 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
 * The path is split on raw ``/`` first, then each segment is percent-decoded
   exactly once, so ``%2F`` can never introduce a separator and ``%252e`` stays
   the literal text ``%2e``.
-* Invalid percent escapes, invalid (including overlong) UTF-8, NUL and
-  backslash are 400.  ``.`` and ``..`` segments (raw or encoded) are 400: a
-  conforming client removes dot-segments before sending (RFC 3986 §5.2.4), so
-  their presence is an attack or a bug, and answering 400 is safer than
-  guessing.
+* Invalid percent escapes, invalid (including overlong) UTF-8, NUL and a
+  raw backslash are 400 (WHATWG URL parsers read a raw ``\\`` as ``/``, so
+  its meaning depends on the client).  An encoded ``%5C`` is the literal
+  character of a POSIX file name (``a\\b.txt``, which listings link as
+  ``a%5Cb.txt``); it is never a separator for ``openat``.
+* ``.`` and ``..`` segments (raw or encoded) are 400: a conforming client
+  removes dot-segments before sending (RFC 3986 §5.2.4), so their presence
+  is an attack or a bug, and answering 400 is safer than guessing.
 * A segment that decodes to contain ``/`` is 404 (like Apache's default
   ``AllowEncodedSlashes Off``): such a name cannot exist on a POSIX filesystem.
 * Empty segments (``//``) are dropped, so a redirect built from the segments
@@ -40,12 +43,25 @@ from urllib.parse import quote
 
 from ..errors import HTTPError
 
-__all__ = ["MAX_SEGMENTS", "Target", "parse_target"]
+__all__ = ["MAX_SEGMENTS", "Target", "parse_target", "quote_segment"]
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 
 # The most path segments a request-target may have (see the module docstring).
 MAX_SEGMENTS = 128
+
+
+def quote_segment(segment: str) -> str:
+    """One path segment as it may appear in a link or a Location.
+
+    Every byte of the name (UTF-8; an undecodable byte carried as a
+    surrogate by ``surrogateescape`` is that byte again) outside RFC 3986
+    §2.3 unreserved (ALPHA DIGIT ``-._~``) is percent-encoded: ``:`` so the
+    segment can never read as a scheme (``javascript:``), ``/`` and ``\\``
+    so it can never become a separator or an authority, ``%?#;`` and
+    spaces so a browser decodes to exactly the name and nothing else.
+    """
+    return quote(segment.encode("utf-8", "surrogateescape"), safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +87,13 @@ class Target:
         return "/".join(self.segments) if self.segments else "."
 
     def url_path(self, *, slash: bool | None = None) -> str:
-        """The canonical, percent-encoded absolute path (for Location)."""
-        path = "/" + "/".join(quote(s, safe="!$&'()*+,;=:@~-._") for s in self.segments)
+        """The canonical, percent-encoded absolute path (for Location).
+
+        It starts with exactly one ``/`` (segments are never empty and
+        each is :func:`quote_segment`-encoded), so it is a path, never a
+        scheme or a network-path reference (``//host``).
+        """
+        path = "/" + "/".join(quote_segment(s) for s in self.segments)
         want_slash = self.slash if slash is None else slash
         if want_slash and self.segments:
             path += "/"
@@ -80,6 +101,8 @@ class Target:
 
 
 def _unquote_segment(raw: bytes) -> str:
+    if b"\\" in raw:
+        raise HTTPError(400, "backslash in path")
     if b"%" not in raw:
         out = raw
     else:
@@ -106,8 +129,8 @@ def _unquote_segment(raw: bytes) -> str:
         text = out.decode("utf-8", "strict")
     except UnicodeDecodeError:
         raise HTTPError(400, "path is not valid UTF-8") from None
-    if "\x00" in text or "\\" in text:
-        raise HTTPError(400, "NUL or backslash in path")
+    if "\x00" in text:
+        raise HTTPError(400, "NUL in path")
     return text
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from ..errors import reason_phrase
 
-__all__ = ["head_bytes"]
+__all__ = ["NOSNIFF", "head_bytes"]
 
 _CANONICAL = {
     n.lower().encode(): n.encode()
@@ -38,8 +38,15 @@ _CANONICAL = {
         "Retry-After",
         "Vary",
         "Repr-Digest",
+        "Content-Security-Policy",
     )
 }
+
+# Every response says "do not sniff" (WHATWG Fetch §3.5.1): a client must
+# not run a text/plain or octet-stream body (an uploaded .txt full of HTML,
+# an error page) as HTML or script.  Memoised with the status line, so it
+# costs nothing per response.
+NOSNIFF = b"X-Content-Type-Options: nosniff\r\n"
 
 _STATUS_LINES: dict[int, bytes] = {}
 
@@ -47,7 +54,7 @@ _STATUS_LINES: dict[int, bytes] = {}
 def _status_line(status: int) -> bytes:
     line = _STATUS_LINES.get(status)
     if line is None:
-        line = b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))
+        line = b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status)) + NOSNIFF
         _STATUS_LINES[status] = line
     return line
 

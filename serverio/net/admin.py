@@ -183,7 +183,7 @@ async def _respond(
 ) -> None:
     out = (
         b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-        b"Cache-Control: no-store\r\nConnection: close\r\n\r\n"
+        b"Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
         % (status, reason_phrase(status), ctype.encode("ascii"), len(body))
     )
     await stream.send_all(out if head else out + body)

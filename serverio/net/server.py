@@ -74,6 +74,7 @@ _REJECT = (
     b"Content-Type: text/plain; charset=utf-8\r\n"
     b"Content-Length: %d\r\n"
     b"Retry-After: 1\r\n"
+    b"X-Content-Type-Options: nosniff\r\n"
     b"Connection: close\r\n\r\n" % len(_REJECT_BODY)
 ) + _REJECT_BODY
 

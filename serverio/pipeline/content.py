@@ -38,7 +38,9 @@ from ..errors import HTTPError
 from ..fs.opener import RootOpener
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.dates import http_seconds
 from ..http.listing import (
+    LISTING_CSP,
     Entry,
     ListingQuery,
     listing_etag,
@@ -180,9 +182,9 @@ def hash_bytes(algorithm: str, data: bytes) -> bytes:
 
 def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
     """Would a request for this name pass :func:`serverio.http.target.parse_target`
-    and the hidden policy?  Names that cannot be served are not listed."""
-    if "\\" in name:
-        return False
+    and the hidden policy?  Names that cannot be served are not listed: a
+    name that is not UTF-8 has no URL (the parser accepts strict UTF-8 only,
+    one spelling per name).  A backslash is fine: it is linked as ``%5C``."""
     try:
         name.encode("utf-8")  # undecodable bytes come back as surrogates
     except UnicodeEncodeError:
@@ -240,7 +242,8 @@ def scan_directory(
                 if len(entries) >= limit:
                     truncated = True
                     break
-                entries.append(Entry(name, is_dir, -1 if is_dir else st.st_size, int(st.st_mtime)))
+                mtime = http_seconds(st.st_mtime_ns)
+                entries.append(Entry(name, is_dir, -1 if is_dir else st.st_size, mtime))
     finally:
         os.close(fd)
     return entries, truncated
@@ -527,4 +530,4 @@ class ContentService:
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
         server.stats.listings += 1
-        return decide_generated(req, cfg, now, body, ctype, listing_etag(body))
+        return decide_generated(req, cfg, now, body, ctype, listing_etag(body), csp=LISTING_CSP)
