@@ -17,7 +17,7 @@ import errno
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..config import Config
@@ -131,8 +131,8 @@ def _read_all(fd: int, size: int) -> bytes | None:
     return data
 
 
-def _read_spans(fd: int, plan: Plan) -> bool:
-    """Replace the plan's file spans with their bytes.  False if the file shrank."""
+def _read_spans(fd: int, plan: Plan) -> Plan | None:
+    """The plan with its file spans replaced by their bytes; None if the file shrank."""
     body: list[bytes | FileSpan] = []
     for piece in plan.body:
         if isinstance(piece, FileSpan):
@@ -140,19 +140,22 @@ def _read_spans(fd: int, plan: Plan) -> bool:
             while len(data) < piece.length:
                 more = os.pread(fd, piece.length - len(data), piece.offset + len(data))
                 if not more:
-                    return False
+                    return None
                 data += more
             body.append(data)
         else:
             body.append(piece)
-    plan.body = tuple(body)
-    return True
+    return replace(plan, body=tuple(body))
 
 
-def _slice_spans(data: bytes, plan: Plan) -> None:
-    """Replace the plan's file spans with slices of the whole file's ``data``."""
-    plan.body = tuple(
-        data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p for p in plan.body
+def _slice_spans(data: bytes, plan: Plan) -> Plan:
+    """The plan with its file spans replaced by slices of the whole file's ``data``."""
+    return replace(
+        plan,
+        body=tuple(
+            data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p
+            for p in plan.body
+        ),
     )
 
 
@@ -304,9 +307,11 @@ def serve_cached(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
     )
     if plan.needs_file:
-        _slice_spans(rep.data, plan)
+        plan = _slice_spans(rep.data, plan)
     if plain:
-        plan.head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        plan = replace(
+            plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        )
         plain_memo[memo_key] = (second, plan)
     return Prepared(plan, facts=rep.facts, coding=hit.coding)
 
@@ -532,20 +537,22 @@ def _prepare_file(
             prepared.digest = digest
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
-        prepared = Prepared(plan, facts=facts, coding=coding)
-        if plan.status in (200, 206):
-            prepared.digest = digest
-        keep = bool(prepared.digest)  # the hash job reads from this descriptor
+        if plan.status not in (200, 206):
+            digest = ""
+        keep = bool(digest)  # the hash job reads from this descriptor
         if served is not None:
             if plan.needs_file:
-                _slice_spans(served.data, plan)
+                plan = _slice_spans(served.data, plan)
         elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
-            if not _read_spans(fd, plan):
+            read = _read_spans(fd, plan)
+            if read is None:
                 return Prepared(_unavailable(now), facts=facts)
+            plan = read
         elif plan.needs_file:
             keep = True
+        prepared = Prepared(plan, facts=facts, coding=coding, digest=digest)
         if keep:
             prepared.fd, fd = fd, -1  # ownership moves to the caller
         return prepared

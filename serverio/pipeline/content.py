@@ -30,6 +30,7 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from ..concurrency.blocking import run_blocking
@@ -418,7 +419,9 @@ class ContentService:
 
     @staticmethod
     def _use_digest(prepared: Prepared, digest: bytes) -> None:
-        prepared.plan.headers.append((b"repr-digest", repr_digest_field(prepared.digest, digest)))
+        plan = prepared.plan
+        field = (b"repr-digest", repr_digest_field(prepared.digest, digest))
+        prepared.plan = replace(plan, headers=(*plan.headers, field))
 
     @staticmethod
     def _done(prepared: Prepared) -> None:
