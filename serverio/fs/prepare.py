@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..config import Config
+from ..errors import errno_status
 from ..http.codecs import CODECS
 from ..http.core import (
     FileFacts,
@@ -60,11 +61,6 @@ __all__ = [
 
 log = logging.getLogger("serverio")
 
-_NOT_FOUND_ERRNOS = frozenset(
-    {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EXDEV, errno.ENAMETOOLONG, errno.EINVAL}
-)
-_FORBIDDEN_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
-_OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 _PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
 
 
@@ -110,14 +106,12 @@ class Prepared:
 
 
 def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
-    if exc.errno in _NOT_FOUND_ERRNOS:
-        return error_plan(404, now, head_only=head)
-    if exc.errno in _FORBIDDEN_ERRNOS:
-        return error_plan(403, now, head_only=head)
-    if exc.errno in _OVERLOAD_ERRNOS:
-        return error_plan(503, now, headers=[(b"retry-after", b"1")], close=True, head_only=head)
-    log.error("filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0))
-    return error_plan(500, now, head_only=head)
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error(
+            "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
+        )
+    return error_plan(status, now, head_only=head)
 
 
 def _read_all(fd: int, size: int) -> bytes | None:
@@ -164,7 +158,7 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     try:
         fd = opener.open(rel)
     except OSError as exc:
-        if exc.errno in _NOT_FOUND_ERRNOS or exc.errno in _FORBIDDEN_ERRNOS:
+        if errno_status(exc.errno) in (403, 404):
             return None
         raise
     try:
@@ -429,7 +423,7 @@ def prepare(
 
 def _unavailable(now: float) -> Plan:
     # The file shrank while we read it: try again (never a short body).
-    return error_plan(503, now, headers=[(b"retry-after", b"1")])
+    return error_plan(503, now)
 
 
 def _placeholder(now: float) -> Plan:

@@ -384,31 +384,28 @@ def error_plan(
     """The one place an error status becomes a response.
 
     The body is a fixed text per status ("404 Not Found\\n"): no path, no
-    exception text ever reaches the client.
+    exception text ever reaches the client.  Every 503 (saturated pool, out
+    of descriptors, a file that shrank while read) says when to retry and
+    closes the connection (a client should back off, not pipeline more);
+    a 405 lists what is allowed (RFC 9110 §15.5.6).
     """
     body = b"%d %s\n" % (status, reason_phrase(status))
     hs = [
         (b"date", _date(now)),
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"content-length", b"%d" % len(body)),
-        *headers,
     ]
+    if status == 405:
+        hs.append((b"allow", ALLOW))
+    elif status == 503:
+        hs.append((b"retry-after", b"1"))
+        close = True
+    hs.extend(headers)
     return Plan(status, tuple(hs), (body,), send_body=not head_only, close=close)
 
 
 def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> Plan:
-    extra: list[tuple[bytes, bytes]] = []
-    if exc.status == 405:
-        extra.append((b"allow", ALLOW))
-    elif exc.status == 503:
-        extra.append((b"retry-after", b"1"))
-    return error_plan(
-        exc.status,
-        now,
-        close=exc.close or exc.status == 503,
-        headers=extra,
-        head_only=head_only,
-    )
+    return error_plan(exc.status, now, close=exc.close, head_only=head_only)
 
 
 def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
@@ -424,7 +421,7 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
         return Plan(204, ((b"date", _date(now)), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
-        return error_plan(405, now, headers=[(b"allow", ALLOW)], close=req.has_body)
+        return error_plan(405, now, close=req.has_body)
     if req.target.hidden and not cfg.hidden:
         return error_plan(404, now, head_only=method == b"HEAD")
     return None

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from ..concurrency.blocking import run_blocking
 from ..concurrency.flight import SingleFlightCache
-from ..errors import HTTPError
+from ..errors import HTTPError, errno_status
 from ..fs.opener import RootOpener
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
@@ -290,14 +290,10 @@ async def _nothing() -> bytes | None:
 
 
 def _errno_status(exc: OSError) -> int:
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return 404
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return 403
-    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
-        return 503
-    log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
-    return 500
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
+    return status
 
 
 class ContentService:
