@@ -93,6 +93,10 @@ class Prepared:
     digest: str = ""
     coding: str = ""
     data: bytes | None = None  # compressed body, once a follow-up produced it
+    # The identity bytes, when they are in memory (the warm-file cache, or
+    # the read that just filled it): a compression follow-up uses them
+    # instead of reading the file again.
+    source: bytes | None = None
 
     @property
     def needs_followup(self) -> bool:
@@ -312,13 +316,14 @@ def serve_cached(
 
 def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
     # From the compression cache (a follow-up on the trio side).  No
-    # descriptor: on a miss there, the server prepares again without this
-    # cache (Server.prepare).
+    # descriptor: on a miss there, the job compresses the cached bytes.
     facts = hit.entry.facts
     pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
     if pre is not None:
         return Prepared(pre)
-    return Prepared(_placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra)
+    return Prepared(
+        _placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra, source=hit.entry.data
+    )
 
 
 def prepare_cached(
@@ -526,7 +531,10 @@ def _prepare_file(
             pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
             if pre is not None:
                 return Prepared(pre)  # 304/412 without compressing anything
-            prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
+            source = entry.data if entry is not None else None
+            prepared = Prepared(
+                _placeholder(now), fd, facts, compress=coding, extra=extra, source=source
+            )
             fd = -1
             prepared.digest = digest
             return prepared
