@@ -52,6 +52,7 @@ from ..http.listing import (
     sort_entries,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.select import digest_applies
 from ..http.target import Target
 from ..observe.stats import Stats
 
@@ -347,7 +348,7 @@ class ContentService:
                 return False
             self._use_compressed(prepared, req, now, data)
         if prepared.digest:
-            if prepared.plan.status in (200, 206):
+            if digest_applies(prepared.plan):
                 digest = self.digests.get(self._digest_key(prepared))
                 if digest is None:
                     return False
@@ -383,7 +384,7 @@ class ContentService:
                 )
                 prepared.compress = ""
         if prepared.digest:
-            if prepared.plan.status in (200, 206):
+            if digest_applies(prepared.plan):
                 digest = await self._digest(prepared)
                 if digest is None:
                     self.stats.digest_omitted += 1
