@@ -14,8 +14,9 @@ Structure (docs/architecture.md has the picture)::
 Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
 
 1. stop accepting: cancel the accept loops and close the listeners at once
-   (closing a trio listener never waits on connection tasks, so the trap the
-   seeds recorded for asyncio's ``wait_closed()`` cannot happen here);
+   (closing a trio listener never waits on connection tasks, so asyncio's
+   ``Server.wait_closed()`` trap, waiting for every connection, cannot
+   happen here);
 2. close idle connections at once (those waiting for a request);
 3. let in-flight responses finish, each with ``Connection: close``, until
    ``shutdown_timeout``;
