@@ -403,12 +403,9 @@ def _unavailable(now: float) -> Plan:
 
 
 def _placeholder(now: float) -> Plan:
-    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out,
-    # never a wrong 200.  Shared: nothing mutates a placeholder.
-    return _PLACEHOLDER
-
-
-_PLACEHOLDER = error_plan(500, 0.0)
+    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out
+    # (dated now), never a wrong 200.
+    return error_plan(500, now)
 
 
 def _prepare_file(
