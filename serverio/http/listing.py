@@ -36,6 +36,7 @@ __all__ = [
     "SORT_KEYS",
     "Entry",
     "ListingQuery",
+    "json_text",
     "listing_etag",
     "parse_listing_query",
     "render_html",
@@ -157,6 +158,16 @@ def shown_name(name: str) -> str:
     if name.isprintable():  # fast path: none of the characters below is printable
         return name
     return "".join(_shown_char(ch) for ch in name)
+
+
+def json_text(name: str) -> str:
+    """``name`` as JSON text: each byte that is not UTF-8 (a surrogate from
+    ``surrogateescape``) becomes U+FFFD, so the document is valid Unicode
+    for every parser (RFC 8259 §8.2: lone surrogates are not).  Lossy for
+    such names, which is why every entry also has its exact ``href``."""
+    if name.isprintable():  # fast path: surrogates are not printable
+        return name
+    return "".join("\ufffd" if 0xD800 <= ord(ch) < 0xE000 else ch for ch in name)
 
 
 def _entry_href(e: Entry) -> str:
@@ -298,14 +309,17 @@ def render_json(
     Each entry has ``name``, ``type`` (``file``/``dir``), ``size`` (bytes;
     null for directories), ``mtime`` (seconds since the epoch, UTC; null
     when unknown: outside the years 1-9999) and ``href`` (the link relative
-    to the listing: ``./`` and the percent-encoded name).
+    to the listing: ``./`` and the percent-encoded name).  ``name`` and
+    ``path`` are text (:func:`json_text`: a byte that is not UTF-8 is
+    U+FFFD); ``href`` is always exact: percent-decoded, it is the name's
+    bytes.
     """
     doc = {
-        "path": "/" + "".join(s + "/" for s in segments),
+        "path": "/" + "".join(json_text(s) + "/" for s in segments),
         "truncated": truncated,
         "entries": [
             {
-                "name": e.name,
+                "name": json_text(e.name),
                 "type": "dir" if e.is_dir else "file",
                 "size": None if e.is_dir else e.size,
                 "mtime": e.mtime,

@@ -182,13 +182,10 @@ def hash_bytes(algorithm: str, data: bytes) -> bytes:
 
 def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
     """Would a request for this name pass :func:`serverio.http.target.parse_target`
-    and the hidden policy?  Names that cannot be served are not listed: a
-    name that is not UTF-8 has no URL (the parser accepts strict UTF-8 only,
-    one spelling per name).  A backslash is fine: it is linked as ``%5C``."""
-    try:
-        name.encode("utf-8")  # undecodable bytes come back as surrogates
-    except UnicodeEncodeError:
-        return False
+    and the hidden policy?  Names that cannot be served are not listed.
+    Every other name has a URL: a backslash is linked as ``%5C``, a byte
+    that is not UTF-8 (scandir gives it as a surrogate, as the target
+    parser does) as its own ``%XX``."""
     if name.startswith("."):
         return hidden or (at_root and name == ".well-known")
     return True
