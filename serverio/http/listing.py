@@ -36,6 +36,7 @@ __all__ = [
     "SORT_KEYS",
     "Entry",
     "ListingQuery",
+    "entries_digest",
     "json_text",
     "listing_etag",
     "parse_listing_query",
@@ -173,6 +174,25 @@ def json_text(name: str) -> str:
 def _entry_href(e: Entry) -> str:
     # "./" first: even an encoded first segment never starts the reference.
     return "./" + quote_segment(e.name) + ("/" if e.is_dir else "")
+
+
+def entries_digest(entries: Sequence[Entry], truncated: bool) -> bytes:
+    """A digest of what a scan found, in scan order (pure).
+
+    Two scans with the same digest render to the same bytes for the same
+    path, query and limit, so the digest keys the shared rendered listing
+    (:mod:`serverio.pipeline.content`).  It covers every field a listing
+    shows: name (its exact bytes), type, size and time.  Names never
+    contain NUL, so NUL-separated fields are unambiguous.
+    """
+    # surrogatepass: total for any str, and injective (valid UTF-8 never
+    # holds an encoded surrogate, so no two names give the same bytes).
+    fields = b"".join(
+        b"%s\0%s%d %r\0"
+        % (e.name.encode("utf-8", "surrogatepass"), b"d" if e.is_dir else b"f", e.size, e.mtime)
+        for e in entries
+    )
+    return hashlib.blake2b(fields + (b"t" if truncated else b"f"), digest_size=16).digest()
 
 
 def listing_etag(body: bytes) -> str:
