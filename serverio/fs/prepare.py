@@ -17,10 +17,11 @@ import errno
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..config import Config
+from ..errors import errno_status
 from ..http.codecs import CODECS
 from ..http.core import (
     FileFacts,
@@ -60,11 +61,6 @@ __all__ = [
 
 log = logging.getLogger("serverio")
 
-_NOT_FOUND_ERRNOS = frozenset(
-    {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EXDEV, errno.ENAMETOOLONG, errno.EINVAL}
-)
-_FORBIDDEN_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
-_OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 _PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
 
 
@@ -110,14 +106,12 @@ class Prepared:
 
 
 def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
-    if exc.errno in _NOT_FOUND_ERRNOS:
-        return error_plan(404, now, head_only=head)
-    if exc.errno in _FORBIDDEN_ERRNOS:
-        return error_plan(403, now, head_only=head)
-    if exc.errno in _OVERLOAD_ERRNOS:
-        return error_plan(503, now, headers=[(b"retry-after", b"1")], close=True, head_only=head)
-    log.error("filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0))
-    return error_plan(500, now, head_only=head)
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error(
+            "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
+        )
+    return error_plan(status, now, head_only=head)
 
 
 def _read_all(fd: int, size: int) -> bytes | None:
@@ -131,8 +125,8 @@ def _read_all(fd: int, size: int) -> bytes | None:
     return data
 
 
-def _read_spans(fd: int, plan: Plan) -> bool:
-    """Replace the plan's file spans with their bytes.  False if the file shrank."""
+def _read_spans(fd: int, plan: Plan) -> Plan | None:
+    """The plan with its file spans replaced by their bytes; None if the file shrank."""
     body: list[bytes | FileSpan] = []
     for piece in plan.body:
         if isinstance(piece, FileSpan):
@@ -140,19 +134,22 @@ def _read_spans(fd: int, plan: Plan) -> bool:
             while len(data) < piece.length:
                 more = os.pread(fd, piece.length - len(data), piece.offset + len(data))
                 if not more:
-                    return False
+                    return None
                 data += more
             body.append(data)
         else:
             body.append(piece)
-    plan.body = tuple(body)
-    return True
+    return replace(plan, body=tuple(body))
 
 
-def _slice_spans(data: bytes, plan: Plan) -> None:
-    """Replace the plan's file spans with slices of the whole file's ``data``."""
-    plan.body = tuple(
-        data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p for p in plan.body
+def _slice_spans(data: bytes, plan: Plan) -> Plan:
+    """The plan with its file spans replaced by slices of the whole file's ``data``."""
+    return replace(
+        plan,
+        body=tuple(
+            data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p
+            for p in plan.body
+        ),
     )
 
 
@@ -161,7 +158,7 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     try:
         fd = opener.open(rel)
     except OSError as exc:
-        if exc.errno in _NOT_FOUND_ERRNOS or exc.errno in _FORBIDDEN_ERRNOS:
+        if errno_status(exc.errno) in (403, 404):
             return None
         raise
     try:
@@ -304,9 +301,11 @@ def serve_cached(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
     )
     if plan.needs_file:
-        _slice_spans(rep.data, plan)
+        plan = _slice_spans(rep.data, plan)
     if plain:
-        plan.head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        plan = replace(
+            plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        )
         plain_memo[memo_key] = (second, plan)
     return Prepared(plan, facts=rep.facts, coding=hit.coding)
 
@@ -424,7 +423,7 @@ def prepare(
 
 def _unavailable(now: float) -> Plan:
     # The file shrank while we read it: try again (never a short body).
-    return error_plan(503, now, headers=[(b"retry-after", b"1")])
+    return error_plan(503, now)
 
 
 def _placeholder(now: float) -> Plan:
@@ -532,20 +531,22 @@ def _prepare_file(
             prepared.digest = digest
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
-        prepared = Prepared(plan, facts=facts, coding=coding)
-        if plan.status in (200, 206):
-            prepared.digest = digest
-        keep = bool(prepared.digest)  # the hash job reads from this descriptor
+        if plan.status not in (200, 206):
+            digest = ""
+        keep = bool(digest)  # the hash job reads from this descriptor
         if served is not None:
             if plan.needs_file:
-                _slice_spans(served.data, plan)
+                plan = _slice_spans(served.data, plan)
         elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
-            if not _read_spans(fd, plan):
+            read = _read_spans(fd, plan)
+            if read is None:
                 return Prepared(_unavailable(now), facts=facts)
+            plan = read
         elif plan.needs_file:
             keep = True
+        prepared = Prepared(plan, facts=facts, coding=coding, digest=digest)
         if keep:
             prepared.fd, fd = fd, -1  # ownership moves to the caller
         return prepared

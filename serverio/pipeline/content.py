@@ -30,12 +30,12 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from ..concurrency.blocking import run_blocking
 from ..concurrency.flight import SingleFlightCache
-from ..errors import HTTPError
+from ..errors import HTTPError, errno_status
 from ..fs.opener import RootOpener
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
@@ -320,14 +320,10 @@ async def _nothing() -> bytes | None:
 
 
 def _errno_status(exc: OSError) -> int:
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return 404
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return 403
-    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
-        return 503
-    log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
-    return 500
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
+    return status
 
 
 class ContentService:
@@ -454,7 +450,9 @@ class ContentService:
 
     @staticmethod
     def _use_digest(prepared: Prepared, digest: bytes) -> None:
-        prepared.plan.headers.append((b"repr-digest", repr_digest_field(prepared.digest, digest)))
+        plan = prepared.plan
+        field = (b"repr-digest", repr_digest_field(prepared.digest, digest))
+        prepared.plan = replace(plan, headers=(*plan.headers, field))
 
     @staticmethod
     def _done(prepared: Prepared) -> None:
