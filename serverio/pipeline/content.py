@@ -581,9 +581,13 @@ class ContentService:
 
             listing = await self.listings.get_or_run(key, make_job)
             if listing is None:
-                # The work pool refused the render (or the server is
-                # shutting down): the same answer as a refused scan.
-                raise HTTPError(503, "work pool saturated")
+                # No shared render: the work pool refused it, or no job
+                # nursery runs (shutting down, or a bare ConnectionTask).
+                # Render for this request alone, requester-owned like the
+                # scan: a full pool is a 503 (PoolSaturated).
+                listing = await run_blocking(
+                    work, render_listing, segments, scan.entries, query, scan.truncated, limit
+                )
         server.stats.listings += 1
         body, ctype, etag = listing
         return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)
