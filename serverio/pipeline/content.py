@@ -33,8 +33,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
-from ..concurrency.blocking import run_blocking
+from ..concurrency.blocking import Pool, run_blocking
 from ..concurrency.flight import SingleFlightCache
+from ..config import Config
 from ..errors import HTTPError, errno_status
 from ..fs.opener import RootOpener
 from ..http.codecs import compress_bytes
@@ -52,10 +53,11 @@ from ..http.listing import (
     sort_entries,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.select import digest_applies
+from ..observe.stats import Stats
 
 if TYPE_CHECKING:
     from ..fs.prepare import Prepared
-    from ..net.server import Server
 
 __all__ = [
     "ContentService",
@@ -327,11 +329,18 @@ def _errno_status(exc: OSError) -> int:
 
 
 class ContentService:
-    """The server's caches and follow-up logic (one per :class:`Server`)."""
+    """The follow-up caches (compression, digests, listings) and the logic that fills
+    and reads them; one per server, which hands in the ``work`` pool and
+    the root opener (called when a scan needs it)."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        cfg = server.config
+    def __init__(
+        self, config: Config, stats: Stats, work: Pool, opener: Callable[[], RootOpener]
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.work = work
+        self.opener = opener
+        cfg = config
         self.compressed: SingleFlightCache[CompressKey, bytes] = SingleFlightCache(
             "compression", cfg.compress_cache_size, len
         )
@@ -346,7 +355,7 @@ class ContentService:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The job nurseries of both caches, for the server's lifetime.
+        """The job nurseries of the caches, for the server's lifetime.
 
         Cancellation handling: leaving the block cancels every job still
         running; their threads are abandoned and close their own
@@ -374,7 +383,7 @@ class ContentService:
                 return False
             self._use_compressed(prepared, req, now, data)
         if prepared.digest:
-            if prepared.plan.status in (200, 206):
+            if digest_applies(prepared.plan):
                 digest = self.digests.get(self._digest_key(prepared))
                 if digest is None:
                     return False
@@ -382,14 +391,6 @@ class ContentService:
             prepared.digest = ""
         self._done(prepared)
         return True
-
-    def can_finish_without_file(self, prepared: Prepared) -> bool:
-        """Can ``prepared``'s compression follow-up be finished with no descriptor?
-
-        A warm-file cache answer (serverio.fs.filecache) defers on-the-fly
-        coding to the compression cache and has no descriptor for a job.
-        """
-        return self._compress_key(prepared) in self.compressed
 
     async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> None:
         """Carry out the remaining follow-ups on ``prepared``, replacing its plan.
@@ -410,18 +411,18 @@ class ContentService:
             else:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
-                self.server.stats.compress_fallbacks += 1
+                self.stats.compress_fallbacks += 1
                 facts = prepared.facts
                 assert facts is not None
                 prepared.plan = decide_file(
-                    req, facts, self.server.config, now, vary=True, extra=prepared.extra
+                    req, facts, self.config, now, vary=True, extra=prepared.extra
                 )
                 prepared.compress = ""
         if prepared.digest:
-            if prepared.plan.status in (200, 206):
+            if digest_applies(prepared.plan):
                 digest = await self._digest(prepared)
                 if digest is None:
-                    self.server.stats.digest_omitted += 1
+                    self.stats.digest_omitted += 1
                 else:
                     self._use_digest(prepared, digest)
             prepared.digest = ""
@@ -433,11 +434,11 @@ class ContentService:
         facts = prepared.facts
         assert facts is not None
         coding = prepared.compress
-        self.server.stats.compressed_responses += 1
+        self.stats.compressed_responses += 1
         prepared.plan = decide_file(
             req,
             facts,
-            self.server.config,
+            self.config,
             now,
             coding=coding,
             data=data,
@@ -478,11 +479,21 @@ class ContentService:
         hit = self.compressed.get(key)
         if hit is not None:
             return hit  # the hot path: no thread hop, no syscall
-        work = self.server.work
+        work = self.work
         fd = prepared.fd
+        source = prepared.source
         size, mtime_ns = facts.size, facts.mtime_ns
 
         def make_job() -> Callable[[], Awaitable[bytes | None]]:
+            if source is not None:
+                # The file's bytes are in memory (the warm-file cache, or
+                # the read that just filled it): compress those, no re-read.
+                data = source
+
+                async def bytes_job() -> bytes | None:
+                    return await run_blocking(work, compress_bytes, coding, data)
+
+                return bytes_job
             # The job gets its own descriptor, taken now while the
             # requester's is open: the requester may give up (and close its
             # own) while the job runs for everyone else.
@@ -509,7 +520,7 @@ class ContentService:
         hit = self.digests.get(key)
         if hit is not None:
             return hit
-        work = self.server.work
+        work = self.work
         size, mtime_ns = facts.size, facts.mtime_ns
         fd = prepared.fd
 
@@ -540,8 +551,8 @@ class ContentService:
         the fs pool); then the rendered body from the listing cache, or
         rendered once in the work pool for every identical request; then
         decide on the trio thread."""
-        server = self.server
-        cfg = server.config
+        cfg = self.config
+        work = self.work
         query = parse_listing_query(
             parse_query(req.target.query), accept_json=prefers_json(req.accept)
         )
@@ -550,10 +561,10 @@ class ContentService:
         prepared.fd = -1
         try:
             scan = await run_blocking(
-                server.work,
+                work,
                 scan_listing,
                 owned,
-                server.opener,
+                self.opener(),
                 req.target.relpath,
                 cfg.hidden,
                 cfg.listing_max_entries,
@@ -568,7 +579,6 @@ class ContentService:
         key: ListingKey = (scan.dev, scan.ino, segments, query, scan.digest)
         listing = self.listings.get(key)
         if listing is None:
-            work = server.work
             limit = cfg.listing_max_entries
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
@@ -588,6 +598,6 @@ class ContentService:
                 listing = await run_blocking(
                     work, render_listing, segments, scan.entries, query, scan.truncated, limit
                 )
-        server.stats.listings += 1
+        self.stats.listings += 1
         body, ctype, etag = listing
         return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)
