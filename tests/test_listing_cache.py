@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from serverio.ops.metrics import caches_of
+from testkit.reliability import MiB, ServerProcess
 
 from .conftest import make_config, memory_connection
-from .reliability import MiB, ServerProcess
 from .test_transport import KiB, _connect, _read_response, _request
 
 
