@@ -2,7 +2,8 @@
 anything outside it, and the dotfile policy holds for resolved paths.
 
 Every test runs under each strategy of :class:`serverio.fs.opener.RootOpener`
-(the ``strategy`` fixture forces it): openat2 and the component walk.
+(the ``strategy`` fixture forces it): openat2, the component walk, and the
+by-path ``windows`` strategy (simulated on Linux).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -111,8 +112,8 @@ def test_simulated_windows_strategy_serves_a_short_shaped_name_only_when_listed(
     # only the long name.
     real_listdir = os.listdir
 
-    def listdir(path: object = ".") -> list[str]:
-        names = real_listdir(path)  # type: ignore[arg-type]
+    def listdir(path: str = ".") -> list[str]:
+        names = real_listdir(path)
         return [".secret-report.txt" if n == "REPORT~1.TXT" else n for n in names]
 
     monkeypatch.setattr(os, "listdir", listdir)
@@ -127,7 +128,11 @@ def test_simulated_windows_strategy_never_opens_a_fifo(
     os.mkfifo(root / "pipe")
     opened: list[object] = []
     real_open = os.open
-    monkeypatch.setattr(os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    def recording_open(path: str, *args: int, **kwargs: int) -> int:
+        opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
     assert _errno(windows_opener, "pipe") == errno.ENOENT
     assert opened == []
 
@@ -182,7 +187,7 @@ def test_workers_are_refused_where_reuseport_does_not_balance(
     root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert workers.workers_unsupported() is None  # Linux balances
-    monkeypatch.setattr(workers.sys, "platform", "darwin")
+    monkeypatch.setattr(sys, "platform", "darwin")
     assert workers.supervise(make_config(root, workers=2)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "darwin" in err and err.startswith("serverio: error: ")
@@ -193,7 +198,7 @@ def test_workers_are_refused_where_reuseport_does_not_balance(
 def test_inherited_fds_are_refused_without_posix_descriptors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(activation.os, "name", "nt")
+    monkeypatch.setattr(os, "name", "nt")
     with pytest.raises(ConfigError, match="--fd"):
         activation.listeners_from_fds([3])
     assert activation.listeners_from_fds([]) == []
@@ -204,3 +209,34 @@ def test_signals_watched_are_the_platform_s() -> None:
 
     assert _run.SIGHUP == signal.SIGHUP
     assert set(_run.SIGNALS) == {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this host")
+async def test_bind_on_ipv6_any_is_dual_stack() -> None:
+    """``-b ::`` accepts both families on one listener (like http.server)."""
+    import trio
+
+    from serverio.net.server import _bind
+
+    listener = await _bind("::", 0)
+    try:
+        port = listener.socket.getsockname()[1]
+        for host in ("::1", "127.0.0.1"):
+            with trio.fail_after(5):
+                client = await trio.open_tcp_stream(host, port)
+                server_side = await listener.accept()
+                await client.send_all(b"x")
+                assert await server_side.receive_some(1) == b"x"
+                await client.aclose()
+                await server_side.aclose()
+    finally:
+        await listener.aclose()
