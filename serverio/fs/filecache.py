@@ -45,7 +45,15 @@ from dataclasses import dataclass, field
 
 from ..http.core import FileFacts, Plan
 
-__all__ = ["RACY_SECONDS", "CachedFile", "FileCache", "FileCacheStats", "Sidecar", "identity"]
+__all__ = [
+    "RACY_SECONDS",
+    "CachedFile",
+    "FileCache",
+    "FileCacheStats",
+    "Sidecar",
+    "identity",
+    "window_state",
+]
 
 # Files changed less than this long before the read are not cached (see
 # "Racy entries" above).  2 s covers FAT's timestamp granularity.
@@ -63,6 +71,24 @@ def identity(st: os.stat_result) -> Identity:
 
 
 StatAt = Callable[[str], os.stat_result]
+
+
+def window_state(checked: float, mono: float, valid: float) -> str:
+    """Pooled mode's rule for an entry last revalidated at ``checked``.
+
+    ``"fresh"``: served without a syscall.  ``"refresh"`` (past half the
+    window): still served without waiting, while one background stat
+    revalidates it.  ``"expired"``: every request for it waits for that one
+    shared stat instead of each hopping into the pool itself (64 hops at
+    once would be a stampede).  Times are trio's clock; ``valid`` is
+    ``--fs-cache-valid`` (0: every request waits for a fresh stat).
+    """
+    age = mono - checked
+    if age > valid:
+        return "expired"
+    if age > valid / 2:
+        return "refresh"
+    return "fresh"
 
 
 def _same(path: str, ident: Identity | None, stat_at: StatAt) -> bool:
