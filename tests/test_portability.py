@@ -191,7 +191,7 @@ def test_workers_are_refused_where_reuseport_does_not_balance(
     assert workers.supervise(make_config(root, workers=2)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "darwin" in err and err.startswith("serverio: error: ")
-    monkeypatch.setattr(workers, "_SO_REUSEPORT", None)
+    monkeypatch.delattr(socket, "SO_REUSEPORT")
     assert workers.workers_unsupported() is not None
 
 

@@ -77,9 +77,14 @@ _HEADER = struct.Struct("!I")
 # directory that holds the top-level package (this file is serverio/ops/).
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _NO_REUSEPORT = "--workers needs SO_REUSEPORT, which this platform does not support"
-# Looked up, not named: Windows has neither, and macOS/BSD lack the balancing.
-_SO_REUSEPORT: int | None = getattr(socket, "SO_REUSEPORT", None)
-_AF_UNIX: int | None = getattr(socket, "AF_UNIX", None)
+
+
+def _socket_constant(name: str) -> int | None:
+    """Looked up when needed, not named: Windows has neither SO_REUSEPORT
+    nor AF_UNIX."""
+    value: int | None = getattr(socket, name, None)
+    return value
+
 # Workers get a process group of their own (a terminal's Ctrl+C reaches the
 # supervisor only, which forwards it); a POSIX-only keyword of open_process.
 _NEW_GROUP: dict[str, Any] = {"process_group": 0}
@@ -95,7 +100,7 @@ def workers_unsupported() -> str | None:
     neither SO_REUSEPORT nor the AF_UNIX scrape sockets: there the option is
     refused rather than run as N processes of which one works.
     """
-    if _SO_REUSEPORT is None or _AF_UNIX is None:
+    if _socket_constant("SO_REUSEPORT") is None or _socket_constant("AF_UNIX") is None:
         return _NO_REUSEPORT
     platform: str = sys.platform  # a runtime check, also for mypy --platform
     if not platform.startswith("linux"):
@@ -139,8 +144,9 @@ def _reserve(host: str, port: int) -> socket.socket:
     sock = socket.socket(family_, type_, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        assert _SO_REUSEPORT is not None  # workers_unsupported() checked
-        sock.setsockopt(socket.SOL_SOCKET, _SO_REUSEPORT, 1)
+        reuseport = _socket_constant("SO_REUSEPORT")
+        assert reuseport is not None  # workers_unsupported() checked
+        sock.setsockopt(socket.SOL_SOCKET, reuseport, 1)
         if family_ == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(sockaddr)
@@ -472,8 +478,9 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
 
 async def _snapshot_service(sock_path: str, server: Server) -> None:
     """Answer each connection on ``sock_path`` with this process's snapshot."""
-    assert _AF_UNIX is not None  # workers_unsupported() checked
-    sock = trio.socket.socket(_AF_UNIX, socket.SOCK_STREAM)
+    af_unix = _socket_constant("AF_UNIX")
+    assert af_unix is not None  # workers_unsupported() checked
+    sock = trio.socket.socket(af_unix, socket.SOCK_STREAM)
     await sock.bind(sock_path)
     sock.listen(16)
     listener = trio.SocketListener(sock)
