@@ -14,6 +14,7 @@ response emitter does, or the late-close path if the waiter was cancelled).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -23,16 +24,20 @@ from typing import NamedTuple
 from ..config import Config
 from ..http.codecs import CODECS
 from ..http.core import (
+    EtagPolicy,
     FileFacts,
     FileSpan,
     Plan,
     RequestFacts,
+    content_digest,
     decide_directory,
     decide_file,
     depends_on_method_only,
     error_plan,
+    mtime_is_synthetic,
     precondition_plan,
     spa_fallback_applies,
+    wants_content_hash,
 )
 from ..http.disposition import content_disposition, download_matches
 from ..http.mime import guess_type, is_compressible
@@ -46,7 +51,7 @@ from ..http.negotiate import (
     wanted_codings,
 )
 from ..http.wire import head_bytes
-from .filecache import CachedFile, FileCache, Sidecar, identity, settled
+from .filecache import CachedFile, FileCache, HashStore, Sidecar, identity, settled
 from .opener import RootOpener
 
 __all__ = [
@@ -97,10 +102,11 @@ class Prepared:
     digest: str = ""
     coding: str = ""
     data: bytes | None = None  # compressed body, once a follow-up produced it
+    hash_job: bool = False
 
     @property
     def needs_followup(self) -> bool:
-        return self.listing or bool(self.compress) or bool(self.digest)
+        return self.listing or bool(self.compress) or bool(self.digest) or self.hash_job
 
     def close(self) -> None:
         """Close the descriptor; safe to call again (the second call is a no-op)."""
@@ -175,14 +181,74 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     return fd, st
 
 
-def _facts(st: os.stat_result, content_type: str) -> FileFacts:
-    return FileFacts(
-        size=st.st_size,
+class _Shrank(Exception):
+    """The file is shorter than its fstat said: it is being rewritten."""
+
+
+@functools.lru_cache(maxsize=8)
+def _policy(mode: str, hash_max: int, epoch: int | None) -> EtagPolicy:
+    return EtagPolicy(mode, hash_max, None if epoch is None else epoch * 10**9)
+
+
+def _facts(
+    st: os.stat_result,
+    content_type: str,
+    cfg: Config,
+    hashes: HashStore | None,
+    now: float,
+    fd: int = -1,
+    data: bytes | None = None,
+) -> tuple[FileFacts, bytes | None]:
+    """The file's facts with what its ETag needs (serverio.http.core), and its
+    whole content when this had to read it for that (else ``None``).
+
+    The rule (:func:`~serverio.http.core.wants_content_hash`) decides;
+    this gathers: a stored hash of the same settled identity, the hash of
+    ``data`` (or of the bytes read from ``fd``) for a small file, or, for a
+    large one, ``hash_pending`` (the trio side computes it in the work
+    pool).  Raises :class:`_Shrank` if the file is shorter than ``st``.
+    """
+    policy = _policy(cfg.etag, cfg.small_file_size, cfg.source_date_epoch)
+    size = st.st_size
+    shared = (
+        hashes is not None
+        and policy.mode == "auto"
+        and size > policy.hash_max
+        and hashes.shared_mtime(st)
+    )
+    synthetic = mtime_is_synthetic(st.st_mtime_ns, policy, shared)
+    digest: bytes | None = None
+    pending = False
+    if wants_content_hash(size, synthetic, policy):
+        ok = settled(st, now)
+        ident = identity(st)
+        if data is None and hashes is not None and ok:
+            digest = hashes.get(ident)
+        if digest is None:
+            if data is None and size <= policy.hash_max and fd >= 0:
+                data = _read_all(fd, size)
+                if data is None:
+                    raise _Shrank
+            if data is not None:
+                digest = content_digest(data)
+                if ok and hashes is not None:
+                    hashes.put(ident, digest)
+            else:
+                pending = True
+        else:
+            data = None
+    facts = FileFacts(
+        size=size,
         mtime_ns=st.st_mtime_ns,
         dev=st.st_dev,
         ino=st.st_ino,
         content_type=content_type,
+        content_hash=digest,
+        hash_pending=pending,
+        synthetic_mtime=synthetic,
+        ctime_ns=st.st_ctime_ns,
     )
+    return facts, data
 
 
 def _file_headers(
@@ -350,6 +416,7 @@ def prepare(
     boundary: str = "",
     cache: FileCache | None = None,
     mono: float = 0.0,
+    hashes: HashStore | None = None,
 ) -> Prepared:
     """Resolve, open, validate and decide.  Blocking; never raises for
     filesystem trouble (it becomes a plan).
@@ -357,6 +424,7 @@ def prepare(
     With ``cache``, a warm small file is answered from memory after one
     ``stat`` (:func:`prepare_cached`), and a settled small file read here
     is stored there; ``mono`` (trio clock) stamps the revalidation.
+    ``hashes`` keeps the content hashes ETags are made of.
     """
     if cache is not None:
         hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
@@ -383,7 +451,9 @@ def prepare(
             if opened is None:
                 raise
             spa_fd, spa_st = opened  # ownership moves to _prepare_file
-            return _prepare_file(req, cfg, opener, now, boundary, spa_fd, spa_st, cfg.spa)
+            return _prepare_file(
+                req, cfg, opener, now, boundary, spa_fd, spa_st, cfg.spa, hashes=hashes
+            )
         st = os.fstat(fd)
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
@@ -414,7 +484,9 @@ def prepare(
             # resolution would have said ENOTDIR for "file.txt/.").
             return Prepared(error_plan(404, now, head_only=head))
         file_fd, fd = fd, -1  # ownership moves to _prepare_file
-        return _prepare_file(req, cfg, opener, now, boundary, file_fd, st, relpath, cache, mono)
+        return _prepare_file(
+            req, cfg, opener, now, boundary, file_fd, st, relpath, cache, mono, hashes
+        )
     except OSError as exc:
         return Prepared(_errno_plan(exc, now, head))
     finally:
@@ -447,6 +519,7 @@ def _prepare_file(
     relpath: str,
     cache: FileCache | None = None,
     mono: float = 0.0,
+    hashes: HashStore | None = None,
 ) -> Prepared:
     """The response for the regular file open on ``fd`` (which this owns).
 
@@ -457,7 +530,10 @@ def _prepare_file(
     """
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
-        facts = _facts(st, ctype)
+        try:
+            facts, data = _facts(st, ctype, cfg, hashes, now, fd)
+        except _Shrank:
+            return Prepared(_unavailable(now))
         extra, vary = _file_headers(req, cfg, relpath, ctype)
         digest = (want_digest(req.want_repr_digest) or "") if cfg.digest else ""
         entry: CachedFile | None = None
@@ -469,7 +545,8 @@ def _prepare_file(
             and cache.admits(st.st_size)
             and settled(st, now)
         ):
-            data = _read_all(fd, st.st_size)
+            if data is None:
+                data = _read_all(fd, st.st_size)
             if data is None:
                 return Prepared(_unavailable(now), facts=facts)
             entry = CachedFile(identity(st), facts, data, mono)
@@ -503,9 +580,10 @@ def _prepare_file(
                         ):
                             side_data = _read_all(opened[0], side_st.st_size)
                             if side_data is not None:
-                                side = CachedFile(
-                                    identity(side_st), _facts(side_st, ctype), side_data, mono
+                                side_facts, _ = _facts(
+                                    side_st, ctype, cfg, hashes, now, data=side_data
                                 )
+                                side = CachedFile(identity(side_st), side_facts, side_data, mono)
                                 entry.sidecars[c] = Sidecar(path, side.ident, side)
                                 cached_sidecars[c] = side
                         # Otherwise no state is recorded for c: a later
@@ -515,8 +593,13 @@ def _prepare_file(
                     # Serve the sidecar: its own length, identity, ETag.
                     os.close(fd)
                     fd, st = sidecars.pop(coding)
-                    facts = _facts(st, ctype)
                     served = cached_sidecars.get(coding)
+                    try:
+                        facts, data = _facts(
+                            st, ctype, cfg, hashes, now, fd, served.data if served else None
+                        )
+                    except _Shrank:
+                        return Prepared(_unavailable(now))
             finally:
                 for sfd, _ in sidecars.values():
                     os.close(sfd)
@@ -530,15 +613,21 @@ def _prepare_file(
             prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
             fd = -1
             prepared.digest = digest
+            prepared.hash_job = facts.hash_pending and settled(st, now)
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
         prepared = Prepared(plan, facts=facts, coding=coding)
         if plan.status in (200, 206):
             prepared.digest = digest
-        keep = bool(prepared.digest)  # the hash job reads from this descriptor
+        # The ETag's hash job (large settled files) reads this descriptor too.
+        prepared.hash_job = facts.hash_pending and settled(st, now)
+        keep = bool(prepared.digest) or prepared.hash_job  # the hash jobs read from it
         if served is not None:
             if plan.needs_file:
                 _slice_spans(served.data, plan)
+        elif data is not None:
+            if plan.needs_file:
+                _slice_spans(data, plan)  # read whole for its ETag already
         elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.

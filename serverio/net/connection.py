@@ -146,8 +146,15 @@ class ConnectionTask:
 
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;
-        one with a request in flight finishes it (with Connection: close)."""
-        if self.read_scope is not None and not self.in_flight:
+        one with a request in flight finishes it (with Connection: close).
+        During a lame-duck period (``server.cut_fresh`` not yet set) only
+        an idle keep-alive connection closes: one still waiting for its
+        first request (or TLS handshake) was just accepted and is served."""
+        if (
+            self.read_scope is not None
+            and not self.in_flight
+            and (self._phase == _KEEPALIVE or self.server.cut_fresh)
+        ):
             self._drained = True
             self.read_scope.cancel()
 
@@ -232,7 +239,7 @@ class ConnectionTask:
         assert isinstance(self.stream, trio.SSLStream)
         with trio.CancelScope(deadline=trio.current_time() + server.config.head_timeout) as scope:
             self.read_scope = scope
-            if server.draining:
+            if server.cut_fresh:
                 scope.cancel()
             try:
                 await self.stream.do_handshake()
@@ -278,7 +285,7 @@ class ConnectionTask:
         """The next request head, or None when the connection should close
         quietly (EOF, keep-alive timeout, drain)."""
         server = self.server
-        if server.draining:
+        if server.draining and (idle or server.cut_fresh):
             return None
         fd = self._fd
         if fd >= 0 and (self._fed or not idle):
