@@ -51,7 +51,15 @@ from ..http.negotiate import (
     wanted_codings,
 )
 from ..http.wire import head_bytes
-from .filecache import CachedFile, FileCache, HashStore, Sidecar, identity, settled
+from .filecache import (
+    RACY_SECONDS,
+    CachedFile,
+    FileCache,
+    HashStore,
+    Sidecar,
+    identity,
+    settled,
+)
 from .opener import RootOpener
 
 __all__ = [
@@ -190,6 +198,17 @@ def _policy(mode: str, hash_max: int, epoch: int | None) -> EtagPolicy:
     return EtagPolicy(mode, hash_max, None if epoch is None else epoch * 10**9)
 
 
+def _hash_settled(st: os.stat_result, now: float) -> bool:
+    """May a content hash of this file be stored under its identity?
+
+    Its ctime is more than RACY_SECONDS old: any write (and any utime)
+    sets the ctime to the current time, so a later change is a new
+    identity.  (Not the mtime: tools set it anywhere, the future included,
+    and a file with a future mtime would otherwise never be hashed.)
+    """
+    return st.st_ctime_ns < int((now - RACY_SECONDS) * 1e9)
+
+
 def _facts(
     st: os.stat_result,
     content_type: str,
@@ -220,7 +239,7 @@ def _facts(
     digest: bytes | None = None
     pending = False
     if wants_content_hash(size, synthetic, policy):
-        ok = settled(st, now)
+        ok = _hash_settled(st, now)
         ident = identity(st)
         if data is None and hashes is not None and ok:
             digest = hashes.get(ident)
@@ -613,14 +632,14 @@ def _prepare_file(
             prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
             fd = -1
             prepared.digest = digest
-            prepared.hash_job = facts.hash_pending and settled(st, now)
+            prepared.hash_job = facts.hash_pending and _hash_settled(st, now)
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
         prepared = Prepared(plan, facts=facts, coding=coding)
         if plan.status in (200, 206):
             prepared.digest = digest
         # The ETag's hash job (large settled files) reads this descriptor too.
-        prepared.hash_job = facts.hash_pending and settled(st, now)
+        prepared.hash_job = facts.hash_pending and _hash_settled(st, now)
         keep = bool(prepared.digest) or prepared.hash_job  # the hash jobs read from it
         if served is not None:
             if plan.needs_file:
