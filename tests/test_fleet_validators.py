@@ -60,7 +60,8 @@ def test_cp_a_replicas_send_identical_etags_and_validate_each_others(tmp_path: P
         assert status == 206 and body == BIG[1000:2000]
         assert hs["content-range"] == f"bytes 1000-1999/{len(BIG)}"
         small_tag = request(a.url, "/small.txt")[1]["etag"]
-        status, _, body = request(c.url, "/small.txt", {"Range": "bytes=0-3", "If-Range": small_tag})
+        ranged = {"Range": "bytes=0-3", "If-Range": small_tag}
+        status, _, body = request(c.url, "/small.txt", ranged)
         assert status == 206 and body == SMALL[:4]
 
 

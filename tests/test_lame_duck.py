@@ -112,9 +112,9 @@ async def test_without_delay_the_listener_closes_at_once(
 
 
 def _serve(root: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
+    argv = [sys.executable, "-m", "serverio", "0", "-d", str(root), "-q"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "serverio", "0", "-d", str(root), "-q"]
-        + ["--admin-bind", "127.0.0.1:0", *extra],
+        [*argv, "--admin-bind", "127.0.0.1:0", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
