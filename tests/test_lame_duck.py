@@ -46,13 +46,18 @@ async def test_lame_duck_keeps_accepting_for_the_delay_then_closes(
         first = await idle.get("/hello.txt")
         assert first.status == 200 and first.header("connection") is None
         assert (await health("/healthz"))[0] == 200
+        other = await connect(port)
+        assert (await other.get("/hello.txt")).status == 200
         t0 = trio.current_time()
         srv.shutdown()
         await wait_until(lambda: srv.draining)
-        # At once: health 503, idle keep-alive connections closed.
+        # At once: health 503; a request on an idle keep-alive connection
+        # is still answered, and ends its connection.
         assert (await health("/healthz"))[0] == 503
+        again = await other.get("/hello.txt")
+        assert again.status == 200 and again.header("connection") == "close"
         with trio.fail_after(1):
-            assert await idle.at_eof()
+            assert await other.at_eof()
         assert trio.current_time() - t0 < 1
         # Well inside the delay: still accepting, each response closes.
         await trio.sleep(20)
@@ -71,9 +76,12 @@ async def test_lame_duck_keeps_accepting_for_the_delay_then_closes(
         closed_after = trio.current_time() - t0
         assert 30 <= closed_after < 31
         assert _refused(port)
+        # The idle keep-alive connection was closed when the delay ended.
+        with trio.fail_after(1):
+            assert await idle.at_eof()
         answer = await quiet.get("/hello.txt")
         assert answer.status == 200 and answer.header("connection") == "close"
-        for c in (idle, late, quiet):
+        for c in (idle, other, late, quiet):
             await c.stream.aclose()
     assert srv.stats.cancelled == 0
 

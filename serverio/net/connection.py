@@ -147,9 +147,9 @@ class ConnectionTask:
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;
         one with a request in flight finishes it (with Connection: close).
-        During a lame-duck period (``server.cut_fresh`` not yet set) only
-        an idle keep-alive connection closes: one still waiting for its
-        first request (or TLS handshake) was just accepted and is served."""
+        After a lame-duck period (``server.cut_fresh`` not set) only an
+        idle keep-alive connection closes: one still waiting for its first
+        request (or TLS handshake) was just accepted and is served."""
         if (
             self.read_scope is not None
             and not self.in_flight

@@ -14,12 +14,15 @@ Structure (docs/architecture.md has the picture)::
 Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
 
 0. lame duck, for ``--shutdown-delay S`` > 0 (load balancers): ``draining``
-   turns on at once (``/healthz`` answers 503, idle keep-alive connections
-   close, every response ends its connection), but the listeners keep
+   turns on at once (``/healthz`` answers 503, every response ends its
+   connection with ``Connection: close``), but the listeners keep
    accepting for S seconds, so a balancer that has not yet seen the 503
    still gets answers; a connection accepted then is served its first
-   request (with ``Connection: close``).  After S seconds the connections
-   already queued in the kernel's backlog are accepted too, then:
+   request.  Idle keep-alive connections are closed when the S seconds
+   end, not at once: a balancer may be sending a request on one at the
+   moment it closes, and with no retry that request fails (HTTP/1.1 has
+   no GOAWAY).  After S seconds the connections already queued in the
+   kernel's backlog are accepted too, then:
 1. stop accepting: cancel the accept loops and close the listeners at once
    (closing a trio listener never waits on connection tasks, so the trap the
    seeds recorded for asyncio's ``wait_closed()`` cannot happen here);
@@ -243,9 +246,12 @@ class Server:
                 delay = self.config.shutdown_delay
                 if delay > 0 and not self._aborted:
                     # 0. lame duck: refuse nothing yet, keep nothing open.
+                    # Idle keep-alive connections are left open until the
+                    # delay ends: closing one while a balancer picks it for
+                    # a request loses that request (measured behind HAProxy,
+                    # docs/deployment.md "Fleets"); any request on one now
+                    # is answered with Connection: close.
                     self.draining = True
-                    for c in list(self.connections):
-                        c.drain()
                     with trio.move_on_after(delay):
                         await self._abort_event.wait()
                     # What the kernel queued before the close is served too.
