@@ -45,7 +45,7 @@ async def run(server: str, n: int, root: Path) -> float:
     srv = Server(Config(directory=str(root), access_log="off", max_requests=10**9).validate())
     async with trio.open_nursery() as nursery:
         if server == "serverio":
-            nursery.start_soon(ConnectionTask(srv, stream).run)
+            nursery.start_soon(ConnectionTask(srv.env, stream).run)
             expect = 1200  # head + body, at least
         else:
             nursery.start_soon(handle, stream, body)

@@ -72,7 +72,7 @@ def slow_mount(source: Path, mountpoint: Path, delay_s: float, probe_file: str) 
 
     Only ``open`` is delayed: serverio's preparation makes exactly one open
     per request (plus undelayed lookups and an fstat), so every request
-    costs one delay, like the seeds' deterministic 10 ms preparation probe,
+    costs one delay, like a deterministic 10 ms preparation probe,
     and the expected ceiling is min(workers, clients) / delay.
     """
     # Kernel caching: without it, every request also makes ~4 undelayed

@@ -176,9 +176,9 @@ async def memory_connection(
         client, theirs = trio.testing.lockstep_stream_pair()
     else:
         client, theirs = trio.testing.memory_stream_pair()
-    conn = ConnectionTask(srv, theirs, "memory")
+    conn = ConnectionTask(srv.env, theirs, "memory")
     # The server's cache-job nursery (what Server.serve opens), re-entrant.
-    async with srv.content.running(), trio.open_nursery() as nursery:
+    async with srv.handler.running(), trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         try:
             yield HTTPClient(client, theirs), srv, conn

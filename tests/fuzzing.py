@@ -660,7 +660,7 @@ class _Run:
         self.stream: _MemoryEnd | _SocketEnd = (
             _SocketEnd() if transport == "socket" else _MemoryEnd()
         )
-        self.conn = ConnectionTask(env.server, self.stream.server_stream, "fuzz")
+        self.conn = ConnectionTask(env.server.env, self.stream.server_stream, "fuzz")
         self.crashed: list[BaseException] = []
         self.checked_out = 0
         self.checked_rec = 0

@@ -51,11 +51,11 @@ async def memory_server(cfg: Config) -> AsyncIterator[tuple[Server, Connect]]:
     connections to it; each connection runs in its own cancel scope."""
     srv = Server(cfg)
     _ = srv.opener
-    async with srv.content.running(), trio.open_nursery() as nursery:
+    async with srv.handler.running(), trio.open_nursery() as nursery:
 
         async def connect() -> tuple[HTTPClient, trio.CancelScope]:
             client, theirs = trio.testing.memory_stream_pair()
-            conn = ConnectionTask(srv, theirs, "memory")
+            conn = ConnectionTask(srv.env, theirs, "memory")
             scope = trio.CancelScope()
 
             async def run() -> None:
@@ -304,10 +304,10 @@ async def test_shutdown_mid_job_closes_fd_once(text_root: Path, gate: Gate) -> N
 
         async def serve_memory() -> None:
             with scope:
-                async with srv.content.running(), trio.open_nursery() as conns:
+                async with srv.handler.running(), trio.open_nursery() as conns:
                     for target in ("/app.js", "/other.js"):
                         client, theirs = trio.testing.memory_stream_pair()
-                        conns.start_soon(ConnectionTask(srv, theirs, "m").run)
+                        conns.start_soon(ConnectionTask(srv.env, theirs, "m").run)
                         await HTTPClient(client).send_raw(
                             f"GET {target} HTTP/1.1\r\nHost: t\r\n{GZ}\r\n".encode()
                         )

@@ -1005,3 +1005,15 @@ def test_depends_on_method_only(target: bytes, fields: dict[str, str], expected:
 
     req = RequestFacts(method=b"GET", target=parse_target(b"GET", target), **fields)  # type: ignore[arg-type]
     assert depends_on_method_only(req) is expected
+
+
+def test_plan_is_immutable() -> None:
+    """Memoised plans are shared between requests: nothing may change one."""
+    import dataclasses
+
+    plan = error_plan(404, NOW)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.status = 200  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.head = b"HTTP/1.1 200 OK\r\n\r\n"  # type: ignore[misc]
+    assert isinstance(plan.headers, tuple) and isinstance(plan.body, tuple)

@@ -479,7 +479,7 @@ async def test_bytes_sent_counts_head_and_body_once(root: Path) -> None:
     srv = Server(make_config(root))
     from serverio.net.connection import ConnectionTask
 
-    conn = ConnectionTask(srv, trio.SocketStream(trio.socket.from_stdlib_socket(b)))
+    conn = ConnectionTask(srv.env, trio.SocketStream(trio.socket.from_stdlib_socket(b)))
     client = trio.socket.from_stdlib_socket(a)
     received = b""
     async with trio.open_nursery() as nursery:

@@ -274,10 +274,10 @@ async def pooled_server(cfg: Config) -> AsyncIterator[tuple[Server, HTTPClient]]
     background revalidations can run; one in-memory connection."""
     srv = Server(cfg)
     _ = srv.opener
-    async with srv.content.running(), trio.open_nursery() as nursery:
+    async with srv.handler.running(), trio.open_nursery() as nursery:
         srv._conn_nursery = nursery
         client, theirs = trio.testing.memory_stream_pair()
-        nursery.start_soon(ConnectionTask(srv, theirs, "memory").run)
+        nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
         try:
             yield srv, HTTPClient(client)
         finally:
@@ -290,7 +290,7 @@ def connect_more(srv: Server) -> HTTPClient:
     """One more in-memory connection to a ``pooled_server``."""
     client, theirs = trio.testing.memory_stream_pair()
     assert srv._conn_nursery is not None
-    srv._conn_nursery.start_soon(ConnectionTask(srv, theirs, "memory").run)
+    srv._conn_nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
     return HTTPClient(client)
 
 
@@ -374,19 +374,19 @@ async def test_pooled_refresh_ahead_keeps_a_hot_file_warm(
 async def test_pooled_expired_entry_is_not_served_without_revalidation(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    # With no way to run the shared revalidation (no nursery here; in
+    # With no way to run the shared revalidation (no job nursery here; in
     # production: a saturated pool), an expired entry must not be served:
     # the request hops and prepares the file itself.
     cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
     async with pooled_server(cfg) as (srv, client):
         assert (await client.get("/hello.txt")).body == b"hello world\n"
         (root / "hello.txt").write_text("HELLO WORLD\n")
-        nursery, srv._conn_nursery = srv._conn_nursery, None
+        jobs, srv.handler._jobs = srv.handler._jobs, None
         await trio.sleep(1.5)
         hops = srv.fs.stats.submitted
         assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
         assert srv.fs.stats.submitted == hops + 1
-        srv._conn_nursery = nursery
+        srv.handler._jobs = jobs
 
 
 def test_cli_options(root: Path) -> None:

@@ -1,4 +1,4 @@
-"""The adversarial reliability suite (issue 8), with reduced counts for CI.
+"""The adversarial reliability suite, with reduced counts for CI.
 
 Each scenario lives in tests/reliability.py (socket scenarios against a real
 server process on 127.0.0.1) or tests/fuzzing.py (the raw-request fuzzer

@@ -53,6 +53,7 @@ __all__ = [
     "HashStore",
     "Sidecar",
     "identity",
+    "window_state",
 ]
 
 # Files changed less than this long before the read are not cached (see
@@ -68,6 +69,24 @@ Identity = tuple[int, int, int, int, int]
 def identity(st: os.stat_result) -> Identity:
     """What must be unchanged for cached bytes to still be the file's."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def window_state(checked: float, mono: float, valid: float) -> str:
+    """Pooled mode's rule for an entry last revalidated at ``checked``.
+
+    ``"fresh"``: served without a syscall.  ``"refresh"`` (past half the
+    window): still served without waiting, while one background stat
+    revalidates it.  ``"expired"``: every request for it waits for that one
+    shared stat instead of each hopping into the pool itself (64 hops at
+    once would be a stampede).  Times are trio's clock; ``valid`` is
+    ``--fs-cache-valid`` (0: every request waits for a fresh stat).
+    """
+    age = mono - checked
+    if age > valid:
+        return "expired"
+    if age > valid / 2:
+        return "refresh"
+    return "fresh"
 
 
 def _same(path: str, ident: Identity | None, root_fd: int) -> bool:

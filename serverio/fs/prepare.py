@@ -18,11 +18,11 @@ import functools
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ..config import Config
-from ..http.codecs import CODECS
+from ..errors import errno_status
 from ..http.core import (
     EtagPolicy,
     FileFacts,
@@ -39,16 +39,17 @@ from ..http.core import (
     spa_fallback_applies,
     wants_content_hash,
 )
-from ..http.disposition import content_disposition, download_matches
-from ..http.mime import guess_type, is_compressible
+from ..http.mime import guess_type
 from ..http.negotiate import (
-    COMPRESS_MIN_SIZE,
     SIDECAR_SUFFIX,
-    parse_accept_encoding,
-    parse_query,
-    select_coding,
-    want_digest,
-    wanted_codings,
+)
+from ..http.select import (
+    choose_coding,
+    digest_algorithm,
+    digest_applies,
+    file_headers,
+    negotiates,
+    sidecars_wanted,
 )
 from ..http.wire import head_bytes
 from .filecache import (
@@ -73,11 +74,6 @@ __all__ = [
 
 log = logging.getLogger("serverio")
 
-_NOT_FOUND_ERRNOS = frozenset(
-    {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EXDEV, errno.ENAMETOOLONG, errno.EINVAL}
-)
-_FORBIDDEN_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
-_OVERLOAD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 _PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
 
 
@@ -110,6 +106,10 @@ class Prepared:
     digest: str = ""
     coding: str = ""
     data: bytes | None = None  # compressed body, once a follow-up produced it
+    # The identity bytes, when they are in memory (the warm-file cache, or
+    # the read that just filled it): a compression follow-up uses them
+    # instead of reading the file again.
+    source: bytes | None = None
     hash_job: bool = False
 
     @property
@@ -124,14 +124,12 @@ class Prepared:
 
 
 def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
-    if exc.errno in _NOT_FOUND_ERRNOS:
-        return error_plan(404, now, head_only=head)
-    if exc.errno in _FORBIDDEN_ERRNOS:
-        return error_plan(403, now, head_only=head)
-    if exc.errno in _OVERLOAD_ERRNOS:
-        return error_plan(503, now, headers=[(b"retry-after", b"1")], close=True, head_only=head)
-    log.error("filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0))
-    return error_plan(500, now, head_only=head)
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error(
+            "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
+        )
+    return error_plan(status, now, head_only=head)
 
 
 def _read_all(fd: int, size: int) -> bytes | None:
@@ -145,8 +143,8 @@ def _read_all(fd: int, size: int) -> bytes | None:
     return data
 
 
-def _read_spans(fd: int, plan: Plan) -> bool:
-    """Replace the plan's file spans with their bytes.  False if the file shrank."""
+def _read_spans(fd: int, plan: Plan) -> Plan | None:
+    """The plan with its file spans replaced by their bytes; None if the file shrank."""
     body: list[bytes | FileSpan] = []
     for piece in plan.body:
         if isinstance(piece, FileSpan):
@@ -154,19 +152,22 @@ def _read_spans(fd: int, plan: Plan) -> bool:
             while len(data) < piece.length:
                 more = os.pread(fd, piece.length - len(data), piece.offset + len(data))
                 if not more:
-                    return False
+                    return None
                 data += more
             body.append(data)
         else:
             body.append(piece)
-    plan.body = tuple(body)
-    return True
+    return replace(plan, body=tuple(body))
 
 
-def _slice_spans(data: bytes, plan: Plan) -> None:
-    """Replace the plan's file spans with slices of the whole file's ``data``."""
-    plan.body = tuple(
-        data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p for p in plan.body
+def _slice_spans(data: bytes, plan: Plan) -> Plan:
+    """The plan with its file spans replaced by slices of the whole file's ``data``."""
+    return replace(
+        plan,
+        body=tuple(
+            data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p
+            for p in plan.body
+        ),
     )
 
 
@@ -175,7 +176,7 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     try:
         fd = opener.open(rel)
     except OSError as exc:
-        if exc.errno in _NOT_FOUND_ERRNOS or exc.errno in _FORBIDDEN_ERRNOS:
+        if errno_status(exc.errno) in (403, 404):
             return None
         raise
     try:
@@ -270,33 +271,6 @@ def _facts(
     return facts, data
 
 
-def _file_headers(
-    req: RequestFacts, cfg: Config, relpath: str, ctype: str
-) -> tuple[tuple[tuple[bytes, bytes], ...], bool]:
-    """The extra headers of a file response, and whether its coding varies."""
-    extra: tuple[tuple[bytes, bytes], ...] = ()
-    name = relpath.rsplit("/", 1)[-1]
-    if "download" in parse_query(req.target.query) or (
-        cfg.download and download_matches(name, relpath, cfg.download)
-    ):
-        extra = ((b"content-disposition", content_disposition(name)),)
-    # Every response for a resource whose coding is negotiated carries
-    # Vary: Accept-Encoding, identity included (RFC 9110 §12.5.5).
-    vary = is_compressible(ctype) and (cfg.precompressed or cfg.compress_max_size > 0)
-    return extra, vary
-
-
-def _on_the_fly(size: int, cfg: Config) -> tuple[str, ...]:
-    """The codings a file of ``size`` bytes may be compressed to on the fly."""
-    return tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.compress_max_size else ()
-
-
-def _negotiates(req: RequestFacts, vary: bool) -> bool:
-    # A Range request gets identity (coded representations are never
-    # ranged), for HEAD as for GET so that HEAD mirrors GET.
-    return vary and req.range is None and req.accept_encoding is not None
-
-
 class CacheCandidate(NamedTuple):
     """A warm-file cache entry that may answer this request, if still valid.
 
@@ -328,27 +302,25 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
     if entry is None:
         return None
     if target.query:
-        extra, vary = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
+        extra, vary = file_headers(req, cfg, target.relpath, entry.facts.content_type)
     else:
         # Without a query they depend on the file alone: memoised.
         if entry.headers is None:
-            entry.headers = _file_headers(req, cfg, target.relpath, entry.facts.content_type)
+            entry.headers = file_headers(req, cfg, target.relpath, entry.facts.content_type)
         extra, vary = entry.headers
-    if cfg.digest and want_digest(req.want_repr_digest):
-        return None
-    if not _negotiates(req, vary):
+    if digest_algorithm(req, cfg):
+        return None  # the digest job reads from a descriptor
+    if not negotiates(req, vary):
         return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
-    # The same choice as _prepare_file makes with the files open.
-    accept = parse_accept_encoding(req.accept_encoding)
+    # The sidecar facts recorded with the entry stand in for the open files.
     sidecars: dict[str, CachedFile] = {}
-    if cfg.precompressed:
-        for c in wanted_codings(accept):
-            known = entry.sidecars.get(c)
-            if known is None:
-                return None  # never looked at with this file
-            if known.cached is not None:
-                sidecars[c] = known.cached
-    coding, from_sidecar = select_coding(accept, sidecars, _on_the_fly(entry.facts.size, cfg))
+    for c in sidecars_wanted(req, cfg):
+        known = entry.sidecars.get(c)
+        if known is None:
+            return None  # never looked at with this file
+        if known.cached is not None:
+            sidecars[c] = known.cached
+    coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
     rep = sidecars[coding] if from_sidecar else entry
     return CacheCandidate(target.relpath, entry, extra, vary, coding, rep)
 
@@ -389,22 +361,25 @@ def serve_cached(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
     )
     if plan.needs_file:
-        _slice_spans(rep.data, plan)
+        plan = _slice_spans(rep.data, plan)
     if plain:
-        plan.head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        plan = replace(
+            plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        )
         plain_memo[memo_key] = (second, plan)
     return Prepared(plan, facts=rep.facts, coding=hit.coding)
 
 
 def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
     # From the compression cache (a follow-up on the trio side).  No
-    # descriptor: on a miss there, the server prepares again without this
-    # cache (Server.prepare).
+    # descriptor: on a miss there, the job compresses the cached bytes.
     facts = hit.entry.facts
     pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
     if pre is not None:
         return Prepared(pre)
-    return Prepared(_placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra)
+    return Prepared(
+        _placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra, source=hit.entry.data
+    )
 
 
 def prepare_cached(
@@ -515,16 +490,13 @@ def prepare(
 
 def _unavailable(now: float) -> Plan:
     # The file shrank while we read it: try again (never a short body).
-    return error_plan(503, now, headers=[(b"retry-after", b"1")])
+    return error_plan(503, now)
 
 
 def _placeholder(now: float) -> Plan:
-    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out,
-    # never a wrong 200.  Shared: nothing mutates a placeholder.
-    return _PLACEHOLDER
-
-
-_PLACEHOLDER = error_plan(500, 0.0)
+    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out
+    # (dated now), never a wrong 200.
+    return error_plan(500, now)
 
 
 def _prepare_file(
@@ -553,8 +525,8 @@ def _prepare_file(
             facts, data = _facts(st, ctype, cfg, hashes, now, fd)
         except _Shrank:
             return Prepared(_unavailable(now))
-        extra, vary = _file_headers(req, cfg, relpath, ctype)
-        digest = (want_digest(req.want_repr_digest) or "") if cfg.digest else ""
+        extra, vary = file_headers(req, cfg, relpath, ctype)
+        digest = digest_algorithm(req, cfg)
         entry: CachedFile | None = None
         if (
             cache is not None
@@ -571,43 +543,39 @@ def _prepare_file(
             entry = CachedFile(identity(st), facts, data, mono)
         served = entry  # the cached bytes of the representation served, if any
         coding, sidecar = "", False
-        if _negotiates(req, vary):
-            accept = parse_accept_encoding(req.accept_encoding)
+        if negotiates(req, vary):
             sidecars: dict[str, tuple[int, os.stat_result]] = {}
             cached_sidecars: dict[str, CachedFile] = {}
             try:
-                if cfg.precompressed:
-                    for c in wanted_codings(accept):
-                        path = relpath + SIDECAR_SUFFIX[c]
-                        opened = _open_file(opener, path)
-                        if opened is None:
-                            if entry is not None:
-                                entry.sidecars[c] = Sidecar(path, None, None)
-                            continue
-                        side_st = opened[1]
-                        if side_st.st_mtime_ns < st.st_mtime_ns:
-                            os.close(opened[0])  # stale: older than the file
-                            if entry is not None:
-                                entry.sidecars[c] = Sidecar(path, identity(side_st), None)
-                            continue
-                        sidecars[c] = opened
-                        if (
-                            entry is not None
-                            and cache is not None
-                            and cache.admits(side_st.st_size)
-                            and settled(side_st, now)
-                        ):
-                            side_data = _read_all(opened[0], side_st.st_size)
-                            if side_data is not None:
-                                side_facts, _ = _facts(
-                                    side_st, ctype, cfg, hashes, now, data=side_data
-                                )
-                                side = CachedFile(identity(side_st), side_facts, side_data, mono)
-                                entry.sidecars[c] = Sidecar(path, side.ident, side)
-                                cached_sidecars[c] = side
-                        # Otherwise no state is recorded for c: a later
-                        # request that wants it prepares the file again.
-                coding, sidecar = select_coding(accept, sidecars, _on_the_fly(st.st_size, cfg))
+                for c in sidecars_wanted(req, cfg):
+                    path = relpath + SIDECAR_SUFFIX[c]
+                    opened = _open_file(opener, path)
+                    if opened is None:
+                        if entry is not None:
+                            entry.sidecars[c] = Sidecar(path, None, None)
+                        continue
+                    side_st = opened[1]
+                    if side_st.st_mtime_ns < st.st_mtime_ns:
+                        os.close(opened[0])  # stale: older than the file
+                        if entry is not None:
+                            entry.sidecars[c] = Sidecar(path, identity(side_st), None)
+                        continue
+                    sidecars[c] = opened
+                    if (
+                        entry is not None
+                        and cache is not None
+                        and cache.admits(side_st.st_size)
+                        and settled(side_st, now)
+                    ):
+                        side_data = _read_all(opened[0], side_st.st_size)
+                        if side_data is not None:
+                            side_facts, _ = _facts(side_st, ctype, cfg, hashes, now, data=side_data)
+                            side = CachedFile(identity(side_st), side_facts, side_data, mono)
+                            entry.sidecars[c] = Sidecar(path, side.ident, side)
+                            cached_sidecars[c] = side
+                    # Otherwise no state is recorded for c: a later
+                    # request that wants it prepares the file again.
+                coding, sidecar = choose_coding(req, cfg, st.st_size, sidecars)
                 if sidecar:
                     # Serve the sidecar: its own length, identity, ETag.
                     os.close(fd)
@@ -629,31 +597,36 @@ def _prepare_file(
             pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
             if pre is not None:
                 return Prepared(pre)  # 304/412 without compressing anything
-            prepared = Prepared(_placeholder(now), fd, facts, compress=coding, extra=extra)
+            source = entry.data if entry is not None else None
+            prepared = Prepared(
+                _placeholder(now), fd, facts, compress=coding, extra=extra, source=source
+            )
             fd = -1
             prepared.digest = digest
             prepared.hash_job = facts.hash_pending and _hash_settled(st, now)
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
-        prepared = Prepared(plan, facts=facts, coding=coding)
-        if plan.status in (200, 206):
-            prepared.digest = digest
+        if not digest_applies(plan):
+            digest = ""
         # The ETag's hash job (large settled files) reads this descriptor too.
-        prepared.hash_job = facts.hash_pending and _hash_settled(st, now)
-        keep = bool(prepared.digest) or prepared.hash_job  # the hash jobs read from it
+        hash_job = facts.hash_pending and _hash_settled(st, now)
+        keep = bool(digest) or hash_job  # the hash jobs read from this descriptor
         if served is not None:
             if plan.needs_file:
-                _slice_spans(served.data, plan)
+                plan = _slice_spans(served.data, plan)
         elif data is not None:
             if plan.needs_file:
-                _slice_spans(data, plan)  # read whole for its ETag already
+                plan = _slice_spans(data, plan)  # read whole for its ETag already
         elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
-            if not _read_spans(fd, plan):
+            read = _read_spans(fd, plan)
+            if read is None:
                 return Prepared(_unavailable(now), facts=facts)
+            plan = read
         elif plan.needs_file:
             keep = True
+        prepared = Prepared(plan, facts=facts, coding=coding, digest=digest, hash_job=hash_job)
         if keep:
             prepared.fd, fd = fd, -1  # ownership moves to the caller
         return prepared

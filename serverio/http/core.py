@@ -140,9 +140,9 @@ class FileSpan:
         return self.length
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
-    """A response to carry out.
+    """A response to carry out (immutable: memoised plans are shared).
 
     ``body`` is the exact byte sequence of the message body for GET: literal
     ``bytes`` and :class:`FileSpan` pieces of the opened file, in order.  The
@@ -152,7 +152,7 @@ class Plan:
     """
 
     status: int
-    headers: list[tuple[bytes, bytes]]
+    headers: tuple[tuple[bytes, bytes], ...]
     body: tuple[bytes | FileSpan, ...] = ()
     send_body: bool = True
     close: bool = False
@@ -468,31 +468,28 @@ def error_plan(
     """The one place an error status becomes a response.
 
     The body is a fixed text per status ("404 Not Found\\n"): no path, no
-    exception text ever reaches the client.
+    exception text ever reaches the client.  Every 503 (saturated pool, out
+    of descriptors, a file that shrank while read) says when to retry and
+    closes the connection (a client should back off, not pipeline more);
+    a 405 lists what is allowed (RFC 9110 §15.5.6).
     """
     body = b"%d %s\n" % (status, reason_phrase(status))
     hs = [
         (b"date", _date(now)),
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"content-length", b"%d" % len(body)),
-        *headers,
     ]
-    return Plan(status, hs, (body,), send_body=not head_only, close=close)
+    if status == 405:
+        hs.append((b"allow", ALLOW))
+    elif status == 503:
+        hs.append((b"retry-after", b"1"))
+        close = True
+    hs.extend(headers)
+    return Plan(status, tuple(hs), (body,), send_body=not head_only, close=close)
 
 
 def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> Plan:
-    extra: list[tuple[bytes, bytes]] = []
-    if exc.status == 405:
-        extra.append((b"allow", ALLOW))
-    elif exc.status == 503:
-        extra.append((b"retry-after", b"1"))
-    return error_plan(
-        exc.status,
-        now,
-        close=exc.close or exc.status == 503,
-        headers=extra,
-        head_only=head_only,
-    )
+    return error_plan(exc.status, now, close=exc.close, head_only=head_only)
 
 
 def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
@@ -506,9 +503,9 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        return Plan(204, [(b"date", _date(now)), (b"allow", ALLOW)], (), send_body=False)
+        return Plan(204, ((b"date", _date(now)), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
-        return error_plan(405, now, headers=[(b"allow", ALLOW)], close=req.has_body)
+        return error_plan(405, now, close=req.has_body)
     if req.target.hidden and not cfg.hidden:
         return error_plan(404, now, head_only=method == b"HEAD")
     return None
@@ -596,7 +593,7 @@ def precondition_plan(
     pre = evaluate_preconditions(req, etag, file.mtime)
     if pre.status == 304:
         hs = _validator_headers(etag, file.mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
-        return Plan(304, hs, (), send_body=False)
+        return Plan(304, tuple(hs), (), send_body=False)
     if pre.status == 412:
         return error_plan(412, now, head_only=req.method == b"HEAD")
     return None
@@ -667,7 +664,7 @@ def decide_file(
             coded = (data,) if size else ()
         else:
             coded = (FileSpan(0, size),) if size else ()
-        return Plan(200, hs, coded, send_body=not head)
+        return Plan(200, tuple(hs), coded, send_body=not head)
 
     size = file.size
     # Step 5 (§13.2.2): Range, only for GET (§14.2), gated by If-Range.
@@ -695,18 +692,18 @@ def decide_file(
         hs.append((b"content-range", b"bytes %d-%d/%d" % (start, end - 1, size)))
         hs.append((b"content-length", b"%d" % (end - start)))
         hs.extend(extra)
-        return Plan(206, hs, (FileSpan(start, end - start),), send_body=not head)
+        return Plan(206, tuple(hs), (FileSpan(start, end - start),), send_body=not head)
     if isinstance(spans, list) and boundary:
         body = multipart_body(spans, size, ctype, boundary.encode("ascii"))
         hs.append((b"content-type", b"multipart/byteranges; boundary=" + boundary.encode()))
         hs.append((b"content-length", b"%d" % sum(len(p) for p in body)))
         hs.extend(extra)
-        return Plan(206, hs, body, send_body=not head)
+        return Plan(206, tuple(hs), body, send_body=not head)
     hs.append((b"content-type", ctype))
     hs.append((b"content-length", b"%d" % size))
     hs.extend(extra)
     body_parts: tuple[bytes | FileSpan, ...] = (FileSpan(0, size),) if size else ()
-    return Plan(200, hs, body_parts, send_body=not head)
+    return Plan(200, tuple(hs), body_parts, send_body=not head)
 
 
 def decide_generated(
@@ -732,7 +729,7 @@ def decide_generated(
     head = req.method == b"HEAD"
     pre = evaluate_preconditions(req, etag, None)
     if pre.status == 304:
-        return Plan(304, _validator_headers(etag, None, cfg, now, vary), (), send_body=False)
+        return Plan(304, tuple(_validator_headers(etag, None, cfg, now, vary)), (), send_body=False)
     if pre.status == 412:
         return error_plan(412, now, head_only=head)
     hs = _validator_headers(etag, None, cfg, now, vary)
@@ -740,7 +737,7 @@ def decide_generated(
     hs.append((b"content-length", b"%d" % len(body)))
     if csp:
         hs.append((b"content-security-policy", csp))
-    return Plan(200, hs, (body,) if body else (), send_body=not head)
+    return Plan(200, tuple(hs), (body,) if body else (), send_body=not head)
 
 
 def multipart_body(

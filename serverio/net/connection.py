@@ -1,8 +1,11 @@
 """The connection task: h11 + socket + sendfile, and nothing else.
 
 One task per connection reads request heads, turns them into facts, asks the
-server to prepare a plan, and writes the plan's bytes.  It is the only task
-that writes to its socket.  Deadlines are cancel scopes:
+request handler (:class:`~serverio.pipeline.handler.Handler`) for the
+response, and writes the plan's bytes.  It is the only task that reads or
+writes its socket (the disconnect watcher is its own child task) and it
+passes neither itself, its stream nor its parser to anyone.  Deadlines are
+cancel scopes:
 
 * head deadline: the whole request head must arrive within ``head_timeout``
   of the connection's start (first request) or of the first byte of the
@@ -13,10 +16,11 @@ that writes to its socket.  Deadlines are cancel scopes:
   -> abort.
 
 Data flows one way: bytes -> h11 events -> :class:`RequestFacts` ->
-preparation -> :class:`Plan` -> bytes.  The response head is serialised by
-:mod:`serverio.http.wire` (see its docstring for why not ``h11.Connection.send``);
-h11 parses every request, one fresh parser per request cycle, handed the
-bytes left over from the previous one (pipelining).
+handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.  The
+response head is serialised by :mod:`serverio.http.wire` (see its
+docstring for why not ``h11.Connection.send``); h11 parses every request,
+one fresh parser per request cycle, handed the bytes left over from the
+previous one (pipelining).
 """
 
 from __future__ import annotations
@@ -25,22 +29,23 @@ import math
 import os
 import re
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import h11
 import trio
 
+from ..config import Config
 from ..errors import HTTPError
+from ..fs.prepare import Prepared
 from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
 from ..http.target import parse_target
 from ..http.wire import head_bytes
-from ..observe.accesslog import AccessRecord
+from ..observe.accesslog import AccessLog, AccessRecord
+from ..observe.histogram import Histogram
+from ..observe.stats import Stats
+from ..pipeline.handler import Deferred, Handler
 
-if TYPE_CHECKING:
-    from ..fs.prepare import Prepared
-    from .server import Server
-
-__all__ = ["ConnectionTask"]
+__all__ = ["ConnectionEnv", "ConnectionTask"]
 
 RECV_SIZE = 16384
 SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
@@ -85,6 +90,25 @@ def _tokens(value: bytes) -> set[bytes]:
     return {t.strip().lower() for t in value.split(b",")}
 
 
+@dataclass(slots=True, eq=False)
+class ConnectionEnv:
+    """What every connection of one server shares: the policy, the request
+    handler, and where counts and log lines go.  ``draining`` is set by the
+    server when graceful shutdown begins.  A connection gets this, never the
+    server itself."""
+
+    config: Config
+    handler: Handler
+    stats: Stats
+    access_log: AccessLog
+    response_times: Histogram
+    draining: bool = False
+    # Set once nothing is accepted any more without a lame-duck period
+    # (--shutdown-delay): then a drain also closes connections still
+    # waiting for their first request; before, they are served.
+    cut_fresh: bool = False
+
+
 class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
@@ -96,16 +120,18 @@ class ConnectionTask:
         "_fed",
         "_phase",
         "_sock",
+        "env",
         "in_flight",
         "peer_eof",
         "read_scope",
-        "server",
         "stream",
         "use_sendfile",
     )
 
-    def __init__(self, server: Server, stream: trio.abc.Stream, client: str | None = None) -> None:
-        self.server = server
+    def __init__(
+        self, env: ConnectionEnv, stream: trio.abc.Stream, client: str | None = None
+    ) -> None:
+        self.env = env
         self.stream = stream
         self._client = client
         self.read_scope: trio.CancelScope | None = None
@@ -125,7 +151,7 @@ class ConnectionTask:
         # The raw fd for the fast paths (non-blocking read/write without
         # trio's socket machinery); -1 for streams that are not sockets.
         self._fd = self._sock.fileno() if self._sock is not None else -1
-        self.use_sendfile = server.config.sendfile and _HAS_SENDFILE and is_socket
+        self.use_sendfile = env.config.sendfile and _HAS_SENDFILE and is_socket
 
     @property
     def client(self) -> str:
@@ -147,13 +173,13 @@ class ConnectionTask:
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;
         one with a request in flight finishes it (with Connection: close).
-        After a lame-duck period (``server.cut_fresh`` not set) only an
-        idle keep-alive connection closes: one still waiting for its first
+        After a lame-duck period (``env.cut_fresh`` not set) only an idle
+        keep-alive connection closes: one still waiting for its first
         request (or TLS handshake) was just accepted and is served."""
         if (
             self.read_scope is not None
             and not self.in_flight
-            and (self._phase == _KEEPALIVE or self.server.cut_fresh)
+            and (self._phase == _KEEPALIVE or self.env.cut_fresh)
         ):
             self._drained = True
             self.read_scope.cancel()
@@ -186,17 +212,17 @@ class ConnectionTask:
 
     async def _read_deadline_expired(self) -> None:
         """The lifetime scope was cancelled: a read deadline or a drain."""
-        server = self.server
-        if self._drained or server.draining:
+        env = self.env
+        if self._drained or env.draining:
             return
         if self._phase == _KEEPALIVE:
-            server.stats.timeouts_keepalive += 1
+            env.stats.timeouts_keepalive += 1
             return
-        server.stats.timeouts_head += 1
+        env.stats.timeouts_head += 1
         await self._send_error(HTTPError(408, "request head timeout", close=True))
 
     async def run(self) -> None:
-        stats = self.server.stats
+        stats = self.env.stats
         try:
             if isinstance(self.stream, trio.SSLStream) and not await self._handshake():
                 return
@@ -235,23 +261,23 @@ class ConnectionTask:
         It is the read scope while it runs, so a drain closes a connection
         still in its handshake at once, like an idle one.
         """
-        server = self.server
+        env = self.env
         assert isinstance(self.stream, trio.SSLStream)
-        with trio.CancelScope(deadline=trio.current_time() + server.config.head_timeout) as scope:
+        with trio.CancelScope(deadline=trio.current_time() + env.config.head_timeout) as scope:
             self.read_scope = scope
-            if server.cut_fresh:
+            if env.cut_fresh:
                 scope.cancel()
             try:
                 await self.stream.do_handshake()
             except trio.BrokenResourceError:
                 # Not TLS (a plain HTTP request), a version or cipher
                 # mismatch, or the peer went away mid-hello.
-                server.stats.tls_handshake_failures += 1
+                env.stats.tls_handshake_failures += 1
                 return False
         self.read_scope = None
         if scope.cancelled_caught:
-            if not server.draining:
-                server.stats.timeouts_head += 1
+            if not env.draining:
+                env.stats.timeouts_head += 1
             return False
         return True
 
@@ -259,7 +285,7 @@ class ConnectionTask:
 
     def _new_parser(self, leftover: bytes) -> h11.Connection:
         parser = h11.Connection(
-            h11.SERVER, max_incomplete_event_size=self.server.config.max_head_size
+            h11.SERVER, max_incomplete_event_size=self.env.config.max_head_size
         )
         self._fed = len(leftover)
         if leftover:
@@ -273,7 +299,7 @@ class ConnectionTask:
         except h11.RemoteProtocolError as exc:
             raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
         if type(event) is h11.Request:
-            max_head = self.server.config.max_head_size
+            max_head = self.env.config.max_head_size
             if self._fed > max_head:
                 # h11 only limits *incomplete* heads; a whole oversized head
                 # in one read gets through, so count what it consumed.
@@ -284,8 +310,8 @@ class ConnectionTask:
     async def _next_request(self, parser: h11.Connection, idle: bool) -> h11.Request | None:
         """The next request head, or None when the connection should close
         quietly (EOF, keep-alive timeout, drain)."""
-        server = self.server
-        if server.draining and (idle or server.cut_fresh):
+        env = self.env
+        if env.draining and (idle or env.cut_fresh):
             return None
         fd = self._fd
         if fd >= 0 and (self._fed or not idle):
@@ -326,7 +352,7 @@ class ConnectionTask:
         A deadline cancels the lifetime scope; :meth:`run` then answers 408
         (head) or closes quietly (keep-alive).
         """
-        cfg = self.server.config
+        cfg = self.env.config
         scope = self.read_scope
         assert scope is not None
         keepalive = idle and self._fed == 0
@@ -377,7 +403,7 @@ class ConnectionTask:
         if version != b"1.1" and version != b"1.0":
             raise HTTPError(505, "unsupported HTTP version", close=True)
         target = parse_target(
-            event.method, event.target, max_size=self.server.config.max_target_size
+            event.method, event.target, max_size=self.env.config.max_target_size
         )
         # Fields the decision core reads, by RequestFacts attribute.  A field
         # sent on several lines is joined with ", " (RFC 9110 §5.3), which
@@ -435,9 +461,10 @@ class ConnectionTask:
     # ------------------------------------------------------------ serving
 
     async def _serve(self) -> None:
-        server = self.server
-        cfg = server.config
-        stats = server.stats
+        env = self.env
+        cfg = env.config
+        stats = env.stats
+        handler = env.handler
         parser = self._new_parser(b"")
         requests = 0
         while True:
@@ -463,15 +490,21 @@ class ConnectionTask:
                     keep = req.keep_alive and requests < cfg.max_requests
                     plan = route(req, cfg, now)
                     if plan is None:
-                        prepared = await server.prepare(req, now, self, parser)
-                        if prepared is None:
-                            return  # the client went away while we waited
+                        answer = handler.respond_now(req, now)
+                        if type(answer) is Deferred:
+                            prepared = await self._wait_watching(answer, parser)
+                            if prepared is None:
+                                stats.cancelled += 1
+                                return  # the client went away while we waited
+                        else:
+                            assert type(answer) is Prepared
+                            prepared = answer
                         plan = prepared.plan
                 except HTTPError as exc:
                     plan = http_error_plan(exc, now, head_only=head)
                     if exc.close:
                         keep = False
-                close = not keep or plan.close or server.draining
+                close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last
                 sent = await self._emit(plan, prepared, close=close, ka10=ka10 and not close)
@@ -480,14 +513,14 @@ class ConnectionTask:
                     prepared.close()
                 self.in_flight = False
             stats.completed += 1
-            server.response_times.observe(trio.current_time() - started)
+            env.response_times.observe(trio.current_time() - started)
             status = plan.status
             if status >= 500:
                 stats.server_errors += 1
             elif status >= 400:
                 stats.client_errors += 1
-            if server.access_log.enabled:
-                server.access_log.write(
+            if env.access_log.enabled:
+                env.access_log.write(
                     AccessRecord(
                         client=self.client,
                         method=event.method.decode("latin-1"),
@@ -510,7 +543,7 @@ class ConnectionTask:
         """Answer a request we could not parse, then close."""
         self._busy()
         self.ensure_busy()  # the read deadline must not cut the error response
-        stats = self.server.stats
+        stats = self.env.stats
         plan = http_error_plan(exc, time.time())
         try:
             await self._emit(plan, None, close=True, ka10=False)
@@ -521,11 +554,78 @@ class ConnectionTask:
             stats.server_errors += 1
         else:
             stats.client_errors += 1
-        if self.server.access_log.enabled:
-            self.server.access_log.write(
+        if self.env.access_log.enabled:
+            self.env.access_log.write(
                 AccessRecord(self.client, "-", "-", "1.1", plan.status, len(plan.body[0]), 0.0),
                 time.time(),
             )
+
+    async def _wait_watching(self, deferred: Deferred, parser: h11.Connection) -> Prepared | None:
+        """Await the handler's deferred step while watching the client.
+
+        Returns None when the client went away meanwhile (the step was
+        cancelled, or its result closed here).
+
+        One helper task (the watcher) reads the socket while this task
+        waits, so a client that hangs up is noticed now, not when the work
+        is done.  Pipelined bytes go to h11's buffer; past one head's worth
+        the watcher stops reading (backpressure).  It never writes.
+
+        Only a reset (or a closed stream) means the client is gone.  EOF is
+        a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
+        the request, then ``shutdown(SHUT_WR)``, and still read the answer
+        (RFC 9112 §9.6 lets the client close its sending side first).  The
+        watcher then stops reading and marks the connection, which closes
+        after what it already received has been answered.
+
+        Cancellation handling: when the client goes away the watcher
+        cancels the nursery, which cancels the step (the handler closes
+        what it held; an abandoned pool hop is late-closed); a result that
+        arrived anyway is closed here.  Exceptions from the step (such as
+        PoolSaturated) are re-raised only if the client is still there.
+        The deferred step is closed in every case, so nothing it held can
+        leak even if it never ran.
+        """
+        self.ensure_busy()
+        result: Prepared | None = None
+        error: Exception | None = None
+        gone = False
+        limit = self.env.config.max_head_size
+        stream = self.stream
+
+        async def watch(scope: trio.CancelScope) -> None:
+            nonlocal gone
+            try:
+                while self._fed <= limit and not self.peer_eof:
+                    data = await stream.receive_some(RECV_SIZE)
+                    if not data:
+                        self.peer_eof = True
+                        break
+                    self._fed += len(data)
+                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+                await trio.sleep_forever()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            gone = True
+            scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                try:
+                    result = await deferred.run()
+                except Exception as exc:  # PoolSaturated and friends: re-raised below
+                    error = exc
+                nursery.cancel_scope.cancel()
+        finally:
+            deferred.close()
+        if gone:
+            if result is not None:
+                result.close()
+            return None
+        if error is not None:
+            raise error
+        return result
 
     # ------------------------------------------------------------ writing
 
@@ -551,7 +651,7 @@ class ConnectionTask:
                 return
             view = view[n:]
         self.ensure_busy()
-        timeout = self.server.config.write_timeout
+        timeout = self.env.config.write_timeout
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             if self._sock is not None:
                 while view:
@@ -569,7 +669,7 @@ class ConnectionTask:
                     view = view[SEND_PIECE:]
                     scope.deadline = trio.current_time() + timeout
         if scope.cancelled_caught:
-            self.server.stats.timeouts_write += 1
+            self.env.stats.timeouts_write += 1
             raise _Abort
 
     async def _emit(self, plan: Plan, prepared: Prepared | None, *, close: bool, ka10: bool) -> int:
@@ -581,7 +681,7 @@ class ConnectionTask:
         head = plan.head
         if head is None or close or ka10:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
-        stats = self.server.stats
+        stats = self.env.stats
         sent = 0
         pieces = [head]
         if plan.send_body:
@@ -662,7 +762,7 @@ class ConnectionTask:
         sockfd = sock.fileno()
         offset, remaining = span.offset, span.length
         self.ensure_busy()
-        timeout = self.server.config.write_timeout
+        timeout = self.env.config.write_timeout
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             while remaining:
                 try:
@@ -673,7 +773,7 @@ class ConnectionTask:
                 except OSError as exc:
                     raise trio.BrokenResourceError from exc
                 if n == 0:
-                    self.server.stats.truncated += 1
+                    self.env.stats.truncated += 1
                     raise _Abort
                 offset += n
                 remaining -= n
@@ -683,7 +783,7 @@ class ConnectionTask:
                     # other tasks run before the next one (fairness).
                     await trio.lowlevel.checkpoint()
         if scope.cancelled_caught:
-            self.server.stats.timeouts_write += 1
+            self.env.stats.timeouts_write += 1
             raise _Abort
 
     async def _send_buffered(self, fd: int, span: FileSpan) -> None:
@@ -695,10 +795,10 @@ class ConnectionTask:
             except OSError:
                 # EIO from a failing disk mid-body: the head is out, so the
                 # only honest answer is to cut the response short.
-                self.server.stats.read_errors += 1
+                self.env.stats.read_errors += 1
                 raise _Abort from None
             if not data:
-                self.server.stats.truncated += 1
+                self.env.stats.truncated += 1
                 raise _Abort
             await self._send(data)
             offset += len(data)

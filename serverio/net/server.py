@@ -24,8 +24,9 @@ Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
    no GOAWAY).  After S seconds the connections already queued in the
    kernel's backlog are accepted too, then:
 1. stop accepting: cancel the accept loops and close the listeners at once
-   (closing a trio listener never waits on connection tasks, so the trap the
-   seeds recorded for asyncio's ``wait_closed()`` cannot happen here);
+   (closing a trio listener never waits on connection tasks, so asyncio's
+   ``Server.wait_closed()`` trap, waiting for every connection, cannot
+   happen here);
 2. close idle connections at once (those waiting for a request);
 3. let in-flight responses finish, each with ``Connection: close``, until
    ``shutdown_timeout``;
@@ -39,37 +40,30 @@ A second :meth:`abort` (second signal) skips to step 4 immediately.
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import math
 import os
-import secrets
 import socket as _stdsocket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
-import h11
 import trio
 
-from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..concurrency.blocking import Pool
 from ..config import Config, parse_host_port
 from ..errors import reason_phrase
-from ..fs.filecache import CachedFile, FileCache, HashStore
+from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
-from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
-from ..http.core import RequestFacts
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
+from ..pipeline.handler import Handler
 from .activation import listeners_from_fds
-from .connection import RECV_SIZE, ConnectionTask
+from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
 from .tls import make_ssl_context
 
 __all__ = ["Server", "bind_public", "public_addresses"]
-
-T = TypeVar("T")
 
 log = logging.getLogger("serverio")
 
@@ -143,15 +137,8 @@ class Server:
         )
         self.fs = Pool("fs", self.config.fs_workers, self.config.fs_queue)
         self.files = FileCache(self.config.file_cache_size, self.config.small_file_size)
-        self.hashes = HashStore()  # content hashes for ETags (serverio.http.core)
-        self._refreshes: dict[str, trio.Event] = {}
         self.work = Pool("work", self.config.work_workers, self.config.work_queue)
         self.listeners: list[trio.SocketListener] = list(listeners or [])
-        self.draining = False
-        # Connections still waiting for their first request are closed by a
-        # drain only once nothing is accepted any more without a lame-duck
-        # period (with one, they get their first request answered).
-        self.cut_fresh = False
         self.connections: set[ConnectionTask] = set()
         self.abandoned_threads = 0
         self._opener: RootOpener | None = None
@@ -164,11 +151,22 @@ class Server:
         self._spare_fd = -1  # opened by serve(): see _shed_with_spare
         self._accept_logged_at = -math.inf
         self._accept_unlogged = 0
-        self._boundary_prefix = secrets.token_hex(6)
-        self._boundary_counter = 0
-        self.content = ContentService(self)
+        # The caches and the request pipeline; connections get the handler
+        # and the shared sinks (env), never the server.
+        self.content = ContentService(self.config, self.stats, self.work, lambda: self.opener)
+        self.handler = Handler(
+            self.config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
+        )
+        self.env = ConnectionEnv(
+            self.config, self.handler, self.stats, self.access_log, self.response_times
+        )
 
     # ------------------------------------------------------------ public
+
+    @property
+    def draining(self) -> bool:
+        """Graceful shutdown has begun (connections see it through ``env``)."""
+        return self.env.draining
 
     @property
     def opener(self) -> RootOpener:
@@ -194,7 +192,7 @@ class Server:
     def abort(self) -> None:
         """Stop now: cancel every connection without draining."""
         self._aborted = True
-        self.cut_fresh = True
+        self.env.cut_fresh = True
         self._shutdown.set()
         self._abort_event.set()
         if self._conn_nursery is not None:
@@ -237,7 +235,7 @@ class Server:
         _ = self.opener  # open the root once, before accepting anything
         self._spare_fd = _open_spare()
         try:
-            async with self.content.running(), trio.open_nursery() as conns:
+            async with self.handler.running(), trio.open_nursery() as conns:
                 self._conn_nursery = conns
                 accept_scope = trio.CancelScope()
                 conns.start_soon(self._accept_all, conns, accept_scope)
@@ -251,7 +249,7 @@ class Server:
                     # a request loses that request (measured behind HAProxy,
                     # docs/deployment.md "Fleets"); any request on one now
                     # is answered with Connection: close.
-                    self.draining = True
+                    self.env.draining = True
                     with trio.move_on_after(delay):
                         await self._abort_event.wait()
                     # What the kernel queued before the close is served too.
@@ -259,7 +257,7 @@ class Server:
                         for listener in self.listeners:
                             self._accept_backlog(listener, conns)
                 else:
-                    self.cut_fresh = True
+                    self.env.cut_fresh = True
                 # 1. stop accepting.
                 accept_scope.cancel()
                 for listener in self.listeners:
@@ -267,7 +265,7 @@ class Server:
                 deadline = trio.current_time() + self.config.shutdown_timeout
                 if not self._aborted:
                     # 2. idle connections close now; 3. in-flight ones drain.
-                    self.draining = True
+                    self.env.draining = True
                     for c in list(self.connections):
                         c.drain()
                     with trio.move_on_at(deadline):
@@ -399,7 +397,7 @@ class Server:
         if tls is not None:
             conn = self._tls_connection(stream, tls)
         else:
-            conn = ConnectionTask(self, stream)
+            conn = ConnectionTask(self.env, stream)
         self.connections.add(conn)
         conns.start_soon(self._run_connection, conn)
 
@@ -476,7 +474,7 @@ class Server:
             if isinstance(peer, tuple) and peer:
                 client = str(peer[0])
         wrapped = trio.SSLStream(stream, tls, server_side=True, https_compatible=True)
-        return ConnectionTask(self, wrapped, client)
+        return ConnectionTask(self.env, wrapped, client)
 
     async def _run_connection(self, conn: ConnectionTask) -> None:
         try:
@@ -507,253 +505,6 @@ class Server:
         finally:
             self._rejectors -= 1
             await trio.aclose_forcefully(stream)
-
-    # ------------------------------------------------------------ prepare
-
-    def _boundary(self) -> str:
-        self._boundary_counter += 1
-        return f"serverio-{self._boundary_prefix}{self._boundary_counter:x}"
-
-    async def prepare(
-        self, req: RequestFacts, now: float, conn: ConnectionTask, parser: h11.Connection
-    ) -> Prepared | None:
-        """Run the preparation step, inline or in the ``fs`` pool.
-
-        Returns None if the client disconnected while a pooled preparation
-        was pending.
-
-        Cancellation handling: in pooled mode the caller watches its socket
-        while it waits; if the client goes away, the wait is cancelled, the
-        thread is abandoned, and its result is closed by the late-close path
-        (exactly once).  May raise :class:`~serverio.PoolSaturated` (503).
-
-        Follow-ups (listing, compression, digest) then run through
-        :class:`~serverio.pipeline.content.ContentService`; if they raise or are
-        cancelled, the prepared descriptor is closed here before the
-        exception propagates.
-        """
-        boundary = self._boundary() if req.range is not None else ""
-        files = self.files if self.files.enabled else None
-        for cache in (files, None):
-            if self.fs.inline:
-                prepared = prepare(
-                    req, self.config, self.opener, now, boundary, cache, hashes=self.hashes
-                )
-            else:
-                maybe = await self._prepare_pooled(req, now, conn, parser, boundary, cache)
-                if maybe is None:
-                    return None
-                prepared = maybe
-            if not prepared.compress or prepared.fd >= 0:
-                break
-            if self.content.can_finish_without_file(prepared):
-                break
-            # A warm-file cache answer chose a coding to compress on the
-            # fly, and the compression cache does not hold it: prepare
-            # again, opening the file for the compression job (once per
-            # compressed result, then it is cached).
-        if prepared.needs_followup:
-            conn.ensure_busy()
-            # Listing scans, compression, digests (serverio.pipeline.content): cache
-            # hits right here; what must wait (work pool, a cache job) waits
-            # while watching the client, like the pooled hop.
-            try:
-                if not self.content.finish_cached(prepared, req, now):
-                    if not await self._finish_watched(prepared, req, now, conn, parser):
-                        prepared.close()
-                        self.stats.cancelled += 1
-                        return None
-            except BaseException:
-                prepared.close()
-                raise
-        return prepared
-
-    async def _finish_watched(
-        self,
-        prepared: Prepared,
-        req: RequestFacts,
-        now: float,
-        conn: ConnectionTask,
-        parser: h11.Connection,
-    ) -> bool:
-        """Finish the follow-ups; False if the client went away meanwhile.
-
-        Cancellation handling: if the client hangs up, the wait is
-        cancelled: a listing scan's thread is abandoned (it closes its
-        descriptor), a wait on a cache job just stops — the job carries on
-        for the other requests and fills the cache.  The caller closes
-        ``prepared``.
-        """
-        gone, _ = await self._while_watching(
-            conn, parser, functools.partial(self.content.finish, prepared, req, now)
-        )
-        return not gone
-
-    async def _prepare_pooled(
-        self,
-        req: RequestFacts,
-        now: float,
-        conn: ConnectionTask,
-        parser: h11.Connection,
-        boundary: str,
-        files: FileCache | None,
-    ) -> Prepared | None:
-        """Pooled mode: from the warm-file cache, or through one hop.
-
-        Cancellation handling: as :meth:`prepare`; a wait for a shared
-        revalidation is watched like the hop, and leaving it does not
-        cancel the revalidation (other requests wait for it too).
-        """
-        mono = trio.current_time()
-        hit = cache_candidate(files, req, self.config) if files is not None else None
-        if hit is not None:
-            # Pooled mode trusts a warm entry for fs_cache_valid seconds
-            # without a syscall (serverio.fs.filecache); past half of that
-            # one background stat refreshes it, and once it has expired
-            # every request for it waits for that one stat instead of
-            # each hopping (a stampede: 64 hops at once).
-            assert files is not None
-            valid = self.config.fs_cache_valid
-            if mono - hit.entry.checked > valid / 2:
-                # At most two rounds: a revalidation already under way may
-                # have started before this request arrived, which is not
-                # fresh enough when the window is (nearly) 0; the second
-                # one, shared with everyone who waited, starts after.
-                refreshed = self._refresh(hit)
-                for last in (False, True):
-                    if refreshed is None or mono - hit.entry.checked <= valid:
-                        break
-                    conn.ensure_busy()
-                    gone, _ = await self._while_watching(conn, parser, refreshed.wait)
-                    if gone:
-                        self.stats.cancelled += 1
-                        return None
-                    if last or files.get(hit.key) is not hit.entry:
-                        break  # waited enough, or the file changed: prepare it afresh
-                    if mono - hit.entry.checked > valid:
-                        refreshed = self._refresh(hit)
-            if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
-                return serve_cached(files, hit, req, self.config, now, boundary)
-        conn.ensure_busy()
-        return await self._prepare_watched(req, now, conn, parser, boundary, files, mono)
-
-    def _refresh(self, hit: CacheCandidate) -> trio.Event | None:
-        """Revalidate a cached file through the pool, once at a time; the
-        Event is set when done (None: no nursery to run it in)."""
-        done = self._refreshes.get(hit.key)
-        if done is None and self._conn_nursery is not None:
-            done = self._refreshes[hit.key] = trio.Event()
-            self._conn_nursery.start_soon(self._run_refresh, hit.key, hit.entry, done)
-        return done
-
-    async def _run_refresh(self, key: str, entry: CachedFile, done: trio.Event) -> None:
-        """Cancellation handling: a refresh cancelled at shutdown abandons its
-        thread like any pooled call; the thread only stamps or drops the
-        entry, so nothing needs closing.  Waiters are woken either way."""
-        try:
-            await run_blocking(
-                self.fs, self.files.revalidate, key, entry, self.opener.root_fd, trio.current_time()
-            )
-        except PoolSaturated:
-            pass  # busy pool: the entry stays expired; requests hop themselves
-        except Exception:
-            # A bug here must not take the connections nursery down with it;
-            # the entry just expires and requests prepare the file themselves.
-            log.exception("internal error while revalidating a cached file")
-        finally:
-            del self._refreshes[key]
-            done.set()
-
-    async def _prepare_watched(
-        self,
-        req: RequestFacts,
-        now: float,
-        conn: ConnectionTask,
-        parser: h11.Connection,
-        boundary: str,
-        files: FileCache | None,
-        mono: float,
-    ) -> Prepared | None:
-        # If the watcher sees the client leave, run_blocking abandons the
-        # thread and its result goes to the late-close path.
-        work = functools.partial(
-            run_blocking,
-            self.fs,
-            prepare,
-            req,
-            self.config,
-            self.opener,
-            now,
-            boundary,
-            files,
-            mono,
-            self.hashes,
-            late_close=Prepared.close,
-        )
-        gone, result = await self._while_watching(conn, parser, work)
-        if gone:
-            if result is not None:
-                result.close()
-            self.stats.cancelled += 1
-            return None
-        return result
-
-    async def _while_watching(
-        self, conn: ConnectionTask, parser: h11.Connection, work: Callable[[], Awaitable[T]]
-    ) -> tuple[bool, T | None]:
-        """Await ``work()`` while watching the client; ``(gone, result)``.
-
-        One helper task (the watcher) reads the socket while this task
-        waits, so a client that hangs up is noticed now, not when the work
-        is done.  Pipelined bytes go to h11's buffer; past one head's worth
-        the watcher stops reading (backpressure).  It never writes.
-
-        Only a reset (or a closed stream) means the client is gone.  EOF is
-        a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
-        the request, then ``shutdown(SHUT_WR)``, and still read the answer
-        (RFC 9112 §9.6 lets the client close its sending side first).  The
-        watcher then stops reading and marks the connection, which closes
-        after what it already received has been answered.
-
-        Cancellation handling: when the client goes away the watcher
-        cancels the nursery, which cancels ``work()``; we return
-        ``(True, result-if-any)`` and the caller disposes of the result.
-        Exceptions from ``work()`` (such as PoolSaturated) are re-raised
-        only if the client is still there.
-        """
-        result: T | None = None
-        error: Exception | None = None
-        gone = False
-        limit = self.config.max_head_size
-
-        async def watch(scope: trio.CancelScope) -> None:
-            nonlocal gone
-            try:
-                while conn._fed <= limit and not conn.peer_eof:
-                    data = await conn.stream.receive_some(RECV_SIZE)
-                    if not data:
-                        conn.peer_eof = True
-                        break
-                    conn._fed += len(data)
-                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
-                await trio.sleep_forever()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            gone = True
-            scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch, nursery.cancel_scope)
-            try:
-                result = await work()
-            except Exception as exc:  # PoolSaturated and friends: re-raised below
-                error = exc
-            nursery.cancel_scope.cancel()
-        if gone:
-            return True, result
-        if error is not None:
-            raise error
-        return False, result
 
 
 def _open_spare() -> int:

@@ -30,11 +30,14 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-from ..concurrency.blocking import run_blocking
+from ..concurrency.blocking import Pool, run_blocking
 from ..concurrency.flight import SingleFlightCache
-from ..errors import HTTPError
+from ..config import Config
+from ..errors import HTTPError, errno_status
+from ..fs.filecache import HashStore
 from ..fs.opener import RootOpener
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, content_hasher, decide_file, decide_generated
@@ -50,11 +53,12 @@ from ..http.listing import (
     sort_entries,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.select import digest_applies
 from ..http.target import Target
+from ..observe.stats import Stats
 
 if TYPE_CHECKING:
     from ..fs.prepare import Prepared
-    from ..net.server import Server
 
 __all__ = [
     "ContentService",
@@ -320,30 +324,37 @@ async def _nothing() -> bytes | None:
 
 
 def _errno_status(exc: OSError) -> int:
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return 404
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return 403
-    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
-        return 503
-    log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
-    return 500
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
+    return status
 
 
 class ContentService:
-    """The server's caches and follow-up logic (one per :class:`Server`)."""
+    """The follow-up caches (compression, digests) and the logic that fills
+    and reads them; one per server, which hands in the ``work`` pool and
+    the root opener (called when a scan needs it)."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        cfg = server.config
+    def __init__(
+        self, config: Config, stats: Stats, work: Pool, opener: Callable[[], RootOpener]
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.work = work
+        self.opener = opener
+        cfg = config
         self.compressed: SingleFlightCache[CompressKey, bytes] = SingleFlightCache(
             "compression", cfg.compress_cache_size, len
         )
         self.digests: SingleFlightCache[DigestKey, bytes] = SingleFlightCache(
             "digest", DIGEST_CACHE_BYTES, lambda d: len(d) + _DIGEST_OVERHEAD
         )
+        # Content hashes for ETags, read by the preparation step from any
+        # thread (serverio.fs.prepare); filled there for small files and by
+        # the jobs below for large ones.
+        self.hashes = HashStore()
         # ETag hashes of large files: the flights only (one job per
-        # identity at a time); the results go to server.hashes, which the
+        # identity at a time); the results go to self.hashes, which the
         # preparation step reads from any thread.
         # (Capacity 0: nothing stored here, so an evicted hash is recomputed.)
         self.etag_jobs: SingleFlightCache[Identity, bytes] = SingleFlightCache(
@@ -382,7 +393,7 @@ class ContentService:
                 return False
             self._use_compressed(prepared, req, now, data)
         if prepared.digest:
-            if prepared.plan.status in (200, 206):
+            if digest_applies(prepared.plan):
                 digest = self.digests.get(self._digest_key(prepared))
                 if digest is None:
                     return False
@@ -390,14 +401,6 @@ class ContentService:
             prepared.digest = ""
         self._done(prepared)
         return True
-
-    def can_finish_without_file(self, prepared: Prepared) -> bool:
-        """Can ``prepared``'s compression follow-up be finished with no descriptor?
-
-        A warm-file cache answer (serverio.fs.filecache) defers on-the-fly
-        coding to the compression cache and has no descriptor for a job.
-        """
-        return self._compress_key(prepared) in self.compressed
 
     async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> None:
         """Carry out the remaining follow-ups on ``prepared``, replacing its plan.
@@ -420,18 +423,18 @@ class ContentService:
             else:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
-                self.server.stats.compress_fallbacks += 1
+                self.stats.compress_fallbacks += 1
                 facts = prepared.facts
                 assert facts is not None
                 prepared.plan = decide_file(
-                    req, facts, self.server.config, now, vary=True, extra=prepared.extra
+                    req, facts, self.config, now, vary=True, extra=prepared.extra
                 )
                 prepared.compress = ""
         if prepared.digest:
-            if prepared.plan.status in (200, 206):
+            if digest_applies(prepared.plan):
                 digest = await self._digest(prepared)
                 if digest is None:
-                    self.server.stats.digest_omitted += 1
+                    self.stats.digest_omitted += 1
                 else:
                     self._use_digest(prepared, digest)
             prepared.digest = ""
@@ -443,11 +446,11 @@ class ContentService:
         facts = prepared.facts
         assert facts is not None
         coding = prepared.compress
-        self.server.stats.compressed_responses += 1
+        self.stats.compressed_responses += 1
         prepared.plan = decide_file(
             req,
             facts,
-            self.server.config,
+            self.config,
             now,
             coding=coding,
             data=data,
@@ -466,8 +469,8 @@ class ContentService:
         facts = prepared.facts
         assert facts is not None
         fd = prepared.fd
-        work = self.server.work
-        hashes = self.server.hashes
+        work = self.work
+        hashes = self.hashes
         ident = facts.key
 
         def make_job() -> Callable[[], Awaitable[bytes | None]]:
@@ -490,7 +493,9 @@ class ContentService:
 
     @staticmethod
     def _use_digest(prepared: Prepared, digest: bytes) -> None:
-        prepared.plan.headers.append((b"repr-digest", repr_digest_field(prepared.digest, digest)))
+        plan = prepared.plan
+        field = (b"repr-digest", repr_digest_field(prepared.digest, digest))
+        prepared.plan = replace(plan, headers=(*plan.headers, field))
 
     @staticmethod
     def _done(prepared: Prepared) -> None:
@@ -516,11 +521,21 @@ class ContentService:
         hit = self.compressed.get(key)
         if hit is not None:
             return hit  # the hot path: no thread hop, no syscall
-        work = self.server.work
+        work = self.work
         fd = prepared.fd
+        source = prepared.source
         size, mtime_ns = facts.size, facts.mtime_ns
 
         def make_job() -> Callable[[], Awaitable[bytes | None]]:
+            if source is not None:
+                # The file's bytes are in memory (the warm-file cache, or
+                # the read that just filled it): compress those, no re-read.
+                data = source
+
+                async def bytes_job() -> bytes | None:
+                    return await run_blocking(work, compress_bytes, coding, data)
+
+                return bytes_job
             # The job gets its own descriptor, taken now while the
             # requester's is open: the requester may give up (and close its
             # own) while the job runs for everyone else.
@@ -547,7 +562,7 @@ class ContentService:
         hit = self.digests.get(key)
         if hit is not None:
             return hit
-        work = self.server.work
+        work = self.work
         size, mtime_ns = facts.size, facts.mtime_ns
         fd = prepared.fd
 
@@ -576,8 +591,7 @@ class ContentService:
     async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
         """Scan, sort and render in the work pool (requester-owned: a 503
         when saturated, like the fs pool), then decide on the trio thread."""
-        server = self.server
-        cfg = server.config
+        cfg = self.config
         query = parse_listing_query(
             parse_query(req.target.query), accept_json=prefers_json(req.accept)
         )
@@ -586,10 +600,10 @@ class ContentService:
         prepared.fd = -1
         try:
             body, ctype = await run_blocking(
-                server.work,
+                self.work,
                 list_directory,
                 owned,
-                server.opener,
+                self.opener(),
                 req.target,
                 query,
                 cfg.hidden,
@@ -601,5 +615,5 @@ class ContentService:
             raise HTTPError(_errno_status(exc), "directory scan failed") from None
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
-        server.stats.listings += 1
+        self.stats.listings += 1
         return decide_generated(req, cfg, now, body, ctype, listing_etag(body), csp=LISTING_CSP)

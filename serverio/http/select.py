@@ -1,0 +1,119 @@
+"""Representation selection for a file (pure): which bytes answer a request.
+
+The blocking layer (:mod:`serverio.fs.prepare`) gathers facts — the file,
+the precompressed sidecars it was told to look for, what the warm-file cache
+holds — and asks these functions what they mean.  Every rule about *which*
+representation is served lives here, once:
+
+* the headers a file response carries whatever its coding
+  (:func:`file_headers`: ``Vary: Accept-Encoding`` and
+  ``Content-Disposition``);
+* whether the coding is negotiated at all (:func:`negotiates`: a Range
+  request gets identity, RFC 9110 §14.1.2 leaves coded ranges to the
+  server and we never range a coded representation);
+* which sidecars are worth looking for (:func:`sidecars_wanted`), and the
+  choice between identity, a sidecar and on-the-fly compression
+  (:func:`choose_coding`, applying :func:`serverio.http.negotiate.select_coding`
+  to the facts);
+* whether a ``Repr-Digest`` is computed (:func:`digest_algorithm`,
+  :func:`digest_applies`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ..config import Config
+from .codecs import CODECS
+from .core import Plan, RequestFacts
+from .disposition import content_disposition, download_matches
+from .mime import is_compressible
+from .negotiate import (
+    COMPRESS_MIN_SIZE,
+    parse_accept_encoding,
+    parse_query,
+    select_coding,
+    want_digest,
+    wanted_codings,
+)
+
+__all__ = [
+    "Headers",
+    "choose_coding",
+    "digest_algorithm",
+    "digest_applies",
+    "file_headers",
+    "negotiates",
+    "on_the_fly",
+    "sidecars_wanted",
+]
+
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
+def file_headers(req: RequestFacts, cfg: Config, relpath: str, ctype: str) -> tuple[Headers, bool]:
+    """The extra headers of a file response, and whether its coding varies.
+
+    ``?download`` or a ``--download`` glob adds Content-Disposition
+    (RFC 6266).  Every response for a resource whose coding is negotiated
+    carries ``Vary: Accept-Encoding``, identity included (RFC 9110 §12.5.5),
+    so a shared cache never hands gzip bytes to a client that did not ask.
+    Without a query the result depends on the file alone (the warm-file
+    cache memoises it per entry).
+    """
+    extra: Headers = ()
+    name = relpath.rsplit("/", 1)[-1]
+    if "download" in parse_query(req.target.query) or (
+        cfg.download and download_matches(name, relpath, cfg.download)
+    ):
+        extra = ((b"content-disposition", content_disposition(name)),)
+    vary = is_compressible(ctype) and (cfg.precompressed or cfg.compress_max_size > 0)
+    return extra, vary
+
+
+def on_the_fly(size: int, cfg: Config) -> tuple[str, ...]:
+    """The codings a file of ``size`` bytes may be compressed to on the fly:
+    none below :data:`~serverio.http.negotiate.COMPRESS_MIN_SIZE` (the
+    coding overhead outweighs the gain) or above ``--compress-max-size``."""
+    return tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.compress_max_size else ()
+
+
+def negotiates(req: RequestFacts, vary: bool) -> bool:
+    """Is the content coding negotiated for this request?
+
+    Not for a Range request: it gets identity (coded representations are
+    never ranged), for HEAD as for GET so that HEAD mirrors GET.
+    """
+    return vary and req.range is None and req.accept_encoding is not None
+
+
+def sidecars_wanted(req: RequestFacts, cfg: Config) -> list[str]:
+    """The codings whose precompressed sidecars the choice depends on, in
+    preference order (call only when :func:`negotiates` is true)."""
+    if not cfg.precompressed:
+        return []
+    return wanted_codings(parse_accept_encoding(req.accept_encoding))
+
+
+def choose_coding(
+    req: RequestFacts, cfg: Config, size: int, sidecars: Collection[str]
+) -> tuple[str, bool]:
+    """``(coding, from_sidecar)`` for a file of ``size`` bytes whose usable
+    sidecars (present and not older than the file) are ``sidecars``;
+    ``coding`` is ``""`` for identity (call only when :func:`negotiates`)."""
+    accept = parse_accept_encoding(req.accept_encoding)
+    return select_coding(accept, sidecars, on_the_fly(size, cfg))
+
+
+def digest_algorithm(req: RequestFacts, cfg: Config) -> str:
+    """The Repr-Digest algorithm to send (RFC 9530), ``""`` for none: only
+    with ``--digest``, and as Want-Repr-Digest asks."""
+    if not cfg.digest:
+        return ""
+    return want_digest(req.want_repr_digest) or ""
+
+
+def digest_applies(plan: Plan) -> bool:
+    """A Repr-Digest describes the selected representation's bytes, so only
+    responses that carry (part of) them get one: 200 and 206, not 304/412."""
+    return plan.status in (200, 206)

@@ -1,0 +1,283 @@
+"""The request handler: the one trio-side place that orders a response's steps.
+
+For a request that routing could not answer (``serverio.http.core.route``),
+a transport (an HTTP/1.1 connection today, an HTTP/2 stream tomorrow) calls
+:meth:`Handler.respond_now`; it gets back either a finished
+:class:`~serverio.fs.prepare.Prepared`, or a :class:`Deferred` whose
+:meth:`Deferred.run` it awaits while it watches its client.  The order of
+the steps lives here and nowhere else:
+
+1. **resolve and decide** (:func:`serverio.fs.prepare.prepare`): inline
+   with ``--fs-workers 0``, otherwise from the warm-file cache when its
+   entry is inside the validity window (no syscall), otherwise through one
+   hop into the ``fs`` pool;
+2. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
+   a listing scan, on-the-fly compression, a representation digest, from
+   their caches when they can answer, in the ``work`` pool or a cache job
+   otherwise.
+
+The handler knows nothing of sockets, parsers or connections: what it needs
+from the transport is that ``run()`` is awaited at once and cancelled when
+the client goes away.
+
+Cancellation handling: :meth:`Deferred.run` may be cancelled at any await.
+A pool hop that was under way is abandoned and its result closed by the
+late-close path of :func:`~serverio.concurrency.blocking.run_blocking`
+(exactly once); a ``Prepared`` the handler holds while it waits for a
+follow-up is closed before the cancellation propagates; a wait on a shared
+revalidation or a cache job just stops (the job carries on for the other
+requests).  A ``Deferred`` that is never run must be closed
+(:meth:`Deferred.close`); the connection does so in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..config import Config
+from ..fs.filecache import CachedFile, FileCache, window_state
+from ..fs.opener import RootOpener
+from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
+from ..http.core import RequestFacts
+from .content import ContentService
+
+__all__ = ["Deferred", "Handler"]
+
+log = logging.getLogger("serverio")
+
+
+class Deferred:
+    """The part of a response that has to wait; await :meth:`run` once.
+
+    It owns the ``Prepared`` it was created with (if any) until ``run``
+    takes it over; :meth:`close` releases it if ``run`` is never called.
+    """
+
+    __slots__ = ("_held", "_step")
+
+    def __init__(
+        self,
+        step: Callable[[Prepared | None], Awaitable[Prepared]],
+        held: Prepared | None = None,
+    ) -> None:
+        self._step = step
+        self._held = held
+
+    async def run(self) -> Prepared:
+        """The finished response.  Raises :class:`~serverio.HTTPError` (such
+        as :class:`~serverio.PoolSaturated`) for an error answer.
+
+        Cancellation handling: see the module docstring; whatever the step
+        holds when it is cancelled is closed before this returns.
+        """
+        held, self._held = self._held, None
+        return await self._step(held)
+
+    def close(self) -> None:
+        """Release what :meth:`run` would have taken over (idempotent)."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+
+class Handler:
+    """Resolve, decide and finish responses for one served root.
+
+    Owns the order of the steps and the revalidation jobs of the warm-file
+    cache; the pools, caches and the root opener belong to the server and
+    are handed in.  ``opener`` is called when the root is needed, so a
+    server that never serves never opens it.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        opener: Callable[[], RootOpener],
+        *,
+        fs: Pool,
+        files: FileCache,
+        content: ContentService,
+    ) -> None:
+        self.config = config
+        self._opener = opener
+        self.fs = fs
+        self.files = files
+        self.content = content
+        self._refreshes: dict[str, trio.Event] = {}
+        self._jobs: trio.Nursery | None = None
+        self._boundary_prefix = secrets.token_hex(6)
+        self._boundary_counter = 0
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The nursery of the cache jobs (revalidations, compression,
+        digests) for the server's lifetime.
+
+        Cancellation handling: leaving the block cancels the jobs still
+        running; their pool threads are abandoned like any other pooled
+        call (a revalidation only stamps or drops a cache entry, a
+        compression or hash job closes its own descriptor).
+        """
+        async with self.content.running(), trio.open_nursery() as jobs:
+            self._jobs = jobs
+            try:
+                yield
+            finally:
+                self._jobs = None
+                jobs.cancel_scope.cancel()
+
+    # ------------------------------------------------------------ entry
+
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Deferred:
+        """As much of the response as can be had without waiting.
+
+        Inline mode resolves here, on the event loop (that is what
+        ``--fs-workers 0`` asks for); pooled mode answers here only from
+        the warm-file cache inside its validity window.  What must wait is
+        returned as a :class:`Deferred`.
+        """
+        boundary = self._boundary() if req.range is not None else ""
+        files = self.files if self.files.enabled else None
+        mono = trio.current_time()
+        if self.fs.inline:
+            prepared = prepare(
+                req, self.config, self._opener(), now, boundary, files, mono, self.content.hashes
+            )
+            return self._followups(prepared, req, now)
+        hit = cache_candidate(files, req, self.config) if files is not None else None
+        if hit is not None:
+            assert files is not None
+            state = window_state(hit.entry.checked, mono, self.config.fs_cache_valid)
+            if state != "expired":
+                if state == "refresh":
+                    self._refresh(hit)  # in the background; this request does not wait
+                return self._followups(
+                    serve_cached(files, hit, req, self.config, now, boundary), req, now
+                )
+
+        async def pooled(_: Prepared | None) -> Prepared:
+            return await self._pooled(req, now, boundary, files, mono, hit)
+
+        return Deferred(pooled)
+
+    # ------------------------------------------------------------ steps
+
+    def _boundary(self) -> str:
+        self._boundary_counter += 1
+        return f"serverio-{self._boundary_prefix}{self._boundary_counter:x}"
+
+    def _followups(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared | Deferred:
+        """Finish from the caches when they can answer; else defer."""
+        if not prepared.needs_followup:
+            return prepared
+        try:
+            if self.content.finish_cached(prepared, req, now):
+                return prepared
+        except BaseException:
+            prepared.close()
+            raise
+
+        async def finish(held: Prepared | None) -> Prepared:
+            assert held is not None
+            return await self._finish(held, req, now)
+
+        return Deferred(finish, prepared)
+
+    async def _finish(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
+        try:
+            await self.content.finish(prepared, req, now)
+        except BaseException:
+            prepared.close()
+            raise
+        return prepared
+
+    async def _pooled(
+        self,
+        req: RequestFacts,
+        now: float,
+        boundary: str,
+        files: FileCache | None,
+        mono: float,
+        hit: CacheCandidate | None,
+    ) -> Prepared:
+        """Pooled mode past the window: wait for the shared revalidation of
+        an expired entry (a stampede of hops becomes one stat), or hop."""
+        if hit is not None:
+            assert files is not None
+            valid = self.config.fs_cache_valid
+            # At most two rounds: a revalidation already under way may have
+            # started before this request arrived, which is not fresh enough
+            # when the window is (nearly) 0; the second one, shared with
+            # everyone who waited, starts after.
+            refreshed = self._refresh(hit)
+            for last in (False, True):
+                if refreshed is None or mono - hit.entry.checked <= valid:
+                    break
+                await refreshed.wait()
+                if last or files.get(hit.key) is not hit.entry:
+                    break  # waited enough, or the file changed: resolve it afresh
+                if mono - hit.entry.checked > valid:
+                    refreshed = self._refresh(hit)
+            if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
+                prepared = serve_cached(files, hit, req, self.config, now, boundary)
+                return await self._settle(prepared, req, now)
+        prepared = await run_blocking(
+            self.fs,
+            prepare,
+            req,
+            self.config,
+            self._opener(),
+            now,
+            boundary,
+            files,
+            mono,
+            self.content.hashes,
+            late_close=Prepared.close,
+        )
+        return await self._settle(prepared, req, now)
+
+    async def _settle(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
+        answer = self._followups(prepared, req, now)
+        if isinstance(answer, Prepared):
+            return answer
+        return await answer.run()
+
+    # ------------------------------------------------------------ revalidation
+
+    def _refresh(self, hit: CacheCandidate) -> trio.Event | None:
+        """Revalidate a cached file through the pool, once at a time; the
+        Event is set when done (None: no job nursery to run it in)."""
+        done = self._refreshes.get(hit.key)
+        if done is None and self._jobs is not None:
+            done = self._refreshes[hit.key] = trio.Event()
+            self._jobs.start_soon(self._run_refresh, hit.key, hit.entry, done)
+        return done
+
+    async def _run_refresh(self, key: str, entry: CachedFile, done: trio.Event) -> None:
+        """Cancellation handling: a refresh cancelled at shutdown abandons its
+        thread like any pooled call; the thread only stamps or drops the
+        entry, so nothing needs closing.  Waiters are woken either way."""
+        try:
+            await run_blocking(
+                self.fs,
+                self.files.revalidate,
+                key,
+                entry,
+                self._opener().root_fd,
+                trio.current_time(),
+            )
+        except PoolSaturated:
+            pass  # busy pool: the entry stays expired; requests hop themselves
+        except Exception:
+            # A bug here must not take the job nursery down with it; the
+            # entry just expires and requests resolve the file themselves.
+            log.exception("internal error while revalidating a cached file")
+        finally:
+            del self._refreshes[key]
+            done.set()
