@@ -54,6 +54,7 @@ from ..http.select import (
 from ..http.wire import head_bytes
 from .filecache import (
     RACY_SECONDS,
+    UNTIMED,
     CachedFile,
     FileCache,
     HashStore,
@@ -409,7 +410,7 @@ def prepare(
     now: float,
     boundary: str = "",
     cache: FileCache | None = None,
-    mono: float = 0.0,
+    mono: float = UNTIMED,
     hashes: HashStore | None = None,
 ) -> Prepared:
     """Resolve, open, validate and decide.  Blocking; never raises for
@@ -417,7 +418,8 @@ def prepare(
 
     With ``cache``, a warm small file is answered from memory after one
     ``stat`` (:func:`prepare_cached`), and a settled small file read here
-    is stored there; ``mono`` (trio clock) stamps the revalidation.
+    is stored there; ``mono`` (trio clock) stamps the revalidation for pooled
+    mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`: none).
     ``hashes`` keeps the content hashes ETags are made of.
     """
     if cache is not None:
@@ -509,7 +511,7 @@ def _prepare_file(
     st: os.stat_result,
     relpath: str,
     cache: FileCache | None = None,
-    mono: float = 0.0,
+    mono: float = UNTIMED,
     hashes: HashStore | None = None,
 ) -> Prepared:
     """The response for the regular file open on ``fd`` (which this owns).
