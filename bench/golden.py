@@ -14,9 +14,13 @@ The transcript is identical across two runs of the same commit.  What
 differs between two runs of the same code is masked deterministically:
 
 * ``Date``: the value becomes ``<date>``.
-* ``ETag``: the device and inode numbers in serverio's file validators
-  (``"dev-ino-size-mtime"``) become ``<dev>`` and ``<ino:PATH>`` (the tree
-  is rebuilt per run, so inodes change; size and mtime are fixed and kept).
+* ``ETag``: the device and inode numbers in the file validators of
+  serverio before ETag format 2 (``"dev-ino-size-mtime"``) become ``<dev>``
+  and ``<ino:PATH>`` (the tree is rebuilt per run, so inodes change; size
+  and mtime are fixed and kept).  Format 2 (docs/features.md "Validators")
+  has no device or inode: its tags (``"hash"``, ``"size-mtime"``) are the
+  same on every run and are recorded as they are, so a transcript of an
+  older commit differs from a newer one in every file ETag (expected).
 * multipart/byteranges: the boundary (random per server process) becomes
   ``<boundary>`` in ``Content-Type`` and in the body before hashing; the
   body length is recorded after that substitution and ``Content-Length``

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
-__all__ = ["ACCESS_LOG_FORMATS", "LOG_LEVELS", "Config", "parse_host_port"]
+__all__ = ["ACCESS_LOG_FORMATS", "ETAG_MODES", "LOG_LEVELS", "Config", "parse_host_port"]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -43,6 +44,9 @@ class Config:
     write_timeout: float = 30.0
     max_requests: int = 1000
     shutdown_timeout: float = 10.0
+    # Lame-duck period on SIGTERM: /healthz says 503 and every response
+    # closes its connection, but the listeners keep accepting this long.
+    shutdown_delay: float = 0.0
     max_head_size: int = 16384
     max_target_size: int = 8192
 
@@ -59,6 +63,8 @@ class Config:
     file_cache_size: int = 16 * _MiB
     fs_cache_valid: float = 1.0
     max_ranges: int = 16
+    # ETag rule (docs/features.md "Validators"): "auto" or "content".
+    etag: str = "auto"
 
     # Blocking-work pools (0 workers = inline on the event loop).
     fs_workers: int = 0
@@ -87,18 +93,29 @@ class Config:
     keyfile_password_env: str | None = None  # the NAME of a variable, never the password
     workers: int = 1  # processes, each with its own SO_REUSEPORT listener
     fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
+    # --listen / --listen-tls HOST:PORT (repeatable); replace host/port.
+    listen: tuple[str, ...] = ()
+    listen_tls: tuple[str, ...] = ()
     admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
 
-    # Derived, filled by validate(): the absolute real path of the root.
+    # Derived, filled by validate(): the absolute real path of the root, and
+    # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
+    # reproducible builds stamp on every file.
     root: str = field(default="", compare=False)
+    source_date_epoch: int | None = field(default=None, compare=False)
 
     def validate(self) -> Config:
         """Check every knob; return a copy with derived fields filled in.
 
         Raises :class:`ConfigError` with a one-line message naming the option.
         """
+        d = self.shutdown_delay
+        if not (isinstance(d, int | float) and math.isfinite(d) and 0 <= d <= 3600):
+            raise ConfigError(f"--shutdown-delay must be between 0 and 3600 seconds, got {d!r}")
+        if self.etag not in ETAG_MODES:
+            raise ConfigError(f"--etag must be one of {', '.join(ETAG_MODES)}, got {self.etag!r}")
         for name in ("head_timeout", "keepalive_timeout", "write_timeout", "shutdown_timeout"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
@@ -166,7 +183,10 @@ class Config:
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)
-        return dataclasses.replace(self, root=root)
+        epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+        return dataclasses.replace(
+            self, root=root, source_date_epoch=int(epoch) if epoch.isdigit() else None
+        )
 
 
 def _validate_operations(c: Config) -> None:
@@ -192,9 +212,26 @@ def _validate_operations(c: Config) -> None:
         # One inherited socket shared by N processes is exactly the unbalanced
         # set-up --workers exists to avoid (see docs/deployment.md).
         raise ConfigError("--workers > 1 cannot serve inherited sockets (--fd / LISTEN_FDS)")
+    public = [(c.host, c.port)]
+    if c.listen or c.listen_tls:
+        if c.fds:
+            raise ConfigError("--listen/--listen-tls cannot be combined with --fd / LISTEN_FDS")
+        public = [parse_host_port(a, "--listen") for a in c.listen]
+        public += [parse_host_port(a, "--listen-tls") for a in c.listen_tls]
+        if c.listen_tls and c.certfile is None:
+            raise ConfigError("--listen-tls needs --certfile")
+        if c.workers > 1 and any(p == 0 for _, p in public):
+            raise ConfigError("--workers > 1 needs fixed ports in --listen/--listen-tls (not 0)")
+        seen = [a for a in public if a[1] != 0]
+        if len(set(seen)) != len(seen):
+            raise ConfigError("--listen/--listen-tls: the same address is given twice")
     if c.admin_bind is not None:
         host, port = parse_host_port(c.admin_bind, "--admin-bind")
-        if port != 0 and port == c.port and not c.fds and _same_host(host, c.host):
+        if (
+            port != 0
+            and not c.fds
+            and any(port == p and _same_host(host, h) for h, p in public)
+        ):
             raise ConfigError("--admin-bind must not be the public address (use another port)")
     if c.access_log_file is not None:
         parent = os.path.dirname(os.path.abspath(c.access_log_file))

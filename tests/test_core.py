@@ -17,11 +17,14 @@ from serverio.config import Config
 from serverio.errors import HTTPError
 from serverio.http.core import (
     UNSATISFIABLE,
+    EtagPolicy,
     FileFacts,
     FileSpan,
     Plan,
     RequestFacts,
     coalesce,
+    coded_etag,
+    content_digest,
     decide_directory,
     decide_file,
     error_plan,
@@ -29,10 +32,12 @@ from serverio.http.core import (
     http_error_plan,
     if_range_matches,
     make_etag,
+    mtime_is_synthetic,
     multipart_body,
     parse_etag_list,
     parse_range,
     route,
+    wants_content_hash,
 )
 from serverio.http.dates import format_http_date
 from serverio.http.target import Target, parse_target
@@ -338,15 +343,108 @@ def test_if_range_gates_range(if_range: str | None, expected: int) -> None:
     assert unsat.status == (416 if expected == 206 else 200)
 
 
-def test_make_etag_is_strong_and_changes_with_identity() -> None:
-    base = make_etag(1, 2, 3, 4)
+def test_make_etag_is_strong_and_changes_with_size_mtime_or_content() -> None:
+    base = make_etag(3, 4)
     assert base.startswith('"') and base.endswith('"') and base.count('"') == 2
-    variants = {make_etag(9, 2, 3, 4), make_etag(1, 9, 3, 4), make_etag(1, 2, 9, 4)}
-    variants.add(make_etag(1, 2, 3, 5))  # one nanosecond of mtime counts
+    variants = {make_etag(9, 4), make_etag(3, 5)}  # one nanosecond of mtime counts
+    variants.add(make_etag(3, 4, content_digest(b"abc")))
+    variants.add(make_etag(3, 4, content_digest(b"abd")))
     assert base not in variants and len(variants) == 4
     assert parse_etag_list(base) == [base]
     facts = FileFacts(size=3, mtime_ns=4, dev=1, ino=2, content_type="text/plain")
     assert facts.etag == base
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ((1, 2), (9, 2)),  # another device: cp -a onto another disk
+        ((1, 2), (1, 9)),  # another inode: another replica, or a rename-over
+    ],
+)
+def test_etag_does_not_depend_on_device_or_inode(
+    a: tuple[int, int], b: tuple[int, int]
+) -> None:
+    fa = FileFacts(size=3, mtime_ns=MTIME_NS, dev=a[0], ino=a[1], content_type="text/plain")
+    fb = FileFacts(size=3, mtime_ns=MTIME_NS, dev=b[0], ino=b[1], content_type="text/plain")
+    assert fa.etag == fb.etag
+    h = content_digest(b"abc")
+    ha = FileFacts(3, MTIME_NS, a[0], a[1], "text/plain", content_hash=h)
+    hb = FileFacts(3, MTIME_NS, b[0], b[1], "text/plain", content_hash=h)
+    assert ha.etag == hb.etag == make_etag(3, 0, h)
+
+
+POLICY = EtagPolicy("auto", hash_max=100, epoch_ns=1_600_000_000 * 10**9)
+
+
+@pytest.mark.parametrize(
+    ("mtime_ns", "shared", "synthetic"),
+    [
+        (0, False, True),  # Nix, many image builders
+        (10**9, False, True),  # mtime 1
+        (2 * 10**9 - 1, False, True),
+        (2 * 10**9, False, False),
+        (-5, False, True),
+        (1_600_000_000 * 10**9, False, True),  # SOURCE_DATE_EPOCH
+        (1_600_000_000 * 10**9 + 1, False, False),
+        (MTIME_NS, True, True),  # seen on many files
+        (MTIME_NS, False, False),
+    ],
+)
+def test_mtime_is_synthetic_table(mtime_ns: int, shared: bool, synthetic: bool) -> None:
+    assert mtime_is_synthetic(mtime_ns, POLICY, shared) is synthetic
+
+
+@pytest.mark.parametrize(
+    ("mode", "size", "synthetic", "hashed"),
+    [
+        ("auto", 100, False, True),  # small: read anyway, hashed
+        ("auto", 101, False, False),  # large, real mtime: size + mtime
+        ("auto", 101, True, True),  # large, constant mtime: hashed
+        ("content", 10**9, False, True),
+        ("content", 0, False, True),
+    ],
+)
+def test_wants_content_hash_table(mode: str, size: int, synthetic: bool, hashed: bool) -> None:
+    policy = EtagPolicy(mode, hash_max=100)
+    assert wants_content_hash(size, synthetic, policy) is hashed
+
+
+def test_same_size_edit_under_constant_mtime_changes_the_etag() -> None:
+    # The bytes change, size and mtime (1) do not: the tags must differ, and
+    # a client revalidating with the old one must get the new bytes, not 304.
+    old = FileFacts(100, 10**9, 1, 2, "text/plain", content_hash=content_digest(b"a" * 100))
+    new = FileFacts(100, 10**9, 1, 2, "text/plain", content_hash=content_digest(b"b" * 100))
+    assert old.etag != new.etag
+    assert decide_file(request(if_none_match=old.etag), new, CFG, NOW).status == 200
+    ranged = decide_file(request(range="bytes=0-9", if_range=old.etag), new, CFG, NOW)
+    assert ranged.status == 200  # never a splice of old and new bytes
+    assert decide_file(request(if_none_match=new.etag), new, CFG, NOW).status == 304
+
+
+def test_synthetic_mtime_sends_no_last_modified_and_ignores_date_conditions() -> None:
+    facts = FileFacts(
+        100, 10**9, 1, 2, "text/plain", content_hash=content_digest(b"x"), synthetic_mtime=True
+    )
+    plan = decide_file(request(), facts, CFG, NOW)
+    assert b"last-modified" not in header_map(plan)
+    ims = decide_file(request(if_modified_since="Thu, 01 Jan 1970 00:00:01 GMT"), facts, CFG, NOW)
+    assert ims.status == 200
+    dated = "Thu, 01 Jan 1970 00:00:01 GMT"
+    assert decide_file(request(range="bytes=0-0", if_range=dated), facts, CFG, NOW).status == 200
+
+
+def test_pending_hash_means_no_etag_and_no_validation_by_tag() -> None:
+    facts = FileFacts(10**6, MTIME_NS, 1, 2, "text/plain", hash_pending=True)
+    assert facts.etag == ""
+    plan = decide_file(request(), facts, CFG, NOW)
+    assert plan.status == 200 and b"etag" not in header_map(plan)
+    assert decide_file(request(if_none_match='""'), facts, CFG, NOW).status == 200
+    tag_range = decide_file(request(range="bytes=0-0", if_range='"x"'), facts, CFG, NOW)
+    assert tag_range.status == 200
+    gz = decide_file(request(), facts, CFG, NOW, coding="gzip", data=b"z", vary=True)
+    assert b"etag" not in header_map(gz)
+    assert coded_etag("", "gzip") == ""
 
 
 # ------------------------------------------------------------------- ranges
@@ -723,7 +821,7 @@ def test_decide_file_single_range() -> None:
 def test_decide_file_default_etag_is_used() -> None:
     facts = FileFacts(size=40, mtime_ns=MTIME_NS, dev=7, ino=8, content_type="text/plain")
     plan = decide_file(request(), facts, CFG, NOW)
-    assert header_map(plan)[b"etag"] == make_etag(7, 8, 40, MTIME_NS).encode()
+    assert header_map(plan)[b"etag"] == make_etag(40, MTIME_NS).encode()
     again = decide_file(request(if_none_match=facts.etag), facts, CFG, NOW)
     assert again.status == 304
 

@@ -136,6 +136,18 @@ class SingleFlightCache(Generic[K, V]):
             self.size -= self.sizeof(dropped)
             self.stats.evicted += 1
 
+    def start(self, key: K, make_job: Callable[[], Job[V]]) -> None:
+        """Start the job for ``key`` unless it is cached or in flight; do not
+        wait for it (its result is stored like :meth:`get_or_run`'s).
+        ``make_job`` as there.  Without a nursery (shutting down): nothing."""
+        if key in self._entries or key in self._flights or self._nursery is None:
+            return
+        job = make_job()
+        flight: _Flight[V] = _Flight()
+        self._flights[key] = flight
+        self.stats.started += 1
+        self._nursery.start_soon(self._run, key, flight, job)
+
     async def get_or_run(self, key: K, make_job: Callable[[], Job[V]]) -> V | None:
         """The value for ``key``: cached, or from the one job computing it.
 

@@ -48,10 +48,12 @@ from ..http.core import FileFacts, Plan
 
 __all__ = [
     "RACY_SECONDS",
+    "SHARED_MTIME_FILES",
     "UNTIMED",
     "CachedFile",
     "FileCache",
     "FileCacheStats",
+    "HashStore",
     "Sidecar",
     "identity",
     "window_state",
@@ -255,3 +257,72 @@ class FileCache:
                 _, dropped = self._entries.popitem(last=False)
                 self.size -= _cost(dropped)
                 self.stats.evicted += 1
+
+
+# An mtime seen on this many distinct files is taken for a build tool's
+# constant (a tarball's release time, SOURCE_DATE_EPOCH without the
+# variable set here): their ETags become content hashes.
+SHARED_MTIME_FILES = 8
+_MTIMES_TRACKED = 4096  # distinct mtimes remembered while counting (LRU)
+_HASHES_KEPT = 65536  # content hashes remembered (16 bytes each, plus the key)
+
+
+class HashStore:
+    """Content hashes of files (for their ETags), by full identity.
+
+    A hash is stored only for a settled file (see "Racy entries" above), so
+    a hit is the hash of the bytes the identity names.  Bounded LRU,
+    thread-safe (preparation runs in worker threads in pooled mode).
+
+    It also counts, per mtime, the distinct files seen with it: an mtime
+    shared by :data:`SHARED_MTIME_FILES` files says nothing about any one
+    of them (:meth:`shared_mtime`).
+    """
+
+    def __init__(self, max_entries: int = _HASHES_KEPT) -> None:
+        self.max_entries = max_entries
+        self._hashes: OrderedDict[Identity, bytes] = OrderedDict()
+        self._seen: OrderedDict[int, set[tuple[int, int]]] = OrderedDict()
+        self._shared: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def get(self, ident: Identity) -> bytes | None:
+        with self._lock:
+            digest = self._hashes.get(ident)
+            if digest is not None:
+                self._hashes.move_to_end(ident)
+            return digest
+
+    def put(self, ident: Identity, digest: bytes) -> None:
+        with self._lock:
+            self._hashes[ident] = digest
+            self._hashes.move_to_end(ident)
+            while len(self._hashes) > self.max_entries:
+                self._hashes.popitem(last=False)
+
+    def shared_mtime(self, st: os.stat_result) -> bool:
+        """Count ``st``'s file under its mtime; is that mtime shared by
+        :data:`SHARED_MTIME_FILES` distinct files (seen so far)?"""
+        mtime = st.st_mtime_ns
+        with self._lock:
+            if mtime in self._shared:
+                self._shared.move_to_end(mtime)
+                return True
+            files = self._seen.get(mtime)
+            if files is None:
+                files = self._seen[mtime] = set()
+                if len(self._seen) > _MTIMES_TRACKED:
+                    self._seen.popitem(last=False)
+            else:
+                self._seen.move_to_end(mtime)
+            files.add((st.st_dev, st.st_ino))
+            if len(files) < SHARED_MTIME_FILES:
+                return False
+            del self._seen[mtime]
+            self._shared[mtime] = None
+            if len(self._shared) > _MTIMES_TRACKED:
+                self._shared.popitem(last=False)
+            return True

@@ -14,6 +14,7 @@ response emitter does, or the late-close path if the waiter was cancelled).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -23,16 +24,20 @@ from typing import NamedTuple
 from ..config import Config
 from ..errors import errno_status
 from ..http.core import (
+    EtagPolicy,
     FileFacts,
     FileSpan,
     Plan,
     RequestFacts,
+    content_digest,
     decide_directory,
     decide_file,
     depends_on_method_only,
     error_plan,
+    mtime_is_synthetic,
     precondition_plan,
     spa_fallback_applies,
+    wants_content_hash,
 )
 from ..http.mime import guess_type
 from ..http.negotiate import (
@@ -47,7 +52,16 @@ from ..http.select import (
     sidecars_wanted,
 )
 from ..http.wire import head_bytes
-from .filecache import UNTIMED, CachedFile, FileCache, Sidecar, identity, settled
+from .filecache import (
+    RACY_SECONDS,
+    UNTIMED,
+    CachedFile,
+    FileCache,
+    HashStore,
+    Sidecar,
+    identity,
+    settled,
+)
 from .opener import RootOpener
 from .reads import pread
 
@@ -98,10 +112,11 @@ class Prepared:
     # the read that just filled it): a compression follow-up uses them
     # instead of reading the file again.
     source: bytes | None = None
+    hash_job: bool = False
 
     @property
     def needs_followup(self) -> bool:
-        return self.listing or bool(self.compress) or bool(self.digest)
+        return self.listing or bool(self.compress) or bool(self.digest) or self.hash_job
 
     def close(self) -> None:
         """Close the descriptor; safe to call again (the second call is a no-op)."""
@@ -177,14 +192,85 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     return fd, st
 
 
-def _facts(st: os.stat_result, content_type: str) -> FileFacts:
-    return FileFacts(
-        size=st.st_size,
+class _Shrank(Exception):
+    """The file is shorter than its fstat said: it is being rewritten."""
+
+
+@functools.lru_cache(maxsize=8)
+def _policy(mode: str, hash_max: int, epoch: int | None) -> EtagPolicy:
+    return EtagPolicy(mode, hash_max, None if epoch is None else epoch * 10**9)
+
+
+def _hash_settled(st: os.stat_result, now: float) -> bool:
+    """May a content hash of this file be stored under its identity?
+
+    Its ctime is more than RACY_SECONDS old: any write (and any utime)
+    sets the ctime to the current time, so a later change is a new
+    identity.  (Not the mtime: tools set it anywhere, the future included,
+    and a file with a future mtime would otherwise never be hashed.)
+    """
+    return st.st_ctime_ns < int((now - RACY_SECONDS) * 1e9)
+
+
+def _facts(
+    st: os.stat_result,
+    content_type: str,
+    cfg: Config,
+    hashes: HashStore | None,
+    now: float,
+    fd: int = -1,
+    data: bytes | None = None,
+) -> tuple[FileFacts, bytes | None]:
+    """The file's facts with what its ETag needs (serverio.http.core), and its
+    whole content when this had to read it for that (else ``None``).
+
+    The rule (:func:`~serverio.http.core.wants_content_hash`) decides;
+    this gathers: a stored hash of the same settled identity, the hash of
+    ``data`` (or of the bytes read from ``fd``) for a small file, or, for a
+    large one, ``hash_pending`` (the trio side computes it in the work
+    pool).  Raises :class:`_Shrank` if the file is shorter than ``st``.
+    """
+    policy = _policy(cfg.etag, cfg.small_file_size, cfg.source_date_epoch)
+    size = st.st_size
+    shared = (
+        hashes is not None
+        and policy.mode == "auto"
+        and size > policy.hash_max
+        and hashes.shared_mtime(st)
+    )
+    synthetic = mtime_is_synthetic(st.st_mtime_ns, policy, shared)
+    digest: bytes | None = None
+    pending = False
+    if wants_content_hash(size, synthetic, policy):
+        ok = _hash_settled(st, now)
+        ident = identity(st)
+        if data is None and hashes is not None and ok:
+            digest = hashes.get(ident)
+        if digest is None:
+            if data is None and size <= policy.hash_max and fd >= 0:
+                data = _read_all(fd, size)
+                if data is None:
+                    raise _Shrank
+            if data is not None:
+                digest = content_digest(data)
+                if ok and hashes is not None:
+                    hashes.put(ident, digest)
+            else:
+                pending = True
+        else:
+            data = None
+    facts = FileFacts(
+        size=size,
         mtime_ns=st.st_mtime_ns,
         dev=st.st_dev,
         ino=st.st_ino,
         content_type=content_type,
+        content_hash=digest,
+        hash_pending=pending,
+        synthetic_mtime=synthetic,
+        ctime_ns=st.st_ctime_ns,
     )
+    return facts, data
 
 
 class CacheCandidate(NamedTuple):
@@ -326,6 +412,7 @@ def prepare(
     boundary: str = "",
     cache: FileCache | None = None,
     mono: float = UNTIMED,
+    hashes: HashStore | None = None,
 ) -> Prepared:
     """Resolve, open, validate and decide.  Blocking; never raises for
     filesystem trouble (it becomes a plan).
@@ -334,6 +421,7 @@ def prepare(
     ``stat`` (:func:`prepare_cached`), and a settled small file read here
     is stored there; ``mono`` (trio clock) stamps the revalidation for pooled
     mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`: none).
+    ``hashes`` keeps the content hashes ETags are made of.
     """
     if cache is not None:
         hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
@@ -360,7 +448,9 @@ def prepare(
             if opened is None:
                 raise
             spa_fd, spa_st = opened  # ownership moves to _prepare_file
-            return _prepare_file(req, cfg, opener, now, boundary, spa_fd, spa_st, cfg.spa)
+            return _prepare_file(
+                req, cfg, opener, now, boundary, spa_fd, spa_st, cfg.spa, hashes=hashes
+            )
         st = os.fstat(fd)
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
@@ -391,7 +481,9 @@ def prepare(
             # resolution would have said ENOTDIR for "file.txt/.").
             return Prepared(error_plan(404, now, head_only=head))
         file_fd, fd = fd, -1  # ownership moves to _prepare_file
-        return _prepare_file(req, cfg, opener, now, boundary, file_fd, st, relpath, cache, mono)
+        return _prepare_file(
+            req, cfg, opener, now, boundary, file_fd, st, relpath, cache, mono, hashes
+        )
     except OSError as exc:
         return Prepared(_errno_plan(exc, now, head))
     finally:
@@ -421,6 +513,7 @@ def _prepare_file(
     relpath: str,
     cache: FileCache | None = None,
     mono: float = UNTIMED,
+    hashes: HashStore | None = None,
 ) -> Prepared:
     """The response for the regular file open on ``fd`` (which this owns).
 
@@ -431,7 +524,10 @@ def _prepare_file(
     """
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
-        facts = _facts(st, ctype)
+        try:
+            facts, data = _facts(st, ctype, cfg, hashes, now, fd)
+        except _Shrank:
+            return Prepared(_unavailable(now))
         extra, vary = file_headers(req, cfg, relpath, ctype)
         digest = digest_algorithm(req, cfg)
         entry: CachedFile | None = None
@@ -443,7 +539,8 @@ def _prepare_file(
             and cache.admits(st.st_size)
             and settled(st, now)
         ):
-            data = _read_all(fd, st.st_size)
+            if data is None:
+                data = _read_all(fd, st.st_size)
             if data is None:
                 return Prepared(_unavailable(now), facts=facts)
             entry = CachedFile(identity(st), facts, data, mono)
@@ -475,9 +572,8 @@ def _prepare_file(
                     ):
                         side_data = _read_all(opened[0], side_st.st_size)
                         if side_data is not None:
-                            side = CachedFile(
-                                identity(side_st), _facts(side_st, ctype), side_data, mono
-                            )
+                            side_facts, _ = _facts(side_st, ctype, cfg, hashes, now, data=side_data)
+                            side = CachedFile(identity(side_st), side_facts, side_data, mono)
                             entry.sidecars[c] = Sidecar(path, side.ident, side)
                             cached_sidecars[c] = side
                     # Otherwise no state is recorded for c: a later
@@ -487,8 +583,13 @@ def _prepare_file(
                     # Serve the sidecar: its own length, identity, ETag.
                     os.close(fd)
                     fd, st = sidecars.pop(coding)
-                    facts = _facts(st, ctype)
                     served = cached_sidecars.get(coding)
+                    try:
+                        facts, data = _facts(
+                            st, ctype, cfg, hashes, now, fd, served.data if served else None
+                        )
+                    except _Shrank:
+                        return Prepared(_unavailable(now))
             finally:
                 for sfd, _ in sidecars.values():
                     os.close(sfd)
@@ -505,14 +606,20 @@ def _prepare_file(
             )
             fd = -1
             prepared.digest = digest
+            prepared.hash_job = facts.hash_pending and _hash_settled(st, now)
             return prepared
         plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
         if not digest_applies(plan):
             digest = ""
-        keep = bool(digest)  # the hash job reads from this descriptor
+        # The ETag's hash job (large settled files) reads this descriptor too.
+        hash_job = facts.hash_pending and _hash_settled(st, now)
+        keep = bool(digest) or hash_job  # the hash jobs read from this descriptor
         if served is not None:
             if plan.needs_file:
                 plan = _slice_spans(served.data, plan)
+        elif data is not None:
+            if plan.needs_file:
+                plan = _slice_spans(data, plan)  # read whole for its ETag already
         elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
@@ -522,7 +629,7 @@ def _prepare_file(
             plan = read
         elif plan.needs_file:
             keep = True
-        prepared = Prepared(plan, facts=facts, coding=coding, digest=digest)
+        prepared = Prepared(plan, facts=facts, coding=coding, digest=digest, hash_job=hash_job)
         if keep:
             prepared.fd, fd = fd, -1  # ownership moves to the caller
         return prepared

@@ -15,6 +15,7 @@ is how precedence bugs survive elsewhere (see docs/architecture.md).
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -25,14 +26,18 @@ from .dates import format_http_date, http_seconds, parse_http_date
 from .target import Target
 
 __all__ = [
+    "ETAG_MODES",
     "UNSATISFIABLE",
     "VARY_ACCEPT",
     "VARY_ACCEPT_ENCODING",
+    "EtagPolicy",
     "FileFacts",
     "FileSpan",
     "Plan",
     "RequestFacts",
     "coded_etag",
+    "content_digest",
+    "content_hasher",
     "decide_directory",
     "decide_file",
     "decide_generated",
@@ -40,12 +45,14 @@ __all__ = [
     "error_plan",
     "evaluate_preconditions",
     "make_etag",
+    "mtime_is_synthetic",
     "parse_etag_list",
     "parse_range",
     "precondition_plan",
     "route",
     "sent_mtime",
     "spa_fallback_applies",
+    "wants_content_hash",
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
@@ -80,7 +87,16 @@ class RequestFacts:
 
 @dataclass(frozen=True, slots=True)
 class FileFacts:
-    """Immutable facts about one opened regular file (from fstat)."""
+    """Immutable facts about one opened regular file (from fstat).
+
+    ``content_hash`` is :func:`content_digest` of the bytes when the
+    blocking layer gathered it; ``hash_pending`` says the ETag rule wants
+    one that is not known yet (a large file still being hashed): then
+    there is no ETag (``etag == ""``).  ``synthetic_mtime``: the mtime is a
+    constant set by a build tool (:func:`mtime_is_synthetic`), so it says
+    nothing about the bytes: no Last-Modified, and date conditions are
+    ignored.  ``ctime_ns`` completes the identity the caches key on.
+    """
 
     size: int
     mtime_ns: int
@@ -88,20 +104,30 @@ class FileFacts:
     ino: int
     content_type: str
     etag: str = field(default="")
+    content_hash: bytes | None = None
+    hash_pending: bool = False
+    synthetic_mtime: bool = False
+    ctime_ns: int = 0
 
     def __post_init__(self) -> None:
-        if not self.etag:
-            object.__setattr__(
-                self, "etag", make_etag(self.dev, self.ino, self.size, self.mtime_ns)
-            )
+        if not self.etag and not self.hash_pending:
+            object.__setattr__(self, "etag", make_etag(self.size, self.mtime_ns, self.content_hash))
 
     @property
     def mtime(self) -> int | None:
         """Modification time in whole seconds (the resolution of HTTP-date);
-        None when no HTTP-date can express it: then the response has no
-        Last-Modified and the date conditions are ignored, as for any
-        representation without a modification date (the ETag still works)."""
+        None when no HTTP-date can express it, or when the mtime is a
+        build tool's constant: then the response has no Last-Modified and
+        the date conditions are ignored, as for any representation without
+        a modification date (the ETag still works)."""
+        if self.synthetic_mtime:
+            return None
         return http_seconds(self.mtime_ns)
+
+    @property
+    def key(self) -> tuple[int, int, int, int, int]:
+        """The full identity (dev, ino, size, mtime, ctime) caches key on."""
+        return (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,13 +173,71 @@ class Plan:
 # ---------------------------------------------------------------- validators
 
 
-def make_etag(dev: int, ino: int, size: int, mtime_ns: int) -> str:
-    """A strong ETag from the file's identity (RFC 9110 §8.8.3).
+ETAG_MODES: Final = ("auto", "content")
 
-    Any change of inode (replace by rename), size or mtime changes it, so a
-    validator never matches bytes of a different file.
+# The mtimes build tools stamp on every file: 0 and 1 (Nix, many
+# reproducible-image builders) — anything below 2 s after the epoch.
+_SYNTHETIC_BELOW_NS: Final = 2 * 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class EtagPolicy:
+    """What the ETag of a file is built from (docs/features.md "Validators").
+
+    ``mode`` ``auto``: a content hash for files up to ``hash_max`` bytes
+    (their bytes are read anyway) and for files whose mtime looks
+    constant; size + mtime for the rest.  ``content``: a content hash for
+    every file.  ``epoch_ns``: ``SOURCE_DATE_EPOCH`` in nanoseconds, a
+    constant mtime too, when set.
     """
-    return f'"{dev:x}-{ino:x}-{size:x}-{mtime_ns:x}"'
+
+    mode: str = "auto"
+    hash_max: int = 65536
+    epoch_ns: int | None = None
+
+
+def mtime_is_synthetic(mtime_ns: int, policy: EtagPolicy, shared: bool = False) -> bool:
+    """Does this mtime look like a build tool's constant rather than a time
+    the bytes were written?  0 or 1 (before 2 s after the epoch),
+    ``SOURCE_DATE_EPOCH``, or (``shared``) one the blocking layer has seen
+    on many distinct files."""
+    return mtime_ns < _SYNTHETIC_BELOW_NS or mtime_ns == policy.epoch_ns or shared
+
+
+def wants_content_hash(size: int, synthetic: bool, policy: EtagPolicy) -> bool:
+    """Must this file's ETag be a content hash?
+
+    Size + mtime alone is wrong whenever the mtime does not move with the
+    bytes: a same-size rewrite under a constant mtime would keep its ETag,
+    and a revalidating client would get 304 for bytes it does not have.
+    """
+    return policy.mode == "content" or size <= policy.hash_max or synthetic
+
+
+def content_hasher() -> hashlib.blake2b:
+    """An incremental hasher for :func:`content_digest` (large files)."""
+    return hashlib.blake2b(digest_size=16)
+
+
+def content_digest(data: bytes) -> bytes:
+    """The content hash an ETag carries: BLAKE2b-128 of the bytes."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def make_etag(size: int, mtime_ns: int, content_hash: bytes | None = None) -> str:
+    """A strong ETag (RFC 9110 §8.8.3) from what identifies the bytes.
+
+    Never the device or inode: byte-identical replicas (``cp -a``, an image
+    on several hosts) must agree, or every revalidation behind a load
+    balancer is a full download and an If-Range resume restarts.  With a
+    content hash the tag is the hash (identical bytes, identical tag, on
+    any replica and whatever the mtimes); otherwise size and mtime in
+    nanoseconds, which change with any write that moves the mtime — the
+    rule that decides when that is not enough is :func:`wants_content_hash`.
+    """
+    if content_hash is not None:
+        return '"' + content_hash.hex() + '"'
+    return f'"{size:x}-{mtime_ns:x}"'
 
 
 def coded_etag(etag: str, coding: str) -> str:
@@ -164,7 +248,7 @@ def coded_etag(etag: str, coding: str) -> str:
     a gzip-accepting client's revalidation with identity bytes (and 304 and
     If-Range would mix representations).  ``"tag"`` -> ``"tag-gzip"``.
     """
-    if not coding:
+    if not coding or not etag:
         return etag
     return etag[:-1] + "-" + coding + '"'
 
@@ -497,7 +581,8 @@ def _validator_tail(
     hs = []
     if mtime is not None:
         hs.append((b"last-modified", format_http_date(mtime).encode("ascii")))
-    hs.append((b"etag", etag.encode("ascii")))
+    if etag:  # none while a large file's content hash is being computed
+        hs.append((b"etag", etag.encode("ascii")))
     if cache_control is not None:
         hs.append((b"cache-control", cache_control.encode("ascii")))
     if vary:

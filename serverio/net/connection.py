@@ -126,6 +126,10 @@ class ConnectionEnv:
     access_log: AccessLog
     response_times: Histogram
     draining: bool = False
+    # Set once nothing is accepted any more without a lame-duck period
+    # (--shutdown-delay): then a drain also closes connections still
+    # waiting for their first request; before, they are served.
+    cut_fresh: bool = False
 
 
 class ConnectionTask:
@@ -191,8 +195,15 @@ class ConnectionTask:
 
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;
-        one with a request in flight finishes it (with Connection: close)."""
-        if self.read_scope is not None and not self.in_flight:
+        one with a request in flight finishes it (with Connection: close).
+        After a lame-duck period (``env.cut_fresh`` not set) only an idle
+        keep-alive connection closes: one still waiting for its first
+        request (or TLS handshake) was just accepted and is served."""
+        if (
+            self.read_scope is not None
+            and not self.in_flight
+            and (self._phase == _KEEPALIVE or self.env.cut_fresh)
+        ):
             self._drained = True
             self.read_scope.cancel()
 
@@ -277,7 +288,7 @@ class ConnectionTask:
         assert isinstance(self.stream, trio.SSLStream)
         with trio.CancelScope(deadline=trio.current_time() + env.config.head_timeout) as scope:
             self.read_scope = scope
-            if env.draining:
+            if env.cut_fresh:
                 scope.cancel()
             try:
                 await self.stream.do_handshake()
@@ -323,7 +334,7 @@ class ConnectionTask:
         """The next request head, or None when the connection should close
         quietly (EOF, keep-alive timeout, drain)."""
         env = self.env
-        if env.draining:
+        if env.draining and (idle or env.cut_fresh):
             return None
         fd = self._fd
         if fd >= 0 and (self._fed or not idle):

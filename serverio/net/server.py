@@ -13,6 +13,16 @@ Structure (docs/architecture.md has the picture)::
 
 Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
 
+0. lame duck, for ``--shutdown-delay S`` > 0 (load balancers): ``draining``
+   turns on at once (``/healthz`` answers 503, every response ends its
+   connection with ``Connection: close``), but the listeners keep
+   accepting for S seconds, so a balancer that has not yet seen the 503
+   still gets answers; a connection accepted then is served its first
+   request.  Idle keep-alive connections are closed when the S seconds
+   end, not at once: a balancer may be sending a request on one at the
+   moment it closes, and with no retry that request fails (HTTP/1.1 has
+   no GOAWAY).  After S seconds the connections already queued in the
+   kernel's backlog are accepted too, then:
 1. stop accepting: cancel the accept loops and close the listeners at once
    (closing a trio listener never waits on connection tasks, so asyncio's
    ``Server.wait_closed()`` trap, waiting for every connection, cannot
@@ -40,7 +50,7 @@ from collections.abc import Sequence
 import trio
 
 from ..concurrency.blocking import Pool
-from ..config import Config
+from ..config import Config, parse_host_port
 from ..errors import reason_phrase
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
@@ -53,7 +63,7 @@ from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
 from .tls import make_ssl_context
 
-__all__ = ["Server"]
+__all__ = ["Server", "bind_public", "public_addresses"]
 
 log = logging.getLogger("serverio")
 
@@ -133,6 +143,7 @@ class Server:
         self.abandoned_threads = 0
         self._opener: RootOpener | None = None
         self._shutdown = trio.Event()
+        self._abort_event = trio.Event()  # wakes the lame-duck wait on abort()
         self._aborted = False
         self._conn_nursery: trio.Nursery | None = None
         self._idle = trio.Event()
@@ -181,12 +192,31 @@ class Server:
     def abort(self) -> None:
         """Stop now: cancel every connection without draining."""
         self._aborted = True
+        self.env.cut_fresh = True
         self._shutdown.set()
+        self._abort_event.set()
         if self._conn_nursery is not None:
             self._conn_nursery.cancel_scope.cancel()
 
+    def tls_of(self, listener: trio.SocketListener) -> ssl.SSLContext | None:
+        """The TLS context of ``listener``'s connections (None: plaintext).
+
+        Without ``--listen``/``--listen-tls`` every listener is TLS when
+        ``--certfile`` is set.  With them, listeners are in the order of
+        :func:`bind_public` (the ``--listen`` ones, then ``--listen-tls``)
+        and only the latter are TLS.
+        """
+        cfg = self.config
+        if not (cfg.listen or cfg.listen_tls):
+            return self.ssl_context
+        try:
+            index = self.listeners.index(listener)
+        except ValueError:
+            return None
+        return self.ssl_context if index >= len(cfg.listen) else None
+
     async def open_listeners(self) -> None:
-        """Bind the configured address (unless listeners were given).
+        """Bind the configured addresses (unless listeners were given).
 
         With ``--fd`` the inherited sockets are used instead of binding.
         """
@@ -195,7 +225,7 @@ class Server:
         if self.config.fds:
             self.listeners = listeners_from_fds(self.config.fds)
             return
-        self.listeners = [await _bind(self.config.host, self.config.port)]
+        self.listeners = await bind_public(self.config)
 
     async def serve(
         self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED
@@ -211,6 +241,23 @@ class Server:
                 conns.start_soon(self._accept_all, conns, accept_scope)
                 task_status.started(self)
                 await self._shutdown.wait()
+                delay = self.config.shutdown_delay
+                if delay > 0 and not self._aborted:
+                    # 0. lame duck: refuse nothing yet, keep nothing open.
+                    # Idle keep-alive connections are left open until the
+                    # delay ends: closing one while a balancer picks it for
+                    # a request loses that request (measured behind HAProxy,
+                    # docs/deployment.md "Fleets"); any request on one now
+                    # is answered with Connection: close.
+                    self.env.draining = True
+                    with trio.move_on_after(delay):
+                        await self._abort_event.wait()
+                    # What the kernel queued before the close is served too.
+                    if not self._aborted:
+                        for listener in self.listeners:
+                            self._accept_backlog(listener, conns)
+                else:
+                    self.env.cut_fresh = True
                 # 1. stop accepting.
                 accept_scope.cancel()
                 for listener in self.listeners:
@@ -272,6 +319,7 @@ class Server:
         ``_ACCEPT_BURST`` in a row), and only then wait for readability.
         """
         max_conns = self.config.max_connections
+        tls = self.tls_of(listener)
         lsock = listener.socket
         # A stdlib view of the same fd (no dup): closing it is trio's job, so
         # we detach() instead of close().
@@ -289,7 +337,7 @@ class Server:
                             # condition to ride out, not a reason to stop.
                             self._log_accept_failure(exc.errno or 0)
                             if exc.errno in _OUT_OF_FDS:
-                                shed = self._shed_with_spare(raw)
+                                shed = self._shed_with_spare(raw, tls is not None)
                                 if shed:
                                     continue  # the next pending client, if any
                                 if shed is not None:
@@ -297,27 +345,7 @@ class Server:
                             await trio.sleep(0.1)
                             break
                         raise
-                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-                    self.stats.accepted += 1
-                    if len(self.connections) >= max_conns:
-                        self.stats.rejected += 1
-                        if self.ssl_context is not None:
-                            # (A plaintext 503 means nothing to a TLS client,
-                            # and a handshake is the work we are shedding.)
-                            stream.socket.close()
-                        elif self._rejectors >= _MAX_REJECTORS:
-                            _reject_at_once(stream.socket)
-                            stream.socket.close()
-                        else:
-                            self._rejectors += 1
-                            conns.start_soon(self._reject, stream)
-                        continue
-                    if self.ssl_context is not None:
-                        conn = self._tls_connection(stream)
-                    else:
-                        conn = ConnectionTask(self.env, stream)
-                    self.connections.add(conn)
-                    conns.start_soon(self._run_connection, conn)
+                    self._admit(sock, tls, conns, max_conns)
                 else:
                     # A full burst: let the new tasks run before the next one.
                     await trio.lowlevel.checkpoint()
@@ -325,6 +353,53 @@ class Server:
                 await trio.lowlevel.wait_readable(raw)
         finally:
             raw.detach()
+
+    def _accept_backlog(self, listener: trio.SocketListener, conns: trio.Nursery) -> None:
+        """Accept every connection already queued on ``listener`` (no wait):
+        the end of a lame-duck period, just before the listener closes, so
+        that a client the kernel already accepted is answered, not reset."""
+        lsock = listener.socket
+        raw = _stdsocket.socket(lsock.family, lsock.type, lsock.proto, fileno=lsock.fileno())
+        tls = self.tls_of(listener)
+        try:
+            while True:
+                try:
+                    sock, _addr = raw.accept()
+                except OSError:  # BlockingIOError: none left; EMFILE: give up
+                    break
+                self._admit(sock, tls, conns, self.config.max_connections)
+        finally:
+            raw.detach()
+
+    def _admit(
+        self,
+        sock: _stdsocket.socket,
+        tls: ssl.SSLContext | None,
+        conns: trio.Nursery,
+        max_conns: int,
+    ) -> None:
+        """Start a connection task for an accepted socket, or shed it (503)."""
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        self.stats.accepted += 1
+        if len(self.connections) >= max_conns:
+            self.stats.rejected += 1
+            if tls is not None:
+                # (A plaintext 503 means nothing to a TLS client,
+                # and a handshake is the work we are shedding.)
+                stream.socket.close()
+            elif self._rejectors >= _MAX_REJECTORS:
+                _reject_at_once(stream.socket)
+                stream.socket.close()
+            else:
+                self._rejectors += 1
+                conns.start_soon(self._reject, stream)
+            return
+        if tls is not None:
+            conn = self._tls_connection(stream, tls)
+        else:
+            conn = ConnectionTask(self.env, stream)
+        self.connections.add(conn)
+        conns.start_soon(self._run_connection, conn)
 
     def _log_accept_failure(self, err: int) -> None:
         """Log an accept failure at most once per second, with a count of
@@ -348,7 +423,7 @@ class Server:
         else:
             log.error("accept failed (%s); retrying (%d more since the last report)", name, more)
 
-    def _shed_with_spare(self, raw: _stdsocket.socket) -> bool | None:
+    def _shed_with_spare(self, raw: _stdsocket.socket, tls: bool) -> bool | None:
         """Out of descriptors: answer one pending client 503 anyway.
 
         The spare descriptor (an open ``/dev/null``, kept for this) is
@@ -375,7 +450,7 @@ class Server:
             self.stats.accepted += 1
             self.stats.rejected += 1
             try:
-                if self.ssl_context is None:
+                if not tls:
                     sock.setblocking(False)
                     _reject_at_once(sock)
             finally:
@@ -384,11 +459,10 @@ class Server:
         self._spare_fd = _open_spare()
         return shed
 
-    def _tls_connection(self, stream: trio.SocketStream) -> ConnectionTask:
+    def _tls_connection(self, stream: trio.SocketStream, tls: ssl.SSLContext) -> ConnectionTask:
         """Wrap in TLS; the handshake happens in the connection task, under
         the head deadline, and ConnectionTask takes the buffered path for any
         stream that is not a plain SocketStream."""
-        assert self.ssl_context is not None
         client = "-"
         try:
             # Eager here (the lazy lookup needs a plain socket): next to a
@@ -399,8 +473,8 @@ class Server:
         else:
             if isinstance(peer, tuple) and peer:
                 client = str(peer[0])
-        tls = trio.SSLStream(stream, self.ssl_context, server_side=True, https_compatible=True)
-        return ConnectionTask(self.env, tls, client)
+        wrapped = trio.SSLStream(stream, tls, server_side=True, https_compatible=True)
+        return ConnectionTask(self.env, wrapped, client)
 
     async def _run_connection(self, conn: ConnectionTask) -> None:
         try:
@@ -461,6 +535,30 @@ def listen_options(*, reuse_port: bool = False) -> list[tuple[int, int]]:
             raise OSError(errno.ENOPROTOOPT, "SO_REUSEPORT is not available")
         options.append((reuseport, 1))
     return options
+
+
+async def bind_public(cfg: Config, *, reuse_port: bool = False) -> list[trio.SocketListener]:
+    """The public listeners of ``cfg``: ``--listen`` addresses, then
+    ``--listen-tls`` ones (the order :meth:`Server.tls_of` relies on), or
+    the one ``-b``/port address.  Raises OSError naming nothing: the caller
+    reports which address (:func:`public_addresses`)."""
+    out: list[trio.SocketListener] = []
+    try:
+        for host, port in public_addresses(cfg):
+            out.append(await _bind(host, port, reuse_port=reuse_port))
+    except BaseException:
+        for listener in out:
+            listener.socket.close()
+        raise
+    return out
+
+
+def public_addresses(cfg: Config) -> list[tuple[str, int]]:
+    """(host, port) of every public listener, in :func:`bind_public` order."""
+    if cfg.listen or cfg.listen_tls:
+        addrs = [parse_host_port(a, "--listen") for a in cfg.listen]
+        return addrs + [parse_host_port(a, "--listen-tls") for a in cfg.listen_tls]
+    return [(cfg.host, cfg.port)]
 
 
 async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.SocketListener:

@@ -12,10 +12,12 @@ from typing import NoReturn
 
 import trio
 
-from ..config import ACCESS_LOG_FORMATS, LOG_LEVELS, Config
+from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config
 from ..errors import ConfigError
 from ..net.activation import systemd_fds
 from ..net.tls import make_ssl_context
+from .check import check_url
+from .cpus import available_cpus
 from .fdlimit import fit_fd_limit
 from .run import run_server
 from .tomlconfig import dump, parse_with_config
@@ -130,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="drain deadline on SIGINT/SIGTERM",
     )
+    g.add_argument(
+        "--shutdown-delay",
+        type=_seconds,
+        default=_D.shutdown_delay,
+        metavar="S",
+        help="on SIGTERM, keep accepting S seconds with /healthz 503 and Connection: close "
+        "(lame duck for load balancers; default 0)",
+    )
     g.add_argument("--max-head-size", type=int, default=_D.max_head_size, metavar="BYTES")
     f = p.add_argument_group("files")
     f.add_argument(
@@ -151,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="bodies up to this size are read and sent with the head",
     )
     f.add_argument("--max-ranges", type=int, default=_D.max_ranges, metavar="N")
+    f.add_argument(
+        "--etag",
+        choices=ETAG_MODES,
+        default=_D.etag,
+        help="ETag rule: auto (content hash for small files and constant mtimes, else "
+        "size+mtime) or content (content hash for every file); default auto",
+    )
     f.add_argument("--no-sendfile", action="store_true", help="send file bodies through user space")
     c = p.add_argument_group("content")
     c.add_argument(
@@ -262,10 +279,23 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("deployment")
     g.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=_D.workers,
         metavar="N",
-        help="processes, each with its own SO_REUSEPORT listener (default 1)",
+        help="processes, each with its own SO_REUSEPORT listener (default 1); "
+        "auto = one per CPU available (affinity, cgroup quota)",
+    )
+    g.add_argument(
+        "--listen",
+        action="append",
+        metavar="HOST:PORT",
+        help="plaintext listener (repeatable; IPv6 as [::1]:8080); replaces -b and the port",
+    )
+    g.add_argument(
+        "--listen-tls",
+        action="append",
+        metavar="HOST:PORT",
+        help="TLS listener with --certfile/--keyfile (repeatable); replaces -b and the port",
     )
     g.add_argument(
         "--fd",
@@ -281,6 +311,13 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         default=None,
         help="serve GET /metrics and /healthz there (off by default; never the public port)",
     )
+    g.add_argument(
+        "--check",
+        metavar="URL",
+        default=None,
+        help="probe URL (http, loopback only) and exit 0 if it answers 2xx, else 1 "
+        "(container HEALTHCHECK without curl)",
+    )
     c = p.add_argument_group("configuration file")
     c.add_argument(
         "--config",
@@ -295,12 +332,26 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _workers(text: str) -> int:
+    """``N`` or ``auto`` (one per CPU this process may use)."""
+    if text.strip().lower() == "auto":
+        return available_cpus()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     index: tuple[str, ...] = _D.index
     if args.index:
         index = tuple(n.strip() for item in args.index for n in item.split(",") if n.strip())
     if args.protocol not in ("HTTP/1.0", "HTTP/1.1"):
         raise ConfigError(f"--protocol must be HTTP/1.0 or HTTP/1.1, got {args.protocol!r}")
+    if (args.listen or args.listen_tls) and (args.port != _D.port or args.bind != _D.host):
+        raise ConfigError("--listen/--listen-tls replace -b and the port: give every address there")
+    if args.listen and args.certfile and not args.listen_tls:
+        raise ConfigError("--certfile with --listen: TLS listeners are given with --listen-tls")
     return Config(
         directory=args.directory,
         host=args.bind,
@@ -311,6 +362,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         write_timeout=args.write_timeout,
         max_requests=args.max_requests,
         shutdown_timeout=args.shutdown_timeout,
+        shutdown_delay=args.shutdown_delay,
         max_head_size=args.max_head_size,
         index=index,
         hidden=args.hidden,
@@ -318,6 +370,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cache_control=args.cache_control,
         small_file_size=args.small_file_size,
         max_ranges=args.max_ranges,
+        etag=args.etag,
         sendfile=not args.no_sendfile,
         fs_workers=args.fs_workers,
         file_cache_size=args.file_cache_size,
@@ -341,6 +394,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         keyfile_password_env=args.keyfile_password_env,
         workers=args.workers,
         fds=tuple(args.fd or ()),
+        listen=tuple(args.listen or ()),
+        listen_tls=tuple(args.listen_tls or ()),
         admin_bind=args.admin_bind,
         access_log_file=args.access_log_file,
         log_level=args.log_level,
@@ -352,6 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parse_with_config(parser, argv)
+        if args.check is not None:
+            return check_url(args.check)
         if not args.fd and not args.print_config:
             # systemd socket activation (consumes LISTEN_FDS/LISTEN_PID).
             args.fd = systemd_fds() or None

@@ -22,7 +22,7 @@ import trio
 from ..config import Config
 from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
-from ..net.server import Server
+from ..net.server import Server, public_addresses
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
 
 __all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
@@ -51,7 +51,8 @@ def url_host(host: str) -> str:
 
 def _listen_error(cfg: Config, exc: OSError) -> str:
     reason = exc.strerror or str(exc)
-    return f"serverio: error: cannot listen on {cfg.host} port {cfg.port}: {reason}"
+    where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
+    return f"serverio: error: cannot listen on {where}: {reason}"
 
 
 async def run_server(
@@ -113,10 +114,13 @@ async def run_server(
             for task in extra:
                 nursery.start_soon(task, server)
             if announce:
-                host, port = server.addresses()[0]
-                print(
-                    f"Serving {cfg.root} at {_scheme(cfg)}://{url_host(host)}:{port}/", flush=True
-                )
+                for listener in server.listeners:
+                    name = listener.socket.getsockname()
+                    scheme = "https" if server.tls_of(listener) is not None else "http"
+                    print(
+                        f"Serving {cfg.root} at {scheme}://{url_host(str(name[0]))}:{name[1]}/",
+                        flush=True,
+                    )
                 if admin_listener is not None:
                     name = admin_listener.socket.getsockname()
                     print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
@@ -158,6 +162,3 @@ def make_admin_handler(server: Server, stopping: Callable[[], bool]) -> AdminHan
 
     return handler
 
-
-def _scheme(cfg: Config) -> str:
-    return "https" if cfg.certfile else "http"

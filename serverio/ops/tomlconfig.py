@@ -31,7 +31,7 @@ from ..errors import ConfigError
 __all__ = ["CLI_ONLY", "dump", "option_keys", "parse_with_config"]
 
 # Options about the configuration itself (and help) have no TOML key.
-CLI_ONLY = frozenset({"help", "config", "print_config"})
+CLI_ONLY = frozenset({"help", "config", "print_config", "check"})
 
 
 def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

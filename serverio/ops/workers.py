@@ -57,7 +57,7 @@ import trio
 from ..config import Config
 from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
-from ..net.server import Server, _bind
+from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
 from .run import SIGHUP, SIGNALS, run_server, url_host
@@ -120,21 +120,28 @@ def supervise(cfg: Config) -> int:
     if unsupported is not None:
         print(f"serverio: error: {unsupported}", file=sys.stderr)
         return 2
+    reservations: list[socket.socket] = []
     try:
-        reservation = _reserve(cfg.host, cfg.port)
+        for host, port in public_addresses(cfg):
+            reservations.append(_reserve(host, port))
     except OSError as exc:
+        for r in reservations:
+            r.close()
         if exc.errno in (errno.ENOPROTOOPT, errno.EINVAL, errno.EOPNOTSUPP):
             msg = _NO_REUSEPORT
         else:
             reason = exc.strerror or str(exc)
-            msg = f"cannot listen on {cfg.host} port {cfg.port}: {reason}"
+            where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
+            msg = f"cannot listen on {where}: {reason}"
         print(f"serverio: error: {msg}", file=sys.stderr)
         return 2
     try:
-        cfg = replace(cfg, port=reservation.getsockname()[1])
+        if not (cfg.listen or cfg.listen_tls):
+            cfg = replace(cfg, port=reservations[0].getsockname()[1])
         return trio.run(_Supervisor(cfg).run)
     finally:
-        reservation.close()
+        for r in reservations:
+            r.close()
 
 
 def _reserve(host: str, port: int) -> socket.socket:
@@ -216,8 +223,11 @@ class _Supervisor:
             return
         self.started = True
         cfg = self.cfg
-        scheme = "https" if cfg.certfile else "http"
-        print(f"Serving {cfg.root} at {scheme}://{url_host(cfg.host)}:{cfg.port}/", flush=True)
+        addrs = public_addresses(cfg)
+        for i, (host, port) in enumerate(addrs):
+            tls = i >= len(cfg.listen) if (cfg.listen or cfg.listen_tls) else bool(cfg.certfile)
+            scheme = "https" if tls else "http"
+            print(f"Serving {cfg.root} at {scheme}://{url_host(host)}:{port}/", flush=True)
         if admin is not None:
             name = admin.socket.getsockname()
             print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
@@ -339,7 +349,7 @@ class _Supervisor:
         # Workers drain within --shutdown-timeout; one that does not (wedged
         # beyond trio's reach) is killed so that the supervisor can exit.
         await self.stopped.wait()
-        await trio.sleep(self.cfg.shutdown_timeout + _KILL_GRACE)
+        await trio.sleep(self.cfg.shutdown_delay + self.cfg.shutdown_timeout + _KILL_GRACE)
         if proc.returncode is None:
             log.error("worker pid %d did not stop in time; killing it", proc.pid)
             proc.kill()
@@ -454,12 +464,10 @@ def _read_exactly(fd: int, n: int) -> bytes:
 
 async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
     try:
-        listener = await _bind(cfg.host, cfg.port, reuse_port=True)
+        listeners = await bind_public(cfg, reuse_port=True)
     except OSError as exc:
-        print(
-            f"serverio: error: cannot listen on {cfg.host} port {cfg.port}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
+        where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
+        print(f"serverio: error: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
 
     def ready(_: Server) -> None:
@@ -468,7 +476,7 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
     return await run_server(
         cfg,
         ssl_context=ssl_context,  # type: ignore[arg-type]
-        listeners=[listener],
+        listeners=listeners,
         announce=False,
         admin=False,
         extra=[functools.partial(_snapshot_service, sock_path), _watch_parent],

@@ -37,10 +37,11 @@ from ..concurrency.blocking import Pool, run_blocking
 from ..concurrency.flight import SingleFlightCache
 from ..config import Config
 from ..errors import HTTPError, errno_status
+from ..fs.filecache import HashStore
 from ..fs.opener import RootOpener
 from ..fs.reads import pread
 from ..http.codecs import compress_bytes
-from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.core import Plan, RequestFacts, content_hasher, decide_file, decide_generated
 from ..http.dates import http_seconds
 from ..http.listing import (
     LISTING_CSP,
@@ -68,12 +69,16 @@ __all__ = [
     "scan_listing",
 ]
 
-# Identity of the bytes a cached value describes: (dev, ino, size, mtime_ns)
-# of the file (or sidecar) + content coding (+ digest algorithm).
+# Identity of the bytes a cached value describes: (dev, ino, size, mtime_ns,
+# ctime_ns) of the file (or sidecar) + content coding (+ digest algorithm).
 log = logging.getLogger("serverio")
 
-CompressKey = tuple[int, int, int, int, str]
-DigestKey = tuple[int, int, int, int, str, str]
+# Identity = (dev, ino, size, mtime_ns, ctime_ns): ctime too, because a
+# same-size rewrite that restores the mtime (reproducible builds) changes
+# only the ctime.
+Identity = tuple[int, int, int, int, int]
+CompressKey = tuple[Identity, str]
+DigestKey = tuple[Identity, str, str]
 # A rendered listing: (dev, ino) of the directory, the path it was reached
 # by (title, breadcrumbs), the query (format, sort, order) and the digest of
 # the scanned entries (serverio.http.listing.entries_digest).  The hidden
@@ -180,6 +185,33 @@ def hash_file(owned: OwnedFd, algorithm: str, size: int, mtime_ns: int) -> bytes
             h.update(chunk)
             offset += len(chunk)
         if not _unchanged(fd, size, mtime_ns):
+            return None
+        return h.digest()
+    finally:
+        os.close(fd)
+
+
+def hash_for_etag(owned: OwnedFd, ident: Identity) -> bytes | None:
+    """The ETag content hash of the opened file (blocking), or None if its
+    identity is no longer ``ident`` after the read (it changed meanwhile).
+
+    Cancellation handling: as :func:`compress_file`.
+    """
+    fd = owned.claim()
+    if fd < 0:
+        return None
+    try:
+        h = content_hasher()
+        size = ident[2]
+        offset = 0
+        while offset < size:
+            chunk = pread(fd, min(READ_CHUNK, size - offset), offset)
+            if not chunk:
+                return None
+            h.update(chunk)
+            offset += len(chunk)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != ident:
             return None
         return h.digest()
     finally:
@@ -354,6 +386,17 @@ class ContentService:
         self.digests: SingleFlightCache[DigestKey, bytes] = SingleFlightCache(
             "digest", DIGEST_CACHE_BYTES, lambda d: len(d) + _DIGEST_OVERHEAD
         )
+        # Content hashes for ETags, read by the preparation step from any
+        # thread (serverio.fs.prepare); filled there for small files and by
+        # the jobs below for large ones.
+        self.hashes = HashStore()
+        # ETag hashes of large files: the flights only (one job per
+        # identity at a time); the results go to self.hashes, which the
+        # preparation step reads from any thread.
+        # (Capacity 0: nothing stored here, so an evicted hash is recomputed.)
+        self.etag_jobs: SingleFlightCache[Identity, bytes] = SingleFlightCache(
+            "etag_hash", 0, len
+        )
         # Rendered listings, shared: every reader of one listing (a slow one
         # holds its body for --write-timeout) points at the same bytes.
         self.listings: SingleFlightCache[ListingKey, Listing] = SingleFlightCache(
@@ -368,7 +411,12 @@ class ContentService:
         running; their threads are abandoned and close their own
         descriptors when they end.
         """
-        async with self.compressed.running(), self.digests.running(), self.listings.running():
+        async with (
+            self.compressed.running(),
+            self.digests.running(),
+            self.listings.running(),
+            self.etag_jobs.running(),
+        ):
             yield
 
     # A follow-up is done when its flag on the Prepared is cleared, so the
@@ -382,6 +430,8 @@ class ContentService:
         Returns False, with the finished steps cleared, when something must
         wait (a listing scan, a cache miss); then call :meth:`finish`.
         """
+        if prepared.hash_job:
+            self._start_etag_hash(prepared)
         if prepared.listing:
             return False
         if prepared.compress:
@@ -407,6 +457,8 @@ class ContentService:
         job leaves the job running for others; a cancelled listing scan
         abandons its thread, which closes the directory descriptor.
         """
+        if prepared.hash_job:
+            self._start_etag_hash(prepared)
         if prepared.listing:
             prepared.plan = await self._listing(prepared, req, now)
             prepared.listing = False
@@ -456,6 +508,36 @@ class ContentService:
         prepared.data = data  # the representation a digest must describe
         prepared.compress = ""
 
+    def _start_etag_hash(self, prepared: Prepared) -> None:
+        """Start hashing a large file for its ETag, without waiting (one job
+        per identity; the work pool bounds how many run).  Until it is done
+        its responses carry no ETag (docs/features.md "Validators")."""
+        prepared.hash_job = False
+        facts = prepared.facts
+        assert facts is not None
+        fd = prepared.fd
+        work = self.work
+        hashes = self.hashes
+        ident = facts.key
+
+        def make_job() -> Callable[[], Awaitable[bytes | None]]:
+            owned = _dup(fd)
+            if owned is None:
+                return _nothing
+
+            async def job() -> bytes | None:
+                try:
+                    digest = await run_blocking(work, hash_for_etag, owned, ident)
+                finally:
+                    owned.release()
+                if digest is not None:
+                    hashes.put(ident, digest)
+                return digest
+
+            return job
+
+        self.etag_jobs.start(ident, make_job)
+
     @staticmethod
     def _use_digest(prepared: Prepared, digest: bytes) -> None:
         plan = prepared.plan
@@ -471,13 +553,13 @@ class ContentService:
     def _compress_key(prepared: Prepared) -> CompressKey:
         facts = prepared.facts
         assert facts is not None
-        return (facts.dev, facts.ino, facts.size, facts.mtime_ns, prepared.compress)
+        return (facts.key, prepared.compress)
 
     @staticmethod
     def _digest_key(prepared: Prepared) -> DigestKey:
         facts = prepared.facts
         assert facts is not None
-        return (facts.dev, facts.ino, facts.size, facts.mtime_ns, prepared.coding, prepared.digest)
+        return (facts.key, prepared.coding, prepared.digest)
 
     async def _compressed(self, prepared: Prepared, coding: str) -> bytes | None:
         facts = prepared.facts

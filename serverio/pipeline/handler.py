@@ -147,7 +147,9 @@ class Handler:
         if self.fs.inline:
             # Inline hits are revalidated by a stat every time: no trust
             # window, so no clock reading (UNTIMED).
-            prepared = prepare(req, self.config, self._opener(), now, boundary, files, UNTIMED)
+            prepared = prepare(
+                req, self.config, self._opener(), now, boundary, files, UNTIMED, self.content.hashes
+            )
             if not prepared.needs_followup:
                 return prepared  # the common case, without another call
             return self._followups(prepared, req, now)
@@ -239,6 +241,7 @@ class Handler:
             boundary,
             files,
             mono,
+            self.content.hashes,
             late_close=Prepared.close,
         )
         return await self._settle(prepared, req, now)

@@ -1,0 +1,163 @@
+"""--shutdown-delay: the lame-duck drain load balancers need.
+
+The ordering runs on trio's MockClock (the 30-second delay takes no real
+time) over loopback sockets; one subprocess test checks the real signal
+path, alone and with --workers.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from serverio import Server
+from serverio.ops.run import make_admin_handler
+
+from .conftest import connect, make_config, wait_until
+from .fleet import request
+
+
+def _refused(port: int) -> bool:
+    s = socket.socket()
+    try:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        s.close()
+
+
+async def test_lame_duck_keeps_accepting_for_the_delay_then_closes(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, shutdown_delay=30, shutdown_timeout=5, host="127.0.0.1", port=0)
+    srv = Server(cfg)
+    health = make_admin_handler(srv, lambda: False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        port = srv.addresses()[0][1]
+        idle = await connect(port)
+        first = await idle.get("/hello.txt")
+        assert first.status == 200 and first.header("connection") is None
+        assert (await health("/healthz"))[0] == 200
+        other = await connect(port)
+        assert (await other.get("/hello.txt")).status == 200
+        t0 = trio.current_time()
+        srv.shutdown()
+        await wait_until(lambda: srv.draining)
+        # At once: health 503; a request on an idle keep-alive connection
+        # is still answered, and ends its connection.
+        assert (await health("/healthz"))[0] == 503
+        again = await other.get("/hello.txt")
+        assert again.status == 200 and again.header("connection") == "close"
+        with trio.fail_after(1):
+            assert await other.at_eof()
+        assert trio.current_time() - t0 < 1
+        # Well inside the delay: still accepting, each response closes.
+        await trio.sleep(20)
+        assert not _refused(port)
+        late = await connect(port)
+        r = await late.get("/hello.txt")
+        assert r.status == 200 and r.body == b"hello world\n"
+        assert r.header("connection") == "close"
+        with trio.fail_after(1):
+            assert await late.at_eof()
+        # A client that connected but has not sent yet is still answered
+        # after the listener closes: it was accepted.
+        await trio.sleep(9.5)
+        quiet = await connect(port)
+        await wait_until(lambda: srv.listeners[0].socket.fileno() == -1, limit=60)
+        closed_after = trio.current_time() - t0
+        assert 30 <= closed_after < 31
+        assert _refused(port)
+        # The idle keep-alive connection was closed when the delay ended.
+        with trio.fail_after(1):
+            assert await idle.at_eof()
+        answer = await quiet.get("/hello.txt")
+        assert answer.status == 200 and answer.header("connection") == "close"
+        for c in (idle, other, late, quiet):
+            await c.stream.aclose()
+    assert srv.stats.cancelled == 0
+
+
+async def test_abort_during_the_delay_stops_at_once(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, shutdown_delay=30, host="127.0.0.1", port=0)
+    srv = Server(cfg)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        t0 = trio.current_time()
+        srv.shutdown()
+        await trio.sleep(1)
+        srv.abort()
+    assert trio.current_time() - t0 < 2
+
+
+async def test_without_delay_the_listener_closes_at_once(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, host="127.0.0.1", port=0)
+    srv = Server(cfg)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        port = srv.addresses()[0][1]
+        fresh = await connect(port)  # connected, nothing sent: cut at once
+        await wait_until(lambda: len(srv.connections) == 1)
+        t0 = trio.current_time()
+        srv.shutdown()
+        await wait_until(lambda: srv.listeners[0].socket.fileno() == -1)
+        assert trio.current_time() - t0 < 0.1 and _refused(port)
+        with trio.fail_after(1):
+            assert await fresh.at_eof()
+        await fresh.stream.aclose()
+
+
+def _serve(root: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
+    argv = [sys.executable, "-m", "serverio", "0", "-d", str(root), "-q"]
+    proc = subprocess.Popen(
+        [*argv, "--admin-bind", "127.0.0.1:0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().split(" at ", 1)[1].strip()
+    admin = proc.stdout.readline().split(" at ", 1)[1].strip().removesuffix("metrics")
+    return proc, url, admin
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_with_delay_health_fails_first_and_requests_still_succeed(
+    root: Path, workers: int
+) -> None:
+    proc, url, admin = _serve(root, "--shutdown-delay", "1.5", "--workers", str(workers))
+    try:
+        assert request(admin, "/healthz")[0] == 200
+        keep = request(url, "/hello.txt")
+        assert keep[0] == 200 and keep[1].get("connection") != "close"
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        while request(admin, "/healthz")[0] != 503:
+            assert time.monotonic() - sent < 0.5
+            time.sleep(0.01)
+        served = 0
+        while time.monotonic() - sent < 1.2:
+            status, hs, body = request(url, "/hello.txt")
+            assert (status, body) == (200, b"hello world\n")
+            assert hs.get("connection") == "close"
+            served += 1
+        assert served > 5
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - sent >= 1.5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
