@@ -209,6 +209,12 @@ class FileCache:
                 self.size -= _cost(entry)
                 self.stats.stale += 1
 
+    def clear(self) -> None:
+        """Forget every entry (a change was seen: ``--watch``)."""
+        with self._lock:
+            self._entries.clear()
+            self.size = 0
+
     def revalidate(self, key: str, entry: CachedFile, root_fd: int, mono: float) -> bool:
         """Is ``entry`` still the file at ``key``?  One ``stat`` (plus one per
         sidecar state it recorded); blocking.
