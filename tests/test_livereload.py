@@ -399,3 +399,39 @@ def test_poll_diff_reports_created_modified_gone() -> None:
 
 def test_watch_config_defaults() -> None:
     assert Config().watch is False and Config().watch_prefix == "/.serverio"
+
+
+async def test_a_stuck_polling_scan_is_abandoned_at_shutdown(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from serverio.pipeline import livereload
+
+    release = threading.Event()
+    scans = 0
+    real = fswatch.poll_scan
+
+    def scan(root_: str, hidden: bool) -> tuple[dict[str, tuple[int, ...]], bool]:
+        nonlocal scans
+        scans += 1
+        if scans > 1:
+            release.wait(10)  # a scan stuck on a hung network filesystem
+        return real(root_, hidden)
+
+    monkeypatch.setattr(livereload, "poll_scan", scan)
+    cfg = make_config(root, watch=True, watch_poll=True, shutdown_timeout=0.5)
+    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(srv.serve)
+            assert srv.live is not None
+            srv.live.poll_interval = 0.05
+            await wait_until(lambda: scans > 1)
+            start = trio.current_time()
+            srv.shutdown()
+        # serve() returned at the deadline, the watch thread counted as abandoned.
+        assert trio.current_time() - start < 2
+        assert srv.abandoned_threads == 1
+    finally:
+        release.set()
