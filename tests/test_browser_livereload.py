@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from .conftest import make_config, running_server, wait_until
-from .test_browser import CHROMIUM, _devtools, _DevTools
+from .test_browser import CHROMIUM, _DevTools, _devtools
 
 pytestmark = [
     pytest.mark.slow,
@@ -81,7 +81,7 @@ async def test_save_reloads_css_swaps_delete_shows_404(root: Path, tmp_path: Pat
             assert await tools.evaluate(color) == "rgb(255, 0, 0)"
             (root / "style.css").write_text("p { color: rgb(0, 0, 255) }")
             with trio.fail_after(5):
-                while await tools.evaluate(color) != "rgb(0, 0, 255)":
+                while await tools.evaluate(color) != "rgb(0, 0, 255)":  # noqa: ASYNC110 - browser state, no event
                     await trio.sleep(0.02)
             assert await tools.evaluate("window.__sameDocument") == 42
             # Delete the page: the reload shows the 404, which reloads again

@@ -378,12 +378,15 @@ async def test_a_change_invalidates_the_pooled_warm_cache(
         assert (await client.get("/page.txt")).body == b"version 1"
         assert (await client.get("/page.txt")).body == b"version 1"
         assert srv.files.stats.hits >= 1  # served from memory inside the window
+        assert (await client.get("/noindex/")).status == 200
+        assert len(srv.content.listings) == 1
         assert srv.live is not None
         batches = srv.live.batches
         page.write_text("version 2")  # same size
         os.utime(page, (old - 50, old - 50))
         await wait_until(lambda: srv.live.batches > batches)  # type: ignore[union-attr]
         assert (await client.get("/page.txt")).body == b"version 2"
+        assert len(srv.content.listings) == 0
         await client.stream.aclose()
 
 

@@ -215,10 +215,12 @@ class LiveReload:
 
     def invalidate(self) -> None:
         """Forget every cached byte: warm files (with their memoised
-        responses and pooled validity window), compressed bodies, digests."""
+        responses and pooled validity window), compressed bodies, digests,
+        rendered listings."""
         self.files.clear()
         self.content.compressed.clear()
         self.content.digests.clear()
+        self.content.listings.clear()
 
     # ------------------------------------------------------------ streams
 
