@@ -53,6 +53,10 @@ IN_ONLYDIR = 0x01000000
 IN_DONT_FOLLOW = 0x02000000
 IN_EXCL_UNLINK = 0x04000000
 IN_ISDIR = 0x40000000
+# inotify_init1 flags are O_NONBLOCK and O_CLOEXEC (looked up, not named:
+# they do not exist everywhere; the fallbacks are x86/arm Linux's values).
+IN_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0o4000)
+IN_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0o2000000)
 
 WATCH_MASK = (
     IN_MODIFY
@@ -111,7 +115,7 @@ class InotifyTree:
         self._add.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
         self._rm = libc.inotify_rm_watch
         self._rm.argtypes = (ctypes.c_int, ctypes.c_int)
-        fd = self._init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = self._init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))

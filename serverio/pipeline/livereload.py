@@ -44,6 +44,7 @@ from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
 from ..fs.prepare import Prepared
+from ..fs.reads import pread
 from ..fs.watch import (
     InotifyTree,
     inotify_available,
@@ -257,9 +258,9 @@ def _read_owned(owned: OwnedFd, size: int) -> bytes | None:
     if fd < 0:
         return None
     try:
-        data = os.pread(fd, size, 0)
+        data = pread(fd, size, 0)
         while len(data) < size:
-            more = os.pread(fd, size - len(data), len(data))
+            more = pread(fd, size - len(data), len(data))
             if not more:
                 return None
             data += more
