@@ -100,6 +100,12 @@ class Config:
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
 
+    # Development mode (docs/features.md "Live reload"): watch the root and
+    # reload browsers over Server-Sent Events under the reserved prefix.
+    watch: bool = False
+    watch_prefix: str = "/.serverio"
+    watch_poll: bool = False  # force the polling watcher (network filesystems)
+
     # Derived, filled by validate(): the absolute real path of the root, and
     # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
     # reproducible builds stamp on every file.
@@ -183,6 +189,8 @@ class Config:
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)
+        if self.watch:
+            _validate_watch(self, root)
         epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
         return dataclasses.replace(
             self, root=root, source_date_epoch=int(epoch) if epoch.isdigit() else None
@@ -240,6 +248,32 @@ def _validate_operations(c: Config) -> None:
     if c.log_level not in LOG_LEVELS:
         levels = ", ".join(LOG_LEVELS)
         raise ConfigError(f"--log-level must be one of {levels}, got {c.log_level!r}")
+
+
+_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _validate_watch(c: Config, root: str) -> None:
+    # One dot segment: routed before the hidden-path rule, and the watcher
+    # never reports changes under it (dot paths reload nothing).
+    name = c.watch_prefix[2:]
+    if (
+        not c.watch_prefix.startswith("/.")
+        or not name
+        or not set(name) <= _PREFIX_CHARS
+        or name.strip(".") == ""
+    ):
+        raise ConfigError(
+            f"--watch-prefix must be one hidden path segment such as /.serverio, "
+            f"got {c.watch_prefix!r}"
+        )
+    # A real file at a reserved path would be silently shadowed: refuse.
+    for leaf in ("events", "livereload.js"):
+        if os.path.lexists(os.path.join(root, c.watch_prefix[1:], leaf)):
+            raise ConfigError(
+                f"--watch: {c.watch_prefix}/{leaf} is reserved for live reload, "
+                "but the served directory has a file there"
+            )
 
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})

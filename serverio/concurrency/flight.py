@@ -120,6 +120,11 @@ class SingleFlightCache(Generic[K, V]):
         """Is a value cached for ``key``?  (No hit counted, no LRU touch.)"""
         return key in self._entries
 
+    def clear(self) -> None:
+        """Forget every stored value (jobs in flight go on and store theirs)."""
+        self._entries.clear()
+        self.size = 0
+
     def put(self, key: K, value: V) -> None:
         size = self.sizeof(value)
         if size > self.capacity:

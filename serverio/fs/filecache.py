@@ -225,6 +225,12 @@ class FileCache:
                 self.size -= _cost(entry)
                 self.stats.stale += 1
 
+    def clear(self) -> None:
+        """Forget every entry (a change was seen: ``--watch``)."""
+        with self._lock:
+            self._entries.clear()
+            self.size = 0
+
     def revalidate(self, key: str, entry: CachedFile, stat_at: StatAt, mono: float) -> bool:
         """Is ``entry`` still the file at ``key``?  One ``stat`` (plus one per
         sidecar state it recorded); blocking.

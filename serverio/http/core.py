@@ -23,6 +23,7 @@ from typing import Final
 from ..config import Config
 from ..errors import HTTPError, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
+from .livescript import live_assets
 from .target import Target
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "parse_etag_list",
     "parse_range",
     "precondition_plan",
+    "reserved_plan",
     "route",
     "sent_mtime",
     "spa_fallback_applies",
@@ -160,6 +162,9 @@ class Plan:
     # The serialised head for a kept-alive HTTP/1.1 connection, when the edge
     # memoised it (serverio.fs.prepare.serve_cached); else None.
     head: bytes | None = None
+    # A long-lived streaming body (the live-reload event stream): the
+    # connection writes the head, then hands the socket to the stream.
+    stream: bool = False
 
     @property
     def file_bytes(self) -> int:
@@ -507,8 +512,15 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         return Plan(204, ((b"date", _date(now)), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         return error_plan(405, now, close=req.has_body)
-    if req.target.hidden and not cfg.hidden:
-        return error_plan(404, now, head_only=method == b"HEAD")
+    if req.target.hidden:
+        # The reserved live-reload paths are dot paths: routed here, before
+        # the hidden rule would 404 them (and at no cost for other paths).
+        if cfg.watch:
+            plan = reserved_plan(req, cfg, now)
+            if plan is not None:
+                return plan
+        if not cfg.hidden:
+            return error_plan(404, now, head_only=method == b"HEAD")
     return None
 
 
@@ -782,3 +794,46 @@ def multipart_body(
         parts.append(FileSpan(start, end - start))
     parts.append(b"\r\n--" + boundary + b"--\r\n")
     return tuple(parts)
+
+
+def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
+    """The reserved live-reload paths (``--watch`` only), or None.
+
+    ``/events`` is a streaming plan (``stream=True``): its head goes out,
+    then the connection hands the socket to the event broadcaster until
+    the client or the server goes away.  The body is delimited by closing
+    the connection (RFC 9112 §6.3, item 8), so no chunked framing is needed.
+    """
+    segments = req.target.segments
+    assets = live_assets(cfg.watch_prefix)
+    if len(segments) != 2 or segments[0] != assets.prefix_segment or req.target.slash:
+        return None
+    date = (b"date", _date(now))
+    if segments[1] == "events":
+        hs = (
+            date,
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-store"),
+            (b"x-content-type-options", b"nosniff"),
+        )
+        return Plan(200, hs, (), send_body=req.method == b"GET", close=True, stream=True)
+    if segments[1] == "livereload.js":
+        base = Plan(
+            200,
+            (
+                date,
+                (b"etag", assets.script_etag.encode("ascii")),
+                (b"cache-control", b"no-cache"),
+                (b"content-type", b"text/javascript; charset=utf-8"),
+                (b"x-content-type-options", b"nosniff"),
+            ),
+        )
+        pre = evaluate_preconditions(req, assets.script_etag, None)
+        if pre.status == 304:
+            return Plan(304, base.headers[:3], (), send_body=False)
+        if pre.status == 412:
+            return error_plan(412, now, head_only=req.method == b"HEAD")
+        body = assets.script
+        js = (*base.headers, (b"content-length", b"%d" % len(body)))
+        return Plan(200, js, (body,), send_body=req.method != b"HEAD")
+    return None

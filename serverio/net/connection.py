@@ -48,6 +48,7 @@ from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
+from ..pipeline.livereload import LiveReload
 
 __all__ = ["ConnectionEnv", "ConnectionTask"]
 
@@ -125,6 +126,7 @@ class ConnectionEnv:
     stats: Stats
     access_log: AccessLog
     response_times: Histogram
+    live: LiveReload | None = None  # --watch: the event streams' broadcaster
     draining: bool = False
     # Set once nothing is accepted any more without a lame-duck period
     # (--shutdown-delay): then a drain also closes connections still
@@ -143,6 +145,7 @@ class ConnectionTask:
         "_fed",
         "_phase",
         "_sock",
+        "_stream_scope",
         "env",
         "in_flight",
         "peer_eof",
@@ -166,6 +169,7 @@ class ConnectionTask:
         self._phase = _BUSY
         self._armed = False  # the lifetime scope holds a read deadline
         self._fed = 0
+        self._stream_scope: trio.CancelScope | None = None  # an event stream's
         # One decision per connection: zero-copy when the stream is a plain
         # socket and the platform has sendfile; otherwise the buffered path
         # (TLS streams, memory streams in tests, other platforms).
@@ -195,10 +199,13 @@ class ConnectionTask:
 
     def drain(self) -> None:
         """Graceful shutdown: a connection waiting for a request closes now;
-        one with a request in flight finishes it (with Connection: close).
+        one with a request in flight finishes it (with Connection: close);
+        a live-reload event stream, which never finishes, closes now.
         After a lame-duck period (``env.cut_fresh`` not set) only an idle
         keep-alive connection closes: one still waiting for its first
         request (or TLS handshake) was just accepted and is served."""
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
         if (
             self.read_scope is not None
             and not self.in_flight
@@ -512,6 +519,9 @@ class ConnectionTask:
                     req, ka10, ua, referer, request_id = self._facts(event)
                     keep = req.keep_alive and requests < cfg.max_requests
                     plan = route(req, cfg, now)
+                    if plan is not None and plan.stream:
+                        await self._stream(plan)
+                        return
                     if plan is None:
                         answer = handler.respond_now(req, now)
                         if type(answer) is Deferred:
@@ -561,6 +571,43 @@ class ConnectionTask:
             if close:
                 return
             parser = self._new_parser(parser.trailing_data[0])
+
+    async def _stream(self, plan: Plan) -> None:
+        """A long-lived streaming body (the live-reload event stream).
+
+        The head goes out with ``Connection: close`` (the body ends when the
+        connection does), then the broadcaster writes through :meth:`_send`
+        (its write deadline applies) until the client goes away, a write
+        fails, or graceful shutdown cancels the stream scope
+        (:meth:`drain`).  No read deadline runs meanwhile: the stream is
+        exempt from the keep-alive timeout; the watcher task below only
+        notices the client leaving.
+        """
+        live = self.env.live
+        head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
+        if live is None or not plan.send_body:
+            await self._send(head)
+            return
+        self.ensure_busy()
+        stream = self.stream
+
+        async def watch(scope: trio.CancelScope) -> None:
+            try:
+                while await stream.receive_some(RECV_SIZE):
+                    pass  # an event stream's client has nothing to say
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            scope.cancel()
+
+        with trio.CancelScope() as scope:
+            self._stream_scope = scope
+            if self.env.draining:
+                scope.cancel()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                await live.serve_client(self._send, head)
+        self._stream_scope = None
+        self.env.stats.completed += 1
 
     async def _send_error(self, exc: HTTPError) -> None:
         """Answer a request we could not parse, then close."""

@@ -27,7 +27,8 @@ Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI):
    (closing a trio listener never waits on connection tasks, so asyncio's
    ``Server.wait_closed()`` trap, waiting for every connection, cannot
    happen here);
-2. close idle connections at once (those waiting for a request);
+2. close idle connections at once (those waiting for a request),
+   and live-reload event streams (``--watch``), which never finish;
 3. let in-flight responses finish, each with ``Connection: close``, until
    ``shutdown_timeout``;
 4. cancel the connection nursery: whatever remains is cut;
@@ -59,6 +60,7 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
+from ..pipeline.livereload import LiveHandler, LiveReload
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
 from .tls import make_ssl_context
@@ -154,11 +156,27 @@ class Server:
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
         self.content = ContentService(self.config, self.stats, self.work, lambda: self.opener)
-        self.handler = Handler(
-            self.config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
-        )
+        self.pools = [self.fs, self.work]
+        self.live: LiveReload | None = None
+        if self.config.watch:
+            # Development mode: a watcher with a pool of its own (1 thread).
+            watch = Pool("watch", 1, 1)
+            self.pools.append(watch)
+            self.live = LiveReload(self.config, watch, self.files, self.content)
+            self.handler: Handler = LiveHandler(
+                self.config,
+                lambda: self.opener,
+                fs=self.fs,
+                files=self.files,
+                content=self.content,
+                live=self.live,
+            )
+        else:
+            self.handler = Handler(
+                self.config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
+            )
         self.env = ConnectionEnv(
-            self.config, self.handler, self.stats, self.access_log, self.response_times
+            self.config, self.handler, self.stats, self.access_log, self.response_times, self.live
         )
 
     # ------------------------------------------------------------ public
@@ -264,7 +282,8 @@ class Server:
                     await trio.aclose_forcefully(listener)
                 deadline = trio.current_time() + self.config.shutdown_timeout
                 if not self._aborted:
-                    # 2. idle connections close now; 3. in-flight ones drain.
+                    # 2. idle connections and live-reload event streams
+                    # close now; 3. in-flight ones drain.
                     self.env.draining = True
                     for c in list(self.connections):
                         c.drain()
@@ -277,10 +296,10 @@ class Server:
             # 5. wait for pool threads, then abandon the stuck ones.
             if not self._aborted:
                 stuck = 0
-                for pool in (self.fs, self.work):
+                for pool in self.pools:
                     stuck += await pool.wait_idle(deadline)
             else:
-                stuck = self.fs.running + self.work.running
+                stuck = sum(pool.running for pool in self.pools)
             self.abandoned_threads = stuck
             if stuck:
                 log.warning("abandoning %d worker thread(s) stuck in blocking calls", stuck)

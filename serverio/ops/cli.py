@@ -318,6 +318,24 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         help="probe URL (http, loopback only) and exit 0 if it answers 2xx, else 1 "
         "(container HEALTHCHECK without curl)",
     )
+    w = p.add_argument_group("development")
+    w.add_argument(
+        "--watch",
+        action="store_true",
+        help="development mode: watch the directory and live-reload browsers on change "
+        "(injects a script into HTML; not for production)",
+    )
+    w.add_argument(
+        "--watch-prefix",
+        metavar="PATH",
+        default=_D.watch_prefix,
+        help="reserved path of the live-reload event stream and script (default /.serverio)",
+    )
+    w.add_argument(
+        "--watch-poll",
+        action="store_true",
+        help="with --watch: poll for changes instead of inotify (network filesystems)",
+    )
     c = p.add_argument_group("configuration file")
     c.add_argument(
         "--config",
@@ -399,6 +417,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         admin_bind=args.admin_bind,
         access_log_file=args.access_log_file,
         log_level=args.log_level,
+        watch=args.watch,
+        watch_prefix=args.watch_prefix,
+        watch_poll=args.watch_poll,
     ).validate()
 
 

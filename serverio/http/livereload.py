@@ -1,0 +1,152 @@
+"""Live reload, the pure part: the page script, HTML injection, SSE framing.
+
+In ``--watch`` mode (a development mode, docs/features.md "Live reload"):
+
+* two reserved paths under ``--watch-prefix`` (default ``/.serverio``):
+  ``/events``, the Server-Sent Events stream, and ``/livereload.js``, the
+  page script for pages that include it by hand.  Both are answered by
+  :func:`reserved_plan`, routed before the hidden-path rule;
+* HTML representations get the same script, inline, before ``</body>``
+  (:func:`inject_html`).  The injected bytes are a different
+  representation, so they get their own ETag (:func:`injected_etag`,
+  derived from the base one, RFC 9110 §8.8.3) and their own length;
+  preconditions are evaluated against that ETag and Range is ignored
+  (RFC 9110 §14.2 lets a server ignore it) — :func:`decide_injected`;
+* directory listings carry a strict CSP: the inline script is allowed by
+  its hash (``script-src 'sha256-…'``) and the stream by
+  ``connect-src 'self'`` (:func:`watch_csp`), nothing else is relaxed.
+
+Nothing here does I/O; every rule is table-tested (tests/test_livereload.py).
+"""
+
+from __future__ import annotations
+
+from .core import Plan, RequestFacts, error_plan, evaluate_preconditions
+from .livescript import LiveAssets
+
+__all__ = [
+    "accepts_html",
+    "decide_injected",
+    "error_page",
+    "header",
+    "inject_html",
+    "injected_etag",
+    "is_html",
+    "watch_csp",
+]
+
+
+def is_html(content_type: bytes) -> bool:
+    return content_type.split(b";", 1)[0].strip().lower() in (
+        b"text/html",
+        b"application/xhtml+xml",
+    )
+
+
+def accepts_html(req: RequestFacts) -> bool:
+    """Does the request say it takes HTML (a browser navigation does)?"""
+    return req.accept is not None and "text/html" in req.accept.lower()
+
+
+def header(plan: Plan, name: bytes) -> bytes | None:
+    for k, v in plan.headers:
+        if k == name:
+            return v
+    return None
+
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def inject_html(body: bytes, tag: bytes) -> bytes | None:
+    """``body`` with ``tag`` before the last ``</body>`` (any case), else
+    before the last ``</html>``, else appended; None when the bytes are not
+    an ASCII-compatible HTML text (a UTF-16 BOM, or gzip magic: compressed
+    bytes are never edited — injection happens before compression)."""
+    if body.startswith(_UTF16_BOMS) or body.startswith(_GZIP_MAGIC):
+        return None
+    lower = body.lower()
+    for closing in (b"</body", b"</html"):
+        at = lower.rfind(closing)
+        if at >= 0:
+            return body[:at] + tag + body[at:]
+    return body + tag
+
+
+def injected_etag(etag: str) -> str:
+    """The ETag of the injected variant: ``"tag"`` -> ``"tag-lr"`` (weak stays weak)."""
+    if not etag.endswith('"'):
+        return etag
+    return etag[:-1] + '-lr"'
+
+
+def watch_csp(csp: bytes, assets: LiveAssets) -> bytes:
+    """A page's CSP, extended to allow the injected script and its stream."""
+    return csp.rstrip(b"; ") + b"; " + assets.csp_sources
+
+
+_REPLACED = frozenset({b"etag", b"content-length", b"accept-ranges", b"content-security-policy"})
+_VALIDATORS = frozenset({b"date", b"etag", b"last-modified", b"cache-control", b"vary"})
+
+
+def decide_injected(
+    req: RequestFacts,
+    base: Plan,
+    body: bytes,
+    mtime: int | None,
+    now: float,
+    assets: LiveAssets,
+) -> Plan:
+    """The response for the injected variant of the HTML representation
+    ``base`` (a 200 of the whole identity bytes), whose injected bytes are
+    ``body``.
+
+    Preconditions are evaluated against the injected ETag (§13.2.2), so a
+    validator of the plain file never matches the injected bytes and vice
+    versa.  Range is ignored (§14.2): ``Accept-Ranges: none``.
+    """
+    base_etag = header(base, b"etag")
+    etag = injected_etag(base_etag.decode("ascii")) if base_etag is not None else ""
+    head = req.method == b"HEAD"
+    if etag:
+        pre = evaluate_preconditions(req, etag, mtime)
+        if pre.status == 304:
+            hs = [
+                (k, etag.encode("ascii") if k == b"etag" else v)
+                for k, v in base.headers
+                if k in _VALIDATORS
+            ]
+            return Plan(304, tuple(hs), (), send_body=False)
+        if pre.status == 412:
+            return error_plan(412, now, head_only=head)
+    hs = [(k, v) for k, v in base.headers if k not in _REPLACED]
+    if etag:
+        hs.append((b"etag", etag.encode("ascii")))
+    hs.append((b"accept-ranges", b"none"))
+    csp = header(base, b"content-security-policy")
+    if csp is not None:
+        hs.append((b"content-security-policy", watch_csp(csp, assets)))
+    hs.append((b"content-length", b"%d" % len(body)))
+    return Plan(200, tuple(hs), (body,) if body else (), send_body=not head)
+
+
+def error_page(plan: Plan, assets: LiveAssets) -> Plan:
+    """An error plan as a small HTML page with the script (for a request
+    that accepts HTML): a page deleted and recreated reloads on its own.
+    The text is the same fixed status line: no path, no detail."""
+    text = b"".join(p for p in plan.body if isinstance(p, bytes)).strip()
+    body = (
+        b"<!doctype html>\n<meta charset=utf-8>\n<title>"
+        + text
+        + b"</title>\n<h1>"
+        + text
+        + b"</h1>\n"
+        + assets.tag
+        + b"\n"
+    )
+    hs = [(k, v) for k, v in plan.headers if k not in (b"content-type", b"content-length")]
+    hs.append((b"content-type", b"text/html; charset=utf-8"))
+    hs.append((b"cache-control", b"no-store"))
+    hs.append((b"content-length", b"%d" % len(body)))
+    return Plan(plan.status, tuple(hs), (body,), send_body=plan.send_body, close=plan.close)

@@ -1,0 +1,440 @@
+"""Live reload (--watch): injection, the event stream, the watcher, shutdown."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from serverio.concurrency.broadcast import CREATED, GONE, MODIFIED, Broadcast, Debouncer
+from serverio.config import Config
+from serverio.errors import ConfigError
+from serverio.fs import watch as fswatch
+from serverio.http.core import Plan, RequestFacts, route
+from serverio.http.livereload import decide_injected, inject_html, injected_etag
+from serverio.http.livescript import live_assets, sse_reload
+from serverio.http.target import parse_target
+from serverio.net.server import Server
+
+from .conftest import connect, make_config, memory_connection, running_server, wait_until
+
+TAG = b"<script>x</script>"
+ASSETS = live_assets("/.serverio")
+
+
+# ------------------------------------------------------------------ pure
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"<html><body><p>x</p></body></html>", b"<html><body><p>x</p>" + TAG + b"</body></html>"),
+        (b"<HTML><BODY>x</BODY></HTML>", b"<HTML><BODY>x" + TAG + b"</BODY></HTML>"),
+        # The last </body> counts (an earlier one inside a comment or text).
+        (b"<!-- </body> --><body>y</body>", b"<!-- </body> --><body>y" + TAG + b"</body>"),
+        (b"<html><p>no body tag</p></html>", b"<html><p>no body tag</p>" + TAG + b"</html>"),
+        (b"<p>fragment", b"<p>fragment" + TAG),
+        (b"", TAG),
+        (b"\xef\xbb\xbf<body>bom</body>", b"\xef\xbb\xbf<body>bom" + TAG + b"</body>"),
+        ("\ufeff<body>u16</body>".encode("utf-16-le"), None),
+        ("\ufeff<body>u16</body>".encode("utf-16-be"), None),
+        (gzip.compress(b"<body>zipped</body>"), None),
+    ],
+)
+def test_inject_html_places_the_script(body: bytes, expected: bytes | None) -> None:
+    assert inject_html(body, TAG) == expected
+
+
+def test_injected_etag_is_a_different_validator() -> None:
+    assert injected_etag('"abc"') == '"abc-lr"'
+    assert injected_etag('W/"abc"') == 'W/"abc-lr"'
+
+
+def _req(target: str = "/p.html", method: bytes = b"GET", **kw: object) -> RequestFacts:
+    return replace(RequestFacts(method, parse_target(method, target.encode())), **kw)  # type: ignore[arg-type]
+
+
+BASE = Plan(
+    200,
+    (
+        (b"date", b"D"),
+        (b"last-modified", b"L"),
+        (b"etag", b'"base"'),
+        (b"accept-ranges", b"bytes"),
+        (b"content-type", b"text/html"),
+        (b"content-length", b"4"),
+    ),
+    (b"page",),
+)
+
+
+def test_decide_injected_has_its_own_etag_and_length() -> None:
+    body = b"page" + TAG
+    plan = decide_injected(_req(), BASE, body, 100, 0.0, ASSETS)
+    hs = dict(plan.headers)
+    assert plan.status == 200 and plan.body == (body,)
+    assert hs[b"etag"] == b'"base-lr"' and hs[b"content-length"] == b"%d" % len(body)
+    assert hs[b"accept-ranges"] == b"none"
+    # Revalidation with the injected tag: 304; with the plain file's tag: 200.
+    assert (
+        decide_injected(_req(if_none_match='"base-lr"'), BASE, body, 100, 0.0, ASSETS).status == 304
+    )
+    assert decide_injected(_req(if_none_match='"base"'), BASE, body, 100, 0.0, ASSETS).status == 200
+    assert decide_injected(_req(if_match='"base"'), BASE, body, 100, 0.0, ASSETS).status == 412
+    # Range is ignored (whole injected bytes); HEAD sends no body.
+    assert decide_injected(_req(range="bytes=0-1"), BASE, body, 100, 0.0, ASSETS).status == 200
+    assert not decide_injected(_req(method=b"HEAD"), BASE, body, 100, 0.0, ASSETS).send_body
+
+
+def test_listing_csp_allows_exactly_the_injected_script() -> None:
+    base = replace(
+        BASE, headers=(*BASE.headers, (b"content-security-policy", b"default-src 'none'"))
+    )
+    plan = decide_injected(_req("/d/"), base, b"x" + ASSETS.tag, None, 0.0, ASSETS)
+    csp = dict(plan.headers)[b"content-security-policy"].decode()
+    digest = base64.b64encode(hashlib.sha256(ASSETS.script).digest()).decode()
+    assert csp == f"default-src 'none'; script-src 'sha256-{digest}'; connect-src 'self'"
+    assert ASSETS.tag == b"<script>" + ASSETS.script + b"</script>"
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        # One editor save (vim): backup by rename, new file, write, close,
+        # backup deleted: one change of the page, the backup is transient.
+        (
+            [
+                ("p.html", GONE),
+                ("p.html~", CREATED),
+                ("p.html", CREATED),
+                ("p.html", MODIFIED),
+                ("p.html~", GONE),
+            ],
+            {"p.html": "changed"},
+        ),
+        ([("a.css", MODIFIED), ("a.css", MODIFIED)], {"a.css": "changed"}),
+        ([("old.html", GONE)], {"old.html": "gone"}),
+        ([("4913", CREATED), ("4913", GONE)], {}),
+    ],
+)
+def test_debouncer_merges_one_save_into_one_batch(
+    events: list[tuple[str, str]], expected: dict[str, str]
+) -> None:
+    d = Debouncer(0.05, 0.5)
+    for i, e in enumerate(events):
+        d.add([e], 10.0 + i * 0.001)
+    assert d.take(10.0 + 0.04) is None  # still inside the quiet window
+    assert d.deadline() == pytest.approx(10.0 + (len(events) - 1) * 0.001 + 0.05)
+    assert d.take(d.deadline()) == expected
+    assert d.deadline() == float("inf") and d.take(100.0) is None
+
+
+def test_debouncer_fires_by_max_delay_while_events_keep_coming() -> None:
+    d = Debouncer(0.05, 0.5)
+    t = 0.0
+    while t < 0.6:
+        d.add([("log.html", MODIFIED)], t)
+        if d.take(t) is not None:
+            break
+        t += 0.01
+    assert t == pytest.approx(0.5, abs=0.011)
+
+
+async def test_broadcast_queue_is_bounded_and_a_slow_reader_gets_reload() -> None:
+    b = Broadcast(3, b"RELOAD")
+    slow, fast = b.subscribe(), b.subscribe()
+    for i in range(10):
+        b.publish([b"m%d" % i])
+        if i < 2:
+            assert await b.next(fast, 1) == b"m%d" % i
+    assert len(slow.queue) == 0 and slow.overflowed  # nothing buffered past the limit
+    assert await b.next(slow, 1) == b"RELOAD"
+    assert await b.next(fast, 1) == b"RELOAD"  # it fell behind too, after m1
+    b.unsubscribe(slow)
+    b.publish([b"after"])
+    assert await b.next(fast, 1) == b"after"
+    assert b.subscribers == {fast}
+
+
+def test_reserved_paths_are_routed_before_the_hidden_rule(root: Path) -> None:
+    on = make_config(root, watch=True)
+    off = make_config(root)
+    events = _req("/.serverio/events")
+    plan = route(events, on, 0.0)
+    assert plan is not None and plan.stream and plan.status == 200
+    assert dict(plan.headers)[b"content-type"] == b"text/event-stream"
+    script = route(_req("/.serverio/livereload.js"), on, 0.0)
+    assert script is not None and script.body == (ASSETS.script,)
+    for cfg in (on, off):
+        # Anything else under the prefix is an ordinary hidden path.
+        other = route(_req("/.serverio/other"), cfg, 0.0)
+        assert other is not None and other.status == 404
+    off_plan = route(events, off, 0.0)
+    assert off_plan is not None and off_plan.status == 404
+
+
+def test_a_real_file_at_a_reserved_path_is_a_startup_error(root: Path) -> None:
+    (root / ".serverio").mkdir()
+    (root / ".serverio" / "events").write_text("mine")
+    with pytest.raises(ConfigError, match="reserved"):
+        make_config(root, watch=True)
+    make_config(root)  # without --watch the file is just a hidden file
+    with pytest.raises(ConfigError, match="watch-prefix"):
+        make_config(root, watch=True, watch_prefix="/visible")
+
+
+# ------------------------------------------------------------------ served
+
+
+async def _read_until(stream: trio.abc.Stream, marker: bytes, limit: float = 5.0) -> bytes:
+    data = b""
+    with trio.fail_after(limit):
+        while marker not in data:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                raise EOFError(data)
+            data += chunk
+    return data
+
+
+async def _open_events(port: int) -> trio.SocketStream:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(b"GET /.serverio/events HTTP/1.1\r\nHost: t\r\n\r\n")
+    await _read_until(stream, b"serverio live reload\n\n")
+    return stream
+
+
+async def test_html_is_injected_and_nothing_else(root: Path) -> None:
+    (root / "style.css").write_text("p{color:red}")
+    async with running_server(make_config(root, watch=True)) as (srv, port):
+        client = await connect(port)
+        page = await client.get("/")
+        assert page.status == 200 and page.body == b"<h1>home</h1>\n" + ASSETS.tag
+        assert page.header("content-length") == str(len(page.body))
+        etag = page.header("etag")
+        assert etag is not None and etag.endswith('-lr"')
+        again = await client.get("/", f"If-None-Match: {etag}\r\n")
+        assert again.status == 304 and again.header("etag") == etag
+        assert (await client.get("/", "Range: bytes=0-3\r\n")).status == 200
+        css = await client.get("/style.css")
+        assert (
+            css.body == b"p{color:red}"
+            and css.header(
+                "etag",
+            )
+            is not None
+        )
+        assert not css.header("etag").endswith('-lr"')  # type: ignore[union-attr]
+        assert (await client.get("/hello.txt")).body == b"hello world\n"
+        listing = await client.get("/noindex/")
+        assert ASSETS.tag + b"</body>" in listing.body
+        assert "script-src 'sha256-" in (listing.header("content-security-policy") or "")
+        missing = await client.get("/gone.html", "Accept: text/html\r\n")
+        assert missing.status == 404 and ASSETS.tag in missing.body
+        assert missing.header("content-type") == "text/html; charset=utf-8"
+        plain = await client.get("/gone.html")
+        assert plain.body == b"404 Not Found\n"
+        js = await client.get("/.serverio/livereload.js")
+        assert js.body == ASSETS.script
+        assert (await client.get("/.secret")).status == 404  # hidden rule unchanged
+        await client.stream.aclose()
+    assert srv.live is not None and srv.live.backend == "inotify"
+
+
+async def test_event_stream_keepalive_comments_and_no_idle_timeout(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    cfg = make_config(root, watch=True, keepalive_timeout=3)
+    async with memory_connection(cfg) as (client, srv, _):
+        await client.send_raw(b"GET /.serverio/events HTTP/1.1\r\nHost: t\r\n\r\n")
+        start = trio.current_time()
+        head = await _read_until(client.stream, b"serverio live reload\n\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"Content-Type: text/event-stream\r\n" in head and b"Connection: close" in head
+        for n in (1, 2, 3):
+            await _read_until(client.stream, b": keep-alive\n\n", limit=100)
+            assert trio.current_time() - start == pytest.approx(15 * n, abs=0.01)
+        assert srv.stats.timeouts_keepalive == 0
+        assert srv.live is not None
+        srv.live.publish({"a.css": "changed", "b.css": "changed"})
+        got = await _read_until(client.stream, b"data: /b.css\n\n")
+        assert got == b"event: css\ndata: /a.css\n\nevent: css\ndata: /b.css\n\n"
+        srv.live.publish({"x.html": "changed"})
+        assert await _read_until(client.stream, b"\n\n") == sse_reload()
+
+
+async def test_shutdown_closes_event_streams_first(root: Path) -> None:
+    cfg = make_config(root, watch=True, shutdown_timeout=10)
+    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        port = srv.addresses()[0][1]
+        streams = [await _open_events(port) for _ in range(3)]
+        assert srv.live is not None
+        await wait_until(lambda: len(srv.live.broadcast.subscribers) == 3)  # type: ignore[union-attr]
+        start = trio.current_time()
+        srv.shutdown()
+        for s in streams:
+            assert await s.receive_some(65536) == b""  # closed, not left to the deadline
+            await s.aclose()
+    # Everything (streams, watcher, pools) ended long before shutdown_timeout.
+    assert trio.current_time() - start < 2
+    assert srv.abandoned_threads == 0 and srv.live.broadcast.subscribers == set()
+
+
+async def test_event_streams_count_toward_max_connections(root: Path) -> None:
+    async with running_server(make_config(root, watch=True, max_connections=1)) as (srv, port):
+        events = await _open_events(port)
+        client = await connect(port)
+        r = await client.get("/hello.txt")
+        assert r.status == 503
+        await client.stream.aclose()
+        await events.aclose()
+        await wait_until(lambda: not srv.connections)
+        again = await connect(port)
+        assert (await again.get("/hello.txt")).status == 200
+        await again.stream.aclose()
+
+
+# ------------------------------------------------------------------ watcher
+
+
+async def _changes(srv: Server, events: trio.SocketStream, action: object, marker: bytes) -> bytes:
+    assert srv.live is not None
+    before = srv.live.batches
+    action()  # type: ignore[operator]
+    data = await _read_until(events, marker)
+    # Exactly one batch per action (debounced), nothing more after it.
+    await trio.sleep(0.3)
+    assert srv.live.batches == before + 1, data
+    return data
+
+
+@pytest.mark.parametrize("poll", [False, True], ids=["inotify", "poll"])
+async def test_watcher_reports_each_edit_rename_and_delete_once(root: Path, poll: bool) -> None:
+    (root / "css").mkdir()
+    (root / "css" / "a.css").write_text("p{}")
+    async with running_server(make_config(root, watch=True, watch_poll=poll)) as (srv, port):
+        assert srv.live is not None
+        assert srv.live.backend == ("poll" if poll else "inotify")
+        srv.live.poll_interval = 0.1
+        events = await _open_events(port)
+        r = await _changes(
+            srv, events, lambda: (root / "css" / "a.css").write_text("p{a}"), b"\n\n"
+        )
+        assert r == b"event: css\ndata: /css/a.css\n\n"
+        reload = sse_reload()
+        assert (
+            await _changes(
+                srv, events, lambda: (root / "hello.txt").write_text("edited\n"), b"\n\n"
+            )
+            == reload
+        )
+        assert (
+            await _changes(
+                srv, events, lambda: os.rename(root / "hello.txt", root / "moved.txt"), b"\n\n"
+            )
+            == reload
+        )
+        assert await _changes(srv, events, lambda: os.unlink(root / "moved.txt"), b"\n\n") == reload
+        # A new directory is watched too.
+        (root / "new").mkdir()
+        await trio.sleep(0.3)
+        await _read_until(events, b"\n\n")
+        r = await _changes(
+            srv, events, lambda: (root / "new" / "n.html").write_text("<p>"), b"\n\n"
+        )
+        assert r == reload
+        # Dot paths reload nothing.
+        before = srv.live.batches
+        (root / ".git").mkdir()
+        (root / ".git" / "HEAD").write_text("ref")
+        (root / ".secret").write_text("changed")
+        await trio.sleep(0.5 if poll else 0.3)
+        assert srv.live.batches == before
+        await events.aclose()
+
+
+async def test_a_change_invalidates_the_pooled_warm_cache(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Files are cached only once settled; make "just written" settled.
+    monkeypatch.setattr("serverio.fs.filecache.RACY_SECONDS", -1.0)
+    page = root / "page.txt"
+    page.write_text("version 1")
+    old = time.time() - 100
+    os.utime(page, (old, old))
+    cfg = make_config(root, watch=True, fs_workers=1, fs_queue=4, fs_cache_valid=3600)
+    async with running_server(cfg) as (srv, port):
+        client = await connect(port)
+        assert (await client.get("/page.txt")).body == b"version 1"
+        assert (await client.get("/page.txt")).body == b"version 1"
+        assert srv.files.stats.hits >= 1  # served from memory inside the window
+        assert (await client.get("/noindex/")).status == 200
+        assert len(srv.content.listings) == 1
+        assert srv.live is not None
+        batches = srv.live.batches
+        page.write_text("version 2")  # same size
+        os.utime(page, (old - 50, old - 50))
+        await wait_until(lambda: srv.live.batches > batches)  # type: ignore[union-attr]
+        assert (await client.get("/page.txt")).body == b"version 2"
+        assert len(srv.content.listings) == 0
+        await client.stream.aclose()
+
+
+def test_poll_diff_reports_created_modified_gone() -> None:
+    old = {"a": (1, 1, 1, 1), "b": (2, 1, 1, 1), "d": (9,)}
+    new = {"a": (1, 2, 2, 2), "c": (3, 1, 1, 1), "d": (9,)}
+    assert sorted(fswatch.poll_diff(old, new)) == [
+        ("a", MODIFIED),
+        ("b", GONE),
+        ("c", CREATED),
+    ]
+
+
+def test_watch_config_defaults() -> None:
+    assert Config().watch is False and Config().watch_prefix == "/.serverio"
+
+
+async def test_a_stuck_polling_scan_is_abandoned_at_shutdown(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from serverio.pipeline import livereload
+
+    release = threading.Event()
+    scans = 0
+    real = fswatch.poll_scan
+
+    def scan(root_: str, hidden: bool) -> tuple[dict[str, tuple[int, ...]], bool]:
+        nonlocal scans
+        scans += 1
+        if scans > 1:
+            release.wait(10)  # a scan stuck on a hung network filesystem
+        return real(root_, hidden)
+
+    monkeypatch.setattr(livereload, "poll_scan", scan)
+    cfg = make_config(root, watch=True, watch_poll=True, shutdown_timeout=0.5)
+    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(srv.serve)
+            assert srv.live is not None
+            srv.live.poll_interval = 0.05
+            await wait_until(lambda: scans > 1)
+            start = trio.current_time()
+            srv.shutdown()
+        # serve() returned at the deadline, the watch thread counted as abandoned.
+        assert trio.current_time() - start < 2
+        assert srv.abandoned_threads == 1
+    finally:
+        release.set()
