@@ -51,6 +51,7 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
+from .h2conn import H2Connection
 from .tls import make_ssl_context
 
 __all__ = ["Server"]
@@ -147,7 +148,12 @@ class Server:
             self.config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
         )
         self.env = ConnectionEnv(
-            self.config, self.handler, self.stats, self.access_log, self.response_times
+            self.config,
+            self.handler,
+            self.stats,
+            self.access_log,
+            self.response_times,
+            http2=H2Connection if self.config.http2 else None,
         )
 
     # ------------------------------------------------------------ public
