@@ -232,6 +232,11 @@ class H2Connection:
         self._broken = False  # the socket failed
         self._resets = _Budget(cfg.h2_max_resets)
         self._control = _Budget(cfg.h2_max_control)
+        # Frame boundaries, tracked over the raw bytes (see _count_frames):
+        # bytes of the current frame still to skip (first the 24-byte
+        # client preface), and a partial 9-byte frame header.
+        self._skip = 24
+        self._partial = b""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -349,6 +354,17 @@ class H2Connection:
             self._close_streams()
             self._pull()
             return
+        # Frames that produced no event: CONTINUATION, and frames h2
+        # answers on its own (DATA or HEADERS on a stream already reset,
+        # each answered with RST_STREAM).  They cost work and deliver no
+        # request, like PINGs, so they spend the control budget.
+        quiet = self._count_frames(data) - sum(
+            1 for ev in events if not isinstance(ev, h2.events.StreamEnded)
+        )
+        for _ in range(quiet):
+            if self._control.spend():
+                self._calm()
+                return
         for ev in events:
             if self._closed:
                 break
@@ -361,6 +377,29 @@ class H2Connection:
                 stats.h2_calm += 1
                 self._close(ErrorCodes.ENHANCE_YOUR_CALM)
         self._pull()
+
+    def _count_frames(self, data: bytes) -> int:
+        """Complete frame headers in ``data`` (RFC 9113 §4.1: 24-bit length,
+        type, flags, stream id), carrying state across reads."""
+        n = 0
+        i = 0
+        end = len(data)
+        while i < end:
+            if self._skip:
+                take = min(self._skip, end - i)
+                self._skip -= take
+                i += take
+                continue
+            need = 9 - len(self._partial)
+            head = self._partial + data[i : i + need]
+            i += min(need, end - i)
+            if len(head) < 9:
+                self._partial = head
+                break
+            self._partial = b""
+            self._skip = int.from_bytes(head[:3], "big")
+            n += 1
+        return n
 
     def _close_streams(self) -> None:
         self._sending.clear()
