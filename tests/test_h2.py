@@ -13,9 +13,10 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFrame, SettingsFrame
 
 from serverio import Server
+from serverio.net.connection import ConnectionTask
 from serverio.net.h2conn import H2Connection
 
-from .conftest import make_config, memory_connection, open_fd_count, wait_until
+from .conftest import HTTPClient, make_config, memory_connection, open_fd_count, wait_until
 from .h2client import H2Client, h2_memory
 
 S = h2.settings.SettingCodes
@@ -362,3 +363,86 @@ async def test_idle_connection_gets_goaway_at_the_head_deadline(
     assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
     assert 4.0 <= elapsed < 4.5
     assert srv.stats.timeouts_head == 1
+
+
+# ---------------------------------------------------------------- same table as HTTP/1.1
+
+TEXT = ("serverio compresses text on the fly; " * 400).encode()
+# (method, target, request fields) -> compared over both protocols.
+TABLE: list[tuple[str, str, tuple[tuple[str, str], ...]]] = [
+    ("GET", "/hello.txt", ()),
+    ("HEAD", "/hello.txt", ()),
+    ("GET", "/hello.txt", (("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT"),)),
+    ("GET", "/hello.txt", (("if-none-match", "*"),)),
+    ("GET", "/hello.txt", (("if-match", '"nope"'),)),
+    ("GET", "/big.bin", (("range", "bytes=10-19"),)),
+    ("GET", "/big.bin", (("range", "bytes=-5"),)),
+    ("GET", "/big.bin", (("range", "bytes=999999-"),)),
+    ("GET", "/big.bin", (("range", "bytes=0-1,5-6"),)),
+    ("GET", "/text.txt", (("accept-encoding", "gzip"),)),
+    ("GET", "/text.txt", (("accept-encoding", "identity"),)),
+    ("GET", "/noindex/", ()),
+    ("GET", "/noindex", ()),
+    ("GET", "/sub/", ()),
+    ("GET", "/missing.txt", ()),
+    ("GET", "/.secret", ()),
+    ("GET", "/../outside/secret.txt", ()),
+    ("GET", "/caf%C3%A9.txt", ()),
+    ("POST", "/hello.txt", ()),
+    ("DELETE", "/hello.txt", ()),
+    ("OPTIONS", "/hello.txt", ()),
+    ("GET", "/big.bin", ()),
+]
+_COMPARED = (
+    "content-type",
+    "content-length",
+    "content-range",
+    "content-encoding",
+    "etag",
+    "last-modified",
+    "vary",
+    "location",
+    "allow",
+    "accept-ranges",
+    "cache-control",
+)
+
+
+@pytest.mark.parametrize("fs_workers", [0, 2])
+async def test_same_responses_as_http11(root: Path, fs_workers: int) -> None:
+    (root / "text.txt").write_bytes(TEXT)
+    cfg = make_config(root, fs_workers=fs_workers, fs_queue=8 if fs_workers else 0)
+    srv = Server(cfg)
+    try:
+        h1: list[tuple[int, dict[str, str], bytes]] = []
+        async with srv.handler.running(), trio.open_nursery() as nursery:
+            for method, target, fields in TABLE:
+                # A fresh HTTP/1.1 connection per row (some answers close).
+                ours, theirs = trio.testing.memory_stream_pair()
+                nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
+                client = HTTPClient(ours, theirs)
+                extra = "".join(f"{k}: {v}\r\n" for k, v in fields)
+                r = await client.get(target, extra, method=method)
+                h1.append((r.status, {k.lower(): v for k, v in r.headers.items()}, r.body))
+                await ours.aclose()
+        h2r: list[tuple[int, dict[str, str], bytes]] = []
+        async with h2_memory(cfg, server=srv) as (c2, _, _):
+            for method, target, fields in TABLE:
+                r2 = await c2.get(target, list(fields), method=method)
+                h2r.append((r2.status, r2.headers, bytes(r2.body)))
+    finally:
+        srv.opener.close()
+    for (method, target, _), (s1, hs1, b1), (s2, hs2, b2) in zip(TABLE, h1, h2r, strict=True):
+        where = f"{method} {target}"
+        assert s1 == s2, where
+        for name in _COMPARED:
+            if name == "content-type" and hs1.get(name, "").startswith("multipart/"):
+                assert hs2[name].startswith("multipart/byteranges; boundary="), where
+                continue
+            if name == "content-length" and "multipart" in hs1.get("content-type", ""):
+                continue  # boundaries differ per response
+            assert hs1.get(name) == hs2.get(name), f"{where}: {name}"
+        if "multipart" not in hs1.get("content-type", ""):
+            assert b1 == b2, where
+    statuses = [s for s, _, _ in h1]
+    assert {200, 206, 301, 304, 404, 405, 412, 416, 204} <= set(statuses)
