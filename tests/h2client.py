@@ -52,7 +52,7 @@ class H2Client:
         self.ended_order: list[int] = []
 
     async def start(
-        self, settings: dict[int, int] | None = None, *, preface: bool = True
+        self, settings: dict[h2.settings.SettingCodes, int] | None = None, *, preface: bool = True
     ) -> None:
         if settings:
             self.conn.local_settings = h2.settings.Settings(
@@ -126,9 +126,9 @@ class H2Client:
             self.responses[ev.stream_id or 0].ended = True
             self.ended_order.append(ev.stream_id or 0)
         elif isinstance(ev, h2.events.StreamReset):
-            r = self.responses.get(ev.stream_id or 0)
-            if r is not None and not r.ended:
-                r.reset = int(ev.error_code or 0)
+            rr = self.responses.get(ev.stream_id or 0)
+            if rr is not None and not rr.ended:
+                rr.reset = int(ev.error_code or 0)
         elif isinstance(ev, h2.events.ConnectionTerminated):
             self.goaway = ev
         elif isinstance(ev, h2.events.RemoteSettingsChanged):
@@ -155,7 +155,10 @@ class H2Client:
 
 @asynccontextmanager
 async def h2_memory(
-    cfg: Config, *, server: Server | None = None, settings: dict[int, int] | None = None,
+    cfg: Config,
+    *,
+    server: Server | None = None,
+    settings: dict[h2.settings.SettingCodes, int] | None = None,
     ack: bool = True,
 ) -> AsyncIterator[tuple[H2Client, Server, ConnectionTask]]:
     """An HTTP/2 (h2c prior knowledge) client on one ConnectionTask over

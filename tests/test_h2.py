@@ -137,7 +137,7 @@ async def test_stream_past_the_limit_is_refused(root: Path) -> None:
     # Zero initial window: the first two responses cannot send their bodies
     # and stay in flight; the third stream is past the limit.
     cfg = make_config(root, h2_max_streams=2)
-    async with h2_memory(cfg, settings={S.INITIAL_WINDOW_SIZE: 0}) as (client, srv, conn):
+    async with h2_memory(cfg, settings={S.INITIAL_WINDOW_SIZE: 0}) as (client, srv, _):
         a, b, c = (client.request("/big.bin") for _ in range(3))
         await client.flush()
         (rc,) = await client.wait(c)
@@ -295,7 +295,7 @@ async def test_continuation_flood_ends_the_connection(root: Path) -> None:
     cfg = make_config(root)
     srv = Server(cfg)
     try:
-        async with h2_memory(cfg, server=srv) as (client, _, conn):
+        async with h2_memory(cfg, server=srv) as (client, _, _):
             first = HeadersFrame(1, b"")  # no END_HEADERS: CONTINUATION must follow
             frames = [first.serialize()]
             frames += [ContinuationFrame(1, b"\x00" * 4000).serialize() for _ in range(50)]
@@ -446,3 +446,14 @@ async def test_same_responses_as_http11(root: Path, fs_workers: int) -> None:
             assert b1 == b2, where
     statuses = [s for s, _, _ in h1]
     assert {200, 206, 301, 304, 404, 405, 412, 416, 204} <= set(statuses)
+
+
+async def test_encoder_table_stays_bounded_whatever_the_client_allows(root: Path) -> None:
+    cfg = make_config(root)
+    async with h2_memory(cfg, settings={S.HEADER_TABLE_SIZE: 1 << 30}) as (client, _, conn):
+        for name in ("hello.txt", "data.bin", "index.html", "sub/", "noindex/"):
+            r = await client.get(f"/{name}")
+            assert r.status == 200
+        h = getattr(conn, "_switched", None)
+        assert isinstance(h, H2Connection)
+        assert h._conn.encoder.header_table_size == 4096
