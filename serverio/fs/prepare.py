@@ -47,8 +47,9 @@ from ..http.select import (
     sidecars_wanted,
 )
 from ..http.wire import head_bytes
-from .filecache import CachedFile, FileCache, Sidecar, identity, settled
+from .filecache import UNTIMED, CachedFile, FileCache, Sidecar, identity, settled
 from .opener import RootOpener
+from .reads import pread
 
 __all__ = [
     "CacheCandidate",
@@ -120,9 +121,9 @@ def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
 
 def _read_all(fd: int, size: int) -> bytes | None:
     """The first ``size`` bytes of the file; None if it is shorter now."""
-    data = os.pread(fd, size, 0)
+    data = pread(fd, size, 0)
     while len(data) < size:
-        more = os.pread(fd, size - len(data), len(data))
+        more = pread(fd, size - len(data), len(data))
         if not more:
             return None
         data += more
@@ -134,9 +135,9 @@ def _read_spans(fd: int, plan: Plan) -> Plan | None:
     body: list[bytes | FileSpan] = []
     for piece in plan.body:
         if isinstance(piece, FileSpan):
-            data = os.pread(fd, piece.length, piece.offset)
+            data = pread(fd, piece.length, piece.offset)
             while len(data) < piece.length:
-                more = os.pread(fd, piece.length - len(data), piece.offset + len(data))
+                more = pread(fd, piece.length - len(data), piece.offset + len(data))
                 if not more:
                     return None
                 data += more
@@ -312,7 +313,7 @@ def prepare_cached(
     no-syscall window is applied by the server on the event loop.)
     """
     hit = cache_candidate(cache, req, cfg)
-    if hit is None or not cache.revalidate(hit.key, hit.entry, opener.root_fd, mono):
+    if hit is None or not cache.revalidate(hit.key, hit.entry, opener.stat, mono):
         return None
     return serve_cached(cache, hit, req, cfg, now, boundary)
 
@@ -324,14 +325,15 @@ def prepare(
     now: float,
     boundary: str = "",
     cache: FileCache | None = None,
-    mono: float = 0.0,
+    mono: float = UNTIMED,
 ) -> Prepared:
     """Resolve, open, validate and decide.  Blocking; never raises for
     filesystem trouble (it becomes a plan).
 
     With ``cache``, a warm small file is answered from memory after one
     ``stat`` (:func:`prepare_cached`), and a settled small file read here
-    is stored there; ``mono`` (trio clock) stamps the revalidation.
+    is stored there; ``mono`` (trio clock) stamps the revalidation for pooled
+    mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`: none).
     """
     if cache is not None:
         hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
@@ -418,7 +420,7 @@ def _prepare_file(
     st: os.stat_result,
     relpath: str,
     cache: FileCache | None = None,
-    mono: float = 0.0,
+    mono: float = UNTIMED,
 ) -> Prepared:
     """The response for the regular file open on ``fd`` (which this owns).
 

@@ -25,12 +25,13 @@ previous one (pipelining).
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 import h11
 import trio
@@ -38,6 +39,7 @@ import trio
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
+from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
 from ..http.fields import scan_fields
 from ..http.target import parse_target
@@ -55,6 +57,25 @@ BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
 SEND_PIECE = 16384  # non-socket streams: progress granularity of the write deadline
 
 _HAS_SENDFILE = hasattr(os, "sendfile")
+# Sockets are file descriptors on POSIX, so the fast paths read and write
+# them with os.read/os.write/os.writev; on Windows a socket is not a C
+# runtime descriptor and everything goes through trio's socket methods.
+SOCKET_FD_IO: Final = os.name == "posix"
+
+
+def _no_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    raise OSError(errno.ENOSYS, "sendfile is not available")
+
+
+def _write_joined(fd: int, pieces: Sequence[bytes]) -> int:
+    return os.write(fd, b"".join(pieces))
+
+
+# Looked up once: Windows has neither (macOS and FreeBSD have both; their
+# sendfile reports a partial send on a non-blocking socket as a count,
+# which the loop below handles like Linux's).
+_os_sendfile: Final[Callable[[int, int, int, int], int]] = getattr(os, "sendfile", _no_sendfile)
+_os_writev: Final[Callable[[int, Sequence[bytes]], int]] = getattr(os, "writev", _write_joined)
 
 
 # RFC 9113 §3.4: the client connection preface.  h11 parses its first 18
@@ -160,7 +181,7 @@ class ConnectionTask:
         self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         # The raw fd for the fast paths (non-blocking read/write without
         # trio's socket machinery); -1 for streams that are not sockets.
-        self._fd = self._sock.fileno() if self._sock is not None else -1
+        self._fd = self._sock.fileno() if self._sock is not None and SOCKET_FD_IO else -1
         self.use_sendfile = env.config.sendfile and _HAS_SENDFILE and is_socket
 
     @property
@@ -735,7 +756,7 @@ class ConnectionTask:
         if len(pieces) > 1:
             if self._fd >= 0:
                 try:
-                    n = os.writev(self._fd, pieces)
+                    n = _os_writev(self._fd, pieces)
                 except BlockingIOError:
                     n = 0
                 except OSError as exc:
@@ -777,7 +798,7 @@ class ConnectionTask:
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             while remaining:
                 try:
-                    n = os.sendfile(sockfd, fd, offset, min(remaining, SENDFILE_CHUNK))
+                    n = _os_sendfile(sockfd, fd, offset, min(remaining, SENDFILE_CHUNK))
                 except BlockingIOError:
                     await trio.lowlevel.wait_writable(sock)
                     continue
@@ -802,7 +823,7 @@ class ConnectionTask:
         offset, remaining = span.offset, span.length
         while remaining:
             try:
-                data = os.pread(fd, min(remaining, BUFFER_CHUNK), offset)
+                data = pread(fd, min(remaining, BUFFER_CHUNK), offset)
             except OSError:
                 # EIO from a failing disk mid-body: the head is out, so the
                 # only honest answer is to cut the response short.

@@ -34,7 +34,7 @@ window at most one DATA frame (<= 16 KiB, <= the peer's
 SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back of the queue, and
 stops filling at ``OUT_BUDGET`` bytes: one large file cannot starve the
 small responses on the same connection.  File spans are read with a
-positional read of at most one frame's worth (no sendfile: the bytes go
+positional read (:func:`serverio.fs.reads.pread`) of at most one frame's worth (no sendfile: the bytes go
 through framing, and TLS).
 
 Memory per connection is bounded regardless of file sizes and stream count
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 
@@ -80,6 +79,7 @@ from hyperframe.frame import GoAwayFrame
 
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
+from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
 from ..http.fields import check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
@@ -98,11 +98,6 @@ OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits
 WRITE_PIECE = 65536  # bytes per socket write; the write deadline moves after each
 _WINDOW = 1.0  # seconds: the flood budgets count per window
 ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
-
-
-def _read_at(fd: int, n: int, offset: int) -> bytes:
-    """Positional read of a file span piece (one place to change strategy)."""
-    return os.pread(fd, n, offset)
 
 
 class _PlainEncoder(hpack.Encoder):
@@ -715,7 +710,7 @@ class H2Connection:
         if isinstance(piece, FileSpan):
             n = min(n, piece.length - st.offset)
             try:
-                data = _read_at(st.fd, n, piece.offset + st.offset)
+                data = pread(st.fd, n, piece.offset + st.offset)
             except OSError:
                 # EIO mid-body: the head is out, the only honest answer is
                 # to cut this stream.
