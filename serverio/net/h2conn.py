@@ -34,8 +34,8 @@ window at most one DATA frame (<= 16 KiB, <= the peer's
 SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back of the queue, and
 stops filling at ``OUT_BUDGET`` bytes: one large file cannot starve the
 small responses on the same connection.  File spans are read with a
-positional read (:func:`serverio.fs.reads.pread`) of at most one frame's worth (no sendfile: the bytes go
-through framing, and TLS).
+positional read (:func:`serverio.fs.reads.pread`) of at most one frame's
+worth (no sendfile: the bytes go through framing, and TLS).
 
 Memory per connection is bounded regardless of file sizes and stream count
 (docs/features.md "HTTP/2" states the budget).  Deadlines:
