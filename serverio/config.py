@@ -27,6 +27,7 @@ _MAX_QUEUE = 65536
 _MAX_LISTING_ENTRIES = 1_000_000
 _MiB = 1024 * 1024
 _MAX_PROCESSES = 256  # --workers: processes, each with its own pools and fds
+_MAX_H2_STREAMS = 10_000  # concurrent streams per HTTP/2 connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,15 @@ class Config:
     shutdown_delay: float = 0.0
     max_head_size: int = 16384
     max_target_size: int = 8192
+
+    # HTTP/2 (serverio.net.h2conn; docs/features.md "HTTP/2").
+    http2: bool = True
+    h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
+    # Per connection and second: stream resets by the client (rapid reset,
+    # CVE-2023-44487) and control frames that deliver no request (PING,
+    # SETTINGS, PRIORITY, empty DATA); past either, GOAWAY ENHANCE_YOUR_CALM.
+    h2_max_resets: int = 200
+    h2_max_control: int = 200
 
     # Filesystem policy.
     index: tuple[str, ...] = ("index.html",)
@@ -131,6 +141,9 @@ class Config:
             ("max_requests", 1),
             ("max_head_size", 256),
             ("max_target_size", 16),
+            ("h2_max_streams", 1),
+            ("h2_max_resets", 1),
+            ("h2_max_control", 1),
             ("small_file_size", 0),
             ("max_ranges", 1),
             ("fs_workers", 0),
@@ -148,6 +161,10 @@ class Config:
                 raise ConfigError(f"--{_opt(name)} must be an integer >= {lo}, got {v!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
+        if self.h2_max_streams > _MAX_H2_STREAMS:
+            raise ConfigError(
+                f"--h2-max-streams {self.h2_max_streams} is absurd (max {_MAX_H2_STREAMS})"
+            )
         if self.max_target_size > self.max_head_size:
             raise ConfigError("--max-head-size must be at least the maximum target size (8192)")
         for pool in ("fs", "work"):

@@ -104,6 +104,10 @@ def test_ipv6_loopback(root: Path) -> None:
         (["--index", "../x"], "--index"),
         (["--cache-control", "a\tb"], "--cache-control"),
         (["--bogus"], "unrecognized"),
+        (["--http2", "--no-http2"], "contradict"),
+        (["--h2-max-streams", "0"], "--h2-max-streams"),
+        (["--h2-max-streams", "100000"], "absurd"),
+        (["--h2-max-resets", "0"], "--h2-max-resets"),
     ],
 )
 def test_invalid_values_exit_2_one_line(root: Path, args: list[str], needle: str) -> None:
@@ -164,3 +168,13 @@ def test_second_signal_aborts_at_once(root: Path) -> None:
         proc.wait(timeout=10)
         s.close()
     assert proc.returncode == 0
+
+
+def test_http2_on_by_default_and_switched_off() -> None:
+    from serverio.ops.cli import build_parser, config_from_args
+
+    parser = build_parser()
+    on = config_from_args(parser.parse_args(["-d", ".", "--http2", "--h2-max-streams", "7"]))
+    assert on.http2 and on.h2_max_streams == 7
+    assert config_from_args(parser.parse_args(["-d", "."])).http2
+    assert not config_from_args(parser.parse_args(["-d", ".", "--no-http2"])).http2

@@ -62,7 +62,7 @@ async def test_https_get_alpn_and_buffered_bodies(
     big = (root / "big.bin").read_bytes()
     async with running_server(cfg) as (srv, port):
         ctx = client_context(ca)
-        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        ctx.set_alpn_protocols(["http/1.1"])
         client = await tls_connect(port, ctx)
         assert isinstance(client.stream, trio.SSLStream)
         assert client.stream.selected_alpn_protocol() == "http/1.1"

@@ -28,11 +28,10 @@ from __future__ import annotations
 import errno
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import h11
 import trio
@@ -42,6 +41,7 @@ from ..errors import HTTPError
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ..http.fields import scan_fields
 from ..http.target import parse_target
 from ..http.wire import head_bytes
 from ..observe.accesslog import AccessLog, AccessRecord
@@ -50,14 +50,13 @@ from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
 
-__all__ = ["ConnectionEnv", "ConnectionTask"]
+__all__ = ["H2_PREFACE", "ConnectionEnv", "ConnectionTask", "Switched"]
 
 RECV_SIZE = 16384
 SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
 BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
 SEND_PIECE = 16384  # non-socket streams: progress granularity of the write deadline
 
-_HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
 _HAS_SENDFILE = hasattr(os, "sendfile")
 # Sockets are file descriptors on POSIX, so the fast paths read and write
 # them with os.read/os.write/os.writev; on Windows a socket is not a C
@@ -80,6 +79,26 @@ _os_sendfile: Final[Callable[[int, int, int, int], int]] = getattr(os, "sendfile
 _os_writev: Final[Callable[[int, Sequence[bytes]], int]] = getattr(os, "writev", _write_joined)
 
 
+# RFC 9113 §3.4: the client connection preface.  h11 parses its first 18
+# bytes as a request head "PRI * HTTP/2.0" with no fields; the rest
+# ("SM\r\n\r\n") is left in its buffer.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_PREFACE_HEAD = H2_PREFACE[:18]
+
+
+class Switched(Protocol):
+    """A connection served by another protocol (HTTP/2) from now on."""
+
+    async def run(self) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+# (env, stream, peer address lookup, bytes already read) -> the switched
+# connection; the server supplies serverio.net.h2conn.H2Connection.
+SwitchFactory = Callable[["ConnectionEnv", trio.abc.Stream, Callable[[], str], bytes], Switched]
+
+
 # What the lifetime scope's deadline currently guards.
 _BUSY, _KEEPALIVE, _HEAD = 0, 1, 2
 
@@ -88,17 +107,6 @@ class _Abort(Exception):
     """The response cannot be completed; close the connection now."""
 
 
-_FACT_FIELDS: dict[bytes, str] = {
-    b"if-match": "if_match",
-    b"if-none-match": "if_none_match",
-    b"if-modified-since": "if_modified_since",
-    b"if-unmodified-since": "if_unmodified_since",
-    b"range": "range",
-    b"if-range": "if_range",
-    b"accept": "accept",
-    b"accept-encoding": "accept_encoding",
-    b"want-repr-digest": "want_repr_digest",
-}
 
 
 def _only_cancelled(exc: BaseException) -> bool:
@@ -119,7 +127,8 @@ class ConnectionEnv:
     """What every connection of one server shares: the policy, the request
     handler, and where counts and log lines go.  ``draining`` is set by the
     server when graceful shutdown begins.  A connection gets this, never the
-    server itself."""
+    server itself.  ``http2`` serves a connection that negotiated HTTP/2
+    (None: HTTP/1.1 only)."""
 
     config: Config
     handler: Handler
@@ -132,6 +141,7 @@ class ConnectionEnv:
     # (--shutdown-delay): then a drain also closes connections still
     # waiting for their first request; before, they are served.
     cut_fresh: bool = False
+    http2: SwitchFactory | None = None
 
 
 class ConnectionTask:
@@ -146,6 +156,7 @@ class ConnectionTask:
         "_phase",
         "_sock",
         "_stream_scope",
+        "_switched",
         "env",
         "in_flight",
         "peer_eof",
@@ -170,6 +181,7 @@ class ConnectionTask:
         self._armed = False  # the lifetime scope holds a read deadline
         self._fed = 0
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
+        self._switched: Switched | None = None
         # One decision per connection: zero-copy when the stream is a plain
         # socket and the platform has sendfile; otherwise the buffered path
         # (TLS streams, memory streams in tests, other platforms).
@@ -203,7 +215,12 @@ class ConnectionTask:
         a live-reload event stream, which never finishes, closes now.
         After a lame-duck period (``env.cut_fresh`` not set) only an idle
         keep-alive connection closes: one still waiting for its first
-        request (or TLS handshake) was just accepted and is served."""
+        request (or TLS handshake) was just accepted and is served.  An
+        HTTP/2 connection drains its own way (GOAWAY, in-flight streams
+        finish)."""
+        if self._switched is not None:
+            self._switched.drain()
+            return
         if self._stream_scope is not None:
             self._stream_scope.cancel()
         if (
@@ -254,8 +271,12 @@ class ConnectionTask:
     async def run(self) -> None:
         stats = self.env.stats
         try:
-            if isinstance(self.stream, trio.SSLStream) and not await self._handshake():
-                return
+            if isinstance(self.stream, trio.SSLStream):
+                if not await self._handshake():
+                    return
+                if self.env.http2 is not None and self.stream.selected_alpn_protocol() == "h2":
+                    await self._switch(b"")  # RFC 9113 §3.2: ALPN "h2"
+                    return
             # One cancel scope for the connection's whole life carries the
             # head and keep-alive deadlines: moving its deadline costs a
             # fraction of entering a fresh scope per request (measured: a
@@ -435,43 +456,17 @@ class ConnectionTask:
         target = parse_target(
             event.method, event.target, max_size=self.env.config.max_target_size
         )
-        # Fields the decision core reads, by RequestFacts attribute.  A field
-        # sent on several lines is joined with ", " (RFC 9110 §5.3), which
-        # makes a repeated singleton (If-Modified-Since, Range) invalid, as
-        # the RFC requires.
-        fields: dict[str, str] = {}
-        ua = referer = request_id = None
-        connection: bytes | None = None
-        has_body = False
-        chunked = False
-        for name, value in event.headers:
-            attr = _FACT_FIELDS.get(name)
-            if attr is not None:
-                v = value.decode("latin-1")
-                old = fields.get(attr)
-                fields[attr] = v if old is None else f"{old}, {v}"
-            elif name == b"host":
-                if _HOST_RE.fullmatch(value) is None:
-                    raise HTTPError(400, "invalid Host", close=True)
-            elif name == b"connection":
-                connection = value if connection is None else connection + b"," + value
-            elif name == b"content-length":
-                if value != b"0":
-                    has_body = True
-            elif name == b"transfer-encoding":
-                chunked = True
-            elif name == b"user-agent":
-                ua = value.decode("latin-1")
-            elif name == b"referer":
-                referer = value.decode("latin-1")
-            elif name == b"x-request-id":
-                request_id = value.decode("latin-1")
-        if chunked:
-            if has_body or any(n == b"content-length" for n, _ in event.headers):
+        # The field mapping is shared with HTTP/2 (serverio.http.fields);
+        # framing and Connection tokens are HTTP/1.1's own.
+        f = scan_fields(event.headers)
+        has_body = f.nonzero_length
+        if f.chunked:
+            if f.content_length:
                 # RFC 9112 §6.1: both framings at once is how requests get
                 # smuggled; refuse rather than pick one.
                 raise HTTPError(400, "Content-Length with Transfer-Encoding", close=True)
             has_body = True
+        connection = f.connection
         tokens = _tokens(connection) if connection is not None else set()
         if version == b"1.1":
             keep_alive = b"close" not in tokens
@@ -484,9 +479,9 @@ class ConnectionTask:
             target=target,
             keep_alive=keep_alive and not has_body,
             has_body=has_body,
-            **fields,
+            **f.values,
         )
-        return facts, ka10, ua, referer, request_id
+        return facts, ka10, f.user_agent, f.referer, f.request_id
 
     # ------------------------------------------------------------ serving
 
@@ -504,6 +499,18 @@ class ConnectionTask:
                 await self._send_error(exc)
                 return
             if event is None:
+                return
+            if (
+                event.http_version == b"2.0"
+                and requests == 0
+                and self.env.http2 is not None
+                and event.method == b"PRI"
+                and event.target == b"*"
+                and not event.headers
+            ):
+                # h2c with prior knowledge (RFC 9113 §3.3): hand over the
+                # bytes h11 parsed plus what it buffered after them.
+                await self._switch(_PREFACE_HEAD + parser.trailing_data[0])
                 return
             requests += 1
             self.in_flight = True
@@ -608,6 +615,21 @@ class ConnectionTask:
                 await live.serve_client(self._send, head)
         self._stream_scope = None
         self.env.stats.completed += 1
+
+    async def _switch(self, initial: bytes) -> None:
+        """Serve the rest of the connection as HTTP/2.
+
+        The lifetime scope stays around it (shutdown and abort reach it as
+        for HTTP/1.1) with its read deadline lifted: the HTTP/2 connection
+        keeps its own deadlines.  A drain is forwarded to it from now on.
+        """
+        assert self.env.http2 is not None
+        self._armed = False
+        if self.read_scope is not None:
+            self.read_scope.deadline = math.inf
+        self.in_flight = True
+        self._switched = self.env.http2(self.env, self.stream, lambda: self.client, initial)
+        await self._switched.run()
 
     async def _send_error(self, exc: HTTPError) -> None:
         """Answer a request we could not parse, then close."""

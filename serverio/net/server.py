@@ -63,6 +63,7 @@ from ..pipeline.handler import Handler
 from ..pipeline.livereload import LiveHandler, LiveReload
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
+from .h2conn import H2Connection
 from .tls import make_ssl_context
 
 __all__ = ["Server", "bind_public", "public_addresses"]
@@ -176,7 +177,13 @@ class Server:
                 self.config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
             )
         self.env = ConnectionEnv(
-            self.config, self.handler, self.stats, self.access_log, self.response_times, self.live
+            self.config,
+            self.handler,
+            self.stats,
+            self.access_log,
+            self.response_times,
+            self.live,
+            http2=H2Connection if self.config.http2 else None,
         )
 
     # ------------------------------------------------------------ public

@@ -35,7 +35,9 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     # Modern defaults: TLS 1.2 and 1.3 only; the default cipher list of the
     # ssl module (already without RC4/3DES/export suites).
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.set_alpn_protocols(["http/1.1"])
+    # RFC 9113 §3.2: "h2" first when HTTP/2 is on (TLS 1.2+, no
+    # renegotiation, as §9.2 requires; the default ciphers are AEAD first).
+    ctx.set_alpn_protocols(["h2", "http/1.1"] if config.http2 else ["http/1.1"])
     # No session tickets are needed for a file server, and renegotiation is
     # a known DoS lever.
     ctx.options |= ssl.OP_NO_RENEGOTIATION

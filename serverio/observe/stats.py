@@ -35,6 +35,14 @@ class Stats:
     digest_omitted: int = 0  # Repr-Digest left out: work pool saturated or file changed
     # Operations.
     tls_handshake_failures: int = 0  # TLS hello never completed (plain HTTP, bad client)
+    # HTTP/2 (serverio.net.h2conn).
+    h2_connections: int = 0  # connections served as HTTP/2 (h2c or ALPN h2)
+    h2_streams: int = 0  # requests received on HTTP/2 streams
+    h2_refused_streams: int = 0  # RST_STREAM REFUSED_STREAM: past the stream limit, or draining
+    h2_stream_errors: int = 0  # RST_STREAM PROTOCOL_ERROR: malformed request
+    h2_client_resets: int = 0  # RST_STREAM received from the client
+    h2_calm: int = 0  # connections ended with GOAWAY ENHANCE_YOUR_CALM (floods, rapid reset)
+    h2_protocol_errors: int = 0  # connections ended with GOAWAY for a protocol error
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

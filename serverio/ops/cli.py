@@ -141,6 +141,34 @@ def build_parser() -> argparse.ArgumentParser:
         "(lame duck for load balancers; default 0)",
     )
     g.add_argument("--max-head-size", type=int, default=_D.max_head_size, metavar="BYTES")
+    h = p.add_argument_group("HTTP/2")
+    h.add_argument(
+        "--http2",
+        action="store_true",
+        help="serve HTTP/2 (ALPN h2 over TLS, h2c prior knowledge in clear); the default",
+    )
+    h.add_argument("--no-http2", action="store_true", help="HTTP/1.1 only")
+    h.add_argument(
+        "--h2-max-streams",
+        type=int,
+        default=_D.h2_max_streams,
+        metavar="N",
+        help="concurrent streams per connection (REFUSED_STREAM past it)",
+    )
+    h.add_argument(
+        "--h2-max-resets",
+        type=int,
+        default=_D.h2_max_resets,
+        metavar="N",
+        help="stream resets per connection and second before GOAWAY ENHANCE_YOUR_CALM",
+    )
+    h.add_argument(
+        "--h2-max-control",
+        type=int,
+        default=_D.h2_max_control,
+        metavar="N",
+        help="PING/SETTINGS/PRIORITY/empty frames per connection and second before GOAWAY",
+    )
     f = p.add_argument_group("files")
     f.add_argument(
         "--index",
@@ -370,6 +398,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ConfigError("--listen/--listen-tls replace -b and the port: give every address there")
     if args.listen and args.certfile and not args.listen_tls:
         raise ConfigError("--certfile with --listen: TLS listeners are given with --listen-tls")
+
+    if args.http2 and args.no_http2:
+        raise ConfigError("--http2 and --no-http2 contradict each other")
     return Config(
         directory=args.directory,
         host=args.bind,
@@ -382,6 +413,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         shutdown_timeout=args.shutdown_timeout,
         shutdown_delay=args.shutdown_delay,
         max_head_size=args.max_head_size,
+        http2=not args.no_http2,
+        h2_max_streams=args.h2_max_streams,
+        h2_max_resets=args.h2_max_resets,
+        h2_max_control=args.h2_max_control,
         index=index,
         hidden=args.hidden,
         follow_symlinks=args.follow_symlinks,

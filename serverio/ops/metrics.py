@@ -60,6 +60,13 @@ _HELP = {
     "buffered_responses": "File bodies sent through user space.",
     "bytes_sent": "Bytes written to clients (heads and bodies).",
     "tls_handshake_failures": "TLS handshakes that failed (not TLS, mismatch, peer gone).",
+    "h2_connections": "Connections served as HTTP/2 (h2c prior knowledge or ALPN h2).",
+    "h2_streams": "Requests received on HTTP/2 streams.",
+    "h2_refused_streams": "HTTP/2 streams refused (past the stream limit, or draining).",
+    "h2_stream_errors": "HTTP/2 streams reset for a malformed request.",
+    "h2_client_resets": "HTTP/2 streams reset by the client.",
+    "h2_calm": "HTTP/2 connections ended with ENHANCE_YOUR_CALM (floods, rapid reset).",
+    "h2_protocol_errors": "HTTP/2 connections ended with GOAWAY for a protocol error.",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})

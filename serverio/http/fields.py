@@ -1,0 +1,94 @@
+"""Request header fields -> what the decision core and the access log read.
+
+One mapping for both protocols: the HTTP/1.1 connection hands it h11's
+header list, an HTTP/2 stream the regular (non-pseudo) fields of its header
+block (:mod:`serverio.http.h2head`).  What is protocol-specific stays with
+the caller: HTTP/1.1 framing (Content-Length vs Transfer-Encoding, RFC 9112
+§6.1) and Connection tokens; HTTP/2's pseudo-headers.
+
+A field sent on several lines is joined with ``", "`` (RFC 9110 §5.3),
+which makes a repeated singleton (If-Modified-Since, Range) invalid, as the
+RFC requires.  Names must already be lower-case (h11 and h2 both give them
+so).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import HTTPError
+
+__all__ = ["FACT_FIELDS", "HOST_RE", "Fields", "check_host", "scan_fields"]
+
+# Fields the decision core reads, by RequestFacts attribute.
+FACT_FIELDS: dict[bytes, str] = {
+    b"if-match": "if_match",
+    b"if-none-match": "if_none_match",
+    b"if-modified-since": "if_modified_since",
+    b"if-unmodified-since": "if_unmodified_since",
+    b"range": "range",
+    b"if-range": "if_range",
+    b"accept": "accept",
+    b"accept-encoding": "accept_encoding",
+    b"want-repr-digest": "want_repr_digest",
+}
+
+# uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP
+# literal in brackets or reg-name characters.
+HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+
+
+@dataclass(slots=True)
+class Fields:
+    """What one scan of the header list found."""
+
+    values: dict[str, str]  # RequestFacts keyword -> joined value
+    user_agent: str | None = None
+    referer: str | None = None
+    request_id: str | None = None  # X-Request-Id, for the access log only
+    connection: bytes | None = None  # Connection lines joined with ","
+    content_length: bool = False  # a Content-Length line was present
+    nonzero_length: bool = False  # ... with a value other than "0"
+    chunked: bool = False  # a Transfer-Encoding line was present
+
+
+def check_host(value: bytes) -> None:
+    """400 for a Host (or ``:authority``) that is not ``host[:port]``."""
+    if HOST_RE.fullmatch(value) is None:
+        raise HTTPError(400, "invalid Host", close=True)
+
+
+def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
+    """One pass over the (lower-case) header list.
+
+    Raises :class:`HTTPError` 400 for an invalid Host.
+    """
+    values: dict[str, str] = {}
+    out = Fields(values)
+    for name, value in headers:
+        attr = FACT_FIELDS.get(name)
+        if attr is not None:
+            v = value.decode("latin-1")
+            old = values.get(attr)
+            values[attr] = v if old is None else f"{old}, {v}"
+        elif name == b"host":
+            if HOST_RE.fullmatch(value) is None:
+                raise HTTPError(400, "invalid Host", close=True)
+        elif name == b"connection":
+            c = out.connection
+            out.connection = value if c is None else c + b"," + value
+        elif name == b"content-length":
+            out.content_length = True
+            if value != b"0":
+                out.nonzero_length = True
+        elif name == b"transfer-encoding":
+            out.chunked = True
+        elif name == b"user-agent":
+            out.user_agent = value.decode("latin-1")
+        elif name == b"referer":
+            out.referer = value.decode("latin-1")
+        elif name == b"x-request-id":
+            out.request_id = value.decode("latin-1")
+    return out

@@ -1,0 +1,119 @@
+"""HTTP/2 request header blocks: the checks RFC 9113 §8 makes stream errors.
+
+The h2 library can validate inbound header blocks itself, but it reports a
+malformed block as a connection-level ``ProtocolError`` (and queues GOAWAY),
+which would let one bad request end every other stream of the connection.
+RFC 9113 §8.1.1 makes a malformed request a *stream* error of type
+PROTOCOL_ERROR, so the server turns h2's validation off and applies these
+checks itself; :class:`MalformedRequest` becomes ``RST_STREAM`` on that
+stream only.
+
+Pure: bytes in, a :class:`RequestHead` or an exception out.  What the
+decision core reads from the regular fields is mapped by
+:func:`serverio.http.fields.scan_fields`, the same function HTTP/1.1 uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["CONNECTION_SPECIFIC", "MalformedRequest", "RequestHead", "parse_request_head"]
+
+# RFC 9113 §8.2.2: connection-specific fields must not appear in HTTP/2
+# (a request carrying one is malformed; a response must not carry one).
+CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"}
+)
+_PSEUDO = frozenset({b":method", b":scheme", b":path", b":authority"})
+# RFC 9110 §5.1: a field name is a token; HTTP/2 additionally requires it
+# lower-case (RFC 9113 §8.2.1).
+_NAME_RE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# RFC 9113 §8.2.1: no NUL, CR or LF anywhere in a value, and no leading or
+# trailing space or tab.
+_BAD_VALUE_RE = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
+_TOKEN_RE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+class MalformedRequest(Exception):
+    """The header block breaks RFC 9113 §8: answer with a stream error."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """A validated request header block."""
+
+    method: bytes
+    path: bytes | None  # None only for CONNECT (which has no :path)
+    authority: bytes | None
+    scheme: bytes | None
+    fields: tuple[tuple[bytes, bytes], ...]  # the regular fields, in order
+    content_length: int | None  # the declared body length, if any
+    size: int  # header list size as RFC 9113 §6.5.2 counts it
+
+
+def parse_request_head(headers: Sequence[tuple[bytes, bytes]]) -> RequestHead:
+    """Validate one request header block (RFC 9113 §8.2 and §8.3.1).
+
+    Raises :class:`MalformedRequest` for: an unknown, duplicated or late
+    pseudo-header (or a response one such as ``:status``); a missing
+    ``:method``, or a missing ``:scheme``/``:path`` on a non-CONNECT request;
+    an empty ``:path``; an upper-case or invalid field name; a value with
+    NUL/CR/LF or surrounding white space; a connection-specific field; ``te``
+    other than ``trailers``; an invalid or inconsistent ``content-length``.
+    """
+    pseudo: dict[bytes, bytes] = {}
+    fields: list[tuple[bytes, bytes]] = []
+    size = 0
+    length: int | None = None
+    for name, value in headers:
+        size += len(name) + len(value) + 32
+        if _BAD_VALUE_RE.search(value) is not None:
+            raise MalformedRequest("invalid field value")
+        if name.startswith(b":"):
+            if fields:
+                raise MalformedRequest("pseudo-header after a regular field")
+            if name not in _PSEUDO:
+                raise MalformedRequest("unknown pseudo-header")
+            if name in pseudo:
+                raise MalformedRequest("duplicate pseudo-header")
+            pseudo[name] = value
+            continue
+        if _NAME_RE.fullmatch(name) is None:
+            raise MalformedRequest("invalid or upper-case field name")
+        if name in CONNECTION_SPECIFIC:
+            raise MalformedRequest("connection-specific field")
+        if name == b"te" and value.lower() != b"trailers":
+            raise MalformedRequest("te other than trailers")
+        if name == b"content-length":
+            if not value.isdigit():
+                raise MalformedRequest("invalid content-length")
+            n = int(value)
+            if length is not None and n != length:
+                raise MalformedRequest("conflicting content-length")
+            length = n
+        fields.append((name, value))
+    method = pseudo.get(b":method")
+    if method is None or _TOKEN_RE.fullmatch(method) is None:
+        raise MalformedRequest("missing or invalid :method")
+    path = pseudo.get(b":path")
+    scheme = pseudo.get(b":scheme")
+    if method == b"CONNECT":
+        # §8.5: CONNECT carries :authority only.
+        if path is not None or scheme is not None:
+            raise MalformedRequest("CONNECT with :path or :scheme")
+    else:
+        if scheme is None or path is None:
+            raise MalformedRequest("missing :scheme or :path")
+        if not path:
+            raise MalformedRequest("empty :path")
+    return RequestHead(
+        method=method,
+        path=path,
+        authority=pseudo.get(b":authority"),
+        scheme=scheme,
+        fields=tuple(fields),
+        content_length=length,
+        size=size,
+    )

@@ -1,0 +1,795 @@
+"""HTTP/2 connections (RFC 9113) on the shared request handler.
+
+A connection that negotiated HTTP/2 (ALPN ``h2`` over TLS, or the client
+preface on a cleartext port: h2c with prior knowledge) is handed over by
+:class:`~serverio.net.connection.ConnectionTask` to an :class:`H2Connection`.
+The ``h2`` library (sans-I/O, like h11) keeps the protocol state; this
+module does the I/O, the concurrency and the limits.
+
+Tasks, all in the connection's nursery::
+
+    reader (the connection task)   socket -> h2 events; starts, resets and
+                                   refuses streams; the idle deadline
+    writer                         h2 output -> socket, under the write
+                                   deadline; fills DATA frames round-robin
+    one task per stream            RequestFacts -> route / Handler -> Plan;
+                                   HEADERS, then waits while the writer
+                                   sends its body
+
+Only the reader reads the socket and only the writer writes it; every h2
+call happens on the trio thread between checkpoints, so the state machine
+needs no lock.
+
+Cancellation handling: each stream task runs in its own cancel scope.
+``RST_STREAM`` from the client cancels exactly that scope: the handler call
+in progress is cancelled as for an HTTP/1.1 client that went away (the
+Deferred is closed, an abandoned pool hop is late-closed), the stream stops
+being a body source before its ``Prepared`` is closed, once.  Shutdown
+(:meth:`H2Connection.drain`) sends GOAWAY with the last stream id handed to
+the handler, refuses later streams, and lets the in-flight ones finish;
+the server cancels what remains after ``--shutdown-timeout``.
+
+Flow control and fairness: the writer gives every stream with an open
+window at most one DATA frame (<= 16 KiB, <= the peer's
+SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back of the queue, and
+stops filling at ``OUT_BUDGET`` bytes: one large file cannot starve the
+small responses on the same connection.  File spans are read with a
+positional read (:func:`serverio.fs.reads.pread`) of at most one frame's
+worth (no sendfile: the bytes go through framing, and TLS).
+
+Memory per connection is bounded regardless of file sizes and stream count
+(docs/features.md "HTTP/2" states the budget).  Deadlines:
+
+* idle: with no stream in flight, the next request must start within
+  ``head_timeout`` (the first) or ``keepalive_timeout`` (later ones), else
+  GOAWAY and close; PINGs and partial header blocks do not extend it;
+* write (connection): the socket must accept bytes within
+  ``write_timeout``, else the connection is aborted;
+* write (stream): a stream whose body makes no progress (its or the
+  connection's window stays closed) for ``write_timeout`` is reset with
+  CANCEL.
+
+Error model: h2's own inbound header validation is off (it would end the
+connection for a malformed request); :mod:`serverio.http.h2head` checks
+each header block and a malformed one is a stream error (RST_STREAM
+PROTOCOL_ERROR).  A stream past ``h2_max_streams`` gets REFUSED_STREAM.
+What h2 still reports as a connection error (``ProtocolError``: a broken
+frame, HPACK decoding failure, a header block over the HPACK size cap,
+more than 64 CONTINUATION frames, frames on a stream in the wrong state
+at the connection level) ends the connection with the GOAWAY h2 queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+import hpack
+import trio
+from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
+from hyperframe.frame import GoAwayFrame
+
+from ..errors import HTTPError
+from ..fs.prepare import Prepared
+from ..fs.reads import pread
+from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ..http.fields import check_host, scan_fields
+from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
+from ..http.target import parse_target
+from ..observe.accesslog import AccessRecord
+from ..pipeline.handler import Deferred
+from .connection import RECV_SIZE, ConnectionEnv
+
+__all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
+
+log = logging.getLogger("serverio")
+
+FRAME_CHUNK = 16384  # DATA bytes per stream per round at most (one default-size frame)
+OUT_BUDGET = 65536  # the writer stops filling DATA frames at this many pending bytes
+OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits to be written
+WRITE_PIECE = 65536  # bytes per socket write; the write deadline moves after each
+_WINDOW = 1.0  # seconds: the flood budgets count per window
+ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
+
+
+class _PlainEncoder(hpack.Encoder):
+    """HPACK for responses: no Huffman coding, a bounded dynamic table.
+
+    The pure-Python Huffman coder was the largest single cost of a small
+    response (cProfile under h2load), for ~20 % fewer header bytes.  The
+    client's SETTINGS_HEADER_TABLE_SIZE is only an upper bound for the
+    encoder (RFC 7541 §4.2): a client announcing gigabytes does not make
+    the server keep gigabytes of past response fields.
+    """
+
+    def encode(self, headers: object, huffman: bool = True) -> bytes:
+        return super().encode(headers, huffman=False)  # type: ignore[arg-type]
+
+    @property
+    def header_table_size(self) -> int:
+        return self.header_table.maxsize
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        value = min(value, ENCODER_TABLE_MAX)
+        self.header_table.maxsize = value
+        if self.header_table.resized:
+            self.table_size_changes.append(value)
+
+
+class _ServerConnection(h2.connection.H2Connection):
+    """h2's connection with the concurrent-stream check left to us.
+
+    h2 raises a connection-level ``TooManyStreamsError`` for a stream past
+    SETTINGS_MAX_CONCURRENT_STREAMS; RFC 9113 §5.1.2 allows (and the
+    server wants) a stream error, REFUSED_STREAM, so h2 is told no stream
+    is open and :class:`H2Connection` counts its own.
+    """
+
+    @property
+    def open_inbound_streams(self) -> int:
+        _ = super().open_inbound_streams  # keeps h2's closed-stream clean-up
+        return 0
+
+
+class _Budget:
+    """Events per window of ``_WINDOW`` seconds; over ``limit`` = abuse."""
+
+    __slots__ = ("count", "limit", "start")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self.start = -math.inf
+
+    def spend(self) -> bool:
+        """Count one event; True when the budget is exceeded."""
+        now = trio.current_time()
+        if now - self.start >= _WINDOW:
+            self.start = now
+            self.count = 0
+        self.count += 1
+        return self.count > self.limit
+
+
+class _Stream:
+    """One request stream and, while its body is sent, its cursor."""
+
+    __slots__ = (
+        "ended",
+        "failed",
+        "fd",
+        "finished",
+        "head",
+        "index",
+        "offset",
+        "open_body",
+        "pieces",
+        "progress",
+        "received",
+        "remaining",
+        "reset",
+        "scope",
+        "sid",
+        "status",
+    )
+
+    def __init__(self, sid: int, head: RequestHead, ended: bool) -> None:
+        self.sid = sid
+        self.head = head
+        self.ended = ended  # the client ended its side (END_STREAM seen)
+        self.open_body = not ended  # HEADERS without END_STREAM: a body may follow
+        self.received = 0  # request body bytes (discarded; checked against content-length)
+        self.scope = trio.CancelScope()
+        self.reset = False  # reset by either side: send nothing more
+        self.status = 0
+        self.pieces: list[bytes | FileSpan] = []
+        self.index = 0
+        self.offset = 0  # within pieces[index]
+        self.remaining = 0
+        self.fd = -1
+        self.progress = trio.Event()
+        self.finished = False  # the last DATA frame (END_STREAM) was handed to h2
+        self.failed = False  # the body could not be completed (read error, shrank)
+
+
+class H2Connection:
+    """One HTTP/2 connection.  Created by the connection task that detected
+    it, with the bytes it already read; :meth:`run` serves until the end."""
+
+    def __init__(
+        self,
+        env: ConnectionEnv,
+        stream: trio.abc.Stream,
+        client: Callable[[], str],
+        initial: bytes,
+    ) -> None:
+        self.env = env
+        self.stream = stream
+        self._client = client
+        self._initial = initial
+        cfg = env.config
+        conn = _ServerConnection(
+            h2.config.H2Configuration(
+                client_side=False,
+                header_encoding=None,
+                validate_inbound_headers=False,  # serverio.http.h2head does it per stream
+                # Response fields come from Plans: lower-case names, no
+                # connection-specific fields (filtered in _respond).
+                validate_outbound_headers=False,
+                normalize_outbound_headers=False,
+            )
+        )
+        conn.encoder = _PlainEncoder()
+        conn.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: cfg.h2_max_streams,
+                SettingCodes.MAX_HEADER_LIST_SIZE: cfg.max_head_size,
+            },
+        )
+        # The HPACK decoder refuses (connection error ENHANCE_YOUR_CALM) a
+        # decoded header list past this hard cap (the HPACK bomb); between
+        # the advertised size and the cap a request gets 431.
+        conn.decoder.max_header_list_size = 4 * cfg.max_head_size
+        self._conn = conn
+        # The encoded header block (HEADERS + CONTINUATION) buffered at most.
+        self._block_cap = 2 * cfg.max_head_size
+        self._streams: dict[int, _Stream] = {}
+        self._sending: dict[int, _Stream] = {}  # body sources, round-robin order
+        self._out = bytearray()
+        self._wake = trio.Event()  # writer: something to send
+        self._space = trio.Event()  # reader: the output fell below OUT_HIGH
+        self._read_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._idle_deadline = math.inf
+        self._last_stream = 0  # highest stream id handed to the handler
+        self._requests = 0
+        self._draining = False  # GOAWAY sent for shutdown; in-flight streams finish
+        self._closed = False  # h2 said GOAWAY (error, flood, timeout): send no more frames
+        self._reading = True
+        self._broken = False  # the socket failed
+        self._resets = _Budget(cfg.h2_max_resets)
+        self._control = _Budget(cfg.h2_max_control)
+        # Frame boundaries, tracked over the raw bytes (see _count_frames):
+        # bytes of the current frame still to skip (first the 24-byte
+        # client preface), and a partial 9-byte frame header.
+        self._skip = 24
+        self._partial = b""
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        env = self.env
+        cfg = env.config
+        env.stats.h2_connections += 1
+        self._conn.initiate_connection()
+        self._idle_deadline = trio.current_time() + cfg.head_timeout
+        self._pull()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._writer, nursery.cancel_scope)
+            if env.draining:
+                self.drain()
+            try:
+                if self._initial:
+                    self._receive(self._initial)
+                await self._read_loop()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._broken = True
+                nursery.cancel_scope.cancel()
+            self._reading = False
+            self._kick()  # the writer returns once streams are done and all is flushed
+        if self._broken:
+            env.stats.resets += 1
+
+    def drain(self) -> None:
+        """Graceful shutdown: GOAWAY with the last stream id handed to the
+        handler (RFC 9113 §6.8); later streams are refused, in-flight ones
+        finish; an idle connection closes now."""
+        if self._draining or self._closed:
+            return
+        self._draining = True
+        # Built by hand: h2's close_connection() would also stop the
+        # in-flight streams from sending (its state machine goes CLOSED).
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self._last_stream
+        frame.error_code = ErrorCodes.NO_ERROR
+        self._pull()
+        self._out += frame.serialize()
+        self._kick()
+        if not self._streams and self._read_scope is not None:
+            self._read_scope.cancel()
+
+    def _close(self, code: ErrorCodes) -> None:
+        """End the connection: GOAWAY ``code``, cancel every stream."""
+        if self._closed:
+            return
+        self._closed = True
+        self._reading = False
+        try:
+            self._conn.close_connection(code, last_stream_id=self._last_stream)
+        except h2.exceptions.ProtocolError:
+            pass  # h2 already closed it (it queued its own GOAWAY)
+        self._pull()
+        self._sending.clear()
+        for st in self._streams.values():
+            st.reset = True
+            st.scope.cancel()
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+        self._kick()
+
+    # ------------------------------------------------------------ reading
+
+    async def _read_loop(self) -> None:
+        stats = self.env.stats
+        while self._reading:
+            if self._draining and not self._streams:
+                return
+            if len(self._out) > OUT_HIGH:
+                # Backpressure: a peer that does not read its answers (PING
+                # and SETTINGS acknowledgements included) gets nothing more
+                # read; the writer's deadline ends it.
+                self._space = trio.Event()
+                await self._space.wait()
+                continue
+            with trio.CancelScope(
+                deadline=math.inf if self._streams else self._idle_deadline
+            ) as scope:
+                self._read_scope = scope
+                data = await self.stream.receive_some(RECV_SIZE)
+            self._read_scope = None
+            if scope.cancelled_caught:
+                if self._closed or self._draining:
+                    continue  # the loop condition decides
+                if not self._streams and trio.current_time() >= self._idle_deadline:
+                    if self._requests:
+                        stats.timeouts_keepalive += 1
+                    else:
+                        stats.timeouts_head += 1
+                    self._close(ErrorCodes.NO_ERROR)
+                continue
+            if not data:
+                # EOF: nothing more can arrive; the streams in flight finish
+                # (as an HTTP/1.1 half-close does), then we close.
+                self._draining = True
+                return
+            self._receive(bytes(data))
+
+    def _receive(self, data: bytes) -> None:
+        conn = self._conn
+        stats = self.env.stats
+        try:
+            events = conn.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            # h2 queued GOAWAY with the error code; everything stops.
+            if exc.error_code == ErrorCodes.ENHANCE_YOUR_CALM:
+                stats.h2_calm += 1
+            else:
+                stats.h2_protocol_errors += 1
+            self._closed = True
+            self._reading = False
+            self._close_streams()
+            self._pull()
+            return
+        # Frames that produced no event: CONTINUATION, and frames h2
+        # answers on its own (DATA or HEADERS on a stream already reset,
+        # each answered with RST_STREAM).  They cost work and deliver no
+        # request, like PINGs, so they spend the control budget.
+        quiet = self._count_frames(data) - sum(
+            1 for ev in events if not isinstance(ev, h2.events.StreamEnded)
+        )
+        for _ in range(quiet):
+            if self._control.spend():
+                self._calm()
+                return
+        for ev in events:
+            if self._closed:
+                break
+            self._event(ev)
+        if not self._closed:
+            pending = getattr(conn.incoming_buffer, "_headers_buffer", None)
+            if pending and sum(len(f.data) for f in pending) > self._block_cap:
+                # CONTINUATION flood (CVE-2024-27316): a header block that
+                # grows without end is refused before h2's 64-frame cap.
+                stats.h2_calm += 1
+                self._close(ErrorCodes.ENHANCE_YOUR_CALM)
+        self._pull()
+
+    def _count_frames(self, data: bytes) -> int:
+        """Complete frame headers in ``data`` (RFC 9113 §4.1: 24-bit length,
+        type, flags, stream id), carrying state across reads."""
+        n = 0
+        i = 0
+        end = len(data)
+        while i < end:
+            if self._skip:
+                take = min(self._skip, end - i)
+                self._skip -= take
+                i += take
+                continue
+            need = 9 - len(self._partial)
+            head = self._partial + data[i : i + need]
+            i += min(need, end - i)
+            if len(head) < 9:
+                self._partial = head
+                break
+            self._partial = b""
+            self._skip = int.from_bytes(head[:3], "big")
+            n += 1
+        return n
+
+    def _close_streams(self) -> None:
+        self._sending.clear()
+        for st in self._streams.values():
+            st.reset = True
+            st.scope.cancel()
+        self._kick()
+
+    def _calm(self) -> None:
+        self.env.stats.h2_calm += 1
+        self._close(ErrorCodes.ENHANCE_YOUR_CALM)
+
+    def _event(self, ev: h2.events.Event) -> None:
+        conn = self._conn
+        stats = self.env.stats
+        if isinstance(ev, h2.events.RequestReceived):
+            self._new_stream(ev)
+        elif isinstance(ev, h2.events.DataReceived):
+            sid = ev.stream_id
+            assert sid is not None
+            n = ev.flow_controlled_length or 0
+            if n:
+                conn.acknowledge_received_data(n, sid)
+            data = ev.data or b""
+            if not data and ev.stream_ended is None and self._control.spend():
+                self._calm()  # empty DATA frames cost work and carry nothing
+                return
+            st = self._streams.get(sid)
+            if st is not None:
+                st.received += len(data)
+                length = st.head.content_length
+                if length is not None and st.received > length:
+                    self._stream_error(st)
+        elif isinstance(ev, h2.events.StreamEnded):
+            st = self._streams.get(ev.stream_id or 0)
+            if st is not None:
+                st.ended = True
+                length = st.head.content_length
+                if length is not None and st.received != length:
+                    self._stream_error(st)  # RFC 9113 §8.1.1
+        elif isinstance(ev, h2.events.StreamReset):
+            if ev.remote_reset:
+                stats.h2_client_resets += 1
+                if self._resets.spend():
+                    self._calm()  # rapid reset (CVE-2023-44487)
+                    return
+            st = self._streams.get(ev.stream_id or 0)
+            if st is not None:
+                self._cancel(st)
+        elif isinstance(ev, h2.events.PingReceived | h2.events.PriorityUpdated):
+            if self._control.spend():
+                self._calm()
+        elif isinstance(ev, h2.events.RemoteSettingsChanged):
+            if self._control.spend():
+                self._calm()
+                return
+            self._kick()  # windows or the frame size may have changed
+        elif isinstance(ev, h2.events.WindowUpdated):
+            self._kick()
+        elif isinstance(ev, h2.events.ConnectionTerminated):
+            # The client's GOAWAY: h2 accepts no more frames from us either.
+            self._closed = True
+            self._reading = False
+            self._close_streams()
+
+    def _new_stream(self, ev: h2.events.RequestReceived) -> None:
+        conn = self._conn
+        cfg = self.env.config
+        stats = self.env.stats
+        sid = ev.stream_id
+        assert sid is not None
+        if self._draining or len(self._streams) >= cfg.h2_max_streams:
+            # Not processed: the client may retry it (RFC 9113 §8.7).  A
+            # client that keeps ignoring the limit spends the reset budget.
+            stats.h2_refused_streams += 1
+            conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            if not self._draining and self._resets.spend():
+                self._calm()
+            return
+        try:
+            head = parse_request_head(ev.headers or [])
+        except MalformedRequest:
+            stats.h2_stream_errors += 1
+            conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
+            if self._resets.spend():
+                self._calm()
+            return
+        stats.h2_streams += 1
+        self._requests += 1
+        self._last_stream = sid
+        st = _Stream(sid, head, ev.stream_ended is not None)
+        self._streams[sid] = st
+        assert self._nursery is not None
+        self._nursery.start_soon(self._serve_stream, st)
+
+    def _stream_error(self, st: _Stream) -> None:
+        """The request turned out malformed: RST_STREAM PROTOCOL_ERROR."""
+        self.env.stats.h2_stream_errors += 1
+        self._reset(st, ErrorCodes.PROTOCOL_ERROR)
+        self._cancel(st)
+
+    def _cancel(self, st: _Stream) -> None:
+        st.reset = True
+        self._sending.pop(st.sid, None)
+        st.scope.cancel()
+
+    def _reset(self, st: _Stream, code: ErrorCodes) -> None:
+        if st.reset or self._closed:
+            return
+        st.reset = True
+        self._sending.pop(st.sid, None)
+        try:
+            self._conn.reset_stream(st.sid, code)
+        except h2.exceptions.ProtocolError:
+            pass  # already closed on h2's side
+        self._pull()
+
+    # ------------------------------------------------------------ streams
+
+    def _facts(self, st: _Stream) -> RequestFacts:
+        """The same RequestFacts an HTTP/1.1 request head gives."""
+        head = st.head
+        cfg = self.env.config
+        if head.size > cfg.max_head_size:
+            raise HTTPError(431, "request header list too large")
+        if head.method == b"CONNECT" or head.path is None:
+            raise HTTPError(405, "CONNECT is not supported")  # not a proxy
+        if head.authority is not None:
+            check_host(head.authority)
+        f = scan_fields(head.fields)
+        target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
+        return RequestFacts(
+            method=head.method,
+            target=target,
+            keep_alive=True,
+            has_body=st.open_body,
+            **f.values,
+        )
+
+    async def _serve_stream(self, st: _Stream) -> None:
+        env = self.env
+        cfg = env.config
+        stats = env.stats
+        started = trio.current_time()
+        now = time.time()
+        prepared: Prepared | None = None
+        head_only = st.head.method == b"HEAD"
+        try:
+            with st.scope:
+                if st.reset:
+                    return  # reset before it started: do no work for it
+                try:
+                    req = self._facts(st)
+                    plan = route(req, cfg, now)
+                    if plan is None:
+                        answer = env.handler.respond_now(req, now)
+                        if type(answer) is Deferred:
+                            try:
+                                prepared = await answer.run()
+                            finally:
+                                answer.close()
+                        else:
+                            assert type(answer) is Prepared
+                            prepared = answer
+                        plan = prepared.plan
+                except HTTPError as exc:
+                    plan = http_error_plan(exc, now, head_only=head_only)
+                await self._respond(st, plan, prepared)
+        except Exception:
+            # A bug in one stream must not end the other streams.
+            stats.internal_errors += 1
+            log.exception("internal error in an HTTP/2 stream (stream reset)")
+            self._reset(st, ErrorCodes.INTERNAL_ERROR)
+        finally:
+            self._sending.pop(st.sid, None)  # before the fd closes
+            if prepared is not None:
+                prepared.close()
+            self._streams.pop(st.sid, None)
+            if not self._streams:
+                self._idle_deadline = trio.current_time() + cfg.keepalive_timeout
+                if self._read_scope is not None:
+                    if self._draining:
+                        self._read_scope.cancel()
+                    else:
+                        self._read_scope.deadline = self._idle_deadline
+            self._kick()
+        if not st.finished or st.failed:
+            return
+        stats.completed += 1
+        env.response_times.observe(trio.current_time() - started)
+        status = st.status
+        if status >= 500:
+            stats.server_errors += 1
+        elif status >= 400:
+            stats.client_errors += 1
+        if env.access_log.enabled:
+            h = st.head
+            env.access_log.write(
+                AccessRecord(
+                    client=self._client(),
+                    method=h.method.decode("latin-1"),
+                    target=(h.path or b"-").decode("latin-1"),
+                    version="2.0",
+                    status=status,
+                    size=sum(map(len, st.pieces)),
+                    duration=trio.current_time() - started,
+                    user_agent=None,
+                    referer=None,
+                    request_id=None,
+                ),
+                now,
+            )
+
+    async def _respond(self, st: _Stream, plan: Plan, prepared: Prepared | None) -> None:
+        """HEADERS now; the body through the writer, with the stream's own
+        deadline: no progress for ``write_timeout`` resets it (CANCEL)."""
+        if st.reset or self._closed:
+            return
+        headers = [(b":status", b"%d" % plan.status)]
+        for name, value in plan.headers:
+            name = name.lower()
+            if name not in CONNECTION_SPECIFIC:  # RFC 9113 §8.2.2
+                headers.append((name, value))
+        body = [p for p in plan.body if len(p)] if plan.send_body else []
+        total = sum(map(len, body))
+        st.status = plan.status
+        try:
+            self._conn.send_headers(st.sid, headers, end_stream=total == 0)
+        except h2.exceptions.ProtocolError:
+            return  # the stream was closed meanwhile
+        self._pull()
+        if total:
+            st.pieces = body
+            st.remaining = total
+            st.fd = prepared.fd if prepared is not None else -1
+            self._sending[st.sid] = st
+            self._kick()
+            timeout = self.env.config.write_timeout
+            while not st.finished and not st.failed and not st.reset:
+                st.progress = trio.Event()
+                with trio.move_on_after(timeout) as waited:
+                    await st.progress.wait()
+                if waited.cancelled_caught:
+                    self.env.stats.timeouts_write += 1
+                    self._reset(st, ErrorCodes.CANCEL)
+                    return
+            if st.failed or st.reset:
+                return
+        else:
+            st.finished = True
+        if not st.ended:
+            # A complete response before the request ended: ask the client
+            # to stop sending it (RFC 9113 §8.1).
+            self._reset(st, ErrorCodes.NO_ERROR)
+            st.reset = False  # (the response itself was complete)
+
+    # ------------------------------------------------------------ writing
+
+    def _pull(self) -> None:
+        """Move h2's pending output into ours and wake the writer."""
+        data = self._conn.data_to_send()
+        if data:
+            self._out += data
+            self._wake.set()
+
+    def _kick(self) -> None:
+        self._wake.set()
+
+    def _frame(self, st: _Stream) -> int:
+        """At most one DATA frame for ``st``; returns the bytes sent."""
+        conn = self._conn
+        try:
+            window = conn.local_flow_control_window(st.sid)
+        except h2.exceptions.ProtocolError:
+            self._sending.pop(st.sid, None)
+            return 0
+        n = min(window, conn.max_outbound_frame_size, FRAME_CHUNK)
+        if n <= 0:
+            return 0
+        piece = st.pieces[st.index]
+        if isinstance(piece, FileSpan):
+            n = min(n, piece.length - st.offset)
+            try:
+                data = pread(st.fd, n, piece.offset + st.offset)
+            except OSError:
+                # EIO mid-body: the head is out, the only honest answer is
+                # to cut this stream.
+                self.env.stats.read_errors += 1
+                return self._fail(st)
+            if not data:
+                self.env.stats.truncated += 1  # the file shrank under us
+                return self._fail(st)
+        else:
+            data = piece[st.offset : st.offset + n]
+        st.offset += len(data)
+        if st.offset == len(piece):
+            st.index += 1
+            st.offset = 0
+        st.remaining -= len(data)
+        end = st.remaining == 0
+        conn.send_data(st.sid, data, end_stream=end)
+        if end:
+            st.finished = True
+            del self._sending[st.sid]
+        st.progress.set()
+        return len(data)
+
+    def _fail(self, st: _Stream) -> int:
+        st.failed = True
+        self._reset(st, ErrorCodes.INTERNAL_ERROR)
+        st.progress.set()
+        return 0
+
+    def _fill(self) -> None:
+        """DATA frames round-robin until OUT_BUDGET bytes are pending."""
+        sending = self._sending
+        conn = self._conn
+        out = self._out
+        while sending and len(out) < OUT_BUDGET:
+            moved = False
+            for st in list(sending.values()):
+                if len(out) >= OUT_BUDGET:
+                    break
+                if st.sid not in sending:
+                    continue
+                if self._frame(st):
+                    moved = True
+                    out += conn.data_to_send()
+                    if st.sid in sending:  # to the back of the queue
+                        del sending[st.sid]
+                        sending[st.sid] = st
+            if not moved:
+                break
+
+    async def _writer(self, cancel: trio.CancelScope) -> None:
+        """The only task that writes the socket."""
+        env = self.env
+        timeout = env.config.write_timeout
+        try:
+            while True:
+                self._pull()
+                if not self._closed:
+                    self._fill()
+                if not self._out:
+                    if not self._reading and not self._streams:
+                        return
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                    continue
+                data = bytes(self._out)
+                self._out.clear()
+                view = memoryview(data)
+                with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                    while view:
+                        await self.stream.send_all(view[:WRITE_PIECE])
+                        view = view[WRITE_PIECE:]
+                        scope.deadline = trio.current_time() + timeout
+                if scope.cancelled_caught:
+                    env.stats.timeouts_write += 1
+                    cancel.cancel()
+                    return
+                env.stats.bytes_sent += len(data)
+                self._space.set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._broken = True
+            cancel.cancel()
