@@ -90,6 +90,22 @@ class Config:
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
 
+    # Site rules (serverio.http.rules; docs/features.md "Site rules"): the
+    # raw specifications, compiled once by serverio.pipeline.site.load_site.
+    headers: tuple[str, ...] = ()  # --header "Name: value"
+    cors: bool = False
+    cors_origins: tuple[str, ...] = ()
+    # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
+    header_rules: tuple[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]], ...] = ()
+    redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)
+    rewrites: tuple[tuple[str, str], ...] = ()  # [[rewrites]]: (from, to)
+    clean_urls: bool = False
+    trailing_slash: str = "keep"
+    error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
+    auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
+    auth_file: str | None = None  # --auth-file: the whole site
+    rules_source: str = ""  # the file the tables came from (for messages)
+
     # Derived, filled by validate(): the absolute real path of the root.
     root: str = field(default="", compare=False)
 

@@ -44,6 +44,7 @@ from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
+from ..pipeline.site import Site, Ticket
 
 __all__ = ["ConnectionEnv", "ConnectionTask"]
 
@@ -74,6 +75,10 @@ _FACT_FIELDS: dict[bytes, str] = {
     b"accept": "accept",
     b"accept-encoding": "accept_encoding",
     b"want-repr-digest": "want_repr_digest",
+    b"origin": "origin",
+    b"access-control-request-method": "cors_method",
+    b"access-control-request-headers": "cors_headers",
+    b"authorization": "authorization",
 }
 
 
@@ -103,6 +108,7 @@ class ConnectionEnv:
     access_log: AccessLog
     response_times: Histogram
     draining: bool = False
+    site: Site | None = None  # the site rules; None when none are configured
 
 
 class ConnectionTask:
@@ -273,9 +279,7 @@ class ConnectionTask:
     # ------------------------------------------------------------ reading
 
     def _new_parser(self, leftover: bytes) -> h11.Connection:
-        parser = h11.Connection(
-            h11.SERVER, max_incomplete_event_size=self.env.config.max_head_size
-        )
+        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=self.env.config.max_head_size)
         self._fed = len(leftover)
         if leftover:
             parser.receive_data(leftover)
@@ -391,9 +395,7 @@ class ConnectionTask:
         version = event.http_version
         if version != b"1.1" and version != b"1.0":
             raise HTTPError(505, "unsupported HTTP version", close=True)
-        target = parse_target(
-            event.method, event.target, max_size=self.env.config.max_target_size
-        )
+        target = parse_target(event.method, event.target, max_size=self.env.config.max_target_size)
         # Fields the decision core reads, by RequestFacts attribute.  A field
         # sent on several lines is joined with ", " (RFC 9110 §5.3), which
         # makes a repeated singleton (If-Modified-Since, Range) invalid, as
@@ -454,6 +456,7 @@ class ConnectionTask:
         cfg = env.config
         stats = env.stats
         handler = env.handler
+        site = env.site
         parser = self._new_parser(b"")
         requests = 0
         while True:
@@ -473,14 +476,22 @@ class ConnectionTask:
             ka10 = False
             ua = referer = request_id = None
             keep = False
+            ticket: Ticket | None = None
             try:
                 try:
                     req, ka10, ua, referer, request_id = self._facts(event)
                     keep = req.keep_alive and requests < cfg.max_requests
-                    plan = route(req, cfg, now)
+                    if site is None:
+                        plan = route(req, cfg, now)
+                    else:
+                        ticket = await site.route(req, now, lambda: self.client)
+                        plan, req = ticket.plan, ticket.req
                     if plan is None:
-                        answer = handler.respond_now(req, now)
-                        if type(answer) is Deferred:
+                        if site is None:
+                            answer = handler.respond_now(req, now)
+                        else:
+                            answer = site.respond_now(handler, req, now)
+                        if isinstance(answer, Deferred):
                             prepared = await self._wait_watching(answer, parser)
                             if prepared is None:
                                 stats.cancelled += 1
@@ -493,6 +504,8 @@ class ConnectionTask:
                     plan = http_error_plan(exc, now, head_only=head)
                     if exc.close:
                         keep = False
+                if site is not None:
+                    plan = site.finish(plan, ticket)
                 close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last

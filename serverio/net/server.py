@@ -49,6 +49,7 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
+from ..pipeline.site import load_site
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
 from .tls import make_ssl_context
@@ -149,6 +150,8 @@ class Server:
         self.env = ConnectionEnv(
             self.config, self.handler, self.stats, self.access_log, self.response_times
         )
+        # Site rules, compiled once; None (never consulted) when there are none.
+        self.env.site = load_site(self.config, self.stats)
 
     # ------------------------------------------------------------ public
 

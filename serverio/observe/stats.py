@@ -35,6 +35,7 @@ class Stats:
     digest_omitted: int = 0  # Repr-Digest left out: work pool saturated or file changed
     # Operations.
     tls_handshake_failures: int = 0  # TLS hello never completed (plain HTTP, bad client)
+    auth_failures: int = 0  # basic-auth credentials refused (wrong user or password)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -60,6 +60,7 @@ _HELP = {
     "buffered_responses": "File bodies sent through user space.",
     "bytes_sent": "Bytes written to clients (heads and bodies).",
     "tls_handshake_failures": "TLS handshakes that failed (not TLS, mismatch, peer gone).",
+    "auth_failures": "Basic-auth credentials refused (unknown user or wrong password).",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})
