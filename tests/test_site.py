@@ -54,8 +54,10 @@ async def test_without_rules_the_engine_is_never_consulted(
     def boom(*a: object, **k: object) -> None:
         raise AssertionError("rule engine consulted without rules")
 
-    for name in ("header_ops", "apply_headers", "redirect_for", "rewrite_for", "cors_headers"):
+    for name in ("header_ops", "apply_headers", "decide_route", "cors_headers"):
         monkeypatch.setattr(site_mod, name, boom)
+    for name in ("route", "respond_now", "finish"):
+        monkeypatch.setattr(site_mod.Site, name, boom)
     async with memory_connection(make_config(root)) as (client, srv, _):
         assert srv.env.site is None
         for target in ("/hello.txt", "/hello.txt", "/missing", "/sub/", "/noindex/"):

@@ -47,6 +47,7 @@ __all__ = [
     "compile_glob",
     "compile_rules",
     "cors_headers",
+    "decide_route",
     "error_page_key",
     "header_ops",
     "match_path",
@@ -668,6 +669,45 @@ def clean_url_alternative(target: Target) -> Target | None:
     if not segs or "." in segs[-1]:
         return None
     return Target((*segs[:-1], segs[-1] + ".html"), False, target.query, hidden=target.hidden)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """What the rules decide from the path alone (memoisable per target).
+
+    ``auth``: the rule that protects the request path or the path a
+    rewrite or clean URL would serve; ``redirect``: (status, Location);
+    ``rewritten``: the target to serve instead.
+    """
+
+    auth: AuthRule | None
+    redirect: tuple[int, bytes] | None
+    rewritten: Target | None
+    path: str
+
+
+def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
+    """Auth rule, redirect (rules, clean URLs, trailing slash) and rewrite
+    for ``target``, in the documented order."""
+    rewritten = rewrite_for(rules, target)
+    path = match_path(target)
+    rule: AuthRule | None = None
+    if rules.auth:
+        paths = [path]
+        served = rewritten or target
+        if rewritten is not None:
+            paths.append(match_path(rewritten))
+        if rules.clean_urls:
+            alt = clean_url_alternative(served)
+            if alt is not None:
+                paths.append(match_path(alt))
+        rule = auth_rule_for(rules, paths)
+    found = redirect_for(rules, target)
+    if found is None and (rules.clean_urls or rules.trailing_slash != "keep"):
+        loc = slash_redirect(rules, target)
+        if loc is not None:
+            found = (301, loc)
+    return RouteDecision(rule, found, None if found is not None else rewritten, path)
 
 
 # ------------------------------------------------------------------ errors

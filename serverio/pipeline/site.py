@@ -52,6 +52,7 @@ from ..http.rules import (
     NO_OPS,
     AuthRule,
     HeaderOps,
+    RouteDecision,
     SiteRules,
     apply_headers,
     auth_rule_for,
@@ -59,14 +60,12 @@ from ..http.rules import (
     clean_url_alternative,
     compile_rules,
     cors_headers,
+    decide_route,
     error_page_key,
     header_ops,
     match_path,
     parse_basic,
     preflight_plan,
-    redirect_for,
-    rewrite_for,
-    slash_redirect,
 )
 from ..http.target import Target
 from ..http.wire import head_bytes
@@ -85,6 +84,7 @@ _VERIFIED_MAX = 1024  # recently verified credentials kept
 _VERIFIED_TTL = 300.0  # seconds a verification is trusted
 _CLIENTS_MAX = 4096
 _MEMO_MAX = 1024
+_ROUTES_MAX = 4096
 _OPS_MAX = 4096
 _ERROR_PAGE_MAX = 1024 * 1024
 
@@ -240,6 +240,7 @@ class Site:
         self._verified: OrderedDict[bytes, float] = OrderedDict()
         self._failures: dict[str, tuple[int, float]] = {}
         self._ops: dict[tuple[str, bool], HeaderOps] = {}
+        self._routes: dict[Target, RouteDecision] = {}
         self._memo: dict[tuple[int, str | None], tuple[Plan, HeaderOps, Plan]] = {}
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
 
@@ -256,42 +257,23 @@ class Site:
             return Ticket(plan, req)
         head = req.method == b"HEAD"
         target = req.target
-        rewritten = rewrite_for(rules, target)
-        served = rewritten or target
-        paths = [match_path(target)]
-        if rewritten is not None:
-            paths.append(match_path(rewritten))
-        if rules.clean_urls:
-            alt = clean_url_alternative(served)
-            if alt is not None:
-                paths.append(match_path(alt))
-        rule = auth_rule_for(rules, paths) if rules.auth else None
+        decision = self._routes.get(target)
+        if decision is None:
+            decision = decide_route(rules, target)
+            if len(self._routes) >= _ROUTES_MAX:
+                self._routes.clear()  # bounded: targets (queries) are client input
+            self._routes[target] = decision
+        rule = decision.auth
         if rule is not None:
             refusal = await self._authenticate(rule, req, now, client, head)
             if refusal is not None:
                 return Ticket(refusal, req, protected=True)
         protected = rule is not None
-        found = redirect_for(rules, target)
-        if found is not None:
-            status, loc = found
-            return Ticket(
-                error_plan(status, now, headers=[(b"location", loc)], head_only=head),
-                req,
-                protected,
-                protected,
-            )
-        loc2 = (
-            slash_redirect(rules, target)
-            if (rules.clean_urls or rules.trailing_slash != "keep")
-            else None
-        )
-        if loc2 is not None:
-            return Ticket(
-                error_plan(301, now, headers=[(b"location", loc2)], head_only=head),
-                req,
-                protected,
-                protected,
-            )
+        if decision.redirect is not None:
+            status, loc = decision.redirect
+            plan = error_plan(status, now, headers=[(b"location", loc)], head_only=head)
+            return Ticket(plan, req, protected, protected)
+        rewritten = decision.rewritten
         if rewritten is not None:
             if rewritten.hidden and not self.config.hidden:
                 return Ticket(error_plan(404, now, head_only=head), req, protected, protected)
