@@ -544,3 +544,42 @@ def test_hash_password_reads_stdin_not_argv(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     user, _, h = r.stdout.strip().partition(":")
     assert user == "bob" and verify(h, "s3cret") and "s3cret" not in r.stdout
+
+
+# ------------------------------------------------------------ case-insensitive roots
+
+
+def test_case_probe_on_a_case_sensitive_root(root: Path) -> None:
+    assert not site_mod.case_insensitive(str(root))
+
+
+async def test_auth_matches_the_canonical_path_on_a_case_insensitive_root(
+    tmp_path: Path, users: Path
+) -> None:
+    """On a case-insensitive filesystem /PRIVATE/x opens /private/x: the rule
+    must match it too, with the same 401 whether or not x exists."""
+    from .fusefs import SlowFS, fuse_available
+
+    reason = fuse_available()
+    if reason is not None:
+        pytest.skip(reason)
+    backing = tmp_path / "backing"
+    (backing / "private").mkdir(parents=True)
+    (backing / "private" / "secret.txt").write_text("top secret\n")
+    (backing / "Public.txt").write_text("public\n")
+    with SlowFS(backing, tmp_path / "mnt", case_insensitive=True) as fs:
+        assert fs.path("PRIVATE/SECRET.TXT").read_bytes() == b"top secret\n"
+        cfg = make_config(
+            fs.path(),
+            auth=(("/private/**", str(users)),),
+            header_rules=(("/public.txt", (("X-Rule", "1"),), ()),),
+        )
+        assert site_mod.case_insensitive(cfg.root)
+        async with memory_connection(cfg) as (client, _, _):
+            for target in ("/PRIVATE/secret.txt", "/Private/SECRET.TXT", "/PRIVATE/missing"):
+                r = await client.get(target)
+                assert (r.status, r.body) == (401, b"401 Unauthorized\n"), target
+            r = await client.get("/PRIVATE/secret.txt", basic("alice", "wonderland"))
+            assert (r.status, r.body) == (200, b"top secret\n")
+            r = await client.get("/PUBLIC.TXT")
+            assert r.status == 200 and r.header("x-rule") == "1"

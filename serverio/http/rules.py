@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -43,6 +44,7 @@ __all__ = [
     "SiteRules",
     "apply_headers",
     "auth_rule_for",
+    "canonical",
     "challenge_plan",
     "compile_glob",
     "compile_rules",
@@ -247,6 +249,12 @@ class SiteRules:
     error_pages: Mapping[str, str] = field(default_factory=dict)
     auth: tuple[AuthRule, ...] = ()
     hidden: bool = False
+    # The root is case-insensitive: auth and header globs match the
+    # canonical (NFC, case-folded) path, as the filesystem does.
+    fold: bool = False
+
+    def canonical(self, path: str) -> str:
+        return canonical(path) if self.fold else path
 
     @property
     def empty(self) -> bool:
@@ -285,9 +293,15 @@ def _header(name: str, value: str, where: str) -> tuple[bytes, bytes]:
     return name.lower().encode("ascii"), value.encode("ascii")
 
 
-def _glob(pattern: str, where: str) -> re.Pattern[str]:
+def canonical(path: str) -> str:
+    """The form a case-insensitive filesystem compares names in: NFC
+    (macOS and Windows normalise names) and Unicode case folding."""
+    return unicodedata.normalize("NFC", path).casefold()
+
+
+def _glob(pattern: str, where: str, fold: bool = False) -> re.Pattern[str]:
     try:
-        return compile_glob(pattern)
+        return compile_glob(canonical(pattern) if fold else pattern)
     except ValueError as exc:
         raise ConfigError(f"{where}: bad glob {pattern!r}: {exc}") from None
 
@@ -329,6 +343,7 @@ def compile_rules(
     error_pages: Sequence[tuple[str, str]] = (),
     auth: Sequence[tuple[str, Mapping[str, str], str]] = (),
     hidden: bool = False,
+    fold: bool = False,
     source: str = "--config",
 ) -> SiteRules:
     """Validate and compile.  ``auth`` is (glob, users, dummy hash) per rule
@@ -340,7 +355,7 @@ def compile_rules(
         hrules.append(HeaderRule("/**", None, sets))
     for i, (pattern, sets_spec, removes) in enumerate(header_rules):
         where = f"{source}: [[headers]] #{i + 1}"
-        match = _glob(pattern, f"{where} key 'path'")
+        match = _glob(pattern, f"{where} key 'path'", fold)
         sets = tuple(_header(n, v, f"{where} key 'set'") for n, v in sets_spec)
         rm: set[bytes] = set()
         for name in removes:
@@ -395,7 +410,7 @@ def compile_rules(
             pattern,
             None
             if pattern in ("/**", "**")
-            else _glob(pattern, f"{source}: [[auth]] #{i + 1} key 'path'"),
+            else _glob(pattern, f"{source}: [[auth]] #{i + 1} key 'path'", fold),
             users,
             "serverio",
             dummy,
@@ -413,6 +428,7 @@ def compile_rules(
         pages,
         arules,
         hidden,
+        fold,
     )
 
 
@@ -701,7 +717,7 @@ def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
             alt = clean_url_alternative(served)
             if alt is not None:
                 paths.append(match_path(alt))
-        rule = auth_rule_for(rules, paths)
+        rule = auth_rule_for(rules, [rules.canonical(p) for p in paths])
     found = redirect_for(rules, target)
     if found is None and (rules.clean_urls or rules.trailing_slash != "keep"):
         loc = slash_redirect(rules, target)

@@ -169,7 +169,9 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
         auth.append((pattern, users, dummy_like(next(iter(users.values())))))
+    fold = bool(auth or cfg.header_rules) and case_insensitive(cfg.root)
     rules = compile_rules(
+        fold=fold,
         headers=cfg.headers,
         header_rules=cfg.header_rules,
         cors=cfg.cors,
@@ -195,7 +197,8 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         try:
             for key, rel in rules.error_pages.items():
                 body, ctype = _read_page(opener, rel, f"{source}: [errors] key {key!r}")
-                protected = auth_rule_for(rules, ("/" + rel.strip("/"),)) is not None
+                page_path = rules.canonical("/" + rel.strip("/"))
+                protected = auth_rule_for(rules, (page_path,)) is not None
                 pages[key] = ErrorPage(body, ctype, protected)
         finally:
             opener.close()
@@ -214,6 +217,33 @@ def _client_key(peer: str) -> str:
         return peer.split("]", 1)[0] + "]"
     host, sep, port = peer.rpartition(":")
     return host if sep and port.isdigit() and ":" not in host else peer
+
+
+def case_insensitive(root: str) -> bool:
+    """Does the filesystem of ``root`` find names regardless of case?
+
+    Probed once at start-up: the first entry whose name changes under
+    swapcase() is looked up by its swapped name; the same inode means the
+    filesystem folds case (macOS and Windows defaults, some FUSE and SMB
+    mounts).  A root without such an entry is taken as case-sensitive.
+    """
+    if not root:
+        return False
+    try:
+        with os.scandir(root) as it:
+            for entry in it:
+                other = entry.name.swapcase()
+                if other == entry.name:
+                    continue
+                try:
+                    a = os.stat(os.path.join(root, entry.name), follow_symlinks=False)
+                    b = os.stat(os.path.join(root, other), follow_symlinks=False)
+                except OSError:
+                    return False
+                return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    except OSError:
+        return False
+    return False
 
 
 def _is_loopback(host: str) -> bool:
@@ -386,7 +416,7 @@ class Site:
         rules = self.rules
         req = ticket.req if ticket is not None else None
         protected = ticket.protected if ticket is not None else False
-        path = match_path(req.target) if req is not None else ""
+        path = rules.canonical(match_path(req.target)) if req is not None else ""
         okey = (path, protected)
         ops = self._ops.get(okey)
         if ops is None:
