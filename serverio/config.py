@@ -84,6 +84,7 @@ class Config:
     certfile: str | None = None
     keyfile: str | None = None
     keyfile_password_env: str | None = None  # the NAME of a variable, never the password
+    keyfile_password_file: str | None = None  # --tls-password-file: a file holding it
     workers: int = 1  # processes, each with its own SO_REUSEPORT listener
     fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
     admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
@@ -193,10 +194,16 @@ def _validate_operations(c: Config) -> None:
             raise ConfigError(
                 f"--keyfile-password-env: variable {c.keyfile_password_env!r} is not set"
             )
-    for name in ("certfile", "keyfile"):
+    if c.keyfile_password_file is not None:
+        if c.certfile is None:
+            raise ConfigError("--tls-password-file needs --certfile")
+        if c.keyfile_password_env is not None:
+            raise ConfigError("--tls-password-file and --keyfile-password-env exclude each other")
+    for name in ("certfile", "keyfile", "keyfile_password_file"):
         path = getattr(c, name)
         if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
-            raise ConfigError(f"--{name} {path!r} is not a readable file")
+            opt = "tls-password-file" if name == "keyfile_password_file" else name
+            raise ConfigError(f"--{opt} {path!r} is not a readable file")
     if not isinstance(c.workers, int) or not 1 <= c.workers <= _MAX_PROCESSES:
         raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {c.workers!r}")
     for fd in c.fds:

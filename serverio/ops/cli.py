@@ -308,8 +308,17 @@ def _add_site_rules(p: argparse.ArgumentParser) -> None:
 def _add_operations(p: argparse.ArgumentParser) -> None:
     """Options of docs/cli.md "Operations options" (TLS, processes, admin, config)."""
     t = p.add_argument_group("TLS")
-    t.add_argument("--certfile", metavar="PATH", default=None, help="PEM certificate chain")
-    t.add_argument("--keyfile", metavar="PATH", default=None, help="PEM private key")
+    # --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).
+    t.add_argument(
+        "--certfile", "--tls-cert", metavar="PATH", default=None, help="PEM certificate chain"
+    )
+    t.add_argument("--keyfile", "--tls-key", metavar="PATH", default=None, help="PEM private key")
+    t.add_argument(
+        "--tls-password-file",
+        metavar="PATH",
+        default=None,
+        help="file holding the key's password (first line)",
+    )
     t.add_argument(
         "--keyfile-password-env",
         metavar="NAME",
@@ -395,6 +404,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         certfile=args.certfile,
         keyfile=args.keyfile,
         keyfile_password_env=args.keyfile_password_env,
+        keyfile_password_file=args.tls_password_file,
         workers=args.workers,
         fds=tuple(args.fd or ()),
         admin_bind=args.admin_bind,
