@@ -303,3 +303,18 @@ def test_error_plan_unchanged_when_no_rule_applies() -> None:
     plan = error_plan(404, NOW)
     assert header_ops(compile_rules(), "/x").empty
     assert apply_headers(plan, header_ops(compile_rules(), "/x")).headers == plan.headers
+
+
+def test_bcrypt_hashes_and_the_72_byte_limit() -> None:
+    bcrypt = pytest.importorskip("bcrypt")
+    h = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    for variant in (h, "$2y$" + h[4:]):
+        assert check_hash(variant) is None
+        assert verify(variant, "pw") and not verify(variant, "nope")
+    # Over bcrypt's 72-byte limit: a wrong password, never an exception
+    # (and never "equal to its first 72 bytes").
+    long = "a" * 80
+    hl = bcrypt.hashpw(long[:72].encode(), bcrypt.gensalt(rounds=4)).decode()
+    assert verify(hl, long[:72]) and not verify(hl, long)
+    d = dummy_like(h)
+    assert d.startswith("$2b$04$") and not verify(d, "pw")

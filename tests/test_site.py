@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
+from serverio import Server
 from serverio.errors import ConfigError
 from serverio.http import rules as rules_mod
 from serverio.http.passwords import hash_password, verify
+from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.tomlconfig import dump, parse_with_config
 from serverio.pipeline import site as site_mod
 
-from .conftest import connect, make_config, memory_connection, running_server
+from .conftest import HTTPClient, connect, make_config, memory_connection, running_server
 from .test_cli import run_cli
 
 
@@ -583,3 +586,75 @@ async def test_auth_matches_the_canonical_path_on_a_case_insensitive_root(
             assert (r.status, r.body) == (200, b"top secret\n")
             r = await client.get("/PUBLIC.TXT")
             assert r.status == 200 and r.header("x-rule") == "1"
+
+
+async def test_bcrypt_password_over_72_bytes_is_401_not_500(
+    site_root: Path, tmp_path: Path
+) -> None:
+    bcrypt = pytest.importorskip("bcrypt")
+    f = tmp_path / "bc.htpasswd"
+    f.write_text("bob:" + bcrypt.hashpw(b"a" * 72, bcrypt.gensalt(rounds=4)).decode() + "\n")
+    async with memory_connection(make_config(site_root, auth_file=str(f))) as (client, _, _):
+        assert (await client.get("/hello.txt", basic("bob", "a" * 100))).status == 401
+        assert (await client.get("/hello.txt", basic("bob", "a" * 72))).status == 200
+
+
+async def test_password_spraying_saturates_only_the_auth_pool(
+    site_root: Path, users: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While every auth worker is stuck and its queue is full, a request that
+    needs no verification is still served, and one more login gets 503."""
+    import threading
+
+    gate = threading.Event()
+    real = verify
+
+    def slow(h: str, password: str) -> bool:
+        gate.wait(10)
+        return real(h, password)
+
+    monkeypatch.setattr(site_mod, "verify", slow)
+    cfg = make_config(site_root, auth=(("/private/**", str(users)),), work_workers=1)
+    srv = Server(cfg)
+    site = srv.env.site
+    assert site is not None and site.auth_pool is not srv.work
+    stuck = site_mod.AUTH_WORKERS + site_mod.AUTH_QUEUE
+    try:
+        with trio.fail_after(20):
+            async with srv.handler.running(), trio.open_nursery() as nursery:
+                clients = []
+                for i in range(stuck + 1):
+                    ours, theirs = trio.testing.memory_stream_pair()
+                    nursery.start_soon(ConnectionTask(srv.env, theirs, f"192.0.2.{i}").run)
+                    clients.append(HTTPClient(ours, theirs))
+                for i, c in enumerate(clients[:stuck]):
+                    await c.send_raw(
+                        b"GET /private/secret.txt HTTP/1.1\r\nHost: t\r\n"
+                        + basic("alice", str(i)).encode()
+                        + b"\r\n"
+                    )
+                await trio.testing.wait_all_tasks_blocked()
+                last = clients[stuck]
+                r = await last.get("/noindex/")  # a listing: the work pool is free
+                assert r.status == 200
+                r = await last.get("/private/secret.txt", basic("alice", "x"))
+                assert r.status == 503
+                gate.set()
+                for c in clients[:stuck]:
+                    assert (await c.read_response()).status == 401
+                nursery.cancel_scope.cancel()
+    finally:
+        gate.set()
+        srv.opener.close()
+
+
+def test_plaintext_auth_on_a_public_address_warns(
+    root: Path, users: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="serverio"):
+        site_mod.load_site(make_config(root, auth_file=str(users), host="0.0.0.0"))
+    assert "plain HTTP" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="serverio"):
+        site_mod.load_site(make_config(root, auth_file=str(users), host="127.0.0.1"))
+    assert caplog.text == ""
