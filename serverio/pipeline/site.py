@@ -297,7 +297,8 @@ class Site:
         if rule is not None:
             refusal = await self._authenticate(rule, req, now, client, head)
             if refusal is not None:
-                return Ticket(refusal, req, protected=True)
+                # The challenge keeps its own Cache-Control: no-store.
+                return Ticket(refusal, req)
         protected = rule is not None
         if decision.redirect is not None:
             status, loc = decision.redirect
