@@ -61,12 +61,15 @@ def measure(subject: Subject, n: int, server: str, python: str, workdir: Path) -
         "--tool=callgrind",
         f"--callgrind-out-file={out}",
         python,
-        str(script),
+        "-m",
+        "bench.pair",
         "--server",
         server,
         "-n",
         str(n),
     ]
+    # ``-m`` from the tree's root: its own bench/ and serverio/ come first
+    # on sys.path (older trees' pair.py also edit sys.path themselves).
     env = {**os.environ, **subject.env, "PYTHONHASHSEED": "0"}
     proc = subprocess.run(
         argv, cwd=subject.tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL

@@ -1,6 +1,6 @@
 """Micro-benchmarks of the pure core and the response-head writer.
 
-``python bench/micro.py`` prints microseconds per operation for:
+``python -m bench.micro`` prints microseconds per operation for:
 
 * h11-cycle-send: parse a request with h11 and send a 6-header response,
   1 KiB body and EndOfMessage through ``h11.Connection.send``;

@@ -1,6 +1,6 @@
 """One connection over a socketpair, in one process: serverio vs the bare loop.
 
-``python bench/pair.py --server serverio|bare -n N`` sends N sequential
+``python -m bench.pair --server serverio|bare -n N`` (from the repository root) sends N sequential
 ``GET /1k.bin`` requests over a ``socket.socketpair()`` to either a
 ``serverio`` ConnectionTask or the bare trio+h11 handler
 (``bench/baselines/bare_trio_h11.py``), and prints microseconds per request
@@ -9,7 +9,7 @@ to count the *user-space* work per request deterministically, e.g.::
 
     for n in 1000 3000; do
       valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$n \\
-        python bench/pair.py --server serverio -n $n
+        python -m bench.pair --server serverio -n $n
     done
     # instructions per request = (Ir[3000] - Ir[1000]) / 2000
 
@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.baselines.bare_trio_h11 import handle
-from serverio import Config, Server
-from serverio.net.connection import ConnectionTask
+from serverio import Config, ConnectionTask, Server
 
 REQUEST = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n"
 

@@ -1,10 +1,10 @@
 """Pluggable slow-storage hook: a FUSE mirror of the fixture that adds latency.
 
-The FUSE filesystem belongs to the test suite (``tests/fusefs.py``); this
+The FUSE filesystem belongs to the test suite (``testkit/fusefs.py``); this
 module only adapts to it, so the ``slow`` workload runs when that module is
 importable and FUSE works here, and is skipped *with the reason* otherwise.
 
-Contract used from ``tests.fusefs``:
+Contract used from ``testkit.fusefs``:
 
 - ``fuse_available() -> str | None``: None when a mount can work, else why not;
 - ``SlowFS(backing, mountpoint, delay, kernel_cache=True)``: a context
@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-MODULE = "tests.fusefs"
+MODULE = "testkit.fusefs"
 
 
 class SlowFsUnavailable(RuntimeError):

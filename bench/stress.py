@@ -1,18 +1,18 @@
 """Adversarial stress runs with full counts; prints figures (JSON + a table).
 
-    python bench/stress.py all                 # every scenario below
-    python bench/stress.py slowloris           # 1,000 dribbling connections
-    python bench/stress.py nonreaders          # 500 clients that never read 8 MiB
-    python bench/stress.py nonreaders_buffered # the same with --no-sendfile
-    python bench/stress.py flood               # connections beyond --max-connections
-    python bench/stress.py fsstall             # FUSE stall: fs pool saturation
-    python bench/stress.py shutdown            # SIGTERM during 200 transfers
-    python bench/stress.py truncation          # files truncated/replaced mid-transfer
-    python bench/stress.py slowhttptest        # the same attack by slowhttptest, if installed
-    python bench/stress.py fuzz --cases 1000000 --jobs 2
+    python -m bench.stress all                 # every scenario below
+    python -m bench.stress slowloris           # 1,000 dribbling connections
+    python -m bench.stress nonreaders          # 500 clients that never read 8 MiB
+    python -m bench.stress nonreaders_buffered # the same with --no-sendfile
+    python -m bench.stress flood               # connections beyond --max-connections
+    python -m bench.stress fsstall             # FUSE stall: fs pool saturation
+    python -m bench.stress shutdown            # SIGTERM during 200 transfers
+    python -m bench.stress truncation          # files truncated/replaced mid-transfer
+    python -m bench.stress slowhttptest        # the same attack by slowhttptest, if installed
+    python -m bench.stress fuzz --cases 1000000 --jobs 2
 
 The scenarios are the same functions tests/test_reliability.py runs with
-reduced counts (tests/reliability.py, tests/fuzzing.py); here they run with
+reduced counts (testkit/reliability.py, testkit/fuzzing.py); here they run with
 the issue's counts and report what they measured.  Every server is a real
 ``python -m serverio`` subprocess (or, for the fuzzer, the engine over memory
 streams) on 127.0.0.1.  ``--json FILE`` also writes the figures to FILE.
@@ -32,11 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tests import fuzzing  # noqa: E402 - needs the path above
+from testkit import fuzzing
 
 Figures = dict[str, Any]
 
@@ -113,7 +109,7 @@ def run_fuzz(cases: int, jobs: int, seed: int) -> Figures:
 def _scenario(name: str) -> Callable[[argparse.Namespace], Figures]:
     def run(args: argparse.Namespace) -> Figures:
         # Imported here: the fuzz workers need none of the socket machinery.
-        import tests.reliability as rel
+        import testkit.reliability as rel
 
         fig: Figures = getattr(rel, name)(**rel.FULL[name])
         return fig
@@ -155,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = p.parse_args(argv)
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    out: Figures = {"machine": machine(), "command": " ".join(["bench/stress.py", *sys.argv[1:]])}
+    command = " ".join(["python -m bench.stress", *sys.argv[1:]])
+    out: Figures = {"machine": machine(), "command": command}
     ok = True
     for name in names:
         print(f"== {name}", file=sys.stderr, flush=True)

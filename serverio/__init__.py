@@ -22,10 +22,12 @@ from .http.core import (
 )
 from .http.mime import guess_type
 from .http.target import Target, parse_target
+from .net.connection import ConnectionEnv, ConnectionTask
 from .net.server import Server
 from .observe.accesslog import AccessLog, AccessRecord
 from .observe.stats import Stats
 from .ops.cli import main
+from .pipeline.handler import Deferred, Handler
 
 __version__ = "0.1.0"
 
@@ -34,9 +36,13 @@ __all__ = [
     "AccessRecord",
     "Config",
     "ConfigError",
+    "ConnectionEnv",
+    "ConnectionTask",
+    "Deferred",
     "FileFacts",
     "FileSpan",
     "HTTPError",
+    "Handler",
     "Plan",
     "Pool",
     "PoolSaturated",

@@ -69,6 +69,7 @@ class Config:
     # Content features (docs/features.md, "Content options" in docs/cli.md).
     listing: bool = True
     listing_max_entries: int = 10_000
+    listing_cache_size: int = 8 * _MiB  # rendered listings shared by identical requests
     download: tuple[str, ...] = ()
     spa: str | None = None  # None = off; else a file path relative to the root
     precompressed: bool = True
@@ -131,6 +132,7 @@ class Config:
             ("work_workers", 0),
             ("work_queue", 0),
             ("listing_max_entries", 1),
+            ("listing_cache_size", 0),
             ("compress_max_size", 0),
             ("compress_cache_size", 0),
             ("file_cache_size", 0),

@@ -181,11 +181,11 @@ async def test_dup_failure_falls_back(root: Path, monkeypatch: pytest.MonkeyPatc
 async def test_listing_scan_errors_map_to_status(
     root: Path, monkeypatch: pytest.MonkeyPatch, err: int, status: int
 ) -> None:
-    def failing(owned: content_mod.OwnedFd, *args: object) -> tuple[bytes, bytes]:
+    def failing(owned: content_mod.OwnedFd, *args: object) -> content_mod.Scan:
         owned.release()
         raise OSError(err, os.strerror(err))
 
-    monkeypatch.setattr(content_mod, "list_directory", failing)
+    monkeypatch.setattr(content_mod, "scan_listing", failing)
     async with memory_connection(make_config(root)) as (client, _, _):
         r = await client.get("/noindex/")
     assert r.status == status and str(root).encode() not in r.body

@@ -1,6 +1,6 @@
 """The fs pool against a real FUSE filesystem: delays, stalls, late fds.
 
-These tests mount tests/fusefs.py's passthrough filesystem (a separate
+These tests mount testkit/fusefs.py's passthrough filesystem (a separate
 process) and serve it with a real Server on 127.0.0.1.  Nothing here asserts
 on timings: every wait is on an observable state (blocked counts, pool
 counters), bounded by a generous limit.  They skip with a reason when FUSE is
@@ -15,9 +15,9 @@ import pytest
 import trio
 
 from serverio import Config, ConfigError
+from testkit.fusefs import SlowFS, slowfs  # noqa: F401 - the fixture
 
 from .conftest import connect, make_config, open_fd_count, reset, running_server, wait_until
-from .fusefs import SlowFS, slowfs  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 

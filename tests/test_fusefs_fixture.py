@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .fusefs import SlowFS, SlowFSError, fuse_available, is_mounted, slowfs_in
+from testkit.fusefs import SlowFS, SlowFSError, fuse_available, is_mounted, slowfs_in
 
 JOIN_TIMEOUT = 10.0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -21,13 +22,14 @@ import tempfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, unquote_to_bytes, urljoin, urlsplit
 
 import pytest
 import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from serverio import AccessLog, Server
 from serverio.fs import filecache as _filecache
 from serverio.http.core import FileFacts, RequestFacts, decide_directory, decide_file
 from serverio.http.dates import MAX_HTTP_SECONDS, MIN_HTTP_SECONDS, format_http_date, http_seconds
@@ -36,6 +38,7 @@ from serverio.http.listing import (
     LISTING_CSP,
     Entry,
     ListingQuery,
+    json_text,
     render_html,
     render_json,
     shown_name,
@@ -75,14 +78,17 @@ def test_quote_segment_encodes_every_byte_outside_unreserved(name: str, encoded:
     assert UNRESERVED_OR_PCT.fullmatch(encoded)
 
 
-@given(st.text(alphabet=st.characters(exclude_characters="/\x00"), min_size=1, max_size=40))
+@given(
+    st.text(alphabet=st.characters(exclude_characters="/\x00"), min_size=1, max_size=40)
+    | st.binary(min_size=1, max_size=40).map(os.fsdecode)
+)
 def test_quote_segment_round_trips_through_the_target_parser(name: str) -> None:
     try:
-        name.encode("utf-8")
+        name.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        return  # lone surrogates: not a name the parser accepts
-    if name in (".", "..") or "\\" in name:
-        return  # refused by the parser (400) whatever the encoding
+        return  # a surrogate that stands for no byte: os.listdir never gives one
+    if name in (".", "..") or "/" in name or "\x00" in name:
+        return  # refused by the parser (400, 404) whatever the encoding
     href = quote_segment(name)
     assert UNRESERVED_OR_PCT.fullmatch(href)
     target = parse_target(b"GET", b"/dir/" + href.encode("ascii"))
@@ -321,6 +327,58 @@ def test_ascii_fallback_property(name: str) -> None:
     assert not set(out) & set('/\\"%') and not out.startswith((".", " "))
 
 
+def test_disposition_of_a_name_outside_utf8_carries_its_bytes() -> None:
+    name = os.fsdecode(b"caf\xe9 \xff\xc0\xae.txt")
+    value = content_disposition(name).decode("ascii")
+    assert value == (
+        "attachment; filename=\"caf_ ___.txt\"; filename*=UTF-8''caf%E9%20%FF%C0%AE.txt"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["common", "json"])
+async def test_names_outside_utf8_through_every_emitter(tmp_path: Path, fmt: str) -> None:
+    """A directory and a file whose names are not UTF-8: the redirect, the
+    listing (HTML, JSON), the file, ``?download`` and the access log."""
+    base = os.fsencode(tmp_path)
+    os.mkdir(os.path.join(base, b"d\xe9"))
+    _make(Path(os.fsdecode(os.path.join(base, b"d\xe9"))), [], [], [b"\xff\n.txt"])
+    out = io.StringIO()
+    cfg = make_config(tmp_path)
+    srv = Server(cfg, access_log=AccessLog(fmt, out))
+    async with memory_connection(cfg, server=srv) as (client, _, _):
+        moved = await client.get("/d%E9")
+        assert moved.status == 301 and moved.header("location") == "/d%E9/"
+        page = await client.get("/d%E9/")
+        assert page.status == 200
+        text = page.body.decode("utf-8")
+        assert _rows(text) == [("../", "../"), ("./%FF%0A.txt", "<0xFF><U+000A>.txt")]
+        assert "<title>Index of /d&lt;0xE9&gt;/</title>" in text
+        doc = json.loads((await client.get("/d%E9/?format=json")).body)
+        assert doc["path"] == "/d\ufffd/"
+        [entry] = doc["entries"]
+        assert entry["name"] == "\ufffd\n.txt" and entry["href"] == "./%FF%0A.txt"
+        got = await client.get("/d%E9/%FF%0A.txt")
+        assert got.status == 200 and got.body == b"file:\xff\n.txt"
+        down = await client.get("/d%E9/%FF%0A.txt?download")
+        assert down.header("content-disposition") == (
+            "attachment; filename=\"__.txt\"; filename*=UTF-8''%FF%0A.txt"
+        )
+        # Raw bytes outside ASCII in a target are not a request-target at all
+        # (RFC 9112 §3.2): refused by the parser before any lookup or log.
+        await client.send_raw(b"GET /d\xe9/\xff\x1b[2J.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert (await client.read_response()).status == 400
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6  # one line per response: no name can add one
+    for line in lines:
+        assert line.isascii() and line.isprintable(), repr(line)
+    targets = ["/d%E9", "/d%E9/", "/d%E9/?format=json", "/d%E9/%FF%0A.txt"]
+    targets += ["/d%E9/%FF%0A.txt?download", "-"]
+    if fmt == "json":
+        assert [json.loads(x)["target"] for x in lines] == targets
+    else:
+        assert [x.split('"')[1].split(" ")[1] for x in lines] == targets
+
+
 # ----------------------------------------------------- nosniff everywhere
 
 
@@ -428,29 +486,41 @@ def _fits(name: str) -> bool:
 
 def _make(base: Path, names: list[str], dirs: list[str], raw: list[bytes]) -> None:
     for name in names:
-        (base / name).write_bytes(b"file:" + name.encode())
+        (base / name).write_bytes(b"file:" + os.fsencode(name))
     for name in dirs:
         (base / name).mkdir()
-    for b in raw:  # names that are not UTF-8: never listed (no URL spells them)
+    for b in raw:  # names that are not UTF-8: listed and served by their bytes
         with open(os.path.join(os.fsencode(base), b), "wb") as f:
-            f.write(b"raw")
+            f.write(b"file:" + b)
 
 
-async def _check_listing(client: HTTPClient, port: int, names: list[str], dirs: list[str]) -> None:
+def _href_bytes(href: str) -> bytes:
+    """The name an entry's ``./...`` href names, as bytes."""
+    return unquote_to_bytes(href[2:].removesuffix("/"))
+
+
+async def _check_listing(
+    client: HTTPClient, port: int, names: list[str], dirs: list[str], raw: list[bytes]
+) -> None:
     listing = f"http://127.0.0.1:{port}/t/"
-    want = {n: False for n in names if not n.startswith(".")}
-    want.update({d: True for d in dirs if not d.startswith(".")})
+    want = {os.fsencode(n): False for n in names if not n.startswith(".")}
+    want.update({os.fsencode(d): True for d in dirs if not d.startswith(".")})
+    want.update({b: False for b in raw if not b.startswith(b".")})
     html_r = await client.get("/t/")
     assert html_r.status == 200
     assert html_r.header("content-security-policy") == LISTING_CSP.decode()
     rows = [r for r in _rows(html_r.body.decode("utf-8")) if r[0] != "../"]
     json_r = await client.get("/t/?format=json")
     entries = json.loads(json_r.body)["entries"]
-    assert sorted(e["name"] for e in entries) == sorted(want)
+    # Every entry once, each href naming exactly its bytes.
+    assert sorted(_href_bytes(e["href"]) for e in entries) == sorted(want)
     assert sorted(h for h, _ in rows) == sorted(e["href"] for e in entries)
     shown = {h: text for h, text in rows}
     for e in entries:
-        name, href, is_dir = e["name"], e["href"], want[e["name"]]
+        href = e["href"]
+        raw_name = _href_bytes(href)
+        name, is_dir = os.fsdecode(raw_name), want[raw_name]
+        assert e["name"] == json_text(name)
         assert re.fullmatch(r"\./(?:[A-Za-z0-9._~-]|%[0-9A-F]{2})+/?", href), href
         assert shown[href] == shown_name(name) + ("/" if is_dir else "")
         url = urlsplit(urljoin(listing, href))
@@ -462,10 +532,28 @@ async def _check_listing(client: HTTPClient, port: int, names: list[str], dirs: 
         )
         if is_dir:
             r = await client.get(url.path + "?format=json")
-            assert r.status == 200 and json.loads(r.body)["path"] == f"/t/{name}/"
+            assert r.status == 200 and json.loads(r.body)["path"] == f"/t/{json_text(name)}/"
         else:
             r = await client.get(url.path)
-            assert r.status == 200 and r.body == b"file:" + name.encode(), name
+            assert r.status == 200 and r.body == b"file:" + raw_name, raw_name
+
+
+RAW_HOSTILE = [
+    b"\xff\xfe.txt",
+    b"ok\x80",
+    b"caf\xe9.txt",  # Latin-1
+    b"\xc0\xae",  # an overlong '.'
+    b"\xc0\xae\xc0\xae",  # an overlong '..'
+    b"\xc0\xaf",  # an overlong '/'
+    b"\xed\xa0\x80",  # an encoded surrogate
+    b"\xe2\x80",  # a truncated sequence
+    b"%ff\xff",
+    b".\xff",  # hidden: never listed
+]
+RAW_NAME = (
+    st.sampled_from(RAW_HOSTILE)
+    | st.binary(min_size=1, max_size=12).filter(lambda b: b"/" not in b and b"\x00" not in b)
+).filter(lambda b: b not in (b".", b".."))
 
 
 @settings(
@@ -473,24 +561,30 @@ async def _check_listing(client: HTTPClient, port: int, names: list[str], dirs: 
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-@example(names=HOSTILE[: len(HOSTILE) // 2], dirs=HOSTILE[len(HOSTILE) // 2 :])
+@example(names=HOSTILE[: len(HOSTILE) // 2], dirs=HOSTILE[len(HOSTILE) // 2 :], raw=[])
+@example(names=[], dirs=[], raw=RAW_HOSTILE)
 @given(
     names=st.lists(NAME, max_size=8, unique_by=str.casefold),
     dirs=st.lists(NAME, max_size=3, unique_by=str.casefold),
+    raw=st.lists(RAW_NAME, max_size=4, unique=True),
 )
 @pytest.mark.slow
-def test_every_listed_href_fetches_exactly_its_entry(names: list[str], dirs: list[str]) -> None:
+def test_every_listed_href_fetches_exactly_its_entry(
+    names: list[str], dirs: list[str], raw: list[bytes]
+) -> None:
     dirs = [d for d in dirs if d not in names]
+    taken = {os.fsencode(n) for n in names + dirs}
+    raw = [b for b in raw if b not in taken]
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "t"
         base.mkdir()
-        _make(base, names, dirs, [b"\xff\xfe.txt", b"ok\x80"])
+        _make(base, names, dirs, raw)
 
         async def main() -> None:
             with trio.fail_after(30):
                 async with running_server(make_config(Path(tmp))) as (_, port):
                     client = await connect(port)
                     async with client.stream:
-                        await _check_listing(client, port, names, dirs)
+                        await _check_listing(client, port, names, dirs, raw)
 
         trio.run(main)

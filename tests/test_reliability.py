@@ -1,7 +1,7 @@
 """The adversarial reliability suite, with reduced counts for CI.
 
-Each scenario lives in tests/reliability.py (socket scenarios against a real
-server process on 127.0.0.1) or tests/fuzzing.py (the raw-request fuzzer
+Each scenario lives in testkit/reliability.py (socket scenarios against a real
+server process on 127.0.0.1) or testkit/fuzzing.py (the raw-request fuzzer
 over memory streams) and returns its figures plus a list of ``problems``:
 every guarantee it checks, including leak accounting (tasks, fds, threads
 of the server before and after), lands there when it breaks.  These tests
@@ -23,10 +23,10 @@ import trio
 import trio.testing
 
 import serverio.net.server
+from testkit import fuzzing, reliability
+from testkit.fuzzing import Case, CaseFailure, make_case, make_env, run_case
 
-from . import fuzzing, reliability
 from .conftest import connect, make_config, running_server
-from .fuzzing import Case, CaseFailure, make_case, make_env, run_case
 
 
 def check(fig: dict[str, Any]) -> dict[str, Any]:

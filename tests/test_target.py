@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from serverio.errors import HTTPError
 from serverio.http.target import MAX_SEGMENTS, Target, parse_target
@@ -114,13 +116,6 @@ REJECTED: list[tuple[bytes, int]] = [
     (b"/a%00", 400),
     (b"/%00", 400),
     (b"/a\x00b", 400),
-    # Overlong UTF-8 (for '.', '/' and '\\').
-    (b"/%c0%ae", 400),
-    (b"/%c0%ae%c0%ae", 400),
-    (b"/%e0%80%ae", 400),
-    (b"/%c0%af", 400),
-    (b"/%c1%9c", 400),
-    (b"/%f0%80%80%ae", 400),
     # Invalid percent escapes.
     (b"/%zz", 400),
     (b"/%4", 400),
@@ -132,13 +127,6 @@ REJECTED: list[tuple[bytes, int]] = [
     (b"/%%41", 400),
     (b"/%-1", 400),
     (b"/% 1", 400),
-    # Invalid UTF-8, raw or encoded (including an encoded surrogate).
-    (b"/\xff", 400),
-    (b"/%ff", 400),
-    (b"/%c3", 400),
-    (b"/caf\xe9", 400),
-    (b"/%ed%a0%80", 400),
-    (b"/%f4%90%80%80", 400),  # beyond U+10FFFF
     # Forms we do not serve.
     (b"", 400),
     (b"a/b", 400),
@@ -241,3 +229,71 @@ def test_segment_limit() -> None:
         with pytest.raises(HTTPError) as exc:
             parse_target(b"GET", over)
         assert exc.value.status == 414
+
+
+# Bytes that are not UTF-8 (a POSIX name is bytes): each undecodable byte is
+# carried as U+DC80+byte (surrogateescape), one spelling per name.
+NOT_UTF8 = [
+    # raw, the bytes of the name
+    (b"/%ff", b"\xff"),
+    (b"/\xff", b"\xff"),  # raw obs-text bytes in the target name the same file
+    (b"/%c3", b"\xc3"),
+    (b"/caf\xe9", b"caf\xe9"),  # Latin-1
+    (b"/%ed%a0%80", b"\xed\xa0\x80"),  # an encoded surrogate
+    (b"/%f4%90%80%80", b"\xf4\x90\x80\x80"),  # beyond U+10FFFF
+    # Overlong forms of '.', '/' and '\\': names of their own bytes, never
+    # a dot segment, a separator or a backslash.
+    (b"/%c0%ae", b"\xc0\xae"),
+    (b"/%c0%ae%c0%ae", b"\xc0\xae\xc0\xae"),
+    (b"/%e0%80%ae", b"\xe0\x80\xae"),
+    (b"/%c0%af", b"\xc0\xaf"),
+    (b"/%c1%9c", b"\xc1\x9c"),
+    (b"/%f0%80%80%ae", b"\xf0\x80\x80\xae"),
+    (b"/%c0%ae%2f", None),  # the encoded slash is still refused (404)
+]
+
+
+@pytest.mark.parametrize(("raw", "name"), NOT_UTF8, ids=[c[0].decode("latin-1") for c in NOT_UTF8])
+def test_names_outside_utf8_decode_to_their_own_bytes(raw: bytes, name: bytes | None) -> None:
+    if name is None:
+        with pytest.raises(HTTPError) as exc:
+            parse_target(b"GET", raw)
+        assert exc.value.status == 404
+        return
+    target = parse_target(b"GET", raw)
+    [seg] = target.segments
+    assert seg.encode("utf-8", "surrogateescape") == name
+    assert seg not in (".", "..") and "/" not in seg and "\\" not in seg
+    assert not target.hidden
+    # The canonical spelling is the percent-encoded bytes, and it parses back.
+    again = parse_target(b"GET", target.url_path().encode("ascii"))
+    assert again.segments == target.segments
+    assert target.url_path() == "/" + "".join(f"%{b:02X}" if b >= 0x80 else chr(b) for b in name)
+
+
+_SEGMENT_BYTES = st.binary(min_size=1, max_size=12).filter(
+    lambda b: b"/" not in b and b"\x00" not in b
+)
+
+
+@example(b".")
+@example(b"..")
+@example(b"\xc0\xae\xc0\xae")
+@example(b".well-known")
+@given(_SEGMENT_BYTES)
+def test_every_byte_string_is_one_segment_that_is_a_dot_only_if_its_bytes_are(
+    name: bytes,
+) -> None:
+    """Percent-encode arbitrary bytes: the segment is exactly those bytes,
+    and it is ``.``/``..`` or contains a separator only when they do."""
+    raw = b"/" + "".join(f"%{b:02X}" for b in name).encode("ascii")
+    try:
+        target = parse_target(b"GET", raw)
+    except HTTPError as exc:
+        assert exc.status == 400 and name in (b".", b"..")
+        return
+    [seg] = target.segments
+    assert seg.encode("utf-8", "surrogateescape") == name
+    assert seg not in (".", "..")
+    assert ("\\" in seg) == (b"\\" in name)
+    assert target.hidden == (name.startswith(b".") and name != b".well-known")

@@ -34,8 +34,9 @@ import trio.testing
 from serverio.net.admin import AdminBudget, open_admin_listener, serve_admin, text
 from serverio.net.admin import _one as _admin_one
 from serverio.ops.run import make_admin_handler
+from testkit import reliability
+from testkit.reliability import HOST, MiB, ServerProcess
 
-from . import reliability
 from .conftest import (
     HTTPClient,
     Response,
@@ -44,7 +45,6 @@ from .conftest import (
     running_server,
     wait_until,
 )
-from .reliability import HOST, MiB, ServerProcess
 
 resource: ModuleType | None
 try:

@@ -37,6 +37,7 @@ LRU is guarded by a lock (uncontended in inline mode).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -46,6 +47,7 @@ from ..http.core import FileFacts, Plan
 
 __all__ = [
     "RACY_SECONDS",
+    "UNTIMED",
     "CachedFile",
     "FileCache",
     "FileCacheStats",
@@ -67,6 +69,13 @@ Identity = tuple[int, int, int, int, int]
 def identity(st: os.stat_result) -> Identity:
     """What must be unchanged for cached bytes to still be the file's."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+# The ``checked`` stamp of an entry that has no trust window: inline mode
+# revalidates every hit with a stat, so no clock reading is needed (and
+# none is paid for per request).  Such an entry is "expired" for the pooled
+# window rule, which is the truth: nothing vouches for it without a stat.
+UNTIMED: float = -math.inf
 
 
 def window_state(checked: float, mono: float, valid: float) -> str:

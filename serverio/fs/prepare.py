@@ -47,7 +47,7 @@ from ..http.select import (
     sidecars_wanted,
 )
 from ..http.wire import head_bytes
-from .filecache import CachedFile, FileCache, Sidecar, identity, settled
+from .filecache import UNTIMED, CachedFile, FileCache, Sidecar, identity, settled
 from .opener import RootOpener
 
 __all__ = [
@@ -324,14 +324,15 @@ def prepare(
     now: float,
     boundary: str = "",
     cache: FileCache | None = None,
-    mono: float = 0.0,
+    mono: float = UNTIMED,
 ) -> Prepared:
     """Resolve, open, validate and decide.  Blocking; never raises for
     filesystem trouble (it becomes a plan).
 
     With ``cache``, a warm small file is answered from memory after one
     ``stat`` (:func:`prepare_cached`), and a settled small file read here
-    is stored there; ``mono`` (trio clock) stamps the revalidation.
+    is stored there; ``mono`` (trio clock) stamps the revalidation for pooled
+    mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`: none).
     """
     if cache is not None:
         hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
@@ -418,7 +419,7 @@ def _prepare_file(
     st: os.stat_result,
     relpath: str,
     cache: FileCache | None = None,
-    mono: float = 0.0,
+    mono: float = UNTIMED,
 ) -> Prepared:
     """The response for the regular file open on ``fd`` (which this owns).
 

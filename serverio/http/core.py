@@ -44,6 +44,7 @@ __all__ = [
     "parse_range",
     "precondition_plan",
     "route",
+    "sent_mtime",
     "spa_fallback_applies",
 ]
 
@@ -463,6 +464,21 @@ def spa_fallback_applies(req: RequestFacts, cfg: Config) -> bool:
     return not segments or "." not in segments[-1]
 
 
+def sent_mtime(mtime: int | None, now: float) -> int | None:
+    """The Last-Modified value to send for a file modified at ``mtime``.
+
+    RFC 9110 §8.8.2.1: an origin server with a clock must not send a
+    Last-Modified later than its Date; a file stamped in the future gets
+    the Date's own second instead (``now``, truncated as :func:`_date`
+    does).  The date conditions are evaluated against this value, the one
+    the client saw.  The ETag is unaffected: it comes from the file.
+    """
+    if mtime is None:
+        return None
+    sec = int(now)
+    return sec if mtime > sec else mtime
+
+
 def _validator_headers(
     etag: str, mtime: int | None, cfg: Config, now: float, vary: bytes
 ) -> list[tuple[bytes, bytes]]:
@@ -510,9 +526,10 @@ def precondition_plan(
     identity alone.
     """
     etag = coded_etag(file.etag, coding)
-    pre = evaluate_preconditions(req, etag, file.mtime)
+    mtime = sent_mtime(file.mtime, now)
+    pre = evaluate_preconditions(req, etag, mtime)
     if pre.status == 304:
-        hs = _validator_headers(etag, file.mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
+        hs = _validator_headers(etag, mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
         return Plan(304, tuple(hs), (), send_body=False)
     if pre.status == 412:
         return error_plan(412, now, head_only=req.method == b"HEAD")
@@ -569,7 +586,8 @@ def decide_file(
     if pre is not None:
         return pre
     etag = coded_etag(file.etag, coding)
-    hs = _validator_headers(etag, file.mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
+    mtime = sent_mtime(file.mtime, now)
+    hs = _validator_headers(etag, mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
     hs.append((b"accept-ranges", b"bytes"))
     ctype = _ascii(file.content_type)
 
@@ -590,7 +608,11 @@ def decide_file(
     # Step 5 (§13.2.2): Range, only for GET (§14.2), gated by If-Range.
     spans: list[tuple[int, int]] | _Unsatisfiable | None = None
     if req.range is not None and req.method == b"GET":
-        if req.if_range is None or if_range_matches(req.if_range, file.etag, file.mtime):
+        # A Last-Modified replaced by the Date (a future mtime) is no
+        # modification date at all: an If-Range date never matches it
+        # (§13.1.5 wants a strong validator), so the whole file is sent.
+        range_mtime = mtime if mtime == file.mtime else None
+        if req.if_range is None or if_range_matches(req.if_range, file.etag, range_mtime):
             spans = parse_range(req.range, size)
     if spans is UNSATISFIABLE:
         return error_plan(

@@ -36,6 +36,8 @@ __all__ = [
     "SORT_KEYS",
     "Entry",
     "ListingQuery",
+    "entries_digest",
+    "json_text",
     "listing_etag",
     "parse_listing_query",
     "render_html",
@@ -159,9 +161,38 @@ def shown_name(name: str) -> str:
     return "".join(_shown_char(ch) for ch in name)
 
 
+def json_text(name: str) -> str:
+    """``name`` as JSON text: each byte that is not UTF-8 (a surrogate from
+    ``surrogateescape``) becomes U+FFFD, so the document is valid Unicode
+    for every parser (RFC 8259 §8.2: lone surrogates are not).  Lossy for
+    such names, which is why every entry also has its exact ``href``."""
+    if name.isprintable():  # fast path: surrogates are not printable
+        return name
+    return "".join("\ufffd" if 0xD800 <= ord(ch) < 0xE000 else ch for ch in name)
+
+
 def _entry_href(e: Entry) -> str:
     # "./" first: even an encoded first segment never starts the reference.
     return "./" + quote_segment(e.name) + ("/" if e.is_dir else "")
+
+
+def entries_digest(entries: Sequence[Entry], truncated: bool) -> bytes:
+    """A digest of what a scan found, in scan order (pure).
+
+    Two scans with the same digest render to the same bytes for the same
+    path, query and limit, so the digest keys the shared rendered listing
+    (:mod:`serverio.pipeline.content`).  It covers every field a listing
+    shows: name (its exact bytes), type, size and time.  Names never
+    contain NUL, so NUL-separated fields are unambiguous.
+    """
+    # surrogatepass: total for any str, and injective (valid UTF-8 never
+    # holds an encoded surrogate, so no two names give the same bytes).
+    fields = b"".join(
+        b"%s\0%s%d %r\0"
+        % (e.name.encode("utf-8", "surrogatepass"), b"d" if e.is_dir else b"f", e.size, e.mtime)
+        for e in entries
+    )
+    return hashlib.blake2b(fields + (b"t" if truncated else b"f"), digest_size=16).digest()
 
 
 def listing_etag(body: bytes) -> str:
@@ -298,14 +329,17 @@ def render_json(
     Each entry has ``name``, ``type`` (``file``/``dir``), ``size`` (bytes;
     null for directories), ``mtime`` (seconds since the epoch, UTC; null
     when unknown: outside the years 1-9999) and ``href`` (the link relative
-    to the listing: ``./`` and the percent-encoded name).
+    to the listing: ``./`` and the percent-encoded name).  ``name`` and
+    ``path`` are text (:func:`json_text`: a byte that is not UTF-8 is
+    U+FFFD); ``href`` is always exact: percent-decoded, it is the name's
+    bytes.
     """
     doc = {
-        "path": "/" + "".join(s + "/" for s in segments),
+        "path": "/" + "".join(json_text(s) + "/" for s in segments),
         "truncated": truncated,
         "entries": [
             {
-                "name": e.name,
+                "name": json_text(e.name),
                 "type": "dir" if e.is_dir else "file",
                 "size": None if e.is_dir else e.size,
                 "mtime": e.mtime,

@@ -14,11 +14,18 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
 * The path is split on raw ``/`` first, then each segment is percent-decoded
   exactly once, so ``%2F`` can never introduce a separator and ``%252e`` stays
   the literal text ``%2e``.
-* Invalid percent escapes, invalid (including overlong) UTF-8, NUL and a
-  raw backslash are 400 (WHATWG URL parsers read a raw ``\\`` as ``/``, so
-  its meaning depends on the client).  An encoded ``%5C`` is the literal
-  character of a POSIX file name (``a\\b.txt``, which listings link as
-  ``a%5Cb.txt``); it is never a separator for ``openat``.
+* The decoded bytes become text as UTF-8 with ``surrogateescape``: a name
+  that is not UTF-8 (POSIX names are bytes) keeps each undecodable byte as
+  a lone surrogate U+DC80..U+DCFF, which :func:`quote_segment` and the
+  opener turn back into that byte.  Decoding is injective, so every name
+  still has exactly one spelling, and it never manufactures ASCII: an
+  overlong form such as ``%C0%AE`` (a ``.`` in broken decoders) or
+  ``%C0%AF`` (``/``) is two surrogates, never a dot segment or a separator.
+* Invalid percent escapes, NUL and a raw backslash are 400 (WHATWG URL
+  parsers read a raw ``\\`` as ``/``, so its meaning depends on the client).
+  An encoded ``%5C`` is the literal character of a POSIX file name
+  (``a\\b.txt``, which listings link as ``a%5Cb.txt``); it is never a
+  separator for ``openat``.
 * ``.`` and ``..`` segments (raw or encoded) are 400: a conforming client
   removes dot-segments before sending (RFC 3986 §5.2.4), so their presence
   is an attack or a bug, and answering 400 is safer than guessing.
@@ -123,12 +130,12 @@ def _unquote_segment(raw: bytes) -> str:
                 buf.append(c)
                 i += 1
         out = bytes(buf)
-    try:
-        # Strict UTF-8: rejects overlong forms (e.g. %C0%AE for '.') and
-        # surrogates, so there is exactly one spelling of every name.
-        text = out.decode("utf-8", "strict")
-    except UnicodeDecodeError:
-        raise HTTPError(400, "path is not valid UTF-8") from None
+    # surrogateescape never fails and is a bijection between byte strings
+    # and the strings it produces: the one spelling of a name that is not
+    # UTF-8 is its bytes, percent-encoded.  Bytes outside UTF-8 (overlong
+    # forms like %C0%AE, encoded surrogates) become U+DC80..U+DCFF, never
+    # ASCII, so they cannot make a '.', '/' or NUL.
+    text = out.decode("utf-8", "surrogateescape")
     if "\x00" in text:
         raise HTTPError(400, "NUL in path")
     return text

@@ -188,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="entries shown per listing; more are cut with a notice (default 10000)",
     )
     c.add_argument(
+        "--listing-cache-size",
+        type=_bytes,
+        default=_D.listing_cache_size,
+        metavar="BYTES",
+        help="memory for rendered listings, shared, LRU (default 8MiB; 0 = off)",
+    )
+    c.add_argument(
         "--download",
         action="append",
         metavar="GLOB",
@@ -393,6 +400,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         work_queue=args.work_queue,
         listing=not args.no_listing,
         listing_max_entries=args.listing_max_entries,
+        listing_cache_size=args.listing_cache_size,
         download=tuple(args.download or ()),
         spa=args.spa_file if args.spa_file is not None else ("index.html" if args.spa else None),
         precompressed=not args.no_precompressed,

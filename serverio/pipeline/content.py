@@ -30,7 +30,7 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from ..concurrency.blocking import Pool, run_blocking
@@ -45,6 +45,7 @@ from ..http.listing import (
     LISTING_CSP,
     Entry,
     ListingQuery,
+    entries_digest,
     listing_etag,
     parse_listing_query,
     render_html,
@@ -53,7 +54,6 @@ from ..http.listing import (
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
 from ..http.select import digest_applies
-from ..http.target import Target
 from ..observe.stats import Stats
 
 if TYPE_CHECKING:
@@ -62,8 +62,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ContentService",
     "OwnedFd",
-    "list_directory",
+    "render_listing",
     "scan_directory",
+    "scan_listing",
 ]
 
 # Identity of the bytes a cached value describes: (dev, ino, size, mtime_ns)
@@ -72,6 +73,14 @@ log = logging.getLogger("serverio")
 
 CompressKey = tuple[int, int, int, int, str]
 DigestKey = tuple[int, int, int, int, str, str]
+# A rendered listing: (dev, ino) of the directory, the path it was reached
+# by (title, breadcrumbs), the query (format, sort, order) and the digest of
+# the scanned entries (serverio.http.listing.entries_digest).  The hidden
+# policy and the entry limit are the server's, the same for every key.
+ListingKey = tuple[int, int, tuple[str, ...], ListingQuery, bytes]
+# body, content type, weak ETag
+Listing = tuple[bytes, bytes, str]
+_LISTING_OVERHEAD: Final = 512
 
 READ_CHUNK = 1 << 20
 # Digests are tiny; their cache is bounded at this many bytes of values
@@ -185,13 +194,10 @@ def hash_bytes(algorithm: str, data: bytes) -> bytes:
 
 def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
     """Would a request for this name pass :func:`serverio.http.target.parse_target`
-    and the hidden policy?  Names that cannot be served are not listed: a
-    name that is not UTF-8 has no URL (the parser accepts strict UTF-8 only,
-    one spelling per name).  A backslash is fine: it is linked as ``%5C``."""
-    try:
-        name.encode("utf-8")  # undecodable bytes come back as surrogates
-    except UnicodeEncodeError:
-        return False
+    and the hidden policy?  Names that cannot be served are not listed.
+    Every other name has a URL: a backslash is linked as ``%5C``, a byte
+    that is not UTF-8 (scandir gives it as a surrogate, as the target
+    parser does) as its own ``%XX``."""
     if name.startswith("."):
         return hidden or (at_root and name == ".well-known")
     return True
@@ -252,27 +258,51 @@ def scan_directory(
     return entries, truncated
 
 
-def list_directory(
-    owned: OwnedFd,
-    opener: RootOpener,
-    target: Target,
-    query: ListingQuery,
-    hidden: bool,
-    limit: int,
-) -> tuple[bytes, bytes]:
-    """Scan, sort and render one listing (blocking): ``(body, content_type)``.
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What :func:`scan_listing` found: the entries and the directory's identity."""
 
-    Rendering is pure, but runs here with the scan so that formatting ten
-    thousand rows never holds the event loop.
+    entries: list[Entry]
+    truncated: bool
+    dev: int
+    ino: int
+    digest: bytes  # serverio.http.listing.entries_digest
+
+
+def scan_listing(
+    owned: OwnedFd, opener: RootOpener, relpath: str, hidden: bool, limit: int
+) -> Scan:
+    """Scan one directory (blocking) and digest what was found.
 
     Cancellation handling: as :func:`scan_directory`.
     """
-    entries, truncated = scan_directory(owned, opener, target.relpath, hidden, limit)
+    fd = owned.claim()
+    if fd < 0:
+        return Scan([], False, 0, 0, b"")
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    entries, truncated = scan_directory(OwnedFd(fd), opener, relpath, hidden, limit)
+    return Scan(entries, truncated, st.st_dev, st.st_ino, entries_digest(entries, truncated))
+
+
+def render_listing(
+    segments: tuple[str, ...],
+    entries: list[Entry],
+    query: ListingQuery,
+    truncated: bool,
+    limit: int,
+) -> Listing:
+    """Sort and render one listing (blocking: formatting ten thousand rows
+    never holds the event loop): ``(body, content_type, etag)``."""
     ordered = sort_entries(entries, query)
     if query.json:
-        return render_json(target.segments, ordered, truncated=truncated), b"application/json"
-    body = render_html(target.segments, ordered, query, truncated=truncated, limit=limit)
-    return body, b"text/html; charset=utf-8"
+        body = render_json(segments, ordered, truncated=truncated)
+        return body, b"application/json", listing_etag(body)
+    body = render_html(segments, ordered, query, truncated=truncated, limit=limit)
+    return body, b"text/html; charset=utf-8", listing_etag(body)
 
 
 # ------------------------------------------------------------------ service
@@ -299,7 +329,7 @@ def _errno_status(exc: OSError) -> int:
 
 
 class ContentService:
-    """The follow-up caches (compression, digests) and the logic that fills
+    """The follow-up caches (compression, digests, listings) and the logic that fills
     and reads them; one per server, which hands in the ``work`` pool and
     the root opener (called when a scan needs it)."""
 
@@ -317,16 +347,21 @@ class ContentService:
         self.digests: SingleFlightCache[DigestKey, bytes] = SingleFlightCache(
             "digest", DIGEST_CACHE_BYTES, lambda d: len(d) + _DIGEST_OVERHEAD
         )
+        # Rendered listings, shared: every reader of one listing (a slow one
+        # holds its body for --write-timeout) points at the same bytes.
+        self.listings: SingleFlightCache[ListingKey, Listing] = SingleFlightCache(
+            "listing", cfg.listing_cache_size, lambda v: len(v[0]) + _LISTING_OVERHEAD
+        )
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The job nurseries of both caches, for the server's lifetime.
+        """The job nurseries of the caches, for the server's lifetime.
 
         Cancellation handling: leaving the block cancels every job still
         running; their threads are abandoned and close their own
         descriptors when they end.
         """
-        async with self.compressed.running(), self.digests.running():
+        async with self.compressed.running(), self.digests.running(), self.listings.running():
             yield
 
     # A follow-up is done when its flag on the Prepared is cleared, so the
@@ -512,9 +547,12 @@ class ContentService:
         return await self.digests.get_or_run(key, make_job)
 
     async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
-        """Scan, sort and render in the work pool (requester-owned: a 503
-        when saturated, like the fs pool), then decide on the trio thread."""
+        """Scan in the work pool (requester-owned: a 503 when saturated, like
+        the fs pool); then the rendered body from the listing cache, or
+        rendered once in the work pool for every identical request; then
+        decide on the trio thread."""
         cfg = self.config
+        work = self.work
         query = parse_listing_query(
             parse_query(req.target.query), accept_json=prefers_json(req.accept)
         )
@@ -522,13 +560,12 @@ class ContentService:
         owned = OwnedFd(prepared.fd)
         prepared.fd = -1
         try:
-            body, ctype = await run_blocking(
-                self.work,
-                list_directory,
+            scan = await run_blocking(
+                work,
+                scan_listing,
                 owned,
                 self.opener(),
-                req.target,
-                query,
+                req.target.relpath,
                 cfg.hidden,
                 cfg.listing_max_entries,
             )
@@ -538,5 +575,29 @@ class ContentService:
             raise HTTPError(_errno_status(exc), "directory scan failed") from None
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
+        segments = req.target.segments
+        key: ListingKey = (scan.dev, scan.ino, segments, query, scan.digest)
+        listing = self.listings.get(key)
+        if listing is None:
+            limit = cfg.listing_max_entries
+
+            def make_job() -> Callable[[], Awaitable[Listing | None]]:
+                async def job() -> Listing | None:
+                    return await run_blocking(
+                        work, render_listing, segments, scan.entries, query, scan.truncated, limit
+                    )
+
+                return job
+
+            listing = await self.listings.get_or_run(key, make_job)
+            if listing is None:
+                # No shared render: the work pool refused it, or no job
+                # nursery runs (shutting down, or a bare ConnectionTask).
+                # Render for this request alone, requester-owned like the
+                # scan: a full pool is a 503 (PoolSaturated).
+                listing = await run_blocking(
+                    work, render_listing, segments, scan.entries, query, scan.truncated, limit
+                )
         self.stats.listings += 1
-        return decide_generated(req, cfg, now, body, ctype, listing_etag(body), csp=LISTING_CSP)
+        body, ctype, etag = listing
+        return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)

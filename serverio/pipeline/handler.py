@@ -41,7 +41,7 @@ import trio
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
-from ..fs.filecache import CachedFile, FileCache, window_state
+from ..fs.filecache import UNTIMED, CachedFile, FileCache, window_state
 from ..fs.opener import RootOpener
 from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
 from ..http.core import RequestFacts
@@ -144,10 +144,14 @@ class Handler:
         """
         boundary = self._boundary() if req.range is not None else ""
         files = self.files if self.files.enabled else None
-        mono = trio.current_time()
         if self.fs.inline:
-            prepared = prepare(req, self.config, self._opener(), now, boundary, files, mono)
+            # Inline hits are revalidated by a stat every time: no trust
+            # window, so no clock reading (UNTIMED).
+            prepared = prepare(req, self.config, self._opener(), now, boundary, files, UNTIMED)
+            if not prepared.needs_followup:
+                return prepared  # the common case, without another call
             return self._followups(prepared, req, now)
+        mono = trio.current_time()
         hit = cache_candidate(files, req, self.config) if files is not None else None
         if hit is not None:
             assert files is not None

@@ -1,6 +1,6 @@
 """Adversarial scenarios against a real server process on 127.0.0.1.
 
-Each scenario is a plain function: it starts ``tests/probe_server.py`` (the
+Each scenario is a plain function: it starts ``testkit/probe_server.py`` (the
 real CLI plus a SIGUSR1 snapshot of tasks, fds, threads and counters), runs
 its clients in a trio loop in this process, stops the server, and returns a
 dict of figures with ``ok`` and a list of ``problems`` (empty when every
@@ -78,7 +78,7 @@ def ms(seconds: float) -> float:
 class ServerProcess:
     """A serverio subprocess on 127.0.0.1 port 0.
 
-    ``probed=True`` runs tests/probe_server.py (the CLI plus the SIGUSR1
+    ``probed=True`` runs testkit/probe_server.py (the CLI plus the SIGUSR1
     snapshot); otherwise plain ``python -m serverio``.
     """
 

@@ -50,8 +50,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from serverio import AccessLog, AccessRecord, Config, Server
-from serverio.net.connection import ConnectionTask
+from serverio import AccessLog, AccessRecord, Config, ConnectionTask, Server
 
 SECRET = b"OUTSIDE-SECRET-7f3a"
 SMUGGLED = b"/SMUGGLED"

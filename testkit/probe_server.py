@@ -1,4 +1,4 @@
-"""``python tests/probe_server.py ARGS`` = ``python -m serverio ARGS`` plus a probe.
+"""``python testkit/probe_server.py ARGS`` = ``python -m serverio ARGS`` plus a probe.
 
 The reliability scenarios run the server as a subprocess (real signals, real
 RSS), but leak accounting needs what only the process itself can see: its
