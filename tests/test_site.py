@@ -561,7 +561,7 @@ async def test_auth_matches_the_canonical_path_on_a_case_insensitive_root(
 ) -> None:
     """On a case-insensitive filesystem /PRIVATE/x opens /private/x: the rule
     must match it too, with the same 401 whether or not x exists."""
-    from .fusefs import SlowFS, fuse_available
+    from testkit.fusefs import SlowFS, fuse_available
 
     reason = fuse_available()
     if reason is not None:
