@@ -218,6 +218,17 @@ async def test_trailing_slash_remove_serves_directories_without_slash(root: Path
         assert (r.status, r.header("location")) == (301, "/sub")
 
 
+async def test_clean_urls_with_trailing_slash_add(site_root: Path) -> None:
+    cfg = make_config(site_root, clean_urls=True, trailing_slash="add")
+    async with memory_connection(cfg) as (client, _, _):
+        r = await client.get("/about.html")
+        assert (r.status, r.header("location")) == (301, "/about/")
+        r = await client.get("/about")
+        assert (r.status, r.header("location")) == (301, "/about/")
+        r = await client.get("/about/")
+        assert (r.status, r.body) == (200, b"<p>about</p>\n")
+
+
 async def test_trailing_slash_add(root: Path) -> None:
     async with memory_connection(make_config(root, trailing_slash="add")) as (client, _, _):
         r = await client.get("/sub")

@@ -393,8 +393,13 @@ class Site:
     def _alternative(self, req: RequestFacts, plan: Plan) -> RequestFacts | None:
         rules = self.rules
         target = req.target
-        if plan.status == 404 and rules.clean_urls and not target.slash:
-            alt = clean_url_alternative(target)
+        if (
+            plan.status == 404
+            and rules.clean_urls
+            and (not target.slash or rules.trailing_slash == "add")
+        ):
+            # With --trailing-slash add, the clean URL of about.html is /about/.
+            alt = clean_url_alternative(replace(target, slash=False))
             if alt is not None:
                 return replace(req, target=alt)
         if (
