@@ -2,7 +2,8 @@
 anything outside it, and the dotfile policy holds for resolved paths.
 
 Every test runs under each strategy of :class:`serverio.fs.opener.RootOpener`
-(the ``strategy`` fixture forces it): openat2 and the component walk.
+(the ``strategy`` fixture forces it): openat2, the component walk, and the
+by-path ``windows`` strategy (simulated on Linux).
 """
 
 from __future__ import annotations
@@ -241,3 +242,96 @@ def test_walk_leaks_no_descriptors(root: Path, opener: RootOpener) -> None:
         except OSError:
             pass
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_directory_swapped_for_a_link_mid_open_never_escapes(
+    root: Path, outside: Path, opener: RootOpener
+) -> None:
+    """A thread keeps swapping directory ``d`` for a symlink to an outside
+    directory holding a file of the same name, and back: opening
+    ``d/file.txt`` never yields the outside file (the ``windows`` strategy
+    resolves by name, so this is the race its handle check must catch)."""
+    real = root / "d.real"
+    real.mkdir()
+    (real / "file.txt").write_text("inside\n")
+    (outside / "file.txt").write_text("OUTSIDE\n")
+    link = root / "d.link"
+    link.symlink_to(outside)
+    d = root / "d"
+    real.rename(d)
+    stop = threading.Event()
+
+    def flipper() -> None:
+        while not stop.is_set():
+            d.rename(real)  # d gone
+            link.rename(d)  # d -> outside
+            d.rename(link)
+            real.rename(d)  # d real again
+
+    t = threading.Thread(target=flipper, daemon=True)
+    t.start()
+    served = escaped = 0
+    try:
+        for i in range(30000):
+            if i >= 3000 and served:
+                break
+            try:
+                fd = opener.open("d/file.txt")
+            except OSError:
+                continue
+            try:
+                data = os.read(fd, 100)
+            finally:
+                os.close(fd)
+            served += 1
+            escaped += data == b"OUTSIDE\n"
+    finally:
+        stop.set()
+        t.join()
+    assert escaped == 0
+    assert served > 0
+
+
+def test_directory_swapped_between_the_checks_and_the_open_is_refused(
+    root: Path, outside: Path, opener: RootOpener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst interleaving, made deterministic: ``d`` is a real directory
+    when checked, a link to the outside when its file is looked up and
+    opened, and real again when the ancestors are re-checked.  The opened
+    handle's own path gives it away (``GetFinalPathNameByHandleW`` on
+    Windows; ``/proc/self/fd`` stands in for it where the strategy is
+    simulated)."""
+    d = root / "d"
+    d.mkdir()
+    (d / "file.txt").write_text("inside\n")
+    (outside / "file.txt").write_text("OUTSIDE\n")
+    real_lstat, real_open = os.lstat, os.open
+    parked = root / "d.parked"
+
+    def lstat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if str(path).endswith("/d/file.txt") and not parked.exists():
+            d.rename(parked)
+            d.symlink_to(outside)
+        return real_lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def open_(path: object, *args: object, **kwargs: object) -> int:
+        fd = real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+        if parked.exists():
+            d.unlink()
+            parked.rename(d)
+        return fd
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "open", open_)
+    try:
+        fd = opener.open("d/file.txt")
+    except OSError as exc:
+        assert exc.errno == errno.EXDEV
+        return
+    finally:
+        monkeypatch.undo()
+    try:
+        data = os.read(fd, 100)
+    finally:
+        os.close(fd)
+    assert data == b"inside\n"

@@ -22,7 +22,7 @@ import trio.testing
 
 from serverio import Config, RequestFacts, Server, parse_target
 from serverio.fs import filecache as _filecache
-from serverio.fs.filecache import CachedFile, FileCache, identity
+from serverio.fs.filecache import CachedFile, FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.fs.prepare import prepare
 from serverio.http.core import FileFacts, Plan
@@ -475,11 +475,11 @@ async def test_a_failing_revalidation_is_contained(
         original = srv.files.revalidate
         calls: list[str] = []
 
-        def broken_once(key: str, entry: CachedFile, root_fd: int, mono: float) -> bool:
+        def broken_once(key: str, entry: CachedFile, stat_at: StatAt, mono: float) -> bool:
             calls.append(key)
             if len(calls) == 1:  # the shared background revalidation
                 raise RuntimeError("bug")
-            return original(key, entry, root_fd, mono)
+            return original(key, entry, stat_at, mono)
 
         monkeypatch.setattr(srv.files, "revalidate", broken_once)
         await trio.sleep(2.0)  # expired: the shared revalidation runs and fails

@@ -41,6 +41,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..http.core import FileFacts, Plan
@@ -77,6 +78,8 @@ def identity(st: os.stat_result) -> Identity:
 # window rule, which is the truth: nothing vouches for it without a stat.
 UNTIMED: float = -math.inf
 
+StatAt = Callable[[str], os.stat_result]
+
 
 def window_state(checked: float, mono: float, valid: float) -> str:
     """Pooled mode's rule for an entry last revalidated at ``checked``.
@@ -96,10 +99,12 @@ def window_state(checked: float, mono: float, valid: float) -> str:
     return "fresh"
 
 
-def _same(path: str, ident: Identity | None, root_fd: int) -> bool:
-    """Does ``path`` still have ``ident`` (None: still not exist)?"""
+def _same(path: str, ident: Identity | None, stat_at: StatAt) -> bool:
+    """Does ``path`` still have ``ident`` (None: still not exist)?
+    ``stat_at`` stats a path relative to the root
+    (:attr:`~serverio.fs.opener.RootOpener.stat`)."""
     try:
-        st = os.stat(path, dir_fd=root_fd)
+        st = stat_at(path)
     except FileNotFoundError:
         return ident is None
     except OSError:
@@ -218,7 +223,7 @@ class FileCache:
                 self.size -= _cost(entry)
                 self.stats.stale += 1
 
-    def revalidate(self, key: str, entry: CachedFile, root_fd: int, mono: float) -> bool:
+    def revalidate(self, key: str, entry: CachedFile, stat_at: StatAt, mono: float) -> bool:
         """Is ``entry`` still the file at ``key``?  One ``stat`` (plus one per
         sidecar state it recorded); blocking.
 
@@ -226,8 +231,8 @@ class FileCache:
         drop it.
         """
         if not (
-            _same(key, entry.ident, root_fd)
-            and all(_same(s.path, s.ident, root_fd) for s in entry.sidecars.values())
+            _same(key, entry.ident, stat_at)
+            and all(_same(s.path, s.ident, stat_at) for s in entry.sidecars.values())
         ):
             self.drop(key, entry)
             return False

@@ -14,9 +14,14 @@ once when the opener is created:
   and is resolved by the walk below, which sees every resolved name.  The
   walk also takes over on EXDEV, because RESOLVE_BENEATH refuses absolute
   symlinks even when they point back inside the root.
-* ``walk``, everywhere else (other POSIX systems, Linux without openat2 or
-  with a seccomp filter refusing it): a traversal-resistant component walk,
-  the design of Go 1.24's ``os.Root``.  See :meth:`RootOpener._walk`.
+* ``walk``, other POSIX systems (macOS, FreeBSD, Linux without openat2 or
+  with a seccomp filter refusing it, or without /proc): a
+  traversal-resistant component walk, the design of Go 1.24's ``os.Root``.
+  See :meth:`RootOpener._walk`.
+* ``windows``, where ``os.open`` takes no ``dir_fd`` (Windows): the path is
+  resolved by name under the root's real path, with the walk's rules, then
+  opened and the opened handle verified.  See :meth:`RootOpener._open_by_path`.
+  On Linux this strategy runs only as a test-forced simulation.
 
 ``--follow-symlinks`` is a plain ``openat(root_fd, relpath)``: the relative
 path has no ``..`` segments (:mod:`serverio.http.target` refuses them), so only
@@ -24,7 +29,10 @@ symlinks can lead out, and the operator allowed that (it also trusts links
 to hidden names).
 
 Every open uses ``O_NONBLOCK`` (a FIFO cannot hang the opener), ``O_CLOEXEC``
-and ``O_NOCTTY``; the caller validates the file type with ``fstat``.
+and ``O_NOCTTY`` where the platform has them (``O_BINARY`` and ``O_NOINHERIT``
+on Windows: text mode would rewrite line endings); the caller validates the
+file type with ``fstat``.  No flag is looked up unconditionally at import
+time: Windows lacks most of them.
 Refusals are :class:`OSError` with ``EXDEV`` (leaves the root, or reaches a
 hidden name), ``ELOOP`` (too many links); callers answer 404 for both.
 """
@@ -33,15 +41,39 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
+import re
+import stat
 import sys
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
+
+from .winpath import may_be_short_name, windows_name_problem
 
 __all__ = ["MAX_SYMLINKS", "STRATEGIES", "RootOpener"]
 
-OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
-_NOFOLLOW: Final = OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0)
-_DIR_NOFOLLOW: Final = _NOFOLLOW | getattr(os, "O_DIRECTORY", 0)
+
+def _flag(name: str) -> int:
+    value: int = getattr(os, name, 0)
+    return value
+
+
+OPEN_FLAGS = (
+    os.O_RDONLY
+    | _flag("O_NONBLOCK")
+    | _flag("O_CLOEXEC")
+    | _flag("O_NOCTTY")
+    | _flag("O_BINARY")
+    | _flag("O_NOINHERIT")
+)
+_DIRECTORY: Final = _flag("O_DIRECTORY")
+_NOFOLLOW: Final = OPEN_FLAGS | _flag("O_NOFOLLOW")
+_DIR_NOFOLLOW: Final = _NOFOLLOW | _DIRECTORY
+_WINDOWS: Final = sys.platform == "win32"
+# Windows: os.lstat reports reparse points (symlinks, junctions, mount
+# points) in st_file_attributes.
+_REPARSE: Final = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT
 
 # Symlinks resolved per open before giving up with ELOOP (Linux's own limit
 # is 40, MAXSYMLINKS).
@@ -54,7 +86,7 @@ _MAYBE_LINK: Final = frozenset(
     e for e in (errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", None)) if e is not None
 )
 
-STRATEGIES: Final = ("openat2", "walk")
+STRATEGIES: Final = ("openat2", "walk", "windows")
 
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (new syscall table)
 _RESOLVE_NO_SYMLINKS = 0x04
@@ -70,8 +102,11 @@ class _OpenHow(ctypes.Structure):
     )
 
 
-_syscall = None
-if sys.platform.startswith("linux"):
+# libc syscall(2), typed loosely: the platform check below is a runtime one
+# for the type checker too (mypy --platform win32 sees the same code).
+_syscall: Any = None
+_PLATFORM: str = sys.platform
+if _PLATFORM.startswith("linux"):
     try:
         _libc = ctypes.CDLL(None, use_errno=True)
         _syscall = _libc.syscall
@@ -108,9 +143,12 @@ class RootOpener:
     .env``) is refused like the name itself; ``.well-known`` directly under
     the root is not hidden (RFC 8615).
 
-    ``strategy``: ``"openat2"`` or ``"walk"`` (see the module docstring);
-    None picks ``openat2`` where the kernel allows it.  Forcing one is a test
-    seam, not a user option.
+    ``strategy``: ``"openat2"``, ``"walk"`` or ``"windows"`` (see the module
+    docstring); None picks ``windows`` where ``os.open`` takes no
+    ``dir_fd``, else ``openat2`` where the kernel allows it, else ``walk``.
+    Forcing one is a test seam, not a user option.
+
+    ``root_fd`` is -1 under ``windows`` (no directory descriptors there).
     """
 
     def __init__(
@@ -126,15 +164,29 @@ class RootOpener:
         self.root = os.path.realpath(root)
         self.follow_symlinks = follow_symlinks
         self.hidden = hidden
-        self.root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._root_parts = tuple(p for p in self.root.split("/") if p)
+        if strategy is None and os.open not in os.supports_dir_fd:
+            strategy = "windows"
+        self.root_fd = -1
+        self._root_parts = tuple(p for p in _split_native(self.root) if p)
         resolve = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
         if not hidden:
             resolve |= _RESOLVE_NO_SYMLINKS
         self._how = _OpenHow(OPEN_FLAGS, 0, resolve)
+        self.stat: Callable[[str], os.stat_result]
+        """``os.stat`` of a relative path under the root (follows symlinks:
+        callers compare identities with a file opened under containment)."""
+        if strategy == "windows":
+            if not os.path.isdir(self.root):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
+            self.stat = self._stat_by_path
+            self.strategy = strategy
+            return
+        self.root_fd = os.open(self.root, os.O_RDONLY | _DIRECTORY | _flag("O_CLOEXEC"))
+        self.stat = functools.partial(os.stat, dir_fd=self.root_fd)
         if strategy is None:
             strategy = "openat2" if self._probe_openat2() else "walk"
         elif strategy == "openat2" and not self._probe_openat2():
+            os.close(self.root_fd)
             raise OSError(errno.ENOSYS, "openat2 is not available")
         self.strategy = strategy
 
@@ -159,6 +211,8 @@ class RootOpener:
         the root, or reach a hidden name.  ENOENT and ENOTDIR always mean
         "missing inside the root" (nothing outside was looked at).
         """
+        if self.strategy == "windows":
+            return self._open_by_path(relpath)
         if self.follow_symlinks:
             return os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
         if self.strategy == "openat2":
@@ -248,7 +302,7 @@ class RootOpener:
             # root): hand over its descriptor, or open the root afresh.
             if dirs:
                 return dirs.pop()
-            return os.open(".", OPEN_FLAGS | os.O_DIRECTORY, dir_fd=self.root_fd)
+            return os.open(".", OPEN_FLAGS | _DIRECTORY, dir_fd=self.root_fd)
         finally:
             for d in dirs:
                 os.close(d)
@@ -261,3 +315,248 @@ class RootOpener:
         if tuple(parts[:n]) != self._root_parts:
             raise _escape()
         return parts[n:]
+
+    # ------------------------------------------------ windows: no dir_fd
+
+    def _stat_by_path(self, relpath: str) -> os.stat_result:
+        return os.stat(os.path.join(self.root, relpath))
+
+    def _open_by_path(self, relpath: str) -> int:
+        """Resolve ``relpath`` by name under the root, open it, verify the handle.
+
+        The ``windows`` strategy, for platforms whose ``os.open`` takes no
+        ``dir_fd``.  Resolution follows :meth:`_walk`'s rules with
+        ``os.lstat`` and ``os.readlink`` on full paths below the root's real
+        path instead of descriptors: ``..`` at the root, absolute targets
+        elsewhere and hidden names are refused (EXDEV), at most
+        :data:`MAX_SYMLINKS` links (ELOOP); every name is also checked by
+        :func:`~serverio.fs.winpath.windows_name_problem` (EXDEV) and an
+        8.3-shaped name must be listed under that exact spelling.  Only a
+        regular file or a directory is opened (a FIFO or device found by
+        ``lstat`` is ENOENT before any open).
+
+        There is no descriptor to resolve relative to, so a component can
+        be swapped for a link between the check and the open.  The opened
+        handle is therefore verified: its ``fstat`` identity (volume serial
+        and file index on Windows) must be the one ``lstat`` saw, every
+        directory on the way must still be the directory seen (not a link
+        now), and on Windows ``GetFinalPathNameByHandleW`` must name a path
+        under the root.  A swap in between is refused (EXDEV); what remains
+        is that such a racing open may have touched a file outside the root
+        before being refused, which ``openat2`` and the walk rule out.
+        """
+        if self.follow_symlinks:
+            for seg in relpath.split("/"):
+                if seg and seg != "." and windows_name_problem(seg) is not None:
+                    raise _windows_name()
+            path = os.path.join(self.root, relpath)
+            return self._open_verified(path, os.stat(path), [])
+        pending = [p for p in reversed(_split_native(relpath)) if p and p != "."]
+        parts: list[str] = []  # resolved components below the root
+        seen: list[tuple[int, int]] = []  # identity of each directory in parts
+        links = 0
+        final: tuple[str, os.stat_result] | None = None
+        while pending:
+            name = pending.pop()
+            if name == "..":
+                if not parts:
+                    raise _escape()
+                parts.pop()
+                seen.pop()
+                continue
+            if name == "." or not name:
+                continue
+            if not self.hidden and name[0] == "." and (parts or name != ".well-known"):
+                raise _hidden_name()
+            if windows_name_problem(name) is not None:
+                raise _windows_name()
+            parent = os.path.join(self.root, *parts)
+            if may_be_short_name(name) and name not in os.listdir(parent):
+                raise _windows_name()  # an alias: the long name is not this spelling
+            path = os.path.join(parent, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) & _REPARSE:
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                target = os.readlink(path)
+                if _is_absolute(target):
+                    rest = self._inside_native(target)
+                    parts.clear()
+                    seen.clear()
+                    pending.extend(reversed(rest))
+                else:
+                    pending.extend(p for p in reversed(_split_native(target)) if p and p != ".")
+                continue
+            if pending:
+                if not stat.S_ISDIR(st.st_mode):
+                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                parts.append(name)
+                seen.append((st.st_dev, st.st_ino))
+                continue
+            final = (path, st)
+        if final is None:  # the root, or a directory already resolved
+            path = os.path.join(self.root, *parts)
+            final = (path, os.lstat(path) if parts else os.stat(path))
+            if parts:
+                parts.pop()
+                seen.pop()
+        ancestors = [
+            (os.path.join(self.root, *parts[: i + 1]), ident) for i, ident in enumerate(seen)
+        ]
+        return self._open_verified(final[0], final[1], ancestors)
+
+    def _open_verified(
+        self, path: str, st: os.stat_result, ancestors: list[tuple[str, tuple[int, int]]]
+    ) -> int:
+        """Open what ``st`` describes at ``path``; EXDEV if the handle is not it."""
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if not is_dir and not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.ENOENT, "not a regular file or a directory")
+        fd = _open_native(path, is_dir, follow=self.follow_symlinks)
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                raise _swapped()
+            for apath, ident in ancestors:
+                ast = os.lstat(apath)
+                if not stat.S_ISDIR(ast.st_mode) or (ast.st_dev, ast.st_ino) != ident:
+                    raise _swapped()
+            if not self.follow_symlinks and not self._final_path_inside(fd):
+                raise _swapped()
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _inside_native(self, target: str) -> list[str]:
+        """:meth:`_inside` for native absolute targets (Windows: either
+        separator, ``\\\\?\\`` prefixes, case-insensitive drive and names)."""
+        if not _WINDOWS:
+            return self._inside(target)
+        for prefix in ("\\\\?\\UNC\\", "\\??\\", "\\\\?\\"):
+            if target.startswith(prefix):
+                target = target[len(prefix) :]
+                break
+        parts = [p for p in _split_native(target) if p and p != "."]
+        n = len(self._root_parts)
+        if [p.casefold() for p in parts[:n]] != [p.casefold() for p in self._root_parts]:
+            raise _escape()
+        return parts[n:]
+
+    def _final_path_inside(self, fd: int) -> bool:
+        """Does the handle's final path lie under the root's?  Windows asks
+        ``GetFinalPathNameByHandleW`` (no answer: refused).  Elsewhere this
+        strategy only runs as a simulation, which asks ``/proc/self/fd`` as
+        a stand-in where it exists and skips the check where it does not."""
+        final = _final_path(fd)
+        if final is None:
+            return not _WINDOWS
+        parts = [p.casefold() for p in _split_native(final) if p]
+        root = [p.casefold() for p in self._root_parts]
+        return parts[: len(root)] == root
+
+    def directory_path(self, relpath: str, fd: int) -> str:
+        """The path to list for the directory opened as ``fd`` from ``relpath``
+        (``windows`` strategy: no directory descriptor to scan).
+
+        Resolved again with the same containment, and its identity compared
+        with ``fd``'s: EXDEV if the name now leads elsewhere."""
+        check = self._open_by_path(relpath)
+        try:
+            a, b = os.fstat(check), os.fstat(fd)
+        finally:
+            os.close(check)
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+            raise _swapped()
+        return _resolved_path(self, relpath)
+
+
+def _resolved_path(opener: RootOpener, relpath: str) -> str:
+    """The real path of ``relpath`` under the root (symlinks resolved)."""
+    return os.path.realpath(os.path.join(opener.root, relpath))
+
+
+def _windows_name() -> OSError:
+    return OSError(errno.EXDEV, "a name Windows would reinterpret")
+
+
+def _swapped() -> OSError:
+    return OSError(errno.EXDEV, "the path changed while it was opened")
+
+
+_SEPARATORS: Final = re.compile(r"[\\/]" if _WINDOWS else "/")
+
+
+def _split_native(path: str) -> list[str]:
+    return _SEPARATORS.split(path)
+
+
+def _is_absolute(target: str) -> bool:
+    if _WINDOWS:
+        return target[:1] in ("/", "\\") or target[1:2] == ":"
+    return target.startswith("/")
+
+
+def _open_native(path: str, is_dir: bool, *, follow: bool) -> int:
+    """A descriptor on ``path``; on Windows a directory needs CreateFileW
+    with FILE_FLAG_BACKUP_SEMANTICS (``os.open`` refuses directories)."""
+    if _WINDOWS and is_dir:  # pragma: no cover - Windows only
+        return _open_windows_directory(path)
+    return os.open(path, OPEN_FLAGS if follow else _NOFOLLOW)
+
+
+if sys.platform == "win32":  # pragma: no cover - Windows only
+    import msvcrt
+    from ctypes import wintypes
+
+    _kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    _CreateFileW = _kernel32.CreateFileW
+    _CreateFileW.restype = wintypes.HANDLE
+    _CreateFileW.argtypes = (
+        wintypes.LPCWSTR,
+        wintypes.DWORD,
+        wintypes.DWORD,
+        ctypes.c_void_p,
+        wintypes.DWORD,
+        wintypes.DWORD,
+        wintypes.HANDLE,
+    )
+    _GetFinalPathNameByHandleW = _kernel32.GetFinalPathNameByHandleW
+    _GetFinalPathNameByHandleW.restype = wintypes.DWORD
+    _GetFinalPathNameByHandleW.argtypes = (
+        wintypes.HANDLE,
+        wintypes.LPWSTR,
+        wintypes.DWORD,
+        wintypes.DWORD,
+    )
+    _INVALID_HANDLE = wintypes.HANDLE(-1).value
+
+    def _open_windows_directory(path: str) -> int:
+        # FILE_READ_ATTRIBUTES; share read|write (not delete: the directory
+        # cannot be renamed away while it is listed); OPEN_EXISTING;
+        # FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT.
+        handle = _CreateFileW(path, 0x80, 0x1 | 0x2, None, 3, 0x02000000 | 0x00200000, None)
+        if handle is None or handle == _INVALID_HANDLE:
+            raise ctypes.WinError(ctypes.get_last_error())
+        return msvcrt.open_osfhandle(handle, os.O_RDONLY)
+
+    def _final_path(fd: int) -> str | None:
+        handle = msvcrt.get_osfhandle(fd)
+        buf = ctypes.create_unicode_buffer(32768)
+        n = _GetFinalPathNameByHandleW(handle, buf, len(buf), 0)  # VOLUME_NAME_DOS
+        if n == 0 or n >= len(buf):
+            return None
+        value: str = buf.value
+        return value[4:] if value.startswith("\\\\?\\") else value
+
+else:
+
+    def _open_windows_directory(path: str) -> int:
+        raise OSError(errno.ENOSYS, "only on Windows")
+
+    def _final_path(fd: int) -> str | None:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None

@@ -49,6 +49,7 @@ from ..http.select import (
 from ..http.wire import head_bytes
 from .filecache import UNTIMED, CachedFile, FileCache, Sidecar, identity, settled
 from .opener import RootOpener
+from .reads import pread
 
 __all__ = [
     "CacheCandidate",
@@ -120,9 +121,9 @@ def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
 
 def _read_all(fd: int, size: int) -> bytes | None:
     """The first ``size`` bytes of the file; None if it is shorter now."""
-    data = os.pread(fd, size, 0)
+    data = pread(fd, size, 0)
     while len(data) < size:
-        more = os.pread(fd, size - len(data), len(data))
+        more = pread(fd, size - len(data), len(data))
         if not more:
             return None
         data += more
@@ -134,9 +135,9 @@ def _read_spans(fd: int, plan: Plan) -> Plan | None:
     body: list[bytes | FileSpan] = []
     for piece in plan.body:
         if isinstance(piece, FileSpan):
-            data = os.pread(fd, piece.length, piece.offset)
+            data = pread(fd, piece.length, piece.offset)
             while len(data) < piece.length:
-                more = os.pread(fd, piece.length - len(data), piece.offset + len(data))
+                more = pread(fd, piece.length - len(data), piece.offset + len(data))
                 if not more:
                     return None
                 data += more
@@ -312,7 +313,7 @@ def prepare_cached(
     no-syscall window is applied by the server on the event loop.)
     """
     hit = cache_candidate(cache, req, cfg)
-    if hit is None or not cache.revalidate(hit.key, hit.entry, opener.root_fd, mono):
+    if hit is None or not cache.revalidate(hit.key, hit.entry, opener.stat, mono):
         return None
     return serve_cached(cache, hit, req, cfg, now, boundary)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import MutableMapping, Sequence
 
 import trio
@@ -57,6 +58,11 @@ def listeners_from_fds(fds: Sequence[int]) -> list[trio.SocketListener]:
     stream socket (a wrong ``--fd`` number should fail at start-up, clearly).
     """
     out: list[trio.SocketListener] = []
+    if fds and os.name != "posix":
+        # Windows sockets are handles, not inheritable descriptor numbers.
+        raise ConfigError(
+            f"--fd and LISTEN_FDS need inherited POSIX descriptors, which {sys.platform} lacks"
+        )
     for fd in fds:
         try:
             sock = socket.socket(fileno=fd)

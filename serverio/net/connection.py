@@ -25,11 +25,14 @@ previous one (pipelining).
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import h11
 import trio
@@ -37,6 +40,7 @@ import trio
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
+from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
 from ..http.target import parse_target
 from ..http.wire import head_bytes
@@ -55,6 +59,25 @@ SEND_PIECE = 16384  # non-socket streams: progress granularity of the write dead
 
 _HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
 _HAS_SENDFILE = hasattr(os, "sendfile")
+# Sockets are file descriptors on POSIX, so the fast paths read and write
+# them with os.read/os.write/os.writev; on Windows a socket is not a C
+# runtime descriptor and everything goes through trio's socket methods.
+SOCKET_FD_IO: Final = os.name == "posix"
+
+
+def _no_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    raise OSError(errno.ENOSYS, "sendfile is not available")
+
+
+def _write_joined(fd: int, pieces: Sequence[bytes]) -> int:
+    return os.write(fd, b"".join(pieces))
+
+
+# Looked up once: Windows has neither (macOS and FreeBSD have both; their
+# sendfile reports a partial send on a non-blocking socket as a count,
+# which the loop below handles like Linux's).
+_os_sendfile: Final[Callable[[int, int, int, int], int]] = getattr(os, "sendfile", _no_sendfile)
+_os_writev: Final[Callable[[int, Sequence[bytes]], int]] = getattr(os, "writev", _write_joined)
 
 
 # What the lifetime scope's deadline currently guards.
@@ -152,7 +175,7 @@ class ConnectionTask:
         self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         # The raw fd for the fast paths (non-blocking read/write without
         # trio's socket machinery); -1 for streams that are not sockets.
-        self._fd = self._sock.fileno() if self._sock is not None else -1
+        self._fd = self._sock.fileno() if self._sock is not None and SOCKET_FD_IO else -1
         self.use_sendfile = env.config.sendfile and _HAS_SENDFILE and is_socket
 
     @property
@@ -726,7 +749,7 @@ class ConnectionTask:
         if len(pieces) > 1:
             if self._fd >= 0:
                 try:
-                    n = os.writev(self._fd, pieces)
+                    n = _os_writev(self._fd, pieces)
                 except BlockingIOError:
                     n = 0
                 except OSError as exc:
@@ -768,7 +791,7 @@ class ConnectionTask:
         with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
             while remaining:
                 try:
-                    n = os.sendfile(sockfd, fd, offset, min(remaining, SENDFILE_CHUNK))
+                    n = _os_sendfile(sockfd, fd, offset, min(remaining, SENDFILE_CHUNK))
                 except BlockingIOError:
                     await trio.lowlevel.wait_writable(sock)
                     continue
@@ -793,7 +816,7 @@ class ConnectionTask:
         offset, remaining = span.offset, span.length
         while remaining:
             try:
-                data = os.pread(fd, min(remaining, BUFFER_CHUNK), offset)
+                data = pread(fd, min(remaining, BUFFER_CHUNK), offset)
             except OSError:
                 # EIO from a failing disk mid-body: the head is out, so the
                 # only honest answer is to cut the response short.

@@ -444,6 +444,28 @@ def _open_spare() -> int:
         return -1
 
 
+def listen_options(*, reuse_port: bool = False) -> list[tuple[int, int]]:
+    """The SOL_SOCKET options a listening socket gets, looked up now (not at
+    import: Windows lacks SO_REUSEPORT).
+
+    POSIX: SO_REUSEADDR, so a restart can bind while old connections sit in
+    TIME_WAIT.  Windows: SO_EXCLUSIVEADDRUSE instead, because SO_REUSEADDR
+    there lets another process bind the very port we listen on (and
+    Windows never blocks a rebind on TIME_WAIT).
+    """
+    exclusive: int | None = getattr(_stdsocket, "SO_EXCLUSIVEADDRUSE", None)
+    if exclusive is not None:
+        options = [(exclusive, 1)]
+    else:
+        options = [(_stdsocket.SO_REUSEADDR, 1)]
+    if reuse_port:
+        reuseport: int | None = getattr(_stdsocket, "SO_REUSEPORT", None)
+        if reuseport is None:
+            raise OSError(errno.ENOPROTOOPT, "SO_REUSEPORT is not available")
+        options.append((reuseport, 1))
+    return options
+
+
 async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.SocketListener:
     """Bind one listening socket (IPv4 or IPv6 literal, or a host name).
 
@@ -459,9 +481,8 @@ async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.Socke
     family, type_, proto, _, sockaddr = infos[0]
     sock = trio.socket.socket(family, type_, proto)
     try:
-        sock.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(_stdsocket.SOL_SOCKET, _stdsocket.SO_REUSEPORT, 1)
+        for option, value in listen_options(reuse_port=reuse_port):
+            sock.setsockopt(_stdsocket.SOL_SOCKET, option, value)
         if family == _stdsocket.AF_INET6:
             # Like http.server: "::" also accepts IPv4 (dual stack).
             sock.setsockopt(_stdsocket.IPPROTO_IPV6, _stdsocket.IPV6_V6ONLY, 0)

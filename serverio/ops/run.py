@@ -6,6 +6,8 @@ the supervisor, a watch on the supervisor's pipe).
 
 Signals: the first SIGINT/SIGTERM starts the graceful drain, a second one
 aborts; SIGHUP reopens ``--access-log-file`` (logrotate's ``postrotate``).
+Only the signals the platform has are watched: Windows has no SIGHUP, and
+its Ctrl+Break arrives as SIGBREAK, which drains like Ctrl+C (SIGINT).
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ __all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
 
 # A task started next to the server: gets the server and a "started" hook.
 ExtraTask = Callable[[Server], Awaitable[None]]
+
+
+def _signal_number(name: str) -> int | None:
+    value: int | None = getattr(signal, name, None)
+    return value
+
+
+# -1 where the platform has no SIGHUP: never equal to a delivered signal.
+SIGHUP: int = _signal_number("SIGHUP") or -1
+SIGNALS: tuple[int, ...] = tuple(
+    s
+    for s in (signal.SIGINT, signal.SIGTERM, SIGHUP, _signal_number("SIGBREAK") or -1)
+    if s > 0
+)
 
 
 def url_host(host: str) -> str:
@@ -84,7 +100,7 @@ async def run_server(
     stopping = False
     admin_handler = make_admin_handler(server, lambda: stopping)
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
 
             async def run(task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
@@ -108,7 +124,7 @@ async def run_server(
                 on_ready(server)
             count = 0
             async for signum in signals:
-                if signum == signal.SIGHUP:
+                if signum == SIGHUP:
                     server.access_log.reopen()
                     continue
                 stopping = True

@@ -48,8 +48,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import trio
 
@@ -59,7 +60,7 @@ from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
 from ..net.server import Server, _bind
 from ..net.tls import make_ssl_context
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
-from .run import run_server, url_host
+from .run import SIGHUP, SIGNALS, run_server, url_host
 
 __all__ = ["CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"]
 
@@ -78,13 +79,46 @@ _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__
 _NO_REUSEPORT = "--workers needs SO_REUSEPORT, which this platform does not support"
 
 
+def _socket_constant(name: str) -> int | None:
+    """Looked up when needed, not named: Windows has neither SO_REUSEPORT
+    nor AF_UNIX."""
+    value: int | None = getattr(socket, name, None)
+    return value
+
+# Workers get a process group of their own (a terminal's Ctrl+C reaches the
+# supervisor only, which forwards it); a POSIX-only keyword of open_process.
+_NEW_GROUP: dict[str, Any] = {"process_group": 0}
+
+
+def workers_unsupported() -> str | None:
+    """Why ``--workers`` cannot run here (one line), or None.
+
+    Each worker binds its own SO_REUSEPORT listener and relies on the kernel
+    to balance connections between them: Linux does (since 3.9).  macOS and
+    FreeBSD accept SO_REUSEPORT but do not balance with it (one socket gets
+    the connections; FreeBSD's SO_REUSEPORT_LB is not used), and Windows has
+    neither SO_REUSEPORT nor the AF_UNIX scrape sockets: there the option is
+    refused rather than run as N processes of which one works.
+    """
+    if _socket_constant("SO_REUSEPORT") is None or _socket_constant("AF_UNIX") is None:
+        return _NO_REUSEPORT
+    platform: str = sys.platform  # a runtime check, also for mypy --platform
+    if not platform.startswith("linux"):
+        return (
+            f"--workers needs SO_REUSEPORT load balancing, which {platform} does not "
+            "provide; run one process"
+        )
+    return None
+
+
 # ----------------------------------------------------------------- parent
 
 
 def supervise(cfg: Config) -> int:
     """Run ``cfg.workers`` worker processes until SIGINT/SIGTERM; exit status."""
-    if not hasattr(socket, "SO_REUSEPORT"):
-        print(f"serverio: error: {_NO_REUSEPORT}", file=sys.stderr)
+    unsupported = workers_unsupported()
+    if unsupported is not None:
+        print(f"serverio: error: {unsupported}", file=sys.stderr)
         return 2
     try:
         reservation = _reserve(cfg.host, cfg.port)
@@ -110,7 +144,9 @@ def _reserve(host: str, port: int) -> socket.socket:
     sock = socket.socket(family_, type_, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reuseport = _socket_constant("SO_REUSEPORT")
+        assert reuseport is not None  # workers_unsupported() checked
+        sock.setsockopt(socket.SOL_SOCKET, reuseport, 1)
         if family_ == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(sockaddr)
@@ -159,7 +195,7 @@ class _Supervisor:
             shutil.rmtree(sockdir, ignore_errors=True)
             return 2
         try:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            with trio.open_signal_receiver(*SIGNALS) as signals:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._signals, signals)
                     if admin is not None:
@@ -188,8 +224,8 @@ class _Supervisor:
 
     async def _signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
-            if signum == signal.SIGHUP:
-                self._send_all(signal.SIGHUP)
+            if signum == SIGHUP:
+                self._send_all(SIGHUP)
                 continue
             self.signals += 1
             self.stop()
@@ -260,7 +296,7 @@ class _Supervisor:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
-            process_group=0,
+            **_NEW_GROUP,
         )
         slot.proc = proc
         slot.ready = False
@@ -442,7 +478,9 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
 
 async def _snapshot_service(sock_path: str, server: Server) -> None:
     """Answer each connection on ``sock_path`` with this process's snapshot."""
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    af_unix = _socket_constant("AF_UNIX")
+    assert af_unix is not None  # workers_unsupported() checked
+    sock = trio.socket.socket(af_unix, socket.SOCK_STREAM)
     await sock.bind(sock_path)
     sock.listen(16)
     listener = trio.SocketListener(sock)
@@ -462,7 +500,8 @@ async def _snapshot_service(sock_path: str, server: Server) -> None:
 
 async def _watch_parent(server: Server) -> None:
     """EOF on stdin: the supervisor is gone (even SIGKILLed): drain and exit."""
-    stream = trio.lowlevel.FdStream(os.dup(0))
+    fd_stream: Callable[[int], trio.abc.ReceiveStream] = getattr(trio.lowlevel, "FdStream")  # noqa: B009
+    stream = fd_stream(os.dup(0))
     async with stream:
         while True:
             try:

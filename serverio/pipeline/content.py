@@ -38,6 +38,7 @@ from ..concurrency.flight import SingleFlightCache
 from ..config import Config
 from ..errors import HTTPError, errno_status
 from ..fs.opener import RootOpener
+from ..fs.reads import pread
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.dates import http_seconds
@@ -124,7 +125,7 @@ def _read_exact(fd: int, size: int) -> bytes | None:
     parts = []
     offset = 0
     while offset < size:
-        chunk = os.pread(fd, min(READ_CHUNK, size - offset), offset)
+        chunk = pread(fd, min(READ_CHUNK, size - offset), offset)
         if not chunk:
             return None  # the file shrank
         parts.append(chunk)
@@ -173,7 +174,7 @@ def hash_file(owned: OwnedFd, algorithm: str, size: int, mtime_ns: int) -> bytes
         h = hashlib.new(_HASHES[algorithm])
         offset = 0
         while offset < size:
-            chunk = os.pread(fd, min(READ_CHUNK, size - offset), offset)
+            chunk = pread(fd, min(READ_CHUNK, size - offset), offset)
             if not chunk:
                 return None
             h.update(chunk)
@@ -215,6 +216,11 @@ def scan_directory(
     files and directories.  Stops after ``limit`` entries; the boolean says
     whether it stopped early.
 
+    Where directories cannot be scanned through a descriptor (the opener's
+    ``windows`` strategy: no ``dir_fd``, no ``scandir(fd)``) the directory
+    is listed by path: the opener resolves ``relpath`` again under the same
+    containment and checks it is still the directory ``owned`` holds.
+
     Cancellation handling: runs in a worker thread; if the requester is
     cancelled the thread finishes the scan, closes the directory descriptor
     it owns, and the result is dropped.
@@ -227,7 +233,8 @@ def scan_directory(
     entries: list[Entry] = []
     truncated = False
     try:
-        with os.scandir(fd) as it:
+        source = fd if opener.root_fd >= 0 else opener.directory_path(relpath, fd)
+        with os.scandir(source) as it:
             for de in it:
                 name = de.name
                 if not _listable_name(name, hidden=hidden, at_root=at_root):

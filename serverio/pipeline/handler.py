@@ -270,7 +270,7 @@ class Handler:
                 self.files.revalidate,
                 key,
                 entry,
-                self._opener().root_fd,
+                self._opener().stat,
                 trio.current_time(),
             )
         except PoolSaturated:
