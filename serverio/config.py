@@ -101,6 +101,7 @@ class Config:
     certfile: str | None = None
     keyfile: str | None = None
     keyfile_password_env: str | None = None  # the NAME of a variable, never the password
+    keyfile_password_file: str | None = None  # --tls-password-file: a file holding it
     workers: int = 1  # processes, each with its own SO_REUSEPORT listener
     fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
     # --listen / --listen-tls HOST:PORT (repeatable); replace host/port.
@@ -115,6 +116,22 @@ class Config:
     watch: bool = False
     watch_prefix: str = "/.serverio"
     watch_poll: bool = False  # force the polling watcher (network filesystems)
+
+    # Site rules (serverio.http.rules; docs/features.md "Site rules"): the
+    # raw specifications, compiled once by serverio.pipeline.site.load_site.
+    headers: tuple[str, ...] = ()  # --header "Name: value"
+    cors: bool = False
+    cors_origins: tuple[str, ...] = ()
+    # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
+    header_rules: tuple[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]], ...] = ()
+    redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)
+    rewrites: tuple[tuple[str, str], ...] = ()  # [[rewrites]]: (from, to)
+    clean_urls: bool = False
+    trailing_slash: str = "keep"
+    error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
+    auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
+    auth_file: str | None = None  # --auth-file: the whole site
+    rules_source: str = ""  # the file the tables came from (for messages)
 
     # Derived, filled by validate(): the absolute real path of the root, and
     # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
@@ -224,10 +241,16 @@ def _validate_operations(c: Config) -> None:
             raise ConfigError(
                 f"--keyfile-password-env: variable {c.keyfile_password_env!r} is not set"
             )
-    for name in ("certfile", "keyfile"):
+    if c.keyfile_password_file is not None:
+        if c.certfile is None:
+            raise ConfigError("--tls-password-file needs --certfile")
+        if c.keyfile_password_env is not None:
+            raise ConfigError("--tls-password-file and --keyfile-password-env exclude each other")
+    for name in ("certfile", "keyfile", "keyfile_password_file"):
         path = getattr(c, name)
         if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
-            raise ConfigError(f"--{name} {path!r} is not a readable file")
+            opt = "tls-password-file" if name == "keyfile_password_file" else name
+            raise ConfigError(f"--{opt} {path!r} is not a readable file")
     if not isinstance(c.workers, int) or not 1 <= c.workers <= _MAX_PROCESSES:
         raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {c.workers!r}")
     for fd in c.fds:

@@ -174,6 +174,7 @@ class SlowFS:
         startup_timeout: float = 10.0,
         debug: bool = False,
         kernel_cache: bool = False,
+        case_insensitive: bool = False,
     ) -> None:
         self.backing = Path(backing)
         self.mountpoint = Path(mountpoint)
@@ -183,6 +184,7 @@ class SlowFS:
         self._startup_timeout = startup_timeout
         self._debug = debug
         self._kernel_cache = kernel_cache
+        self._case_insensitive = case_insensitive
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._stderr: IO[bytes] | None = None
@@ -247,6 +249,8 @@ class SlowFS:
             cmd.append("--debug")
         if self._kernel_cache:
             cmd.append("--kernel-cache")
+        if self._case_insensitive:
+            cmd.append("--case-insensitive")
         try:
             try:
                 self._proc = subprocess.Popen(

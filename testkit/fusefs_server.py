@@ -207,13 +207,32 @@ class PassthroughOps:
     #: integer nanosecond timestamps in getattr (exact mtimes, no warning).
     use_ns = True
 
-    def __init__(self, root: str, gate: Gate) -> None:
+    def __init__(self, root: str, gate: Gate, *, case_insensitive: bool = False) -> None:
         self._root = os.path.realpath(root)
         self._gate = gate
+        self._fold = case_insensitive
 
     def _real(self, path: str) -> str:
         # libfuse hands over absolute, normalized paths ("/", "/a/b").
-        return self._root + path if path != "/" else self._root
+        if path == "/":
+            return self._root
+        if not self._fold:
+            return self._root + path
+        # Case-insensitive lookup, as macOS and Windows filesystems do by
+        # default: a component that is not there exactly is looked up by
+        # its case-folded name in its directory.
+        real = self._root
+        for name in path.strip("/").split("/"):
+            exact = os.path.join(real, name)
+            if not os.path.lexists(exact):
+                folded = name.casefold()
+                try:
+                    match = next((n for n in os.listdir(real) if n.casefold() == folded), name)
+                except OSError:
+                    match = name
+                exact = os.path.join(real, match)
+            real = exact
+        return real
 
     def _run(self, op: str, fn: Any, *args: Any) -> Any:
         self._gate.enter(op)
@@ -391,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="let the kernel cache entries and attributes for 1 s, and file pages",
     )
+    parser.add_argument(
+        "--case-insensitive", action="store_true", help="find names regardless of case"
+    )
     parser.add_argument("--debug", action="store_true")
     opts = parser.parse_args(argv)
     # The test suite counts every LOOKUP and GETATTR, so by default nothing is
@@ -419,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         mfusepy.FUSE(
-            PassthroughOps(opts.backing, gate),
+            PassthroughOps(opts.backing, gate, case_insensitive=opts.case_insensitive),
             opts.mountpoint,
             foreground=True,
             nothreads=False,  # libfuse's multithreaded loop

@@ -68,7 +68,9 @@ def _flag_like_options() -> list[str]:
     whose value is optional."""
     out: list[str] = []
     for action in build_parser()._actions:
-        if not action.option_strings or isinstance(action, argparse._HelpAction):
+        if not action.option_strings or isinstance(
+            action, argparse._HelpAction | argparse._VersionAction
+        ):
             continue
         if action.nargs in (0, "?", "*"):
             out.extend(action.option_strings)

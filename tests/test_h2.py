@@ -457,3 +457,29 @@ async def test_encoder_table_stays_bounded_whatever_the_client_allows(root: Path
         h = getattr(conn, "_switched", None)
         assert isinstance(h, H2Connection)
         assert h._conn.encoder.header_table_size == 4096
+
+
+# ---------------------------------------------------------------- site rules
+
+
+async def test_site_rules_apply_to_http2_streams_too(root: Path, tmp_path: Path) -> None:
+    """Basic auth, header rules and CORS are not an HTTP/1.1 feature: an
+    HTTP/2 stream goes through the same site rules, so switching protocol
+    is never a way around a password."""
+    import base64
+
+    from serverio.http.passwords import hash_password
+
+    users = tmp_path / "users.htpasswd"
+    users.write_text(f"alice:{hash_password('wonderland', 1000)}\n")
+    cfg = make_config(root, auth_file=str(users), headers=("X-Rule: on",))
+    token = base64.b64encode(b"alice:wonderland").decode()
+    async with h2_memory(cfg) as (client, _, _):
+        anonymous = await client.get("/hello.txt")
+        wrong = await client.get("/hello.txt", [("authorization", "Basic eDp5")])
+        alice = await client.get("/hello.txt", [("authorization", f"Basic {token}")])
+    assert anonymous.status == 401 and b"hello" not in bytes(anonymous.body)
+    assert "www-authenticate" in anonymous.headers
+    assert wrong.status == 401
+    assert alice.status == 200 and bytes(alice.body) == b"hello world\n"
+    assert alice.headers["x-rule"] == "on" and anonymous.headers["x-rule"] == "on"

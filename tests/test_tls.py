@@ -189,3 +189,24 @@ def test_unusable_certificate_is_a_config_error(root: Path, tmp_path: Path) -> N
         make_ssl_context(make_config(root, certfile=str(bogus)))
     with pytest.raises(ConfigError, match="--keyfile needs --certfile"):
         make_config(root, keyfile=str(bogus))
+
+
+def test_http_server_tls_option_names(
+    root: Path, cert_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """CPython 3.14's --tls-cert/--tls-key/--tls-password-file work too."""
+    from serverio.ops.cli import build_parser, config_from_args
+
+    certfile, keyfile = cert_files
+    enc = _encrypted_key(keyfile, b"s3cret")
+    pw = tmp_path / "pw.txt"
+    pw.write_text("s3cret\n")
+    argv = ["-d", str(root), "--tls-cert", str(certfile), "--tls-key", str(enc)]
+    cfg = config_from_args(build_parser().parse_args([*argv, "--tls-password-file", str(pw)]))
+    assert (cfg.certfile, cfg.keyfile) == (str(certfile), str(enc))
+    assert make_ssl_context(cfg) is not None
+    pw.write_text("wrong\n")
+    with pytest.raises(ConfigError, match="cannot load"):
+        make_ssl_context(cfg)
+    with pytest.raises(ConfigError, match="--tls-password-file"):
+        config_from_args(build_parser().parse_args([*argv, "--tls-password-file", "/nonexistent"]))

@@ -85,6 +85,11 @@ class RequestFacts:
     accept: str | None = None
     accept_encoding: str | None = None
     want_repr_digest: str | None = None
+    # Read only by the site rules (serverio.http.rules): CORS and auth.
+    origin: str | None = None
+    cors_method: str | None = None  # Access-Control-Request-Method
+    cors_headers: str | None = None  # Access-Control-Request-Headers
+    authorization: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

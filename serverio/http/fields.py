@@ -33,6 +33,11 @@ FACT_FIELDS: dict[bytes, str] = {
     b"accept": "accept",
     b"accept-encoding": "accept_encoding",
     b"want-repr-digest": "want_repr_digest",
+    # Site rules: CORS (Fetch standard) and Basic authentication (RFC 7617).
+    b"origin": "origin",
+    b"access-control-request-method": "cors_method",
+    b"access-control-request-headers": "cors_headers",
+    b"authorization": "authorization",
 }
 
 # uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP

@@ -39,6 +39,24 @@ _CANONICAL = {
         "Vary",
         "Repr-Digest",
         "Content-Security-Policy",
+        # Fields the site rules send (serverio.http.rules); a name a rule
+        # sets that is not listed goes out lowercase, as h11 sends every
+        # name (field names are case-insensitive, RFC 9110 §5.1).
+        "WWW-Authenticate",
+        "Expires",
+        "Access-Control-Allow-Origin",
+        "Access-Control-Allow-Credentials",
+        "Access-Control-Allow-Methods",
+        "Access-Control-Allow-Headers",
+        "Access-Control-Expose-Headers",
+        "Access-Control-Max-Age",
+        "Cross-Origin-Opener-Policy",
+        "Cross-Origin-Embedder-Policy",
+        "Cross-Origin-Resource-Policy",
+        "Strict-Transport-Security",
+        "Referrer-Policy",
+        "Permissions-Policy",
+        "X-Frame-Options",
     )
 }
 

@@ -49,6 +49,7 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
+from ..pipeline.site import Site, Ticket
 
 __all__ = ["H2_PREFACE", "ConnectionEnv", "ConnectionTask", "Switched"]
 
@@ -142,6 +143,7 @@ class ConnectionEnv:
     # waiting for their first request; before, they are served.
     cut_fresh: bool = False
     http2: SwitchFactory | None = None
+    site: Site | None = None  # the site rules; None when none are configured
 
 
 class ConnectionTask:
@@ -335,9 +337,7 @@ class ConnectionTask:
     # ------------------------------------------------------------ reading
 
     def _new_parser(self, leftover: bytes) -> h11.Connection:
-        parser = h11.Connection(
-            h11.SERVER, max_incomplete_event_size=self.env.config.max_head_size
-        )
+        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=self.env.config.max_head_size)
         self._fed = len(leftover)
         if leftover:
             parser.receive_data(leftover)
@@ -490,6 +490,7 @@ class ConnectionTask:
         cfg = env.config
         stats = env.stats
         handler = env.handler
+        site = env.site
         parser = self._new_parser(b"")
         requests = 0
         while True:
@@ -521,17 +522,25 @@ class ConnectionTask:
             ka10 = False
             ua = referer = request_id = None
             keep = False
+            ticket: Ticket | None = None
             try:
                 try:
                     req, ka10, ua, referer, request_id = self._facts(event)
                     keep = req.keep_alive and requests < cfg.max_requests
-                    plan = route(req, cfg, now)
+                    if site is None:
+                        plan = route(req, cfg, now)
+                    else:
+                        ticket = await site.route(req, now, lambda: self.client)
+                        plan, req = ticket.plan, ticket.req
                     if plan is not None and plan.stream:
                         await self._stream(plan)
                         return
                     if plan is None:
-                        answer = handler.respond_now(req, now)
-                        if type(answer) is Deferred:
+                        if site is None:
+                            answer = handler.respond_now(req, now)
+                        else:
+                            answer = site.respond_now(handler, req, now)
+                        if isinstance(answer, Deferred):
                             prepared = await self._wait_watching(answer, parser)
                             if prepared is None:
                                 stats.cancelled += 1
@@ -544,6 +553,8 @@ class ConnectionTask:
                     plan = http_error_plan(exc, now, head_only=head)
                     if exc.close:
                         keep = False
+                if site is not None:
+                    plan = site.finish(plan, ticket)
                 close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last

@@ -80,12 +80,13 @@ from hyperframe.frame import GoAwayFrame
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
-from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ..http.core import FileSpan, Plan, RequestFacts, error_plan, http_error_plan, route
 from ..http.fields import check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
 from ..http.target import parse_target
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
+from ..pipeline.site import Ticket
 from .connection import RECV_SIZE, ConnectionEnv
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
@@ -578,12 +579,29 @@ class H2Connection:
             with st.scope:
                 if st.reset:
                     return  # reset before it started: do no work for it
+                # The same steps as an HTTP/1.1 request (ConnectionTask._serve):
+                # site rules (CORS, auth, redirects) first when configured,
+                # then the handler, then the site's finishing rules.
+                site = env.site
+                ticket: Ticket | None = None
                 try:
                     req = self._facts(st)
-                    plan = route(req, cfg, now)
+                    if site is None:
+                        plan = route(req, cfg, now)
+                    else:
+                        ticket = await site.route(req, now, self._client)
+                        plan, req = ticket.plan, ticket.req
+                    if plan is not None and plan.stream:
+                        # The live-reload event stream is served over
+                        # HTTP/1.1 only (its script connects with EventSource,
+                        # which falls back): refuse it here, visibly.
+                        plan = error_plan(404, now, head_only=head_only)
                     if plan is None:
-                        answer = env.handler.respond_now(req, now)
-                        if type(answer) is Deferred:
+                        if site is None:
+                            answer = env.handler.respond_now(req, now)
+                        else:
+                            answer = site.respond_now(env.handler, req, now)
+                        if isinstance(answer, Deferred):
                             try:
                                 prepared = await answer.run()
                             finally:
@@ -594,6 +612,8 @@ class H2Connection:
                         plan = prepared.plan
                 except HTTPError as exc:
                     plan = http_error_plan(exc, now, head_only=head_only)
+                if site is not None:
+                    plan = site.finish(plan, ticket)
                 await self._respond(st, plan, prepared)
         except Exception:
             # A bug in one stream must not end the other streams.

@@ -61,6 +61,7 @@ from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.livereload import LiveHandler, LiveReload
+from ..pipeline.site import load_site
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
 from .h2conn import H2Connection
@@ -185,6 +186,8 @@ class Server:
             self.live,
             http2=H2Connection if self.config.http2 else None,
         )
+        # Site rules, compiled once; None (never consulted) when there are none.
+        self.env.site = load_site(self.config, self.stats)
 
     # ------------------------------------------------------------ public
 

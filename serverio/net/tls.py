@@ -9,7 +9,8 @@ time, so memory per connection stays bounded.
 
 The key's password is never taken from the command line (argv is visible to
 every local user in ``ps``): ``--keyfile-password-env NAME`` names an
-environment variable that holds it.
+environment variable that holds it, or ``--tls-password-file PATH`` (the
+name http.server uses since 3.14) a file whose first line is it.
 """
 
 from __future__ import annotations
@@ -42,11 +43,20 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     # a known DoS lever.
     ctx.options |= ssl.OP_NO_RENEGOTIATION
     env = config.keyfile_password_env
+    password_file = config.keyfile_password_file
 
     def password() -> bytes:
         # Called by OpenSSL only for an encrypted key.  Without this callback
         # OpenSSL would prompt on the controlling terminal, which hangs a
         # service; we fail with a message instead.
+        if password_file is not None:
+            try:
+                with open(password_file, "rb") as f:
+                    return f.readline().rstrip(b"\r\n")
+            except OSError as exc:
+                raise ConfigError(
+                    f"--tls-password-file {password_file!r}: {exc.strerror or exc}"
+                ) from None
         if env is None:
             raise ConfigError(
                 "--keyfile is encrypted: put its password in an environment "

@@ -44,6 +44,8 @@ class Stats:
     h2_calm: int = 0  # connections ended with GOAWAY ENHANCE_YOUR_CALM (floods, rapid reset)
     h2_protocol_errors: int = 0  # connections ended with GOAWAY for a protocol error
 
+    auth_failures: int = 0  # basic-auth credentials refused (wrong user or password)
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import getpass
+import importlib.metadata
 import logging
 import os
 import sys
@@ -14,8 +16,10 @@ import trio
 
 from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config
 from ..errors import ConfigError
+from ..http.passwords import DEFAULT_ITERATIONS, hash_password
 from ..net.activation import systemd_fds
 from ..net.tls import make_ssl_context
+from ..pipeline.site import load_site
 from .check import check_url
 from .cpus import available_cpus
 from .fdlimit import fit_fd_limit
@@ -40,11 +44,23 @@ class _Parser(argparse.ArgumentParser):
         # unambiguous) is still accepted as "--spa-file=FILE".
         argv = sys.argv[1:] if args is None else list(args)
         out: list[str] = []
-        for i, arg in enumerate(argv):
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
             if arg == "--":
                 out.extend(argv[i:])
                 break
+            if arg in ("-H", "--header") and i + 2 < len(argv):
+                # Two forms: "-H 'Name: value'" (one token), and CPython's
+                # http.server form "-H Name value" (two tokens): a first
+                # token without ':' cannot be the one-token form.
+                name = argv[i + 1]
+                if ":" not in name:
+                    out += [arg, f"{name}: {argv[i + 2]}"]
+                    i += 3
+                    continue
             out.append("--spa-file=" + arg[6:] if arg.startswith("--spa=") else arg)
+            i += 1
         return super().parse_known_args(out, namespace)
 
 
@@ -77,6 +93,13 @@ def _bytes(text: str) -> int:
     return int(digits) * _SIZE_UNITS[unit]
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("serverio")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="serverio",
@@ -89,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "port", nargs="?", type=int, default=_D.port, help="port (default 8000; 0 = any free)"
     )
+    p.add_argument("--version", action="version", version=f"serverio {_version()}")
     p.add_argument(
         "-b", "--bind", metavar="ADDRESS", default=_D.host, help="bind address (default 127.0.0.1)"
     )
@@ -289,15 +313,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="append the access log to PATH (reopened on SIGHUP) instead of stderr",
     )
     o.add_argument("--log-level", choices=LOG_LEVELS, default=_D.log_level, help="error log level")
+    _add_site_rules(p)
     _add_operations(p)
     return p
+
+
+def _add_site_rules(p: argparse.ArgumentParser) -> None:
+    """Options of docs/cli.md "Site rules" (the TOML tables hold the rest)."""
+    r = p.add_argument_group("site rules")
+    r.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        metavar="'NAME: VALUE'",
+        help="add a header to every response (repeatable; 'NAME VALUE' as two "
+        "arguments, http.server's form, works too)",
+    )
+    r.add_argument(
+        "--cors", action="store_true", help="Access-Control-Allow-Origin: * on every response"
+    )
+    r.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="allow this origin (repeatable; echoed with Vary: Origin)",
+    )
+    r.add_argument(
+        "--clean-urls",
+        action="store_true",
+        help="serve /about from about.html and redirect /about.html to /about",
+    )
+    r.add_argument(
+        "--trailing-slash",
+        choices=("add", "remove", "keep"),
+        default=_D.trailing_slash,
+        help="add or remove a trailing slash by redirect (default keep: directories get one)",
+    )
+    r.add_argument(
+        "--auth-file",
+        metavar="FILE",
+        default=None,
+        help="basic authentication for the whole site from this htpasswd-style file",
+    )
 
 
 def _add_operations(p: argparse.ArgumentParser) -> None:
     """Options of docs/cli.md "Operations options" (TLS, processes, admin, config)."""
     t = p.add_argument_group("TLS")
-    t.add_argument("--certfile", metavar="PATH", default=None, help="PEM certificate chain")
-    t.add_argument("--keyfile", metavar="PATH", default=None, help="PEM private key")
+    # --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).
+    t.add_argument(
+        "--certfile", "--tls-cert", metavar="PATH", default=None, help="PEM certificate chain"
+    )
+    t.add_argument("--keyfile", "--tls-key", metavar="PATH", default=None, help="PEM private key")
+    t.add_argument(
+        "--tls-password-file",
+        metavar="PATH",
+        default=None,
+        help="file holding the key's password (first line)",
+    )
     t.add_argument(
         "--keyfile-password-env",
         metavar="NAME",
@@ -398,10 +471,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ConfigError("--listen/--listen-tls replace -b and the port: give every address there")
     if args.listen and args.certfile and not args.listen_tls:
         raise ConfigError("--certfile with --listen: TLS listeners are given with --listen-tls")
-
     if args.http2 and args.no_http2:
         raise ConfigError("--http2 and --no-http2 contradict each other")
-    return Config(
+    cfg = Config(
         directory=args.directory,
         host=args.bind,
         port=args.port,
@@ -445,6 +517,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         certfile=args.certfile,
         keyfile=args.keyfile,
         keyfile_password_env=args.keyfile_password_env,
+        keyfile_password_file=args.tls_password_file,
         workers=args.workers,
         fds=tuple(args.fd or ()),
         listen=tuple(args.listen or ()),
@@ -455,12 +528,58 @@ def config_from_args(args: argparse.Namespace) -> Config:
         watch=args.watch,
         watch_prefix=args.watch_prefix,
         watch_poll=args.watch_poll,
+        headers=tuple(args.header or ()),
+        cors=args.cors,
+        cors_origins=tuple(args.cors_origin or ()),
+        clean_urls=args.clean_urls,
+        trailing_slash=args.trailing_slash,
+        auth_file=args.auth_file,
+        header_rules=tuple(getattr(args, "header_rules", ())),
+        redirects=tuple(getattr(args, "redirects", ())),
+        rewrites=tuple(getattr(args, "rewrites", ())),
+        error_pages=tuple(getattr(args, "error_pages", ())),
+        auth=tuple(getattr(args, "auth_rules", ())),
+        rules_source=getattr(args, "config", None) or "",
     ).validate()
+    # Compile the site rules now, so a bad rule is a one-line error (exit 2)
+    # before anything is bound; the server compiles its own copy.
+    load_site(cfg)
+    return cfg
+
+
+def hash_password_main(argv: Sequence[str]) -> int:
+    """``serverio hash-password [--iterations N]``: print a users-file hash.
+
+    The password is read from a prompt on a terminal, else one line of
+    standard input; never from argv (visible to every local user in ``ps``).
+    """
+    p = _Parser(prog="serverio hash-password", description=hash_password_main.__doc__)
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N")
+    p.add_argument("--user", metavar="NAME", help="print NAME:HASH, a users-file line")
+    args = p.parse_args(list(argv))
+    if not 1000 <= args.iterations <= 10_000_000:
+        print("serverio: error: --iterations must be from 1000 to 10000000", file=sys.stderr)
+        return 2
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            print("serverio: error: the passwords differ", file=sys.stderr)
+            return 2
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("serverio: error: empty password", file=sys.stderr)
+        return 2
+    h = hash_password(password, args.iterations)
+    print(f"{args.user}:{h}" if args.user else h)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["hash-password"]:
+        return hash_password_main(argv[1:])
     try:
         args = parse_with_config(parser, argv)
         if args.check is not None:

@@ -67,6 +67,8 @@ _HELP = {
     "h2_client_resets": "HTTP/2 streams reset by the client.",
     "h2_calm": "HTTP/2 connections ended with ENHANCE_YOUR_CALM (floods, rapid reset).",
     "h2_protocol_errors": "HTTP/2 connections ended with GOAWAY for a protocol error.",
+
+    "auth_failures": "Basic-auth credentials refused (unknown user or wrong password).",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})

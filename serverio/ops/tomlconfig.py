@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["CLI_ONLY", "dump", "option_keys", "parse_with_config"]
+__all__ = ["CLI_ONLY", "TABLES", "dump", "option_keys", "parse_with_config"]
 
 # Options about the configuration itself (and help) have no TOML key.
-CLI_ONLY = frozenset({"help", "config", "print_config", "check"})
+CLI_ONLY = frozenset({"help", "version", "config", "print_config", "check"})
 
 
 def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -110,11 +111,145 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
     keys = option_keys(parser)
     out: dict[str, object] = {}
     for key, value in data.items():
+        if key in TABLES:
+            dest, reader = TABLES[key]
+            out[dest] = reader(value, path)
+            continue
         action = keys.get(key)
         if action is None:
             raise ConfigError(f"{path}: unknown key {key!r}")
         out[action.dest] = _typed(action, key, value, path)
     return out
+
+
+# ---------------------------------------------------------------- site tables
+#
+# The site rules that need more than one value per rule are TOML tables with
+# fixed key names (docs/cli.md "TOML reference"); they have no command-line
+# option.  Each reader checks types and returns the Config field's value.
+
+
+def _table_list(value: object, name: str, where: str) -> list[dict[str, object]]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{where}: key {name!r} must be an array of tables ([[{name}]])")
+    return value
+
+
+def _only(item: dict[str, object], allowed: tuple[str, ...], where: str) -> None:
+    for k in item:
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown key {k!r}")
+
+
+def _str(item: dict[str, object], key: str, where: str, default: str | None = None) -> str:
+    v = item.get(key, default)
+    if not isinstance(v, str):
+        raise ConfigError(
+            f"{where} key {key!r} must be a string, got {_kind(v) if v is not None else 'nothing'}"
+        )
+    return v
+
+
+def _read_headers(value: object, path: str) -> tuple[object, ...]:
+    out = []
+    for i, item in enumerate(_table_list(value, "headers", path)):
+        where = f"{path}: [[headers]] #{i + 1}"
+        _only(item, ("path", "set", "remove"), where)
+        glob = _str(item, "path", where)
+        sets = item.get("set", {})
+        if not isinstance(sets, dict) or not all(isinstance(v, str) for v in sets.values()):
+            raise ConfigError(f"{where} key 'set' must be a table of header = \"value\"")
+        rm = item.get("remove", [])
+        if not isinstance(rm, list) or not all(isinstance(v, str) for v in rm):
+            raise ConfigError(f"{where} key 'remove' must be an array of header names")
+        out.append((glob, tuple((str(k), str(v)) for k, v in sets.items()), tuple(rm)))
+    return tuple(out)
+
+
+def _read_redirects(value: object, path: str) -> tuple[object, ...]:
+    out = []
+    for i, item in enumerate(_table_list(value, "redirects", path)):
+        where = f"{path}: [[redirects]] #{i + 1}"
+        _only(item, ("from", "to", "status"), where)
+        status = item.get("status", 301)
+        if type(status) is not int:
+            raise ConfigError(f"{where} key 'status' must be an integer, got {_kind(status)}")
+        out.append((_str(item, "from", where), _str(item, "to", where), status))
+    return tuple(out)
+
+
+def _read_rewrites(value: object, path: str) -> tuple[object, ...]:
+    out = []
+    for i, item in enumerate(_table_list(value, "rewrites", path)):
+        where = f"{path}: [[rewrites]] #{i + 1}"
+        _only(item, ("from", "to"), where)
+        out.append((_str(item, "from", where), _str(item, "to", where)))
+    return tuple(out)
+
+
+def _read_errors(value: object, path: str) -> tuple[object, ...]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: key 'errors' must be a table ([errors])")
+    out = []
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise ConfigError(
+                f"{path}: [errors] key {k!r} must be a string (a file below the root)"
+            )
+        out.append((str(k), v))
+    return tuple(out)
+
+
+def _read_auth(value: object, path: str) -> tuple[object, ...]:
+    out = []
+    for i, item in enumerate(_table_list(value, "auth", path)):
+        where = f"{path}: [[auth]] #{i + 1}"
+        _only(item, ("path", "users-file"), where)
+        users = _str(item, "users-file", where)
+        # Relative to the configuration file, like every path a file names.
+        if not os.path.isabs(users):
+            users = os.path.join(os.path.dirname(os.path.abspath(path)), users)
+        out.append((_str(item, "path", where), users))
+    return tuple(out)
+
+
+TableReader = Callable[[object, str], tuple[object, ...]]
+# TOML key -> (namespace attribute, reader).  config_from_args reads the
+# attributes; dump() writes them back.
+TABLES: dict[str, tuple[str, TableReader]] = {
+    "headers": ("header_rules", _read_headers),
+    "redirects": ("redirects", _read_redirects),
+    "rewrites": ("rewrites", _read_rewrites),
+    "errors": ("error_pages", _read_errors),
+    "auth": ("auth_rules", _read_auth),
+}
+
+
+def _dump_tables(args: argparse.Namespace) -> list[str]:
+    lines: list[str] = []
+    errors = getattr(args, "error_pages", ())
+    for glob, sets, removes in getattr(args, "header_rules", ()):
+        lines += ["", "[[headers]]", f"path = {_toml_str(glob)}"]
+        if removes:
+            lines.append(f"remove = {_toml_value(list(removes))}")
+        if sets:
+            pairs = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sets)
+            lines.append(f"set = {{ {pairs} }}")
+    for src, to, status in getattr(args, "redirects", ()):
+        lines += [
+            "",
+            "[[redirects]]",
+            f"from = {_toml_str(src)}",
+            f"to = {_toml_str(to)}",
+            f"status = {status}",
+        ]
+    for src, to in getattr(args, "rewrites", ()):
+        lines += ["", "[[rewrites]]", f"from = {_toml_str(src)}", f"to = {_toml_str(to)}"]
+    for glob, users in getattr(args, "auth_rules", ()):
+        lines += ["", "[[auth]]", f"path = {_toml_str(glob)}", f"users-file = {_toml_str(users)}"]
+    if errors:
+        lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
+    return lines
 
 
 def parse_with_config(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
@@ -186,4 +321,6 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
             lines.append(f"# {key} is not set")
         else:
             lines.append(f"{key} = {_toml_value(value)}")
+    # Tables last: every top-level key must come before the first table.
+    lines += _dump_tables(args)
     return "\n".join(lines) + "\n"

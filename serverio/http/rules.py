@@ -1,0 +1,782 @@
+"""Site rules: custom headers, CORS, redirects, rewrites, clean URLs, error
+pages and basic authentication, compiled once into immutable data (pure).
+
+Everything here is a function of its arguments: no I/O, no clock, no trio.
+The start-up code (:mod:`serverio.pipeline.site`) reads the files the rules
+name (htpasswd files, error pages) and hands their contents to
+:func:`compile_rules`; the connection asks :class:`serverio.pipeline.site.Site`
+to evaluate them per request.  Every glob is translated to a regular
+expression here, at start-up; nothing is compiled per request.
+
+Evaluation order (docs/features.md "Site rules"), fixed:
+auth -> redirects -> rewrites / clean URLs / trailing slash -> file or
+directory -> error pages -> headers.
+
+Globs (one definition for every rule type) are matched against the decoded,
+normalised request path (``/`` + the segments joined by ``/``, plus a
+trailing ``/`` when the request had one): ``*`` matches within one segment,
+``?`` one character of a segment, ``**`` (a whole segment) any number of
+segments, including none.  A pattern starts with ``/`` or ``**``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from ..errors import ConfigError
+from .core import Plan, RequestFacts, error_plan
+from .target import Target, quote_segment
+
+__all__ = [
+    "FORBIDDEN_HEADERS",
+    "AuthRule",
+    "Cors",
+    "HeaderOps",
+    "HeaderRule",
+    "Redirect",
+    "Rewrite",
+    "SiteRules",
+    "apply_headers",
+    "auth_rule_for",
+    "canonical",
+    "challenge_plan",
+    "compile_glob",
+    "compile_rules",
+    "cors_headers",
+    "decide_route",
+    "error_page_key",
+    "header_ops",
+    "match_path",
+    "parse_basic",
+    "parse_header_line",
+    "preflight_plan",
+    "redirect_for",
+    "rewrite_for",
+    "slash_redirect",
+]
+
+# Framing and connection-specific fields (RFC 9110 §7.6.1, RFC 9112 §6, §9)
+# and the ones the server computes per response (Date, Content-Range): a
+# rule that names one would break the message, so it is a start-up error.
+FORBIDDEN_HEADERS: Final = frozenset(
+    {
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "content-range",
+        "date",
+    }
+)
+
+# RFC 9110 §5.6.2 token characters.
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+# A 304 repeats the 200's cache metadata (RFC 9110 §15.4.5); the
+# representation's own metadata (Content-*) stays off it.
+_NOT_ON_304: Final = frozenset(
+    {b"content-type", b"content-encoding", b"content-language", b"content-disposition"}
+)
+
+_CORS_EXPOSE: Final = b"Content-Range, ETag, Content-Length, Repr-Digest"
+_CORS_METHODS: Final = b"GET, HEAD, OPTIONS"
+_CORS_MAX_AGE: Final = b"7200"  # Chromium's cap; Firefox allows a day
+_MAX_ALLOW_HEADERS_LEN = 1024  # preflight Allow-Headers echo bound (bytes)
+_MAX_ALLOW_HEADERS = 32  # ... and number of names
+
+REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+
+
+def _is_token(s: str) -> bool:
+    return bool(s) and all(c in _TCHAR for c in s)
+
+
+def _is_field_value(v: str) -> bool:
+    # Printable ASCII and spaces/tabs inside (RFC 9110 §5.5); no CR, LF, NUL.
+    return v == v.strip(" \t") and all(c == "\t" or 0x20 <= ord(c) < 0x7F for c in v)
+
+
+# ------------------------------------------------------------------ globs
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """The regular expression for one glob (see the module docstring).
+
+    Raises ValueError with a short reason for a malformed pattern.
+    """
+    if not pattern or any(c in pattern for c in "\x00\r\n\\"):
+        raise ValueError("must be a non-empty path glob without NUL, CR, LF or backslash")
+    if pattern.startswith("**"):
+        pattern = "/" + pattern
+    if not pattern.startswith("/"):
+        raise ValueError("must start with '/' or '**'")
+    if pattern == "/":
+        return re.compile("/")
+    parts = pattern[1:].split("/")
+    out: list[str] = []
+    for i, seg in enumerate(parts):
+        if seg == "**":
+            out.append("(?:/[^/]*)*")
+            continue
+        if "**" in seg:
+            raise ValueError("'**' must be a whole path segment")
+        if seg == "" and i != len(parts) - 1:
+            raise ValueError("empty path segment ('//')")
+        piece = ["/"]
+        for c in seg:
+            if c == "*":
+                piece.append("[^/]*")
+            elif c == "?":
+                piece.append("[^/]")
+            else:
+                piece.append(re.escape(c))
+        out.append("".join(piece))
+    return re.compile("".join(out))
+
+
+def match_path(target: Target) -> str:
+    """The string globs are matched against: ``/a/b`` (``/a/b/`` with a slash)."""
+    if not target.segments:
+        return "/"
+    path = "/" + "/".join(target.segments)
+    return path + "/" if target.slash else path
+
+
+# ------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderRule:
+    """Set and remove fields on responses whose path matches (None: all)."""
+
+    pattern: str
+    match: re.Pattern[str] | None
+    set: tuple[tuple[bytes, bytes], ...] = ()
+    remove: frozenset[bytes] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderOps:
+    """The merged effect of every header rule that matches one path.
+
+    ``drop``: names removed from the server's own fields (set or removed by
+    a rule; ``vary`` merges instead); ``set``: fields appended, in rule
+    order; ``vary``: tokens added to the server's Vary (union).
+    """
+
+    drop: frozenset[bytes] = frozenset()
+    set: tuple[tuple[bytes, bytes], ...] = ()
+    vary: tuple[bytes, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.drop or self.set or self.vary)
+
+
+NO_OPS: Final = HeaderOps()
+
+
+@dataclass(frozen=True, slots=True)
+class Cors:
+    """``any_origin``: ``Access-Control-Allow-Origin: *``; else echo an Origin
+    listed in ``origins`` (with ``Vary: Origin``).  ``credentials`` (only
+    with a list, never with ``*``, Fetch §3.2.5) adds
+    ``Access-Control-Allow-Credentials: true``."""
+
+    any_origin: bool
+    origins: frozenset[str] = frozenset()
+    credentials: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """``from`` is an exact path, or a prefix when it ends with ``*``
+    (the rest of the path, ``:splat``)."""
+
+    source: str
+    prefix: str
+    splat: bool
+    to: str
+    status: int
+
+    @property
+    def to_is_path(self) -> bool:
+        return self.to.startswith("/")
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    source: str
+    prefix: str
+    splat: bool
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRule:
+    """Paths matching ``match`` (None: every path) need one of ``users``
+    (name -> hash in one of :mod:`serverio.http.passwords`' schemes)."""
+
+    pattern: str
+    match: re.Pattern[str] | None
+    users: Mapping[str, str]
+    realm: str
+    dummy: str  # a hash with the same parameters, for unknown users
+    index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SiteRules:
+    """Every site rule of one server, compiled."""
+
+    header_rules: tuple[HeaderRule, ...] = ()
+    cors: Cors | None = None
+    redirects: tuple[Redirect, ...] = ()
+    rewrites: tuple[Rewrite, ...] = ()
+    clean_urls: bool = False
+    trailing_slash: str = "keep"
+    # "404" / "5xx" -> page relpath
+    error_pages: Mapping[str, str] = field(default_factory=dict)
+    auth: tuple[AuthRule, ...] = ()
+    hidden: bool = False
+    # The root is case-insensitive: auth and header globs match the
+    # canonical (NFC, case-folded) path, as the filesystem does.
+    fold: bool = False
+
+    def canonical(self, path: str) -> str:
+        return canonical(path) if self.fold else path
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.header_rules
+            or self.cors
+            or self.redirects
+            or self.rewrites
+            or self.clean_urls
+            or self.trailing_slash != "keep"
+            or self.error_pages
+            or self.auth
+        )
+
+
+# ------------------------------------------------------------------ compile
+
+
+def parse_header_line(text: str, where: str) -> tuple[str, str]:
+    """``"Name: value"`` -> (name, value); ConfigError naming ``where``."""
+    name, colon, value = text.partition(":")
+    if not colon:
+        raise ConfigError(f"{where}: {text!r} must be 'Name: value'")
+    return name.strip(), value.strip(" \t")
+
+
+def _header(name: str, value: str, where: str) -> tuple[bytes, bytes]:
+    if not _is_token(name):
+        raise ConfigError(f"{where}: {name!r} is not a valid header name")
+    if name.lower() in FORBIDDEN_HEADERS:
+        raise ConfigError(f"{where}: {name!r} is set by the server and cannot be changed")
+    if not _is_field_value(value):
+        raise ConfigError(
+            f"{where}: the value of {name!r} must be printable ASCII (no CR, LF or NUL)"
+        )
+    return name.lower().encode("ascii"), value.encode("ascii")
+
+
+def canonical(path: str) -> str:
+    """The form a case-insensitive filesystem compares names in: NFC
+    (macOS and Windows normalise names) and Unicode case folding."""
+    return unicodedata.normalize("NFC", path).casefold()
+
+
+def _glob(pattern: str, where: str, fold: bool = False) -> re.Pattern[str]:
+    try:
+        return compile_glob(canonical(pattern) if fold else pattern)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: bad glob {pattern!r}: {exc}") from None
+
+
+def _from_pattern(source: str, where: str) -> tuple[str, bool]:
+    if (
+        not source.startswith("/")
+        or source.startswith("//")
+        or any(c in source for c in "\x00\r\n\\?#")
+    ):
+        raise ConfigError(f"{where}: 'from' {source!r} must be a path starting with one '/'")
+    if "*" in source[:-1]:
+        raise ConfigError(f"{where}: 'from' {source!r} may have '*' only at its end")
+    splat = source.endswith("*")
+    return (source[:-1] if splat else source), splat
+
+
+def _check_location(to: str) -> bool:
+    """A redirect target is a path with one leading '/', or an absolute
+    http(s) URL; never scheme-relative, never with controls."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in to) or "\\" in to:
+        return False
+    if to.startswith("/"):
+        return not to.startswith("//")
+    low = to.lower()
+    return (low.startswith("http://") or low.startswith("https://")) and len(to) > 8
+
+
+def compile_rules(
+    *,
+    headers: Sequence[str] = (),
+    header_rules: Sequence[tuple[str, Sequence[tuple[str, str]], Sequence[str]]] = (),
+    cors: bool = False,
+    cors_origins: Sequence[str] = (),
+    redirects: Sequence[tuple[str, str, int]] = (),
+    rewrites: Sequence[tuple[str, str]] = (),
+    clean_urls: bool = False,
+    trailing_slash: str = "keep",
+    error_pages: Sequence[tuple[str, str]] = (),
+    auth: Sequence[tuple[str, Mapping[str, str], str]] = (),
+    hidden: bool = False,
+    fold: bool = False,
+    source: str = "--config",
+) -> SiteRules:
+    """Validate and compile.  ``auth`` is (glob, users, dummy hash) per rule
+    (the users already read and checked by the caller).  Raises ConfigError
+    (one line naming ``source`` and the key)."""
+    hrules: list[HeaderRule] = []
+    if headers:
+        sets = tuple(_header(*parse_header_line(h, "--header"), "--header") for h in headers)
+        hrules.append(HeaderRule("/**", None, sets))
+    for i, (pattern, sets_spec, removes) in enumerate(header_rules):
+        where = f"{source}: [[headers]] #{i + 1}"
+        match = _glob(pattern, f"{where} key 'path'", fold)
+        sets = tuple(_header(n, v, f"{where} key 'set'") for n, v in sets_spec)
+        rm: set[bytes] = set()
+        for name in removes:
+            if not _is_token(name):
+                raise ConfigError(f"{where} key 'remove': {name!r} is not a valid header name")
+            if name.lower() in FORBIDDEN_HEADERS:
+                raise ConfigError(f"{where} key 'remove': {name!r} cannot be removed")
+            rm.add(name.lower().encode("ascii"))
+        hrules.append(
+            HeaderRule(pattern, None if pattern in ("/**", "**") else match, sets, frozenset(rm))
+        )
+    cors_policy: Cors | None = None
+    if cors and cors_origins:
+        raise ConfigError("--cors (any origin) and --cors-origin (a list) exclude each other")
+    for origin in cors_origins:
+        if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
+            raise ConfigError(f"--cors-origin {origin!r} must be scheme://host[:port]")
+    if cors:
+        cors_policy = Cors(any_origin=True)
+    elif cors_origins:
+        cors_policy = Cors(False, frozenset(cors_origins), credentials=bool(auth))
+    reds: list[Redirect] = []
+    for i, (src, to, status) in enumerate(redirects):
+        where = f"{source}: [[redirects]] #{i + 1}"
+        prefix, splat = _from_pattern(src, f"{where} key 'from'")
+        if status not in REDIRECT_STATUSES:
+            raise ConfigError(f"{where} key 'status': {status!r} must be 301, 302, 303, 307 or 308")
+        if not _check_location(to.replace(":splat", "x")):
+            raise ConfigError(
+                f"{where} key 'to': {to!r} must be a path starting with one '/' or an http(s) URL"
+            )
+        if not splat and to.split("?", 1)[0] == src:
+            raise ConfigError(f"{where}: redirects {src!r} to itself")
+        reds.append(Redirect(src, prefix, splat, to, status))
+    rws: list[Rewrite] = []
+    for i, (src, to) in enumerate(rewrites):
+        where = f"{source}: [[rewrites]] #{i + 1}"
+        prefix, splat = _from_pattern(src, f"{where} key 'from'")
+        if not to.startswith("/") or to.startswith("//") or any(c in to for c in "\x00\r\n\\?#"):
+            raise ConfigError(f"{where} key 'to': {to!r} must be a path starting with one '/'")
+        rws.append(Rewrite(src, prefix, splat, to))
+    if trailing_slash not in ("add", "remove", "keep"):
+        raise ConfigError(f"--trailing-slash must be add, remove or keep, got {trailing_slash!r}")
+    pages: dict[str, str] = {}
+    for key, page in error_pages:
+        where = f"{source}: [errors] key {key!r}"
+        if not re.fullmatch(r"[45](?:\d\d|xx)", key):
+            raise ConfigError(f"{where}: must be a 4xx or 5xx status, or '4xx' / '5xx'")
+        pages[key] = page
+    arules = tuple(
+        AuthRule(
+            pattern,
+            None
+            if pattern in ("/**", "**")
+            else _glob(pattern, f"{source}: [[auth]] #{i + 1} key 'path'", fold),
+            users,
+            "serverio",
+            dummy,
+            i,
+        )
+        for i, (pattern, users, dummy) in enumerate(auth)
+    )
+    return SiteRules(
+        tuple(hrules),
+        cors_policy,
+        tuple(reds),
+        tuple(rws),
+        clean_urls,
+        trailing_slash,
+        pages,
+        arules,
+        hidden,
+        fold,
+    )
+
+
+# ------------------------------------------------------------------ headers
+
+
+def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> HeaderOps:
+    """Merge the header rules matching ``path``, in order.
+
+    Precedence: rules apply in the order given (``--header`` first, then
+    ``[[headers]]`` in file order); a later ``set`` of a name replaces an
+    earlier one, a later ``remove`` removes what earlier rules set.  Any
+    rule's field replaces the server's own field of that name (so a
+    ``Cache-Control`` rule overrides ``--cache-control``), except ``Vary``,
+    whose tokens are merged with the server's (union, no duplicates).
+    ``protected``: the response needed authentication, so it gets
+    ``Cache-Control: private`` unless a rule sets Cache-Control.
+    """
+    final: dict[bytes, list[bytes]] = {}
+    drop: set[bytes] = set()
+    vary: list[bytes] = []
+    for rule in rules.header_rules:
+        if rule.match is not None and rule.match.fullmatch(path) is None:
+            continue
+        for name in rule.remove:
+            drop.add(name)
+            final.pop(name, None)
+            if name == b"vary":
+                vary.clear()
+        for name, value in rule.set:
+            if name == b"vary":
+                for tok in value.split(b","):
+                    t = tok.strip()
+                    if t and t.lower() not in (v.lower() for v in vary):
+                        vary.append(t)
+                continue
+            drop.add(name)
+            final[name] = [value]
+    if protected and b"cache-control" not in final and b"cache-control" not in drop:
+        drop.add(b"cache-control")
+        final[b"cache-control"] = [b"private"]
+    sets = tuple((n, v) for n, vs in final.items() for v in vs)
+    if not (drop or sets or vary):
+        return NO_OPS
+    return HeaderOps(frozenset(drop), sets, tuple(vary))
+
+
+def cors_headers(cors: Cors | None, origin: str | None) -> tuple[tuple[bytes, bytes], ...]:
+    """The CORS fields of an actual (non-preflight) response."""
+    if cors is None:
+        return ()
+    if cors.any_origin:
+        return (
+            (b"access-control-allow-origin", b"*"),
+            (b"access-control-expose-headers", _CORS_EXPOSE),
+        )
+    if origin is not None and origin in cors.origins:
+        hs: tuple[tuple[bytes, bytes], ...] = (
+            (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"access-control-expose-headers", _CORS_EXPOSE),
+        )
+        if cors.credentials:
+            hs += ((b"access-control-allow-credentials", b"true"),)
+        return hs
+    return ()
+
+
+def apply_headers(
+    plan: Plan,
+    ops: HeaderOps,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    vary_origin: bool = False,
+) -> Plan:
+    """``plan`` with the rules' fields (and ``extra``, the CORS fields) applied.
+
+    The memoised head (``plan.head``) is rebuilt by the caller if wanted;
+    here it is dropped, so a stale head can never be sent.
+    """
+    vary_add = list(ops.vary)
+    if vary_origin:
+        vary_add.append(b"Origin")
+    drop = ops.drop
+    on_304 = plan.status == 304
+    out: list[tuple[bytes, bytes]] = []
+    own_vary: bytes | None = None
+    for name, value in plan.headers:
+        if name == b"vary" and vary_add:
+            own_vary = value
+            continue
+        if name in drop:
+            continue
+        out.append((name, value))
+    for name, value in ops.set:
+        if on_304 and name in _NOT_ON_304:
+            continue
+        out.append((name, value))
+    out.extend(extra)
+    if vary_add:
+        tokens = [t.strip() for t in own_vary.split(b",")] if own_vary else []
+        seen = {t.lower() for t in tokens}
+        for t in vary_add:
+            if t.lower() not in seen:
+                tokens.append(t)
+                seen.add(t.lower())
+        out.append((b"vary", b", ".join(tokens)))
+    return replace(plan, headers=tuple(out), head=None)
+
+
+def preflight_plan(cors: Cors, req: RequestFacts, now: float) -> Plan | None:
+    """The answer to a CORS preflight (an OPTIONS with Origin and
+    Access-Control-Request-Method), or None for any other request.
+
+    A preflight carries no credentials (Fetch §4.8), so it is answered
+    before authentication.  From an origin not allowed, the answer is a
+    plain 204 without CORS fields: the browser then refuses the request.
+    """
+    if req.method != b"OPTIONS" or req.origin is None or req.cors_method is None:
+        return None
+    hs: list[tuple[bytes, bytes]] = [(b"allow", _CORS_METHODS)]
+    allowed = cors.any_origin or req.origin in cors.origins
+    if allowed:
+        hs.append(
+            (
+                b"access-control-allow-origin",
+                b"*" if cors.any_origin else req.origin.encode("latin-1"),
+            )
+        )
+        if cors.credentials and not cors.any_origin:
+            hs.append((b"access-control-allow-credentials", b"true"))
+        hs.append((b"access-control-allow-methods", _CORS_METHODS))
+        asked = req.cors_headers
+        if asked:
+            names = [n.strip() for n in asked.split(",") if n.strip()]
+            if (
+                len(asked) <= _MAX_ALLOW_HEADERS_LEN
+                and len(names) <= _MAX_ALLOW_HEADERS
+                and all(_is_token(n) for n in names)
+            ):
+                hs.append((b"access-control-allow-headers", ", ".join(names).encode("ascii")))
+        hs.append((b"access-control-max-age", _CORS_MAX_AGE))
+    if not cors.any_origin:
+        hs.append((b"vary", b"Origin"))
+    plan = error_plan(204, now, headers=hs)
+    # A 204 has no body and no Content-Length (RFC 9110 §8.6, §15.3.5).
+    return replace(
+        plan,
+        headers=tuple(h for h in plan.headers if h[0] not in (b"content-type", b"content-length")),
+        body=(),
+        send_body=False,
+    )
+
+
+# ------------------------------------------------------------------ redirects
+
+
+def _splat_of(prefix: str, splat: bool, path: str) -> str | None:
+    if not splat:
+        return "" if path == prefix else None
+    if not path.startswith(prefix):
+        # "/old/*" also matches "/old" itself (an empty splat).
+        if prefix.endswith("/") and path == prefix[:-1]:
+            return ""
+        return None
+    return path[len(prefix) :]
+
+
+def redirect_for(rules: SiteRules, target: Target) -> tuple[int, bytes] | None:
+    """(status, Location) of the first redirect rule that applies, if any.
+
+    ``:splat`` is the rest of the decoded path, re-encoded segment by
+    segment, so it can never add a scheme, an authority or a control.
+    The result is validated again on every request: a Location that is
+    scheme-relative (``//evil``, ``/\\evil``), has a control, or is not a
+    path when ``to`` was a path is refused (the rule does not apply).
+    The query is kept unless ``to`` has one.
+    """
+    if not rules.redirects:
+        return None
+    path = match_path(target)
+    for rule in rules.redirects:
+        rest = _splat_of(rule.prefix, rule.splat, path)
+        if rest is None:
+            continue
+        encoded = "/".join(quote_segment(s) for s in rest.split("/")) if rest else ""
+        loc = rule.to.replace(":splat", encoded)
+        if not _check_location(loc) or (rule.to_is_path and not loc.startswith("/")):
+            continue
+        if "?" not in rule.to and target.query is not None:
+            loc += "?" + target.query
+        if any(ord(c) < 0x21 or ord(c) > 0x7E for c in loc):
+            continue
+        return rule.status, loc.encode("ascii")
+    return None
+
+
+def slash_redirect(rules: SiteRules, target: Target) -> bytes | None:
+    """``--trailing-slash`` and clean URLs as redirects (Location), if any.
+
+    * clean URLs: ``/about.html`` -> ``/about``, ``/d/index.html`` -> ``/d/``;
+    * ``add``: ``/about`` -> ``/about/`` when the last segment has no
+      extension; ``remove``: ``/about/`` -> ``/about``.
+    """
+    segs = target.segments
+    if not segs:
+        return None
+    new: Target | None = None
+    last = segs[-1]
+    if rules.clean_urls and not target.slash and last.endswith(".html") and len(last) > 5:
+        if last == "index.html":
+            new = Target(segs[:-1], True, target.query)
+        else:
+            new = Target((*segs[:-1], last[:-5]), rules.trailing_slash == "add", target.query)
+    elif rules.trailing_slash == "add" and not target.slash and "." not in last:
+        new = Target(segs, True, target.query)
+    elif rules.trailing_slash == "remove" and target.slash:
+        new = Target(segs, False, target.query)
+    if new is None:
+        return None
+    loc = new.url_path() if new.segments else "/"
+    if new.query is not None:
+        loc += "?" + new.query
+    return loc.encode("latin-1")
+
+
+def rewrite_for(rules: SiteRules, target: Target) -> Target | None:
+    """The target of the first rewrite rule that applies, if any.
+
+    The rewritten path goes through the same containment as a request path
+    (its segments are opened beneath the root); its hidden flag is
+    recomputed so ``--hidden`` applies to it too.
+    """
+    if not rules.rewrites:
+        return None
+    path = match_path(target)
+    for rule in rules.rewrites:
+        rest = _splat_of(rule.prefix, rule.splat, path)
+        if rest is None:
+            continue
+        dest = rule.to.replace(":splat", rest)
+        segs = tuple(s for s in dest.split("/") if s)
+        if any(s in (".", "..") or "\x00" in s for s in segs):
+            continue
+        hidden = any(
+            s.startswith(".") and not (i == 0 and s == ".well-known") for i, s in enumerate(segs)
+        )
+        return Target(segs, dest.endswith("/"), target.query, hidden=hidden)
+    return None
+
+
+def clean_url_alternative(target: Target) -> Target | None:
+    """With clean URLs, ``/about`` (missing) is served from ``about.html``."""
+    segs = target.segments
+    if not segs or "." in segs[-1]:
+        return None
+    return Target((*segs[:-1], segs[-1] + ".html"), False, target.query, hidden=target.hidden)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """What the rules decide from the path alone (memoisable per target).
+
+    ``auth``: the rule that protects the request path or the path a
+    rewrite or clean URL would serve; ``redirect``: (status, Location);
+    ``rewritten``: the target to serve instead.
+    """
+
+    auth: AuthRule | None
+    redirect: tuple[int, bytes] | None
+    rewritten: Target | None
+    path: str
+
+
+def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
+    """Auth rule, redirect (rules, clean URLs, trailing slash) and rewrite
+    for ``target``, in the documented order."""
+    rewritten = rewrite_for(rules, target)
+    path = match_path(target)
+    rule: AuthRule | None = None
+    if rules.auth:
+        paths = [path]
+        served = rewritten or target
+        if rewritten is not None:
+            paths.append(match_path(rewritten))
+        if rules.clean_urls:
+            alt = clean_url_alternative(served)
+            if alt is not None:
+                paths.append(match_path(alt))
+        rule = auth_rule_for(rules, [rules.canonical(p) for p in paths])
+    found = redirect_for(rules, target)
+    if found is None and (rules.clean_urls or rules.trailing_slash != "keep"):
+        loc = slash_redirect(rules, target)
+        if loc is not None:
+            found = (301, loc)
+    return RouteDecision(rule, found, None if found is not None else rewritten, path)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def error_page_key(rules: SiteRules, status: int) -> str | None:
+    """The error page configured for ``status`` ("404" before "4xx")."""
+    pages = rules.error_pages
+    if not pages or status < 400:
+        return None
+    exact = str(status)
+    if exact in pages:
+        return exact
+    cls = f"{status // 100}xx"
+    return cls if cls in pages else None
+
+
+# ------------------------------------------------------------------ auth
+
+
+def auth_rule_for(rules: SiteRules, paths: Sequence[str]) -> AuthRule | None:
+    """The first auth rule that matches any of ``paths`` (the request path
+    and, after a rewrite or clean URL, the path served)."""
+    for rule in rules.auth:
+        if rule.match is None or any(rule.match.fullmatch(p) for p in paths):
+            return rule
+    return None
+
+
+def parse_basic(value: str | None) -> tuple[str, str] | None:
+    """``Authorization: Basic base64(user:password)`` -> (user, password)
+    (RFC 7617 §2; UTF-8, as the challenge's charset says), or None."""
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "basic" or not token or len(token) > 4096:
+        return None
+    try:
+        raw = base64.b64decode(token.strip().encode("ascii"), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        return None
+    user, colon, password = raw.partition(":")
+    if not colon:
+        return None
+    return user, password
+
+
+def challenge_plan(realm: str, now: float, *, head: bool) -> Plan:
+    """401 with the Basic challenge (RFC 7617 §2, charset per §2.1)."""
+    value = f'Basic realm="{realm}", charset="UTF-8"'.encode("ascii")
+    return error_plan(
+        401,
+        now,
+        headers=[(b"www-authenticate", value), (b"cache-control", b"no-store")],
+        head_only=head,
+    )

@@ -1,0 +1,498 @@
+"""The site rules on the trio side: load them at start-up, evaluate per request.
+
+:func:`load_site` reads what the rules name (users files, error pages,
+under the same containment as any request) and compiles everything with
+:func:`serverio.http.rules.compile_rules`; with no rule configured it
+returns None and the connection never calls into this module (the warm
+path is unchanged).
+
+Per request, in this order (docs/features.md "Site rules"):
+
+1. :meth:`Site.route`: a CORS preflight; the core's method and hidden-path
+   decisions; authentication (against the request path *and* the path a
+   rewrite or clean URL would serve); redirects; rewrites;
+2. :meth:`Site.respond_now`: the handler, retried once with the
+   ``.html`` file of a clean URL, or the directory of a
+   ``--trailing-slash remove`` path, when the first answer says so;
+3. :meth:`Site.finish`: the error page for the status, then the header
+   rules and the CORS fields.
+
+Authentication runs in its own small pool (``auth``): password spraying
+saturates that pool (503), not the filesystem or work pools, and never the
+event loop.  A bounded cache of recently verified credentials (keyed by
+an HMAC with a per-process key, never the password itself) spares a
+legitimate client a hash per request; a per-client budget of failures
+answers 429 once spent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+import stat
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+import trio
+
+from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..config import Config
+from ..errors import ConfigError
+from ..fs.opener import RootOpener
+from ..fs.prepare import Prepared
+from ..fs.reads import pread
+from ..http.core import Plan, RequestFacts, error_plan, route
+from ..http.mime import guess_type
+from ..http.passwords import check_hash, dummy_like, verify
+from ..http.rules import (
+    NO_OPS,
+    AuthRule,
+    HeaderOps,
+    RouteDecision,
+    SiteRules,
+    apply_headers,
+    auth_rule_for,
+    challenge_plan,
+    clean_url_alternative,
+    compile_rules,
+    cors_headers,
+    decide_route,
+    error_page_key,
+    header_ops,
+    match_path,
+    parse_basic,
+    preflight_plan,
+)
+from ..http.target import Target
+from ..http.wire import head_bytes
+from ..observe.stats import Stats
+from .handler import Deferred, Handler
+
+__all__ = ["Site", "Ticket", "load_site"]
+
+log = logging.getLogger("serverio")
+
+AUTH_WORKERS = 2
+AUTH_QUEUE = 32
+FAILURE_BUDGET = 10  # failed attempts per client ...
+FAILURE_WINDOW = 60.0  # ... per this many seconds, then 429
+_VERIFIED_MAX = 1024  # recently verified credentials kept
+_VERIFIED_TTL = 300.0  # seconds a verification is trusted
+_CLIENTS_MAX = 4096
+_MEMO_MAX = 1024
+_ROUTES_MAX = 4096
+_OPS_MAX = 4096
+_ERROR_PAGE_MAX = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorPage:
+    body: bytes
+    content_type: bytes
+    protected: bool  # lives under an [[auth]] path
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What :meth:`Site.route` decided: an answer (``plan``), or the request
+    to serve (possibly rewritten); ``protected``/``authed``: an auth rule
+    applied / the client passed it."""
+
+    plan: Plan | None
+    req: RequestFacts
+    protected: bool = False
+    authed: bool = False
+
+
+def _read_users(path: str, where: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "unreadable"
+        raise ConfigError(f"{where}: users file {path!r}: {reason}") from None
+    users: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, colon, h = line.partition(":")
+        if not colon or not user:
+            raise ConfigError(f"{where}: users file {path!r} line {n}: expected user:hash")
+        problem = check_hash(h)
+        if problem is not None:
+            raise ConfigError(f"{where}: users file {path!r} line {n}: {problem}")
+        users[user] = h
+    if not users:
+        raise ConfigError(f"{where}: users file {path!r} has no users")
+    return users
+
+
+def _inside(root: str, path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
+def _read_page(opener: RootOpener, rel: str, where: str) -> tuple[bytes, bytes]:
+    segs = [s for s in rel.split("/") if s]
+    if not segs or any(s in (".", "..") or s.startswith(".") for s in segs) or "\\" in rel:
+        raise ConfigError(f"{where}: {rel!r} must be a file below the root (no dot segments)")
+    try:
+        fd = opener.open("/".join(segs))
+    except OSError:
+        raise ConfigError(f"{where}: error page {rel!r} is missing (or outside the root)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _ERROR_PAGE_MAX:
+            raise ConfigError(f"{where}: error page {rel!r} is not a regular file up to 1 MiB")
+        data = pread(fd, st.st_size, 0)
+    finally:
+        os.close(fd)
+    return data, guess_type(segs[-1]).encode("ascii")
+
+
+def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
+    """Compile the site rules of ``cfg`` (reading users files and error
+    pages); None when there are none.  Raises ConfigError."""
+    source = cfg.rules_source or "--config"
+    auth: list[tuple[str, dict[str, str], str]] = []
+    specs = list(cfg.auth)
+    if cfg.auth_file is not None:
+        specs.insert(0, ("/**", cfg.auth_file))
+    for i, (pattern, path) in enumerate(specs):
+        where = "--auth-file" if cfg.auth_file is not None and i == 0 else f"{source}: [[auth]]"
+        if cfg.root and _inside(cfg.root, path):
+            raise ConfigError(f"{where}: users file {path!r} is inside the served root")
+        users = _read_users(path, where)
+        auth.append((pattern, users, dummy_like(next(iter(users.values())))))
+    fold = bool(auth or cfg.header_rules) and case_insensitive(cfg.root)
+    rules = compile_rules(
+        fold=fold,
+        headers=cfg.headers,
+        header_rules=cfg.header_rules,
+        cors=cfg.cors,
+        cors_origins=cfg.cors_origins,
+        redirects=cfg.redirects,
+        rewrites=cfg.rewrites,
+        clean_urls=cfg.clean_urls,
+        trailing_slash=cfg.trailing_slash,
+        error_pages=cfg.error_pages,
+        auth=auth,
+        hidden=cfg.hidden,
+        source=source,
+    )
+    if rules.empty:
+        return None
+    pages: dict[str, ErrorPage] = {}
+    if rules.error_pages:
+        opener = RootOpener(
+            cfg.root or os.path.realpath(cfg.directory),
+            follow_symlinks=cfg.follow_symlinks,
+            hidden=cfg.hidden,
+        )
+        try:
+            for key, rel in rules.error_pages.items():
+                body, ctype = _read_page(opener, rel, f"{source}: [errors] key {key!r}")
+                page_path = rules.canonical("/" + rel.strip("/"))
+                protected = auth_rule_for(rules, (page_path,)) is not None
+                pages[key] = ErrorPage(body, ctype, protected)
+        finally:
+            opener.close()
+    if rules.auth and not _is_loopback(cfg.host) and cfg.certfile is None:
+        log.warning(
+            "basic authentication over plain HTTP on %s: passwords cross the network readable",
+            cfg.host,
+        )
+    return Site(cfg, rules, pages, stats or Stats())
+
+
+def _client_key(peer: str) -> str:
+    # The failure budget is per address, not per connection (a new
+    # connection must not reset it): drop the port of "addr:port".
+    if peer.startswith("["):
+        return peer.split("]", 1)[0] + "]"
+    host, sep, port = peer.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else peer
+
+
+def case_insensitive(root: str) -> bool:
+    """Does the filesystem of ``root`` find names regardless of case?
+
+    Probed once at start-up: the first entry whose name changes under
+    swapcase() is looked up by its swapped name; the same inode means the
+    filesystem folds case (macOS and Windows defaults, some FUSE and SMB
+    mounts).  A root without such an entry is taken as case-sensitive.
+    """
+    if not root:
+        return False
+    try:
+        with os.scandir(root) as it:
+            for entry in it:
+                other = entry.name.swapcase()
+                if other == entry.name:
+                    continue
+                try:
+                    a = os.stat(os.path.join(root, entry.name), follow_symlinks=False)
+                    b = os.stat(os.path.join(root, other), follow_symlinks=False)
+                except OSError:
+                    return False
+                return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    except OSError:
+        return False
+    return False
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Site:
+    """Evaluates one server's compiled rules per request (trio thread only)."""
+
+    def __init__(
+        self, cfg: Config, rules: SiteRules, pages: dict[str, ErrorPage], stats: Stats
+    ) -> None:
+        self.config = cfg
+        self.rules = rules
+        self.pages = pages
+        self.stats = stats
+        self.auth_pool = Pool("auth", AUTH_WORKERS, AUTH_QUEUE)
+        self._key = secrets.token_bytes(32)
+        self._verified: OrderedDict[bytes, float] = OrderedDict()
+        self._failures: dict[str, tuple[int, float]] = {}
+        self._ops: dict[tuple[str, bool], HeaderOps] = {}
+        self._routes: dict[Target, RouteDecision] = {}
+        self._memo: dict[tuple[int, str | None], tuple[Plan, HeaderOps, Plan]] = {}
+        self._vary_origin = rules.cors is not None and not rules.cors.any_origin
+
+    # ------------------------------------------------------------ step 1
+
+    async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket:
+        rules = self.rules
+        if rules.cors is not None:
+            pre = preflight_plan(rules.cors, req, now)
+            if pre is not None:
+                return Ticket(pre, req)
+        plan = route(req, self.config, now)
+        if plan is not None:
+            return Ticket(plan, req)
+        head = req.method == b"HEAD"
+        target = req.target
+        decision = self._routes.get(target)
+        if decision is None:
+            decision = decide_route(rules, target)
+            if len(self._routes) >= _ROUTES_MAX:
+                self._routes.clear()  # bounded: targets (queries) are client input
+            self._routes[target] = decision
+        rule = decision.auth
+        if rule is not None:
+            refusal = await self._authenticate(rule, req, now, client, head)
+            if refusal is not None:
+                # The challenge keeps its own Cache-Control: no-store.
+                return Ticket(refusal, req)
+        protected = rule is not None
+        if decision.redirect is not None:
+            status, loc = decision.redirect
+            plan = error_plan(status, now, headers=[(b"location", loc)], head_only=head)
+            return Ticket(plan, req, protected, protected)
+        rewritten = decision.rewritten
+        if rewritten is not None:
+            if rewritten.hidden and not self.config.hidden:
+                return Ticket(error_plan(404, now, head_only=head), req, protected, protected)
+            req = replace(req, target=rewritten)
+        return Ticket(None, req, protected, protected)
+
+    async def _authenticate(
+        self, rule: AuthRule, req: RequestFacts, now: float, peer: Callable[[], str], head: bool
+    ) -> Plan | None:
+        """None when the request may proceed; else the 401, 429 or 503."""
+        client = _client_key(peer())
+        mono = trio.current_time()
+        count, since = self._failures.get(client, (0, mono))
+        if mono - since > FAILURE_WINDOW:
+            count, since = 0, mono
+            self._failures.pop(client, None)
+        if count >= FAILURE_BUDGET:
+            retry = max(1, int(FAILURE_WINDOW - (mono - since)) + 1)
+            return error_plan(429, now, headers=[(b"retry-after", b"%d" % retry)], head_only=head)
+        creds = parse_basic(req.authorization)
+        if creds is None:
+            # No (usable) credentials: the first step of every login, not a failure.
+            return challenge_plan(rule.realm, now, head=head)
+        user, password = creds
+        key = hmac.new(
+            self._key,
+            b"%d\0%s\0%s" % (rule.index, user.encode(), password.encode()),
+            hashlib.sha256,
+        ).digest()
+        seen = self._verified.get(key)
+        if seen is not None and mono - seen < _VERIFIED_TTL:
+            self._verified.move_to_end(key)
+            return None
+        known = rule.users.get(user)
+        # An unknown user is checked against a dummy hash of the same cost,
+        # so the time taken does not reveal which users exist.
+        h = known if known is not None else rule.dummy
+        try:
+            ok = await run_blocking(self.auth_pool, verify, h, password)
+        except PoolSaturated:
+            return error_plan(503, now, head_only=head)
+        if ok and known is not None:
+            self._verified[key] = mono
+            if len(self._verified) > _VERIFIED_MAX:
+                self._verified.popitem(last=False)
+            return None
+        self.stats.auth_failures += 1
+        if len(self._failures) >= _CLIENTS_MAX and client not in self._failures:
+            self._failures.clear()  # bounded: forget everyone rather than grow
+        self._failures[client] = (count + 1, since)
+        return challenge_plan(rule.realm, now, head=head)
+
+    # ------------------------------------------------------------ step 2
+
+    def respond_now(self, handler: Handler, req: RequestFacts, now: float) -> Prepared | Deferred:
+        """The handler's answer, retried with the alternative target when
+        clean URLs or ``--trailing-slash remove`` call for one."""
+        answer = handler.respond_now(req, now)
+        rules = self.rules
+        if not rules.clean_urls and rules.trailing_slash != "remove":
+            return answer
+        if isinstance(answer, Prepared):
+            alt = self._alternative(req, answer.plan)
+            if alt is None:
+                return answer
+            answer.close()
+            return handler.respond_now(alt, now)
+        first = answer
+
+        async def step(_: Prepared | None) -> Prepared:
+            prepared = await first.run()
+            alt = self._alternative(req, prepared.plan)
+            if alt is None:
+                return prepared
+            prepared.close()
+            again = handler.respond_now(alt, now)
+            if isinstance(again, Prepared):
+                return again
+            try:
+                return await again.run()
+            finally:
+                again.close()
+
+        return _Chained(step, first)
+
+    def _alternative(self, req: RequestFacts, plan: Plan) -> RequestFacts | None:
+        rules = self.rules
+        target = req.target
+        if (
+            plan.status == 404
+            and rules.clean_urls
+            and (not target.slash or rules.trailing_slash == "add")
+        ):
+            # With --trailing-slash add, the clean URL of about.html is /about/.
+            alt = clean_url_alternative(replace(target, slash=False))
+            if alt is not None:
+                return replace(req, target=alt)
+        if (
+            plan.status == 301
+            and rules.trailing_slash == "remove"
+            and not target.slash
+            and target.segments
+        ):
+            # A directory: serve its index here instead of redirecting to
+            # the slash form (which this mode would redirect back).
+            return replace(
+                req, target=Target(target.segments, True, target.query, hidden=target.hidden)
+            )
+        return None
+
+    # ------------------------------------------------------------ step 3
+
+    def finish(self, plan: Plan, ticket: Ticket | None) -> Plan:
+        """Error page, then header rules and CORS fields."""
+        rules = self.rules
+        req = ticket.req if ticket is not None else None
+        protected = ticket.protected if ticket is not None else False
+        path = rules.canonical(match_path(req.target)) if req is not None else ""
+        okey = (path, protected)
+        ops = self._ops.get(okey)
+        if ops is None:
+            if req is None:
+                ops = header_ops(
+                    replace(
+                        rules, header_rules=tuple(r for r in rules.header_rules if r.match is None)
+                    ),
+                    "/",
+                )
+            else:
+                ops = header_ops(rules, path, protected=protected)
+            if len(self._ops) >= _OPS_MAX:
+                self._ops.clear()
+            self._ops[okey] = ops
+        origin = req.origin if req is not None else None
+        memo_key: tuple[int, str | None] | None = None
+        if plan.head is not None:
+            memo_key = (id(plan), origin if self._vary_origin else None)
+            hit = self._memo.get(memo_key)
+            if hit is not None and hit[0] is plan and hit[1] is ops:
+                return hit[2]
+        if plan.status >= 400 and self.pages:
+            plan = self._error_page(plan, ticket)
+        preflight = req is not None and req.method == b"OPTIONS" and req.cors_method is not None
+        extra = () if preflight else cors_headers(rules.cors, origin)
+        if ops is NO_OPS and not extra and not self._vary_origin:
+            out = plan
+        else:
+            out = apply_headers(plan, ops, extra, vary_origin=self._vary_origin)
+        if memo_key is not None:
+            out = replace(
+                out, head=head_bytes(out.status, out.headers, close=False, keep_alive_10=False)
+            )
+            if len(self._memo) >= _MEMO_MAX:
+                self._memo.clear()
+            self._memo[memo_key] = (plan, ops, out)
+        return out
+
+    def _error_page(self, plan: Plan, ticket: Ticket | None) -> Plan:
+        key = error_page_key(self.rules, plan.status)
+        if key is None:
+            return plan
+        page = self.pages.get(key)
+        if page is None or (page.protected and not (ticket is not None and ticket.authed)):
+            return plan  # the built-in body: a protected page is for authenticated clients
+        hs = [(n, v) for n, v in plan.headers if n not in (b"content-type", b"content-length")]
+        hs.append((b"content-type", page.content_type))
+        hs.append((b"content-length", b"%d" % len(page.body)))
+        return replace(plan, headers=tuple(hs), body=(page.body,) if page.body else ())
+
+
+class _Chained(Deferred):
+    """A Deferred whose step owns another Deferred (closed with it)."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(
+        self, step: Callable[[Prepared | None], Awaitable[Prepared]], inner: Deferred
+    ) -> None:
+        super().__init__(step)
+        self._inner = inner
+
+    async def run(self) -> Prepared:
+        try:
+            return await super().run()
+        finally:
+            self._inner.close()
+
+    def close(self) -> None:
+        super().close()
+        self._inner.close()
