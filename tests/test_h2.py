@@ -483,3 +483,22 @@ async def test_site_rules_apply_to_http2_streams_too(root: Path, tmp_path: Path)
     assert wrong.status == 401
     assert alice.status == 200 and bytes(alice.body) == b"hello world\n"
     assert alice.headers["x-rule"] == "on" and anonymous.headers["x-rule"] == "on"
+
+
+async def test_lame_duck_ends_an_http2_connection_after_its_next_response(root: Path) -> None:
+    """During --shutdown-delay (env.draining before the listener closes) an
+    HTTP/2 response is followed by GOAWAY, as an HTTP/1.1 one carries
+    Connection: close: the balancer moves the client to another replica."""
+    cfg = make_config(root)
+    async with h2_memory(cfg) as (client, srv, _):
+        first = await client.get("/hello.txt")
+        no_goaway_yet = client.goaway is None
+        srv.env.draining = True  # what serve() sets when the delay starts
+        second = await client.get("/hello.txt")
+        with trio.fail_after(5):
+            while client.goaway is None and await client.pump():
+                pass
+    assert first.status == 200 and no_goaway_yet
+    assert second.status == 200 and bytes(second.body) == b"hello world\n"
+    assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
+    assert client.goaway.last_stream_id == 3

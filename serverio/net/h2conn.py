@@ -615,6 +615,11 @@ class H2Connection:
                 if site is not None:
                     plan = site.finish(plan, ticket)
                 await self._respond(st, plan, prepared)
+                if env.draining:
+                    # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
+                    # answers with Connection: close, the connection ends
+                    # after this response (GOAWAY; in-flight streams finish).
+                    self.drain()
         except Exception:
             # A bug in one stream must not end the other streams.
             stats.internal_errors += 1
