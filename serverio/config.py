@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
-__all__ = ["ACCESS_LOG_FORMATS", "ETAG_MODES", "LOG_LEVELS", "Config", "parse_host_port"]
+__all__ = [
+    "ACCESS_LOG_FORMATS",
+    "ETAG_MODES",
+    "LOG_LEVELS",
+    "Config",
+    "listener_http2",
+    "parse_host_port",
+    "parse_listen",
+]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -264,8 +272,8 @@ def _validate_operations(c: Config) -> None:
     if c.listen or c.listen_tls:
         if c.fds:
             raise ConfigError("--listen/--listen-tls cannot be combined with --fd / LISTEN_FDS")
-        public = [parse_host_port(a, "--listen") for a in c.listen]
-        public += [parse_host_port(a, "--listen-tls") for a in c.listen_tls]
+        public = [parse_listen(a, "--listen")[:2] for a in c.listen]
+        public += [parse_listen(a, "--listen-tls")[:2] for a in c.listen_tls]
         if c.listen_tls and c.certfile is None:
             raise ConfigError("--listen-tls needs --certfile")
         if c.workers > 1 and any(p == 0 for _, p in public):
@@ -333,6 +341,30 @@ def parse_host_port(text: str, option: str) -> tuple[str, int]:
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
         raise ConfigError(f"{option} must be HOST:PORT (IPv6 as [ADDR]:PORT), got {text!r}")
     return host, int(port_text)
+
+
+# A listener's own protocol choice: ``--listen HOST:PORT/h1`` serves
+# HTTP/1.1 only there (no h2c preface, ALPN http/1.1 only); ``/h2`` allows
+# HTTP/2 there even with --no-http2.  Without a suffix, --http2 decides.
+LISTEN_PROTOCOLS = ("h1", "h2")
+
+
+def parse_listen(text: str, option: str) -> tuple[str, int, str | None]:
+    """``HOST:PORT[/h1|/h2]`` -> (host, port, protocol or None); ConfigError otherwise."""
+    address, slash, proto = text.rpartition("/")
+    if not slash:
+        address, proto = text, ""
+    elif proto not in LISTEN_PROTOCOLS:
+        raise ConfigError(
+            f"{option}: the protocol after '/' must be h1 or h2, got {text!r}"
+        )
+    host, port = parse_host_port(address, option)
+    return host, port, proto or None
+
+
+def listener_http2(proto: str | None, default: bool) -> bool:
+    """Whether a listener with protocol suffix ``proto`` speaks HTTP/2."""
+    return default if proto is None else proto == "h2"
 
 
 def _opt(name: str) -> str:

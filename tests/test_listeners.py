@@ -245,3 +245,67 @@ def test_check_exit_status_follows_health(root: Path) -> None:
     finally:
         stop(r)
     assert check_url(r.admin + "healthz", timeout=1) == 1  # nothing listens now
+
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _first_bytes_after_preface(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(_PREFACE)
+        return s.recv(64)
+
+
+def _alpn(ca: trustme.CA, port: int) -> str | None:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return tls.selected_alpn_protocol()
+
+
+@pytest.mark.slow
+def test_each_listener_carries_its_own_http2_choice(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path]
+) -> None:
+    """``/h1`` after a listener's address serves HTTP/1.1 only there (no
+    h2c preface, ALPN http/1.1); ``/h2`` turns HTTP/2 on there even with
+    --no-http2: the HttpArena layout (8080 HTTP/1.1, 8081 HTTP/1.1+TLS,
+    8082 h2c, 8443 h2+TLS) from one process."""
+    certfile, keyfile = cert_files
+    r = start(
+        root, "--no-http2",
+        "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:0/h2",
+        "--listen-tls", "127.0.0.1:0", "--listen-tls", "127.0.0.1:0/h2",
+        "--certfile", str(certfile), "--keyfile", str(keyfile),
+        listeners=4,
+    )  # fmt: skip
+    try:
+        h1, h2c, tls1, tls2 = (_port(u) for u in r.urls)
+        # HTTP/1.1 only: the preface is an HTTP/1.1 request h11 refuses.
+        assert _first_bytes_after_preface(h1).startswith(b"HTTP/1.1 ")
+        # h2c: the server's first frame is SETTINGS (type 0x4, RFC 9113 §3.4).
+        assert _first_bytes_after_preface(h2c)[3] == 0x4
+        assert _alpn(ca, tls1) == "http/1.1"
+        assert _alpn(ca, tls2) == "h2"
+        assert request(r.urls[0], "/hello.txt")[::2] == (200, b"hello world\n")
+    finally:
+        stop(r)
+
+    r = start(root, "--listen", "127.0.0.1:0/h1", "--listen", "127.0.0.1:0", listeners=2)
+    try:
+        h1, h2c = (_port(u) for u in r.urls)
+        assert _first_bytes_after_preface(h1).startswith(b"HTTP/1.1 ")
+        assert _first_bytes_after_preface(h2c)[3] == 0x4
+    finally:
+        stop(r)
+
+
+@pytest.mark.parametrize("spec", ["127.0.0.1:8080/h3", "127.0.0.1:8080/", "127.0.0.1/h1"])
+def test_a_bad_listener_protocol_is_a_one_line_error(
+    root: Path, spec: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["-d", str(root), "--listen", spec, "--print-config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--listen" in err[0]

@@ -155,6 +155,7 @@ class ConnectionTask:
         "_drained",
         "_fd",
         "_fed",
+        "_h2",
         "_phase",
         "_sock",
         "_stream_scope",
@@ -168,9 +169,17 @@ class ConnectionTask:
     )
 
     def __init__(
-        self, env: ConnectionEnv, stream: trio.abc.Stream, client: str | None = None
+        self,
+        env: ConnectionEnv,
+        stream: trio.abc.Stream,
+        client: str | None = None,
+        *,
+        http2: bool = True,
     ) -> None:
         self.env = env
+        # HTTP/2 on this connection: the server's (None: off), unless its
+        # listener serves HTTP/1.1 only (``--listen ADDR/h1``).
+        self._h2 = env.http2 if http2 else None
         self.stream = stream
         self._client = client
         self.read_scope: trio.CancelScope | None = None
@@ -276,7 +285,7 @@ class ConnectionTask:
             if isinstance(self.stream, trio.SSLStream):
                 if not await self._handshake():
                     return
-                if self.env.http2 is not None and self.stream.selected_alpn_protocol() == "h2":
+                if self._h2 is not None and self.stream.selected_alpn_protocol() == "h2":
                     await self._switch(b"")  # RFC 9113 §3.2: ALPN "h2"
                     return
             # One cancel scope for the connection's whole life carries the
@@ -504,7 +513,7 @@ class ConnectionTask:
             if (
                 event.http_version == b"2.0"
                 and requests == 0
-                and self.env.http2 is not None
+                and self._h2 is not None
                 and event.method == b"PRI"
                 and event.target == b"*"
                 and not event.headers
@@ -634,12 +643,12 @@ class ConnectionTask:
         for HTTP/1.1) with its read deadline lifted: the HTTP/2 connection
         keeps its own deadlines.  A drain is forwarded to it from now on.
         """
-        assert self.env.http2 is not None
+        assert self._h2 is not None
         self._armed = False
         if self.read_scope is not None:
             self.read_scope.deadline = math.inf
         self.in_flight = True
-        self._switched = self.env.http2(self.env, self.stream, lambda: self.client, initial)
+        self._switched = self._h2(self.env, self.stream, lambda: self.client, initial)
         await self._switched.run()
 
     async def _send_error(self, exc: HTTPError) -> None:

@@ -40,6 +40,7 @@ A second :meth:`abort` (second signal) skips to step 4 immediately.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import math
@@ -51,7 +52,7 @@ from collections.abc import Sequence
 import trio
 
 from ..concurrency.blocking import Pool
-from ..config import Config, parse_host_port
+from ..config import Config, listener_http2, parse_listen
 from ..errors import reason_phrase
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
@@ -136,6 +137,20 @@ class Server:
         # TLS when --certfile is set (the CLI builds the context first, so
         # a bad certificate is a one-line start-up error, not a traceback).
         self.ssl_context = ssl_context or make_ssl_context(self.config)
+        self._listen_specs = listen_specs(self.config)
+        protocols = {listener_http2(proto, self.config.http2) for *_, proto in self._listen_specs}
+        # A TLS listener that differs from --http2 gets its own context (ALPN).
+        self._h1_ssl_context = (
+            make_ssl_context(dataclasses.replace(self.config, http2=False))
+            if self.ssl_context is not None and self.config.http2 and False in protocols
+            else None
+        )
+        self._h2_ssl_context = (
+            make_ssl_context(dataclasses.replace(self.config, http2=True))
+            if self.ssl_context is not None and not self.config.http2 and True in protocols
+            else None
+        )
+        any_http2 = self.config.http2 or True in protocols
         self.access_log = access_log or AccessLog(
             "off" if config.quiet else config.access_log, path=self.config.access_log_file
         )
@@ -184,7 +199,7 @@ class Server:
             self.access_log,
             self.response_times,
             self.live,
-            http2=H2Connection if self.config.http2 else None,
+            http2=H2Connection if any_http2 else None,
         )
         # Site rules, compiled once; None (never consulted) when there are none.
         self.env.site = load_site(self.config, self.stats)
@@ -241,7 +256,27 @@ class Server:
             index = self.listeners.index(listener)
         except ValueError:
             return None
-        return self.ssl_context if index >= len(cfg.listen) else None
+        if index < len(cfg.listen):
+            return None
+        # A listener whose protocol differs from --http2 has a context of
+        # its own: ALPN offers h2 there or not.
+        http2 = self.http2_of(listener)
+        if http2 != cfg.http2:
+            return self._h2_ssl_context if http2 else self._h1_ssl_context
+        return self.ssl_context
+
+    def http2_of(self, listener: trio.SocketListener) -> bool:
+        """Whether ``listener`` speaks HTTP/2 (its ``/h1`` or ``/h2`` suffix,
+        else ``--http2``); inherited or default listeners follow ``--http2``."""
+        cfg = self.config
+        specs = self._listen_specs
+        try:
+            index = self.listeners.index(listener)
+        except ValueError:
+            return cfg.http2
+        if index >= len(specs):
+            return cfg.http2
+        return listener_http2(specs[index][2], cfg.http2)
 
     async def open_listeners(self) -> None:
         """Bind the configured addresses (unless listeners were given).
@@ -349,6 +384,7 @@ class Server:
         """
         max_conns = self.config.max_connections
         tls = self.tls_of(listener)
+        http2 = self.http2_of(listener)
         lsock = listener.socket
         # A stdlib view of the same fd (no dup): closing it is trio's job, so
         # we detach() instead of close().
@@ -374,7 +410,7 @@ class Server:
                             await trio.sleep(0.1)
                             break
                         raise
-                    self._admit(sock, tls, conns, max_conns)
+                    self._admit(sock, tls, http2, conns, max_conns)
                 else:
                     # A full burst: let the new tasks run before the next one.
                     await trio.lowlevel.checkpoint()
@@ -390,13 +426,14 @@ class Server:
         lsock = listener.socket
         raw = _stdsocket.socket(lsock.family, lsock.type, lsock.proto, fileno=lsock.fileno())
         tls = self.tls_of(listener)
+        http2 = self.http2_of(listener)
         try:
             while True:
                 try:
                     sock, _addr = raw.accept()
                 except OSError:  # BlockingIOError: none left; EMFILE: give up
                     break
-                self._admit(sock, tls, conns, self.config.max_connections)
+                self._admit(sock, tls, http2, conns, self.config.max_connections)
         finally:
             raw.detach()
 
@@ -404,6 +441,7 @@ class Server:
         self,
         sock: _stdsocket.socket,
         tls: ssl.SSLContext | None,
+        http2: bool,
         conns: trio.Nursery,
         max_conns: int,
     ) -> None:
@@ -424,9 +462,9 @@ class Server:
                 conns.start_soon(self._reject, stream)
             return
         if tls is not None:
-            conn = self._tls_connection(stream, tls)
+            conn = self._tls_connection(stream, tls, http2)
         else:
-            conn = ConnectionTask(self.env, stream)
+            conn = ConnectionTask(self.env, stream, http2=http2)
         self.connections.add(conn)
         conns.start_soon(self._run_connection, conn)
 
@@ -488,7 +526,9 @@ class Server:
         self._spare_fd = _open_spare()
         return shed
 
-    def _tls_connection(self, stream: trio.SocketStream, tls: ssl.SSLContext) -> ConnectionTask:
+    def _tls_connection(
+        self, stream: trio.SocketStream, tls: ssl.SSLContext, http2: bool
+    ) -> ConnectionTask:
         """Wrap in TLS; the handshake happens in the connection task, under
         the head deadline, and ConnectionTask takes the buffered path for any
         stream that is not a plain SocketStream."""
@@ -503,7 +543,7 @@ class Server:
             if isinstance(peer, tuple) and peer:
                 client = str(peer[0])
         wrapped = trio.SSLStream(stream, tls, server_side=True, https_compatible=True)
-        return ConnectionTask(self.env, wrapped, client)
+        return ConnectionTask(self.env, wrapped, client, http2=http2)
 
     async def _run_connection(self, conn: ConnectionTask) -> None:
         try:
@@ -582,11 +622,17 @@ async def bind_public(cfg: Config, *, reuse_port: bool = False) -> list[trio.Soc
     return out
 
 
+def listen_specs(cfg: Config) -> list[tuple[str, int, str | None]]:
+    """(host, port, protocol suffix) of every ``--listen``/``--listen-tls``
+    address, in :func:`bind_public` order."""
+    specs = [parse_listen(a, "--listen") for a in cfg.listen]
+    return specs + [parse_listen(a, "--listen-tls") for a in cfg.listen_tls]
+
+
 def public_addresses(cfg: Config) -> list[tuple[str, int]]:
     """(host, port) of every public listener, in :func:`bind_public` order."""
     if cfg.listen or cfg.listen_tls:
-        addrs = [parse_host_port(a, "--listen") for a in cfg.listen]
-        return addrs + [parse_host_port(a, "--listen-tls") for a in cfg.listen_tls]
+        return [spec[:2] for spec in listen_specs(cfg)]
     return [(cfg.host, cfg.port)]
 
 

@@ -390,13 +390,15 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         "--listen",
         action="append",
         metavar="HOST:PORT",
-        help="plaintext listener (repeatable; IPv6 as [::1]:8080); replaces -b and the port",
+        help="plaintext listener (repeatable; IPv6 as [::1]:8080; /h1 or /h2 after it picks "
+        "its protocol); replaces -b and the port",
     )
     g.add_argument(
         "--listen-tls",
         action="append",
         metavar="HOST:PORT",
-        help="TLS listener with --certfile/--keyfile (repeatable); replaces -b and the port",
+        help="TLS listener with --certfile/--keyfile (repeatable; /h1 or /h2 as for --listen); "
+        "replaces -b and the port",
     )
     g.add_argument(
         "--fd",
