@@ -23,6 +23,7 @@ and the thread abandoned.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -360,6 +361,49 @@ async def _nothing() -> bytes | None:
     return None
 
 
+JobMaker = Callable[[], Callable[[], Awaitable[bytes | None]]]
+
+
+def _job_maker(
+    work: Pool,
+    fd: int,
+    data: bytes | None,
+    on_bytes: Callable[[bytes], bytes | None],
+    on_file: Callable[[OwnedFd], bytes | None],
+) -> JobMaker:
+    """The single-flight job of a follow-up that reads a representation:
+    ``on_bytes`` over ``data`` when it is in memory, else ``on_file`` over a
+    duplicate of the requester's descriptor, taken when the job starts
+    (while the requester's is still open: the requester may give up and
+    close its own while the job runs for everyone else).
+
+    Cancellation handling: the job's blocking call is abandoned like any
+    pooled call; a duplicate the thread never claimed is closed here.
+    """
+
+    def make_job() -> Callable[[], Awaitable[bytes | None]]:
+        if data is not None:
+            body = data
+
+            async def bytes_job() -> bytes | None:
+                return await run_blocking(work, on_bytes, body)
+
+            return bytes_job
+        owned = _dup(fd)
+        if owned is None:
+            return _nothing
+
+        async def file_job() -> bytes | None:
+            try:
+                return await run_blocking(work, on_file, owned)
+            finally:
+                owned.release()  # a no-op if the thread claimed it
+
+        return file_job
+
+    return make_job
+
+
 def _errno_status(exc: OSError) -> int:
     status = errno_status(exc.errno)
     if status == 500:
@@ -568,36 +612,16 @@ class ContentService:
         hit = self.compressed.get(key)
         if hit is not None:
             return hit  # the hot path: no thread hop, no syscall
-        work = self.work
-        fd = prepared.fd
-        source = prepared.source
         size, mtime_ns = facts.size, facts.mtime_ns
-
-        def make_job() -> Callable[[], Awaitable[bytes | None]]:
-            if source is not None:
-                # The file's bytes are in memory (the warm-file cache, or
-                # the read that just filled it): compress those, no re-read.
-                data = source
-
-                async def bytes_job() -> bytes | None:
-                    return await run_blocking(work, compress_bytes, coding, data)
-
-                return bytes_job
-            # The job gets its own descriptor, taken now while the
-            # requester's is open: the requester may give up (and close its
-            # own) while the job runs for everyone else.
-            owned = _dup(fd)
-            if owned is None:
-                return _nothing
-
-            async def job() -> bytes | None:
-                try:
-                    return await run_blocking(work, compress_file, owned, coding, size, mtime_ns)
-                finally:
-                    owned.release()  # a no-op if the thread claimed it
-
-            return job
-
+        # From the file's bytes when they are in memory (the warm-file
+        # cache, or the read that just filled it): no re-read.
+        make_job = _job_maker(
+            self.work,
+            prepared.fd,
+            prepared.source,
+            functools.partial(compress_bytes, coding),
+            lambda owned: compress_file(owned, coding, size, mtime_ns),
+        )
         return await self.compressed.get_or_run(key, make_job)
 
     async def _digest(self, prepared: Prepared) -> bytes | None:
@@ -609,29 +633,16 @@ class ContentService:
         hit = self.digests.get(key)
         if hit is not None:
             return hit
-        work = self.work
         size, mtime_ns = facts.size, facts.mtime_ns
-        fd = prepared.fd
-
-        def make_job() -> Callable[[], Awaitable[bytes | None]]:
-            if data is not None:
-                body = data
-
-                async def bytes_job() -> bytes | None:
-                    return await run_blocking(work, hash_bytes, algorithm, body)
-
-                return bytes_job
-            owned = _dup(fd)
-            if owned is None:
-                return _nothing
-
-            async def file_job() -> bytes | None:
-                try:
-                    return await run_blocking(work, hash_file, owned, algorithm, size, mtime_ns)
-                finally:
-                    owned.release()
-
-            return file_job
+        # A compressed representation's bytes are in memory; identity is
+        # hashed from the file.
+        make_job = _job_maker(
+            self.work,
+            prepared.fd,
+            data,
+            functools.partial(hash_bytes, algorithm),
+            lambda owned: hash_file(owned, algorithm, size, mtime_ns),
+        )
 
         return await self.digests.get_or_run(key, make_job)
 
