@@ -823,8 +823,14 @@ async def _fsstall(server: ServerProcess, fs: Any, workers: int, queue: int, ext
         hung.append(s)
 
     def saturated() -> bool:
+        # A pool thread counts as running when it starts; it reaches the
+        # FUSE open a moment later, so wait for the filesystem's own count.
         snap = server.probe()
-        return bool(snap["fs_running"] >= workers and snap["fs_queued"] >= queue)
+        return bool(
+            snap["fs_running"] >= workers
+            and snap["fs_queued"] >= queue
+            and fs.stats()["blocked"] >= workers
+        )
 
     with trio.move_on_after(20):
         # Polls the server process: there is no event to wait on here.
