@@ -669,3 +669,37 @@ def test_plaintext_auth_on_a_public_address_warns(
     with caplog.at_level("WARNING", logger="serverio"):
         site_mod.load_site(make_config(root, auth_file=str(users), host="127.0.0.1"))
     assert caplog.text == ""
+
+
+async def test_a_changed_error_page_is_served_without_a_restart(
+    site_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Error pages are bytes in memory (no pool hop for a 503's page), and
+    re-read while the server runs: an edit shows up, a deleted page falls
+    back to the built-in body, a restored one comes back."""
+    monkeypatch.setattr(site_mod, "PAGE_RECHECK", 0.05)
+    cfg = make_config(site_root, error_pages=(("404", "404.html"),), spa=None)
+
+    async def missing(port: int) -> bytes:
+        client = await connect(port)
+        try:
+            r = await client.get("/nothing-here")
+        finally:
+            await client.stream.aclose()
+        assert r.status == 404
+        return r.body
+
+    async with running_server(cfg) as (_, port):
+        assert await missing(port) == b"<h1>custom 404</h1>\n"
+        (site_root / "404.html").write_text("<h1>edited 404</h1>\n")
+        with trio.fail_after(5):
+            while await missing(port) != b"<h1>edited 404</h1>\n":
+                await trio.sleep(0.05)
+        (site_root / "404.html").unlink()
+        with trio.fail_after(5):
+            while await missing(port) != b"404 Not Found\n":
+                await trio.sleep(0.05)
+        (site_root / "404.html").write_text("<h1>back</h1>\n")
+        with trio.fail_after(5):
+            while await missing(port) != b"<h1>back</h1>\n":
+                await trio.sleep(0.05)

@@ -40,6 +40,7 @@ A second :meth:`abort` (second signal) skips to step 4 immediately.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -203,6 +204,9 @@ class Server:
         )
         # Site rules, compiled once; None (never consulted) when there are none.
         self.env.site = load_site(self.config, self.stats)
+        if self.env.site is not None:
+            # Their threads are waited for, then abandoned, like the others.
+            self.pools += [self.env.site.auth_pool, self.env.site.page_pool]
 
     # ------------------------------------------------------------ public
 
@@ -298,7 +302,12 @@ class Server:
         _ = self.opener  # open the root once, before accepting anything
         self._spare_fd = _open_spare()
         try:
-            async with self.handler.running(), trio.open_nursery() as conns:
+            site = self.env.site
+            async with (
+                self.handler.running(),
+                site.running() if site is not None else contextlib.nullcontext(),
+                trio.open_nursery() as conns,
+            ):
                 self._conn_nursery = conns
                 accept_scope = trio.CancelScope()
                 conns.start_soon(self._accept_all, conns, accept_scope)

@@ -27,6 +27,7 @@ answers 429 once spent.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -35,7 +36,8 @@ import os
 import secrets
 import stat
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 import trio
@@ -88,6 +90,11 @@ _MEMO_MAX = 1024
 _ROUTES_MAX = 4096
 _OPS_MAX = 4096
 _ERROR_PAGE_MAX = 1024 * 1024
+
+
+# Seconds between re-reads of the error pages (a changed page is served
+# within this long; each re-read is one open and read per page, in a thread).
+PAGE_RECHECK = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +163,39 @@ def _read_page(opener: RootOpener, rel: str, where: str) -> tuple[bytes, bytes]:
     return data, guess_type(segs[-1]).encode("ascii")
 
 
+def read_error_pages(
+    cfg: Config, rules: SiteRules, source: str, *, strict: bool
+) -> dict[str, ErrorPage]:
+    """Read every ``[errors]`` page through a confined opener (blocking).
+
+    ``strict`` (start-up): a missing or unfit page is a ConfigError.  Else
+    (the periodic re-read) such a page is left out, and that status gets
+    the built-in body until the page is back.
+    """
+    pages: dict[str, ErrorPage] = {}
+    if not rules.error_pages:
+        return pages
+    opener = RootOpener(
+        cfg.root or os.path.realpath(cfg.directory),
+        follow_symlinks=cfg.follow_symlinks,
+        hidden=cfg.hidden,
+    )
+    try:
+        for key, rel in rules.error_pages.items():
+            try:
+                body, ctype = _read_page(opener, rel, f"{source}: [errors] key {key!r}")
+            except (ConfigError, OSError):
+                if strict:
+                    raise
+                continue
+            page_path = rules.canonical("/" + rel.strip("/"))
+            protected = auth_rule_for(rules, (page_path,)) is not None
+            pages[key] = ErrorPage(body, ctype, protected)
+    finally:
+        opener.close()
+    return pages
+
+
 def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     """Compile the site rules of ``cfg`` (reading users files and error
     pages); None when there are none.  Raises ConfigError."""
@@ -188,21 +228,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     )
     if rules.empty:
         return None
-    pages: dict[str, ErrorPage] = {}
-    if rules.error_pages:
-        opener = RootOpener(
-            cfg.root or os.path.realpath(cfg.directory),
-            follow_symlinks=cfg.follow_symlinks,
-            hidden=cfg.hidden,
-        )
-        try:
-            for key, rel in rules.error_pages.items():
-                body, ctype = _read_page(opener, rel, f"{source}: [errors] key {key!r}")
-                page_path = rules.canonical("/" + rel.strip("/"))
-                protected = auth_rule_for(rules, (page_path,)) is not None
-                pages[key] = ErrorPage(body, ctype, protected)
-        finally:
-            opener.close()
+    pages = read_error_pages(cfg, rules, source, strict=True)
     if rules.auth and not _is_loopback(cfg.host) and cfg.certfile is None:
         log.warning(
             "basic authentication over plain HTTP on %s: passwords cross the network readable",
@@ -267,6 +293,8 @@ class Site:
         self.pages = pages
         self.stats = stats
         self.auth_pool = Pool("auth", AUTH_WORKERS, AUTH_QUEUE)
+        # One thread re-reads the error pages (never the auth or work pools).
+        self.page_pool = Pool("pages", 1, 1)
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, float] = OrderedDict()
         self._failures: dict[str, tuple[int, float]] = {}
@@ -462,6 +490,43 @@ class Site:
                 self._memo.clear()
             self._memo[memo_key] = (plan, ops, out)
         return out
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Re-read the error pages every :data:`PAGE_RECHECK` seconds while
+        the server runs, so a changed page is served without a restart and
+        a 503 still needs no pool hop for its page (the bytes are in memory).
+
+        Cancellation handling: leaving the block cancels the re-read; a
+        read stuck in the filesystem is abandoned like any pooled call (its
+        thread only builds a new dict of pages, nothing to close).
+        """
+        if not self.rules.error_pages:
+            yield
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._reread_pages)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _reread_pages(self) -> None:
+        source = self.config.rules_source or "--config"
+        while True:
+            await trio.sleep(PAGE_RECHECK)
+            try:
+                pages = await run_blocking(
+                    self.page_pool,
+                    functools.partial(
+                        read_error_pages, self.config, self.rules, source, strict=False
+                    ),
+                )
+            except PoolSaturated:
+                continue  # the previous read is still stuck: keep what we have
+            if pages != self.pages:
+                self.pages = pages
+                self._memo.clear()  # memoised plans may carry the old page
 
     def _error_page(self, plan: Plan, ticket: Ticket | None) -> Plan:
         key = error_page_key(self.rules, plan.status)
