@@ -148,6 +148,16 @@ def test_sigterm_with_delay_health_fails_first_and_requests_still_succeed(
         while request(admin, "/healthz")[0] != 503:
             assert time.monotonic() - sent < 0.5
             time.sleep(0.01)
+        # With --workers the supervisor's health turns at its own signal;
+        # each worker gets the forwarded signal a moment later.  Wait until
+        # several requests in a row end their connections (bounded), then
+        # every later one must.
+        in_a_row = 0
+        while in_a_row < 2 * workers + 2:
+            assert time.monotonic() - sent < 0.5
+            status, hs, body = request(url, "/hello.txt")
+            assert (status, body) == (200, b"hello world\n")
+            in_a_row = in_a_row + 1 if hs.get("connection") == "close" else 0
         served = 0
         while time.monotonic() - sent < 1.2:
             status, hs, body = request(url, "/hello.txt")
