@@ -15,6 +15,7 @@ import h11
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from serverio import Config, Server
 from serverio.fs.opener import STRATEGIES, RootOpener
@@ -213,3 +214,19 @@ async def wait_until(predicate: Callable[[], bool], limit: float = 5.0) -> None:
 
 def open_fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    """A throwaway certificate authority for TLS tests (trustme)."""
+    return trustme.CA()
+
+
+@pytest.fixture
+def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1/localhost signed by ``ca``, and its key."""
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(certfile))
+    leaf.private_key_pem.write_to_path(str(keyfile))
+    return certfile, keyfile

@@ -21,20 +21,6 @@ from serverio.ops.cpus import available_cpus, cgroup_cpu_limit
 from .fleet import request, start, stop
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
-    leaf = ca.issue_cert("127.0.0.1", "localhost")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    leaf.cert_chain_pems[0].write_to_path(str(certfile))
-    leaf.private_key_pem.write_to_path(str(keyfile))
-    return certfile, keyfile
-
-
 def _https_get(ca: trustme.CA, port: int, path: str) -> tuple[int, bytes]:
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from serverio.ops.metrics import caches_of
 from testkit.reliability import MiB, ServerProcess
 
 from .conftest import make_config, memory_connection
-from .test_transport import KiB, _connect, _read_response, _request
+from .test_transport import KiB, _connect, _read_response, _request, stalled_readers_rss
 
 ENTRIES = [
     Entry("b.txt", False, 300, 1_700_000_300),
@@ -252,21 +251,7 @@ def test_stalled_readers_of_a_large_listing_share_one_body(tmp_path: Path) -> No
             sock.sendall(_request("/big/", "Connection: close\r\n"))
             status, _, body = _read_response(sock)
         assert status == 200 and len(body) > 2 * MiB
-        time.sleep(0.3)
-        before = srv.rss()[0]
-        stalled = []
-        try:
-            for _ in range(conns):
-                sock = _connect(srv.port, rcvbuf=4096)
-                stalled.append(sock)
-                sock.sendall(_request("/big/"))
-                got = sock.recv(100)
-                assert got.startswith(b"HTTP/1.1 200"), got
-            time.sleep(0.5)  # every writer is now blocked on its full socket
-            after = srv.rss()[0]
-        finally:
-            for sock in stalled:
-                sock.close()
+        before, after = stalled_readers_rss(srv, conns, _request("/big/"))
     grown = after - before
     per_conn = grown / conns
     print(

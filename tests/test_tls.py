@@ -16,20 +16,6 @@ from serverio.net.tls import make_ssl_context
 from .conftest import HTTPClient, make_config, running_server, wait_until
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
-    leaf = ca.issue_cert("127.0.0.1", "localhost")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    leaf.cert_chain_pems[0].write_to_path(str(certfile))
-    leaf.private_key_pem.write_to_path(str(keyfile))
-    return certfile, keyfile
-
-
 def client_context(ca: trustme.CA) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)

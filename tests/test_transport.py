@@ -100,6 +100,27 @@ def _compressible_text(size: int, seed: int) -> bytes:
     return b"\n".join(raw[i : i + 76] for i in range(0, len(raw), 76))
 
 
+def stalled_readers_rss(srv: ServerProcess, conns: int, request: bytes) -> tuple[int, int]:
+    """The server's RSS before and after ``conns`` clients each send
+    ``request``, read 100 bytes of a 200 response and stall (a 4 KiB
+    receive buffer), so that every writer is blocked on a full socket."""
+    time.sleep(0.3)
+    before = srv.rss()[0]
+    stalled = []
+    try:
+        for _ in range(conns):
+            sock = _connect(srv.port, rcvbuf=4096)
+            stalled.append(sock)
+            sock.sendall(request)
+            got = sock.recv(100)
+            assert got.startswith(b"HTTP/1.1 200"), got
+        time.sleep(0.5)  # every writer is now blocked on its full socket
+        return before, srv.rss()[0]
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
 # ------------------------------------------------------------------ memory
 
 
@@ -122,21 +143,7 @@ def test_stalled_readers_of_a_cached_gzip_body_pin_no_private_copy(tmp_path: Pat
         assert status == 200 and headers.get("content-encoding") == "gzip"
         assert gzip.decompress(body) == text
         coded = len(body)
-        time.sleep(0.3)
-        before = srv.rss()[0]
-        stalled = []
-        try:
-            for _ in range(conns):
-                sock = _connect(srv.port, rcvbuf=4096)
-                stalled.append(sock)
-                sock.sendall(_request("/big.txt", gz))
-                got = sock.recv(100)
-                assert got.startswith(b"HTTP/1.1 200"), got
-            time.sleep(0.5)  # every writer is now blocked on its full socket
-            after = srv.rss()[0]
-        finally:
-            for sock in stalled:
-                sock.close()
+        before, after = stalled_readers_rss(srv, conns, _request("/big.txt", gz))
     grown = after - before
     per_conn = grown / conns
     print(
