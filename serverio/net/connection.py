@@ -18,9 +18,11 @@ cancel scopes:
 Data flows one way: bytes -> h11 events -> :class:`RequestFacts` ->
 handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.  The
 response head is serialised by :mod:`serverio.http.wire` (see its
-docstring for why not ``h11.Connection.send``); h11 parses every request,
-one fresh parser per request cycle, handed the bytes left over from the
-previous one (pipelining).
+docstring for why not ``h11.Connection.send``).  One parser per request
+cycle, handed the bytes left over from the previous one (pipelining):
+the common head is read by a strict fast path (:mod:`serverio.http.fasthead`)
+that gives exactly h11's result or defers to h11, which decides everything
+else, every rejection included.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..errors import HTTPError
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ..http.fasthead import FastRequest, HeadParser
 from ..http.fields import scan_fields
 from ..http.target import parse_target
 from ..http.wire import head_bytes
@@ -108,6 +111,10 @@ class _Abort(Exception):
     """The response cannot be completed; close the connection now."""
 
 
+# A request head: from the fast path (serverio.http.fasthead) or from h11.
+Head = h11.Request | FastRequest
+
+
 
 
 def _only_cancelled(exc: BaseException) -> bool:
@@ -117,6 +124,14 @@ def _only_cancelled(exc: BaseException) -> bool:
         _, rest = exc.split(trio.Cancelled)
         return rest is None
     return False
+
+
+def _head(event: object) -> Head | None:
+    """The event if it is a request head (else the connection closes)."""
+    t = type(event)
+    if t is FastRequest or t is h11.Request:
+        return event  # type: ignore[return-value]  # checked just above
+    return None
 
 
 def _tokens(value: bytes) -> set[bytes]:
@@ -345,20 +360,22 @@ class ConnectionTask:
 
     # ------------------------------------------------------------ reading
 
-    def _new_parser(self, leftover: bytes) -> h11.Connection:
-        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=self.env.config.max_head_size)
+    def _new_parser(self, leftover: bytes) -> HeadParser:
+        """This request cycle's parser, holding the bytes left over from the
+        previous one (pipelining).  The common head is parsed by the strict
+        fast path; anything else goes to an h11 parser created only then."""
         self._fed = len(leftover)
-        if leftover:
-            parser.receive_data(leftover)
-        return parser
+        return HeadParser(self.env.config.max_head_size, leftover)
 
-    def _parse(self, parser: h11.Connection) -> object:
-        """The next h11 event, with protocol errors mapped to HTTPError."""
+    def _parse(self, parser: HeadParser) -> object:
+        """The next event (a request head, h11.NEED_DATA or another h11
+        event), with protocol errors mapped to HTTPError."""
         try:
             event = parser.next_event()
         except h11.RemoteProtocolError as exc:
             raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
-        if type(event) is h11.Request:
+        t = type(event)
+        if t is FastRequest or t is h11.Request:
             max_head = self.env.config.max_head_size
             if self._fed > max_head:
                 # h11 only limits *incomplete* heads; a whole oversized head
@@ -367,7 +384,7 @@ class ConnectionTask:
                     raise HTTPError(431, "request head too large", close=True)
         return event
 
-    async def _next_request(self, parser: h11.Connection, idle: bool) -> h11.Request | None:
+    async def _next_request(self, parser: HeadParser, idle: bool) -> Head | None:
         """The next request head, or None when the connection should close
         quietly (EOF, keep-alive timeout, drain)."""
         env = self.env
@@ -400,10 +417,10 @@ class ConnectionTask:
             if event is not h11.NEED_DATA:
                 self.ensure_busy()
                 await trio.lowlevel.checkpoint()
-                return event if type(event) is h11.Request else None
+                return _head(event)
         return await self._wait_request(parser, idle)
 
-    async def _wait_request(self, parser: h11.Connection, idle: bool) -> h11.Request | None:
+    async def _wait_request(self, parser: HeadParser, idle: bool) -> Head | None:
         """Slow path of :meth:`_next_request`: wait under the deadlines.
 
         Between requests the keep-alive deadline runs until the first byte;
@@ -443,7 +460,7 @@ class ConnectionTask:
             if not data:
                 return None
             self._fed += len(data)
-            parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+            parser.receive_data(data)
             event = self._parse(parser)
             if keepalive and event is h11.NEED_DATA:
                 # First bytes of the next request, but not the whole head:
@@ -452,10 +469,10 @@ class ConnectionTask:
                 scope.deadline = trio.current_time() + cfg.head_timeout
             keepalive = False
         self._busy()
-        return event if type(event) is h11.Request else None
+        return _head(event)
 
     def _facts(
-        self, event: h11.Request
+        self, event: Head
     ) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
         """Request facts, whether it is an HTTP/1.0 keep-alive, user agent,
         referer, request id (X-Request-Id, for the access log only)."""
@@ -672,7 +689,7 @@ class ConnectionTask:
                 time.time(),
             )
 
-    async def _wait_watching(self, deferred: Deferred, parser: h11.Connection) -> Prepared | None:
+    async def _wait_watching(self, deferred: Deferred, parser: HeadParser) -> Prepared | None:
         """Await the handler's deferred step while watching the client.
 
         Returns None when the client went away meanwhile (the step was
@@ -714,7 +731,7 @@ class ConnectionTask:
                         self.peer_eof = True
                         break
                     self._fed += len(data)
-                    parser.receive_data(data)  # type: ignore[arg-type]  # bytes-like is fine
+                    parser.receive_data(data)
                 await trio.sleep_forever()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
