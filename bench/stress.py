@@ -10,6 +10,7 @@
     python -m bench.stress truncation          # files truncated/replaced mid-transfer
     python -m bench.stress slowhttptest        # the same attack by slowhttptest, if installed
     python -m bench.stress fuzz --cases 1000000 --jobs 2
+    python -m bench.stress fasthead --cases 1000000 --jobs 2   # head fast path vs h11
 
 The scenarios are the same functions tests/test_reliability.py runs with
 reduced counts (testkit/reliability.py, testkit/fuzzing.py); here they run with
@@ -104,6 +105,34 @@ def run_fuzz(cases: int, jobs: int, seed: int) -> Figures:
     }
 
 
+# ------------------------------------------------------------------ fasthead
+
+
+def _fasthead_worker(seed: int, start: int, cases: int) -> dict[str, Any]:
+    from testkit import fasthead_diff
+
+    return fasthead_diff.run(seed, start, cases).as_dict()
+
+
+def run_fasthead(cases: int, jobs: int, seed: int) -> Figures:
+    """The differential run of the request-head fast path against h11
+    (testkit/fasthead_diff.py), ``cases`` split over ``jobs`` processes."""
+    per = -(-cases // jobs)
+    parts = [(seed, i * per, min(per, cases - i * per)) for i in range(jobs) if i * per < cases]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(_fasthead_worker, *zip(*parts, strict=True)))
+    failures = [f for r in results for f in r["failures"]]
+    out: Figures = {
+        k: sum(r[k] for r in results)
+        for k in ("cases", "accepted", "deferred", "split_cases", "split_fast")
+    }
+    out.update(seed=seed, jobs=jobs, failures=failures[:20])
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    out["ok"] = not failures
+    return out
+
+
 # ------------------------------------------------------------------ main
 
 def _scenario(name: str) -> Callable[[argparse.Namespace], Figures]:
@@ -131,6 +160,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Figures]] = {
     )
 }
 SCENARIOS["fuzz"] = lambda a: run_fuzz(a.cases, a.jobs, a.seed)
+SCENARIOS["fasthead"] = lambda a: run_fasthead(a.cases, a.jobs, a.seed)
 
 
 def table(name: str, fig: Figures) -> str:
@@ -145,7 +175,7 @@ def table(name: str, fig: Figures) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("scenario", choices=[*SCENARIOS, "all"])
-    p.add_argument("--cases", type=int, default=100_000, help="fuzz: number of cases")
+    p.add_argument("--cases", type=int, default=100_000, help="fuzz, fasthead: number of cases")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE", help="also write the figures here")
