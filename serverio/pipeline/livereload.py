@@ -12,6 +12,9 @@ Task tree (docs/cancellation.md "Live reload")::
       nursery "connections"
         ConnectionTask ... /events      one per browser: the connection task
                                         itself streams (LiveReload.serve_client)
+        H2Connection stream /events     over HTTP/2: the stream's task in the
+                                        connection's nursery streams
+                                        (H2Connection._serve_events)
 
 The watcher debounces raw events (:class:`~serverio.concurrency.broadcast.Debouncer`),
 clears every cache that could serve old bytes, and publishes one message
@@ -20,7 +23,8 @@ event stream reads its own bounded queue.  Nothing here waits for a slow
 client.
 
 Shutdown order: graceful shutdown closes the event streams at once, with
-the idle connections (step 2 of :class:`serverio.net.server.Server`); the
+the idle connections (step 2 of :class:`serverio.net.server.Server`; an
+HTTP/2 one ends with END_STREAM before its connection's GOAWAY); the
 connection nursery ends; then the live nursery is cancelled (the watcher
 stops, its inotify descriptor is closed; a polling scan in flight is
 abandoned with the watch pool's other threads in step 5); then the cache
