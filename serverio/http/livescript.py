@@ -36,7 +36,7 @@ SSE_PREAMBLE: Final = b"retry: 1000\n: serverio live reload\n\n"
 # over a BroadcastChannel; when it closes (or reloads) the lock passes to
 # another tab, which opens its own stream.  Where Web Locks are missing (an
 # insecure origin such as http://<LAN address>) the tabs elect the leader
-# over the channel by heartbeats instead (a new leader within ~1.5 s).  A
+# over the channel instead (a new leader within about a second).  A
 # stream that fails reconnects with exponential back-off (0.5 s doubling to
 # 10 s, with jitter); the first successful reconnection reloads (files may
 # have changed while the server was down).
@@ -100,32 +100,47 @@ _SCRIPT_TEMPLATE = """(() => {
       connect((msg) => { channel.postMessage({kind: "event", msg}); apply(msg); });
     }));
   } else if (channel) {
-    // No Web Locks: elect by heartbeats.  The leader says so every 500 ms;
-    // a tab that heard none for 1.2 s leads; of two leaders the one with
-    // the smaller id stays; a leader that goes away says so.
+    // No Web Locks: elect over the channel.  A tab that has not heard a
+    // leader for 2.5 s asks "who"; the leader answers at once (messages
+    // are not throttled in background tabs, timers are); unanswered for
+    // 0.4 s, the tab leads.  Of two leaders the smaller id stays: each
+    // answers the other's announcement, the larger steps down.
     const me = Math.random();
     let stop = null;
-    let heard = Date.now();
+    let heard = 0;
+    let asked = Date.now();
     const beat = () => channel.postMessage({kind: "leader", id: me});
     channel.onmessage = (e) => {
       const m = e.data;
       if (m.kind === "event") {
         apply(m.msg);
+      } else if (m.kind === "who") {
+        if (stop) beat();
       } else if (m.kind === "leader") {
         heard = Date.now();
         if (stop && m.id < me) {
           stop();
           stop = null;
           state.leader = false;
+        } else if (stop) {
+          beat();
         }
       } else if (m.kind === "gone") {
         heard = 0;
       }
     };
+    channel.postMessage({kind: "who"});
     setInterval(() => {
+      const now = Date.now();
       if (stop) {
         beat();
-      } else if (Date.now() - heard > 1200) {
+      } else if (now - heard < 2500) {
+        asked = 0;
+      } else if (!asked) {
+        asked = now;
+        channel.postMessage({kind: "who"});
+      } else if (now - asked >= 400) {
+        asked = 0;
         state.leader = true;
         stop = connect((msg) => { channel.postMessage({kind: "event", msg}); apply(msg); });
         beat();
