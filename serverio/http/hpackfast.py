@@ -50,7 +50,11 @@ for _i, (_n, _v) in enumerate(_STATIC, 1):
     _STATIC_FIELDS.setdefault((_n, _v), _i)
     _STATIC_NAMES.setdefault(_n, _i)
 _ENTRY_OVERHEAD = 32  # RFC 7541 §4.1
-_CACHE_MAX = 64  # remembered header lists, per encoder
+# Remembered blocks per encoder or decoder, and the largest remembered:
+# with these a connection holds at most ~16 x 1 KiB of header lists here.
+_CACHE_MAX = 16
+_CACHED_FIELDS_MAX = 1024  # bytes of names and values in a remembered list
+_CACHED_BLOCK_MAX = 64  # bytes of a remembered request block (64 indexed fields)
 
 
 def encode_integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
@@ -194,7 +198,8 @@ class FieldEncoder:
         block = bytes(out)
         if self._inserted != inserted:
             self._cache.clear()  # every index into the table moved
-        elif not updated:  # (a size update is sent once)
+        elif not updated and sum(len(n) + len(v) for n, v in key) <= _CACHED_FIELDS_MAX:
+            # (a size update is sent once: a block carrying one is not kept)
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             self._cache[key] = block
@@ -249,7 +254,7 @@ class CachingDecoder(hpack.Decoder):
         self._cache: dict[bytes, list[hpack.HeaderTuple]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> Iterable[hpack.HeaderTuple]:
-        if not raw or data.translate(None, _ONE_BYTE_INDEXED):
+        if not raw or len(data) > _CACHED_BLOCK_MAX or data.translate(None, _ONE_BYTE_INDEXED):
             return super().decode(data, raw)
         table = self.header_table
         assert isinstance(table, _CountingTable)

@@ -166,6 +166,7 @@ class _Stream:
         "finished",
         "head",
         "index",
+        "moved",
         "offset",
         "open_body",
         "pieces",
@@ -192,7 +193,8 @@ class _Stream:
         self.offset = 0  # within pieces[index]
         self.remaining = 0
         self.fd = -1
-        self.progress: trio.Event | None = None  # set by the writer after each frame
+        self.moved = 0.0  # trio time of the body's last DATA frame
+        self.progress: trio.Event | None = None  # set when the body ended, failed or was reset
         self.finished = False  # the last DATA frame (END_STREAM) was handed to h2
         self.failed = False  # the body could not be completed (read error, shrank)
 
@@ -544,6 +546,8 @@ class H2Connection:
             return
         st.reset = True
         self._sending.pop(st.sid, None)
+        if st.progress is not None:
+            st.progress.set()
         try:
             self._conn.reset_stream(st.sid, code)
         except h2.exceptions.ProtocolError:
@@ -718,16 +722,20 @@ class H2Connection:
 
     async def _await_body(self, st: _Stream) -> None:
         """Wait while the writer sends the body; no progress on this stream
-        for ``write_timeout`` resets it (CANCEL)."""
+        for ``write_timeout`` resets it (CANCEL).  The writer notes the time
+        of each frame (``moved``) and wakes this task only at the end, so a
+        large body costs no task switch per frame."""
         timeout = self.env.config.write_timeout
-        with trio.CancelScope() as waited:
-            while not st.finished and not st.failed and not st.reset:
-                waited.deadline = trio.current_time() + timeout
-                st.progress = progress = trio.Event()
-                await progress.wait()
-        if waited.cancelled_caught:
-            self.env.stats.timeouts_write += 1
-            self._reset(st, ErrorCodes.CANCEL)
+        st.moved = trio.current_time()
+        st.progress = done = trio.Event()
+        while not st.finished and not st.failed and not st.reset:
+            deadline = st.moved + timeout
+            if trio.current_time() >= deadline:
+                self.env.stats.timeouts_write += 1
+                self._reset(st, ErrorCodes.CANCEL)
+                return
+            with trio.move_on_at(deadline):
+                await done.wait()
 
     # ------------------------------------------------------------ writing
 
@@ -843,11 +851,12 @@ class H2Connection:
         st.remaining -= len(data)
         end = st.remaining == 0
         self._send_data(st.sid, data, end)
+        st.moved = trio.current_time()
         if end:
             st.finished = True
             del self._sending[st.sid]
-        if st.progress is not None:
-            st.progress.set()
+            if st.progress is not None:
+                st.progress.set()
         return len(data)
 
     def _fail(self, st: _Stream) -> int:
@@ -893,14 +902,20 @@ class H2Connection:
                     self._wake = trio.Event()
                     await self._wake.wait()
                     continue
-                data = bytes(self._out)
-                self._out.clear()
+                # Take the buffer whole (what is queued meanwhile goes into
+                # a new one) and write it in pieces of WRITE_PIECE, a short
+                # tail joined to the last piece, the deadline moved after
+                # each.
+                data = self._out
+                self._out = bytearray()
                 view = memoryview(data)
                 with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                     while view:
-                        await self.stream.send_all(view[:WRITE_PIECE])
-                        view = view[WRITE_PIECE:]
+                        n = len(view) if len(view) < 2 * WRITE_PIECE else WRITE_PIECE
+                        await self.stream.send_all(view[:n])
+                        view = view[n:]
                         scope.deadline = trio.current_time() + timeout
+                view.release()
                 if scope.cancelled_caught:
                     env.stats.timeouts_write += 1
                     cancel.cancel()
