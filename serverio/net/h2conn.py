@@ -851,12 +851,13 @@ class H2Connection:
         st.remaining -= len(data)
         end = st.remaining == 0
         self._send_data(st.sid, data, end)
-        st.moved = trio.current_time()
         if end:
             st.finished = True
             del self._sending[st.sid]
             if st.progress is not None:
                 st.progress.set()
+        else:
+            st.moved = trio.current_time()
         return len(data)
 
     def _fail(self, st: _Stream) -> int:
