@@ -92,3 +92,29 @@ async def test_header_table_size_from_the_client_reaches_the_encoder(root: Path)
         assert isinstance(h, H2Connection)
         assert h._encoder.header_table_size == 0
     assert client.conn.decoder.header_table_size == 0
+
+
+async def test_a_large_body_is_read_a_round_quantum_at_a_time(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With open windows, each round reads up to ROUND_QUANTUM bytes of the
+    file in one positional read and frames them (frames stay <= 16 KiB)."""
+    reads: list[int] = []
+    real = h2conn.pread
+
+    def counting(fd: int, n: int, offset: int) -> bytes:
+        reads.append(n)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(h2conn, "pread", counting)
+    size = (root / "big.bin").stat().st_size
+    cfg = make_config(root, small_file_size=1024)  # big.bin is read from its descriptor
+    big_window = {S.INITIAL_WINDOW_SIZE: (1 << 31) - 1}
+    async with h2_memory(cfg, settings=big_window) as (client, _, _):
+        client.conn.increment_flow_control_window((1 << 31) - 1 - 65535)
+        await client.flush()
+        r = await client.get("/big.bin")
+    assert r.status == 200 and bytes(r.body) == (root / "big.bin").read_bytes()
+    assert sum(reads) == size
+    assert len(reads) == -(-size // h2conn.ROUND_QUANTUM)  # 5 reads for 300,000 bytes
+    assert r.data_frames == -(-size // h2conn.FRAME_CHUNK)

@@ -30,12 +30,14 @@ the handler, refuses later streams, and lets the in-flight ones finish;
 the server cancels what remains after ``--shutdown-timeout``.
 
 Flow control and fairness: the writer gives every stream with an open
-window at most one DATA frame (<= 16 KiB, <= the peer's
-SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back of the queue, and
-stops filling at ``OUT_BUDGET`` bytes: one large file cannot starve the
-small responses on the same connection.  File spans are read with a
-positional read (:func:`serverio.fs.reads.pread`) of at most one frame's
-worth (no sendfile: the bytes go through framing, and TLS).
+window at most ``ROUND_QUANTUM`` bytes (64 KiB, in DATA frames of <= 16 KiB
+and <= the peer's SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back
+of the queue, and stops filling at ``OUT_BUDGET`` bytes: one large file
+cannot starve the small responses on the same connection.  File spans are
+read with a positional read (:func:`serverio.fs.reads.pread`) of at most
+one round's worth (no sendfile: the bytes go through framing, and TLS).
+A body that fits in one frame is framed by its stream's task right after
+its HEADERS (its first round, without the trip through the queue).
 
 Memory per connection is bounded regardless of file sizes and stream count
 (docs/features.md "HTTP/2" states the budget).  Deadlines:
@@ -92,11 +94,12 @@ from ..pipeline.handler import Deferred
 from ..pipeline.site import Ticket
 from .connection import RECV_SIZE, ConnectionEnv
 
-__all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
+__all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
 
 log = logging.getLogger("serverio")
 
-FRAME_CHUNK = 16384  # DATA bytes per stream per round at most (one default-size frame)
+FRAME_CHUNK = 16384  # DATA bytes per frame at most (the default SETTINGS_MAX_FRAME_SIZE)
+ROUND_QUANTUM = 65536  # DATA bytes per stream per round at most (one read, <= 4 frames)
 OUT_BUDGET = 65536  # the writer stops filling DATA frames at this many pending bytes
 OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits to be written
 WRITE_PIECE = 65536  # bytes per socket write; the write deadline moves after each
@@ -886,11 +889,16 @@ class H2Connection:
         return min(conn.outbound_flow_control_window, stream.outbound_flow_control_window)
 
     def _send_data(self, sid: int, data: bytes, end: bool) -> None:
-        """One DATA frame, within the windows (checked by the caller), through
-        h2's state machines as ``send_data`` drives them (see _send_headers)."""
+        """``data`` as DATA frames of at most FRAME_CHUNK and the peer's
+        SETTINGS_MAX_FRAME_SIZE, within the windows (checked by the caller),
+        through h2's state machines as ``send_data`` drives them (see
+        _send_headers; the frames of one call are one state transition)."""
         conn = self._conn
+        size = min(conn.max_outbound_frame_size, FRAME_CHUNK)
+        n = len(data)
         if not self._direct:
-            conn.send_data(sid, data, end_stream=end)
+            for i in range(0, n, size):
+                conn.send_data(sid, data[i : i + size], end_stream=end and i + size >= n)
             return
         conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
         stream = conn.streams[sid]
@@ -898,22 +906,31 @@ class H2Connection:
         machine.process_input(StreamInputs.SEND_DATA)
         if end:
             machine.process_input(StreamInputs.SEND_END_STREAM)
-        n = len(data)
         stream.outbound_flow_control_window -= n
         conn.outbound_flow_control_window -= n
         out = conn._data_to_send
-        out += _FRAME_HEAD.pack(n << 8 | _DATA, _END_STREAM if end else 0, sid)
-        out += data
+        if n <= size:
+            out += _FRAME_HEAD.pack(n << 8 | _DATA, _END_STREAM if end else 0, sid)
+            out += data
+            return
+        view = memoryview(data)
+        for i in range(0, n, size):
+            piece = view[i : i + size]
+            last = end and i + size >= n
+            out += _FRAME_HEAD.pack(len(piece) << 8 | _DATA, _END_STREAM if last else 0, sid)
+            out += piece
+        view.release()
 
     def _frame(self, st: _Stream) -> int:
-        """At most one DATA frame for ``st``; returns the bytes sent."""
+        """One round's DATA for ``st``: at most ROUND_QUANTUM bytes of one
+        body piece (one positional read), in frames; returns the bytes sent."""
         conn = self._conn
         try:
             window = self._window(st.sid)
         except h2.exceptions.ProtocolError:
             self._sending.pop(st.sid, None)
             return 0
-        n = min(window, conn.max_outbound_frame_size, FRAME_CHUNK)
+        n = min(window, ROUND_QUANTUM)
         if n <= 0:
             return 0
         piece = st.pieces[st.index]
