@@ -924,7 +924,6 @@ class H2Connection:
     def _frame(self, st: _Stream) -> int:
         """One round's DATA for ``st``: at most ROUND_QUANTUM bytes of one
         body piece (one positional read), in frames; returns the bytes sent."""
-        conn = self._conn
         try:
             window = self._window(st.sid)
         except h2.exceptions.ProtocolError:
