@@ -9,6 +9,7 @@ import h2.settings
 import pytest
 import trio
 
+from serverio.fs.reads import pread
 from serverio.net import h2conn
 from serverio.net.h2conn import H2Connection
 
@@ -100,11 +101,9 @@ async def test_a_large_body_is_read_a_round_quantum_at_a_time(
     """With open windows, each round reads up to ROUND_QUANTUM bytes of the
     file in one positional read and frames them (frames stay <= 16 KiB)."""
     reads: list[int] = []
-    real = h2conn.pread
-
     def counting(fd: int, n: int, offset: int) -> bytes:
         reads.append(n)
-        return real(fd, n, offset)
+        return pread(fd, n, offset)
 
     monkeypatch.setattr(h2conn, "pread", counting)
     size = (root / "big.bin").stat().st_size
