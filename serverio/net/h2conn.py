@@ -80,7 +80,7 @@ from hyperframe.frame import GoAwayFrame
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
-from ..http.core import FileSpan, Plan, RequestFacts, error_plan, http_error_plan, route
+from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
 from ..http.fields import check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
 from ..http.target import parse_target
@@ -245,6 +245,8 @@ class H2Connection:
         # The encoded header block (HEADERS + CONTINUATION) buffered at most.
         self._block_cap = 2 * cfg.max_head_size
         self._streams: dict[int, _Stream] = {}
+        # Live-reload event streams, with the scope that ends each.
+        self._events: dict[int, tuple[_Stream, trio.CancelScope]] = {}
         self._sending: dict[int, _Stream] = {}  # body sources, round-robin order
         self._out = bytearray()
         self._wake = trio.Event()  # writer: something to send
@@ -304,6 +306,7 @@ class H2Connection:
         frame = GoAwayFrame(0)
         frame.last_stream_id = self._last_stream
         frame.error_code = ErrorCodes.NO_ERROR
+        self._end_events()
         self._pull()
         self._out += frame.serialize()
         self._kick()
@@ -363,6 +366,7 @@ class H2Connection:
                 # EOF: nothing more can arrive; the streams in flight finish
                 # (as an HTTP/1.1 half-close does), then we close.
                 self._draining = True
+                self._end_events()  # they never finish on their own
                 return
             self._receive(bytes(data))
 
@@ -592,10 +596,7 @@ class H2Connection:
                         ticket = await site.route(req, now, self._client)
                         plan, req = ticket.plan, ticket.req
                     if plan is not None and plan.stream:
-                        # The live-reload event stream is served over
-                        # HTTP/1.1 only (its script connects with EventSource,
-                        # which falls back): refuse it here, visibly.
-                        plan = error_plan(404, now, head_only=head_only)
+                        return await self._serve_events(st, plan)
                     if plan is None:
                         if site is None:
                             answer = env.handler.respond_now(req, now)
@@ -664,6 +665,92 @@ class H2Connection:
                 ),
                 now,
             )
+
+    async def _serve_events(self, st: _Stream, plan: Plan) -> None:
+        """A live-reload event stream (``--watch``) on this stream.
+
+        HEADERS without END_STREAM, then the broadcaster's messages as DATA
+        frames, queued into the connection's output for the writer, within
+        the stream's and the connection's flow-control windows; the
+        subscriber's bounded queue absorbs what waits meanwhile (a slow
+        client drops to "reload").  While it is open the stream is in
+        flight: the connection has no idle deadline, and the stream counts
+        toward ``h2_max_streams``.  It ends cleanly (empty DATA with
+        END_STREAM) when the connection drains, just before the GOAWAY
+        (:meth:`drain`), at once in lame duck, and when the client's side
+        reaches EOF; it is cancelled by the client's RST_STREAM or the
+        connection's end; a window that stays closed for ``write_timeout``
+        resets it (CANCEL), as for a body.
+        """
+        live = self.env.live
+        if live is None or not plan.send_body:
+            await self._respond(st, plan, None)  # HEAD: the head alone
+            return
+        conn = self._conn
+        headers = [(b":status", b"%d" % plan.status)]
+        headers += [(k, v) for k, v in plan.headers if k not in CONNECTION_SPECIFIC]
+        if st.reset or self._closed:
+            return
+        try:
+            conn.send_headers(st.sid, headers)
+        except h2.exceptions.ProtocolError:
+            return  # the stream was closed meanwhile
+        st.status = plan.status
+        self._pull()
+        timeout = self.env.config.write_timeout
+
+        async def send(data: bytes) -> None:
+            await trio.lowlevel.checkpoint_if_cancelled()  # ended or reset: no more DATA
+            deadline = trio.current_time() + timeout
+            while data:
+                window = min(conn.local_flow_control_window(st.sid), conn.max_outbound_frame_size)
+                if window > 0:
+                    conn.send_data(st.sid, data[:window])
+                    data = data[window:]
+                    self._pull()
+                    deadline = trio.current_time() + timeout
+                    continue
+                if trio.current_time() >= deadline:
+                    self.env.stats.timeouts_write += 1
+                    self._reset(st, ErrorCodes.CANCEL)
+                    scope.cancel()
+                    return
+                # A WINDOW_UPDATE or SETTINGS frame wakes the writer: wait
+                # for that wake-up; while the writer is busy (its event
+                # already set), look again shortly.
+                wake = self._wake
+                with trio.move_on_at(min(deadline, trio.current_time() + 0.05)):
+                    if wake.is_set():
+                        await trio.sleep_forever()
+                    await wake.wait()
+
+        with trio.CancelScope() as scope:
+            self._events[st.sid] = (st, scope)
+            try:
+                if self._draining or self.env.draining:
+                    self._end_events()
+                await live.serve_client(send, b"")
+            finally:
+                del self._events[st.sid]
+        if st.finished:
+            self.env.stats.completed += 1
+        if self.env.draining:
+            self.drain()  # lame duck: the connection ends, as for any response
+
+    def _end_events(self) -> None:
+        """End every event stream now (empty DATA with END_STREAM), so that
+        each is complete before a GOAWAY queued after this; their tasks
+        stop at their next checkpoint."""
+        for st, scope in self._events.values():
+            scope.cancel()
+            if st.reset or st.finished or self._closed:
+                continue
+            try:
+                self._conn.end_stream(st.sid)
+            except h2.exceptions.ProtocolError:
+                continue  # closed on h2's side meanwhile
+            st.finished = True
+        self._pull()
 
     async def _respond(self, st: _Stream, plan: Plan, prepared: Prepared | None) -> None:
         """HEADERS now; the body through the writer, with the stream's own
