@@ -59,6 +59,7 @@ REAL_SOCKET_SUITE = (
     "tests/test_lame_duck.py",
     "tests/test_metrics.py",
     "tests/test_livereload.py",
+    "tests/test_livereload_h2.py",
     "tests/test_site.py",
     "tests/test_cli.py",
     "tests/test_fleet_validators.py",
