@@ -79,7 +79,10 @@ class FieldEncoder:
     """An HPACK encoder for one connection (one dynamic table).
 
     ``encode(headers)`` takes ``(name, value)`` pairs of bytes, names
-    lower-case, pseudo-fields first.  ``header_table_size`` is what h2 sets
+    lower-case, pseudo-fields first.  Every field may be indexed: hpack's
+    ``NeverIndexedHeaderTuple`` is not honoured (h2 makes those only when
+    it normalizes outbound headers, which serverio turns off, and response
+    fields carry no credentials).  ``header_table_size`` is what h2 sets
     when the peer's SETTINGS_HEADER_TABLE_SIZE changes.
     """
 
