@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,12 @@ LISTING_ENTRIES = 20
 # The many-assets profile: a front end's modules and styles, one origin.
 ASSETS_DIR = "assets"
 ASSET_COUNT = 100
+# The HTTP/1.1 many-assets workloads: 20 text assets of 200 B to 180 KiB
+# (log-spaced), each with .br and .gz sidecars, as a built front end ships.
+MANY_DIR = "many"
+MANY_COUNT = 20
+MANY_MIN, MANY_MAX = 200, 180 * KIB
+SIDECARS = (".br", ".gz")
 
 _WORDS = (
     "static file server trio h11 request response header body range etag gzip "
@@ -60,7 +67,8 @@ def create(root: Path, seed: int = 20260710) -> Fixture:
     Files: 1k.bin, 16k.bin, 64k.bin, 256k.bin, 8m.bin (random bytes); 64k.txt
     (compressible text) and its precompressed sidecar 64k.txt.gz for servers
     that serve sidecars; dir/ with 20 small files; assets/ with 100 files of
-    1-48 KiB (``asset_paths``); index.html.
+    1-48 KiB (``asset_paths``); many/ with 20 text files of 200 B to 180 KiB
+    and their .br and .gz sidecars (``many_asset_paths``); index.html.
     """
     rng = random.Random(seed)
     sizes: dict[str, int] = {}
@@ -81,6 +89,15 @@ def create(root: Path, seed: int = 20260710) -> Fixture:
         data = rng.randbytes(rng.randint(1, 48) * KIB)
         (assets / name).write_bytes(data)
         sizes[f"{ASSETS_DIR}/{name}"] = len(data)
+    many = root / MANY_DIR
+    many.mkdir()
+    for name, size in zip(many_asset_names(), many_asset_sizes(), strict=True):
+        data = _text(rng, size)
+        (many / name).write_bytes(data)
+        # Sidecars after the file: a sidecar older than its file is ignored.
+        for suffix, coded in sidecar_bytes(data).items():
+            (many / f"{name}{suffix}").write_bytes(coded)
+        sizes[f"{MANY_DIR}/{name}"] = len(data)
     index = b"<!doctype html>\n<title>serverio bench</title>\n<p>fixture index</p>\n"
     (root / "index.html").write_bytes(index)
     sizes["index.html"] = len(index)
@@ -94,3 +111,37 @@ def asset_names() -> list[str]:
 
 def asset_paths() -> list[str]:
     return [f"/{ASSETS_DIR}/{name}" for name in asset_names()]
+
+
+def many_asset_sizes() -> list[int]:
+    """MANY_COUNT sizes from MANY_MIN to MANY_MAX bytes, evenly spaced on a log scale."""
+    ratio = MANY_MAX / MANY_MIN
+    return [round(MANY_MIN * ratio ** (i / (MANY_COUNT - 1))) for i in range(MANY_COUNT)]
+
+
+def many_asset_names() -> list[str]:
+    """``a00.js`` ... ``a19.css``: scripts, with every fourth one a stylesheet."""
+    return [f"a{i:02d}.{'css' if i % 4 == 3 else 'js'}" for i in range(MANY_COUNT)]
+
+
+def many_asset_paths() -> list[str]:
+    return [f"/{MANY_DIR}/{name}" for name in many_asset_names()]
+
+
+def sidecar_bytes(data: bytes) -> dict[str, bytes]:
+    """The precompressed sidecars of ``data``: ``.gz`` always, ``.br`` if brotli is importable.
+
+    Without the ``brotli`` module (serverio's optional extra) there is no
+    ``.br``; servers then fall back to the ``.gz`` (the workload accepts both).
+    """
+    out: dict[str, bytes] = {}
+    try:
+        brotli = importlib.import_module("brotli")
+    except ImportError:
+        pass
+    else:
+        # Quality 9, not 11: within 7% of 11's size here at a tenth of
+        # the time, so building the fixture stays quick for the smoke run.
+        out[".br"] = brotli.compress(data, quality=9)
+    out[".gz"] = gzip.compress(data, compresslevel=9, mtime=0)
+    return out

@@ -37,21 +37,24 @@ def _reference_rps(entries: list[dict[str, Any]], reference: str) -> float:
 def _wrk_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
     ref = _reference_rps(entries, reference)
     rows = [
-        "| server | RPS (median) | p50 ms | p99 ms | MAD % | peak RSS MiB | errors "
-        f"| x {reference} |",
-        "|---|---:|---:|---:|---:|---:|---|---:|",
+        "| server | RPS (median) | mean ms | p50 ms | p99 ms | MiB/s | MAD % | peak RSS MiB "
+        f"| errors | x {reference} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for e in entries:
         s = e.get("summary") or {}
         if e["status"] == "skipped" or not s:
-            rows.append(f"| {e['server']} | {e['status']}: {e['reason']} | | | | | | |")
+            rows.append(f"| {e['server']} | {e['status']}: {e['reason']} | | | | | | | | |")
             continue
         rps = float(s["median_rps"])
         ratio = f"{rps / ref:.2f}" if ref and rps else "—"
+        # Artifacts from before the mean and MiB/s were summarised leave them blank.
+        mean = _fmt(s["mean_ms"]) if "mean_ms" in s else ""
+        mib = _fmt(s["mib_per_s"], 1) if "mib_per_s" in s else ""
         rows.append(
-            f"| {e['server']} | {_fmt(rps, 0)} | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | "
-            f"{_fmt(s['mad_pct'], 1)} | {_fmt(s['peak_rss_mib'], 1)} | {_errors_cell(e)} "
-            f"| {ratio} |"
+            f"| {e['server']} | {_fmt(rps, 0)} | {mean} | {_fmt(s['p50_ms'])} | "
+            f"{_fmt(s['p99_ms'])} | {mib} | {_fmt(s['mad_pct'], 1)} | "
+            f"{_fmt(s['peak_rss_mib'], 1)} | {_errors_cell(e)} | {ratio} |"
         )
     return rows
 

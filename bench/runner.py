@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,10 +32,13 @@ from bench.servers import (
 )
 from bench.stats import mad_percent, median
 from bench.workloads import H2_ONLY_REASON, Workload, probe
-from bench.wrk import WrkParseError, parse_wrk_output, wrk_command
+from bench.wrk import WrkParseError, parse_wrk_output, round_robin_script, wrk_command
 
 SCHEMA = 1
 SLOW_DELAY_S = 0.010
+# File descriptors wrk and each server need beyond one per connection
+# (listeners, logs, files being served, epoll).
+NOFILE_HEADROOM = 256
 
 
 @dataclass
@@ -128,6 +132,9 @@ class Run:
         file = root / workload.file if workload.file else None
         if spec.kind == "serverio" and workload.serverio_args:
             spec = replace(spec, extra_args=(*spec.extra_args, *workload.serverio_args))
+        if workload.precompressed:
+            # Kinds with a sidecar-serving configuration switch to it.
+            spec = replace(spec, tags=spec.tags | {"precompressed"})
         return KINDS[spec.kind].plan(spec, self.env, root, file, workdir)
 
     @contextmanager
@@ -175,6 +182,7 @@ class Run:
             headers=headers,
             timeout_s=self.opts.wrk_timeout_s,
             cpu=self.placement.wrk_cpu,
+            script=self.wrk_script(rs, workload),
         )
         trial: dict[str, Any] = {"error": None}
         with PeakRssSampler(rs.pid) as sampler:
@@ -210,6 +218,7 @@ class Run:
             percentiles_ms=result.percentiles_ms,
             p50_ms=result.p50_ms,
             p99_ms=result.p99_ms,
+            mib_per_s=result.bytes_read / max(result.duration_s, 1e-9) / (1 << 20),
             non_2xx_3xx=result.non_2xx_3xx,
             socket_errors=result.socket_errors,
             errors=result.error_count,
@@ -218,9 +227,28 @@ class Run:
             trial["error"] = "no request completed"
         return trial
 
+    def wrk_script(self, rs: RunningServer, workload: Workload) -> str | None:
+        """For a workload of several paths, the round-robin Lua script for ``rs`` (its prefix)."""
+        if not workload.paths:
+            return None
+        script = self.tmp / "wrk-scripts" / f"{workload.name}-{rs.spec.name}.lua"
+        if not script.exists():
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(round_robin_script([rs.prefix + p for p in workload.paths]))
+        return str(script)
+
     def run_wrk_workload(
         self, workload: Workload, specs: list[ServerSpec], root: Path
     ) -> list[Entry]:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if nofile != resource.RLIM_INFINITY and nofile < workload.connections + NOFILE_HEADROOM:
+            # wrk and the servers inherit this limit (raised by execute()).
+            reason = (
+                f"RLIMIT_NOFILE {nofile} is too low for {workload.connections} connections "
+                f"(raise the hard limit: ulimit -Hn)"
+            )
+            log(f"  skipped: {reason}")
+            return [Entry(workload.name, s.name, status="skipped", reason=reason) for s in specs]
         entries = {s.name: Entry(workload.name, s.name) for s in specs}
         live: dict[str, tuple[RunningServer, tuple[tuple[str, str], ...]]] = {}
         with ExitStack() as outer:
@@ -230,7 +258,7 @@ class Run:
                 rs = inner.enter_context(self.server(spec, workload, root, entry))
                 if rs is None:
                     continue
-                result = probe(workload, rs.port, self.fixture)
+                result = probe(workload, rs.port, self.fixture, rs.prefix)
                 entry.probe = result.facts
                 if not result.ok:
                     entry.status, entry.reason = "skipped", result.reason
@@ -366,6 +394,8 @@ def summarise_wrk(entry: Entry) -> None:
         "mad_pct": mad_percent(rps),
         "p50_ms": median([float(t["p50_ms"]) for t in good]),
         "p99_ms": median([float(t["p99_ms"]) for t in good]),
+        "mean_ms": median([float(t["latency_avg_ms"]) for t in good]),
+        "mib_per_s": median([float(t.get("mib_per_s", 0.0)) for t in good]),
         "peak_rss_mib": max((int(t["peak_rss_kib"]) for t in entry.trials), default=0) / 1024,
     }
     if not good:
@@ -492,6 +522,11 @@ def execute(opts: RunOptions) -> int:
                 **(
                     {"streams": w.streams, "paths": len(w.request_paths()), "h1": w.h1}
                     if w.kind == "h2load"
+                    else {}
+                ),
+                **(
+                    {"paths": list(w.paths), "script": "round robin (bench/wrk.py)"}
+                    if w.kind == "wrk" and w.paths
                     else {}
                 ),
                 "headers": [list(h) for h in w.request_headers()],

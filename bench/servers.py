@@ -28,6 +28,7 @@ from bench.commits import serverio_launch
 
 BENCH_DIR = Path(__file__).resolve().parent
 BASELINES = BENCH_DIR / "baselines"
+CONFIGS = BENCH_DIR / "configs"
 DEFAULT_PEERS_VENV = BENCH_DIR / ".peers-venv"
 LOOPBACK = "127.0.0.1"
 
@@ -164,7 +165,7 @@ def _bare_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan | str:
     if file is None:
-        return "the bare control serves a single file; this workload requests a directory"
+        return "the bare control serves a single file; this workload requests several"
     argv = [env.python, str(BASELINES / "bare_trio_h11.py"), str(file), "0", *spec.extra_args]
     return LaunchPlan(argv=argv, cwd=workdir)
 
@@ -255,7 +256,9 @@ http {{
     gzip_static on;
     gzip_types text/plain;
     server {{
-        listen {host}:{port}{listen_opts};
+        # backlog: nginx's default of 511 would make most of 4,096 clients
+        # connecting at once wait for SYN retransmits.
+        listen {host}:{port}{listen_opts} backlog=4096;
         root {root};
         location / {{ autoindex on; }}
     }}
@@ -313,12 +316,12 @@ def _nginx_conf_plan(
 
 
 CADDYFILE = """\
-# Written by bench for one run: file_server over HTTP/1.1 and h2c (prior knowledge).
+# Written by bench for one run: file_server over {protocols}.
 {{
     admin off
     auto_https off
     servers {{
-        protocols h1 h2c
+        protocols {protocols}
         timeouts {{
             idle 75s
         }}
@@ -335,17 +338,29 @@ def _caddy_unavailable(env: HarnessEnv) -> str | None:
     return None if shutil.which("caddy") else "caddy not found (apt-get install -y caddy)"
 
 
+# Committed, so the compressed workloads always run Caddy with the same
+# file: the generated Caddyfile's HTTP/1.1 server plus `precompressed br gzip`.
+CADDYFILE_PRECOMPRESSED = CONFIGS / "Caddyfile.precompressed"
+
+
 def _caddy_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
     port = free_port()
-    conf = workdir / "Caddyfile"
-    conf.write_text(CADDYFILE.format(host=LOOPBACK, port=port, root=root))
+    # Caddy keeps its state under $HOME / XDG dirs: give it the work dir.
+    run_env = {"HOME": str(workdir), "XDG_DATA_HOME": str(workdir), "XDG_CONFIG_HOME": str(workdir)}
+    if "h2" not in spec.tags and "precompressed" in spec.tags:
+        # The committed file reads its address and root from the environment
+        # ({$VAR} is substituted when Caddy adapts the Caddyfile).
+        conf = CADDYFILE_PRECOMPRESSED
+        run_env |= {"BENCH_HOST": LOOPBACK, "BENCH_PORT": str(port), "BENCH_ROOT": str(root)}
+    else:
+        conf = workdir / "Caddyfile"
+        protocols = "h1 h2c" if "h2" in spec.tags else "h1"
+        conf.write_text(CADDYFILE.format(host=LOOPBACK, port=port, root=root, protocols=protocols))
     caddy = shutil.which("caddy") or "caddy"
     argv = [caddy, "run", "--config", str(conf), "--adapter", "caddyfile", *spec.extra_args]
-    # Caddy keeps its state under $HOME / XDG dirs: give it the work dir.
-    home = {"HOME": str(workdir), "XDG_DATA_HOME": str(workdir), "XDG_CONFIG_HOME": str(workdir)}
-    return LaunchPlan(argv=argv, cwd=workdir, port=port, env=home)
+    return LaunchPlan(argv=argv, cwd=workdir, port=port, env=run_env)
 
 
 GRANIAN_STATIC_ROUTE = "/static"
@@ -364,14 +379,21 @@ def _granian_plan(
     # Granian's static files are served by Rust under a route of their own
     # (a route of "/" hands every request to the Python app instead), so the
     # harness requests /static/<path>; the ASGI app only answers misses.
+    # Entries tagged "h2" speak HTTP/2 (h2c prior knowledge), the others HTTP/1.1.
+    h2 = "h2" in spec.tags
     port = free_port()
-    argv = [str(env.peers_python.parent / "granian"), "--interface", "asgi", "--http", "2"]
+    http = "2" if h2 else "1"
+    argv = [str(env.peers_python.parent / "granian"), "--interface", "asgi", "--http", http]
     argv += ["--host", LOOPBACK, "--port", str(port), "--workers", "1", "--runtime-threads", "1"]
     argv += ["--no-ws", "--static-path-route", GRANIAN_STATIC_ROUTE]
-    argv += ["--static-path-mount", str(root), "--log-level", "warning", *spec.extra_args]
-    argv.append("starlette_static:app")
+    argv += ["--static-path-mount", str(root), "--log-level", "warning"]
+    if not h2:
+        # The default backlog (1024) would leave clients of the 4,096-connection
+        # workload waiting for SYN retransmits; granian's backpressure follows it.
+        argv += ["--backlog", "4096"]
+    argv += [*spec.extra_args, "starlette_static:app"]
     return LaunchPlan(
-        argv=argv, cwd=workdir, port=port, env=_peer_env(root), ready="tcp",
+        argv=argv, cwd=workdir, port=port, env=_peer_env(root), ready="tcp" if h2 else "http",
         prefix=GRANIAN_STATIC_ROUTE,
     )
 
@@ -392,6 +414,8 @@ KINDS: dict[str, Kind] = {
 # The HTTP/2 workloads (bench/workloads.py): entries that speak only HTTP/2
 # here are restricted to them.
 H2_WORKLOADS = ("1k-h2", "64k-h2", "assets-h2", "8m-h2")
+# The wrk many-assets workloads (bench/workloads.py ASSETS_WORKLOADS).
+ASSETS_WORKLOADS = ("assets-c512", "assets-c4096")
 
 # Benchmark settings applied to every server where its default would distort a
 # measurement: keep-alive >= 75 s and connection caps above the idle workload's
@@ -475,7 +499,27 @@ SERVERS: dict[str, ServerSpec] = {
             "on the same port)",
             tags=frozenset({"h2"}),
         ),
-        ServerSpec("nginx", "nginx", description="nginx, 1 worker, sendfile"),
+        serverio_entry(
+            "serverio-nocache",
+            "--fs-workers",
+            "0",
+            "--file-cache-size",
+            "0",
+            description="serverio-inline without the warm-file cache (many-assets workloads only)",
+            only_workloads=ASSETS_WORKLOADS,
+        ),
+        ServerSpec("nginx", "nginx", description="nginx, 1 worker, sendfile, gzip_static"),
+        ServerSpec(
+            "caddy",
+            "caddy",
+            description="Caddy file_server over HTTP/1.1 (compressed workloads: "
+            "bench/configs/Caddyfile.precompressed)",
+        ),
+        ServerSpec(
+            "granian",
+            "granian",
+            description="granian --http 1, Rust static route (1 worker, 1 runtime thread)",
+        ),
         serverio_entry(
             "serverio-tls",
             "--fs-workers",

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bench.fixtures import ASSET_COUNT, LISTING_DIR, LISTING_ENTRIES, Fixture, asset_paths
+from bench.fixtures import (
+    ASSET_COUNT,
+    LISTING_DIR,
+    LISTING_ENTRIES,
+    MANY_COUNT,
+    Fixture,
+    asset_paths,
+    many_asset_paths,
+)
 
-Feature = Literal["plain", "etag", "range", "gzip", "listing"]
+Feature = Literal["plain", "etag", "range", "gzip", "listing", "assets"]
 WorkloadKind = Literal["wrk", "idle", "slow", "h2load"]
 
 RANGE_START, RANGE_END = 100, 1099
@@ -45,6 +54,10 @@ class Workload:
     streams: int = 1
     paths: tuple[str, ...] = ()
     h1: bool = False
+    # The requests accept codings whose precompressed sidecars the fixture
+    # has: servers with a sidecar-serving configuration (Caddy's
+    # bench/configs/Caddyfile.precompressed) start with it.
+    precompressed: bool = False
 
     def request_paths(self) -> list[str]:
         return list(self.paths) or [self.path]
@@ -55,6 +68,7 @@ class Workload:
 
 
 H2_ONLY_REASON = "no HTTP/2 entry for this server"
+ASSETS_ACCEPT_ENCODING = "br;q=1, gzip;q=0.8"
 # Shared by the HTTP/2 workloads: only servers tagged "h2" take part.
 _H2: dict[str, Any] = {
     "server_tags": frozenset({"h2"}),
@@ -123,6 +137,7 @@ WORKLOADS: dict[str, Workload] = {
             file="64k.txt",
             headers=(("Accept-Encoding", "gzip"),),
             feature="gzip",
+            precompressed=True,
         ),
         Workload(
             "dir",
@@ -130,6 +145,21 @@ WORKLOADS: dict[str, Workload] = {
             path=f"/{LISTING_DIR}/",
             file=None,
             feature="listing",
+        ),
+        *(
+            Workload(
+                f"assets-c{conns}",
+                f"many assets: {MANY_COUNT} text files of 200 B-180 KiB round robin (wrk Lua), "
+                f"Accept-Encoding: br;q=1, gzip;q=0.8, {conns:,} keep-alive connections",
+                path=many_asset_paths()[0],
+                file=None,
+                paths=tuple(many_asset_paths()),
+                connections=conns,
+                headers=(("Accept-Encoding", ASSETS_ACCEPT_ENCODING),),
+                feature="assets",
+                precompressed=True,
+            )
+            for conns in (512, 4096)
         ),
         Workload("idle", "idle keep-alive connections: server RSS per connection", kind="idle"),
         Workload(
@@ -211,28 +241,88 @@ class ProbeResult:
 
 
 def _request(
-    port: int, method: str, path: str, headers: tuple[tuple[str, str], ...] = ()
+    port: int,
+    method: str,
+    path: str,
+    headers: tuple[tuple[str, str], ...] = (),
+    conn: http.client.HTTPConnection | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+    own = conn is None
+    if conn is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
     try:
         conn.request(method, path, headers=dict(headers))
         resp = conn.getresponse()
         body = resp.read()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
-def probe(workload: Workload, port: int, fixture: Fixture) -> ProbeResult:
-    """Check that the server on ``port`` serves ``workload`` correctly; see the module doc."""
+def probe(workload: Workload, port: int, fixture: Fixture, prefix: str = "") -> ProbeResult:
+    """Check that the server on ``port`` serves ``workload`` correctly; see the module doc.
+
+    ``prefix`` goes before every path (granian serves files under a route).
+    """
     try:
-        return _probe(workload, port, fixture)
-    except (OSError, http.client.HTTPException) as exc:
+        if workload.feature == "assets":
+            return _probe_assets(workload, port, fixture, prefix)
+        return _probe(workload, port, fixture, prefix)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         return ProbeResult(False, f"probe request failed: {exc!r}")
 
 
-def _probe(workload: Workload, port: int, fixture: Fixture) -> ProbeResult:
-    path, file = workload.path, workload.file
+def decode_body(body: bytes, coding: str) -> bytes:
+    """``body`` with its Content-Encoding (``br``, ``gzip`` or none) undone.
+
+    Raises ValueError for another coding, or ``br`` without the brotli module.
+    """
+    if coding in ("", "identity"):
+        return body
+    if coding == "gzip":
+        return gzip.decompress(body)
+    if coding == "br":
+        try:
+            brotli = importlib.import_module("brotli")
+        except ImportError:
+            raise ValueError("a br response, and no brotli module here to check it") from None
+        data: bytes = brotli.decompress(body)
+        return data
+    raise ValueError(f"unexpected Content-Encoding {coding!r}")
+
+
+def _probe_assets(workload: Workload, port: int, fixture: Fixture, prefix: str) -> ProbeResult:
+    """Every path on one keep-alive connection: 200, and the file's bytes once decoded."""
+    codings: dict[str, int] = {}
+    sent = 0
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+    try:
+        for path in workload.request_paths():
+            status, headers, body = _request(port, "GET", prefix + path, workload.headers, conn)
+            coding = headers.get("content-encoding", "").strip().lower()
+            want = fixture.path(path.lstrip("/")).read_bytes()
+            if status != 200 or decode_body(body, coding) != want:
+                return ProbeResult(
+                    False,
+                    f"GET {path} -> {status} with {len(body)} bytes ({coding or 'identity'}), "
+                    f"expected 200 with the file's {len(want)} bytes",
+                )
+            codings[coding or "identity"] = codings.get(coding or "identity", 0) + 1
+            sent += len(body)
+    finally:
+        conn.close()
+    return ProbeResult(
+        True,
+        facts={
+            "codings": ", ".join(f"{k} {v}" for k, v in sorted(codings.items())),
+            "body_bytes_per_round": str(sent),
+        },
+    )
+
+
+def _probe(workload: Workload, port: int, fixture: Fixture, prefix: str = "") -> ProbeResult:
+    path, file = prefix + workload.path, workload.file
     expected = fixture.path(file).read_bytes() if file else b""
     if workload.feature == "etag":
         status, headers, _ = _request(port, "HEAD", path)

@@ -125,8 +125,13 @@ def wrk_command(
     timeout_s: int = 5,
     cpu: int | None = None,
     wrk: str = "wrk",
+    script: str | None = None,
 ) -> list[str]:
-    """The argv for one wrk run, optionally pinned to ``cpu`` with taskset."""
+    """The argv for one wrk run, optionally pinned to ``cpu`` with taskset.
+
+    ``script`` is a Lua file for ``wrk -s`` (e.g. ``round_robin_script``'s);
+    the ``-H`` headers still apply to the requests it builds.
+    """
     argv = [] if cpu is None else ["taskset", "-c", str(cpu)]
     argv += [
         wrk,
@@ -136,7 +141,48 @@ def wrk_command(
         f"-d{max(1, duration_s)}s",
         f"--timeout={timeout_s}s",
     ]
+    if script is not None:
+        argv += ["-s", script]
     for name, value in headers:
         argv += ["-H", f"{name}: {value}"]
     argv.append(url)
     return argv
+
+
+# Paths go into a Lua string literal verbatim: only characters that need no escaping.
+_LUA_SAFE_PATH = re.compile(r"/[A-Za-z0-9/._~%-]*")
+
+ROUND_ROBIN_LUA = """\
+-- Written by bench: GET these {count} paths round robin. wrk's Lua API has
+-- no per-connection hook, so the counter belongs to the wrk thread: each
+-- new request, on whichever connection is ready, takes the next path, and
+-- every path gets 1/{count} of the requests. The requests are formatted once
+-- in init(); wrk.format uses wrk.headers (the -H headers and Host).
+local paths = {{
+{items}
+}}
+local requests = {{}}
+local n = 0
+
+function init(args)
+    for i, path in ipairs(paths) do
+        requests[i] = wrk.format("GET", path)
+    end
+end
+
+function request()
+    n = n % #requests + 1
+    return requests[n]
+end
+"""
+
+
+def round_robin_script(paths: list[str]) -> str:
+    """A wrk Lua script that requests ``paths`` (absolute paths, no query) round robin."""
+    if not paths:
+        raise ValueError("no paths to request")
+    for path in paths:
+        if not _LUA_SAFE_PATH.fullmatch(path):
+            raise ValueError(f"path not safe in a Lua string literal: {path!r}")
+    items = "\n".join(f'    "{path}",' for path in paths)
+    return ROUND_ROBIN_LUA.format(count=len(paths), items=items)
