@@ -3,6 +3,7 @@ one-step small response."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h2.settings
@@ -106,6 +107,13 @@ async def test_a_large_body_is_read_a_round_quantum_at_a_time(
         return pread(fd, n, offset)
 
     monkeypatch.setattr(h2conn, "pread", counting)
+    real_preadv = h2conn._PREADV
+    if real_preadv is not None:
+        def counting_v(fd: int, parts: list[memoryview], offset: int) -> int:
+            reads.append(sum(map(len, parts)))
+            return real_preadv(fd, parts, offset)
+
+        monkeypatch.setattr(h2conn, "_PREADV", counting_v)
     size = (root / "big.bin").stat().st_size
     cfg = make_config(root, small_file_size=1024)  # big.bin is read from its descriptor
     big_window = {S.INITIAL_WINDOW_SIZE: (1 << 31) - 1}
@@ -115,5 +123,35 @@ async def test_a_large_body_is_read_a_round_quantum_at_a_time(
         r = await client.get("/big.bin")
     assert r.status == 200 and bytes(r.body) == (root / "big.bin").read_bytes()
     assert sum(reads) == size
-    assert len(reads) == -(-size // h2conn.ROUND_QUANTUM)  # 5 reads for 300,000 bytes
+    assert len(reads) == -(-size // h2conn.ROUND_QUANTUM)  # 2 reads for 300,000 bytes
     assert r.data_frames == -(-size // h2conn.FRAME_CHUNK)
+
+
+async def test_a_file_that_shrinks_mid_body_resets_only_its_stream(root: Path) -> None:
+    """The scatter read of a round that comes up short (the file was
+    truncated after the head went out) writes nothing: the plain read then
+    finds the truncation, counts it, and resets that stream alone; the
+    connection goes on serving."""
+    cfg = make_config(root, small_file_size=1024)  # big.bin is read from its descriptor
+    big = root / "big.bin"
+    async with h2_memory(cfg) as (client, _, conn):
+        client.ack = False  # the first 65,535 bytes exhaust the windows
+        sid = client.request("/big.bin")
+        await client.flush()
+        r = client.responses[sid]
+        while len(r.body) < 65535:
+            assert await client.pump()
+        os.truncate(big, 100_000)
+        client.conn.increment_flow_control_window(1 << 20)
+        client.conn.increment_flow_control_window(1 << 20, stream_id=sid)
+        await client.flush()
+        (r,) = await client.wait(sid)
+        client.ack = True
+        again = await client.get("/data.bin")
+        h = getattr(conn, "_switched", None)
+        assert isinstance(h, H2Connection)
+        truncated = h.env.stats.truncated
+    assert r.reset is not None and not r.ended
+    assert len(r.body) <= 100_000
+    assert truncated == 1
+    assert again.status == 200 and len(again.body) == 1024
