@@ -52,6 +52,7 @@ from ..http.select import (
     sidecars_wanted,
 )
 from ..http.wire import head_bytes
+from .body import Body, close_fd
 from .filecache import (
     RACY_SECONDS,
     UNTIMED,
@@ -122,7 +123,13 @@ class Prepared:
         """Close the descriptor; safe to call again (the second call is a no-op)."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)
+            close_fd(fd)
+
+    def take_body(self) -> Body:
+        """The finished response's body source; the descriptor moves to it
+        (this then holds nothing to close)."""
+        fd, self.fd = self.fd, -1
+        return Body.of(self.plan, fd)
 
 
 def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:

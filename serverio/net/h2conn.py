@@ -78,15 +78,15 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
 from ..errors import HTTPError
+from ..fs.body import Body
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
-from ..http.core import FileSpan, Plan, RequestFacts, error_plan, http_error_plan, route
-from ..http.fields import check_host, scan_fields
+from ..http.core import FileSpan, Plan, RequestFacts, error_plan
+from ..http.fields import Fields, check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
 from ..http.target import parse_target
-from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
-from ..pipeline.site import Ticket
+from ..pipeline.request import Answer, Waiting, complete, failed, finish, record, start
 from .connection import RECV_SIZE, ConnectionEnv
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
@@ -99,6 +99,15 @@ OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits
 WRITE_PIECE = 65536  # bytes per socket write; the write deadline moves after each
 _WINDOW = 1.0  # seconds: the flood budgets count per window
 ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
+
+
+async def _run_deferred(deferred: Deferred) -> Prepared:
+    """How a stream waits for the handler: just await it.  A reset
+    (RST_STREAM) cancels the stream's scope, which cancels this wait."""
+    try:
+        return await deferred.run()
+    finally:
+        deferred.close()
 
 
 class _PlainEncoder(hpack.Encoder):
@@ -547,8 +556,9 @@ class H2Connection:
 
     # ------------------------------------------------------------ streams
 
-    def _facts(self, st: _Stream) -> RequestFacts:
-        """The same RequestFacts an HTTP/1.1 request head gives."""
+    def _facts(self, st: _Stream) -> tuple[RequestFacts, Fields]:
+        """The same RequestFacts an HTTP/1.1 request head gives, and the
+        fields the access log reads."""
         head = st.head
         cfg = self.env.config
         if head.size > cfg.max_head_size:
@@ -559,62 +569,43 @@ class H2Connection:
             check_host(head.authority)
         f = scan_fields(head.fields)
         target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
-        return RequestFacts(
+        facts = RequestFacts(
             method=head.method,
             target=target,
             keep_alive=True,
             has_body=st.open_body,
             **f.values,
         )
+        return facts, f
 
     async def _serve_stream(self, st: _Stream) -> None:
         env = self.env
         cfg = env.config
-        stats = env.stats
         started = trio.current_time()
         now = time.time()
-        prepared: Prepared | None = None
-        head_only = st.head.method == b"HEAD"
+        answer: Answer | None = None
+        fields: Fields | None = None
         try:
             with st.scope:
                 if st.reset:
                     return  # reset before it started: do no work for it
-                # The same steps as an HTTP/1.1 request (ConnectionTask._serve):
-                # site rules (CORS, auth, redirects) first when configured,
-                # then the handler, then the site's finishing rules.
-                site = env.site
-                ticket: Ticket | None = None
+                # The request steps are the pipeline's (serverio.pipeline.request),
+                # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
+                # cancels the wait for a Deferred.
                 try:
-                    req = self._facts(st)
-                    if site is None:
-                        plan = route(req, cfg, now)
+                    req, fields = self._facts(st)
+                    got = start(env, req, now)
+                    if type(got) is Waiting:
+                        answer = await complete(env, got, now, self._client, _run_deferred)
+                        assert answer is not None  # _run_deferred never gives None
                     else:
-                        ticket = await site.route(req, now, self._client)
-                        plan, req = ticket.plan, ticket.req
-                    if plan is not None and plan.stream:
-                        # The live-reload event stream is served over
-                        # HTTP/1.1 only (its script connects with EventSource,
-                        # which falls back): refuse it here, visibly.
-                        plan = error_plan(404, now, head_only=head_only)
-                    if plan is None:
-                        if site is None:
-                            answer = env.handler.respond_now(req, now)
-                        else:
-                            answer = site.respond_now(env.handler, req, now)
-                        if isinstance(answer, Deferred):
-                            try:
-                                prepared = await answer.run()
-                            finally:
-                                answer.close()
-                        else:
-                            assert type(answer) is Prepared
-                            prepared = answer
-                        plan = prepared.plan
+                        assert type(got) is Answer
+                        answer = got
                 except HTTPError as exc:
-                    plan = http_error_plan(exc, now, head_only=head_only)
-                if site is not None:
-                    plan = site.finish(plan, ticket)
-                await self._respond(st, plan, prepared)
+                    answer = failed(env, exc, now, st.head.method == b"HEAD")
+                if answer.plan.stream:
+                    answer = self._event_stream(answer, now, st.head.method == b"HEAD")
+                await self._respond(st, answer.plan, answer.body)
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
                     # answers with Connection: close, the connection ends
@@ -622,13 +613,13 @@ class H2Connection:
                     self.drain()
         except Exception:
             # A bug in one stream must not end the other streams.
-            stats.internal_errors += 1
+            env.stats.internal_errors += 1
             log.exception("internal error in an HTTP/2 stream (stream reset)")
             self._reset(st, ErrorCodes.INTERNAL_ERROR)
         finally:
             self._sending.pop(st.sid, None)  # before the fd closes
-            if prepared is not None:
-                prepared.close()
+            if answer is not None:
+                answer.body.close()
             self._streams.pop(st.sid, None)
             if not self._streams:
                 self._idle_deadline = trio.current_time() + cfg.keepalive_timeout
@@ -640,32 +631,30 @@ class H2Connection:
             self._kick()
         if not st.finished or st.failed:
             return
-        stats.completed += 1
-        env.response_times.observe(trio.current_time() - started)
-        status = st.status
-        if status >= 500:
-            stats.server_errors += 1
-        elif status >= 400:
-            stats.client_errors += 1
-        if env.access_log.enabled:
-            h = st.head
-            env.access_log.write(
-                AccessRecord(
-                    client=self._client(),
-                    method=h.method.decode("latin-1"),
-                    target=(h.path or b"-").decode("latin-1"),
-                    version="2.0",
-                    status=status,
-                    size=sum(map(len, st.pieces)),
-                    duration=trio.current_time() - started,
-                    user_agent=None,
-                    referer=None,
-                    request_id=None,
-                ),
-                now,
-            )
+        h = st.head
+        record(
+            env,
+            self._client,
+            h.method,
+            h.path or b"-",
+            "2.0",
+            st.status,
+            sum(map(len, st.pieces)),
+            started,
+            now,
+            fields.user_agent if fields is not None else None,
+            fields.referer if fields is not None else None,
+            fields.request_id if fields is not None else None,
+        )
 
-    async def _respond(self, st: _Stream, plan: Plan, prepared: Prepared | None) -> None:
+    def _event_stream(self, answer: Answer, now: float, head_only: bool) -> Answer:
+        """The live-reload event stream is served over HTTP/1.1 only (its
+        script connects with EventSource, which falls back): refuse it
+        here, visibly."""
+        plan = error_plan(404, now, head_only=head_only)
+        return finish(self.env, plan, answer.ticket)
+
+    async def _respond(self, st: _Stream, plan: Plan, source: Body) -> None:
         """HEADERS now; the body through the writer, with the stream's own
         deadline: no progress for ``write_timeout`` resets it (CANCEL)."""
         if st.reset or self._closed:
@@ -675,7 +664,7 @@ class H2Connection:
             name = name.lower()
             if name not in CONNECTION_SPECIFIC:  # RFC 9113 §8.2.2
                 headers.append((name, value))
-        body = [p for p in plan.body if len(p)] if plan.send_body else []
+        body = [p for p in source.pieces if len(p)]
         total = sum(map(len, body))
         st.status = plan.status
         try:
@@ -686,7 +675,7 @@ class H2Connection:
         if total:
             st.pieces = body
             st.remaining = total
-            st.fd = prepared.fd if prepared is not None else -1
+            st.fd = source.fd
             self._sending[st.sid] = st
             self._kick()
             timeout = self.env.config.write_timeout
