@@ -43,9 +43,10 @@ from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..fs.filecache import UNTIMED, CachedFile, FileCache, window_state
 from ..fs.opener import RootOpener
-from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
+from ..fs.prepare import CACHED, CacheCandidate, Prepared, Resolution, resolve
 from ..http.core import RequestFacts
 from .content import ContentService
+from .decide import cache_candidate, decide, serve_cached
 
 __all__ = ["Deferred", "Handler"]
 
@@ -147,11 +148,21 @@ class Handler:
         if self.fs.inline:
             # Inline hits are revalidated by a stat every time: no trust
             # window, so no clock reading (UNTIMED).
-            prepared = prepare(
-                req, self.config, self._opener(), now, boundary, files, UNTIMED, self.content.hashes
+            hit = cache_candidate(files, req, self.config) if files is not None else None
+            if hit is not None:
+                assert files is not None
+                if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED):
+                    prepared = serve_cached(files, hit, req, self.config, now, boundary)
+                    if not prepared.needs_followup:
+                        return prepared  # the warm path, without another call
+                    return self._followups(prepared, req, now)
+                hit = None  # stale: resolve afresh (the miss is counted there)
+            res = resolve(
+                req, self.config, self._opener(), now, files, UNTIMED, self.content.hashes, hit
             )
+            prepared = decide(res, req, self.config, now, boundary)
             if not prepared.needs_followup:
-                return prepared  # the common case, without another call
+                return prepared
             return self._followups(prepared, req, now)
         mono = trio.current_time()
         hit = cache_candidate(files, req, self.config) if files is not None else None
@@ -231,19 +242,26 @@ class Handler:
             if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
                 prepared = serve_cached(files, hit, req, self.config, now, boundary)
                 return await self._settle(prepared, req, now)
-        prepared = await run_blocking(
+        # One hop: the revalidation of the candidate (if any) or the full
+        # resolution; the decision runs here, on the event loop, after it.
+        res = await run_blocking(
             self.fs,
-            prepare,
+            resolve,
             req,
             self.config,
             self._opener(),
             now,
-            boundary,
             files,
             mono,
             self.content.hashes,
-            late_close=Prepared.close,
+            hit,
+            late_close=Resolution.close,
         )
+        if res.kind == CACHED:
+            assert files is not None and hit is not None
+            prepared = serve_cached(files, hit, req, self.config, now, boundary)
+        else:
+            prepared = decide(res, req, self.config, now, boundary)
         return await self._settle(prepared, req, now)
 
     async def _settle(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
