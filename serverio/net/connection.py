@@ -568,7 +568,7 @@ class ConnectionTask:
                 peer,
                 event.method,
                 event.target,
-                event.http_version.decode("latin-1"),
+                event.http_version,
                 plan.status,
                 sent,
                 started,

@@ -637,7 +637,7 @@ class H2Connection:
             self._client,
             h.method,
             h.path or b"-",
-            "2.0",
+            b"2.0",
             st.status,
             sum(map(len, st.pieces)),
             started,

@@ -106,7 +106,10 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return Answer(plan, Body.of(plan))
     if type(got) is Prepared:
-        return Answer(got.plan, got.take_body())
+        plan = got.plan
+        if got.fd < 0:  # the warm path: a literal body, nothing to hand over
+            return Answer(plan, Body(plan.body) if plan.send_body else NO_BODY)
+        return Answer(plan, got.take_body())
     assert isinstance(got, Deferred)
     return Waiting(req, got)
 
@@ -178,7 +181,7 @@ def record(
     client: Callable[[], str],
     method: bytes,
     target: bytes,
-    version: str,
+    version: bytes,
     status: int,
     size: int,
     started: float,
@@ -203,7 +206,7 @@ def record(
                 client=client(),
                 method=method.decode("latin-1"),
                 target=target.decode("latin-1"),
-                version=version,
+                version=version.decode("latin-1"),
                 status=status,
                 size=size,
                 duration=elapsed,
