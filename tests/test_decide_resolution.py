@@ -5,8 +5,10 @@ table over hand-built Resolution facts: no event loop, no filesystem
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,9 +21,10 @@ from serverio.fs.prepare import (
     Rep,
     Resolution,
 )
-from serverio.http.core import FileSpan
+from serverio.http.core import FileSpan, Plan
 from serverio.pipeline.decide import decide
 
+from .conftest import make_config, memory_connection
 from .core_tables import CFG, DATA, NOW, file_facts, header_map, request
 
 GZ = b"\x1f\x8b" + bytes(30)  # a sidecar's bytes (never decoded here)
@@ -133,3 +136,52 @@ def test_range_gets_identity_even_when_a_sidecar_exists(fds: list[int]) -> None:
     res = replace(_file(fds, sidecars={"gzip": side}), ctype="text/javascript", relpath="a.js")
     p = decide(res, request(raw=b"/a.js", accept_encoding="gzip", range="bytes=0-1"), CFG, NOW)
     assert p.plan.status == 206 and p.plan.body == (DATA[:2],) and p.coding == ""
+
+
+# ---------------------------------------------------------------- the hop
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/big.bin", ""),
+        ("/hello.txt", "Range: bytes=0-3\r\n"),
+        ("/sub/", ""),
+        ("/missing.txt", ""),
+    ],
+)
+async def test_the_pool_hop_returns_facts_and_the_plan_is_made_on_the_trio_thread(
+    root: Path, monkeypatch: pytest.MonkeyPatch, path: str, headers: str
+) -> None:
+    from serverio.pipeline import decide as decide_mod
+    from serverio.pipeline import handler as handler_mod
+
+    hops: list[object] = []
+    from serverio.concurrency.blocking import run_blocking as real_run
+
+    async def spy(pool: object, fn: Callable[..., object], *args: object, **kw: object) -> object:
+        result = await real_run(pool, fn, *args, **kw)  # type: ignore[arg-type]
+        hops.append(result)
+        return result
+
+    decided_on: list[bool] = []
+    real_decide = decide_mod.decide
+
+    def spy_decide(*args: object, **kw: object) -> object:
+        decided_on.append(threading.current_thread() is threading.main_thread())
+        return real_decide(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(handler_mod, "run_blocking", spy)
+    monkeypatch.setattr(handler_mod, "decide", spy_decide)
+    cfg = make_config(root, fs_workers=2)
+    async with memory_connection(cfg) as (client, _, _):
+        r = await client.get(path, headers)
+    assert r.status in (200, 206, 404)
+    assert len(hops) == 1  # one hop, whatever the request
+    assert isinstance(hops[0], Resolution)
+    assert not any(isinstance(v, Plan) for v in vars_of(hops[0]))
+    assert decided_on == [True]
+
+
+def vars_of(res: Resolution) -> list[object]:
+    return [getattr(res, name) for name in res.__slots__]

@@ -106,6 +106,10 @@ class Prepared:
     # instead of reading the file again.
     source: bytes | None = None
     hash_job: bool = False
+    # A ready literal body source for ``plan`` (the warm memo's, shared:
+    # a literal body owns nothing); used only while ``plan.body`` is still
+    # the tuple it was made from.
+    body: Body | None = None
 
     @property
     def needs_followup(self) -> bool:
@@ -120,8 +124,12 @@ class Prepared:
     def take_body(self) -> Body:
         """The finished response's body source; the descriptor moves to it
         (this then holds nothing to close)."""
+        body = self.body
+        plan = self.plan
+        if body is not None and self.fd < 0 and body.pieces is plan.body:
+            return body
         fd, self.fd = self.fd, -1
-        return Body.of(self.plan, fd)
+        return Body.of(plan, fd)
 
 
 

@@ -51,7 +51,7 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
-from ..pipeline.request import Answer, Waiting, complete, failed, record, start
+from ..pipeline.request import Waiting, complete, failed, record, start
 from ..pipeline.site import Site
 
 __all__ = ["H2_PREFACE", "ConnectionEnv", "ConnectionTask", "Switched"]
@@ -530,7 +530,7 @@ class ConnectionTask:
             ka10 = False
             ua = referer = request_id = None
             keep = False
-            answer: Answer | None = None
+            body: Body | None = None
             # The request steps are the pipeline's (serverio.pipeline.request),
             # shared with HTTP/2; facts, the wait, the emit and keep-alive
             # are this connection's.
@@ -547,21 +547,21 @@ class ConnectionTask:
                             env.stats.cancelled += 1
                             return  # the client went away while we waited
                     else:
-                        assert type(got) is Answer
+                        assert type(got) is tuple
                         answer = got
                 except HTTPError as exc:
                     answer = failed(env, exc, now, event.method == b"HEAD")
-                plan = answer.plan
+                plan, body, _ = answer
                 if plan.stream:
                     await self._stream(plan)
                     return
                 close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last
-                sent = await self._emit(plan, answer.body, close=close, ka10=ka10 and not close)
+                sent = await self._emit(plan, body, close=close, ka10=ka10 and not close)
             finally:
-                if answer is not None:
-                    answer.body.close()
+                if body is not None:
+                    body.close()
                 self.in_flight = False
             record(
                 env,

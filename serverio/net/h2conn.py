@@ -87,6 +87,7 @@ from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, pa
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Answer, Waiting, complete, failed, finish, record, start
+from ..pipeline.site import Ticket
 from .connection import RECV_SIZE, ConnectionEnv
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
@@ -583,7 +584,7 @@ class H2Connection:
         cfg = env.config
         started = trio.current_time()
         now = time.time()
-        answer: Answer | None = None
+        body: Body | None = None
         fields: Fields | None = None
         try:
             with st.scope:
@@ -599,13 +600,14 @@ class H2Connection:
                         answer = await complete(env, got, now, self._client, _run_deferred)
                         assert answer is not None  # _run_deferred never gives None
                     else:
-                        assert type(got) is Answer
+                        assert type(got) is tuple
                         answer = got
                 except HTTPError as exc:
                     answer = failed(env, exc, now, st.head.method == b"HEAD")
-                if answer.plan.stream:
-                    answer = self._event_stream(answer, now, st.head.method == b"HEAD")
-                await self._respond(st, answer.plan, answer.body)
+                plan, body, ticket = answer
+                if plan.stream:
+                    plan, body, ticket = self._event_stream(ticket, now, st.head.method == b"HEAD")
+                await self._respond(st, plan, body)
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
                     # answers with Connection: close, the connection ends
@@ -618,8 +620,8 @@ class H2Connection:
             self._reset(st, ErrorCodes.INTERNAL_ERROR)
         finally:
             self._sending.pop(st.sid, None)  # before the fd closes
-            if answer is not None:
-                answer.body.close()
+            if body is not None:
+                body.close()
             self._streams.pop(st.sid, None)
             if not self._streams:
                 self._idle_deadline = trio.current_time() + cfg.keepalive_timeout
@@ -647,12 +649,12 @@ class H2Connection:
             fields.request_id if fields is not None else None,
         )
 
-    def _event_stream(self, answer: Answer, now: float, head_only: bool) -> Answer:
+    def _event_stream(self, ticket: Ticket | None, now: float, head_only: bool) -> Answer:
         """The live-reload event stream is served over HTTP/1.1 only (its
         script connects with EventSource, which falls back): refuse it
         here, visibly."""
         plan = error_plan(404, now, head_only=head_only)
-        return finish(self.env, plan, answer.ticket)
+        return finish(self.env, plan, ticket)
 
     async def _respond(self, st: _Stream, plan: Plan, source: Body) -> None:
         """HEADERS now; the body through the writer, with the stream's own

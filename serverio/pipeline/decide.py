@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config import Config
+from ..fs.body import Body
 from ..fs.filecache import UNTIMED, CachedFile, FileCache, HashStore
 from ..fs.opener import RootOpener
 from ..fs.prepare import (
@@ -231,8 +232,9 @@ def serve_cached(
     A plain request (no precondition, no range, no query: what browsers
     and benchmarks send most) gets the same response for the whole
     second of its Date header, so the plan and its serialised head are
-    memoised per method and second.  Shared plans are never mutated: the
-    connection only reads them.
+    memoised per method and second, with its literal body source.  Shared
+    plans are never mutated (they are frozen), and a literal body has
+    nothing to close: the transports only read them.
     """
     cache.hit()
     rep = hit.rep
@@ -248,7 +250,7 @@ def serve_cached(
     if plain:
         memo = plain_memo.get(memo_key)
         if memo is not None and memo[0] == second:
-            return Prepared(memo[1], facts=rep.facts, coding=hit.coding)
+            return Prepared(memo[1], facts=rep.facts, coding=hit.coding, body=memo[2])
     # Identity, or a precompressed sidecar (its own length, ETag).
     plan = decide_file(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
@@ -259,7 +261,11 @@ def serve_cached(
         plan = replace(
             plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
         )
-        plain_memo[memo_key] = (second, plan)
+        # Its body source is literal (the spans were sliced from memory),
+        # owns nothing and is shared like the plan.
+        body = Body.of(plan)
+        plain_memo[memo_key] = (second, plan, body)
+        return Prepared(plan, facts=rep.facts, coding=hit.coding, body=body)
     return Prepared(plan, facts=rep.facts, coding=hit.coding)
 
 

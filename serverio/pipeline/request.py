@@ -27,7 +27,7 @@ Deferred, how it emits the :class:`~serverio.fs.body.Body`, keep-alive and
 close, and the long-lived event stream (an answer whose ``plan.stream`` is
 set is handed back unfinished, for the transport's own branch).
 
-Ownership: an :class:`Answer`'s ``body`` belongs to the transport, which
+Ownership: an answer's body belongs to the transport, which
 closes it exactly once after emitting it (or failing to).  Before an answer
 exists the handler owns what it holds (see docs/cancellation.md).
 """
@@ -70,16 +70,10 @@ class Deps(Protocol):
 Wait = Callable[[Deferred], Awaitable[Prepared | None]]
 
 
-class Answer:
-    """The response to emit: its plan, its body source (owned by whoever
-    emits it) and the site's ticket (None without site rules)."""
-
-    __slots__ = ("body", "plan", "ticket")
-
-    def __init__(self, plan: Plan, body: Body, ticket: Ticket | None = None) -> None:
-        self.plan = plan
-        self.body = body
-        self.ticket = ticket
+# The response to emit: its final plan, its body source (owned by whoever
+# emits it) and the site's ticket (None without site rules).  A plain tuple:
+# built on every request, and a tuple costs a fraction of an object.
+Answer = tuple[Plan, Body, "Ticket | None"]
 
 
 class Waiting:
@@ -99,17 +93,14 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
         return Waiting(req, None)  # the site's routing may wait (authentication)
     plan = route(req, deps.config, now)
     if plan is not None:
-        return Answer(plan, NO_BODY if plan.stream else Body.of(plan))
+        return plan, NO_BODY if plan.stream else Body.of(plan), None
     try:
         got = deps.handler.respond_now(req, now)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
-        return Answer(plan, Body.of(plan))
+        return plan, Body.of(plan), None
     if type(got) is Prepared:
-        plan = got.plan
-        if got.fd < 0:  # the warm path: a literal body, nothing to hand over
-            return Answer(plan, Body(plan.body) if plan.send_body else NO_BODY)
-        return Answer(plan, got.take_body())
+        return got.plan, got.take_body(), None
     assert isinstance(got, Deferred)
     return Waiting(req, got)
 
@@ -135,7 +126,7 @@ async def complete(
             plan, req = ticket.plan, ticket.req
             if plan is not None:
                 if plan.stream:
-                    return Answer(plan, NO_BODY, ticket)  # the transport's own branch
+                    return plan, NO_BODY, ticket  # the transport's own branch
                 return _finished(site, plan, -1, ticket)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
@@ -173,7 +164,7 @@ def _finished(site: Site | None, plan: Plan, fd: int, ticket: Ticket | None) -> 
         except BaseException:
             Body((), fd).close()
             raise
-    return Answer(plan, Body.of(plan, fd), ticket)
+    return plan, Body.of(plan, fd), ticket
 
 
 def record(
