@@ -1,17 +1,20 @@
 """The request handler: the one trio-side place that orders a response's steps.
 
 For a request that routing could not answer (``serverio.http.core.route``),
-a transport (an HTTP/1.1 connection today, an HTTP/2 stream tomorrow) calls
-:meth:`Handler.respond_now`; it gets back either a finished
+the request steps both transports share (:mod:`serverio.pipeline.request`)
+call :meth:`Handler.respond_now`; they get back either a finished
 :class:`~serverio.fs.prepare.Prepared`, or a :class:`Deferred` whose
-:meth:`Deferred.run` it awaits while it watches its client.  The order of
-the steps lives here and nowhere else:
+:meth:`Deferred.run` the transport awaits while it watches its client.  The
+order of the steps lives here and nowhere else:
 
-1. **resolve and decide** (:func:`serverio.fs.prepare.prepare`): inline
-   with ``--fs-workers 0``, otherwise from the warm-file cache when its
+1. **resolve** (:func:`serverio.fs.prepare.resolve`: facts and descriptors,
+   no plan): inline with ``--fs-workers 0`` (a warm-file cache candidate
+   costs one ``stat`` instead), otherwise from the warm-file cache when its
    entry is inside the validity window (no syscall), otherwise through one
-   hop into the ``fs`` pool;
-2. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
+   hop into the ``fs`` pool (which also revalidates a candidate);
+2. **decide** (:mod:`serverio.pipeline.decide`, pure, here on the trio
+   thread after the hop);
+3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
    a listing scan, on-the-fly compression, a representation digest, from
    their caches when they can answer, in the ``work`` pool or a cache job
    otherwise.
@@ -23,11 +26,13 @@ the client goes away.
 Cancellation handling: :meth:`Deferred.run` may be cancelled at any await.
 A pool hop that was under way is abandoned and its result closed by the
 late-close path of :func:`~serverio.concurrency.blocking.run_blocking`
-(exactly once); a ``Prepared`` the handler holds while it waits for a
+(exactly once: :meth:`~serverio.fs.prepare.Resolution.close`); the
+decision takes the resolution's descriptors over with no await; a
+``Prepared`` the handler holds while it waits for a
 follow-up is closed before the cancellation propagates; a wait on a shared
 revalidation or a cache job just stops (the job carries on for the other
 requests).  A ``Deferred`` that is never run must be closed
-(:meth:`Deferred.close`); the connection does so in a ``finally``.
+(:meth:`Deferred.close`); the transport's wait does so in a ``finally``.
 """
 
 from __future__ import annotations
