@@ -118,13 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
 
     setup = sub.add_parser(
-        "setup", help="create bench/.peers-venv with the peer servers; apt-get wrk/nginx"
+        "setup", help="create bench/.peers-venv with the peer servers; apt-get the tools"
     )
     setup.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
     setup.add_argument("--python", default=sys.executable, help="interpreter for the peers venv")
     setup.add_argument("--force", action="store_true", help="recreate the venv")
     setup.add_argument(
-        "--no-apt", action="store_true", help="do not apt-get install missing wrk/nginx"
+        "--no-apt", action="store_true", help="do not apt-get missing wrk/nginx/h2load/caddy"
     )
 
     rep = sub.add_parser("report", help="re-render the table (and plots) from an artifact")

@@ -21,6 +21,9 @@ TEXT_FILE = "64k.txt"
 TEXT_SIZE = 64 * KIB
 LISTING_DIR = "dir"
 LISTING_ENTRIES = 20
+# The many-assets profile: a front end's modules and styles, one origin.
+ASSETS_DIR = "assets"
+ASSET_COUNT = 100
 
 _WORDS = (
     "static file server trio h11 request response header body range etag gzip "
@@ -56,7 +59,8 @@ def create(root: Path, seed: int = 20260710) -> Fixture:
 
     Files: 1k.bin, 16k.bin, 64k.bin, 256k.bin, 8m.bin (random bytes); 64k.txt
     (compressible text) and its precompressed sidecar 64k.txt.gz for servers
-    that serve sidecars; dir/ with 20 small files; index.html.
+    that serve sidecars; dir/ with 20 small files; assets/ with 100 files of
+    1-48 KiB (``asset_paths``); index.html.
     """
     rng = random.Random(seed)
     sizes: dict[str, int] = {}
@@ -71,7 +75,22 @@ def create(root: Path, seed: int = 20260710) -> Fixture:
     listing.mkdir()
     for i in range(1, LISTING_ENTRIES + 1):
         (listing / f"file{i:02d}.txt").write_text(f"entry {i}\n" * i)
+    assets = root / ASSETS_DIR
+    assets.mkdir()
+    for name in asset_names():
+        data = rng.randbytes(rng.randint(1, 48) * KIB)
+        (assets / name).write_bytes(data)
+        sizes[f"{ASSETS_DIR}/{name}"] = len(data)
     index = b"<!doctype html>\n<title>serverio bench</title>\n<p>fixture index</p>\n"
     (root / "index.html").write_bytes(index)
     sizes["index.html"] = len(index)
     return Fixture(root=root, sizes=sizes)
+
+
+def asset_names() -> list[str]:
+    """The many-assets files: ``m000.js`` ... and every tenth one a ``.css``."""
+    return [f"m{i:03d}.{'css' if i % 10 == 9 else 'js'}" for i in range(ASSET_COUNT)]
+
+
+def asset_paths() -> list[str]:
+    return [f"/{ASSETS_DIR}/{name}" for name in asset_names()]

@@ -6,6 +6,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,10 @@ PEER_PACKAGES = (
     "hypercorn",
     "trio",
     "h11",
+    "h2",
+    "granian",
 )
-OWN_PACKAGES = ("serverio", "trio", "h11", "matplotlib")
+OWN_PACKAGES = ("serverio", "trio", "h11", "h2", "matplotlib")
 
 _PEER_SCRIPT = """
 import importlib.metadata as m, json, sys
@@ -44,6 +47,11 @@ def _first_line(argv: list[str]) -> str:
         return f"unavailable ({exc.__class__.__name__})"
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     return lines[0].strip() if lines else ""
+
+
+def _tool_version(tool: str, flag: str) -> str | None:
+    path = shutil.which(tool)
+    return _first_line([path, flag]) if path else None
 
 
 def _cpu_model() -> str:
@@ -126,4 +134,6 @@ def machine_facts(
         "peer_notes": notes,
         "nginx": _first_line([nginx, "-v"]) if nginx else None,
         "wrk": _first_line([wrk, "-v"]) if wrk else None,
+        "h2load": _tool_version("h2load", "--version"),
+        "caddy": _tool_version("caddy", "version"),
     }

@@ -1,4 +1,5 @@
-"""``python -m bench setup``: the peers' own virtualenv, plus wrk and nginx from Debian."""
+"""``python -m bench setup``: the peers' own virtualenv, plus wrk, nginx, h2load and caddy from
+Debian."""
 
 from __future__ import annotations
 
@@ -34,11 +35,19 @@ def _apt_install(packages: list[str]) -> int:
 
 
 def setup(venv: Path, python: str, *, force: bool, apt: bool) -> int:
-    """Create ``venv`` with the peer servers; install wrk/nginx-light with apt when missing."""
+    """Create ``venv`` with the peer servers; apt-get wrk/nginx-light/nghttp2-client/caddy when
+    missing."""
     status = 0
     if apt:
         missing = [
-            pkg for tool, pkg in (("wrk", "wrk"), ("nginx", "nginx-light")) if not _has(tool)
+            pkg
+            for tool, pkg in (
+                ("wrk", "wrk"),
+                ("nginx", "nginx-light"),
+                ("h2load", "nghttp2-client"),
+                ("caddy", "caddy"),
+            )
+            if not _has(tool)
         ]
         if missing:
             status |= _apt_install(missing)

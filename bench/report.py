@@ -56,6 +56,30 @@ def _wrk_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
     return rows
 
 
+def _h2load_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
+    """The wrk table's columns plus h2load's mean request time, MiB/s and the protocol."""
+    ref = _reference_rps(entries, reference)
+    rows = [
+        "| server | proto | RPS (median) | MiB/s | mean ms | p50 ms | p99 ms | MAD % "
+        f"| peak RSS MiB | errors | x {reference} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for e in entries:
+        s = e.get("summary") or {}
+        if e["status"] == "skipped" or not s:
+            rows.append(f"| {e['server']} | | {e['status']}: {e['reason']} | | | | | | | | |")
+            continue
+        rps = float(s["median_rps"])
+        ratio = f"{rps / ref:.2f}" if ref and rps else "—"
+        rows.append(
+            f"| {e['server']} | {s.get('protocol', '')} | {_fmt(rps, 0)} "
+            f"| {_fmt(s['mib_per_s'], 1)} | {_fmt(s['mean_ms'])} | {_fmt(s['p50_ms'])} "
+            f"| {_fmt(s['p99_ms'])} | {_fmt(s['mad_pct'], 1)} | {_fmt(s['peak_rss_mib'], 1)} "
+            f"| {_errors_cell(e)} | {ratio} |"
+        )
+    return rows
+
+
 def _idle_table(entries: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| server | open / requested | RSS before MiB | RSS after MiB | KiB per conn | MAD % "
@@ -123,7 +147,9 @@ def render_markdown(artifact: Artifact, reference: str | None = None) -> str:
         + f" (git {machine.get('serverio_git', '?')})"
         + (", peers: " + ", ".join(f"{k} {v}" for k, v in peers.items() if v) if peers else "")
         + (f", {machine['nginx']}" if machine.get("nginx") else "")
-        + (f", {machine['wrk']}" if machine.get("wrk") else ""),
+        + (f", {machine['wrk']}" if machine.get("wrk") else "")
+        + (f", {machine['h2load']}" if machine.get("h2load") else "")
+        + (f", caddy {machine['caddy']}" if machine.get("caddy") else ""),
     ]
     for name, reason in artifact.get("unavailable", {}).items():
         lines.append(f"- not run: {name}: {reason}")
@@ -131,9 +157,12 @@ def render_markdown(artifact: Artifact, reference: str | None = None) -> str:
     for name, entries in by_workload.items():
         info = artifact["workloads"].get(name, {})
         lines += ["", f"### `{name}`: {info.get('description', '')}", ""]
-        lines += (
-            _idle_table(entries) if info.get("kind") == "idle" else _wrk_table(entries, reference)
-        )
+        if info.get("kind") == "idle":
+            lines += _idle_table(entries)
+        elif info.get("kind") == "h2load":
+            lines += _h2load_table(entries, reference)
+        else:
+            lines += _wrk_table(entries, reference)
     if note := _pool_vs_inline(by_workload):
         lines += ["", note]
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from bench.servers import (
     running,
 )
 from bench.stats import mad_percent, median
-from bench.workloads import Workload, probe
+from bench.workloads import H2_ONLY_REASON, Workload, probe
 from bench.wrk import WrkParseError, parse_wrk_output, wrk_command
 
 SCHEMA = 1
@@ -325,6 +325,10 @@ class Run:
             entries += self.run_idle(workload, specs)
         elif workload.kind == "slow":
             entries += self.run_slow(workload, specs)
+        elif workload.kind == "h2load":
+            from bench.h2run import run_h2load_workload
+
+            entries += run_h2load_workload(self, workload, specs)
         else:
             entries += self.run_wrk_workload(workload, specs, self.fixture.root)
         order = {spec.name: i for i, spec in enumerate(self.opts.servers)}
@@ -403,6 +407,11 @@ def smoke_problems(entries: list[dict[str, Any]], servers: list[str]) -> list[st
     for e in entries:
         if e["status"] == "failed":
             problems.append(f"{e['workload']}/{e['server']}: failed: {e['reason']}")
+        elif e["status"] == "skipped" and e["workload"] == "1k-h2":
+            # The smoke run's h2 workload: only the servers without an
+            # HTTP/2 entry may sit it out.
+            if e["reason"] != H2_ONLY_REASON:
+                problems.append(f"{e['workload']}/{e['server']}: skipped: {e['reason']}")
         elif e["status"] == "skipped" and e["workload"] in ("1k", "1k-churn", "idle"):
             problems.append(
                 f"{e['workload']}/{e['server']}: skipped a basic workload: {e['reason']}"
@@ -480,6 +489,11 @@ def execute(opts: RunOptions) -> int:
                 "path": w.path,
                 "connections": w.connections if w.kind != "idle" else opts.idle_conns,
                 "churn": w.churn,
+                **(
+                    {"streams": w.streams, "paths": len(w.request_paths()), "h1": w.h1}
+                    if w.kind == "h2load"
+                    else {}
+                ),
                 "headers": [list(h) for h in w.request_headers()],
             }
             for w in opts.workloads

@@ -32,7 +32,7 @@ DEFAULT_PEERS_VENV = BENCH_DIR / ".peers-venv"
 LOOPBACK = "127.0.0.1"
 
 # serverio (and the baselines that mimic it) print "Serving DIR at http://HOST:PORT/".
-READY_RE = re.compile(rb"http://(?P<host>\[[^\]]*\]|[^\s/:]+):(?P<port>\d+)")
+READY_RE = re.compile(rb"https?://(?P<host>\[[^\]]*\]|[^\s/:]+):(?P<port>\d+)")
 
 
 class ServerStartError(RuntimeError):
@@ -69,6 +69,12 @@ class LaunchPlan:
     # A port chosen by the harness, or None to read it from the ready line.
     port: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # "http": ready once it answers an HTTP/1.1 GET; "tcp": once it accepts
+    # a connection (servers that speak only HTTP/2, or only TLS, here).
+    ready: str = "http"
+    # URLs are SCHEME://127.0.0.1:PORT PREFIX PATH (granian serves files under a route).
+    scheme: str = "http"
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,11 +110,17 @@ def _serverio_unavailable(env: HarnessEnv) -> str | None:
 
 def _serverio_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
-) -> LaunchPlan:
+) -> LaunchPlan | str:
     # Another commit's serverio runs under this interpreter (same trio and
     # h11) with its tree on PYTHONPATH and as cwd; see bench/commits.py.
     launch = serverio_launch(env.python, Path(spec.tree) if spec.tree else None)
     cwd = launch.cwd if spec.tree else env.repo
+    tls: list[str] = []
+    if "tls" in spec.tags:
+        made = self_signed(workdir)
+        if isinstance(made, str):
+            return made
+        tls = ["--certfile", str(made[0]), "--keyfile", str(made[1])]
     argv = [
         *launch.argv(),
         "0",
@@ -117,9 +129,27 @@ def _serverio_plan(
         "-d",
         str(root),
         "-q",
+        *tls,
         *spec.extra_args,
     ]
+    if tls:
+        return LaunchPlan(argv=argv, cwd=cwd, env=launch.env, ready="tcp", scheme="https")
     return LaunchPlan(argv=argv, cwd=cwd, env=launch.env)
+
+
+def self_signed(workdir: Path) -> tuple[Path, Path] | str:
+    """A throwaway P-256 certificate for 127.0.0.1 in ``workdir`` (openssl), or a skip reason."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return "openssl not found: no certificate for the TLS entry"
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    argv = [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    argv += ["-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2"]
+    argv += ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    done = subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        return f"openssl could not make a certificate: {done.stderr.decode()[-200:]}"
+    return cert, key
 
 
 def _module_unavailable(*modules: str) -> Callable[[HarnessEnv], str | None]:
@@ -225,7 +255,7 @@ http {{
     gzip_static on;
     gzip_types text/plain;
     server {{
-        listen {host}:{port};
+        listen {host}:{port}{listen_opts};
         root {root};
         location / {{ autoindex on; }}
     }}
@@ -246,6 +276,20 @@ def _nginx_unavailable(env: HarnessEnv) -> str | None:
 def _nginx_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
+    return _nginx_conf_plan(spec, env, root, workdir, "")
+
+
+def _nginx_h2c_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    # nginx 1.22 (Debian bookworm): a cleartext `listen ... http2` port
+    # speaks h2c with prior knowledge only, so readiness is a TCP connect.
+    return replace(_nginx_conf_plan(spec, env, root, workdir, " http2"), ready="tcp")
+
+
+def _nginx_conf_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, workdir: Path, listen_opts: str
+) -> LaunchPlan:
     assert env.nginx is not None
     port = free_port()
     mime = Path("/etc/nginx/mime.types")
@@ -260,11 +304,76 @@ def _nginx_plan(
             else "types { text/plain txt; text/html html; }",
             host=LOOPBACK,
             port=port,
+            listen_opts=listen_opts,
             root=root,
         )
     )
     argv = [env.nginx, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")]
     return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, port=port)
+
+
+CADDYFILE = """\
+# Written by bench for one run: file_server over HTTP/1.1 and h2c (prior knowledge).
+{{
+    admin off
+    auto_https off
+    servers {{
+        protocols h1 h2c
+        timeouts {{
+            idle 75s
+        }}
+    }}
+}}
+http://{host}:{port} {{
+    root * {root}
+    file_server
+}}
+"""
+
+
+def _caddy_unavailable(env: HarnessEnv) -> str | None:
+    return None if shutil.which("caddy") else "caddy not found (apt-get install -y caddy)"
+
+
+def _caddy_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    port = free_port()
+    conf = workdir / "Caddyfile"
+    conf.write_text(CADDYFILE.format(host=LOOPBACK, port=port, root=root))
+    caddy = shutil.which("caddy") or "caddy"
+    argv = [caddy, "run", "--config", str(conf), "--adapter", "caddyfile", *spec.extra_args]
+    # Caddy keeps its state under $HOME / XDG dirs: give it the work dir.
+    home = {"HOME": str(workdir), "XDG_DATA_HOME": str(workdir), "XDG_CONFIG_HOME": str(workdir)}
+    return LaunchPlan(argv=argv, cwd=workdir, port=port, env=home)
+
+
+GRANIAN_STATIC_ROUTE = "/static"
+
+
+def _granian_unavailable(env: HarnessEnv) -> str | None:
+    reason = _peers_unavailable(env)
+    if reason is None and not (env.peers_python.parent / "granian").exists():
+        reason = "granian missing from the peers venv: run `python -m bench setup`"
+    return reason
+
+
+def _granian_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan:
+    # Granian's static files are served by Rust under a route of their own
+    # (a route of "/" hands every request to the Python app instead), so the
+    # harness requests /static/<path>; the ASGI app only answers misses.
+    port = free_port()
+    argv = [str(env.peers_python.parent / "granian"), "--interface", "asgi", "--http", "2"]
+    argv += ["--host", LOOPBACK, "--port", str(port), "--workers", "1", "--runtime-threads", "1"]
+    argv += ["--no-ws", "--static-path-route", GRANIAN_STATIC_ROUTE]
+    argv += ["--static-path-mount", str(root), "--log-level", "warning", *spec.extra_args]
+    argv.append("starlette_static:app")
+    return LaunchPlan(
+        argv=argv, cwd=workdir, port=port, env=_peer_env(root), ready="tcp",
+        prefix=GRANIAN_STATIC_ROUTE,
+    )
 
 
 KINDS: dict[str, Kind] = {
@@ -275,7 +384,14 @@ KINDS: dict[str, Kind] = {
     "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
     "hypercorn": Kind(_peers_unavailable, _hypercorn_plan),
     "nginx": Kind(_nginx_unavailable, _nginx_plan),
+    "nginx-h2c": Kind(_nginx_unavailable, _nginx_h2c_plan),
+    "caddy": Kind(_caddy_unavailable, _caddy_plan),
+    "granian": Kind(_granian_unavailable, _granian_plan),
 }
+
+# The HTTP/2 workloads (bench/workloads.py): entries that speak only HTTP/2
+# here are restricted to them.
+H2_WORKLOADS = ("1k-h2", "64k-h2", "assets-h2", "8m-h2")
 
 # Benchmark settings applied to every server where its default would distort a
 # measurement: keep-alive >= 75 s and connection caps above the idle workload's
@@ -298,6 +414,7 @@ def serverio_entry(
     *extra_args: str,
     description: str = "",
     only_workloads: tuple[str, ...] | None = None,
+    tags: tuple[str, ...] = (),
 ) -> ServerSpec:
     """A serverio variant: ``python -m serverio 0 -b 127.0.0.1 -d DIR -q`` plus ``extra_args``."""
     return ServerSpec(
@@ -305,7 +422,7 @@ def serverio_entry(
         kind="serverio",
         extra_args=(*extra_args, *SERVERIO_COMMON),
         description=description or f"serverio {' '.join(extra_args)}",
-        tags=frozenset({"serverio"}),
+        tags=frozenset({"serverio", *tags}),
         only_workloads=frozenset(only_workloads) if only_workloads is not None else None,
     )
 
@@ -314,7 +431,13 @@ SERVERS: dict[str, ServerSpec] = {
     s.name: s
     for s in (
         serverio_entry(
-            "serverio-inline", "--fs-workers", "0", description="serverio, filesystem work inline"
+            "serverio-inline",
+            "--fs-workers",
+            "0",
+            description="serverio, filesystem work inline (h2c with prior knowledge on the "
+            "same port)",
+            # h1-vs-h2: its own HTTP/1.1 is the reference of the 8 MiB h2 figure.
+            tags=("h2", "h1-vs-h2"),
         ),
         serverio_entry(
             "serverio-pool",
@@ -348,9 +471,40 @@ SERVERS: dict[str, ServerSpec] = {
         ServerSpec(
             "hypercorn-trio",
             "hypercorn",
-            description="hypercorn trio worker + Starlette StaticFiles",
+            description="hypercorn trio worker + Starlette StaticFiles (h2c prior knowledge "
+            "on the same port)",
+            tags=frozenset({"h2"}),
         ),
         ServerSpec("nginx", "nginx", description="nginx, 1 worker, sendfile"),
+        serverio_entry(
+            "serverio-tls",
+            "--fs-workers",
+            "0",
+            description="serverio-inline over TLS, HTTP/2 by ALPN (self-signed P-256)",
+            only_workloads=H2_WORKLOADS,
+            tags=("h2", "tls"),
+        ),
+        ServerSpec(
+            "caddy-h2c",
+            "caddy",
+            description="Caddy file_server, protocols h1 h2c",
+            tags=frozenset({"h2"}),
+            only_workloads=frozenset(H2_WORKLOADS),
+        ),
+        ServerSpec(
+            "granian-h2",
+            "granian",
+            description="granian --http 2, Rust static route (1 worker, 1 runtime thread)",
+            tags=frozenset({"h2"}),
+            only_workloads=frozenset(H2_WORKLOADS),
+        ),
+        ServerSpec(
+            "nginx-h2c",
+            "nginx-h2c",
+            description="nginx, 1 worker, listen ... http2 (h2c prior knowledge)",
+            tags=frozenset({"h2"}),
+            only_workloads=frozenset(H2_WORKLOADS),
+        ),
     )
 }
 
@@ -383,13 +537,15 @@ class RunningServer:
     log_path: Path
     argv: list[str]
     startup_s: float
+    scheme: str = "http"
+    prefix: str = ""
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def url(self, path: str) -> str:
-        return f"http://{LOOPBACK}:{self.port}{path}"
+        return f"{self.scheme}://{LOOPBACK}:{self.port}{self.prefix}{path}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -427,6 +583,14 @@ def _http_ready(port: int, timeout_s: float) -> bool:
         return False
     finally:
         conn.close()
+
+
+def _tcp_ready(port: int, timeout_s: float) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def terminate(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -488,7 +652,8 @@ def running(
                         f"(exit code {proc.poll()}):\n{tail(log_path)}"
                     )
                 port = found[0]
-            while not _http_ready(port, 1.0):  # bounded by the deadline
+            answers = _tcp_ready if plan.ready == "tcp" else _http_ready
+            while not answers(port, 1.0):  # bounded by the deadline
                 if proc.poll() is not None:
                     raise ServerStartError(
                         f"{spec.name} exited with {proc.returncode}:\n{tail(log_path)}"
@@ -498,7 +663,10 @@ def running(
                         f"{spec.name} did not answer on port {port} within {timeout_s:.0f}s"
                     )
                 time.sleep(0.05)
-            yield RunningServer(spec, proc, port, log_path, argv, time.monotonic() - started)
+            yield RunningServer(
+                spec, proc, port, log_path, argv, time.monotonic() - started,
+                scheme=plan.scheme, prefix=plan.prefix,
+            )
         finally:
             terminate(proc)
             if pump is not None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import gzip
 import http.client
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from bench.fixtures import LISTING_DIR, LISTING_ENTRIES, Fixture
+from bench.fixtures import ASSET_COUNT, LISTING_DIR, LISTING_ENTRIES, Fixture, asset_paths
 
 Feature = Literal["plain", "etag", "range", "gzip", "listing"]
-WorkloadKind = Literal["wrk", "idle", "slow"]
+WorkloadKind = Literal["wrk", "idle", "slow", "h2load"]
 
 RANGE_START, RANGE_END = 100, 1099
 
@@ -39,11 +39,27 @@ class Workload:
     # Appended to every serverio variant's command line for this workload.
     serverio_args: tuple[str, ...] = ()
     skip_reason_for_others: str = ""
+    # h2load workloads: concurrent streams per connection (h2load -m), the
+    # paths requested round robin (default: ``path``), and h2load --h1 (the
+    # same load generator speaking HTTP/1.1, for the h2-vs-h1 comparison).
+    streams: int = 1
+    paths: tuple[str, ...] = ()
+    h1: bool = False
+
+    def request_paths(self) -> list[str]:
+        return list(self.paths) or [self.path]
 
     def request_headers(self) -> tuple[tuple[str, str], ...]:
         churn = (("Connection", "close"),) if self.churn else ()
         return churn + self.headers
 
+
+H2_ONLY_REASON = "no HTTP/2 entry for this server"
+# Shared by the HTTP/2 workloads: only servers tagged "h2" take part.
+_H2: dict[str, Any] = {
+    "server_tags": frozenset({"h2"}),
+    "skip_reason_for_others": H2_ONLY_REASON,
+}
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -127,10 +143,62 @@ WORKLOADS: dict[str, Workload] = {
             server_tags=frozenset({"serverio"}),
             skip_reason_for_others="slow storage compares serverio fs-worker settings only",
         ),
+        *(
+            Workload(
+                "1k-h2",
+                "1 KiB over HTTP/2, h2load -c 64 -m 8",
+                kind="h2load",
+                streams=8,
+                **_H2,
+            ),
+            Workload(
+                "64k-h2",
+                "64 KiB over HTTP/2, h2load -c 16 -m 4",
+                kind="h2load",
+                path="/64k.bin",
+                file="64k.bin",
+                connections=16,
+                streams=4,
+                **_H2,
+            ),
+            Workload(
+                "assets-h2",
+                f"many assets: {ASSET_COUNT} files of 1-48 KiB round robin, 16 clients with "
+                "one HTTP/2 connection each, 32 streams (h2load -c 16 -m 32)",
+                kind="h2load",
+                path=asset_paths()[0],
+                file=None,
+                paths=tuple(asset_paths()),
+                connections=16,
+                streams=32,
+                **_H2,
+            ),
+            Workload(
+                "8m-h2",
+                "8 MiB over HTTP/2, h2load -c 16 -m 1",
+                kind="h2load",
+                path="/8m.bin",
+                file="8m.bin",
+                connections=16,
+                **_H2,
+            ),
+            Workload(
+                "8m-h1",
+                "8 MiB over HTTP/1.1 with the same generator (h2load --h1 -c 16): "
+                "the reference for 8m-h2",
+                kind="h2load",
+                path="/8m.bin",
+                file="8m.bin",
+                connections=16,
+                h1=True,
+                server_tags=frozenset({"h1-vs-h2"}),
+                skip_reason_for_others="serverio's own HTTP/1.1 reference for 8m-h2",
+            ),
+        ),
     )
 }
 
-SMOKE_WORKLOADS = ("1k", "1k-churn", "idle")
+SMOKE_WORKLOADS = ("1k", "1k-churn", "idle", "1k-h2")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from typing import IO, Any, Self
 
 import pytest
 
+from . import simulation
 from .fusefs_server import KNOWN_OPS  # one list, shared with the FUSE process
 
 SERVER_SCRIPT = Path(__file__).with_name("fusefs_server.py")
@@ -89,7 +90,8 @@ def fuse_mounts() -> dict[str, str]:
     """Map mount point -> filesystem type for FUSE mounts of this namespace."""
     mounts: dict[str, str] = {}
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        mountinfo = f"{simulation.measuring_proc() or '/proc'}/self/mountinfo"
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 fields = line.split()
                 try:
@@ -408,12 +410,12 @@ def fuse_available() -> str | None:
     """None if a SlowFS can be mounted here, else why not (a skip reason)."""
     if os.environ.get(DISABLE_ENV):
         return f"FUSE tests disabled by {DISABLE_ENV}"
-    if not sys.platform.startswith("linux"):
-        return f"FUSE fixture needs Linux (platform is {sys.platform})"
+    if not sys.platform.startswith("linux") or simulation.WINDOWS_SHAPED:
+        return f"FUSE fixture needs Linux (platform is {simulation.ACTIVE or sys.platform})"
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist"
     try:
-        os.close(os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC))
+        os.close(os.open("/dev/fuse", os.O_RDWR | getattr(os, "O_CLOEXEC", 0)))
     except OSError as exc:
         return f"cannot open /dev/fuse: {exc}"
     if shutil.which("fusermount3") is None:

@@ -51,6 +51,7 @@ import trio.lowlevel
 import trio.testing
 
 from serverio import AccessLog, AccessRecord, Config, ConnectionTask, Server
+from testkit import simulation
 
 SECRET = b"OUTSIDE-SECRET-7f3a"
 SMUGGLED = b"/SMUGGLED"
@@ -828,7 +829,7 @@ async def fuzz(
 ) -> FuzzReport:
     """Run cases ``start .. start+cases`` of run ``seed`` (mock clock required)."""
     report = FuzzReport(seed)
-    report.fds_before = len(os.listdir("/proc/self/fd"))
+    report.fds_before = simulation.open_fd_count()
     t0 = time.perf_counter()
     seen: set[str] = set()
     for index in range(start, start + cases):
@@ -856,7 +857,7 @@ async def fuzz(
         if progress is not None and report.cases % 10000 == 0:
             progress(report.cases)
     report.seconds = time.perf_counter() - t0
-    report.fds_after = len(os.listdir("/proc/self/fd"))
+    report.fds_after = simulation.open_fd_count()
     return report
 
 

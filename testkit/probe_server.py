@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import trio
 
@@ -22,19 +23,18 @@ from serverio.net.server import Server
 from serverio.ops import cli as _cli
 from serverio.ops import run as _run
 
+# Run as a script: its directory is on sys.path, the repository is not.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testkit import simulation
+
 
 def snapshot(server: Server, seq: int) -> dict[str, object]:
-    status: dict[str, int] = {}
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                status[key] = int(value.split()[0]) * 1024
+    status = {key: simulation.status_kib(os.getpid(), key) * 1024 for key in ("VmRSS", "VmHWM")}
     return {
         "seq": seq,
         "tasks": trio.lowlevel.current_statistics().tasks_living,
         "threads": threading.active_count(),
-        "fds": len(os.listdir("/proc/self/fd")),
+        "fds": simulation.open_fd_count(),
         "connections": len(server.connections),
         "in_flight": sum(1 for c in server.connections if c.in_flight),
         "rejectors": server._rejectors,

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import random
-import resource
 import select
 import signal
 import socket
@@ -33,6 +32,8 @@ from typing import Any
 
 import trio
 import trio.lowlevel
+
+from testkit import simulation
 
 HOST = "127.0.0.1"
 PROBE_SCRIPT = Path(__file__).with_name("probe_server.py")
@@ -54,6 +55,8 @@ FULL: dict[str, dict[str, Any]] = {
 
 def raise_fd_limit() -> int:
     """Raise RLIMIT_NOFILE to the hard limit (children inherit it)."""
+    import resource  # POSIX only: imported where a scenario needs it
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -157,14 +160,12 @@ class ServerProcess:
         return await trio.to_thread.run_sync(self.probe)
 
     def rss(self) -> tuple[int, int]:
-        """(VmRSS, VmHWM) in bytes, read from /proc from the outside."""
+        """(VmRSS, VmHWM) in bytes, read from a procfs from the outside
+        (:func:`testkit.simulation.measuring_proc`); zeros once it exited."""
         out = {"VmRSS": 0, "VmHWM": 0}
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
-                for line in f:
-                    key, _, value = line.partition(":")
-                    if key in out:
-                        out[key] = int(value.split()[0]) * 1024
+        with contextlib.suppress(OSError, KeyError):
+            for key in out:
+                out[key] = simulation.status_kib(self.pid, key) * 1024
         return out["VmRSS"], out["VmHWM"]
 
     def signal(self, sig: int) -> None:

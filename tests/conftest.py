@@ -21,6 +21,7 @@ from serverio import Config, Server
 from serverio.fs.opener import STRATEGIES, RootOpener
 from serverio.net import server as _server
 from serverio.net.connection import ConnectionTask
+from testkit.simulation import open_fd_count as open_fd_count
 
 
 @pytest.fixture
@@ -51,6 +52,8 @@ def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """Run a test under each containment strategy of RootOpener: the server
     it starts creates its opener with that strategy forced."""
     name: str = request.param
+    if name != "windows" and os.open not in os.supports_dir_fd:
+        pytest.skip(f"{name} needs os.open(dir_fd=), which this platform (Windows) lacks")
     if name == "openat2":
         probe = RootOpener("/", follow_symlinks=False)
         available = probe.strategy == "openat2"
@@ -210,10 +213,6 @@ async def wait_until(predicate: Callable[[], bool], limit: float = 5.0) -> None:
     with trio.fail_after(limit):
         while not predicate():  # noqa: ASYNC110 - state owned by the server, no event
             await trio.sleep(0.005)
-
-
-def open_fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,11 @@ _OS = ("O_NONBLOCK", "O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC", "O_NOCTTY", "O_AS
 _OS_CALLS = ("sendfile", "pread", "pwrite", "readv", "writev", "preadv", "pwritev")
 
 
+# Set on the os module once shaped (the launcher and sitecustomize may both
+# run in one interpreter, as two module objects).
+_MARK = "_serverio_windows_shaped"
+
+
 def _no_dir_fd(fn: Any) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("dir_fd") is not None:
@@ -55,7 +60,12 @@ def _not_a_socket(fn: Any) -> Any:
     return wrapper
 
 
-def _shape() -> None:
+def shape() -> None:
+    """Make this interpreter Windows-shaped (see the module docstring);
+    a second call changes nothing."""
+    if getattr(os, _MARK, False):
+        return
+    setattr(os, _MARK, True)
     for name in (*_OS, *_OS_CALLS):
         if hasattr(os, name):
             delattr(os, name)
@@ -89,14 +99,28 @@ def _shape() -> None:
     os.write = _not_a_socket(os.write)
     for mod in ("resource", "fcntl"):
         sys.modules[mod] = None  # type: ignore[assignment]
+    if hasattr(os, "fwalk"):
+        del os.fwalk  # it walks by descriptor
+    # Modules imported before the shape decided by what os offered then;
+    # shutil.rmtree would still walk by descriptor.
+    shutil = sys.modules.get("shutil")
+    if shutil is not None:
+        shutil._use_fd_functions = False  # type: ignore[attr-defined]
+
+
+def socket_io_through_trio() -> None:
+    """What ``os.name == "nt"`` selects in serverio: socket I/O through
+    trio's socket methods, never through the descriptor."""
+    from serverio.net import connection
+
+    setattr(connection, "SOCKET_FD_IO", False)  # noqa: B010 - a Final flipped for the simulation
 
 
 def main() -> None:
-    _shape()
+    shape()
+    socket_io_through_trio()
     from serverio.fs.opener import RootOpener
-    from serverio.net import connection
 
-    setattr(connection, "SOCKET_FD_IO", False)  # noqa: B010 - what os.name == "nt" selects
     directory = sys.argv[sys.argv.index("-d") + 1] if "-d" in sys.argv else "."
     probe = RootOpener(directory, follow_symlinks=False)
     print(f"simulation: windows-shaped strategy={probe.strategy}", file=sys.stderr, flush=True)

@@ -178,7 +178,7 @@ class _DevTools:
 
 
 @asynccontextmanager
-async def _devtools(profile: Path) -> AsyncIterator[_DevTools]:
+async def _devtools(profile: Path, *extra_flags: str) -> AsyncIterator[_DevTools]:
     assert CHROMIUM is not None
     to_child, from_us = os.pipe()  # chromium reads commands on fd 3
     to_us, from_child = os.pipe()  # and writes replies and events on fd 4
@@ -187,7 +187,7 @@ async def _devtools(profile: Path) -> AsyncIterator[_DevTools]:
     script = "import os,sys; os.dup2(int(sys.argv[1]),3); os.dup2(int(sys.argv[2]),4); "
     script += "os.execv(sys.argv[3], sys.argv[3:])"
     argv = [sys.executable, "-c", script, str(to_child), str(from_child), CHROMIUM, *FLAGS]
-    argv += [f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"]
+    argv += [f"--user-data-dir={profile}", *extra_flags, "--remote-debugging-pipe", "about:blank"]
     proc = await trio.lowlevel.open_process(
         argv, pass_fds=(to_child, from_child), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -79,6 +79,69 @@ async def test_nghttp_multiplexes_streams(root: Path) -> None:
     assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 4
 
 
+
+@pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
+async def test_nghttp_verbose_frames_over_h2c(root: Path) -> None:
+    """``nghttp -nv``: the server's SETTINGS, then HEADERS and DATA with END_STREAM."""
+    assert NGHTTP is not None
+    async with running_server(make_config(root)) as (srv, port):
+        out = await _run(NGHTTP, "-nv", f"http://127.0.0.1:{port}/hello.txt")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.decode()
+    settings = text[text.index("recv SETTINGS frame") :]
+    assert "[SETTINGS_ENABLE_PUSH(0x02):0]" in settings  # RFC 9113 section 8.4: no push
+    assert "[SETTINGS_MAX_CONCURRENT_STREAMS(0x03):" in settings
+    assert "; ACK" in text[text.index("recv SETTINGS frame") :]
+    assert "recv (stream_id=13) :status: 200" in text
+    assert "recv (stream_id=13) content-length: 12" in text
+    data = text[text.index("recv DATA frame") :]
+    assert data.startswith("recv DATA frame <length=12, flags=0x01, stream_id=13>")
+    assert "; END_STREAM" in data.splitlines()[1]
+    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 1
+
+
+@pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
+async def test_nghttp_fetches_a_page_and_its_assets_on_one_connection(root: Path) -> None:
+    """``nghttp -a`` parses the HTML and requests its stylesheet, script and image
+    as further streams of the same connection."""
+    assert NGHTTP is not None
+    (root / "app").mkdir()
+    (root / "app" / "index.html").write_text(
+        '<!doctype html><link rel=stylesheet href="s.css"><script src="a.js"></script>'
+        '<img src="i.png">'
+    )
+    for name in ("s.css", "a.js", "i.png"):
+        (root / "app" / name).write_bytes(name.encode() * 100)
+    async with running_server(make_config(root)) as (srv, port):
+        out = await _run(NGHTTP, "-ans", f"http://127.0.0.1:{port}/app/")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    for path in ("/app/", "/app/s.css", "/app/a.js", "/app/i.png"):
+        # nghttp -s: "id responseEnd requestStart process code size request path"
+        [row] = [ln for ln in lines if ln.split()[-1:] == [path]]
+        assert row.split()[4] == "200", row
+    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 4
+
+
+@pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
+async def test_nghttp_over_tls_negotiates_h2_and_gets_the_exact_bytes(
+    root: Path, tls_files: tuple[Path, Path, Path]
+) -> None:
+    assert NGHTTP is not None
+    cert, key, _ = tls_files
+    cfg = make_config(root, certfile=str(cert), keyfile=str(key))
+    async with running_server(cfg) as (srv, port):
+        url = f"https://127.0.0.1:{port}/big.bin"
+        body = await _run(NGHTTP, url)  # the body goes to stdout
+        verbose = await _run(NGHTTP, "-nv", url)
+    assert body.returncode == 0, body.stderr
+    assert body.stdout == (root / "big.bin").read_bytes()
+    text = verbose.stdout.decode()
+    assert "The negotiated protocol: h2" in text
+    assert f"recv (stream_id=13) content-length: {len(body.stdout)}" in text
+    assert srv.stats.h2_connections == 2 and srv.stats.h2_streams == 2
+
+
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")
 async def test_curl_http2_over_tls_alpn(root: Path, tls_files: tuple[Path, Path, Path]) -> None:
     assert CURL is not None

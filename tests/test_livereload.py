@@ -19,7 +19,13 @@ from serverio.config import Config
 from serverio.errors import ConfigError
 from serverio.fs import watch as fswatch
 from serverio.http.core import Plan, RequestFacts, route
-from serverio.http.livereload import decide_injected, inject_html, injected_etag
+from serverio.http.livereload import (
+    decide_injected,
+    inject_html,
+    injected_coding,
+    injected_etag,
+    injected_precondition,
+)
 from serverio.http.livescript import live_assets, sse_reload
 from serverio.http.target import parse_target
 from serverio.net.server import Server
@@ -46,7 +52,7 @@ ASSETS = live_assets("/.serverio")
         (b"\xef\xbb\xbf<body>bom</body>", b"\xef\xbb\xbf<body>bom" + TAG + b"</body>"),
         ("\ufeff<body>u16</body>".encode("utf-16-le"), None),
         ("\ufeff<body>u16</body>".encode("utf-16-be"), None),
-        (gzip.compress(b"<body>zipped</body>"), None),
+        (gzip.compress(b"<body>zipped</body>", mtime=0), None),
     ],
 )
 def test_inject_html_places_the_script(body: bytes, expected: bytes | None) -> None:
@@ -92,6 +98,30 @@ def test_decide_injected_has_its_own_etag_and_length() -> None:
     # Range is ignored (whole injected bytes); HEAD sends no body.
     assert decide_injected(_req(range="bytes=0-1"), BASE, body, 100, 0.0, ASSETS).status == 200
     assert not decide_injected(_req(method=b"HEAD"), BASE, body, 100, 0.0, ASSETS).send_body
+
+
+def test_injected_coding_follows_the_file_rules_on_the_injected_size(root: Path) -> None:
+    cfg = make_config(root)
+    varied = replace(BASE, headers=(*BASE.headers, (b"vary", b"Accept-Encoding")))
+    gz = "gzip"
+    assert injected_coding(_req(accept_encoding=gz), varied, 1000, cfg) == "gzip"
+    # Not negotiated for the base (a listing): identity.
+    assert injected_coding(_req(accept_encoding=gz), BASE, 1000, cfg) == ""
+    assert injected_coding(_req(range="bytes=0-1", accept_encoding=gz), varied, 1000, cfg) == ""
+    assert injected_coding(_req(accept_encoding=gz), varied, 100, cfg) == ""  # below the minimum
+    assert injected_coding(_req(), varied, 1000, cfg) == ""
+    off = make_config(root, compress_max_size=0)
+    # On the fly only: with compression off, sidecars do not count.
+    assert injected_coding(_req(accept_encoding=gz), varied, 1000, off) == ""
+    # The coded variant: its own tag, matched by its own validator only.
+    plan = decide_injected(_req(accept_encoding=gz), varied, b"GZ", 100, 0.0, ASSETS, coding="gzip")
+    hs = dict(plan.headers)
+    assert hs[b"etag"] == b'"base-lr-gzip"' and hs[b"content-encoding"] == b"gzip"
+    assert hs[b"content-length"] == b"2" and hs[b"vary"] == b"Accept-Encoding"
+    pre = injected_precondition(_req(if_none_match='"base-lr-gzip"'), varied, 100, 0.0, "gzip")
+    assert pre is not None and pre.status == 304
+    assert dict(pre.headers)[b"etag"] == b'"base-lr-gzip"'
+    assert injected_precondition(_req(if_none_match='"base-lr"'), varied, 100, 0.0, "gzip") is None
 
 
 def test_listing_csp_allows_exactly_the_injected_script() -> None:
@@ -438,3 +468,102 @@ async def test_a_stuck_polling_scan_is_abandoned_at_shutdown(
         assert srv.abandoned_threads == 1
     finally:
         release.set()
+
+
+# ------------------------------------------------------------------ compression
+
+
+PAGE = "<!doctype html><html><body>" + "<p>a paragraph of the page</p>\n" * 40 + "</body></html>"
+
+
+def _gunzip_or_unbrotli(coding: str, body: bytes) -> bytes:
+    if coding == "gzip":
+        return gzip.decompress(body)
+    import brotli
+
+    return bytes(brotli.decompress(body))
+
+
+async def test_injected_html_is_compressed_with_its_own_etag_per_coding(root: Path) -> None:
+    page = root / "page.html"
+    page.write_text(PAGE)
+    # A precompressed sidecar of the original holds the bytes without the
+    # script: it must not answer for the injected variant.
+    sidecar = root / "page.html.gz"
+    sidecar.write_bytes(gzip.compress(PAGE.encode()))
+    later = page.stat().st_mtime + 10
+    os.utime(sidecar, (later, later))
+    expected = inject_html(PAGE.encode(), ASSETS.tag)
+    assert expected is not None
+    async with memory_connection(make_config(root, watch=True)) as (client, _, _):
+        plain = await client.get("/page.html")
+        assert plain.body == expected and plain.header("content-encoding") is None
+        assert plain.header("vary") == "Accept-Encoding"
+        plain_etag = plain.header("etag")
+        assert plain_etag is not None and plain_etag.endswith('-lr"')
+        for coding in ("gzip", "br"):
+            r = await client.get("/page.html", f"Accept-Encoding: {coding}\r\n")
+            assert r.status == 200 and r.header("content-encoding") == coding
+            assert _gunzip_or_unbrotli(coding, r.body) == expected
+            assert r.header("content-length") == str(len(r.body)) and len(r.body) < len(expected)
+            assert r.header("vary") == "Accept-Encoding"
+            assert r.header("etag") == plain_etag[:-1] + f'-{coding}"'
+            assert r.header("accept-ranges") == "none"
+            # Revalidation: the coded tag matches its own coding only.
+            again = await client.get(
+                "/page.html", f"Accept-Encoding: {coding}\r\nIf-None-Match: {r.header('etag')}\r\n"
+            )
+            assert again.status == 304 and again.header("etag") == r.header("etag")
+            assert again.header("vary") == "Accept-Encoding"
+            other = await client.get(
+                "/page.html", f"Accept-Encoding: {coding}\r\nIf-None-Match: {plain_etag}\r\n"
+            )
+            assert other.status == 200 and other.header("content-encoding") == coding
+            head = await client.get("/page.html", f"Accept-Encoding: {coding}\r\n", method="HEAD")
+            assert head.body == b"" and head.header("content-length") == r.header("content-length")
+            assert head.header("etag") == r.header("etag")
+        # A Range request gets the identity injected bytes, whole.
+        ranged = await client.get("/page.html", "Accept-Encoding: gzip\r\nRange: bytes=0-9\r\n")
+        assert ranged.status == 200 and ranged.body == expected
+        assert ranged.header("content-encoding") is None
+        # The size rule applies to the injected bytes: a 14-byte page with
+        # the script is past the minimum and compressed.
+        small = await client.get("/", "Accept-Encoding: gzip\r\n")
+        assert small.header("content-encoding") == "gzip"
+        assert gzip.decompress(small.body) == b"<h1>home</h1>\n" + ASSETS.tag
+
+
+async def test_injected_html_stays_identity_without_on_the_fly_compression(root: Path) -> None:
+    (root / "page.html").write_text(PAGE)
+    cfg = make_config(root, watch=True, compress_max_size=0)
+    async with memory_connection(cfg) as (client, _, _):
+        r = await client.get("/page.html", "Accept-Encoding: gzip\r\n")
+        assert r.status == 200 and r.header("content-encoding") is None
+        assert r.body == inject_html(PAGE.encode(), ASSETS.tag)
+
+
+async def test_injected_html_is_compressed_over_a_real_socket(root: Path) -> None:
+    (root / "page.html").write_text(PAGE)
+    expected = inject_html(PAGE.encode(), ASSETS.tag)
+    async with running_server(make_config(root, watch=True)) as (srv, port):
+        client = await connect(port)
+        r = await client.get("/page.html", "Accept-Encoding: gzip, br;q=0.5\r\n")
+        assert r.status == 200 and r.header("content-encoding") == "gzip"
+        assert gzip.decompress(r.body) == expected
+        assert r.header("content-length") == str(len(r.body))
+        assert r.header("vary") == "Accept-Encoding"
+        etag = r.header("etag")
+        assert etag is not None and etag.endswith('-lr-gzip"')
+        # Served from the compression cache the second time; an edit
+        # replaces it (the watcher clears every cache).
+        hits = srv.content.compressed.stats.hits
+        assert (await client.get("/page.html", "Accept-Encoding: gzip\r\n")).body == r.body
+        assert srv.content.compressed.stats.hits == hits + 1
+        assert srv.live is not None
+        batches = srv.live.batches
+        (root / "page.html").write_text(PAGE.replace("a paragraph", "an edited paragraph"))
+        await wait_until(lambda: srv.live.batches > batches)  # type: ignore[union-attr]
+        edited = await client.get("/page.html", "Accept-Encoding: gzip\r\n")
+        assert b"an edited paragraph" in gzip.decompress(edited.body)
+        assert edited.header("etag") != etag
+        await client.stream.aclose()

@@ -12,24 +12,30 @@
 Each starts the real server on a loopback port and checks, over real
 sockets: validators and 304, ranges and 206, listings (HTML and JSON),
 gzip, containment (encoded dot segments, symlink escapes, dotfiles), and a
-clean SIGINT shutdown with exit status 0.  This is a subset of the
-in-process suites, chosen to cover each platform difference at least once.
+clean SIGINT shutdown with exit status 0: the launchers' own smoke test.
+The whole real-socket suite runs under each simulation through
+tests/sim_suite.py; there, the last test below checks that the simulation
+is really in force in the test process and in the servers it starts.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import http.client
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from testkit import simulation
 
 HERE = Path(__file__).parent
 _PROBE = "import pyseccomp"
@@ -151,3 +157,73 @@ def test_simulated_platform_serves_with_full_semantics(simulated: Running) -> No
     assert simulated.proc.stderr is not None
     rest = simulated.proc.stderr.read()
     assert "Traceback" not in rest and "serverio: stopped:" in rest
+
+
+_WINDOWS_LACKS = {
+    os: ("O_NONBLOCK", "O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC", "sendfile", "pread", "writev"),
+    signal: ("SIGHUP", "SIGUSR1"),
+    socket: ("AF_UNIX", "SO_REUSEPORT"),
+}
+# What a fresh interpreter started by a test (a ``python -m serverio``
+# server) reports about its platform: the strategy its opener picks and
+# whether it has what Windows lacks.
+_CHILD_PROBE = (
+    "import os, socket, sys\n"
+    "from serverio.fs.opener import RootOpener\n"
+    "o = RootOpener(sys.argv[1], follow_symlinks=False)\n"
+    "print(o.strategy, hasattr(os, 'sendfile'), hasattr(socket, 'AF_UNIX'),\n"
+    "      len(os.listdir('/proc')))\n"
+)
+
+
+def _openat2_errno(directory: Path) -> int:
+    """errno of a raw openat2(2) on ``directory`` (0: it worked)."""
+    import ctypes
+
+    from serverio.fs import opener as _opener
+
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        how = _opener._OpenHow(os.O_RDONLY, 0, 0)
+        got = _opener._syscall(_opener._SYS_OPENAT2, fd, b".", ctypes.byref(how), _opener._HOW_SIZE)
+        if got >= 0:
+            os.close(got)
+            return 0
+        return ctypes.get_errno()
+    finally:
+        os.close(fd)
+
+
+def test_the_run_is_under_the_platform_it_announces(tmp_path: Path) -> None:
+    """Under tests/sim_suite.py the simulation is really in force, in this
+    process and in every interpreter it starts, so the suite cannot fall
+    back to the Linux path unnoticed; the normal run is on the host path."""
+    from serverio.fs.opener import RootOpener
+    from serverio.net import connection
+
+    opener = RootOpener(str(tmp_path), follow_symlinks=False)
+    strategy = opener.strategy
+    opener.close()
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD_PROBE, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=True, cwd=str(HERE.parent),
+    ).stdout.split()
+    if simulation.WINDOWS_SHAPED:
+        assert strategy == "windows" and child[:3] == ["windows", "False", "False"]
+        for module, names in _WINDOWS_LACKS.items():
+            assert [n for n in names if hasattr(module, n)] == []
+        assert os.supports_dir_fd == set()
+        with pytest.raises(NotImplementedError):
+            os.open("x", os.O_RDONLY, dir_fd=0)
+        with pytest.raises(ImportError):
+            import fcntl  # noqa: F401
+        assert connection.SOCKET_FD_IO is False
+    elif simulation.UNIX_WITHOUT_LINUX_EXTRAS:
+        assert strategy == "walk" and child == ["walk", "True", "True", "0"]
+        assert os.listdir("/proc") == []
+        assert _openat2_errno(tmp_path) == errno.ENOSYS
+    else:
+        assert simulation.ACTIVE == ""
+        assert strategy in ("openat2", "walk") and child[0] == strategy
+        assert os.open in os.supports_dir_fd and connection.SOCKET_FD_IO is True
+        assert strategy == ("openat2" if _openat2_errno(tmp_path) == 0 else "walk")

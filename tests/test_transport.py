@@ -34,7 +34,7 @@ import trio.testing
 from serverio.net.admin import AdminBudget, open_admin_listener, serve_admin, text
 from serverio.net.admin import _one as _admin_one
 from serverio.ops.run import make_admin_handler
-from testkit import reliability
+from testkit import reliability, simulation
 from testkit.reliability import HOST, MiB, ServerProcess
 
 from .conftest import (
@@ -124,7 +124,7 @@ def stalled_readers_rss(srv: ServerProcess, conns: int, request: bytes) -> tuple
 # ------------------------------------------------------------------ memory
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+@pytest.mark.skipif(simulation.measuring_proc() is None, reason="reads VmRSS through a procfs")
 def test_stalled_readers_of_a_cached_gzip_body_pin_no_private_copy(tmp_path: Path) -> None:
     """N clients ask for a 4 MB text from the compression cache, read 100
     bytes and stall: the server's RSS grows by less than 64 KiB each (plus a
@@ -321,8 +321,8 @@ def test_low_fd_limit_lowers_the_connection_limit_and_the_rest_get_503(
 
 
 @pytest.mark.skipif(
-    resource is None or not hasattr(resource, "prlimit") or not os.path.isdir("/proc/self/fd"),
-    reason="needs prlimit(2) and /proc (Linux)",
+    resource is None or not hasattr(resource, "prlimit") or simulation.measuring_proc() is None,
+    reason="needs prlimit(2) (Linux) and a procfs to count the server's descriptors",
 )
 def test_out_of_descriptors_new_clients_still_get_503_and_the_log_is_rate_limited(
     tmp_path: Path,
@@ -336,7 +336,7 @@ def test_out_of_descriptors_new_clients_still_get_503_and_the_log_is_rate_limite
     www = tmp_path / "www"
     www.mkdir()
     with ServerProcess(www, "--max-connections", "500", probed=False) as srv:
-        in_use = len(os.listdir(f"/proc/{srv.pid}/fd"))
+        in_use = len(os.listdir(f"{simulation.measuring_proc()}/{srv.pid}/fd"))
         _, hard = resource.prlimit(srv.pid, resource.RLIMIT_NOFILE)
         resource.prlimit(srv.pid, resource.RLIMIT_NOFILE, (in_use + 4, hard))
         idle = _open_idle(srv.port, 4)  # the last free descriptors

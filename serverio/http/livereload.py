@@ -12,6 +12,11 @@ In ``--watch`` mode (a development mode, docs/features.md "Live reload"):
   derived from the base one, RFC 9110 §8.8.3) and their own length;
   preconditions are evaluated against that ETag and Range is ignored
   (RFC 9110 §14.2 lets a server ignore it) — :func:`decide_injected`;
+* the injected bytes are content-coded like the file would be
+  (:func:`injected_coding`): the same negotiation, on the fly only — a
+  precompressed sidecar holds the original bytes, without the script, so
+  it never answers for the injected variant; each coding has its own ETag
+  (``"tag-lr-gzip"``, §8.8.3.3) and ``Vary: Accept-Encoding`` stays;
 * directory listings carry a strict CSP: the inline script is allowed by
   its hash (``script-src 'sha256-…'``) and the stream by
   ``connect-src 'self'`` (:func:`watch_csp`), nothing else is relaxed.
@@ -21,8 +26,10 @@ Nothing here does I/O; every rule is table-tested (tests/test_livereload.py).
 
 from __future__ import annotations
 
-from .core import Plan, RequestFacts, error_plan, evaluate_preconditions
+from ..config import Config
+from .core import Plan, RequestFacts, coded_etag, error_plan, evaluate_preconditions
 from .livescript import LiveAssets
+from .select import choose_coding, negotiates
 
 __all__ = [
     "accepts_html",
@@ -30,7 +37,9 @@ __all__ = [
     "error_page",
     "header",
     "inject_html",
+    "injected_coding",
     "injected_etag",
+    "injected_precondition",
     "is_html",
     "watch_csp",
 ]
@@ -86,8 +95,57 @@ def watch_csp(csp: bytes, assets: LiveAssets) -> bytes:
     return csp.rstrip(b"; ") + b"; " + assets.csp_sources
 
 
-_REPLACED = frozenset({b"etag", b"content-length", b"accept-ranges", b"content-security-policy"})
+_REPLACED = frozenset(
+    {b"etag", b"content-length", b"accept-ranges", b"content-security-policy", b"content-encoding"}
+)
 _VALIDATORS = frozenset({b"date", b"etag", b"last-modified", b"cache-control", b"vary"})
+
+
+def injected_coding(req: RequestFacts, base: Plan, size: int, cfg: Config) -> str:
+    """The content coding of the injected variant (``""``: identity) whose
+    identity bytes are ``size`` long.
+
+    Negotiated only where the file's own coding is (``base`` carries
+    ``Vary: Accept-Encoding``; a listing does not) and as for a file: not
+    for a Range request, by the same size limits (applied to the injected
+    bytes).  On the fly only: no sidecar holds these bytes.
+    """
+    vary = header(base, b"vary")
+    if vary is None or b"accept-encoding" not in vary.lower() or not negotiates(req, True):
+        return ""
+    return choose_coding(req, cfg, size, ())[0]
+
+
+def _etag(base: Plan, coding: str) -> str:
+    base_etag = header(base, b"etag")
+    if base_etag is None:
+        return ""
+    return coded_etag(injected_etag(base_etag.decode("ascii")), coding)
+
+
+def injected_precondition(
+    req: RequestFacts, base: Plan, mtime: int | None, now: float, coding: str = ""
+) -> Plan | None:
+    """The 304 or 412 for the injected variant in ``coding``, or None.
+
+    Preconditions are evaluated against the variant's own ETag (§13.2.2),
+    so a validator of the plain file (or of another coding) never matches
+    the injected bytes and vice versa.  Known before any compression.
+    """
+    etag = _etag(base, coding)
+    if not etag:
+        return None
+    pre = evaluate_preconditions(req, etag, mtime)
+    if pre.status == 304:
+        hs = [
+            (k, etag.encode("ascii") if k == b"etag" else v)
+            for k, v in base.headers
+            if k in _VALIDATORS
+        ]
+        return Plan(304, tuple(hs), (), send_body=False)
+    if pre.status == 412:
+        return error_plan(412, now, head_only=req.method == b"HEAD")
+    return None
 
 
 def decide_injected(
@@ -97,33 +155,27 @@ def decide_injected(
     mtime: int | None,
     now: float,
     assets: LiveAssets,
+    *,
+    coding: str = "",
 ) -> Plan:
     """The response for the injected variant of the HTML representation
-    ``base`` (a 200 of the whole identity bytes), whose injected bytes are
-    ``body``.
+    ``base`` (a 200 of the whole identity bytes): ``body`` is the injected
+    bytes, content-coded with ``coding`` when that is not ``""``.
 
-    Preconditions are evaluated against the injected ETag (§13.2.2), so a
-    validator of the plain file never matches the injected bytes and vice
-    versa.  Range is ignored (§14.2): ``Accept-Ranges: none``.
+    Preconditions: :func:`injected_precondition`.  Range is ignored
+    (§14.2): ``Accept-Ranges: none``.
     """
-    base_etag = header(base, b"etag")
-    etag = injected_etag(base_etag.decode("ascii")) if base_etag is not None else ""
+    pre = injected_precondition(req, base, mtime, now, coding)
+    if pre is not None:
+        return pre
+    etag = _etag(base, coding)
     head = req.method == b"HEAD"
-    if etag:
-        pre = evaluate_preconditions(req, etag, mtime)
-        if pre.status == 304:
-            hs = [
-                (k, etag.encode("ascii") if k == b"etag" else v)
-                for k, v in base.headers
-                if k in _VALIDATORS
-            ]
-            return Plan(304, tuple(hs), (), send_body=False)
-        if pre.status == 412:
-            return error_plan(412, now, head_only=head)
     hs = [(k, v) for k, v in base.headers if k not in _REPLACED]
     if etag:
         hs.append((b"etag", etag.encode("ascii")))
     hs.append((b"accept-ranges", b"none"))
+    if coding:
+        hs.append((b"content-encoding", coding.encode("ascii")))
     csp = header(base, b"content-security-policy")
     if csp is not None:
         hs.append((b"content-security-policy", watch_csp(csp, assets)))

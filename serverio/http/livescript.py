@@ -30,11 +30,21 @@ SSE_KEEPALIVE: Final = b": keep-alive\n\n"
 # Sent first: the reconnection delay EventSource uses (ms), and a comment.
 SSE_PREAMBLE: Final = b"retry: 1000\n: serverio live reload\n\n"
 
+# The page script.  One event stream per browser, shared by its tabs: the
+# tab holding the Web Lock (navigator.locks, one holder per origin) is the
+# leader: it opens the EventSource and relays each event to the other tabs
+# over a BroadcastChannel; when it closes (or reloads) the lock passes to
+# another tab, which opens its own stream.  Where Web Locks are missing (an
+# insecure origin such as http://<LAN address>) the tabs elect the leader
+# over the channel instead (a new leader within about a second).  A
+# stream that fails reconnects with exponential back-off (0.5 s doubling to
+# 10 s, with jitter); the first successful reconnection reloads (files may
+# have changed while the server was down).
 _SCRIPT_TEMPLATE = """(() => {
   if (window.__serverioLiveReload) return;
-  window.__serverioLiveReload = true;
+  const state = window.__serverioLiveReload = {leader: false, connected: false};
   const EVENTS = %(events)s;
-  const NAME = "serverio-livereload";
+  const NAME = "serverio-livereload " + EVENTS;
   const apply = (msg) => {
     if (msg.kind === "css") {
       let swapped = false;
@@ -50,33 +60,93 @@ _SCRIPT_TEMPLATE = """(() => {
     }
     location.reload();
   };
+  // Opens the stream, reconnecting with back-off; returns a function that
+  // closes it for good.
   const connect = (deliver) => {
     let delay = 500;
     let failed = false;
+    let es = null;
+    let timer = 0;
     const open = () => {
-      const es = new EventSource(EVENTS);
+      es = new EventSource(EVENTS);
       es.addEventListener("open", () => {
+        state.connected = true;
         if (failed) deliver({kind: "reload"});
+        failed = false;
         delay = 500;
       });
       es.addEventListener("reload", () => deliver({kind: "reload"}));
       es.addEventListener("css", (e) => deliver({kind: "css", path: e.data}));
       es.onerror = () => {
         es.close();
+        state.connected = false;
         failed = true;
-        setTimeout(open, delay);
+        timer = setTimeout(open, delay * (0.75 + Math.random() / 2));
         delay = Math.min(delay * 2, 10000);
       };
     };
     open();
+    return () => {
+      clearTimeout(timer);
+      es.close();
+      state.connected = false;
+    };
   };
-  if ("BroadcastChannel" in window && navigator.locks) {
-    // One stream per browser: the tab holding the lock connects and relays.
-    const channel = new BroadcastChannel(NAME);
-    channel.onmessage = (e) => apply(e.data);
+  const channel = "BroadcastChannel" in window ? new BroadcastChannel(NAME) : null;
+  if (channel && navigator.locks) {
+    channel.onmessage = (e) => { if (e.data.kind === "event") apply(e.data.msg); };
     navigator.locks.request(NAME, () => new Promise(() => {
-      connect((msg) => { channel.postMessage(msg); apply(msg); });
+      state.leader = true;
+      connect((msg) => { channel.postMessage({kind: "event", msg}); apply(msg); });
     }));
+  } else if (channel) {
+    // No Web Locks: elect over the channel.  A tab that has not heard a
+    // leader for 2.5 s asks "who"; the leader answers at once (messages
+    // are not throttled in background tabs, timers are); unanswered for
+    // 0.4 s, the tab leads.  Of two leaders the smaller id stays: each
+    // answers the other's announcement, the larger steps down.
+    const me = Math.random();
+    let stop = null;
+    let heard = 0;
+    let asked = Date.now();
+    const beat = () => channel.postMessage({kind: "leader", id: me});
+    channel.onmessage = (e) => {
+      const m = e.data;
+      if (m.kind === "event") {
+        apply(m.msg);
+      } else if (m.kind === "who") {
+        if (stop) beat();
+      } else if (m.kind === "leader") {
+        heard = Date.now();
+        if (stop && m.id < me) {
+          stop();
+          stop = null;
+          state.leader = false;
+        } else if (stop) {
+          beat();
+        }
+      } else if (m.kind === "gone") {
+        heard = 0;
+      }
+    };
+    channel.postMessage({kind: "who"});
+    setInterval(() => {
+      const now = Date.now();
+      if (stop) {
+        beat();
+      } else if (now - heard < 2500) {
+        asked = 0;
+      } else if (!asked) {
+        asked = now;
+        channel.postMessage({kind: "who"});
+      } else if (now - asked >= 400) {
+        asked = 0;
+        state.leader = true;
+        stop = connect((msg) => { channel.postMessage({kind: "event", msg}); apply(msg); });
+        beat();
+      }
+    }, 500);
+    addEventListener("pagehide", () => { if (stop) channel.postMessage({kind: "gone"}); });
   } else {
     connect(apply);
   }

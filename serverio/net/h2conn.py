@@ -78,16 +78,15 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
 from ..errors import HTTPError
-from ..fs.body import Body
+from ..fs.body import NO_BODY, Body
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
-from ..http.core import FileSpan, Plan, RequestFacts, error_plan
+from ..http.core import FileSpan, Plan, RequestFacts
 from ..http.fields import Fields, check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Answer, Waiting, complete, failed, finish, record, start
-from ..pipeline.site import Ticket
+from ..pipeline.request import Waiting, complete, failed, record, start
 from .connection import RECV_SIZE, ConnectionEnv
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
@@ -255,6 +254,8 @@ class H2Connection:
         # The encoded header block (HEADERS + CONTINUATION) buffered at most.
         self._block_cap = 2 * cfg.max_head_size
         self._streams: dict[int, _Stream] = {}
+        # Live-reload event streams, with the scope that ends each.
+        self._events: dict[int, tuple[_Stream, trio.CancelScope]] = {}
         self._sending: dict[int, _Stream] = {}  # body sources, round-robin order
         self._out = bytearray()
         self._wake = trio.Event()  # writer: something to send
@@ -314,6 +315,7 @@ class H2Connection:
         frame = GoAwayFrame(0)
         frame.last_stream_id = self._last_stream
         frame.error_code = ErrorCodes.NO_ERROR
+        self._end_events()
         self._pull()
         self._out += frame.serialize()
         self._kick()
@@ -373,6 +375,7 @@ class H2Connection:
                 # EOF: nothing more can arrive; the streams in flight finish
                 # (as an HTTP/1.1 half-close does), then we close.
                 self._draining = True
+                self._end_events()  # they never finish on their own
                 return
             self._receive(bytes(data))
 
@@ -604,9 +607,9 @@ class H2Connection:
                         answer = got
                 except HTTPError as exc:
                     answer = failed(env, exc, now, st.head.method == b"HEAD")
-                plan, body, ticket = answer
+                plan, body, _ = answer
                 if plan.stream:
-                    plan, body, ticket = self._event_stream(ticket, now, st.head.method == b"HEAD")
+                    return await self._serve_events(st, plan)
                 await self._respond(st, plan, body)
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
@@ -649,12 +652,91 @@ class H2Connection:
             fields.request_id if fields is not None else None,
         )
 
-    def _event_stream(self, ticket: Ticket | None, now: float, head_only: bool) -> Answer:
-        """The live-reload event stream is served over HTTP/1.1 only (its
-        script connects with EventSource, which falls back): refuse it
-        here, visibly."""
-        plan = error_plan(404, now, head_only=head_only)
-        return finish(self.env, plan, ticket)
+    async def _serve_events(self, st: _Stream, plan: Plan) -> None:
+        """A live-reload event stream (``--watch``) on this stream.
+
+        HEADERS without END_STREAM, then the broadcaster's messages as DATA
+        frames, queued into the connection's output for the writer, within
+        the stream's and the connection's flow-control windows; the
+        subscriber's bounded queue absorbs what waits meanwhile (a slow
+        client drops to "reload").  While it is open the stream is in
+        flight: the connection has no idle deadline, and the stream counts
+        toward ``h2_max_streams``.  It ends cleanly (empty DATA with
+        END_STREAM) when the connection drains, just before the GOAWAY
+        (:meth:`drain`), at once in lame duck, and when the client's side
+        reaches EOF; it is cancelled by the client's RST_STREAM or the
+        connection's end; a window that stays closed for ``write_timeout``
+        resets it (CANCEL), as for a body.
+        """
+        live = self.env.live
+        if live is None or not plan.send_body:
+            await self._respond(st, plan, NO_BODY)  # HEAD: the head alone
+            return
+        conn = self._conn
+        headers = [(b":status", b"%d" % plan.status)]
+        headers += [(k, v) for k, v in plan.headers if k not in CONNECTION_SPECIFIC]
+        if st.reset or self._closed:
+            return
+        try:
+            conn.send_headers(st.sid, headers)
+        except h2.exceptions.ProtocolError:
+            return  # the stream was closed meanwhile
+        st.status = plan.status
+        self._pull()
+        timeout = self.env.config.write_timeout
+
+        async def send(data: bytes) -> None:
+            await trio.lowlevel.checkpoint_if_cancelled()  # ended or reset: no more DATA
+            deadline = trio.current_time() + timeout
+            while data:
+                window = min(conn.local_flow_control_window(st.sid), conn.max_outbound_frame_size)
+                if window > 0:
+                    conn.send_data(st.sid, data[:window])
+                    data = data[window:]
+                    self._pull()
+                    deadline = trio.current_time() + timeout
+                    continue
+                if trio.current_time() >= deadline:
+                    self.env.stats.timeouts_write += 1
+                    self._reset(st, ErrorCodes.CANCEL)
+                    scope.cancel()
+                    return
+                # A WINDOW_UPDATE or SETTINGS frame wakes the writer: wait
+                # for that wake-up; while the writer is busy (its event
+                # already set), look again shortly.
+                wake = self._wake
+                with trio.move_on_at(min(deadline, trio.current_time() + 0.05)):
+                    if wake.is_set():
+                        await trio.sleep_forever()
+                    await wake.wait()
+
+        with trio.CancelScope() as scope:
+            self._events[st.sid] = (st, scope)
+            try:
+                if self._draining or self.env.draining:
+                    self._end_events()
+                await live.serve_client(send, b"")
+            finally:
+                del self._events[st.sid]
+        if st.finished:
+            self.env.stats.completed += 1
+        if self.env.draining:
+            self.drain()  # lame duck: the connection ends, as for any response
+
+    def _end_events(self) -> None:
+        """End every event stream now (empty DATA with END_STREAM), so that
+        each is complete before a GOAWAY queued after this; their tasks
+        stop at their next checkpoint."""
+        for st, scope in self._events.values():
+            scope.cancel()
+            if st.reset or st.finished or self._closed:
+                continue
+            try:
+                self._conn.end_stream(st.sid)
+            except h2.exceptions.ProtocolError:
+                continue  # closed on h2's side meanwhile
+            st.finished = True
+        self._pull()
 
     async def _respond(self, st: _Stream, plan: Plan, source: Body) -> None:
         """HEADERS now; the body through the writer, with the stream's own

@@ -12,6 +12,9 @@ Task tree (docs/cancellation.md "Live reload")::
       nursery "connections"
         ConnectionTask ... /events      one per browser: the connection task
                                         itself streams (LiveReload.serve_client)
+        H2Connection stream /events     over HTTP/2: the stream's task in the
+                                        connection's nursery streams
+                                        (H2Connection._serve_events)
 
 The watcher debounces raw events (:class:`~serverio.concurrency.broadcast.Debouncer`),
 clears every cache that could serve old bytes, and publishes one message
@@ -20,7 +23,8 @@ event stream reads its own bounded queue.  Nothing here waits for a slow
 client.
 
 Shutdown order: graceful shutdown closes the event streams at once, with
-the idle connections (step 2 of :class:`serverio.net.server.Server`); the
+the idle connections (step 2 of :class:`serverio.net.server.Server`; an
+HTTP/2 one ends with END_STREAM before its connection's GOAWAY); the
 connection nursery ends; then the live nursery is cancelled (the watcher
 stops, its inotify descriptor is closed; a polling scan in flight is
 abandoned with the watch pool's other threads in step 5); then the cache
@@ -51,6 +55,7 @@ from ..fs.watch import (
     poll_diff,
     poll_scan,
 )
+from ..http.codecs import compress_bytes
 from ..http.core import FileSpan, RequestFacts
 from ..http.livereload import (
     accepts_html,
@@ -58,6 +63,8 @@ from ..http.livereload import (
     error_page,
     header,
     inject_html,
+    injected_coding,
+    injected_precondition,
     is_html,
 )
 from ..http.livescript import (
@@ -86,6 +93,9 @@ POLL_INTERVAL: Final = 0.5  # seconds between two polling scans
 SSE_QUEUE: Final = 16  # messages queued per event stream before it drops to "reload"
 SSE_KEEPALIVE_INTERVAL: Final = 15.0  # a comment on an idle stream this often
 INJECT_MAX: Final = 8 * 1024 * 1024  # larger HTML is served as it is
+# Appended to the coding in the compression cache's key of an injected page
+# (the file's identity is the rest of the key): never a file coding's name.
+INJECTED_SUFFIX: Final = "+livereload"
 
 
 class LiveReload:
@@ -280,7 +290,9 @@ class LiveHandler(Handler):
     request that accepts HTML becomes a small page with the script; any
     other answer is resolved again with the request as sent (non-HTML is
     never modified).  Every other request takes the normal path
-    untouched.  Injected HTML is sent identity-coded and without
+    untouched.  Injected HTML is content-coded on the fly as the file
+    would be (:func:`serverio.http.livereload.injected_coding`; never from
+    a precompressed sidecar, which lacks the script), and sent without
     Repr-Digest.
     """
 
@@ -344,8 +356,7 @@ class LiveHandler(Handler):
                 body = await self._body(prepared)
                 injected = inject_html(body, assets.tag) if body is not None else None
                 if injected is not None:
-                    mtime = prepared.facts.mtime if prepared.facts is not None else None
-                    return Prepared(decide_injected(req, plan, injected, mtime, now, assets))
+                    return await self._injected(req, prepared, injected, now)
             elif plan.status >= 400 and ctype.startswith(b"text/plain") and accepts_html(req):
                 if req.method == b"HEAD":
                     plan = replace(plan, send_body=False)
@@ -357,6 +368,51 @@ class LiveHandler(Handler):
             if not keep:
                 prepared.close()
         return await self._full(req, now)
+
+    async def _injected(
+        self, req: RequestFacts, prepared: Prepared, injected: bytes, now: float
+    ) -> Prepared:
+        """The injected variant, content-coded when the request negotiates
+        a coding: the 304/412 is decided first (no compression for it),
+        then the coded bytes come from the compression cache or one job in
+        the work pool for all requesters; a saturated pool serves identity
+        (RFC 9110 §12.5.3), as for a file."""
+        plan = prepared.plan
+        facts = prepared.facts
+        mtime = facts.mtime if facts is not None else None
+        assets = self.live.assets
+        stats = self.content.stats
+        coding = injected_coding(req, plan, len(injected), self.config)
+        body = injected
+        if coding:
+            pre = injected_precondition(req, plan, mtime, now, coding)
+            if pre is not None:
+                return Prepared(pre)
+            coded = await self._compress(prepared, coding, injected)
+            if coded is None:
+                stats.compress_fallbacks += 1
+                coding = ""
+            else:
+                stats.compressed_responses += 1
+                body = coded
+        return Prepared(decide_injected(req, plan, body, mtime, now, assets, coding=coding))
+
+    async def _compress(self, prepared: Prepared, coding: str, injected: bytes) -> bytes | None:
+        """``injected`` in ``coding``: shared with the file's compressed
+        bodies (same cache, same bound, cleared on every change), keyed by
+        the file's identity and a coding name no file coding has."""
+        work = self.content.work
+
+        async def job() -> bytes | None:
+            return await run_blocking(work, compress_bytes, coding, injected)
+
+        if prepared.facts is None:
+            try:
+                return await job()
+            except PoolSaturated:
+                return None
+        key = (prepared.facts.key, coding + INJECTED_SUFFIX)
+        return await self.content.compressed.get_or_run(key, lambda: job)
 
     async def _body(self, prepared: Prepared) -> bytes | None:
         """The whole body of a 200, read if it is still in the file."""
