@@ -1,4 +1,4 @@
-"""Entry point: ``python -m bench {run,setup,report,list,golden,callgrind}``."""
+"""Entry point: ``python -m bench {run,setup,report,list,golden,callgrind,h2profile}``."""
 
 from bench.cli import main
 

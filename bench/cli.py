@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import callgrind, commits, golden, peers, report
+from bench import callgrind, commits, golden, h2profile, peers, report
 from bench.runner import RunOptions, execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     golden.add_parser(sub)
     callgrind.add_parser(sub)
+    h2profile.add_parser(sub)
 
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
     ls.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
@@ -269,4 +270,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return golden.run(args)
     if args.command == "callgrind":
         return callgrind.run(args)
+    if args.command == "h2profile":
+        return h2profile.run(args)
     return cmd_list(args)

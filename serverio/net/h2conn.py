@@ -24,18 +24,20 @@ Cancellation handling: each stream task runs in its own cancel scope.
 ``RST_STREAM`` from the client cancels exactly that scope: the handler call
 in progress is cancelled as for an HTTP/1.1 client that went away (the
 Deferred is closed, an abandoned pool hop is late-closed), the stream stops
-being a body source before its ``Prepared`` is closed, once.  Shutdown
+being a body source before its ``Body`` is closed, once.  Shutdown
 (:meth:`H2Connection.drain`) sends GOAWAY with the last stream id handed to
 the handler, refuses later streams, and lets the in-flight ones finish;
 the server cancels what remains after ``--shutdown-timeout``.
 
 Flow control and fairness: the writer gives every stream with an open
-window at most one DATA frame (<= 16 KiB, <= the peer's
-SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back of the queue, and
-stops filling at ``OUT_BUDGET`` bytes: one large file cannot starve the
-small responses on the same connection.  File spans are read with a
-positional read (:func:`serverio.fs.reads.pread`) of at most one frame's
-worth (no sendfile: the bytes go through framing, and TLS).
+window at most ``ROUND_QUANTUM`` bytes (64 KiB, in DATA frames of <= 16 KiB
+and <= the peer's SETTINGS_MAX_FRAME_SIZE) per round, moving it to the back
+of the queue, and stops filling at ``OUT_BUDGET`` bytes: one large file
+cannot starve the small responses on the same connection.  File spans are
+read with a positional read (:func:`serverio.fs.reads.pread`) of at most
+one round's worth (no sendfile: the bytes go through framing, and TLS).
+A body that fits in one frame is framed by its stream's task right after
+its HEADERS (its first round, without the trip through the queue).
 
 Memory per connection is bounded regardless of file sizes and stream count
 (docs/features.md "HTTP/2" states the budget).  Deadlines:
@@ -63,6 +65,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import time
 from collections.abc import Callable
 
@@ -71,10 +74,11 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-import hpack
 import trio
+from h2.connection import ConnectionInputs
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
+from h2.stream import StreamInputs
 from hyperframe.frame import GoAwayFrame
 
 from ..errors import HTTPError
@@ -84,22 +88,29 @@ from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts
 from ..http.fields import Fields, check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
+from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Waiting, complete, failed, record, start
 from .connection import RECV_SIZE, ConnectionEnv
 
-__all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "H2Connection"]
+__all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
 
 log = logging.getLogger("serverio")
 
-FRAME_CHUNK = 16384  # DATA bytes per stream per round at most (one default-size frame)
+FRAME_CHUNK = 16384  # DATA bytes per frame at most (the default SETTINGS_MAX_FRAME_SIZE)
+ROUND_QUANTUM = 65536  # DATA bytes per stream per round at most (one read, <= 4 frames)
 OUT_BUDGET = 65536  # the writer stops filling DATA frames at this many pending bytes
 OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits to be written
 WRITE_PIECE = 65536  # bytes per socket write; the write deadline moves after each
 _WINDOW = 1.0  # seconds: the flood budgets count per window
 ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
 
+# RFC 9113 §4.1 frame header: 24-bit length and 8-bit type (packed as one
+# 32-bit word), flags, stream id (the reserved bit is 0).
+_FRAME_HEAD = struct.Struct(">IBI")
+_DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
+_END_STREAM, _END_HEADERS = 0x1, 0x4
 
 async def _run_deferred(deferred: Deferred) -> Prepared:
     """How a stream waits for the handler: just await it.  A reset
@@ -110,29 +121,15 @@ async def _run_deferred(deferred: Deferred) -> Prepared:
         deferred.close()
 
 
-class _PlainEncoder(hpack.Encoder):
-    """HPACK for responses: no Huffman coding, a bounded dynamic table.
-
-    The pure-Python Huffman coder was the largest single cost of a small
-    response (cProfile under h2load), for ~20 % fewer header bytes.  The
-    client's SETTINGS_HEADER_TABLE_SIZE is only an upper bound for the
-    encoder (RFC 7541 §4.2): a client announcing gigabytes does not make
-    the server keep gigabytes of past response fields.
-    """
-
-    def encode(self, headers: object, huffman: bool = True) -> bytes:
-        return super().encode(headers, huffman=False)  # type: ignore[arg-type]
-
-    @property
-    def header_table_size(self) -> int:
-        return self.header_table.maxsize
-
-    @header_table_size.setter
-    def header_table_size(self, value: int) -> None:
-        value = min(value, ENCODER_TABLE_MAX)
-        self.header_table.maxsize = value
-        if self.header_table.resized:
-            self.table_size_changes.append(value)
+def _direct_ok(conn: h2.connection.H2Connection) -> bool:
+    """Whether this h2 has the internals the direct frame path uses (see
+    :meth:`H2Connection._send_headers`); otherwise its public calls are used."""
+    return (
+        isinstance(getattr(conn, "_data_to_send", None), bytearray)
+        and isinstance(getattr(conn, "streams", None), dict)
+        and isinstance(getattr(conn, "outbound_flow_control_window", None), int)
+        and hasattr(conn, "state_machine")
+    )
 
 
 class _ServerConnection(h2.connection.H2Connection):
@@ -180,6 +177,7 @@ class _Stream:
         "finished",
         "head",
         "index",
+        "moved",
         "offset",
         "open_body",
         "pieces",
@@ -206,7 +204,8 @@ class _Stream:
         self.offset = 0  # within pieces[index]
         self.remaining = 0
         self.fd = -1
-        self.progress = trio.Event()
+        self.moved = 0.0  # trio time of the body's last DATA frame
+        self.progress: trio.Event | None = None  # set when the body ended, failed or was reset
         self.finished = False  # the last DATA frame (END_STREAM) was handed to h2
         self.failed = False  # the body could not be completed (read error, shrank)
 
@@ -238,7 +237,11 @@ class H2Connection:
                 normalize_outbound_headers=False,
             )
         )
-        conn.encoder = _PlainEncoder()
+        # Response fields: serverio's HPACK encoder (no Huffman, the table
+        # capped at ENCODER_TABLE_MAX whatever the client announces, blocks
+        # of repeated header lists remembered); h2 sets its table size.
+        self._encoder = FieldEncoder(cap=ENCODER_TABLE_MAX)
+        conn.encoder = self._encoder  # type: ignore[assignment]
         conn.local_settings = h2.settings.Settings(
             client=False,
             initial_values={
@@ -246,11 +249,17 @@ class H2Connection:
                 SettingCodes.MAX_HEADER_LIST_SIZE: cfg.max_head_size,
             },
         )
+        # Request fields: hpack's decoder, remembering the header lists of
+        # repeated all-indexed blocks while its table is unchanged.
+        conn.decoder = CachingDecoder()
         # The HPACK decoder refuses (connection error ENHANCE_YOUR_CALM) a
         # decoded header list past this hard cap (the HPACK bomb); between
         # the advertised size and the cap a request gets 431.
         conn.decoder.max_header_list_size = 4 * cfg.max_head_size
         self._conn = conn
+        # HEADERS and DATA go straight into h2's output buffer after h2's
+        # state machines accepted them (see _send_headers).
+        self._direct = _direct_ok(conn)
         # The encoded header block (HEADERS + CONTINUATION) buffered at most.
         self._block_cap = 2 * cfg.max_head_size
         self._streams: dict[int, _Stream] = {}
@@ -552,6 +561,8 @@ class H2Connection:
             return
         st.reset = True
         self._sending.pop(st.sid, None)
+        if st.progress is not None:
+            st.progress.set()
         try:
             self._conn.reset_stream(st.sid, code)
         except h2.exceptions.ProtocolError:
@@ -740,7 +751,12 @@ class H2Connection:
 
     async def _respond(self, st: _Stream, plan: Plan, source: Body) -> None:
         """HEADERS now; the body through the writer, with the stream's own
-        deadline: no progress for ``write_timeout`` resets it (CANCEL)."""
+        deadline: no progress for ``write_timeout`` resets it (CANCEL).
+
+        A body that fits in one DATA frame the windows allow is framed
+        here, right after its HEADERS, while the pending output is under
+        OUT_BUDGET: that is the one frame the stream would get in its first
+        round, without the round trip through the writer's queue."""
         if st.reset or self._closed:
             return
         headers = [(b":status", b"%d" % plan.status)]
@@ -752,34 +768,49 @@ class H2Connection:
         total = sum(map(len, body))
         st.status = plan.status
         try:
-            self._conn.send_headers(st.sid, headers, end_stream=total == 0)
+            self._send_headers(st.sid, headers, total == 0)
         except h2.exceptions.ProtocolError:
             return  # the stream was closed meanwhile
-        self._pull()
         if total:
             st.pieces = body
             st.remaining = total
             st.fd = source.fd
             self._sending[st.sid] = st
-            self._kick()
-            timeout = self.env.config.write_timeout
-            while not st.finished and not st.failed and not st.reset:
-                st.progress = trio.Event()
-                with trio.move_on_after(timeout) as waited:
-                    await st.progress.wait()
-                if waited.cancelled_caught:
-                    self.env.stats.timeouts_write += 1
-                    self._reset(st, ErrorCodes.CANCEL)
-                    return
+            self._pull()
+            if total <= FRAME_CHUNK and len(self._out) < OUT_BUDGET:
+                self._frame(st)
+                self._pull()
+            else:
+                self._kick()
+            if not st.finished:
+                await self._await_body(st)
             if st.failed or st.reset:
                 return
         else:
+            self._pull()
             st.finished = True
         if not st.ended:
             # A complete response before the request ended: ask the client
             # to stop sending it (RFC 9113 §8.1).
             self._reset(st, ErrorCodes.NO_ERROR)
             st.reset = False  # (the response itself was complete)
+
+    async def _await_body(self, st: _Stream) -> None:
+        """Wait while the writer sends the body; no progress on this stream
+        for ``write_timeout`` resets it (CANCEL).  The writer notes the time
+        of each frame (``moved``) and wakes this task only at the end, so a
+        large body costs no task switch per frame."""
+        timeout = self.env.config.write_timeout
+        st.moved = trio.current_time()
+        st.progress = done = trio.Event()
+        while not st.finished and not st.failed and not st.reset:
+            deadline = st.moved + timeout
+            if trio.current_time() >= deadline:
+                self.env.stats.timeouts_write += 1
+                self._reset(st, ErrorCodes.CANCEL)
+                return
+            with trio.move_on_at(deadline):
+                await done.wait()
 
     # ------------------------------------------------------------ writing
 
@@ -793,15 +824,97 @@ class H2Connection:
     def _kick(self) -> None:
         self._wake.set()
 
-    def _frame(self, st: _Stream) -> int:
-        """At most one DATA frame for ``st``; returns the bytes sent."""
+    def _send_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+        """HEADERS (+ CONTINUATION) for a response, through h2's state machines.
+
+        h2's ``send_headers`` spends most of its time outside the protocol
+        state: a log call, re-encoding the fields, frame objects.  When
+        this h2 has the internals (``_direct``), the connection and stream
+        state machines are driven exactly as ``send_headers`` drives them,
+        and refuse in the same cases (ProtocolError: stream closed or
+        reset, connection closed), before anything is encoded, so the HPACK
+        table only ever holds what the client receives; the frames go into
+        h2's own output buffer, in order with what h2 queues itself."""
         conn = self._conn
+        if not self._direct:
+            conn.send_headers(sid, headers, end_stream=end)
+            return
+        conn.state_machine.process_input(ConnectionInputs.SEND_HEADERS)
+        machine = conn._get_stream_by_id(sid).state_machine
+        machine.process_input(StreamInputs.SEND_HEADERS)
+        if end:
+            machine.process_input(StreamInputs.SEND_END_STREAM)
+        block = self._encoder.encode(headers)
+        out = conn._data_to_send
+        size = conn.max_outbound_frame_size
+        flags = _END_STREAM if end else 0
+        if len(block) <= size:
+            out += _FRAME_HEAD.pack(len(block) << 8 | _HEADERS, flags | _END_HEADERS, sid)
+            out += block
+            return
+        # RFC 9113 §6.10: the rest of the block in CONTINUATION frames.
+        kind = _HEADERS
+        for i in range(0, len(block), size):
+            piece = block[i : i + size]
+            last = i + size >= len(block)
+            out += _FRAME_HEAD.pack(
+                len(piece) << 8 | kind, flags | (_END_HEADERS if last else 0), sid
+            )
+            out += piece
+            kind, flags = _CONTINUATION, 0
+
+    def _window(self, sid: int) -> int:
+        """The bytes of DATA the windows allow on ``sid`` (ProtocolError: closed)."""
+        conn = self._conn
+        if not self._direct:
+            return conn.local_flow_control_window(sid)
+        stream = conn.streams.get(sid)
+        if stream is None:
+            raise h2.exceptions.StreamClosedError(sid)
+        return min(conn.outbound_flow_control_window, stream.outbound_flow_control_window)
+
+    def _send_data(self, sid: int, data: bytes, end: bool) -> None:
+        """``data`` as DATA frames of at most FRAME_CHUNK and the peer's
+        SETTINGS_MAX_FRAME_SIZE, within the windows (checked by the caller),
+        through h2's state machines as ``send_data`` drives them (see
+        _send_headers; the frames of one call are one state transition)."""
+        conn = self._conn
+        size = min(conn.max_outbound_frame_size, FRAME_CHUNK)
+        n = len(data)
+        if not self._direct:
+            for i in range(0, n, size):
+                conn.send_data(sid, data[i : i + size], end_stream=end and i + size >= n)
+            return
+        conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
+        stream = conn.streams[sid]
+        machine = stream.state_machine
+        machine.process_input(StreamInputs.SEND_DATA)
+        if end:
+            machine.process_input(StreamInputs.SEND_END_STREAM)
+        stream.outbound_flow_control_window -= n
+        conn.outbound_flow_control_window -= n
+        out = conn._data_to_send
+        if n <= size:
+            out += _FRAME_HEAD.pack(n << 8 | _DATA, _END_STREAM if end else 0, sid)
+            out += data
+            return
+        view = memoryview(data)
+        for i in range(0, n, size):
+            piece = view[i : i + size]
+            last = end and i + size >= n
+            out += _FRAME_HEAD.pack(len(piece) << 8 | _DATA, _END_STREAM if last else 0, sid)
+            out += piece
+        view.release()
+
+    def _frame(self, st: _Stream) -> int:
+        """One round's DATA for ``st``: at most ROUND_QUANTUM bytes of one
+        body piece (one positional read), in frames; returns the bytes sent."""
         try:
-            window = conn.local_flow_control_window(st.sid)
+            window = self._window(st.sid)
         except h2.exceptions.ProtocolError:
             self._sending.pop(st.sid, None)
             return 0
-        n = min(window, conn.max_outbound_frame_size, FRAME_CHUNK)
+        n = min(window, ROUND_QUANTUM)
         if n <= 0:
             return 0
         piece = st.pieces[st.index]
@@ -825,17 +938,21 @@ class H2Connection:
             st.offset = 0
         st.remaining -= len(data)
         end = st.remaining == 0
-        conn.send_data(st.sid, data, end_stream=end)
+        self._send_data(st.sid, data, end)
         if end:
             st.finished = True
             del self._sending[st.sid]
-        st.progress.set()
+            if st.progress is not None:
+                st.progress.set()
+        else:
+            st.moved = trio.current_time()
         return len(data)
 
     def _fail(self, st: _Stream) -> int:
         st.failed = True
         self._reset(st, ErrorCodes.INTERNAL_ERROR)
-        st.progress.set()
+        if st.progress is not None:
+            st.progress.set()
         return 0
 
     def _fill(self) -> None:
@@ -874,14 +991,20 @@ class H2Connection:
                     self._wake = trio.Event()
                     await self._wake.wait()
                     continue
-                data = bytes(self._out)
-                self._out.clear()
+                # Take the buffer whole (what is queued meanwhile goes into
+                # a new one) and write it in pieces of WRITE_PIECE, a short
+                # tail joined to the last piece, the deadline moved after
+                # each.
+                data = self._out
+                self._out = bytearray()
                 view = memoryview(data)
                 with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                     while view:
-                        await self.stream.send_all(view[:WRITE_PIECE])
-                        view = view[WRITE_PIECE:]
+                        n = len(view) if len(view) < 2 * WRITE_PIECE else WRITE_PIECE
+                        await self.stream.send_all(view[:n])
+                        view = view[n:]
                         scope.deadline = trio.current_time() + timeout
+                view.release()
                 if scope.cancelled_caught:
                     env.stats.timeouts_write += 1
                     cancel.cancel()
