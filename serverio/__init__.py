@@ -7,7 +7,7 @@ docs/architecture.md for which module owns what.
 from .concurrency.blocking import Pool, PoolSaturated, PoolStats, run_blocking
 from .config import Config
 from .errors import ConfigError, HTTPError
-from .fs.prepare import Prepared, prepare
+from .fs.prepare import Prepared
 from .http.core import (
     FileFacts,
     FileSpan,
@@ -27,6 +27,7 @@ from .net.server import Server
 from .observe.accesslog import AccessLog, AccessRecord
 from .observe.stats import Stats
 from .ops.cli import main
+from .pipeline.decide import prepare
 from .pipeline.handler import Deferred, Handler
 
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ from serverio import AccessLog, Server
 from testkit import simulation
 
 from .conftest import make_config, memory_connection
+from .h2client import h2_memory
 
 
 async def _one_request(root: Path, fmt: str, headers: str) -> str:
@@ -47,6 +48,24 @@ async def test_json_record_fields(root: Path) -> None:
     assert rec["request_id"] == "abc-123"
     assert isinstance(rec["duration"], float) and rec["duration"] >= 0
     assert rec["time"].endswith("Z")
+
+
+async def test_http2_record_has_the_same_fields_as_http11(root: Path) -> None:
+    out = io.StringIO()
+    cfg = make_config(root)
+    srv = Server(cfg, access_log=AccessLog("json", out))
+    async with h2_memory(cfg, server=srv) as (client, _, _):
+        r = await client.get(
+            "/hello.txt",
+            [("user-agent", "curl/8"), ("referer", "http://r/"), ("x-request-id", "abc-123")],
+        )
+        assert r.status == 200
+    rec = json.loads(out.getvalue())
+    assert rec["version"] == "2.0"
+    assert rec["method"] == "GET" and rec["target"] == "/hello.txt" and rec["status"] == 200
+    assert rec["bytes"] == 12 and rec["client"] == "memory"
+    assert rec["user_agent"] == "curl/8" and rec["referer"] == "http://r/"
+    assert rec["request_id"] == "abc-123"
 
 
 async def test_json_without_request_id_is_null(root: Path) -> None:

@@ -24,11 +24,11 @@ from serverio import Config, RequestFacts, Server, parse_target
 from serverio.fs import filecache as _filecache
 from serverio.fs.filecache import CachedFile, FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
-from serverio.fs.prepare import prepare
 from serverio.http.core import FileFacts, Plan
 from serverio.http.wire import head_bytes
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
+from serverio.pipeline.decide import prepare
 
 from .conftest import HTTPClient, connect, make_config, running_server, wait_until
 

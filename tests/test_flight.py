@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -160,7 +161,9 @@ async def test_shutdown_wakes_waiters_with_none() -> None:
 
 
 async def test_dup_failure_falls_back(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (root / "app.js").write_text("let x = 1;\n" * 100)
+    # Larger than --small-file-size: its bytes are not in memory, so the
+    # compression and digest jobs need a duplicate of the descriptor.
+    (root / "app.js").write_text("let x = 1;\n" * 10_000)
 
     def no_fds(fd: int) -> int:
         raise OSError(errno.EMFILE, "Too many open files")
@@ -175,6 +178,27 @@ async def test_dup_failure_falls_back(root: Path, monkeypatch: pytest.MonkeyPatc
         assert srv.stats.compress_fallbacks == 1 and srv.stats.digest_omitted == 1
         assert srv.content.compressed.in_flight == 0
     assert open_fd_count() <= baseline
+
+
+async def test_a_small_file_read_in_the_hop_is_compressed_from_those_bytes(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not cached yet (just written), but read whole for its ETag: the
+    compression and the digest work from those bytes, no duplicate
+    descriptor and no second read."""
+    (root / "app.js").write_text("let x = 1;\n" * 100)
+
+    def no_fds(fd: int) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    async with memory_connection(make_config(root, digest=True)) as (client, srv, _):
+        monkeypatch.setattr(os, "dup", no_fds)
+        r = await client.get("/app.js", "Accept-Encoding: gzip\r\n")
+        monkeypatch.undo()
+        assert r.status == 200 and r.header("content-encoding") == "gzip"
+        assert gzip.decompress(r.body) == b"let x = 1;\n" * 100
+        assert r.header("repr-digest") is not None
+        assert srv.stats.compress_fallbacks == 0 and srv.stats.digest_omitted == 0
 
 
 @pytest.mark.parametrize(("err", "status"), [(errno.EMFILE, 503), (errno.ENOENT, 404)])

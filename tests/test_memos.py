@@ -11,12 +11,12 @@ from pathlib import Path
 
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
-from serverio.fs.prepare import cache_candidate, prepare, serve_cached
 from serverio.http import negotiate as _negotiate
 from serverio.http import target as _target
 from serverio.http.core import RequestFacts
 from serverio.http.negotiate import parse_accept_encoding, select_coding
 from serverio.http.target import parse_target
+from serverio.pipeline.decide import cache_candidate, prepare, serve_cached
 
 from .conftest import make_config, memory_connection
 

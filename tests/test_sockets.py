@@ -154,8 +154,9 @@ async def test_symlink_swap_race_never_escapes(root: Path, strategy: str) -> Non
 async def test_a_bug_in_one_connection_does_not_stop_the_server(
     root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from serverio.net import connection as _connection
-    real = _connection.route  # type: ignore[attr-defined]
+    from serverio.http.core import route as real
+    from serverio.pipeline import request as _request
+
     calls = 0
 
     def flaky_route(*args: object, **kwargs: object) -> object:
@@ -165,7 +166,7 @@ async def test_a_bug_in_one_connection_does_not_stop_the_server(
             raise RuntimeError("injected bug")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_connection, "route", flaky_route)
+    monkeypatch.setattr(_request, "route", flaky_route)
     async with running_server(make_config(root)) as (srv, port):
         broken = await connect(port)
         await broken.send_raw(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..http.core import FileFacts, Plan
+from .body import Body
 
 __all__ = [
     "RACY_SECONDS",
@@ -150,12 +151,12 @@ class CachedFile:
     # Trio clock time of the last successful revalidation (pooled mode's
     # window); a plain float store, safe from any thread.
     checked: float
-    # Memos of the edge (serverio.fs.prepare.serve_cached), not shared state
+    # Memos of the edge (serverio.pipeline.decide.serve_cached), not shared state
     # of the cache: the response to a plain GET/HEAD for the wall-clock
     # second of its Date header, per (method, coding served from a
     # sidecar or ""); and the (extra headers, vary) of a request without
     # a query.
-    plain: dict[tuple[bytes, str], tuple[int, Plan]] = field(default_factory=dict)
+    plain: dict[tuple[bytes, str], tuple[int, Plan, Body]] = field(default_factory=dict)
     headers: tuple[tuple[tuple[bytes, bytes], ...], bool] | None = None
     # Per content coding: the sidecar state seen with this file (filled by
     # the preparation that negotiated it; revalidated with the file).

@@ -1,14 +1,26 @@
-"""The preparation step: the only code that touches the filesystem per request.
+r"""Resolution: the only code that touches the filesystem per request.
 
-One call does containment, open, fstat, regular-file validation, MIME
-selection, the decision (pure core) and, for small bodies, the read.  It is
-one call so that it costs one thread hop when it runs in the ``fs`` pool
-(:mod:`serverio.concurrency.blocking`); it is synchronous and never touches trio.
+:func:`resolve` opens what the request names under containment (the file,
+an index file, the ``--spa`` fallback, the precompressed sidecars the
+request could be answered with), ``fstat``\ s it, checks it is a regular
+file, computes its facts (with the content hash a small file's ETag is
+made of) and, for a small body, reads the whole file.  It decides nothing
+about the response: it returns a :class:`Resolution` of facts and open
+descriptors, and the pure decision (:mod:`serverio.pipeline.decide`, over
+:mod:`serverio.http.select` and :func:`serverio.http.core.decide_file`)
+runs on the trio side after it.  It is one call so that it costs one
+thread hop when it runs in the ``fs`` pool
+(:mod:`serverio.concurrency.blocking`); it is synchronous and never touches
+trio.  It also fills the warm-file cache (:mod:`serverio.fs.filecache`) with
+a small settled file it read, and revalidates a candidate entry handed to it
+(one ``stat``) so that the pooled path stays at one hop.
 
-It returns a :class:`Prepared`: the plan plus, when the body must be streamed
-from the file, the opened descriptor.  Whoever receives a ``Prepared`` owns
-that descriptor and must call :meth:`Prepared.close` exactly once (the
-response emitter does, or the late-close path if the waiter was cancelled).
+Whoever receives a ``Resolution`` owns its descriptors and must call
+:meth:`Resolution.close` (or hand them on, as the decision does) exactly
+once; the late-close path of ``run_blocking`` does if the waiter was
+cancelled.  :class:`Prepared` is the handler's working object after the
+decision: the plan, the descriptor it streams from, the follow-ups still to
+do.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ import functools
 import logging
 import os
 import stat
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..config import Config
@@ -26,32 +38,17 @@ from ..errors import errno_status
 from ..http.core import (
     EtagPolicy,
     FileFacts,
-    FileSpan,
     Plan,
     RequestFacts,
     content_digest,
-    decide_directory,
-    decide_file,
-    depends_on_method_only,
-    error_plan,
     mtime_is_synthetic,
-    precondition_plan,
     spa_fallback_applies,
     wants_content_hash,
 )
 from ..http.mime import guess_type
-from ..http.negotiate import (
-    SIDECAR_SUFFIX,
-)
-from ..http.select import (
-    choose_coding,
-    digest_algorithm,
-    digest_applies,
-    file_headers,
-    negotiates,
-    sidecars_wanted,
-)
-from ..http.wire import head_bytes
+from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.select import digest_algorithm, file_headers, negotiates, sidecars_wanted
+from .body import Body, close_fd
 from .filecache import (
     RACY_SECONDS,
     UNTIMED,
@@ -68,16 +65,12 @@ from .reads import pread
 __all__ = [
     "CacheCandidate",
     "Prepared",
-    "cache_candidate",
-    "prepare",
-    "prepare_cached",
-    "serve_cached",
+    "Rep",
+    "Resolution",
+    "resolve",
 ]
 
 log = logging.getLogger("serverio")
-
-_PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
-
 
 @dataclass(slots=True)
 class Prepared:
@@ -113,6 +106,10 @@ class Prepared:
     # instead of reading the file again.
     source: bytes | None = None
     hash_job: bool = False
+    # A ready literal body source for ``plan`` (the warm memo's, shared:
+    # a literal body owns nothing); used only while ``plan.body`` is still
+    # the tuple it was made from.
+    body: Body | None = None
 
     @property
     def needs_followup(self) -> bool:
@@ -122,16 +119,18 @@ class Prepared:
         """Close the descriptor; safe to call again (the second call is a no-op)."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)
+            close_fd(fd)
 
+    def take_body(self) -> Body:
+        """The finished response's body source; the descriptor moves to it
+        (this then holds nothing to close)."""
+        body = self.body
+        plan = self.plan
+        if body is not None and self.fd < 0 and body.pieces is plan.body:
+            return body
+        fd, self.fd = self.fd, -1
+        return Body.of(plan, fd)
 
-def _errno_plan(exc: OSError, now: float, head: bool) -> Plan:
-    status = errno_status(exc.errno)
-    if status == 500:
-        log.error(
-            "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
-        )
-    return error_plan(status, now, head_only=head)
 
 
 def _read_all(fd: int, size: int) -> bytes | None:
@@ -143,34 +142,6 @@ def _read_all(fd: int, size: int) -> bytes | None:
             return None
         data += more
     return data
-
-
-def _read_spans(fd: int, plan: Plan) -> Plan | None:
-    """The plan with its file spans replaced by their bytes; None if the file shrank."""
-    body: list[bytes | FileSpan] = []
-    for piece in plan.body:
-        if isinstance(piece, FileSpan):
-            data = pread(fd, piece.length, piece.offset)
-            while len(data) < piece.length:
-                more = pread(fd, piece.length - len(data), piece.offset + len(data))
-                if not more:
-                    return None
-                data += more
-            body.append(data)
-        else:
-            body.append(piece)
-    return replace(plan, body=tuple(body))
-
-
-def _slice_spans(data: bytes, plan: Plan) -> Plan:
-    """The plan with its file spans replaced by slices of the whole file's ``data``."""
-    return replace(
-        plan,
-        body=tuple(
-            data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p
-            for p in plan.body
-        ),
-    )
 
 
 def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | None:
@@ -273,164 +244,108 @@ def _facts(
     return facts, data
 
 
-class CacheCandidate(NamedTuple):
-    """A warm-file cache entry that may answer this request, if still valid.
-
-    ``coding`` is the negotiated content coding ("" for identity); ``rep``
-    holds the bytes to serve: the file's own entry, or a sidecar's.  A
-    coding to produce on the fly has ``rep is entry``.
-    """
-
-    key: str
-    entry: CachedFile
-    extra: tuple[tuple[bytes, bytes], ...]
-    vary: bool
-    coding: str = ""
-    rep: CachedFile | None = None
 
 
-def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCandidate | None:
-    """The cache entry for the file ``req`` names directly, or None.
-
-    Coding negotiation is answered from the sidecar states recorded with
-    the entry (each revalidated with it); a coding never looked at for
-    this file, or a Repr-Digest, needs the file itself: None.  No syscall;
-    any thread.
-    """
-    target = req.target
-    if target.slash or not target.segments:
-        return None
-    entry = cache.get(target.relpath)
-    if entry is None:
-        return None
-    if target.query:
-        extra, vary = file_headers(req, cfg, target.relpath, entry.facts.content_type)
-    else:
-        # Without a query they depend on the file alone: memoised.
-        if entry.headers is None:
-            entry.headers = file_headers(req, cfg, target.relpath, entry.facts.content_type)
-        extra, vary = entry.headers
-    if digest_algorithm(req, cfg):
-        return None  # the digest job reads from a descriptor
-    if not negotiates(req, vary):
-        return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
-    # The sidecar facts recorded with the entry stand in for the open files.
-    sidecars: dict[str, CachedFile] = {}
-    for c in sidecars_wanted(req, cfg):
-        known = entry.sidecars.get(c)
-        if known is None:
-            return None  # never looked at with this file
-        if known.cached is not None:
-            sidecars[c] = known.cached
-    coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
-    rep = sidecars[coding] if from_sidecar else entry
-    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep)
+# Resolution kinds.
+FILE = "file"  # a regular file (``file``), with its usable sidecars
+CACHED = "cached"  # the candidate handed in is still valid: answer from memory
+ERROR = "error"  # ``status``: missing, refused, not a regular file, an errno
+DIRECTORY = "directory"  # a directory without index (or without its slash)
+LISTING = "listing"  # a directory to list: ``fd`` is open on it
+UNAVAILABLE = "unavailable"  # the file shrank while it was read: try again
 
 
-def serve_cached(
-    cache: FileCache,
-    hit: CacheCandidate,
-    req: RequestFacts,
-    cfg: Config,
-    now: float,
-    boundary: str,
-) -> Prepared:
-    """The response from a candidate the caller has found valid.
+@dataclass(slots=True)
+class Rep:
+    """One representation found on disk: the file itself, or a sidecar.
 
-    A plain request (no precondition, no range, no query: what browsers
-    and benchmarks send most) gets the same response for the whole
-    second of its Date header, so the plan and its serialised head are
-    memoised per method and second.  Shared plans are never mutated: the
-    connection only reads them.
-    """
-    cache.hit()
-    rep = hit.rep
-    assert rep is not None
-    if hit.coding and rep is hit.entry:
-        return _serve_on_the_fly(hit, req, cfg, now)
-    # Keyed by method: only the two methods served here (any other is a
-    # 405 before preparation), so the memo has at most 2 x 4 entries.
-    plain = req.method in _PLAIN_METHODS and depends_on_method_only(req)
-    second = int(now)
-    memo_key = (req.method, hit.coding)
-    plain_memo = hit.entry.plain
-    if plain:
-        memo = plain_memo.get(memo_key)
-        if memo is not None and memo[0] == second:
-            return Prepared(memo[1], facts=rep.facts, coding=hit.coding)
-    # Identity, or a precompressed sidecar (its own length, ETag).
-    plan = decide_file(
-        req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
-    )
-    if plan.needs_file:
-        plan = _slice_spans(rep.data, plan)
-    if plain:
-        plan = replace(
-            plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+    ``fd`` is open on it (-1 once closed); ``data`` its whole content when
+    the hop read it (a small body, the warm-file cache, its ETag's hash);
+    ``hash_settled``: its identity may carry a stored content hash
+    (:func:`_hash_settled`); ``shrank``: it was shorter than its ``fstat``
+    (serving it is a 503)."""
+
+    fd: int
+    facts: FileFacts
+    data: bytes | None = None
+    hash_settled: bool = False
+    shrank: bool = False
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+
+
+@dataclass(slots=True)
+class Resolution:
+    """What :func:`resolve` found (facts and descriptors, no plan)."""
+
+    kind: str
+    status: int = 0  # ERROR
+    fd: int = -1  # LISTING: the directory
+    relpath: str = ""  # FILE: the path served (an index file, the SPA file)
+    ctype: str = ""  # FILE: its media type
+    file: Rep | None = None  # FILE
+    # FILE: the sidecars present and not older than the file, by coding.
+    sidecars: dict[str, Rep] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Close every descriptor still held (idempotent)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+        if self.file is not None:
+            self.file.close()
+        for rep in self.sidecars.values():
+            rep.close()
+
+
+def _status(exc: OSError) -> int:
+    status = errno_status(exc.errno)
+    if status == 500:
+        log.error(
+            "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
         )
-        plain_memo[memo_key] = (second, plan)
-    return Prepared(plan, facts=rep.facts, coding=hit.coding)
+    return status
 
 
-def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
-    # From the compression cache (a follow-up on the trio side).  No
-    # descriptor: on a miss there, the job compresses the cached bytes.
-    facts = hit.entry.facts
-    pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
-    if pre is not None:
-        return Prepared(pre)
-    return Prepared(
-        _placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra, source=hit.entry.data
+def _wants_bytes(req: RequestFacts) -> bool:
+    """Read a small body whole in the hop?  For a GET that probably sends
+    it: not for HEAD, nor for a revalidation (If-None-Match,
+    If-Modified-Since: usually a 304).  A hint only: a body that turns out
+    to be needed after all is streamed from the descriptor."""
+    return (
+        req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
     )
 
 
-def prepare_cached(
-    cache: FileCache,
-    req: RequestFacts,
-    cfg: Config,
-    now: float,
-    boundary: str,
-    mono: float,
-    opener: RootOpener,
-) -> Prepared | None:
-    """The response from the warm-file cache after one ``stat``, or None.
-
-    Blocking: the inline path, or inside the pool's hop.  (Pooled mode's
-    no-syscall window is applied by the server on the event loop.)
-    """
-    hit = cache_candidate(cache, req, cfg)
-    if hit is None or not cache.revalidate(hit.key, hit.entry, opener.stat, mono):
-        return None
-    return serve_cached(cache, hit, req, cfg, now, boundary)
-
-
-def prepare(
+def resolve(
     req: RequestFacts,
     cfg: Config,
     opener: RootOpener,
     now: float,
-    boundary: str = "",
     cache: FileCache | None = None,
     mono: float = UNTIMED,
     hashes: HashStore | None = None,
-) -> Prepared:
-    """Resolve, open, validate and decide.  Blocking; never raises for
-    filesystem trouble (it becomes a plan).
+    hit: CacheCandidate | None = None,
+) -> Resolution:
+    """Open, validate and gather facts.  Blocking; never raises for
+    filesystem trouble (it becomes an ERROR resolution).
 
-    With ``cache``, a warm small file is answered from memory after one
-    ``stat`` (:func:`prepare_cached`), and a settled small file read here
-    is stored there; ``mono`` (trio clock) stamps the revalidation for pooled
-    mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`: none).
-    ``hashes`` keeps the content hashes ETags are made of.
+    ``hit``: a warm-file cache candidate (found without a syscall by the
+    caller); it is revalidated here with one ``stat`` and answered as
+    CACHED if still valid.  With ``cache``, a settled small file read here
+    is stored there; ``mono`` (trio clock) stamps the revalidation for
+    pooled mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`:
+    none).  ``hashes`` keeps the content hashes ETags are made of.
     """
-    if cache is not None:
-        hit = prepare_cached(cache, req, cfg, now, boundary, mono, opener)
-        if hit is not None:
-            return hit
-        if req.target.segments and not req.target.slash:
-            cache.miss()  # a path that names a file: looked up, answered from disk
-    head = req.method == b"HEAD"
     target = req.target
+    if cache is not None:
+        if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
+            return Resolution(CACHED)
+        if target.segments and not target.slash:
+            cache.miss()  # a path that names a file: looked up, answered from disk
     fd = -1
     try:
         try:
@@ -447,93 +362,80 @@ def prepare(
             opened = _open_file(opener, cfg.spa)
             if opened is None:
                 raise
-            spa_fd, spa_st = opened  # ownership moves to _prepare_file
-            return _prepare_file(
-                req, cfg, opener, now, boundary, spa_fd, spa_st, cfg.spa, hashes=hashes
-            )
+            spa_fd, spa_st = opened  # ownership moves to _resolve_file
+            return _resolve_file(req, cfg, opener, now, spa_fd, spa_st, cfg.spa, hashes=hashes)
         st = os.fstat(fd)
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
-                return Prepared(decide_directory(req, cfg, now))
+                return Resolution(DIRECTORY)
             for index in cfg.index:
                 rel = f"{target.relpath}/{index}" if target.segments else index
                 opened = _open_file(opener, rel)
                 if opened is not None:
-                    os.close(fd)
+                    close_fd(fd)
                     fd, st = opened
                     relpath = rel
                     break
             else:
                 if not cfg.listing:
-                    return Prepared(decide_directory(req, cfg, now))
+                    return Resolution(DIRECTORY)
                 # The scan runs in the work pool (serverio.pipeline.content); the
                 # directory descriptor goes with it.
-                prepared = Prepared(_placeholder(now), fd, listing=True)
+                listing = Resolution(LISTING, fd=fd)
                 fd = -1
-                return prepared
+                return listing
         elif not stat.S_ISREG(st.st_mode):
             # FIFO, socket, device: never served (opened O_NONBLOCK, so the
             # open itself could not hang).
-            return Prepared(error_plan(404, now, head_only=head))
+            return Resolution(ERROR, 404)
         elif target.slash:
             # "/file.txt/" names a directory that does not exist (POSIX
             # resolution would have said ENOTDIR for "file.txt/.").
-            return Prepared(error_plan(404, now, head_only=head))
-        file_fd, fd = fd, -1  # ownership moves to _prepare_file
-        return _prepare_file(
-            req, cfg, opener, now, boundary, file_fd, st, relpath, cache, mono, hashes
-        )
+            return Resolution(ERROR, 404)
+        file_fd, fd = fd, -1  # ownership moves to _resolve_file
+        return _resolve_file(req, cfg, opener, now, file_fd, st, relpath, cache, mono, hashes)
     except OSError as exc:
-        return Prepared(_errno_plan(exc, now, head))
+        return Resolution(ERROR, _status(exc))
     finally:
         if fd >= 0:
-            os.close(fd)
+            close_fd(fd)
 
 
-def _unavailable(now: float) -> Plan:
-    # The file shrank while we read it: try again (never a short body).
-    return error_plan(503, now)
-
-
-def _placeholder(now: float) -> Plan:
-    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out
-    # (dated now), never a wrong 200.
-    return error_plan(500, now)
-
-
-def _prepare_file(
+def _resolve_file(
     req: RequestFacts,
     cfg: Config,
     opener: RootOpener,
     now: float,
-    boundary: str,
     fd: int,
     st: os.stat_result,
     relpath: str,
     cache: FileCache | None = None,
     mono: float = UNTIMED,
     hashes: HashStore | None = None,
-) -> Prepared:
-    """The response for the regular file open on ``fd`` (which this owns).
+) -> Resolution:
+    """The facts of the regular file open on ``fd`` (which this owns) and of
+    the sidecars this request could be answered with.
 
     With ``cache``, a small settled file named directly by the target is
     read whole and stored (serverio.fs.filecache) with the state of every
     sidecar this request negotiated, so the next request can make the
     same choice from memory.
     """
+    reps: list[Rep] = []  # owned here until the resolution is returned
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
         try:
             facts, data = _facts(st, ctype, cfg, hashes, now, fd)
         except _Shrank:
-            return Prepared(_unavailable(now))
-        extra, vary = file_headers(req, cfg, relpath, ctype)
-        digest = digest_algorithm(req, cfg)
+            return Resolution(UNAVAILABLE)
+        _, vary = file_headers(req, cfg, relpath, ctype)
+        wants = _wants_bytes(req)
+        small = cfg.small_file_size
         entry: CachedFile | None = None
         if (
             cache is not None
-            and not digest
+            and not digest_algorithm(req, cfg)  # a digest job reads from a descriptor
             and relpath == req.target.relpath
             and not req.target.slash
             and cache.admits(st.st_size)
@@ -542,99 +444,91 @@ def _prepare_file(
             if data is None:
                 data = _read_all(fd, st.st_size)
             if data is None:
-                return Prepared(_unavailable(now), facts=facts)
+                return Resolution(UNAVAILABLE)
             entry = CachedFile(identity(st), facts, data, mono)
-        served = entry  # the cached bytes of the representation served, if any
-        coding, sidecar = "", False
+        if data is None and wants and st.st_size <= small:
+            # Small body: read it now, in this same hop, and send it with the
+            # head in one write.
+            data = _read_all(fd, st.st_size)
+            if data is None:
+                return Resolution(UNAVAILABLE)
+        main = Rep(fd, facts, data, _hash_settled(st, now))
+        reps.append(main)
+        fd = -1
+        sidecars: dict[str, Rep] = {}
         if negotiates(req, vary):
-            sidecars: dict[str, tuple[int, os.stat_result]] = {}
-            cached_sidecars: dict[str, CachedFile] = {}
-            try:
-                for c in sidecars_wanted(req, cfg):
-                    path = relpath + SIDECAR_SUFFIX[c]
-                    opened = _open_file(opener, path)
-                    if opened is None:
-                        if entry is not None:
-                            entry.sidecars[c] = Sidecar(path, None, None)
+            for c in sidecars_wanted(req, cfg):
+                path = relpath + SIDECAR_SUFFIX[c]
+                opened = _open_file(opener, path)
+                if opened is None:
+                    if entry is not None:
+                        entry.sidecars[c] = Sidecar(path, None, None)
+                    continue
+                side_fd, side_st = opened
+                if side_st.st_mtime_ns < st.st_mtime_ns:
+                    close_fd(side_fd)  # stale: older than the file
+                    if entry is not None:
+                        entry.sidecars[c] = Sidecar(path, identity(side_st), None)
+                    continue
+                rep = Rep(side_fd, facts, None, _hash_settled(side_st, now))
+                reps.append(rep)
+                sidecars[c] = rep
+                side_data: bytes | None = None
+                if (
+                    entry is not None
+                    and cache is not None
+                    and cache.admits(side_st.st_size)
+                    and settled(side_st, now)
+                ):
+                    side_data = _read_all(side_fd, side_st.st_size)
+                    if side_data is not None:
+                        side_facts, _ = _facts(side_st, ctype, cfg, hashes, now, data=side_data)
+                        side = CachedFile(identity(side_st), side_facts, side_data, mono)
+                        entry.sidecars[c] = Sidecar(path, side.ident, side)
+                # Otherwise no state is recorded for c: a later request
+                # that wants it resolves the file again.
+                if side_data is None and wants and side_st.st_size <= small:
+                    side_data = _read_all(side_fd, side_st.st_size)
+                    if side_data is None:
+                        rep.shrank = True
                         continue
-                    side_st = opened[1]
-                    if side_st.st_mtime_ns < st.st_mtime_ns:
-                        os.close(opened[0])  # stale: older than the file
-                        if entry is not None:
-                            entry.sidecars[c] = Sidecar(path, identity(side_st), None)
-                        continue
-                    sidecars[c] = opened
-                    if (
-                        entry is not None
-                        and cache is not None
-                        and cache.admits(side_st.st_size)
-                        and settled(side_st, now)
-                    ):
-                        side_data = _read_all(opened[0], side_st.st_size)
-                        if side_data is not None:
-                            side_facts, _ = _facts(side_st, ctype, cfg, hashes, now, data=side_data)
-                            side = CachedFile(identity(side_st), side_facts, side_data, mono)
-                            entry.sidecars[c] = Sidecar(path, side.ident, side)
-                            cached_sidecars[c] = side
-                    # Otherwise no state is recorded for c: a later
-                    # request that wants it prepares the file again.
-                coding, sidecar = choose_coding(req, cfg, st.st_size, sidecars)
-                if sidecar:
-                    # Serve the sidecar: its own length, identity, ETag.
-                    os.close(fd)
-                    fd, st = sidecars.pop(coding)
-                    served = cached_sidecars.get(coding)
-                    try:
-                        facts, data = _facts(
-                            st, ctype, cfg, hashes, now, fd, served.data if served else None
-                        )
-                    except _Shrank:
-                        return Prepared(_unavailable(now))
-            finally:
-                for sfd, _ in sidecars.values():
-                    os.close(sfd)
+                try:
+                    rep.facts, rep.data = _facts(
+                        side_st, ctype, cfg, hashes, now, side_fd, side_data
+                    )
+                except _Shrank:
+                    rep.shrank = True
+                    continue
+                if rep.data is None:
+                    rep.data = side_data
         if entry is not None:
             assert cache is not None
             cache.put(relpath, entry)
-        if coding and not sidecar:
-            pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
-            if pre is not None:
-                return Prepared(pre)  # 304/412 without compressing anything
-            source = entry.data if entry is not None else None
-            prepared = Prepared(
-                _placeholder(now), fd, facts, compress=coding, extra=extra, source=source
-            )
-            fd = -1
-            prepared.digest = digest
-            prepared.hash_job = facts.hash_pending and _hash_settled(st, now)
-            return prepared
-        plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
-        if not digest_applies(plan):
-            digest = ""
-        # The ETag's hash job (large settled files) reads this descriptor too.
-        hash_job = facts.hash_pending and _hash_settled(st, now)
-        keep = bool(digest) or hash_job  # the hash jobs read from this descriptor
-        if served is not None:
-            if plan.needs_file:
-                plan = _slice_spans(served.data, plan)
-        elif data is not None:
-            if plan.needs_file:
-                plan = _slice_spans(data, plan)  # read whole for its ETag already
-        elif plan.needs_file and plan.file_bytes <= cfg.small_file_size:
-            # Small body: read it now, in this same hop, and send it with the
-            # head in one write.
-            read = _read_spans(fd, plan)
-            if read is None:
-                return Prepared(_unavailable(now), facts=facts)
-            plan = read
-        elif plan.needs_file:
-            keep = True
-        prepared = Prepared(plan, facts=facts, coding=coding, digest=digest, hash_job=hash_job)
-        if keep:
-            prepared.fd, fd = fd, -1  # ownership moves to the caller
-        return prepared
+        resolution = Resolution(FILE, relpath=relpath, ctype=ctype, file=main, sidecars=sidecars)
+        reps.clear()  # ownership moves to the caller
+        return resolution
     except OSError as exc:
-        return Prepared(_errno_plan(exc, now, req.method == b"HEAD"))
+        return Resolution(ERROR, _status(exc))
     finally:
         if fd >= 0:
-            os.close(fd)
+            close_fd(fd)
+        for rep in reps:
+            rep.close()
+
+
+class CacheCandidate(NamedTuple):
+    """A warm-file cache entry that may answer this request, if still valid.
+
+    ``coding`` is the negotiated content coding ("" for identity); ``rep``
+    holds the bytes to serve: the file's own entry, or a sidecar's.  A
+    coding to produce on the fly has ``rep is entry``.
+    """
+
+    key: str
+    entry: CachedFile
+    extra: tuple[tuple[bytes, bytes], ...]
+    vary: bool
+    coding: str = ""
+    rep: CachedFile | None = None
+
+

@@ -4,8 +4,9 @@ request facts + file facts + policy + now -> a response :class:`Plan`.
 
 Nothing in this module does I/O, reads a clock, or touches trio: every input
 is an argument, so every rule is tested table-driven without an event loop
-(tests/test_core.py).  The edges (:mod:`serverio.fs.prepare` and
-:mod:`serverio.net.connection`) gather facts and carry out plans.
+(tests/test_decisions.py and its neighbours).  The edges
+(:mod:`serverio.fs.prepare` and the transports in :mod:`serverio.net`)
+gather facts and carry out plans.
 
 All validators live here, in one module, evaluated in one function in the
 order of RFC 9110 §13.2.2 — splitting 304 and Range handling across modules
@@ -165,7 +166,7 @@ class Plan:
     send_body: bool = True
     close: bool = False
     # The serialised head for a kept-alive HTTP/1.1 connection, when the edge
-    # memoised it (serverio.fs.prepare.serve_cached); else None.
+    # memoised it (serverio.pipeline.decide.serve_cached); else None.
     head: bytes | None = None
     # A long-lived streaming body (the live-reload event stream): the
     # connection writes the head, then hands the socket to the stream.
@@ -639,7 +640,7 @@ def depends_on_method_only(req: RequestFacts) -> bool:
     True when the request carries no precondition, no Range and no query:
     then, for one file, coding, policy and second of ``now`` (the Date
     header), every such request gets the same plan.  The edge memoises
-    those (serverio.fs.prepare.serve_cached); keep this beside decide_file
+    those (serverio.pipeline.decide.serve_cached); keep this beside decide_file
     so that a new input to the decision cannot be missed here.
     """
     return (

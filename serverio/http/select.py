@@ -1,8 +1,10 @@
 """Representation selection for a file (pure): which bytes answer a request.
 
-The blocking layer (:mod:`serverio.fs.prepare`) gathers facts — the file,
-the precompressed sidecars it was told to look for, what the warm-file cache
-holds — and asks these functions what they mean.  Every rule about *which*
+The blocking layer (:func:`serverio.fs.prepare.resolve`) gathers facts —
+the file, the precompressed sidecars it was told to look for, what the
+warm-file cache holds — and the decision after it
+(:mod:`serverio.pipeline.decide`, on the trio side) asks these functions
+what they mean.  Every rule about *which*
 representation is served lives here, once:
 
 * the headers a file response carries whatever its coding

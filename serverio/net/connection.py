@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, Protocol
 
 import h11
@@ -40,9 +41,10 @@ import trio
 
 from ..config import Config
 from ..errors import HTTPError
+from ..fs.body import Body
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
-from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
+from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan
 from ..http.fasthead import FastRequest, HeadParser
 from ..http.fields import scan_fields
 from ..http.target import parse_target
@@ -52,7 +54,8 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
-from ..pipeline.site import Site, Ticket
+from ..pipeline.request import Waiting, complete, failed, record, start
+from ..pipeline.site import Site
 
 __all__ = ["H2_PREFACE", "ConnectionEnv", "ConnectionTask", "Switched"]
 
@@ -514,10 +517,8 @@ class ConnectionTask:
     async def _serve(self) -> None:
         env = self.env
         cfg = env.config
-        stats = env.stats
-        handler = env.handler
-        site = env.site
         parser = self._new_parser(b"")
+        peer = self._peer
         requests = 0
         while True:
             try:
@@ -543,78 +544,62 @@ class ConnectionTask:
             self.in_flight = True
             started = trio.current_time()
             now = time.time()
-            head = event.method == b"HEAD"
-            prepared: Prepared | None = None
             ka10 = False
             ua = referer = request_id = None
             keep = False
-            ticket: Ticket | None = None
+            body: Body | None = None
+            # The request steps are the pipeline's (serverio.pipeline.request),
+            # shared with HTTP/2; facts, the wait, the emit and keep-alive
+            # are this connection's.
             try:
                 try:
                     req, ka10, ua, referer, request_id = self._facts(event)
                     keep = req.keep_alive and requests < cfg.max_requests
-                    if site is None:
-                        plan = route(req, cfg, now)
+                    got = start(env, req, now)
+                    if type(got) is Waiting:
+                        answer = await complete(
+                            env, got, now, peer, partial(self._wait_watching, parser=parser)
+                        )
+                        if answer is None:
+                            env.stats.cancelled += 1
+                            return  # the client went away while we waited
                     else:
-                        ticket = await site.route(req, now, lambda: self.client)
-                        plan, req = ticket.plan, ticket.req
-                    if plan is not None and plan.stream:
-                        await self._stream(plan)
-                        return
-                    if plan is None:
-                        if site is None:
-                            answer = handler.respond_now(req, now)
-                        else:
-                            answer = site.respond_now(handler, req, now)
-                        if isinstance(answer, Deferred):
-                            prepared = await self._wait_watching(answer, parser)
-                            if prepared is None:
-                                stats.cancelled += 1
-                                return  # the client went away while we waited
-                        else:
-                            assert type(answer) is Prepared
-                            prepared = answer
-                        plan = prepared.plan
+                        assert type(got) is tuple
+                        answer = got
                 except HTTPError as exc:
-                    plan = http_error_plan(exc, now, head_only=head)
-                    if exc.close:
-                        keep = False
-                if site is not None:
-                    plan = site.finish(plan, ticket)
+                    answer = failed(env, exc, now, event.method == b"HEAD")
+                plan, body, _ = answer
+                if plan.stream:
+                    await self._stream(plan)
+                    return
                 close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last
-                sent = await self._emit(plan, prepared, close=close, ka10=ka10 and not close)
+                sent = await self._emit(plan, body, close=close, ka10=ka10 and not close)
             finally:
-                if prepared is not None:
-                    prepared.close()
+                if body is not None:
+                    body.close()
                 self.in_flight = False
-            stats.completed += 1
-            env.response_times.observe(trio.current_time() - started)
-            status = plan.status
-            if status >= 500:
-                stats.server_errors += 1
-            elif status >= 400:
-                stats.client_errors += 1
-            if env.access_log.enabled:
-                env.access_log.write(
-                    AccessRecord(
-                        client=self.client,
-                        method=event.method.decode("latin-1"),
-                        target=event.target.decode("latin-1"),
-                        version=event.http_version.decode("latin-1"),
-                        status=status,
-                        size=sent,
-                        duration=trio.current_time() - started,
-                        user_agent=ua,
-                        referer=referer,
-                        request_id=request_id,
-                    ),
-                    now,
-                )
+            record(
+                env,
+                peer,
+                event.method,
+                event.target,
+                event.http_version,
+                plan.status,
+                sent,
+                started,
+                now,
+                ua,
+                referer,
+                request_id,
+            )
             if close:
                 return
             parser = self._new_parser(parser.trailing_data[0])
+
+    def _peer(self) -> str:
+        return self.client
 
     async def _stream(self, plan: Plan) -> None:
         """A long-lived streaming body (the live-reload event stream).
@@ -675,7 +660,7 @@ class ConnectionTask:
         stats = self.env.stats
         plan = http_error_plan(exc, time.time())
         try:
-            await self._emit(plan, None, close=True, ka10=False)
+            await self._emit(plan, Body.of(plan), close=True, ka10=False)
         except (trio.BrokenResourceError, trio.ClosedResourceError, _Abort):
             return
         stats.completed += 1
@@ -801,8 +786,9 @@ class ConnectionTask:
             self.env.stats.timeouts_write += 1
             raise _Abort
 
-    async def _emit(self, plan: Plan, prepared: Prepared | None, *, close: bool, ka10: bool) -> int:
-        """Write the plan.  Returns the number of body bytes sent.
+    async def _emit(self, plan: Plan, body: Body, *, close: bool, ka10: bool) -> int:
+        """Write the plan's head and its body source (which the caller
+        closes).  Returns the number of body bytes sent.
 
         Literal pieces are coalesced with the head into as few writes as
         possible; each file span is flushed before it and streamed itself.
@@ -813,18 +799,18 @@ class ConnectionTask:
         stats = self.env.stats
         sent = 0
         pieces = [head]
-        if plan.send_body:
+        if body.pieces:
             used_file = False
-            for piece in plan.body:
+            for piece in body.pieces:
                 if isinstance(piece, FileSpan):
-                    assert prepared is not None and prepared.fd >= 0
+                    assert body.fd >= 0
                     used_file = True
                     await self._send_pieces(pieces)
                     pieces = []
                     if self.use_sendfile:
-                        await self._sendfile(prepared.fd, piece)
+                        await self._sendfile(body.fd, piece)
                     else:
-                        await self._send_buffered(prepared.fd, piece)
+                        await self._send_buffered(body.fd, piece)
                 else:
                     pieces.append(piece)
                 sent += len(piece)

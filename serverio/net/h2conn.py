@@ -24,7 +24,7 @@ Cancellation handling: each stream task runs in its own cancel scope.
 ``RST_STREAM`` from the client cancels exactly that scope: the handler call
 in progress is cancelled as for an HTTP/1.1 client that went away (the
 Deferred is closed, an abandoned pool hop is late-closed), the stream stops
-being a body source before its ``Prepared`` is closed, once.  Shutdown
+being a body source before its ``Body`` is closed, once.  Shutdown
 (:meth:`H2Connection.drain`) sends GOAWAY with the last stream id handed to
 the handler, refuses later streams, and lets the in-flight ones finish;
 the server cancels what remains after ``--shutdown-timeout``.
@@ -87,16 +87,16 @@ from h2.stream import StreamInputs
 from hyperframe.frame import GoAwayFrame
 
 from ..errors import HTTPError
+from ..fs.body import NO_BODY, Body
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
-from ..http.core import FileSpan, Plan, RequestFacts, http_error_plan, route
-from ..http.fields import check_host, scan_fields
+from ..http.core import FileSpan, Plan, RequestFacts
+from ..http.fields import Fields, check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
 from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
-from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
-from ..pipeline.site import Ticket
+from ..pipeline.request import Waiting, complete, failed, record, start
 from .connection import RECV_SIZE, ConnectionEnv
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
@@ -119,6 +119,14 @@ _FRAME_HEAD = struct.Struct(">IBI")
 _PREADV: Callable[[int, list[memoryview], int], int] | None = getattr(os, "preadv", None)
 _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
+
+async def _run_deferred(deferred: Deferred) -> Prepared:
+    """How a stream waits for the handler: just await it.  A reset
+    (RST_STREAM) cancels the stream's scope, which cancels this wait."""
+    try:
+        return await deferred.run()
+    finally:
+        deferred.close()
 
 
 def _direct_ok(conn: h2.connection.H2Connection) -> bool:
@@ -571,8 +579,9 @@ class H2Connection:
 
     # ------------------------------------------------------------ streams
 
-    def _facts(self, st: _Stream) -> RequestFacts:
-        """The same RequestFacts an HTTP/1.1 request head gives."""
+    def _facts(self, st: _Stream) -> tuple[RequestFacts, Fields]:
+        """The same RequestFacts an HTTP/1.1 request head gives, and the
+        fields the access log reads."""
         head = st.head
         cfg = self.env.config
         if head.size > cfg.max_head_size:
@@ -583,59 +592,44 @@ class H2Connection:
             check_host(head.authority)
         f = scan_fields(head.fields)
         target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
-        return RequestFacts(
+        facts = RequestFacts(
             method=head.method,
             target=target,
             keep_alive=True,
             has_body=st.open_body,
             **f.values,
         )
+        return facts, f
 
     async def _serve_stream(self, st: _Stream) -> None:
         env = self.env
         cfg = env.config
-        stats = env.stats
         started = trio.current_time()
         now = time.time()
-        prepared: Prepared | None = None
-        head_only = st.head.method == b"HEAD"
+        body: Body | None = None
+        fields: Fields | None = None
         try:
             with st.scope:
                 if st.reset:
                     return  # reset before it started: do no work for it
-                # The same steps as an HTTP/1.1 request (ConnectionTask._serve):
-                # site rules (CORS, auth, redirects) first when configured,
-                # then the handler, then the site's finishing rules.
-                site = env.site
-                ticket: Ticket | None = None
+                # The request steps are the pipeline's (serverio.pipeline.request),
+                # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
+                # cancels the wait for a Deferred.
                 try:
-                    req = self._facts(st)
-                    if site is None:
-                        plan = route(req, cfg, now)
+                    req, fields = self._facts(st)
+                    got = start(env, req, now)
+                    if type(got) is Waiting:
+                        answer = await complete(env, got, now, self._client, _run_deferred)
+                        assert answer is not None  # _run_deferred never gives None
                     else:
-                        ticket = await site.route(req, now, self._client)
-                        plan, req = ticket.plan, ticket.req
-                    if plan is not None and plan.stream:
-                        return await self._serve_events(st, plan)
-                    if plan is None:
-                        if site is None:
-                            answer = env.handler.respond_now(req, now)
-                        else:
-                            answer = site.respond_now(env.handler, req, now)
-                        if isinstance(answer, Deferred):
-                            try:
-                                prepared = await answer.run()
-                            finally:
-                                answer.close()
-                        else:
-                            assert type(answer) is Prepared
-                            prepared = answer
-                        plan = prepared.plan
+                        assert type(got) is tuple
+                        answer = got
                 except HTTPError as exc:
-                    plan = http_error_plan(exc, now, head_only=head_only)
-                if site is not None:
-                    plan = site.finish(plan, ticket)
-                await self._respond(st, plan, prepared)
+                    answer = failed(env, exc, now, st.head.method == b"HEAD")
+                plan, body, _ = answer
+                if plan.stream:
+                    return await self._serve_events(st, plan)
+                await self._respond(st, plan, body)
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
                     # answers with Connection: close, the connection ends
@@ -643,13 +637,13 @@ class H2Connection:
                     self.drain()
         except Exception:
             # A bug in one stream must not end the other streams.
-            stats.internal_errors += 1
+            env.stats.internal_errors += 1
             log.exception("internal error in an HTTP/2 stream (stream reset)")
             self._reset(st, ErrorCodes.INTERNAL_ERROR)
         finally:
             self._sending.pop(st.sid, None)  # before the fd closes
-            if prepared is not None:
-                prepared.close()
+            if body is not None:
+                body.close()
             self._streams.pop(st.sid, None)
             if not self._streams:
                 self._idle_deadline = trio.current_time() + cfg.keepalive_timeout
@@ -661,30 +655,21 @@ class H2Connection:
             self._kick()
         if not st.finished or st.failed:
             return
-        stats.completed += 1
-        env.response_times.observe(trio.current_time() - started)
-        status = st.status
-        if status >= 500:
-            stats.server_errors += 1
-        elif status >= 400:
-            stats.client_errors += 1
-        if env.access_log.enabled:
-            h = st.head
-            env.access_log.write(
-                AccessRecord(
-                    client=self._client(),
-                    method=h.method.decode("latin-1"),
-                    target=(h.path or b"-").decode("latin-1"),
-                    version="2.0",
-                    status=status,
-                    size=sum(map(len, st.pieces)),
-                    duration=trio.current_time() - started,
-                    user_agent=None,
-                    referer=None,
-                    request_id=None,
-                ),
-                now,
-            )
+        h = st.head
+        record(
+            env,
+            self._client,
+            h.method,
+            h.path or b"-",
+            b"2.0",
+            st.status,
+            sum(map(len, st.pieces)),
+            started,
+            now,
+            fields.user_agent if fields is not None else None,
+            fields.referer if fields is not None else None,
+            fields.request_id if fields is not None else None,
+        )
 
     async def _serve_events(self, st: _Stream, plan: Plan) -> None:
         """A live-reload event stream (``--watch``) on this stream.
@@ -704,7 +689,7 @@ class H2Connection:
         """
         live = self.env.live
         if live is None or not plan.send_body:
-            await self._respond(st, plan, None)  # HEAD: the head alone
+            await self._respond(st, plan, NO_BODY)  # HEAD: the head alone
             return
         conn = self._conn
         headers = [(b":status", b"%d" % plan.status)]
@@ -772,7 +757,7 @@ class H2Connection:
             st.finished = True
         self._pull()
 
-    async def _respond(self, st: _Stream, plan: Plan, prepared: Prepared | None) -> None:
+    async def _respond(self, st: _Stream, plan: Plan, source: Body) -> None:
         """HEADERS now; the body through the writer, with the stream's own
         deadline: no progress for ``write_timeout`` resets it (CANCEL).
 
@@ -787,7 +772,7 @@ class H2Connection:
             name = name.lower()
             if name not in CONNECTION_SPECIFIC:  # RFC 9113 §8.2.2
                 headers.append((name, value))
-        body = [p for p in plan.body if len(p)] if plan.send_body else []
+        body = [p for p in source.pieces if len(p)]
         total = sum(map(len, body))
         st.status = plan.status
         try:
@@ -797,7 +782,7 @@ class H2Connection:
         if total:
             st.pieces = body
             st.remaining = total
-            st.fd = prepared.fd if prepared is not None else -1
+            st.fd = source.fd
             self._sending[st.sid] = st
             self._pull()
             if total <= FRAME_CHUNK and len(self._out) < OUT_BUDGET:

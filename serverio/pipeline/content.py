@@ -1,8 +1,9 @@
 """Content follow-ups: listings, on-the-fly compression, representation digests.
 
-The preparation hop (:mod:`serverio.fs.prepare`) decides everything it can
-from one round of syscalls; what needs CPU or a directory scan it leaves as
-a follow-up on the :class:`~serverio.fs.prepare.Prepared`.  This module
+The decision after the resolution hop (:mod:`serverio.pipeline.decide`,
+over the facts :mod:`serverio.fs.prepare` gathered in one round of
+syscalls) decides everything it can; what needs CPU or a directory scan it
+leaves as a follow-up on the :class:`~serverio.fs.prepare.Prepared`.  This module
 finishes those on the trio thread:
 
 * the cheap part inline: cache lookups, the pure decisions

@@ -1,17 +1,20 @@
 """The request handler: the one trio-side place that orders a response's steps.
 
 For a request that routing could not answer (``serverio.http.core.route``),
-a transport (an HTTP/1.1 connection today, an HTTP/2 stream tomorrow) calls
-:meth:`Handler.respond_now`; it gets back either a finished
+the request steps both transports share (:mod:`serverio.pipeline.request`)
+call :meth:`Handler.respond_now`; they get back either a finished
 :class:`~serverio.fs.prepare.Prepared`, or a :class:`Deferred` whose
-:meth:`Deferred.run` it awaits while it watches its client.  The order of
-the steps lives here and nowhere else:
+:meth:`Deferred.run` the transport awaits while it watches its client.  The
+order of the steps lives here and nowhere else:
 
-1. **resolve and decide** (:func:`serverio.fs.prepare.prepare`): inline
-   with ``--fs-workers 0``, otherwise from the warm-file cache when its
+1. **resolve** (:func:`serverio.fs.prepare.resolve`: facts and descriptors,
+   no plan): inline with ``--fs-workers 0`` (a warm-file cache candidate
+   costs one ``stat`` instead), otherwise from the warm-file cache when its
    entry is inside the validity window (no syscall), otherwise through one
-   hop into the ``fs`` pool;
-2. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
+   hop into the ``fs`` pool (which also revalidates a candidate);
+2. **decide** (:mod:`serverio.pipeline.decide`, pure, here on the trio
+   thread after the hop);
+3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
    a listing scan, on-the-fly compression, a representation digest, from
    their caches when they can answer, in the ``work`` pool or a cache job
    otherwise.
@@ -23,11 +26,13 @@ the client goes away.
 Cancellation handling: :meth:`Deferred.run` may be cancelled at any await.
 A pool hop that was under way is abandoned and its result closed by the
 late-close path of :func:`~serverio.concurrency.blocking.run_blocking`
-(exactly once); a ``Prepared`` the handler holds while it waits for a
+(exactly once: :meth:`~serverio.fs.prepare.Resolution.close`); the
+decision takes the resolution's descriptors over with no await; a
+``Prepared`` the handler holds while it waits for a
 follow-up is closed before the cancellation propagates; a wait on a shared
 revalidation or a cache job just stops (the job carries on for the other
 requests).  A ``Deferred`` that is never run must be closed
-(:meth:`Deferred.close`); the connection does so in a ``finally``.
+(:meth:`Deferred.close`); the transport's wait does so in a ``finally``.
 """
 
 from __future__ import annotations
@@ -43,9 +48,10 @@ from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..fs.filecache import UNTIMED, CachedFile, FileCache, window_state
 from ..fs.opener import RootOpener
-from ..fs.prepare import CacheCandidate, Prepared, cache_candidate, prepare, serve_cached
+from ..fs.prepare import CACHED, CacheCandidate, Prepared, Resolution, resolve
 from ..http.core import RequestFacts
 from .content import ContentService
+from .decide import cache_candidate, decide, serve_cached
 
 __all__ = ["Deferred", "Handler"]
 
@@ -147,11 +153,21 @@ class Handler:
         if self.fs.inline:
             # Inline hits are revalidated by a stat every time: no trust
             # window, so no clock reading (UNTIMED).
-            prepared = prepare(
-                req, self.config, self._opener(), now, boundary, files, UNTIMED, self.content.hashes
+            hit = cache_candidate(files, req, self.config) if files is not None else None
+            if hit is not None:
+                assert files is not None
+                if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED):
+                    prepared = serve_cached(files, hit, req, self.config, now, boundary)
+                    if not prepared.needs_followup:
+                        return prepared  # the warm path, without another call
+                    return self._followups(prepared, req, now)
+                hit = None  # stale: resolve afresh (the miss is counted there)
+            res = resolve(
+                req, self.config, self._opener(), now, files, UNTIMED, self.content.hashes, hit
             )
+            prepared = decide(res, req, self.config, now, boundary)
             if not prepared.needs_followup:
-                return prepared  # the common case, without another call
+                return prepared
             return self._followups(prepared, req, now)
         mono = trio.current_time()
         hit = cache_candidate(files, req, self.config) if files is not None else None
@@ -231,19 +247,26 @@ class Handler:
             if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
                 prepared = serve_cached(files, hit, req, self.config, now, boundary)
                 return await self._settle(prepared, req, now)
-        prepared = await run_blocking(
+        # One hop: the revalidation of the candidate (if any) or the full
+        # resolution; the decision runs here, on the event loop, after it.
+        res = await run_blocking(
             self.fs,
-            prepare,
+            resolve,
             req,
             self.config,
             self._opener(),
             now,
-            boundary,
             files,
             mono,
             self.content.hashes,
-            late_close=Prepared.close,
+            hit,
+            late_close=Resolution.close,
         )
+        if res.kind == CACHED:
+            assert files is not None and hit is not None
+            prepared = serve_cached(files, hit, req, self.config, now, boundary)
+        else:
+            prepared = decide(res, req, self.config, now, boundary)
         return await self._settle(prepared, req, now)
 
     async def _settle(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:

@@ -1,0 +1,283 @@
+"""The decision after resolution (pure, trio side): facts -> a Prepared plan.
+
+:func:`serverio.fs.prepare.resolve` (blocking, inline or one hop into the
+``fs`` pool) gathers facts and descriptors; :func:`decide` turns them into
+the response on the event loop: which representation
+(:mod:`serverio.http.select`: Vary, disposition, the coding choice between
+identity, a sidecar and on-the-fly compression, digest eligibility), the
+plan (:func:`serverio.http.core.decide_file` / ``decide_directory`` /
+``error_plan``), and which descriptor the body keeps.  It only reads its
+arguments (and closes the descriptors it does not hand on), so it is tested
+as a table without an event loop, and it needs no second hop: a small body
+was read whole in the hop and is sliced here.
+
+The warm-file cache is answered here too: :func:`cache_candidate` finds the
+entry that may answer a request (no syscall), :func:`serve_cached` decides
+from it once the caller found it valid (inline: one ``stat``; pooled:
+inside the trust window, or in the hop).  :func:`prepare` composes
+resolution and decision in one blocking call (the public API, and tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config import Config
+from ..fs.body import Body
+from ..fs.filecache import UNTIMED, CachedFile, FileCache, HashStore
+from ..fs.opener import RootOpener
+from ..fs.prepare import (
+    CACHED,
+    DIRECTORY,
+    ERROR,
+    LISTING,
+    UNAVAILABLE,
+    CacheCandidate,
+    Prepared,
+    Resolution,
+    resolve,
+)
+from ..http.core import (
+    FileSpan,
+    Plan,
+    RequestFacts,
+    decide_directory,
+    decide_file,
+    depends_on_method_only,
+    error_plan,
+    precondition_plan,
+)
+from ..http.select import (
+    choose_coding,
+    digest_algorithm,
+    digest_applies,
+    file_headers,
+    negotiates,
+    sidecars_wanted,
+)
+from ..http.wire import head_bytes
+
+__all__ = ["cache_candidate", "decide", "prepare", "serve_cached"]
+
+_PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
+
+
+def _placeholder(now: float) -> Plan:
+    # Replaced by the follow-up; if a bug ever skipped it, a 500 goes out
+    # (dated now), never a wrong 200.
+    return error_plan(500, now)
+
+
+def _unavailable(now: float) -> Plan:
+    # The file shrank while we read it: try again (never a short body).
+    return error_plan(503, now)
+
+
+def decide(
+    res: Resolution, req: RequestFacts, cfg: Config, now: float, boundary: str = ""
+) -> Prepared:
+    """The response for what :func:`~serverio.fs.prepare.resolve` found.
+
+    Takes over ``res``'s descriptors: the one the body or a follow-up reads
+    moves to the returned Prepared, the others are closed here.  Not for a
+    CACHED resolution (the caller answers it with :func:`serve_cached`).
+    """
+    kind = res.kind
+    head = req.method == b"HEAD"
+    if kind == ERROR:
+        return Prepared(error_plan(res.status, now, head_only=head))
+    if kind == DIRECTORY:
+        return Prepared(decide_directory(req, cfg, now))
+    if kind == LISTING:
+        # The scan runs in the work pool (serverio.pipeline.content); the
+        # directory descriptor goes with it.
+        fd, res.fd = res.fd, -1
+        return Prepared(_placeholder(now), fd, listing=True)
+    if kind == UNAVAILABLE:
+        return Prepared(_unavailable(now))
+    assert kind != CACHED and res.file is not None
+    try:
+        return _decide_file(res, req, cfg, now, boundary)
+    finally:
+        res.close()  # whatever was not handed on
+
+
+def _decide_file(
+    res: Resolution, req: RequestFacts, cfg: Config, now: float, boundary: str
+) -> Prepared:
+    rep = res.file
+    assert rep is not None
+    extra, vary = file_headers(req, cfg, res.relpath, res.ctype)
+    digest = digest_algorithm(req, cfg)
+    coding, sidecar = "", False
+    if negotiates(req, vary):
+        coding, sidecar = choose_coding(req, cfg, rep.facts.size, res.sidecars)
+        if sidecar:
+            # Serve the sidecar: its own length, identity, ETag.
+            rep = res.sidecars[coding]
+            if rep.shrank:
+                return Prepared(_unavailable(now))
+    facts = rep.facts
+    if coding and not sidecar:
+        pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
+        if pre is not None:
+            return Prepared(pre)  # 304/412 without compressing anything
+        fd, rep.fd = rep.fd, -1
+        return Prepared(
+            _placeholder(now),
+            fd,
+            facts,
+            compress=coding,
+            extra=extra,
+            source=rep.data,
+            digest=digest,
+            hash_job=facts.hash_pending and rep.hash_settled,
+        )
+    plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
+    if not digest_applies(plan):
+        digest = ""
+    # The ETag's hash job (large settled files) reads this descriptor too.
+    hash_job = facts.hash_pending and rep.hash_settled
+    keep = bool(digest) or hash_job  # the hash jobs read from this descriptor
+    if plan.needs_file:
+        if rep.data is not None:
+            plan = _slice_spans(rep.data, plan)  # read whole in the hop
+        else:
+            keep = True
+    prepared = Prepared(plan, facts=facts, coding=coding, digest=digest, hash_job=hash_job)
+    if keep:
+        prepared.fd, rep.fd = rep.fd, -1  # ownership moves to the caller
+    return prepared
+
+
+def prepare(
+    req: RequestFacts,
+    cfg: Config,
+    opener: RootOpener,
+    now: float,
+    boundary: str = "",
+    cache: FileCache | None = None,
+    mono: float = UNTIMED,
+    hashes: HashStore | None = None,
+) -> Prepared:
+    """Resolve and decide in one blocking call: from the warm-file cache
+    after one ``stat`` when it can answer, else from the filesystem."""
+    hit = cache_candidate(cache, req, cfg) if cache is not None else None
+    res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
+    if res.kind == CACHED:
+        assert cache is not None and hit is not None
+        return serve_cached(cache, hit, req, cfg, now, boundary)
+    return decide(res, req, cfg, now, boundary)
+
+
+def _slice_spans(data: bytes, plan: Plan) -> Plan:
+    """The plan with its file spans replaced by slices of the whole file's ``data``."""
+    return replace(
+        plan,
+        body=tuple(
+            data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p
+            for p in plan.body
+        ),
+    )
+
+
+def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCandidate | None:
+    """The cache entry for the file ``req`` names directly, or None.
+
+    Coding negotiation is answered from the sidecar states recorded with
+    the entry (each revalidated with it); a coding never looked at for
+    this file, or a Repr-Digest, needs the file itself: None.  No syscall;
+    any thread.
+    """
+    target = req.target
+    if target.slash or not target.segments:
+        return None
+    entry = cache.get(target.relpath)
+    if entry is None:
+        return None
+    if target.query:
+        extra, vary = file_headers(req, cfg, target.relpath, entry.facts.content_type)
+    else:
+        # Without a query they depend on the file alone: memoised.
+        if entry.headers is None:
+            entry.headers = file_headers(req, cfg, target.relpath, entry.facts.content_type)
+        extra, vary = entry.headers
+    if digest_algorithm(req, cfg):
+        return None  # the digest job reads from a descriptor
+    if not negotiates(req, vary):
+        return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
+    # The sidecar facts recorded with the entry stand in for the open files.
+    sidecars: dict[str, CachedFile] = {}
+    for c in sidecars_wanted(req, cfg):
+        known = entry.sidecars.get(c)
+        if known is None:
+            return None  # never looked at with this file
+        if known.cached is not None:
+            sidecars[c] = known.cached
+    coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
+    rep = sidecars[coding] if from_sidecar else entry
+    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep)
+
+
+def serve_cached(
+    cache: FileCache,
+    hit: CacheCandidate,
+    req: RequestFacts,
+    cfg: Config,
+    now: float,
+    boundary: str,
+) -> Prepared:
+    """The response from a candidate the caller has found valid.
+
+    A plain request (no precondition, no range, no query: what browsers
+    and benchmarks send most) gets the same response for the whole
+    second of its Date header, so the plan and its serialised head are
+    memoised per method and second, with its literal body source.  Shared
+    plans are never mutated (they are frozen), and a literal body has
+    nothing to close: the transports only read them.
+    """
+    cache.hit()
+    rep = hit.rep
+    assert rep is not None
+    if hit.coding and rep is hit.entry:
+        return _serve_on_the_fly(hit, req, cfg, now)
+    # Keyed by method: only the two methods served here (any other is a
+    # 405 before preparation), so the memo has at most 2 x 4 entries.
+    plain = req.method in _PLAIN_METHODS and depends_on_method_only(req)
+    second = int(now)
+    memo_key = (req.method, hit.coding)
+    plain_memo = hit.entry.plain
+    if plain:
+        memo = plain_memo.get(memo_key)
+        if memo is not None and memo[0] == second:
+            return Prepared(memo[1], facts=rep.facts, coding=hit.coding, body=memo[2])
+    # Identity, or a precompressed sidecar (its own length, ETag).
+    plan = decide_file(
+        req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
+    )
+    if plan.needs_file:
+        plan = _slice_spans(rep.data, plan)
+    if plain:
+        plan = replace(
+            plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+        )
+        # Its body source is literal (the spans were sliced from memory),
+        # owns nothing and is shared like the plan.
+        body = Body.of(plan)
+        plain_memo[memo_key] = (second, plan, body)
+        return Prepared(plan, facts=rep.facts, coding=hit.coding, body=body)
+    return Prepared(plan, facts=rep.facts, coding=hit.coding)
+
+
+def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
+    # From the compression cache (a follow-up on the trio side).  No
+    # descriptor: on a miss there, the job compresses the cached bytes.
+    facts = hit.entry.facts
+    pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
+    if pre is not None:
+        return Prepared(pre)
+    return Prepared(
+        _placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra, source=hit.entry.data
+    )
+
+

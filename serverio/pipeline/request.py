@@ -1,0 +1,209 @@
+"""One request, whatever the transport: the steps between facts and bytes.
+
+An HTTP/1.1 connection and an HTTP/2 stream both turn their request head
+into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
+:mod:`serverio.http.fields`) and then call the same functions here:
+
+1. :func:`start` (synchronous): without site rules, routing
+   (:func:`serverio.http.core.route`) and the handler's immediate answer
+   (:meth:`~serverio.pipeline.handler.Handler.respond_now`).  A warm-file
+   cache hit is finished here, with no await: the warm keep-alive GET
+   costs no checkpoint and no coroutine;
+2. :func:`complete` (only when :func:`start` returned :class:`Waiting`): the
+   site's routing (CORS preflight, authentication, redirects, rewrites;
+   it may wait for a password check), the handler, and the wait for a
+   :class:`~serverio.pipeline.handler.Deferred` through the transport's own
+   ``wait`` (HTTP/1.1 watches its socket for a disconnect meanwhile; HTTP/2
+   relies on RST_STREAM cancelling the stream's scope);
+3. an :class:`~serverio.errors.HTTPError` anywhere becomes its error plan
+   (:func:`failed` for one raised while the transport built the facts), and
+   the site's finishing rules (error pages, header rules, CORS fields) apply
+   to every answer;
+4. :func:`record` counts the response, observes its duration and writes
+   the access-log line once the transport has sent it.
+
+What stays with the transport: parsing and facts, how it waits for a
+Deferred, how it emits the :class:`~serverio.fs.body.Body`, keep-alive and
+close, and the long-lived event stream (an answer whose ``plan.stream`` is
+set is handed back unfinished, for the transport's own branch).
+
+Ownership: an answer's body belongs to the transport, which
+closes it exactly once after emitting it (or failing to).  Before an answer
+exists the handler owns what it holds (see docs/cancellation.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import trio
+
+from ..config import Config
+from ..errors import HTTPError
+from ..fs.body import NO_BODY, Body
+from ..fs.prepare import Prepared
+from ..http.core import Plan, RequestFacts, http_error_plan, route
+from ..observe.accesslog import AccessLog, AccessRecord
+from ..observe.histogram import Histogram
+from ..observe.stats import Stats
+from .handler import Deferred, Handler
+from .site import Site, Ticket
+
+__all__ = ["Answer", "Deps", "Wait", "Waiting", "complete", "failed", "finish", "record", "start"]
+
+
+class Deps(Protocol):
+    """What the request steps use; a connection's shared environment
+    (:class:`serverio.net.connection.ConnectionEnv`) is one."""
+
+    config: Config
+    handler: Handler
+    site: Site | None
+    stats: Stats
+    access_log: AccessLog
+    response_times: Histogram
+
+
+# How a transport waits for a Deferred: the finished Prepared, or None when
+# its client went away meanwhile (the Deferred is closed either way).
+Wait = Callable[[Deferred], Awaitable[Prepared | None]]
+
+
+# The response to emit: its final plan, its body source (owned by whoever
+# emits it) and the site's ticket (None without site rules).  A plain tuple:
+# built on every request, and a tuple costs a fraction of an object.
+Answer = tuple[Plan, Body, "Ticket | None"]
+
+
+class Waiting:
+    """A request :func:`start` could not answer without awaiting: the site
+    rules still to run (``deferred`` None), or the handler's Deferred."""
+
+    __slots__ = ("deferred", "req")
+
+    def __init__(self, req: RequestFacts, deferred: Deferred | None) -> None:
+        self.req = req
+        self.deferred = deferred
+
+
+def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
+    """As much of the answer as can be had without awaiting."""
+    if deps.site is not None:
+        return Waiting(req, None)  # the site's routing may wait (authentication)
+    plan = route(req, deps.config, now)
+    if plan is not None:
+        return plan, NO_BODY if plan.stream else Body.of(plan), None
+    try:
+        got = deps.handler.respond_now(req, now)
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        return plan, Body.of(plan), None
+    if type(got) is Prepared:
+        return got.plan, got.take_body(), None
+    assert isinstance(got, Deferred)
+    return Waiting(req, got)
+
+
+async def complete(
+    deps: Deps, waiting: Waiting, now: float, client: Callable[[], str], wait: Wait
+) -> Answer | None:
+    """The rest of the answer; None when the client went away while it waited.
+
+    Cancellation handling: the Deferred is handed to ``wait``, which closes
+    it in every case (the handler closes what it held when cancelled); a
+    Prepared exists here only between ``wait`` returning and
+    :meth:`Prepared.take_body`, with no await in between.
+    """
+    site = deps.site
+    req = waiting.req
+    deferred = waiting.deferred
+    ticket: Ticket | None = None
+    try:
+        if deferred is None:
+            assert site is not None
+            ticket = await site.route(req, now, client)
+            plan, req = ticket.plan, ticket.req
+            if plan is not None:
+                if plan.stream:
+                    return plan, NO_BODY, ticket  # the transport's own branch
+                return _finished(site, plan, -1, ticket)
+            got = site.respond_now(deps.handler, req, now)
+            if type(got) is Prepared:
+                fd, got.fd = got.fd, -1
+                return _finished(site, got.plan, fd, ticket)
+            assert isinstance(got, Deferred)
+            deferred = got
+        prepared = await wait(deferred)
+        if prepared is None:
+            return None
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        return _finished(site, plan, -1, ticket)
+    fd, prepared.fd = prepared.fd, -1
+    return _finished(site, prepared.plan, fd, ticket)
+
+
+def failed(deps: Deps, exc: HTTPError, now: float, head_only: bool) -> Answer:
+    """The answer to a request whose facts could not be built."""
+    return _finished(deps.site, http_error_plan(exc, now, head_only=head_only), -1, None)
+
+
+def finish(deps: Deps, plan: Plan, ticket: Ticket | None) -> Answer:
+    """The answer for a plan the transport chose itself (the site's
+    finishing rules apply to it as to any other)."""
+    return _finished(deps.site, plan, -1, ticket)
+
+
+def _finished(site: Site | None, plan: Plan, fd: int, ticket: Ticket | None) -> Answer:
+    """The site's finishing rules, then the body source of the final plan
+    (an error page replaces a body: the descriptor is then closed)."""
+    if site is not None:
+        try:
+            plan = site.finish(plan, ticket)
+        except BaseException:
+            Body((), fd).close()
+            raise
+    return plan, Body.of(plan, fd), ticket
+
+
+def record(
+    deps: Deps,
+    client: Callable[[], str],
+    method: bytes,
+    target: bytes,
+    version: bytes,
+    status: int,
+    size: int,
+    started: float,
+    now: float,
+    user_agent: str | None,
+    referer: str | None,
+    request_id: str | None,
+) -> None:
+    """Count a response that was sent, observe its duration, log it."""
+    stats = deps.stats
+    stats.completed += 1
+    elapsed = trio.current_time() - started
+    deps.response_times.observe(elapsed)
+    if status >= 500:
+        stats.server_errors += 1
+    elif status >= 400:
+        stats.client_errors += 1
+    log = deps.access_log
+    if log.enabled:
+        log.write(
+            AccessRecord(
+                client=client(),
+                method=method.decode("latin-1"),
+                target=target.decode("latin-1"),
+                version=version.decode("latin-1"),
+                status=status,
+                size=size,
+                duration=elapsed,
+                user_agent=user_agent,
+                referer=referer,
+                request_id=request_id,
+            ),
+            now,
+        )
