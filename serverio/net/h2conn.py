@@ -893,14 +893,7 @@ class H2Connection:
             for i in range(0, n, size):
                 conn.send_data(sid, data[i : i + size], end_stream=end and i + size >= n)
             return
-        conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
-        stream = conn.streams[sid]
-        machine = stream.state_machine
-        machine.process_input(StreamInputs.SEND_DATA)
-        if end:
-            machine.process_input(StreamInputs.SEND_END_STREAM)
-        stream.outbound_flow_control_window -= n
-        conn.outbound_flow_control_window -= n
+        self._account(sid, n, end)
         out = conn._data_to_send
         if n <= size:
             out += _FRAME_HEAD.pack(n << 8 | _DATA, _END_STREAM if end else 0, sid)
@@ -944,13 +937,24 @@ class H2Connection:
                 return self._fail(st)
         else:
             data = piece[st.offset : st.offset + n]
-        st.offset += len(data)
-        if st.offset == len(piece):
+        end = self._advance(st, len(data), len(piece))
+        self._send_data(st.sid, data, end)
+        self._after_round(st, end)
+        return len(data)
+
+    def _advance(self, st: _Stream, n: int, piece_len: int) -> bool:
+        """Move ``st`` past ``n`` body bytes of its current piece (of
+        ``piece_len`` bytes); True when that was the end of its body."""
+        st.offset += n
+        if st.offset == piece_len:
             st.index += 1
             st.offset = 0
-        st.remaining -= len(data)
-        end = st.remaining == 0
-        self._send_data(st.sid, data, end)
+        st.remaining -= n
+        return st.remaining == 0
+
+    def _after_round(self, st: _Stream, end: bool) -> None:
+        """A round of ``st`` is framed: done (out of the queue, its task
+        woken) or progress noted for its write deadline."""
         if end:
             st.finished = True
             del self._sending[st.sid]
@@ -958,7 +962,20 @@ class H2Connection:
                 st.progress.set()
         else:
             st.moved = trio.current_time()
-        return len(data)
+
+    def _account(self, sid: int, n: int, end: bool) -> None:
+        """Drive h2's connection and stream state machines and windows for
+        ``n`` bytes of DATA on ``sid`` as ``send_data`` does (one transition
+        per call, END_STREAM with the last)."""
+        conn = self._conn
+        conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
+        stream = conn.streams[sid]
+        machine = stream.state_machine
+        machine.process_input(StreamInputs.SEND_DATA)
+        if end:
+            machine.process_input(StreamInputs.SEND_END_STREAM)
+        stream.outbound_flow_control_window -= n
+        conn.outbound_flow_control_window -= n
 
     def _read_framed(self, st: _Stream, piece: FileSpan, n: int) -> int | None:
         """``n`` bytes of ``piece`` read by one scatter read straight into
@@ -995,20 +1012,8 @@ class H2Connection:
         if got != n:
             del out[start:]
             return None
-        st.offset += n
-        if st.offset == piece.length:
-            st.index += 1
-            st.offset = 0
-        st.remaining -= n
-        end = st.remaining == 0
-        conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
-        stream = conn.streams[st.sid]
-        machine = stream.state_machine
-        machine.process_input(StreamInputs.SEND_DATA)
-        if end:
-            machine.process_input(StreamInputs.SEND_END_STREAM)
-        stream.outbound_flow_control_window -= n
-        conn.outbound_flow_control_window -= n
+        end = self._advance(st, n, piece.length)
+        self._account(st.sid, n, end)
         pos = start
         sid = st.sid
         for i in range(0, n, size):
@@ -1016,13 +1021,7 @@ class H2Connection:
             last = end and i + k >= n
             _FRAME_HEAD.pack_into(out, pos, k << 8 | _DATA, _END_STREAM if last else 0, sid)
             pos += _FRAME_HEAD.size + k
-        if end:
-            st.finished = True
-            del self._sending[st.sid]
-            if st.progress is not None:
-                st.progress.set()
-        else:
-            st.moved = trio.current_time()
+        self._after_round(st, end)
         return n
 
     def _fail(self, st: _Stream) -> int:
