@@ -12,7 +12,6 @@ per-request ``--log-file`` (bench.h2load).
 from __future__ import annotations
 
 import shutil
-import subprocess
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from bench.h2load import (
     read_log_percentiles,
 )
 from bench.h2probe import H2ProbeError, h2_get
-from bench.procstat import PeakRssSampler
+from bench.procstat import run_sampled
 from bench.servers import LOOPBACK, RunningServer, ServerSpec
 from bench.stats import mad_percent, median
 from bench.workloads import ProbeResult, Workload, probe
@@ -74,18 +73,7 @@ def h2load_once(run: Run, rs: RunningServer, workload: Workload, seconds: int) -
         cpu=run.placement.wrk_cpu,
     )
     trial: dict[str, Any] = {"error": None}
-    with PeakRssSampler(rs.pid) as sampler:
-        try:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=seconds + 60,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            proc = None
-    trial["peak_rss_kib"] = sampler.peak_kib
+    proc, trial["peak_rss_kib"] = run_sampled(argv, rs.pid, seconds + 60)
     trial["server_alive"] = rs.alive()
     percentiles = read_log_percentiles(log_file)
     log_file.unlink(missing_ok=True)

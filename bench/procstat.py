@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -93,3 +94,25 @@ class PeakRssSampler:
         self._stop.set()
         self._thread.join(timeout=5.0)
         self._sample()
+
+
+def run_sampled(
+    argv: list[str], pid: int, timeout_s: float
+) -> tuple[subprocess.CompletedProcess[str] | None, int]:
+    """Run a load generator to completion while sampling ``pid``'s tree RSS.
+
+    Returns the finished process (None when it ran past ``timeout_s``) and
+    the peak RSS in KiB seen meanwhile.
+    """
+    with PeakRssSampler(pid) as sampler:
+        try:
+            proc: subprocess.CompletedProcess[str] | None = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            proc = None
+    return proc, sampler.peak_kib

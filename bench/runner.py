@@ -6,7 +6,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +18,7 @@ from typing import Any
 from bench import fixtures, report, slowfs
 from bench.idle import measure_idle, raise_nofile
 from bench.machine import machine_facts
-from bench.procstat import PeakRssSampler
+from bench.procstat import run_sampled
 from bench.servers import (
     KINDS,
     HarnessEnv,
@@ -185,18 +184,7 @@ class Run:
             script=self.wrk_script(rs, workload),
         )
         trial: dict[str, Any] = {"error": None}
-        with PeakRssSampler(rs.pid) as sampler:
-            try:
-                proc = subprocess.run(
-                    argv,
-                    capture_output=True,
-                    text=True,
-                    timeout=seconds + 60,
-                    stdin=subprocess.DEVNULL,
-                )
-            except subprocess.TimeoutExpired:
-                proc = None
-        trial["peak_rss_kib"] = sampler.peak_kib
+        proc, trial["peak_rss_kib"] = run_sampled(argv, rs.pid, seconds + 60)
         trial["server_alive"] = rs.alive()
         if proc is None:
             trial["error"] = "wrk did not finish in time"
