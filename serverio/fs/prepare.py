@@ -60,7 +60,7 @@ from .filecache import (
     settled,
 )
 from .opener import RootOpener
-from .reads import pread
+from .reads import read_all
 
 __all__ = [
     "CacheCandidate",
@@ -131,17 +131,6 @@ class Prepared:
         fd, self.fd = self.fd, -1
         return Body.of(plan, fd)
 
-
-
-def _read_all(fd: int, size: int) -> bytes | None:
-    """The first ``size`` bytes of the file; None if it is shorter now."""
-    data = pread(fd, size, 0)
-    while len(data) < size:
-        more = pread(fd, size - len(data), len(data))
-        if not more:
-            return None
-        data += more
-    return data
 
 
 def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | None:
@@ -219,7 +208,7 @@ def _facts(
             digest = hashes.get(ident)
         if digest is None:
             if data is None and size <= policy.hash_max and fd >= 0:
-                data = _read_all(fd, size)
+                data = read_all(fd, size)
                 if data is None:
                     raise _Shrank
             if data is not None:
@@ -442,14 +431,14 @@ def _resolve_file(
             and settled(st, now)
         ):
             if data is None:
-                data = _read_all(fd, st.st_size)
+                data = read_all(fd, st.st_size)
             if data is None:
                 return Resolution(UNAVAILABLE)
             entry = CachedFile(identity(st), facts, data, mono)
         if data is None and wants and st.st_size <= small:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
-            data = _read_all(fd, st.st_size)
+            data = read_all(fd, st.st_size)
             if data is None:
                 return Resolution(UNAVAILABLE)
         main = Rep(fd, facts, data, _hash_settled(st, now))
@@ -480,7 +469,7 @@ def _resolve_file(
                     and cache.admits(side_st.st_size)
                     and settled(side_st, now)
                 ):
-                    side_data = _read_all(side_fd, side_st.st_size)
+                    side_data = read_all(side_fd, side_st.st_size)
                     if side_data is not None:
                         side_facts, _ = _facts(side_st, ctype, cfg, hashes, now, data=side_data)
                         side = CachedFile(identity(side_st), side_facts, side_data, mono)
@@ -488,7 +477,7 @@ def _resolve_file(
                 # Otherwise no state is recorded for c: a later request
                 # that wants it resolves the file again.
                 if side_data is None and wants and side_st.st_size <= small:
-                    side_data = _read_all(side_fd, side_st.st_size)
+                    side_data = read_all(side_fd, side_st.st_size)
                     if side_data is None:
                         rep.shrank = True
                         continue

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["HAS_PREAD", "pread"]
+__all__ = ["HAS_PREAD", "pread", "read_all"]
 
 _SEEK_LOCK: Final = threading.Lock()
 
@@ -39,3 +39,15 @@ HAS_PREAD: Final = hasattr(os, "pread")
 pread: Final[Callable[[int, int, int], bytes]] = (
     getattr(os, "pread") if HAS_PREAD else emulated_pread  # noqa: B009
 )
+
+
+def read_all(fd: int, size: int) -> bytes | None:
+    """The first ``size`` bytes of the file (positional reads, so no offset
+    is shared with other users of ``fd``); None if it is shorter now."""
+    data = pread(fd, size, 0)
+    while len(data) < size:
+        more = pread(fd, size - len(data), len(data))
+        if not more:
+            return None
+        data += more
+    return data

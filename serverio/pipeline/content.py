@@ -33,7 +33,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..concurrency.blocking import Pool, run_blocking
 from ..concurrency.flight import SingleFlightCache
@@ -179,18 +179,24 @@ def hash_file(owned: OwnedFd, algorithm: str, size: int, mtime_ns: int) -> bytes
         return None
     try:
         h = hashlib.new(_HASHES[algorithm])
-        offset = 0
-        while offset < size:
-            chunk = pread(fd, min(READ_CHUNK, size - offset), offset)
-            if not chunk:
-                return None
-            h.update(chunk)
-            offset += len(chunk)
-        if not _unchanged(fd, size, mtime_ns):
+        if not _hash_span(h, fd, size) or not _unchanged(fd, size, mtime_ns):
             return None
         return h.digest()
     finally:
         os.close(fd)
+
+
+def _hash_span(h: Any, fd: int, size: int) -> bool:
+    """Feed the first ``size`` bytes of ``fd`` to ``h`` in READ_CHUNK
+    positional reads; False if the file is shorter now."""
+    offset = 0
+    while offset < size:
+        chunk = pread(fd, min(READ_CHUNK, size - offset), offset)
+        if not chunk:
+            return False
+        h.update(chunk)
+        offset += len(chunk)
+    return True
 
 
 def hash_for_etag(owned: OwnedFd, ident: Identity) -> bytes | None:
@@ -204,14 +210,8 @@ def hash_for_etag(owned: OwnedFd, ident: Identity) -> bytes | None:
         return None
     try:
         h = content_hasher()
-        size = ident[2]
-        offset = 0
-        while offset < size:
-            chunk = pread(fd, min(READ_CHUNK, size - offset), offset)
-            if not chunk:
-                return None
-            h.update(chunk)
-            offset += len(chunk)
+        if not _hash_span(h, fd, ident[2]):
+            return None
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != ident:
             return None

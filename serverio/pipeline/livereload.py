@@ -48,7 +48,7 @@ from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
 from ..fs.prepare import Prepared
-from ..fs.reads import pread
+from ..fs.reads import read_all
 from ..fs.watch import (
     InotifyTree,
     inotify_available,
@@ -268,13 +268,7 @@ def _read_owned(owned: OwnedFd, size: int) -> bytes | None:
     if fd < 0:
         return None
     try:
-        data = pread(fd, size, 0)
-        while len(data) < size:
-            more = pread(fd, size - len(data), len(data))
-            if not more:
-                return None
-            data += more
-        return data
+        return read_all(fd, size)
     finally:
         os.close(fd)
 
