@@ -56,6 +56,7 @@ from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
 from ..pipeline.request import Waiting, complete, failed, record, start
 from ..pipeline.site import Site
+from .order import ServeOrder
 
 __all__ = ["H2_PREFACE", "ConnectionEnv", "ConnectionTask", "Switched"]
 
@@ -162,6 +163,9 @@ class ConnectionEnv:
     cut_fresh: bool = False
     http2: SwitchFactory | None = None
     site: Site | None = None  # the site rules; None when none are configured
+    # The order ready keep-alive connections are served in (serverio.net.order);
+    # None: trio's batch order.
+    order: ServeOrder | None = None
 
 
 class ConnectionTask:
@@ -178,6 +182,7 @@ class ConnectionTask:
         "_sock",
         "_stream_scope",
         "_switched",
+        "_turn",
         "env",
         "in_flight",
         "peer_eof",
@@ -211,6 +216,8 @@ class ConnectionTask:
         self._fed = 0
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
+        order = env.order
+        self._turn = order.new_turn() if order is not None else 0
         # One decision per connection: zero-copy when the stream is a plain
         # socket and the platform has sendfile; otherwise the buffered path
         # (TLS streams, memory streams in tests, other platforms).
@@ -447,11 +454,17 @@ class ConnectionTask:
         event: object = self._parse(parser) if self._fed else h11.NEED_DATA
         if event is h11.NEED_DATA and self.peer_eof:
             return None  # half-closed: no more requests can arrive
+        order = self.env.order
         while event is h11.NEED_DATA:
             if fd >= 0:
                 # Wait, then read once: trio's receive_some would first try
                 # a recv that we know returns EAGAIN.
                 await trio.lowlevel.wait_readable(fd)
+                if keepalive and order is not None and order.engaged:
+                    # The next request is arriving: take our turn among the
+                    # connections that became ready with us (before reading:
+                    # a drain while we wait closes us as an idle connection).
+                    self._turn = await order.wait_turn(self._turn)
                 try:
                     data: bytes | bytearray = os.read(fd, RECV_SIZE)
                 except BlockingIOError:
@@ -460,6 +473,8 @@ class ConnectionTask:
                     raise trio.BrokenResourceError from exc
             else:
                 data = await self.stream.receive_some(RECV_SIZE)
+                if data and keepalive and order is not None and order.engaged:
+                    self._turn = await order.wait_turn(self._turn)
             if not data:
                 return None
             self._fed += len(data)
@@ -474,17 +489,13 @@ class ConnectionTask:
         self._busy()
         return _head(event)
 
-    def _facts(
-        self, event: Head
-    ) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
+    def _facts(self, event: Head) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
         """Request facts, whether it is an HTTP/1.0 keep-alive, user agent,
         referer, request id (X-Request-Id, for the access log only)."""
         version = event.http_version
         if version != b"1.1" and version != b"1.0":
             raise HTTPError(505, "unsupported HTTP version", close=True)
-        target = parse_target(
-            event.method, event.target, max_size=self.env.config.max_target_size
-        )
+        target = parse_target(event.method, event.target, max_size=self.env.config.max_target_size)
         # The field mapping is shared with HTTP/2 (serverio.http.fields);
         # framing and Connection tokens are HTTP/1.1's own.
         f = scan_fields(event.headers)

@@ -67,6 +67,7 @@ from ..pipeline.site import load_site
 from .activation import listeners_from_fds
 from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
 from .h2conn import H2Connection
+from .order import ServeOrder
 from .tls import make_ssl_context
 
 __all__ = ["Server", "bind_public", "public_addresses"]
@@ -201,6 +202,7 @@ class Server:
             self.response_times,
             self.live,
             http2=H2Connection if any_http2 else None,
+            order=ServeOrder(self.connections),
         )
         # Site rules, compiled once; None (never consulted) when there are none.
         self.env.site = load_site(self.config, self.stats)
@@ -309,6 +311,8 @@ class Server:
                 trio.open_nursery() as conns,
             ):
                 self._conn_nursery = conns
+                if self.env.order is not None:
+                    conns.start_soon(self.env.order.run)
                 accept_scope = trio.CancelScope()
                 conns.start_soon(self._accept_all, conns, accept_scope)
                 task_status.started(self)
