@@ -534,3 +534,104 @@ async def test_server_answers_gzip_from_both_caches(root: Path, compress_cache: 
             assert gzip.decompress(r.body) == text
         assert srv.files.stats.hits >= 3
         assert srv.content.compressed.stats.stored == (1 if compress_cache else 0)
+
+
+def _big_text_with_sidecars(root: Path) -> tuple[Path, Path, Path]:
+    """A 100 KB stylesheet (above the small-file size) with small, settled
+    .br and .gz sidecars written after it."""
+    text = root / "big.css"
+    text.write_bytes(b"body{color:red}\n" * 6400)
+    br = root / "big.css.br"
+    br.write_bytes(b"br-bytes" * 10)
+    gz = root / "big.css.gz"
+    gz.write_bytes(gzip.compress(text.read_bytes(), mtime=0))
+    past = time.time_ns() - 10**10
+    for i, p in enumerate((text, br, gz)):
+        os.utime(p, ns=(past + i, past + i))
+    return text, br, gz
+
+
+def test_a_large_file_is_answered_from_its_cached_sidecars(
+    root: Path, opener: RootOpener
+) -> None:
+    cfg = make_config(root)
+    assert cfg.small_file_size < 100_000
+    cache = new_cache(cfg)
+    _big_text_with_sidecars(root)
+    req = request("/big.css", accept_encoding="br;q=1, gzip;q=0.8")
+    run(req, cfg, opener, cache)  # from disk: stores the identity and the sidecars
+    assert cache.stats.hits == 0 and len(cache) == 1
+    # The next negotiated request is a hit: no descriptor, the same response.
+    again = prepare(req, cfg, opener, LATER, "", cache, 0.0)
+    assert again.fd == -1 and cache.stats.hits == 1
+    assert as_tuple(again.plan) == as_tuple(run(req, cfg, opener, None))
+    assert dict(again.plan.headers)[b"content-encoding"] == b"br"
+    again.close()
+    gz_only = request("/big.css", accept_encoding="gzip")
+    assert as_tuple(run(gz_only, cfg, opener, cache)) == as_tuple(run(gz_only, cfg, opener, None))
+    assert cache.stats.hits == 2
+    # Identity, a range or on-the-fly compression need the file's bytes,
+    # which are not kept: never answered from the entry.
+    for other in (
+        request("/big.css"),
+        request("/big.css", accept_encoding="br", range="bytes=0-9"),
+        request("/big.css", accept_encoding="zstd"),
+    ):
+        hits = cache.stats.hits
+        plan = run(other, cfg, opener, cache)
+        assert cache.stats.hits == hits
+        assert as_tuple(plan) == as_tuple(run(other, cfg, opener, None))
+    assert dict(run(request("/big.css"), cfg, opener, cache).headers)[b"content-length"] == (
+        b"102400"
+    )
+
+
+def test_a_large_file_without_usable_sidecars_is_not_cached(
+    root: Path, opener: RootOpener
+) -> None:
+    cfg = make_config(root)
+    cache = new_cache(cfg)
+    text, br, gz = _big_text_with_sidecars(root)
+    br.unlink()
+    gz.unlink()
+    run(request("/big.css", accept_encoding="br, gzip"), cfg, opener, cache)
+    assert len(cache) == 0
+
+
+def test_a_sidecar_change_is_seen_by_the_requests_that_depend_on_it(
+    root: Path, opener: RootOpener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A br request's answer depends on the file and its .br only: the .gz is
+    # not stat'ed for it; a gzip request still sees a .gz change.
+    cfg = make_config(root)
+    server = Server(cfg)
+    cache = server.files
+    text, br, gz = _big_text_with_sidecars(root)
+    stats: list[str] = []
+    real_stat = server.opener.stat
+
+    def counting_stat(path: str) -> os.stat_result:
+        stats.append(path)
+        return real_stat(path)
+
+    monkeypatch.setattr(server.opener, "stat", counting_stat)
+    monkeypatch.setattr(_filecache, "RACY_SECONDS", -1.0)
+    handler = server.handler
+    br_req = request("/big.css", accept_encoding="br;q=1, gzip;q=0.8")
+    gz_req = request("/big.css", accept_encoding="gzip")
+    for req in (br_req, gz_req):
+        prepared = handler.respond_now(req, LATER)
+        assert not isinstance(prepared, type(None))
+    assert len(cache) == 1
+    stats.clear()
+    hits = cache.stats.hits
+    got = handler.respond_now(br_req, LATER)
+    assert cache.stats.hits == hits + 1
+    assert sorted(stats) == ["big.css", "big.css.br"]
+    assert dict(got.plan.headers)[b"content-encoding"] == b"br"  # type: ignore[union-attr]
+    # The .gz changes: the br answer does not depend on it; gzip sees it.
+    gz.write_bytes(gzip.compress(b"changed", mtime=0))
+    assert handler.respond_now(br_req, LATER).plan.body == (b"br-bytes" * 10,)  # type: ignore[union-attr]
+    got = handler.respond_now(gz_req, LATER)
+    assert got.plan.body != () and cache.stats.stale == 1  # type: ignore[union-attr]
+    server.opener.close()

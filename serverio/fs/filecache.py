@@ -161,6 +161,15 @@ class CachedFile:
     # Per content coding: the sidecar state seen with this file (filled by
     # the preparation that negotiated it; revalidated with the file).
     sidecars: dict[str, Sidecar] = field(default_factory=dict)
+    # False: the file is too large to keep (``data`` is empty) and the entry
+    # exists for its sidecars' bytes; only a sidecar is served from it.
+    whole: bool = True
+    # Memo of the edge too (serverio.pipeline.decide.cache_candidate): per
+    # Accept-Encoding value, the negotiated (coding, representation, the
+    # sidecar states the choice depends on); None: the file is needed.
+    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]] | None] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(slots=True)
@@ -232,16 +241,26 @@ class FileCache:
             self._entries.clear()
             self.size = 0
 
-    def revalidate(self, key: str, entry: CachedFile, stat_at: StatAt, mono: float) -> bool:
+    def revalidate(
+        self,
+        key: str,
+        entry: CachedFile,
+        stat_at: StatAt,
+        mono: float,
+        sidecars: tuple[Sidecar, ...] | None = None,
+    ) -> bool:
         """Is ``entry`` still the file at ``key``?  One ``stat`` (plus one per
-        sidecar state it recorded); blocking.
+        sidecar state it recorded, or per state in ``sidecars``: those one
+        request's answer depends on); blocking.
 
-        Yes: stamp it checked at ``mono``.  No (changed, gone, unreadable):
-        drop it.
+        Yes: stamp it checked at ``mono`` (pass ``sidecars`` only with
+        :data:`UNTIMED`: a stamp vouches for every state).  No (changed,
+        gone, unreadable): drop it.
         """
+        states = entry.sidecars.values() if sidecars is None else sidecars
         if not (
             _same(key, entry.ident, stat_at)
-            and all(_same(s.path, s.ident, stat_at) for s in entry.sidecars.values())
+            and all(_same(s.path, s.ident, stat_at) for s in states)
         ):
             self.drop(key, entry)
             return False

@@ -427,14 +427,20 @@ def _resolve_file(
             and not digest_algorithm(req, cfg)  # a digest job reads from a descriptor
             and relpath == req.target.relpath
             and not req.target.slash
-            and cache.admits(st.st_size)
             and settled(st, now)
         ):
-            if data is None:
-                data = read_all(fd, st.st_size)
-            if data is None:
-                return Resolution(UNAVAILABLE)
-            entry = CachedFile(identity(st), facts, data, mono)
+            if cache.admits(st.st_size):
+                if data is None:
+                    data = read_all(fd, st.st_size)
+                if data is None:
+                    return Resolution(UNAVAILABLE)
+                entry = CachedFile(identity(st), facts, data, mono)
+            elif negotiates(req, vary):
+                # Too large to keep, but a built site's sidecars of it are
+                # often small: keep those and the file's identity, so the
+                # next negotiated request for it is answered from memory
+                # after the same stats as a small file's.
+                entry = CachedFile(identity(st), facts, b"", mono, whole=False)
         if data is None and wants and st.st_size <= small:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
@@ -490,7 +496,9 @@ def _resolve_file(
                     continue
                 if rep.data is None:
                     rep.data = side_data
-        if entry is not None:
+        if entry is not None and (
+            entry.whole or any(s.cached is not None for s in entry.sidecars.values())
+        ):
             assert cache is not None
             cache.put(relpath, entry)
         resolution = Resolution(FILE, relpath=relpath, ctype=ctype, file=main, sidecars=sidecars)
@@ -519,5 +527,5 @@ class CacheCandidate(NamedTuple):
     vary: bool
     coding: str = ""
     rep: CachedFile | None = None
-
-
+    # The sidecar states this answer depends on (None: all the entry's).
+    sidecars: tuple[Sidecar, ...] | None = None

@@ -41,6 +41,7 @@ from .negotiate import (
 
 __all__ = [
     "Headers",
+    "choice_depends_on",
     "choose_coding",
     "digest_algorithm",
     "digest_applies",
@@ -105,6 +106,35 @@ def choose_coding(
     ``coding`` is ``""`` for identity (call only when :func:`negotiates`)."""
     accept = parse_accept_encoding(req.accept_encoding)
     return select_coding(accept, sidecars, on_the_fly(size, cfg))
+
+
+def choice_depends_on(
+    req: RequestFacts, wanted: list[str], coding: str, from_sidecar: bool
+) -> list[str]:
+    """The codings among ``wanted`` (:func:`sidecars_wanted`) whose sidecar
+    state :func:`choose_coding`'s answer ``(coding, from_sidecar)`` depends on.
+
+    A sidecar chosen at qvalue q stays the choice while it is usable,
+    whatever happens to the sidecars of codings the client weights lower,
+    or equally but ranked after it (:func:`~serverio.http.negotiate.select_coding`
+    breaks ties in :data:`~serverio.http.negotiate.CODING_RANK` order, the
+    order of ``wanted``): only it and the codings that would beat it if
+    they appeared count.  Identity or on-the-fly compression depends on
+    every wanted coding's sidecar.
+    """
+    if not from_sidecar:
+        return list(wanted)
+    accept = parse_accept_encoding(req.accept_encoding)
+    q = accept.q(coding)
+    out: list[str] = []
+    ahead = True  # ranked before ``coding``: wins a tie
+    for c in wanted:
+        if c == coding:
+            out.append(c)
+            ahead = False
+        elif accept.q(c) > q or (ahead and accept.q(c) == q):
+            out.append(c)
+    return out
 
 
 def digest_algorithm(req: RequestFacts, cfg: Config) -> str:

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from ..config import Config
 from ..fs.body import Body
-from ..fs.filecache import UNTIMED, CachedFile, FileCache, HashStore
+from ..fs.filecache import UNTIMED, CachedFile, FileCache, HashStore, Sidecar
 from ..fs.opener import RootOpener
 from ..fs.prepare import (
     CACHED,
@@ -48,6 +48,7 @@ from ..http.core import (
     precondition_plan,
 )
 from ..http.select import (
+    choice_depends_on,
     choose_coding,
     digest_algorithm,
     digest_applies,
@@ -205,18 +206,52 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
     if digest_algorithm(req, cfg):
         return None  # the digest job reads from a descriptor
     if not negotiates(req, vary):
+        if not entry.whole:
+            return None  # identity: the bytes are not kept
         return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
+    accept = req.accept_encoding
+    assert accept is not None  # negotiates() says so
+    choices = entry.choices
+    if accept in choices:
+        choice = choices[accept]
+    else:
+        choice = _choose(entry, req, cfg)
+        if len(choices) < _CHOICES_KEPT:
+            choices[accept] = choice
+    if choice is None:
+        return None
+    coding, rep, states = choice
+    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states)
+
+
+# Distinct Accept-Encoding values memoised per entry: browsers send a
+# handful; beyond this many the choice is made afresh (bounded memory).
+_CHOICES_KEPT = 16
+
+
+def _choose(
+    entry: CachedFile, req: RequestFacts, cfg: Config
+) -> tuple[str, CachedFile, tuple[Sidecar, ...]] | None:
+    """The negotiated coding, the entry holding its bytes and the sidecar
+    states the choice depends on (pure: a function of the entry, which is
+    never changed once stored, the configuration and Accept-Encoding);
+    None when the entry cannot answer (a coding never looked at for this
+    file, or a representation whose bytes it does not hold)."""
     # The sidecar facts recorded with the entry stand in for the open files.
+    wanted = sidecars_wanted(req, cfg)
     sidecars: dict[str, CachedFile] = {}
-    for c in sidecars_wanted(req, cfg):
+    for c in wanted:
         known = entry.sidecars.get(c)
         if known is None:
             return None  # never looked at with this file
         if known.cached is not None:
             sidecars[c] = known.cached
     coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
+    if not from_sidecar and not entry.whole:
+        return None  # identity or on-the-fly: both need the file's bytes
     rep = sidecars[coding] if from_sidecar else entry
-    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep)
+    depends = choice_depends_on(req, wanted, coding, from_sidecar)
+    return coding, rep, tuple(entry.sidecars[c] for c in depends)
 
 
 def serve_cached(

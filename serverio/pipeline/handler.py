@@ -156,7 +156,9 @@ class Handler:
             hit = cache_candidate(files, req, self.config) if files is not None else None
             if hit is not None:
                 assert files is not None
-                if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED):
+                # Only the sidecar states this answer depends on: nothing
+                # vouches for the rest without a stat (UNTIMED).
+                if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED, hit.sidecars):
                     prepared = serve_cached(files, hit, req, self.config, now, boundary)
                     if not prepared.needs_followup:
                         return prepared  # the warm path, without another call
