@@ -22,6 +22,7 @@ import trio.testing
 
 from serverio import Config, RequestFacts, Server, parse_target
 from serverio.fs import filecache as _filecache
+from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import CachedFile, FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan
@@ -551,9 +552,7 @@ def _big_text_with_sidecars(root: Path) -> tuple[Path, Path, Path]:
     return text, br, gz
 
 
-def test_a_large_file_is_answered_from_its_cached_sidecars(
-    root: Path, opener: RootOpener
-) -> None:
+def test_a_large_file_is_answered_from_its_cached_sidecars(root: Path, opener: RootOpener) -> None:
     cfg = make_config(root)
     assert cfg.small_file_size < 100_000
     cache = new_cache(cfg)
@@ -586,12 +585,10 @@ def test_a_large_file_is_answered_from_its_cached_sidecars(
     )
 
 
-def test_a_large_file_without_usable_sidecars_is_not_cached(
-    root: Path, opener: RootOpener
-) -> None:
+def test_a_large_file_without_usable_sidecars_is_not_cached(root: Path, opener: RootOpener) -> None:
     cfg = make_config(root)
     cache = new_cache(cfg)
-    text, br, gz = _big_text_with_sidecars(root)
+    _, br, gz = _big_text_with_sidecars(root)
     br.unlink()
     gz.unlink()
     run(request("/big.css", accept_encoding="br, gzip"), cfg, opener, cache)
@@ -606,7 +603,7 @@ def test_a_sidecar_change_is_seen_by_the_requests_that_depend_on_it(
     cfg = make_config(root)
     server = Server(cfg)
     cache = server.files
-    text, br, gz = _big_text_with_sidecars(root)
+    _, _, gz = _big_text_with_sidecars(root)
     stats: list[str] = []
     real_stat = server.opener.stat
 
@@ -635,3 +632,32 @@ def test_a_sidecar_change_is_seen_by_the_requests_that_depend_on_it(
     got = handler.respond_now(gz_req, LATER)
     assert got.plan.body != () and cache.stats.stale == 1  # type: ignore[union-attr]
     server.opener.close()
+
+
+def test_a_stored_hash_is_used_when_the_bytes_are_already_read(
+    root: Path, opener: RootOpener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the warm-file cache a small sidecar is read whole in the hop;
+    # its ETag hash comes from the hash store after the first request.
+    cfg = make_config(root)
+    _big_text_with_sidecars(root)
+    hashes = _filecache.HashStore()
+    hashed: list[int] = []
+    real = _prepare.content_digest
+
+    def counting(data: bytes) -> bytes:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(_prepare, "content_digest", counting)
+    req = request("/big.css", accept_encoding="br;q=1, gzip;q=0.8")
+    plans = []
+    for _ in range(3):
+        got = prepare(req, cfg, opener, LATER, "", None, 0.0, hashes)
+        plans.append(as_tuple(got.plan))
+        got.close()
+    assert plans[0] == plans[1] == plans[2]
+    first = len(hashed)
+    assert first >= 1
+    prepare(req, cfg, opener, LATER, "", None, 0.0, hashes).close()
+    assert len(hashed) == first  # nothing hashed again

@@ -182,7 +182,8 @@ def _facts(
     data: bytes | None = None,
 ) -> tuple[FileFacts, bytes | None]:
     """The file's facts with what its ETag needs (serverio.http.core), and its
-    whole content when this had to read it for that (else ``None``).
+    whole content: ``data`` as given, or what this had to read for the hash
+    (else ``None``).
 
     The rule (:func:`~serverio.http.core.wants_content_hash`) decides;
     this gathers: a stored hash of the same settled identity, the hash of
@@ -204,7 +205,9 @@ def _facts(
     if wants_content_hash(size, synthetic, policy):
         ok = _hash_settled(st, now)
         ident = identity(st)
-        if data is None and hashes is not None and ok:
+        if hashes is not None and ok:
+            # Also when the bytes are in hand (a small body read in the hop):
+            # a stored hash of the same settled identity saves hashing them.
             digest = hashes.get(ident)
         if digest is None:
             if data is None and size <= policy.hash_max and fd >= 0:
@@ -217,8 +220,6 @@ def _facts(
                     hashes.put(ident, digest)
             else:
                 pending = True
-        else:
-            data = None
     facts = FileFacts(
         size=size,
         mtime_ns=st.st_mtime_ns,
