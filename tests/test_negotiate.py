@@ -22,6 +22,7 @@ from serverio.http.negotiate import (
     wanted_codings,
 )
 from serverio.http.select import (
+    choice_depends_on,
     choose_coding,
     digest_algorithm,
     digest_applies,
@@ -328,3 +329,34 @@ def test_digest_algorithm(digest: bool, want: str | None, expected: str) -> None
 )
 def test_digest_applies(status: int, applies: bool) -> None:
     assert digest_applies(error_plan(status, 0.0)) is applies
+
+
+@pytest.mark.parametrize(
+    ("accept", "sidecars", "depends"),
+    [
+        # br wins at q=1: a .gz (lower q) cannot change that.
+        ("br;q=1, gzip;q=0.8", ("br", "gzip"), ["br"]),
+        # gzip chosen (no .br): a .br appearing would win, so it counts.
+        ("br;q=1, gzip;q=0.8", ("gzip",), ["br", "gzip"]),
+        # Equal weights: br is ranked first and wins the tie whatever gzip does.
+        ("gzip, br", ("br", "gzip"), ["br"]),
+        ("gzip, br", ("gzip",), ["br", "gzip"]),
+        # zstd (via *) ties with br, which is ranked before it.
+        ("*, gzip;q=0.5", ("zstd", "gzip"), ["br", "zstd"]),
+        # Identity or on the fly: every wanted coding's sidecar counts.
+        ("br, gzip", (), ["br", "gzip"]),
+        ("br;q=0.5, identity", ("br",), ["br"]),
+    ],
+)
+def test_the_choice_depends_only_on_the_sidecars_that_could_change_it(
+    accept: str, sidecars: tuple[str, ...], depends: list[str]
+) -> None:
+    r = req(accept_encoding=accept)
+    wanted = sidecars_wanted(r, CFG)
+    coding, from_sidecar = choose_coding(r, CFG, 100_000, sidecars)
+    assert choice_depends_on(r, wanted, coding, from_sidecar) == depends
+    # Whatever happens to a sidecar outside ``depends``, the choice is the same.
+    others = [c for c in wanted if c not in depends]
+    for present in ((), tuple(others)):
+        kept = tuple(c for c in sidecars if c in depends) + present
+        assert choose_coding(r, CFG, 100_000, kept) == (coding, from_sidecar)
