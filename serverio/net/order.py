@@ -43,12 +43,17 @@ ORDER_CHUNK: Final = 32
 
 
 class _Parked:
-    """A parked task; ``task`` None once it was released or gave up."""
+    """A parked task; ``task`` None once it was released or gave up.  Calling
+    it is the wait's abort function (one object per wait, not two)."""
 
     __slots__ = ("task",)
 
     def __init__(self, task: trio.lowlevel.Task) -> None:
         self.task: trio.lowlevel.Task | None = task
+
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        self.task = None  # the dispatcher skips this entry
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class ServeOrder:
@@ -108,12 +113,7 @@ class ServeOrder:
             # in this one has parked too, and the oldest turn goes first.
             self._sleeping = None
             trio.lowlevel.reschedule(sleeping)
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            parked.task = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        got = await trio.lowlevel.wait_task_rescheduled(abort)
+        got = await trio.lowlevel.wait_task_rescheduled(parked)
         assert isinstance(got, int)
         return got
 
