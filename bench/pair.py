@@ -15,6 +15,11 @@ to count the *user-space* work per request deterministically, e.g.::
 
 The client's share is identical for both servers, so the difference between
 the two per-request figures is the difference between the servers.
+
+``--assets`` (serverio only) requests the many-assets files of
+``bench/fixtures.py`` round robin with the workload's Accept-Encoding
+(``br;q=1, gzip;q=0.8``) instead: the warm path of a negotiated response
+from a precompressed sidecar.  Use request counts that are multiples of 20.
 """
 
 from __future__ import annotations
@@ -27,10 +32,46 @@ from pathlib import Path
 
 import trio
 
+from bench import fixtures
 from bench.baselines.bare_trio_h11 import handle
+from bench.workloads import ASSETS_ACCEPT_ENCODING
 from serverio import Config, ConnectionTask, Server
 
 REQUEST = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n"
+ASSET_REQUESTS = [
+    f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n"
+    f"Accept-Encoding: {ASSETS_ACCEPT_ENCODING}\r\n\r\n".encode()
+    for path in fixtures.many_asset_paths()
+]
+
+
+async def _read_response(client: trio.socket.SocketType) -> None:
+    """One whole response (head, then Content-Length bytes of body)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += await client.recv(1 << 20)
+    head, _, got = buf.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"\r\ncontent-length: ", 1)[1].split(b"\r\n", 1)[0])
+    received = len(got)
+    while received < length:
+        received += len(await client.recv(1 << 20))
+
+
+async def run_assets(n: int, root: Path) -> float:
+    a, b = socket.socketpair()
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+    client = trio.socket.from_stdlib_socket(a)
+    srv = Server(Config(directory=str(root), access_log="off", max_requests=10**9).validate())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ConnectionTask(srv.env, stream).run)
+        start = time.perf_counter()
+        for i in range(n):
+            await client.send(ASSET_REQUESTS[i % len(ASSET_REQUESTS)])
+            await _read_response(client)
+        elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    client.close()
+    return elapsed / n * 1e6
 
 
 async def run(server: str, n: int, root: Path) -> float:
@@ -62,7 +103,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--server", choices=("serverio", "bare"), default="serverio")
     p.add_argument("-n", type=int, default=20000)
+    p.add_argument("--assets", action="store_true", help="many assets, negotiated (serverio)")
     args = p.parse_args()
+    if args.assets:
+        with tempfile.TemporaryDirectory() as tmp:
+            fixtures.create(Path(tmp))
+            time.sleep(2.1)  # settled files only are cached (see below)
+            us = trio.run(run_assets, args.n, Path(tmp))
+        print(f"serverio assets: {us:.1f} us per request (client and server, one process)")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "1k.bin").write_bytes(bytes(range(256)) * 4)
