@@ -25,7 +25,8 @@ from serverio.fs import filecache as _filecache
 from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import CachedFile, FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
-from serverio.http.core import FileFacts, Plan
+from serverio.fs.prepare import Prepared
+from serverio.http.core import FileFacts, Plan, content_digest
 from serverio.http.wire import head_bytes
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
@@ -613,24 +614,29 @@ def test_a_sidecar_change_is_seen_by_the_requests_that_depend_on_it(
 
     monkeypatch.setattr(server.opener, "stat", counting_stat)
     monkeypatch.setattr(_filecache, "RACY_SECONDS", -1.0)
-    handler = server.handler
+
+    def respond(req: RequestFacts) -> Prepared:
+        got = server.handler.respond_now(req, LATER)
+        assert isinstance(got, Prepared)  # inline mode: answered at once
+        got.close()
+        return got
+
     br_req = request("/big.css", accept_encoding="br;q=1, gzip;q=0.8")
     gz_req = request("/big.css", accept_encoding="gzip")
-    for req in (br_req, gz_req):
-        prepared = handler.respond_now(req, LATER)
-        assert not isinstance(prepared, type(None))
+    respond(br_req)
+    respond(gz_req)
     assert len(cache) == 1
     stats.clear()
     hits = cache.stats.hits
-    got = handler.respond_now(br_req, LATER)
+    got = respond(br_req)
     assert cache.stats.hits == hits + 1
     assert sorted(stats) == ["big.css", "big.css.br"]
-    assert dict(got.plan.headers)[b"content-encoding"] == b"br"  # type: ignore[union-attr]
+    assert dict(got.plan.headers)[b"content-encoding"] == b"br"
     # The .gz changes: the br answer does not depend on it; gzip sees it.
     gz.write_bytes(gzip.compress(b"changed", mtime=0))
-    assert handler.respond_now(br_req, LATER).plan.body == (b"br-bytes" * 10,)  # type: ignore[union-attr]
-    got = handler.respond_now(gz_req, LATER)
-    assert got.plan.body != () and cache.stats.stale == 1  # type: ignore[union-attr]
+    assert respond(br_req).plan.body == (b"br-bytes" * 10,)
+    got = respond(gz_req)
+    assert got.plan.body != () and cache.stats.stale == 1
     server.opener.close()
 
 
@@ -643,7 +649,7 @@ def test_a_stored_hash_is_used_when_the_bytes_are_already_read(
     _big_text_with_sidecars(root)
     hashes = _filecache.HashStore()
     hashed: list[int] = []
-    real = _prepare.content_digest
+    real = content_digest
 
     def counting(data: bytes) -> bytes:
         hashed.append(len(data))

@@ -22,7 +22,7 @@ REQUEST = b"GET /data.bin HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 def _logging_hook(
-    i: int, log: list[int], pump: Callable[[], Awaitable[None]] | None
+    i: int, log: list[int], pump: Callable[[], Awaitable[object]] | None
 ) -> Callable[[], Awaitable[None]]:
     async def hook() -> None:
         log.append(i)
