@@ -1,22 +1,25 @@
 """The order ready keep-alive connections are served in (serverio.net.order).
 
 Event-loop level, over memory streams: no sockets, no timing.  The clock is
-a MockClock that never moves, so no deadline can fire.
+a MockClock that never moves, so no deadline can fire.  The last tests run
+the socket path over loopback (bounded in time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
 from serverio import Server
+from serverio.net import server as _server
 from serverio.net.connection import ConnectionTask
 from serverio.net.order import ServeOrder
 
-from .conftest import make_config
+from .conftest import connect, make_config, running_server
 
 REQUEST = b"GET /data.bin HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -192,3 +195,48 @@ async def _cancel_the_dispatcher() -> list[int]:
 
 def test_a_stopped_dispatcher_releases_every_parked_connection() -> None:
     assert sorted(trio.run(_cancel_the_dispatcher, clock=trio.testing.MockClock())) == [1, 2]
+
+
+async def _sockets_in_turn(root: Path, clients: int, requests: int, pause: float) -> ServeOrder:
+    srv_order: list[ServeOrder] = []
+
+    def engaged_at_once(connections: Sized) -> ServeOrder:
+        order = ServeOrder(connections, min_connections=1, chunk=4)
+        srv_order.append(order)
+        return order
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_server, "ServeOrder", engaged_at_once)
+        async with running_server(make_config(root)) as (_, port):
+            expected = (root / "data.bin").read_bytes()
+
+            async def client() -> None:
+                c = await connect(port)
+                for _ in range(requests):
+                    got = await c.get("/data.bin")
+                    assert got.status == 200 and got.body == expected
+                    if pause:
+                        await trio.sleep(pause)  # released before the next request is here
+                await c.stream.aclose()
+
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(clients):
+                        nursery.start_soon(client)
+    return srv_order[0]
+
+
+def test_sockets_take_their_turn_before_reading(root: Path) -> None:
+    # The socket path parks before it reads (no epoll registration); a busy
+    # loop of closed-loop clients is served completely.
+    order = trio.run(_sockets_in_turn, root, 16, 20, 0.0)
+    # One turn per wait for a next request: 19 requests and the close.
+    assert order.parked_total == 16 * 20
+    assert order.waiting == 0
+
+
+def test_a_turn_taken_before_the_request_arrives_waits_for_it(root: Path) -> None:
+    # Released with nothing to read yet: the read finds EAGAIN and the
+    # connection waits for its request as it would without the order.
+    order = trio.run(_sockets_in_turn, root, 2, 4, 0.05)
+    assert order.parked_total == 2 * 4  # one turn per wait, none repeated
