@@ -17,9 +17,9 @@ import trio.testing
 from serverio import Server
 from serverio.net import server as _server
 from serverio.net.connection import ConnectionTask
-from serverio.net.order import ServeOrder
+from serverio.net.order import ORDER_MIN_CONNECTIONS, ServeOrder
 
-from .conftest import connect, make_config, running_server
+from .conftest import HTTPClient, connect, make_config, running_server, wait_until
 
 REQUEST = b"GET /data.bin HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -240,3 +240,36 @@ def test_a_turn_taken_before_the_request_arrives_waits_for_it(root: Path) -> Non
     # connection waits for its request as it would without the order.
     order = trio.run(_sockets_in_turn, root, 2, 4, 0.05)
     assert order.parked_total == 2 * 4  # one turn per wait, none repeated
+
+
+async def _many_then_shutdown(root: Path, clients: int) -> tuple[ServeOrder, int]:
+    async with running_server(make_config(root)) as (srv, port):
+        order = srv.env.order
+        assert order is not None
+        expected = (root / "data.bin").read_bytes()
+        conns = [await connect(port) for _ in range(clients)]
+        await wait_until(lambda: len(srv.connections) == clients)
+
+        async def client(c: HTTPClient) -> None:
+            for _ in range(5):
+                got = await c.get("/data.bin")
+                assert got.status == 200 and got.body == expected
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for c in conns:
+                    nursery.start_soon(client, c)
+        # Every connection is idle now; a graceful shutdown closes them all.
+        srv.shutdown()
+        with trio.fail_after(10):
+            for c in conns:
+                assert await c.at_eof()
+        for c in conns:
+            await c.stream.aclose()
+        return order, len(srv.connections)
+
+
+def test_from_the_threshold_up_connections_are_served_in_turn_and_drained(root: Path) -> None:
+    order, left = trio.run(_many_then_shutdown, root, ORDER_MIN_CONNECTIONS + 8)
+    assert order.parked_total >= (ORDER_MIN_CONNECTIONS + 8) * 4
+    assert left == 0 and not order.running
