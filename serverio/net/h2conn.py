@@ -1003,33 +1003,34 @@ class H2Connection:
         frames = -(-n // size)
         start = out.reserve(frames * _FRAME_HEAD.size + n)
         buf = out.data
+        # The frame heads go in first (the last one carries END_STREAM if
+        # this round, read whole, ends the body); a short read drops them.
+        last_flags = _END_STREAM if st.remaining == n else 0
+        sid = st.sid
+        head = _FRAME_HEAD.size
+        pack = _FRAME_HEAD.pack_into
         view = memoryview(buf)
         parts = []
         pos = start
         for i in range(0, n, size):
-            k = min(size, n - i)
-            parts.append(view[pos + _FRAME_HEAD.size : pos + _FRAME_HEAD.size + k])
-            pos += _FRAME_HEAD.size + k
+            k = n - i if n - i < size else size
+            pack(buf, pos, k << 8 | _DATA, last_flags if i + k >= n else 0, sid)
+            parts.append(view[pos + head : pos + head + k])
+            pos += head + k
         try:
             got = _PREADV(st.fd, parts, piece.offset + st.offset)
         except OSError:
             got = -1
         finally:
-            for part in parts:
-                part.release()
+            # The slices go with the list; the buffer may grow again only
+            # once no view of it is left.
+            del parts
             view.release()
         if got != n:
             out.truncate(start)
             return None
         end = self._advance(st, n, piece.length)
-        self._account(st.sid, n, end)
-        pos = start
-        sid = st.sid
-        for i in range(0, n, size):
-            k = min(size, n - i)
-            last = end and i + k >= n
-            _FRAME_HEAD.pack_into(buf, pos, k << 8 | _DATA, _END_STREAM if last else 0, sid)
-            pos += _FRAME_HEAD.size + k
+        self._account(sid, n, end)
         self._after_round(st, end)
         return n
 
