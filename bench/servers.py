@@ -508,12 +508,20 @@ SERVERS: dict[str, ServerSpec] = {
             description="serverio-inline without the warm-file cache (many-assets workloads only)",
             only_workloads=ASSETS_WORKLOADS,
         ),
-        ServerSpec("nginx", "nginx", description="nginx, 1 worker, sendfile, gzip_static"),
+        # h1-vs-h2: their HTTP/1.1 with h2load --h1 (8m-h1) is the reference
+        # for their own 8 MiB h2 figure (nginx-h2c, caddy-h2c).
+        ServerSpec(
+            "nginx",
+            "nginx",
+            description="nginx, 1 worker, sendfile, gzip_static",
+            tags=frozenset({"h1-vs-h2"}),
+        ),
         ServerSpec(
             "caddy",
             "caddy",
             description="Caddy file_server over HTTP/1.1 (compressed workloads: "
             "bench/configs/Caddyfile.precompressed)",
+            tags=frozenset({"h1-vs-h2"}),
         ),
         ServerSpec(
             "granian",

@@ -215,14 +215,14 @@ WORKLOADS: dict[str, Workload] = {
             Workload(
                 "8m-h1",
                 "8 MiB over HTTP/1.1 with the same generator (h2load --h1 -c 16): "
-                "the reference for 8m-h2",
+                "the reference for 8m-h2 (serverio's, nginx's and Caddy's own)",
                 kind="h2load",
                 path="/8m.bin",
                 file="8m.bin",
                 connections=16,
                 h1=True,
                 server_tags=frozenset({"h1-vs-h2"}),
-                skip_reason_for_others="serverio's own HTTP/1.1 reference for 8m-h2",
+                skip_reason_for_others="the HTTP/1.1 reference for 8m-h2 (serverio, nginx, Caddy)",
             ),
         ),
     )
