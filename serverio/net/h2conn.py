@@ -40,6 +40,10 @@ scatter read straight into the output buffer between the frame heads,
 otherwise :func:`serverio.fs.reads.pread` and a copy.  The round is large
 because its fixed cost (a scheduling round, a write) dominates: 256 KiB
 rounds and writes moved 8 MiB bodies about 1.6x faster than 64 KiB ones.
+The writer fills up to ``OUT_BUDGET`` (two rounds) and writes it in one
+piece; its two output buffers keep their capacity between writes
+(:mod:`serverio.net.outbuf`), so a round costs one copy by the kernel
+into memory that is already there and one copy out by the socket.
 A body that fits in one frame is framed by its stream's task right after
 its HEADERS (its first round, without the trip through the queue).
 
@@ -98,6 +102,7 @@ from ..http.target import parse_target
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Waiting, complete, failed, record, start
 from .connection import RECV_SIZE, ConnectionEnv
+from .outbuf import OutBuffer
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
 
@@ -105,9 +110,10 @@ log = logging.getLogger("serverio")
 
 FRAME_CHUNK = 16384  # DATA bytes per frame at most (the default SETTINGS_MAX_FRAME_SIZE)
 ROUND_QUANTUM = 262144  # DATA bytes per stream per round at most (one read, <= 16 frames)
-OUT_BUDGET = 262144  # the writer stops filling DATA frames at this many pending bytes
+OUT_BUDGET = 524288  # the writer stops filling DATA frames at this many pending bytes
 OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits to be written
-WRITE_PIECE = 262144  # bytes per socket write; the write deadline moves after each
+WRITE_PIECE = 524288  # bytes per socket write; the write deadline moves after each
+IDLE_KEEP = 16384  # bytes of output buffer capacity a connection with no stream keeps
 _WINDOW = 1.0  # seconds: the flood budgets count per window
 ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
 
@@ -274,7 +280,10 @@ class H2Connection:
         # Live-reload event streams, with the scope that ends each.
         self._events: dict[int, tuple[_Stream, trio.CancelScope]] = {}
         self._sending: dict[int, _Stream] = {}  # body sources, round-robin order
-        self._out = bytearray()
+        # Pending output, and the buffer the writer last sent (reused:
+        # serverio.net.outbuf says why).
+        self._out = OutBuffer()
+        self._spare = OutBuffer()
         self._wake = trio.Event()  # writer: something to send
         self._space = trio.Event()  # reader: the output fell below OUT_HIGH
         self._read_scope: trio.CancelScope | None = None
@@ -334,7 +343,7 @@ class H2Connection:
         frame.error_code = ErrorCodes.NO_ERROR
         self._end_events()
         self._pull()
-        self._out += frame.serialize()
+        self._out.add(frame.serialize())
         self._kick()
         if not self._streams and self._read_scope is not None:
             self._read_scope.cancel()
@@ -826,7 +835,7 @@ class H2Connection:
         """Move h2's pending output into ours and wake the writer."""
         data = self._conn.data_to_send()
         if data:
-            self._out += data
+            self._out.add(data)
             self._wake.set()
 
     def _kick(self) -> None:
@@ -989,12 +998,12 @@ class H2Connection:
         conn = self._conn
         out = self._out
         if conn._data_to_send:
-            out += conn.data_to_send()  # what h2 queued goes out first
+            out.add(conn.data_to_send())  # what h2 queued goes out first
         size = min(conn.max_outbound_frame_size, FRAME_CHUNK)
-        start = len(out)
         frames = -(-n // size)
-        out += bytes(frames * _FRAME_HEAD.size + n)
-        view = memoryview(out)
+        start = out.reserve(frames * _FRAME_HEAD.size + n)
+        buf = out.data
+        view = memoryview(buf)
         parts = []
         pos = start
         for i in range(0, n, size):
@@ -1010,7 +1019,7 @@ class H2Connection:
                 part.release()
             view.release()
         if got != n:
-            del out[start:]
+            out.truncate(start)
             return None
         end = self._advance(st, n, piece.length)
         self._account(st.sid, n, end)
@@ -1019,7 +1028,7 @@ class H2Connection:
         for i in range(0, n, size):
             k = min(size, n - i)
             last = end and i + k >= n
-            _FRAME_HEAD.pack_into(out, pos, k << 8 | _DATA, _END_STREAM if last else 0, sid)
+            _FRAME_HEAD.pack_into(buf, pos, k << 8 | _DATA, _END_STREAM if last else 0, sid)
             pos += _FRAME_HEAD.size + k
         self._after_round(st, end)
         return n
@@ -1045,7 +1054,7 @@ class H2Connection:
                     continue
                 if self._frame(st):
                     moved = True
-                    out += conn.data_to_send()
+                    out.add(conn.data_to_send())
                     if st.sid in sending:  # to the back of the queue
                         del sending[st.sid]
                         sending[st.sid] = st
@@ -1064,16 +1073,22 @@ class H2Connection:
                 if not self._out:
                     if not self._reading and not self._streams:
                         return
+                    if not self._streams:
+                        # Nothing in flight: an idle connection keeps
+                        # little output memory.
+                        self._out.shrink(IDLE_KEEP)
+                        self._spare.shrink(IDLE_KEEP)
                     self._wake = trio.Event()
                     await self._wake.wait()
                     continue
                 # Take the buffer whole (what is queued meanwhile goes into
-                # a new one) and write it in pieces of WRITE_PIECE, a short
-                # tail joined to the last piece, the deadline moved after
-                # each.
+                # the other one) and write it in pieces of WRITE_PIECE, a
+                # short tail joined to the last piece, the deadline moved
+                # after each.
                 data = self._out
-                self._out = bytearray()
-                view = memoryview(data)
+                self._out = self._spare
+                whole = data.view()
+                view = whole
                 with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                     while view:
                         n = len(view) if len(view) < 2 * WRITE_PIECE else WRITE_PIECE
@@ -1081,11 +1096,14 @@ class H2Connection:
                         view = view[n:]
                         scope.deadline = trio.current_time() + timeout
                 view.release()
+                whole.release()
                 if scope.cancelled_caught:
                     env.stats.timeouts_write += 1
                     cancel.cancel()
                     return
                 env.stats.bytes_sent += len(data)
+                data.clear()
+                self._spare = data
                 self._space.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._broken = True
