@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from serverio.fs.opener import RootOpener
 from serverio.fs.prepare import Prepared
 from serverio.http.core import FileFacts, Plan, content_digest
 from serverio.http.wire import head_bytes
+from serverio.net import connection as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.pipeline.decide import prepare
@@ -464,6 +465,38 @@ async def test_cached_bodies_survive_a_full_socket_buffer(root: Path) -> None:
                 assert r.status == 200 and r.body == body
         await client.stream.aclose()
     assert srv.stats.timeouts_write == 0
+
+
+@pytest.mark.usefixtures("settled_files")
+@pytest.mark.parametrize("cut", [0, 7, 300])
+async def test_a_cached_body_after_a_short_first_write_arrives_whole(
+    root: Path, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
+    # The first writev of a response with an in-memory body takes only
+    # ``cut`` bytes (0: the socket is full, EAGAIN; 7: inside the head; 300:
+    # inside the body); the rest must follow in order, byte-exact, and the
+    # connection stays usable for the cached answers after it.
+    body = os.urandom(4096)
+    (root / "4k.bin").write_bytes(body)
+    real = _connection._os_writev
+    short: list[int] = []
+
+    def first_short(fd: int, pieces: Sequence[bytes]) -> int:
+        if short or sum(map(len, pieces)) < 4096:
+            return real(fd, pieces)
+        short.append(cut)
+        if cut == 0:
+            raise BlockingIOError
+        return os.write(fd, b"".join(pieces)[:cut])
+
+    monkeypatch.setattr(_connection, "_os_writev", first_short)
+    async with running_server(make_config(root)) as (srv, port):
+        client = await connect(port)
+        for _ in range(3):  # fill (the short write), hit, hit
+            r = await client.get("/4k.bin")
+            assert r.status == 200 and r.body == body
+        await client.stream.aclose()
+    assert short == [cut] and srv.files.stats.hits == 2
 
 
 @pytest.mark.usefixtures("settled_files")

@@ -815,6 +815,25 @@ class ConnectionTask:
         if head is None or close or ka10:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
         stats = self.env.stats
+        literal = body.pieces
+        if len(literal) == 1 and self._fd >= 0:
+            piece = literal[0]
+            if type(piece) is bytes:
+                # The common answer (a warm cached file, an error page): the
+                # head and one in-memory piece in one non-blocking writev,
+                # without the piece list and the coroutine of the general
+                # path below.
+                try:
+                    n = _os_writev(self._fd, (head, piece))
+                except BlockingIOError:
+                    n = 0
+                except OSError as exc:
+                    raise trio.BrokenResourceError from exc
+                total = len(head) + len(piece)
+                if n < total:
+                    await self._send_rest(head, piece, n)
+                stats.bytes_sent += total
+                return len(piece)
         sent = 0
         pieces = [head]
         if body.pieces:
@@ -841,6 +860,16 @@ class ConnectionTask:
             await self._send_pieces(pieces)
         stats.bytes_sent += len(head) + sent
         return sent
+
+    async def _send_rest(self, head: bytes, piece: bytes, n: int) -> None:
+        """What a partial writev of ``head`` and ``piece`` left after ``n``
+        bytes, through :meth:`_send` (a shared piece is sliced as a view,
+        never copied)."""
+        if n < len(head):
+            await self._send(memoryview(head)[n:] if n else head)
+            await self._send(piece)
+        else:
+            await self._send(memoryview(piece)[n - len(head) :])
 
     async def _send_pieces(self, pieces: list[bytes]) -> None:
         """Write the pieces in order: one ``writev`` when it takes them all.
