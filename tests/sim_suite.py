@@ -48,6 +48,7 @@ NAMES = {"unix": "unix-without-linux-extras", "windows": "windows-shaped"}
 REAL_SOCKET_SUITE = (
     "tests/test_simulated_platforms.py",
     "tests/test_sockets.py",
+    "tests/test_connection_close.py",
     "tests/test_transport.py",
     "tests/test_bodies.py",
     "tests/test_listeners.py",

@@ -334,7 +334,15 @@ class ConnectionTask:
                 stats.cancelled += 1
             raise
         finally:
-            if self._sock is not None:
+            if self._sock is not None and self._fd >= 0:
+                # Every task that used this fd ran inside _serve and is done,
+                # so no task waits on it and trio's I/O manager keeps no
+                # registration for it (it drops one with its last waiter):
+                # the fd is closed directly, without notify_closing, whose
+                # EPOLL_CTL_DEL would only fail with ENOENT (the kernel
+                # removes a closed socket from an epoll or kqueue set itself).
+                os.close(self._sock.detach())
+            elif self._sock is not None:
                 # A plain socket closes synchronously (what SocketStream.aclose
                 # does, minus its checkpoint); aclose_forcefully would also
                 # enter a cancel scope, per connection, for nothing.
