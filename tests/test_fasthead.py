@@ -124,9 +124,8 @@ def test_head_parser_split_reads_match_h11() -> None:
     assert diff.check_split([BASIC], 8192) == "fast"
 
 
-def test_head_parser_builds_no_h11_parser_for_the_common_head(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _count_h11_servers(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record every server-side h11.Connection built from now on."""
     made: list[object] = []
     real = h11.Connection
 
@@ -136,6 +135,13 @@ def test_head_parser_builds_no_h11_parser_for_the_common_head(
         return real(*a, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(h11, "Connection", counting)
+    return made
+
+
+def test_head_parser_builds_no_h11_parser_for_the_common_head(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = _count_h11_servers(monkeypatch)
     p = HeadParser(8192, BASIC[:10])
     assert p.next_event() is h11.NEED_DATA  # incomplete: h11 takes over
     assert len(made) == 1 and not p.fast
@@ -161,15 +167,7 @@ async def test_connection_serves_plain_gets_without_h11(
 ) -> None:
     """Keep-alive and pipelined plain GETs never construct an h11 parser;
     a head outside the subset still gets h11's answer on the same connection."""
-    made: list[object] = []
-    real = h11.Connection
-
-    def counting(*a: object, **kw: object) -> h11.Connection:
-        if a and a[0] is h11.SERVER:
-            made.append(a)
-        return real(*a, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(h11, "Connection", counting)
+    made = _count_h11_servers(monkeypatch)
     async with memory_connection(make_config(root)) as (client, _, _):
         a = await client.get("/hello.txt")
         await client.send_raw(
