@@ -7,6 +7,11 @@ and prints ``(Ir[N2] - Ir[N1]) / (N2 - N1)``: the instructions of one warm
 1 KiB keep-alive GET, client and server together.  Start-up, imports and the
 file-settling sleep cancel out in the difference.
 
+``--churn C`` measures instructions per *connection* of the churn workload
+instead (``bench/pair.py --churn C``: a whole server on a loopback
+listener, C in-process clients, one ``Connection: close`` request per
+connection), client and server together.
+
 Each serverio is measured with *its own* ``bench/pair.py``: the script drives
 serverio's connection class directly, whose shape the commit defines, so an
 old commit is run from its exported tree (bench/commits.py) with that tree as
@@ -51,7 +56,9 @@ def total_ir(out_file: Path) -> int:
     return int(m[1])
 
 
-def measure(subject: Subject, n: int, server: str, python: str, workdir: Path) -> int:
+def measure(
+    subject: Subject, n: int, server: str, python: str, workdir: Path, churn: int = 0
+) -> int:
     script = subject.tree / "bench" / "pair.py"
     if not script.exists():
         raise CallgrindError(f"{subject.label} has no bench/pair.py")
@@ -67,6 +74,7 @@ def measure(subject: Subject, n: int, server: str, python: str, workdir: Path) -
         server,
         "-n",
         str(n),
+        *(["--churn", str(churn)] if churn else []),
     ]
     # ``-m`` from the tree's root: its own bench/ and serverio/ come first
     # on sys.path (older trees' pair.py also edit sys.path themselves).
@@ -81,9 +89,9 @@ def measure(subject: Subject, n: int, server: str, python: str, workdir: Path) -
 
 
 def per_request(
-    subject: Subject, ns: tuple[int, int], server: str, python: str, workdir: Path
+    subject: Subject, ns: tuple[int, int], server: str, python: str, workdir: Path, churn: int = 0
 ) -> dict[str, Any]:
-    low, high = (measure(subject, n, server, python, workdir) for n in ns)
+    low, high = (measure(subject, n, server, python, workdir, churn) for n in ns)
     return {
         "label": subject.label,
         "server": server,
@@ -138,6 +146,13 @@ def add_parser(sub: Any) -> None:
     cg.add_argument(
         "--bare", action="store_true", help="also measure the bare trio+h11 loop (the ceiling)"
     )
+    cg.add_argument(
+        "--churn",
+        type=int,
+        default=0,
+        metavar="C",
+        help="instructions per connection of the churn workload, C clients at once",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,7 +164,11 @@ def run(args: argparse.Namespace) -> int:
     except commits.CommitError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
-    servers = ["serverio", *(["bare"] if args.bare else [])]
+    churn = args.churn
+    if churn < 0:
+        print("callgrind: --churn must be a positive client count", file=sys.stderr)
+        return 2
+    servers = ["serverio", *(["bare"] if args.bare and not churn else [])]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serverio-callgrind-") as tmp:
         for subject in subs:
@@ -158,12 +177,15 @@ def run(args: argparse.Namespace) -> int:
                     continue  # the bare loop is the same program in every commit
                 print(f"callgrind: {subject.label} {server} n={args.n}", file=sys.stderr)
                 try:
-                    rows.append(per_request(subject, args.n, server, sys.executable, Path(tmp)))
+                    rows.append(
+                        per_request(subject, args.n, server, sys.executable, Path(tmp), churn)
+                    )
                 except CallgrindError as exc:
                     print(f"callgrind: {exc}", file=sys.stderr)
                     return 1
     first = rows[0]["ir_per_request"]
-    print(f"| serverio | server | Ir/request (n={args.n[0]}..{args.n[1]}) | vs this checkout |")
+    unit = f"Ir/connection (churn, {churn} clients)" if churn else "Ir/request"
+    print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")
     print("|---|---|---:|---:|")
     for row in rows:
         ratio = row["ir_per_request"] / first - 1 if row["server"] == "serverio" else None

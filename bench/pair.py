@@ -20,6 +20,14 @@ the two per-request figures is the difference between the servers.
 ``bench/fixtures.py`` round robin with the workload's Accept-Encoding
 (``br;q=1, gzip;q=0.8``) instead: the warm path of a negotiated response
 from a precompressed sidecar.  Use request counts that are multiples of 20.
+
+``--churn C`` (serverio only) measures the churn workload instead: a whole
+:class:`~serverio.Server` on a loopback TCP listener (port 0) and, in the
+same process, C client tasks that each open a connection, send one
+``GET /1k.bin`` with ``Connection: close`` and read until EOF, N
+connections in all: the per-connection work (accept, socket wrapping,
+task start, one request, close) on top of the request.  trio's
+batch-order coin is seeded so that two runs schedule alike.
 """
 
 from __future__ import annotations
@@ -36,6 +44,10 @@ from bench.baselines.bare_trio_h11 import handle
 from serverio import Config, ConnectionTask, Server
 
 REQUEST = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n"
+CLOSE_REQUEST = (
+    b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n"
+    b"Connection: close\r\n\r\n"
+)
 
 
 def _asset_requests() -> list[bytes]:
@@ -81,6 +93,48 @@ async def run_assets(n: int, root: Path) -> float:
     return elapsed / n * 1e6
 
 
+async def run_churn(n: int, clients: int, root: Path) -> float:
+    """N connections of one request each (Connection: close), ``clients`` at a time."""
+    # trio reverses each scheduling batch at random; a fixed seed makes the
+    # order (and the instruction count) repeat from run to run.
+    trio_run = getattr(trio._core, "_run", None)
+    if trio_run is not None and hasattr(trio_run, "_r"):
+        trio_run._r.seed(0)
+    cfg = Config(
+        directory=str(root), host="127.0.0.1", port=0, access_log="off", max_requests=10**9
+    )
+    srv = Server(cfg.validate())
+    left = n
+    bad = 0
+
+    async def client(address: tuple[str, int]) -> None:
+        nonlocal left, bad
+        while left > 0:
+            left -= 1
+            sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            with sock:
+                await sock.connect(address)
+                await sock.send(CLOSE_REQUEST)
+                got = b""
+                while chunk := await sock.recv(65536):
+                    got += chunk
+            if not got.startswith(b"HTTP/1.1 200 ") or len(got) < 1024:
+                bad += 1
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        address = srv.addresses()[0]
+        start = time.perf_counter()
+        async with trio.open_nursery() as clients_nursery:
+            for _ in range(clients):
+                clients_nursery.start_soon(client, address)
+        elapsed = time.perf_counter() - start
+        srv.shutdown()
+    if bad:
+        raise SystemExit(f"churn: {bad} of {n} responses were not a whole 200")
+    return elapsed / n * 1e6
+
+
 async def run(server: str, n: int, root: Path) -> float:
     a, b = socket.socketpair()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
@@ -111,6 +165,13 @@ def main() -> None:
     p.add_argument("--server", choices=("serverio", "bare"), default="serverio")
     p.add_argument("-n", type=int, default=20000)
     p.add_argument("--assets", action="store_true", help="many assets, negotiated (serverio)")
+    p.add_argument(
+        "--churn",
+        type=int,
+        default=0,
+        metavar="C",
+        help="one request per TCP connection, C clients at once (serverio)",
+    )
     args = p.parse_args()
     if args.assets:
         from bench import fixtures
@@ -128,6 +189,10 @@ def main() -> None:
         # (the "racy" rule of serverio.fs.filecache), as a served site's files
         # are; ctime cannot be back-dated, so wait that out.
         time.sleep(2.1)
+        if args.churn:
+            us = trio.run(run_churn, args.n, args.churn, root)
+            print(f"serverio churn: {us:.1f} us per connection (client and server, one process)")
+            return
         us = trio.run(run, args.server, args.n, root)
     print(f"{args.server}: {us:.1f} us per request (client and server, one process)")
 
