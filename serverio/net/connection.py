@@ -418,6 +418,13 @@ class ConnectionTask:
             # waits for it, the next request is not here yet: trying a read
             # first would only cost an EAGAIN syscall, so we go straight to
             # waiting.
+            #
+            # A new connection's first request needs no yield for fairness:
+            # its task has only just been scheduled, and what it runs before
+            # its next checkpoint is bounded by this one request (a pipelined
+            # second one goes through the checkpoint below).  It still honours
+            # cancellation at this point (abort, a cut connection nursery),
+            # without the scheduling round a full checkpoint costs.
             event = self._parse(parser)
             if event is h11.NEED_DATA:
                 try:
@@ -434,7 +441,10 @@ class ConnectionTask:
                     event = self._parse(parser)
             if event is not h11.NEED_DATA:
                 self.ensure_busy()
-                await trio.lowlevel.checkpoint()
+                if idle:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.lowlevel.checkpoint_if_cancelled()
                 return _head(event)
         return await self._wait_request(parser, idle)
 
