@@ -64,6 +64,9 @@ RECV_SIZE = 16384
 SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
 BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
 SEND_PIECE = 16384  # non-socket streams: progress granularity of the write deadline
+# A write this small goes out before the TCP options are set (see
+# ConnectionTask._tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
+_UNTUNED_WRITE_MAX = 16384
 
 _HAS_SENDFILE = hasattr(os, "sendfile")
 # Sockets are file descriptors on POSIX, so the fast paths read and write
@@ -178,32 +181,44 @@ class ConnectionTask:
         "_fd",
         "_fed",
         "_h2",
+        "_lazy_stream",
         "_phase",
         "_sock",
         "_stream_scope",
         "_switched",
         "_turn",
+        "_untuned",
         "env",
         "in_flight",
         "peer_eof",
         "read_scope",
-        "stream",
         "use_sendfile",
     )
 
     def __init__(
         self,
         env: ConnectionEnv,
-        stream: trio.abc.Stream,
+        stream: trio.abc.Stream | trio.socket.SocketType,
         client: str | None = None,
         *,
         http2: bool = True,
     ) -> None:
+        """``stream`` is the connection's stream, or a freshly accepted trio
+        socket: then the :class:`trio.SocketStream` around it (and the TCP
+        options its constructor sets) is made only when something needs it
+        (see :attr:`stream` and :meth:`_tune`)."""
         self.env = env
         # HTTP/2 on this connection: the server's (None: off), unless its
         # listener serves HTTP/1.1 only (``--listen ADDR/h1``).
         self._h2 = env.http2 if http2 else None
-        self.stream = stream
+        if isinstance(stream, trio.socket.SocketType):
+            self._sock: trio.socket.SocketType | None = stream
+            self._lazy_stream: trio.abc.Stream | None = None
+        else:
+            self._lazy_stream = stream
+            self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # TCP_NODELAY and TCP_NOTSENT_LOWAT are not set yet (a bare socket).
+        self._untuned = self._lazy_stream is None
         self._client = client
         self.read_scope: trio.CancelScope | None = None
         self.in_flight = False
@@ -221,12 +236,36 @@ class ConnectionTask:
         # One decision per connection: zero-copy when the stream is a plain
         # socket and the platform has sendfile; otherwise the buffered path
         # (TLS streams, memory streams in tests, other platforms).
-        is_socket = isinstance(stream, trio.SocketStream)
-        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        is_socket = self._sock is not None
         # The raw fd for the fast paths (non-blocking read/write without
         # trio's socket machinery); -1 for streams that are not sockets.
         self._fd = self._sock.fileno() if self._sock is not None and SOCKET_FD_IO else -1
         self.use_sendfile = env.config.sendfile and _HAS_SENDFILE and is_socket
+
+    @property
+    def stream(self) -> trio.abc.Stream:
+        """The connection's stream; around a bare socket it is made on first
+        use (a slow path: a cold file's watcher, an event stream, HTTP/2),
+        which also sets trio's TCP options on it."""
+        stream = self._lazy_stream
+        if stream is None:
+            assert self._sock is not None
+            stream = self._lazy_stream = trio.SocketStream(self._sock)
+            self._untuned = False
+        return stream
+
+    def _tune(self) -> None:
+        """Set the TCP options a :class:`trio.SocketStream` sets (TCP_NODELAY,
+        TCP_NOTSENT_LOWAT where the platform has it), by making the stream.
+
+        Due before any write that can follow an earlier write on the
+        connection: Nagle's algorithm holds a small segment back only while
+        earlier data is unacknowledged, so the first write of a connection
+        that closes right after it (a ``Connection: close`` answer in one
+        ``writev``; the close sends whatever is queued, with the FIN) goes
+        out the same with or without them, and skips two setsockopt calls.
+        """
+        _ = self.stream
 
     @property
     def client(self) -> str:
@@ -307,10 +346,11 @@ class ConnectionTask:
     async def run(self) -> None:
         stats = self.env.stats
         try:
-            if isinstance(self.stream, trio.SSLStream):
+            tls = self._lazy_stream
+            if isinstance(tls, trio.SSLStream):
                 if not await self._handshake():
                     return
-                if self._h2 is not None and self.stream.selected_alpn_protocol() == "h2":
+                if self._h2 is not None and tls.selected_alpn_protocol() == "h2":
                     await self._switch(b"")  # RFC 9113 §3.2: ALPN "h2"
                     return
             # One cancel scope for the connection's whole life carries the
@@ -789,6 +829,8 @@ class ConnectionTask:
         memory) only report completion, so we hand them SEND_PIECE bytes at
         a time and push the deadline after each piece.
         """
+        if self._untuned:
+            self._tune()
         view = memoryview(data)
         if self._fd >= 0:
             try:
@@ -841,13 +883,17 @@ class ConnectionTask:
                 # head and one in-memory piece in one non-blocking writev,
                 # without the piece list and the coroutine of the general
                 # path below.
+                total = len(head) + len(piece)
+                if self._untuned and (not close or total > _UNTUNED_WRITE_MAX):
+                    # Only the one small write of a connection that closes
+                    # after it goes out before the TCP options are set.
+                    self._tune()
                 try:
                     n = _os_writev(self._fd, (head, piece))
                 except BlockingIOError:
                     n = 0
                 except OSError as exc:
                     raise trio.BrokenResourceError from exc
-                total = len(head) + len(piece)
                 if n < total:
                     await self._send_rest(head, piece, n)
                 stats.bytes_sent += total
@@ -901,6 +947,8 @@ class ConnectionTask:
         never a joined copy: a client that stops reading pins O(socket
         buffer) bytes of its own, not O(body).
         """
+        if self._untuned:
+            self._tune()
         if len(pieces) > 1:
             if self._fd >= 0:
                 try:
@@ -937,8 +985,10 @@ class ConnectionTask:
         A file that shrank under us makes sendfile return 0 before the span
         is done: we abort rather than pad or finish short.
         """
-        assert isinstance(self.stream, trio.SocketStream)
-        sock = self.stream.socket
+        if self._untuned:
+            self._tune()
+        sock = self._sock
+        assert sock is not None
         sockfd = sock.fileno()
         offset, remaining = span.offset, span.length
         self.ensure_busy()

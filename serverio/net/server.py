@@ -459,8 +459,16 @@ class Server:
         max_conns: int,
     ) -> None:
         """Start a connection task for an accepted socket, or shed it (503)."""
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        tsock = trio.socket.from_stdlib_socket(sock)
         self.stats.accepted += 1
+        if tls is None and len(self.connections) < max_conns:
+            # Plaintext: the connection makes its SocketStream (and sets the
+            # TCP options) only if it needs them.
+            conn = ConnectionTask(self.env, tsock, http2=http2)
+            self.connections.add(conn)
+            conns.start_soon(self._run_connection, conn)
+            return
+        stream = trio.SocketStream(tsock)
         if len(self.connections) >= max_conns:
             self.stats.rejected += 1
             if tls is not None:
@@ -474,10 +482,8 @@ class Server:
                 self._rejectors += 1
                 conns.start_soon(self._reject, stream)
             return
-        if tls is not None:
-            conn = self._tls_connection(stream, tls, http2)
-        else:
-            conn = ConnectionTask(self.env, stream, http2=http2)
+        assert tls is not None
+        conn = self._tls_connection(stream, tls, http2)
         self.connections.add(conn)
         conns.start_soon(self._run_connection, conn)
 
