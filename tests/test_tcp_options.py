@@ -35,7 +35,7 @@ def _spy_tcp_options(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
                 calls.append((int(self.getsockname()[1]), option))
             except OSError:
                 calls.append((-1, option))
-        real(self, level, option, *args)  # type: ignore[arg-type]
+        real(self, level, option, *args)  # type: ignore[call-overload]
 
     monkeypatch.setattr(cls, "setsockopt", spy)
     return calls
