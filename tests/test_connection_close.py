@@ -67,3 +67,42 @@ def test_a_finished_connection_closes_its_fd_without_trio_notify_closing(
     monkeypatch.setattr(trio.lowlevel, "notify_closing", counting)
     during, after = trio.run(_serve_then_count, root, calls)
     assert during == 0 and after == 0
+
+
+def test_a_warm_connection_close_answer_is_the_kept_alive_head_plus_connection_close(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from serverio.fs import filecache as _filecache
+    from serverio.http.wire import head_bytes
+
+    monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)  # cache at once
+
+    async def main() -> tuple[bytes, bytes]:
+        async with running_server(make_config(root)) as (srv, port):
+            kept = await connect(port)
+            for _ in range(3):  # the memoised head exists from the second hit on
+                got = await kept.get("/data.bin")
+                assert got.status == 200
+            await kept.stream.aclose()
+            closing = await connect(port)
+            await closing.stream.send_all(
+                b"GET /data.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            raw = b""
+            with trio.fail_after(10):
+                while chunk := await closing.stream.receive_some(65536):
+                    raw += chunk
+            await closing.stream.aclose()
+            await wait_until(lambda: not srv.connections)
+            head, _, body = raw.partition(b"\r\n\r\n")
+            assert body == (root / "data.bin").read_bytes()
+            return head + b"\r\n\r\n", body
+
+    head, _ = trio.run(main)
+    lines = head.split(b"\r\n")[:-2]
+    status = int(lines[0].split()[1])
+    fields = [tuple(line.split(b": ", 1)) for line in lines[1:]]
+    assert fields[-1] == (b"Connection", b"close")
+    # Exactly what the head serialiser writes for a closing answer.
+    plain = [(n, v) for n, v in fields[:-1] if n != b"X-Content-Type-Options"]
+    assert head == head_bytes(status, plain, close=True, keep_alive_10=False)

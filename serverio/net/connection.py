@@ -67,6 +67,7 @@ SEND_PIECE = 16384  # non-socket streams: progress granularity of the write dead
 # A write this small goes out before the TCP options are set (see
 # ConnectionTask._tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
 _UNTUNED_WRITE_MAX = 16384
+_CLOSE_END = b"Connection: close\r\n\r\n"
 
 _HAS_SENDFILE = hasattr(os, "sendfile")
 # Sockets are file descriptors on POSIX, so the fast paths read and write
@@ -872,8 +873,13 @@ class ConnectionTask:
         possible; each file span is flushed before it and streamed itself.
         """
         head = plan.head
-        if head is None or close or ka10:
+        if head is None or ka10:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
+        elif close:
+            # A memoised head is head_bytes(close=False, keep_alive_10=False):
+            # the close variant is the same fields with Connection: close
+            # last, before the blank line (what head_bytes(close=True) writes).
+            head = head[:-2] + _CLOSE_END
         stats = self.env.stats
         literal = body.pieces
         if len(literal) == 1 and self._fd >= 0:

@@ -90,6 +90,9 @@ _REJECT = (
 ) + _REJECT_BODY
 
 
+# The name trio would derive from Server._run_connection, given as a
+# constant so that starting a connection task formats no string.
+_CONNECTION_TASK = "serverio.net.server.Server._run_connection"
 _ACCEPT_LOG_INTERVAL = 1.0  # seconds between two "accept failed" log lines at most
 _OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
 
@@ -466,7 +469,7 @@ class Server:
             # TCP options) only if it needs them.
             conn = ConnectionTask(self.env, tsock, http2=http2)
             self.connections.add(conn)
-            conns.start_soon(self._run_connection, conn)
+            conns.start_soon(self._run_connection, conn, name=_CONNECTION_TASK)
             return
         stream = trio.SocketStream(tsock)
         if len(self.connections) >= max_conns:
@@ -485,7 +488,7 @@ class Server:
         assert tls is not None
         conn = self._tls_connection(stream, tls, http2)
         self.connections.add(conn)
-        conns.start_soon(self._run_connection, conn)
+        conns.start_soon(self._run_connection, conn, name=_CONNECTION_TASK)
 
     def _log_accept_failure(self, err: int) -> None:
         """Log an accept failure at most once per second, with a count of
