@@ -466,7 +466,9 @@ class ConnectionTask:
             # second one goes through the checkpoint below).  It still honours
             # cancellation at this point (abort, a cut connection nursery),
             # without the scheduling round a full checkpoint costs.
-            event = self._parse(parser)
+            # (A new connection's parser holds nothing yet: no parse before
+            # the read.)
+            event: object = self._parse(parser) if self._fed else h11.NEED_DATA
             if event is h11.NEED_DATA:
                 try:
                     data: bytes | None = os.read(fd, RECV_SIZE)
