@@ -358,12 +358,22 @@ class ConnectionTask:
             # head and keep-alive deadlines: moving its deadline costs a
             # fraction of entering a fresh scope per request (measured: a
             # CancelScope with a deadline is ~8 us of a ~100 us request).
-            with trio.CancelScope() as scope:
-                self.read_scope = scope
-                await self._serve()
-            self.read_scope = None
-            if scope.cancelled_caught:
-                await self._read_deadline_expired()
+            # On a plain socket the first request, when its head is here at
+            # once, is answered before that scope exists: nothing waits for
+            # request bytes until then, so no read deadline can be due, and
+            # a connection that closes after it never pays for the scope.
+            first = self._new_parser(b"")
+            state: tuple[HeadParser, int] | None = (first, 0)
+            if self._fd >= 0:
+                state = await self._serve(first, 0, unscoped=True)
+            if state is not None:
+                parser, requests = state
+                with trio.CancelScope() as scope:
+                    self.read_scope = scope
+                    await self._serve(parser, requests)
+                self.read_scope = None
+                if scope.cancelled_caught:
+                    await self._read_deadline_expired()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             stats.resets += 1
         except _Abort:
@@ -449,47 +459,43 @@ class ConnectionTask:
         env = self.env
         if env.draining and (idle or env.cut_fresh):
             return None
-        fd = self._fd
-        if fd >= 0 and (self._fed or not idle):
+        if self._fd >= 0 and self._fed and idle:
             # Fast path, when the head is probably here already: bytes left
-            # over from the previous request (pipelining), or a new
-            # connection (clients send right after connecting).  No cancel
-            # scope, no trio socket machinery; one checkpoint keeps the loop
-            # fair to other connections.  After a response to a client that
-            # waits for it, the next request is not here yet: trying a read
-            # first would only cost an EAGAIN syscall, so we go straight to
-            # waiting.
-            #
-            # A new connection's first request needs no yield for fairness:
-            # its task has only just been scheduled, and what it runs before
-            # its next checkpoint is bounded by this one request (a pipelined
-            # second one goes through the checkpoint below).  It still honours
-            # cancellation at this point (abort, a cut connection nursery),
-            # without the scheduling round a full checkpoint costs.
-            # (A new connection's parser holds nothing yet: no parse before
-            # the read.)
-            event: object = self._parse(parser) if self._fed else h11.NEED_DATA
-            if event is h11.NEED_DATA:
-                try:
-                    data: bytes | None = os.read(fd, RECV_SIZE)
-                except BlockingIOError:
-                    data = None
-                except OSError as exc:
-                    raise trio.BrokenResourceError from exc
-                if data is not None:
-                    if not data:
-                        return None
-                    self._fed += len(data)
-                    parser.receive_data(data)
-                    event = self._parse(parser)
+            # over from the previous request (pipelining).  No cancel scope,
+            # no trio socket machinery; one checkpoint keeps the loop fair to
+            # other connections.  After a response to a client that waits
+            # for it, the next request is not here yet: trying a read first
+            # would only cost an EAGAIN syscall, so we go straight to
+            # waiting.  (A new connection's first read is :meth:`_serve`'s
+            # unscoped step; when it did not bring the whole head, the head
+            # deadline starts at once, as below.)
+            event = self._head_now(parser)
+            if event is None:
+                return None
             if event is not h11.NEED_DATA:
                 self.ensure_busy()
-                if idle:
-                    await trio.lowlevel.checkpoint()
-                else:
-                    await trio.lowlevel.checkpoint_if_cancelled()
+                await trio.lowlevel.checkpoint()
                 return _head(event)
         return await self._wait_request(parser, idle)
+
+    def _head_now(self, parser: HeadParser) -> object:
+        """The next event from what is buffered plus at most one
+        non-blocking read (plain sockets): a head or another h11 event,
+        h11.NEED_DATA (not all here yet), or None at EOF."""
+        event: object = self._parse(parser) if self._fed else h11.NEED_DATA
+        if event is h11.NEED_DATA:
+            try:
+                data = os.read(self._fd, RECV_SIZE)
+            except BlockingIOError:
+                return event
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+            if not data:
+                return None
+            self._fed += len(data)
+            parser.receive_data(data)
+            event = self._parse(parser)
+        return event
 
     async def _wait_request(self, parser: HeadParser, idle: bool) -> Head | None:
         """Slow path of :meth:`_next_request`: wait under the deadlines.
@@ -593,20 +599,52 @@ class ConnectionTask:
 
     # ------------------------------------------------------------ serving
 
-    async def _serve(self) -> None:
+    async def _serve(
+        self, parser: HeadParser, requests: int, *, unscoped: bool = False
+    ) -> tuple[HeadParser, int] | None:
+        """Answer requests until the connection should close (then None).
+
+        ``unscoped``: the first step of a new plain-socket connection, run
+        before the lifetime scope exists.  Only a first request whose head
+        is here after one non-blocking read is answered; otherwise, and
+        after that answer if the connection stays open, the (parser,
+        request count) to go on with under the lifetime scope is returned.
+        Nothing in this step waits for request bytes, so no head or
+        keep-alive deadline is due in it; a drain does not touch a
+        connection with a request in flight either way.
+        """
         env = self.env
         cfg = env.config
-        parser = self._new_parser(b"")
         peer = self._peer
-        requests = 0
         while True:
-            try:
-                event = await self._next_request(parser, idle=requests > 0)
-            except HTTPError as exc:
-                await self._send_error(exc)
-                return
+            if unscoped:
+                if requests:
+                    return parser, requests  # the next request, under the scope
+                if env.draining and env.cut_fresh:
+                    return None
+                try:
+                    got = self._head_now(parser)
+                except HTTPError as exc:
+                    await self._send_error(exc)
+                    return None
+                if got is h11.NEED_DATA:
+                    return parser, requests  # wait for it under the head deadline
+                # A new connection's first request needs no yield for
+                # fairness: its task has only just been scheduled, and what
+                # it runs before its next checkpoint is bounded by this one
+                # request.  Cancellation (abort, a cut connection nursery)
+                # is still honoured here, without the scheduling round of a
+                # full checkpoint.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                event = _head(got)
+            else:
+                try:
+                    event = await self._next_request(parser, idle=requests > 0)
+                except HTTPError as exc:
+                    await self._send_error(exc)
+                    return None
             if event is None:
-                return
+                return None
             if (
                 event.http_version == b"2.0"
                 and requests == 0
@@ -618,7 +656,7 @@ class ConnectionTask:
                 # h2c with prior knowledge (RFC 9113 §3.3): hand over the
                 # bytes h11 parsed plus what it buffered after them.
                 await self._switch(_PREFACE_HEAD + parser.trailing_data[0])
-                return
+                return None
             requests += 1
             self.in_flight = True
             started = trio.current_time()
@@ -641,7 +679,7 @@ class ConnectionTask:
                         )
                         if answer is None:
                             env.stats.cancelled += 1
-                            return  # the client went away while we waited
+                            return None  # the client went away while we waited
                     else:
                         assert type(got) is tuple
                         answer = got
@@ -650,7 +688,7 @@ class ConnectionTask:
                 plan, body, _ = answer
                 if plan.stream:
                     await self._stream(plan)
-                    return
+                    return None
                 close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last
@@ -674,7 +712,7 @@ class ConnectionTask:
                 request_id,
             )
             if close:
-                return
+                return None
             parser = self._new_parser(parser.trailing_data[0])
 
     def _peer(self) -> str:
