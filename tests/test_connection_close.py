@@ -106,3 +106,21 @@ def test_a_warm_connection_close_answer_is_the_kept_alive_head_plus_connection_c
     # Exactly what the head serialiser writes for a closing answer.
     plain = [(n, v) for n, v in fields[:-1] if n != b"X-Content-Type-Options"]
     assert head == head_bytes(status, plain, close=True, keep_alive_10=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "tokens"),
+    [
+        (b"close", {b"close"}),
+        (b"Close", {b"close"}),
+        (b"keep-alive", {b"keep-alive"}),
+        (b"Keep-Alive", {b"keep-alive"}),
+        (b"close, keep-alive", {b"close", b"keep-alive"}),
+        (b" close ,TE", {b"close", b"te"}),
+        (b"upgrade", {b"upgrade"}),
+    ],
+)
+def test_connection_field_tokens_are_split_and_lower_cased(
+    value: bytes, tokens: set[bytes]
+) -> None:
+    assert set(_connection._tokens(value)) == tokens

@@ -32,6 +32,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import partial
 from typing import Final, Protocol
@@ -142,7 +143,20 @@ def _head(event: object) -> Head | None:
     return None
 
 
-def _tokens(value: bytes) -> set[bytes]:
+# The Connection values nearly every client sends, as received: their token
+# sets without the split (what _tokens computes for them).
+_SINGLE_TOKENS: Final[dict[bytes, frozenset[bytes]]] = {
+    b"close": frozenset({b"close"}),
+    b"keep-alive": frozenset({b"keep-alive"}),
+}
+_NO_TOKENS: Final[frozenset[bytes]] = frozenset()
+
+
+def _tokens(value: bytes) -> AbstractSet[bytes]:
+    """The Connection field's tokens, lower-cased (RFC 9110 §7.6.1)."""
+    known = _SINGLE_TOKENS.get(value)
+    if known is not None:
+        return known
     return {t.strip().lower() for t in value.split(b",")}
 
 
@@ -581,7 +595,7 @@ class ConnectionTask:
                 raise HTTPError(400, "Content-Length with Transfer-Encoding", close=True)
             has_body = True
         connection = f.connection
-        tokens = _tokens(connection) if connection is not None else set()
+        tokens = _tokens(connection) if connection is not None else _NO_TOKENS
         if version == b"1.1":
             keep_alive = b"close" not in tokens
             ka10 = False
