@@ -73,7 +73,9 @@ def slow_mount(source: Path, mountpoint: Path, delay_s: float, probe_file: str) 
     Only ``open`` is delayed: serverio's preparation makes exactly one open
     per request (plus undelayed lookups and an fstat), so every request
     costs one delay, like a deterministic 10 ms preparation probe,
-    and the expected ceiling is min(workers, clients) / delay.
+    and the expected ceiling is min(workers, clients) / delay.  Each open
+    completes ``delay_s`` after it reached the FUSE process, never sooner
+    (``testkit.fusefs``); the FUSE round trip comes on top.
     """
     # Kernel caching: without it, every request also makes ~4 undelayed
     # round trips (LOOKUP, GETATTR, READ) to the Python FUSE process, which

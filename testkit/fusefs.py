@@ -23,6 +23,17 @@ walk and each stat reaches the filesystem, usually as 1-2 ``getattr`` calls);
 ``getattr``. ``<op>_calls``, ``<op>_in_flight`` and ``<op>_peak`` exist for
 every op in :data:`KNOWN_OPS`. Kernel-internal requests (readahead ``read``,
 asynchronous ``release`` after close) also show up, outside the sums.
+``delayed_calls``, ``late_us_total`` and ``late_us_max`` say how late the
+delayed calls completed after their deadline (microseconds).
+
+How a delay is simulated: a delayed call completes at the moment it reached
+the FUSE process's callback (or was released from the gate) plus the delay,
+never sooner; the passthrough work overlaps the delay, as a device's latency
+runs from the submission, instead of being added after it. The FUSE process
+sleeps with 1 ns timer slack, so Linux does not defer its wake-ups by the
+default 50 us. What remains on top of the delay is the FUSE round trip
+(kernel queue, libfuse thread, the Python callback) and the scheduling
+latency of the wake-up: ``late_us_*`` measures the second.
 """
 
 from __future__ import annotations
@@ -363,7 +374,11 @@ class SlowFS:
         return reply
 
     def set_delay(self, seconds: float, ops: Iterable[str] = DEFAULT_DELAY_OPS) -> None:
-        """Delay every call of exactly ``ops`` by ``seconds`` (others: none)."""
+        """Delay every call of exactly ``ops`` by ``seconds`` (others: none).
+
+        Counted from the moment the call reaches the FUSE process; it
+        never completes sooner (see the module docstring).
+        """
         if not seconds >= 0.0:
             raise ValueError("delay must be >= 0")
         self._command(f"delay {float(seconds)!r} {_ops_arg(ops)}")

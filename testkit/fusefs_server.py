@@ -16,7 +16,9 @@ command per line, each answered by exactly one JSON line
     liveness check.
 ``delay SECONDS [OP,OP...]``
     set the delay of exactly these operations (default ``getattr,open``);
-    every other operation gets no delay.
+    every other operation gets no delay.  A delayed call completes
+    ``SECONDS`` after its callback was entered (or its gate released), never
+    sooner; the passthrough work runs inside that time.
 ``block [OP,OP...]``
     close the gate for these operations (default ``open``): calls hang until
     ``release`` (or ``shutdown``, or the ``--block-timeout`` safety cap).
@@ -39,6 +41,7 @@ server sharing a GIL and an interpreter shutdown with its client can deadlock.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import importlib
 import json
@@ -101,6 +104,9 @@ class Gate:
         self._blocked = 0
         self._block_timeouts = 0
         self._errors = 0
+        self._delayed = 0
+        self._late_us_total = 0
+        self._late_us_max = 0
 
     # -- control side -----------------------------------------------------
 
@@ -138,6 +144,9 @@ class Gate:
             self._tracked_peak = self._tracked_in_flight
             self._block_timeouts = 0
             self._errors = 0
+            self._delayed = 0
+            self._late_us_total = 0
+            self._late_us_max = 0
 
     def stats(self) -> dict[str, int]:
         with self._cond:
@@ -148,6 +157,9 @@ class Gate:
                 "blocked": self._blocked,
                 "block_timeouts": self._block_timeouts,
                 "errors": self._errors,
+                "delayed_calls": self._delayed,
+                "late_us_total": self._late_us_total,
+                "late_us_max": self._late_us_max,
             }
             for op in KNOWN_OPS:
                 out[f"{op}_calls"] = self._calls[op]
@@ -157,8 +169,18 @@ class Gate:
 
     # -- FUSE worker side -------------------------------------------------
 
-    def enter(self, op: str) -> None:
-        """Count the call as in flight, wait while blocked, then sleep."""
+    def enter(self, op: str, entered: float) -> float:
+        """Count the call as in flight and wait while it is blocked.
+
+        Returns the monotonic time at which the call may complete: the time
+        it was let through (``entered``, or the release of the gate) plus
+        its delay; 0.0 when it has no delay.  The caller does the real
+        passthrough work first and then :meth:`leave` waits until that
+        deadline, so the delay is measured from the moment the request
+        reached this process, as a device's latency is measured from the
+        submission, and this process's own work overlaps it instead of
+        adding to it.
+        """
         tracked = op in TRACKED_OPS
         with self._cond:
             self._calls[op] += 1
@@ -180,17 +202,35 @@ class Gate:
                         self._cond.wait(remaining)
                 finally:
                     self._blocked -= 1
+                entered = time.monotonic()  # the delay starts at the release
             delay = self._delays.get(op, 0.0)
-        if delay > 0.0:
-            time.sleep(delay)
+        return entered + delay if delay > 0.0 else 0.0
 
-    def leave(self, op: str, failed: bool) -> None:
+    def leave(self, op: str, failed: bool, due: float = 0.0) -> None:
+        """Wait until ``due`` (from :meth:`enter`), then count the call as done.
+
+        The wait never ends early: ``time.sleep`` sleeps at least the time
+        asked for, and it is asked again until the clock has reached
+        ``due``.  How late each delayed call completed is counted
+        (``delayed_calls``, ``late_us_total``, ``late_us_max``).
+        """
+        late_us = -1
+        if due > 0.0:
+            now = time.monotonic()
+            while now < due:
+                time.sleep(due - now)
+                now = time.monotonic()
+            late_us = int((now - due) * 1e6)
         with self._cond:
             self._in_flight[op] -= 1
             if op in TRACKED_OPS:
                 self._tracked_in_flight -= 1
             if failed:
                 self._errors += 1
+            if late_us >= 0:
+                self._delayed += 1
+                self._late_us_total += late_us
+                self._late_us_max = max(self._late_us_max, late_us)
 
 
 _EXPECTED_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP})
@@ -235,7 +275,9 @@ class PassthroughOps:
         return real
 
     def _run(self, op: str, fn: Any, *args: Any) -> Any:
-        self._gate.enter(op)
+        # The first thing the callback does: the delay counts from here.
+        entered = time.monotonic()
+        due = self._gate.enter(op, entered)
         failed = True
         try:
             result = fn(*args)
@@ -245,7 +287,7 @@ class PassthroughOps:
             failed = exc.errno not in _EXPECTED_ERRNOS
             raise
         finally:
-            self._gate.leave(op, failed)
+            self._gate.leave(op, failed, due)
 
     # getattr also serves the kernel's LOOKUP (high-level libfuse API).
     def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
@@ -331,6 +373,28 @@ class PassthroughOps:
             "f_favail": sv.f_favail,
             "f_namemax": sv.f_namemax,
         }
+
+
+#: prctl(2) option: the calling thread's timer slack in nanoseconds.
+PR_SET_TIMERSLACK = 29
+
+
+def tighten_timer_slack() -> bool:
+    """Set this thread's timer slack to 1 ns (threads created later inherit it).
+
+    Linux lets a sleeping thread's wake-up come up to its timer slack (50 µs
+    by default) after the deadline, so that wake-ups can be coalesced.  That
+    lateness belongs to the simulator, not to the storage it stands for, and
+    it would land on top of every delay.  1 ns is the minimum (0 restores
+    the default).  Sleeps still never end before their deadline.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(1), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _reply(sock: socket.socket, payload: dict[str, Any]) -> None:
@@ -421,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     # then only open/release (and the first reads) reach this process.
     cache_s = 1.0 if opts.kernel_cache else 0.0
 
+    # Before any thread starts: libfuse's worker threads inherit it.
+    tighten_timer_slack()
     # The controller must not hang on our exit because of a stuck stdio pipe.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sock = socket.socket(fileno=opts.control_fd)

@@ -201,7 +201,9 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
 
     # No sidecar: gzip on the fly.  The entry records "no .gz" with the file.
     first = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
-    assert first.compress == "gzip" and first.fd >= 0
+    # read whole from the file (the hop closed its descriptor)
+    assert first.compress == "gzip" and first.source is not None and first.fd == -1
+    assert cache.stats.hits == 0
     first.close()
     second = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
     assert second.compress == "gzip" and second.fd == -1  # from the cache

@@ -320,3 +320,64 @@ def test_kernel_cache_keeps_open_uncached(tmp_path: Path) -> None:
         assert stats["open_calls"] == 20
         assert stats["getattr_calls"] <= 2
         assert stats["read_calls"] <= 2
+
+
+def test_delay_counts_from_the_request_not_after_the_work(tmp_path: Path) -> None:
+    # A device's latency runs from the submission: the filesystem's own work
+    # for a call (here a case-insensitive lookup that lists a large
+    # directory) overlaps the delay instead of being added to it.
+    with slowfs_in(tmp_path) as plain:
+        backing = plain.backing
+    for i in range(40_000):
+        os.close(os.open(backing / f"f{i:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+    with SlowFS(backing, tmp_path / "mnt", case_insensitive=True) as slow:
+        path = slow.path("F00007")  # no exact match: every getattr lists the directory
+        work = []
+        for _ in range(3):
+            start = time.monotonic()
+            os.stat(path)
+            work.append(time.monotonic() - start)
+        undelayed = min(work)
+        delay = max(0.1, 2 * undelayed)
+        slow.set_delay(delay, ops=["getattr"])
+        slow.reset_stats()
+        start = time.monotonic()
+        os.stat(path)
+        elapsed = time.monotonic() - start
+        stats = slow.stats()
+    calls = stats["getattr_calls"]
+    assert calls >= 1
+    assert elapsed >= calls * delay  # never shorter than the delay
+    # delay + work would be at least calls * delay + undelayed
+    assert elapsed < calls * delay + undelayed / 2
+    assert stats["delayed_calls"] == calls
+
+
+def test_delayed_opens_never_complete_early_and_lateness_is_counted(tmp_path: Path) -> None:
+    with slowfs_in(tmp_path, kernel_cache=True) as slow:
+        (slow.backing / "f").write_bytes(b"x")
+        path = slow.path("f")
+        path.read_bytes()  # entry and attributes now cached
+        slow.set_delay(0.01, ops=["open"])
+        slow.reset_stats()
+        for _ in range(20):
+            start = time.monotonic()
+            fd = os.open(path, os.O_RDONLY)
+            assert time.monotonic() - start >= 0.01
+            os.close(fd)
+        stats = slow.stats()
+    assert stats["open_calls"] == 20
+    assert stats["delayed_calls"] == 20
+    assert 0 <= stats["late_us_max"] <= stats["late_us_total"]
+
+
+def test_fuse_threads_sleep_with_minimal_timer_slack(fs: SlowFS) -> None:
+    # Linux's default 50 us timer slack would make every delayed call that
+    # much later than its deadline; the FUSE process runs with 1 ns.
+    fs.set_delay(0.01, ops=["open"])
+    fs.path("hello.txt").read_bytes()  # libfuse's worker threads exist now
+    assert fs.pid is not None
+    tids = os.listdir(f"/proc/{fs.pid}/task")
+    assert len(tids) >= 2
+    slack = {tid: Path(f"/proc/{tid}/timerslack_ns").read_text().strip() for tid in tids}
+    assert set(slack.values()) == {"1"}, slack

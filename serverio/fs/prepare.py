@@ -502,6 +502,14 @@ def _resolve_file(
         ):
             assert cache is not None
             cache.put(relpath, entry)
+        if not digest_algorithm(req, cfg):
+            # A representation read whole needs no descriptor any more
+            # (only a digest or hash job reads one): close it here, in the
+            # blocking hop.  close(2) is filesystem work too (a FUSE FLUSH,
+            # an NFS CLOSE), and the event loop would otherwise make it.
+            for rep in (main, *sidecars.values()):
+                if rep.data is not None and not (rep.facts.hash_pending and rep.hash_settled):
+                    rep.close()
         resolution = Resolution(FILE, relpath=relpath, ctype=ctype, file=main, sidecars=sidecars)
         reps.clear()  # ownership moves to the caller
         return resolution
