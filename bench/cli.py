@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import callgrind, commits, copyceiling, golden, h2floor, h2profile, peers, report
+from bench import callgrind, commits, golden, h2floor, h2profile, peers, report
 from bench.runner import RunOptions, execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
@@ -140,7 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
     golden.add_parser(sub)
     callgrind.add_parser(sub)
     h2profile.add_parser(sub)
-    copyceiling.add_parser(sub)
     h2floor.add_parser(sub)
 
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
@@ -274,8 +273,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return callgrind.run(args)
     if args.command == "h2profile":
         return h2profile.run(args)
-    if args.command == "copyceiling":
-        return copyceiling.run(args)
     if args.command == "h2floor":
         return h2floor.run(args)
     return cmd_list(args)
