@@ -3,7 +3,7 @@
 The machinery is the wrk workloads': every server of the workload starts
 pinned to the server CPU, a probe checks it serves the workload's paths
 correctly (over HTTP/2: 200 and the exact bytes of each file, on one
-connection), a warm-up, then rotated rounds ``A B C ... A B C`` of
+connection), a warm-up, then rotated rounds ``A B C, B C A, ...`` of
 ``h2load -D<duration>`` pinned to the load CPU while the server tree's peak
 RSS is sampled; medians over rounds. Latency percentiles come from h2load's
 per-request ``--log-file`` (bench.h2load).
@@ -24,7 +24,7 @@ from bench.h2load import (
 from bench.h2probe import H2ProbeError, h2_get
 from bench.procstat import run_sampled
 from bench.servers import LOOPBACK, RunningServer, ServerSpec
-from bench.stats import mad_percent, median
+from bench.stats import mad_percent, median, rotation
 from bench.workloads import ProbeResult, Workload, probe
 
 if TYPE_CHECKING:
@@ -142,8 +142,9 @@ def run_h2load_workload(run: Run, workload: Workload, specs: list[ServerSpec]) -
             for name, rs in live.items():
                 log(f"  warm-up {name} ({run.opts.warmup_s}s)")
                 h2load_once(run, rs, workload, run.opts.warmup_s)
-        for rnd in range(run.opts.rounds):  # rotated: A B C ... A B C
-            for name, rs in live.items():
+        for rnd in range(run.opts.rounds):  # rotated: A B C, B C A, C A B, ...
+            for name in rotation(list(live), rnd):
+                rs = live[name]
                 if not rs.alive():
                     continue
                 trial = h2load_once(run, rs, workload, run.opts.duration_s)

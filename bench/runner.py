@@ -29,7 +29,7 @@ from bench.servers import (
     find_nginx,
     running,
 )
-from bench.stats import mad_percent, median
+from bench.stats import mad_percent, median, rotation
 from bench.workloads import H2_ONLY_REASON, Workload, probe
 from bench.wrk import WrkParseError, parse_wrk_output, round_robin_script, wrk_command
 
@@ -260,8 +260,9 @@ class Run:
                 for name, (rs, headers) in live.items():
                     log(f"  warm-up {name} ({self.opts.warmup_s}s)")
                     self.wrk_once(rs, workload, headers, self.opts.warmup_s)
-            for rnd in range(self.opts.rounds):  # rotated: A B C ... A B C
-                for name, (rs, headers) in live.items():
+            for rnd in range(self.opts.rounds):  # rotated: A B C, B C A, C A B, ...
+                for name in rotation(list(live), rnd):
+                    rs, headers = live[name]
                     entry = entries[name]
                     if not rs.alive():
                         continue
