@@ -38,6 +38,27 @@ async def _open(port: int) -> trio.SocketStream:
     return await trio.open_tcp_stream("127.0.0.1", port)
 
 
+def _exchange(root: Path, sent: bytes, **config: float) -> tuple[bytes, int]:
+    """Open one connection, send ``sent`` (may be empty), read until the
+    server closes it, and wait until the server holds no connection; what
+    was read and the server's head-timeout count."""
+
+    async def main() -> tuple[bytes, int]:
+        async with running_server(make_config(root, **config)) as (srv, port):
+            stream = await _open(port)
+            if sent:
+                await stream.send_all(sent)
+            got = b""
+            with trio.fail_after(10):
+                while chunk := await stream.receive_some(65536):
+                    got += chunk
+            await stream.aclose()
+            await wait_until(lambda: not srv.connections)
+            return got, srv.stats.timeouts_head
+
+    return trio.run(main)
+
+
 def test_a_first_head_in_two_pieces_is_answered_and_the_connection_kept(root: Path) -> None:
     async def main() -> tuple[bytes, bytes]:
         async with running_server(make_config(root)) as (srv, port):
@@ -58,68 +79,24 @@ def test_a_first_head_in_two_pieces_is_answered_and_the_connection_kept(root: Pa
 
 
 def test_a_first_head_that_never_completes_gets_408(root: Path) -> None:
-    async def main() -> bytes:
-        async with running_server(make_config(root, head_timeout=0.3)) as (srv, port):
-            stream = await _open(port)
-            await stream.send_all(b"GET /data.bin HTTP/1.1\r\nHo")
-            got = b""
-            with trio.fail_after(10):
-                while chunk := await stream.receive_some(65536):
-                    got += chunk
-            await stream.aclose()
-            await wait_until(lambda: not srv.connections)
-            assert srv.stats.timeouts_head == 1
-            return got
-
-    assert trio.run(main).startswith(b"HTTP/1.1 408 ")
+    got, timeouts = _exchange(root, b"GET /data.bin HTTP/1.1\r\nHo", head_timeout=0.3)
+    assert got.startswith(b"HTTP/1.1 408 ")
+    assert timeouts == 1
 
 
 def test_a_silent_new_connection_gets_408_after_the_head_timeout(root: Path) -> None:
-    async def main() -> bytes:
-        async with running_server(make_config(root, head_timeout=0.3)) as (srv, port):
-            stream = await _open(port)
-            got = b""
-            with trio.fail_after(10):
-                while chunk := await stream.receive_some(65536):
-                    got += chunk
-            await stream.aclose()
-            await wait_until(lambda: not srv.connections)
-            return got
-
-    assert trio.run(main).startswith(b"HTTP/1.1 408 ")
+    got, timeouts = _exchange(root, b"", head_timeout=0.3)
+    assert got.startswith(b"HTTP/1.1 408 ")
+    assert timeouts == 1
 
 
 def test_two_pipelined_first_requests_are_both_answered(root: Path) -> None:
-    async def main() -> bytes:
-        async with running_server(make_config(root)) as (srv, port):
-            stream = await _open(port)
-            closing = _GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
-            await stream.send_all(_GET + closing)
-            got = b""
-            with trio.fail_after(10):
-                while chunk := await stream.receive_some(65536):
-                    got += chunk
-            await stream.aclose()
-            await wait_until(lambda: not srv.connections)
-            return got
-
-    got = trio.run(main)
+    closing = _GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    got, _ = _exchange(root, _GET + closing)
     assert got.count(b"HTTP/1.1 200 ") == 2
     assert got.count(b"Connection: close\r\n") == 1
 
 
 def test_a_malformed_first_request_gets_400_and_a_close(root: Path) -> None:
-    async def main() -> bytes:
-        async with running_server(make_config(root)) as (srv, port):
-            stream = await _open(port)
-            await stream.send_all(b"GET /data.bin HTTP/1.1\r\nHost x\r\n\r\n")
-            got = b""
-            with trio.fail_after(10):
-                while chunk := await stream.receive_some(65536):
-                    got += chunk
-            await stream.aclose()
-            await wait_until(lambda: not srv.connections)
-            return got
-
-    got = trio.run(main)
+    got, _ = _exchange(root, b"GET /data.bin HTTP/1.1\r\nHost x\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 400 ") and b"Connection: close\r\n" in got
