@@ -202,7 +202,6 @@ class ConnectionTask:
         "_stream_scope",
         "_switched",
         "_turn",
-        "_untuned",
         "env",
         "in_flight",
         "peer_eof",
@@ -232,8 +231,6 @@ class ConnectionTask:
         else:
             self._lazy_stream = stream
             self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
-        # TCP_NODELAY and TCP_NOTSENT_LOWAT are not set yet (a bare socket).
-        self._untuned = self._lazy_stream is None
         self._client = client
         self.read_scope: trio.CancelScope | None = None
         self.in_flight = False
@@ -266,7 +263,6 @@ class ConnectionTask:
         if stream is None:
             assert self._sock is not None
             stream = self._lazy_stream = trio.SocketStream(self._sock)
-            self._untuned = False
         return stream
 
     def _tune(self) -> None:
@@ -884,7 +880,7 @@ class ConnectionTask:
         memory) only report completion, so we hand them SEND_PIECE bytes at
         a time and push the deadline after each piece.
         """
-        if self._untuned:
+        if self._lazy_stream is None:
             self._tune()
         view = memoryview(data)
         if self._fd >= 0:
@@ -944,7 +940,7 @@ class ConnectionTask:
                 # without the piece list and the coroutine of the general
                 # path below.
                 total = len(head) + len(piece)
-                if self._untuned and (not close or total > _UNTUNED_WRITE_MAX):
+                if self._lazy_stream is None and (not close or total > _UNTUNED_WRITE_MAX):
                     # Only the one small write of a connection that closes
                     # after it goes out before the TCP options are set.
                     self._tune()
@@ -1007,7 +1003,7 @@ class ConnectionTask:
         never a joined copy: a client that stops reading pins O(socket
         buffer) bytes of its own, not O(body).
         """
-        if self._untuned:
+        if self._lazy_stream is None:
             self._tune()
         if len(pieces) > 1:
             if self._fd >= 0:
@@ -1045,7 +1041,7 @@ class ConnectionTask:
         A file that shrank under us makes sendfile return 0 before the span
         is done: we abort rather than pad or finish short.
         """
-        if self._untuned:
+        if self._lazy_stream is None:
             self._tune()
         sock = self._sock
         assert sock is not None
