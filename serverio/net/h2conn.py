@@ -83,6 +83,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 import trio
 from h2.connection import ConnectionInputs
 from h2.errors import ErrorCodes
@@ -146,19 +147,41 @@ def _direct_ok(conn: h2.connection.H2Connection) -> bool:
     )
 
 
+class _LengthUncheckedStream(h2.stream.H2Stream):
+    """h2's stream without its request body-length check.
+
+    h2 raises ``InvalidBodyLengthError`` (a connection-level ProtocolError:
+    GOAWAY, every other stream lost) when DATA disagrees with
+    ``content-length``; RFC 9113 §8.1.1 makes that a malformed request, a
+    stream error.  :meth:`H2Connection._event` checks the length per
+    stream and answers RST_STREAM PROTOCOL_ERROR; here h2 only counts."""
+
+    def _track_content_length(self, length: int, end_stream: bool) -> None:
+        self._actual_content_length += length
+
+
 class _ServerConnection(h2.connection.H2Connection):
     """h2's connection with the concurrent-stream check left to us.
 
     h2 raises a connection-level ``TooManyStreamsError`` for a stream past
     SETTINGS_MAX_CONCURRENT_STREAMS; RFC 9113 §5.1.2 allows (and the
     server wants) a stream error, REFUSED_STREAM, so h2 is told no stream
-    is open and :class:`H2Connection` counts its own.
+    is open and :class:`H2Connection` counts its own.  Its streams leave
+    the body-length check to us too (:class:`_LengthUncheckedStream`).
     """
 
     @property
     def open_inbound_streams(self) -> int:
         _ = super().open_inbound_streams  # keeps h2's closed-stream clean-up
         return 0
+
+    def _begin_new_stream(
+        self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
+    ) -> h2.stream.H2Stream:
+        stream = super()._begin_new_stream(stream_id, allowed_ids)
+        if type(stream) is h2.stream.H2Stream:
+            stream.__class__ = _LengthUncheckedStream  # same layout, one method differs
+        return stream
 
 
 class _Budget:
@@ -563,7 +586,10 @@ class H2Connection:
         self._nursery.start_soon(self._serve_stream, st)
 
     def _stream_error(self, st: _Stream) -> None:
-        """The request turned out malformed: RST_STREAM PROTOCOL_ERROR."""
+        """The request turned out malformed: RST_STREAM PROTOCOL_ERROR
+        (once: its END_STREAM may follow the DATA that was too long)."""
+        if st.reset:
+            return
         self.env.stats.h2_stream_errors += 1
         self._reset(st, ErrorCodes.PROTOCOL_ERROR)
         self._cancel(st)
