@@ -11,6 +11,9 @@ import trio
 import trio.testing
 from h2.errors import ErrorCodes
 
+from serverio import Server
+from serverio.net.connection import ConnectionTask
+
 from .conftest import make_config
 from .h2client import h2_memory
 
@@ -44,3 +47,81 @@ async def test_body_length_mismatch_resets_only_that_stream(root: Path) -> None:
     assert rb.status == 200 and len(rb.body) == 300_000 and rb.ended
     assert bytes(rb.body) == (root / "big.bin").read_bytes()
     assert srv.stats.h2_stream_errors == 2 and srv.stats.h2_protocol_errors == 0
+
+
+# ---------------------------------------------------------------- nosniff
+
+_NOSNIFF_ROWS: list[tuple[str, str, tuple[tuple[str, str], ...], int]] = [
+    ("GET", "/hello.txt", (), 200),  # small file
+    ("GET", "/big.bin", (), 200),  # streamed file
+    ("HEAD", "/hello.txt", (), 200),
+    ("GET", "/sub/", (), 200),  # index file
+    ("GET", "/noindex/", (), 200),  # listing
+    ("GET", "/noindex/?format=json", (), 200),
+    ("GET", "/noindex", (), 301),
+    ("GET", "/missing.txt", (), 404),
+    ("GET", "/.secret", (), 404),
+    ("GET", "/big.bin", (("range", "bytes=10-19"),), 206),
+    ("GET", "/big.bin", (("range", "bytes=0-1,5-6"),), 206),
+    ("GET", "/big.bin", (("range", "bytes=999999-"),), 416),
+    ("GET", "/text.txt", (("accept-encoding", "gzip"),), 200),
+    ("POST", "/hello.txt", (), 405),
+    ("OPTIONS", "/hello.txt", (), 204),
+    ("GET", "/hello.txt", (("if-none-match", "*"),), 304),
+    ("GET", "/hello.txt", (("if-match", '"nope"'),), 412),
+    ("GET", "/.serverio/livereload.js", (), 200),
+    ("GET", "/.serverio/livereload.js", (("if-none-match", "*"),), 304),
+    ("HEAD", "/.serverio/events", (), 200),
+    ("GET", "/.serverio/events", (), 200),
+]
+
+
+def _nosniff_count(fields: list[tuple[bytes, bytes]]) -> int:
+    return sum(
+        1 for k, v in fields if k.lower() == b"x-content-type-options" and v == b"nosniff"
+    )
+
+
+async def _h1_head(srv: Server, method: str, target: str, fields: tuple[tuple[str, str], ...]) -> bytes:
+    """The raw HTTP/1.1 response head (an event stream never ends its body)."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in fields)
+        await ours.send_all(f"{method} {target} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode())
+        got = b""
+        with trio.fail_after(5):
+            while b"\r\n\r\n" not in got:
+                got += await ours.receive_some(65536)
+        nursery.cancel_scope.cancel()
+    return got.split(b"\r\n\r\n", 1)[0]
+
+
+async def test_every_response_says_nosniff_exactly_once_over_both_protocols(root: Path) -> None:
+    (root / "text.txt").write_bytes(b"compress me " * 500)
+    cfg = make_config(root, watch=True)
+    srv = Server(cfg)
+    h1: list[tuple[int, int]] = []
+    h2r: list[tuple[int, int]] = []
+    try:
+        async with srv.handler.running():
+            for method, target, fields, _ in _NOSNIFF_ROWS:
+                head = await _h1_head(srv, method, target, fields)
+                lines = head.split(b"\r\n")
+                parsed = [tuple(ln.split(b": ", 1)) for ln in lines[1:]]
+                h1.append((int(lines[0].split()[1]), _nosniff_count(parsed)))  # type: ignore[arg-type]
+        async with h2_memory(cfg, server=srv) as (client, _, _):
+            for method, target, fields, _ in _NOSNIFF_ROWS:
+                sid = client.request(target, method, list(fields))
+                await client.flush()
+                r = client.responses[sid]
+                endless = method == "GET" and target.endswith("/events")
+                with trio.fail_after(5):
+                    while not r.done and not (endless and r.status):  # an event stream: its head
+                        assert await client.pump()
+                h2r.append((r.status, _nosniff_count(r.header_list)))
+    finally:
+        srv.opener.close()
+    want = [(status, 1) for *_, status in _NOSNIFF_ROWS]
+    assert h1 == want
+    assert h2r == want

@@ -820,7 +820,6 @@ def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
             date,
             (b"content-type", b"text/event-stream"),
             (b"cache-control", b"no-store"),
-            (b"x-content-type-options", b"nosniff"),
         )
         return Plan(200, hs, (), send_body=req.method == b"GET", close=True, stream=True)
     if segments[1] == "livereload.js":
@@ -831,7 +830,6 @@ def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
                 (b"etag", assets.script_etag.encode("ascii")),
                 (b"cache-control", b"no-cache"),
                 (b"content-type", b"text/javascript; charset=utf-8"),
-                (b"x-content-type-options", b"nosniff"),
             ),
         )
         pre = evaluate_preconditions(req, assets.script_etag, None)

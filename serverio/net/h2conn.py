@@ -100,6 +100,7 @@ from ..http.fields import Fields, check_host, scan_fields
 from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
 from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
+from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Waiting, complete, failed, record, start
 from .connection import RECV_SIZE, ConnectionEnv
@@ -126,6 +127,13 @@ _FRAME_HEAD = struct.Struct(">IBI")
 _PREADV: Callable[[int, list[memoryview], int], int] | None = getattr(os, "preadv", None)
 _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
+
+def _head_fields(status: int) -> list[tuple[bytes, bytes]]:
+    """The fields every response starts with: ``:status`` (RFC 9113 §8.3.2)
+    and nosniff, which the serialiser adds on either protocol
+    (:data:`serverio.http.wire.NOSNIFF_FIELD`; a Plan never carries it)."""
+    return [(b":status", b"%d" % status), NOSNIFF_FIELD]
+
 
 async def _run_deferred(deferred: Deferred) -> Prepared:
     """How a stream waits for the handler: just await it.  A reset
@@ -727,7 +735,7 @@ class H2Connection:
             await self._respond(st, plan, NO_BODY)  # HEAD: the head alone
             return
         conn = self._conn
-        headers = [(b":status", b"%d" % plan.status)]
+        headers = _head_fields(plan.status)
         headers += [(k, v) for k, v in plan.headers if k not in CONNECTION_SPECIFIC]
         if st.reset or self._closed:
             return
@@ -802,7 +810,7 @@ class H2Connection:
         round, without the round trip through the writer's queue."""
         if st.reset or self._closed:
             return
-        headers = [(b":status", b"%d" % plan.status)]
+        headers = _head_fields(plan.status)
         for name, value in plan.headers:
             name = name.lower()
             if name not in CONNECTION_SPECIFIC:  # RFC 9113 §8.2.2
