@@ -11,11 +11,14 @@ import trio
 import trio.testing
 from h2.errors import ErrorCodes
 
-from serverio import Server
+from serverio import Config, Server
+from serverio.http.core import RequestFacts, decide_directory
+from serverio.http.rules import compile_rules, slash_redirect
+from serverio.http.target import Target, quote_query
 from serverio.net.connection import ConnectionTask
 
-from .conftest import make_config
-from .h2client import h2_memory
+from .conftest import make_config, memory_connection
+from .h2client import H2Client, H2Response, h2_memory
 
 S = h2.settings.SettingCodes
 
@@ -125,3 +128,75 @@ async def test_every_response_says_nosniff_exactly_once_over_both_protocols(root
     want = [(status, 1) for *_, status in _NOSNIFF_ROWS]
     assert h1 == want
     assert h2r == want
+
+
+# ---------------------------------------------------------------- raw query bytes
+
+_RAW_QUERY = b"/noindex?a\x01b\x1b[31mRED\x7f\xff c"
+# VCHARs both parsers accept that are not query characters (RFC 3986 §3.4).
+_ODD_QUERY = '?q="<x>"{|}^`\\&p=%41%zz'
+_ODD_ENCODED = "?q=%22%3Cx%3E%22%7B%7C%7D%5E%60%5C&p=%41%25zz"
+
+
+async def _h2_raw(client: H2Client, path: bytes) -> H2Response:
+    client.conn.config.validate_outbound_headers = False
+    client.conn.config.normalize_outbound_headers = False
+    sid = client.request(
+        raw=[(b":method", b"GET"), (b":path", path), (b":scheme", b"http"), (b":authority", b"t")]
+    )
+    await client.flush()
+    (r,) = await client.wait(sid)
+    return r
+
+
+async def test_control_and_non_ascii_bytes_in_the_target_are_400_on_both_protocols(
+    root: Path,
+) -> None:
+    cfg = make_config(root)
+    async with memory_connection(cfg) as (h1, _, _):
+        await h1.send_raw(b"GET " + _RAW_QUERY + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        r1 = await h1.read_response()
+    assert r1.status == 400 and r1.header("location") is None
+    for bad in (_RAW_QUERY, b"/noindex?a\x01b", b"/noindex?a b", b"/noindex?\xff", b"/no\x7findex"):
+        async with h2_memory(cfg) as (client, _, _):
+            r2 = await _h2_raw(client, bad)
+            ok = await client.get("/hello.txt")  # a stream error at most: the connection lives
+        assert r2.status == 400 and "location" not in r2.headers, bad
+        assert ok.status == 200 and client.goaway is None
+
+
+async def test_location_carries_the_query_percent_encoded_on_both_protocols(
+    root: Path, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "about.html").write_text("<p>about</p>\n")
+    (site / "d").mkdir()
+    cfg = make_config(site, clean_urls=True, redirects=(("/old", "/about", 301),))
+    cases = [
+        ("/d" + _ODD_QUERY, "/d/" + _ODD_ENCODED),  # directory slash redirect
+        ("/about.html" + _ODD_QUERY, "/about" + _ODD_ENCODED),  # clean URL
+        ("/old" + _ODD_QUERY, "/about" + _ODD_ENCODED),  # a redirect rule
+    ]
+    for target, want in cases:
+        async with memory_connection(cfg) as (h1, _, _):
+            r1 = await h1.get(target)
+        async with h2_memory(cfg) as (client, _, _):
+            r2 = await _h2_raw(client, target.encode())
+        assert (r1.status, r1.header("location")) == (301, want), target
+        assert (r2.status, r2.headers.get("location")) == (301, want), target
+
+
+def test_quote_query_leaves_only_query_characters() -> None:
+    """The pure rule, including bytes no transport lets through any more."""
+    raw = _RAW_QUERY.split(b"?", 1)[1].decode("latin-1")
+    assert quote_query(raw) == "a%01b%1B[31mRED%7F%FF%20c".replace("[", "%5B")
+    assert quote_query("a=1&b=%2F/x?y:z@w") == "a=1&b=%2F/x?y:z@w"  # already fine: unchanged
+    assert quote_query("%") == "%25" and quote_query("%4") == "%254"
+    req = RequestFacts(method=b"GET", target=Target(("noindex",), False, raw))
+    plan = decide_directory(req, Config(), 0.0)
+    (loc,) = [v for k, v in plan.headers if k == b"location"]
+    assert loc == b"/noindex/?a%01b%1B%5B31mRED%7F%FF%20c"
+    rules_target = Target(("about.html",), False, raw)
+    site_rules = compile_rules(clean_urls=True)
+    assert slash_redirect(site_rules, rules_target) == b"/about?a%01b%1B%5B31mRED%7F%FF%20c"

@@ -25,7 +25,7 @@ from ..config import Config
 from ..errors import HTTPError, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
 from .livescript import live_assets
-from .target import Target
+from .target import Target, quote_query
 
 __all__ = [
     "ETAG_MODES",
@@ -539,8 +539,8 @@ def decide_directory(req: RequestFacts, cfg: Config, now: float) -> Plan:
         # starts with exactly one "/" and can never become "//host".
         loc = req.target.url_path(slash=True)
         if req.target.query is not None:
-            loc += "?" + req.target.query
-        return error_plan(301, now, headers=[(b"location", loc.encode("latin-1"))], head_only=head)
+            loc += "?" + quote_query(req.target.query)
+        return error_plan(301, now, headers=[(b"location", loc.encode("ascii"))], head_only=head)
     return error_plan(404, now, head_only=head)
 
 

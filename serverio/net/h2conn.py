@@ -97,7 +97,13 @@ from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts
 from ..http.fields import Fields, check_host, scan_fields
-from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
+from ..http.h2head import (
+    CONNECTION_SPECIFIC,
+    MalformedRequest,
+    RequestHead,
+    parse_request_head,
+    path_bytes_ok,
+)
 from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
 from ..http.wire import NOSNIFF_FIELD
@@ -633,6 +639,8 @@ class H2Connection:
             raise HTTPError(405, "CONNECT is not supported")  # not a proxy
         if head.authority is not None:
             check_host(head.authority)
+        if not path_bytes_ok(head.path):
+            raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
         f = scan_fields(head.fields)
         target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
         facts = RequestFacts(
