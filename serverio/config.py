@@ -64,7 +64,8 @@ class Config:
     h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
     # Per connection and second: stream resets by the client (rapid reset,
     # CVE-2023-44487) and control frames that deliver no request (PING,
-    # SETTINGS, PRIORITY, empty DATA); past either, GOAWAY ENHANCE_YOUR_CALM.
+    # SETTINGS, PRIORITY, empty DATA, WINDOW_UPDATEs no DATA earned); past
+    # either, GOAWAY ENHANCE_YOUR_CALM.
     h2_max_resets: int = 200
     h2_max_control: int = 200
 

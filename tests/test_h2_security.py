@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import h2.settings
+import pytest
 import trio
 import trio.testing
 from h2.errors import ErrorCodes
@@ -16,8 +17,9 @@ from serverio.http.core import RequestFacts, decide_directory
 from serverio.http.rules import compile_rules, slash_redirect
 from serverio.http.target import Target, quote_query
 from serverio.net.connection import ConnectionTask
+from serverio.net.h2conn import H2Connection
 
-from .conftest import make_config, memory_connection
+from .conftest import make_config, memory_connection, wait_until
 from .h2client import H2Client, H2Response, h2_memory
 
 S = h2.settings.SettingCodes
@@ -200,3 +202,74 @@ def test_quote_query_leaves_only_query_characters() -> None:
     rules_target = Target(("about.html",), False, raw)
     site_rules = compile_rules(clean_urls=True)
     assert slash_redirect(site_rules, rules_target) == b"/about?a%01b%1B%5B31mRED%7F%FF%20c"
+
+
+# ---------------------------------------------------------------- WINDOW_UPDATE floods
+
+
+def _h2_side(conn: ConnectionTask) -> H2Connection:
+    h = conn._switched
+    assert isinstance(h, H2Connection)
+    return h
+
+
+def _sending(conn: ConnectionTask) -> int:
+    """Body sources of the connection's HTTP/2 side (0 before the switch)."""
+    h = conn._switched
+    return len(h._sending) if isinstance(h, H2Connection) else 0
+
+
+@pytest.mark.parametrize("kind", ["connection", "dribble"])
+async def test_window_update_flood_gets_enhance_your_calm_within_the_budget(
+    root: Path, kind: str
+) -> None:
+    """WINDOW_UPDATEs with no data moving cost work and carry nothing: past
+    --h2-max-control per second, GOAWAY ENHANCE_YOUR_CALM (they were never
+    counted: 300k frames left the connection open).  "dribble": one byte of
+    window at a time on a stream with a body to send, each answered by a
+    one-byte DATA frame, earns no allowance either."""
+    cfg = make_config(root, h2_max_control=100)
+    srv = Server(cfg)
+    sent = 0
+    settings = {S.INITIAL_WINDOW_SIZE: 0} if kind == "dribble" else None
+    try:
+        async with h2_memory(cfg, server=srv, settings=settings, ack=False) as (client, _, conn):
+            if kind == "dribble":
+                sid = client.request("/big.bin")
+                await client.flush()
+                await wait_until(lambda: _sending(conn) == 1)
+            else:
+                sid = 0
+                r = await client.get("/hello.txt")  # an ordinary request first
+                assert r.status == 200
+            h = _h2_side(conn)
+            with trio.fail_after(10):
+                while not h._closed and sent < 3000:
+                    for _ in range(10):  # through the client's h2: it knows its windows
+                        client.conn.increment_flow_control_window(1, stream_id=sid or None)
+                    await client.flush()
+                    sent += 10
+                    await trio.testing.wait_all_tasks_blocked()
+            await client.until_closed()
+        assert client.goaway is not None
+        assert client.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+        assert srv.stats.h2_calm == 1
+        # The budget (100) plus the last batch: never the whole flood.
+        assert sent <= 100 + 10, sent
+    finally:
+        srv.opener.close()
+
+
+async def test_small_windows_download_is_not_a_window_update_flood(root: Path) -> None:
+    """A client with 1 KiB stream windows answers every DATA frame with a
+    WINDOW_UPDATE (about 300 for big.bin, plus connection ones), far past a
+    control budget of 20 per second: each follows DATA the server sent, so
+    none spends the budget."""
+    cfg = make_config(root, h2_max_control=20)
+    async with h2_memory(cfg, settings={S.INITIAL_WINDOW_SIZE: 1024}) as (client, srv, _):
+        r = await client.get("/big.bin")
+        again = await client.get("/big.bin", [("range", "bytes=0-99999")])
+    assert r.status == 200 and bytes(r.body) == (root / "big.bin").read_bytes()
+    assert r.data_frames >= 290
+    assert again.status == 206 and len(again.body) == 100_000
+    assert client.goaway is None and srv.stats.h2_calm == 0

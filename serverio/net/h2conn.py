@@ -123,6 +123,13 @@ OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits
 WRITE_PIECE = 524288  # bytes per socket write; the write deadline moves after each
 IDLE_KEEP = 16384  # bytes of output buffer capacity a connection with no stream keeps
 _WINDOW = 1.0  # seconds: the flood budgets count per window
+# WINDOW_UPDATE allowance: each _UPDATE_EARNER bytes of DATA sent earn two
+# free WINDOW_UPDATEs (the stream's and the connection's, RFC 9113 §6.9),
+# banked up to _UPDATE_BANK; one without credit spends the control budget.
+# Counted in bytes, not frames: a client that opens its window one byte at
+# a time to get one-byte DATA frames (a "data dribble") earns nothing.
+_UPDATE_EARNER = 1024
+_UPDATE_BANK = 1024
 ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
 
 # RFC 9113 §4.1 frame header: 24-bit length and 8-bit type (packed as one
@@ -334,6 +341,10 @@ class H2Connection:
         self._broken = False  # the socket failed
         self._resets = _Budget(cfg.h2_max_resets)
         self._control = _Budget(cfg.h2_max_control)
+        # Free WINDOW_UPDATEs earned by DATA sent, and the bytes towards
+        # the next (see _earn).
+        self._update_credit = 0
+        self._update_bytes = 0
         # Frame boundaries, tracked over the raw bytes (see _count_frames):
         # bytes of the current frame still to skip (first the 24-byte
         # client preface), and a partial 9-byte frame header.
@@ -562,6 +573,14 @@ class H2Connection:
                 return
             self._kick()  # windows or the frame size may have changed
         elif isinstance(ev, h2.events.WindowUpdated):
+            # A WINDOW_UPDATE answers DATA we sent: free while credit earned
+            # by DATA bytes lasts; past it (a flood with no data moving)
+            # it spends the control budget (docs/features.md "HTTP/2").
+            if self._update_credit:
+                self._update_credit -= 1
+            elif self._control.spend():
+                self._calm()
+                return
             self._kick()
         elif isinstance(ev, h2.events.ConnectionTerminated):
             # The client's GOAWAY: h2 accepts no more frames from us either.
@@ -762,6 +781,7 @@ class H2Connection:
                 window = min(conn.local_flow_control_window(st.sid), conn.max_outbound_frame_size)
                 if window > 0:
                     conn.send_data(st.sid, data[:window])
+                    self._earn(min(window, len(data)))
                     data = data[window:]
                     self._pull()
                     deadline = trio.current_time() + timeout
@@ -943,6 +963,7 @@ class H2Connection:
         if not self._direct:
             for i in range(0, n, size):
                 conn.send_data(sid, data[i : i + size], end_stream=end and i + size >= n)
+            self._earn(n)
             return
         self._account(sid, n, end)
         out = conn._data_to_send
@@ -1027,6 +1048,16 @@ class H2Connection:
             machine.process_input(StreamInputs.SEND_END_STREAM)
         stream.outbound_flow_control_window -= n
         conn.outbound_flow_control_window -= n
+        self._earn(n)
+
+    def _earn(self, n: int) -> None:
+        """``n`` bytes of DATA went to h2: for each _UPDATE_EARNER of them
+        the client may send a stream and a connection WINDOW_UPDATE without
+        spending the control budget (at most _UPDATE_BANK banked)."""
+        sent = self._update_bytes + n
+        credit = self._update_credit + 2 * (sent // _UPDATE_EARNER)
+        self._update_bytes = sent % _UPDATE_EARNER
+        self._update_credit = credit if credit < _UPDATE_BANK else _UPDATE_BANK
 
     def _read_framed(self, st: _Stream, piece: FileSpan, n: int) -> int | None:
         """``n`` bytes of ``piece`` read by one scatter read straight into

@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_D.h2_max_control,
         metavar="N",
-        help="PING/SETTINGS/PRIORITY/empty frames per connection and second before GOAWAY",
+        help="PING/SETTINGS/PRIORITY/empty/unearned WINDOW_UPDATE frames per connection and second "
+        "before GOAWAY",
     )
     f = p.add_argument_group("files")
     f.add_argument(
