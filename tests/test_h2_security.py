@@ -19,7 +19,7 @@ from serverio.http.target import Target, quote_query
 from serverio.net.connection import ConnectionTask
 from serverio.net.h2conn import H2Connection
 
-from .conftest import make_config, memory_connection, wait_until
+from .conftest import make_config, memory_connection, open_fd_count, wait_until
 from .h2client import H2Client, H2Response, h2_memory
 
 S = h2.settings.SettingCodes
@@ -87,7 +87,9 @@ def _nosniff_count(fields: list[tuple[bytes, bytes]]) -> int:
     )
 
 
-async def _h1_head(srv: Server, method: str, target: str, fields: tuple[tuple[str, str], ...]) -> bytes:
+async def _h1_head(
+    srv: Server, method: str, target: str, fields: tuple[tuple[str, str], ...]
+) -> bytes:
     """The raw HTTP/1.1 response head (an event stream never ends its body)."""
     ours, theirs = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
@@ -273,3 +275,180 @@ async def test_small_windows_download_is_not_a_window_update_flood(root: Path) -
     assert r.data_frames >= 290
     assert again.status == 206 and len(again.body) == 100_000
     assert client.goaway is None and srv.stats.h2_calm == 0
+
+
+# ---------------------------------------------------------------- descriptors and window stalls
+
+
+async def _h2_client(
+    srv: Server, nursery: trio.Nursery, settings: dict[h2.settings.SettingCodes, int]
+) -> H2Client:
+    """Another HTTP/2 connection to ``srv`` over memory streams."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
+    client = H2Client(ours)
+    await client.start(settings)
+    return client
+
+
+async def _open_windows(client: H2Client) -> None:
+    client.conn.update_settings({S.INITIAL_WINDOW_SIZE: 1 << 20})
+    client.conn.increment_flow_control_window(1 << 24)
+    await client.flush()
+
+
+@pytest.mark.parametrize("fs_workers", [0, 2])
+async def test_zero_window_streams_hold_at_most_the_cap_of_descriptors(
+    root: Path, fs_workers: int
+) -> None:
+    """SETTINGS_INITIAL_WINDOW_SIZE=0 and many streams for a large file:
+    each stream held a descriptor (100 per connection, where ops/fdlimit.py
+    budgets 2).  Now a connection holds at most --h2-max-open-files; the
+    other streams wait for a slot and are all served once windows open."""
+    cfg = make_config(
+        root, h2_max_open_files=3, fs_workers=fs_workers, fs_queue=64 if fs_workers else 0
+    )
+    srv = Server(cfg)
+    zero = {S.INITIAL_WINDOW_SIZE: 0}
+    try:
+        async with srv.handler.running(), trio.open_nursery() as nursery:
+            a = await _h2_client(srv, nursery, zero)
+            b = await _h2_client(srv, nursery, zero)
+            assert (await a.get("/hello.txt", method="HEAD")).status == 200  # the root is open
+            assert (await b.get("/hello.txt", method="HEAD")).status == 200
+            await trio.testing.wait_all_tasks_blocked()
+            baseline = open_fd_count()
+            sids = {c: [c.request("/big.bin") for _ in range(20)] for c in (a, b)}
+            for c in (a, b):
+                await c.flush()
+            await trio.testing.wait_all_tasks_blocked()
+            held = open_fd_count() - baseline
+            assert held <= 2 * 3, held
+            assert srv.stats.h2_streams == 42
+            # Windows open: every stream is served, the cap holding throughout.
+            peak = held
+            for c in (a, b):
+                await _open_windows(c)
+                with trio.fail_after(20):
+                    while not all(c.responses[s].done for s in sids[c]):
+                        assert await c.pump()
+                        peak = max(peak, open_fd_count() - baseline)
+            await trio.testing.wait_all_tasks_blocked()
+            left = open_fd_count() - baseline
+            nursery.cancel_scope.cancel()
+        body = (root / "big.bin").read_bytes()
+        for c in (a, b):
+            assert all(
+                c.responses[s].ended and bytes(c.responses[s].body) == body for s in sids[c]
+            )
+        assert peak <= 2 * 3, peak
+        assert left == 0
+    finally:
+        srv.opener.close()
+
+
+async def test_small_answers_do_not_wait_behind_the_descriptor_cap(root: Path) -> None:
+    """At the cap (every slot held by a stalled large body) a small file, an
+    error and a 304 are still answered at once: only an answer that needs
+    a descriptor waits for one."""
+    cfg = make_config(root, h2_max_open_files=1)
+    async with h2_memory(cfg, settings={S.INITIAL_WINDOW_SIZE: 0}) as (client, _, conn):
+        stalled = client.request("/big.bin")
+        waiting = client.request("/big.bin")
+        await client.flush()
+        await wait_until(lambda: _sending(conn) == 1)
+        small = client.request("/hello.txt")
+        missing = client.request("/missing.txt")
+        cached = client.request("/hello.txt", headers=[("if-none-match", "*")])
+        await client.flush()
+        with trio.fail_after(5):
+            while not all(client.responses[s].status for s in (small, missing, cached)):
+                assert await client.pump()
+        assert [client.responses[s].status for s in (small, missing, cached)] == [200, 404, 304]
+        assert not client.responses[stalled].done and client.responses[waiting].status == 0
+        await _open_windows(client)
+        rs = await client.wait(small, stalled, waiting)
+    assert all(r.ended for r in rs) and bytes(rs[0].body) == b"hello world\n"
+    assert len(rs[1].body) == len(rs[2].body) == 300_000
+
+
+async def test_window_trickle_does_not_keep_streams_past_the_write_timeout(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """One byte of window per stream every 2 s used to move each stream's
+    write deadline forever.  Progress is now 16 KiB (as HTTP/1.1 counts
+    it on a stream), so the streams are reset and, no body on the
+    connection having moved, the connection ends at --write-timeout."""
+    cfg = make_config(root, write_timeout=7.0, keepalive_timeout=60.0)
+    srv = Server(cfg)
+    try:
+        zero = {S.INITIAL_WINDOW_SIZE: 0}
+        async with h2_memory(cfg, server=srv, settings=zero, ack=False) as (client, _, _):
+            assert (await client.get("/hello.txt", method="HEAD")).status == 200
+            await trio.testing.wait_all_tasks_blocked()
+            baseline = open_fd_count()
+            t0 = trio.current_time()
+            sids = [client.request("/big.bin") for _ in range(10)]
+            await client.flush()
+
+            async def trickle() -> None:
+                while True:
+                    await trio.sleep(2.0)
+                    for sid in sids:
+                        if not client.responses[sid].done:
+                            client.conn.increment_flow_control_window(1, stream_id=sid)
+                    await client.flush()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trickle)
+                with trio.fail_after(60):
+                    await client.until_closed()
+                nursery.cancel_scope.cancel()
+            closed = trio.current_time() - t0
+            await trio.testing.wait_all_tasks_blocked()
+            left = open_fd_count() - baseline
+        assert 7.0 <= closed < 9.0, closed
+        assert client.goaway is not None
+        assert not any(client.responses[s].ended for s in sids)
+        assert 0 < sum(len(client.responses[s].body) for s in sids) < 100  # the trickle's bytes
+        assert srv.stats.timeouts_write >= 1
+        assert left == 0
+    finally:
+        srv.opener.close()
+
+
+async def test_descriptors_are_released_as_soon_as_the_client_is_gone(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """EOF from a client whose windows are shut: no WINDOW_UPDATE can come
+    any more, so the streams' descriptors are closed at once (they used to
+    stay until --write-timeout, 30 s)."""
+    cfg = make_config(root)
+    srv = Server(cfg)
+    try:
+        async with h2_memory(cfg, server=srv, settings={S.INITIAL_WINDOW_SIZE: 0}) as (
+            client,
+            _,
+            conn,
+        ):
+            assert (await client.get("/hello.txt", method="HEAD")).status == 200
+            await trio.testing.wait_all_tasks_blocked()
+            baseline = open_fd_count()
+            for _ in range(4):
+                client.request("/big.bin")
+            await client.flush()
+            await wait_until(lambda: _sending(conn) == 4)
+            assert open_fd_count() - baseline == 4
+            t0 = trio.current_time()
+            stream = client.stream
+            assert isinstance(stream, trio.StapledStream)
+            await stream.send_stream.aclose()  # the client's side ends (FIN)
+            with trio.fail_after(60):
+                await client.until_closed()
+            gone = trio.current_time() - t0
+            await trio.testing.wait_all_tasks_blocked()
+            left = open_fd_count() - baseline
+        assert gone < 0.5, gone
+        assert left == 0
+    finally:
+        srv.opener.close()

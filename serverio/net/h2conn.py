@@ -55,9 +55,14 @@ Memory per connection is bounded regardless of file sizes and stream count
   GOAWAY and close; PINGs and partial header blocks do not extend it;
 * write (connection): the socket must accept bytes within
   ``write_timeout``, else the connection is aborted;
-* write (stream): a stream whose body makes no progress (its or the
-  connection's window stays closed) for ``write_timeout`` is reset with
-  CANCEL.
+* write (stream): a stream whose body makes no progress (16 KiB of DATA,
+  or its end: its or the connection's window stays closed, or opens a byte
+  at a time) for ``write_timeout`` is reset with CANCEL; when no body of
+  the connection made progress in that time either, the connection ends
+  (GOAWAY);
+* descriptors: at most ``h2_max_open_files`` bodies streamed from files
+  at once (:meth:`H2Connection._answer`); after the client's EOF a body
+  its windows cannot finish is dropped at once.
 
 Error model: h2's own inbound header validation is off (it would end the
 connection for a malformed request); :mod:`serverio.http.h2head` checks
@@ -108,8 +113,8 @@ from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
 from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Waiting, complete, failed, record, start
-from .connection import RECV_SIZE, ConnectionEnv
+from ..pipeline.request import Answer, Waiting, complete, failed, record, start
+from .connection import RECV_SIZE, SEND_PIECE, ConnectionEnv
 from .outbuf import OutBuffer
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
@@ -229,9 +234,11 @@ class _Stream:
     """One request stream and, while its body is sent, its cursor."""
 
     __slots__ = (
+        "credit",
         "ended",
         "failed",
         "fd",
+        "file_slot",
         "finished",
         "head",
         "index",
@@ -262,7 +269,9 @@ class _Stream:
         self.offset = 0  # within pieces[index]
         self.remaining = 0
         self.fd = -1
-        self.moved = 0.0  # trio time of the body's last DATA frame
+        self.moved = 0.0  # trio time the body last made SEND_PIECE bytes of progress
+        self.credit = 0  # body bytes sent since then
+        self.file_slot = False  # holds one of the connection's body-descriptor slots
         self.progress: trio.Event | None = None  # set when the body ended, failed or was reset
         self.finished = False  # the last DATA frame (END_STREAM) was handed to h2
         self.failed = False  # the body could not be completed (read error, shrank)
@@ -340,6 +349,13 @@ class H2Connection:
         self._reading = True
         self._broken = False  # the socket failed
         self._resets = _Budget(cfg.h2_max_resets)
+        # Body descriptors this connection holds at most (ops/fdlimit.py
+        # counts 1 + this per connection); see _answer.
+        self._files = trio.Semaphore(cfg.h2_max_open_files)
+        # When the connection's bodies last made SEND_PIECE bytes of
+        # progress (or began to wait), and the bytes since: see _await_body.
+        self._moved = 0.0
+        self._credit = 0
         self._control = _Budget(cfg.h2_max_control)
         # Free WINDOW_UPDATEs earned by DATA sent, and the bytes towards
         # the next (see _earn).
@@ -671,6 +687,66 @@ class H2Connection:
         )
         return facts, f
 
+    async def _answer(self, st: _Stream, now: float) -> tuple[Answer, Fields | None]:
+        """The request steps (:mod:`serverio.pipeline.request`, shared with
+        HTTP/1.1) under the connection's cap on body descriptors.
+
+        A body streamed from a file keeps its descriptor until it is sent,
+        however long the client keeps its window closed, so a stream may
+        hold one only with one of ``h2_max_open_files`` slots: what
+        ``ops/fdlimit.py`` budgets, whatever the client does.  A free slot
+        is taken up front and given back at once when the answer holds no
+        descriptor.  At the cap, :func:`start` (synchronous: no await, so
+        at most one such descriptor exists in the process) still answers
+        what needs none (a warm file, a small file, an error, a 304) without
+        waiting; an answer that holds one, or must wait for the handler,
+        is dropped (its descriptor closed) and asked again once a slot is
+        free.
+
+        Cancellation handling: a reset while waiting for a slot cancels the
+        wait with nothing held; the slot a stream holds is given back in
+        :meth:`_serve_stream`'s ``finally``, after its body is closed.
+        """
+        env = self.env
+        fields: Fields | None = None
+        try:
+            req, fields = self._facts(st)
+            if not self._take_file_now(st):
+                got = start(env, req, now)
+                if type(got) is tuple and got[1].fd < 0:
+                    return got, fields
+                if type(got) is tuple:
+                    got[1].close()
+                elif type(got) is Waiting and got.deferred is not None:
+                    got.deferred.close()
+                await self._files.acquire()
+                st.file_slot = True
+            got = start(env, req, now)
+            if type(got) is Waiting:
+                answer = await complete(env, got, now, self._client, _run_deferred)
+                assert answer is not None  # _run_deferred never gives None
+            else:
+                assert type(got) is tuple
+                answer = got
+        except HTTPError as exc:
+            answer = failed(env, exc, now, st.head.method == b"HEAD")
+        if answer[1].fd < 0:
+            self._give_file(st)
+        return answer, fields
+
+    def _take_file_now(self, st: _Stream) -> bool:
+        try:
+            self._files.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        st.file_slot = True
+        return True
+
+    def _give_file(self, st: _Stream) -> None:
+        if st.file_slot:
+            st.file_slot = False
+            self._files.release()
+
     async def _serve_stream(self, st: _Stream) -> None:
         env = self.env
         cfg = env.config
@@ -685,17 +761,7 @@ class H2Connection:
                 # The request steps are the pipeline's (serverio.pipeline.request),
                 # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
                 # cancels the wait for a Deferred.
-                try:
-                    req, fields = self._facts(st)
-                    got = start(env, req, now)
-                    if type(got) is Waiting:
-                        answer = await complete(env, got, now, self._client, _run_deferred)
-                        assert answer is not None  # _run_deferred never gives None
-                    else:
-                        assert type(got) is tuple
-                        answer = got
-                except HTTPError as exc:
-                    answer = failed(env, exc, now, st.head.method == b"HEAD")
+                answer, fields = await self._answer(st, now)
                 plan, body, _ = answer
                 if plan.stream:
                     return await self._serve_events(st, plan)
@@ -714,6 +780,7 @@ class H2Connection:
             self._sending.pop(st.sid, None)  # before the fd closes
             if body is not None:
                 body.close()
+            self._give_file(st)
             self._streams.pop(st.sid, None)
             if not self._streams:
                 self._idle_deadline = trio.current_time() + cfg.keepalive_timeout
@@ -854,6 +921,11 @@ class H2Connection:
             st.pieces = body
             st.remaining = total
             st.fd = source.fd
+            if not self._sending:
+                # The connection's bodies begin to wait: its no-progress
+                # clock starts now (see _await_body).
+                self._moved = trio.current_time()
+                self._credit = 0
             self._sending[st.sid] = st
             self._pull()
             if total <= FRAME_CHUNK and len(self._out) < OUT_BUDGET:
@@ -876,17 +948,30 @@ class H2Connection:
 
     async def _await_body(self, st: _Stream) -> None:
         """Wait while the writer sends the body; no progress on this stream
-        for ``write_timeout`` resets it (CANCEL).  The writer notes the time
-        of each frame (``moved``) and wakes this task only at the end, so a
-        large body costs no task switch per frame."""
+        for ``write_timeout`` resets it (CANCEL), and when the connection's
+        bodies as a whole made none either, the connection ends (GOAWAY).
+
+        Progress is SEND_PIECE (16 KiB) of DATA, or the end of the body,
+        as an HTTP/1.1 write on a stream moves its deadline per SEND_PIECE
+        written: a client that opens its windows a byte at a time (a
+        trickle) makes none and cannot keep a stream, or its descriptor,
+        past the deadline.  The writer notes the time (``moved``) and wakes
+        this task only at the end, so a large body costs no task switch per
+        frame."""
         timeout = self.env.config.write_timeout
         st.moved = trio.current_time()
         st.progress = done = trio.Event()
         while not st.finished and not st.failed and not st.reset:
             deadline = st.moved + timeout
-            if trio.current_time() >= deadline:
+            now = trio.current_time()
+            if now >= deadline:
                 self.env.stats.timeouts_write += 1
                 self._reset(st, ErrorCodes.CANCEL)
+                if now - self._moved >= timeout:
+                    # No body on the connection moved either: the client
+                    # reads nothing (or keeps every window shut), as an
+                    # HTTP/1.1 client past its write deadline; end it.
+                    self._close(ErrorCodes.NO_ERROR)
                 return
             with trio.move_on_at(deadline):
                 await done.wait()
@@ -989,6 +1074,11 @@ class H2Connection:
             return 0
         n = min(window, ROUND_QUANTUM)
         if n <= 0:
+            if not self._reading:
+                # The client's side reached EOF: no WINDOW_UPDATE can come
+                # any more, so the body can never finish; its descriptor
+                # goes now, not at the write deadline.
+                self._cancel(st)
             return 0
         piece = st.pieces[st.index]
         if isinstance(piece, FileSpan):
@@ -1022,18 +1112,28 @@ class H2Connection:
             st.index += 1
             st.offset = 0
         st.remaining -= n
+        st.credit += n
+        self._credit += n
         return st.remaining == 0
 
     def _after_round(self, st: _Stream, end: bool) -> None:
         """A round of ``st`` is framed: done (out of the queue, its task
         woken) or progress noted for its write deadline."""
+        now = trio.current_time()
         if end:
             st.finished = True
             del self._sending[st.sid]
             if st.progress is not None:
                 st.progress.set()
-        else:
-            st.moved = trio.current_time()
+        elif st.credit >= SEND_PIECE:
+            # Progress is SEND_PIECE bytes, as for HTTP/1.1 on a stream
+            # (net/connection.py _send): a window opened a byte at a time
+            # does not move the write deadline.
+            st.moved = now
+            st.credit = 0
+        if end or self._credit >= SEND_PIECE:
+            self._moved = now
+            self._credit = 0
 
     def _account(self, sid: int, n: int, end: bool) -> None:
         """Drive h2's connection and stream state machines and windows for
