@@ -64,9 +64,15 @@ class Config:
     h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
     # Per connection and second: stream resets by the client (rapid reset,
     # CVE-2023-44487) and control frames that deliver no request (PING,
-    # SETTINGS, PRIORITY, empty DATA); past either, GOAWAY ENHANCE_YOUR_CALM.
+    # SETTINGS, PRIORITY, empty DATA, WINDOW_UPDATEs no DATA earned); past
+    # either, GOAWAY ENHANCE_YOUR_CALM.
     h2_max_resets: int = 200
     h2_max_control: int = 200
+    # Body descriptors (files streamed from disk, over --small-file-size) one
+    # HTTP/2 connection holds at once; a stream past it waits for one.  Part
+    # of the open-file arithmetic (serverio.ops.fdlimit): 1 + this per
+    # connection.
+    h2_max_open_files: int = 4
 
     # Filesystem policy.
     index: tuple[str, ...] = ("index.html",)
@@ -169,6 +175,7 @@ class Config:
             ("h2_max_streams", 1),
             ("h2_max_resets", 1),
             ("h2_max_control", 1),
+            ("h2_max_open_files", 1),
             ("small_file_size", 0),
             ("max_ranges", 1),
             ("fs_workers", 0),
@@ -189,6 +196,10 @@ class Config:
         if self.h2_max_streams > _MAX_H2_STREAMS:
             raise ConfigError(
                 f"--h2-max-streams {self.h2_max_streams} is absurd (max {_MAX_H2_STREAMS})"
+            )
+        if self.h2_max_open_files > _MAX_H2_STREAMS:
+            raise ConfigError(
+                f"--h2-max-open-files {self.h2_max_open_files} is absurd (max {_MAX_H2_STREAMS})"
             )
         if self.max_target_size > self.max_head_size:
             raise ConfigError("--max-head-size must be at least the maximum target size (8192)")

@@ -32,7 +32,7 @@ from typing import Final
 from ..errors import ConfigError
 from .core import Plan, RequestFacts, error_plan
 from .negotiate import SIDECAR_SUFFIX
-from .target import Target, quote_segment
+from .target import Target, quote_query, quote_segment
 
 __all__ = [
     "FORBIDDEN_HEADERS",
@@ -620,7 +620,7 @@ def redirect_for(rules: SiteRules, target: Target) -> tuple[int, bytes] | None:
         if not _check_location(loc) or (rule.to_is_path and not loc.startswith("/")):
             continue
         if "?" not in rule.to and target.query is not None:
-            loc += "?" + target.query
+            loc += "?" + quote_query(target.query)
         if any(ord(c) < 0x21 or ord(c) > 0x7E for c in loc):
             continue
         return rule.status, loc.encode("ascii")
@@ -652,8 +652,8 @@ def slash_redirect(rules: SiteRules, target: Target) -> bytes | None:
         return None
     loc = new.url_path() if new.segments else "/"
     if new.query is not None:
-        loc += "?" + new.query
-    return loc.encode("latin-1")
+        loc += "?" + quote_query(new.query)
+    return loc.encode("ascii")
 
 
 def rewrite_for(rules: SiteRules, target: Target) -> Target | None:

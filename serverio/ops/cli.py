@@ -191,7 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_D.h2_max_control,
         metavar="N",
-        help="PING/SETTINGS/PRIORITY/empty frames per connection and second before GOAWAY",
+        help="PING/SETTINGS/PRIORITY/empty/unearned WINDOW_UPDATE frames per connection and second "
+        "before GOAWAY",
+    )
+    h.add_argument(
+        "--h2-max-open-files",
+        type=int,
+        default=_D.h2_max_open_files,
+        metavar="N",
+        help="file descriptors of streamed bodies one connection holds at once "
+        "(a stream past it waits)",
     )
     f = p.add_argument_group("files")
     f.add_argument(
@@ -491,6 +500,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         h2_max_streams=args.h2_max_streams,
         h2_max_resets=args.h2_max_resets,
         h2_max_control=args.h2_max_control,
+        h2_max_open_files=args.h2_max_open_files,
         index=index,
         hidden=args.hidden,
         follow_symlinks=args.follow_symlinks,
