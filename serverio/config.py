@@ -124,6 +124,9 @@ class Config:
     watch: bool = False
     watch_prefix: str = "/.serverio"
     watch_poll: bool = False  # force the polling watcher (network filesystems)
+    # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
+    # their own budget, outside --max-connections; past it, 503.
+    watch_max_streams: int = 32
 
     # Site rules (serverio.http.rules; docs/features.md "Site rules"): the
     # raw specifications, compiled once by serverio.pipeline.site.load_site.
@@ -180,6 +183,7 @@ class Config:
             ("compress_max_size", 0),
             ("compress_cache_size", 0),
             ("file_cache_size", 0),
+            ("watch_max_streams", 1),
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:

@@ -320,18 +320,55 @@ async def test_shutdown_closes_event_streams_first(root: Path) -> None:
     assert srv.abandoned_threads == 0 and srv.live.broadcast.subscribers == set()
 
 
-async def test_event_streams_count_toward_max_connections(root: Path) -> None:
-    async with running_server(make_config(root, watch=True, max_connections=1)) as (srv, port):
-        events = await _open_events(port)
-        client = await connect(port)
-        r = await client.get("/hello.txt")
-        assert r.status == 503
-        await client.stream.aclose()
-        await events.aclose()
-        await wait_until(lambda: not srv.connections)
-        again = await connect(port)
-        assert (await again.get("/hello.txt")).status == 200
-        await again.stream.aclose()
+async def test_event_streams_have_their_own_budget_outside_max_connections(root: Path) -> None:
+    # N + 1 event streams against --max-connections N: the streams leave
+    # the connection budget, the one past --watch-max-streams gets a 503,
+    # and ordinary clients are served meanwhile.
+    cfg = make_config(root, watch=True, max_connections=2, watch_max_streams=2)
+    async with running_server(cfg) as (srv, port):
+        events = [await _open_events(port) for _ in range(2)]
+        assert srv.live is not None
+        slots = srv.live.slots
+        assert slots.open == 2 and len(slots) == 2
+        extra = await connect(port)
+        refused = await extra.get("/.serverio/events")
+        assert refused.status == 503 and refused.header("retry-after") == "1"
+        assert slots.refused == 1 and slots.open == 2
+        await extra.stream.aclose()
+        clients = [await connect(port) for _ in range(2)]  # the whole connection budget
+        for c in clients:
+            assert (await c.get("/hello.txt")).status == 200
+        # Past --max-connections (streams left out), ordinary clients are shed.
+        third = await connect(port)
+        assert (await third.get("/hello.txt")).status == 503
+        for c in [*clients, third]:
+            await c.stream.aclose()
+        # A stream that ends gives its slot back; a new one is served.
+        await events.pop().aclose()
+        await wait_until(lambda: slots.open == 1)
+        events.append(await _open_events(port))
+        for e in events:
+            await e.aclose()
+        await wait_until(lambda: slots.open == 0 and len(slots) == 0)
+
+
+async def test_an_event_client_that_stops_reading_is_closed_after_the_write_timeout(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Lockstep memory streams: a write completes only when the client reads.
+    # The client reads the head, then nothing: the next heartbeat (15 s)
+    # stalls, and write_timeout later the stream is closed, its slot and
+    # subscription given back.
+    cfg = make_config(root, watch=True, write_timeout=7.0)
+    async with memory_connection(cfg, lockstep=True) as (client, srv, _):
+        await client.send_raw(b"GET /.serverio/events HTTP/1.1\r\nHost: t\r\n\r\n")
+        t0 = trio.current_time()
+        await _read_until(client.stream, b"serverio live reload\n\n")
+        live = srv.live
+        assert live is not None and live.slots.open == 1
+        await wait_until(lambda: live.slots.open == 0, limit=100)
+        assert trio.current_time() - t0 == pytest.approx(15 + 7.0, abs=0.01)
+        assert srv.stats.timeouts_write == 1 and live.broadcast.subscribers == set()
 
 
 # ------------------------------------------------------------------ watcher

@@ -439,6 +439,14 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --watch: poll for changes instead of inotify (network filesystems)",
     )
+    w.add_argument(
+        "--watch-max-streams",
+        type=int,
+        default=_D.watch_max_streams,
+        metavar="N",
+        help="with --watch: event streams open at once, apart from --max-connections "
+        "(past it: 503; default 32)",
+    )
     c = p.add_argument_group("configuration file")
     c.add_argument(
         "--config",
@@ -530,6 +538,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         watch=args.watch,
         watch_prefix=args.watch_prefix,
         watch_poll=args.watch_poll,
+        watch_max_streams=args.watch_max_streams,
         headers=tuple(args.header or ()),
         cors=args.cors,
         cors_origins=tuple(args.cors_origin or ()),
