@@ -196,3 +196,54 @@ def test_http_server_tls_option_names(
         make_ssl_context(cfg)
     with pytest.raises(ConfigError, match="--tls-password-file"):
         config_from_args(build_parser().parse_args([*argv, "--tls-password-file", "/nonexistent"]))
+
+
+def test_tls12_offers_aead_suites_with_ecdhe_only(
+    root: Path, cert_files: tuple[Path, Path]
+) -> None:
+    certfile, keyfile = cert_files
+    ctx = make_ssl_context(make_config(root, certfile=str(certfile), keyfile=str(keyfile)))
+    assert ctx is not None
+    offered = ctx.get_ciphers()
+    tls12 = [c["name"] for c in offered if c["protocol"] == "TLSv1.2"]
+    assert tls12 and all(c["aead"] for c in offered)
+    assert all(n.startswith("ECDHE-") and ("GCM" in n or "CHACHA20" in n) for n in tls12)
+
+
+# A TLS 1.2 client that offers only CBC suites (HMAC-SHA256/384) is refused;
+# one that offers only an AEAD suite is served with it.
+_CBC_SUITES = (
+    "ECDHE-ECDSA-AES128-SHA256:ECDHE-RSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:"
+    "ECDHE-RSA-AES256-SHA384:DHE-RSA-AES128-SHA256:DHE-RSA-AES256-SHA256"
+)
+
+
+@pytest.mark.parametrize(
+    ("suites", "served"),
+    [
+        (_CBC_SUITES, False),
+        ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256", True),
+        ("ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305", True),
+    ],
+)
+async def test_tls12_client_with_cbc_suites_only_is_refused(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path], suites: str, served: bool
+) -> None:
+    certfile, keyfile = cert_files
+    cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile))
+    async with running_server(cfg) as (srv, port):
+        ctx = client_context(ca)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_ciphers(suites)
+        if not served:
+            with pytest.raises(trio.BrokenResourceError):
+                await tls_connect(port, ctx)
+            await wait_until(lambda: srv.stats.tls_handshake_failures == 1)
+            return
+        client = await tls_connect(port, ctx)
+        assert isinstance(client.stream, trio.SSLStream)
+        cipher = client.stream.cipher()
+        assert cipher is not None and cipher[0] in suites.split(":")
+        assert client.stream.version() == "TLSv1.2"
+        assert (await client.get("/hello.txt")).status == 200
+        await client.stream.aclose()
