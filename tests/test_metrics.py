@@ -302,8 +302,7 @@ async def test_admin_bind_off_loopback_warns_once_at_start(
     # The listener itself is bound on loopback whatever the address asked
     # for (no test listens off loopback): only the warning is under test.
     import serverio.net.admin as admin_mod
-
-    real_bind = admin_mod._bind
+    from serverio.net.server import _bind as real_bind
 
     async def loopback_bind(_host: str, port: int) -> trio.SocketListener:
         return await real_bind("127.0.0.1", port)

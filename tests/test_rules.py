@@ -101,6 +101,26 @@ def test_header_rules_order_precedence_and_vary_union() -> None:
     assert header_ops(compile_rules(header_rules=[("/x", (("A", "b"),), ())]), "/y").empty
 
 
+def test_a_rule_csp_is_sent_beside_the_server_csp_never_instead() -> None:
+    # Browsers enforce every Content-Security-Policy field (CSP3 §8.1): the
+    # server's own (a listing's) must stay, the rule's goes beside it.
+    own = (b"content-security-policy", b"default-src 'none'")
+    rules = compile_rules(
+        header_rules=[
+            ("/**", (("Content-Security-Policy", "default-src 'self'"),), ()),
+            ("/raw/**", (), ("Content-Security-Policy",)),
+        ]
+    )
+    hs = apply_headers(_plan(own), header_ops(rules, "/d/")).headers
+    assert [v for n, v in hs if n == b"content-security-policy"] == [
+        b"default-src 'none'",
+        b"default-src 'self'",
+    ]
+    # A remove takes away what rules set, never the server's own policy.
+    hs = apply_headers(_plan(own), header_ops(rules, "/raw/d/")).headers
+    assert [v for n, v in hs if n == b"content-security-policy"] == [b"default-src 'none'"]
+
+
 def test_304_keeps_cache_metadata_but_not_content_fields() -> None:
     rules = compile_rules(
         header_rules=[
@@ -131,6 +151,7 @@ def test_protected_responses_are_private_unless_a_rule_says_otherwise() -> None:
         ({"headers": ["no colon"]}, "must be 'Name: value'"),
         ({"header_rules": [("assets/*", (("A", "b"),), ())]}, "[[headers]] #1 key 'path'"),
         ({"header_rules": [("/a", (), ("Connection",))]}, "cannot be removed"),
+        ({"header_rules": [("/**", (), ("vary",))]}, "'vary' cannot be removed (it names"),
         ({"redirects": [("/a", "/a", 301)]}, "redirects '/a' to itself"),
         ({"redirects": [("/a", "/b", 200)]}, "key 'status'"),
         ({"redirects": [("/a", "//evil.com", 301)]}, "key 'to'"),

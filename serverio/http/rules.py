@@ -25,7 +25,7 @@ import base64
 import binascii
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -52,6 +52,7 @@ __all__ = [
     "decide_route",
     "error_page_key",
     "header_ops",
+    "map_header_values",
     "match_path",
     "parse_basic",
     "parse_header_line",
@@ -87,6 +88,13 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 _NOT_ON_304: Final = frozenset(
     {b"content-type", b"content-encoding", b"content-language", b"content-disposition"}
 )
+
+# Fields a rule adds to the server's own instead of replacing them: a
+# listing's Content-Security-Policy is its protection against a file name
+# that slips past escaping; a browser enforces every CSP field it gets
+# (CSP3 §8.1, "multiple policies"), so a rule's policy is sent beside it
+# and the response stays at least as strict as either.
+_ADDED_TO: Final = frozenset({b"content-security-policy"})
 
 _CORS_EXPOSE: Final = b"Content-Range, ETag, Content-Length, Repr-Digest"
 _CORS_METHODS: Final = b"GET, HEAD, OPTIONS"
@@ -363,6 +371,13 @@ def compile_rules(
                 raise ConfigError(f"{where} key 'remove': {name!r} is not a valid header name")
             if name.lower() in FORBIDDEN_HEADERS:
                 raise ConfigError(f"{where} key 'remove': {name!r} cannot be removed")
+            if name.lower() == "vary":
+                # Vary is semantic (RFC 9110 §12.5.5): without "Accept-Encoding"
+                # on a negotiated response a cache hands one coding to all.
+                raise ConfigError(
+                    f"{where} key 'remove': {name!r} cannot be removed "
+                    "(it names what the response varies on; 'set' adds to it)"
+                )
             rm.add(name.lower().encode("ascii"))
         hrules.append(
             HeaderRule(pattern, None if pattern in ("/**", "**") else match, sets, frozenset(rm))
@@ -443,7 +458,9 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
     earlier one, a later ``remove`` removes what earlier rules set.  Any
     rule's field replaces the server's own field of that name (so a
     ``Cache-Control`` rule overrides ``--cache-control``), except ``Vary``,
-    whose tokens are merged with the server's (union, no duplicates).
+    whose tokens are merged with the server's (union, no duplicates), and
+    ``Content-Security-Policy``, sent beside the server's own (a ``remove``
+    of it removes only what rules set).
     ``protected``: the response needed authentication, so it gets
     ``Cache-Control: private`` unless a rule sets Cache-Control.
     """
@@ -453,11 +470,10 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
     for rule in rules.header_rules:
         if rule.match is not None and rule.match.fullmatch(path) is None:
             continue
-        for name in rule.remove:
-            drop.add(name)
+        for name in rule.remove:  # never Vary (compile_rules refuses it)
+            if name not in _ADDED_TO:
+                drop.add(name)
             final.pop(name, None)
-            if name == b"vary":
-                vary.clear()
         for name, value in rule.set:
             if name == b"vary":
                 for tok in value.split(b","):
@@ -465,7 +481,8 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
                     if t and t.lower() not in (v.lower() for v in vary):
                         vary.append(t)
                 continue
-            drop.add(name)
+            if name not in _ADDED_TO:
+                drop.add(name)
             final[name] = [value]
     if protected and b"cache-control" not in final and b"cache-control" not in drop:
         drop.add(b"cache-control")
@@ -474,6 +491,19 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
     if not (drop or sets or vary):
         return NO_OPS
     return HeaderOps(frozenset(drop), sets, tuple(vary))
+
+
+def map_header_values(
+    rules: SiteRules, name: bytes, fn: Callable[[bytes], bytes]
+) -> SiteRules:
+    """``rules`` with every value a header rule sets for ``name`` passed
+    through ``fn`` (at start-up: ``--watch`` lets the page script through
+    the rules' CSPs, :func:`serverio.http.livereload.watch_csp`)."""
+    hrules = tuple(
+        replace(r, set=tuple((n, fn(v) if n == name else v) for n, v in r.set))
+        for r in rules.header_rules
+    )
+    return replace(rules, header_rules=hrules)
 
 
 def cors_headers(cors: Cors | None, origin: str | None) -> tuple[tuple[bytes, bytes], ...]:

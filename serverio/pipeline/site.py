@@ -49,6 +49,8 @@ from ..fs.opener import RootOpener
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts, error_plan, route
+from ..http.livereload import csp_blocks_scripts, watch_csp
+from ..http.livescript import live_assets
 from ..http.mime import guess_type
 from ..http.passwords import check_hash, dummy_like, verify
 from ..http.rules import (
@@ -66,6 +68,7 @@ from ..http.rules import (
     decide_route,
     error_page_key,
     header_ops,
+    map_header_values,
     match_path,
     parse_basic,
     preflight_plan,
@@ -228,6 +231,8 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     )
     if rules.empty:
         return None
+    if cfg.watch:
+        rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
     if rules.auth and not _is_loopback(cfg.host) and cfg.certfile is None:
         log.warning(
@@ -235,6 +240,27 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
             cfg.host,
         )
     return Site(cfg, rules, pages, stats or Stats())
+
+
+_CSP = b"content-security-policy"
+
+
+def _live_reload_csp(rules: SiteRules, cfg: Config) -> SiteRules:
+    """``--watch``: every Content-Security-Policy a header rule sets lets
+    the injected page script and its event stream through
+    (:func:`serverio.http.livereload.watch_csp`, as the listings' own
+    policy does); a rule's policy that sandboxes pages without
+    ``allow-scripts`` gets one warning line (no script can run there)."""
+    for rule in rules.header_rules:
+        for name, value in rule.set:
+            if name == _CSP and csp_blocks_scripts(value):
+                log.warning(
+                    "--watch: the Content-Security-Policy of the header rule for %s sandboxes "
+                    "pages without allow-scripts: live reload cannot run on them",
+                    rule.pattern,
+                )
+    assets = live_assets(cfg.watch_prefix)
+    return map_header_values(rules, _CSP, functools.partial(watch_csp, assets=assets))
 
 
 def _client_key(peer: str) -> str:
