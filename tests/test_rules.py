@@ -339,3 +339,18 @@ def test_bcrypt_hashes_and_the_72_byte_limit() -> None:
     assert verify(hl, long[:72]) and not verify(hl, long)
     d = dummy_like(h)
     assert d.startswith("$2b$04$") and not verify(d, "pw")
+
+
+def test_hsts_is_added_on_tls_only_and_a_rule_may_replace_it() -> None:
+    rules = compile_rules(hsts=600)
+    assert not rules.empty  # the engine runs for --hsts alone
+    sts = b"strict-transport-security"
+    on_tls = apply_headers(_plan(), header_ops(rules, "/a", tls=True)).headers
+    assert (sts, b"max-age=600") in on_tls
+    assert header_ops(rules, "/a", tls=False).empty  # RFC 6797 §7.2: never over plain HTTP
+    sub = compile_rules(hsts=0, hsts_subdomains=True)
+    assert (sts, b"max-age=0; includeSubDomains") in header_ops(sub, "/", tls=True).set
+    ruled = compile_rules(
+        hsts=600, header_rules=[("/x/**", (("Strict-Transport-Security", "max-age=5"),), ())]
+    )
+    assert [v for n, v in header_ops(ruled, "/x/y", tls=True).set if n == sts] == [b"max-age=5"]

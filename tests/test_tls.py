@@ -247,3 +247,70 @@ async def test_tls12_client_with_cbc_suites_only_is_refused(
         assert client.stream.version() == "TLSv1.2"
         assert (await client.get("/hello.txt")).status == 200
         await client.stream.aclose()
+
+
+async def test_hsts_on_tls_responses_only_over_http1_and_http2(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path]
+) -> None:
+    from serverio.net.server import Server
+
+    from .h2client import H2Client
+
+    certfile, keyfile = cert_files
+    cfg = make_config(
+        root,
+        certfile=str(certfile),
+        keyfile=str(keyfile),
+        listen=("127.0.0.1:0",),
+        listen_tls=("127.0.0.1:0",),
+        hsts=31536000,
+        hsts_include_subdomains=True,
+    )
+    sts = "max-age=31536000; includeSubDomains"
+    srv = Server(cfg)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        ports = {srv.tls_of(li) is not None: li.socket.getsockname()[1] for li in srv.listeners}
+        # HTTPS, HTTP/1.1: on a 200, a 304 and an error alike.
+        ctx = client_context(ca)
+        ctx.set_alpn_protocols(["http/1.1"])
+        client = await tls_connect(ports[True], ctx)
+        ok = await client.get("/hello.txt")
+        again = await client.get("/hello.txt", f"If-None-Match: {ok.header('etag')}\r\n")
+        missing = await client.get("/nope")
+        await client.stream.aclose()
+        assert (ok.status, again.status, missing.status) == (200, 304, 404)
+        assert [r.header("strict-transport-security") for r in (ok, again, missing)] == [sts] * 3
+        # HTTPS, HTTP/2.
+        ctx2 = client_context(ca)
+        ctx2.set_alpn_protocols(["h2"])
+        tcp = await trio.open_tcp_stream("127.0.0.1", ports[True])
+        tls = trio.SSLStream(tcp, ctx2, server_hostname="127.0.0.1")
+        await tls.do_handshake()
+        assert tls.selected_alpn_protocol() == "h2"
+        h2c = H2Client(tls)
+        await h2c.start()
+        r2 = await h2c.get("/hello.txt")
+        await trio.aclose_forcefully(tls)
+        assert r2.status == 200 and r2.headers["strict-transport-security"] == sts
+        # Plain HTTP on the same server: never (RFC 6797 §7.2).
+        plain = HTTPClient(await trio.open_tcp_stream("127.0.0.1", ports[False]))
+        r = await plain.get("/hello.txt")
+        await plain.stream.aclose()
+        assert r.status == 200 and r.header("strict-transport-security") is None
+        srv.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"hsts": -1}, "--hsts must be seconds from 0"),
+        ({"hsts": 60}, "--hsts needs --certfile"),
+        ({"hsts_include_subdomains": True}, "--hsts-include-subdomains needs --hsts"),
+    ],
+)
+def test_bad_hsts_settings_are_config_errors(
+    root: Path, kw: dict[str, object], needle: str
+) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        make_config(root, **kw)

@@ -96,6 +96,8 @@ _NOT_ON_304: Final = frozenset(
 # and the response stays at least as strict as either.
 _ADDED_TO: Final = frozenset({b"content-security-policy"})
 
+_STS: Final = b"strict-transport-security"
+
 _CORS_EXPOSE: Final = b"Content-Range, ETag, Content-Length, Repr-Digest"
 _CORS_METHODS: Final = b"GET, HEAD, OPTIONS"
 _CORS_MAX_AGE: Final = b"7200"  # Chromium's cap; Firefox allows a day
@@ -260,6 +262,9 @@ class SiteRules:
     # The root is case-insensitive: auth and header globs match the
     # canonical (NFC, case-folded) path, as the filesystem does.
     fold: bool = False
+    # --hsts: the Strict-Transport-Security value of every TLS response
+    # (RFC 6797 §6.1), None when off.
+    hsts: bytes | None = None
 
     def canonical(self, path: str) -> str:
         return canonical(path) if self.fold else path
@@ -275,6 +280,7 @@ class SiteRules:
             or self.trailing_slash != "keep"
             or self.error_pages
             or self.auth
+            or self.hsts is not None
         )
 
 
@@ -353,6 +359,8 @@ def compile_rules(
     hidden: bool = False,
     fold: bool = False,
     source: str = "--config",
+    hsts: int | None = None,
+    hsts_subdomains: bool = False,
 ) -> SiteRules:
     """Validate and compile.  ``auth`` is (glob, users, dummy hash) per rule
     (the users already read and checked by the caller).  Raises ConfigError
@@ -433,6 +441,10 @@ def compile_rules(
         )
         for i, (pattern, users, dummy) in enumerate(auth)
     )
+    sts: bytes | None = None
+    if hsts is not None:
+        # RFC 6797 §6.1: max-age (required), includeSubDomains (optional).
+        sts = b"max-age=%d" % hsts + (b"; includeSubDomains" if hsts_subdomains else b"")
     return SiteRules(
         tuple(hrules),
         cors_policy,
@@ -444,13 +456,16 @@ def compile_rules(
         arules,
         hidden,
         fold,
+        sts,
     )
 
 
 # ------------------------------------------------------------------ headers
 
 
-def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> HeaderOps:
+def header_ops(
+    rules: SiteRules, path: str, *, protected: bool = False, tls: bool = False
+) -> HeaderOps:
     """Merge the header rules matching ``path``, in order.
 
     Precedence: rules apply in the order given (``--header`` first, then
@@ -462,11 +477,17 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
     ``Content-Security-Policy``, sent beside the server's own (a ``remove``
     of it removes only what rules set).
     ``protected``: the response needed authentication, so it gets
-    ``Cache-Control: private`` unless a rule sets Cache-Control.
+    ``Cache-Control: private`` unless a rule sets Cache-Control.  ``tls``:
+    the request came over TLS, so ``--hsts`` adds Strict-Transport-Security
+    (first, as if it were the first rule: a rule may replace it); never
+    over plain HTTP (RFC 6797 §7.2).
     """
     final: dict[bytes, list[bytes]] = {}
     drop: set[bytes] = set()
     vary: list[bytes] = []
+    if tls and rules.hsts is not None:
+        drop.add(_STS)
+        final[_STS] = [rules.hsts]
     for rule in rules.header_rules:
         if rule.match is not None and rule.match.fullmatch(path) is None:
             continue

@@ -201,6 +201,7 @@ class ConnectionTask:
         "_sock",
         "_stream_scope",
         "_switched",
+        "_tls",
         "_turn",
         "env",
         "in_flight",
@@ -232,6 +233,8 @@ class ConnectionTask:
             self._lazy_stream = stream
             self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._client = client
+        # Over TLS (the request facts say so: --hsts is sent on TLS only).
+        self._tls = isinstance(self._lazy_stream, trio.SSLStream)
         self.read_scope: trio.CancelScope | None = None
         self.in_flight = False
         # The client half-closed (EOF while we answered): answer what was
@@ -603,6 +606,7 @@ class ConnectionTask:
             target=target,
             keep_alive=keep_alive and not has_body,
             has_body=has_body,
+            tls=self._tls,
             **f.values,
         )
         return facts, ka10, f.user_agent, f.referer, f.request_id

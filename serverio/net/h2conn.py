@@ -607,6 +607,7 @@ class H2Connection:
             target=target,
             keep_alive=True,
             has_body=st.open_body,
+            tls=isinstance(self.stream, trio.SSLStream),  # --hsts: on TLS only
             **f.values,
         )
         return facts, f

@@ -415,6 +415,19 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         help="serve GET /metrics and /healthz there (off by default; never the public port)",
     )
     g.add_argument(
+        "--hsts",
+        type=int,
+        metavar="SECONDS",
+        default=None,
+        help="send Strict-Transport-Security: max-age=SECONDS on TLS responses "
+        "(never over plain HTTP; off by default; needs --certfile)",
+    )
+    g.add_argument(
+        "--hsts-include-subdomains",
+        action="store_true",
+        help="with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
+    )
+    g.add_argument(
         "--check",
         metavar="URL",
         default=None,
@@ -533,6 +546,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         listen=tuple(args.listen or ()),
         listen_tls=tuple(args.listen_tls or ()),
         admin_bind=args.admin_bind,
+        hsts=args.hsts,
+        hsts_include_subdomains=args.hsts_include_subdomains,
         access_log_file=args.access_log_file,
         log_level=args.log_level,
         watch=args.watch,

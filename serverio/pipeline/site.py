@@ -228,6 +228,8 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         auth=auth,
         hidden=cfg.hidden,
         source=source,
+        hsts=cfg.hsts,
+        hsts_subdomains=cfg.hsts_include_subdomains,
     )
     if rules.empty:
         return None
@@ -324,9 +326,9 @@ class Site:
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, float] = OrderedDict()
         self._failures: dict[str, tuple[int, float]] = {}
-        self._ops: dict[tuple[str, bool], HeaderOps] = {}
+        self._ops: dict[tuple[str, bool, bool], HeaderOps] = {}  # (path, protected, tls)
         self._routes: dict[Target, RouteDecision] = {}
-        self._memo: dict[tuple[int, str | None], tuple[Plan, HeaderOps, Plan]] = {}
+        self._memo: dict[tuple[int, str | None, bool], tuple[Plan, HeaderOps, Plan]] = {}
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
 
     # ------------------------------------------------------------ step 1
@@ -478,7 +480,9 @@ class Site:
         req = ticket.req if ticket is not None else None
         protected = ticket.protected if ticket is not None else False
         path = rules.canonical(match_path(req.target)) if req is not None else ""
-        okey = (path, protected)
+        # --hsts goes on TLS responses only (RFC 6797 §7.2): part of the key.
+        tls = req.tls if req is not None else False
+        okey = (path, protected, tls)
         ops = self._ops.get(okey)
         if ops is None:
             if req is None:
@@ -489,14 +493,14 @@ class Site:
                     "/",
                 )
             else:
-                ops = header_ops(rules, path, protected=protected)
+                ops = header_ops(rules, path, protected=protected, tls=tls)
             if len(self._ops) >= _OPS_MAX:
                 self._ops.clear()
             self._ops[okey] = ops
         origin = req.origin if req is not None else None
-        memo_key: tuple[int, str | None] | None = None
+        memo_key: tuple[int, str | None, bool] | None = None
         if plan.head is not None:
-            memo_key = (id(plan), origin if self._vary_origin else None)
+            memo_key = (id(plan), origin if self._vary_origin else None, tls)
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] is plan and hit[1] is ops:
                 return hit[2]
