@@ -122,6 +122,10 @@ class Config:
     listen: tuple[str, ...] = ()
     listen_tls: tuple[str, ...] = ()
     admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
+    # --hsts SECONDS: Strict-Transport-Security on TLS responses (RFC 6797);
+    # None = off.  --hsts-include-subdomains adds includeSubDomains.
+    hsts: int | None = None
+    hsts_include_subdomains: bool = False
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
 
@@ -130,6 +134,9 @@ class Config:
     watch: bool = False
     watch_prefix: str = "/.serverio"
     watch_poll: bool = False  # force the polling watcher (network filesystems)
+    # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
+    # their own budget, outside --max-connections; past it, 503.
+    watch_max_streams: int = 32
 
     # Site rules (serverio.http.rules; docs/features.md "Site rules"): the
     # raw specifications, compiled once by serverio.pipeline.site.load_site.
@@ -187,6 +194,7 @@ class Config:
             ("compress_max_size", 0),
             ("compress_cache_size", 0),
             ("file_cache_size", 0),
+            ("watch_max_streams", 1),
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:
@@ -300,6 +308,7 @@ def _validate_operations(c: Config) -> None:
             and any(port == p and _same_host(host, h) for h, p in public)
         ):
             raise ConfigError("--admin-bind must not be the public address (use another port)")
+    _validate_hsts(c)
     if c.access_log_file is not None:
         parent = os.path.dirname(os.path.abspath(c.access_log_file))
         if not os.path.isdir(parent):
@@ -307,6 +316,22 @@ def _validate_operations(c: Config) -> None:
     if c.log_level not in LOG_LEVELS:
         levels = ", ".join(LOG_LEVELS)
         raise ConfigError(f"--log-level must be one of {levels}, got {c.log_level!r}")
+
+
+_MAX_HSTS = 2**31 - 1  # delta-seconds (RFC 6797 §6.1.1); caches cap at this
+
+
+def _validate_hsts(c: Config) -> None:
+    if c.hsts is None:
+        if c.hsts_include_subdomains:
+            raise ConfigError("--hsts-include-subdomains needs --hsts SECONDS")
+        return
+    if not isinstance(c.hsts, int) or not 0 <= c.hsts <= _MAX_HSTS:
+        raise ConfigError(f"--hsts must be seconds from 0 to {_MAX_HSTS}, got {c.hsts!r}")
+    if c.certfile is None:
+        # Sent on TLS responses only (RFC 6797 §7.2): without TLS it would
+        # never go out.  Behind a TLS-terminating proxy, set it there.
+        raise ConfigError("--hsts needs --certfile (it is only sent over TLS)")
 
 
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")

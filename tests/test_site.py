@@ -510,6 +510,8 @@ def test_toml_tables_load_and_print_config_round_trips(site_toml: Path, tmp_path
             "[[headers]] #2 key 'set'",
         ),
         ('\n[[headers]]\npath = "/a"\nset = { A = "b\\r\\nX: y" }\n', "no CR, LF or NUL"),
+        # Vary is semantic: removing it would hand one coding to every client.
+        ('\n[[headers]]\npath = "/**"\nremove = ["Vary"]\n', "#2 key 'remove': 'Vary' cannot"),
         ('\n[[redirects]]\nfrom = "/x"\nto = "/x"\n', "redirects '/x' to itself"),
         ('\n[[redirects]]\nfrom = "/x"\nto = "/y"\nstatus = 200\n', "key 'status'"),
         ('\n[[redirects]]\nfrom = "/x"\n', "[[redirects]] #2 key 'to' must be a string"),

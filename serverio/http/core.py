@@ -91,6 +91,9 @@ class RequestFacts:
     cors_method: str | None = None  # Access-Control-Request-Method
     cors_headers: str | None = None  # Access-Control-Request-Headers
     authorization: str | None = None
+    # The request came over TLS (HTTPS, or HTTP/2 over TLS): read by the
+    # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
+    tls: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
-from ..pipeline.request import Waiting, complete, failed, record, start
+from ..pipeline.request import Waiting, complete, failed, finish, record, start
 from ..pipeline.site import Site
 from .order import ServeOrder
 
@@ -201,6 +201,7 @@ class ConnectionTask:
         "_sock",
         "_stream_scope",
         "_switched",
+        "_tls",
         "_turn",
         "env",
         "in_flight",
@@ -232,6 +233,8 @@ class ConnectionTask:
             self._lazy_stream = stream
             self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._client = client
+        # Over TLS (the request facts say so: --hsts is sent on TLS only).
+        self._tls = isinstance(self._lazy_stream, trio.SSLStream)
         self.read_scope: trio.CancelScope | None = None
         self.in_flight = False
         # The client half-closed (EOF while we answered): answer what was
@@ -603,6 +606,7 @@ class ConnectionTask:
             target=target,
             keep_alive=keep_alive and not has_body,
             has_body=has_body,
+            tls=self._tls,
             **f.values,
         )
         return facts, ka10, f.user_agent, f.referer, f.request_id
@@ -695,10 +699,14 @@ class ConnectionTask:
                         answer = got
                 except HTTPError as exc:
                     answer = failed(env, exc, now, event.method == b"HEAD")
-                plan, body, _ = answer
+                plan, body, ticket = answer
                 if plan.stream:
-                    await self._stream(plan)
-                    return None
+                    if await self._stream(plan):
+                        return None
+                    # Past --watch-max-streams: a 503 instead, sent and
+                    # recorded like any other answer.
+                    assert env.live is not None
+                    plan, body, _ = finish(env, env.live.busy_plan(now), ticket)
                 close = not keep or plan.close or env.draining
                 if self.peer_eof and not parser.trailing_data[0]:
                     close = True  # half-closed, nothing pipelined: this is the last
@@ -728,42 +736,70 @@ class ConnectionTask:
     def _peer(self) -> str:
         return self.client
 
-    async def _stream(self, plan: Plan) -> None:
-        """A long-lived streaming body (the live-reload event stream).
+    async def _stream(self, plan: Plan) -> bool:
+        """A long-lived streaming body (the live-reload event stream);
+        False when ``--watch-max-streams`` streams are open already (nothing
+        was sent: the caller answers 503).
 
+        The stream takes a slot of the live-reload budget
+        (:class:`~serverio.concurrency.broadcast.StreamSlots`) for as long
+        as it runs: the connection then no longer counts toward
+        ``--max-connections`` (the server's admission leaves slot holders
+        out), so open event streams never shut ordinary clients out.
         The head goes out with ``Connection: close`` (the body ends when the
         connection does), then the broadcaster writes through :meth:`_send`
-        (its write deadline applies) until the client goes away, a write
-        fails, or graceful shutdown cancels the stream scope
+        (its write deadline applies: a client that stops reading is closed
+        ``write_timeout`` after a write stalls, the heartbeat comment every
+        15 s being the write that notices) until the client goes away, a
+        write fails, or graceful shutdown cancels the stream scope
         (:meth:`drain`).  No read deadline runs meanwhile: the stream is
         exempt from the keep-alive timeout; the watcher task below only
         notices the client leaving.
+
+        Cancellation handling: the slot is given back in every case.
         """
         live = self.env.live
         head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
         if live is None or not plan.send_body:
             await self._send(head)
-            return
-        self.ensure_busy()
-        stream = self.stream
+            return True
+        if not live.slots.take(self):
+            return False
+        try:
+            self.ensure_busy()
+            stream = self.stream
 
-        async def watch(scope: trio.CancelScope) -> None:
-            try:
-                while await stream.receive_some(RECV_SIZE):
-                    pass  # an event stream's client has nothing to say
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            scope.cancel()
-
-        with trio.CancelScope() as scope:
-            self._stream_scope = scope
-            if self.env.draining:
+            async def watch(scope: trio.CancelScope) -> None:
+                try:
+                    while await stream.receive_some(RECV_SIZE):
+                        pass  # an event stream's client has nothing to say
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
                 scope.cancel()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch, nursery.cancel_scope)
-                await live.serve_client(self._send, head)
-        self._stream_scope = None
+
+            failure: _Abort | trio.BrokenResourceError | trio.ClosedResourceError | None = None
+            with trio.CancelScope() as scope:
+                self._stream_scope = scope
+                if self.env.draining:
+                    scope.cancel()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, nursery.cancel_scope)
+                    # A write that fails (the deadline: _Abort; a reset) ends
+                    # the stream; it leaves the nursery bare, not wrapped in
+                    # an exception group, so that run() closes the
+                    # connection quietly as after any failed write.
+                    try:
+                        await live.serve_client(self._send, head)
+                    except (_Abort, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                        failure = exc
+                        nursery.cancel_scope.cancel()
+            self._stream_scope = None
+            if failure is not None:
+                raise failure
+        finally:
+            live.slots.give(self)
         self.env.stats.completed += 1
+        return True
 
     async def _switch(self, initial: bytes) -> None:
         """Serve the rest of the connection as HTTP/2.

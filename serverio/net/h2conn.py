@@ -113,7 +113,8 @@ from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
 from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Answer, Waiting, complete, failed, record, start
+from ..pipeline.livereload import LiveReload
+from ..pipeline.request import Answer, Waiting, complete, failed, finish, record, start
 from .connection import RECV_SIZE, SEND_PIECE, ConnectionEnv
 from .outbuf import OutBuffer
 
@@ -683,6 +684,7 @@ class H2Connection:
             target=target,
             keep_alive=True,
             has_body=st.open_body,
+            tls=isinstance(self.stream, trio.SSLStream),  # --hsts: on TLS only
             **f.values,
         )
         return facts, f
@@ -762,9 +764,12 @@ class H2Connection:
                 # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
                 # cancels the wait for a Deferred.
                 answer, fields = await self._answer(st, now)
-                plan, body, _ = answer
+                plan, body, ticket = answer
                 if plan.stream:
-                    return await self._serve_events(st, plan)
+                    if await self._serve_events(st, plan):
+                        return
+                    assert env.live is not None  # past --watch-max-streams: 503
+                    plan, body, _ = finish(env, env.live.busy_plan(now), ticket)
                 await self._respond(st, plan, body)
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
@@ -808,8 +813,12 @@ class H2Connection:
             fields.request_id if fields is not None else None,
         )
 
-    async def _serve_events(self, st: _Stream, plan: Plan) -> None:
-        """A live-reload event stream (``--watch``) on this stream.
+    async def _serve_events(self, st: _Stream, plan: Plan) -> bool:
+        """A live-reload event stream (``--watch``) on this stream; False,
+        with nothing sent, past ``--watch-max-streams`` (the caller answers
+        503).  Each event stream holds a slot of that budget while it runs;
+        while it holds one, the connection is out of ``--max-connections``
+        (as for HTTP/1.1, :meth:`ConnectionTask._stream`).
 
         HEADERS without END_STREAM, then the broadcaster's messages as DATA
         frames, queued into the connection's output for the writer, within
@@ -827,7 +836,16 @@ class H2Connection:
         live = self.env.live
         if live is None or not plan.send_body:
             await self._respond(st, plan, NO_BODY)  # HEAD: the head alone
-            return
+            return True
+        if not live.slots.take(self):
+            return False
+        try:
+            await self._event_stream(st, plan, live)
+        finally:
+            live.slots.give(self)
+        return True
+
+    async def _event_stream(self, st: _Stream, plan: Plan, live: LiveReload) -> None:
         conn = self._conn
         headers = _head_fields(plan.status)
         headers += [(k, v) for k, v in plan.headers if k not in CONNECTION_SPECIFIC]

@@ -424,6 +424,19 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         help="serve GET /metrics and /healthz there (off by default; never the public port)",
     )
     g.add_argument(
+        "--hsts",
+        type=int,
+        metavar="SECONDS",
+        default=None,
+        help="send Strict-Transport-Security: max-age=SECONDS on TLS responses "
+        "(never over plain HTTP; off by default; needs --certfile)",
+    )
+    g.add_argument(
+        "--hsts-include-subdomains",
+        action="store_true",
+        help="with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
+    )
+    g.add_argument(
         "--check",
         metavar="URL",
         default=None,
@@ -447,6 +460,14 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         "--watch-poll",
         action="store_true",
         help="with --watch: poll for changes instead of inotify (network filesystems)",
+    )
+    w.add_argument(
+        "--watch-max-streams",
+        type=int,
+        default=_D.watch_max_streams,
+        metavar="N",
+        help="with --watch: event streams open at once, apart from --max-connections "
+        "(past it: 503; default 32)",
     )
     c = p.add_argument_group("configuration file")
     c.add_argument(
@@ -535,11 +556,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
         listen=tuple(args.listen or ()),
         listen_tls=tuple(args.listen_tls or ()),
         admin_bind=args.admin_bind,
+        hsts=args.hsts,
+        hsts_include_subdomains=args.hsts_include_subdomains,
         access_log_file=args.access_log_file,
         log_level=args.log_level,
         watch=args.watch,
         watch_prefix=args.watch_prefix,
         watch_poll=args.watch_poll,
+        watch_max_streams=args.watch_max_streams,
         headers=tuple(args.header or ()),
         cors=args.cors,
         cors_origins=tuple(args.cors_origin or ()),

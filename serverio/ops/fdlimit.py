@@ -57,8 +57,11 @@ def per_connection(cfg: Config) -> int:
 def fd_reserve(cfg: Config) -> int:
     """Descriptors kept out of the connection budget: :data:`FD_RESERVE`
     plus two per pool thread (an open file or directory, and a duplicate a
-    cache job owns)."""
-    return FD_RESERVE + 2 * (cfg.fs_workers + cfg.work_workers)
+    cache job owns), plus, with ``--watch``, one socket per event stream
+    (``--watch-max-streams``: streams are admitted apart from
+    ``--max-connections``)."""
+    streams = cfg.watch_max_streams if cfg.watch else 0
+    return FD_RESERVE + 2 * (cfg.fs_workers + cfg.work_workers) + streams
 
 
 def fit_fd_limit(cfg: Config) -> tuple[Config, str | None]:

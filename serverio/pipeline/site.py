@@ -51,6 +51,7 @@ from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
+from ..http.livereload import csp_blocks_scripts, watch_csp
 from ..http.livescript import live_assets
 from ..http.mime import guess_type
 from ..http.passwords import check_hash, dummy_like, verify
@@ -69,6 +70,7 @@ from ..http.rules import (
     decide_route,
     error_page_key,
     header_ops,
+    map_header_values,
     match_path,
     parse_basic,
     preflight_plan,
@@ -237,9 +239,13 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         auth=auth,
         hidden=cfg.hidden,
         source=source,
+        hsts=cfg.hsts,
+        hsts_subdomains=cfg.hsts_include_subdomains,
     )
     if rules.empty:
         return None
+    if cfg.watch:
+        rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
     if rules.auth and not _is_loopback(cfg.host) and cfg.certfile is None:
         log.warning(
@@ -247,6 +253,27 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
             cfg.host,
         )
     return Site(cfg, rules, pages, stats or Stats())
+
+
+_CSP = b"content-security-policy"
+
+
+def _live_reload_csp(rules: SiteRules, cfg: Config) -> SiteRules:
+    """``--watch``: every Content-Security-Policy a header rule sets lets
+    the injected page script and its event stream through
+    (:func:`serverio.http.livereload.watch_csp`, as the listings' own
+    policy does); a rule's policy that sandboxes pages without
+    ``allow-scripts`` gets one warning line (no script can run there)."""
+    for rule in rules.header_rules:
+        for name, value in rule.set:
+            if name == _CSP and csp_blocks_scripts(value):
+                log.warning(
+                    "--watch: the Content-Security-Policy of the header rule for %s sandboxes "
+                    "pages without allow-scripts: live reload cannot run on them",
+                    rule.pattern,
+                )
+    assets = live_assets(cfg.watch_prefix)
+    return map_header_values(rules, _CSP, functools.partial(watch_csp, assets=assets))
 
 
 def _client_key(peer: str) -> str:
@@ -310,9 +337,9 @@ class Site:
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, float] = OrderedDict()
         self._failures: dict[str, tuple[int, float]] = {}
-        self._ops: dict[tuple[str, bool], HeaderOps] = {}
+        self._ops: dict[tuple[str, bool, bool], HeaderOps] = {}  # (path, protected, tls)
         self._routes: dict[Target, RouteDecision] = {}
-        self._memo: dict[tuple[int, str | None], tuple[Plan, HeaderOps, Plan]] = {}
+        self._memo: dict[tuple[int, str | None, bool], tuple[Plan, HeaderOps, Plan]] = {}
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
         # The first segment of the reserved live-reload paths (--watch).
         self._reserved = (live_assets(cfg.watch_prefix).prefix_segment,) if cfg.watch else None
@@ -548,7 +575,9 @@ class Site:
         req = ticket.req if ticket is not None else None
         protected = ticket.protected if ticket is not None else False
         path = rules.canonical(match_path(req.target)) if req is not None else ""
-        okey = (path, protected)
+        # --hsts goes on TLS responses only (RFC 6797 §7.2): part of the key.
+        tls = req.tls if req is not None else False
+        okey = (path, protected, tls)
         ops = self._ops.get(okey)
         if ops is None:
             if req is None:
@@ -559,14 +588,14 @@ class Site:
                     "/",
                 )
             else:
-                ops = header_ops(rules, path, protected=protected)
+                ops = header_ops(rules, path, protected=protected, tls=tls)
             if len(self._ops) >= _OPS_MAX:
                 self._ops.clear()
             self._ops[okey] = ops
         origin = req.origin if req is not None else None
-        memo_key: tuple[int, str | None] | None = None
+        memo_key: tuple[int, str | None, bool] | None = None
         if plan.head is not None:
-            memo_key = (id(plan), origin if self._vary_origin else None)
+            memo_key = (id(plan), origin if self._vary_origin else None, tls)
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] is plan and hit[1] is ops:
                 return hit[2]
