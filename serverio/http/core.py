@@ -91,6 +91,10 @@ class RequestFacts:
     cors_method: str | None = None  # Access-Control-Request-Method
     cors_headers: str | None = None  # Access-Control-Request-Headers
     authorization: str | None = None
+    # Read only with --trusted-proxies (serverio.http.forwarded): the client
+    # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
+    forwarded: str | None = None
+    x_forwarded_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,7 @@ from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, pa
 from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Waiting, complete, failed, record, start
+from ..pipeline.request import Waiting, client_for, complete, failed, record, start
 from .connection import RECV_SIZE, ConnectionEnv
 from .outbuf import OutBuffer
 
@@ -617,6 +617,7 @@ class H2Connection:
         now = time.time()
         body: Body | None = None
         fields: Fields | None = None
+        client = self._client
         try:
             with st.scope:
                 if st.reset:
@@ -626,9 +627,10 @@ class H2Connection:
                 # cancels the wait for a Deferred.
                 try:
                     req, fields = self._facts(st)
+                    client = client_for(cfg, self._client, req)
                     got = start(env, req, now)
                     if type(got) is Waiting:
-                        answer = await complete(env, got, now, self._client, _run_deferred)
+                        answer = await complete(env, got, now, client, _run_deferred)
                         assert answer is not None  # _run_deferred never gives None
                     else:
                         assert type(got) is tuple
@@ -667,7 +669,7 @@ class H2Connection:
         h = st.head
         record(
             env,
-            self._client,
+            client,
             h.method,
             h.path or b"-",
             b"2.0",
