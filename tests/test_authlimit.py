@@ -283,6 +283,44 @@ async def test_eviction_never_forgets_everyone(
     assert await _attempts(site, [("192.0.2.66", "alice", "wonderland")]) == [429]
 
 
-def test_workers_config_divides_the_site_budget(root: Path, tmp_path: Path) -> None:
-    site = _site(root, tmp_path, workers=4)
-    assert site.limiter.budget == FAILURE_BUDGET // 4
+async def test_a_cancelled_verification_counts_as_a_failure(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that goes away while its hash runs (the thread is abandoned
+    and keeps hashing) has still spent an attempt, and its in-flight slot
+    is free again: disconnecting cannot buy extra guesses."""
+    gate = threading.Event()
+    real = passwords_mod.verify
+
+    def stuck(h: str, password: str) -> bool:
+        gate.wait(10)
+        return real(h, password)
+
+    monkeypatch.setattr(passwords_mod, "verify", stuck)
+    site = _site(root, tmp_path)
+    try:
+        with trio.fail_after(20):
+            for i in range(FAILURE_BUDGET):
+                with trio.move_on_after(0.05) as scope:
+                    await site.route(_req("alice", f"x{i}"), time.time(), lambda: "192.0.2.9")
+                assert scope.cancelled_caught
+                assert site.limiter.in_flight("192.0.2.9") == 0
+            ticket = await site.route(_req("alice", "x"), time.time(), lambda: "192.0.2.9")
+            assert ticket.plan is not None and ticket.plan.status == 429
+    finally:
+        gate.set()
+
+
+async def test_workers_together_allow_at_most_the_budget(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 4: --workers 4 is four processes, each with its own limiter,
+    and a client's connections may reach all of them.  Each had the whole
+    budget (4 x 10 guesses per window); now each gets 10 // 4, so the four
+    together verify at most FAILURE_BUDGET."""
+    calls = _counting_verify(monkeypatch)
+    workers = [_site(root, tmp_path, workers=4) for _ in range(4)]
+    for _ in range(FAILURE_BUDGET):
+        for site in workers:
+            await _attempts(site, [("192.0.2.5", "alice", "wrong")])
+    assert 0 < len(calls) <= FAILURE_BUDGET

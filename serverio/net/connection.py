@@ -682,7 +682,8 @@ class ConnectionTask:
             try:
                 try:
                     req, ka10, ua, referer, request_id = self._facts(event)
-                    client = client_for(cfg, peer, req)
+                    if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                        client = client_for(cfg, peer, req)
                     keep = req.keep_alive and requests < cfg.max_requests
                     got = start(env, req, now)
                     if type(got) is Waiting:

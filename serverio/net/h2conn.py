@@ -627,7 +627,8 @@ class H2Connection:
                 # cancels the wait for a Deferred.
                 try:
                     req, fields = self._facts(st)
-                    client = client_for(cfg, self._client, req)
+                    if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                        client = client_for(cfg, self._client, req)
                     got = start(env, req, now)
                     if type(got) is Waiting:
                         answer = await complete(env, got, now, client, _run_deferred)

@@ -21,8 +21,9 @@ Authentication runs in its own small pool (``auth``): password spraying
 saturates that pool (503), not the filesystem or work pools, and never the
 event loop.  A bounded cache of recently verified credentials (keyed by
 an HMAC with a per-process key, never the password itself) spares a
-legitimate client a hash per request; a per-client budget of failures
-answers 429 once spent.
+legitimate client a hash per request; :mod:`serverio.pipeline.authlimit`
+counts failures per (client, user) and per user, and answers 429 once a
+budget is spent.
 """
 
 from __future__ import annotations
