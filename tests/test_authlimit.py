@@ -127,6 +127,19 @@ def test_tables_are_bounded_and_eviction_keeps_the_recent() -> None:
     assert len(lim) <= 2 * 4096
 
 
+async def test_long_user_names_are_kept_small(root: Path, tmp_path: Path) -> None:
+    """User names are client input (up to ~3 KB in a 4096-character token):
+    the limiter keys a long one by a digest (3 KB names x 4,096 entries x 2
+    tables would be 24 MB), and still limits it."""
+    site = _site(root, tmp_path)
+    name = "m" * 2000  # parse_basic takes tokens up to 4096 characters
+    for i in range(FAILURE_BUDGET):
+        assert await _attempts(site, [("192.0.2.8", name, f"x{i}")]) == [401]
+    assert await _attempts(site, [("192.0.2.8", name, "x")]) == [429]
+    keys = list(site.limiter._users)
+    assert len(keys) == 1 and len(keys[0]) < 64
+
+
 def test_workers_divide_the_budget() -> None:
     """--workers N: each process gets budget // N, so all of them together
     allow at most the documented budget per (client, user)."""

@@ -109,6 +109,22 @@ def test_too_many_hops_bounds_the_walk() -> None:
     assert client_address(PROXY, None, short, TRUSTED) == "198.51.100.17"
 
 
+@pytest.mark.parametrize(
+    ("forwarded", "xff"),
+    [
+        ('for="' + "a" * 60_000 + '"', None),
+        ("for=" + "1" * 60_000, None),
+        ('for="' + "\\a" * 30_000, None),  # unterminated, many quoted-pairs
+        (";" * 60_000, None),
+        (None, "1" * 60_000),
+        (None, ":" * 60_000),
+        (None, "_" + "a" * 60_000),
+    ],
+)
+def test_huge_hostile_values_fall_back_to_the_proxy(forwarded: str | None, xff: str | None) -> None:
+    assert client_address(PROXY, forwarded, xff, TRUSTED) == PROXY
+
+
 def test_normalize_address() -> None:
     assert normalize_address("::ffff:127.0.0.1") == "127.0.0.1"
     assert normalize_address("2001:DB8::1") == "2001:db8::1"

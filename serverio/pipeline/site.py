@@ -379,7 +379,14 @@ class Site:
             return challenge_plan(rule.realm, now, head=head)
         user, password = creds
         client = _client_key(peer())
-        who = f"{rule.index}:{user}"  # users files are per rule
+        # The limiter's user key, per rule (users files are per rule); a long
+        # name (client input, ~3 KB at most) by a keyed digest, so the
+        # limiter's tables stay small whatever names are tried.
+        if len(user) > 64:
+            user_id = hashlib.blake2b(user.encode(), digest_size=16, key=self._key).hexdigest()
+            who = f"{rule.index}:#{user_id}"
+        else:
+            who = f"{rule.index}:{user}"
         mono = trio.current_time()
         limiter = self.limiter
         wait = limiter.refusal(client, who, mono)
