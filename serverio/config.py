@@ -8,8 +8,10 @@ docs/cli.md.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
@@ -22,6 +24,7 @@ __all__ = [
     "listener_http2",
     "parse_host_port",
     "parse_listen",
+    "parse_networks",
 ]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
@@ -36,6 +39,24 @@ _MAX_LISTING_ENTRIES = 1_000_000
 _MiB = 1024 * 1024
 _MAX_PROCESSES = 256  # --workers: processes, each with its own pools and fds
 _MAX_H2_STREAMS = 10_000  # concurrent streams per HTTP/2 connection
+_MAX_TRUSTED_PROXIES = 256  # --trusted-proxies networks (each request checks them all)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
+    """``--trusted-proxies`` values -> networks (host bits allowed:
+    ``10.0.0.1/8`` is ``10.0.0.0/8``; a bare address is one host).
+    Raises ValueError naming the bad value."""
+    out: list[IPNetwork] = []
+    for c in cidrs:
+        try:
+            out.append(ipaddress.ip_network(c.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{c!r} is not an IP address or network (CIDR)") from None
+    if len(out) > _MAX_TRUSTED_PROXIES:
+        raise ValueError(f"at most {_MAX_TRUSTED_PROXIES} networks")
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +173,9 @@ class Config:
     error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
     auth_file: str | None = None  # --auth-file: the whole site
+    # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
+    # client (serverio.http.forwarded); empty: trust no one.
+    trusted_proxies: tuple[str, ...] = ()
     rules_source: str = ""  # the file the tables came from (for messages)
 
     # Derived, filled by validate(): the absolute real path of the root, and
@@ -159,6 +183,7 @@ class Config:
     # reproducible builds stamp on every file.
     root: str = field(default="", compare=False)
     source_date_epoch: int | None = field(default=None, compare=False)
+    proxy_networks: tuple[IPNetwork, ...] = field(default=(), compare=False)
 
     def validate(self) -> Config:
         """Check every knob; return a copy with derived fields filled in.
@@ -253,8 +278,15 @@ class Config:
         if self.watch:
             _validate_watch(self, root)
         epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+        try:
+            networks = parse_networks(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigError(f"--trusted-proxies: {exc}") from None
         return dataclasses.replace(
-            self, root=root, source_date_epoch=int(epoch) if epoch.isdigit() else None
+            self,
+            root=root,
+            source_date_epoch=int(epoch) if epoch.isdigit() else None,
+            proxy_networks=networks,
         )
 
 

@@ -94,6 +94,10 @@ class RequestFacts:
     # The request came over TLS (HTTPS, or HTTP/2 over TLS): read by the
     # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
     tls: bool = False
+    # Read only with --trusted-proxies (serverio.http.forwarded): the client
+    # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
+    forwarded: str | None = None
+    x_forwarded_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,7 +243,9 @@ class AuthRule:
     match: re.Pattern[str] | None
     users: Mapping[str, str]
     realm: str
-    dummy: str  # a hash with the same parameters, for unknown users
+    # The users file's cost profile (serverio.http.passwords.cost_profile):
+    # the work every check does, known user or not.
+    dummy: str
     index: int = 0
 
 
@@ -364,7 +366,7 @@ def compile_rules(
     hsts: int | None = None,
     hsts_subdomains: bool = False,
 ) -> SiteRules:
-    """Validate and compile.  ``auth`` is (glob, users, dummy hash) per rule
+    """Validate and compile.  ``auth`` is (glob, users, cost profile) per rule
     (the users already read and checked by the caller).  Raises ConfigError
     (one line naming ``source`` and the key)."""
     hrules: list[HeaderRule] = []

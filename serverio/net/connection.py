@@ -55,7 +55,7 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.livereload import LiveReload
-from ..pipeline.request import Waiting, complete, failed, finish, record, start
+from ..pipeline.request import Waiting, client_for, complete, failed, finish, record, start
 from ..pipeline.site import Site
 from .order import ServeOrder
 
@@ -679,17 +679,20 @@ class ConnectionTask:
             ua = referer = request_id = None
             keep = False
             body: Body | None = None
+            client = peer
             # The request steps are the pipeline's (serverio.pipeline.request),
             # shared with HTTP/2; facts, the wait, the emit and keep-alive
             # are this connection's.
             try:
                 try:
                     req, ka10, ua, referer, request_id = self._facts(event)
+                    if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                        client = client_for(cfg, peer, req)
                     keep = req.keep_alive and requests < cfg.max_requests
                     got = start(env, req, now)
                     if type(got) is Waiting:
                         answer = await complete(
-                            env, got, now, peer, partial(self._wait_watching, parser=parser)
+                            env, got, now, client, partial(self._wait_watching, parser=parser)
                         )
                         if answer is None:
                             env.stats.cancelled += 1
@@ -717,7 +720,7 @@ class ConnectionTask:
                 self.in_flight = False
             record(
                 env,
-                peer,
+                client,
                 event.method,
                 event.target,
                 event.http_version,

@@ -114,7 +114,7 @@ from ..http.target import parse_target
 from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
 from ..pipeline.livereload import LiveReload
-from ..pipeline.request import Answer, Waiting, complete, failed, finish, record, start
+from ..pipeline.request import Answer, Waiting, client_for, complete, failed, finish, record, start
 from .connection import RECV_SIZE, SEND_PIECE, ConnectionEnv
 from .outbuf import OutBuffer
 
@@ -689,7 +689,9 @@ class H2Connection:
         )
         return facts, f
 
-    async def _answer(self, st: _Stream, now: float) -> tuple[Answer, Fields | None]:
+    async def _answer(
+        self, st: _Stream, now: float
+    ) -> tuple[Answer, Fields | None, Callable[[], str]]:
         """The request steps (:mod:`serverio.pipeline.request`, shared with
         HTTP/1.1) under the connection's cap on body descriptors.
 
@@ -710,13 +712,17 @@ class H2Connection:
         :meth:`_serve_stream`'s ``finally``, after its body is closed.
         """
         env = self.env
+        cfg = env.config
         fields: Fields | None = None
+        client = self._client
         try:
             req, fields = self._facts(st)
+            if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                client = client_for(cfg, self._client, req)
             if not self._take_file_now(st):
                 got = start(env, req, now)
                 if type(got) is tuple and got[1].fd < 0:
-                    return got, fields
+                    return got, fields, client
                 if type(got) is tuple:
                     got[1].close()
                 elif type(got) is Waiting and got.deferred is not None:
@@ -725,7 +731,7 @@ class H2Connection:
                 st.file_slot = True
             got = start(env, req, now)
             if type(got) is Waiting:
-                answer = await complete(env, got, now, self._client, _run_deferred)
+                answer = await complete(env, got, now, client, _run_deferred)
                 assert answer is not None  # _run_deferred never gives None
             else:
                 assert type(got) is tuple
@@ -734,7 +740,7 @@ class H2Connection:
             answer = failed(env, exc, now, st.head.method == b"HEAD")
         if answer[1].fd < 0:
             self._give_file(st)
-        return answer, fields
+        return answer, fields, client
 
     def _take_file_now(self, st: _Stream) -> bool:
         try:
@@ -756,6 +762,7 @@ class H2Connection:
         now = time.time()
         body: Body | None = None
         fields: Fields | None = None
+        client = self._client
         try:
             with st.scope:
                 if st.reset:
@@ -763,7 +770,7 @@ class H2Connection:
                 # The request steps are the pipeline's (serverio.pipeline.request),
                 # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
                 # cancels the wait for a Deferred.
-                answer, fields = await self._answer(st, now)
+                answer, fields, client = await self._answer(st, now)
                 plan, body, ticket = answer
                 if plan.stream:
                     if await self._serve_events(st, plan):
@@ -800,7 +807,7 @@ class H2Connection:
         h = st.head
         record(
             env,
-            self._client,
+            client,
             h.method,
             h.path or b"-",
             b"2.0",

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import trio
 
-from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config
+from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config, parse_networks
 from ..errors import ConfigError
 from ..http.passwords import DEFAULT_ITERATIONS, hash_password
 from ..net.activation import systemd_fds
@@ -437,6 +437,15 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         help="with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
     )
     g.add_argument(
+        "--trusted-proxies",
+        type=_cidr,
+        nargs="+",
+        action="extend",
+        metavar="CIDR",
+        help="reverse proxies (addresses or networks) whose Forwarded / X-Forwarded-For "
+        "name the client, for the access log and the auth limiter (default: trust no one)",
+    )
+    g.add_argument(
         "--check",
         metavar="URL",
         default=None,
@@ -481,6 +490,15 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the effective configuration as TOML and exit",
     )
+
+
+def _cidr(text: str) -> str:
+    """One ``--trusted-proxies`` value, canonical (``10.0.0.1/8`` -> ``10.0.0.0/8``)."""
+    try:
+        (net,) = parse_networks([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(net)
 
 
 def _workers(text: str) -> int:
@@ -570,6 +588,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         clean_urls=args.clean_urls,
         trailing_slash=args.trailing_slash,
         auth_file=args.auth_file,
+        trusted_proxies=tuple(args.trusted_proxies or ()),
         header_rules=tuple(getattr(args, "header_rules", ())),
         redirects=tuple(getattr(args, "redirects", ())),
         rewrites=tuple(getattr(args, "rewrites", ())),
