@@ -405,3 +405,15 @@ async def test_drain_stops_at_its_time_bound(autojump_clock: trio.testing.MockCl
     assert not await body.drain()
     assert trio.current_time() - start == pytest.approx(POLICY.drain_timeout)
     assert state(body) is BodyState.FAILED
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_size", -1), ("drain_max", -1), ("chunk_max", 0), ("idle_timeout", 0.0),
+     ("total_timeout", float("nan")), ("drain_timeout", -1.0)],
+)
+def test_policy_refuses_bad_values(field: str, value: float) -> None:
+    from serverio.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        BodyPolicy(**{field: value})  # type: ignore[arg-type]
