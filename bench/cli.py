@@ -12,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench import callgrind, commits, golden, h2floor, h2profile, peers, report
-from bench.runner import RunOptions, execute
+from bench.runner import execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
     KINDS,
@@ -24,6 +24,7 @@ from bench.servers import (
     find_nginx,
     serverio_entry,
 )
+from bench.trials import RunOptions
 from bench.workloads import SMOKE_WORKLOADS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
