@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import callgrind, commits, golden, h2floor, h2profile, peers, report
+from bench import callgrind, commits, golden, h2floor, h2profile, peers, report, structure
 from bench.runner import execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     callgrind.add_parser(sub)
     h2profile.add_parser(sub)
     h2floor.add_parser(sub)
+    structure.add_parser(sub)
 
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
     ls.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
@@ -276,4 +277,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return h2profile.run(args)
     if args.command == "h2floor":
         return h2floor.run(args)
+    if args.command == "structure":
+        return structure.run(args)
     return cmd_list(args)
