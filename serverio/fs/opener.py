@@ -351,7 +351,13 @@ class RootOpener:
                     raise _windows_name()
             path = os.path.join(self.root, relpath)
             return self._open_verified(path, os.stat(path), [])
-        pending = [p for p in reversed(_split_native(relpath)) if p and p != "."]
+        # The request's own segments are split on "/" only: a "\\" inside
+        # one (an encoded %5C) is part of that name, which
+        # windows_name_problem then refuses.  Split on the native
+        # separators instead, "a%5Cb" would open a/b while the site rules
+        # (which see the segments) matched the one name "a\\b".  Link
+        # targets below are native paths and split natively.
+        pending = [p for p in reversed(relpath.split("/")) if p and p != "."]
         parts: list[str] = []  # resolved components below the root
         seen: list[tuple[int, int]] = []  # identity of each directory in parts
         links = 0

@@ -110,6 +110,11 @@ class Prepared:
     # a literal body owns nothing); used only while ``plan.body`` is still
     # the tuple it was made from.
     body: Body | None = None
+    # What the answer's bytes come from, as the path a site rule's glob sees
+    # ("/a/index.html"; a listed directory ends with "/", the root's listing
+    # is "/"); None when nothing was resolved (an error, a redirect).  The site's access rules
+    # are decided on it (serverio.pipeline.site, "the resolved target").
+    served: str | None = None
 
     @property
     def needs_followup(self) -> bool:

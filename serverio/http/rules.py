@@ -31,6 +31,7 @@ from typing import Final
 
 from ..errors import ConfigError
 from .core import Plan, RequestFacts, error_plan
+from .negotiate import SIDECAR_SUFFIX
 from .target import Target, quote_segment
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Redirect",
     "Rewrite",
     "SiteRules",
+    "access_paths",
     "apply_headers",
     "auth_rule_for",
     "canonical",
@@ -744,11 +746,32 @@ def error_page_key(rules: SiteRules, status: int) -> str | None:
 # ------------------------------------------------------------------ auth
 
 
+_SIDECAR_SUFFIXES: Final = tuple(SIDECAR_SUFFIX.values())
+
+
+def access_paths(path: str) -> tuple[str, ...]:
+    """Every path whose auth rule protects the bytes at ``path``.
+
+    A precompressed sidecar (``/r/q3.html.gz``) holds the same content as
+    the file it is a coding of (``/r/q3.html``): a rule that protects the
+    file protects its sidecars, whether they are negotiated or requested
+    (or listed) by their own names.
+    """
+    for suffix in _SIDECAR_SUFFIXES:
+        if path.endswith(suffix) and len(path) > len(suffix) + 1 and path[-len(suffix) - 1] != "/":
+            return (path, path[: -len(suffix)])
+    return (path,)
+
+
 def auth_rule_for(rules: SiteRules, paths: Sequence[str]) -> AuthRule | None:
-    """The first auth rule that matches any of ``paths`` (the request path
-    and, after a rewrite or clean URL, the path served)."""
+    """The first auth rule that matches any of ``paths`` (canonical match
+    paths: the request path, the paths a rewrite or clean URL would serve,
+    the resolved target) or the file any of them is a sidecar of."""
+    if not rules.auth:
+        return None
+    every = [a for p in paths for a in access_paths(p)]
     for rule in rules.auth:
-        if rule.match is None or any(rule.match.fullmatch(p) for p in paths):
+        if rule.match is None or any(rule.match.fullmatch(p) for p in every):
             return rule
     return None
 

@@ -209,9 +209,15 @@ class Server:
         )
         # Site rules, compiled once; None (never consulted) when there are none.
         self.env.site = load_site(self.config, self.stats)
-        if self.env.site is not None:
+        site = self.env.site
+        if site is not None:
             # Their threads are waited for, then abandoned, like the others.
-            self.pools += [self.env.site.auth_pool, self.env.site.page_pool]
+            self.pools += [site.auth_pool, site.page_pool]
+            if site.rules.auth:
+                # Access rules reach listed names and event paths too.
+                self.content.visible = site.visible_entries
+                if self.live is not None:
+                    self.live.may_name = site.may_name
 
     # ------------------------------------------------------------ public
 

@@ -447,6 +447,13 @@ class ContentService:
         self.listings: SingleFlightCache[ListingKey, Listing] = SingleFlightCache(
             "listing", cfg.listing_cache_size, lambda v: len(v[0]) + _LISTING_OVERHEAD
         )
+        # The site's access rules on listed names (serverio.pipeline.site:
+        # Site.visible_entries), when it has auth rules: the entries this
+        # request may see, from the request, the directory's segments and
+        # what the scan found.
+        self.visible: (
+            Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]] | None
+        ) = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -677,7 +684,14 @@ class ContentService:
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
         segments = req.target.segments
-        key: ListingKey = (scan.dev, scan.ino, segments, query, scan.digest)
+        entries, digest = scan.entries, scan.digest
+        if self.visible is not None:
+            # Names the client may not see are left out; the digest of what
+            # is left keys the shared render (each visible set its own).
+            kept = self.visible(req, segments, entries)
+            if len(kept) != len(entries):
+                entries, digest = kept, entries_digest(kept, scan.truncated)
+        key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
             limit = cfg.listing_max_entries
@@ -685,7 +699,7 @@ class ContentService:
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
                 async def job() -> Listing | None:
                     return await run_blocking(
-                        work, render_listing, segments, scan.entries, query, scan.truncated, limit
+                        work, render_listing, segments, entries, query, scan.truncated, limit
                     )
 
                 return job
@@ -697,7 +711,7 @@ class ContentService:
                 # Render for this request alone, requester-owned like the
                 # scan: a full pool is a 503 (PoolSaturated).
                 listing = await run_blocking(
-                    work, render_listing, segments, scan.entries, query, scan.truncated, limit
+                    work, render_listing, segments, entries, query, scan.truncated, limit
                 )
         self.stats.listings += 1
         body, ctype, etag = listing

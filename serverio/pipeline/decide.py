@@ -93,14 +93,17 @@ def decide(
         # The scan runs in the work pool (serverio.pipeline.content); the
         # directory descriptor goes with it.
         fd, res.fd = res.fd, -1
-        return Prepared(_placeholder(now), fd, listing=True)
+        served = "/" + req.target.relpath + "/" if req.target.segments else "/"
+        return Prepared(_placeholder(now), fd, listing=True, served=served)
     if kind == UNAVAILABLE:
         return Prepared(_unavailable(now))
     assert kind != CACHED and res.file is not None
     try:
-        return _decide_file(res, req, cfg, now, boundary)
+        prepared = _decide_file(res, req, cfg, now, boundary)
     finally:
         res.close()  # whatever was not handed on
+    prepared.served = "/" + res.relpath
+    return prepared
 
 
 def _decide_file(
@@ -285,7 +288,9 @@ def serve_cached(
     if plain:
         memo = plain_memo.get(memo_key)
         if memo is not None and memo[0] == second:
-            return Prepared(memo[1], facts=rep.facts, coding=hit.coding, body=memo[2])
+            return Prepared(
+                memo[1], facts=rep.facts, coding=hit.coding, body=memo[2], served="/" + hit.key
+            )
     # Identity, or a precompressed sidecar (its own length, ETag).
     plan = decide_file(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
@@ -300,8 +305,8 @@ def serve_cached(
         # owns nothing and is shared like the plan.
         body = Body.of(plan)
         plain_memo[memo_key] = (second, plan, body)
-        return Prepared(plan, facts=rep.facts, coding=hit.coding, body=body)
-    return Prepared(plan, facts=rep.facts, coding=hit.coding)
+        return Prepared(plan, facts=rep.facts, coding=hit.coding, body=body, served="/" + hit.key)
+    return Prepared(plan, facts=rep.facts, coding=hit.coding, served="/" + hit.key)
 
 
 def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
@@ -310,9 +315,15 @@ def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: 
     facts = hit.entry.facts
     pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
     if pre is not None:
-        return Prepared(pre)
+        return Prepared(pre, served="/" + hit.key)
     return Prepared(
-        _placeholder(now), -1, facts, compress=hit.coding, extra=hit.extra, source=hit.entry.data
+        _placeholder(now),
+        -1,
+        facts,
+        compress=hit.coding,
+        extra=hit.extra,
+        source=hit.entry.data,
+        served="/" + hit.key,
     )
 
 

@@ -117,6 +117,10 @@ class LiveReload:
         self.backend = ""  # "inotify" or "poll", once watching
         self.batches = 0  # change batches published
         self.poll_interval = POLL_INTERVAL
+        # May an event name this path (decoded, "/a/b.css")?  The site's
+        # access rules say no for a protected one (Site.may_name): every
+        # stream gets the same events, so such a change is a plain reload.
+        self.may_name: Callable[[str], bool] = _any_path
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -213,13 +217,15 @@ class LiveReload:
 
         Only stylesheets changed (none deleted): a ``css`` event per file,
         which pages swap in place; anything else: ``reload``.  The paths
-        are visible ones (the sources drop dot names), so an event never
-        names a file a client could not request.
+        are visible ones (the sources drop dot names) and none that an
+        auth rule protects (:attr:`may_name`; such a batch is a reload),
+        so an event never names a file a client could not request.
         """
         self.invalidate()
         self.batches += 1
         css = sorted(p for p, kind in batch.items() if kind == "changed" and p.endswith(".css"))
-        if css and len(css) == len(batch):
+        may_name = self.may_name
+        if css and len(css) == len(batch) and all(may_name("/" + p) for p in css):
             self.broadcast.publish([sse_css(event_path(p)) for p in css])
         else:
             self.broadcast.publish([sse_reload()])
@@ -250,6 +256,10 @@ class LiveReload:
                 await send(data or SSE_KEEPALIVE)
         finally:
             self.broadcast.unsubscribe(sub)
+
+
+def _any_path(path: str) -> bool:
+    return True
 
 
 def _may_be_html(req: RequestFacts) -> bool:
@@ -381,7 +391,7 @@ class LiveHandler(Handler):
         if coding:
             pre = injected_precondition(req, plan, mtime, now, coding)
             if pre is not None:
-                return Prepared(pre)
+                return Prepared(pre, served=prepared.served)
             coded = await self._compress(prepared, coding, injected)
             if coded is None:
                 stats.compress_fallbacks += 1
@@ -389,7 +399,10 @@ class LiveHandler(Handler):
             else:
                 stats.compressed_responses += 1
                 body = coded
-        return Prepared(decide_injected(req, plan, body, mtime, now, assets, coding=coding))
+        return Prepared(
+            decide_injected(req, plan, body, mtime, now, assets, coding=coding),
+            served=prepared.served,
+        )
 
     async def _compress(self, prepared: Prepared, coding: str, injected: bytes) -> bytes | None:
         """``injected`` in ``coding``: shared with the file's compressed

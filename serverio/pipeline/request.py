@@ -130,8 +130,7 @@ async def complete(
                 return _finished(site, plan, -1, ticket)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
-                fd, got.fd = got.fd, -1
-                return _finished(site, got.plan, fd, ticket)
+                return await _admitted(site, got, ticket, now, client)
             assert isinstance(got, Deferred)
             deferred = got
         prepared = await wait(deferred)
@@ -140,6 +139,32 @@ async def complete(
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return _finished(site, plan, -1, ticket)
+    if site is not None:
+        assert ticket is not None
+        return await _admitted(site, prepared, ticket, now, client)
+    fd, prepared.fd = prepared.fd, -1
+    return _finished(site, prepared.plan, fd, ticket)
+
+
+async def _admitted(
+    site: Site, prepared: Prepared, ticket: Ticket, now: float, client: Callable[[], str]
+) -> Answer:
+    """The answer for ``prepared`` once the site's access rules allow what
+    it resolved (:meth:`Site.admit`); else their refusal, and ``prepared``
+    is closed unsent.
+
+    Cancellation handling: ``prepared`` is closed if the check is cancelled.
+    """
+    served = prepared.served
+    if served is not None:
+        try:
+            refusal = await site.admit(served, ticket, now, client)
+        except BaseException:
+            prepared.close()
+            raise
+        if refusal is not None:
+            prepared.close()
+            return _finished(site, refusal, -1, ticket)
     fd, prepared.fd = prepared.fd, -1
     return _finished(site, prepared.plan, fd, ticket)
 

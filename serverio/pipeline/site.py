@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 import trio
 
@@ -49,6 +50,8 @@ from ..fs.opener import RootOpener
 from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts, error_plan, route
+from ..http.listing import Entry
+from ..http.livescript import live_assets
 from ..http.mime import guess_type
 from ..http.passwords import check_hash, dummy_like, verify
 from ..http.rules import (
@@ -114,6 +117,8 @@ class Ticket:
     req: RequestFacts
     protected: bool = False
     authed: bool = False
+    # The auth rules (their indices) this request's credentials passed.
+    granted: frozenset[int] = frozenset()
 
 
 def _read_users(path: str, where: str) -> dict[str, str]:
@@ -140,9 +145,16 @@ def _read_users(path: str, where: str) -> dict[str, str]:
     return users
 
 
-def _inside(root: str, path: str) -> bool:
-    real = os.path.realpath(path)
-    return real == root or real.startswith(root.rstrip("/") + "/")
+def _inside(root: str, path: str, paths: ModuleType = os.path) -> bool:
+    """Is ``path`` (resolved) the root or below it?  Compared with the
+    platform's own path rules (``paths``: ``os.path``; ``ntpath`` in tests):
+    Windows separators, drives and case-insensitive names included."""
+    real = paths.normcase(paths.realpath(path))
+    top = paths.normcase(paths.realpath(root))
+    try:
+        return bool(paths.commonpath([real, top]) == top)
+    except ValueError:
+        return False  # another drive, or one relative and one absolute
 
 
 def _read_page(opener: RootOpener, rel: str, where: str) -> tuple[bytes, bytes]:
@@ -302,6 +314,8 @@ class Site:
         self._routes: dict[Target, RouteDecision] = {}
         self._memo: dict[tuple[int, str | None], tuple[Plan, HeaderOps, Plan]] = {}
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
+        # The first segment of the reserved live-reload paths (--watch).
+        self._reserved = (live_assets(cfg.watch_prefix).prefix_segment,) if cfg.watch else None
 
     # ------------------------------------------------------------ step 1
 
@@ -312,7 +326,11 @@ class Site:
             if pre is not None:
                 return Ticket(pre, req)
         plan = route(req, self.config, now)
-        if plan is not None:
+        # The reserved live-reload paths go through the rules like any
+        # other path: an [[auth]] rule that matches them protects them.
+        if plan is not None and not (
+            self._reserved is not None and req.target.segments[:1] == self._reserved
+        ):
             return Ticket(plan, req)
         head = req.method == b"HEAD"
         target = req.target
@@ -323,22 +341,104 @@ class Site:
                 self._routes.clear()  # bounded: targets (queries) are client input
             self._routes[target] = decision
         rule = decision.auth
+        granted: frozenset[int] = frozenset()
         if rule is not None:
             refusal = await self._authenticate(rule, req, now, client, head)
             if refusal is not None:
                 # The challenge keeps its own Cache-Control: no-store.
                 return Ticket(refusal, req)
+            granted = frozenset((rule.index,))
         protected = rule is not None
+        if plan is not None:
+            return Ticket(plan, req, protected, protected, granted)
         if decision.redirect is not None:
             status, loc = decision.redirect
             plan = error_plan(status, now, headers=[(b"location", loc)], head_only=head)
-            return Ticket(plan, req, protected, protected)
+            return Ticket(plan, req, protected, protected, granted)
         rewritten = decision.rewritten
         if rewritten is not None:
             if rewritten.hidden and not self.config.hidden:
-                return Ticket(error_plan(404, now, head_only=head), req, protected, protected)
+                return Ticket(
+                    error_plan(404, now, head_only=head), req, protected, protected, granted
+                )
             req = replace(req, target=rewritten)
-        return Ticket(None, req, protected, protected)
+        return Ticket(None, req, protected, protected, granted)
+
+    async def admit(
+        self, served: str, ticket: Ticket, now: float, client: Callable[[], str]
+    ) -> Plan | None:
+        """The access rules on the resolved target: None when ``ticket``'s
+        client may have what the handler resolved (``served``: the index
+        file, the clean-URL or trailing-slash alternative, the SPA file, a
+        sidecar asked for by name, a listed directory), else the 401 / 429
+        / 503 to send instead.
+
+        :meth:`route` decided on the request path first (so that a
+        protected name's existence is not told by a 404 either); this is
+        the decision that holds however the bytes were reached.  A rule the
+        client has not passed yet is checked here with the same
+        credentials, limiter and pool; ``ticket`` records it.
+
+        Cancellation handling: the password check may be abandoned like
+        any pooled call; the caller still owns (and closes) what it resolved.
+        """
+        rules = self.rules
+        rule = auth_rule_for(rules, (rules.canonical(served),))
+        if rule is None or rule.index in ticket.granted:
+            return None
+        req = ticket.req
+        refusal = await self._authenticate(rule, req, now, client, req.method == b"HEAD")
+        if refusal is not None:
+            return refusal
+        ticket.granted = ticket.granted | {rule.index}
+        ticket.protected = ticket.authed = True
+        return None
+
+    def visible_entries(
+        self, req: RequestFacts, segments: tuple[str, ...], entries: list[Entry]
+    ) -> list[Entry]:
+        """The entries of a listing this client may see: a name an auth rule
+        protects is listed only to a client whose credentials (sent with
+        this request) were verified for that rule within the verification
+        window, as the request for the listing itself does."""
+        rules = self.rules
+        base = "/" + "/".join(segments) + "/" if segments else "/"
+        kept: list[Entry] = []
+        passed: dict[int, bool] = {}
+        for entry in entries:
+            path = base + entry.name + ("/" if entry.is_dir else "")
+            rule = auth_rule_for(rules, (rules.canonical(path),))
+            if rule is not None:
+                ok = passed.get(rule.index)
+                if ok is None:
+                    ok = passed[rule.index] = self._verified_for(rule, req)
+                if not ok:
+                    continue
+            kept.append(entry)
+        return kept
+
+    def may_name(self, path: str) -> bool:
+        """May an event that every client receives name ``path``?  Not when
+        an auth rule protects it (the event would tell unauthenticated
+        clients of it): live reload then sends a plain reload instead."""
+        rules = self.rules
+        return auth_rule_for(rules, (rules.canonical(path),)) is None
+
+    def _credentials_key(self, rule: AuthRule, user: str, password: str) -> bytes:
+        return hmac.new(
+            self._key,
+            b"%d\0%s\0%s" % (rule.index, user.encode(), password.encode()),
+            hashlib.sha256,
+        ).digest()
+
+    def _verified_for(self, rule: AuthRule, req: RequestFacts) -> bool:
+        """Were this request's credentials verified for ``rule`` recently?
+        (No password check here: only the cache of verified credentials.)"""
+        creds = parse_basic(req.authorization)
+        if creds is None or creds[0] not in rule.users:
+            return False
+        seen = self._verified.get(self._credentials_key(rule, *creds))
+        return seen is not None and trio.current_time() - seen < _VERIFIED_TTL
 
     async def _authenticate(
         self, rule: AuthRule, req: RequestFacts, now: float, peer: Callable[[], str], head: bool
@@ -358,11 +458,7 @@ class Site:
             # No (usable) credentials: the first step of every login, not a failure.
             return challenge_plan(rule.realm, now, head=head)
         user, password = creds
-        key = hmac.new(
-            self._key,
-            b"%d\0%s\0%s" % (rule.index, user.encode(), password.encode()),
-            hashlib.sha256,
-        ).digest()
+        key = self._credentials_key(rule, user, password)
         seen = self._verified.get(key)
         if seen is not None and mono - seen < _VERIFIED_TTL:
             self._verified.move_to_end(key)
