@@ -231,6 +231,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Redirect",
         "Rewrite",
         "SiteRules",
+        "access_paths",
         "apply_headers",
         "auth_rule_for",
         "canonical",
