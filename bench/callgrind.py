@@ -21,7 +21,9 @@ Each serverio is measured with *its own* ``bench/pair.py``: the script drives
 serverio's connection class directly, whose shape the commit defines, so an
 old commit is run from its exported tree (bench/commits.py) with that tree as
 working directory and on ``PYTHONPATH``.  ``PYTHONHASHSEED`` is fixed so that
-two runs of the same commit count (nearly) the same instructions.
+two runs of the same commit count (nearly) the same instructions; pair.py
+also stops the wall clock once its file has settled, so that serverio's
+once-a-second work does not depend on how fast valgrind runs.
 """
 
 from __future__ import annotations

@@ -42,6 +42,15 @@ def test_h2_pair_loop_rejects_a_short_body(settled_root: Path) -> None:
         trio.run(stream_loop, 5, 1, 1000, settled_root, "/1k.bin")
 
 
+def test_the_wall_clock_stands_still_after_freezing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time", time.time)  # restored after the test
+    frozen = pair.freeze_wall_clock()
+    start = time.perf_counter()
+    time.sleep(0.02)
+    assert time.time() == frozen
+    assert time.perf_counter() > start  # trio's clock still runs
+
+
 def test_mode_arguments_of_pair_py() -> None:
     assert callgrind.mode_args() == []
     assert callgrind.mode_args(churn=8) == ["--churn", "8"]
