@@ -101,7 +101,8 @@ from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Waiting, complete, failed, record, start
-from .connection import RECV_SIZE, ConnectionEnv
+from .env import ConnectionEnv
+from .h1head import RECV_SIZE
 from .outbuf import OutBuffer
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
