@@ -48,7 +48,7 @@ from ..pipeline.request import Waiting, complete, failed, record, start
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
-from .h1state import Lifetime, Phase
+from .h1state import BUSY, CLOSED, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
 
 __all__ = ["H2_PREFACE", "ConnectionTask"]
 
@@ -158,15 +158,15 @@ class ConnectionTask:
         if (
             life.scope is not None
             and not life.in_flight
-            and (life.phase == Phase.IDLE or self.env.cut_fresh)
+            and (life.phase == IDLE or self.env.cut_fresh)
         ):
             life.scope.cancel()
 
     def _busy(self) -> None:
         """A request head is in: the answering phase (its read deadline is
         lifted lazily, :meth:`Lifetime.lift`)."""
-        if self.life.phase != Phase.BUSY:
-            self.life.to(Phase.BUSY)
+        if self.life.phase != BUSY:
+            self.life.to(BUSY)
 
     async def _read_deadline_expired(self) -> None:
         """The lifetime scope was cancelled: a read deadline or a drain
@@ -174,7 +174,7 @@ class ConnectionTask:
         env = self.env
         if env.draining:
             return
-        if self.life.phase == Phase.IDLE:
+        if self.life.phase == IDLE:
             env.stats.timeouts_keepalive += 1
             return
         env.stats.timeouts_head += 1
@@ -217,7 +217,7 @@ class ConnectionTask:
                 stats.cancelled += 1
             raise
         finally:
-            self.life.phase = Phase.CLOSED  # from any phase
+            self.life.phase = CLOSED  # from any phase
             await emitter.close()
 
     async def _handshake(self) -> bool:
@@ -232,7 +232,7 @@ class ConnectionTask:
         life = self.life
         with trio.CancelScope() as scope:
             life.scope = scope
-            life.arm(Phase.HANDSHAKE, env.config.head_timeout)
+            life.arm(HANDSHAKE, env.config.head_timeout)
             if env.cut_fresh:
                 scope.cancel()
             try:
@@ -292,7 +292,7 @@ class ConnectionTask:
                 return None
             if event is None:
                 return None
-            if self._h2 is not None and _is_preface(event, requests):
+            if event.http_version == b"2.0" and self._h2 is not None and _is_preface(event, requests):
                 # Hand over the bytes h11 parsed plus what it buffered after them.
                 await self._switch(_PREFACE_HEAD + reader.leftover)
                 return None
@@ -375,7 +375,7 @@ class ConnectionTask:
             await emitter.send(head)
             return
         self.life.lift()
-        self.life.to(Phase.STREAM)
+        self.life.to(STREAM)
         stream = self.stream
 
         async def watch(scope: trio.CancelScope) -> None:
@@ -406,7 +406,7 @@ class ConnectionTask:
         assert self._h2 is not None
         life = self.life
         life.disarm()
-        life.to(Phase.SWITCHED)
+        life.to(SWITCHED)
         self._switched = self._h2(self.env, self.stream, lambda: self.client, initial)
         await self._switched.run()
 

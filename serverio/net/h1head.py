@@ -34,7 +34,7 @@ from ..http.fasthead import FastRequest, HeadParser
 from ..http.fields import scan_fields
 from ..http.target import parse_target
 from .emit import Emitter
-from .h1state import Lifetime, Phase
+from .h1state import BUSY, HEAD, IDLE, Lifetime
 from .order import ServeOrder
 
 __all__ = ["RECV_SIZE", "Head", "HeadReader", "request_facts"]
@@ -217,9 +217,9 @@ class HeadReader:
         life = self._life
         keepalive = idle and self.fed == 0
         if keepalive:
-            life.arm(Phase.IDLE, cfg.keepalive_timeout)
+            life.arm(IDLE, cfg.keepalive_timeout)
         else:
-            life.arm(Phase.HEAD, cfg.head_timeout)
+            life.arm(HEAD, cfg.head_timeout)
         emitter = self._emitter
         fd = emitter.fd
         event: object = self._parse() if self.fed else h11.NEED_DATA
@@ -260,7 +260,7 @@ class HeadReader:
             if keepalive and event is h11.NEED_DATA:
                 # First bytes of the next request, but not the whole head:
                 # the head deadline starts now.
-                life.arm(Phase.HEAD, cfg.head_timeout)
+                life.arm(HEAD, cfg.head_timeout)
             keepalive = False
-        life.to(Phase.BUSY)
+        life.to(BUSY)
         return as_head(event)
