@@ -8,8 +8,10 @@ docs/cli.md.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
@@ -22,6 +24,7 @@ __all__ = [
     "listener_http2",
     "parse_host_port",
     "parse_listen",
+    "parse_networks",
 ]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
@@ -36,6 +39,24 @@ _MAX_LISTING_ENTRIES = 1_000_000
 _MiB = 1024 * 1024
 _MAX_PROCESSES = 256  # --workers: processes, each with its own pools and fds
 _MAX_H2_STREAMS = 10_000  # concurrent streams per HTTP/2 connection
+_MAX_TRUSTED_PROXIES = 256  # --trusted-proxies networks (each request checks them all)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
+    """``--trusted-proxies`` values -> networks (host bits allowed:
+    ``10.0.0.1/8`` is ``10.0.0.0/8``; a bare address is one host).
+    Raises ValueError naming the bad value."""
+    out: list[IPNetwork] = []
+    for c in cidrs:
+        try:
+            out.append(ipaddress.ip_network(c.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{c!r} is not an IP address or network (CIDR)") from None
+    if len(out) > _MAX_TRUSTED_PROXIES:
+        raise ValueError(f"at most {_MAX_TRUSTED_PROXIES} networks")
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +85,15 @@ class Config:
     h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
     # Per connection and second: stream resets by the client (rapid reset,
     # CVE-2023-44487) and control frames that deliver no request (PING,
-    # SETTINGS, PRIORITY, empty DATA); past either, GOAWAY ENHANCE_YOUR_CALM.
+    # SETTINGS, PRIORITY, empty DATA, WINDOW_UPDATEs no DATA earned); past
+    # either, GOAWAY ENHANCE_YOUR_CALM.
     h2_max_resets: int = 200
     h2_max_control: int = 200
+    # Body descriptors (files streamed from disk, over --small-file-size) one
+    # HTTP/2 connection holds at once; a stream past it waits for one.  Part
+    # of the open-file arithmetic (serverio.ops.fdlimit): 1 + this per
+    # connection.
+    h2_max_open_files: int = 4
 
     # Filesystem policy.
     index: tuple[str, ...] = ("index.html",)
@@ -116,6 +143,10 @@ class Config:
     listen: tuple[str, ...] = ()
     listen_tls: tuple[str, ...] = ()
     admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
+    # --hsts SECONDS: Strict-Transport-Security on TLS responses (RFC 6797);
+    # None = off.  --hsts-include-subdomains adds includeSubDomains.
+    hsts: int | None = None
+    hsts_include_subdomains: bool = False
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
 
@@ -124,6 +155,9 @@ class Config:
     watch: bool = False
     watch_prefix: str = "/.serverio"
     watch_poll: bool = False  # force the polling watcher (network filesystems)
+    # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
+    # their own budget, outside --max-connections; past it, 503.
+    watch_max_streams: int = 32
 
     # Site rules (serverio.http.rules; docs/features.md "Site rules"): the
     # raw specifications, compiled once by serverio.pipeline.site.load_site.
@@ -139,6 +173,9 @@ class Config:
     error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
     auth_file: str | None = None  # --auth-file: the whole site
+    # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
+    # client (serverio.http.forwarded); empty: trust no one.
+    trusted_proxies: tuple[str, ...] = ()
     rules_source: str = ""  # the file the tables came from (for messages)
 
     # Derived, filled by validate(): the absolute real path of the root, and
@@ -146,6 +183,7 @@ class Config:
     # reproducible builds stamp on every file.
     root: str = field(default="", compare=False)
     source_date_epoch: int | None = field(default=None, compare=False)
+    proxy_networks: tuple[IPNetwork, ...] = field(default=(), compare=False)
 
     def validate(self) -> Config:
         """Check every knob; return a copy with derived fields filled in.
@@ -169,6 +207,7 @@ class Config:
             ("h2_max_streams", 1),
             ("h2_max_resets", 1),
             ("h2_max_control", 1),
+            ("h2_max_open_files", 1),
             ("small_file_size", 0),
             ("max_ranges", 1),
             ("fs_workers", 0),
@@ -180,6 +219,7 @@ class Config:
             ("compress_max_size", 0),
             ("compress_cache_size", 0),
             ("file_cache_size", 0),
+            ("watch_max_streams", 1),
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:
@@ -189,6 +229,10 @@ class Config:
         if self.h2_max_streams > _MAX_H2_STREAMS:
             raise ConfigError(
                 f"--h2-max-streams {self.h2_max_streams} is absurd (max {_MAX_H2_STREAMS})"
+            )
+        if self.h2_max_open_files > _MAX_H2_STREAMS:
+            raise ConfigError(
+                f"--h2-max-open-files {self.h2_max_open_files} is absurd (max {_MAX_H2_STREAMS})"
             )
         if self.max_target_size > self.max_head_size:
             raise ConfigError("--max-head-size must be at least the maximum target size (8192)")
@@ -234,8 +278,15 @@ class Config:
         if self.watch:
             _validate_watch(self, root)
         epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+        try:
+            networks = parse_networks(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigError(f"--trusted-proxies: {exc}") from None
         return dataclasses.replace(
-            self, root=root, source_date_epoch=int(epoch) if epoch.isdigit() else None
+            self,
+            root=root,
+            source_date_epoch=int(epoch) if epoch.isdigit() else None,
+            proxy_networks=networks,
         )
 
 
@@ -289,6 +340,7 @@ def _validate_operations(c: Config) -> None:
             and any(port == p and _same_host(host, h) for h, p in public)
         ):
             raise ConfigError("--admin-bind must not be the public address (use another port)")
+    _validate_hsts(c)
     if c.access_log_file is not None:
         parent = os.path.dirname(os.path.abspath(c.access_log_file))
         if not os.path.isdir(parent):
@@ -296,6 +348,22 @@ def _validate_operations(c: Config) -> None:
     if c.log_level not in LOG_LEVELS:
         levels = ", ".join(LOG_LEVELS)
         raise ConfigError(f"--log-level must be one of {levels}, got {c.log_level!r}")
+
+
+_MAX_HSTS = 2**31 - 1  # delta-seconds (RFC 6797 §6.1.1); caches cap at this
+
+
+def _validate_hsts(c: Config) -> None:
+    if c.hsts is None:
+        if c.hsts_include_subdomains:
+            raise ConfigError("--hsts-include-subdomains needs --hsts SECONDS")
+        return
+    if not isinstance(c.hsts, int) or not 0 <= c.hsts <= _MAX_HSTS:
+        raise ConfigError(f"--hsts must be seconds from 0 to {_MAX_HSTS}, got {c.hsts!r}")
+    if c.certfile is None:
+        # Sent on TLS responses only (RFC 6797 §7.2): without TLS it would
+        # never go out.  Behind a TLS-terminating proxy, set it there.
+        raise ConfigError("--hsts needs --certfile (it is only sent over TLS)")
 
 
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")

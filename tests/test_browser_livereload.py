@@ -311,3 +311,38 @@ async def test_live_reload_over_tls_uses_an_http2_event_stream(
             await tabs.loaded(s)
             assert await tabs.evaluate(s, value) == "1"
             assert tools.exceptions == []
+
+
+# ------------------------------------------------ header-rule CSPs
+
+
+async def test_the_script_runs_under_a_header_rule_csp_on_pages_and_listings(
+    root: Path, tmp_path: Path
+) -> None:
+    # A /** rule with a strict policy of its own: the browser enforces it
+    # beside the listing's, and the injected script still runs and opens
+    # its stream on a page and on a listing.
+    rule = ("/**", (("Content-Security-Policy", "default-src 'self'"),), ())
+    (root / "live.html").write_text(_page(0))
+    (root / "style.css").write_text("p { color: rgb(255, 0, 0) }")
+    with trio.fail_after(30):
+        async with (
+            running_server(make_config(root, watch=True, header_rules=(rule,))) as (srv, port),
+            _devtools(tmp_path / "profile-csp") as tools,
+        ):
+            live = srv.live
+            assert live is not None
+            for path in ("/live.html", "/noindex/"):
+                await tools.load(f"http://127.0.0.1:{port}{path}")
+                with trio.fail_after(5):
+                    while not await tools.evaluate(  # noqa: ASYNC110 - browser state, no event
+                        "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
+                    ):
+                        await trio.sleep(0.02)
+                await wait_until(lambda: len(live.broadcast.subscribers) == 1)
+                if path == "/live.html":
+                    # The rule's policy is not widened: its own 'self'
+                    # stylesheet applies, as it would without --watch.
+                    color = "getComputedStyle(document.getElementById('v')).color"
+                    assert await tools.evaluate(color) == "rgb(255, 0, 0)"
+            assert tools.exceptions == []

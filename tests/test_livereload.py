@@ -20,11 +20,13 @@ from serverio.errors import ConfigError
 from serverio.fs import watch as fswatch
 from serverio.http.core import Plan, RequestFacts, route
 from serverio.http.livereload import (
+    csp_blocks_scripts,
     decide_injected,
     inject_html,
     injected_coding,
     injected_etag,
     injected_precondition,
+    watch_csp,
 )
 from serverio.http.livescript import live_assets, sse_reload
 from serverio.http.target import parse_target
@@ -133,6 +135,82 @@ def test_listing_csp_allows_exactly_the_injected_script() -> None:
     digest = base64.b64encode(hashlib.sha256(ASSETS.script).digest()).decode()
     assert csp == f"default-src 'none'; script-src 'sha256-{digest}'; connect-src 'self'"
     assert ASSETS.tag == b"<script>" + ASSETS.script + b"</script>"
+
+
+H = ASSETS.script_source.decode()
+
+
+@pytest.mark.parametrize(
+    ("csp", "expected"),
+    [
+        # No script-src: added with default-src's sources (not narrowed to ours).
+        ("default-src 'self'", f"default-src 'self'; script-src 'self' {H}"),
+        ("default-src 'none'", f"default-src 'none'; script-src {H}; connect-src 'self'"),
+        # Present: our source joins the first occurrence (the enforced one).
+        (
+            "script-src 'self'; connect-src 'none'; script-src *",
+            f"script-src 'self' {H}; connect-src 'self'; script-src *",
+        ),
+        ("Script-Src https://cdn.example", f"Script-Src https://cdn.example {H}"),
+        # 'unsafe-inline' alone runs it already; a hash would switch it off.
+        ("script-src 'self' 'unsafe-inline'", "script-src 'self' 'unsafe-inline'"),
+        ("script-src 'unsafe-inline' 'nonce-abc'", f"script-src 'unsafe-inline' 'nonce-abc' {H}"),
+        # script-src-elem governs elements: edited, script-src left alone.
+        (
+            "default-src 'none'; script-src-elem 'self'",
+            f"default-src 'none'; script-src-elem 'self' {H}; connect-src 'self'",
+        ),
+        # Nothing restricts scripts or connections: unchanged.
+        ("frame-ancestors 'none'", "frame-ancestors 'none'"),
+        ("", ""),
+    ],
+)
+def test_watch_csp_lets_the_script_through_and_narrows_nothing(csp: str, expected: str) -> None:
+    assert watch_csp(csp.encode(), ASSETS).decode() == expected
+
+
+def test_csp_blocks_scripts_only_for_a_sandbox_without_allow_scripts() -> None:
+    assert csp_blocks_scripts(b"default-src 'self'; sandbox")
+    assert csp_blocks_scripts(b"sandbox allow-forms")
+    assert not csp_blocks_scripts(b"sandbox allow-scripts allow-forms")
+    assert not csp_blocks_scripts(b"script-src 'none'")
+
+
+async def test_a_header_rule_csp_is_sent_beside_the_listing_csp_and_lets_the_script_run(
+    root: Path,
+) -> None:
+    rule = ("/**", (("Content-Security-Policy", "default-src 'self'"),), ())
+    cfg = make_config(root, watch=True, header_rules=(rule,))
+    async with memory_connection(cfg) as (client, _, _):
+        listing = await client.get("/noindex/")
+        page = await client.get("/")
+    digest = base64.b64encode(hashlib.sha256(ASSETS.script).digest()).decode()
+    script = f"'sha256-{digest}'"
+    csps = [v.decode() for n, v in listing.raw_headers if n.lower() == b"content-security-policy"]
+    # Both policies are enforced: the listing's own (strict, with the
+    # script's hash) is not replaced; the rule's lets the script run too.
+    assert len(csps) == 2
+    assert csps[0].startswith("default-src 'none'; style-src 'sha256-")
+    assert csps[0].endswith(f"; script-src {script}; connect-src 'self'")
+    assert csps[1] == f"default-src 'self'; script-src 'self' {script}"
+    assert ASSETS.tag in listing.body and ASSETS.tag in page.body
+    assert [v for n, v in page.raw_headers if n.lower() == b"content-security-policy"] == [
+        f"default-src 'self'; script-src 'self' {script}".encode()
+    ]
+
+
+def test_a_sandboxing_rule_csp_under_watch_warns(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from serverio.pipeline.site import load_site
+
+    rule = ("/app/**", (("Content-Security-Policy", "sandbox allow-forms"),), ())
+    with caplog.at_level("WARNING", logger="serverio"):
+        load_site(make_config(root, header_rules=(rule,)))
+    assert caplog.text == ""
+    with caplog.at_level("WARNING", logger="serverio"):
+        load_site(make_config(root, watch=True, header_rules=(rule,)))
+    assert "header rule for /app/** sandboxes pages without allow-scripts" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -320,18 +398,55 @@ async def test_shutdown_closes_event_streams_first(root: Path) -> None:
     assert srv.abandoned_threads == 0 and srv.live.broadcast.subscribers == set()
 
 
-async def test_event_streams_count_toward_max_connections(root: Path) -> None:
-    async with running_server(make_config(root, watch=True, max_connections=1)) as (srv, port):
-        events = await _open_events(port)
-        client = await connect(port)
-        r = await client.get("/hello.txt")
-        assert r.status == 503
-        await client.stream.aclose()
-        await events.aclose()
-        await wait_until(lambda: not srv.connections)
-        again = await connect(port)
-        assert (await again.get("/hello.txt")).status == 200
-        await again.stream.aclose()
+async def test_event_streams_have_their_own_budget_outside_max_connections(root: Path) -> None:
+    # N + 1 event streams against --max-connections N: the streams leave
+    # the connection budget, the one past --watch-max-streams gets a 503,
+    # and ordinary clients are served meanwhile.
+    cfg = make_config(root, watch=True, max_connections=2, watch_max_streams=2)
+    async with running_server(cfg) as (srv, port):
+        events = [await _open_events(port) for _ in range(2)]
+        assert srv.live is not None
+        slots = srv.live.slots
+        assert slots.open == 2 and len(slots) == 2
+        extra = await connect(port)
+        refused = await extra.get("/.serverio/events")
+        assert refused.status == 503 and refused.header("retry-after") == "1"
+        assert slots.refused == 1 and slots.open == 2
+        await extra.stream.aclose()
+        clients = [await connect(port) for _ in range(2)]  # the whole connection budget
+        for c in clients:
+            assert (await c.get("/hello.txt")).status == 200
+        # Past --max-connections (streams left out), ordinary clients are shed.
+        third = await connect(port)
+        assert (await third.get("/hello.txt")).status == 503
+        for c in [*clients, third]:
+            await c.stream.aclose()
+        # A stream that ends gives its slot back; a new one is served.
+        await events.pop().aclose()
+        await wait_until(lambda: slots.open == 1)
+        events.append(await _open_events(port))
+        for e in events:
+            await e.aclose()
+        await wait_until(lambda: slots.open == 0 and len(slots) == 0)
+
+
+async def test_an_event_client_that_stops_reading_is_closed_after_the_write_timeout(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Lockstep memory streams: a write completes only when the client reads.
+    # The client reads the head, then nothing: the next heartbeat (15 s)
+    # stalls, and write_timeout later the stream is closed, its slot and
+    # subscription given back.
+    cfg = make_config(root, watch=True, write_timeout=7.0)
+    async with memory_connection(cfg, lockstep=True) as (client, srv, _):
+        await client.send_raw(b"GET /.serverio/events HTTP/1.1\r\nHost: t\r\n\r\n")
+        t0 = trio.current_time()
+        await _read_until(client.stream, b"serverio live reload\n\n")
+        live = srv.live
+        assert live is not None and live.slots.open == 1
+        await wait_until(lambda: live.slots.open == 0, limit=100)
+        assert trio.current_time() - t0 == pytest.approx(15 + 7.0, abs=0.01)
+        assert srv.stats.timeouts_write == 1 and live.broadcast.subscribers == set()
 
 
 # ------------------------------------------------------------------ watcher

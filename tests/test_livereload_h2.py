@@ -189,3 +189,34 @@ async def test_client_eof_ends_the_http2_event_stream(root: Path) -> None:
             await client.until_closed()
     assert r.ended and r.reset is None
     assert srv.live is not None and srv.live.broadcast.subscribers == set()
+
+
+async def test_http2_event_streams_past_the_budget_get_503(root: Path) -> None:
+    cfg = make_config(root, watch=True, watch_max_streams=2)
+    async with h2_memory(cfg) as (client, srv, _):
+        live = srv.live
+        assert live is not None
+        first, second = client.request(EVENTS), client.request(EVENTS)
+        await client.flush()
+        for sid in (first, second):
+            await _until(client, client.responses[sid], SSE_PREAMBLE, limit=5)
+        # Two streams, one connection: one holder out of --max-connections.
+        assert live.slots.open == 2 and len(live.slots) == 1
+        third = client.request(EVENTS)
+        await client.flush()
+        with trio.fail_after(5):
+            (refused,) = await client.wait(third)
+        assert refused.status == 503 and refused.headers["retry-after"] == "1"
+        assert refused.ended and live.slots.refused == 1
+        # Ordinary requests share the connection meanwhile.
+        assert (await client.get("/hello.txt")).status == 200
+        # A stream that ends gives its slot back.
+        client.conn.reset_stream(first, ErrorCodes.CANCEL)
+        await client.flush()
+        with trio.fail_after(5):
+            while live.slots.open != 1:  # noqa: ASYNC110 - server state, no event
+                await trio.sleep(0.01)
+        again = client.request(EVENTS)
+        await client.flush()
+        await _until(client, client.responses[again], SSE_PREAMBLE, limit=5)
+        assert live.slots.open == 2

@@ -281,3 +281,42 @@ async def test_shutdown_summary_reports_cache_counters(
     assert fields["cache_compression_entries"] == "1"
     assert fields["cache_compression_evictions"] == "0"
     assert (fields["cache_digest_hits"], fields["cache_digest_misses"]) == ("0", "0")
+
+
+@pytest.mark.parametrize(
+    ("host", "warns"),
+    [
+        ("127.0.0.1", False),
+        ("127.8.9.10", False),
+        ("::1", False),
+        ("localhost", False),
+        ("0.0.0.0", True),
+        ("::", True),
+        ("192.0.2.7", True),
+        ("admin.example", True),
+    ],
+)
+async def test_admin_bind_off_loopback_warns_once_at_start(
+    host: str, warns: bool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The listener itself is bound on loopback whatever the address asked
+    # for (no test listens off loopback): only the warning is under test.
+    import serverio.net.admin as admin_mod
+    from serverio.net.server import _bind as real_bind
+
+    async def loopback_bind(_host: str, port: int) -> trio.SocketListener:
+        return await real_bind("127.0.0.1", port)
+
+    monkeypatch.setattr(admin_mod, "_bind", loopback_bind)
+    spec = f"[{host}]:0" if ":" in host else f"{host}:0"
+    with caplog.at_level("WARNING", logger="serverio"):
+        listener = await open_admin_listener(spec)
+    await listener.aclose()
+    lines = [r.getMessage() for r in caplog.records]
+    if warns:
+        assert lines == [
+            f"--admin-bind {host} is not a loopback address: /metrics and /healthz "
+            "answer anyone who reaches it, without authentication"
+        ]
+    else:
+        assert lines == []

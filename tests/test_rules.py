@@ -101,6 +101,26 @@ def test_header_rules_order_precedence_and_vary_union() -> None:
     assert header_ops(compile_rules(header_rules=[("/x", (("A", "b"),), ())]), "/y").empty
 
 
+def test_a_rule_csp_is_sent_beside_the_server_csp_never_instead() -> None:
+    # Browsers enforce every Content-Security-Policy field (CSP3 §8.1): the
+    # server's own (a listing's) must stay, the rule's goes beside it.
+    own = (b"content-security-policy", b"default-src 'none'")
+    rules = compile_rules(
+        header_rules=[
+            ("/**", (("Content-Security-Policy", "default-src 'self'"),), ()),
+            ("/raw/**", (), ("Content-Security-Policy",)),
+        ]
+    )
+    hs = apply_headers(_plan(own), header_ops(rules, "/d/")).headers
+    assert [v for n, v in hs if n == b"content-security-policy"] == [
+        b"default-src 'none'",
+        b"default-src 'self'",
+    ]
+    # A remove takes away what rules set, never the server's own policy.
+    hs = apply_headers(_plan(own), header_ops(rules, "/raw/d/")).headers
+    assert [v for n, v in hs if n == b"content-security-policy"] == [b"default-src 'none'"]
+
+
 def test_304_keeps_cache_metadata_but_not_content_fields() -> None:
     rules = compile_rules(
         header_rules=[
@@ -131,6 +151,7 @@ def test_protected_responses_are_private_unless_a_rule_says_otherwise() -> None:
         ({"headers": ["no colon"]}, "must be 'Name: value'"),
         ({"header_rules": [("assets/*", (("A", "b"),), ())]}, "[[headers]] #1 key 'path'"),
         ({"header_rules": [("/a", (), ("Connection",))]}, "cannot be removed"),
+        ({"header_rules": [("/**", (), ("vary",))]}, "'vary' cannot be removed (it names"),
         ({"redirects": [("/a", "/a", 301)]}, "redirects '/a' to itself"),
         ({"redirects": [("/a", "/b", 200)]}, "key 'status'"),
         ({"redirects": [("/a", "//evil.com", 301)]}, "key 'to'"),
@@ -318,3 +339,18 @@ def test_bcrypt_hashes_and_the_72_byte_limit() -> None:
     assert verify(hl, long[:72]) and not verify(hl, long)
     d = dummy_like(h)
     assert d.startswith("$2b$04$") and not verify(d, "pw")
+
+
+def test_hsts_is_added_on_tls_only_and_a_rule_may_replace_it() -> None:
+    rules = compile_rules(hsts=600)
+    assert not rules.empty  # the engine runs for --hsts alone
+    sts = b"strict-transport-security"
+    on_tls = apply_headers(_plan(), header_ops(rules, "/a", tls=True)).headers
+    assert (sts, b"max-age=600") in on_tls
+    assert header_ops(rules, "/a", tls=False).empty  # RFC 6797 §7.2: never over plain HTTP
+    sub = compile_rules(hsts=0, hsts_subdomains=True)
+    assert (sts, b"max-age=0; includeSubDomains") in header_ops(sub, "/", tls=True).set
+    ruled = compile_rules(
+        hsts=600, header_rules=[("/x/**", (("Strict-Transport-Security", "max-age=5"),), ())]
+    )
+    assert [v for n, v in header_ops(ruled, "/x/y", tls=True).set if n == sts] == [b"max-age=5"]

@@ -196,3 +196,121 @@ def test_http_server_tls_option_names(
         make_ssl_context(cfg)
     with pytest.raises(ConfigError, match="--tls-password-file"):
         config_from_args(build_parser().parse_args([*argv, "--tls-password-file", "/nonexistent"]))
+
+
+def test_tls12_offers_aead_suites_with_ecdhe_only(
+    root: Path, cert_files: tuple[Path, Path]
+) -> None:
+    certfile, keyfile = cert_files
+    ctx = make_ssl_context(make_config(root, certfile=str(certfile), keyfile=str(keyfile)))
+    assert ctx is not None
+    offered = ctx.get_ciphers()
+    tls12 = [c["name"] for c in offered if c["protocol"] == "TLSv1.2"]
+    assert tls12 and all(c["aead"] for c in offered)
+    assert all(n.startswith("ECDHE-") and ("GCM" in n or "CHACHA20" in n) for n in tls12)
+
+
+# A TLS 1.2 client that offers only CBC suites (HMAC-SHA256/384) is refused;
+# one that offers only an AEAD suite is served with it.
+_CBC_SUITES = (
+    "ECDHE-ECDSA-AES128-SHA256:ECDHE-RSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:"
+    "ECDHE-RSA-AES256-SHA384:DHE-RSA-AES128-SHA256:DHE-RSA-AES256-SHA256"
+)
+
+
+@pytest.mark.parametrize(
+    ("suites", "served"),
+    [
+        (_CBC_SUITES, False),
+        ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256", True),
+        ("ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305", True),
+    ],
+)
+async def test_tls12_client_with_cbc_suites_only_is_refused(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path], suites: str, served: bool
+) -> None:
+    certfile, keyfile = cert_files
+    cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile))
+    async with running_server(cfg) as (srv, port):
+        ctx = client_context(ca)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_ciphers(suites)
+        if not served:
+            with pytest.raises(trio.BrokenResourceError):
+                await tls_connect(port, ctx)
+            await wait_until(lambda: srv.stats.tls_handshake_failures == 1)
+            return
+        client = await tls_connect(port, ctx)
+        assert isinstance(client.stream, trio.SSLStream)
+        cipher = client.stream.cipher()
+        assert cipher is not None and cipher[0] in suites.split(":")
+        assert client.stream.version() == "TLSv1.2"
+        assert (await client.get("/hello.txt")).status == 200
+        await client.stream.aclose()
+
+
+async def test_hsts_on_tls_responses_only_over_http1_and_http2(
+    root: Path, ca: trustme.CA, cert_files: tuple[Path, Path]
+) -> None:
+    from serverio.net.server import Server
+
+    from .h2client import H2Client
+
+    certfile, keyfile = cert_files
+    cfg = make_config(
+        root,
+        certfile=str(certfile),
+        keyfile=str(keyfile),
+        listen=("127.0.0.1:0",),
+        listen_tls=("127.0.0.1:0",),
+        hsts=31536000,
+        hsts_include_subdomains=True,
+    )
+    sts = "max-age=31536000; includeSubDomains"
+    srv = Server(cfg)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        ports = {srv.tls_of(li) is not None: li.socket.getsockname()[1] for li in srv.listeners}
+        # HTTPS, HTTP/1.1: on a 200, a 304 and an error alike.
+        ctx = client_context(ca)
+        ctx.set_alpn_protocols(["http/1.1"])
+        client = await tls_connect(ports[True], ctx)
+        ok = await client.get("/hello.txt")
+        again = await client.get("/hello.txt", f"If-None-Match: {ok.header('etag')}\r\n")
+        missing = await client.get("/nope")
+        await client.stream.aclose()
+        assert (ok.status, again.status, missing.status) == (200, 304, 404)
+        assert [r.header("strict-transport-security") for r in (ok, again, missing)] == [sts] * 3
+        # HTTPS, HTTP/2.
+        ctx2 = client_context(ca)
+        ctx2.set_alpn_protocols(["h2"])
+        tcp = await trio.open_tcp_stream("127.0.0.1", ports[True])
+        tls = trio.SSLStream(tcp, ctx2, server_hostname="127.0.0.1")
+        await tls.do_handshake()
+        assert tls.selected_alpn_protocol() == "h2"
+        h2c = H2Client(tls)
+        await h2c.start()
+        r2 = await h2c.get("/hello.txt")
+        await trio.aclose_forcefully(tls)
+        assert r2.status == 200 and r2.headers["strict-transport-security"] == sts
+        # Plain HTTP on the same server: never (RFC 6797 §7.2).
+        plain = HTTPClient(await trio.open_tcp_stream("127.0.0.1", ports[False]))
+        r = await plain.get("/hello.txt")
+        await plain.stream.aclose()
+        assert r.status == 200 and r.header("strict-transport-security") is None
+        srv.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"hsts": -1}, "--hsts must be seconds from 0"),
+        ({"hsts": 60}, "--hsts needs --certfile"),
+        ({"hsts_include_subdomains": True}, "--hsts-include-subdomains needs --hsts"),
+    ],
+)
+def test_bad_hsts_settings_are_config_errors(
+    root: Path, kw: dict[str, object], needle: str
+) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        make_config(root, **kw)

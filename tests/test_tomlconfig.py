@@ -87,6 +87,8 @@ def _sample(action: argparse.Action) -> object:
         value = 3
     elif action.type is None:
         value = "x"
+    elif getattr(action.type, "__name__", "") == "_cidr":
+        value = "10.0.0.0/8"  # --trusted-proxies: an address or network
     elif isinstance(action.default, int | float | str) and not isinstance(action.default, bool):
         value = action.default  # a converter of its own (seconds, sizes): its default parses
     else:

@@ -31,8 +31,10 @@ import pytest
 import trio
 import trio.testing
 
+from serverio import Config
 from serverio.net.admin import AdminBudget, open_admin_listener, serve_admin, text
 from serverio.net.admin import _one as _admin_one
+from serverio.ops.fdlimit import per_connection
 from serverio.ops.run import make_admin_handler
 from testkit import reliability, simulation
 from testkit.reliability import HOST, MiB, ServerProcess
@@ -368,9 +370,13 @@ def test_out_of_descriptors_new_clients_still_get_503_and_the_log_is_rate_limite
 
 
 @pytest.mark.skipif(resource is None, reason="RLIMIT_NOFILE is POSIX only")
-def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit() -> None:
-    """Soft 256 under a higher hard limit: raised to two descriptors per
-    connection plus the reserve, and nothing is lowered or said."""
+@pytest.mark.parametrize("http2", [False, True])
+def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit(http2: bool) -> None:
+    """Soft 256 under a hard limit of 4096: HTTP/1.1 only, raised to two
+    descriptors per connection plus the reserve, nothing lowered or said.
+    With HTTP/2 a connection may hold 1 + --h2-max-open-files (4): that
+    does not fit 4096 for 1024 connections, so the soft limit goes to the
+    hard one and --h2-max-open-files is lowered to what fits (2), once."""
     assert resource is not None
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 4096:
@@ -378,17 +384,32 @@ def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit() -> None:
     code = (
         "import resource, sys\n"
         "from serverio import Config\n"
-        "from serverio.ops.fdlimit import fd_reserve, fit_fd_limit\n"
+        "from serverio.ops.fdlimit import fd_reserve, fit_fd_limit, per_connection\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))\n"
-        "cfg = Config(directory='.', max_connections=1024).validate()\n"
+        f"cfg = Config(directory='.', max_connections=1024, http2={http2}).validate()\n"
         "out, note = fit_fd_limit(cfg)\n"
-        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 2 * 1024 + fd_reserve(cfg),"
-        " out.max_connections, note)\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], per_connection(cfg),"
+        " fd_reserve(cfg), out.max_connections, out.h2_max_open_files)\n"
+        "print(note)\n"
     )
-    out = subprocess.run(
+    lines = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
-    ).stdout.split()
-    assert out == [out[1], out[1], "1024", "None"], out
+    ).stdout.splitlines()
+    soft, per, reserve, conns, files = map(int, lines[0].split())
+    assert conns == 1024
+    if not http2:
+        assert (per, soft, files, lines[1]) == (2, 2 * 1024 + reserve, 4, "None")
+    else:
+        assert (per, soft) == (5, 4096)
+        assert files == (4096 - reserve) // 1024 - 1 == 2
+        assert lines[1].startswith("serverio: note: --h2-max-open-files lowered from 4 to 2")
+
+
+def test_per_connection_descriptors_follow_the_protocols() -> None:
+    assert per_connection(Config(http2=False)) == 2
+    assert per_connection(Config(h2_max_open_files=7)) == 8
+    # HTTP/2 only on one listener still counts.
+    assert per_connection(Config(http2=False, listen=("127.0.0.1:0/h2",))) == 5
 
 
 # ------------------------------------------------------------------ admin

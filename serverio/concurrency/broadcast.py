@@ -11,6 +11,11 @@
   waiting for one: each has a bounded queue, and a subscriber whose queue
   is full loses its queued messages and is told to reload instead — a
   slow client costs O(limit) memory, never O(events).
+* :class:`StreamSlots` bounds the long-lived readers themselves (the
+  live-reload event streams, ``--watch-max-streams``): a stream takes a
+  slot before its first byte, or is refused; the connections holding
+  slots are counted apart, so the server's admission can leave them out
+  of ``--max-connections``.
 
 Touched only from the trio thread.
 """
@@ -23,7 +28,15 @@ from collections.abc import Iterable
 
 import trio
 
-__all__ = ["CREATED", "GONE", "MODIFIED", "Broadcast", "Debouncer", "Subscriber"]
+__all__ = [
+    "CREATED",
+    "GONE",
+    "MODIFIED",
+    "Broadcast",
+    "Debouncer",
+    "StreamSlots",
+    "Subscriber",
+]
 
 # Kinds of raw change events.
 CREATED, MODIFIED, GONE = "created", "modified", "gone"
@@ -142,3 +155,45 @@ class Broadcast:
         out = b"".join(sub.queue)
         sub.queue.clear()
         return out
+
+
+class StreamSlots:
+    """At most ``limit`` streams open at once, and who holds them.
+
+    A holder is a connection: an HTTP/1.1 connection holds at most one
+    stream, an HTTP/2 one may hold several (each takes a slot), and
+    ``len()`` is the number of distinct holders, i.e. the connections that
+    left the connection budget for this one (the server admits by
+    ``connections - len(slots) < --max-connections``).  So the open
+    connections never exceed ``--max-connections`` plus ``limit``.
+    ``refused`` counts the streams turned away (503).
+    """
+
+    __slots__ = ("_held", "limit", "open", "refused")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0  # streams holding a slot
+        self.refused = 0
+        self._held: dict[object, int] = {}  # holder -> streams it holds
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def take(self, holder: object) -> bool:
+        """A slot for one more stream of ``holder``; False: all are taken."""
+        if self.open >= self.limit:
+            self.refused += 1
+            return False
+        self.open += 1
+        self._held[holder] = self._held.get(holder, 0) + 1
+        return True
+
+    def give(self, holder: object) -> None:
+        """Return one slot :meth:`take` gave ``holder``."""
+        n = self._held[holder] - 1
+        self.open -= 1
+        if n:
+            self._held[holder] = n
+        else:
+            del self._held[holder]

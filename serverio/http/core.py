@@ -25,7 +25,7 @@ from ..config import Config
 from ..errors import HTTPError, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
 from .livescript import live_assets
-from .target import Target
+from .target import Target, quote_query
 
 __all__ = [
     "ETAG_MODES",
@@ -91,6 +91,13 @@ class RequestFacts:
     cors_method: str | None = None  # Access-Control-Request-Method
     cors_headers: str | None = None  # Access-Control-Request-Headers
     authorization: str | None = None
+    # The request came over TLS (HTTPS, or HTTP/2 over TLS): read by the
+    # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
+    tls: bool = False
+    # Read only with --trusted-proxies (serverio.http.forwarded): the client
+    # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
+    forwarded: str | None = None
+    x_forwarded_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,8 +546,8 @@ def decide_directory(req: RequestFacts, cfg: Config, now: float) -> Plan:
         # starts with exactly one "/" and can never become "//host".
         loc = req.target.url_path(slash=True)
         if req.target.query is not None:
-            loc += "?" + req.target.query
-        return error_plan(301, now, headers=[(b"location", loc.encode("latin-1"))], head_only=head)
+            loc += "?" + quote_query(req.target.query)
+        return error_plan(301, now, headers=[(b"location", loc.encode("ascii"))], head_only=head)
     return error_plan(404, now, head_only=head)
 
 
@@ -820,7 +827,6 @@ def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
             date,
             (b"content-type", b"text/event-stream"),
             (b"cache-control", b"no-store"),
-            (b"x-content-type-options", b"nosniff"),
         )
         return Plan(200, hs, (), send_body=req.method == b"GET", close=True, stream=True)
     if segments[1] == "livereload.js":
@@ -831,7 +837,6 @@ def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
                 (b"etag", assets.script_etag.encode("ascii")),
                 (b"cache-control", b"no-cache"),
                 (b"content-type", b"text/javascript; charset=utf-8"),
-                (b"x-content-type-options", b"nosniff"),
             ),
         )
         pre = evaluate_preconditions(req, assets.script_etag, None)

@@ -38,6 +38,10 @@ FACT_FIELDS: dict[bytes, str] = {
     b"access-control-request-method": "cors_method",
     b"access-control-request-headers": "cors_headers",
     b"authorization": "authorization",
+    # The client behind a trusted reverse proxy (serverio.http.forwarded):
+    # kept raw; parsed only when the peer is a --trusted-proxies address.
+    b"forwarded": "forwarded",
+    b"x-forwarded-for": "x_forwarded_for",
 }
 
 # uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP

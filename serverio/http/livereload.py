@@ -33,6 +33,7 @@ from .select import choose_coding, negotiates
 
 __all__ = [
     "accepts_html",
+    "csp_blocks_scripts",
     "decide_injected",
     "error_page",
     "header",
@@ -90,9 +91,80 @@ def injected_etag(etag: str) -> str:
     return etag[:-1] + '-lr"'
 
 
+_HASH_OR_NONCE = (b"'nonce-", b"'sha256-", b"'sha384-", b"'sha512-")
+
+
+def _runs_inline(sources: list[bytes]) -> bool:
+    """Do these script sources run any inline script already?  Only
+    ``'unsafe-inline'`` alone does: a hash or a nonce beside it, or
+    ``'strict-dynamic'``, turns it off (CSP3 §8.2), so adding our hash to a
+    list that relies on it would block the page's other inline scripts."""
+    low = [s.lower() for s in sources]
+    return (
+        b"'unsafe-inline'" in low
+        and b"'strict-dynamic'" not in low
+        and not any(s.startswith(_HASH_OR_NONCE) for s in low)
+    )
+
+
+def _with(sources: list[bytes], source: bytes, script: bool) -> list[bytes] | None:
+    """``sources`` allowing ``source`` too, or None when they already do."""
+    low = [s.lower() for s in sources]
+    if source.lower() in low or (script and _runs_inline(sources)):
+        return None
+    return [s for s in sources if s.lower() != b"'none'"] + [source]
+
+
 def watch_csp(csp: bytes, assets: LiveAssets) -> bytes:
-    """A page's CSP, extended to allow the injected script and its stream."""
-    return csp.rstrip(b"; ") + b"; " + assets.csp_sources
+    """A Content-Security-Policy, extended just enough to let the injected
+    script run and open its stream; every other directive is kept as sent.
+
+    Each fetch the script needs is allowed where CSP3 looks for it: the
+    inline ``<script>`` by its hash in ``script-src-elem`` and
+    ``script-src``, the EventSource by ``'self'`` in ``connect-src``; a
+    missing directive falls back to ``default-src`` (§6.8.3), so it is
+    added with ``default-src``'s sources plus ours (appending only ours
+    would narrow it), and with no ``default-src`` either nothing restricts
+    that fetch.  The first occurrence of a directive is the one enforced
+    (§2.2, a duplicate is ignored): that is the one edited.  A policy with
+    ``sandbox`` but no ``allow-scripts`` cannot be helped
+    (:func:`csp_blocks_scripts`).
+    """
+    parsed = [d.split() for d in csp.split(b";") if d.strip()]
+    first: dict[bytes, int] = {}
+    for i, words in enumerate(parsed):
+        first.setdefault(words[0].lower(), i)
+    out = [b" ".join(w) for w in parsed]
+    default = parsed[first[b"default-src"]][1:] if b"default-src" in first else None
+    script = assets.script_source
+    wants = [(b"script-src-elem", script, True), (b"script-src", script, True)]
+    wants.append((b"connect-src", b"'self'", False))
+    for name, source, is_script in wants:
+        if name in first:
+            i = first[name]
+            grown = _with(parsed[i][1:], source, is_script)
+            if grown is not None:
+                out[i] = b" ".join([parsed[i][0], *grown])
+        elif default is None or name == b"script-src-elem":
+            continue  # nothing restricts it, or it falls back to script-src
+        elif name == b"script-src" and b"script-src-elem" in first:
+            continue  # script elements follow script-src-elem, edited above
+        else:
+            grown = _with(default, source, is_script)
+            if grown is not None:
+                out.append(b" ".join([name, *grown]))
+    return b"; ".join(out)
+
+
+def csp_blocks_scripts(csp: bytes) -> bool:
+    """Does ``csp`` sandbox the page without ``allow-scripts``?  Then no
+    script runs at all (CSP3 §6.3.2, HTML's sandboxing flags), the
+    live-reload one included, whatever :func:`watch_csp` adds."""
+    for d in csp.split(b";"):
+        words = d.split()
+        if words and words[0].lower() == b"sandbox":
+            return b"allow-scripts" not in (w.lower() for w in words[1:])
+    return False
 
 
 _REPLACED = frozenset(

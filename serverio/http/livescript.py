@@ -164,6 +164,7 @@ class LiveAssets:
     script_etag: str
     tag: bytes  # the inline <script> element injected into pages
     csp_sources: bytes  # appended to a page's CSP so that the tag may run
+    script_source: bytes  # the tag's CSP source expression: 'sha256-...'
 
 
 @functools.lru_cache(maxsize=8)
@@ -180,6 +181,7 @@ def live_assets(prefix: str) -> LiveAssets:
         script_etag='"lr-' + digest[:12].hex() + '"',
         tag=b"<script>" + script + b"</script>",
         csp_sources=("script-src 'sha256-" + b64 + "'; connect-src 'self'").encode("ascii"),
+        script_source=("'sha256-" + b64 + "'").encode("ascii"),
     )
 
 

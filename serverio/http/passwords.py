@@ -13,9 +13,16 @@ MD5, cheap to brute-force; ``htpasswd -B`` writes bcrypt instead),
 ``{SHA}`` and DES/MD5 ``crypt`` hashes.
 
 Verification is constant-time in the secret (``hmac.compare_digest``, and
-bcrypt's own ``checkpw``); an unknown user is verified against a dummy hash
-with the same parameters (:func:`dummy_like`), so the time does not tell
-which users exist.
+bcrypt's own ``checkpw``).  Every check of one users file does the same
+work, whichever user it names and whether that user exists
+(:func:`verify_padded`): the file's *cost profile* (:func:`cost_profile`)
+is the costliest work of each scheme in it, and a check runs exactly that
+much of each: the user's own hash, then padding up to the profile
+(PBKDF2 iterations; bcrypt rounds, ``2**cost``, as hashes at the costs in
+between), and for a scheme the user's hash is not in, or an unknown user,
+the whole profile.  Mixed schemes and costs therefore cost every check the
+sum of the file's costliest PBKDF2 and costliest bcrypt: keep one scheme
+and cost per file for the cheapest checks.
 """
 
 from __future__ import annotations
@@ -26,9 +33,19 @@ import hashlib
 import hmac
 import importlib
 import os
+from collections.abc import Iterable
 from types import ModuleType
 
-__all__ = ["BCRYPT_MAX", "check_hash", "dummy_like", "hash_password", "verify"]
+__all__ = [
+    "BCRYPT_MAX",
+    "check_hash",
+    "cost_profile",
+    "dummy_like",
+    "hash_password",
+    "verify",
+    "verify_padded",
+    "work_plan",
+]
 
 PBKDF2_PREFIX = "$pbkdf2-sha256$"
 DEFAULT_ITERATIONS = 600_000  # OWASP 2023 recommendation for PBKDF2-SHA256
@@ -124,3 +141,82 @@ def verify(h: str, password: str) -> bool:
         return bool(bc.checkpw(pw, h.encode("ascii")))
     except ValueError:
         return False
+
+
+# ---------------------------------------------------------------- equal work
+#
+# Work is counted in each scheme's own unit: PBKDF2-HMAC-SHA256 iterations
+# times output blocks (RFC 8018 §5.2: each 32-byte block of the derived key
+# runs every iteration again); bcrypt by its cost (2**cost rounds of the
+# expensive key setup).  Units of different schemes are never compared:
+# a check runs the file's maximum of *each* scheme present.
+
+
+def _pbkdf2_work(h: str) -> int:
+    parsed = _parse_pbkdf2(h)
+    assert parsed is not None  # check_hash() passed at start-up
+    return parsed[0] * -(-len(parsed[2]) // 32)
+
+
+def _bcrypt_cost(h: str) -> int:
+    return int(h[4:6])
+
+
+def cost_profile(hashes: Iterable[str]) -> str:
+    """The work every check of a users file does, as text for
+    :func:`verify_padded`: ``pbkdf2=UNITS`` and/or ``bcrypt=COST``, the
+    maximum of each scheme in ``hashes`` (all passed :func:`check_hash`)."""
+    pbkdf2 = bcrypt = 0
+    for h in hashes:
+        if h.startswith(PBKDF2_PREFIX):
+            pbkdf2 = max(pbkdf2, _pbkdf2_work(h))
+        else:
+            bcrypt = max(bcrypt, _bcrypt_cost(h))
+    parts = [f"pbkdf2={pbkdf2}"] if pbkdf2 else []
+    if bcrypt:
+        parts.append(f"bcrypt={bcrypt}")
+    return ",".join(parts)
+
+
+def work_plan(h: str | None, profile: str) -> list[tuple[str, int]]:
+    """What :func:`verify_padded` runs for ``h`` (None: an unknown user):
+    ``("check", 0)`` for the user's own hash, ``("pbkdf2", iterations)`` and
+    ``("bcrypt", cost)`` for padding.  Pure; tests add up the work."""
+    plan: list[tuple[str, int]] = []
+    for part in filter(None, profile.split(",")):
+        scheme, _, value = part.partition("=")
+        top = int(value)
+        if scheme == "pbkdf2":
+            own = _pbkdf2_work(h) if h is not None and h.startswith(PBKDF2_PREFIX) else 0
+            if own:
+                plan.append(("check", 0))
+            if top > own:
+                plan.append(("pbkdf2", top - own))
+        else:
+            own = _bcrypt_cost(h) if h is not None and not h.startswith(PBKDF2_PREFIX) else 0
+            if own:
+                plan.append(("check", 0))
+                # 2**top - 2**own == 2**own + 2**(own+1) + ... + 2**(top-1)
+                plan += [("bcrypt", c) for c in range(own, top)]
+            else:
+                plan.append(("bcrypt", top))
+    return plan
+
+
+def verify_padded(h: str | None, password: str, profile: str) -> bool:
+    """:func:`verify` of ``h`` (None: an unknown user, always False), doing
+    exactly the work of ``profile`` (:func:`cost_profile` of the file
+    ``h`` is from) whatever ``h`` is, so the time tells no user apart."""
+    ok = False
+    pw = password.encode("utf-8")[:BCRYPT_MAX]
+    for step, n in work_plan(h, profile):
+        if step == "check":
+            assert h is not None
+            ok = verify(h, password)
+        elif step == "pbkdf2":
+            hashlib.pbkdf2_hmac("sha256", pw, b"serverio-padding", n)
+        else:
+            bc = _bcrypt()
+            assert bc is not None  # a bcrypt profile needs it (check_hash)
+            bc.hashpw(pw, bc.gensalt(rounds=n))
+    return ok

@@ -25,14 +25,14 @@ import base64
 import binascii
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..errors import ConfigError
 from .core import Plan, RequestFacts, error_plan
 from .negotiate import SIDECAR_SUFFIX
-from .target import Target, quote_segment
+from .target import Target, quote_query, quote_segment
 
 __all__ = [
     "FORBIDDEN_HEADERS",
@@ -54,6 +54,7 @@ __all__ = [
     "decide_route",
     "error_page_key",
     "header_ops",
+    "map_header_values",
     "match_path",
     "parse_basic",
     "parse_header_line",
@@ -89,6 +90,15 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 _NOT_ON_304: Final = frozenset(
     {b"content-type", b"content-encoding", b"content-language", b"content-disposition"}
 )
+
+# Fields a rule adds to the server's own instead of replacing them: a
+# listing's Content-Security-Policy is its protection against a file name
+# that slips past escaping; a browser enforces every CSP field it gets
+# (CSP3 §8.1, "multiple policies"), so a rule's policy is sent beside it
+# and the response stays at least as strict as either.
+_ADDED_TO: Final = frozenset({b"content-security-policy"})
+
+_STS: Final = b"strict-transport-security"
 
 _CORS_EXPOSE: Final = b"Content-Range, ETag, Content-Length, Repr-Digest"
 _CORS_METHODS: Final = b"GET, HEAD, OPTIONS"
@@ -233,7 +243,9 @@ class AuthRule:
     match: re.Pattern[str] | None
     users: Mapping[str, str]
     realm: str
-    dummy: str  # a hash with the same parameters, for unknown users
+    # The users file's cost profile (serverio.http.passwords.cost_profile):
+    # the work every check does, known user or not.
+    dummy: str
     index: int = 0
 
 
@@ -254,6 +266,9 @@ class SiteRules:
     # The root is case-insensitive: auth and header globs match the
     # canonical (NFC, case-folded) path, as the filesystem does.
     fold: bool = False
+    # --hsts: the Strict-Transport-Security value of every TLS response
+    # (RFC 6797 §6.1), None when off.
+    hsts: bytes | None = None
 
     def canonical(self, path: str) -> str:
         return canonical(path) if self.fold else path
@@ -269,6 +284,7 @@ class SiteRules:
             or self.trailing_slash != "keep"
             or self.error_pages
             or self.auth
+            or self.hsts is not None
         )
 
 
@@ -347,8 +363,10 @@ def compile_rules(
     hidden: bool = False,
     fold: bool = False,
     source: str = "--config",
+    hsts: int | None = None,
+    hsts_subdomains: bool = False,
 ) -> SiteRules:
-    """Validate and compile.  ``auth`` is (glob, users, dummy hash) per rule
+    """Validate and compile.  ``auth`` is (glob, users, cost profile) per rule
     (the users already read and checked by the caller).  Raises ConfigError
     (one line naming ``source`` and the key)."""
     hrules: list[HeaderRule] = []
@@ -365,6 +383,13 @@ def compile_rules(
                 raise ConfigError(f"{where} key 'remove': {name!r} is not a valid header name")
             if name.lower() in FORBIDDEN_HEADERS:
                 raise ConfigError(f"{where} key 'remove': {name!r} cannot be removed")
+            if name.lower() == "vary":
+                # Vary is semantic (RFC 9110 §12.5.5): without "Accept-Encoding"
+                # on a negotiated response a cache hands one coding to all.
+                raise ConfigError(
+                    f"{where} key 'remove': {name!r} cannot be removed "
+                    "(it names what the response varies on; 'set' adds to it)"
+                )
             rm.add(name.lower().encode("ascii"))
         hrules.append(
             HeaderRule(pattern, None if pattern in ("/**", "**") else match, sets, frozenset(rm))
@@ -420,6 +445,10 @@ def compile_rules(
         )
         for i, (pattern, users, dummy) in enumerate(auth)
     )
+    sts: bytes | None = None
+    if hsts is not None:
+        # RFC 6797 §6.1: max-age (required), includeSubDomains (optional).
+        sts = b"max-age=%d" % hsts + (b"; includeSubDomains" if hsts_subdomains else b"")
     return SiteRules(
         tuple(hrules),
         cors_policy,
@@ -431,13 +460,16 @@ def compile_rules(
         arules,
         hidden,
         fold,
+        sts,
     )
 
 
 # ------------------------------------------------------------------ headers
 
 
-def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> HeaderOps:
+def header_ops(
+    rules: SiteRules, path: str, *, protected: bool = False, tls: bool = False
+) -> HeaderOps:
     """Merge the header rules matching ``path``, in order.
 
     Precedence: rules apply in the order given (``--header`` first, then
@@ -445,21 +477,28 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
     earlier one, a later ``remove`` removes what earlier rules set.  Any
     rule's field replaces the server's own field of that name (so a
     ``Cache-Control`` rule overrides ``--cache-control``), except ``Vary``,
-    whose tokens are merged with the server's (union, no duplicates).
+    whose tokens are merged with the server's (union, no duplicates), and
+    ``Content-Security-Policy``, sent beside the server's own (a ``remove``
+    of it removes only what rules set).
     ``protected``: the response needed authentication, so it gets
-    ``Cache-Control: private`` unless a rule sets Cache-Control.
+    ``Cache-Control: private`` unless a rule sets Cache-Control.  ``tls``:
+    the request came over TLS, so ``--hsts`` adds Strict-Transport-Security
+    (first, as if it were the first rule: a rule may replace it); never
+    over plain HTTP (RFC 6797 §7.2).
     """
     final: dict[bytes, list[bytes]] = {}
     drop: set[bytes] = set()
     vary: list[bytes] = []
+    if tls and rules.hsts is not None:
+        drop.add(_STS)
+        final[_STS] = [rules.hsts]
     for rule in rules.header_rules:
         if rule.match is not None and rule.match.fullmatch(path) is None:
             continue
-        for name in rule.remove:
-            drop.add(name)
+        for name in rule.remove:  # never Vary (compile_rules refuses it)
+            if name not in _ADDED_TO:
+                drop.add(name)
             final.pop(name, None)
-            if name == b"vary":
-                vary.clear()
         for name, value in rule.set:
             if name == b"vary":
                 for tok in value.split(b","):
@@ -467,7 +506,8 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
                     if t and t.lower() not in (v.lower() for v in vary):
                         vary.append(t)
                 continue
-            drop.add(name)
+            if name not in _ADDED_TO:
+                drop.add(name)
             final[name] = [value]
     if protected and b"cache-control" not in final and b"cache-control" not in drop:
         drop.add(b"cache-control")
@@ -476,6 +516,19 @@ def header_ops(rules: SiteRules, path: str, *, protected: bool = False) -> Heade
     if not (drop or sets or vary):
         return NO_OPS
     return HeaderOps(frozenset(drop), sets, tuple(vary))
+
+
+def map_header_values(
+    rules: SiteRules, name: bytes, fn: Callable[[bytes], bytes]
+) -> SiteRules:
+    """``rules`` with every value a header rule sets for ``name`` passed
+    through ``fn`` (at start-up: ``--watch`` lets the page script through
+    the rules' CSPs, :func:`serverio.http.livereload.watch_csp`)."""
+    hrules = tuple(
+        replace(r, set=tuple((n, fn(v) if n == name else v) for n, v in r.set))
+        for r in rules.header_rules
+    )
+    return replace(rules, header_rules=hrules)
 
 
 def cors_headers(cors: Cors | None, origin: str | None) -> tuple[tuple[bytes, bytes], ...]:
@@ -620,7 +673,7 @@ def redirect_for(rules: SiteRules, target: Target) -> tuple[int, bytes] | None:
         if not _check_location(loc) or (rule.to_is_path and not loc.startswith("/")):
             continue
         if "?" not in rule.to and target.query is not None:
-            loc += "?" + target.query
+            loc += "?" + quote_query(target.query)
         if any(ord(c) < 0x21 or ord(c) > 0x7E for c in loc):
             continue
         return rule.status, loc.encode("ascii")
@@ -652,8 +705,8 @@ def slash_redirect(rules: SiteRules, target: Target) -> bytes | None:
         return None
     loc = new.url_path() if new.segments else "/"
     if new.query is not None:
-        loc += "?" + new.query
-    return loc.encode("latin-1")
+        loc += "?" + quote_query(new.query)
+    return loc.encode("ascii")
 
 
 def rewrite_for(rules: SiteRules, target: Target) -> Target | None:

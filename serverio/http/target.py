@@ -45,12 +45,13 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from ..errors import HTTPError
 
-__all__ = ["MAX_SEGMENTS", "Target", "parse_target", "quote_segment"]
+__all__ = ["MAX_SEGMENTS", "Target", "parse_target", "quote_query", "quote_segment"]
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 
@@ -69,6 +70,27 @@ def quote_segment(segment: str) -> str:
     spaces so a browser decodes to exactly the name and nothing else.
     """
     return quote(segment.encode("utf-8", "surrogateescape"), safe="")
+
+
+# RFC 3986 §3.4: query = *( pchar / "/" / "?" ), pchar = unreserved /
+# pct-encoded / sub-delims / ":" / "@".  Kept as they are in a query; any
+# other character is percent-encoded, and so is a "%" that does not start
+# an escape.
+_QUERY_SAFE = "!$&'()*+,;=:@/?"
+_ESCAPE = re.compile("%(?![0-9A-Fa-f]{2})")
+
+
+def quote_query(query: str) -> str:
+    """A request's raw query (its bytes as latin-1 text, as
+    :class:`Target` keeps it) as it may go into a Location: ASCII only,
+    every byte outside RFC 3986's query characters percent-encoded
+    (controls, DEL, space, quotes, ``<>\\^`{|}``, non-ASCII), existing
+    escapes kept, so a redirect says the same query and a client echoing
+    the header (a terminal, a log) can never be handed a control byte.
+    Defence in depth: both transports refuse such bytes in a
+    request-target first (400)."""
+    encoded = quote(query.encode("latin-1", "replace"), safe=_QUERY_SAFE + "%")
+    return _ESCAPE.sub("%25", encoded)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from ..errors import reason_phrase
 
-__all__ = ["NOSNIFF", "head_bytes"]
+__all__ = ["NOSNIFF", "NOSNIFF_FIELD", "head_bytes"]
 
 _CANONICAL = {
     n.lower().encode(): n.encode()
@@ -63,8 +63,10 @@ _CANONICAL = {
 # Every response says "do not sniff" (WHATWG Fetch §3.5.1): a client must
 # not run a text/plain or octet-stream body (an uploaded .txt full of HTML,
 # an error page) as HTML or script.  Memoised with the status line, so it
-# costs nothing per response.
+# costs nothing per response.  The serialisers add it, never a Plan: HTTP/1.1
+# here, HTTP/2 (NOSNIFF_FIELD) right after :status in net/h2conn.py.
 NOSNIFF = b"X-Content-Type-Options: nosniff\r\n"
+NOSNIFF_FIELD = (b"x-content-type-options", b"nosniff")
 
 _STATUS_LINES: dict[int, bytes] = {}
 

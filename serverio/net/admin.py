@@ -18,6 +18,7 @@ request within the head deadline.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -43,9 +44,33 @@ AdminHandler = Callable[[str], Awaitable[tuple[int, str, bytes]]]
 
 
 async def open_admin_listener(spec: str) -> trio.SocketListener:
-    """Bind ``HOST:PORT`` for the admin endpoint."""
+    """Bind ``HOST:PORT`` for the admin endpoint; one warning line when
+    ``HOST`` is not a loopback address (:func:`public_admin_warning`)."""
     host, port = parse_host_port(spec, "--admin-bind")
-    return await _bind(host, port)
+    listener = await _bind(host, port)
+    warning = public_admin_warning(host)
+    if warning is not None:
+        log.warning("%s", warning)
+    return listener
+
+
+def public_admin_warning(host: str) -> str | None:
+    """The start-up warning for an admin endpoint bound to ``host``, or
+    None for loopback (``localhost``, 127.0.0.0/8, ``::1``).  The endpoint
+    has no authentication: anyone who reaches it reads the load figures
+    (/metrics) and can watch a drain (/healthz); a wildcard or a
+    hostname counts as reachable."""
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return (
+        f"--admin-bind {host} is not a loopback address: /metrics and /healthz "
+        "answer anyone who reaches it, without authentication"
+    )
 
 
 async def serve_admin(

@@ -44,7 +44,7 @@ from ..http.core import Plan, http_error_plan
 from ..http.wire import head_bytes
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Waiting, complete, failed, record, start
+from ..pipeline.request import Waiting, client_for, complete, failed, finish, record, start
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
@@ -82,7 +82,17 @@ def _is_preface(event: Head, requests: int) -> bool:
 class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
-    __slots__ = ("_client", "_h2", "_stream_scope", "_switched", "emitter", "env", "life", "reader")
+    __slots__ = (
+        "_client",
+        "_h2",
+        "_stream_scope",
+        "_switched",
+        "_tls",
+        "emitter",
+        "env",
+        "life",
+        "reader",
+    )
 
     def __init__(
         self,
@@ -105,6 +115,8 @@ class ConnectionTask:
         self.emitter = Emitter(stream, env.stats, cfg.write_timeout, cfg.sendfile, self.life.lift)
         self.reader = HeadReader(cfg, self.emitter, self.life, env.order)
         self._client = client
+        # Over TLS (the request facts say so: --hsts is sent on TLS only).
+        self._tls = isinstance(stream, trio.SSLStream)
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
 
@@ -292,7 +304,11 @@ class ConnectionTask:
                 return None
             if event is None:
                 return None
-            if event.http_version == b"2.0" and self._h2 is not None and _is_preface(event, requests):
+            if (
+                event.http_version == b"2.0"
+                and self._h2 is not None
+                and _is_preface(event, requests)
+            ):
                 # Hand over the bytes h11 parsed plus what it buffered after them.
                 await self._switch(_PREFACE_HEAD + reader.leftover)
                 return None
@@ -312,16 +328,19 @@ class ConnectionTask:
         ua = referer = request_id = None
         keep = False
         body: Body | None = None
+        client = self._peer
         # The request steps are the pipeline's (serverio.pipeline.request),
         # shared with HTTP/2; facts, the wait, the emit and keep-alive
         # are this connection's.
         try:
             try:
-                req, ka10, ua, referer, request_id = request_facts(event, cfg)
+                req, ka10, ua, referer, request_id = request_facts(event, cfg, self._tls)
+                if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                    client = client_for(cfg, client, req)
                 keep = req.keep_alive and requests < cfg.max_requests
                 got = start(env, req, now)
                 if type(got) is Waiting:
-                    answer = await complete(env, got, now, self._peer, self._wait_watching)
+                    answer = await complete(env, got, now, client, self._wait_watching)
                     if answer is None:
                         env.stats.cancelled += 1
                         return False  # the client went away while we waited
@@ -330,10 +349,14 @@ class ConnectionTask:
                     answer = got
             except HTTPError as exc:
                 answer = failed(env, exc, now, event.method == b"HEAD")
-            plan, body, _ = answer
+            plan, body, ticket = answer
             if plan.stream:
-                await self._stream(plan)
-                return False
+                if await self._stream(plan):
+                    return False
+                # Past --watch-max-streams: a 503 instead, sent and
+                # recorded like any other answer.
+                assert env.live is not None
+                plan, body, _ = finish(env, env.live.busy_plan(now), ticket)
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
@@ -343,7 +366,7 @@ class ConnectionTask:
                 body.close()
         record(
             env,
-            self._peer,
+            client,
             event.method,
             event.target,
             event.http_version,
@@ -357,44 +380,72 @@ class ConnectionTask:
         )
         return not close
 
-    async def _stream(self, plan: Plan) -> None:
-        """A long-lived streaming body (the live-reload event stream).
+    async def _stream(self, plan: Plan) -> bool:
+        """A long-lived streaming body (the live-reload event stream);
+        False when ``--watch-max-streams`` streams are open already (nothing
+        was sent: the caller answers 503).
 
+        The stream takes a slot of the live-reload budget
+        (:class:`~serverio.concurrency.broadcast.StreamSlots`) for as long
+        as it runs: the connection then no longer counts toward
+        ``--max-connections`` (the server's admission leaves slot holders
+        out), so open event streams never shut ordinary clients out.
         The head goes out with ``Connection: close`` (the body ends when the
         connection does), then the broadcaster writes through
-        :meth:`Emitter.send` (its write deadline applies) until the client
-        goes away, a write fails, or graceful shutdown cancels the stream
-        scope (:meth:`drain`).  No read deadline runs meanwhile: the stream
-        is exempt from the keep-alive timeout; the watcher task below only
-        notices the client leaving.
+        :meth:`Emitter.send` (its write deadline applies: a client that
+        stops reading is closed ``write_timeout`` after a write stalls, the
+        heartbeat comment every 15 s being the write that notices) until
+        the client goes away, a write fails, or graceful shutdown cancels
+        the stream scope (:meth:`drain`).  No read deadline runs meanwhile:
+        the stream is exempt from the keep-alive timeout; the watcher task
+        below only notices the client leaving.
+
+        Cancellation handling: the slot is given back in every case.
         """
         live = self.env.live
         emitter = self.emitter
         head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
         if live is None or not plan.send_body:
             await emitter.send(head)
-            return
-        self.life.lift()
-        self.life.to(STREAM)
-        stream = self.stream
+            return True
+        if not live.slots.take(self):
+            return False
+        try:
+            self.life.lift()
+            self.life.to(STREAM)
+            stream = self.stream
 
-        async def watch(scope: trio.CancelScope) -> None:
-            try:
-                while await stream.receive_some(RECV_SIZE):
-                    pass  # an event stream's client has nothing to say
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            scope.cancel()
-
-        with trio.CancelScope() as scope:
-            self._stream_scope = scope
-            if self.env.draining:
+            async def watch(scope: trio.CancelScope) -> None:
+                try:
+                    while await stream.receive_some(RECV_SIZE):
+                        pass  # an event stream's client has nothing to say
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
                 scope.cancel()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch, nursery.cancel_scope)
-                await live.serve_client(emitter.send, head)
-        self._stream_scope = None
+
+            failure: Abort | trio.BrokenResourceError | trio.ClosedResourceError | None = None
+            with trio.CancelScope() as scope:
+                self._stream_scope = scope
+                if self.env.draining:
+                    scope.cancel()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, nursery.cancel_scope)
+                    # A write that fails (the deadline: Abort; a reset) ends
+                    # the stream; it leaves the nursery bare, not wrapped in
+                    # an exception group, so that run() closes the
+                    # connection quietly as after any failed write.
+                    try:
+                        await live.serve_client(emitter.send, head)
+                    except (Abort, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                        failure = exc
+                        nursery.cancel_scope.cancel()
+            self._stream_scope = None
+            if failure is not None:
+                raise failure
+        finally:
+            live.slots.give(self)
         self.env.stats.completed += 1
+        return True
 
     async def _switch(self, initial: bytes) -> None:
         """Serve the rest of the connection as HTTP/2.

@@ -70,10 +70,11 @@ def as_head(event: object) -> Head | None:
 
 
 def request_facts(
-    event: Head, cfg: Config
+    event: Head, cfg: Config, tls: bool = False
 ) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
     """Request facts, whether it is an HTTP/1.0 keep-alive, user agent,
-    referer, request id (X-Request-Id, for the access log only)."""
+    referer, request id (X-Request-Id, for the access log only).  ``tls``:
+    the connection is TLS (the facts say so, for --hsts)."""
     version = event.http_version
     if version != b"1.1" and version != b"1.0":
         raise HTTPError(505, "unsupported HTTP version", close=True)
@@ -101,6 +102,7 @@ def request_facts(
         target=target,
         keep_alive=keep_alive and not has_body,
         has_body=has_body,
+        tls=tls,
         **f.values,
     )
     return facts, ka10, f.user_agent, f.referer, f.request_id

@@ -55,9 +55,14 @@ Memory per connection is bounded regardless of file sizes and stream count
   GOAWAY and close; PINGs and partial header blocks do not extend it;
 * write (connection): the socket must accept bytes within
   ``write_timeout``, else the connection is aborted;
-* write (stream): a stream whose body makes no progress (its or the
-  connection's window stays closed) for ``write_timeout`` is reset with
-  CANCEL.
+* write (stream): a stream whose body makes no progress (16 KiB of DATA,
+  or its end: its or the connection's window stays closed, or opens a byte
+  at a time) for ``write_timeout`` is reset with CANCEL; when no body of
+  the connection made progress in that time either, the connection ends
+  (GOAWAY);
+* descriptors: at most ``h2_max_open_files`` bodies streamed from files
+  at once (:meth:`H2Connection._answer`); after the client's EOF a body
+  its windows cannot finish is dropped at once.
 
 Error model: h2's own inbound header validation is off (it would end the
 connection for a malformed request); :mod:`serverio.http.h2head` checks
@@ -83,6 +88,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 import trio
 from h2.connection import ConnectionInputs
 from h2.errors import ErrorCodes
@@ -96,11 +102,20 @@ from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan, RequestFacts
 from ..http.fields import Fields, check_host, scan_fields
-from ..http.h2head import CONNECTION_SPECIFIC, MalformedRequest, RequestHead, parse_request_head
+from ..http.h2head import (
+    CONNECTION_SPECIFIC,
+    MalformedRequest,
+    RequestHead,
+    parse_request_head,
+    path_bytes_ok,
+)
 from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
+from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Waiting, complete, failed, record, start
+from ..pipeline.livereload import LiveReload
+from ..pipeline.request import Answer, Waiting, client_for, complete, failed, finish, record, start
+from .emit import SEND_PIECE
 from .env import ConnectionEnv
 from .h1head import RECV_SIZE
 from .outbuf import OutBuffer
@@ -116,6 +131,13 @@ OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits
 WRITE_PIECE = 524288  # bytes per socket write; the write deadline moves after each
 IDLE_KEEP = 16384  # bytes of output buffer capacity a connection with no stream keeps
 _WINDOW = 1.0  # seconds: the flood budgets count per window
+# WINDOW_UPDATE allowance: each _UPDATE_EARNER bytes of DATA sent earn two
+# free WINDOW_UPDATEs (the stream's and the connection's, RFC 9113 §6.9),
+# banked up to _UPDATE_BANK; one without credit spends the control budget.
+# Counted in bytes, not frames: a client that opens its window one byte at
+# a time to get one-byte DATA frames (a "data dribble") earns nothing.
+_UPDATE_EARNER = 1024
+_UPDATE_BANK = 1024
 ENCODER_TABLE_MAX = 4096  # bytes of HPACK dynamic table for response fields
 
 # RFC 9113 §4.1 frame header: 24-bit length and 8-bit type (packed as one
@@ -126,6 +148,13 @@ _FRAME_HEAD = struct.Struct(">IBI")
 _PREADV: Callable[[int, list[memoryview], int], int] | None = getattr(os, "preadv", None)
 _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
+
+def _head_fields(status: int) -> list[tuple[bytes, bytes]]:
+    """The fields every response starts with: ``:status`` (RFC 9113 §8.3.2)
+    and nosniff, which the serialiser adds on either protocol
+    (:data:`serverio.http.wire.NOSNIFF_FIELD`; a Plan never carries it)."""
+    return [(b":status", b"%d" % status), NOSNIFF_FIELD]
+
 
 async def _run_deferred(deferred: Deferred) -> Prepared:
     """How a stream waits for the handler: just await it.  A reset
@@ -147,19 +176,41 @@ def _direct_ok(conn: h2.connection.H2Connection) -> bool:
     )
 
 
+class _LengthUncheckedStream(h2.stream.H2Stream):
+    """h2's stream without its request body-length check.
+
+    h2 raises ``InvalidBodyLengthError`` (a connection-level ProtocolError:
+    GOAWAY, every other stream lost) when DATA disagrees with
+    ``content-length``; RFC 9113 §8.1.1 makes that a malformed request, a
+    stream error.  :meth:`H2Connection._event` checks the length per
+    stream and answers RST_STREAM PROTOCOL_ERROR; here h2 only counts."""
+
+    def _track_content_length(self, length: int, end_stream: bool) -> None:
+        self._actual_content_length += length
+
+
 class _ServerConnection(h2.connection.H2Connection):
     """h2's connection with the concurrent-stream check left to us.
 
     h2 raises a connection-level ``TooManyStreamsError`` for a stream past
     SETTINGS_MAX_CONCURRENT_STREAMS; RFC 9113 §5.1.2 allows (and the
     server wants) a stream error, REFUSED_STREAM, so h2 is told no stream
-    is open and :class:`H2Connection` counts its own.
+    is open and :class:`H2Connection` counts its own.  Its streams leave
+    the body-length check to us too (:class:`_LengthUncheckedStream`).
     """
 
     @property
     def open_inbound_streams(self) -> int:
         _ = super().open_inbound_streams  # keeps h2's closed-stream clean-up
         return 0
+
+    def _begin_new_stream(
+        self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
+    ) -> h2.stream.H2Stream:
+        stream = super()._begin_new_stream(stream_id, allowed_ids)
+        if type(stream) is h2.stream.H2Stream:
+            stream.__class__ = _LengthUncheckedStream  # same layout, one method differs
+        return stream
 
 
 class _Budget:
@@ -186,9 +237,11 @@ class _Stream:
     """One request stream and, while its body is sent, its cursor."""
 
     __slots__ = (
+        "credit",
         "ended",
         "failed",
         "fd",
+        "file_slot",
         "finished",
         "head",
         "index",
@@ -219,7 +272,9 @@ class _Stream:
         self.offset = 0  # within pieces[index]
         self.remaining = 0
         self.fd = -1
-        self.moved = 0.0  # trio time of the body's last DATA frame
+        self.moved = 0.0  # trio time the body last made SEND_PIECE bytes of progress
+        self.credit = 0  # body bytes sent since then
+        self.file_slot = False  # holds one of the connection's body-descriptor slots
         self.progress: trio.Event | None = None  # set when the body ended, failed or was reset
         self.finished = False  # the last DATA frame (END_STREAM) was handed to h2
         self.failed = False  # the body could not be completed (read error, shrank)
@@ -297,7 +352,18 @@ class H2Connection:
         self._reading = True
         self._broken = False  # the socket failed
         self._resets = _Budget(cfg.h2_max_resets)
+        # Body descriptors this connection holds at most (ops/fdlimit.py
+        # counts 1 + this per connection); see _answer.
+        self._files = trio.Semaphore(cfg.h2_max_open_files)
+        # When the connection's bodies last made SEND_PIECE bytes of
+        # progress (or began to wait), and the bytes since: see _await_body.
+        self._moved = 0.0
+        self._credit = 0
         self._control = _Budget(cfg.h2_max_control)
+        # Free WINDOW_UPDATEs earned by DATA sent, and the bytes towards
+        # the next (see _earn).
+        self._update_credit = 0
+        self._update_bytes = 0
         # Frame boundaries, tracked over the raw bytes (see _count_frames):
         # bytes of the current frame still to skip (first the 24-byte
         # client preface), and a partial 9-byte frame header.
@@ -526,6 +592,14 @@ class H2Connection:
                 return
             self._kick()  # windows or the frame size may have changed
         elif isinstance(ev, h2.events.WindowUpdated):
+            # A WINDOW_UPDATE answers DATA we sent: free while credit earned
+            # by DATA bytes lasts; past it (a flood with no data moving)
+            # it spends the control budget (docs/features.md "HTTP/2").
+            if self._update_credit:
+                self._update_credit -= 1
+            elif self._control.spend():
+                self._calm()
+                return
             self._kick()
         elif isinstance(ev, h2.events.ConnectionTerminated):
             # The client's GOAWAY: h2 accepts no more frames from us either.
@@ -564,7 +638,10 @@ class H2Connection:
         self._nursery.start_soon(self._serve_stream, st)
 
     def _stream_error(self, st: _Stream) -> None:
-        """The request turned out malformed: RST_STREAM PROTOCOL_ERROR."""
+        """The request turned out malformed: RST_STREAM PROTOCOL_ERROR
+        (once: its END_STREAM may follow the DATA that was too long)."""
+        if st.reset:
+            return
         self.env.stats.h2_stream_errors += 1
         self._reset(st, ErrorCodes.PROTOCOL_ERROR)
         self._cancel(st)
@@ -600,6 +677,8 @@ class H2Connection:
             raise HTTPError(405, "CONNECT is not supported")  # not a proxy
         if head.authority is not None:
             check_host(head.authority)
+        if not path_bytes_ok(head.path):
+            raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
         f = scan_fields(head.fields)
         target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
         facts = RequestFacts(
@@ -607,9 +686,76 @@ class H2Connection:
             target=target,
             keep_alive=True,
             has_body=st.open_body,
+            tls=isinstance(self.stream, trio.SSLStream),  # --hsts: on TLS only
             **f.values,
         )
         return facts, f
+
+    async def _answer(
+        self, st: _Stream, now: float
+    ) -> tuple[Answer, Fields | None, Callable[[], str]]:
+        """The request steps (:mod:`serverio.pipeline.request`, shared with
+        HTTP/1.1) under the connection's cap on body descriptors.
+
+        A body streamed from a file keeps its descriptor until it is sent,
+        however long the client keeps its window closed, so a stream may
+        hold one only with one of ``h2_max_open_files`` slots: what
+        ``ops/fdlimit.py`` budgets, whatever the client does.  A free slot
+        is taken up front and given back at once when the answer holds no
+        descriptor.  At the cap, :func:`start` (synchronous: no await, so
+        at most one such descriptor exists in the process) still answers
+        what needs none (a warm file, a small file, an error, a 304) without
+        waiting; an answer that holds one, or must wait for the handler,
+        is dropped (its descriptor closed) and asked again once a slot is
+        free.
+
+        Cancellation handling: a reset while waiting for a slot cancels the
+        wait with nothing held; the slot a stream holds is given back in
+        :meth:`_serve_stream`'s ``finally``, after its body is closed.
+        """
+        env = self.env
+        cfg = env.config
+        fields: Fields | None = None
+        client = self._client
+        try:
+            req, fields = self._facts(st)
+            if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                client = client_for(cfg, self._client, req)
+            if not self._take_file_now(st):
+                got = start(env, req, now)
+                if type(got) is tuple and got[1].fd < 0:
+                    return got, fields, client
+                if type(got) is tuple:
+                    got[1].close()
+                elif type(got) is Waiting and got.deferred is not None:
+                    got.deferred.close()
+                await self._files.acquire()
+                st.file_slot = True
+            got = start(env, req, now)
+            if type(got) is Waiting:
+                answer = await complete(env, got, now, client, _run_deferred)
+                assert answer is not None  # _run_deferred never gives None
+            else:
+                assert type(got) is tuple
+                answer = got
+        except HTTPError as exc:
+            answer = failed(env, exc, now, st.head.method == b"HEAD")
+        if answer[1].fd < 0:
+            self._give_file(st)
+        return answer, fields, client
+
+    def _take_file_now(self, st: _Stream) -> bool:
+        try:
+            self._files.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        st.file_slot = True
+        return True
+
+    def _give_file(self, st: _Stream) -> None:
+        if st.file_slot:
+            st.file_slot = False
+            self._files.release()
 
     async def _serve_stream(self, st: _Stream) -> None:
         env = self.env
@@ -618,6 +764,7 @@ class H2Connection:
         now = time.time()
         body: Body | None = None
         fields: Fields | None = None
+        client = self._client
         try:
             with st.scope:
                 if st.reset:
@@ -625,20 +772,13 @@ class H2Connection:
                 # The request steps are the pipeline's (serverio.pipeline.request),
                 # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
                 # cancels the wait for a Deferred.
-                try:
-                    req, fields = self._facts(st)
-                    got = start(env, req, now)
-                    if type(got) is Waiting:
-                        answer = await complete(env, got, now, self._client, _run_deferred)
-                        assert answer is not None  # _run_deferred never gives None
-                    else:
-                        assert type(got) is tuple
-                        answer = got
-                except HTTPError as exc:
-                    answer = failed(env, exc, now, st.head.method == b"HEAD")
-                plan, body, _ = answer
+                answer, fields, client = await self._answer(st, now)
+                plan, body, ticket = answer
                 if plan.stream:
-                    return await self._serve_events(st, plan)
+                    if await self._serve_events(st, plan):
+                        return
+                    assert env.live is not None  # past --watch-max-streams: 503
+                    plan, body, _ = finish(env, env.live.busy_plan(now), ticket)
                 await self._respond(st, plan, body)
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
@@ -654,6 +794,7 @@ class H2Connection:
             self._sending.pop(st.sid, None)  # before the fd closes
             if body is not None:
                 body.close()
+            self._give_file(st)
             self._streams.pop(st.sid, None)
             if not self._streams:
                 self._idle_deadline = trio.current_time() + cfg.keepalive_timeout
@@ -668,7 +809,7 @@ class H2Connection:
         h = st.head
         record(
             env,
-            self._client,
+            client,
             h.method,
             h.path or b"-",
             b"2.0",
@@ -681,8 +822,12 @@ class H2Connection:
             fields.request_id if fields is not None else None,
         )
 
-    async def _serve_events(self, st: _Stream, plan: Plan) -> None:
-        """A live-reload event stream (``--watch``) on this stream.
+    async def _serve_events(self, st: _Stream, plan: Plan) -> bool:
+        """A live-reload event stream (``--watch``) on this stream; False,
+        with nothing sent, past ``--watch-max-streams`` (the caller answers
+        503).  Each event stream holds a slot of that budget while it runs;
+        while it holds one, the connection is out of ``--max-connections``
+        (as for HTTP/1.1, :meth:`ConnectionTask._stream`).
 
         HEADERS without END_STREAM, then the broadcaster's messages as DATA
         frames, queued into the connection's output for the writer, within
@@ -700,9 +845,18 @@ class H2Connection:
         live = self.env.live
         if live is None or not plan.send_body:
             await self._respond(st, plan, NO_BODY)  # HEAD: the head alone
-            return
+            return True
+        if not live.slots.take(self):
+            return False
+        try:
+            await self._event_stream(st, plan, live)
+        finally:
+            live.slots.give(self)
+        return True
+
+    async def _event_stream(self, st: _Stream, plan: Plan, live: LiveReload) -> None:
         conn = self._conn
-        headers = [(b":status", b"%d" % plan.status)]
+        headers = _head_fields(plan.status)
         headers += [(k, v) for k, v in plan.headers if k not in CONNECTION_SPECIFIC]
         if st.reset or self._closed:
             return
@@ -721,6 +875,7 @@ class H2Connection:
                 window = min(conn.local_flow_control_window(st.sid), conn.max_outbound_frame_size)
                 if window > 0:
                     conn.send_data(st.sid, data[:window])
+                    self._earn(min(window, len(data)))
                     data = data[window:]
                     self._pull()
                     deadline = trio.current_time() + timeout
@@ -777,7 +932,7 @@ class H2Connection:
         round, without the round trip through the writer's queue."""
         if st.reset or self._closed:
             return
-        headers = [(b":status", b"%d" % plan.status)]
+        headers = _head_fields(plan.status)
         for name, value in plan.headers:
             name = name.lower()
             if name not in CONNECTION_SPECIFIC:  # RFC 9113 §8.2.2
@@ -793,6 +948,11 @@ class H2Connection:
             st.pieces = body
             st.remaining = total
             st.fd = source.fd
+            if not self._sending:
+                # The connection's bodies begin to wait: its no-progress
+                # clock starts now (see _await_body).
+                self._moved = trio.current_time()
+                self._credit = 0
             self._sending[st.sid] = st
             self._pull()
             if total <= FRAME_CHUNK and len(self._out) < OUT_BUDGET:
@@ -815,17 +975,30 @@ class H2Connection:
 
     async def _await_body(self, st: _Stream) -> None:
         """Wait while the writer sends the body; no progress on this stream
-        for ``write_timeout`` resets it (CANCEL).  The writer notes the time
-        of each frame (``moved``) and wakes this task only at the end, so a
-        large body costs no task switch per frame."""
+        for ``write_timeout`` resets it (CANCEL), and when the connection's
+        bodies as a whole made none either, the connection ends (GOAWAY).
+
+        Progress is SEND_PIECE (16 KiB) of DATA, or the end of the body,
+        as an HTTP/1.1 write on a stream moves its deadline per SEND_PIECE
+        written: a client that opens its windows a byte at a time (a
+        trickle) makes none and cannot keep a stream, or its descriptor,
+        past the deadline.  The writer notes the time (``moved``) and wakes
+        this task only at the end, so a large body costs no task switch per
+        frame."""
         timeout = self.env.config.write_timeout
         st.moved = trio.current_time()
         st.progress = done = trio.Event()
         while not st.finished and not st.failed and not st.reset:
             deadline = st.moved + timeout
-            if trio.current_time() >= deadline:
+            now = trio.current_time()
+            if now >= deadline:
                 self.env.stats.timeouts_write += 1
                 self._reset(st, ErrorCodes.CANCEL)
+                if now - self._moved >= timeout:
+                    # No body on the connection moved either: the client
+                    # reads nothing (or keeps every window shut), as an
+                    # HTTP/1.1 client past its write deadline; end it.
+                    self._close(ErrorCodes.NO_ERROR)
                 return
             with trio.move_on_at(deadline):
                 await done.wait()
@@ -902,6 +1075,7 @@ class H2Connection:
         if not self._direct:
             for i in range(0, n, size):
                 conn.send_data(sid, data[i : i + size], end_stream=end and i + size >= n)
+            self._earn(n)
             return
         self._account(sid, n, end)
         out = conn._data_to_send
@@ -927,6 +1101,11 @@ class H2Connection:
             return 0
         n = min(window, ROUND_QUANTUM)
         if n <= 0:
+            if not self._reading:
+                # The client's side reached EOF: no WINDOW_UPDATE can come
+                # any more, so the body can never finish; its descriptor
+                # goes now, not at the write deadline.
+                self._cancel(st)
             return 0
         piece = st.pieces[st.index]
         if isinstance(piece, FileSpan):
@@ -960,18 +1139,28 @@ class H2Connection:
             st.index += 1
             st.offset = 0
         st.remaining -= n
+        st.credit += n
+        self._credit += n
         return st.remaining == 0
 
     def _after_round(self, st: _Stream, end: bool) -> None:
         """A round of ``st`` is framed: done (out of the queue, its task
         woken) or progress noted for its write deadline."""
+        now = trio.current_time()
         if end:
             st.finished = True
             del self._sending[st.sid]
             if st.progress is not None:
                 st.progress.set()
-        else:
-            st.moved = trio.current_time()
+        elif st.credit >= SEND_PIECE:
+            # Progress is SEND_PIECE bytes, as for HTTP/1.1 on a stream
+            # (net/connection.py _send): a window opened a byte at a time
+            # does not move the write deadline.
+            st.moved = now
+            st.credit = 0
+        if end or self._credit >= SEND_PIECE:
+            self._moved = now
+            self._credit = 0
 
     def _account(self, sid: int, n: int, end: bool) -> None:
         """Drive h2's connection and stream state machines and windows for
@@ -986,6 +1175,16 @@ class H2Connection:
             machine.process_input(StreamInputs.SEND_END_STREAM)
         stream.outbound_flow_control_window -= n
         conn.outbound_flow_control_window -= n
+        self._earn(n)
+
+    def _earn(self, n: int) -> None:
+        """``n`` bytes of DATA went to h2: for each _UPDATE_EARNER of them
+        the client may send a stream and a connection WINDOW_UPDATE without
+        spending the control budget (at most _UPDATE_BANK banked)."""
+        sent = self._update_bytes + n
+        credit = self._update_credit + 2 * (sent // _UPDATE_EARNER)
+        self._update_bytes = sent % _UPDATE_EARNER
+        self._update_credit = credit if credit < _UPDATE_BANK else _UPDATE_BANK
 
     def _read_framed(self, st: _Stream, piece: FileSpan, n: int) -> int | None:
         """``n`` bytes of ``piece`` read by one scatter read straight into

@@ -469,10 +469,19 @@ class Server:
         conns: trio.Nursery,
         max_conns: int,
     ) -> None:
-        """Start a connection task for an accepted socket, or shed it (503)."""
+        """Start a connection task for an accepted socket, or shed it (503).
+
+        A connection holding a live-reload event stream is out of the
+        count: streams have their own budget (``--watch-max-streams``,
+        :class:`~serverio.concurrency.broadcast.StreamSlots`), so open
+        connections stay within ``max_conns`` plus that budget.
+        """
         tsock = trio.socket.from_stdlib_socket(sock)
         self.stats.accepted += 1
-        if tls is None and len(self.connections) < max_conns:
+        open_conns = len(self.connections)
+        if self.live is not None:
+            open_conns -= len(self.live.slots)
+        if tls is None and open_conns < max_conns:
             # Plaintext: the connection makes its SocketStream (and sets the
             # TCP options) only if it needs them.
             conn = ConnectionTask(self.env, tsock, http2=http2)
@@ -480,7 +489,7 @@ class Server:
             conns.start_soon(self._run_connection, conn, name=_CONNECTION_TASK)
             return
         stream = trio.SocketStream(tsock)
-        if len(self.connections) >= max_conns:
+        if open_conns >= max_conns:
             self.stats.rejected += 1
             if tls is not None:
                 # (A plaintext 503 means nothing to a TLS client,

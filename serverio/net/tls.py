@@ -21,7 +21,10 @@ import ssl
 from ..config import Config
 from ..errors import ConfigError
 
-__all__ = ["make_ssl_context"]
+__all__ = ["TLS12_CIPHERS", "make_ssl_context"]
+
+# OpenSSL cipher string of the TLS 1.2 suites offered (see make_ssl_context).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
 
 
 def make_ssl_context(config: Config) -> ssl.SSLContext | None:
@@ -33,14 +36,25 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     if config.certfile is None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    # Modern defaults: TLS 1.2 and 1.3 only; the default cipher list of the
-    # ssl module (already without RC4/3DES/export suites).
+    # TLS 1.2 and 1.3 only.
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # TLS 1.2 suites: AEAD with forward secrecy only (RFC 9325 §4.2: ECDHE
+    # with AES-GCM or ChaCha20-Poly1305).  The ssl module's default list
+    # also offers the CBC-SHA256/384 suites (MAC-then-encrypt: LUCKY13 and
+    # its kin) and finite-field DHE; every client that speaks TLS 1.2 has
+    # one of these.  TLS 1.3 suites are all AEAD and not set by this list.
+    ctx.set_ciphers(TLS12_CIPHERS)
     # RFC 9113 §3.2: "h2" first when HTTP/2 is on (TLS 1.2+, no
-    # renegotiation, as §9.2 requires; the default ciphers are AEAD first).
+    # renegotiation, as §9.2 requires; §9.2.2's cipher blocklist has none
+    # of the suites above).
     ctx.set_alpn_protocols(["h2", "http/1.1"] if config.http2 else ["http/1.1"])
-    # No session tickets are needed for a file server, and renegotiation is
-    # a known DoS lever.
+    # Session resumption stays on, OpenSSL's default: TLS 1.3 sends
+    # ``ctx.num_tickets`` (2) tickets after each handshake and TLS 1.2
+    # stateless tickets, so a returning browser skips the full handshake.
+    # The ticket key is made at random per process (never written
+    # anywhere); with --workers a ticket resumes on the worker that issued
+    # it only, any other does a full handshake.  Renegotiation is off: a
+    # known DoS lever.
     ctx.options |= ssl.OP_NO_RENEGOTIATION
     env = config.keyfile_password_env
     password_file = config.keyfile_password_file

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import trio
 
-from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config
+from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config, parse_networks
 from ..errors import ConfigError
 from ..http.passwords import DEFAULT_ITERATIONS, hash_password
 from ..net.activation import systemd_fds
@@ -191,7 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_D.h2_max_control,
         metavar="N",
-        help="PING/SETTINGS/PRIORITY/empty frames per connection and second before GOAWAY",
+        help="PING/SETTINGS/PRIORITY/empty/unearned WINDOW_UPDATE frames per connection and second "
+        "before GOAWAY",
+    )
+    h.add_argument(
+        "--h2-max-open-files",
+        type=int,
+        default=_D.h2_max_open_files,
+        metavar="N",
+        help="file descriptors of streamed bodies one connection holds at once "
+        "(a stream past it waits)",
     )
     f = p.add_argument_group("files")
     f.add_argument(
@@ -415,6 +424,28 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         help="serve GET /metrics and /healthz there (off by default; never the public port)",
     )
     g.add_argument(
+        "--hsts",
+        type=int,
+        metavar="SECONDS",
+        default=None,
+        help="send Strict-Transport-Security: max-age=SECONDS on TLS responses "
+        "(never over plain HTTP; off by default; needs --certfile)",
+    )
+    g.add_argument(
+        "--hsts-include-subdomains",
+        action="store_true",
+        help="with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
+    )
+    g.add_argument(
+        "--trusted-proxies",
+        type=_cidr,
+        nargs="+",
+        action="extend",
+        metavar="CIDR",
+        help="reverse proxies (addresses or networks) whose Forwarded / X-Forwarded-For "
+        "name the client, for the access log and the auth limiter (default: trust no one)",
+    )
+    g.add_argument(
         "--check",
         metavar="URL",
         default=None,
@@ -439,6 +470,14 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --watch: poll for changes instead of inotify (network filesystems)",
     )
+    w.add_argument(
+        "--watch-max-streams",
+        type=int,
+        default=_D.watch_max_streams,
+        metavar="N",
+        help="with --watch: event streams open at once, apart from --max-connections "
+        "(past it: 503; default 32)",
+    )
     c = p.add_argument_group("configuration file")
     c.add_argument(
         "--config",
@@ -451,6 +490,15 @@ def _add_operations(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the effective configuration as TOML and exit",
     )
+
+
+def _cidr(text: str) -> str:
+    """One ``--trusted-proxies`` value, canonical (``10.0.0.1/8`` -> ``10.0.0.0/8``)."""
+    try:
+        (net,) = parse_networks([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(net)
 
 
 def _workers(text: str) -> int:
@@ -491,6 +539,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         h2_max_streams=args.h2_max_streams,
         h2_max_resets=args.h2_max_resets,
         h2_max_control=args.h2_max_control,
+        h2_max_open_files=args.h2_max_open_files,
         index=index,
         hidden=args.hidden,
         follow_symlinks=args.follow_symlinks,
@@ -525,17 +574,21 @@ def config_from_args(args: argparse.Namespace) -> Config:
         listen=tuple(args.listen or ()),
         listen_tls=tuple(args.listen_tls or ()),
         admin_bind=args.admin_bind,
+        hsts=args.hsts,
+        hsts_include_subdomains=args.hsts_include_subdomains,
         access_log_file=args.access_log_file,
         log_level=args.log_level,
         watch=args.watch,
         watch_prefix=args.watch_prefix,
         watch_poll=args.watch_poll,
+        watch_max_streams=args.watch_max_streams,
         headers=tuple(args.header or ()),
         cors=args.cors,
         cors_origins=tuple(args.cors_origin or ()),
         clean_urls=args.clean_urls,
         trailing_slash=args.trailing_slash,
         auth_file=args.auth_file,
+        trusted_proxies=tuple(args.trusted_proxies or ()),
         header_rules=tuple(getattr(args, "header_rules", ())),
         redirects=tuple(getattr(args, "redirects", ())),
         rewrites=tuple(getattr(args, "rewrites", ())),

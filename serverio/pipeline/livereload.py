@@ -43,7 +43,7 @@ from typing import Final
 import trio
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
-from ..concurrency.broadcast import MODIFIED, Broadcast, Debouncer
+from ..concurrency.broadcast import MODIFIED, Broadcast, Debouncer, StreamSlots
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
@@ -56,7 +56,7 @@ from ..fs.watch import (
     poll_scan,
 )
 from ..http.codecs import compress_bytes
-from ..http.core import FileSpan, RequestFacts
+from ..http.core import FileSpan, Plan, RequestFacts, error_plan
 from ..http.livereload import (
     accepts_html,
     decide_injected,
@@ -114,6 +114,9 @@ class LiveReload:
         self.content = content
         self.assets = live_assets(config.watch_prefix)
         self.broadcast = Broadcast(SSE_QUEUE, sse_reload())
+        # Event streams have their own budget, outside --max-connections
+        # (the server's admission leaves their connections out).
+        self.slots = StreamSlots(config.watch_max_streams)
         self.backend = ""  # "inotify" or "poll", once watching
         self.batches = 0  # change batches published
         self.poll_interval = POLL_INTERVAL
@@ -240,6 +243,13 @@ class LiveReload:
         self.content.listings.clear()
 
     # ------------------------------------------------------------ streams
+
+    def busy_plan(self, now: float) -> Plan:
+        """The answer to an event stream past ``--watch-max-streams``: 503
+        with ``Retry-After`` (:func:`serverio.http.core.error_plan`).  An
+        EventSource fails for good on a non-200 answer; the page script
+        opens a new one with its back-off (0.5 s doubling to 10 s)."""
+        return error_plan(503, now)
 
     async def serve_client(self, send: Callable[[bytes], Awaitable[None]], head: bytes) -> None:
         """Stream events to one client until cancelled (client gone, or

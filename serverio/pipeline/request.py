@@ -44,13 +44,25 @@ from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
 from ..fs.prepare import Prepared
 from ..http.core import Plan, RequestFacts, http_error_plan, route
+from ..http.forwarded import client_address
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from .handler import Deferred, Handler
 from .site import Site, Ticket
 
-__all__ = ["Answer", "Deps", "Wait", "Waiting", "complete", "failed", "finish", "record", "start"]
+__all__ = [
+    "Answer",
+    "Deps",
+    "Wait",
+    "Waiting",
+    "client_for",
+    "complete",
+    "failed",
+    "finish",
+    "record",
+    "start",
+]
 
 
 class Deps(Protocol):
@@ -85,6 +97,24 @@ class Waiting:
     def __init__(self, req: RequestFacts, deferred: Deferred | None) -> None:
         self.req = req
         self.deferred = deferred
+
+
+def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Callable[[], str]:
+    """Who sent ``req``, for the access log and the auth limiter: ``peer``
+    itself without ``--trusted-proxies`` (no work at all), else the client a
+    trusted proxy names (:func:`serverio.http.forwarded.client_address`),
+    looked up once and only when asked."""
+    networks = config.proxy_networks
+    if not networks or (req.forwarded is None and req.x_forwarded_for is None):
+        return peer
+    got: list[str] = []
+
+    def client() -> str:
+        if not got:
+            got.append(client_address(peer(), req.forwarded, req.x_forwarded_for, networks))
+        return got[0]
+
+    return client
 
 
 def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:

@@ -21,8 +21,9 @@ Authentication runs in its own small pool (``auth``): password spraying
 saturates that pool (503), not the filesystem or work pools, and never the
 event loop.  A bounded cache of recently verified credentials (keyed by
 an HMAC with a per-process key, never the password itself) spares a
-legitimate client a hash per request; a per-client budget of failures
-answers 429 once spent.
+legitimate client a hash per request; :mod:`serverio.pipeline.authlimit`
+counts failures per (client, user) and per user, and answers 429 once a
+budget is spent.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
+from ..http.livereload import csp_blocks_scripts, watch_csp
 from ..http.livescript import live_assets
 from ..http.mime import guess_type
-from ..http.passwords import check_hash, dummy_like, verify
+from ..http.passwords import check_hash, cost_profile, verify_padded
 from ..http.rules import (
     NO_OPS,
     AuthRule,
@@ -69,6 +71,7 @@ from ..http.rules import (
     decide_route,
     error_page_key,
     header_ops,
+    map_header_values,
     match_path,
     parse_basic,
     preflight_plan,
@@ -76,19 +79,17 @@ from ..http.rules import (
 from ..http.target import Target
 from ..http.wire import head_bytes
 from ..observe.stats import Stats
+from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, Attempt, AuthLimiter, retry_after
 from .handler import Deferred, Handler
 
-__all__ = ["Site", "Ticket", "load_site"]
+__all__ = ["FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site"]
 
 log = logging.getLogger("serverio")
 
 AUTH_WORKERS = 2
 AUTH_QUEUE = 32
-FAILURE_BUDGET = 10  # failed attempts per client ...
-FAILURE_WINDOW = 60.0  # ... per this many seconds, then 429
 _VERIFIED_MAX = 1024  # recently verified credentials kept
 _VERIFIED_TTL = 300.0  # seconds a verification is trusted
-_CLIENTS_MAX = 4096
 _MEMO_MAX = 1024
 _ROUTES_MAX = 4096
 _OPS_MAX = 4096
@@ -221,7 +222,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         if cfg.root and _inside(cfg.root, path):
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
-        auth.append((pattern, users, dummy_like(next(iter(users.values())))))
+        auth.append((pattern, users, cost_profile(users.values())))
     fold = bool(auth or cfg.header_rules) and case_insensitive(cfg.root)
     rules = compile_rules(
         fold=fold,
@@ -237,9 +238,13 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         auth=auth,
         hidden=cfg.hidden,
         source=source,
+        hsts=cfg.hsts,
+        hsts_subdomains=cfg.hsts_include_subdomains,
     )
     if rules.empty:
         return None
+    if cfg.watch:
+        rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
     if rules.auth and not _is_loopback(cfg.host) and cfg.certfile is None:
         log.warning(
@@ -249,13 +254,53 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     return Site(cfg, rules, pages, stats or Stats())
 
 
+_CSP = b"content-security-policy"
+
+
+def _live_reload_csp(rules: SiteRules, cfg: Config) -> SiteRules:
+    """``--watch``: every Content-Security-Policy a header rule sets lets
+    the injected page script and its event stream through
+    (:func:`serverio.http.livereload.watch_csp`, as the listings' own
+    policy does); a rule's policy that sandboxes pages without
+    ``allow-scripts`` gets one warning line (no script can run there)."""
+    for rule in rules.header_rules:
+        for name, value in rule.set:
+            if name == _CSP and csp_blocks_scripts(value):
+                log.warning(
+                    "--watch: the Content-Security-Policy of the header rule for %s sandboxes "
+                    "pages without allow-scripts: live reload cannot run on them",
+                    rule.pattern,
+                )
+    assets = live_assets(cfg.watch_prefix)
+    return map_header_values(rules, _CSP, functools.partial(watch_csp, assets=assets))
+
+
 def _client_key(peer: str) -> str:
-    # The failure budget is per address, not per connection (a new
-    # connection must not reset it): drop the port of "addr:port".
+    """The limiter's key for a client address (the trusted-proxy client when
+    --trusted-proxies applies): per address, not per connection (a new
+    connection must not reset a budget), without a port; an IPv6 client
+    by its /64, the block one host or one customer's network gets (one
+    IPv6 host can use any address of it)."""
     if peer.startswith("["):
-        return peer.split("]", 1)[0] + "]"
-    host, sep, port = peer.rpartition(":")
-    return host if sep and port.isdigit() and ":" not in host else peer
+        peer = peer[1:].split("]", 1)[0]
+    else:
+        host, sep, port = peer.rpartition(":")
+        if sep and port.isdigit() and ":" not in host:
+            peer = host
+    try:
+        addr = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return str(addr.ipv4_mapped)
+        return str(ipaddress.IPv6Network((addr, 64), strict=False))
+    return str(addr)
+
+
+def _too_many(wait: float, now: float, head: bool) -> Plan:
+    headers = [(b"retry-after", b"%d" % retry_after(wait))]
+    return error_plan(429, now, headers=headers, head_only=head)
 
 
 def case_insensitive(root: str) -> bool:
@@ -309,10 +354,11 @@ class Site:
         self.page_pool = Pool("pages", 1, 1)
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, float] = OrderedDict()
-        self._failures: dict[str, tuple[int, float]] = {}
-        self._ops: dict[tuple[str, bool], HeaderOps] = {}
+        # Failed basic-auth attempts: per (client, user), per user, in flight.
+        self.limiter = AuthLimiter(processes=cfg.workers)
+        self._ops: dict[tuple[str, bool, bool], HeaderOps] = {}  # (path, protected, tls)
         self._routes: dict[Target, RouteDecision] = {}
-        self._memo: dict[tuple[int, str | None], tuple[Plan, HeaderOps, Plan]] = {}
+        self._memo: dict[tuple[int, str | None, bool], tuple[Plan, HeaderOps, Plan]] = {}
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
         # The first segment of the reserved live-reload paths (--watch).
         self._reserved = (live_assets(cfg.watch_prefix).prefix_segment,) if cfg.watch else None
@@ -443,43 +489,63 @@ class Site:
     async def _authenticate(
         self, rule: AuthRule, req: RequestFacts, now: float, peer: Callable[[], str], head: bool
     ) -> Plan | None:
-        """None when the request may proceed; else the 401, 429 or 503."""
-        client = _client_key(peer())
-        mono = trio.current_time()
-        count, since = self._failures.get(client, (0, mono))
-        if mono - since > FAILURE_WINDOW:
-            count, since = 0, mono
-            self._failures.pop(client, None)
-        if count >= FAILURE_BUDGET:
-            retry = max(1, int(FAILURE_WINDOW - (mono - since)) + 1)
-            return error_plan(429, now, headers=[(b"retry-after", b"%d" % retry)], head_only=head)
+        """None when the request may proceed; else the 401, 429 or 503.
+
+        The limiter (:mod:`serverio.pipeline.authlimit`) is asked before the
+        cache of verified credentials (a client past its budget gets 429
+        even with the right password) and reserves the attempt before the
+        hash is awaited, so concurrent attempts are all counted.
+
+        Cancellation handling: a cancelled verification (the client went
+        away) is settled as a failure: its hash may still run in the
+        abandoned thread, so it counts against the budget.
+        """
         creds = parse_basic(req.authorization)
         if creds is None:
             # No (usable) credentials: the first step of every login, not a failure.
             return challenge_plan(rule.realm, now, head=head)
         user, password = creds
+        client = _client_key(peer())
+        # The limiter's user key, per rule (users files are per rule); a long
+        # name (client input, ~3 KB at most) by a keyed digest, so the
+        # limiter's tables stay small whatever names are tried.
+        if len(user) > 64:
+            user_id = hashlib.blake2b(user.encode(), digest_size=16, key=self._key).hexdigest()
+            who = f"{rule.index}:#{user_id}"
+        else:
+            who = f"{rule.index}:{user}"
+        mono = trio.current_time()
+        limiter = self.limiter
+        wait = limiter.refusal(client, who, mono)
+        if wait is not None:
+            return _too_many(wait, now, head)
         key = self._credentials_key(rule, user, password)
         seen = self._verified.get(key)
         if seen is not None and mono - seen < _VERIFIED_TTL:
             self._verified.move_to_end(key)
             return None
+        attempt = limiter.reserve(client, who, mono)
+        if not isinstance(attempt, Attempt):
+            return _too_many(attempt, now, head)
+        # Known or not, every check of this users file does the work of its
+        # cost profile (rule.dummy; passwords.verify_padded): its time does
+        # not tell which users exist, nor which scheme a user's hash uses.
         known = rule.users.get(user)
-        # An unknown user is checked against a dummy hash of the same cost,
-        # so the time taken does not reveal which users exist.
-        h = known if known is not None else rule.dummy
+        failed = True
         try:
-            ok = await run_blocking(self.auth_pool, verify, h, password)
+            ok = await run_blocking(self.auth_pool, verify_padded, known, password, rule.dummy)
+            failed = not ok
         except PoolSaturated:
+            failed = False  # nothing was verified: no guess to count
             return error_plan(503, now, head_only=head)
-        if ok and known is not None:
+        finally:
+            limiter.settle(attempt, failed=failed)
+        if not failed:
             self._verified[key] = mono
             if len(self._verified) > _VERIFIED_MAX:
                 self._verified.popitem(last=False)
             return None
         self.stats.auth_failures += 1
-        if len(self._failures) >= _CLIENTS_MAX and client not in self._failures:
-            self._failures.clear()  # bounded: forget everyone rather than grow
-        self._failures[client] = (count + 1, since)
         return challenge_plan(rule.realm, now, head=head)
 
     # ------------------------------------------------------------ step 2
@@ -548,7 +614,9 @@ class Site:
         req = ticket.req if ticket is not None else None
         protected = ticket.protected if ticket is not None else False
         path = rules.canonical(match_path(req.target)) if req is not None else ""
-        okey = (path, protected)
+        # --hsts goes on TLS responses only (RFC 6797 §7.2): part of the key.
+        tls = req.tls if req is not None else False
+        okey = (path, protected, tls)
         ops = self._ops.get(okey)
         if ops is None:
             if req is None:
@@ -559,14 +627,14 @@ class Site:
                     "/",
                 )
             else:
-                ops = header_ops(rules, path, protected=protected)
+                ops = header_ops(rules, path, protected=protected, tls=tls)
             if len(self._ops) >= _OPS_MAX:
                 self._ops.clear()
             self._ops[okey] = ops
         origin = req.origin if req is not None else None
-        memo_key: tuple[int, str | None] | None = None
+        memo_key: tuple[int, str | None, bool] | None = None
         if plan.head is not None:
-            memo_key = (id(plan), origin if self._vary_origin else None)
+            memo_key = (id(plan), origin if self._vary_origin else None, tls)
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] is plan and hit[1] is ops:
                 return hit[2]

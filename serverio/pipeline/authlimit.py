@@ -1,0 +1,239 @@
+"""How many password guesses basic authentication lets through (pure state,
+trio thread only; docs/features.md "Basic authentication").
+
+One job: before a password hash is verified, :meth:`AuthLimiter.reserve`
+counts the attempt as a failure (so concurrent attempts see each other:
+the count never reads stale across an ``await``); :meth:`AuthLimiter.settle`
+then records the outcome (a success gives the reservation back).  A
+refusal is the number of seconds to wait, for a 429 and its Retry-After.
+
+The rules, per worker process:
+
+* **per (client, user)**: at most ``budget`` failures in any ``window``
+  seconds (a sliding log), then every attempt of that client for that
+  user is refused until the oldest failure leaves the window, *even with
+  the right password* (a client that guessed too much does not get to
+  find out it was right);
+* **per user** (any client; the users file's names and unknown names
+  alike, so a refusal tells nothing about which users exist): past
+  ``user_free`` failures, each failure sets a backoff of ``base * 2**k``
+  seconds (k = failures past ``user_free`` - 1), capped at ``cap``.  While
+  it runs, a client that failed for this user within the window waits for
+  it; a client that has not failed for this user is not held back, so the
+  real user still gets in while someone else guesses from elsewhere.  A
+  user's count is forgotten after ``forget`` seconds without a failure;
+* **per client**: at most ``in_flight`` verifications at once; another one
+  is refused at once (Retry-After 1);
+* **bounded memory**: each table keeps at most ``max_entries`` entries;
+  past that the least recently used ones are dropped (never the whole
+  table), so an attacker who wants his own entries forgotten must first
+  fail for that many other names, every failure a verified hash under
+  these same limits.
+
+With ``processes`` N > 1 (``--workers N``: each process has its own
+limiter, and a client's connections may reach any of them) the budgets are
+divided: ``max(1, budget // N)`` per process, so N processes together let
+at most ``max(budget, N)`` failures per (client, user) through per window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "FAILURE_BUDGET",
+    "FAILURE_WINDOW",
+    "IN_FLIGHT",
+    "MAX_ENTRIES",
+    "USER_FORGET",
+    "USER_FREE",
+    "Attempt",
+    "AuthLimiter",
+    "retry_after",
+]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+FAILURE_BUDGET = 10  # failures per (client, user) ...
+FAILURE_WINDOW = 60.0  # ... in any window of this many seconds
+USER_FREE = 10  # failures per user (from any client) before its backoff starts
+BACKOFF_BASE = 1.0  # seconds, doubled per failure past USER_FREE ...
+BACKOFF_CAP = 60.0  # ... up to this
+USER_FORGET = 900.0  # a user's count is forgotten after this long without a failure
+IN_FLIGHT = 2  # verifications at once per client
+MAX_ENTRIES = 4096  # per table
+
+
+@dataclass(slots=True)
+class _User:
+    failures: int = 0  # reserved and failed attempts of the current streak
+    last: float = 0.0  # the latest reservation
+    until: float = 0.0  # backoff end (failed clients wait until then)
+
+
+@dataclass(slots=True, eq=False)
+class Attempt:
+    """A reserved attempt, to :meth:`AuthLimiter.settle` exactly once."""
+
+    client: str
+    user: str
+    at: float
+    settled: bool = False
+
+
+class AuthLimiter:
+    """Counts failed basic-auth attempts per (client, user), per user and
+    per client (rules: the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        budget: int = FAILURE_BUDGET,
+        window: float = FAILURE_WINDOW,
+        user_free: int = USER_FREE,
+        base: float = BACKOFF_BASE,
+        cap: float = BACKOFF_CAP,
+        forget: float = USER_FORGET,
+        in_flight: int = IN_FLIGHT,
+        max_entries: int = MAX_ENTRIES,
+        processes: int = 1,
+    ) -> None:
+        self.budget = max(1, budget // processes)
+        self.user_free = max(1, user_free // processes)
+        self.window = window
+        self.base = base
+        self.cap = cap
+        self.forget = forget
+        self.max_in_flight = in_flight
+        self.max_entries = max_entries
+        # (client, user) -> reservation times, oldest first, at most budget.
+        self._pairs: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+        self._users: OrderedDict[str, _User] = OrderedDict()
+        self._in_flight: dict[str, int] = {}
+
+    # ------------------------------------------------------------ queries
+
+    def refusal(self, client: str, user: str, now: float) -> float | None:
+        """Seconds ``client`` must wait before trying ``user`` again, or None."""
+        pair = self._pair(client, user, now)
+        if pair is None:
+            return None
+        if len(pair) >= self.budget:
+            wait = pair[0] + self.window - now
+        else:
+            u = self._user(user, now)
+            if u is None or now >= u.until:
+                return None
+            # Under the user's backoff, and this client failed for it
+            # recently: wait for the backoff, or for those failures to age out.
+            wait = min(u.until, pair[-1] + self.window) - now
+        # A refused client that keeps trying stays the most recently used:
+        # eviction forgets those who stopped, not those being refused.
+        self._pairs.move_to_end((client, user))
+        return wait
+
+    def in_flight(self, client: str) -> int:
+        return self._in_flight.get(client, 0)
+
+    def __len__(self) -> int:
+        """Entries held (every table): bounded by 2 * max_entries + in-flight clients."""
+        return len(self._pairs) + len(self._users) + len(self._in_flight)
+
+    # ------------------------------------------------------------ updates
+
+    def reserve(self, client: str, user: str, now: float) -> Attempt | float:
+        """Count an attempt before its hash is verified: an :class:`Attempt`
+        to settle, or the seconds to wait (refused: verify nothing)."""
+        if self._in_flight.get(client, 0) >= self.max_in_flight:
+            return 1.0
+        wait = self.refusal(client, user, now)
+        if wait is not None:
+            return wait
+        key = (client, user)
+        pair = self._pairs.get(key)
+        if pair is None:
+            pair = self._pairs[key] = deque()
+            _trim(self._pairs, self.max_entries)
+        else:
+            self._pairs.move_to_end(key)
+        pair.append(now)
+        u = self._users.get(user)
+        if u is None:
+            u = self._users[user] = _User()
+            _trim(self._users, self.max_entries)
+        else:
+            self._users.move_to_end(user)
+        u.failures += 1
+        u.last = now
+        past = u.failures - self.user_free
+        if past > 0:
+            # min() before the power: 2**k for a huge streak stays finite.
+            delay = self.cap if past > 64 else min(self.cap, self.base * 2.0 ** (past - 1))
+            u.until = max(u.until, now + delay)
+        self._in_flight[client] = self._in_flight.get(client, 0) + 1
+        return Attempt(client, user, now)
+
+    def settle(self, attempt: Attempt, *, failed: bool) -> None:
+        """The outcome of a reserved attempt (idempotent).  ``failed``
+        False (the password was right, or nothing was verified): the
+        reservation is given back; a running backoff is not shortened."""
+        if attempt.settled:
+            return
+        attempt.settled = True
+        n = self._in_flight.get(attempt.client, 0) - 1
+        if n > 0:
+            self._in_flight[attempt.client] = n
+        else:
+            self._in_flight.pop(attempt.client, None)
+        if failed:
+            return
+        pair = self._pairs.get((attempt.client, attempt.user))
+        if pair is not None:
+            try:
+                pair.remove(attempt.at)
+            except ValueError:
+                pass  # aged out or evicted meanwhile
+            if not pair:
+                del self._pairs[(attempt.client, attempt.user)]
+        u = self._users.get(attempt.user)
+        if u is not None and u.failures > 0:
+            u.failures -= 1
+
+    # ------------------------------------------------------------ helpers
+
+    def _pair(self, client: str, user: str, now: float) -> deque[float] | None:
+        key = (client, user)
+        pair = self._pairs.get(key)
+        if pair is None:
+            return None
+        horizon = now - self.window
+        while pair and pair[0] <= horizon:
+            pair.popleft()
+        if not pair:
+            del self._pairs[key]
+            return None
+        return pair
+
+    def _user(self, user: str, now: float) -> _User | None:
+        u = self._users.get(user)
+        if u is not None and now - u.last >= self.forget:
+            del self._users[user]
+            return None
+        return u
+
+
+def _trim(table: OrderedDict[K, V], n: int) -> None:
+    # Least recently used first; never the whole table (the newest stays).
+    while len(table) > n:
+        table.popitem(last=False)
+
+
+def retry_after(wait: float) -> int:
+    """Whole seconds for a Retry-After field (RFC 9110 §10.2.3), at least 1."""
+    return max(1, math.ceil(wait))
