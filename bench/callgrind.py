@@ -12,11 +12,18 @@ instead (``bench/pair.py --churn C``: a whole server on a loopback
 listener, C in-process clients, one ``Connection: close`` request per
 connection), client and server together.
 
+``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
+instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
+over the socketpair, N streams on it, ``--streams M`` in flight at a time,
+default 1), client and server together.
+
 Each serverio is measured with *its own* ``bench/pair.py``: the script drives
 serverio's connection class directly, whose shape the commit defines, so an
 old commit is run from its exported tree (bench/commits.py) with that tree as
 working directory and on ``PYTHONPATH``.  ``PYTHONHASHSEED`` is fixed so that
-two runs of the same commit count (nearly) the same instructions.
+two runs of the same commit count (nearly) the same instructions; pair.py
+also stops the wall clock once its file has settled, so that serverio's
+once-a-second work does not depend on how fast valgrind runs.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +64,20 @@ def total_ir(out_file: Path) -> int:
     return int(m[1])
 
 
+def mode_args(churn: int = 0, h2_streams: int = 0) -> list[str]:
+    """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, or the warm
+    HTTP/1.1 GET (neither)."""
+    if churn and h2_streams:
+        raise CallgrindError("--churn and --h2 are different workloads: choose one")
+    if churn:
+        return ["--churn", str(churn)]
+    if h2_streams:
+        return ["--h2", "--streams", str(h2_streams)]
+    return []
+
+
 def measure(
-    subject: Subject, n: int, server: str, python: str, workdir: Path, churn: int = 0
+    subject: Subject, n: int, server: str, python: str, workdir: Path, mode: Sequence[str] = ()
 ) -> int:
     script = subject.tree / "bench" / "pair.py"
     if not script.exists():
@@ -74,7 +94,7 @@ def measure(
         server,
         "-n",
         str(n),
-        *(["--churn", str(churn)] if churn else []),
+        *mode,
     ]
     # ``-m`` from the tree's root: its own bench/ and serverio/ come first
     # on sys.path (older trees' pair.py also edit sys.path themselves).
@@ -89,9 +109,14 @@ def measure(
 
 
 def per_request(
-    subject: Subject, ns: tuple[int, int], server: str, python: str, workdir: Path, churn: int = 0
+    subject: Subject,
+    ns: tuple[int, int],
+    server: str,
+    python: str,
+    workdir: Path,
+    mode: Sequence[str] = (),
 ) -> dict[str, Any]:
-    low, high = (measure(subject, n, server, python, workdir, churn) for n in ns)
+    low, high = (measure(subject, n, server, python, workdir, mode) for n in ns)
     return {
         "label": subject.label,
         "server": server,
@@ -153,6 +178,18 @@ def add_parser(sub: Any) -> None:
         metavar="C",
         help="instructions per connection of the churn workload, C clients at once",
     )
+    cg.add_argument(
+        "--h2",
+        action="store_true",
+        help="instructions per stream of a warm 1 KiB HTTP/2 GET (h2c, one connection)",
+    )
+    cg.add_argument(
+        "--streams",
+        type=int,
+        default=1,
+        metavar="M",
+        help="with --h2: streams in flight at a time (default 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,7 +205,17 @@ def run(args: argparse.Namespace) -> int:
     if churn < 0:
         print("callgrind: --churn must be a positive client count", file=sys.stderr)
         return 2
-    servers = ["serverio", *(["bare"] if args.bare and not churn else [])]
+    if args.streams < 1:
+        print("callgrind: --streams must be at least 1", file=sys.stderr)
+        return 2
+    h2_streams = args.streams if args.h2 else 0
+    try:
+        mode = mode_args(churn, h2_streams)
+    except CallgrindError as exc:
+        print(f"callgrind: {exc}", file=sys.stderr)
+        return 2
+    # The bare trio+h11 loop speaks one HTTP/1.1 connection only.
+    servers = ["serverio", *(["bare"] if args.bare and not mode else [])]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serverio-callgrind-") as tmp:
         for subject in subs:
@@ -178,13 +225,18 @@ def run(args: argparse.Namespace) -> int:
                 print(f"callgrind: {subject.label} {server} n={args.n}", file=sys.stderr)
                 try:
                     rows.append(
-                        per_request(subject, args.n, server, sys.executable, Path(tmp), churn)
+                        per_request(subject, args.n, server, sys.executable, Path(tmp), mode)
                     )
                 except CallgrindError as exc:
                     print(f"callgrind: {exc}", file=sys.stderr)
                     return 1
     first = rows[0]["ir_per_request"]
-    unit = f"Ir/connection (churn, {churn} clients)" if churn else "Ir/request"
+    if churn:
+        unit = f"Ir/connection (churn, {churn} clients)"
+    elif h2_streams:
+        unit = f"Ir/stream (h2, {h2_streams} in flight)"
+    else:
+        unit = "Ir/request"
     print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")
     print("|---|---|---:|---:|")
     for row in rows:

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import callgrind, commits, golden, h2floor, h2profile, peers, report
-from bench.runner import RunOptions, execute
+from bench import callgrind, commits, golden, h2floor, h2profile, peers, report, structure
+from bench.runner import execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
     KINDS,
@@ -24,6 +24,7 @@ from bench.servers import (
     find_nginx,
     serverio_entry,
 )
+from bench.trials import RunOptions
 from bench.workloads import SMOKE_WORKLOADS, WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     callgrind.add_parser(sub)
     h2profile.add_parser(sub)
     h2floor.add_parser(sub)
+    structure.add_parser(sub)
 
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
     ls.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
@@ -275,4 +277,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return h2profile.run(args)
     if args.command == "h2floor":
         return h2floor.run(args)
+    if args.command == "structure":
+        return structure.run(args)
     return cmd_list(args)

@@ -74,7 +74,11 @@ def _header_blocks(path: str) -> tuple[bytes, bytes]:
     return enc.encode(fields), enc.encode(fields)
 
 
-async def _loop(n: int, m: int, size: int, root: Path) -> float:
+async def stream_loop(n: int, m: int, size: int, root: Path, path: str = "/f.bin") -> float:
+    """N GET streams of ``path`` (``size`` bytes under ``root``), ``m`` at a
+    time, on one h2c connection over a socketpair to a serverio
+    ConnectionTask; microseconds per stream.  Raises SystemExit if the
+    server closes, resets or sends other than ``n * size`` body bytes."""
     import trio
 
     from serverio import Config, ConnectionTask, Server
@@ -84,7 +88,7 @@ async def _loop(n: int, m: int, size: int, root: Path) -> float:
     client = trio.socket.from_stdlib_socket(a)
     cfg = Config(directory=str(root), access_log="off", max_requests=10**9).validate()
     srv = Server(cfg)
-    first, later = _header_blocks("/f.bin")
+    first, later = _header_blocks(path)
     buf = bytearray()
     received = 0
     conn_taken = 0
@@ -159,14 +163,14 @@ def child(n: int, m: int, size: int, profile: bool) -> None:
             import cProfile
             import pstats
 
-            trio.run(_loop, 200, m, size, root)  # warm-up, outside the profile
+            trio.run(stream_loop, 200, m, size, root)  # warm-up, outside the profile
             prof = cProfile.Profile()
             prof.enable()
-            us = trio.run(_loop, n, m, size, root)
+            us = trio.run(stream_loop, n, m, size, root)
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(35)
         else:
-            us = trio.run(_loop, n, m, size, root)
+            us = trio.run(stream_loop, n, m, size, root)
     print(f"h2: {us:.1f} us per stream (client and server, one process; m={m}, {size} B)")
 
 

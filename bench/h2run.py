@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.h2load import (
     H2loadParseError,
@@ -25,13 +25,11 @@ from bench.h2probe import H2ProbeError, h2_get
 from bench.procstat import run_sampled
 from bench.servers import LOOPBACK, RunningServer, ServerSpec
 from bench.stats import mad_percent, median, rotation
+from bench.trials import Entry, WorkloadRun, log, trial_line
 from bench.workloads import ProbeResult, Workload, probe
 
-if TYPE_CHECKING:
-    from bench.runner import Entry, Run
 
-
-def probe_h2(workload: Workload, rs: RunningServer, run: Run) -> ProbeResult:
+def probe_h2(workload: Workload, rs: RunningServer, run: WorkloadRun) -> ProbeResult:
     """Every path of ``workload`` over HTTP/2 on one connection: 200 with the file's bytes."""
     if workload.h1:
         if rs.scheme != "http":
@@ -59,7 +57,9 @@ def probe_h2(workload: Workload, rs: RunningServer, run: Run) -> ProbeResult:
     return ProbeResult(True, facts={"protocol": protocol, "paths": str(len(paths))})
 
 
-def h2load_once(run: Run, rs: RunningServer, workload: Workload, seconds: int) -> dict[str, Any]:
+def h2load_once(
+    run: WorkloadRun, rs: RunningServer, workload: Workload, seconds: int
+) -> dict[str, Any]:
     log_file = run.tmp / f"h2load-{rs.pid}.log"
     argv = h2load_command(
         [rs.url(p) for p in workload.request_paths()],
@@ -110,9 +110,9 @@ def h2load_once(run: Run, rs: RunningServer, workload: Workload, seconds: int) -
     return trial
 
 
-def run_h2load_workload(run: Run, workload: Workload, specs: list[ServerSpec]) -> list[Entry]:
-    from bench.runner import Entry, _trial_line, log
-
+def run_h2load_workload(
+    run: WorkloadRun, workload: Workload, specs: list[ServerSpec]
+) -> list[Entry]:
     entries = {s.name: Entry(workload.name, s.name) for s in specs}
     h2load = shutil.which("h2load")
     if h2load is None:
@@ -150,7 +150,7 @@ def run_h2load_workload(run: Run, workload: Workload, specs: list[ServerSpec]) -
                 trial = h2load_once(run, rs, workload, run.opts.duration_s)
                 trial["round"] = rnd + 1
                 entries[name].trials.append(trial)
-                line = _trial_line(trial)
+                line = trial_line(trial)
                 if not trial.get("error"):
                     line += f", mean {trial['latency_mean_ms']:.2f} ms"
                 log(f"  round {rnd + 1}/{run.opts.rounds} {name}: {line}")

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,72 +30,14 @@ from bench.servers import (
     running,
 )
 from bench.stats import mad_percent, median, rotation
+from bench.trials import Entry, Placement, RunOptions, log, trial_line
 from bench.workloads import H2_ONLY_REASON, Workload, probe
 from bench.wrk import WrkParseError, parse_wrk_output, round_robin_script, wrk_command
 
 SCHEMA = 1
-SLOW_DELAY_S = 0.010
 # File descriptors wrk and each server need beyond one per connection
 # (listeners, logs, files being served, epoll).
 NOFILE_HEADROOM = 256
-
-
-@dataclass
-class RunOptions:
-    mode: str
-    servers: list[ServerSpec]
-    explicit_servers: bool
-    workloads: list[Workload]
-    rounds: int
-    duration_s: int
-    warmup_s: int
-    idle_conns: int
-    idle_rounds: int
-    reference: str
-    pin: bool
-    wrk_threads: int | None
-    out_dir: Path
-    plots: bool
-    peers_venv: Path
-    repo: Path
-    wrk_timeout_s: int = 5
-    slow_delay_s: float = SLOW_DELAY_S
-
-
-@dataclass
-class Placement:
-    server_cpu: int | None
-    wrk_cpu: int | None
-    wrk_threads: int
-
-    def describe(self) -> str:
-        if self.server_cpu is None:
-            return f"not pinned; wrk -t{self.wrk_threads}"
-        return (
-            f"server on CPU {self.server_cpu}, wrk (and harness) on CPU {self.wrk_cpu}; "
-            f"wrk -t{self.wrk_threads}"
-        )
-
-
-@dataclass
-class Entry:
-    """The outcome for one (workload, server) pair."""
-
-    workload: str
-    server: str
-    status: str = "ok"  # ok | errors | skipped | failed
-    reason: str = ""
-    probe: dict[str, str] = field(default_factory=dict)
-    headers: list[list[str]] = field(default_factory=list)
-    startup_s: float | None = None
-    argv: list[str] = field(default_factory=list)
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    log_tail: str = ""
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _placement(opts: RunOptions) -> Placement:
@@ -269,7 +211,7 @@ class Run:
                     trial = self.wrk_once(rs, workload, headers, self.opts.duration_s)
                     trial["round"] = rnd + 1
                     entry.trials.append(trial)
-                    log(f"  round {rnd + 1}/{self.opts.rounds} {name}: {_trial_line(trial)}")
+                    log(f"  round {rnd + 1}/{self.opts.rounds} {name}: {trial_line(trial)}")
         for name in live:
             summarise_wrk(entries[name])
         return list(entries.values())
@@ -350,16 +292,6 @@ class Run:
             entries += self.run_wrk_workload(workload, specs, self.fixture.root)
         order = {spec.name: i for i, spec in enumerate(self.opts.servers)}
         return sorted(entries, key=lambda e: order[e.server])
-
-
-def _trial_line(trial: dict[str, Any]) -> str:
-    if trial.get("error"):
-        return f"ERROR {trial['error']}"
-    line = (
-        f"{trial['rps']:,.0f} rps, p99 {trial['p99_ms']:.2f} ms, "
-        f"rss {trial['peak_rss_kib'] / 1024:.1f} MiB"
-    )
-    return line + (f", {trial['errors']} errors" if trial["errors"] else "")
 
 
 def summarise_wrk(entry: Entry) -> None:

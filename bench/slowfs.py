@@ -80,7 +80,7 @@ def slow_mount(source: Path, mountpoint: Path, delay_s: float, probe_file: str) 
     # Kernel caching: without it, every request also makes ~4 undelayed
     # round trips (LOOKUP, GETATTR, READ) to the Python FUSE process, which
     # shares this 2-CPU machine with the server and wrk; we measured that
-    # as 12% of the 16-worker ceiling (docs/performance.md).
+    # as 12% of the 16-worker ceiling (docs/history/performance-journal.md).
     fs: Any = _module().SlowFS(source, mountpoint, 0.0, kernel_cache=True)
     if not isinstance(fs, AbstractContextManager):
         raise SlowFsUnavailable(f"{MODULE}.SlowFS is not a context manager")

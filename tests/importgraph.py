@@ -16,7 +16,7 @@ Resolution follows the import system:
   packages are dependencies too, except the ones that contain the importing
   module (they are necessarily being imported already).
 
-Only modules of the tree are nodes; the standard library and third-party
+Only modules of the trees given are nodes; the standard library and third-party
 imports are left out.  Import statements only: ``importlib.import_module``
 and ``__import__`` calls are not followed.
 """
@@ -146,9 +146,13 @@ class _Collector(ast.NodeVisitor):
     visit_AsyncFunctionDef = _function
 
 
-def build_graph(package_dir: Path) -> ImportGraph:
-    """The import graph of the package whose directory is ``package_dir``."""
-    names = _module_names(package_dir)
+def build_graph(*package_dirs: Path) -> ImportGraph:
+    """The import graph of the packages whose directories are ``package_dirs``
+    (sibling top-level packages, e.g. a repository's): imports between them
+    are edges like any other."""
+    names: dict[str, Path] = {}
+    for package_dir in package_dirs:
+        names.update(_module_names(package_dir))
     graph = ImportGraph(modules=set(names))
     graph.packages = {n for n, p in names.items() if p.name == "__init__.py"}
     for name, path in names.items():

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bench import callgrind, cli, commits, golden
-from bench.runner import RunOptions
 from bench.servers import SERVERS
+from bench.trials import RunOptions
 
 REPO = Path(__file__).resolve().parent.parent
 

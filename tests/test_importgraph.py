@@ -178,3 +178,16 @@ def test_long_chain_closed_at_the_end(tmp_path: Path, n: int) -> None:
     assert cycle == sorted(f"pkg.m{i}" for i in range(n))
     path = example_cycle(graph, cycle)
     assert len(path) == n + 1 and path[0] == path[-1] == "pkg.m0"
+
+
+def test_imports_between_sibling_packages_are_edges(tmp_path: Path) -> None:
+    first = tree(tmp_path, {"app/__init__.py": "", "app/core.py": "import tools.helpers\n"})
+    second = tree(
+        tmp_path, {"tools/__init__.py": "", "tools/helpers.py": "from app import core\n"}
+    )
+    # Each package alone has no cycle: the other one's modules are not nodes.
+    assert find_cycles(build_graph(first)) == []
+    assert find_cycles(build_graph(second)) == []
+    graph = build_graph(first, second)
+    assert graph.edges["app.core"]["tools.helpers"] == {MODULE_LEVEL}
+    assert find_cycles(graph) == [["app.core", "tools.helpers"]]

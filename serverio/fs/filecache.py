@@ -2,7 +2,7 @@
 
 Without it every request for a small file costs four filesystem syscalls
 (``openat2``, ``fstat``, ``pread``, ``close``) and, in pooled mode, a thread
-hop (docs/performance.md measured both).  With it:
+hop (docs/history/performance-journal.md measured both).  With it:
 
 * **inline** (``--fs-workers 0``, the default): a hit costs one ``stat`` of
   the path, compared with the identity the bytes were read under — device,

@@ -1,0 +1,497 @@
+"""serverio's public exports, pinned (as trio's ``test_exports.py`` does).
+
+One table, :data:`EXPORTS`, holds every module of the serverio package and
+the names its ``__all__`` lists (``None``: the module has no ``__all__``).
+The tests check that
+
+* every module of the package is in the table and the table names no other;
+* each module's ``__all__`` is a literal list without repeats, and lists
+  exactly the table's names (the failure prints the row to paste);
+* every exported name exists in its module, and none is private (``_x``);
+* the top-level ``serverio`` namespace holds exactly ``__all__`` (no other
+  public name, submodules aside), and that set is the one
+  docs/architecture.md lists under "Public names".
+
+Changing a module's interface is then a one-row edit here, reviewed with the
+change.  ``__all__`` is read from the source (ast), so ``serverio.__main__``
+(which runs the CLI when imported) is checked without importing it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+import serverio
+
+PACKAGE = Path(serverio.__file__).resolve().parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+TOP_LEVEL: tuple[str, ...] = (
+    "AccessLog",
+    "AccessRecord",
+    "Config",
+    "ConfigError",
+    "ConnectionEnv",
+    "ConnectionTask",
+    "Deferred",
+    "FileFacts",
+    "FileSpan",
+    "HTTPError",
+    "Handler",
+    "Plan",
+    "Pool",
+    "PoolSaturated",
+    "PoolStats",
+    "Prepared",
+    "RequestFacts",
+    "Server",
+    "Stats",
+    "Target",
+    "decide_directory",
+    "decide_file",
+    "error_plan",
+    "evaluate_preconditions",
+    "guess_type",
+    "main",
+    "parse_range",
+    "parse_target",
+    "prepare",
+    "route",
+    "run_blocking",
+)
+
+# module -> the names of its __all__ (sorted; compared as sets), or None.
+EXPORTS: dict[str, tuple[str, ...] | None] = {
+    "serverio": TOP_LEVEL,
+    "serverio.__main__": None,
+    "serverio.concurrency": None,
+    "serverio.concurrency.blocking": ("Pool", "PoolSaturated", "PoolStats", "run_blocking"),
+    "serverio.concurrency.broadcast": (
+        "Broadcast",
+        "CREATED",
+        "Debouncer",
+        "GONE",
+        "MODIFIED",
+        "StreamSlots",
+        "Subscriber",
+    ),
+    "serverio.concurrency.flight": ("FlightStats", "SingleFlightCache"),
+    "serverio.config": (
+        "ACCESS_LOG_FORMATS",
+        "Config",
+        "ETAG_MODES",
+        "LOG_LEVELS",
+        "listener_http2",
+        "parse_host_port",
+        "parse_listen",
+        "parse_networks",
+    ),
+    "serverio.errors": ("ConfigError", "HTTPError", "errno_status", "reason_phrase"),
+    "serverio.fs": None,
+    "serverio.fs.body": ("Body", "NO_BODY", "close_fd"),
+    "serverio.fs.filecache": (
+        "CachedFile",
+        "FileCache",
+        "FileCacheStats",
+        "HashStore",
+        "RACY_SECONDS",
+        "SHARED_MTIME_FILES",
+        "Sidecar",
+        "UNTIMED",
+        "identity",
+        "window_state",
+    ),
+    "serverio.fs.opener": ("MAX_SYMLINKS", "RootOpener", "STRATEGIES"),
+    "serverio.fs.prepare": ("CacheCandidate", "Prepared", "Rep", "Resolution", "resolve"),
+    "serverio.fs.reads": ("HAS_PREAD", "pread", "read_all"),
+    "serverio.fs.watch": (
+        "InotifyTree",
+        "inotify_available",
+        "parse_events",
+        "poll_diff",
+        "poll_scan",
+    ),
+    "serverio.fs.winpath": ("may_be_short_name", "windows_name_problem"),
+    "serverio.http": None,
+    "serverio.http.bodyframe": (
+        "ChunkState",
+        "ChunkedDecoder",
+        "Framing",
+        "FramingKind",
+        "MAX_CHUNK_LINE",
+        "MAX_TRAILERS",
+        "request_framing",
+    ),
+    "serverio.http.codecs": ("CODECS", "compress_bytes"),
+    "serverio.http.core": (
+        "ETAG_MODES",
+        "EtagPolicy",
+        "FileFacts",
+        "FileSpan",
+        "Plan",
+        "RequestFacts",
+        "UNSATISFIABLE",
+        "VARY_ACCEPT",
+        "VARY_ACCEPT_ENCODING",
+        "coded_etag",
+        "content_digest",
+        "content_hasher",
+        "decide_directory",
+        "decide_file",
+        "decide_generated",
+        "depends_on_method_only",
+        "error_plan",
+        "evaluate_preconditions",
+        "make_etag",
+        "mtime_is_synthetic",
+        "parse_etag_list",
+        "parse_range",
+        "precondition_plan",
+        "reserved_plan",
+        "route",
+        "sent_mtime",
+        "spa_fallback_applies",
+        "wants_content_hash",
+    ),
+    "serverio.http.dates": (
+        "MAX_HTTP_SECONDS",
+        "MIN_HTTP_SECONDS",
+        "format_http_date",
+        "http_seconds",
+        "parse_http_date",
+    ),
+    "serverio.http.disposition": ("ascii_fallback", "content_disposition", "download_matches"),
+    "serverio.http.fasthead": ("FastRequest", "HeadParser", "MAX_FIELDS", "parse_head"),
+    "serverio.http.fields": ("FACT_FIELDS", "Fields", "HOST_RE", "check_host", "scan_fields"),
+    "serverio.http.forwarded": (
+        "IPAddress",
+        "IPNetwork",
+        "MAX_HOPS",
+        "client_address",
+        "normalize_address",
+        "trusts",
+    ),
+    "serverio.http.h2head": (
+        "CONNECTION_SPECIFIC",
+        "MalformedRequest",
+        "RequestHead",
+        "parse_request_head",
+        "path_bytes_ok",
+    ),
+    "serverio.http.hpackfast": ("CachingDecoder", "FieldEncoder", "encode_integer"),
+    "serverio.http.listing": (
+        "Entry",
+        "LISTING_CSP",
+        "ListingQuery",
+        "SORT_KEYS",
+        "entries_digest",
+        "json_text",
+        "listing_etag",
+        "parse_listing_query",
+        "render_html",
+        "render_json",
+        "shown_name",
+        "sort_entries",
+    ),
+    "serverio.http.livereload": (
+        "accepts_html",
+        "csp_blocks_scripts",
+        "decide_injected",
+        "error_page",
+        "header",
+        "inject_html",
+        "injected_coding",
+        "injected_etag",
+        "injected_precondition",
+        "is_html",
+        "watch_csp",
+    ),
+    "serverio.http.livescript": (
+        "LiveAssets",
+        "SSE_KEEPALIVE",
+        "SSE_PREAMBLE",
+        "event_path",
+        "live_assets",
+        "sse_css",
+        "sse_reload",
+    ),
+    "serverio.http.mime": ("DEFAULT_TYPE", "guess_type", "is_compressible"),
+    "serverio.http.negotiate": (
+        "AcceptEncoding",
+        "CODING_RANK",
+        "COMPRESS_MIN_SIZE",
+        "DIGEST_ALGORITHMS",
+        "SIDECAR_SUFFIX",
+        "parse_accept_encoding",
+        "parse_query",
+        "prefers_json",
+        "repr_digest_field",
+        "select_coding",
+        "want_digest",
+        "wanted_codings",
+    ),
+    "serverio.http.passwords": (
+        "BCRYPT_MAX",
+        "check_hash",
+        "cost_profile",
+        "dummy_like",
+        "hash_password",
+        "verify",
+        "verify_padded",
+        "work_plan",
+    ),
+    "serverio.http.rules": (
+        "AuthRule",
+        "Cors",
+        "FORBIDDEN_HEADERS",
+        "HeaderOps",
+        "HeaderRule",
+        "Redirect",
+        "Rewrite",
+        "SiteRules",
+        "access_paths",
+        "apply_headers",
+        "auth_rule_for",
+        "canonical",
+        "challenge_plan",
+        "compile_glob",
+        "compile_rules",
+        "cors_headers",
+        "decide_route",
+        "error_page_key",
+        "header_ops",
+        "map_header_values",
+        "match_path",
+        "parse_basic",
+        "parse_header_line",
+        "preflight_plan",
+        "redirect_for",
+        "rewrite_for",
+        "slash_redirect",
+    ),
+    "serverio.http.select": (
+        "Headers",
+        "choice_depends_on",
+        "choose_coding",
+        "digest_algorithm",
+        "digest_applies",
+        "file_headers",
+        "negotiates",
+        "on_the_fly",
+        "sidecars_wanted",
+    ),
+    "serverio.http.target": (
+        "MAX_SEGMENTS",
+        "Target",
+        "parse_target",
+        "quote_query",
+        "quote_segment",
+    ),
+    "serverio.http.wire": ("NOSNIFF", "NOSNIFF_FIELD", "head_bytes"),
+    "serverio.net": None,
+    "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
+    "serverio.net.admin": (
+        "AdminHandler",
+        "PROMETHEUS_TYPE",
+        "open_admin_listener",
+        "serve_admin",
+        "text",
+    ),
+    "serverio.net.connection": ("ConnectionEnv", "ConnectionTask", "H2_PREFACE", "Switched"),
+    "serverio.net.h1body": ("CONTINUE", "H1Body", "RECV_SIZE"),
+    "serverio.net.h2body": ("DEFAULT_WINDOW", "H2Body", "StreamLengthConnection"),
+    "serverio.net.h2conn": (
+        "FRAME_CHUNK",
+        "H2Connection",
+        "OUT_BUDGET",
+        "OUT_HIGH",
+        "ROUND_QUANTUM",
+    ),
+    "serverio.net.order": ("ORDER_CHUNK", "ORDER_MIN_CONNECTIONS", "ServeOrder"),
+    "serverio.net.outbuf": None,
+    "serverio.net.reqbody": (
+        "BodyError",
+        "BodyMalformed",
+        "BodyPolicy",
+        "BodyState",
+        "BodyTimeout",
+        "BodyTooLarge",
+        "ClientGone",
+        "RequestBody",
+    ),
+    "serverio.net.server": ("Server", "bind_public", "public_addresses"),
+    "serverio.net.tls": ("TLS12_CIPHERS", "make_ssl_context"),
+    "serverio.observe": None,
+    "serverio.observe.accesslog": ("AccessLog", "AccessRecord"),
+    "serverio.observe.histogram": ("BUCKETS", "Histogram"),
+    "serverio.observe.stats": ("Stats",),
+    "serverio.ops": None,
+    "serverio.ops.check": ("CHECK_TIMEOUT", "check_url", "loopback_target"),
+    "serverio.ops.cli": ("build_parser", "config_from_args", "main"),
+    "serverio.ops.cpus": ("available_cpus", "cgroup_cpu_limit"),
+    "serverio.ops.fdlimit": ("FD_RESERVE", "fd_reserve", "fit_fd_limit", "per_connection"),
+    "serverio.ops.metrics": (
+        "BUCKETS",
+        "Histogram",
+        "caches_of",
+        "counters_only",
+        "family",
+        "merge",
+        "render",
+        "snapshot",
+    ),
+    "serverio.ops.run": ("ExtraTask", "make_admin_handler", "run_server", "url_host"),
+    "serverio.ops.tomlconfig": ("CLI_ONLY", "TABLES", "dump", "option_keys", "parse_with_config"),
+    "serverio.ops.workers": ("CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"),
+    "serverio.pipeline": None,
+    "serverio.pipeline.authlimit": (
+        "Attempt",
+        "AuthLimiter",
+        "BACKOFF_BASE",
+        "BACKOFF_CAP",
+        "FAILURE_BUDGET",
+        "FAILURE_WINDOW",
+        "IN_FLIGHT",
+        "MAX_ENTRIES",
+        "USER_FORGET",
+        "USER_FREE",
+        "retry_after",
+    ),
+    "serverio.pipeline.content": (
+        "ContentService",
+        "OwnedFd",
+        "render_listing",
+        "scan_directory",
+        "scan_listing",
+    ),
+    "serverio.pipeline.decide": ("cache_candidate", "decide", "prepare", "serve_cached"),
+    "serverio.pipeline.handler": ("Deferred", "Handler"),
+    "serverio.pipeline.livereload": ("LiveHandler", "LiveReload"),
+    "serverio.pipeline.request": (
+        "Answer",
+        "Deps",
+        "Wait",
+        "Waiting",
+        "client_for",
+        "complete",
+        "failed",
+        "finish",
+        "record",
+        "start",
+    ),
+    "serverio.pipeline.site": ("FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site"),
+}
+
+# Importing this module runs the command line.
+NOT_IMPORTED = {"serverio.__main__"}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted name -> source file of every module of the serverio package."""
+    out: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def static_all(path: Path) -> list[str] | None:
+    """The module's ``__all__`` as written (a literal list or tuple of strings)."""
+    found: list[str] | None = None
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        if not any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            continue
+        assert isinstance(node, ast.Assign) and found is None, (
+            f"{path.name}: __all__ must be assigned once, as a literal"
+        )
+        value = ast.literal_eval(node.value)
+        assert isinstance(value, (list, tuple)), f"{path.name}: __all__ is not a list"
+        assert all(isinstance(v, str) for v in value)
+        found = list(value)
+    return found
+
+
+def row(module: str, names: list[str] | None) -> str:
+    """The table row for ``module`` exporting ``names``."""
+    if names is None:
+        return f'    "{module}": None,'
+    body = ", ".join(f'"{n}"' for n in sorted(names))
+    return f'    "{module}": ({body}{"," if len(names) == 1 else ""}),'
+
+
+def test_the_table_names_every_module_and_no_other() -> None:
+    found = set(module_files())
+    missing, stale = sorted(found - set(EXPORTS)), sorted(set(EXPORTS) - found)
+    assert not missing and not stale, f"add rows for {missing}; remove rows for {stale}"
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_all_is_exactly_the_pinned_names(module: str) -> None:
+    path = module_files().get(module)
+    assert path is not None, f"{module} is in the table but not in the package"
+    names = static_all(path)
+    if names is not None:
+        assert len(names) == len(set(names)), f"{module}: __all__ repeats a name"
+    pinned = EXPORTS[module]
+    got = None if names is None else sorted(names)
+    want = None if pinned is None else sorted(pinned)
+    assert got == want, f"{module}'s exports changed; the row is now:\n{row(module, names)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in EXPORTS if m not in NOT_IMPORTED))
+def test_exported_names_exist_and_are_public(module: str) -> None:
+    names = EXPORTS[module] or ()
+    private = [n for n in names if n.startswith("_")]
+    assert not private, f"{module} exports private names: {private}"
+    mod = importlib.import_module(module)
+    absent = [n for n in names if not hasattr(mod, n)]
+    assert not absent, f"{module}.__all__ names what it does not define: {absent}"
+
+
+def test_top_level_namespace_is_exactly_all() -> None:
+    assert EXPORTS["serverio"] == TOP_LEVEL
+    public = {
+        name
+        for name, value in vars(serverio).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert public == set(serverio.__all__) == set(TOP_LEVEL)
+    assert isinstance(serverio.__version__, str)
+
+
+def documented_names(text: str) -> set[str]:
+    """The backquoted names of the "Public names" paragraph of architecture.md."""
+    m = re.search(r"^Public names \(`serverio\.__all__`\):(.*?)(?:\n\n|\Z)", text, re.M | re.S)
+    assert m is not None, "docs/architecture.md has no 'Public names (`serverio.__all__`):'"
+    names = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", m[1]))
+    return {n for n in names if not (n.startswith("__") and n.endswith("__"))}
+
+
+def test_top_level_names_are_the_documented_set() -> None:
+    assert documented_names(ARCHITECTURE.read_text(encoding="utf-8")) == set(serverio.__all__)
+
+
+def test_a_changed_export_fails_with_the_row_to_paste(tmp_path: Path) -> None:
+    # The table check itself: a module whose __all__ differs from its row.
+    path = tmp_path / "m.py"
+    path.write_text('__all__ = ["b", "a"]\n')
+    assert static_all(path) == ["b", "a"]
+    assert row("serverio.m", static_all(path)) == '    "serverio.m": ("a", "b"),'
+    path.write_text("__all__ = ['a']\n__all__ += ['b']\n")
+    with pytest.raises(AssertionError, match="assigned once"):
+        static_all(path)
+    text = "x\n\nPublic names (`serverio.__all__`): `A`,\n`b`; `__version__`.\n\n`z`"
+    assert documented_names(text) == {"A", "b"}
