@@ -33,6 +33,7 @@ handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import h11
 import trio
@@ -277,6 +278,7 @@ class ConnectionTask:
         """
         env = self.env
         reader = self.reader
+        peer = self._peer  # one bound method for the connection's requests
         while True:
             try:
                 if unscoped:
@@ -313,12 +315,13 @@ class ConnectionTask:
                 await self._switch(_PREFACE_HEAD + reader.leftover)
                 return None
             requests += 1
-            if not await self._answer(event, requests):
+            if not await self._answer(event, requests, peer):
                 return None
             reader.next_cycle()
 
-    async def _answer(self, event: Head, requests: int) -> bool:
-        """Answer one request; False when the connection closes after it."""
+    async def _answer(self, event: Head, requests: int, peer: Callable[[], str]) -> bool:
+        """Answer one request; False when the connection closes after it.
+        ``peer``: the connection's address lookup."""
         env = self.env
         cfg = env.config
         reader = self.reader
@@ -328,7 +331,7 @@ class ConnectionTask:
         ua = referer = request_id = None
         keep = False
         body: Body | None = None
-        client = self._peer
+        client = peer
         # The request steps are the pipeline's (serverio.pipeline.request),
         # shared with HTTP/2; facts, the wait, the emit and keep-alive
         # are this connection's.
