@@ -231,7 +231,8 @@ class ConnectionTask:
             raise
         finally:
             self.life.phase = CLOSED  # from any phase
-            await emitter.close()
+            if not emitter.close_socket():
+                await trio.aclose_forcefully(emitter.stream)
 
     async def _handshake(self) -> bool:
         """TLS handshake under the head deadline; False: close quietly.

@@ -143,8 +143,10 @@ class Emitter:
         """
         _ = self.stream
 
-    async def close(self) -> None:
-        """Close the connection's socket or stream (once, at its end)."""
+    def close_socket(self) -> bool:
+        """Close the connection's plain socket (once, at its end), without
+        an await; False when the stream is not a plain socket (TLS, memory):
+        the caller then closes it with ``trio.aclose_forcefully``."""
         sock = self.sock
         if sock is not None and self.fd >= 0:
             # Every task that used this fd is done (the connection's task
@@ -160,7 +162,8 @@ class Emitter:
             # enter a cancel scope, per connection, for nothing.
             sock.close()
         else:
-            await trio.aclose_forcefully(self.stream)
+            return False
+        return True
 
     # ------------------------------------------------------------ writing
 
