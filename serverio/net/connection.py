@@ -197,7 +197,7 @@ class ConnectionTask:
         stats = self.env.stats
         emitter = self.emitter
         try:
-            tls = emitter.stream if emitter.stream_made else None
+            tls = emitter.lazy_stream
             if isinstance(tls, trio.SSLStream):
                 if not await self._handshake():
                     return
@@ -299,7 +299,7 @@ class ConnectionTask:
                     await trio.lowlevel.checkpoint_if_cancelled()
                     event = as_head(got)
                     if event is not None:
-                        self._busy()
+                        self.life.to(BUSY)  # from FIRST
                 else:
                     event = await reader.next_head(requests > 0, env.draining, env.cut_fresh)
             except HTTPError as exc:
