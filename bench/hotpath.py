@@ -12,7 +12,7 @@ times (the request of ``bench/pair.py``); under callgrind,
 Parts: ``parse-h11`` (a fresh ``h11.Connection``, the head, its fields and
 leftover, as serverio did per request before the fast path), ``parse-fast``
 (the same through ``serverio.http.fasthead.HeadParser``), ``facts``
-(``ConnectionTask._facts``), ``decide`` (facts, ``route``,
+(``serverio.net.h1head.request_facts``), ``decide`` (facts, ``route``,
 ``Handler.respond_now`` on the warm cache and closing the result; minus
 ``facts`` is the decision), ``deadline`` (one move of a cancel scope's
 deadline), ``checkpoint`` (one trio scheduling round).
@@ -37,9 +37,10 @@ import h11
 import trio
 
 from bench.pair import REQUEST
-from serverio import Config, ConnectionTask, Server
+from serverio import Config, Server
 from serverio.http.core import route
 from serverio.http.fasthead import HeadParser
+from serverio.net.h1head import request_facts
 
 PARTS = ("parse-h11", "parse-fast", "facts", "decide", "deadline", "checkpoint")
 
@@ -66,12 +67,11 @@ def _parse_fast(n: int) -> None:
 async def _engine(part: str, n: int, root: Path) -> None:
     a, b = socket.socketpair()
     srv = Server(Config(directory=str(root), access_log="off", max_requests=10**9).validate())
-    task = ConnectionTask(srv.env, trio.SocketStream(trio.socket.from_stdlib_socket(b)))
     event = HeadParser(16384, REQUEST).next_event()
     assert not isinstance(event, type(h11.NEED_DATA))
     cfg, handler = srv.env.config, srv.env.handler
     for _ in range(n):
-        req = task._facts(event)[0]  # type: ignore[arg-type]
+        req = request_facts(event, cfg)[0]  # type: ignore[arg-type]
         if part == "facts":
             continue
         now = time.time()
@@ -122,10 +122,10 @@ def profile(n: int) -> None:
             "fasthead.py", "__init__", "next_event", "receive_data", "trailing_data"
         )
         + cum("h11/_connection.py", "__init__", "next_event", "receive_data", "trailing_data"),
-        "facts (_facts: parse_target, scan_fields)": cum("net/connection.py", "_facts"),
+        "facts (request_facts: parse_target, scan_fields)": cum("net/h1head.py", "request_facts"),
         "decision (route, Handler.respond_now)": cum("http/core.py", "route")
         + cum("pipeline/handler.py", "respond_now"),
-        "emit (_emit, writev)": cum("net/connection.py", "_emit"),
+        "emit (Emitter.emit, writev)": cum("net/emit.py", "emit"),
         "deadline moves": cum("trio/_core/_run.py", "deadline"),
         "client (bench/pair.py)": cum("bench/pair.py", "run"),
     }

@@ -22,7 +22,8 @@ from .http.core import (
 )
 from .http.mime import guess_type
 from .http.target import Target, parse_target
-from .net.connection import ConnectionEnv, ConnectionTask
+from .net.connection import ConnectionTask
+from .net.env import ConnectionEnv
 from .net.server import Server
 from .observe.accesslog import AccessLog, AccessRecord
 from .observe.stats import Stats

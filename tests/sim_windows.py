@@ -111,7 +111,7 @@ def shape() -> None:
 def socket_io_through_trio() -> None:
     """What ``os.name == "nt"`` selects in serverio: socket I/O through
     trio's socket methods, never through the descriptor."""
-    from serverio.net import connection
+    from serverio.net import emit as connection
 
     setattr(connection, "SOCKET_FD_IO", False)  # noqa: B010 - a Final flipped for the simulation
 

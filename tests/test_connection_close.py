@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from serverio.net import connection as _connection
+from serverio.net import emit as _connection
+from serverio.net import h1head as _h1head
 
 from .conftest import connect, make_config, running_server, wait_until
 
@@ -123,4 +124,4 @@ def test_a_warm_connection_close_answer_is_the_kept_alive_head_plus_connection_c
 def test_connection_field_tokens_are_split_and_lower_cased(
     value: bytes, tokens: set[bytes]
 ) -> None:
-    assert set(_connection._tokens(value)) == tokens
+    assert set(_h1head._tokens(value)) == tokens

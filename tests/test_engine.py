@@ -407,7 +407,7 @@ async def test_read_deadlines_never_cut_a_slow_response(
 ) -> None:
     """The keep-alive and head deadlines armed while waiting for the second
     request stay on the lifetime scope until the answer could wait
-    (ConnectionTask.ensure_busy); a response that outlives them both must
+    (Lifetime.lift); a response that outlives them both must
     still be written in full."""
     cfg = make_config(root, keepalive_timeout=2, head_timeout=3, write_timeout=5)
     async with memory_connection(cfg, lockstep=True) as (client, srv, _):

@@ -28,7 +28,7 @@ from serverio.fs.opener import RootOpener
 from serverio.fs.prepare import Prepared
 from serverio.http.core import FileFacts, Plan, content_digest
 from serverio.http.wire import head_bytes
-from serverio.net import connection as _connection
+from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.pipeline.decide import prepare

@@ -199,7 +199,7 @@ def test_the_run_is_under_the_platform_it_announces(tmp_path: Path) -> None:
     process and in every interpreter it starts, so the suite cannot fall
     back to the Linux path unnoticed; the normal run is on the host path."""
     from serverio.fs.opener import RootOpener
-    from serverio.net import connection
+    from serverio.net import emit as connection
 
     opener = RootOpener(str(tmp_path), follow_symlinks=False)
     strategy = opener.strategy

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from serverio.net import connection as _connection
+from serverio.net import emit as _connection
 
 from .conftest import connect, make_config, running_server, wait_until
 

@@ -115,7 +115,9 @@ from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
 from ..pipeline.livereload import LiveReload
 from ..pipeline.request import Answer, Waiting, client_for, complete, failed, finish, record, start
-from .connection import RECV_SIZE, SEND_PIECE, ConnectionEnv
+from .emit import SEND_PIECE
+from .env import ConnectionEnv
+from .h1head import RECV_SIZE
 from .outbuf import OutBuffer
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]

@@ -65,7 +65,9 @@ from ..pipeline.handler import Handler
 from ..pipeline.livereload import LiveHandler, LiveReload
 from ..pipeline.site import load_site
 from .activation import listeners_from_fds
-from .connection import RECV_SIZE, ConnectionEnv, ConnectionTask
+from .connection import ConnectionTask
+from .env import ConnectionEnv
+from .h1head import RECV_SIZE
 from .h2conn import H2Connection
 from .order import ServeOrder
 from .tls import make_ssl_context

@@ -67,7 +67,7 @@ __all__ = [
 
 class Deps(Protocol):
     """What the request steps use; a connection's shared environment
-    (:class:`serverio.net.connection.ConnectionEnv`) is one."""
+    (:class:`serverio.net.env.ConnectionEnv`) is one."""
 
     config: Config
     handler: Handler

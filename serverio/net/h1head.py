@@ -1,0 +1,270 @@
+"""The HTTP/1.1 head reader: request heads off one connection, under deadlines.
+
+One job: the next request head (:meth:`HeadReader.next_head`), with the
+keep-alive and head deadlines, and the request facts built from it
+(:func:`request_facts`).  One parser per request cycle, handed the bytes
+left over from the previous one (pipelining): the common head is read by
+a strict fast path (:mod:`serverio.http.fasthead`) that gives exactly h11's
+result or defers to h11, which decides everything else, every rejection
+included.
+
+Three ways to a head, cheapest first; which one is the reader's business:
+
+* buffered: bytes left over from the previous request hold it (pipelining),
+  or one non-blocking read on the raw descriptor brings it whole
+  (:meth:`HeadReader.head_now`);
+* waited for: under the lifetime scope's deadline (keep-alive until the
+  first byte, then the head deadline), reading the raw descriptor after
+  ``wait_readable`` or the stream's ``receive_some``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Set as AbstractSet
+from typing import Final
+
+import h11
+import trio
+
+from ..config import Config
+from ..errors import HTTPError
+from ..http.core import RequestFacts
+from ..http.fasthead import FastRequest, HeadParser
+from ..http.fields import scan_fields
+from ..http.target import parse_target
+from .emit import Emitter
+from .h1state import BUSY, HEAD, IDLE, Lifetime
+from .order import ServeOrder
+
+__all__ = ["RECV_SIZE", "Head", "HeadReader", "request_facts"]
+
+RECV_SIZE = 16384
+
+# A request head: from the fast path (serverio.http.fasthead) or from h11.
+Head = h11.Request | FastRequest
+
+# The Connection values nearly every client sends, as received: their token
+# sets without the split (what _tokens computes for them).
+_SINGLE_TOKENS: Final[dict[bytes, frozenset[bytes]]] = {
+    b"close": frozenset({b"close"}),
+    b"keep-alive": frozenset({b"keep-alive"}),
+}
+_NO_TOKENS: Final[frozenset[bytes]] = frozenset()
+
+
+def _tokens(value: bytes) -> AbstractSet[bytes]:
+    """The Connection field's tokens, lower-cased (RFC 9110 §7.6.1)."""
+    known = _SINGLE_TOKENS.get(value)
+    if known is not None:
+        return known
+    return {t.strip().lower() for t in value.split(b",")}
+
+
+def as_head(event: object) -> Head | None:
+    """The event if it is a request head (else the connection closes)."""
+    t = type(event)
+    if t is FastRequest or t is h11.Request:
+        return event  # type: ignore[return-value]  # checked just above
+    return None
+
+
+def request_facts(
+    event: Head, cfg: Config, tls: bool = False
+) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
+    """Request facts, whether it is an HTTP/1.0 keep-alive, user agent,
+    referer, request id (X-Request-Id, for the access log only).  ``tls``:
+    the connection is TLS (the facts say so, for --hsts)."""
+    version = event.http_version
+    if version != b"1.1" and version != b"1.0":
+        raise HTTPError(505, "unsupported HTTP version", close=True)
+    target = parse_target(event.method, event.target, max_size=cfg.max_target_size)
+    # The field mapping is shared with HTTP/2 (serverio.http.fields);
+    # framing and Connection tokens are HTTP/1.1's own.
+    f = scan_fields(event.headers)
+    has_body = f.nonzero_length
+    if f.chunked:
+        if f.content_length:
+            # RFC 9112 §6.1: both framings at once is how requests get
+            # smuggled; refuse rather than pick one.
+            raise HTTPError(400, "Content-Length with Transfer-Encoding", close=True)
+        has_body = True
+    connection = f.connection
+    tokens = _tokens(connection) if connection is not None else _NO_TOKENS
+    if version == b"1.1":
+        keep_alive = b"close" not in tokens
+        ka10 = False
+    else:
+        keep_alive = b"keep-alive" in tokens and b"close" not in tokens
+        ka10 = keep_alive
+    facts = RequestFacts(
+        method=event.method,
+        target=target,
+        keep_alive=keep_alive and not has_body,
+        has_body=has_body,
+        tls=tls,
+        **f.values,
+    )
+    return facts, ka10, f.user_agent, f.referer, f.request_id
+
+
+class HeadReader:
+    """Reads one connection's request heads (its task only).
+
+    ``fed`` counts the bytes given to the current parser (its head-size
+    bound); ``peer_eof``: the client half-closed, nothing more can arrive.
+    """
+
+    __slots__ = ("_cfg", "_emitter", "_life", "_order", "_turn", "fed", "parser", "peer_eof")
+
+    def __init__(
+        self, cfg: Config, emitter: Emitter, life: Lifetime, order: ServeOrder | None
+    ) -> None:
+        self._cfg = cfg
+        self._emitter = emitter
+        self._life = life
+        self._order = order
+        self._turn = order.new_turn() if order is not None else 0
+        self.fed = 0
+        self.parser = HeadParser(cfg.max_head_size, b"")
+        self.peer_eof = False
+
+    def next_cycle(self) -> None:
+        """A new parser for the next request, holding the bytes left over
+        from this one (pipelining)."""
+        leftover = self.parser.trailing_data[0]
+        self.fed = len(leftover)
+        self.parser = HeadParser(self._cfg.max_head_size, leftover)
+
+    def feed(self, data: bytes | bytearray) -> None:
+        """Bytes read for the parser by someone else (the disconnect
+        watcher, while a response is prepared)."""
+        self.fed += len(data)
+        self.parser.receive_data(data)
+
+    @property
+    def leftover(self) -> bytes:
+        """What the parser holds past the current head."""
+        return self.parser.trailing_data[0]
+
+    def _parse(self) -> object:
+        """The next event (a request head, h11.NEED_DATA or another h11
+        event), with protocol errors mapped to HTTPError."""
+        parser = self.parser
+        try:
+            event = parser.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
+        t = type(event)
+        if t is FastRequest or t is h11.Request:
+            max_head = self._cfg.max_head_size
+            if self.fed > max_head:
+                # h11 only limits *incomplete* heads; a whole oversized head
+                # in one read gets through, so count what it consumed.
+                if self.fed - len(parser.trailing_data[0]) > max_head:
+                    raise HTTPError(431, "request head too large", close=True)
+        return event
+
+    def head_now(self) -> object:
+        """The next event from what is buffered plus at most one
+        non-blocking read (plain sockets): a head or another h11 event,
+        h11.NEED_DATA (not all here yet), or None at EOF."""
+        event: object = self._parse() if self.fed else h11.NEED_DATA
+        if event is h11.NEED_DATA:
+            try:
+                data = os.read(self._emitter.fd, RECV_SIZE)
+            except BlockingIOError:
+                return event
+            except OSError as exc:
+                raise trio.BrokenResourceError from exc
+            if not data:
+                return None
+            self.fed += len(data)  # (what feed() does, inline: once per request)
+            self.parser.receive_data(data)
+            event = self._parse()
+        return event
+
+    async def next_head(self, idle: bool, draining: bool, cut_fresh: bool) -> Head | None:
+        """The next request head, or None when the connection should close
+        quietly (EOF, keep-alive timeout, drain).  ``idle``: a request was
+        answered on this connection before."""
+        if draining and (idle or cut_fresh):
+            return None
+        if self._emitter.fd >= 0 and self.fed and idle:
+            # Fast path, when the head is probably here already: bytes left
+            # over from the previous request (pipelining).  No cancel scope,
+            # no trio socket machinery; one checkpoint keeps the loop fair to
+            # other connections.  After a response to a client that waits
+            # for it, the next request is not here yet: trying a read first
+            # would only cost an EAGAIN syscall, so we go straight to
+            # waiting.  (A new connection's first read is the connection's
+            # unscoped step; when it did not bring the whole head, the head
+            # deadline starts at once, as below.)
+            event = self.head_now()
+            if event is None:
+                return None
+            if event is not h11.NEED_DATA:
+                self._life.lift()
+                await trio.lowlevel.checkpoint()
+                return as_head(event)
+        return await self._wait(idle)
+
+    async def _wait(self, idle: bool) -> Head | None:
+        """Slow path of :meth:`next_head`: wait under the deadlines.
+
+        Between requests the keep-alive deadline runs until the first byte;
+        if that read does not complete the head, the head deadline starts
+        (a complete head in one read, the common case, skips that step).
+        """
+        cfg = self._cfg
+        life = self._life
+        keepalive = idle and self.fed == 0
+        if keepalive:
+            life.arm(IDLE, cfg.keepalive_timeout)
+        else:
+            life.arm(HEAD, cfg.head_timeout)
+        emitter = self._emitter
+        fd = emitter.fd
+        event: object = self._parse() if self.fed else h11.NEED_DATA
+        if event is h11.NEED_DATA and self.peer_eof:
+            return None  # half-closed: no more requests can arrive
+        order = self._order
+        # Between requests with many connections open, take our turn first
+        # (serverio.net.order) and only then read: a busy server comes back
+        # to a connection about one round later, and by then its next
+        # request is usually here, so no epoll registration is needed.
+        turn_first = keepalive and fd >= 0 and order is not None and order.engaged
+        while event is h11.NEED_DATA:
+            if fd >= 0:
+                if turn_first:
+                    turn_first = False
+                    assert order is not None
+                    self._turn = await order.wait_turn(self._turn)
+                else:
+                    # Wait, then read once: trio's receive_some would first
+                    # try a recv that we know returns EAGAIN.
+                    await trio.lowlevel.wait_readable(fd)
+                try:
+                    data: bytes | bytearray = os.read(fd, RECV_SIZE)
+                except BlockingIOError:
+                    continue  # not here yet (or a spurious wake-up): wait for it
+                except OSError as exc:
+                    raise trio.BrokenResourceError from exc
+            else:
+                data = await emitter.stream.receive_some(RECV_SIZE)
+                if data and keepalive and order is not None and order.engaged:
+                    # The next request is arriving: take our turn among the
+                    # connections that became ready with us.
+                    self._turn = await order.wait_turn(self._turn)
+            if not data:
+                return None
+            self.fed += len(data)  # (what feed() does, inline: once per request)
+            self.parser.receive_data(data)
+            event = self._parse()
+            if keepalive and event is h11.NEED_DATA:
+                # First bytes of the next request, but not the whole head:
+                # the head deadline starts now.
+                life.arm(HEAD, cfg.head_timeout)
+            keepalive = False
+        life.to(BUSY)
+        return as_head(event)
