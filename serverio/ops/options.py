@@ -89,8 +89,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     invert: bool = False  # a flag that turns its (boolean) field off
     split: str | None = None  # a list whose items may hold several values
-    switch: tuple[str, str] | None = None  # (flag, help): on with `switch_value`
-    switch_value: str | None = None
+    switch: tuple[str, str, str] | None = None  # (flag, value it sets, help)
     sets: tuple[tuple[str, object], ...] = ()  # other fields set while this one is true
     two_token: bool = False  # "-H NAME VALUE" is "-H 'NAME: VALUE'"
     equals_alias: str | None = None  # "--spa=FILE" (one token) is "--spa-file=FILE"
@@ -162,7 +161,7 @@ class Option:
         if self.switch is not None:
             if raw is not None:
                 return raw
-            return self.switch_value if getattr(args, _switch_dest(self)) else None
+            return self.switch[1] if getattr(args, _switch_dest(self)) else None
         if self.kind == "flag":
             return not raw if self.invert else bool(raw)
         if self.kind in ("list", "extend"):
@@ -217,7 +216,7 @@ def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
         return
     kw: dict[str, Any] = {"help": opt.full_help()}
     if opt.switch is not None:
-        flag, text = opt.switch
+        flag, _, text = opt.switch
         group.add_argument(flag, action="store_true", help=f"{text} (default: off)")
     if opt.kind == "flag":
         group.add_argument(*opt.flags, action="store_true", **kw)
@@ -442,8 +441,9 @@ _CONTENT = (
     _O("spa", ("--spa-file",),
        "the file --spa answers with (implies --spa; --spa=FILE is the same)",
        "Content options", metavar="FILE", default_text="off; index.html with --spa",
-       switch=("--spa", "answer missing extension-less paths with index.html (or --spa-file)"),
-       switch_value="index.html", equals_alias="--spa"),
+       switch=("--spa", "index.html",
+               "answer missing extension-less paths with index.html (or --spa-file)"),
+       equals_alias="--spa"),
     _O("precompressed", ("--no-precompressed",), "ignore FILE.br / FILE.zst / FILE.gz sidecars",
        "Content options", kind="flag", invert=True),
     _O("compress_max_size", ("--compress-max-size",),
@@ -547,7 +547,7 @@ _PROCESSES = (
     _O("listen", ("--listen",),
        "plaintext listener (repeatable; IPv6 as [::1]:8080; /h1 or /h2 after it picks "
        "its protocol); replaces -b and the port", "Processes", kind="list",
-       metavar="HOST:PORT", default_text="none: -b and the port"),
+       metavar="HOST:PORT", default_text="none; -b and the port apply"),
     _O("listen_tls", ("--listen-tls",),
        "TLS listener with --certfile/--keyfile (repeatable; /h1 or /h2 as for --listen); "
        "replaces -b and the port", "Processes", kind="list", metavar="HOST:PORT"),
