@@ -10,13 +10,17 @@ path where there is no ``sendfile``), never to skip silently.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Final
 
 UNIX: Final = "unix-without-linux-extras"
 WINDOWS: Final = "windows-shaped"
 
 ACTIVE: Final = os.environ.get("SERVERIO_SIMULATION", "")
-WINDOWS_SHAPED: Final = ACTIVE == WINDOWS
+# True under the windows-shaped simulation AND on real Windows (the Wine
+# run, tests/wine): tests take their Windows branches on both.
+REAL_WINDOWS: Final = sys.platform == "win32"
+WINDOWS_SHAPED: Final = ACTIVE == WINDOWS or REAL_WINDOWS
 UNIX_WITHOUT_LINUX_EXTRAS: Final = ACTIVE == UNIX
 
 # Upper bound of the descriptor probe where no directory lists them.

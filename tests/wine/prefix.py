@@ -44,7 +44,7 @@ import threading
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path, PureWindowsPath
-from typing import Final
+from typing import IO, Final
 
 HERE: Final = Path(__file__).resolve().parent
 SHIMS: Final = HERE / "shims"
@@ -208,6 +208,38 @@ def stop_wineserver(prefix: Path) -> None:
     )  # fmt: skip
 
 
+def start(prefix: Path) -> None:
+    """Starts the prefix's wineserver (persistent until :func:`stop_wineserver`)
+    and its services with /dev/null for standard handles: the services that
+    the first Windows process starts inherit its handles, and would hold a
+    caller's pipe open for as long as they run."""
+    subprocess.run(
+        [str(WINESERVER), "-p"], env=wine_env(prefix), check=True, timeout=60,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    _wine(prefix, "cmd", "/c", "exit", timeout=120)
+
+
+def leftovers(prefix: Path) -> list[tuple[int, str]]:
+    """The prefix's Windows processes other than Wine's own services: after
+    a test file's pytest has exited, any is a child that a test leaked."""
+    found = []
+    want = f"WINEPREFIX={prefix}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            )
+        except OSError:
+            continue
+        if want in environ and "python.exe" in cmdline.lower():
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
 def ensure() -> Path:
     """The ready prefix for the current pins, built if the cache has none."""
     if not WINE.exists():
@@ -258,17 +290,26 @@ def python(
 
     watchdog = threading.Timer(timeout, overdue)
     watchdog.start()
+    # Not "read to EOF": the prefix's services (winedevice.exe, ...) that the
+    # first Windows process starts inherit its standard handles, and so does
+    # a child a test leaks; the pipe's end is the process's exit, not EOF.
+    pump = threading.Thread(target=_relay, args=(proc.stdout,), daemon=True)
+    pump.start()
     try:
-        for line in proc.stdout:
-            sys.stdout.buffer.write(line)
-            sys.stdout.flush()
-        return proc.wait()
+        code = proc.wait()
+        pump.join(timeout=2.0)
+        return code
     finally:
         watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        proc.stdout.close()
+
+
+def _relay(stream: IO[bytes]) -> None:
+    for line in stream:
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
 
 
 def main() -> int:

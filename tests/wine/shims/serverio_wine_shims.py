@@ -37,7 +37,7 @@ def _patch_trio_iocp(module: ModuleType) -> None:
     on the socket handle itself.  On real Windows without a layered service
     provider both ioctls return the socket itself, which is what this
     returns when (and only when) Wine refuses the ioctl."""
-    original = module._get_underlying_socket
+    original = module.__dict__["_get_underlying_socket"]
 
     def _get_underlying_socket(sock: Any, **kwargs: Any) -> Any:
         try:
@@ -46,9 +46,9 @@ def _patch_trio_iocp(module: ModuleType) -> None:
             if getattr(exc, "winerror", None) != _WSAEOPNOTSUPP:
                 raise
             fd = sock.fileno() if hasattr(sock, "fileno") else sock
-            return module._handle(fd)
+            return module.__dict__["_handle"](fd)
 
-    module._get_underlying_socket = _get_underlying_socket
+    module.__dict__["_get_underlying_socket"] = _get_underlying_socket
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
