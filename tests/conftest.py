@@ -6,6 +6,7 @@ import functools
 import os
 import socket
 import struct
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,23 @@ from serverio.fs.opener import STRATEGIES, RootOpener
 from serverio.net import server as _server
 from serverio.net.connection import ConnectionTask
 from testkit.simulation import open_fd_count as open_fd_count
+
+if sys.platform == "win32":
+    # The tests write their fixture files as text with "\n" and compare the
+    # bytes served: Windows' text mode would write "\r\n".  Every
+    # write_text of the tests writes the characters it is given, as on POSIX.
+    _write_text = Path.write_text
+
+    def _write_text_as_given(
+        self: Path,
+        data: str,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = "",
+    ) -> int:
+        return _write_text(self, data, encoding, errors, newline)
+
+    Path.write_text = _write_text_as_given  # type: ignore[method-assign]
 
 
 @pytest.fixture

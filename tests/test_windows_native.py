@@ -82,15 +82,23 @@ def refused(op: RootOpener, rel: str) -> int:
 # ------------------------------------------------------------ every platform
 
 
-def test_a_file_being_served_can_be_replaced_and_deleted(root: Path, opener: RootOpener) -> None:
-    """A deploy that swaps files in place (``os.replace``) or deletes one
-    must not fail while the file is being sent (Windows: the opener shares
-    the handle for deleting too; found by the Wine run)."""
+def test_a_file_being_served_can_be_renamed_replaced_and_deleted(
+    root: Path, opener: RootOpener
+) -> None:
+    """A deploy that swaps files while one is being sent must not fail:
+    Windows refuses to rename or delete a file opened without
+    FILE_SHARE_DELETE (``os.open``'s share mode), so the opener shares it
+    for deleting too (found by the Wine run: PermissionError, WinError 32).
+    Renaming the served file aside and moving the new one in works then;
+    a direct ``os.replace`` over the open file is refused by Wine 8.0 and
+    by ``MoveFileExW`` unless the renamer asks for POSIX semantics."""
     fd = opener.open("index.html")
     try:
         new = root / "index.html.new"
         new.write_bytes(b"the new version\n")
-        os.replace(new, root / "index.html")  # PermissionError without FILE_SHARE_DELETE
+        os.replace(root / "index.html", root / "index.html.old")
+        os.replace(new, root / "index.html")
+        os.unlink(root / "index.html.old")
         assert os.read(fd, 100) == PUBLIC  # the open file is still the old one
     finally:
         os.close(fd)
