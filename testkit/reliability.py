@@ -111,6 +111,10 @@ class ServerProcess:
         probed: bool = True,
         preexec: Callable[[], None] | None = None,
     ) -> None:
+        if probed and not hasattr(signal, "SIGUSR1"):
+            import pytest
+
+            pytest.skip("needs SIGUSR1 (the probe server's in-process snapshot)")
         self.directory = directory
         self.tmp = tempfile.TemporaryDirectory(prefix="serverio-probe-")
         self.probe_path = Path(self.tmp.name, "probe.json")
