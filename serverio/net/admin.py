@@ -87,7 +87,7 @@ async def serve_admin(
                 _reject_at_once(stream.socket)
                 await trio.aclose_forcefully(stream)
                 continue
-            nursery.start_soon(_one, stream, handler, on_post, budget, slot)
+            nursery.start_soon(_one, stream, handler, budget, slot, on_post)
 
 
 class _Slot:
@@ -144,15 +144,15 @@ class AdminBudget:
 async def _one(
     stream: trio.abc.HalfCloseableStream,
     handler: AdminHandler,
-    on_post: AdminPostHandler | None,
     budget: AdminBudget,
     slot: _Slot,
+    on_post: AdminPostHandler | None = None,
 ) -> None:
     """Cancellation handling: an eviction or the deadline cancels the slot's
     scope; the stream is closed either way and the slot given back once."""
     try:
         with slot.scope:
-            await _exchange(stream, handler, on_post, budget, slot)
+            await _exchange(stream, handler, budget, slot, on_post)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
@@ -163,9 +163,9 @@ async def _one(
 async def _exchange(
     stream: trio.abc.HalfCloseableStream,
     handler: AdminHandler,
-    on_post: AdminPostHandler | None,
     budget: AdminBudget,
     slot: _Slot,
+    on_post: AdminPostHandler | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
     with trio.move_on_after(_HEAD_DEADLINE) as head_scope:
