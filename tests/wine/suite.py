@@ -64,7 +64,7 @@ FILE_TIMEOUT: Final = 900.0
 TEST_TIMEOUT: Final = 90
 
 SERVING: Final = re.compile(r"^Serving (.+) at http://(.+):(\d+)/$")
-ADMIN: Final = re.compile(r"admin .*http://127\.0\.0\.1:(\d+)/")
+ADMIN: Final = re.compile(r"^Admin at http://127\.0\.0\.1:(\d+)/")
 
 
 def _log(msg: str) -> None:
@@ -112,8 +112,7 @@ def wheel_install(prefix: Path, tmp: Path) -> None:
     )
     dist = tmp / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", dist, src],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, src],
         check=True, timeout=300,
     )  # fmt: skip
     wheel = next(dist.glob("serverio-*.whl"))
