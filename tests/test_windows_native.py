@@ -138,6 +138,14 @@ def test_a_same_size_rewrite_with_restored_mtime_changes_the_identity(
         os.close(fd)
 
 
+def test_bytes_are_read_untranslated(root: Path, opener: RootOpener) -> None:
+    """CRLF, a lone LF and Ctrl+Z (text mode's end of file on Windows) come
+    back as written: the descriptor is binary on every platform."""
+    data = b"a\r\nb\nc\x1ad\r\r\n" * 100
+    (root / "sub" / "bin.dat").write_bytes(data)
+    assert read_via(opener, "sub/bin.dat") == data
+
+
 # --------------------------------------------------------------- Windows only
 
 

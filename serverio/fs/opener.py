@@ -558,20 +558,20 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
         handle = _CreateFileW(path, 0x80, 0x1 | 0x2, None, 3, 0x02000000 | 0x00200000, None)
         if handle is None or handle == _INVALID_HANDLE:
             raise ctypes.WinError(ctypes.get_last_error())
-        return msvcrt.open_osfhandle(handle, os.O_RDONLY)
+        return msvcrt.open_osfhandle(handle, os.O_RDONLY | os.O_BINARY)
 
     def _open_windows_file(path: str, *, follow: bool) -> int:
         # GENERIC_READ; FILE_SHARE_READ|FILE_SHARE_WRITE|FILE_SHARE_DELETE;
         # OPEN_EXISTING; FILE_ATTRIBUTE_NORMAL, plus FILE_FLAG_OPEN_REPARSE_POINT
         # unless links are followed.  No security attributes: the handle is
-        # not inherited (O_NOINHERIT); open_osfhandle without O_TEXT: binary.
+        # not inherited (O_NOINHERIT); O_BINARY: no CRLF or Ctrl+Z translation.
         flags = 0x80 if follow else 0x80 | 0x00200000
         handle = _CreateFileW(path, 0x80000000, 0x1 | 0x2 | 0x4, None, 3, flags, None)
         if handle is None or handle == _INVALID_HANDLE:
             err = ctypes.get_last_error()
             raise OSError(None, ctypes.FormatError(err), path, err)
         try:
-            return msvcrt.open_osfhandle(handle, os.O_RDONLY)
+            return msvcrt.open_osfhandle(handle, os.O_RDONLY | os.O_BINARY)
         except BaseException:
             _kernel32.CloseHandle(handle)
             raise

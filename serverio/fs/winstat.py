@@ -104,7 +104,7 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
             err = ctypes.get_last_error()
             raise OSError(None, ctypes.FormatError(err), path, err)
         try:
-            fd = msvcrt.open_osfhandle(handle, os.O_RDONLY)
+            fd = msvcrt.open_osfhandle(handle, os.O_RDONLY | os.O_BINARY)
         except BaseException:
             _CloseHandle(handle)
             raise

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import http.client
 import json
 import os
@@ -43,7 +44,7 @@ HERE: Final = Path(__file__).resolve().parent
 REPO: Final = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.sim_suite import REAL_SOCKET_SUITE  # noqa: E402
+from tests.sim_suite import NOT_UNDER, REAL_SOCKET_SUITE  # noqa: E402
 from tests.wine import prefix as wineprefix  # noqa: E402
 
 # At most this many skipped tests in the real-socket suite (each listed with
@@ -177,10 +178,12 @@ def _read_outcomes(path: Path) -> list[dict[str, str]]:
 def run_file(prefix: Path, test_file: str, tmp: Path) -> dict[str, dict[str, str]]:
     """One test file under the Windows interpreter; its tests' outcomes."""
     out = tmp / (test_file.replace("/", "_") + ".jsonl")
+    basetemp = tmp / ("t-" + Path(test_file).stem)  # this file's children run in it
     t0 = time.monotonic()
     code = wineprefix.python(
         prefix,
         ["-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.wine.outcomes", "-q", "-rfEs",
+         f"--basetemp={wineprefix.windows_path(basetemp)}",
          f"--timeout={TEST_TIMEOUT}", "-o", "faulthandler_timeout=0", test_file],
         env={"SERVERIO_WINE_OUTCOMES": wineprefix.windows_path(out)},
         cwd=REPO, timeout=FILE_TIMEOUT,
@@ -198,7 +201,10 @@ def run_file(prefix: Path, test_file: str, tmp: Path) -> dict[str, dict[str, str
     # Tests own and reap their children: one still running now was leaked
     # (and would hold pipes open, as a 494 s hang once showed).
     time.sleep(1.0)
+    mine = wineprefix.windows_path(basetemp).casefold()
     for pid, cmdline in wineprefix.leftovers(prefix):
+        if mine not in cmdline.casefold():
+            continue  # another file's (run beside this one)
         _log(f"{test_file}: leaked child {pid}: {cmdline[:160]}")
         final[f"{test_file}::<leaked child {pid}>"] = {
             "test": test_file,
@@ -220,10 +226,12 @@ def run_file(prefix: Path, test_file: str, tmp: Path) -> dict[str, dict[str, str
     return final
 
 
-def run_files(prefix: Path, files: list[str], tmp: Path) -> dict[str, dict[str, str]]:
+def run_files(prefix: Path, files: list[str], tmp: Path, jobs: int) -> dict[str, dict[str, str]]:
+    """The files, ``jobs`` at a time (each its own pytest and temp tree)."""
     results: dict[str, dict[str, str]] = {}
-    for f in files:
-        results.update(run_file(prefix, f, tmp))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for got in pool.map(lambda f: run_file(prefix, f, tmp), files):
+            results.update(got)
     return results
 
 
@@ -245,6 +253,7 @@ def summarise(label: str, results: dict[str, dict[str, str]]) -> tuple[int, int,
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=("wheel", "suite", "containment"))
+    ap.add_argument("--jobs", type=int, default=2, help="test files run at once")
     ap.add_argument("files", nargs="*")
     ns = ap.parse_args()
     started = time.monotonic()
@@ -263,12 +272,17 @@ def main() -> int:
                 groups.append(("selected", ns.files))
             else:
                 if ns.only in (None, "suite"):
-                    groups.append(("real-socket suite", list(REAL_SOCKET_SUITE)))
+                    # As under the windows-shaped simulation (NOT_UNDER):
+                    # test_reliability's probe server reports on SIGUSR1
+                    # and its scenarios raise RLIMIT_NOFILE.
+                    left_out = NOT_UNDER["windows"]
+                    files = [f for f in REAL_SOCKET_SUITE if f not in left_out]
+                    groups.append(("real-socket suite", files))
                 if ns.only in (None, "containment"):
                     groups.append(("containment and platform suites", list(CONTAINMENT)))
             for label, files in groups:
                 t0 = time.monotonic()
-                p, f, s = summarise(label, run_files(prefix, files, tmp))
+                p, f, s = summarise(label, run_files(prefix, files, tmp, ns.jobs))
                 _log(
                     f"{label}: {p} passed, {f} failed, {s} skipped ({time.monotonic() - t0:.0f} s)"
                 )
