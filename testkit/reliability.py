@@ -162,7 +162,7 @@ class ServerProcess:
                 buf += chunk
         line = buf.split(b"\n", 1)[0].decode()
         # "Serving /path at http://127.0.0.1:PORT/"
-        return int(line.rsplit(":", 1)[1].strip("/"))
+        return int(line.rsplit(":", 1)[1].strip().strip("/"))  # Windows: "\r\n"
 
     @property
     def pid(self) -> int:

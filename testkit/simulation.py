@@ -75,6 +75,8 @@ def measuring_proc() -> str | None:
     tests/sim_suite.py mounted outside ``/proc`` for the measuring side
     only (the way ``ps`` measures on macOS without a ``/proc``).  serverio
     itself only ever looks at ``/proc``.  None where neither exists."""
+    if REAL_WINDOWS:  # Wine's Z:\proc is the Linux host's, not this platform's
+        return None
     for candidate in ("/proc", os.environ.get("SERVERIO_SIM_MEASURE_PROC", "")):
         if candidate and os.path.isdir(os.path.join(candidate, "self", "fd")):
             return candidate
