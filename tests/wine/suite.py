@@ -201,7 +201,8 @@ def run_file(prefix: Path, test_file: str, tmp: Path) -> dict[str, dict[str, str
     # Tests own and reap their children: one still running now was leaked
     # (and would hold pipes open, as a 494 s hang once showed).
     time.sleep(1.0)
-    mine = wineprefix.windows_path(basetemp).casefold()
+    # Children work in the tree below it (pytest itself only names it).
+    mine = wineprefix.windows_path(basetemp).casefold() + "\\"
     for pid, cmdline in wineprefix.leftovers(prefix):
         if mine not in cmdline.casefold():
             continue  # another file's (run beside this one)
