@@ -35,10 +35,18 @@ def _tree(base: Path) -> Path:
     return root
 
 
+def _copy_keeping_times(src: str, dst: str) -> None:
+    # shutil.copy2 without CopyFile2 (CPython 3.12+ on Windows), which Wine
+    # 8.0 lacks (the process aborts): bytes, then mode and times.
+    shutil.copyfile(src, dst)
+    shutil.copystat(src, dst)
+
+
 def _cp(src: Path, dst: Path, *flags: str) -> Path:
     if os.name == "nt":  # no cp: the same copies by shutil (-a keeps the times)
-        copy = shutil.copy2 if "-a" in flags else shutil.copy
-        shutil.copytree(src, dst, copy_function=copy)
+        shutil.copytree(
+            src, dst, copy_function=_copy_keeping_times if "-a" in flags else shutil.copy
+        )
         return dst
     subprocess.run(["cp", *flags, "-r", str(src), str(dst)], check=True)
     return dst
@@ -168,5 +176,3 @@ def test_hash_store_counts_distinct_files_per_mtime() -> None:
     for i in range(3):
         small.put((i, 0, 0, 0, 0), b"x")
     assert len(small) == 2 and small.get((0, 0, 0, 0, 0)) is None
-
-
