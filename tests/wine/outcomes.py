@@ -35,6 +35,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             )
             outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+            if outcome == "xfailed":
+                reason = str(report.wasxfail)
             _write({"test": report.nodeid, "outcome": outcome, "reason": reason})
             return
         outcome = "error" if report.when != "call" and report.failed else report.outcome
