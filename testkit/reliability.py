@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,24 @@ def ms(seconds: float) -> float:
 # ------------------------------------------------------------------ the server
 
 
+class _LineReader:
+    """The first line of a pipe, read by a daemon thread (Windows)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._line = b""
+        self._done = threading.Event()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: Any) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._line = stream.readline()
+        self._done.set()
+
+    def wait(self, timeout: float) -> bytes:
+        self._done.wait(timeout)
+        return self._line
+
+
 class ServerProcess:
     """A serverio subprocess on 127.0.0.1 port 0.
 
@@ -92,6 +111,10 @@ class ServerProcess:
         probed: bool = True,
         preexec: Callable[[], None] | None = None,
     ) -> None:
+        if probed and not hasattr(signal, "SIGUSR1"):
+            import pytest
+
+            pytest.skip("needs SIGUSR1 (the probe server's in-process snapshot)")
         self.directory = directory
         self.tmp = tempfile.TemporaryDirectory(prefix="serverio-probe-")
         self.probe_path = Path(self.tmp.name, "probe.json")
@@ -108,20 +131,29 @@ class ServerProcess:
             env=env,
             preexec_fn=preexec,  # e.g. a lower RLIMIT_NOFILE for the server only
         )
-        self.port = self._read_port()
         self.returncode: int | None = None
         self._seq = 0
+        try:
+            self.port = self._read_port()
+        except BaseException:
+            self.stop()  # the child is ours to reap on every failure
+            raise
 
     def _read_port(self) -> int:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + 15
         buf = b""
+        # select() takes pipes on POSIX only: on Windows a thread reads the
+        # line (it ends with the pipe, which the child's exit closes).
+        line_reader = None if os.name != "nt" else _LineReader(self.proc.stdout)
         while b"\n" not in buf:
             left = deadline - time.monotonic()
             if left <= 0 or self.proc.poll() is not None:
-                self.stop()
                 raise RuntimeError(f"server did not start: {self.stderr()}")
+            if line_reader is not None:
+                buf = line_reader.wait(min(left, 0.1))
+                continue
             ready, _, _ = select.select([fd], [], [], left)
             if ready:
                 chunk = os.read(fd, 4096)
@@ -130,7 +162,7 @@ class ServerProcess:
                 buf += chunk
         line = buf.split(b"\n", 1)[0].decode()
         # "Serving /path at http://127.0.0.1:PORT/"
-        return int(line.rsplit(":", 1)[1].strip("/"))
+        return int(line.rsplit(":", 1)[1].strip().strip("/"))  # Windows: "\r\n"
 
     @property
     def pid(self) -> int:

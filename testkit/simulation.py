@@ -10,13 +10,17 @@ path where there is no ``sendfile``), never to skip silently.
 from __future__ import annotations
 
 import os
-from typing import Final
+import sys
+from typing import Any, Final
 
 UNIX: Final = "unix-without-linux-extras"
 WINDOWS: Final = "windows-shaped"
 
 ACTIVE: Final = os.environ.get("SERVERIO_SIMULATION", "")
-WINDOWS_SHAPED: Final = ACTIVE == WINDOWS
+# True under the windows-shaped simulation AND on real Windows (the Wine
+# run, tests/wine): tests take their Windows branches on both.
+REAL_WINDOWS: Final = sys.platform == "win32"
+WINDOWS_SHAPED: Final = ACTIVE == WINDOWS or REAL_WINDOWS
 UNIX_WITHOUT_LINUX_EXTRAS: Final = ACTIVE == UNIX
 
 # Upper bound of the descriptor probe where no directory lists them.
@@ -71,6 +75,8 @@ def measuring_proc() -> str | None:
     tests/sim_suite.py mounted outside ``/proc`` for the measuring side
     only (the way ``ps`` measures on macOS without a ``/proc``).  serverio
     itself only ever looks at ``/proc``.  None where neither exists."""
+    if REAL_WINDOWS:  # Wine's Z:\proc is the Linux host's, not this platform's
+        return None
     for candidate in ("/proc", os.environ.get("SERVERIO_SIM_MEASURE_PROC", "")):
         if candidate and os.path.isdir(os.path.join(candidate, "self", "fd")):
             return candidate
@@ -110,3 +116,51 @@ def windows_refuses_workers(root: str | os.PathLike[str], *argv: str) -> bool:
     )  # fmt: skip
     assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [WORKERS_REFUSAL])
     return True
+
+
+FDS_REFUSAL: Final = (
+    "serverio: error: --fd and LISTEN_FDS need inherited POSIX descriptors, which win32 lacks"
+)
+
+
+def windows_refuses_fds(
+    root: str | os.PathLike[str], *argv: str, env: dict[str, str] | None = None
+) -> bool:
+    """On real Windows, check that serving inherited sockets (``argv``: ``--fd
+    N``, or LISTEN_FDS in ``env``) is refused with its one-line error and exit
+    status 2, and return True: the caller's test of the feature ends there.
+    Elsewhere return False and check nothing."""
+    if not REAL_WINDOWS:
+        return False
+    import subprocess
+
+    r = subprocess.run(
+        [sys.executable, "-m", "serverio", "-d", str(root), *argv],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", [FDS_REFUSAL])
+    return True
+
+
+def stop_gracefully(proc: Any, admin: str | None = None) -> None:
+    """Start ``proc``'s graceful drain: SIGTERM on POSIX; on Windows, which
+    has no external SIGTERM (``send_signal(SIGTERM)`` is TerminateProcess,
+    exit 1 at once), ``POST /shutdown`` to its loopback admin endpoint
+    ``admin`` (``http://127.0.0.1:PORT/``)."""
+    if not REAL_WINDOWS:
+        import signal
+
+        proc.send_signal(signal.SIGTERM)
+        return
+    import http.client
+    import urllib.parse
+
+    assert admin is not None, "on Windows a graceful stop needs the admin endpoint"
+    parts = urllib.parse.urlsplit(admin)
+    assert parts.hostname is not None and parts.port is not None
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("POST", "/shutdown")
+        assert conn.getresponse().status == 202
+    finally:
+        conn.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -149,7 +150,12 @@ def test_log_level_is_validated(root: Path) -> None:
     ("args", "needle"),
     [
         (["--access-log-file", "/nonexistent/dir/a.log"], "does not exist"),
-        (["--access-log-file", "/tmp"], "cannot open --access-log-file /tmp: Is a directory"),
+        # A directory: EISDIR on POSIX; Windows' C runtime says EACCES.
+        (
+            ["--access-log-file", "/tmp"],
+            "cannot open --access-log-file /tmp: "
+            + ("Permission denied" if os.name == "nt" else "Is a directory"),
+        ),
     ],
 )
 def test_access_log_file_errors_exit_2(root: Path, args: list[str], needle: str) -> None:

@@ -7,6 +7,7 @@ time, and with trailing data, as h11's own tests do.
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 import h11
@@ -132,9 +133,24 @@ def test_parse_http_date_rejects(value: str) -> None:
         (1_700_000_000, "Tue, 14 Nov 2023 22:13:20 GMT"),
         (2**31, "Tue, 19 Jan 2038 03:14:08 GMT"),
         (253402300799, "Fri, 31 Dec 9999 23:59:59 GMT"),
+        # Outside Windows' gmtime (1970..3000): found by the Wine run.
+        (-1, "Wed, 31 Dec 1969 23:59:59 GMT"),
+        (-62135596800, "Mon, 01 Jan 0001 00:00:00 GMT"),
+        (32535216000, "Thu, 01 Jan 3001 00:00:00 GMT"),
     ],
 )
-def test_format_http_date(seconds: float, text: str) -> None:
+def test_format_http_date(seconds: float, text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every platform formats the same: the C runtime's gmtime is bounded
+    # where it is Windows' (its range stood in for here, so Linux's
+    # unbounded one cannot hide a dependence on it).
+    real_gmtime = time.gmtime
+
+    def windows_gmtime(secs: float | None = None) -> time.struct_time:
+        if secs is not None and not 0 <= secs < 32535216000:
+            raise OSError(22, "Invalid argument")
+        return real_gmtime(secs)
+
+    monkeypatch.setattr(time, "gmtime", windows_gmtime)
     assert format_http_date(seconds) == text
     assert re.fullmatch(r"[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT", text)
     assert parse_http_date(text) == int(seconds)

@@ -210,7 +210,9 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
     assert cache.stats.hits == 1
     # A sidecar appears: the next request sees it (its stat is part of the hit).
     (root / "site.css.gz").write_bytes(b"\x1f\x8b" + b"\0" * 20)
-    os.utime(root / "site.css.gz", ns=(past + 1, past + 1))
+    # Whole seconds apart: NTFS keeps times in 100 ns ticks, so 1 ns
+    # offsets would make the sidecar and the file equally old there.
+    os.utime(root / "site.css.gz", ns=(past + 10**9, past + 10**9))
     plan = run(gz, cfg, opener, cache)
     assert dict(plan.headers)[b"content-encoding"] == b"gzip"
     assert dict(plan.headers)[b"content-length"] == b"22"
@@ -223,7 +225,7 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
     # Identity still answers a request without Accept-Encoding.
     assert dict(run(request("/site.css"), cfg, opener, cache).headers)[b"content-length"] == b"1600"
     # The sidecar goes stale (the file is newer): identity or on the fly again.
-    os.utime(text, ns=(past + 2, past + 2))
+    os.utime(text, ns=(past + 2 * 10**9, past + 2 * 10**9))
     again = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
     assert again.compress == "gzip"
     again.close()

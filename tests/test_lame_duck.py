@@ -7,11 +7,14 @@ path, alone and with --workers.
 
 from __future__ import annotations
 
+import functools
+import http.client
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -134,11 +137,33 @@ def _serve(root: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
     return proc, url, admin
 
 
+def _post(admin: str, path: str) -> tuple[int, bytes]:
+    parts = urllib.parse.urlsplit(admin)
+    assert parts.hostname is not None and parts.port is not None
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("POST", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sigterm_with_delay_health_fails_first_and_requests_still_succeed(
-    root: Path, workers: int
+@pytest.mark.parametrize(
+    ("stop", "workers"), [("SIGTERM", 1), ("SIGTERM", 2), ("POST /shutdown", 1)]
+)
+def test_stop_with_delay_health_fails_first_and_requests_still_succeed(
+    root: Path, stop: str, workers: int
 ) -> None:
+    """The drain, started by SIGTERM or by the admin endpoint's shutdown
+    request (the way to stop gracefully on Windows, which has no external
+    SIGTERM)."""
+    if stop == "SIGTERM" and simulation.REAL_WINDOWS:
+        pytest.skip(
+            "needs an external SIGTERM: on Windows send_signal(SIGTERM) is "
+            "TerminateProcess (exit 1 at once); the POST /shutdown case drains there"
+        )
     if workers > 1 and simulation.windows_refuses_workers(root, "--shutdown-delay", "1.5"):
         return
     proc, url, admin = _serve(root, "--shutdown-delay", "1.5", "--workers", str(workers))
@@ -146,7 +171,10 @@ def test_sigterm_with_delay_health_fails_first_and_requests_still_succeed(
         assert request(admin, "/healthz")[0] == 200
         keep = request(url, "/hello.txt")
         assert keep[0] == 200 and keep[1].get("connection") != "close"
-        proc.send_signal(signal.SIGTERM)
+        if stop == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            assert _post(admin, "/shutdown") == (202, b"draining\n")
         sent = time.monotonic()
         while request(admin, "/healthz")[0] != 503:
             assert time.monotonic() - sent < 0.5
@@ -174,3 +202,43 @@ def test_sigterm_with_delay_health_fails_first_and_requests_still_succeed(
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+async def test_shutdown_request_only_where_the_admin_listener_allows_it(root: Path) -> None:
+    """POST /shutdown is served only with an ``on_post`` handler, which
+    run_server passes for a loopback admin address only; elsewhere, and for
+    any other path, nothing stops."""
+    from serverio.net.admin import open_admin_listener, serve_admin
+    from serverio.ops.run import _is_loopback
+
+    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("127.8.9.10")
+    assert not _is_loopback("0.0.0.0") and not _is_loopback("::") and not _is_loopback("10.0.0.1")
+    srv = Server(make_config(root, host="127.0.0.1", port=0))
+    posts: list[str] = []
+
+    def on_post(path: str) -> tuple[int, str, bytes]:
+        posts.append(path)
+        return 202, "text/plain", b"ok\n"
+
+    async def exchange(port: int, head: bytes) -> bytes:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(head)
+            data = b""
+            with trio.fail_after(10):
+                while chunk := await stream.receive_some(4096):
+                    data += chunk
+            return data
+
+    post = b"POST /shutdown HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+    handler = make_admin_handler(srv, lambda: False)
+    async with trio.open_nursery() as nursery:
+        without = await open_admin_listener("127.0.0.1:0")
+        await nursery.start(serve_admin, without, handler)
+        answer = await exchange(without.socket.getsockname()[1], post)
+        assert answer.startswith(b"HTTP/1.1 405 ") and posts == []
+        with_post = await open_admin_listener("127.0.0.1:0")
+        await nursery.start(functools.partial(serve_admin, on_post=on_post), with_post, handler)
+        answer = await exchange(with_post.socket.getsockname()[1], post)
+        assert answer.startswith(b"HTTP/1.1 202 ") and posts == ["/shutdown"]
+        nursery.cancel_scope.cancel()

@@ -171,6 +171,9 @@ def test_cgroup_cpu_limit(
     assert cgroup_cpu_limit(root, proc) == limit
 
 
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity"), reason="needs os.sched_getaffinity (Linux cgroups)"
+)
 def test_available_cpus_is_capped_by_the_quota_and_rounded_up(tmp_path: Path) -> None:
     root, proc = _cgroup(tmp_path, "0::/c\n", {"c/cpu.max": "50000 100000"})
     assert available_cpus(root, proc) == 1  # half a CPU: still one worker

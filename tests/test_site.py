@@ -4,6 +4,7 @@ the command line / TOML front ends."""
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -478,6 +479,12 @@ def test_bad_users_files_are_start_up_errors(
     assert needle in str(info.value) and "--auth-file" in str(info.value)
 
 
+@pytest.mark.xfail(
+    sys.platform == "win32",
+    reason="issue 27 item 2 (the lead's fix): _inside() compares with root + '/', "
+    "which never matches a Windows path",
+    strict=True,
+)
 def test_users_file_inside_the_root_is_refused(root: Path) -> None:
     (root / "users").write_text(f"a:{hash_password('x', 1000)}\n")
     with pytest.raises(ConfigError, match="inside the served root"):
@@ -514,7 +521,8 @@ def test_version_option() -> None:
 def site_toml(tmp_path: Path, site_root: Path, users: Path) -> Iterator[Path]:
     conf = tmp_path / "site.toml"
     conf.write_text(
-        f'directory = "{site_root}"\n'
+        # Literal strings: a Windows path's backslashes are not escapes.
+        f"directory = '{site_root}'\n"
         'header = ["X-Global: 1"]\n'
         "clean-urls = true\n"
         'trailing-slash = "keep"\n'
@@ -531,7 +539,7 @@ def site_toml(tmp_path: Path, site_root: Path, users: Path) -> Iterator[Path]:
         'to = "/index.html"\n'
         "\n[[auth]]\n"
         'path = "/private/**"\n'
-        f'users-file = "{users}"\n'
+        f"users-file = '{users}'\n"
         "\n[errors]\n"
         '"404" = "404.html"\n'
     )
@@ -621,6 +629,9 @@ def test_hash_password_reads_stdin_not_argv(tmp_path: Path) -> None:
 # ------------------------------------------------------------ case-insensitive roots
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="needs a case-sensitive directory (Windows volumes fold case)"
+)
 def test_case_probe_on_a_case_sensitive_root(root: Path) -> None:
     assert not site_mod.case_insensitive(str(root))
 

@@ -124,6 +124,7 @@ async def test_symlink_swap_race_never_escapes(root: Path, strategy: str) -> Non
     link = root / "flip"
     inside = root / "hello.txt"
     outside = root.parent / "outside" / "secret.txt"
+    link.symlink_to(inside)  # here, not in the thread: where links cannot be made, skipped
     stop = threading.Event()
 
     def flipper() -> None:

@@ -49,6 +49,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
+from . import winstat
 from .winpath import may_be_short_name, windows_name_problem
 
 __all__ = ["MAX_SYMLINKS", "STRATEGIES", "RootOpener"]
@@ -319,7 +320,8 @@ class RootOpener:
     # ------------------------------------------------ windows: no dir_fd
 
     def _stat_by_path(self, relpath: str) -> os.stat_result:
-        return os.stat(os.path.join(self.root, relpath))
+        # The change time as st_ctime_ns (winstat): the caches' identity.
+        return winstat.stat(os.path.join(self.root, relpath))
 
     def _open_by_path(self, relpath: str) -> int:
         """Resolve ``relpath`` by name under the root, open it, verify the handle.
@@ -346,9 +348,13 @@ class RootOpener:
         before being refused, which ``openat2`` and the walk rule out.
         """
         if self.follow_symlinks:
-            for seg in relpath.split("/"):
-                if seg and seg != "." and windows_name_problem(seg) is not None:
+            segs = [seg for seg in relpath.split("/") if seg and seg != "."]
+            for i, seg in enumerate(segs):
+                if windows_name_problem(seg) is not None:
                     raise _windows_name()
+                parent = os.path.join(self.root, *segs[:i])
+                if may_be_short_name(seg) and seg not in os.listdir(parent):
+                    raise _windows_name()  # an alias: the long name is not this spelling
             path = os.path.join(self.root, relpath)
             return self._open_verified(path, os.stat(path), [])
         # The request's own segments are split on "/" only: a "\\" inside
@@ -428,7 +434,7 @@ class RootOpener:
                 ast = os.lstat(apath)
                 if not stat.S_ISDIR(ast.st_mode) or (ast.st_dev, ast.st_ino) != ident:
                     raise _swapped()
-            if not self.follow_symlinks and not self._final_path_inside(fd):
+            if not self.follow_symlinks and not self._final_path_is(fd, path):
                 raise _swapped()
         except BaseException:
             os.close(fd)
@@ -450,17 +456,24 @@ class RootOpener:
             raise _escape()
         return parts[n:]
 
-    def _final_path_inside(self, fd: int) -> bool:
-        """Does the handle's final path lie under the root's?  Windows asks
-        ``GetFinalPathNameByHandleW`` (no answer: refused).  Elsewhere this
-        strategy only runs as a simulation, which asks ``/proc/self/fd`` as
-        a stand-in where it exists and skips the check where it does not."""
+    def _final_path_is(self, fd: int, path: str) -> bool:
+        """Is the handle's final path ``path`` itself (case-insensitively)?
+        Windows asks ``GetFinalPathNameByHandleW`` (no answer: refused),
+        which names the file by its long names with links resolved.  So
+        besides containment this refuses any alias the resolution did not
+        see: an 8.3 short name in whatever form the filesystem makes them
+        (NTFS ``SECRET~1.TXT``, Wine's ``_HID~NSX``, Samba's mangling) for
+        a hidden name or for any other, whether or not it contains ``~``.
+        Hiding therefore never depends on the spelling of a name.
+        Elsewhere this strategy only runs as a simulation, which asks
+        ``/proc/self/fd`` as a stand-in where it exists and skips the check
+        where it does not."""
         final = _final_path(fd)
         if final is None:
             return not _WINDOWS
-        parts = [p.casefold() for p in _split_native(final) if p]
-        root = [p.casefold() for p in self._root_parts]
-        return parts[: len(root)] == root
+        got = [p.casefold() for p in _split_native(final) if p]
+        want = [p.casefold() for p in _split_native(path) if p]
+        return got == want
 
     def directory_path(self, relpath: str, fd: int) -> str:
         """The path to list for the directory opened as ``fd`` from ``relpath``
@@ -505,10 +518,16 @@ def _is_absolute(target: str) -> bool:
 
 
 def _open_native(path: str, is_dir: bool, *, follow: bool) -> int:
-    """A descriptor on ``path``; on Windows a directory needs CreateFileW
-    with FILE_FLAG_BACKUP_SEMANTICS (``os.open`` refuses directories)."""
-    if _WINDOWS and is_dir:  # pragma: no cover - Windows only
-        return _open_windows_directory(path)
+    """A descriptor on ``path``.  On Windows both kinds are opened with
+    CreateFileW: a directory needs FILE_FLAG_BACKUP_SEMANTICS (``os.open``
+    refuses directories), and a file is shared for reading, writing *and
+    deleting*, so a deploy can replace or delete a file while it is being
+    served, as on POSIX (``os.open`` omits FILE_SHARE_DELETE: ``os.replace``
+    over a file being sent failed with PermissionError)."""
+    if _WINDOWS:  # pragma: no cover - Windows only
+        if is_dir:
+            return _open_windows_directory(path)
+        return _open_windows_file(path, follow=follow)
     return os.open(path, OPEN_FLAGS if follow else _NOFOLLOW)
 
 
@@ -545,7 +564,23 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
         handle = _CreateFileW(path, 0x80, 0x1 | 0x2, None, 3, 0x02000000 | 0x00200000, None)
         if handle is None or handle == _INVALID_HANDLE:
             raise ctypes.WinError(ctypes.get_last_error())
-        return msvcrt.open_osfhandle(handle, os.O_RDONLY)
+        return msvcrt.open_osfhandle(handle, os.O_RDONLY | os.O_BINARY)
+
+    def _open_windows_file(path: str, *, follow: bool) -> int:
+        # GENERIC_READ; FILE_SHARE_READ|FILE_SHARE_WRITE|FILE_SHARE_DELETE;
+        # OPEN_EXISTING; FILE_ATTRIBUTE_NORMAL, plus FILE_FLAG_OPEN_REPARSE_POINT
+        # unless links are followed.  No security attributes: the handle is
+        # not inherited (O_NOINHERIT); O_BINARY: no CRLF or Ctrl+Z translation.
+        flags = 0x80 if follow else 0x80 | 0x00200000
+        handle = _CreateFileW(path, 0x80000000, 0x1 | 0x2 | 0x4, None, 3, flags, None)
+        if handle is None or handle == _INVALID_HANDLE:
+            err = ctypes.get_last_error()
+            raise OSError(None, ctypes.FormatError(err), path, err)
+        try:
+            return msvcrt.open_osfhandle(handle, os.O_RDONLY | os.O_BINARY)
+        except BaseException:
+            _kernel32.CloseHandle(handle)
+            raise
 
     def _final_path(fd: int) -> str | None:
         handle = msvcrt.get_osfhandle(fd)
@@ -559,6 +594,9 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
 else:
 
     def _open_windows_directory(path: str) -> int:
+        raise OSError(errno.ENOSYS, "only on Windows")
+
+    def _open_windows_file(path: str, *, follow: bool) -> int:
         raise OSError(errno.ENOSYS, "only on Windows")
 
     def _final_path(fd: int) -> str | None:

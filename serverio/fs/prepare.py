@@ -48,6 +48,7 @@ from ..http.core import (
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.select import digest_algorithm, file_headers, negotiates, sidecars_wanted
+from . import winstat
 from .body import Body, close_fd
 from .filecache import (
     RACY_SECONDS,
@@ -147,7 +148,7 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
             return None
         raise
     try:
-        st = os.fstat(fd)
+        st = winstat.fstat(fd)
     except BaseException:
         os.close(fd)
         raise
@@ -359,7 +360,7 @@ def resolve(
                 raise
             spa_fd, spa_st = opened  # ownership moves to _resolve_file
             return _resolve_file(req, cfg, opener, now, spa_fd, spa_st, cfg.spa, hashes=hashes)
-        st = os.fstat(fd)
+        st = winstat.fstat(fd)
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:

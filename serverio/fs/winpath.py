@@ -15,10 +15,12 @@ them, so a check made on the spelling would not be a check on the file:
   trailing spaces;
 * trailing dots and spaces are stripped (``secret.txt.`` opens
   ``secret.txt``; ``.env .`` opens ``.env``);
-* an 8.3 short name (``SECRET~1.TXT``) is an alias of some long name that
-  the spelling does not show: the strategy serves such a segment only when
-  the directory holds an entry spelled exactly so (see
-  :func:`may_be_short_name`).
+* an 8.3 short name (``SECRET~1.TXT``; Wine's ``_HID~NSX``) is an alias of
+  some long name that the spelling does not show: the strategy serves a
+  segment with a ``~`` only when the directory holds an entry spelled
+  exactly so (see :func:`may_be_short_name`), and whatever the spelling, the
+  opened handle's final path must be the resolved path itself
+  (:meth:`~serverio.fs.opener.RootOpener._open_by_path`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ _DEVICE_NAMES: Final = frozenset(
     | {f"lpt{c}" for c in "0123456789\u00b9\u00b2\u00b3"}
 )
 _INVALID: Final = re.compile(r'[\x00-\x1f\\:<>"|?*]')
-# Windows generates short names as up to 6 characters, "~", digits, and an
-# extension of up to 3 characters; match the "~digits" part anywhere, so
-# a longer spelling with the same shape is checked too (it costs a lookup).
-_SHORT: Final = re.compile(r"~[0-9]")
+# NTFS and FAT generate short names as up to 6 characters, "~", digits and
+# an extension of up to 3 characters, but other filesystems mangle
+# differently (Wine: "_HID~NSX" for ".hidden-dir"; Samba: "~" and hash
+# characters), so any "~" costs a lookup.  This is the cheap first check
+# only: the opener also compares the opened handle's final path (long
+# names) with the path it resolved, which refuses an alias of any form.
+_SHORT: Final = re.compile(r"~")
 
 
 def windows_name_problem(segment: str) -> str | None:
@@ -54,6 +59,7 @@ def windows_name_problem(segment: str) -> str | None:
 
 
 def may_be_short_name(segment: str) -> bool:
-    """Could ``segment`` be an 8.3 short alias (``PROGRA~1``)?  Such a
-    segment is served only if the directory lists it under that exact name."""
+    """Could ``segment`` be an 8.3 short alias (``PROGRA~1``, ``_HID~NSX``:
+    any name with a ``~``)?  Such a segment is served only if the directory
+    lists it under that exact name."""
     return _SHORT.search(segment) is not None

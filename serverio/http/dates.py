@@ -9,7 +9,8 @@ dates" rules of §13.1.3 and §13.1.4.
 from __future__ import annotations
 
 import calendar
-import time
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 __all__ = [
     "MAX_HTTP_SECONDS",
@@ -29,6 +30,7 @@ _MONTH_NUM = {m: i + 1 for i, m in enumerate(_MONTHS)}
 # can name run from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
 MIN_HTTP_SECONDS = -62_135_596_800
 MAX_HTTP_SECONDS = 253_402_300_799
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def http_seconds(mtime_ns: int) -> int | None:
@@ -52,10 +54,13 @@ def format_http_date(epoch_seconds: float) -> str:
     sec = int(epoch_seconds)
     if not MIN_HTTP_SECONDS <= sec <= MAX_HTTP_SECONDS:
         raise ValueError("time outside the range of an HTTP-date")
-    t = time.gmtime(sec)
+    # Arithmetic, not time.gmtime: the C runtime's gmtime is platform
+    # bounded (Windows' refuses times before 1970 and after 3000 with
+    # OSError), while every instant of the four-digit years is valid here.
+    t = _EPOCH + timedelta(seconds=sec)
     return (
-        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+        f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year:04d} "
+        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} GMT"
     )
 
 

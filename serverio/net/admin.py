@@ -1,4 +1,4 @@
-"""The admin listener: ``GET /metrics`` and ``GET /healthz``.
+"""The admin listener: ``GET /metrics``, ``GET /healthz``, ``POST /shutdown``.
 
 A separate listener (``--admin-bind``), never the public port: metrics tell
 an attacker how loaded the server is, and health checks must keep answering
@@ -29,7 +29,14 @@ from ..config import parse_host_port
 from ..errors import reason_phrase
 from .server import _bind, _reject_at_once
 
-__all__ = ["PROMETHEUS_TYPE", "AdminHandler", "open_admin_listener", "serve_admin", "text"]
+__all__ = [
+    "PROMETHEUS_TYPE",
+    "AdminHandler",
+    "AdminPostHandler",
+    "open_admin_listener",
+    "serve_admin",
+    "text",
+]
 
 log = logging.getLogger("serverio")
 
@@ -41,6 +48,8 @@ PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # (status, content type, body) for a path; the caller passes its own.
 AdminHandler = Callable[[str], Awaitable[tuple[int, str, bytes]]]
+# The same for a POST; None: POST is refused (405) like any other method.
+AdminPostHandler = Callable[[str], tuple[int, str, bytes]]
 
 
 async def open_admin_listener(spec: str) -> trio.SocketListener:
@@ -77,9 +86,11 @@ async def serve_admin(
     listener: trio.SocketListener,
     handler: AdminHandler,
     *,
+    on_post: AdminPostHandler | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the admin endpoint until cancelled.
+    """Serve the admin endpoint until cancelled.  ``on_post`` answers POST
+    requests (the caller decides which paths and from which listeners).
 
     Cancellation handling: cancelling this task closes the listener and every
     admin connection at once; nothing is left half-done (no side effects).
@@ -101,7 +112,7 @@ async def serve_admin(
                 _reject_at_once(stream.socket)
                 await trio.aclose_forcefully(stream)
                 continue
-            nursery.start_soon(_one, stream, handler, budget, slot)
+            nursery.start_soon(_one, stream, handler, budget, slot, on_post)
 
 
 class _Slot:
@@ -156,13 +167,17 @@ class AdminBudget:
 
 
 async def _one(
-    stream: trio.abc.HalfCloseableStream, handler: AdminHandler, budget: AdminBudget, slot: _Slot
+    stream: trio.abc.HalfCloseableStream,
+    handler: AdminHandler,
+    budget: AdminBudget,
+    slot: _Slot,
+    on_post: AdminPostHandler | None = None,
 ) -> None:
     """Cancellation handling: an eviction or the deadline cancels the slot's
     scope; the stream is closed either way and the slot given back once."""
     try:
         with slot.scope:
-            await _exchange(stream, handler, budget, slot)
+            await _exchange(stream, handler, budget, slot, on_post)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
@@ -171,7 +186,11 @@ async def _one(
 
 
 async def _exchange(
-    stream: trio.abc.HalfCloseableStream, handler: AdminHandler, budget: AdminBudget, slot: _Slot
+    stream: trio.abc.HalfCloseableStream,
+    handler: AdminHandler,
+    budget: AdminBudget,
+    slot: _Slot,
+    on_post: AdminPostHandler | None = None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
     with trio.move_on_after(_HEAD_DEADLINE) as head_scope:
@@ -196,8 +215,14 @@ async def _exchange(
     budget.busy(slot)
     method = event.method
     path = event.target.split(b"?", 1)[0].decode("ascii", "replace")
+    if method == b"POST" and on_post is not None:
+        # The request body, if any, is not read: the answer ends the exchange.
+        status, ctype, body = on_post(path)
+        await _respond(stream, status, ctype, body, False)
+        return
     if method not in (b"GET", b"HEAD"):
-        await _respond(stream, 405, "text/plain; charset=utf-8", b"GET or HEAD\n", False)
+        allowed = b"GET, HEAD or POST\n" if on_post is not None else b"GET or HEAD\n"
+        await _respond(stream, 405, "text/plain; charset=utf-8", allowed, False)
         return
     status, ctype, body = await handler(path)
     await _respond(stream, status, ctype, body, method == b"HEAD")

@@ -8,10 +8,20 @@ Signals: the first SIGINT/SIGTERM starts the graceful drain, a second one
 aborts; SIGHUP reopens ``--access-log-file`` (logrotate's ``postrotate``).
 Only the signals the platform has are watched: Windows has no SIGHUP, and
 its Ctrl+Break arrives as SIGBREAK, which drains like Ctrl+C (SIGINT).
+
+Windows cannot send SIGTERM from outside (``taskkill /F``, ``TerminateProcess``
+and Python's ``send_signal(SIGTERM)`` end the process at once, exit status
+1), and Ctrl+C / Ctrl+Break reach only processes sharing a console.  So an
+admin listener bound to a loopback address also takes ``POST /shutdown``:
+202, and the same as a stop signal (the first drains, honouring
+``--shutdown-delay``; a second aborts), on every platform.  Not on a
+non-loopback admin address: whoever reaches it could stop the server.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import signal
 import ssl
 import sys
@@ -98,8 +108,13 @@ async def run_server(
         else:
             print(_listen_error(cfg, exc), file=sys.stderr)
         return 2
-    stopping = False
-    admin_handler = make_admin_handler(server, lambda: stopping)
+    stop = _Stop(server)
+    admin_handler = make_admin_handler(server, lambda: stop.count > 0)
+    on_post = (
+        stop.admin_request
+        if admin_listener is not None and _is_loopback(admin_listener.socket.getsockname()[0])
+        else None
+    )
 
     with trio.open_signal_receiver(*SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
@@ -110,7 +125,9 @@ async def run_server(
 
             await nursery.start(run)
             if admin_listener is not None:
-                await nursery.start(serve_admin, admin_listener, admin_handler)
+                await nursery.start(
+                    functools.partial(serve_admin, on_post=on_post), admin_listener, admin_handler
+                )
             for task in extra:
                 nursery.start_soon(task, server)
             if announce:
@@ -126,21 +143,44 @@ async def run_server(
                     print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
             if on_ready is not None:
                 on_ready(server)
-            count = 0
             async for signum in signals:
                 if signum == SIGHUP:
                     server.access_log.reopen()
                     continue
-                stopping = True
-                count += 1
-                if count == 1:
-                    server.shutdown()
-                else:
-                    server.abort()
+                stop.request()
     server.access_log.close()
     summary = server.stats.summary(caches_of(server), SUMMARY_CACHE_KEYS)
     print(f"serverio: stopped: {summary}", file=sys.stderr, flush=True)
     return 0
+
+
+class _Stop:
+    """Stop requests, from a signal or ``POST /shutdown``: the first drains,
+    the next abort."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.count = 0
+
+    def request(self) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.server.shutdown()
+        else:
+            self.server.abort()
+
+    def admin_request(self, path: str) -> tuple[int, str, bytes]:
+        if path != "/shutdown":
+            return text(404, "not found\n")
+        self.request()
+        return text(202, "draining\n" if self.count == 1 else "aborting\n")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def make_admin_handler(server: Server, stopping: Callable[[], bool]) -> AdminHandler:

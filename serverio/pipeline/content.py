@@ -39,6 +39,7 @@ from ..concurrency.blocking import Pool, run_blocking
 from ..concurrency.flight import SingleFlightCache
 from ..config import Config
 from ..errors import HTTPError, errno_status
+from ..fs import winstat
 from ..fs.filecache import HashStore
 from ..fs.opener import RootOpener
 from ..fs.reads import pread
@@ -212,7 +213,7 @@ def hash_for_etag(owned: OwnedFd, ident: Identity) -> bytes | None:
         h = content_hasher()
         if not _hash_span(h, fd, ident[2]):
             return None
-        st = os.fstat(fd)
+        st = winstat.fstat(fd)
         if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != ident:
             return None
         return h.digest()
