@@ -479,12 +479,6 @@ def test_bad_users_files_are_start_up_errors(
     assert needle in str(info.value) and "--auth-file" in str(info.value)
 
 
-@pytest.mark.xfail(
-    sys.platform == "win32",
-    reason="issue 27 item 2 (the lead's fix): _inside() compares with root + '/', "
-    "which never matches a Windows path",
-    strict=True,
-)
 def test_users_file_inside_the_root_is_refused(root: Path) -> None:
     (root / "users").write_text(f"a:{hash_password('x', 1000)}\n")
     with pytest.raises(ConfigError, match="inside the served root"):
