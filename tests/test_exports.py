@@ -118,6 +118,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "poll_scan",
     ),
     "serverio.fs.winpath": ("may_be_short_name", "windows_name_problem"),
+    "serverio.fs.winstat": ("fstat", "stat"),
     "serverio.http": None,
     "serverio.http.bodyframe": (
         "ChunkState",
@@ -298,6 +299,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
     "serverio.net.admin": (
         "AdminHandler",
+        "AdminPostHandler",
         "PROMETHEUS_TYPE",
         "open_admin_listener",
         "serve_admin",
@@ -375,8 +377,8 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "GROUPS",
         "NOT_SETTABLE",
         "OPTIONS",
-        "TABLES",
         "Option",
+        "TABLES",
         "Table",
         "Toggle",
         "add_option",
