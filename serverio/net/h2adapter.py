@@ -38,6 +38,7 @@ added there.
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Final
 
@@ -83,8 +84,8 @@ def h2_version(text: str | None = None) -> tuple[int, ...]:
     """``h2.__version__`` (or ``text``) as numbers: "4.4.1" -> (4, 4, 1)."""
     parts = []
     for part in (text if text is not None else h2.__version__).split("."):
-        digits = "".join(c for c in part if c.isdigit())
-        parts.append(int(digits) if digits else 0)
+        digits = re.match(r"\d*", part)
+        parts.append(int(digits.group()) if digits and digits.group() else 0)
     return tuple(parts)
 
 
@@ -327,8 +328,6 @@ class DirectFrames:
 Frames = DirectFrames | PublicFrames
 
 
-def frames_for(
-    conn: h2.connection.H2Connection, encoder: FieldEncoder, direct: bool
-) -> Frames:
+def frames_for(conn: h2.connection.H2Connection, encoder: FieldEncoder, direct: bool) -> Frames:
     """The frame path for ``conn``: direct when ``direct`` (see :func:`direct_ok`)."""
     return DirectFrames(conn, encoder) if direct else PublicFrames(conn)

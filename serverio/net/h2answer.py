@@ -142,4 +142,3 @@ class StreamAnswer:
         if st.file_slot:
             st.file_slot = False
             self._files.release()
-

@@ -164,4 +164,3 @@ class H2Body(RequestBody):
         self._buffered -= len(piece)
         self._acknowledge(len(piece))  # the window reopens as the handler consumes
         return piece
-

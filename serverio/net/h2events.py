@@ -132,4 +132,3 @@ class EventStreams:
                 continue  # closed on h2's side meanwhile
             st.to(COMPLETE)
         writer.pull()
-

@@ -87,9 +87,7 @@ TRANSITIONS: Final[dict[StreamState, frozenset[StreamState]]] = {
     StreamState.ANSWERING: frozenset(
         {StreamState.SENDING, StreamState.EVENTS, StreamState.COMPLETE, StreamState.RESET}
     ),
-    StreamState.SENDING: frozenset(
-        {StreamState.COMPLETE, StreamState.RESET, StreamState.FAILED}
-    ),
+    StreamState.SENDING: frozenset({StreamState.COMPLETE, StreamState.RESET, StreamState.FAILED}),
     # An event stream ends with an empty DATA frame carrying END_STREAM.
     StreamState.EVENTS: frozenset({StreamState.COMPLETE, StreamState.RESET}),
     StreamState.COMPLETE: frozenset({StreamState.CLOSED}),
