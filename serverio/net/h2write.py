@@ -35,7 +35,6 @@ budget is earned here (:class:`~serverio.net.h2read.WindowAllowance`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import h2.connection
@@ -44,7 +43,6 @@ import trio
 from h2.errors import ErrorCodes
 
 from ..fs.body import Body
-from ..fs.reads import pread as _pread
 from ..http.core import FileSpan, Plan
 from ..http.h2head import CONNECTION_SPECIFIC
 from ..http.wire import NOSNIFF_FIELD
@@ -138,8 +136,8 @@ class Writer:
         stats: Stats,
         write_timeout: float,
         *,
-        pread: Pread = _pread,
-        preadv: Preadv | None = getattr(os, "preadv", None),  # noqa: B008
+        pread: Pread,
+        preadv: Preadv | None,
     ) -> None:
         self._conn = conn
         self.frames = frames
@@ -147,7 +145,7 @@ class Writer:
         self.allowance = allowance
         self._stats = stats
         self._timeout = write_timeout
-        self._pread = pread
+        self._pread = pread  # serverio.fs.reads.pread (tests count the reads)
         # Scatter reads straight into the output buffer where the platform
         # has them (Linux, the BSDs) and the frame path writes into h2's
         # buffer; elsewhere a body round is read, then framed (a copy).
