@@ -308,6 +308,7 @@ class H2Connection:
         self._writer.closed = True
         self._writer.reading = False
         self._stop_streams()
+        self._writer.pull()  # the GOAWAY h2 queued
 
     def new_stream(self, ev: h2.events.RequestReceived) -> None:
         conn = self._conn
