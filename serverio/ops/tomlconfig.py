@@ -1,7 +1,8 @@
 """``--config serverio.toml``: every command-line option as a TOML key.
 
-The key set is derived from the argparse parser, not listed by hand, so an
-option added to :mod:`serverio.ops.cli` gets its TOML key automatically:
+The key set is derived from the argparse parser, which is generated from
+the declarations of :mod:`serverio.ops.options`, so an option declared
+there gets its TOML key automatically:
 
 * the key is the long option name without its leading dashes
   (``--max-connections`` -> ``max-connections``; the positional ``port`` is
@@ -9,7 +10,10 @@ option added to :mod:`serverio.ops.cli` gets its TOML key automatically:
 * the TOML type follows the option: flags are booleans, ``type=int``
   options integers, repeatable options arrays, other typed options (seconds)
   numbers or strings passed through the option's own converter, the rest
-  strings (checked against ``choices``).
+  strings (checked against ``choices``);
+* a ``--x`` / ``--no-x`` pair (:class:`~serverio.ops.options.Toggle`) is
+  one boolean key ``x``; ``no-x = true`` is read too (files written before
+  the pair existed) and means ``x = false``.
 
 Precedence: file values become the parser's defaults and the command line
 is parsed again, so only options actually given on the command line win.
@@ -28,11 +32,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from .options import OPTIONS, Toggle, by_dest
+from .options import TABLES as _TABLE_DECLARATIONS
 
 __all__ = ["CLI_ONLY", "TABLES", "dump", "option_keys", "parse_with_config"]
 
 # Options about the configuration itself (and help) have no TOML key.
-CLI_ONLY = frozenset({"help", "version", "config", "print_config", "check"})
+CLI_ONLY = frozenset({"help"} | {o.dest for o in OPTIONS if not o.toml})
 
 
 def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -88,10 +94,23 @@ def _scalar(action: argparse.Action, key: str, value: object, where: str) -> obj
     return out
 
 
+def _negations(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """``no-x`` -> the Toggle action of ``--x`` / ``--no-x``."""
+    return {
+        flag[2:]: action
+        for action in parser._actions
+        if isinstance(action, Toggle)
+        for flag in action.option_strings[1:]
+        if flag.startswith("--no-")
+    }
+
+
 def _typed(action: argparse.Action, key: str, value: object, where: str) -> object:
     if _is_flag(action):
         if type(value) is not bool:
             raise ConfigError(f"{where}: key {key!r} must be a boolean, got {_kind(value)}")
+        if isinstance(action, Toggle):
+            return value
         return action.const if value else action.default
     if _is_list(action):
         items = value if isinstance(value, list) else [value]
@@ -109,6 +128,7 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     keys = option_keys(parser)
+    negations = _negations(parser)
     out: dict[str, object] = {}
     for key, value in data.items():
         if key in TABLES:
@@ -116,6 +136,9 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
             out[dest] = reader(value, path)
             continue
         action = keys.get(key)
+        if action is None and key in negations:
+            action = negations[key]
+            value = not _typed(action, key, value, path)
         if action is None:
             raise ConfigError(f"{path}: unknown key {key!r}")
         out[action.dest] = _typed(action, key, value, path)
@@ -214,14 +237,18 @@ def _read_auth(value: object, path: str) -> tuple[object, ...]:
 
 
 TableReader = Callable[[object, str], tuple[object, ...]]
-# TOML key -> (namespace attribute, reader).  config_from_args reads the
-# attributes; dump() writes them back.
+_READERS: dict[str, TableReader] = {
+    "headers": _read_headers,
+    "redirects": _read_redirects,
+    "rewrites": _read_rewrites,
+    "errors": _read_errors,
+    "auth": _read_auth,
+}
+# TOML key -> (namespace attribute, reader), from the declarations of
+# serverio.ops.options.TABLES: the attribute is the Config field, which
+# config_from_args reads and dump() writes back.
 TABLES: dict[str, tuple[str, TableReader]] = {
-    "headers": ("header_rules", _read_headers),
-    "redirects": ("redirects", _read_redirects),
-    "rewrites": ("rewrites", _read_rewrites),
-    "errors": ("error_pages", _read_errors),
-    "auth": ("auth_rules", _read_auth),
+    t.key: (t.field, _READERS[t.key]) for t in _TABLE_DECLARATIONS
 }
 
 
@@ -245,7 +272,7 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         ]
     for src, to in getattr(args, "rewrites", ()):
         lines += ["", "[[rewrites]]", f"from = {_toml_str(src)}", f"to = {_toml_str(to)}"]
-    for glob, users in getattr(args, "auth_rules", ()):
+    for glob, users in getattr(args, "auth", ()):
         lines += ["", "[[auth]]", f"path = {_toml_str(glob)}", f"users-file = {_toml_str(users)}"]
     if errors:
         lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
@@ -317,6 +344,9 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         value = getattr(args, action.dest, None)
         if _is_flag(action):
             value = value == action.const if action.const is not None else bool(value)
+        opt = by_dest(action.dest)
+        if value is None and _is_list(action) and opt is not None and opt.field_default:
+            value = opt.field_default  # not given: the effective list is the default
         if value is None:
             lines.append(f"# {key} is not set")
         else:

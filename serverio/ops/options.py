@@ -1,0 +1,605 @@
+"""Every setting of the command line, declared once.
+
+One :class:`Option` per setting holds what used to be edited in three
+places (the :class:`~serverio.config.Config` field, ``build_parser`` and
+``config_from_args``): the field it sets, its flags, metavar, value parser,
+help text and group (the sections of docs/cli.md).  Everything else is
+derived from it:
+
+* the parser default is the Config field's default (never repeated here);
+  the ``(default: ...)`` shown in ``--help`` is rendered from it;
+* the argparse action (:func:`add_option`) and the field's value
+  (:meth:`Option.value_of`), so ``config_from_args`` is a loop;
+* the TOML key (:attr:`Option.key`: the first long flag without its dashes,
+  as serverio.ops.tomlconfig reads it) and the environment name
+  (:attr:`Option.env`, ``SERVERIO_MAX_CONNECTIONS``; not read yet: the
+  precedence rules come with that feature).
+
+Special cases are declared, not hand-coded: the positional port
+(``kind="positional"``), an option that turns its field off
+(``invert=True``: ``--no-listing``), a ``--x`` / ``--no-x`` pair on one
+field (``kind="toggle"``: ``--http2`` / ``--no-http2``, giving both is an
+error), a plain flag that switches a valued setting on (``switch``:
+``--spa`` for ``--spa-file``), a flag that sets other fields too (``sets``:
+``-q`` turns the access log off), comma-separated lists (``split``) and
+http.server's two-token ``-H NAME VALUE`` (``two_token``).
+
+The TOML-only site tables ([[headers]], [[auth]] ...) are :data:`TABLES`;
+the Config fields no user sets are :data:`NOT_SETTABLE`, each with why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config, parse_networks
+from .cpus import available_cpus
+
+__all__ = [
+    "DEFAULTS",
+    "ENV_PREFIX",
+    "GROUPS",
+    "NOT_SETTABLE",
+    "OPTIONS",
+    "TABLES",
+    "Option",
+    "Table",
+    "Toggle",
+    "add_option",
+    "by_dest",
+    "config_fields",
+]
+
+ENV_PREFIX = "SERVERIO_"
+
+# The Config defaults, read from the dataclass itself: an option never
+# states a default of its own when it has a field.
+DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING
+}
+
+Kind = Literal["value", "flag", "toggle", "list", "extend", "positional", "version"]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: where it lives in Config and how the command line spells it."""
+
+    field: str | None  # the Config field; None: the option is about the command itself
+    flags: tuple[str, ...]  # option strings, the long name first after any short one
+    help: str
+    group: str  # one of GROUPS (a section of docs/cli.md)
+    kind: Kind = "value"
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None  # argparse ``type``
+    choices: tuple[str, ...] | None = None
+    invert: bool = False  # a flag that turns its (boolean) field off
+    split: str | None = None  # a list whose items may hold several values
+    switch: tuple[str, str, str] | None = None  # (flag, value it sets, help)
+    sets: tuple[tuple[str, object], ...] = ()  # other fields set while this one is true
+    two_token: bool = False  # "-H NAME VALUE" is "-H 'NAME: VALUE'"
+    equals_alias: str | None = None  # "--spa=FILE" (one token) is "--spa-file=FILE"
+    toml: bool = True  # False: command-line only (--config, --check ...)
+    default: Any = MISSING  # only for options without a field
+    default_factory: Callable[[], Any] | None = None  # computed at parse time (the cwd)
+    default_text: str | None = None  # how --help states a default that is None/computed
+
+    @property
+    def dest(self) -> str:
+        """The argparse namespace attribute (argparse's own rule)."""
+        longs = [f for f in self.flags if f.startswith("--")]
+        name = longs[0][2:] if longs else self.flags[-1].lstrip("-")
+        return name.replace("-", "_")
+
+    @property
+    def key(self) -> str | None:
+        """The TOML key: the first long flag without its dashes (None: no key)."""
+        if not self.toml:
+            return None
+        longs = [f for f in self.flags if f.startswith("--")]
+        return longs[0][2:] if longs else self.flags[0]
+
+    @property
+    def env(self) -> str | None:
+        """``SERVERIO_<KEY>``: the environment name this setting will be read from."""
+        key = self.key
+        return None if key is None else ENV_PREFIX + key.upper().replace("-", "_")
+
+    @property
+    def field_default(self) -> Any:
+        """What the setting is when nothing sets it."""
+        if self.default_factory is not None:
+            return self.default_factory()
+        if self.field is None:
+            return None if self.default is MISSING else self.default
+        return DEFAULTS[self.field]
+
+    def parser_default(self) -> Any:
+        if self.kind in ("flag", "list", "extend"):
+            return False if self.kind == "flag" else None
+        return self.field_default
+
+    def shown_default(self) -> str:
+        """The ``(default: ...)`` text of ``--help``, from the field's default."""
+        if self.default_text is not None:
+            return self.default_text
+        d = self.field_default
+        if self.kind == "flag":
+            return "off"
+        if isinstance(d, bool):
+            return "on" if d else "off"
+        if d is None:
+            raise ValueError(f"{self.flags}: a None default needs default_text")
+        if isinstance(d, tuple):
+            return ",".join(map(str, d)) or "none"
+        if self.parse is _bytes and isinstance(d, int):
+            return _human_size(d)
+        if isinstance(d, float):
+            return f"{d:g}"
+        return str(d)
+
+    def full_help(self) -> str:
+        return f"{self.help} (default: {self.shown_default()})"
+
+    def value_of(self, args: argparse.Namespace) -> Any:
+        """The field's value from a parsed namespace."""
+        raw = getattr(args, self.dest)
+        if self.switch is not None:
+            if raw is not None:
+                return raw
+            return self.switch[1] if getattr(args, _switch_dest(self)) else None
+        if self.kind == "flag":
+            return not raw if self.invert else bool(raw)
+        if self.kind in ("list", "extend"):
+            if not raw:
+                return self.field_default
+            if self.split is not None:
+                return tuple(n.strip() for item in raw for n in item.split(self.split) if n.strip())
+            return tuple(raw)
+        return raw
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A TOML-only site table ([[headers]] ...); its reader is in ops/tomlconfig.py."""
+
+    key: str
+    field: str  # the Config field, also the namespace attribute the reader fills
+    help: str
+
+
+class Toggle(argparse.Action):
+    """``--x`` / ``--no-x`` on one field: the last says, giving both is an error."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, const=True, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        flag = option_string or self.option_strings[0]
+        seen = f"_given_{self.dest}"
+        before = getattr(namespace, seen, None)
+        if before is not None and before != flag:
+            parser.error(f"{before} and {flag} contradict each other")
+        setattr(namespace, seen, flag)
+        setattr(namespace, self.dest, not flag.startswith("--no-"))
+
+
+def _switch_dest(opt: Option) -> str:
+    assert opt.switch is not None
+    return opt.switch[0].lstrip("-").replace("-", "_")
+
+
+def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
+    """The argparse action(s) of one declaration."""
+    if opt.kind == "version":
+        group.add_argument(*opt.flags, action="version", version=_version(), help=opt.help)
+        return
+    kw: dict[str, Any] = {"help": opt.full_help()}
+    if opt.switch is not None:
+        flag, _, text = opt.switch
+        group.add_argument(flag, action="store_true", help=f"{text} (default: off)")
+    if opt.kind == "flag":
+        group.add_argument(*opt.flags, action="store_true", **kw)
+        return
+    if opt.kind == "toggle":
+        group.add_argument(*opt.flags, action=Toggle, default=opt.parser_default(), **kw)
+        return
+    kw.update(metavar=opt.metavar, default=opt.parser_default())
+    if opt.parse is not None:
+        kw["type"] = opt.parse
+    if opt.choices is not None:
+        kw["choices"] = opt.choices
+    if opt.kind == "positional":
+        group.add_argument(opt.dest, nargs="?", **kw)
+    elif opt.kind == "list":
+        group.add_argument(*opt.flags, action="append", **kw)
+    elif opt.kind == "extend":
+        group.add_argument(*opt.flags, nargs="+", action="extend", **kw)
+    else:
+        group.add_argument(*opt.flags, **kw)
+
+
+def config_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """Config keyword arguments from a parsed namespace (options and tables)."""
+    out: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if opt.field is not None:
+            out[opt.field] = opt.value_of(args)
+    for opt in OPTIONS:
+        if opt.sets and opt.field is not None and out[opt.field]:
+            out.update(opt.sets)
+    for table in TABLES:
+        out[table.field] = tuple(getattr(args, table.field, ()))
+    out["rules_source"] = getattr(args, "config", None) or ""
+    return out
+
+
+def by_dest(dest: str) -> Option | None:
+    """The declaration behind a namespace attribute (None: not an option's)."""
+    return _BY_DEST.get(dest)
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    return v
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "k": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+}
+
+
+def _bytes(text: str) -> int:
+    """A byte count: ``1048576``, ``64M``, ``64MiB``, ``512k`` (binary units)."""
+    t = text.strip().lower()
+    digits = t.rstrip("kmgib")
+    unit = t[len(digits) :]
+    if not digits.isdigit() or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 1048576, 512k, 64MiB)")
+    return int(digits) * _SIZE_UNITS[unit]
+
+
+def _human_size(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _cidr(text: str) -> str:
+    """One ``--trusted-proxies`` value, canonical (``10.0.0.1/8`` -> ``10.0.0.0/8``)."""
+    try:
+        (net,) = parse_networks([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(net)
+
+
+def _workers(text: str) -> int:
+    """``N`` or ``auto`` (one per CPU this process may use)."""
+    if text.strip().lower() == "auto":
+        return available_cpus()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
+
+
+def _version() -> str:
+    try:
+        return "serverio " + importlib.metadata.version("serverio")
+    except importlib.metadata.PackageNotFoundError:
+        return "serverio unknown (not installed)"
+
+
+# ---------------------------------------------------------------- declarations
+#
+# The groups of --help, in order: the sections of docs/cli.md (a test checks
+# each is a heading there).
+GROUPS = (
+    "Where and what",
+    "Connections",
+    "HTTP/2",
+    "Files",
+    "Content options",
+    "Site rules",
+    "Blocking work",
+    "Output",
+    "Development",
+    "TLS",
+    "Processes",
+    "Reverse proxies",
+    "Socket activation",
+    "Metrics and health",
+    "Logs",
+    "Configuration file",
+)
+
+_O = Option
+
+_WHERE = (
+    _O("port", ("port",), "port to listen on; 0 = any free port", "Where and what",
+       kind="positional", parse=int),
+    _O(None, ("--version",), "print 'serverio X.Y.Z' and exit", "Where and what",
+       kind="version", toml=False),
+    _O("host", ("-b", "--bind"), "bind address; -b 0.0.0.0 or -b :: serves the network",
+       "Where and what", metavar="ADDRESS"),
+    _O("directory", ("-d", "--directory"), "directory to serve", "Where and what",
+       default_factory=os.getcwd, default_text="the current directory"),
+    _O(None, ("-p", "--protocol"),
+       "accepted for http.server compatibility; serverio answers HTTP/1.0 and HTTP/1.1 "
+       "clients alike, and HTTP/2 unless --no-http2", "Where and what",
+       choices=("HTTP/1.0", "HTTP/1.1"), default="HTTP/1.1"),
+)
+
+_CONNECTIONS = (
+    _O("max_connections", ("--max-connections",),
+       "open connections; past it a new one gets 503 and is closed", "Connections",
+       metavar="N", parse=int),
+    _O("head_timeout", ("--head-timeout",), "seconds to receive one complete request head",
+       "Connections", metavar="S", parse=_seconds),
+    _O("keepalive_timeout", ("--keepalive-timeout",),
+       "idle seconds between requests before a silent close", "Connections",
+       metavar="S", parse=_seconds),
+    _O("write_timeout", ("--write-timeout",), "seconds without send progress before aborting",
+       "Connections", metavar="S", parse=_seconds),
+    _O("max_requests", ("--max-requests",), "requests per connection", "Connections",
+       metavar="N", parse=int),
+    _O("shutdown_timeout", ("--shutdown-timeout",), "drain deadline on SIGINT/SIGTERM",
+       "Connections", metavar="S", parse=_seconds),
+    _O("shutdown_delay", ("--shutdown-delay",),
+       "on SIGTERM, keep accepting S seconds with /healthz 503 and Connection: close "
+       "(lame duck for load balancers)", "Connections", metavar="S", parse=_seconds),
+    _O("max_head_size", ("--max-head-size",),
+       "largest request head (request line + fields); larger gets 431", "Connections",
+       metavar="BYTES", parse=int),
+)
+
+_HTTP2 = (
+    _O("http2", ("--http2", "--no-http2"),
+       "serve HTTP/2 (ALPN h2 over TLS, h2c prior knowledge in clear) or HTTP/1.1 only",
+       "HTTP/2", kind="toggle"),
+    _O("h2_max_streams", ("--h2-max-streams",),
+       "concurrent streams per connection (REFUSED_STREAM past it)", "HTTP/2",
+       metavar="N", parse=int),
+    _O("h2_max_resets", ("--h2-max-resets",),
+       "stream resets per connection and second before GOAWAY ENHANCE_YOUR_CALM", "HTTP/2",
+       metavar="N", parse=int),
+    _O("h2_max_control", ("--h2-max-control",),
+       "PING/SETTINGS/PRIORITY/empty/unearned WINDOW_UPDATE frames per connection and "
+       "second before GOAWAY", "HTTP/2", metavar="N", parse=int),
+    _O("h2_max_open_files", ("--h2-max-open-files",),
+       "file descriptors of streamed bodies one connection holds at once "
+       "(a stream past it waits)", "HTTP/2", metavar="N", parse=int),
+)
+
+_FILES = (
+    _O("index", ("--index",), "index file name, repeatable or comma-separated", "Files",
+       kind="list", metavar="NAME", split=","),
+    _O("hidden", ("--hidden",), "serve dotfiles and dot-directories", "Files", kind="flag"),
+    _O("follow_symlinks", ("--follow-symlinks",), "allow symlinks that leave the root",
+       "Files", kind="flag"),
+    _O("cache_control", ("--cache-control",), "Cache-Control value of 200/206/304 responses",
+       "Files", metavar="VALUE", default_text="none"),
+    _O("small_file_size", ("--small-file-size",),
+       "bodies up to this size are read and sent with the head", "Files",
+       metavar="BYTES", parse=int),
+    _O("max_ranges", ("--max-ranges",),
+       "ranges in one Range header; more are answered with the whole file", "Files",
+       metavar="N", parse=int),
+    _O("etag", ("--etag",),
+       "ETag rule: auto (content hash for small files and constant mtimes, else "
+       "size+mtime) or content (content hash for every file)", "Files", choices=ETAG_MODES),
+    _O("sendfile", ("--no-sendfile",), "send file bodies through user space", "Files",
+       kind="flag", invert=True),
+)
+
+_CONTENT = (
+    _O("listing", ("--no-listing",), "404 for directories without an index file",
+       "Content options", kind="flag", invert=True),
+    _O("listing_max_entries", ("--listing-max-entries",),
+       "entries shown per listing; more are cut with a notice", "Content options",
+       metavar="N", parse=int),
+    _O("listing_cache_size", ("--listing-cache-size",),
+       "memory for rendered listings, shared, LRU (0 = off)", "Content options",
+       metavar="BYTES", parse=_bytes),
+    _O("download", ("--download",),
+       "serve matching files as attachments (repeatable; '*.zip', 'releases/*')",
+       "Content options", kind="list", metavar="GLOB"),
+    _O("spa", ("--spa-file",),
+       "the file --spa answers with (implies --spa; --spa=FILE is the same)",
+       "Content options", metavar="FILE", default_text="off; index.html with --spa",
+       switch=("--spa", "index.html",
+               "answer missing extension-less paths with index.html (or --spa-file)"),
+       equals_alias="--spa"),
+    _O("precompressed", ("--no-precompressed",), "ignore FILE.br / FILE.zst / FILE.gz sidecars",
+       "Content options", kind="flag", invert=True),
+    _O("compress_max_size", ("--compress-max-size",),
+       "largest file compressed on the fly (0 = never)", "Content options",
+       metavar="BYTES", parse=_bytes),
+    _O("compress_cache_size", ("--compress-cache-size",),
+       "memory for compressed results, LRU (0 = no caching)", "Content options",
+       metavar="BYTES", parse=_bytes),
+    _O("digest", ("--digest",), "send Repr-Digest (RFC 9530) with file responses",
+       "Content options", kind="flag"),
+)
+
+_SITE = (
+    _O("headers", ("-H", "--header"),
+       "add a header to every response (repeatable; 'NAME VALUE' as two "
+       "arguments, http.server's form, works too)", "Site rules",
+       kind="list", metavar="'NAME: VALUE'", two_token=True),
+    _O("cors", ("--cors",), "Access-Control-Allow-Origin: * on every response", "Site rules",
+       kind="flag"),
+    _O("cors_origins", ("--cors-origin",),
+       "allow this origin (repeatable; echoed with Vary: Origin)", "Site rules",
+       kind="list", metavar="ORIGIN"),
+    _O("clean_urls", ("--clean-urls",),
+       "serve /about from about.html and redirect /about.html to /about", "Site rules",
+       kind="flag"),
+    _O("trailing_slash", ("--trailing-slash",),
+       "add or remove a trailing slash by redirect (keep: directories get one)", "Site rules",
+       choices=("add", "remove", "keep")),
+    _O("auth_file", ("--auth-file",),
+       "basic authentication for the whole site from this htpasswd-style file", "Site rules",
+       metavar="FILE", default_text="none"),
+)
+
+_WORK = (
+    _O("fs_workers", ("--fs-workers",), "threads for filesystem preparation (0 = inline)",
+       "Blocking work", metavar="N", parse=int),
+    _O("fs_queue", ("--fs-queue",),
+       "callers that may wait for an fs worker; past it 503 (needs --fs-workers > 0)",
+       "Blocking work", metavar="N", parse=int),
+    _O("file_cache_size", ("--file-cache-size",),
+       "memory for small files' bytes, revalidated per request (0 = off)", "Blocking work",
+       metavar="BYTES", parse=_bytes),
+    _O("fs_cache_valid", ("--fs-cache-valid",),
+       "with --fs-workers: trust a cached file this long without a stat", "Blocking work",
+       metavar="SECONDS", parse=float),
+    _O("work_workers", ("--work-workers",),
+       "threads for listings, compression and hashing (0 = inline)", "Blocking work",
+       metavar="N", parse=int),
+    _O("work_queue", ("--work-queue",), "callers that may wait for a work thread",
+       "Blocking work", metavar="N", parse=int),
+)
+
+_OUTPUT = (
+    _O("access_log", ("--access-log",), "access log format, one line per response",
+       "Output", choices=ACCESS_LOG_FORMATS),
+    _O("quiet", ("-q", "--quiet"), "no access log (same as --access-log off)", "Output",
+       kind="flag", sets=(("access_log", "off"),)),
+)
+
+_DEVELOPMENT = (
+    _O("watch", ("--watch",),
+       "development mode: watch the directory and live-reload browsers on change "
+       "(injects a script into HTML; not for production)", "Development", kind="flag"),
+    _O("watch_prefix", ("--watch-prefix",),
+       "reserved path of the live-reload event stream and script", "Development",
+       metavar="PATH"),
+    _O("watch_poll", ("--watch-poll",),
+       "with --watch: poll for changes instead of inotify (network filesystems)",
+       "Development", kind="flag"),
+    _O("watch_max_streams", ("--watch-max-streams",),
+       "with --watch: event streams open at once, apart from --max-connections "
+       "(past it: 503)", "Development", metavar="N", parse=int),
+)
+
+# --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).
+_TLS = (
+    _O("certfile", ("--certfile", "--tls-cert"), "PEM certificate chain; turns TLS on",
+       "TLS", metavar="PATH", default_text="off"),
+    _O("keyfile", ("--keyfile", "--tls-key"), "PEM private key", "TLS", metavar="PATH",
+       default_text="the certfile"),
+    _O("keyfile_password_file", ("--tls-password-file",),
+       "file holding the key's password (first line)", "TLS", metavar="PATH",
+       default_text="none"),
+    _O("keyfile_password_env", ("--keyfile-password-env",),
+       "environment variable holding the key's password (never pass it in argv)", "TLS",
+       metavar="NAME", default_text="none"),
+    _O("hsts", ("--hsts",),
+       "send Strict-Transport-Security: max-age=SECONDS on TLS responses "
+       "(never over plain HTTP; needs --certfile)", "TLS", metavar="SECONDS", parse=int,
+       default_text="off"),
+    _O("hsts_include_subdomains", ("--hsts-include-subdomains",),
+       "with --hsts: add includeSubDomains (every subdomain must serve HTTPS)", "TLS",
+       kind="flag"),
+)
+
+_PROCESSES = (
+    _O("workers", ("--workers",),
+       "processes, each with its own SO_REUSEPORT listener; "
+       "auto = one per CPU available (affinity, cgroup quota)", "Processes",
+       metavar="N", parse=_workers),
+    _O("listen", ("--listen",),
+       "plaintext listener (repeatable; IPv6 as [::1]:8080; /h1 or /h2 after it picks "
+       "its protocol); replaces -b and the port", "Processes", kind="list",
+       metavar="HOST:PORT", default_text="none; -b and the port apply"),
+    _O("listen_tls", ("--listen-tls",),
+       "TLS listener with --certfile/--keyfile (repeatable; /h1 or /h2 as for --listen); "
+       "replaces -b and the port", "Processes", kind="list", metavar="HOST:PORT"),
+)
+
+_OPERATIONS = (
+    _O("trusted_proxies", ("--trusted-proxies",),
+       "reverse proxies (addresses or networks) whose Forwarded / X-Forwarded-For "
+       "name the client, for the access log and the auth limiter", "Reverse proxies",
+       kind="extend", metavar="CIDR", parse=_cidr, default_text="trust no one"),
+    _O("fds", ("--fd",),
+       "serve on inherited listening socket N instead of binding (repeatable); "
+       "systemd's LISTEN_FDS is used automatically", "Socket activation",
+       kind="list", metavar="N", parse=int),
+    _O("admin_bind", ("--admin-bind",),
+       "serve GET /metrics and /healthz there (never the public port)", "Metrics and health",
+       metavar="HOST:PORT", default_text="off"),
+    _O(None, ("--check",),
+       "probe URL (http, loopback only) and exit 0 if it answers 2xx, else 1 "
+       "(container HEALTHCHECK without curl)", "Metrics and health", metavar="URL",
+       toml=False, default_text="off"),
+    _O("access_log_file", ("--access-log-file",),
+       "append the access log to PATH (reopened on SIGHUP)", "Logs", metavar="PATH",
+       default_text="stderr"),
+    _O("log_level", ("--log-level",), "error log level (stderr)", "Logs", choices=LOG_LEVELS),
+    _O(None, ("--config",),
+       "TOML file: each option as a key (max-connections = 100); the command line wins",
+       "Configuration file", metavar="FILE", toml=False, default_text="none"),
+    _O(None, ("--print-config",), "print the effective configuration as TOML and exit",
+       "Configuration file", kind="flag", toml=False),
+)
+
+OPTIONS: tuple[Option, ...] = (
+    _WHERE + _CONNECTIONS + _HTTP2 + _FILES + _CONTENT + _SITE + _WORK + _OUTPUT
+    + _DEVELOPMENT + _TLS + _PROCESSES + _OPERATIONS
+)
+
+TABLES: tuple[Table, ...] = (
+    Table("headers", "header_rules", "[[headers]]: path glob, fields to set and remove"),
+    Table("redirects", "redirects", "[[redirects]]: from, to, status"),
+    Table("rewrites", "rewrites", "[[rewrites]]: from, to (internal)"),
+    Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
+    Table("auth", "auth", "[[auth]]: path glob, users-file"),
+)
+
+# Config fields with no declaration, and why no user sets them.
+NOT_SETTABLE: dict[str, str] = {
+    "max_target_size": "fixed at 8192 (RFC 9112 §3 asks for at least 8000 octets)",
+    "rules_source": "the --config file the site tables came from (for messages)",
+    "root": "derived by Config.validate: the real path of the directory",
+    "source_date_epoch": "derived by Config.validate from $SOURCE_DATE_EPOCH",
+    "proxy_networks": "derived by Config.validate from --trusted-proxies",
+}
+
+_BY_DEST: dict[str, Option] = {o.dest: o for o in OPTIONS}
