@@ -64,7 +64,8 @@ _CANONICAL = {
 # not run a text/plain or octet-stream body (an uploaded .txt full of HTML,
 # an error page) as HTML or script.  Memoised with the status line, so it
 # costs nothing per response.  The serialisers add it, never a Plan: HTTP/1.1
-# here, HTTP/2 (NOSNIFF_FIELD) right after :status in net/h2conn.py.
+# here, HTTP/2 (NOSNIFF_FIELD) right after :status in net/h2write.py
+# (response_fields).
 NOSNIFF = b"X-Content-Type-Options: nosniff\r\n"
 NOSNIFF_FIELD = (b"x-content-type-options", b"nosniff")
 

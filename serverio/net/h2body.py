@@ -21,10 +21,10 @@ whose ``h2_code`` is PROTOCOL_ERROR, and the connection resets that stream
 only (RFC 9113 §8.1.1: a stream error, never a connection error).  h2
 itself checks content-length and makes a mismatch a connection error
 (GOAWAY), even with ``validate_inbound_headers=False``, before the
-connection sees the DATA; :class:`StreamLengthConnection` leaves that
-check to this body (a private-API override, pinned by
-tests/test_reqbody_h2.py; it moves to the h2 adapter module when the
-transport rebuild creates one).
+connection sees the DATA; :class:`StreamLengthConnection` (from
+:mod:`serverio.net.h2adapter`, the one place serverio uses h2's private
+API; :class:`~serverio.net.h2conn.H2Connection`'s h2 connection is one
+too) leaves that check to this body.
 
 Too large: declared over ``max_size`` -> :meth:`~RequestBody.refused`
 (413 before reading); more than ``max_size`` streamed -> the pull raises
@@ -38,10 +38,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-import h2.connection
-import h2.stream
 import trio
 
+from .h2adapter import StreamLengthConnection
 from .reqbody import BodyError, BodyMalformed, BodyPolicy, BodyState, ClientGone, RequestBody
 
 __all__ = ["DEFAULT_WINDOW", "H2Body", "StreamLengthConnection"]
@@ -165,31 +164,3 @@ class H2Body(RequestBody):
         self._buffered -= len(piece)
         self._acknowledge(len(piece))  # the window reopens as the handler consumes
         return piece
-
-
-class _StreamLengthUnchecked(h2.stream.H2Stream):
-    """An h2 stream that does not track content-length (H2Body does)."""
-
-    def _initialize_content_length(self, headers: object) -> None:
-        # h2 raises a connection-level ProtocolError for a non-numeric or
-        # conflicting content-length here, and InvalidBodyLengthError (also
-        # connection-level) in _track_content_length; with no expected
-        # length both are skipped.  serverio.http.h2head validates the
-        # field per stream.
-        self._expected_content_length = None
-
-
-class StreamLengthConnection(h2.connection.H2Connection):
-    """h2's connection whose streams leave the content-length check to
-    :class:`H2Body`, so a mismatch is a stream error (RFC 9113 §8.1.1).
-
-    Private h2 API (``_begin_new_stream``, ``H2Stream._initialize_content_length``),
-    tested against the installed h2 in tests/test_reqbody_h2.py.
-    """
-
-    def _begin_new_stream(
-        self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
-    ) -> h2.stream.H2Stream:
-        stream = super()._begin_new_stream(stream_id, allowed_ids)
-        stream.__class__ = _StreamLengthUnchecked
-        return stream

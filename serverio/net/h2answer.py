@@ -1,0 +1,144 @@
+"""An HTTP/2 stream's answer: request head -> RequestFacts -> the request
+steps -> (Plan, Body).
+
+The request steps are :mod:`serverio.pipeline.request`'s, shared with
+HTTP/1.1 (:class:`~serverio.net.connection.ConnectionTask`); what is HTTP/2's
+own is here: the facts from a :class:`~serverio.http.h2head.RequestHead`
+(431, 405 for CONNECT, ``:authority`` and ``:path`` checks), the cap on body
+descriptors (``--h2-max-open-files``), and :func:`response_fields`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from ..errors import HTTPError
+from ..fs.prepare import Prepared
+from ..http.core import RequestFacts
+from ..http.fields import Fields, check_host, scan_fields
+from ..http.h2head import path_bytes_ok
+from ..http.target import parse_target
+from ..pipeline.handler import Deferred
+from ..pipeline.request import Answer, Waiting, client_for, complete, failed, start
+from .env import ConnectionEnv
+from .h2state import Stream
+
+__all__ = ["StreamAnswer", "run_deferred"]
+
+
+async def run_deferred(deferred: Deferred) -> Prepared:
+    """How a stream waits for the handler: just await it.  A reset
+    (RST_STREAM) cancels the stream's scope, which cancels this wait."""
+    try:
+        return await deferred.run()
+    finally:
+        deferred.close()
+
+
+class StreamAnswer:
+    """The answers of one connection's streams, under its cap on body
+    descriptors (``--h2-max-open-files``)."""
+
+    __slots__ = ("_client", "_env", "_files", "_tls")
+
+    def __init__(self, env: ConnectionEnv, client: Callable[[], str], tls: bool) -> None:
+        self._env = env
+        self._client = client
+        self._tls = tls  # --hsts: on TLS only
+        # Body descriptors this connection holds at most (ops/fdlimit.py
+        # counts 1 + this per connection); see answer.
+        self._files = trio.Semaphore(env.config.h2_max_open_files)
+
+    def facts(self, st: Stream) -> tuple[RequestFacts, Fields]:
+        """The same RequestFacts an HTTP/1.1 request head gives, and the
+        fields the access log reads."""
+        head = st.head
+        cfg = self._env.config
+        if head.size > cfg.max_head_size:
+            raise HTTPError(431, "request header list too large")
+        if head.method == b"CONNECT" or head.path is None:
+            raise HTTPError(405, "CONNECT is not supported")  # not a proxy
+        if head.authority is not None:
+            check_host(head.authority)
+        if not path_bytes_ok(head.path):
+            raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
+        f = scan_fields(head.fields)
+        target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
+        facts = RequestFacts(
+            method=head.method,
+            target=target,
+            keep_alive=True,
+            has_body=st.open_body,
+            tls=self._tls,
+            **f.values,
+        )
+        return facts, f
+
+    async def answer(
+        self, st: Stream, now: float
+    ) -> tuple[Answer, Fields | None, Callable[[], str]]:
+        """The request steps under the connection's cap on body descriptors.
+
+        A body streamed from a file keeps its descriptor until it is sent,
+        however long the client keeps its window closed, so a stream may
+        hold one only with one of ``h2_max_open_files`` slots: what
+        ``ops/fdlimit.py`` budgets, whatever the client does.  A free slot
+        is taken up front and given back at once when the answer holds no
+        descriptor.  At the cap, :func:`start` (synchronous: no await, so
+        at most one such descriptor exists in the process) still answers
+        what needs none (a warm file, a small file, an error, a 304) without
+        waiting; an answer that holds one, or must wait for the handler,
+        is dropped (its descriptor closed) and asked again once a slot is
+        free.
+
+        Cancellation handling: a reset while waiting for a slot cancels the
+        wait with nothing held; the slot a stream holds is given back with
+        :meth:`give_file` after its body is closed (the stream task's
+        ``finally``).
+        """
+        env = self._env
+        cfg = env.config
+        fields: Fields | None = None
+        client = self._client
+        try:
+            req, fields = self.facts(st)
+            if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                client = client_for(cfg, self._client, req)
+            if not self._take_file_now(st):
+                got = start(env, req, now)
+                if type(got) is tuple and got[1].fd < 0:
+                    return got, fields, client
+                if type(got) is tuple:
+                    got[1].close()
+                elif type(got) is Waiting and got.deferred is not None:
+                    got.deferred.close()
+                await self._files.acquire()
+                st.file_slot = True
+            got = start(env, req, now)
+            if type(got) is Waiting:
+                answer = await complete(env, got, now, client, run_deferred)
+                assert answer is not None  # run_deferred never gives None
+            else:
+                assert type(got) is tuple
+                answer = got
+        except HTTPError as exc:
+            answer = failed(env, exc, now, st.head.method == b"HEAD")
+        if answer[1].fd < 0:
+            self.give_file(st)
+        return answer, fields, client
+
+    def _take_file_now(self, st: Stream) -> bool:
+        try:
+            self._files.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        st.file_slot = True
+        return True
+
+    def give_file(self, st: Stream) -> None:
+        """Give back the descriptor slot ``st`` holds, if any."""
+        if st.file_slot:
+            st.file_slot = False
+            self._files.release()
