@@ -130,6 +130,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.http.codecs": ("CODECS", "compress_bytes"),
     "serverio.http.core": (
+        "CONDITIONAL_FIELDS",
         "ETAG_MODES",
         "EtagPolicy",
         "FileFacts",
@@ -139,7 +140,10 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "UNSATISFIABLE",
         "VARY_ACCEPT",
         "VARY_ACCEPT_ENCODING",
+        "NOSNIFF_FIELD",
         "coded_etag",
+        "common_fields",
+        "conditional_plan",
         "content_digest",
         "content_hasher",
         "decide_directory",
@@ -158,6 +162,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "sent_mtime",
         "spa_fallback_applies",
         "wants_content_hash",
+        "without_conditions",
     ),
     "serverio.http.dates": (
         "MAX_HTTP_SECONDS",
@@ -293,7 +298,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "quote_query",
         "quote_segment",
     ),
-    "serverio.http.wire": ("NOSNIFF", "NOSNIFF_FIELD", "head_bytes"),
+    "serverio.http.wire": ("SHARED_HEADS_MAX", "Canned", "head_bytes", "shared_head"),
     "serverio.net": None,
     "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
     "serverio.net.admin": (

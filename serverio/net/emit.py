@@ -19,7 +19,7 @@ making a :class:`trio.SocketStream` sets TCP_NODELAY and TCP_NOTSENT_LOWAT,
 two syscalls the first write of a connection that closes after it does not
 need (:meth:`Emitter.tune`).
 
-The emitter serialises nothing itself but the memoised head's close variant:
+The emitter serialises nothing itself but the cached head's close variant:
 the head comes from :mod:`serverio.http.wire` (see its docstring), the body
 pieces from the plan.  It raises :class:`Abort` when a response cannot be
 completed (write deadline, a file that shrank, a read error mid-body): the
@@ -38,7 +38,7 @@ import trio
 from ..fs.body import Body
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..http.wire import head_bytes
+from ..http.wire import head_bytes, shared_head
 from ..observe.stats import Stats
 
 __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abort", "Emitter"]
@@ -219,14 +219,16 @@ class Emitter:
         Literal pieces are coalesced with the head into as few writes as
         possible; each file span is flushed before it and streamed itself.
         """
-        head = plan.head
-        if head is None or ka10:
+        if not plan.shared or ka10:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
-        elif close:
-            # A memoised head is head_bytes(close=False, keep_alive_10=False):
-            # the close variant is the same fields with Connection: close
-            # last, before the blank line (what head_bytes(close=True) writes).
-            head = head[:-2] + _CLOSE_END
+        else:
+            # A shared plan's head comes from the HTTP/1.1 head cache.
+            head = shared_head(plan)
+            if close:
+                # The cached head is head_bytes(close=False, keep_alive_10=False):
+                # the close variant is the same fields with Connection: close
+                # last, before the blank line (what head_bytes(close=True) writes).
+                head = head[:-2] + _CLOSE_END
         stats = self._stats
         literal = body.pieces
         if len(literal) == 1 and self.fd >= 0:

@@ -111,7 +111,6 @@ from ..http.h2head import (
 )
 from ..http.hpackfast import CachingDecoder, FieldEncoder
 from ..http.target import parse_target
-from ..http.wire import NOSNIFF_FIELD
 from ..pipeline.handler import Deferred
 from ..pipeline.livereload import LiveReload
 from ..pipeline.request import Answer, Waiting, client_for, complete, failed, finish, record, start
@@ -150,10 +149,10 @@ _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 
 def _head_fields(status: int) -> list[tuple[bytes, bytes]]:
-    """The fields every response starts with: ``:status`` (RFC 9113 §8.3.2)
-    and nosniff, which the serialiser adds on either protocol
-    (:data:`serverio.http.wire.NOSNIFF_FIELD`; a Plan never carries it)."""
-    return [(b":status", b"%d" % status), NOSNIFF_FIELD]
+    """The pseudo-header every response starts with, ``:status`` (RFC 9113
+    §8.3.2); every other field comes from the plan (the pure layer's
+    common fields first: serverio.http.core.common_fields)."""
+    return [(b":status", b"%d" % status)]
 
 
 async def _run_deferred(deferred: Deferred) -> Prepared:
