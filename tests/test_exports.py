@@ -298,7 +298,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "quote_query",
         "quote_segment",
     ),
-    "serverio.http.wire": ("SHARED_HEADS_MAX", "Canned", "head_bytes", "shared_head"),
+    "serverio.http.wire": (
+        "SHARED_HEADS",
+        "SHARED_HEADS_MAX",
+        "Canned",
+        "head_bytes",
+        "shared_head",
+    ),
     "serverio.net": None,
     "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
     "serverio.net.admin": (

@@ -679,8 +679,8 @@ def precondition_plan(
 # The request fields that make a GET conditional or partial (RFC 9110
 # §13.1, §14.2): the one list of them.  :func:`depends_on_method_only`
 # tests them (spelled out there: it runs on every warm request) and
-# :func:`without_conditions` clears them; tests/test_decisions.py checks the
-# two agree with this list.
+# :func:`without_conditions` clears them (spelled out for the type
+# checker); tests/test_decisions.py checks both agree with this list.
 CONDITIONAL_FIELDS: Final = (
     "if_match",
     "if_none_match",
@@ -689,14 +689,19 @@ CONDITIONAL_FIELDS: Final = (
     "range",
     "if_range",
 )
-_NO_CONDITIONS: Final = dict.fromkeys(CONDITIONAL_FIELDS)
-
-
 def without_conditions(req: RequestFacts) -> RequestFacts:
     """``req`` with no precondition and no Range: the request for the whole
     current representation (live reload resolves the base page this way
     and evaluates the client's own conditions against the variant)."""
-    return replace(req, **_NO_CONDITIONS)
+    return replace(
+        req,
+        if_match=None,
+        if_none_match=None,
+        if_modified_since=None,
+        if_unmodified_since=None,
+        range=None,
+        if_range=None,
+    )
 
 
 def depends_on_method_only(req: RequestFacts) -> bool:

@@ -38,7 +38,7 @@ import trio
 from ..fs.body import Body
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..http.wire import head_bytes, shared_head
+from ..http.wire import SHARED_HEADS, head_bytes, shared_head
 from ..observe.stats import Stats
 
 __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abort", "Emitter"]
@@ -50,6 +50,7 @@ SEND_PIECE = 16384  # non-socket streams: progress granularity of the write dead
 # Emitter.tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
 _UNTUNED_WRITE_MAX = 16384
 _CLOSE_END = b"Connection: close\r\n\r\n"
+_cached_head = SHARED_HEADS.get  # the HTTP/1.1 head cache, read inline
 
 _HAS_SENDFILE = hasattr(os, "sendfile")
 # Sockets are file descriptors on POSIX, so the fast paths read and write
@@ -222,8 +223,13 @@ class Emitter:
         if not plan.shared or ka10:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
         else:
-            # A shared plan's head comes from the HTTP/1.1 head cache.
-            head = shared_head(plan)
+            # A shared plan's head comes from the HTTP/1.1 head cache
+            # (serverio.http.wire.shared_head; its hit test inlined here).
+            hit = _cached_head(id(plan))
+            if hit is not None and hit[0] is plan.headers and hit[1] == plan.status:
+                head = hit[2]
+            else:
+                head = shared_head(plan)
             if close:
                 # The cached head is head_bytes(close=False, keep_alive_10=False):
                 # the close variant is the same fields with Connection: close
