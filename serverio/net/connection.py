@@ -33,6 +33,7 @@ handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import h11
 import trio
@@ -196,7 +197,7 @@ class ConnectionTask:
         stats = self.env.stats
         emitter = self.emitter
         try:
-            tls = emitter.stream if emitter.stream_made else None
+            tls = emitter.lazy_stream
             if isinstance(tls, trio.SSLStream):
                 if not await self._handshake():
                     return
@@ -230,7 +231,8 @@ class ConnectionTask:
             raise
         finally:
             self.life.phase = CLOSED  # from any phase
-            await emitter.close()
+            if not emitter.close_socket():
+                await trio.aclose_forcefully(emitter.stream)
 
     async def _handshake(self) -> bool:
         """TLS handshake under the head deadline; False: close quietly.
@@ -277,6 +279,7 @@ class ConnectionTask:
         """
         env = self.env
         reader = self.reader
+        peer = self._peer  # one bound method for the connection's requests
         while True:
             try:
                 if unscoped:
@@ -296,7 +299,7 @@ class ConnectionTask:
                     await trio.lowlevel.checkpoint_if_cancelled()
                     event = as_head(got)
                     if event is not None:
-                        self._busy()
+                        self.life.to(BUSY)  # from FIRST
                 else:
                     event = await reader.next_head(requests > 0, env.draining, env.cut_fresh)
             except HTTPError as exc:
@@ -313,12 +316,13 @@ class ConnectionTask:
                 await self._switch(_PREFACE_HEAD + reader.leftover)
                 return None
             requests += 1
-            if not await self._answer(event, requests):
+            if not await self._answer(event, requests, peer):
                 return None
             reader.next_cycle()
 
-    async def _answer(self, event: Head, requests: int) -> bool:
-        """Answer one request; False when the connection closes after it."""
+    async def _answer(self, event: Head, requests: int, peer: Callable[[], str]) -> bool:
+        """Answer one request; False when the connection closes after it.
+        ``peer``: the connection's address lookup."""
         env = self.env
         cfg = env.config
         reader = self.reader
@@ -328,7 +332,7 @@ class ConnectionTask:
         ua = referer = request_id = None
         keep = False
         body: Body | None = None
-        client = self._peer
+        client = peer
         # The request steps are the pipeline's (serverio.pipeline.request),
         # shared with HTTP/2; facts, the wait, the emit and keep-alive
         # are this connection's.

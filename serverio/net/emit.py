@@ -83,12 +83,13 @@ class Emitter:
     connection's own).
 
     ``stream`` is the connection's stream, or a freshly accepted trio socket
-    whose :class:`trio.SocketStream` is made on first use.  ``before_wait``
+    whose :class:`trio.SocketStream` is made on first use (``lazy_stream``:
+    the stream once there, given or made; None before).  ``before_wait``
     is called before anything here waits (the connection lifts its read
     deadline then: a read deadline never cuts a response in progress).
     """
 
-    __slots__ = ("_before_wait", "_lazy_stream", "_stats", "_timeout", "fd", "sock", "use_sendfile")
+    __slots__ = ("_before_wait", "_stats", "_timeout", "fd", "lazy_stream", "sock", "use_sendfile")
 
     def __init__(
         self,
@@ -100,9 +101,9 @@ class Emitter:
     ) -> None:
         if isinstance(stream, trio.socket.SocketType):
             self.sock: trio.socket.SocketType | None = stream
-            self._lazy_stream: trio.abc.Stream | None = None
+            self.lazy_stream: trio.abc.Stream | None = None
         else:
-            self._lazy_stream = stream
+            self.lazy_stream = stream
             self.sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         # The raw fd for the fast paths (non-blocking read/write without
         # trio's socket machinery); -1 for streams that are not sockets.
@@ -120,16 +121,11 @@ class Emitter:
         """The connection's stream; around a bare socket it is made on first
         use (a slow path: a cold file's watcher, an event stream, HTTP/2),
         which also sets trio's TCP options on it."""
-        stream = self._lazy_stream
+        stream = self.lazy_stream
         if stream is None:
             assert self.sock is not None
-            stream = self._lazy_stream = trio.SocketStream(self.sock)
+            stream = self.lazy_stream = trio.SocketStream(self.sock)
         return stream
-
-    @property
-    def stream_made(self) -> bool:
-        """Is the stream there (given, or made by :attr:`stream`)?"""
-        return self._lazy_stream is not None
 
     def tune(self) -> None:
         """Set the TCP options a :class:`trio.SocketStream` sets (TCP_NODELAY,
@@ -144,8 +140,10 @@ class Emitter:
         """
         _ = self.stream
 
-    async def close(self) -> None:
-        """Close the connection's socket or stream (once, at its end)."""
+    def close_socket(self) -> bool:
+        """Close the connection's plain socket (once, at its end), without
+        an await; False when the stream is not a plain socket (TLS, memory):
+        the caller then closes it with ``trio.aclose_forcefully``."""
         sock = self.sock
         if sock is not None and self.fd >= 0:
             # Every task that used this fd is done (the connection's task
@@ -161,7 +159,8 @@ class Emitter:
             # enter a cancel scope, per connection, for nothing.
             sock.close()
         else:
-            await trio.aclose_forcefully(self.stream)
+            return False
+        return True
 
     # ------------------------------------------------------------ writing
 
@@ -178,7 +177,7 @@ class Emitter:
         Cancellation handling: a cancelled write leaves the response cut
         short; the connection closes (nothing else is written on it).
         """
-        if self._lazy_stream is None:
+        if self.lazy_stream is None:
             self.tune()
         view = memoryview(data)
         if self.fd >= 0:
@@ -245,7 +244,7 @@ class Emitter:
                 # without the piece list and the coroutine of the general
                 # path below.
                 total = len(head) + len(piece)
-                if self._lazy_stream is None and (not close or total > _UNTUNED_WRITE_MAX):
+                if self.lazy_stream is None and (not close or total > _UNTUNED_WRITE_MAX):
                     # Only the one small write of a connection that closes
                     # after it goes out before the TCP options are set.
                     self.tune()
@@ -308,7 +307,7 @@ class Emitter:
         never a joined copy: a client that stops reading pins O(socket
         buffer) bytes of its own, not O(body).
         """
-        if self._lazy_stream is None:
+        if self.lazy_stream is None:
             self.tune()
         if len(pieces) > 1:
             if self.fd >= 0:
@@ -346,7 +345,7 @@ class Emitter:
         A file that shrank under us makes sendfile return 0 before the span
         is done: we abort rather than pad or finish short.
         """
-        if self._lazy_stream is None:
+        if self.lazy_stream is None:
             self.tune()
         sock = self.sock
         assert sock is not None
