@@ -187,7 +187,7 @@ class Plan:
     # The plan is memoised and shared by the requests of one second
     # (serverio.pipeline.decide.serve_cached, Site.finish): a transport may
     # cache what it serialises from it, keyed by the plan's identity
-    # (serverio.net.emit.HeadCache).  A pure value: no wire bytes here.
+    # (serverio.http.wire.shared_head).  A pure value: no wire bytes here.
     shared: bool = False
     # A long-lived streaming body (the live-reload event stream): the
     # connection writes the head, then hands the socket to the stream.
