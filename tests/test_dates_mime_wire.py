@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace as dataclasses_replace
 from datetime import UTC, datetime
 
 import h11
@@ -274,14 +275,14 @@ def test_is_compressible(ctype: str, expected: bool) -> None:
         (b"allow", b"Allow"),
         (b"retry-after", b"Retry-After"),
         (b"vary", b"Vary"),
+        (b"x-content-type-options", b"X-Content-Type-Options"),
     ],
 )
 def test_canonical_header_names(name: bytes, canonical: bytes) -> None:
+    # The serialiser adds no field: what it writes is the plan's (one header
+    # policy, serverio.http.core.common_fields).
     out = head_bytes(200, [(name, b"v")], close=False, keep_alive_10=False)
-    assert (
-        out
-        == b"HTTP/1.1 200 OK\r\nX-Content-Type-Options: nosniff\r\n" + canonical + b": v\r\n\r\n"
-    )
+    assert out == b"HTTP/1.1 200 OK\r\n" + canonical + b": v\r\n\r\n"
 
 
 def test_head_bytes_exact() -> None:
@@ -293,7 +294,6 @@ def test_head_bytes_exact() -> None:
     )
     assert out == (
         b"HTTP/1.1 206 Partial Content\r\n"
-        b"X-Content-Type-Options: nosniff\r\n"
         b"Content-Range: bytes 0-0/9\r\n"
         b"Content-Length: 1\r\n"
         b"x-other: y\r\n"
@@ -321,8 +321,7 @@ def test_connection_header(close: bool, keep_alive_10: bool, connection: bytes |
 def test_status_lines(status: int) -> None:
     out = head_bytes(status, [], close=False, keep_alive_10=False)
     assert re.fullmatch(
-        rb"HTTP/1\.1 %d [\x21-\x7e][\x20-\x7e]*\r\nX-Content-Type-Options: nosniff\r\n\r\n"
-        % status,
+        rb"HTTP/1\.1 %d [\x21-\x7e][\x20-\x7e]*\r\n\r\n" % status,
         out,
     ), out
     assert head_bytes(status, [], close=False, keep_alive_10=False) == out  # memo is stable
@@ -428,7 +427,7 @@ def test_h11_parses_our_responses(method: str, plan: Plan, bytewise: bool) -> No
     sent = dict(plan.headers)
     received = list(response.headers)
     expected = sorted(sent.items()) + ([(b"connection", b"close")] if plan.close else [])
-    expected.append((b"x-content-type-options", b"nosniff"))  # on every response
+    assert plan.headers[0] == (b"x-content-type-options", b"nosniff")  # every plan, first
     assert sorted(received) == sorted(expected)
     if plan.close:
         assert conn.their_state is h11.MUST_CLOSE
@@ -454,3 +453,54 @@ def test_http10_keep_alive_head_is_parsed() -> None:
     response, got, _, leftover = client_parse(head + body, "GET", bytewise=False)
     assert response.status_code == 200 and got == DATA and leftover == b""
     assert (b"connection", b"keep-alive") in list(response.headers)
+
+
+# ------------------------------------------------- head cache, canned responses
+
+
+def test_a_plan_carries_no_wire_bytes() -> None:
+    """The pure Plan is protocol-free: the HTTP/1.1 head of a shared plan
+    lives in the transport's cache (http.wire.shared_head), not on it."""
+    import dataclasses
+
+    fields = {f.name: f.type for f in dataclasses.fields(Plan)}
+    assert "head" not in fields
+    assert not [n for n, t in fields.items() if "bytes | None" in str(t)]
+
+
+def test_shared_head_is_serialised_once_per_plan_and_bounded() -> None:
+    from serverio.http import wire
+
+    wire.SHARED_HEADS.clear()
+    a = dataclasses_replace(error_plan(404, 1.7e9), shared=True)
+    b = dataclasses_replace(a)  # equal, but another object: its own entry
+    first = wire.shared_head(a)
+    assert first == head_bytes(a.status, a.headers, close=False, keep_alive_10=False)
+    assert wire.shared_head(a) is first  # cached, not rebuilt
+    assert wire.shared_head(b) == first and wire.shared_head(b) is not first
+    # An id reused by a plan with other headers is a miss, never a stale head.
+    wire.SHARED_HEADS[id(b)] = (a.headers[:1], a.status, b"stale")
+    assert wire.shared_head(b) == first
+    plans = [dataclasses_replace(a) for _ in range(wire.SHARED_HEADS_MAX + 10)]
+    for p in plans:
+        wire.shared_head(p)
+    assert len(wire.SHARED_HEADS) <= wire.SHARED_HEADS_MAX
+    wire.SHARED_HEADS.clear()
+
+
+@pytest.mark.parametrize(
+    ("status", "allow"), [(503, b"GET, HEAD, OPTIONS"), (400, b""), (405, b"GET, HEAD")]
+)
+@pytest.mark.parametrize("head_only", [False, True])
+def test_canned_is_the_error_plan_serialised(status: int, allow: bytes, head_only: bool) -> None:
+    """A canned response is exactly what head_bytes writes for the same
+    error_plan at that second (its Date included), body and all."""
+    from serverio.http.wire import Canned
+
+    kw = {"allow": allow} if allow else {}
+    canned = Canned(error_plan(status, 0.0, close=True, **kw))  # type: ignore[arg-type]
+    for now in (1.7e9, 1.7e9 + 0.5, 1.7e9 + 3):
+        plan = error_plan(status, now, close=True, **kw)  # type: ignore[arg-type]
+        head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
+        want = head if head_only else head + plan.body[0]  # type: ignore[operator]
+        assert canned.at(now, head_only=head_only) == want

@@ -4,6 +4,7 @@ rule; pure, table-driven, no event loop."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -41,6 +42,7 @@ from .core_tables import (
 # -------------------------------------------------------------- decide_file
 
 BASE_HEADERS = {
+    b"x-content-type-options",  # the common fields (serverio.http.core.common_fields)
     b"date",
     b"last-modified",
     b"etag",
@@ -281,5 +283,32 @@ def test_plan_is_immutable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.status = 200  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        plan.head = b"HTTP/1.1 200 OK\r\n\r\n"  # type: ignore[misc]
+        plan.shared = True  # type: ignore[misc]
     assert isinstance(plan.headers, tuple) and isinstance(plan.body, tuple)
+
+
+def test_conditional_fields_are_one_list() -> None:
+    """CONDITIONAL_FIELDS is the one list of the request fields that make a
+    GET conditional or partial: depends_on_method_only tests each of them,
+    without_conditions clears each of them (and nothing else)."""
+    from serverio.http.core import (
+        CONDITIONAL_FIELDS,
+        depends_on_method_only,
+        without_conditions,
+    )
+    from serverio.http.target import parse_target
+
+    plain = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/a.txt"), accept="x/y")
+    assert depends_on_method_only(plain)
+    for name in CONDITIONAL_FIELDS:
+        req = dataclasses.replace(plain, **{name: "v"})  # type: ignore[arg-type]
+        # If-Range alone does not matter (only with Range); every other one does.
+        assert depends_on_method_only(req) is (name == "if_range"), name
+        cleared = without_conditions(req)
+        assert cleared == plain, name
+    everything = dataclasses.replace(plain, **dict.fromkeys(CONDITIONAL_FIELDS, "v"))  # type: ignore[arg-type]
+    assert without_conditions(everything) == plain
+    # Exactly the dataclass fields that RFC 9110 §13.1 / §14.2 name.
+    names = {f.name for f in dataclasses.fields(RequestFacts)}
+    assert set(CONDITIONAL_FIELDS) <= names
+    assert {n for n in names if n.startswith("if_")} | {"range"} == set(CONDITIONAL_FIELDS)

@@ -82,8 +82,20 @@ async def test_admin_other_paths_and_methods(root: Path) -> None:
             assert (await admin_get(admin, "/healthz", "HEAD"))[0] == 200
             client = await connect(admin)
             await client.send_raw(b"POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
-            assert (await client.read_response()).status == 405
+            r = await client.read_response()
             await client.stream.aclose()
+            # RFC 9110 §15.5.6: a 405 lists the methods the target allows
+            # (this endpoint's, not the file server's OPTIONS), from error_plan.
+            assert r.status == 405 and r.header("allow") == "GET, HEAD"
+            assert r.header("x-content-type-options") == "nosniff"
+            assert r.header("date") is not None and r.header("connection") == "close"
+            assert r.body == b"405 Method Not Allowed\n"
+            ok = await connect(admin)
+            got = await ok.get("/healthz")
+            await ok.stream.aclose()
+            assert got.header("date") is not None  # every answer has the common fields
+            assert got.header("x-content-type-options") == "nosniff"
+            assert got.header("cache-control") == "no-store"
     # The admin listener is not the public one: nothing was counted there.
     assert srv.stats.accepted == 0
 

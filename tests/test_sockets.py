@@ -53,6 +53,11 @@ async def test_admission_503_and_recovery(root: Path) -> None:
         assert rejected.status == 503
         assert rejected.header("retry-after") == "1"
         assert rejected.header("connection") == "close"
+        # The pure layer's 503 (error_plan), canned once: its common fields
+        # too, Date current (RFC 9110 §6.6.1), the fixed status text.
+        assert rejected.header("x-content-type-options") == "nosniff"
+        assert rejected.header("date") is not None
+        assert rejected.body == b"503 Service Unavailable\n"
         await a.stream.aclose()
         await wait_until(lambda: len(srv.connections) == 1)
         d = await connect(port)

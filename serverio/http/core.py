@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..config import Config
@@ -28,7 +28,9 @@ from .livescript import live_assets
 from .target import Target, quote_query
 
 __all__ = [
+    "CONDITIONAL_FIELDS",
     "ETAG_MODES",
+    "NOSNIFF_FIELD",
     "UNSATISFIABLE",
     "VARY_ACCEPT",
     "VARY_ACCEPT_ENCODING",
@@ -38,6 +40,8 @@ __all__ = [
     "Plan",
     "RequestFacts",
     "coded_etag",
+    "common_fields",
+    "conditional_plan",
     "content_digest",
     "content_hasher",
     "decide_directory",
@@ -56,9 +60,17 @@ __all__ = [
     "sent_mtime",
     "spa_fallback_applies",
     "wants_content_hash",
+    "without_conditions",
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
+# The fields every response carries, whatever its status or protocol (the
+# one header policy: added here, in the pure layer, by :func:`common_fields`;
+# the wire modules only serialise).  "Do not sniff" (WHATWG Fetch §3.5.1): a
+# client must not run a text/plain or octet-stream body (an uploaded .txt
+# full of HTML, an error page) as HTML or script.  First in every plan, so
+# HTTP/1.1 sends it right after the status line, HTTP/2 right after :status.
+NOSNIFF_FIELD: Final = (b"x-content-type-options", b"nosniff")
 VARY_ACCEPT_ENCODING: Final = b"Accept-Encoding"
 VARY_ACCEPT: Final = b"Accept"
 
@@ -172,9 +184,11 @@ class Plan:
     body: tuple[bytes | FileSpan, ...] = ()
     send_body: bool = True
     close: bool = False
-    # The serialised head for a kept-alive HTTP/1.1 connection, when the edge
-    # memoised it (serverio.pipeline.decide.serve_cached); else None.
-    head: bytes | None = None
+    # The plan is memoised and shared by the requests of one second
+    # (serverio.pipeline.decide.serve_cached, Site.finish): a transport may
+    # cache what it serialises from it, keyed by the plan's identity
+    # (serverio.http.wire.shared_head).  A pure value: no wire bytes here.
+    shared: bool = False
     # A long-lived streaming body (the live-reload event stream): the
     # connection writes the head, then hands the socket to the stream.
     stream: bool = False
@@ -476,6 +490,14 @@ def _date(now: float) -> bytes:
     return memo[1]
 
 
+def common_fields(now: float) -> list[tuple[bytes, bytes]]:
+    """The fields every response starts with: :data:`NOSNIFF_FIELD`, then
+    ``Date`` (RFC 9110 §6.6.1: an origin server with a clock sends it).
+    Every plan this module (and every feature built on it) makes begins
+    with these; nothing below the pure layer adds a field."""
+    return [NOSNIFF_FIELD, (b"date", _date(now))]
+
+
 def error_plan(
     status: int,
     now: float,
@@ -483,6 +505,7 @@ def error_plan(
     close: bool = False,
     headers: Sequence[tuple[bytes, bytes]] = (),
     head_only: bool = False,
+    allow: bytes = ALLOW,
 ) -> Plan:
     """The one place an error status becomes a response.
 
@@ -490,16 +513,15 @@ def error_plan(
     exception text ever reaches the client.  Every 503 (saturated pool, out
     of descriptors, a file that shrank while read) says when to retry and
     closes the connection (a client should back off, not pipeline more);
-    a 405 lists what is allowed (RFC 9110 §15.5.6).
+    a 405 lists what is allowed (RFC 9110 §15.5.6): ``allow``, the file
+    server's methods unless another endpoint (the admin one) says.
     """
     body = b"%d %s\n" % (status, reason_phrase(status))
-    hs = [
-        (b"date", _date(now)),
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", b"%d" % len(body)),
-    ]
+    hs = common_fields(now)
+    hs.append((b"content-type", b"text/plain; charset=utf-8"))
+    hs.append((b"content-length", b"%d" % len(body)))
     if status == 405:
-        hs.append((b"allow", ALLOW))
+        hs.append((b"allow", allow))
     elif status == 503:
         hs.append((b"retry-after", b"1"))
         close = True
@@ -522,7 +544,7 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        return Plan(204, ((b"date", _date(now)), (b"allow", ALLOW)), (), send_body=False)
+        return Plan(204, (*common_fields(now), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         return error_plan(405, now, close=req.has_body)
     if req.target.hidden:
@@ -583,14 +605,6 @@ def sent_mtime(mtime: int | None, now: float) -> int | None:
     return sec if mtime > sec else mtime
 
 
-def _validator_headers(
-    etag: str, mtime: int | None, cfg: Config, now: float, vary: bytes
-) -> list[tuple[bytes, bytes]]:
-    # What a 304 must repeat from the 200 it stands for (§15.4.5): Date,
-    # ETag, Cache-Control, Vary.
-    return [(b"date", _date(now)), *_validator_tail(etag, mtime, cfg.cache_control, vary)]
-
-
 @functools.lru_cache(maxsize=256)
 def _ascii(text: str) -> bytes:
     return text.encode("ascii")
@@ -615,6 +629,32 @@ def _validator_tail(
     return tuple(hs)
 
 
+def conditional_plan(
+    req: RequestFacts,
+    etag: str,
+    mtime: int | None,
+    now: float,
+    validators: Iterable[tuple[bytes, bytes]],
+) -> Plan | None:
+    """The one place a precondition result becomes a response: the 304 or
+    412 for a representation whose validators are ``etag`` and ``mtime``
+    (None: no modification date), or None to go on (RFC 9110 §13.2.2).
+
+    ``validators`` are the fields a 304 repeats from the 200 it stands for
+    (§15.4.5: ETag, Cache-Control, Vary, and Last-Modified), after the
+    common fields; the caller knows them (a file's, a listing's, the
+    live-reload script's, an injected page's).  A 412 is an error plan.
+    """
+    pre = evaluate_preconditions(req, etag, mtime)
+    if pre.status == 304:
+        hs = common_fields(now)
+        hs.extend(validators)
+        return Plan(304, tuple(hs), (), send_body=False)
+    if pre.status == 412:
+        return error_plan(412, now, head_only=req.method == b"HEAD")
+    return None
+
+
 def precondition_plan(
     req: RequestFacts,
     file: FileFacts,
@@ -624,7 +664,7 @@ def precondition_plan(
     coding: str = "",
     vary: bool = False,
 ) -> Plan | None:
-    """The 304 or 412 for this representation, or None to go on.
+    """The 304 or 412 for this file's representation, or None to go on.
 
     Lets the edge answer a revalidation of a compressed representation
     without compressing anything: the coded ETag is known from the file's
@@ -632,13 +672,36 @@ def precondition_plan(
     """
     etag = coded_etag(file.etag, coding)
     mtime = sent_mtime(file.mtime, now)
-    pre = evaluate_preconditions(req, etag, mtime)
-    if pre.status == 304:
-        hs = _validator_headers(etag, mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
-        return Plan(304, tuple(hs), (), send_body=False)
-    if pre.status == 412:
-        return error_plan(412, now, head_only=req.method == b"HEAD")
-    return None
+    tail = _validator_tail(etag, mtime, cfg.cache_control, VARY_ACCEPT_ENCODING if vary else b"")
+    return conditional_plan(req, etag, mtime, now, tail)
+
+
+# The request fields that make a GET conditional or partial (RFC 9110
+# §13.1, §14.2): the one list of them.  :func:`depends_on_method_only`
+# tests them (spelled out there: it runs on every warm request) and
+# :func:`without_conditions` clears them (spelled out for the type
+# checker); tests/test_decisions.py checks both agree with this list.
+CONDITIONAL_FIELDS: Final = (
+    "if_match",
+    "if_none_match",
+    "if_modified_since",
+    "if_unmodified_since",
+    "range",
+    "if_range",
+)
+def without_conditions(req: RequestFacts) -> RequestFacts:
+    """``req`` with no precondition and no Range: the request for the whole
+    current representation (live reload resolves the base page this way
+    and evaluates the client's own conditions against the variant)."""
+    return replace(
+        req,
+        if_match=None,
+        if_none_match=None,
+        if_modified_since=None,
+        if_unmodified_since=None,
+        range=None,
+        if_range=None,
+    )
 
 
 def depends_on_method_only(req: RequestFacts) -> bool:
@@ -687,12 +750,14 @@ def decide_file(
     headers (Content-Disposition, Repr-Digest) go on 200 and 206 only.
     """
     head = req.method == b"HEAD"
-    pre = precondition_plan(req, file, cfg, now, coding=coding, vary=vary)
-    if pre is not None:
-        return pre
     etag = coded_etag(file.etag, coding)
     mtime = sent_mtime(file.mtime, now)
-    hs = _validator_headers(etag, mtime, cfg, now, VARY_ACCEPT_ENCODING if vary else b"")
+    tail = _validator_tail(etag, mtime, cfg.cache_control, VARY_ACCEPT_ENCODING if vary else b"")
+    pre = conditional_plan(req, etag, mtime, now, tail)
+    if pre is not None:
+        return pre
+    hs = common_fields(now)
+    hs.extend(tail)
     hs.append((b"accept-ranges", b"bytes"))
     ctype = _ascii(file.content_type)
 
@@ -774,12 +839,12 @@ def decide_generated(
     ``csp`` is the page's Content-Security-Policy (sent with the 200).
     """
     head = req.method == b"HEAD"
-    pre = evaluate_preconditions(req, etag, None)
-    if pre.status == 304:
-        return Plan(304, tuple(_validator_headers(etag, None, cfg, now, vary)), (), send_body=False)
-    if pre.status == 412:
-        return error_plan(412, now, head_only=head)
-    hs = _validator_headers(etag, None, cfg, now, vary)
+    tail = _validator_tail(etag, None, cfg.cache_control, vary)
+    pre = conditional_plan(req, etag, None, now, tail)
+    if pre is not None:
+        return pre
+    hs = common_fields(now)
+    hs.extend(tail)
     hs.append((b"content-type", content_type))
     hs.append((b"content-length", b"%d" % len(body)))
     if csp:
@@ -821,30 +886,27 @@ def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     assets = live_assets(cfg.watch_prefix)
     if len(segments) != 2 or segments[0] != assets.prefix_segment or req.target.slash:
         return None
-    date = (b"date", _date(now))
     if segments[1] == "events":
         hs = (
-            date,
+            *common_fields(now),
             (b"content-type", b"text/event-stream"),
             (b"cache-control", b"no-store"),
         )
         return Plan(200, hs, (), send_body=req.method == b"GET", close=True, stream=True)
     if segments[1] == "livereload.js":
-        base = Plan(
-            200,
-            (
-                date,
-                (b"etag", assets.script_etag.encode("ascii")),
-                (b"cache-control", b"no-cache"),
-                (b"content-type", b"text/javascript; charset=utf-8"),
-            ),
+        validators = (
+            (b"etag", assets.script_etag.encode("ascii")),
+            (b"cache-control", b"no-cache"),
         )
-        pre = evaluate_preconditions(req, assets.script_etag, None)
-        if pre.status == 304:
-            return Plan(304, base.headers[:3], (), send_body=False)
-        if pre.status == 412:
-            return error_plan(412, now, head_only=req.method == b"HEAD")
+        pre = conditional_plan(req, assets.script_etag, None, now, validators)
+        if pre is not None:
+            return pre
         body = assets.script
-        js = (*base.headers, (b"content-length", b"%d" % len(body)))
+        js = (
+            *common_fields(now),
+            *validators,
+            (b"content-type", b"text/javascript; charset=utf-8"),
+            (b"content-length", b"%d" % len(body)),
+        )
         return Plan(200, js, (body,), send_body=req.method != b"HEAD")
     return None

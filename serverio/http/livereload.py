@@ -27,7 +27,7 @@ Nothing here does I/O; every rule is table-tested (tests/test_livereload.py).
 from __future__ import annotations
 
 from ..config import Config
-from .core import Plan, RequestFacts, coded_etag, error_plan, evaluate_preconditions
+from .core import Plan, RequestFacts, coded_etag, conditional_plan
 from .livescript import LiveAssets
 from .select import choose_coding, negotiates
 
@@ -170,7 +170,9 @@ def csp_blocks_scripts(csp: bytes) -> bool:
 _REPLACED = frozenset(
     {b"etag", b"content-length", b"accept-ranges", b"content-security-policy", b"content-encoding"}
 )
-_VALIDATORS = frozenset({b"date", b"etag", b"last-modified", b"cache-control", b"vary"})
+# What a 304 repeats from the 200 it stands for (RFC 9110 §15.4.5), after
+# the common fields.
+_VALIDATORS = frozenset({b"etag", b"last-modified", b"cache-control", b"vary"})
 
 
 def injected_coding(req: RequestFacts, base: Plan, size: int, cfg: Config) -> str:
@@ -207,17 +209,12 @@ def injected_precondition(
     etag = _etag(base, coding)
     if not etag:
         return None
-    pre = evaluate_preconditions(req, etag, mtime)
-    if pre.status == 304:
-        hs = [
-            (k, etag.encode("ascii") if k == b"etag" else v)
-            for k, v in base.headers
-            if k in _VALIDATORS
-        ]
-        return Plan(304, tuple(hs), (), send_body=False)
-    if pre.status == 412:
-        return error_plan(412, now, head_only=req.method == b"HEAD")
-    return None
+    validators = [
+        (k, etag.encode("ascii") if k == b"etag" else v)
+        for k, v in base.headers
+        if k in _VALIDATORS
+    ]
+    return conditional_plan(req, etag, mtime, now, validators)
 
 
 def decide_injected(

@@ -560,8 +560,8 @@ def apply_headers(
 ) -> Plan:
     """``plan`` with the rules' fields (and ``extra``, the CORS fields) applied.
 
-    The memoised head (``plan.head``) is rebuilt by the caller if wanted;
-    here it is dropped, so a stale head can never be sent.
+    The result is not shared (``Plan.shared``): the caller marks it when it
+    memoises it, so a head cached for ``plan`` is never sent for it.
     """
     vary_add = list(ops.vary)
     if vary_origin:
@@ -590,7 +590,7 @@ def apply_headers(
                 tokens.append(t)
                 seen.add(t.lower())
         out.append((b"vary", b", ".join(tokens)))
-    return replace(plan, headers=tuple(out), head=None)
+    return replace(plan, headers=tuple(out), shared=False)
 
 
 def preflight_plan(cors: Cors, req: RequestFacts, now: float) -> Plan | None:

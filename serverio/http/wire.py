@@ -15,10 +15,13 @@ after this response (RFC 9112 §9.6).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from ..errors import reason_phrase
+from .core import Plan
+from .dates import format_http_date
 
-__all__ = ["NOSNIFF", "NOSNIFF_FIELD", "head_bytes"]
+__all__ = ["SHARED_HEADS", "SHARED_HEADS_MAX", "Canned", "head_bytes", "shared_head"]
 
 _CANONICAL = {
     n.lower().encode(): n.encode()
@@ -39,6 +42,7 @@ _CANONICAL = {
         "Vary",
         "Repr-Digest",
         "Content-Security-Policy",
+        "X-Content-Type-Options",
         # Fields the site rules send (serverio.http.rules); a name a rule
         # sets that is not listed goes out lowercase, as h11 sends every
         # name (field names are case-insensitive, RFC 9110 §5.1).
@@ -60,14 +64,9 @@ _CANONICAL = {
     )
 }
 
-# Every response says "do not sniff" (WHATWG Fetch §3.5.1): a client must
-# not run a text/plain or octet-stream body (an uploaded .txt full of HTML,
-# an error page) as HTML or script.  Memoised with the status line, so it
-# costs nothing per response.  The serialisers add it, never a Plan: HTTP/1.1
-# here, HTTP/2 (NOSNIFF_FIELD) right after :status in net/h2write.py
-# (response_fields).
-NOSNIFF = b"X-Content-Type-Options: nosniff\r\n"
-NOSNIFF_FIELD = (b"x-content-type-options", b"nosniff")
+# Nothing here adds a field: every field of a response, the common ones
+# (nosniff, Date: serverio.http.core.common_fields) included, is in the
+# plan the pure layer made.  This module only writes them out.
 
 _STATUS_LINES: dict[int, bytes] = {}
 
@@ -75,7 +74,7 @@ _STATUS_LINES: dict[int, bytes] = {}
 def _status_line(status: int) -> bytes:
     line = _STATUS_LINES.get(status)
     if line is None:
-        line = b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status)) + NOSNIFF
+        line = b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))
         _STATUS_LINES[status] = line
     return line
 
@@ -95,3 +94,64 @@ def head_bytes(
         out.append(b"Connection: keep-alive\r\n")
     out.append(b"\r\n")
     return b"".join(out)
+
+
+# The head cache: the HTTP/1.1 side's memo of the heads of shared plans
+# (``Plan.shared``: memoised per second by the warm-file cache and the site
+# rules, then sent to every plain request of that second).  Keyed by the
+# plan's identity; the entry keeps the plan's headers tuple, so an id can
+# only be reused by a plan whose headers are a different object (a miss)
+# or the same object (the same head).  It keeps no body bytes.  Cleared
+# whole when full: at worst one head_bytes per plan and second, as before.
+SHARED_HEADS_MAX: Final = 4096
+# id(plan) -> (plan.headers, plan.status, head).  Read directly by the
+# emitter's warm path (serverio.net.emit: one dict lookup, no call); written
+# only by shared_head.
+SHARED_HEADS: Final[dict[int, tuple[tuple[tuple[bytes, bytes], ...], int, bytes]]] = {}
+_SHARED_HEADS = SHARED_HEADS
+
+
+def shared_head(plan: Plan) -> bytes:
+    """``head_bytes(plan..., close=False, keep_alive_10=False)`` for a
+    shared plan, serialised once per plan (a connection that closes
+    appends its ``Connection: close`` to this; HTTP/1.0 keep-alive
+    serialises its own)."""
+    hit = _SHARED_HEADS.get(id(plan))
+    if hit is not None and hit[0] is plan.headers and hit[1] == plan.status:
+        return hit[2]
+    head = head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
+    if len(_SHARED_HEADS) >= SHARED_HEADS_MAX:
+        _SHARED_HEADS.clear()
+    _SHARED_HEADS[id(plan)] = (plan.headers, plan.status, head)
+    return head
+
+
+class Canned:
+    """A fixed response written by the transport itself (the over-limit 503,
+    the admin endpoint's 400 and 405): a plan from the pure layer
+    (:func:`serverio.http.core.error_plan`), serialised once at import or
+    start-up and closing its connection.  Only its ``Date`` value changes
+    per send (RFC 9110 §6.6.1), spliced between the two halves.
+    """
+
+    __slots__ = ("_after", "_before", "_body", "_memo")
+
+    def __init__(self, plan: Plan) -> None:
+        fields = plan.headers
+        at = next(i for i, (name, _) in enumerate(fields) if name == b"date")
+        # head_bytes of the fields before Date, without its blank line; then
+        # the fields after Date, with Connection: close and the blank line.
+        self._before = head_bytes(plan.status, fields[:at], close=False, keep_alive_10=False)[:-2]
+        after = head_bytes(plan.status, fields[at + 1 :], close=True, keep_alive_10=False)
+        self._after = after[len(_status_line(plan.status)) :]
+        self._body = b"".join(p for p in plan.body if isinstance(p, bytes))
+        self._memo: tuple[int, bytes] = (-1, b"")
+
+    def at(self, now: float, *, head_only: bool = False) -> bytes:
+        """The response to send at ``now`` (``head_only``: for a HEAD)."""
+        sec = int(now)
+        if self._memo[0] != sec:
+            date = b"Date: " + format_http_date(sec).encode("ascii") + b"\r\n"
+            self._memo = (sec, self._before + date + self._after)
+        head = self._memo[1]
+        return head if head_only else head + self._body

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import h11
 import trio
 
 from ..config import parse_host_port
-from ..errors import reason_phrase
+from ..http.core import Plan, common_fields, error_plan
+from ..http.wire import Canned, head_bytes
 from .server import _bind, _reject_at_once
 
 __all__ = [
@@ -198,7 +200,7 @@ async def _exchange(
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError:
-                await _respond(stream, 400, "text/plain; charset=utf-8", b"bad request\n", False)
+                await _send(stream, _BAD_REQUEST.at(time.time()))
                 return
             if event is h11.NEED_DATA:
                 data = await stream.receive_some(_MAX_HEAD)
@@ -221,22 +223,45 @@ async def _exchange(
         await _respond(stream, status, ctype, body, False)
         return
     if method not in (b"GET", b"HEAD"):
-        allowed = b"GET, HEAD or POST\n" if on_post is not None else b"GET or HEAD\n"
-        await _respond(stream, 405, "text/plain; charset=utf-8", allowed, False)
+        not_allowed = _NOT_ALLOWED_POST if on_post is not None else _NOT_ALLOWED
+        await _send(stream, not_allowed.at(time.time()))
         return
     status, ctype, body = await handler(path)
     await _respond(stream, status, ctype, body, method == b"HEAD")
 
 
+# The endpoint's own errors, from the pure layer's error plan (the common
+# fields included), serialised once.  The 405 names what this endpoint
+# allows (RFC 9110 §15.5.6), which is not the file server's list.
+_BAD_REQUEST = Canned(error_plan(400, 0.0, close=True))
+_NOT_ALLOWED = Canned(error_plan(405, 0.0, close=True, allow=b"GET, HEAD"))
+# Where POST /shutdown is served (a loopback --admin-bind).
+_NOT_ALLOWED_POST = Canned(error_plan(405, 0.0, close=True, allow=b"GET, HEAD, POST"))
+
+
+def _answer_plan(status: int, ctype: str, body: bytes, now: float, *, head: bool) -> Plan:
+    """The endpoint's answer as a plan: the common fields, then its own
+    (never cached: metrics change on every scrape)."""
+    fields = (
+        *common_fields(now),
+        (b"content-type", ctype.encode("ascii")),
+        (b"content-length", b"%d" % len(body)),
+        (b"cache-control", b"no-store"),
+    )
+    return Plan(status, fields, (body,), send_body=not head, close=True)
+
+
 async def _respond(
     stream: trio.abc.HalfCloseableStream, status: int, ctype: str, body: bytes, head: bool
 ) -> None:
-    out = (
-        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-        b"Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
-        % (status, reason_phrase(status), ctype.encode("ascii"), len(body))
-    )
-    await stream.send_all(out if head else out + body)
+    plan = _answer_plan(status, ctype, body, time.time(), head=head)
+    out = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
+    await _send(stream, out if head else out + body)
+
+
+async def _send(stream: trio.abc.HalfCloseableStream, out: bytes) -> None:
+    """Send a whole response, then FIN (the connection closes after it)."""
+    await stream.send_all(out)
     try:
         await stream.send_eof()
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

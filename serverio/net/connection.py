@@ -41,7 +41,7 @@ import trio
 from ..errors import HTTPError
 from ..fs.body import Body
 from ..fs.prepare import Prepared
-from ..http.core import Plan, http_error_plan
+from ..http.core import Plan
 from ..http.wire import head_bytes
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
@@ -466,13 +466,17 @@ class ConnectionTask:
         await self._switched.run()
 
     async def _send_error(self, exc: HTTPError) -> None:
-        """Answer a request we could not parse, then close."""
+        """Answer a request we could not parse, then close.
+
+        The plan is finished like every other answer (``failed``: the
+        site's rules for responses without a request, as HTTP/2 does for
+        the same error), so the two protocols send the same fields."""
         self._busy()
         self.life.lift()  # the read deadline must not cut the error response
         stats = self.env.stats
-        plan = http_error_plan(exc, time.time())
+        plan, body, _ = failed(self.env, exc, time.time(), False)
         try:
-            await self.emitter.emit(plan, Body.of(plan), close=True, ka10=False)
+            await self.emitter.emit(plan, body, close=True, ka10=False)
         except (trio.BrokenResourceError, trio.ClosedResourceError, Abort):
             return
         stats.completed += 1
@@ -481,8 +485,9 @@ class ConnectionTask:
         else:
             stats.client_errors += 1
         if self.env.access_log.enabled:
+            size = sum(map(len, body.pieces))
             self.env.access_log.write(
-                AccessRecord(self.client, "-", "-", "1.1", plan.status, len(plan.body[0]), 0.0),
+                AccessRecord(self.client, "-", "-", "1.1", plan.status, size, 0.0),
                 time.time(),
             )
 

@@ -19,7 +19,7 @@ making a :class:`trio.SocketStream` sets TCP_NODELAY and TCP_NOTSENT_LOWAT,
 two syscalls the first write of a connection that closes after it does not
 need (:meth:`Emitter.tune`).
 
-The emitter serialises nothing itself but the memoised head's close variant:
+The emitter serialises nothing itself but the cached head's close variant:
 the head comes from :mod:`serverio.http.wire` (see its docstring), the body
 pieces from the plan.  It raises :class:`Abort` when a response cannot be
 completed (write deadline, a file that shrank, a read error mid-body): the
@@ -38,7 +38,7 @@ import trio
 from ..fs.body import Body
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..http.wire import head_bytes
+from ..http.wire import SHARED_HEADS, head_bytes, shared_head
 from ..observe.stats import Stats
 
 __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abort", "Emitter"]
@@ -50,6 +50,7 @@ SEND_PIECE = 16384  # non-socket streams: progress granularity of the write dead
 # Emitter.tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
 _UNTUNED_WRITE_MAX = 16384
 _CLOSE_END = b"Connection: close\r\n\r\n"
+_cached_head = SHARED_HEADS.get  # the HTTP/1.1 head cache, read inline
 
 _HAS_SENDFILE = hasattr(os, "sendfile")
 # Sockets are file descriptors on POSIX, so the fast paths read and write
@@ -218,14 +219,21 @@ class Emitter:
         Literal pieces are coalesced with the head into as few writes as
         possible; each file span is flushed before it and streamed itself.
         """
-        head = plan.head
-        if head is None or ka10:
+        if not plan.shared or ka10:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
-        elif close:
-            # A memoised head is head_bytes(close=False, keep_alive_10=False):
-            # the close variant is the same fields with Connection: close
-            # last, before the blank line (what head_bytes(close=True) writes).
-            head = head[:-2] + _CLOSE_END
+        else:
+            # A shared plan's head comes from the HTTP/1.1 head cache
+            # (serverio.http.wire.shared_head; its hit test inlined here).
+            hit = _cached_head(id(plan))
+            if hit is not None and hit[0] is plan.headers and hit[1] == plan.status:
+                head = hit[2]
+            else:
+                head = shared_head(plan)
+            if close:
+                # The cached head is head_bytes(close=False, keep_alive_10=False):
+                # the close variant is the same fields with Connection: close
+                # last, before the blank line (what head_bytes(close=True) writes).
+                head = head[:-2] + _CLOSE_END
         stats = self._stats
         literal = body.pieces
         if len(literal) == 1 and self.fd >= 0:

@@ -45,7 +45,6 @@ from h2.errors import ErrorCodes
 from ..fs.body import Body
 from ..http.core import FileSpan, Plan
 from ..http.h2head import CONNECTION_SPECIFIC
-from ..http.wire import NOSNIFF_FIELD
 from ..observe.stats import Stats
 from .emit import SEND_PIECE
 from .h2adapter import FRAME_CHUNK, FRAME_HEAD, Frames
@@ -82,11 +81,11 @@ def response_fields(
     """The HEADERS field list of every HTTP/2 response (bodies, errors,
     event streams alike).
 
-    ``:status`` (RFC 9113 §8.3.2), then nosniff, which the serialiser adds
-    on either protocol (:data:`serverio.http.wire.NOSNIFF_FIELD`; a Plan
-    never carries it), then the Plan's fields with lower-case names
-    (RFC 9113 §8.2.1), connection-specific ones left out (§8.2.2)."""
-    fields = [(b":status", b"%d" % status), NOSNIFF_FIELD]
+    ``:status`` (RFC 9113 §8.3.2), then the Plan's fields (the pure
+    layer's common fields first: serverio.http.core.common_fields) with
+    lower-case names (RFC 9113 §8.2.1), connection-specific ones left out
+    (§8.2.2).  Nothing is added here."""
+    fields = [(b":status", b"%d" % status)]
     for name, value in headers:
         name = name.lower()
         if name not in CONNECTION_SPECIFIC:

@@ -48,15 +48,17 @@ import math
 import os
 import socket as _stdsocket
 import ssl
+import time
 from collections.abc import Sequence
 
 import trio
 
 from ..concurrency.blocking import Pool
 from ..config import Config, listener_http2, parse_listen
-from ..errors import reason_phrase
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
+from ..http.core import error_plan
+from ..http.wire import Canned
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
@@ -81,15 +83,9 @@ _ACCEPT_RETRY_ERRNOS = frozenset(
 )
 _ACCEPT_BURST = 64  # connections accepted per wake-up before yielding
 _MAX_REJECTORS = 256  # concurrent 503 writers; beyond this, excess is just closed
-_REJECT_BODY = b"503 Service Unavailable\n"
-_REJECT = (
-    b"HTTP/1.1 503 " + reason_phrase(503) + b"\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: %d\r\n"
-    b"Retry-After: 1\r\n"
-    b"X-Content-Type-Options: nosniff\r\n"
-    b"Connection: close\r\n\r\n" % len(_REJECT_BODY)
-) + _REJECT_BODY
+# The over-limit answer: the pure layer's 503 (Retry-After, close, the
+# common fields), serialised once; only its Date is per send.
+_REJECT = Canned(error_plan(503, 0.0, close=True))
 
 
 # The name trio would derive from Server._run_connection, given as a
@@ -109,7 +105,7 @@ def _reject_at_once(sock: _stdsocket.socket | trio.socket.SocketType) -> None:
     """
     fd = sock.fileno()
     try:
-        os.write(fd, _REJECT)
+        os.write(fd, _REJECT.at(time.time()))
         sock.shutdown(_stdsocket.SHUT_WR)
         for _ in range(4):
             if not os.read(fd, RECV_SIZE):
@@ -603,7 +599,7 @@ class Server:
         """503 at once, then a bounded linger so the client can read it."""
         try:
             with trio.move_on_after(1.0):
-                await stream.send_all(_REJECT)
+                await stream.send_all(_REJECT.at(time.time()))
                 await stream.send_eof()
                 for _ in range(16):  # drain a little so close() does not RST
                     if not await stream.receive_some(RECV_SIZE):

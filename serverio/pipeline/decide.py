@@ -56,7 +56,6 @@ from ..http.select import (
     negotiates,
     sidecars_wanted,
 )
-from ..http.wire import head_bytes
 
 __all__ = ["cache_candidate", "decide", "prepare", "serve_cached"]
 
@@ -298,9 +297,9 @@ def serve_cached(
     if plan.needs_file:
         plan = _slice_spans(rep.data, plan)
     if plain:
-        plan = replace(
-            plan, head=head_bytes(plan.status, plan.headers, close=False, keep_alive_10=False)
-        )
+        # Shared by this second's plain requests: the HTTP/1.1 side caches
+        # its head by identity (serverio.http.wire.shared_head).
+        plan = replace(plan, shared=True)
         # Its body source is literal (the spans were sliced from memory),
         # owns nothing and is shared like the plan.
         body = Body.of(plan)

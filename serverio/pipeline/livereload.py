@@ -56,7 +56,7 @@ from ..fs.watch import (
     poll_scan,
 )
 from ..http.codecs import compress_bytes
-from ..http.core import FileSpan, Plan, RequestFacts, error_plan
+from ..http.core import FileSpan, Plan, RequestFacts, error_plan, without_conditions
 from ..http.livereload import (
     accepts_html,
     decide_injected,
@@ -348,17 +348,10 @@ class LiveHandler(Handler):
             answer.close()
 
     async def _live_respond(self, req: RequestFacts, now: float) -> Prepared:
+        # The whole base representation: no condition (the client's own are
+        # evaluated against the variant), identity, no digest.
         neutral = replace(
-            req,
-            method=b"GET",
-            if_match=None,
-            if_none_match=None,
-            if_modified_since=None,
-            if_unmodified_since=None,
-            range=None,
-            if_range=None,
-            accept_encoding=None,
-            want_repr_digest=None,
+            without_conditions(req), method=b"GET", accept_encoding=None, want_repr_digest=None
         )
         prepared = await self._full(neutral, now)
         assets = self.live.assets

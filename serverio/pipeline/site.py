@@ -77,7 +77,6 @@ from ..http.rules import (
     preflight_plan,
 )
 from ..http.target import Target
-from ..http.wire import head_bytes
 from ..observe.stats import Stats
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, Attempt, AuthLimiter, retry_after
 from .handler import Deferred, Handler
@@ -633,7 +632,7 @@ class Site:
             self._ops[okey] = ops
         origin = req.origin if req is not None else None
         memo_key: tuple[int, str | None, bool] | None = None
-        if plan.head is not None:
+        if plan.shared:
             memo_key = (id(plan), origin if self._vary_origin else None, tls)
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] is plan and hit[1] is ops:
@@ -647,9 +646,7 @@ class Site:
         else:
             out = apply_headers(plan, ops, extra, vary_origin=self._vary_origin)
         if memo_key is not None:
-            out = replace(
-                out, head=head_bytes(out.status, out.headers, close=False, keep_alive_10=False)
-            )
+            out = replace(out, shared=True)  # shared in turn (memoised below)
             if len(self._memo) >= _MEMO_MAX:
                 self._memo.clear()
             self._memo[memo_key] = (plan, ops, out)
