@@ -40,11 +40,9 @@ import trio
 
 from ..errors import HTTPError
 from ..fs.body import Body
-from ..fs.prepare import Prepared
 from ..http.core import Plan
 from ..http.wire import head_bytes
 from ..observe.accesslog import AccessRecord
-from ..pipeline.handler import Deferred
 from ..pipeline.request import Waiting, client_for, complete, failed, finish, record, start
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
@@ -344,7 +342,7 @@ class ConnectionTask:
                 keep = req.keep_alive and requests < cfg.max_requests
                 got = start(env, req, now)
                 if type(got) is Waiting:
-                    answer = await complete(env, got, now, client, self._wait_watching)
+                    answer = await complete(env, got, now, client, self.reader.wait_watching)
                     if answer is None:
                         env.stats.cancelled += 1
                         return False  # the client went away while we waited
@@ -490,71 +488,3 @@ class ConnectionTask:
                 AccessRecord(self.client, "-", "-", "1.1", plan.status, size, 0.0),
                 time.time(),
             )
-
-    async def _wait_watching(self, deferred: Deferred) -> Prepared | None:
-        """Await the handler's deferred step while watching the client.
-
-        Returns None when the client went away meanwhile (the step was
-        cancelled, or its result closed here).
-
-        One helper task (the watcher) reads the socket while this task
-        waits, so a client that hangs up is noticed now, not when the work
-        is done.  Pipelined bytes go to the parser's buffer; past one head's
-        worth the watcher stops reading (backpressure).  It never writes.
-
-        Only a reset (or a closed stream) means the client is gone.  EOF is
-        a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
-        the request, then ``shutdown(SHUT_WR)``, and still read the answer
-        (RFC 9112 §9.6 lets the client close its sending side first).  The
-        watcher then stops reading and marks the connection, which closes
-        after what it already received has been answered.
-
-        Cancellation handling: when the client goes away the watcher
-        cancels the nursery, which cancels the step (the handler closes
-        what it held; an abandoned pool hop is late-closed); a result that
-        arrived anyway is closed here.  Exceptions from the step (such as
-        PoolSaturated) are re-raised only if the client is still there.
-        The deferred step is closed in every case, so nothing it held can
-        leak even if it never ran.
-        """
-        self.life.lift()
-        result: Prepared | None = None
-        error: Exception | None = None
-        gone = False
-        limit = self.env.config.max_head_size
-        stream = self.stream
-        reader = self.reader
-
-        async def watch(scope: trio.CancelScope) -> None:
-            nonlocal gone
-            try:
-                while reader.fed <= limit and not reader.peer_eof:
-                    data = await stream.receive_some(RECV_SIZE)
-                    if not data:
-                        reader.peer_eof = True
-                        break
-                    reader.feed(data)
-                await trio.sleep_forever()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            gone = True
-            scope.cancel()
-
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch, nursery.cancel_scope)
-                try:
-                    result = await deferred.run()
-                except Exception as exc:  # PoolSaturated and friends: re-raised below
-                    error = exc
-                nursery.cancel_scope.cancel()
-        finally:
-            deferred.close()
-        if gone:
-            if result is not None:
-                result.close()
-            return None
-        if error is not None:
-            raise error
-        return result
-

@@ -1,9 +1,12 @@
 """The HTTP/1.1 head reader: request heads off one connection, under deadlines.
 
-One job: the next request head (:meth:`HeadReader.next_head`), with the
-keep-alive and head deadlines, and the request facts built from it
-(:func:`request_facts`).  One parser per request cycle, handed the bytes
-left over from the previous one (pipelining): the common head is read by
+One job: reading the client.  The next request head
+(:meth:`HeadReader.next_head`), with the keep-alive and head deadlines, and
+the request facts built from it (:func:`request_facts`); and, while an
+answer is prepared, the watch that reads ahead (pipelined bytes into the
+parser) and notices a client that leaves (:meth:`HeadReader.wait_watching`).
+One parser per request cycle, handed the bytes left over from the previous
+one (pipelining): the common head is read by
 a strict fast path (:mod:`serverio.http.fasthead`) that gives exactly h11's
 result or defers to h11, which decides everything else, every rejection
 included.
@@ -29,10 +32,12 @@ import trio
 
 from ..config import Config
 from ..errors import HTTPError
+from ..fs.prepare import Prepared
 from ..http.core import RequestFacts
 from ..http.fasthead import FastRequest, HeadParser
 from ..http.fields import scan_fields
 from ..http.target import parse_target
+from ..pipeline.handler import Deferred
 from .emit import Emitter
 from .h1state import BUSY, HEAD, IDLE, Lifetime
 from .order import ServeOrder
@@ -268,3 +273,71 @@ class HeadReader:
             keepalive = False
         life.to(BUSY)
         return as_head(event)
+
+    async def wait_watching(self, deferred: Deferred) -> Prepared | None:
+        """Await the handler's deferred step while watching the client.
+
+        Returns None when the client went away meanwhile (the step was
+        cancelled, or its result closed here).
+
+        One helper task (the watcher) reads the socket while this task
+        waits, so a client that hangs up is noticed now, not when the work
+        is done.  Pipelined bytes go to the parser's buffer; past one head's
+        worth the watcher stops reading (backpressure).  It never writes.
+
+        Only a reset (or a closed stream) means the client is gone.  EOF is
+        a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
+        the request, then ``shutdown(SHUT_WR)``, and still read the answer
+        (RFC 9112 §9.6 lets the client close its sending side first).  The
+        watcher then stops reading and marks the connection, which closes
+        after what it already received has been answered.
+
+        Cancellation handling: when the client goes away the watcher
+        cancels the nursery, which cancels the step (the handler closes
+        what it held; an abandoned pool hop is late-closed); a result that
+        arrived anyway is closed here.  Exceptions from the step (such as
+        PoolSaturated) are re-raised only if the client is still there.
+        The deferred step is closed in every case, so nothing it held can
+        leak even if it never ran.
+        """
+        self._life.lift()
+        result: Prepared | None = None
+        error: Exception | None = None
+        gone = False
+        limit = self._cfg.max_head_size
+        stream = self._emitter.stream
+        reader = self
+
+        async def watch(scope: trio.CancelScope) -> None:
+            nonlocal gone
+            try:
+                while reader.fed <= limit and not reader.peer_eof:
+                    data = await stream.receive_some(RECV_SIZE)
+                    if not data:
+                        reader.peer_eof = True
+                        break
+                    reader.feed(data)
+                await trio.sleep_forever()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            gone = True
+            scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                try:
+                    result = await deferred.run()
+                except Exception as exc:  # PoolSaturated and friends: re-raised below
+                    error = exc
+                nursery.cancel_scope.cancel()
+        finally:
+            deferred.close()
+        if gone:
+            if result is not None:
+                result.close()
+            return None
+        if error is not None:
+            raise error
+        return result
+
