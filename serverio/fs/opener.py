@@ -535,18 +535,9 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
     import msvcrt
     from ctypes import wintypes
 
-    _kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    _CreateFileW = _kernel32.CreateFileW
-    _CreateFileW.restype = wintypes.HANDLE
-    _CreateFileW.argtypes = (
-        wintypes.LPCWSTR,
-        wintypes.DWORD,
-        wintypes.DWORD,
-        ctypes.c_void_p,
-        wintypes.DWORD,
-        wintypes.DWORD,
-        wintypes.HANDLE,
-    )
+    # CreateFileW and CloseHandle as serverio.fs.winstat declares them.
+    _kernel32 = winstat.kernel32
+    _CreateFileW = winstat.CreateFileW
     _GetFinalPathNameByHandleW = _kernel32.GetFinalPathNameByHandleW
     _GetFinalPathNameByHandleW.restype = wintypes.DWORD
     _GetFinalPathNameByHandleW.argtypes = (
@@ -555,7 +546,7 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
         wintypes.DWORD,
         wintypes.DWORD,
     )
-    _INVALID_HANDLE = wintypes.HANDLE(-1).value
+    _INVALID_HANDLE = winstat.INVALID_HANDLE
 
     def _open_windows_directory(path: str) -> int:
         # FILE_READ_ATTRIBUTES; share read|write (not delete: the directory

@@ -26,8 +26,10 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
     import msvcrt
     from ctypes import wintypes
 
-    _kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    _GetFileInformationByHandleEx = _kernel32.GetFileInformationByHandleEx
+    # The kernel32 prototypes the fs package uses, declared once (the
+    # opener's CreateFileW calls use these too).
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    _GetFileInformationByHandleEx = kernel32.GetFileInformationByHandleEx
     _GetFileInformationByHandleEx.restype = wintypes.BOOL
     _GetFileInformationByHandleEx.argtypes = (
         wintypes.HANDLE,
@@ -35,9 +37,9 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
         ctypes.c_void_p,
         wintypes.DWORD,
     )
-    _CreateFileW = _kernel32.CreateFileW
-    _CreateFileW.restype = wintypes.HANDLE
-    _CreateFileW.argtypes = (
+    CreateFileW = kernel32.CreateFileW
+    CreateFileW.restype = wintypes.HANDLE
+    CreateFileW.argtypes = (
         wintypes.LPCWSTR,
         wintypes.DWORD,
         wintypes.DWORD,
@@ -46,10 +48,10 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
         wintypes.DWORD,
         wintypes.HANDLE,
     )
-    _CloseHandle = _kernel32.CloseHandle
+    _CloseHandle = kernel32.CloseHandle
     _CloseHandle.argtypes = (wintypes.HANDLE,)
     _CloseHandle.restype = wintypes.BOOL
-    _INVALID_HANDLE: Final = wintypes.HANDLE(-1).value
+    INVALID_HANDLE: Final = wintypes.HANDLE(-1).value
 
     class _FileBasicInfo(ctypes.Structure):
         _fields_ = (
@@ -99,8 +101,8 @@ if sys.platform == "win32":  # pragma: no cover - Windows only
         never stands in the way of a writer, a rename or a delete."""
         # FILE_READ_ATTRIBUTES; FILE_SHARE_READ|WRITE|DELETE; OPEN_EXISTING;
         # FILE_FLAG_BACKUP_SEMANTICS (directories too).
-        handle = _CreateFileW(path, 0x80, 0x7, None, 3, 0x02000000, None)
-        if handle is None or handle == _INVALID_HANDLE:
+        handle = CreateFileW(path, 0x80, 0x7, None, 3, 0x02000000, None)
+        if handle is None or handle == INVALID_HANDLE:
             err = ctypes.get_last_error()
             raise OSError(None, ctypes.FormatError(err), path, err)
         try:
