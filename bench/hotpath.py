@@ -11,7 +11,7 @@ times (the request of ``bench/pair.py``); under callgrind,
 
 Parts: ``parse-h11`` (a fresh ``h11.Connection``, the head, its fields and
 leftover, as serverio did per request before the fast path), ``parse-fast``
-(the same through ``serverio.http.fasthead.HeadParser``), ``facts``
+(the same through ``serverio.wire.fasthead.HeadParser``), ``facts``
 (``serverio.net.h1head.request_facts``), ``decide`` (facts, ``route``,
 ``Handler.respond_now`` on the warm cache and closing the result; minus
 ``facts`` is the decision), ``deadline`` (one move of a cancel scope's
@@ -39,8 +39,8 @@ import trio
 from bench.pair import REQUEST
 from serverio import Config, Server
 from serverio.http.core import route
-from serverio.http.fasthead import HeadParser
 from serverio.net.h1head import request_facts
+from serverio.wire.fasthead import HeadParser
 
 PARTS = ("parse-h11", "parse-fast", "facts", "decide", "deadline", "checkpoint")
 

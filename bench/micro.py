@@ -5,7 +5,7 @@
 * h11-cycle-send: parse a request with h11 and send a 6-header response,
   1 KiB body and EndOfMessage through ``h11.Connection.send``;
 * h11-cycle-parse: parse the same request with a fresh h11 parser only;
-* wire-head: serialise the same head with ``serverio.http.wire.head_bytes``;
+* wire-head: serialise the same head with ``serverio.wire.h1.head_bytes``;
 * decide-file: ``serverio.http.core.decide_file`` for a plain 200;
 * parse-target: ``serverio.http.target.parse_target`` for a short path.
 
@@ -20,7 +20,7 @@ import timeit
 import h11
 
 from serverio import Config, FileFacts, RequestFacts, decide_file, parse_target
-from serverio.http.wire import head_bytes
+from serverio.wire.h1 import head_bytes
 
 REQ = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n"
 HEADERS = [

@@ -159,8 +159,8 @@ class Config:
     # their own budget, outside --max-connections; past it, 503.
     watch_max_streams: int = 32
 
-    # Site rules (serverio.http.rules; docs/features.md "Site rules"): the
-    # raw specifications, compiled once by serverio.pipeline.site.load_site.
+    # Site rules (serverio.site.rules; docs/features.md "Site rules"): the
+    # raw specifications, compiled once by serverio.site.service.load_site.
     headers: tuple[str, ...] = ()  # --header "Name: value"
     cors: bool = False
     cors_origins: tuple[str, ...] = ()
@@ -174,7 +174,7 @@ class Config:
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
     auth_file: str | None = None  # --auth-file: the whole site
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
-    # client (serverio.http.forwarded); empty: trust no one.
+    # client (serverio.site.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
     rules_source: str = ""  # the file the tables came from (for messages)
 

@@ -1,6 +1,6 @@
 """Differential testing of the request-head fast path against h11.
 
-:func:`check` feeds one byte string to :func:`serverio.http.fasthead.parse_head`
+:func:`check` feeds one byte string to :func:`serverio.wire.fasthead.parse_head`
 and to a fresh ``h11.Connection``; the fast path must either defer (None)
 or give exactly h11's result: method, target, version, the (name, value)
 list as h11 normalises it, h11's keep-alive decision, no body (h11's next
@@ -8,7 +8,7 @@ event is ``EndOfMessage`` and the client's state is DONE, so no
 100-continue wait and no protocol switch), and the same bytes left over.
 An input the fast path accepts and h11 rejects is a failure.
 
-:func:`check_split` does the same through :class:`~serverio.http.fasthead.HeadParser`
+:func:`check_split` does the same through :class:`~serverio.wire.fasthead.HeadParser`
 with the bytes arriving in several pieces, against an h11 parser fed the
 same pieces, comparing every step (NEED_DATA, error, head, leftover bytes).
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import h11
 
-from serverio.http.fasthead import FastRequest, HeadParser, parse_head
+from serverio.wire.fasthead import FastRequest, HeadParser, parse_head
 
 HEAD_LIMITS = (64, 256, 1024, 8192, 16384)
 

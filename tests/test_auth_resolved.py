@@ -27,9 +27,9 @@ import trio
 
 from serverio.fs import opener as opener_mod
 from serverio.fs.opener import RootOpener
-from serverio.http.passwords import hash_password
-from serverio.pipeline import site as site_mod
-from serverio.pipeline.livereload import LiveReload
+from serverio.live.service import LiveReload
+from serverio.site import service as site_mod
+from serverio.site.passwords import hash_password
 
 from .conftest import make_config, memory_connection
 from .h2client import h2_memory

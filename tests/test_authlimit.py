@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from serverio.http import passwords as passwords_mod
 from serverio.http.core import RequestFacts
-from serverio.http.passwords import hash_password
 from serverio.http.target import parse_target
-from serverio.pipeline import site as site_mod
-from serverio.pipeline.authlimit import (
+from serverio.site import passwords as passwords_mod
+from serverio.site import service as site_mod
+from serverio.site.authlimit import (
     BACKOFF_CAP,
     FAILURE_BUDGET,
     FAILURE_WINDOW,
@@ -25,7 +24,8 @@ from serverio.pipeline.authlimit import (
     Attempt,
     AuthLimiter,
 )
-from serverio.pipeline.site import Site, _client_key
+from serverio.site.passwords import hash_password
+from serverio.site.service import Site, _client_key
 
 from .conftest import make_config
 from .test_site import basic

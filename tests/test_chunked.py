@@ -1,4 +1,4 @@
-"""HTTP/1.1 request-body framing, pure (serverio.http.bodyframe).
+"""HTTP/1.1 request-body framing, pure (serverio.wire.bodyframe).
 
 Which framing a head selects (RFC 9112 §6.3) and the chunked decoder
 (RFC 9112 §7.1), table-tested: every valid case fed whole, one byte at a
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serverio.errors import HTTPError
-from serverio.http.bodyframe import (
+from serverio.wire.bodyframe import (
     MAX_CHUNK_LINE,
     MAX_TRAILERS,
     ChunkedDecoder,

@@ -74,7 +74,7 @@ def test_a_warm_connection_close_answer_is_the_kept_alive_head_plus_connection_c
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from serverio.fs import filecache as _filecache
-    from serverio.http.wire import head_bytes
+    from serverio.wire.h1 import head_bytes
 
     monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)  # cache at once
 

@@ -27,7 +27,7 @@ from serverio.http.core import (
 from serverio.http.dates import format_http_date, parse_http_date
 from serverio.http.mime import DEFAULT_TYPE, guess_type, is_compressible
 from serverio.http.target import parse_target
-from serverio.http.wire import head_bytes
+from serverio.wire.h1 import head_bytes
 
 
 def epoch(year: int, month: int, day: int, hour: int = 0, minute: int = 0, sec: int = 0) -> int:
@@ -469,7 +469,7 @@ def test_a_plan_carries_no_wire_bytes() -> None:
 
 
 def test_shared_head_is_serialised_once_per_plan_and_bounded() -> None:
-    from serverio.http import wire
+    from serverio.wire import h1 as wire
 
     wire.SHARED_HEADS.clear()
     a = dataclasses_replace(error_plan(404, 1.7e9), shared=True)
@@ -495,7 +495,7 @@ def test_shared_head_is_serialised_once_per_plan_and_bounded() -> None:
 def test_canned_is_the_error_plan_serialised(status: int, allow: bytes, head_only: bool) -> None:
     """A canned response is exactly what head_bytes writes for the same
     error_plan at that second (its Date included), body and all."""
-    from serverio.http.wire import Canned
+    from serverio.wire.h1 import Canned
 
     kw = {"allow": allow} if allow else {}
     canned = Canned(error_plan(status, 0.0, close=True, **kw))  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serverio.http.fasthead import MAX_FIELDS, FastRequest, HeadParser, parse_head
+from serverio.wire.fasthead import MAX_FIELDS, FastRequest, HeadParser, parse_head
 from testkit import fasthead_diff as diff
 
 from .conftest import make_config, memory_connection

@@ -27,11 +27,11 @@ from serverio.fs.filecache import CachedFile, FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.fs.prepare import Prepared
 from serverio.http.core import FileFacts, Plan, content_digest
-from serverio.http.wire import head_bytes, shared_head
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.pipeline.decide import prepare
+from serverio.wire.h1 import head_bytes, shared_head
 
 from .conftest import HTTPClient, connect, make_config, running_server, wait_until
 

@@ -469,7 +469,7 @@ async def test_site_rules_apply_to_http2_streams_too(root: Path, tmp_path: Path)
     is never a way around a password."""
     import base64
 
-    from serverio.http.passwords import hash_password
+    from serverio.site.passwords import hash_password
 
     users = tmp_path / "users.htpasswd"
     users.write_text(f"alice:{hash_password('wonderland', 1000)}\n")

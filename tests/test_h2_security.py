@@ -14,10 +14,10 @@ from h2.errors import ErrorCodes
 
 from serverio import Config, Server
 from serverio.http.core import RequestFacts, decide_directory
-from serverio.http.rules import compile_rules, slash_redirect
 from serverio.http.target import Target, quote_query
 from serverio.net.connection import ConnectionTask
 from serverio.net.h2conn import H2Connection
+from serverio.site.rules import compile_rules, slash_redirect
 
 from .conftest import make_config, memory_connection, open_fd_count, wait_until
 from .h2client import H2Client, H2Response, h2_memory

@@ -22,7 +22,6 @@ import pytest
 import trio
 from h2.errors import ErrorCodes
 
-from serverio.http.hpackfast import FieldEncoder
 from serverio.net import h2adapter
 from serverio.net.h2adapter import (
     SUPPORTED,
@@ -36,6 +35,7 @@ from serverio.net.h2adapter import (
     pending_header_bytes,
     server_connection,
 )
+from serverio.wire.hpackfast import FieldEncoder
 
 from .conftest import make_config
 from .h2client import h2_memory

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from serverio.errors import HTTPError
-from serverio.http.fields import scan_fields
-from serverio.http.h2head import MalformedRequest, parse_request_head
+from serverio.wire.fields import scan_fields
+from serverio.wire.h2head import MalformedRequest, parse_request_head
 
 BASE = [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/a"), (b":authority", b"h")]
 

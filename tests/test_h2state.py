@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from serverio.http.h2head import parse_request_head
 from serverio.net.h2state import (
     ANSWERING,
     CLOSED,
@@ -20,6 +19,7 @@ from serverio.net.h2state import (
     Stream,
     StreamState,
 )
+from serverio.wire.h2head import parse_request_head
 
 HEAD = parse_request_head([(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"http")])
 

@@ -1,4 +1,4 @@
-"""serverio.http.hpackfast against the hpack package's decoder (RFC 7541)."""
+"""serverio.wire.hpackfast against the hpack package's decoder (RFC 7541)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import hpack
 import pytest
 
-from serverio.http.hpackfast import CachingDecoder, FieldEncoder, encode_integer
+from serverio.wire.hpackfast import CachingDecoder, FieldEncoder, encode_integer
 
 Fields = list[tuple[bytes, bytes]]
 

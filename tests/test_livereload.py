@@ -20,7 +20,8 @@ from serverio.config import Config
 from serverio.errors import ConfigError
 from serverio.fs import watch as fswatch
 from serverio.http.core import Plan, RequestFacts, route
-from serverio.http.livereload import (
+from serverio.http.target import parse_target
+from serverio.live.protocol import (
     csp_blocks_scripts,
     decide_injected,
     inject_html,
@@ -29,8 +30,7 @@ from serverio.http.livereload import (
     injected_precondition,
     watch_csp,
 )
-from serverio.http.livescript import live_assets, sse_reload
-from serverio.http.target import parse_target
+from serverio.live.script import live_assets, sse_reload
 from serverio.net.server import Server
 
 from .conftest import connect, make_config, memory_connection, running_server, wait_until
@@ -203,7 +203,7 @@ async def test_a_header_rule_csp_is_sent_beside_the_listing_csp_and_lets_the_scr
 def test_a_sandboxing_rule_csp_under_watch_warns(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from serverio.pipeline.site import load_site
+    from serverio.site.service import load_site
 
     rule = ("/app/**", (("Content-Security-Policy", "sandbox allow-forms"),), ())
     with caplog.at_level("WARNING", logger="serverio"):
@@ -570,7 +570,7 @@ async def test_a_stuck_polling_scan_is_abandoned_at_shutdown(
 ) -> None:
     import threading
 
-    from serverio.pipeline import livereload
+    from serverio.live import service as livereload
 
     release = threading.Event()
     scans = 0

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 from h2.errors import ErrorCodes
 
-from serverio.http.livescript import SSE_KEEPALIVE, SSE_PREAMBLE, sse_reload
+from serverio.live.script import SSE_KEEPALIVE, SSE_PREAMBLE, sse_reload
 from serverio.net.server import Server
 
 from .conftest import make_config

@@ -31,9 +31,9 @@ import trio.testing
 
 from serverio import Config, Server
 from serverio.http.core import NOSNIFF_FIELD
-from serverio.http.passwords import hash_password
 from serverio.net.connection import ConnectionTask
-from serverio.pipeline.authlimit import AuthLimiter
+from serverio.site.authlimit import AuthLimiter
+from serverio.site.passwords import hash_password
 
 from .conftest import HTTPClient, make_config
 from .h2client import h2_memory

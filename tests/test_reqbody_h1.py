@@ -12,7 +12,6 @@ import pytest
 import trio
 import trio.testing
 
-from serverio.http.bodyframe import Framing, FramingKind, request_framing
 from serverio.net.h1body import CONTINUE, H1Body
 from serverio.net.reqbody import (
     BodyMalformed,
@@ -22,6 +21,7 @@ from serverio.net.reqbody import (
     BodyTooLarge,
     ClientGone,
 )
+from serverio.wire.bodyframe import Framing, FramingKind, request_framing
 
 NEXT = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
 POLICY = BodyPolicy(

@@ -391,7 +391,7 @@ async def test_length_mismatch_is_a_stream_error_with_h2(data: bytes, end: bool)
 
 async def test_invalid_content_length_left_to_serverio() -> None:
     """h2 would also end the connection for a non-numeric content-length;
-    with the override the header block reaches serverio.http.h2head, which
+    with the override the header block reaches serverio.wire.h2head, which
     refuses it per stream."""
     client, server = connections()
     client.send_headers(

@@ -9,8 +9,9 @@ import pytest
 
 from serverio.errors import ConfigError
 from serverio.http.core import Plan, RequestFacts, error_plan
-from serverio.http.passwords import check_hash, dummy_like, hash_password, verify
-from serverio.http.rules import (
+from serverio.http.target import Target, parse_target
+from serverio.site.passwords import check_hash, dummy_like, hash_password, verify
+from serverio.site.rules import (
     Cors,
     apply_headers,
     compile_glob,
@@ -25,7 +26,6 @@ from serverio.http.rules import (
     rewrite_for,
     slash_redirect,
 )
-from serverio.http.target import Target, parse_target
 
 NOW = 1_700_000_000.0
 

@@ -14,13 +14,13 @@ import trio.testing
 
 from serverio import Server
 from serverio.errors import ConfigError
-from serverio.http import passwords as passwords_mod
-from serverio.http import rules as rules_mod
-from serverio.http.passwords import hash_password, verify
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.tomlconfig import dump, parse_with_config
-from serverio.pipeline import site as site_mod
+from serverio.site import passwords as passwords_mod
+from serverio.site import rules as rules_mod
+from serverio.site import service as site_mod
+from serverio.site.passwords import hash_password, verify
 
 from .conftest import HTTPClient, connect, make_config, memory_connection, running_server
 from .test_cli import run_cli
@@ -377,7 +377,7 @@ async def test_verified_credentials_are_cached(
 
 
 class _WorkCounter:
-    """Counts the hashing work done in serverio.http.passwords, in each
+    """Counts the hashing work done in serverio.site.passwords, in each
     scheme's unit: PBKDF2 iterations x 32-byte blocks, bcrypt 2**cost."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:

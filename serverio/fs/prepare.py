@@ -114,7 +114,7 @@ class Prepared:
     # What the answer's bytes come from, as the path a site rule's glob sees
     # ("/a/index.html"; a listed directory ends with "/", the root's listing
     # is "/"); None when nothing was resolved (an error, a redirect).  The site's access rules
-    # are decided on it (serverio.pipeline.site, "the resolved target").
+    # are decided on it (serverio.site.service, "the resolved target").
     served: str | None = None
 
     @property

@@ -1,6 +1,6 @@
 """Change sources for ``--watch``: inotify (Linux) and a polling scan.
 
-No trio here; :mod:`serverio.pipeline.livereload` drives these:
+No trio here; :mod:`serverio.live.service` drives these:
 
 * :class:`InotifyTree`: one non-blocking inotify descriptor, awaited with
   ``trio.lowlevel.wait_readable`` (no thread); :meth:`InotifyTree.read`

@@ -23,8 +23,8 @@ from typing import Final
 
 from ..config import Config
 from ..errors import HTTPError, reason_phrase
+from ..live.script import live_assets
 from .dates import format_http_date, http_seconds, parse_http_date
-from .livescript import live_assets
 from .target import Target, quote_query
 
 __all__ = [
@@ -98,7 +98,7 @@ class RequestFacts:
     accept: str | None = None
     accept_encoding: str | None = None
     want_repr_digest: str | None = None
-    # Read only by the site rules (serverio.http.rules): CORS and auth.
+    # Read only by the site rules (serverio.site.rules): CORS and auth.
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
     cors_headers: str | None = None  # Access-Control-Request-Headers
@@ -106,7 +106,7 @@ class RequestFacts:
     # The request came over TLS (HTTPS, or HTTP/2 over TLS): read by the
     # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
     tls: bool = False
-    # Read only with --trusted-proxies (serverio.http.forwarded): the client
+    # Read only with --trusted-proxies (serverio.site.forwarded): the client
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
@@ -187,7 +187,7 @@ class Plan:
     # The plan is memoised and shared by the requests of one second
     # (serverio.pipeline.decide.serve_cached, Site.finish): a transport may
     # cache what it serialises from it, keyed by the plan's identity
-    # (serverio.http.wire.shared_head).  A pure value: no wire bytes here.
+    # (serverio.wire.h1.shared_head).  A pure value: no wire bytes here.
     shared: bool = False
     # A long-lived streaming body (the live-reload event stream): the
     # connection writes the head, then hands the socket to the stream.

@@ -28,7 +28,7 @@ import trio
 
 from ..config import parse_host_port
 from ..http.core import Plan, common_fields, error_plan
-from ..http.wire import Canned, head_bytes
+from ..wire.h1 import Canned, head_bytes
 from .server import _bind, _reject_at_once
 
 __all__ = [

@@ -41,9 +41,9 @@ import trio
 from ..errors import HTTPError
 from ..fs.body import Body
 from ..http.core import Plan
-from ..http.wire import head_bytes
 from ..observe.accesslog import AccessRecord
 from ..pipeline.request import Waiting, client_for, complete, failed, finish, record, start
+from ..wire.h1 import head_bytes
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts

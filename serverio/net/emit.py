@@ -20,7 +20,7 @@ two syscalls the first write of a connection that closes after it does not
 need (:meth:`Emitter.tune`).
 
 The emitter serialises nothing itself but the cached head's close variant:
-the head comes from :mod:`serverio.http.wire` (see its docstring), the body
+the head comes from :mod:`serverio.wire.h1` (see its docstring), the body
 pieces from the plan.  It raises :class:`Abort` when a response cannot be
 completed (write deadline, a file that shrank, a read error mid-body): the
 connection must then close.
@@ -38,8 +38,8 @@ import trio
 from ..fs.body import Body
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..http.wire import SHARED_HEADS, head_bytes, shared_head
 from ..observe.stats import Stats
+from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
 
 __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abort", "Emitter"]
 
@@ -223,7 +223,7 @@ class Emitter:
             head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
         else:
             # A shared plan's head comes from the HTTP/1.1 head cache
-            # (serverio.http.wire.shared_head; its hit test inlined here).
+            # (serverio.wire.h1.shared_head; its hit test inlined here).
             hit = _cached_head(id(plan))
             if hit is not None and hit[0] is plan.headers and hit[1] == plan.status:
                 head = hit[2]

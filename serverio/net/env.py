@@ -16,12 +16,12 @@ from typing import Protocol
 import trio
 
 from ..config import Config
+from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Handler
-from ..pipeline.livereload import LiveReload
-from ..pipeline.site import Site
+from ..site.service import Site
 from .order import ServeOrder
 
 __all__ = ["ConnectionEnv", "SwitchFactory", "Switched"]

@@ -1,7 +1,7 @@
 """The HTTP/1.1 request body reader (RFC 9112 §6, §7; RFC 9110 §10.1.1).
 
-:class:`H1Body` reads the content the head's :class:`~serverio.http.bodyframe.Framing`
-announces (chosen once by :func:`~serverio.http.bodyframe.request_framing`)
+:class:`H1Body` reads the content the head's :class:`~serverio.wire.bodyframe.Framing`
+announces (chosen once by :func:`~serverio.wire.bodyframe.request_framing`)
 from two sources: the bytes the head reader already holds past the head
 (``buffered``: a client may send head and body in one segment) and then a
 ``receive_some``-like callable.  What it reads past the body's end (the next
@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..errors import HTTPError
-from ..http.bodyframe import ChunkedDecoder, Framing, FramingKind
+from ..wire.bodyframe import ChunkedDecoder, Framing, FramingKind
 from .reqbody import BodyMalformed, BodyPolicy, BodyState, ClientGone, RequestBody
 
 __all__ = ["CONTINUE", "RECV_SIZE", "H1Body"]

@@ -7,7 +7,7 @@ answer is prepared, the watch that reads ahead (pipelined bytes into the
 parser) and notices a client that leaves (:meth:`HeadReader.wait_watching`).
 One parser per request cycle, handed the bytes left over from the previous
 one (pipelining): the common head is read by
-a strict fast path (:mod:`serverio.http.fasthead`) that gives exactly h11's
+a strict fast path (:mod:`serverio.wire.fasthead`) that gives exactly h11's
 result or defers to h11, which decides everything else, every rejection
 included.
 
@@ -34,10 +34,10 @@ from ..config import Config
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
 from ..http.core import RequestFacts
-from ..http.fasthead import FastRequest, HeadParser
-from ..http.fields import scan_fields
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
+from ..wire.fasthead import FastRequest, HeadParser
+from ..wire.fields import scan_fields
 from .emit import Emitter
 from .h1state import BUSY, HEAD, IDLE, Lifetime
 from .order import ServeOrder
@@ -46,7 +46,7 @@ __all__ = ["RECV_SIZE", "Head", "HeadReader", "request_facts"]
 
 RECV_SIZE = 16384
 
-# A request head: from the fast path (serverio.http.fasthead) or from h11.
+# A request head: from the fast path (serverio.wire.fasthead) or from h11.
 Head = h11.Request | FastRequest
 
 # The Connection values nearly every client sends, as received: their token
@@ -84,7 +84,7 @@ def request_facts(
     if version != b"1.1" and version != b"1.0":
         raise HTTPError(505, "unsupported HTTP version", close=True)
     target = parse_target(event.method, event.target, max_size=cfg.max_target_size)
-    # The field mapping is shared with HTTP/2 (serverio.http.fields);
+    # The field mapping is shared with HTTP/2 (serverio.wire.fields);
     # framing and Connection tokens are HTTP/1.1's own.
     f = scan_fields(event.headers)
     has_body = f.nonzero_length

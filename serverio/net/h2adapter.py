@@ -11,7 +11,7 @@ h2 upgrade is checked in one module (tests/test_h2adapter.py pins them):
   streams are :class:`LengthUncheckedStream` (``_begin_new_stream``,
   ``H2Stream._initialize_content_length``): h2 keeps no expected length,
   so it never raises; serverio checks the length per stream
-  (:mod:`serverio.http.h2head` validates the field,
+  (:mod:`serverio.wire.h2head` validates the field,
   :class:`serverio.net.h2conn.H2Connection` and
   :class:`serverio.net.h2body.H2Body` count the DATA).  One mechanism for
   both users.
@@ -52,7 +52,7 @@ from h2.connection import ConnectionInputs
 from h2.settings import SettingCodes
 from h2.stream import StreamInputs
 
-from ..http.hpackfast import CachingDecoder, FieldEncoder
+from ..wire.hpackfast import CachingDecoder, FieldEncoder
 
 __all__ = [
     "FRAME_CHUNK",
@@ -110,7 +110,7 @@ class LengthUncheckedStream(h2.stream.H2Stream):
         # conflicting content-length here, and InvalidBodyLengthError (also
         # connection-level) in _track_content_length when the DATA
         # disagrees; with no expected length, neither happens and h2 only
-        # counts.  serverio.http.h2head validates the field per stream.
+        # counts.  serverio.wire.h2head validates the field per stream.
         self._expected_content_length = None
 
 
@@ -159,7 +159,7 @@ def server_connection(
         h2.config.H2Configuration(
             client_side=False,
             header_encoding=None,
-            validate_inbound_headers=False,  # serverio.http.h2head does it per stream
+            validate_inbound_headers=False,  # serverio.wire.h2head does it per stream
             # Response fields come from Plans through one builder
             # (serverio.net.h2answer.response_fields): lower-case names, no
             # connection-specific fields.

@@ -3,7 +3,7 @@ steps -> (Plan, Body).
 
 The request steps are :mod:`serverio.pipeline.request`'s, shared with
 HTTP/1.1 (:class:`~serverio.net.connection.ConnectionTask`); what is HTTP/2's
-own is here: the facts from a :class:`~serverio.http.h2head.RequestHead`
+own is here: the facts from a :class:`~serverio.wire.h2head.RequestHead`
 (431, 405 for CONNECT, ``:authority`` and ``:path`` checks), the cap on body
 descriptors (``--h2-max-open-files``), and :func:`response_fields`.
 """
@@ -17,11 +17,11 @@ import trio
 from ..errors import HTTPError
 from ..fs.prepare import Prepared
 from ..http.core import RequestFacts
-from ..http.fields import Fields, check_host, scan_fields
-from ..http.h2head import path_bytes_ok
 from ..http.target import parse_target
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Answer, Waiting, client_for, complete, failed, start
+from ..wire.fields import Fields, check_host, scan_fields
+from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv
 from .h2state import Stream
 

@@ -62,7 +62,7 @@ Memory per connection is bounded regardless of file sizes and stream count
   its windows cannot finish is dropped at once.
 
 Error model: h2's own inbound header validation is off (it would end the
-connection for a malformed request); :mod:`serverio.http.h2head` checks
+connection for a malformed request); :mod:`serverio.wire.h2head` checks
 each header block and a malformed one is a stream error (RST_STREAM
 PROTOCOL_ERROR), as is DATA that disagrees with ``content-length``
 (RFC 9113 §8.1.1).  A stream past ``h2_max_streams`` gets REFUSED_STREAM.
@@ -88,10 +88,10 @@ from hyperframe.frame import GoAwayFrame
 
 from ..fs.body import Body
 from ..fs.reads import pread
-from ..http.fields import Fields
-from ..http.h2head import MalformedRequest, parse_request_head
-from ..http.hpackfast import FieldEncoder
 from ..pipeline.request import finish, record
+from ..wire.fields import Fields
+from ..wire.h2head import MalformedRequest, parse_request_head
+from ..wire.hpackfast import FieldEncoder
 from .env import ConnectionEnv
 from .h1head import RECV_SIZE
 from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, server_connection

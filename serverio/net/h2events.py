@@ -21,7 +21,7 @@ from h2.errors import ErrorCodes
 
 from ..fs.body import NO_BODY
 from ..http.core import Plan
-from ..pipeline.livereload import LiveReload
+from ..live.service import LiveReload
 from .env import ConnectionEnv
 from .h2state import COMPLETE, DONE, EVENTS, STOPPED, Stream
 from .h2write import Writer, response_fields

@@ -35,7 +35,7 @@ from typing import Final
 import trio
 
 from ..http.core import FileSpan
-from ..http.h2head import RequestHead
+from ..wire.h2head import RequestHead
 
 __all__ = [
     "ANSWERING",

@@ -44,8 +44,8 @@ from h2.errors import ErrorCodes
 
 from ..fs.body import Body
 from ..http.core import FileSpan, Plan
-from ..http.h2head import CONNECTION_SPECIFIC
 from ..observe.stats import Stats
+from ..wire.h2head import CONNECTION_SPECIFIC
 from .emit import SEND_PIECE
 from .h2adapter import FRAME_CHUNK, FRAME_HEAD, Frames
 from .h2read import WindowAllowance

@@ -58,14 +58,14 @@ from ..config import Config, listener_http2, parse_listen
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
 from ..http.core import error_plan
-from ..http.wire import Canned
+from ..live.service import LiveHandler, LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
-from ..pipeline.livereload import LiveHandler, LiveReload
-from ..pipeline.site import load_site
+from ..site.service import load_site
+from ..wire.h1 import Canned
 from .activation import listeners_from_fds
 from .connection import ConnectionTask
 from .env import ConnectionEnv

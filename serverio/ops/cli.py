@@ -14,10 +14,10 @@ import trio
 
 from ..config import Config
 from ..errors import ConfigError
-from ..http.passwords import DEFAULT_ITERATIONS, hash_password
 from ..net.activation import systemd_fds
 from ..net.tls import make_ssl_context
-from ..pipeline.site import load_site
+from ..site.passwords import DEFAULT_ITERATIONS, hash_password
+from ..site.service import load_site
 from .check import check_url
 from .fdlimit import fit_fd_limit
 from .options import DEFAULTS, GROUPS, OPTIONS, add_option, config_fields

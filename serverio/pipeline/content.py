@@ -448,7 +448,7 @@ class ContentService:
         self.listings: SingleFlightCache[ListingKey, Listing] = SingleFlightCache(
             "listing", cfg.listing_cache_size, lambda v: len(v[0]) + _LISTING_OVERHEAD
         )
-        # The site's access rules on listed names (serverio.pipeline.site:
+        # The site's access rules on listed names (serverio.site.service:
         # Site.visible_entries), when it has auth rules: the entries this
         # request may see, from the request, the directory's segments and
         # what the scan found.

@@ -298,7 +298,7 @@ def serve_cached(
         plan = _slice_spans(rep.data, plan)
     if plain:
         # Shared by this second's plain requests: the HTTP/1.1 side caches
-        # its head by identity (serverio.http.wire.shared_head).
+        # its head by identity (serverio.wire.h1.shared_head).
         plan = replace(plan, shared=True)
         # Its body source is literal (the spans were sliced from memory),
         # owns nothing and is shared like the plan.

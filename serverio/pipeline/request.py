@@ -2,7 +2,7 @@
 
 An HTTP/1.1 connection and an HTTP/2 stream both turn their request head
 into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
-:mod:`serverio.http.fields`) and then call the same functions here:
+:mod:`serverio.wire.fields`) and then call the same functions here:
 
 1. :func:`start` (synchronous): without site rules, routing
    (:func:`serverio.http.core.route`) and the handler's immediate answer
@@ -44,12 +44,12 @@ from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
 from ..fs.prepare import Prepared
 from ..http.core import Plan, RequestFacts, http_error_plan, route
-from ..http.forwarded import client_address
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
+from ..site.forwarded import client_address
+from ..site.service import Site, Ticket
 from .handler import Deferred, Handler
-from .site import Site, Ticket
 
 __all__ = [
     "Answer",
@@ -102,7 +102,7 @@ class Waiting:
 def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Callable[[], str]:
     """Who sent ``req``, for the access log and the auth limiter: ``peer``
     itself without ``--trusted-proxies`` (no work at all), else the client a
-    trusted proxy names (:func:`serverio.http.forwarded.client_address`),
+    trusted proxy names (:func:`serverio.site.forwarded.client_address`),
     looked up once and only when asked."""
     networks = config.proxy_networks
     if not networks or (req.forwarded is None and req.x_forwarded_for is None):

@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Final
 
-from .target import quote_segment
+from ..http.target import quote_segment
 
 __all__ = [
     "SSE_KEEPALIVE",

@@ -57,7 +57,10 @@ from ..fs.watch import (
 )
 from ..http.codecs import compress_bytes
 from ..http.core import FileSpan, Plan, RequestFacts, error_plan, without_conditions
-from ..http.livereload import (
+from ..http.mime import guess_type
+from ..pipeline.content import ContentService, OwnedFd
+from ..pipeline.handler import Deferred, Handler
+from .protocol import (
     accepts_html,
     decide_injected,
     error_page,
@@ -67,7 +70,7 @@ from ..http.livereload import (
     injected_precondition,
     is_html,
 )
-from ..http.livescript import (
+from .script import (
     SSE_KEEPALIVE,
     SSE_PREAMBLE,
     event_path,
@@ -75,9 +78,6 @@ from ..http.livescript import (
     sse_css,
     sse_reload,
 )
-from ..http.mime import guess_type
-from .content import ContentService, OwnedFd
-from .handler import Deferred, Handler
 
 __all__ = ["LiveHandler", "LiveReload"]
 
@@ -299,13 +299,13 @@ class LiveHandler(Handler):
     A request that may be answered with HTML is resolved as a plain GET
     (no validators, no Range, identity), so that the handler gets the
     whole base representation; an HTML 200 becomes the injected variant
-    (:func:`serverio.http.livereload.decide_injected`, which evaluates the
+    (:func:`serverio.live.protocol.decide_injected`, which evaluates the
     request's own validators against the injected ETag); an error for a
     request that accepts HTML becomes a small page with the script; any
     other answer is resolved again with the request as sent (non-HTML is
     never modified).  Every other request takes the normal path
     untouched.  Injected HTML is content-coded on the fly as the file
-    would be (:func:`serverio.http.livereload.injected_coding`; never from
+    would be (:func:`serverio.live.protocol.injected_coding`; never from
     a precompressed sidecar, which lacks the script), and sent without
     Repr-Digest.
     """

@@ -13,7 +13,7 @@ Two parts, both table-tested (tests/test_chunked.py):
   section is kept as :attr:`ChunkedDecoder.leftover` (a pipelined next
   request).
 
-It lives beside :mod:`serverio.http.fasthead` (the head parser) because it is
+It lives beside :mod:`serverio.wire.fasthead` (the head parser) because it is
 a wire codec with no I/O; :mod:`serverio.net.h1body` does the reading.
 """
 
@@ -107,7 +107,7 @@ def _check_codings(values: list[bytes]) -> None:
 
 def request_framing(headers: Iterable[tuple[bytes, bytes]], http_version: bytes) -> Framing:
     """The body framing of a request head (names lower-case, as h11 and
-    :mod:`serverio.http.fasthead` deliver them).
+    :mod:`serverio.wire.fasthead` deliver them).
 
     Raises :class:`HTTPError` with ``close=True``: 400 for Content-Length
     together with Transfer-Encoding, different or invalid Content-Lengths,

@@ -2,7 +2,7 @@
 
 :func:`load_site` reads what the rules name (users files, error pages,
 under the same containment as any request) and compiles everything with
-:func:`serverio.http.rules.compile_rules`; with no rule configured it
+:func:`serverio.site.rules.compile_rules`; with no rule configured it
 returns None and the connection never calls into this module (the warm
 path is unchanged).
 
@@ -21,7 +21,7 @@ Authentication runs in its own small pool (``auth``): password spraying
 saturates that pool (503), not the filesystem or work pools, and never the
 event loop.  A bounded cache of recently verified credentials (keyed by
 an HMAC with a per-process key, never the password itself) spares a
-legitimate client a hash per request; :mod:`serverio.pipeline.authlimit`
+legitimate client a hash per request; :mod:`serverio.site.authlimit`
 counts failures per (client, user) and per user, and answers 429 once a
 budget is spent.
 """
@@ -52,11 +52,15 @@ from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
-from ..http.livereload import csp_blocks_scripts, watch_csp
-from ..http.livescript import live_assets
 from ..http.mime import guess_type
-from ..http.passwords import check_hash, cost_profile, verify_padded
-from ..http.rules import (
+from ..http.target import Target
+from ..live.protocol import csp_blocks_scripts, watch_csp
+from ..live.script import live_assets
+from ..observe.stats import Stats
+from ..pipeline.handler import Deferred, Handler
+from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, Attempt, AuthLimiter, retry_after
+from .passwords import check_hash, cost_profile, verify_padded
+from .rules import (
     NO_OPS,
     AuthRule,
     HeaderOps,
@@ -76,10 +80,6 @@ from ..http.rules import (
     parse_basic,
     preflight_plan,
 )
-from ..http.target import Target
-from ..observe.stats import Stats
-from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, Attempt, AuthLimiter, retry_after
-from .handler import Deferred, Handler
 
 __all__ = ["FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site"]
 
@@ -259,7 +259,7 @@ _CSP = b"content-security-policy"
 def _live_reload_csp(rules: SiteRules, cfg: Config) -> SiteRules:
     """``--watch``: every Content-Security-Policy a header rule sets lets
     the injected page script and its event stream through
-    (:func:`serverio.http.livereload.watch_csp`, as the listings' own
+    (:func:`serverio.live.protocol.watch_csp`, as the listings' own
     policy does); a rule's policy that sandboxes pages without
     ``allow-scripts`` gets one warning line (no script can run there)."""
     for rule in rules.header_rules:
@@ -490,7 +490,7 @@ class Site:
     ) -> Plan | None:
         """None when the request may proceed; else the 401, 429 or 503.
 
-        The limiter (:mod:`serverio.pipeline.authlimit`) is asked before the
+        The limiter (:mod:`serverio.site.authlimit`) is asked before the
         cache of verified credentials (a client past its budget gets 429
         even with the right password) and reserves the attempt before the
         hash is awaited, so concurrent attempts are all counted.

@@ -10,7 +10,7 @@ stream only.
 
 Pure: bytes in, a :class:`RequestHead` or an exception out.  What the
 decision core reads from the regular fields is mapped by
-:func:`serverio.http.fields.scan_fields`, the same function HTTP/1.1 uses.
+:func:`serverio.wire.fields.scan_fields`, the same function HTTP/1.1 uses.
 """
 
 from __future__ import annotations

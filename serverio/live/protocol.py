@@ -27,9 +27,9 @@ Nothing here does I/O; every rule is table-tested (tests/test_livereload.py).
 from __future__ import annotations
 
 from ..config import Config
-from .core import Plan, RequestFacts, coded_etag, conditional_plan
-from .livescript import LiveAssets
-from .select import choose_coding, negotiates
+from ..http.core import Plan, RequestFacts, coded_etag, conditional_plan
+from ..http.select import choose_coding, negotiates
+from .script import LiveAssets
 
 __all__ = [
     "accepts_html",

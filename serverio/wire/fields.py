@@ -2,7 +2,7 @@
 
 One mapping for both protocols: the HTTP/1.1 connection hands it h11's
 header list, an HTTP/2 stream the regular (non-pseudo) fields of its header
-block (:mod:`serverio.http.h2head`).  What is protocol-specific stays with
+block (:mod:`serverio.wire.h2head`).  What is protocol-specific stays with
 the caller: HTTP/1.1 framing (Content-Length vs Transfer-Encoding, RFC 9112
 §6.1) and Connection tokens; HTTP/2's pseudo-headers.
 
@@ -38,7 +38,7 @@ FACT_FIELDS: dict[bytes, str] = {
     b"access-control-request-method": "cors_method",
     b"access-control-request-headers": "cors_headers",
     b"authorization": "authorization",
-    # The client behind a trusted reverse proxy (serverio.http.forwarded):
+    # The client behind a trusted reverse proxy (serverio.site.forwarded):
     # kept raw; parsed only when the peer is a --trusted-proxies address.
     b"forwarded": "forwarded",
     b"x-forwarded-for": "x_forwarded_for",

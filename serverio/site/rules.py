@@ -2,9 +2,9 @@
 pages and basic authentication, compiled once into immutable data (pure).
 
 Everything here is a function of its arguments: no I/O, no clock, no trio.
-The start-up code (:mod:`serverio.pipeline.site`) reads the files the rules
+The start-up code (:mod:`serverio.site.service`) reads the files the rules
 name (htpasswd files, error pages) and hands their contents to
-:func:`compile_rules`; the connection asks :class:`serverio.pipeline.site.Site`
+:func:`compile_rules`; the connection asks :class:`serverio.site.service.Site`
 to evaluate them per request.  Every glob is translated to a regular
 expression here, at start-up; nothing is compiled per request.
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..errors import ConfigError
-from .core import Plan, RequestFacts, error_plan
-from .negotiate import SIDECAR_SUFFIX
-from .target import Target, quote_query, quote_segment
+from ..http.core import Plan, RequestFacts, error_plan
+from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.target import Target, quote_query, quote_segment
 
 __all__ = [
     "FORBIDDEN_HEADERS",
@@ -237,13 +237,13 @@ class Rewrite:
 @dataclass(frozen=True, slots=True)
 class AuthRule:
     """Paths matching ``match`` (None: every path) need one of ``users``
-    (name -> hash in one of :mod:`serverio.http.passwords`' schemes)."""
+    (name -> hash in one of :mod:`serverio.site.passwords`' schemes)."""
 
     pattern: str
     match: re.Pattern[str] | None
     users: Mapping[str, str]
     realm: str
-    # The users file's cost profile (serverio.http.passwords.cost_profile):
+    # The users file's cost profile (serverio.site.passwords.cost_profile):
     # the work every check does, known user or not.
     dummy: str
     index: int = 0
@@ -523,7 +523,7 @@ def map_header_values(
 ) -> SiteRules:
     """``rules`` with every value a header rule sets for ``name`` passed
     through ``fn`` (at start-up: ``--watch`` lets the page script through
-    the rules' CSPs, :func:`serverio.http.livereload.watch_csp`)."""
+    the rules' CSPs, :func:`serverio.live.protocol.watch_csp`)."""
     hrules = tuple(
         replace(r, set=tuple((n, fn(v) if n == name else v) for n, v in r.set))
         for r in rules.header_rules

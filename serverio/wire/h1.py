@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from typing import Final
 
 from ..errors import reason_phrase
-from .core import Plan
-from .dates import format_http_date
+from ..http.core import Plan
+from ..http.dates import format_http_date
 
 __all__ = ["SHARED_HEADS", "SHARED_HEADS_MAX", "Canned", "head_bytes", "shared_head"]
 
@@ -43,7 +43,7 @@ _CANONICAL = {
         "Repr-Digest",
         "Content-Security-Policy",
         "X-Content-Type-Options",
-        # Fields the site rules send (serverio.http.rules); a name a rule
+        # Fields the site rules send (serverio.site.rules); a name a rule
         # sets that is not listed goes out lowercase, as h11 sends every
         # name (field names are case-insensitive, RFC 9110 §5.1).
         "WWW-Authenticate",
