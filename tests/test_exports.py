@@ -236,6 +236,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.live.service": ("LiveHandler", "LiveReload"),
     "serverio.net": None,
+    "serverio.net.accept": ("raw_acceptor",),
     "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
     "serverio.net.admin": (
         "AdminHandler",

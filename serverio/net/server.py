@@ -66,6 +66,7 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..site.service import load_site
 from ..wire.h1 import Canned
+from .accept import raw_acceptor
 from .activation import listeners_from_fds
 from .connection import ConnectionTask
 from .env import ConnectionEnv
@@ -409,11 +410,12 @@ class Server:
         # A stdlib view of the same fd (no dup): closing it is trio's job, so
         # we detach() instead of close().
         raw = _stdsocket.socket(lsock.family, lsock.type, lsock.proto, fileno=lsock.fileno())
+        accept = raw_acceptor(raw)
         try:
             while True:
                 for _ in range(_ACCEPT_BURST):
                     try:
-                        sock, _addr = raw.accept()
+                        sock = accept()
                     except BlockingIOError:
                         break
                     except OSError as exc:
@@ -447,10 +449,11 @@ class Server:
         raw = _stdsocket.socket(lsock.family, lsock.type, lsock.proto, fileno=lsock.fileno())
         tls = self.tls_of(listener)
         http2 = self.http2_of(listener)
+        accept = raw_acceptor(raw)
         try:
             while True:
                 try:
-                    sock, _addr = raw.accept()
+                    sock = accept()
                 except OSError:  # BlockingIOError: none left; EMFILE: give up
                     break
                 self._admit(sock, tls, http2, conns, self.config.max_connections)
