@@ -160,6 +160,7 @@ HOLDS: list[tuple[bytes, ResourceState, bool]] = [
     (b"(<" + T1.encode() + b'> ["e2"])', LOCKED, False),
     (b'(["e1"])', UNLOCKED, True),
     (b'([W/"e1"])', UNLOCKED, False),  # strong comparison
+    (b'([W/"e1"])', ResourceState('W/"e1"', frozenset()), False),  # weak never matches
     (b'(["e1"])', MISSING, False),
     (b'(Not ["e1"])', MISSING, True),
     (b"(<DAV:no-lock>)", LOCKED, False),

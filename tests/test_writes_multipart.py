@@ -303,6 +303,15 @@ def test_hostile_bodies_are_refused_however_split(label: str, body: bytes, statu
             parser.feed(b"more")
 
 
+def test_a_boundary_inside_content_is_refused_not_taken_as_data() -> None:
+    # RFC 2046 §5.1.1: the delimiter must not appear in a part.  A lenient
+    # parser would take "--B" + "X" for content; two parsers that disagree
+    # on where a part ends are how a filter is bypassed.
+    body = field(b"a", b"x\r\n--" + B + b"X-more") + END
+    with pytest.raises(HTTPError, match="boundary inside a part"):
+        parse([body])
+
+
 def test_limits_are_the_callers_to_choose() -> None:
     body = field(b"a", b"") * 3 + END
     assert len(parts_of(parse([body], max_parts=3))) == 3
