@@ -358,7 +358,12 @@ _ATTR_ESCAPES = str.maketrans(
 )
 
 
+_TEXT_PLAIN = re.compile("[^&<>\r\ud800-\udfff\ufffe\uffff\x00-\x08\x0b\x0c\x0e-\x1f]*")
+
+
 def _text(value: str) -> str:
+    if _TEXT_PLAIN.fullmatch(value):
+        return value  # nothing to escape or replace (most names and values)
     return _NOT_XML.sub("\ufffd", value).translate(_TEXT_ESCAPES)
 
 
@@ -397,6 +402,30 @@ class _Writer:
         self.out = out
 
     def element(self, el: Element, scope: dict[str, str]) -> None:
+        prefix = scope.get(el.tag.ns)
+        if prefix is not None and not el.attrs:
+            # The common case (live properties): a DAV: element, no attribute.
+            tag = f"{prefix}:{el.tag.name}"
+            children = el.children
+            if not children:
+                self.out.append(f"<{tag}/>")
+            elif len(children) == 1 and isinstance(children[0], str):
+                self.out.append(f"<{tag}>{_text(children[0])}</{tag}>")
+            else:
+                self.out.append(f"<{tag}>")
+                self._children(children, scope)
+                self.out.append(f"</{tag}>")
+            return
+        self._general(el, scope)
+
+    def _children(self, children: tuple[Element | str, ...], scope: dict[str, str]) -> None:
+        for child in children:
+            if isinstance(child, str):
+                self.out.append(_text(child))
+            else:
+                self.element(child, scope)
+
+    def _general(self, el: Element, scope: dict[str, str]) -> None:
         local = scope
         decls: list[str] = []
 
@@ -424,11 +453,7 @@ class _Writer:
             self.out.append(head + "/>")
             return
         self.out.append(head + ">")
-        for child in el.children:
-            if isinstance(child, str):
-                self.out.append(_text(child))
-            else:
-                self.element(child, local)
+        self._children(el.children, local)
         self.out.append(f"</{tag}>")
 
 
