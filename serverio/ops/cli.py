@@ -203,19 +203,25 @@ def hash_password_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _env_sources(args: argparse.Namespace, env: dict[str, object]) -> dict[str, Option]:
-    """{variable: declaration} of the values the environment still sets
-    (the command line may have overridden some)."""
+def _env_sources(argv: Sequence[str], env: dict[str, object]) -> dict[str, Option]:
+    """{variable: declaration} of the values the environment sets and the
+    command line does not override (for blame_env's messages)."""
+    if not env:
+        return {}
+    parser = build_parser()  # the command line alone: unset stays unset
+    unset = object()
+    parser.set_defaults(**{d: unset for d in env if parser.get_default(d) is not None})
+    given = parser.parse_args(argv)
     out: dict[str, Option] = {}
-    for dest, value in env.items():
+    for dest in env:
+        if getattr(given, dest, None) not in (unset, None):
+            continue
         opt = by_dest(dest)
         if opt is None:  # a switch's own attribute (--spa)
             opt = next(o for o in OPTIONS if o.switch and o.switch[0][2:] == dest)
-            var = ENV_PREFIX + dest.upper()
-        else:
-            var = opt.env or ""
-        if getattr(args, dest, None) == value:
-            out[var] = opt
+            out[ENV_PREFIX + dest.upper()] = opt
+        elif opt.env is not None:
+            out[opt.env] = opt
     return out
 
 
@@ -242,7 +248,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         port = port_from_env(variables)
         parser.set_defaults(port=None)  # tells an unset port from an explicit 8000
         args = parse_with_config(parser, argv, env)
-        sources = _env_sources(args, env)
+        sources = _env_sources(argv, env)
         if args.check is not None:
             return check_url(args.check)
         if not args.fd and not args.print_config:

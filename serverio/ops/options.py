@@ -61,6 +61,7 @@ __all__ = [
     "by_dest",
     "config_fields",
     "env_bool",
+    "env_names",
     "env_values",
     "port_from_env",
 ]
@@ -342,6 +343,13 @@ def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
         else:
             out[opt.dest] = _env_scalar(opt, name, raw.strip())
     return out
+
+
+def env_names() -> list[str]:
+    """Every variable :func:`env_values` and :func:`port_from_env` read."""
+    names = [o.env for o in OPTIONS if o.env is not None]
+    names += [_switch_env(o) for o in OPTIONS if o.switch is not None]
+    return [*names, PORT_ENV]
 
 
 def port_from_env(environ: Mapping[str, str]) -> int | None:
