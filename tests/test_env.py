@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from serverio.config import Config
 from serverio.ops import cli
@@ -44,7 +45,7 @@ def _served(
         seen.append(fn.args[0])  # functools.partial(run_server, cfg, ...)
         return 0
 
-    monkeypatch.setattr(cli.trio, "run", fake_run)
+    monkeypatch.setattr(trio, "run", fake_run)  # what cli.main calls to serve
     monkeypatch.setattr(cli, "systemd_fds", lambda: list(fds or []))
     assert main(argv, environ=environ) == 0
     [cfg] = seen
