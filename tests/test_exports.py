@@ -445,6 +445,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "config_fields",
         "env_bool",
         "env_names",
+        "env_option",
         "env_values",
         "port_from_env",
     ),

@@ -30,8 +30,8 @@ from .options import (
     Option,
     add_option,
     blame_env,
-    by_dest,
     config_fields,
+    env_option,
     env_values,
     port_from_env,
 )
@@ -214,14 +214,10 @@ def _env_sources(argv: Sequence[str], env: dict[str, object]) -> dict[str, Optio
     given = parser.parse_args(argv)
     out: dict[str, Option] = {}
     for dest in env:
-        if getattr(given, dest, None) not in (unset, None):
-            continue
-        opt = by_dest(dest)
-        if opt is None:  # a switch's own attribute (--spa)
-            opt = next(o for o in OPTIONS if o.switch and o.switch[0][2:] == dest)
-            out[ENV_PREFIX + dest.upper()] = opt
-        elif opt.env is not None:
-            out[opt.env] = opt
+        found = env_option(dest)
+        value = getattr(given, dest, None)
+        if found is not None and (value is unset or value is None):
+            out[found[0]] = found[1]
     return out
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "config_fields",
     "env_bool",
     "env_names",
+    "env_option",
     "env_values",
     "port_from_env",
 ]
@@ -343,6 +344,18 @@ def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
         else:
             out[opt.dest] = _env_scalar(opt, name, raw.strip())
     return out
+
+
+def env_option(dest: str) -> tuple[str, Option] | None:
+    """The variable and declaration behind a namespace attribute that
+    :func:`env_values` sets (``spa``: ``SERVERIO_SPA``, the switch's)."""
+    opt = _BY_DEST.get(dest)
+    if opt is not None:
+        return None if opt.env is None else (opt.env, opt)
+    for opt in OPTIONS:
+        if opt.switch is not None and _switch_dest(opt) == dest:
+            return _switch_env(opt), opt
+    return None
 
 
 def env_names() -> list[str]:
