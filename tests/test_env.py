@@ -282,6 +282,7 @@ def test_a_value_refused_by_validation_names_the_variable(
         ({"PORT": "http"}, "PORT: 'http' is not a port (0-65535)"),
         ({"PORT": "70000"}, "PORT: '70000' is not a port (0-65535)"),
         ({"PORT": "-1"}, "PORT: '-1' is not a port (0-65535)"),
+        ({"PORT": "\u00b2"}, "PORT: '\u00b2' is not a port (0-65535)"),  # isdigit(), not int()
     ],
 )
 def test_bad_booleans_and_ports(

@@ -373,7 +373,7 @@ def port_from_env(environ: Mapping[str, str]) -> int | None:
     raw = environ.get(PORT_ENV, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) > 65535:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 65535:  # "²".isdigit()
         raise ConfigError(f"{PORT_ENV}: {raw!r} is not a port (0-65535)")
     return int(raw)
 
