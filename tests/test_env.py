@@ -80,6 +80,14 @@ def test_every_option_with_a_key_has_a_variable_read_by_env_values() -> None:
             assert opt.env is None, opt.flags  # --config, --check, --print-config, --version
 
 
+def test_help_describes_what_serverio_is_today() -> None:
+    """It opened with "Serve a directory over HTTP/1.1 (trio + h11)"."""
+    description = build_parser().description or ""
+    for needed in ("HTTP/1.1 and HTTP/2", "ALPN", "h2c", "TLS", "site rules", "live reload",
+                   "--workers"):
+        assert needed in description, needed
+
+
 def test_help_shows_each_variable_and_the_precedence() -> None:
     text = " ".join(build_parser().format_help().split())
     for name in env_names():
