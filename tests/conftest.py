@@ -22,6 +22,7 @@ from serverio import Config, Server
 from serverio.fs.opener import STRATEGIES, RootOpener
 from serverio.net import server as _server
 from serverio.net.connection import ConnectionTask
+from serverio.ops.options import env_names
 from testkit.simulation import open_fd_count as open_fd_count
 
 if sys.platform == "win32":
@@ -40,6 +41,13 @@ if sys.platform == "win32":
         return _write_text(self, data, encoding, errors, newline)
 
     Path.write_text = _write_text_as_given  # type: ignore[method-assign]
+
+# serverio reads SERVERIO_<OPTION> and PORT (docs/cli.md "Environment
+# variables"): the suite runs with none of them, whatever the developer's
+# shell exports (PORT=3000 is common), in-process and in subprocesses alike.
+# (The suite's own SERVERIO_SIMULATION, SERVERIO_FUZZ_CASES ... are kept.)
+for _name in env_names():
+    os.environ.pop(_name, None)
 
 
 def _symlinks_work() -> bool:

@@ -44,15 +44,26 @@ def _exits(action: argparse.Action) -> bool:
 
 def test_every_option_has_help_and_shows_its_default(capsys: pytest.CaptureFixture[str]) -> None:
     """Each argparse action (the generated ones, the --spa switch included)
-    has help text ending in "(default: ...)", and --help prints it."""
+    has help text with "(default: ...)", then its variable as "[env: ...]"
+    when it has a TOML key, and --help prints it; -h and --version, which
+    exit at once, have help text."""
     text = _help_text(capsys)
-    actions = [a for a in build_parser()._actions if not _exits(a)]
+    parser = build_parser()
+    actions = [a for a in parser._actions if not _exits(a)]
     assert len(actions) > 60
+    keys = option_keys(parser)
     for action in actions:
         name = action.option_strings[-1] if action.option_strings else action.dest
         assert action.help, f"{name} has no help text"
-        assert re.search(r"\(default: [^)]+\)$", action.help), f"{name}: {action.help!r}"
+        m = re.search(r"\(default: [^)]+\)( \[env: (SERVERIO_\w+)\])?$", action.help)
+        assert m, f"{name}: {action.help!r}"
+        key = next((k for k, a in keys.items() if a is action), None)
+        wanted = None if key is None else "SERVERIO_" + key.upper().replace("-", "_")
+        assert m.group(2) == wanted, name
         assert " ".join(action.help.split()) in text, name
+    for action in parser._actions:
+        if _exits(action):
+            assert action.help and action.help in text, action.option_strings
 
 
 @pytest.mark.parametrize(
@@ -76,7 +87,7 @@ def test_every_option_has_help_and_shows_its_default(capsys: pytest.CaptureFixtu
 )
 def test_shown_defaults(flag: str, shown: str) -> None:
     [action] = [a for a in build_parser()._actions if flag in a.option_strings]
-    assert action.help is not None and action.help.endswith(f"(default: {shown})")
+    assert action.help is not None and f"(default: {shown})" in action.help
 
 
 def _parsed_default(opt: Option) -> Any:

@@ -6,8 +6,9 @@ import argparse
 import functools
 import getpass
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 import trio
@@ -20,7 +21,20 @@ from ..site.passwords import DEFAULT_ITERATIONS, hash_password
 from ..site.service import load_site
 from .check import check_url
 from .fdlimit import fit_fd_limit
-from .options import DEFAULTS, GROUPS, OPTIONS, add_option, config_fields
+from .options import (
+    DEFAULTS,
+    ENV_PREFIX,
+    GROUPS,
+    OPTIONS,
+    PORT_ENV,
+    Option,
+    add_option,
+    blame_env,
+    config_fields,
+    env_option,
+    env_values,
+    port_from_env,
+)
 from .run import run_server
 from .tomlconfig import dump, parse_with_config
 
@@ -78,19 +92,50 @@ def _respell(argv: list[str]) -> list[str]:
 
 
 _DESCRIPTION = (
-    "Serve a directory over HTTP/1.1 and HTTP/2 (trio, h11, h2), with TLS, site rules "
-    "and live reload. Binds 127.0.0.1 by default - safer than http.server, which listens "
-    "on all interfaces; pass -b 0.0.0.0 (or -b ::) to serve the network."
+    "Serve a directory over HTTP/1.1 and HTTP/2 (h2 by ALPN over TLS, h2c by prior "
+    "knowledge in clear), built on trio, h11 and h2: TLS, site rules (headers, redirects, "
+    "rewrites, auth, error pages) from a TOML file, live reload (--watch), several "
+    "worker processes (--workers), socket activation, metrics. Binds 127.0.0.1 by "
+    "default - safer than http.server, which listens on all interfaces; pass "
+    "-b 0.0.0.0 (or -b ::) to serve the network."
 )
-_EPILOG = (
-    "Every option is also a key of the --config TOML file (docs/cli.md). "
-    "'serverio hash-password --help': make a users-file line for --auth-file."
-)
+# Indented lines are kept as written (see _Formatter); the rest is wrapped.
+_EPILOG = f"""subcommands:
+  serverio hash-password [--user NAME] [--iterations N]
+                        print a password hash (a users-file line with --user)
+                        for --auth-file and [[auth]]; 'serverio hash-password
+                        --help' for more
+
+environment:
+  {ENV_PREFIX}<OPTION>     every option with a TOML key, as shown [env: ...]
+                        after its help; lists comma-separated, flags and
+                        --x/--no-x pairs 1/0, true/false, yes/no or on/off
+  {PORT_ENV}                  the port when no port is given (argument,
+                        {ENV_PREFIX}PORT or file) and no --listen, --fd or
+                        socket activation names the listeners
+
+Precedence: command line > {ENV_PREFIX}* > --config file > {PORT_ENV} > default. \
+Every option is also a key of the --config TOML file; docs/cli.md explains each."""
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's wrapping, except for indented lines (the epilog's lists)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.split("\n\n"):
+            if block.startswith(" ") or "\n " in block:
+                blocks.append(block)
+            else:
+                blocks.append(super()._fill_text(block, width, indent))
+        return "\n\n".join(blocks)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line, generated from :data:`serverio.ops.options.OPTIONS`."""
-    p = _Parser(prog="serverio", description=_DESCRIPTION, epilog=_EPILOG)
+    p = _Parser(
+        prog="serverio", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter
+    )
     groups = {title: p.add_argument_group(title) for title in GROUPS}
     for opt in OPTIONS:
         add_option(groups[opt.group], opt)
@@ -117,15 +162,28 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return cfg
 
 
+_HASH_DESCRIPTION = (
+    "Print a PBKDF2-SHA256 password hash for a users file (--auth-file, [[auth]]). "
+    "The password is read from a prompt on a terminal (twice), else one line of "
+    "standard input; never from the command line, where every local user sees it (ps)."
+)
+
+
 def hash_password_main(argv: Sequence[str]) -> int:
-    """``serverio hash-password [--iterations N]``: print a users-file hash.
+    """``serverio hash-password [--user NAME] [--iterations N]``: print a users-file hash.
 
     The password is read from a prompt on a terminal, else one line of
     standard input; never from argv (visible to every local user in ``ps``).
     """
-    p = _Parser(prog="serverio hash-password", description=hash_password_main.__doc__)
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N")
-    p.add_argument("--user", metavar="NAME", help="print NAME:HASH, a users-file line")
+    p = _Parser(prog="serverio hash-password", description=_HASH_DESCRIPTION)
+    p.add_argument(
+        "--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+        help=f"PBKDF2 rounds, 1000 to 10000000 (default: {DEFAULT_ITERATIONS})",
+    )
+    p.add_argument(
+        "--user", metavar="NAME",
+        help="print NAME:HASH, a users-file line (default: the hash alone)",
+    )
     args = p.parse_args(list(argv))
     if not 1000 <= args.iterations <= 10_000_000:
         print("serverio: error: --iterations must be from 1000 to 10000000", file=sys.stderr)
@@ -145,25 +203,61 @@ def hash_password_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _env_sources(argv: Sequence[str], env: dict[str, object]) -> dict[str, Option]:
+    """{variable: declaration} of the values the environment sets and the
+    command line does not override (for blame_env's messages)."""
+    if not env:
+        return {}
+    parser = build_parser()  # the command line alone: unset stays unset
+    unset = object()
+    parser.set_defaults(**{d: unset for d in env if parser.get_default(d) is not None})
+    given = parser.parse_args(argv)
+    out: dict[str, Option] = {}
+    for dest in env:
+        found = env_option(dest)
+        value = getattr(given, dest, None)
+        if found is not None and (value is unset or value is None):
+            out[found[0]] = found[1]
+    return out
+
+
+def _apply_port_env(args: argparse.Namespace, port: int | None) -> None:
+    """PORT, as http-server and serve read it: only when nothing names the
+    port or the listeners (the argument, SERVERIO_PORT, the file's key,
+    --listen/--listen-tls, --fd and socket activation all win over it)."""
+    if args.port is None:  # main's parser default: nothing gave a port
+        named = args.listen or args.listen_tls or args.fd
+        args.port = DEFAULTS["port"] if port is None or named else port
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """The ``serverio`` command; ``environ`` (default: os.environ) holds the
+    ``SERVERIO_*`` and ``PORT`` variables (docs/cli.md "Environment variables")."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["hash-password"]:
         return hash_password_main(argv[1:])
+    variables: Mapping[str, str] = os.environ if environ is None else environ
+    sources: dict[str, Option] = {}
     try:
-        args = parse_with_config(parser, argv)
+        env = env_values(variables)
+        port = port_from_env(variables)
+        parser.set_defaults(port=None)  # tells an unset port from an explicit 8000
+        args = parse_with_config(parser, argv, env)
+        sources = _env_sources(argv, env)
         if args.check is not None:
             return check_url(args.check)
         if not args.fd and not args.print_config:
             # systemd socket activation (consumes LISTEN_FDS/LISTEN_PID).
             args.fd = systemd_fds() or None
+        _apply_port_env(args, port)
         cfg = config_from_args(args)
         if args.print_config:
             sys.stdout.write(dump(parser, args))
             return 0
         ssl_context = make_ssl_context(cfg)
     except ConfigError as exc:
-        print(f"serverio: error: {exc}", file=sys.stderr)
+        print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="serverio: %(levelname)s: %(message)s")
     # Before any worker starts: they inherit the raised limit and the config.

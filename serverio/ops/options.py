@@ -11,9 +11,11 @@ derived from it:
 * the argparse action (:func:`add_option`) and the field's value
   (:meth:`Option.value_of`), so ``config_from_args`` is a loop;
 * the TOML key (:attr:`Option.key`: the first long flag without its dashes,
-  as serverio.ops.tomlconfig reads it) and the environment name
-  (:attr:`Option.env`, ``SERVERIO_MAX_CONNECTIONS``; not read yet: the
-  precedence rules come with that feature).
+  as serverio.ops.tomlconfig reads it) and the environment variable
+  (:attr:`Option.env`, ``SERVERIO_MAX_CONNECTIONS``), read by
+  :func:`env_values`; ``--help`` shows it as ``[env: ...]``.  Precedence:
+  command line > environment > --config file > ``PORT`` (the port only) >
+  default (docs/cli.md "Environment variables").
 
 Special cases are declared, not hand-coded: the positional port
 (``kind="positional"``), an option that turns its field off
@@ -34,11 +36,13 @@ import argparse
 import dataclasses
 import importlib.metadata
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config, parse_networks
+from ..errors import ConfigError
 from .cpus import available_cpus
 
 __all__ = [
@@ -47,16 +51,26 @@ __all__ = [
     "GROUPS",
     "NOT_SETTABLE",
     "OPTIONS",
+    "PORT_ENV",
     "TABLES",
     "Option",
     "Table",
     "Toggle",
     "add_option",
+    "blame_env",
     "by_dest",
     "config_fields",
+    "env_bool",
+    "env_names",
+    "env_option",
+    "env_values",
+    "port_from_env",
 ]
 
 ENV_PREFIX = "SERVERIO_"
+# The port variable of http-server, serve and PaaS platforms (Heroku, Cloud
+# Run): used only when nothing else names the port (port_from_env).
+PORT_ENV = "PORT"
 
 # The Config defaults, read from the dataclass itself: an option never
 # states a default of its own when it has a field.
@@ -153,7 +167,8 @@ class Option:
         return str(d)
 
     def full_help(self) -> str:
-        return f"{self.help} (default: {self.shown_default()})"
+        env = "" if self.env is None else f" [env: {self.env}]"
+        return f"{self.help} (default: {self.shown_default()}){env}"
 
     def value_of(self, args: argparse.Namespace) -> Any:
         """The field's value from a parsed namespace."""
@@ -209,6 +224,11 @@ def _switch_dest(opt: Option) -> str:
     return opt.switch[0].lstrip("-").replace("-", "_")
 
 
+def _switch_env(opt: Option) -> str:
+    """The variable of a switch flag (``--spa``: ``SERVERIO_SPA``), beside the option's own."""
+    return ENV_PREFIX + _switch_dest(opt).upper()
+
+
 def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
     """The argparse action(s) of one declaration."""
     if opt.kind == "version":
@@ -217,7 +237,8 @@ def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
     kw: dict[str, Any] = {"help": opt.full_help()}
     if opt.switch is not None:
         flag, _, text = opt.switch
-        group.add_argument(flag, action="store_true", help=f"{text} (default: off)")
+        env = _switch_env(opt)
+        group.add_argument(flag, action="store_true", help=f"{text} (default: off) [env: {env}]")
     if opt.kind == "flag":
         group.add_argument(*opt.flags, action="store_true", **kw)
         return
@@ -257,6 +278,115 @@ def config_fields(args: argparse.Namespace) -> dict[str, Any]:
 def by_dest(dest: str) -> Option | None:
     """The declaration behind a namespace attribute (None: not an option's)."""
     return _BY_DEST.get(dest)
+
+
+# ---------------------------------------------------------------- environment
+#
+# SERVERIO_<KEY> for every option with a TOML key (Option.env), and PORT.
+# The values are what the parser would store for the flag, keyed by the
+# namespace attribute like serverio.ops.tomlconfig.load's, so cli.py layers
+# them between the command line and the file (parse_with_config).
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+# A list item of -H starts with a field name and ':' (RFC 9110 §5.1 token):
+# commas inside a value ("Cache-Control: no-cache, no-store") stay in it.
+_HEADER_ITEM = re.compile(r",\s*(?=[!#$%&'*+.^_`|~0-9A-Za-z-]+\s*:)")
+
+
+def env_bool(name: str, raw: str) -> bool:
+    """A flag's variable: 1/0, true/false, yes/no, on/off (any case), else ConfigError."""
+    word = raw.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ConfigError(f"{name}: {raw!r} is not a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def _env_scalar(opt: Option, name: str, raw: str) -> Any:
+    """One value through the option's own converter and choices: argparse's
+    message for the flag, with the variable's name in front."""
+    if opt.parse is None and opt.choices is None:
+        return raw
+    probe = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    probe.add_argument("--value", type=opt.parse or str, choices=opt.choices)
+    try:
+        return probe.parse_args([f"--value={raw}"]).value
+    except argparse.ArgumentError as exc:
+        raise ConfigError(f"{name}: {exc.message}") from None
+
+
+def _env_items(opt: Option, raw: str) -> list[str]:
+    parts = _HEADER_ITEM.split(raw) if opt.two_token else raw.split(",")
+    return [p.strip() for p in parts if p.strip()]
+
+
+def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``{namespace attribute: value}`` of every ``SERVERIO_<KEY>`` set (and
+    not empty) in ``environ``, as the flag would have stored it: flags and
+    toggles from :func:`env_bool`, lists comma-separated (``-H``: at a comma
+    before ``NAME:``), other values through the option's converter.
+
+    Raises ConfigError naming the variable.  Unknown ``SERVERIO_*`` names
+    are ignored (``--keyfile-password-env SERVERIO_KEY_PASSWORD`` is one).
+    """
+    out: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if opt.switch is not None and environ.get(_switch_env(opt), "").strip():
+            out[_switch_dest(opt)] = env_bool(_switch_env(opt), environ[_switch_env(opt)])
+        name = opt.env
+        raw = "" if name is None else environ.get(name, "")
+        if name is None or not raw.strip():
+            continue
+        if opt.kind in ("flag", "toggle"):
+            out[opt.dest] = env_bool(name, raw)
+        elif opt.kind in ("list", "extend"):
+            out[opt.dest] = [_env_scalar(opt, name, item) for item in _env_items(opt, raw)]
+        else:
+            out[opt.dest] = _env_scalar(opt, name, raw.strip())
+    return out
+
+
+def env_option(dest: str) -> tuple[str, Option] | None:
+    """The variable and declaration behind a namespace attribute that
+    :func:`env_values` sets (``spa``: ``SERVERIO_SPA``, the switch's)."""
+    opt = _BY_DEST.get(dest)
+    if opt is not None:
+        return None if opt.env is None else (opt.env, opt)
+    for opt in OPTIONS:
+        if opt.switch is not None and _switch_dest(opt) == dest:
+            return _switch_env(opt), opt
+    return None
+
+
+def env_names() -> list[str]:
+    """Every variable :func:`env_values` and :func:`port_from_env` read."""
+    names = [o.env for o in OPTIONS if o.env is not None]
+    names += [_switch_env(o) for o in OPTIONS if o.switch is not None]
+    return [*names, PORT_ENV]
+
+
+def port_from_env(environ: Mapping[str, str]) -> int | None:
+    """``PORT`` as http-server and serve read it (None: not set or empty).
+
+    Raises ConfigError naming the variable for anything but 0-65535.
+    """
+    raw = environ.get(PORT_ENV, "").strip()
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 65535:  # "²".isdigit()
+        raise ConfigError(f"{PORT_ENV}: {raw!r} is not a port (0-65535)")
+    return int(raw)
+
+
+def blame_env(message: str, sources: Mapping[str, Option]) -> str:
+    """A validation message about an option whose value came from the
+    environment, with the variable named too: Config.validate's messages
+    start with the flag (or the key: ``port``, ``directory``)."""
+    for var, opt in sources.items():
+        names = (*opt.flags, *(opt.switch[:1] if opt.switch else ()), opt.key or "")
+        if any(n and re.match(rf"{re.escape(n)}(?![\w-])", message) for n in names):
+            return f"{message} (from {var})"
+    return message
 
 
 # ---------------------------------------------------------------- parsers
@@ -350,7 +480,9 @@ GROUPS = (
 _O = Option
 
 _WHERE = (
-    _O("port", ("port",), "port to listen on; 0 = any free port", "Where and what",
+    _O("port", ("port",),
+       "port to listen on; 0 = any free port; $PORT when no port, --listen or --fd is given",
+       "Where and what",
        kind="positional", parse=int),
     _O(None, ("--version",), "print 'serverio X.Y.Z' and exit", "Where and what",
        kind="version", toml=False),

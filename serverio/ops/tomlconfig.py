@@ -15,8 +15,9 @@ there gets its TOML key automatically:
   one boolean key ``x``; ``no-x = true`` is read too (files written before
   the pair existed) and means ``x = false``.
 
-Precedence: file values become the parser's defaults and the command line
-is parsed again, so only options actually given on the command line win.
+Precedence: file values (overridden by the environment's, when given)
+become the parser's defaults and the command line is parsed again, so only
+options actually given on the command line win.
 Unknown keys and wrong types are :class:`ConfigError` naming the key and the
 file.  :func:`dump` writes the effective configuration back as TOML
 (``--print-config``), in a form ``--config`` accepts unchanged.
@@ -28,7 +29,7 @@ import argparse
 import math
 import os
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
@@ -279,17 +280,24 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def parse_with_config(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+def parse_with_config(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    env: Mapping[str, object] | None = None,
+) -> argparse.Namespace:
     """Parse ``argv``; with ``--config FILE``, file values are the defaults.
 
-    Raises ConfigError for problems in the file; argparse itself exits 2 on
+    ``env`` ({attribute: value}, serverio.ops.options.env_values) overrides
+    the file's values and is overridden by the command line.  Raises
+    ConfigError for problems in the file; argparse itself exits 2 on
     command-line errors.
     """
     args = parser.parse_args(argv)
     path = getattr(args, "config", None)
-    if not path:
+    values = load(parser, path) if path else {}
+    values.update(env or {})
+    if not values:
         return args
-    values = load(parser, path)
     keys = option_keys(parser)
     lists = {a.dest for a in keys.values() if _is_list(a)}
     # Repeatable options append to their default in argparse, so a file list
