@@ -471,7 +471,7 @@ async def test_cached_bodies_survive_a_full_socket_buffer(root: Path) -> None:
                 r = await client.read_response()
                 assert r.status == 200 and r.body == body
         await client.stream.aclose()
-    assert srv.stats.timeouts_write == 0
+    assert srv.stats.timeouts.write == 0
 
 
 @pytest.mark.usefixtures("settled_files")

@@ -98,7 +98,7 @@ async def test_turned_away_past_rejector_cap_still_get_503(
             assert r.status == 503 and r.header("retry-after") == "1"
             await turned_away.stream.aclose()
         await holder.stream.aclose()
-    assert srv.stats.rejected == 5
+    assert srv.stats.conns.rejected == 5
 
 
 @pytest.mark.slow

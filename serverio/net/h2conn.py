@@ -183,7 +183,7 @@ class H2Connection:
     async def run(self) -> None:
         env = self.env
         writer = self._writer
-        env.stats.h2_connections += 1
+        env.stats.h2.connections += 1
         self._conn.initiate_connection()
         self._idle_deadline = trio.current_time() + env.config.head_timeout
         writer.pull()
@@ -202,7 +202,7 @@ class H2Connection:
             writer.reading = False
             writer.kick()  # the writer returns once streams are done and all is flushed
         if self._broken or writer.broken:
-            env.stats.resets += 1
+            env.stats.conns.resets += 1
 
     def drain(self) -> None:
         """Graceful shutdown: GOAWAY with the last stream id handed to the
@@ -273,9 +273,9 @@ class H2Connection:
                     continue  # the loop condition decides
                 if not self._streams and trio.current_time() >= self._idle_deadline:
                     if self._requests:
-                        stats.timeouts_keepalive += 1
+                        stats.timeouts.keepalive += 1
                     else:
-                        stats.timeouts_head += 1
+                        stats.timeouts.head += 1
                     self.close(ErrorCodes.NO_ERROR)
                 continue
             if not data:
@@ -299,7 +299,7 @@ class H2Connection:
         self._writer.wake.set()
 
     def calm(self) -> None:
-        self.env.stats.h2_calm += 1
+        self.env.stats.h2.calm += 1
         self.close(ErrorCodes.ENHANCE_YOUR_CALM)
 
     def lost(self) -> None:
@@ -320,7 +320,7 @@ class H2Connection:
         if self._draining or len(self._streams) >= cfg.h2_max_streams:
             # Not processed: the client may retry it (RFC 9113 §8.7).  A
             # client that keeps ignoring the limit spends the reset budget.
-            stats.h2_refused_streams += 1
+            stats.h2.refused_streams += 1
             conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             if not self._draining and resets.spend():
                 self.calm()
@@ -328,12 +328,12 @@ class H2Connection:
         try:
             head = parse_request_head(ev.headers or [])
         except MalformedRequest:
-            stats.h2_stream_errors += 1
+            stats.h2.stream_errors += 1
             conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
             if resets.spend():
                 self.calm()
             return
-        stats.h2_streams += 1
+        stats.h2.streams += 1
         self._requests += 1
         self._last_stream = sid
         st = Stream(sid, head, ev.stream_ended is not None)
@@ -367,7 +367,7 @@ class H2Connection:
         (once: its END_STREAM may follow the DATA that was too long)."""
         if st.state in STOPPED:
             return
-        self.env.stats.h2_stream_errors += 1
+        self.env.stats.h2.stream_errors += 1
         self._writer.reset(st, ErrorCodes.PROTOCOL_ERROR)
         self._writer.cancel(st)
 
@@ -407,7 +407,7 @@ class H2Connection:
                     self.drain()
         except Exception:
             # A bug in one stream must not end the other streams.
-            env.stats.internal_errors += 1
+            env.stats.conns.internal_errors += 1
             log.exception("internal error in an HTTP/2 stream (stream reset)")
             writer.reset(st, ErrorCodes.INTERNAL_ERROR)
         finally:

@@ -473,7 +473,7 @@ class Server:
         connections stay within ``max_conns`` plus that budget.
         """
         tsock = trio.socket.from_stdlib_socket(sock)
-        self.stats.accepted += 1
+        self.stats.conns.accepted += 1
         open_conns = len(self.connections)
         if self.live is not None:
             open_conns -= len(self.live.slots)
@@ -486,7 +486,7 @@ class Server:
             return
         stream = trio.SocketStream(tsock)
         if open_conns >= max_conns:
-            self.stats.rejected += 1
+            self.stats.conns.rejected += 1
             if tls is not None:
                 # (A plaintext 503 means nothing to a TLS client,
                 # and a handshake is the work we are shedding.)
@@ -549,8 +549,8 @@ class Server:
         except OSError:
             shed = None  # another thread took the freed slot first
         else:
-            self.stats.accepted += 1
-            self.stats.rejected += 1
+            self.stats.conns.accepted += 1
+            self.stats.conns.rejected += 1
             try:
                 if not tls:
                     sock.setblocking(False)
@@ -588,7 +588,7 @@ class Server:
             # down with it (a nursery would cancel its siblings).  Log it
             # with its traceback and count it; the client sees a closed
             # connection.  Cancellation is not an Exception and passes.
-            self.stats.internal_errors += 1
+            self.stats.conns.internal_errors += 1
             log.exception("internal error in a connection task (connection closed)")
         finally:
             self.connections.discard(conn)
