@@ -59,7 +59,8 @@ async def test_https_get_alpn_and_buffered_bodies(
     assert r.status == 200 and r.body == b"hello world\n"
     assert r2.body == big
     # No sendfile through TLS: the file body went through user space.
-    assert srv.stats.responses.sendfile_responses == 0 and srv.stats.responses.buffered_responses == 1
+    sent = srv.stats.responses
+    assert sent.sendfile_responses == 0 and sent.buffered_responses == 1
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
