@@ -29,9 +29,7 @@ def test_every_field_of_every_group_is_one_flat_counter() -> None:
     stats = Stats()
     named = {(group, name) for _, group, name in FLAT}
     assert len(named) == len(FLAT)
-    every = {
-        (g.name, f.name) for g in fields(Stats) for f in fields(getattr(stats, g.name))
-    }
+    every = {(g.name, f.name) for g in fields(Stats) for f in fields(getattr(stats, g.name))}
     assert named == every
 
 
