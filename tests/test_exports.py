@@ -236,6 +236,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.live.service": ("LiveHandler", "LiveReload"),
     "serverio.net": None,
+    "serverio.net.accept": ("Acceptor",),
     "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
     "serverio.net.admin": (
         "AdminHandler",
@@ -245,6 +246,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "serve_admin",
         "text",
     ),
+    "serverio.net.admission": ("REJECT", "Admission", "reject_at_once"),
     "serverio.net.connection": ("ConnectionTask", "H2_PREFACE"),
     "serverio.net.emit": (
         "Abort",
@@ -324,6 +326,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Writer",
         "response_fields",
     ),
+    "serverio.net.lifecycle": ("Lifecycle",),
+    "serverio.net.listen": (
+        "Listeners",
+        "bind_public",
+        "listen_options",
+        "listen_specs",
+        "public_addresses",
+    ),
     "serverio.net.order": ("ORDER_CHUNK", "ORDER_MIN_CONNECTIONS", "ServeOrder"),
     "serverio.net.outbuf": None,
     "serverio.net.reqbody": (
@@ -337,6 +347,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "RequestBody",
     ),
     "serverio.net.server": ("Server", "bind_public", "public_addresses"),
+    "serverio.net.services": ("Services",),
     "serverio.net.tls": ("TLS12_CIPHERS", "make_ssl_context"),
     "serverio.observe": None,
     "serverio.observe.accesslog": ("AccessLog", "AccessRecord"),

@@ -314,7 +314,7 @@ async def test_admin_bind_off_loopback_warns_once_at_start(
     # The listener itself is bound on loopback whatever the address asked
     # for (no test listens off loopback): only the warning is under test.
     import serverio.net.admin as admin_mod
-    from serverio.net.server import _bind as real_bind
+    from serverio.net.listen import _bind as real_bind
 
     async def loopback_bind(_host: str, port: int) -> trio.SocketListener:
         return await real_bind("127.0.0.1", port)
