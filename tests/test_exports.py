@@ -299,6 +299,17 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "ROUND_QUANTUM",
     ),
     "serverio.net.h2events": ("EventStreams",),
+    "serverio.net.h2phase": (
+        "BROKEN",
+        "CLOSED",
+        "DRAINING",
+        "FINISHING",
+        "FLAGS",
+        "OPEN",
+        "TRANSITIONS",
+        "ConnPhase",
+        "check",
+    ),
     "serverio.net.h2read": ("Budget", "FrameReader", "Sink", "WindowAllowance"),
     "serverio.net.h2state": (
         "ANSWERING",

@@ -97,6 +97,7 @@ from .h1head import RECV_SIZE
 from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, server_connection
 from .h2answer import StreamAnswer
 from .h2events import EventStreams
+from .h2phase import BROKEN, CLOSED, DRAINING, FINISHING, OPEN, ConnPhase, check
 from .h2read import FrameReader
 from .h2state import ANSWERING, DONE, STOPPED, Stream
 from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer
@@ -158,8 +159,9 @@ class H2Connection:
         self._idle_deadline = math.inf
         self._last_stream = 0  # highest stream id handed to the handler
         self._requests = 0
-        self._draining = False  # GOAWAY sent for shutdown; in-flight streams finish
-        self._broken = False  # the socket failed (reading)
+        # The connection's phase (serverio.net.h2phase: one enum, one table);
+        # the writer's reading/closed flags are its columns, set by _to.
+        self._phase = OPEN
 
     # What tests look at (the parts hold it).
     @property
@@ -180,6 +182,13 @@ class H2Connection:
 
     # ------------------------------------------------------------ lifecycle
 
+    def _to(self, new: ConnPhase) -> None:
+        """Move to ``new`` (a transition the table does not list is a bug)
+        and give the writer that phase's flags."""
+        writer = self._writer
+        writer.reading, writer.closed = check(self._phase, new)
+        self._phase = new
+
     async def run(self) -> None:
         env = self.env
         writer = self._writer
@@ -197,11 +206,12 @@ class H2Connection:
                     self._reader.receive(self._initial)
                 await self._read_loop()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._broken = True
+                self._to(BROKEN)
                 nursery.cancel_scope.cancel()
-            writer.reading = False
+            if self._phase == DRAINING:
+                self._to(FINISHING)  # nothing left in flight: reading is over
             writer.kick()  # the writer returns once streams are done and all is flushed
-        if self._broken or writer.broken:
+        if self._phase == BROKEN or writer.broken:
             env.stats.conns.resets += 1
 
     def drain(self) -> None:
@@ -209,9 +219,9 @@ class H2Connection:
         handler (RFC 9113 §6.8); later streams are refused, in-flight ones
         finish; an idle connection closes now."""
         writer = self._writer
-        if self._draining or writer.closed:
+        if self._phase != OPEN:
             return
-        self._draining = True
+        self._to(DRAINING)
         # Built by hand: h2's close_connection() would also stop the
         # in-flight streams from sending (its state machine goes CLOSED).
         frame = GoAwayFrame(0)
@@ -229,8 +239,7 @@ class H2Connection:
         writer = self._writer
         if writer.closed:
             return
-        writer.closed = True
-        writer.reading = False
+        self._to(CLOSED)
         try:
             self._conn.close_connection(code, last_stream_id=self._last_stream)
         except h2.exceptions.ProtocolError:
@@ -253,7 +262,7 @@ class H2Connection:
         stats = self.env.stats
         writer = self._writer
         while writer.reading:
-            if self._draining and not self._streams:
+            if self._phase == DRAINING and not self._streams:
                 return
             if len(writer.out) > OUT_HIGH:
                 # Backpressure: a peer that does not read its answers (PING
@@ -269,7 +278,7 @@ class H2Connection:
                 data = await self.stream.receive_some(RECV_SIZE)
             self._read_scope = None
             if scope.cancelled_caught:
-                if writer.closed or self._draining:
+                if self._phase != OPEN:
                     continue  # the loop condition decides
                 if not self._streams and trio.current_time() >= self._idle_deadline:
                     if self._requests:
@@ -281,7 +290,7 @@ class H2Connection:
             if not data:
                 # EOF: nothing more can arrive; the streams in flight finish
                 # (as an HTTP/1.1 half-close does), then we close.
-                self._draining = True
+                self._to(FINISHING)
                 self._events.end_all()  # they never finish on their own
                 return
             self._reader.receive(bytes(data))
@@ -305,8 +314,8 @@ class H2Connection:
     def lost(self) -> None:
         """h2 ended the connection (its error, or the client's GOAWAY): no
         more frames either way."""
-        self._writer.closed = True
-        self._writer.reading = False
+        if self._phase != CLOSED:
+            self._to(CLOSED)
         self._stop_streams()
         self._writer.pull()  # the GOAWAY h2 queued
 
@@ -317,12 +326,12 @@ class H2Connection:
         sid = ev.stream_id
         assert sid is not None
         resets = self._reader.resets
-        if self._draining or len(self._streams) >= cfg.h2_max_streams:
+        if self._phase != OPEN or len(self._streams) >= cfg.h2_max_streams:
             # Not processed: the client may retry it (RFC 9113 §8.7).  A
             # client that keeps ignoring the limit spends the reset budget.
             stats.h2.refused_streams += 1
             conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
-            if not self._draining and resets.spend():
+            if self._phase == OPEN and resets.spend():
                 self.calm()
             return
         try:
@@ -392,7 +401,7 @@ class H2Connection:
                 answer, fields, client = await self._answers.answer(st, now)
                 plan, body, ticket = answer
                 if plan.stream:
-                    if await self._events.serve(st, plan, self._draining):
+                    if await self._events.serve(st, plan, self._phase != OPEN):
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
@@ -424,7 +433,7 @@ class H2Connection:
         if not self._streams:
             self._idle_deadline = trio.current_time() + self.env.config.keepalive_timeout
             if self._read_scope is not None:
-                if self._draining:
+                if self._phase == DRAINING:
                     self._read_scope.cancel()
                 else:
                     self._read_scope.deadline = self._idle_deadline

@@ -96,7 +96,8 @@ def response_fields(
 class Writer:
     """A connection's output: the queue of bodies, the framing, the socket
     writes.  ``closed`` (h2 said GOAWAY: send no more frames) and
-    ``reading`` (more input may come) are set by the connection loop;
+    ``reading`` (more input may come) are set by the connection loop, as
+    the columns of its phase (:data:`serverio.net.h2phase.FLAGS`);
     ``streams`` is the loop's table of streams in flight.
 
     Cancellation handling: :meth:`run` runs until the loop stops reading
