@@ -37,7 +37,7 @@ def snapshot(server: Server, seq: int) -> dict[str, object]:
         "fds": simulation.open_fd_count(),
         "connections": len(server.connections),
         "in_flight": sum(1 for c in server.connections if c.in_flight),
-        "rejectors": server._rejectors,
+        "rejectors": server.admission.rejectors,
         "fs_running": server.fs.running,
         "fs_queued": server.fs.queued,
         "fs": {k: getattr(server.fs.stats, k) for k in server.fs.stats.__slots__},

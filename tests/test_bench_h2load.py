@@ -98,7 +98,7 @@ async def test_h2_probe_reads_every_path_over_h2c_and_tls(
             proto, answers = await trio.to_thread.run_sync(
                 partial(h2_get, "127.0.0.1", port, f"127.0.0.1:{port}", paths, tls=tls)
             )
-            assert srv.stats.h2_streams == 3
+            assert srv.stats.h2.streams == 3
         assert proto == ("h2" if tls else "h2c")
         assert [a.status for a in answers] == [200, 200, 404]
         assert bytes(answers[0].body) == b"hello world\n" and bytes(answers[1].body) == big
@@ -128,5 +128,5 @@ async def test_real_h2load_report_and_log_parse(root: Path, tmp_path: Path) -> N
     percentiles = log_percentiles(log.read_text().splitlines())
     result = parse_h2load_output(done.stdout.decode(), percentiles)
     assert result.protocol == "h2c" and result.succeeded == 200 and result.error_count == 0
-    assert result.status["2xx"] == 200 and srv.stats.h2_streams == 200
+    assert result.status["2xx"] == 200 and srv.stats.h2.streams == 200
     assert 0 < result.p50_ms <= result.p99_ms <= result.latency_max_ms + 0.001

@@ -79,7 +79,7 @@ async def test_replaced_during_send_serves_original_inode(root: Path, sendfile: 
         body = await drain(client, length)
         await client.stream.aclose()
     assert length == SIZE and body == data  # the bytes of the inode we opened
-    assert srv.stats.truncated == 0
+    assert srv.stats.responses.truncated == 0
 
 
 @pytest.mark.parametrize("sendfile", [True, False], ids=["sendfile", "buffered"])
@@ -95,13 +95,13 @@ async def test_truncated_during_send_aborts(root: Path, sendfile: bool, ranged: 
         os.truncate(root / "video.bin", 1024 * 1024)
         body = await drain(client, length)
         await client.stream.aclose()
-        await wait_until(lambda: srv.stats.truncated == 1)
+        await wait_until(lambda: srv.stats.responses.truncated == 1)
     # Never padded, never complete: fewer bytes than Content-Length, and the
     # bytes that did arrive are the file's.
     assert len(body) < length
     start = 1000 if ranged else 0
     assert body == data[start : start + len(body)]
-    assert srv.stats.completed == 0
+    assert srv.stats.responses.completed == 0
 
 
 async def test_multipart_ranges_use_sendfile_per_part(root: Path) -> None:
@@ -123,9 +123,10 @@ async def test_multipart_ranges_use_sendfile_per_part(root: Path) -> None:
     assert [g[1] for g in got] == [data[:100000], data[5000000:5100000], data[-10:]]
     assert b"content-range: bytes 5000000-5099999/8388608" in got[1][0].lower()
     if simulation.WINDOWS_SHAPED:  # no os.sendfile: the portable buffered path
-        assert (srv.stats.sendfile_responses, srv.stats.buffered_responses) == (0, 1)
+        sent = srv.stats.responses
+        assert (sent.sendfile_responses, sent.buffered_responses) == (0, 1)
     else:
-        assert srv.stats.sendfile_responses == 1
+        assert srv.stats.responses.sendfile_responses == 1
 
 
 async def test_overlapping_ranges_coalesced_and_guarded(root: Path) -> None:
@@ -149,8 +150,8 @@ async def test_reset_mid_transfer_is_counted(root: Path) -> None:
             socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
         )
         await client.stream.aclose()  # RST
-        await wait_until(lambda: srv.stats.resets == 1)
-    assert srv.stats.completed == 0
+        await wait_until(lambda: srv.stats.conns.resets == 1)
+    assert srv.stats.responses.completed == 0
 
 
 def test_head_304_416_read_nothing(root: Path) -> None:
@@ -255,4 +256,4 @@ async def test_server_survives_client_gone_mid_body(root: Path, kw: dict[str, ob
         srv_ok = (await c.get("/hello.txt")).status == 200
         await c.stream.aclose()
     # Each vanished client is counted as a reset; only the last request completed.
-    assert srv_ok and (srv.stats.resets, srv.stats.completed) == (5, 1)
+    assert srv_ok and (srv.stats.conns.resets, srv.stats.responses.completed) == (5, 1)

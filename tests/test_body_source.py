@@ -127,9 +127,9 @@ async def test_http11_client_gone_mid_send(root: Path, ledger: Ledger) -> None:
         while len(got) < 32_768:
             got += await client.stream.receive_some(16384)
         await client.stream.aclose()
-        await wait_until(lambda: srv.stats.resets == 1)
+        await wait_until(lambda: srv.stats.conns.resets == 1)
         assert ledger.balanced(), ledger.unbalanced()
-    assert srv.stats.completed == 0
+    assert srv.stats.responses.completed == 0
 
 
 async def test_http11_cancelled_while_waiting_for_the_pool(root: Path, ledger: Ledger) -> None:
@@ -139,7 +139,7 @@ async def test_http11_cancelled_while_waiting_for_the_pool(root: Path, ledger: L
         await client.send_raw(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         await trio.to_thread.run_sync(ledger.waiting.wait, 5)
         await reset(client)
-        await wait_until(lambda: srv.stats.cancelled == 1)
+        await wait_until(lambda: srv.stats.conns.cancelled == 1)
         ledger.gate.set()  # the abandoned hop opens the file now: late-closed
         await wait_until(lambda: srv.fs.stats.late_closed == 1)
         assert ledger.balanced(), ledger.unbalanced()
@@ -185,7 +185,7 @@ async def test_http2_reset_mid_send(root: Path, ledger: Ledger) -> None:
         await wait_until(lambda: ledger.balanced())
         r = await client.get("/hello.txt")  # the connection serves on
         assert r.status == 200
-    assert srv.stats.h2_client_resets == 1
+    assert srv.stats.h2.client_resets == 1
 
 
 async def test_http2_reset_while_waiting_for_the_pool(root: Path, ledger: Ledger) -> None:
@@ -198,7 +198,7 @@ async def test_http2_reset_while_waiting_for_the_pool(root: Path, ledger: Ledger
         await trio.to_thread.run_sync(ledger.waiting.wait, 5)
         client.conn.reset_stream(sid, ErrorCodes.CANCEL)
         await client.flush()
-        await wait_until(lambda: srv.stats.h2_client_resets == 1)
+        await wait_until(lambda: srv.stats.h2.client_resets == 1)
         ledger.gate.set()
         await wait_until(lambda: srv.fs.stats.late_closed == 1)
         assert ledger.balanced(), ledger.unbalanced()

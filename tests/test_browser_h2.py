@@ -107,6 +107,6 @@ async def test_listing_page_and_its_assets_load_over_h2_in_chromium(
             ) == [7, 5]
             assert tools.exceptions == []
     # One TLS connection negotiated h2 and carried all four requests.
-    assert srv.stats.h2_connections >= 1
-    assert srv.stats.h2_streams >= 4
-    assert srv.stats.tls_handshake_failures == 0
+    assert srv.stats.h2.connections >= 1
+    assert srv.stats.h2.streams >= 4
+    assert srv.stats.conns.tls_handshake_failures == 0

@@ -305,7 +305,7 @@ async def test_live_reload_over_tls_uses_an_http2_event_stream(
                 )
             assert events["params"]["response"]["protocol"] == "h2"
             assert events["params"]["response"]["status"] == 200
-            assert srv.stats.h2_connections >= 1
+            assert srv.stats.h2.connections >= 1
             tabs.forget_loads(s)
             page.write_text(_page(1))
             await tabs.loaded(s)

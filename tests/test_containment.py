@@ -138,7 +138,7 @@ async def test_outside_errno_never_picks_the_status(
     finally:
         sock.close()
     assert [r.status for r in rs] == [404, 404, 404]
-    assert srv.stats.internal_errors == 0
+    assert srv.stats.conns.internal_errors == 0
 
 
 async def test_links_back_inside_are_served(root: Path, strategy: str) -> None:

@@ -202,7 +202,8 @@ async def test_cache_hit_has_no_thread_hop(text_root: Path) -> None:
             assert again.body == first.body
         assert srv.work.stats.submitted == submitted  # hits never touch the work pool
         stats = srv.content.compressed.stats
-        assert stats.started == 1 and stats.hits == 5 and srv.stats.compressed_responses == 6
+        assert stats.started == 1 and stats.hits == 5
+        assert srv.stats.content.compressed_responses == 6
 
 
 async def test_cache_keyed_by_identity(text_root: Path) -> None:
@@ -346,7 +347,7 @@ async def test_saturated_work_pool_serves_identity(text_root: Path) -> None:
         later = await again.get("/app.js", GZ)
     assert r.status == 200 and r.body == TEXT and r.header("content-encoding") is None
     assert r.header("vary") == "Accept-Encoding" and r.header("repr-digest") is None
-    assert srv.stats.compress_fallbacks == 1 and srv.stats.digest_omitted == 1
+    assert srv.stats.content.compress_fallbacks == 1 and srv.stats.content.digest_omitted == 1
     assert srv.content.compressed.stats.saturated == 1
     assert lst.status == 503 and lst.header("retry-after") == "1"
     # Not cached as a failure: the next request compresses.
@@ -621,9 +622,10 @@ async def test_real_sockets_with_fs_pool(text_root: Path) -> None:
     assert _digest(gz) == ("sha-256", hashlib.sha256(gz.body).digest())
     assert ident.body == big and _digest(ident) == ("sha-256", hashlib.sha256(big).digest())
     if simulation.WINDOWS_SHAPED:  # no os.sendfile: the portable buffered path
-        assert srv.stats.sendfile_responses == 0 and srv.stats.buffered_responses >= 1
+        sent = srv.stats.responses
+        assert sent.sendfile_responses == 0 and sent.buffered_responses >= 1
     else:
-        assert srv.stats.sendfile_responses == 1
+        assert srv.stats.responses.sendfile_responses == 1
     assert [e["name"] for e in json.loads(lst.body)["entries"]] == ["a.txt"]
     assert srv.fs.stats.submitted == 3
 
@@ -643,9 +645,9 @@ async def test_client_hangup_while_waiting(text_root: Path, gate: Gate) -> None:
         await wait_until(lambda: srv.work.queued == 1)
         await reset(lst)
         await reset(gz)
-        await wait_until(lambda: srv.stats.cancelled == 2)
+        await wait_until(lambda: srv.stats.conns.cancelled == 2)
         assert srv.work.queued == 0 and srv.work.stats.cancelled_waiting == 1
         assert cache.in_flight == 1  # nobody waits, the job goes on
         gate.event.set()
         await wait_until(lambda: len(cache) == 1)
-    assert srv.stats.listings == 0 and srv.stats.completed == 0
+    assert srv.stats.content.listings == 0 and srv.stats.responses.completed == 0

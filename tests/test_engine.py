@@ -234,7 +234,7 @@ async def test_bad_requests_close(root: Path, raw: bytes, status: int) -> None:
     # Fixed body: no path, no exception text.
     assert r.body.startswith(str(status).encode()) and len(r.body) < 64
     assert str(root).encode() not in r.body
-    assert srv.stats.client_errors + srv.stats.server_errors == 1
+    assert srv.stats.responses.client_errors + srv.stats.responses.server_errors == 1
 
 
 async def test_oversized_head_split_reads(root: Path) -> None:
@@ -287,7 +287,7 @@ async def test_request_body_is_never_parsed_as_request(root: Path) -> None:
         r = await client.read_response()
         closed = await client.at_eof()
     assert r.status == 200 and r.header("connection") == "close" and closed
-    assert srv.stats.completed == 1
+    assert srv.stats.responses.completed == 1
 
 
 async def test_http10_keepalive_rules(root: Path) -> None:
@@ -329,7 +329,7 @@ async def test_head_timeout_408(root: Path, autojump_clock: trio.testing.MockClo
         assert await client.at_eof()
     assert r.status == 408 and r.header("connection") == "close"
     assert trio.current_time() - start == pytest.approx(10, abs=0.01)
-    assert srv.stats.timeouts_head == 1
+    assert srv.stats.timeouts.head == 1
 
 
 async def test_head_timeout_is_total_not_per_byte(
@@ -342,7 +342,7 @@ async def test_head_timeout_is_total_not_per_byte(
             for ch in b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: " + b"a" * 100:
                 await client.send_raw(bytes([ch]))
                 await trio.sleep(1)
-    assert srv.stats.timeouts_head == 1
+    assert srv.stats.timeouts.head == 1
     assert trio.current_time() - start < 7
 
 
@@ -352,7 +352,7 @@ async def test_keepalive_timeout_silent(root: Path, autojump_clock: trio.testing
         start = trio.current_time()
         assert await client.at_eof()  # no 408 bytes: a silent close
     assert trio.current_time() - start == pytest.approx(3, abs=0.01)
-    assert srv.stats.timeouts_keepalive == 1 and srv.stats.timeouts_head == 0
+    assert srv.stats.timeouts.keepalive == 1 and srv.stats.timeouts.head == 0
 
 
 async def test_keepalive_then_head_deadline(
@@ -377,10 +377,10 @@ async def test_write_timeout_aborts_non_reader(
         await client.send_raw(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         # Never read: the server's write cannot progress.
         await trio.sleep(6)
-        assert srv.stats.timeouts_write == 0
+        assert srv.stats.timeouts.write == 0
         await trio.sleep(2)
-        assert srv.stats.timeouts_write == 1
-    assert srv.stats.completed == 0
+        assert srv.stats.timeouts.write == 1
+    assert srv.stats.responses.completed == 0
 
 
 async def test_write_deadline_is_per_progress(
@@ -398,7 +398,7 @@ async def test_write_deadline_is_per_progress(
                     break
                 got += len(data)
                 await trio.sleep(4)  # under the deadline each time
-        assert srv.stats.timeouts_write == 0
+        assert srv.stats.timeouts.write == 0
         assert got > 300_000  # the head plus all 300,000 body bytes
 
 
@@ -423,8 +423,8 @@ async def test_read_deadlines_never_cut_a_slow_response(
             await trio.sleep(1)  # ~20 s in all, far past 2 s and 3 s
         assert got > 300_000
         assert trio.current_time() > 15
-    assert srv.stats.timeouts_keepalive == srv.stats.timeouts_head == 0
-    assert srv.stats.timeouts_write == 0
+    assert srv.stats.timeouts.keepalive == srv.stats.timeouts.head == 0
+    assert srv.stats.timeouts.write == 0
 
 
 # ------------------------------------------------------------ counters/log
@@ -435,10 +435,10 @@ async def test_counters(root: Path) -> None:
         await client.get("/hello.txt")
         await client.get("/missing")
         await client.get("/big.bin")
-    s = srv.stats
+    s = srv.stats.responses
     assert (s.completed, s.client_errors, s.server_errors) == (3, 1, 0)
     assert s.buffered_responses == 1  # memory streams take the buffered path
-    assert "completed=3" in s.summary()
+    assert "completed=3" in srv.stats.summary()
 
 
 async def test_access_log_common(root: Path) -> None:
@@ -492,5 +492,5 @@ async def test_bytes_sent_counts_head_and_body_once(root: Path) -> None:
             received += data
     client.close()
     srv.opener.close()
-    assert srv.stats.completed == 3 and srv.stats.sendfile_responses == 1
-    assert srv.stats.bytes_sent == len(received)
+    assert srv.stats.responses.completed == 3 and srv.stats.responses.sendfile_responses == 1
+    assert srv.stats.responses.bytes_sent == len(received)

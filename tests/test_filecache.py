@@ -277,27 +277,28 @@ def test_disabled_cache_stores_nothing(root: Path, opener: RootOpener) -> None:
 
 @asynccontextmanager
 async def pooled_server(cfg: Config) -> AsyncIterator[tuple[Server, HTTPClient]]:
-    """A Server whose connection nursery is set (as serve() does), so that
-    background revalidations can run; one in-memory connection."""
+    """A Server whose connections nursery is set (as ``Lifecycle.serve``
+    does), so that background revalidations can run; one in-memory
+    connection."""
     srv = Server(cfg)
     _ = srv.opener
     async with srv.handler.running(), trio.open_nursery() as nursery:
-        srv._conn_nursery = nursery
+        srv.lifecycle.nursery = nursery
         client, theirs = trio.testing.memory_stream_pair()
         nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
         try:
             yield srv, HTTPClient(client)
         finally:
             nursery.cancel_scope.cancel()
-    srv._conn_nursery = None
+    srv.lifecycle.nursery = None
     srv.opener.close()
 
 
 def connect_more(srv: Server) -> HTTPClient:
     """One more in-memory connection to a ``pooled_server``."""
     client, theirs = trio.testing.memory_stream_pair()
-    assert srv._conn_nursery is not None
-    srv._conn_nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
+    assert srv.lifecycle.nursery is not None
+    srv.lifecycle.nursery.start_soon(ConnectionTask(srv.env, theirs, "memory").run)
     return HTTPClient(client)
 
 
@@ -471,7 +472,7 @@ async def test_cached_bodies_survive_a_full_socket_buffer(root: Path) -> None:
                 r = await client.read_response()
                 assert r.status == 200 and r.body == body
         await client.stream.aclose()
-    assert srv.stats.timeouts_write == 0
+    assert srv.stats.timeouts.write == 0
 
 
 @pytest.mark.usefixtures("settled_files")

@@ -54,7 +54,7 @@ def _exchange(root: Path, sent: bytes, **config: float) -> tuple[bytes, int]:
                     got += chunk
             await stream.aclose()
             await wait_until(lambda: not srv.connections)
-            return got, srv.stats.timeouts_head
+            return got, srv.stats.timeouts.head
 
     return trio.run(main)
 

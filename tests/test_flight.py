@@ -175,7 +175,7 @@ async def test_dup_failure_falls_back(root: Path, monkeypatch: pytest.MonkeyPatc
         monkeypatch.undo()
         assert r.status == 200 and r.header("content-encoding") is None
         assert r.header("repr-digest") is None
-        assert srv.stats.compress_fallbacks == 1 and srv.stats.digest_omitted == 1
+        assert srv.stats.content.compress_fallbacks == 1 and srv.stats.content.digest_omitted == 1
         assert srv.content.compressed.in_flight == 0
     assert open_fd_count() <= baseline
 
@@ -198,7 +198,7 @@ async def test_a_small_file_read_in_the_hop_is_compressed_from_those_bytes(
         assert r.status == 200 and r.header("content-encoding") == "gzip"
         assert gzip.decompress(r.body) == b"let x = 1;\n" * 100
         assert r.header("repr-digest") is not None
-        assert srv.stats.compress_fallbacks == 0 and srv.stats.digest_omitted == 0
+        assert srv.stats.content.compress_fallbacks == 0 and srv.stats.content.digest_omitted == 0
 
 
 @pytest.mark.parametrize(("err", "status"), [(errno.EMFILE, 503), (errno.ENOENT, 404)])

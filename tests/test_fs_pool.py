@@ -140,7 +140,7 @@ async def test_shutdown_abandons_stuck_threads(slowfs: SlowFS) -> None:  # noqa:
     assert srv.abandoned_threads == 1
     # Cut while waiting in the watcher nursery: counted as cancelled even
     # though the Cancelled arrived wrapped in an exception group.
-    assert srv.stats.cancelled == 1
+    assert srv.stats.conns.cancelled == 1
     await client.stream.aclose()
     slowfs.release()
     await wait_until(lambda: srv.fs.running == 0, 15)

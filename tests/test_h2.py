@@ -45,8 +45,8 @@ async def test_prior_knowledge_get_serves_the_file(root: Path) -> None:
     names = [k for k, _ in r.header_list]
     assert all(n == n.lower() for n in names)
     assert not {b"connection", b"keep-alive", b"transfer-encoding"} & set(names)
-    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 1
-    assert srv.stats.completed == 1
+    assert srv.stats.h2.connections == 1 and srv.stats.h2.streams == 1
+    assert srv.stats.responses.completed == 1
 
 
 async def test_head_has_no_data_and_the_get_length(root: Path) -> None:
@@ -70,7 +70,7 @@ async def test_large_file_respects_flow_control_windows(root: Path, fs_workers: 
     assert r.status == 200 and bytes(r.body) == (root / "big.bin").read_bytes()
     assert r2.status == 206 and bytes(r2.body) == (root / "big.bin").read_bytes()[1000:71000]
     assert r.data_frames >= 300_000 // 16384
-    assert srv.stats.completed == 2
+    assert srv.stats.responses.completed == 2
 
 
 async def test_many_streams_multiplexed_on_one_connection(root: Path) -> None:
@@ -81,7 +81,7 @@ async def test_many_streams_multiplexed_on_one_connection(root: Path) -> None:
         rs = await client.wait(*sids)
     assert [r.status for r in rs] == [200, 200, 404, 200] * 5
     assert all(bytes(r.body) == b"hello world\n" for r in rs[0::4])
-    assert srv.stats.h2_streams == 20 and srv.stats.completed == 20
+    assert srv.stats.h2.streams == 20 and srv.stats.responses.completed == 20
 
 
 async def test_http2_off_answers_the_preface_as_http11(root: Path) -> None:
@@ -121,7 +121,7 @@ async def test_malformed_request_is_a_stream_error_not_a_connection_error(
         ok = await client.get("/hello.txt")  # the connection carries on
     assert r.reset == ErrorCodes.PROTOCOL_ERROR and r.status == 0
     assert ok.status == 200 and client.goaway is None
-    assert srv.stats.h2_stream_errors == 1
+    assert srv.stats.h2.stream_errors == 1
 
 
 async def test_connect_is_refused_with_405(root: Path) -> None:
@@ -149,7 +149,7 @@ async def test_stream_past_the_limit_is_refused(root: Path) -> None:
         await client.flush()
         ra, rb = await client.wait(a, b)
     assert ra.status == rb.status == 200 and len(ra.body) == len(rb.body) == 300_000
-    assert srv.stats.h2_refused_streams == 1
+    assert srv.stats.h2.refused_streams == 1
 
 
 async def test_client_reset_cancels_exactly_that_stream(root: Path) -> None:
@@ -174,7 +174,7 @@ async def test_client_reset_cancels_exactly_that_stream(root: Path) -> None:
         assert r.status == 200 and len(r.body) == 300_000
         await wait_until(lambda: _in_flight(conn) == 0)
         assert open_fd_count() == baseline
-    assert srv.stats.h2_client_resets == 1 and srv.stats.completed == 2
+    assert srv.stats.h2.client_resets == 1 and srv.stats.responses.completed == 2
 
 
 async def test_reset_during_a_pooled_preparation_cancels_the_handler_call(root: Path) -> None:
@@ -263,7 +263,7 @@ async def test_rapid_reset_ends_the_connection_with_enhance_your_calm(root: Path
             await _assert_calm_and_others_served(client, srv, cfg)
         assert client.goaway is not None
         assert client.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
-        assert srv.stats.h2_calm == 1
+        assert srv.stats.h2.calm == 1
     finally:
         srv.opener.close()
 
@@ -286,7 +286,7 @@ async def test_control_frame_floods_end_the_connection(root: Path, kind: str) ->
             await _assert_calm_and_others_served(client, srv, cfg)
         assert client.goaway is not None
         assert client.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
-        assert srv.stats.h2_calm == 1
+        assert srv.stats.h2.calm == 1
     finally:
         srv.opener.close()
 
@@ -346,7 +346,7 @@ async def test_zero_window_stream_is_reset_after_the_write_timeout(
     # connection closes (as an HTTP/1.1 client past its write deadline).
     assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
     assert 7.0 <= t_closed < 7.5
-    assert srv.stats.timeouts_write == 1 and srv.stats.timeouts_keepalive == 0
+    assert srv.stats.timeouts.write == 1 and srv.stats.timeouts.keepalive == 0
 
 
 async def test_idle_connection_gets_goaway_at_the_head_deadline(
@@ -363,7 +363,7 @@ async def test_idle_connection_gets_goaway_at_the_head_deadline(
         elapsed = trio.current_time() - t0
     assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
     assert 4.0 <= elapsed < 4.5
-    assert srv.stats.timeouts_head == 1
+    assert srv.stats.timeouts.head == 1
 
 
 # ---------------------------------------------------------------- same table as HTTP/1.1

@@ -150,7 +150,7 @@ async def test_a_file_that_shrinks_mid_body_resets_only_its_stream(root: Path) -
         again = await client.get("/data.bin")
         h = getattr(conn, "_switched", None)
         assert isinstance(h, H2Connection)
-        truncated = h.env.stats.truncated
+        truncated = h.env.stats.responses.truncated
     assert r.reset is not None and not r.ended
     assert len(r.body) <= 100_000
     assert truncated == 1

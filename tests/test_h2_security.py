@@ -51,7 +51,7 @@ async def test_body_length_mismatch_resets_only_that_stream(root: Path) -> None:
     assert rs.reset == ErrorCodes.PROTOCOL_ERROR and rl.reset == ErrorCodes.PROTOCOL_ERROR
     assert rb.status == 200 and len(rb.body) == 300_000 and rb.ended
     assert bytes(rb.body) == (root / "big.bin").read_bytes()
-    assert srv.stats.h2_stream_errors == 2 and srv.stats.h2_protocol_errors == 0
+    assert srv.stats.h2.stream_errors == 2 and srv.stats.h2.protocol_errors == 0
 
 
 # ---------------------------------------------------------------- nosniff
@@ -255,7 +255,7 @@ async def test_window_update_flood_gets_enhance_your_calm_within_the_budget(
             await client.until_closed()
         assert client.goaway is not None
         assert client.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
-        assert srv.stats.h2_calm == 1
+        assert srv.stats.h2.calm == 1
         # The budget (100) plus the last batch: never the whole flood.
         assert sent <= 100 + 10, sent
     finally:
@@ -274,7 +274,7 @@ async def test_small_windows_download_is_not_a_window_update_flood(root: Path) -
     assert r.status == 200 and bytes(r.body) == (root / "big.bin").read_bytes()
     assert r.data_frames >= 290
     assert again.status == 206 and len(again.body) == 100_000
-    assert client.goaway is None and srv.stats.h2_calm == 0
+    assert client.goaway is None and srv.stats.h2.calm == 0
 
 
 # ---------------------------------------------------------------- descriptors and window stalls
@@ -324,7 +324,7 @@ async def test_zero_window_streams_hold_at_most_the_cap_of_descriptors(
             await trio.testing.wait_all_tasks_blocked()
             held = open_fd_count() - baseline
             assert held <= 2 * 3, held
-            assert srv.stats.h2_streams == 42
+            assert srv.stats.h2.streams == 42
             # Windows open: every stream is served, the cap holding throughout.
             peak = held
             for c in (a, b):
@@ -415,7 +415,7 @@ async def test_window_trickle_does_not_keep_streams_past_the_write_timeout(
         assert client.goaway is not None
         assert not any(client.responses[s].ended for s in sids)
         assert 0 < sum(len(client.responses[s].body) for s in sids) < 100  # the trickle's bytes
-        assert srv.stats.timeouts_write >= 1
+        assert srv.stats.timeouts.write >= 1
         assert left == 0
     finally:
         srv.opener.close()

@@ -62,7 +62,7 @@ async def test_curl_prior_knowledge(root: Path) -> None:
     assert big.stdout == (root / "big.bin").read_bytes()
     assert rng.stdout == (root / "big.bin").read_bytes()[5:10] + b" 206"
     assert h1.stdout == b"hello world\n"
-    assert srv.stats.h2_connections == 3 and srv.stats.h2_streams == 3
+    assert srv.stats.h2.connections == 3 and srv.stats.h2.streams == 3
 
 
 @pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
@@ -76,7 +76,7 @@ async def test_nghttp_multiplexes_streams(root: Path) -> None:
     text = out.stdout.decode()
     for code, path in (("200", "/hello.txt"), ("200", "/big.bin"), ("404", "/nope")):
         assert any(code in line and line.endswith(path) for line in text.splitlines()), text
-    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 4
+    assert srv.stats.h2.connections == 1 and srv.stats.h2.streams == 4
 
 
 
@@ -97,7 +97,7 @@ async def test_nghttp_verbose_frames_over_h2c(root: Path) -> None:
     data = text[text.index("recv DATA frame") :]
     assert data.startswith("recv DATA frame <length=12, flags=0x01, stream_id=13>")
     assert "; END_STREAM" in data.splitlines()[1]
-    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 1
+    assert srv.stats.h2.connections == 1 and srv.stats.h2.streams == 1
 
 
 @pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
@@ -120,7 +120,7 @@ async def test_nghttp_fetches_a_page_and_its_assets_on_one_connection(root: Path
         # nghttp -s: "id responseEnd requestStart process code size request path"
         [row] = [ln for ln in lines if ln.split()[-1:] == [path]]
         assert row.split()[4] == "200", row
-    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 4
+    assert srv.stats.h2.connections == 1 and srv.stats.h2.streams == 4
 
 
 @pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
@@ -139,7 +139,7 @@ async def test_nghttp_over_tls_negotiates_h2_and_gets_the_exact_bytes(
     text = verbose.stdout.decode()
     assert "The negotiated protocol: h2" in text
     assert f"recv (stream_id=13) content-length: {len(body.stdout)}" in text
-    assert srv.stats.h2_connections == 2 and srv.stats.h2_streams == 2
+    assert srv.stats.h2.connections == 2 and srv.stats.h2.streams == 2
 
 
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")
@@ -160,7 +160,7 @@ async def test_curl_http2_over_tls_alpn(root: Path, tls_files: tuple[Path, Path,
     assert out.returncode == 0, out.stderr
     assert out.stdout == b" 2" + (root / "big.bin").read_bytes() + b" 2"
     assert h1.stdout == b"hello world\n 1.1"
-    assert srv.stats.h2_connections == 1 and srv.stats.h2_streams == 2
+    assert srv.stats.h2.connections == 1 and srv.stats.h2.streams == 2
 
 
 async def test_python_client_alpn_h2_and_off_switch(
@@ -234,4 +234,4 @@ async def test_graceful_shutdown_goaway_lets_in_flight_streams_finish(root: Path
         await stream.aclose()
     assert ended and bytes(body) == (root / "big.bin").read_bytes()
     assert refused == h2.errors.ErrorCodes.REFUSED_STREAM
-    assert srv.stats.h2_refused_streams == 1 and srv.stats.completed == 1
+    assert srv.stats.h2.refused_streams == 1 and srv.stats.responses.completed == 1

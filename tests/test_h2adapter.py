@@ -233,4 +233,4 @@ async def test_a_non_numeric_content_length_is_a_stream_error(root: Path) -> Non
     assert client.goaway is None
     assert rb.reset == ErrorCodes.PROTOCOL_ERROR
     assert good.status == 200
-    assert srv.stats.h2_stream_errors == 1 and srv.stats.h2_protocol_errors == 0
+    assert srv.stats.h2.stream_errors == 1 and srv.stats.h2.protocol_errors == 0

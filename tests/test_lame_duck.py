@@ -87,7 +87,7 @@ async def test_lame_duck_keeps_accepting_for_the_delay_then_closes(
         assert answer.status == 200 and answer.header("connection") == "close"
         for c in (idle, other, late, quiet):
             await c.stream.aclose()
-    assert srv.stats.cancelled == 0
+    assert srv.stats.conns.cancelled == 0
 
 
 async def test_abort_during_the_delay_stops_at_once(

@@ -374,7 +374,7 @@ async def test_event_stream_keepalive_comments_and_no_idle_timeout(
         for n in (1, 2, 3):
             await _read_until(client.stream, b": keep-alive\n\n", limit=100)
             assert trio.current_time() - start == pytest.approx(15 * n, abs=0.01)
-        assert srv.stats.timeouts_keepalive == 0
+        assert srv.stats.timeouts.keepalive == 0
         assert srv.live is not None
         srv.live.publish({"a.css": "changed", "b.css": "changed"})
         got = await _read_until(client.stream, b"data: /b.css\n\n")
@@ -450,7 +450,7 @@ async def test_an_event_client_that_stops_reading_is_closed_after_the_write_time
         assert live is not None and live.slots.open == 1
         await wait_until(lambda: live.slots.open == 0, limit=100)
         assert trio.current_time() - t0 == pytest.approx(15 + 7.0, abs=0.01)
-        assert srv.stats.timeouts_write == 1 and live.broadcast.subscribers == set()
+        assert srv.stats.timeouts.write == 1 and live.broadcast.subscribers == set()
 
 
 # ------------------------------------------------------------------ watcher

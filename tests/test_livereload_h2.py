@@ -46,7 +46,7 @@ async def test_event_stream_over_http2_is_served_and_exempt_from_the_idle_timeou
         for n in (1, 2):
             await _until(client, r, SSE_KEEPALIVE * n)
             assert trio.current_time() - t0 >= 15 * n
-        assert client.goaway is None and srv.stats.timeouts_keepalive == 0
+        assert client.goaway is None and srv.stats.timeouts.keepalive == 0
         # Other requests share the connection meanwhile.
         other = await client.get("/hello.txt")
         assert other.status == 200 and bytes(other.body) == b"hello world\n"
@@ -108,7 +108,7 @@ async def test_a_slow_http2_event_client_drops_to_reload_then_is_reset(
             (r,) = await client.wait(sid)
         assert r.reset == ErrorCodes.CANCEL and bytes(r.body) == SSE_PREAMBLE[:8]
         assert 7.0 <= trio.current_time() - t0 < 8.0
-        assert srv.stats.timeouts_write == 1 and live.broadcast.subscribers == set()
+        assert srv.stats.timeouts.write == 1 and live.broadcast.subscribers == set()
 
 
 async def test_head_of_the_event_stream_over_http2_ends_at_once(root: Path) -> None:
@@ -133,7 +133,7 @@ async def test_drain_sends_goaway_then_ends_the_http2_event_stream(root: Path) -
     # Ended cleanly (END_STREAM), not reset.
     assert r.ended and r.reset is None and bytes(r.body) == SSE_PREAMBLE
     assert srv.live is not None and srv.live.broadcast.subscribers == set()
-    assert srv.stats.completed == 1
+    assert srv.stats.responses.completed == 1
 
 
 async def test_shutdown_closes_http2_event_streams_first(root: Path) -> None:
@@ -174,7 +174,7 @@ async def test_lame_duck_ends_a_new_http2_event_stream_at_once(root: Path) -> No
     r = client.responses[sid]
     assert r.status == 200 and r.ended and r.reset is None
     assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
-    assert srv.stats.internal_errors == 0
+    assert srv.stats.conns.internal_errors == 0
 
 
 async def test_client_eof_ends_the_http2_event_stream(root: Path) -> None:

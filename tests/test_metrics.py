@@ -64,7 +64,7 @@ async def test_metrics_parse_and_count(root: Path) -> None:
     assert m[("serverio_completed_total", ())] == 4
     assert m[("serverio_client_errors_total", ())] == 1
     assert m[("serverio_timeouts_total", (("kind", "head"),))] == 0
-    assert m[("serverio_bytes_sent_total", ())] == srv.stats.bytes_sent > 0
+    assert m[("serverio_bytes_sent_total", ())] == srv.stats.responses.bytes_sent > 0
     assert m[("serverio_pool_submitted_total", (("pool", "fs"),))] == 4
     assert m[("serverio_pool_workers", (("pool", "fs"),))] == 2
     assert ("serverio_pool_running", (("pool", "work"),)) in m
@@ -97,7 +97,7 @@ async def test_admin_other_paths_and_methods(root: Path) -> None:
             assert got.header("x-content-type-options") == "nosniff"
             assert got.header("cache-control") == "no-store"
     # The admin listener is not the public one: nothing was counted there.
-    assert srv.stats.accepted == 0
+    assert srv.stats.conns.accepted == 0
 
 
 async def test_healthz_flips_to_503_while_draining(root: Path) -> None:
@@ -314,7 +314,7 @@ async def test_admin_bind_off_loopback_warns_once_at_start(
     # The listener itself is bound on loopback whatever the address asked
     # for (no test listens off loopback): only the warning is under test.
     import serverio.net.admin as admin_mod
-    from serverio.net.server import _bind as real_bind
+    from serverio.net.listen import _bind as real_bind
 
     async def loopback_bind(_host: str, port: int) -> trio.SocketListener:
         return await real_bind("127.0.0.1", port)

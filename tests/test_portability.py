@@ -20,7 +20,7 @@ from serverio.fs import reads
 from serverio.fs.opener import RootOpener
 from serverio.fs.winpath import may_be_short_name, windows_name_problem
 from serverio.net import activation
-from serverio.net.server import listen_options
+from serverio.net.listen import listen_options
 from serverio.ops import run as _run
 from serverio.ops import workers
 
@@ -250,7 +250,7 @@ async def test_bind_on_ipv6_any_is_dual_stack() -> None:
     """``-b ::`` accepts both families on one listener (like http.server)."""
     import trio
 
-    from serverio.net.server import _bind
+    from serverio.net.listen import _bind
 
     listener = await _bind("::", 0)
     try:

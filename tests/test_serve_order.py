@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from serverio import Server
-from serverio.net import server as _server
+from serverio.net import services as _services
 from serverio.net.connection import ConnectionTask
 from serverio.net.order import ORDER_MIN_CONNECTIONS, ServeOrder
 
@@ -206,7 +206,7 @@ async def _sockets_in_turn(root: Path, clients: int, requests: int, pause: float
         return order
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_server, "ServeOrder", engaged_at_once)
+        mp.setattr(_services, "ServeOrder", engaged_at_once)
         async with running_server(make_config(root)) as (_, port):
             expected = (root / "data.bin").read_bytes()
 

@@ -296,7 +296,7 @@ async def test_auth_challenge_then_success_is_private(site_root: Path, users: Pa
         assert r.status == 401
         r = await client.get("/private/secret.txt", basic("mallory", "wonderland"))
         assert r.status == 401
-        assert srv.stats.auth_failures == 2
+        assert srv.stats.site.auth_failures == 2
 
 
 async def test_auth_reveals_nothing_about_existence(site_root: Path, users: Path) -> None:

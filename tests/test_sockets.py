@@ -25,9 +25,10 @@ async def test_sendfile_for_large_bodies(root: Path) -> None:
         await client.stream.aclose()
     assert r.body == big and small.status == 200 and rng.body == big[100000:]
     if simulation.WINDOWS_SHAPED:  # no os.sendfile: the portable buffered path
-        assert (srv.stats.sendfile_responses, srv.stats.buffered_responses) == (0, 2)
+        sent = srv.stats.responses
+        assert (sent.sendfile_responses, sent.buffered_responses) == (0, 2)
     else:
-        assert srv.stats.sendfile_responses == 2  # data.bin is small: sent with the head
+        assert srv.stats.responses.sendfile_responses == 2  # data.bin is small: sent with the head
 
 
 async def test_buffered_fallback_same_bytes(root: Path) -> None:
@@ -37,7 +38,8 @@ async def test_buffered_fallback_same_bytes(root: Path) -> None:
         r = await client.get("/big.bin")
         await client.stream.aclose()
     assert r.body == big
-    assert srv.stats.sendfile_responses == 0 and srv.stats.buffered_responses == 1
+    sent = srv.stats.responses
+    assert sent.sendfile_responses == 0 and sent.buffered_responses == 1
 
 
 async def test_admission_503_and_recovery(root: Path) -> None:
@@ -64,7 +66,7 @@ async def test_admission_503_and_recovery(root: Path) -> None:
         assert (await d.get("/hello.txt")).status == 200
         for s in (b, c, d):
             await s.stream.aclose()
-    assert srv.stats.rejected == 1
+    assert srv.stats.conns.rejected == 1
 
 
 async def test_graceful_shutdown_order(root: Path) -> None:
@@ -102,7 +104,7 @@ async def test_graceful_shutdown_order(root: Path) -> None:
             assert await busy.at_eof()
         await idle.stream.aclose()
         await busy.stream.aclose()
-    assert srv.stats.cancelled == 0
+    assert srv.stats.conns.cancelled == 0
 
 
 async def test_shutdown_deadline_cancels_stragglers(root: Path) -> None:
@@ -119,7 +121,7 @@ async def test_shutdown_deadline_cancels_stragglers(root: Path) -> None:
             await wait_until(lambda: any(c.in_flight for c in srv.connections))
             srv.shutdown()  # the client never reads: cut at the deadline
     await stuck.stream.aclose()
-    assert srv.stats.cancelled == 1
+    assert srv.stats.conns.cancelled == 1
     assert open_fd_count() == fds
 
 
@@ -181,5 +183,5 @@ async def test_a_bug_in_one_connection_does_not_stop_the_server(
         assert (await fine.get("/hello.txt")).status == 200
         for c in (broken, fine):
             await c.stream.aclose()
-    assert srv.stats.internal_errors == 1
+    assert srv.stats.conns.internal_errors == 1
     assert "injected bug" in caplog.text

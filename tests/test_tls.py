@@ -59,7 +59,8 @@ async def test_https_get_alpn_and_buffered_bodies(
     assert r.status == 200 and r.body == b"hello world\n"
     assert r2.body == big
     # No sendfile through TLS: the file body went through user space.
-    assert srv.stats.sendfile_responses == 0 and srv.stats.buffered_responses == 1
+    sent = srv.stats.responses
+    assert sent.sendfile_responses == 0 and sent.buffered_responses == 1
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
@@ -79,8 +80,8 @@ async def test_old_tls_versions_refused(
             pass
         with pytest.raises(trio.BrokenResourceError):
             await tls_connect(port, ctx)
-        await wait_until(lambda: srv.stats.tls_handshake_failures == 1)
-    assert srv.stats.completed == 0
+        await wait_until(lambda: srv.stats.conns.tls_handshake_failures == 1)
+    assert srv.stats.responses.completed == 0
 
 
 async def test_plaintext_request_to_tls_port_ends_cleanly(
@@ -101,8 +102,8 @@ async def test_plaintext_request_to_tls_port_ends_cleanly(
         await tcp.aclose()
         await wait_until(lambda: not srv.connections)
     assert b"hello world" not in received and not received.startswith(b"HTTP/")
-    assert srv.stats.tls_handshake_failures == 1
-    assert srv.stats.completed == 0 and srv.stats.cancelled == 0
+    assert srv.stats.conns.tls_handshake_failures == 1
+    assert srv.stats.responses.completed == 0 and srv.stats.conns.cancelled == 0
 
 
 async def test_tls_hello_to_plaintext_port_gets_400(root: Path) -> None:
@@ -123,7 +124,7 @@ async def test_tls_hello_to_plaintext_port_gets_400(root: Path) -> None:
         await tcp.aclose()
     assert received.startswith(b"HTTP/1.1 400 ")
     assert b"Connection: close" in received
-    assert srv.stats.client_errors == 1
+    assert srv.stats.responses.client_errors == 1
 
 
 async def test_handshake_bounded_by_head_timeout(root: Path, cert_files: tuple[Path, Path]) -> None:
@@ -134,7 +135,7 @@ async def test_handshake_bounded_by_head_timeout(root: Path, cert_files: tuple[P
         with trio.fail_after(5):
             assert await tcp.receive_some(100) == b""
         await tcp.aclose()
-    assert srv.stats.timeouts_head == 1 and srv.stats.tls_handshake_failures == 0
+    assert srv.stats.timeouts.head == 1 and srv.stats.conns.tls_handshake_failures == 0
 
 
 def _encrypted_key(keyfile: Path, password: bytes) -> Path:
@@ -238,7 +239,7 @@ async def test_tls12_client_with_cbc_suites_only_is_refused(
         if not served:
             with pytest.raises(trio.BrokenResourceError):
                 await tls_connect(port, ctx)
-            await wait_until(lambda: srv.stats.tls_handshake_failures == 1)
+            await wait_until(lambda: srv.stats.conns.tls_handshake_failures == 1)
             return
         client = await tls_connect(port, ctx)
         assert isinstance(client.stream, trio.SSLStream)

@@ -216,7 +216,7 @@ async def test_half_closed_client_gets_whole_response_then_close(
         assert ok(response), (response.headers, response.body[:200])
         assert response.header("connection") == "close"
         assert closed
-        assert srv.stats.cancelled == 0
+        assert srv.stats.conns.cancelled == 0
 
 
 async def test_half_closed_client_gets_every_pipelined_response(root: Path) -> None:
@@ -237,7 +237,7 @@ async def test_half_closed_client_gets_every_pipelined_response(root: Path) -> N
     assert first.status == 200 and b"a.txt" in first.body
     assert second.status == 200 and second.body == b"hello world\n"
     assert second.header("connection") == "close" and closed
-    assert srv.stats.cancelled == 0
+    assert srv.stats.conns.cancelled == 0
 
 
 # ------------------------------------------------------------------ descriptors

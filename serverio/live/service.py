@@ -388,7 +388,7 @@ class LiveHandler(Handler):
         facts = prepared.facts
         mtime = facts.mtime if facts is not None else None
         assets = self.live.assets
-        stats = self.content.stats
+        stats = self.content.stats.content
         coding = injected_coding(req, plan, len(injected), self.config)
         body = injected
         if coding:

@@ -29,7 +29,8 @@ import trio
 from ..config import parse_host_port
 from ..http.core import Plan, common_fields, error_plan
 from ..wire.h1 import Canned, head_bytes
-from .server import _bind, _reject_at_once
+from .admission import reject_at_once as _reject_at_once
+from .listen import _bind
 
 __all__ = [
     "PROMETHEUS_TYPE",

@@ -186,13 +186,13 @@ class ConnectionTask:
         if env.draining:
             return
         if self.life.phase == IDLE:
-            env.stats.timeouts_keepalive += 1
+            env.stats.timeouts.keepalive += 1
             return
-        env.stats.timeouts_head += 1
+        env.stats.timeouts.head += 1
         await self._send_error(HTTPError(408, "request head timeout", close=True))
 
     async def run(self) -> None:
-        stats = self.env.stats
+        stats = self.env.stats.conns
         emitter = self.emitter
         try:
             tls = emitter.lazy_stream
@@ -252,12 +252,12 @@ class ConnectionTask:
             except trio.BrokenResourceError:
                 # Not TLS (a plain HTTP request), a version or cipher
                 # mismatch, or the peer went away mid-hello.
-                env.stats.tls_handshake_failures += 1
+                env.stats.conns.tls_handshake_failures += 1
                 return False
         life.scope = None
         if scope.cancelled_caught:
             if not env.draining:
-                env.stats.timeouts_head += 1
+                env.stats.timeouts.head += 1
             return False
         return True
 
@@ -344,7 +344,7 @@ class ConnectionTask:
                 if type(got) is Waiting:
                     answer = await complete(env, got, now, client, self.reader.wait_watching)
                     if answer is None:
-                        env.stats.cancelled += 1
+                        env.stats.conns.cancelled += 1
                         return False  # the client went away while we waited
                 else:
                     assert type(got) is tuple
@@ -446,7 +446,7 @@ class ConnectionTask:
                 raise failure
         finally:
             live.slots.give(self)
-        self.env.stats.completed += 1
+        self.env.stats.responses.completed += 1
         return True
 
     async def _switch(self, initial: bytes) -> None:
@@ -471,7 +471,7 @@ class ConnectionTask:
         the same error), so the two protocols send the same fields."""
         self._busy()
         self.life.lift()  # the read deadline must not cut the error response
-        stats = self.env.stats
+        stats = self.env.stats.responses
         plan, body, _ = failed(self.env, exc, time.time(), False)
         try:
             await self.emitter.emit(plan, body, close=True, ka10=False)

@@ -89,7 +89,16 @@ class Emitter:
     deadline then: a read deadline never cuts a response in progress).
     """
 
-    __slots__ = ("_before_wait", "_stats", "_timeout", "fd", "lazy_stream", "sock", "use_sendfile")
+    __slots__ = (
+        "_before_wait",
+        "_stats",
+        "_timeout",
+        "_timeouts",
+        "fd",
+        "lazy_stream",
+        "sock",
+        "use_sendfile",
+    )
 
     def __init__(
         self,
@@ -112,7 +121,9 @@ class Emitter:
         # socket and the platform has sendfile; otherwise the buffered path
         # (TLS streams, memory streams in tests, other platforms).
         self.use_sendfile = sendfile and _HAS_SENDFILE and self.sock is not None
-        self._stats = stats
+        # The two counter groups it moves, bound once per connection.
+        self._stats = stats.responses
+        self._timeouts = stats.timeouts
         self._timeout = write_timeout
         self._before_wait = before_wait
 
@@ -209,7 +220,7 @@ class Emitter:
                     view = view[SEND_PIECE:]
                     scope.deadline = trio.current_time() + timeout
         if scope.cancelled_caught:
-            self._stats.timeouts_write += 1
+            self._timeouts.write += 1
             raise Abort
 
     async def emit(self, plan: Plan, body: Body, *, close: bool, ka10: bool) -> int:
@@ -373,7 +384,7 @@ class Emitter:
                     # other tasks run before the next one (fairness).
                     await trio.lowlevel.checkpoint()
         if scope.cancelled_caught:
-            self._stats.timeouts_write += 1
+            self._timeouts.write += 1
             raise Abort
 
     async def _send_buffered(self, fd: int, span: FileSpan) -> None:

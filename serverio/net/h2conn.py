@@ -97,6 +97,7 @@ from .h1head import RECV_SIZE
 from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, server_connection
 from .h2answer import StreamAnswer
 from .h2events import EventStreams
+from .h2phase import BROKEN, CLOSED, DRAINING, FINISHING, OPEN, ConnPhase, check
 from .h2read import FrameReader
 from .h2state import ANSWERING, DONE, STOPPED, Stream
 from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer
@@ -158,8 +159,9 @@ class H2Connection:
         self._idle_deadline = math.inf
         self._last_stream = 0  # highest stream id handed to the handler
         self._requests = 0
-        self._draining = False  # GOAWAY sent for shutdown; in-flight streams finish
-        self._broken = False  # the socket failed (reading)
+        # The connection's phase (serverio.net.h2phase: one enum, one table);
+        # the writer's reading/closed flags are its columns, set by _to.
+        self._phase = OPEN
 
     # What tests look at (the parts hold it).
     @property
@@ -180,10 +182,17 @@ class H2Connection:
 
     # ------------------------------------------------------------ lifecycle
 
+    def _to(self, new: ConnPhase) -> None:
+        """Move to ``new`` (a transition the table does not list is a bug)
+        and give the writer that phase's flags."""
+        writer = self._writer
+        writer.reading, writer.closed = check(self._phase, new)
+        self._phase = new
+
     async def run(self) -> None:
         env = self.env
         writer = self._writer
-        env.stats.h2_connections += 1
+        env.stats.h2.connections += 1
         self._conn.initiate_connection()
         self._idle_deadline = trio.current_time() + env.config.head_timeout
         writer.pull()
@@ -197,21 +206,22 @@ class H2Connection:
                     self._reader.receive(self._initial)
                 await self._read_loop()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._broken = True
+                self._to(BROKEN)
                 nursery.cancel_scope.cancel()
-            writer.reading = False
+            if self._phase == DRAINING:
+                self._to(FINISHING)  # nothing left in flight: reading is over
             writer.kick()  # the writer returns once streams are done and all is flushed
-        if self._broken or writer.broken:
-            env.stats.resets += 1
+        if self._phase == BROKEN or writer.broken:
+            env.stats.conns.resets += 1
 
     def drain(self) -> None:
         """Graceful shutdown: GOAWAY with the last stream id handed to the
         handler (RFC 9113 §6.8); later streams are refused, in-flight ones
         finish; an idle connection closes now."""
         writer = self._writer
-        if self._draining or writer.closed:
+        if self._phase != OPEN:
             return
-        self._draining = True
+        self._to(DRAINING)
         # Built by hand: h2's close_connection() would also stop the
         # in-flight streams from sending (its state machine goes CLOSED).
         frame = GoAwayFrame(0)
@@ -229,8 +239,7 @@ class H2Connection:
         writer = self._writer
         if writer.closed:
             return
-        writer.closed = True
-        writer.reading = False
+        self._to(CLOSED)
         try:
             self._conn.close_connection(code, last_stream_id=self._last_stream)
         except h2.exceptions.ProtocolError:
@@ -253,7 +262,7 @@ class H2Connection:
         stats = self.env.stats
         writer = self._writer
         while writer.reading:
-            if self._draining and not self._streams:
+            if self._phase == DRAINING and not self._streams:
                 return
             if len(writer.out) > OUT_HIGH:
                 # Backpressure: a peer that does not read its answers (PING
@@ -269,19 +278,19 @@ class H2Connection:
                 data = await self.stream.receive_some(RECV_SIZE)
             self._read_scope = None
             if scope.cancelled_caught:
-                if writer.closed or self._draining:
+                if self._phase != OPEN:
                     continue  # the loop condition decides
                 if not self._streams and trio.current_time() >= self._idle_deadline:
                     if self._requests:
-                        stats.timeouts_keepalive += 1
+                        stats.timeouts.keepalive += 1
                     else:
-                        stats.timeouts_head += 1
+                        stats.timeouts.head += 1
                     self.close(ErrorCodes.NO_ERROR)
                 continue
             if not data:
                 # EOF: nothing more can arrive; the streams in flight finish
                 # (as an HTTP/1.1 half-close does), then we close.
-                self._draining = True
+                self._to(FINISHING)
                 self._events.end_all()  # they never finish on their own
                 return
             self._reader.receive(bytes(data))
@@ -299,14 +308,14 @@ class H2Connection:
         self._writer.wake.set()
 
     def calm(self) -> None:
-        self.env.stats.h2_calm += 1
+        self.env.stats.h2.calm += 1
         self.close(ErrorCodes.ENHANCE_YOUR_CALM)
 
     def lost(self) -> None:
         """h2 ended the connection (its error, or the client's GOAWAY): no
         more frames either way."""
-        self._writer.closed = True
-        self._writer.reading = False
+        if self._phase != CLOSED:
+            self._to(CLOSED)
         self._stop_streams()
         self._writer.pull()  # the GOAWAY h2 queued
 
@@ -317,23 +326,23 @@ class H2Connection:
         sid = ev.stream_id
         assert sid is not None
         resets = self._reader.resets
-        if self._draining or len(self._streams) >= cfg.h2_max_streams:
+        if self._phase != OPEN or len(self._streams) >= cfg.h2_max_streams:
             # Not processed: the client may retry it (RFC 9113 §8.7).  A
             # client that keeps ignoring the limit spends the reset budget.
-            stats.h2_refused_streams += 1
+            stats.h2.refused_streams += 1
             conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
-            if not self._draining and resets.spend():
+            if self._phase == OPEN and resets.spend():
                 self.calm()
             return
         try:
             head = parse_request_head(ev.headers or [])
         except MalformedRequest:
-            stats.h2_stream_errors += 1
+            stats.h2.stream_errors += 1
             conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
             if resets.spend():
                 self.calm()
             return
-        stats.h2_streams += 1
+        stats.h2.streams += 1
         self._requests += 1
         self._last_stream = sid
         st = Stream(sid, head, ev.stream_ended is not None)
@@ -367,7 +376,7 @@ class H2Connection:
         (once: its END_STREAM may follow the DATA that was too long)."""
         if st.state in STOPPED:
             return
-        self.env.stats.h2_stream_errors += 1
+        self.env.stats.h2.stream_errors += 1
         self._writer.reset(st, ErrorCodes.PROTOCOL_ERROR)
         self._writer.cancel(st)
 
@@ -392,7 +401,7 @@ class H2Connection:
                 answer, fields, client = await self._answers.answer(st, now)
                 plan, body, ticket = answer
                 if plan.stream:
-                    if await self._events.serve(st, plan, self._draining):
+                    if await self._events.serve(st, plan, self._phase != OPEN):
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
@@ -407,7 +416,7 @@ class H2Connection:
                     self.drain()
         except Exception:
             # A bug in one stream must not end the other streams.
-            env.stats.internal_errors += 1
+            env.stats.conns.internal_errors += 1
             log.exception("internal error in an HTTP/2 stream (stream reset)")
             writer.reset(st, ErrorCodes.INTERNAL_ERROR)
         finally:
@@ -424,7 +433,7 @@ class H2Connection:
         if not self._streams:
             self._idle_deadline = trio.current_time() + self.env.config.keepalive_timeout
             if self._read_scope is not None:
-                if self._draining:
+                if self._phase == DRAINING:
                     self._read_scope.cancel()
                 else:
                     self._read_scope.deadline = self._idle_deadline

@@ -93,7 +93,7 @@ class EventStreams:
                     deadline = trio.current_time() + timeout
                     continue
                 if trio.current_time() >= deadline:
-                    env.stats.timeouts_write += 1
+                    env.stats.timeouts.write += 1
                     writer.reset(st, ErrorCodes.CANCEL)
                     scope.cancel()
                     return
@@ -115,7 +115,7 @@ class EventStreams:
             finally:
                 del self._events[st.sid]
         if st.state in DONE:
-            env.stats.completed += 1
+            env.stats.responses.completed += 1
 
     def end_all(self) -> None:
         """End every event stream now (empty DATA with END_STREAM), so that

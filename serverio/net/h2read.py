@@ -144,7 +144,7 @@ class FrameReader:
     ) -> None:
         self._conn = conn
         self._sink = sink
-        self._stats = stats
+        self._stats = stats.h2  # the only counters the reader moves
         self.resets = Budget(max_resets)
         self._control = Budget(max_control)
         self.allowance = WindowAllowance()
@@ -164,9 +164,9 @@ class FrameReader:
         except h2.exceptions.ProtocolError as exc:
             # h2 queued GOAWAY with the error code; everything stops.
             if exc.error_code == ErrorCodes.ENHANCE_YOUR_CALM:
-                self._stats.h2_calm += 1
+                self._stats.calm += 1
             else:
-                self._stats.h2_protocol_errors += 1
+                self._stats.protocol_errors += 1
             sink.lost()
             return
         # Frames that produced no event: CONTINUATION, and frames h2
@@ -187,7 +187,7 @@ class FrameReader:
         if not sink.closed and pending_header_bytes(conn) > self._block_cap:
             # CONTINUATION flood (CVE-2024-27316): a header block that
             # grows without end is refused before h2's 64-frame cap.
-            self._stats.h2_calm += 1
+            self._stats.calm += 1
             sink.close(ErrorCodes.ENHANCE_YOUR_CALM)
         sink.pull()
 
@@ -233,7 +233,7 @@ class FrameReader:
             sink.ended(ev.stream_id or 0)
         elif isinstance(ev, h2.events.StreamReset):
             if ev.remote_reset:
-                self._stats.h2_client_resets += 1
+                self._stats.client_resets += 1
                 if self.resets.spend():
                     sink.calm()  # rapid reset (CVE-2023-44487)
                     return

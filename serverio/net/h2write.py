@@ -96,7 +96,8 @@ def response_fields(
 class Writer:
     """A connection's output: the queue of bodies, the framing, the socket
     writes.  ``closed`` (h2 said GOAWAY: send no more frames) and
-    ``reading`` (more input may come) are set by the connection loop;
+    ``reading`` (more input may come) are set by the connection loop, as
+    the columns of its phase (:data:`serverio.net.h2phase.FLAGS`);
     ``streams`` is the loop's table of streams in flight.
 
     Cancellation handling: :meth:`run` runs until the loop stops reading
@@ -271,7 +272,7 @@ class Writer:
             deadline = st.moved + timeout
             now = trio.current_time()
             if now >= deadline:
-                self._stats.timeouts_write += 1
+                self._stats.timeouts.write += 1
                 self.reset(st, ErrorCodes.CANCEL)
                 return now - self._moved >= timeout
             with trio.move_on_at(deadline):
@@ -308,10 +309,10 @@ class Writer:
             except OSError:
                 # EIO mid-body: the head is out, the only honest answer is
                 # to cut this stream.
-                self._stats.read_errors += 1
+                self._stats.responses.read_errors += 1
                 return self._fail(st)
             if not data:
-                self._stats.truncated += 1  # the file shrank under us
+                self._stats.responses.truncated += 1  # the file shrank under us
                 return self._fail(st)
         else:
             data = piece[st.offset : st.offset + n]
@@ -433,7 +434,7 @@ class Writer:
 
     async def run(self, stream: trio.abc.Stream, cancel: trio.CancelScope) -> None:
         """The writer task: the only one that writes ``stream``."""
-        stats = self._stats
+        responses = self._stats.responses  # bound once per connection
         timeout = self._timeout
         try:
             while True:
@@ -468,10 +469,10 @@ class Writer:
                 view.release()
                 whole.release()
                 if scope.cancelled_caught:
-                    stats.timeouts_write += 1
+                    self._stats.timeouts.write += 1
                     cancel.cancel()
                     return
-                stats.bytes_sent += len(data)
+                responses.bytes_sent += len(data)
                 data.clear()
                 self._spare = data
                 self.space.set()

@@ -102,7 +102,7 @@ SUMMARY_CACHE_KEYS = ("hits", "misses", "evictions", "bytes", "entries")
 def pools_of(server: Server) -> list[Pool]:
     """Every :class:`Pool` the server owns, found by type rather than by name
     so that a pool added later is exported without touching this module."""
-    return [v for v in vars(server).values() if isinstance(v, Pool)]
+    return [v for v in vars(server.services).values() if isinstance(v, Pool)]
 
 
 def _cache_numbers(stats: Any, size: int, entries: int, capacity: int) -> dict[str, int]:

@@ -523,7 +523,7 @@ class ContentService:
             else:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
-                self.stats.compress_fallbacks += 1
+                self.stats.content.compress_fallbacks += 1
                 facts = prepared.facts
                 assert facts is not None
                 prepared.plan = decide_file(
@@ -534,7 +534,7 @@ class ContentService:
             if digest_applies(prepared.plan):
                 digest = await self._digest(prepared)
                 if digest is None:
-                    self.stats.digest_omitted += 1
+                    self.stats.content.digest_omitted += 1
                 else:
                     self._use_digest(prepared, digest)
             prepared.digest = ""
@@ -546,7 +546,7 @@ class ContentService:
         facts = prepared.facts
         assert facts is not None
         coding = prepared.compress
-        self.stats.compressed_responses += 1
+        self.stats.content.compressed_responses += 1
         prepared.plan = decide_file(
             req,
             facts,
@@ -714,6 +714,6 @@ class ContentService:
                 listing = await run_blocking(
                     work, render_listing, segments, entries, query, scan.truncated, limit
                 )
-        self.stats.listings += 1
+        self.stats.content.listings += 1
         body, ctype, etag = listing
         return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)

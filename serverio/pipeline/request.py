@@ -237,7 +237,7 @@ def record(
     request_id: str | None,
 ) -> None:
     """Count a response that was sent, observe its duration, log it."""
-    stats = deps.stats
+    stats = deps.stats.responses
     stats.completed += 1
     elapsed = trio.current_time() - started
     deps.response_times.observe(elapsed)

@@ -544,7 +544,7 @@ class Site:
             if len(self._verified) > _VERIFIED_MAX:
                 self._verified.popitem(last=False)
             return None
-        self.stats.auth_failures += 1
+        self.stats.site.auth_failures += 1
         return challenge_plan(rule.realm, now, head=head)
 
     # ------------------------------------------------------------ step 2

@@ -1,0 +1,142 @@
+"""The services a connection needs, built once per server.
+
+:class:`Services` is the server's part that owns what connections use and
+outlive (docs/architecture.md, "The server"): the counters and sinks
+(:class:`~serverio.observe.stats.Stats`, the response-time histogram, the
+access log), the blocking pools (``fs``, ``work``, and the watcher's and
+the site's), the caches (the warm-file cache, the content service), the
+request handler (with live reload under ``--watch``), the site rules, the
+contained root (:class:`~serverio.fs.opener.RootOpener`, opened once) and
+the :class:`~serverio.net.env.ConnectionEnv` every connection is handed:
+a connection sees these, never the server.
+
+Cancellation handling: building the services does no I/O and holds no
+descriptor; the root is opened on the first :attr:`Services.opener` and
+closed by :meth:`Services.close_root`, which keeps it open while an
+abandoned pool thread may still use it.  The pools' threads are waited
+for, then abandoned, by the lifecycle (step 5).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..concurrency.blocking import Pool
+from ..config import Config
+from ..fs.filecache import FileCache
+from ..fs.opener import RootOpener
+from ..live.service import LiveHandler, LiveReload
+from ..observe.accesslog import AccessLog
+from ..observe.histogram import Histogram
+from ..observe.stats import Stats
+from ..pipeline.content import ContentService
+from ..pipeline.handler import Handler
+from ..site.service import load_site
+from .connection import ConnectionTask
+from .env import ConnectionEnv
+from .h2conn import H2Connection
+from .order import ServeOrder
+
+__all__ = ["Services"]
+
+log = logging.getLogger("serverio")
+
+
+class Services:
+    """What every connection of one server shares, and what owns it."""
+
+    def __init__(
+        self,
+        config: Config,
+        access_log: AccessLog | None,
+        connections: set[ConnectionTask],
+        *,
+        http2: bool,
+    ) -> None:
+        self.config = config
+        self.stats = Stats()
+        self.response_times = Histogram()
+        self.access_log = access_log or AccessLog(
+            "off" if config.quiet else config.access_log, path=config.access_log_file
+        )
+        self.fs = Pool("fs", config.fs_workers, config.fs_queue)
+        self.files = FileCache(config.file_cache_size, config.small_file_size)
+        self.work = Pool("work", config.work_workers, config.work_queue)
+        self._opener: RootOpener | None = None
+        # The caches and the request pipeline; connections get the handler
+        # and the shared sinks (env), never the server.
+        self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
+        self.pools = [self.fs, self.work]
+        self.live: LiveReload | None = None
+        self.handler = self._handler()
+        self.env = ConnectionEnv(
+            config,
+            self.handler,
+            self.stats,
+            self.access_log,
+            self.response_times,
+            self.live,
+            http2=H2Connection if http2 else None,
+            order=ServeOrder(connections),
+        )
+        self._site()
+
+    def _handler(self) -> Handler:
+        config = self.config
+        if not config.watch:
+            return Handler(
+                config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
+            )
+        # Development mode: a watcher with a pool of its own (1 thread).
+        watch = Pool("watch", 1, 1)
+        self.pools.append(watch)
+        self.live = LiveReload(config, watch, self.files, self.content)
+        return LiveHandler(
+            config,
+            lambda: self.opener,
+            fs=self.fs,
+            files=self.files,
+            content=self.content,
+            live=self.live,
+        )
+
+    def _site(self) -> None:
+        """Site rules, compiled once; ``env.site`` stays None (never
+        consulted) when there are none."""
+        self.env.site = site = load_site(self.config, self.stats)
+        if site is None:
+            return
+        # Their threads are waited for, then abandoned, like the others.
+        self.pools += [site.auth_pool, site.page_pool]
+        if site.rules.auth:
+            # Access rules reach listed names and event paths too.
+            self.content.visible = site.visible_entries
+            if self.live is not None:
+                self.live.may_name = site.may_name
+
+    @property
+    def opener(self) -> RootOpener:
+        """The contained root, opened on first use (``serve`` opens it
+        before accepting anything)."""
+        if self._opener is None:
+            self._opener = RootOpener(
+                self.config.root,
+                follow_symlinks=self.config.follow_symlinks,
+                hidden=self.config.hidden,
+            )
+        return self._opener
+
+    def close_root(self) -> None:
+        """Close the root descriptor, unless an abandoned thread may still
+        use it."""
+        if self._opener is None:
+            return
+        if self.fs.running or self.work.running:
+            # Abandoned threads may still call openat2() on the root
+            # fd; closing it now could let the number be reused by an
+            # unrelated file while they run.  Keep it open: they fail
+            # or finish on the real root, and process exit closes it.
+            log.warning("keeping the root directory fd open for abandoned threads")
+        else:
+            self._opener.close()
+        self._opener = None
