@@ -42,8 +42,8 @@ import trio
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
-from ..fs.prepare import Prepared
 from ..http.core import Plan, RequestFacts, http_error_plan, route
+from ..model import Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
