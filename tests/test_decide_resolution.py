@@ -23,8 +23,8 @@ from serverio.model import (
     FILE,
     LISTING,
     UNAVAILABLE,
-    Reason,
     Prepared,
+    Reason,
     Rep,
     Resolution,
 )

@@ -26,10 +26,10 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
+from serverio.model import CachedFile, Prepared
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
-from serverio.model import CachedFile, Prepared
 from serverio.pipeline.handler import prepare
 from serverio.wire.h1 import head_bytes, shared_head
 

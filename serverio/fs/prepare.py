@@ -257,15 +257,8 @@ def resolve(
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
                 return Resolution(DIRECTORY)
-            for index in cfg.index:
-                rel = f"{target.relpath}/{index}" if target.segments else index
-                opened = _open_file(opener, rel)
-                if opened is not None:
-                    close_fd(fd)
-                    fd, st = opened
-                    relpath = rel
-                    break
-            else:
+            index = _index_file(opener, cfg, target.relpath if target.segments else "")
+            if index is None:
                 if not cfg.listing:
                     return Resolution(DIRECTORY)
                 # The scan runs in the work pool (serverio.pipeline.content); the
@@ -273,6 +266,8 @@ def resolve(
                 listing = Resolution(LISTING, fd=fd)
                 fd = -1
                 return listing
+            close_fd(fd)
+            fd, st, relpath = index
         elif not stat.S_ISREG(st.st_mode):
             # FIFO, socket, device: never served (opened O_NONBLOCK, so the
             # open itself could not hang).
@@ -288,6 +283,19 @@ def resolve(
     finally:
         if fd >= 0:
             close_fd(fd)
+
+
+def _index_file(
+    opener: RootOpener, cfg: Config, directory: str
+) -> tuple[int, os.stat_result, str] | None:
+    """The first of ``--index`` present as a regular file in ``directory``
+    ("" for the root): its descriptor (the caller's), facts and path."""
+    for index in cfg.index:
+        rel = f"{directory}/{index}" if directory else index
+        opened = _open_file(opener, rel)
+        if opened is not None:
+            return opened[0], opened[1], rel
+    return None
 
 
 def _resolve_file(
