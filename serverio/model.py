@@ -32,6 +32,7 @@ from .http.core import FileFacts, FileSpan, Plan
 
 __all__ = [
     "CACHED",
+    "CHOICES_KEPT",
     "DIRECTORY",
     "ERROR",
     "FILE",
@@ -269,12 +270,18 @@ class CachedFile:
     # False: the file is too large to keep (``data`` is empty) and the entry
     # exists for its sidecars' bytes; only a sidecar is served from it.
     whole: bool = True
-    # Memo of the edge too (serverio.http.decide.cache_candidate): per
-    # Accept-Encoding value, the negotiated (coding, representation, the
-    # sidecar states the choice depends on); None: the file is needed.
-    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]] | None] = field(
+    # Memo of the edge too: per Accept-Encoding value, the negotiated
+    # (coding, representation, the sidecar states the choice depends on)
+    # that serverio.http.decide.cache_candidate made (``learned``), stored
+    # by the handler, at most CHOICES_KEPT of them.
+    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(
         default_factory=dict
     )
+
+
+# Distinct Accept-Encoding values memoised per entry: browsers send a
+# handful; beyond this many the choice is made afresh (bounded memory).
+CHOICES_KEPT = 16
 
 
 class CacheEntries(Protocol):
@@ -300,6 +307,9 @@ class CacheCandidate(NamedTuple):
     rep: CachedFile | None = None
     # The sidecar states this answer depends on (None: all the entry's).
     sidecars: tuple[Sidecar, ...] | None = None
+    # The coding choice was made afresh (not from ``entry.choices``): the
+    # caller may remember it there (serverio.pipeline.handler).
+    learned: bool = False
 
 
 # ------------------------------------------------------------------ prepared

@@ -250,6 +250,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.model": (
         "Body",
         "CACHED",
+        "CHOICES_KEPT",
         "CacheCandidate",
         "CacheEntries",
         "CachedFile",

@@ -179,7 +179,8 @@ def cache_candidate(
     Coding negotiation is answered from the sidecar states recorded with
     the entry (each revalidated with it); a coding never looked at for
     this file, or a Repr-Digest, needs the file itself: None.  No syscall;
-    any thread.
+    any thread.  Stores nothing: a choice made afresh comes back with
+    ``learned`` set, for the caller to memoise in ``entry.choices``.
     """
     target = req.target
     if target.slash or not target.segments:
@@ -201,22 +202,18 @@ def cache_candidate(
         return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
     accept = req.accept_encoding
     assert accept is not None  # negotiates() says so
-    choices = entry.choices
-    if accept in choices:
-        choice = choices[accept]
-    else:
-        choice = _choose(entry, req, cfg)
-        if len(choices) < _CHOICES_KEPT:
-            choices[accept] = choice
+    choice = entry.choices.get(accept)
+    if choice is not None:
+        coding, rep, states = choice
+        return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states)
+    choice = _choose(entry, req, cfg)
     if choice is None:
+        # Not memoised: the request resolves the file from disk, which
+        # replaces this entry with one that has the states it lacked.
         return None
     coding, rep, states = choice
-    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states)
-
-
-# Distinct Accept-Encoding values memoised per entry: browsers send a
-# handful; beyond this many the choice is made afresh (bounded memory).
-_CHOICES_KEPT = 16
+    # Made afresh: the caller may remember it in ``entry.choices``.
+    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states, learned=True)
 
 
 def _choose(

@@ -52,7 +52,7 @@ from ..fs.opener import RootOpener
 from ..fs.prepare import resolve
 from ..http.core import RequestFacts
 from ..http.decide import cache_candidate, decide, serve_cached
-from ..model import CACHED, CacheCandidate, CachedFile, Prepared, Resolution
+from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from .content import ContentService
 
 __all__ = ["Deferred", "Handler", "prepare"]
@@ -158,6 +158,8 @@ class Handler:
             hit = cache_candidate(files, req, self.config) if files is not None else None
             if hit is not None:
                 assert files is not None
+                if hit.learned:
+                    _remember_choice(hit, req)
                 # Only the sidecar states this answer depends on: nothing
                 # vouches for the rest without a stat (UNTIMED).
                 if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED, hit.sidecars):
@@ -181,6 +183,8 @@ class Handler:
         hit = cache_candidate(files, req, self.config) if files is not None else None
         if hit is not None:
             assert files is not None
+            if hit.learned:
+                _remember_choice(hit, req)
             state = window_state(hit.entry.checked, mono, self.config.fs_cache_valid)
             if state != "expired":
                 if state == "refresh":
@@ -321,6 +325,17 @@ class Handler:
             done.set()
 
 
+def _remember_choice(hit: CacheCandidate, req: RequestFacts) -> None:
+    """Memoise in its entry a coding choice the decision made afresh
+    (``hit.learned``), at most :data:`~serverio.model.CHOICES_KEPT` per
+    entry: the caller's step, so that the decision stores nothing."""
+    choices = hit.entry.choices
+    if len(choices) < CHOICES_KEPT:
+        assert req.accept_encoding is not None and hit.rep is not None
+        assert hit.sidecars is not None
+        choices[req.accept_encoding] = (hit.coding, hit.rep, hit.sidecars)
+
+
 def _cached(
     files: FileCache,
     hit: CacheCandidate,
@@ -355,6 +370,8 @@ def prepare(
     from the warm-file cache after one ``stat`` when it can answer, else
     from the filesystem.  The steps :class:`Handler` orders, without pools."""
     hit = cache_candidate(cache, req, cfg) if cache is not None else None
+    if hit is not None and hit.learned:
+        _remember_choice(hit, req)
     res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
     if res.kind == CACHED:
         assert cache is not None and hit is not None
