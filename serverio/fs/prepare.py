@@ -5,8 +5,10 @@ an index file, the ``--spa`` fallback, the precompressed sidecars the
 request could be answered with), ``fstat``\ s it, checks it is a regular
 file, computes its facts (with the content hash a small file's ETag is
 made of) and, for a small body, reads the whole file.  It decides nothing
-about the response: it returns a :class:`Resolution` of facts and open
-descriptors, and the pure decision (:mod:`serverio.pipeline.decide`, over
+about the response: it returns a :class:`~serverio.model.Resolution` of
+facts and open descriptors (with the file's headers, Vary and the digest
+asked for, which it needs to know which sidecars to open and which
+descriptors to keep), and the pure decision (:mod:`serverio.http.decide`, over
 :mod:`serverio.http.select` and :func:`serverio.http.core.decide_file`)
 runs on the trio side after it.  It is one call so that it costs one
 thread hop when it runs in the ``fs`` pool
@@ -15,12 +17,15 @@ trio.  It also fills the warm-file cache (:mod:`serverio.fs.filecache`) with
 a small settled file it read, and revalidates a candidate entry handed to it
 (one ``stat``) so that the pooled path stays at one hop.
 
+What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
+found, a name containment refused, not a regular file, an errno's), never
+an HTTP status; :data:`serverio.http.reasons.REASON_STATUS` maps reasons
+to statuses, once.
+
 Whoever receives a ``Resolution`` owns its descriptors and must call
-:meth:`Resolution.close` (or hand them on, as the decision does) exactly
-once; the late-close path of ``run_blocking`` does if the waiter was
-cancelled.  :class:`Prepared` is the handler's working object after the
-decision: the plan, the descriptor it streams from, the follow-ups still to
-do.
+:meth:`~serverio.model.Resolution.close` (or hand them on, as the decision
+does) exactly once; the late-close path of ``run_blocking`` does if the
+waiter was cancelled.
 """
 
 from __future__ import annotations
