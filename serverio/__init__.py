@@ -7,7 +7,6 @@ docs/architecture.md for which module owns what.
 from .concurrency.blocking import Pool, PoolSaturated, PoolStats, run_blocking
 from .config import Config
 from .errors import ConfigError, HTTPError
-from .fs.prepare import Prepared
 from .http.core import (
     FileFacts,
     FileSpan,
@@ -22,14 +21,14 @@ from .http.core import (
 )
 from .http.mime import guess_type
 from .http.target import Target, parse_target
+from .model import Prepared
 from .net.connection import ConnectionTask
 from .net.env import ConnectionEnv
 from .net.server import Server
 from .observe.accesslog import AccessLog, AccessRecord
 from .observe.stats import Stats
 from .ops.cli import main
-from .pipeline.decide import prepare
-from .pipeline.handler import Deferred, Handler
+from .pipeline.handler import Deferred, Handler, prepare
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""The body source (serverio.fs.body.Body) and every descriptor a request
+"""The body source (serverio.model.Body) and every descriptor a request
 opens are closed exactly once, on every path: sent in full, client gone
 mid-send, cancelled while the handler waits, an error plan; over HTTP/1.1
 and HTTP/2.

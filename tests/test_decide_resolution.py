@@ -1,9 +1,10 @@
-"""The decision after resolution (serverio.pipeline.decide.decide), as a
+"""The decision after resolution (serverio.http.decide.decide), as a
 table over hand-built Resolution facts: no event loop, no filesystem
 (descriptors are /dev/null, checked for who ends up owning them)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -12,17 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from serverio.fs.prepare import (
+from serverio.config import Config
+from serverio.http import decide as decide_mod
+from serverio.http.core import FileSpan, Plan, RequestFacts
+from serverio.http.select import digest_algorithm, file_headers
+from serverio.model import (
     DIRECTORY,
     ERROR,
     FILE,
     LISTING,
     UNAVAILABLE,
+    Prepared,
+    Reason,
     Rep,
     Resolution,
 )
-from serverio.http.core import FileSpan, Plan
-from serverio.pipeline.decide import decide
 
 from .conftest import make_config, memory_connection
 from .core_tables import CFG, DATA, NOW, file_facts, header_map, request
@@ -52,12 +57,29 @@ def _file(fds: list[int], data: bytes | None = DATA, **kw: object) -> Resolution
     return Resolution(FILE, relpath="f.txt", ctype="text/plain", file=rep, **kw)  # type: ignore[arg-type]
 
 
+def decide(res: Resolution, req: RequestFacts, cfg: Config, now: float) -> Prepared:
+    """The decision, on a resolution completed as :func:`serverio.fs.prepare.resolve`
+    completes a FILE one: with the selection facts the hop computes."""
+    if res.kind == FILE:
+        res.extra, res.vary = file_headers(req, cfg, res.relpath, res.ctype)
+        res.digest = digest_algorithm(req, cfg)
+    return decide_mod.decide(res, req, cfg, now)
+
+
 @pytest.mark.parametrize(
-    ("kind", "status"),
-    [(ERROR, 404), (ERROR, 403), (ERROR, 500), (DIRECTORY, 404), (UNAVAILABLE, 503)],
+    ("res", "status"),
+    [
+        (Resolution(ERROR, Reason.NOT_FOUND, errno.ENOENT), 404),
+        (Resolution(ERROR, Reason.FORBIDDEN_NAME, errno.EXDEV), 404),
+        (Resolution(ERROR, Reason.NOT_REGULAR), 404),
+        (Resolution(ERROR, Reason.DENIED, errno.EACCES), 403),
+        (Resolution(ERROR, Reason.EXHAUSTED, errno.EMFILE), 503),
+        (Resolution(ERROR, Reason.FAILED, errno.EIO), 500),
+        (Resolution(DIRECTORY), 404),
+        (Resolution(UNAVAILABLE), 503),
+    ],
 )
-def test_kinds_without_a_file(kind: str, status: int) -> None:
-    res = Resolution(kind, status if kind == ERROR else 0)
+def test_kinds_without_a_file(res: Resolution, status: int) -> None:
     p = decide(res, request(raw=b"/d/"), CFG, NOW)
     assert p.plan.status == status and p.fd == -1 and not p.needs_followup
 
@@ -153,7 +175,6 @@ def test_range_gets_identity_even_when_a_sidecar_exists(fds: list[int]) -> None:
 async def test_the_pool_hop_returns_facts_and_the_plan_is_made_on_the_trio_thread(
     root: Path, monkeypatch: pytest.MonkeyPatch, path: str, headers: str
 ) -> None:
-    from serverio.pipeline import decide as decide_mod
     from serverio.pipeline import handler as handler_mod
 
     hops: list[object] = []

@@ -23,14 +23,14 @@ import trio.testing
 from serverio import Config, RequestFacts, Server, parse_target
 from serverio.fs import filecache as _filecache
 from serverio.fs import prepare as _prepare
-from serverio.fs.filecache import CachedFile, FileCache, StatAt, identity
+from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
-from serverio.fs.prepare import Prepared
 from serverio.http.core import FileFacts, Plan, content_digest
+from serverio.model import CachedFile, Prepared
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
-from serverio.pipeline.decide import prepare
+from serverio.pipeline.handler import prepare
 from serverio.wire.h1 import head_bytes, shared_head
 
 from .conftest import HTTPClient, connect, make_config, running_server, wait_until

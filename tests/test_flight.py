@@ -15,6 +15,7 @@ import trio.testing
 
 from serverio import PoolSaturated
 from serverio.concurrency.flight import SingleFlightCache
+from serverio.fs import jobs as jobs_mod
 from serverio.pipeline import content as content_mod
 
 from .conftest import make_config, memory_connection, open_fd_count
@@ -205,7 +206,7 @@ async def test_a_small_file_read_in_the_hop_is_compressed_from_those_bytes(
 async def test_listing_scan_errors_map_to_status(
     root: Path, monkeypatch: pytest.MonkeyPatch, err: int, status: int
 ) -> None:
-    def failing(owned: content_mod.OwnedFd, *args: object) -> content_mod.Scan:
+    def failing(owned: jobs_mod.OwnedFd, *args: object) -> jobs_mod.Scan:
         owned.release()
         raise OSError(err, os.strerror(err))
 

@@ -14,9 +14,10 @@ from serverio.fs.opener import RootOpener
 from serverio.http import negotiate as _negotiate
 from serverio.http import target as _target
 from serverio.http.core import RequestFacts
+from serverio.http.decide import cache_candidate, serve_cached
 from serverio.http.negotiate import parse_accept_encoding, select_coding
 from serverio.http.target import parse_target
-from serverio.pipeline.decide import cache_candidate, prepare, serve_cached
+from serverio.pipeline.handler import prepare
 
 from .conftest import make_config, memory_connection
 
@@ -84,11 +85,18 @@ def test_plain_response_memo_only_for_served_methods(root: Path) -> None:
             req = RequestFacts(method=method, target=parse_target(method, b"/data.bin"))
             hit = cache_candidate(cache, req, cfg)
             assert hit is not None
-            serve_cached(cache, hit, req, cfg, LATER, "").close()
+            other = serve_cached(hit, req, cfg, LATER, "")
+            assert other.memo is None  # nothing to remember for these
+            other.close()
         hit = cache_candidate(cache, get, cfg)
         assert hit is not None
-        served = serve_cached(cache, hit, get, cfg, LATER, "")
+        assert hit.entry.plain == {}  # the decision stores nothing itself
+        served = serve_cached(hit, get, cfg, LATER, "")
         assert served.plan.status == 200
+        assert hit.entry.plain == {}
+        assert served.memo is not None and served.memo[0] == (b"GET", "")
+        # The caller stores it (serverio.pipeline.handler): prepare() does.
+        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()
         assert set(hit.entry.plain) == {(b"GET", "")}
     finally:
         opener.close()

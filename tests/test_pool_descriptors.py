@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
-import serverio.fs.body as body_module
 import serverio.fs.prepare as prepare_module
+import serverio.model as model_module
 
 from .conftest import connect, make_config, running_server
 
@@ -25,14 +25,14 @@ async def test_pooled_small_file_descriptor_is_closed_in_the_hop(
     (tmp_path / "small.txt").write_bytes(b"s" * 1024)
     (tmp_path / "small.txt.gz").write_bytes(b"g" * 100)
     closed_on: list[str] = []
-    real_close = body_module.close_fd
+    real_close = model_module.close_fd
 
     def recording_close(fd: int) -> None:
         closed_on.append(threading.current_thread().name)
         real_close(fd)
 
     monkeypatch.setattr(prepare_module, "close_fd", recording_close)
-    monkeypatch.setattr(body_module, "close_fd", recording_close)
+    monkeypatch.setattr(model_module, "close_fd", recording_close)
     cfg = make_config(tmp_path, fs_workers=2, fs_queue=8, file_cache_size=0)
     loop_thread = threading.current_thread().name
     async with running_server(cfg) as (_, port):

@@ -42,20 +42,17 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..http.core import FileFacts, Plan
-from .body import Body
+from ..model import CachedFile, Identity, Sidecar
 
 __all__ = [
     "RACY_SECONDS",
     "SHARED_MTIME_FILES",
     "UNTIMED",
-    "CachedFile",
     "FileCache",
     "FileCacheStats",
     "HashStore",
-    "Sidecar",
     "identity",
     "window_state",
 ]
@@ -66,9 +63,6 @@ RACY_SECONDS = 2.0
 
 # Accounted per entry on top of its bytes (dict slot, entry object, facts).
 _ENTRY_OVERHEAD = 512
-
-Identity = tuple[int, int, int, int, int]
-
 
 def identity(st: os.stat_result) -> Identity:
     """What must be unchanged for cached bytes to still be the file's."""
@@ -126,50 +120,6 @@ def settled(st: os.stat_result, now: float) -> bool:
     """Was the file last changed more than RACY_SECONDS before ``now`` (wall clock)?"""
     limit = int((now - RACY_SECONDS) * 1e9)
     return st.st_mtime_ns < limit and st.st_ctime_ns < limit
-
-
-@dataclass(slots=True, frozen=True)
-class Sidecar:
-    """What a precompressed sidecar path held when its file was cached.
-
-    ``ident`` None: no such file.  ``cached`` None: it exists but is not
-    used (older than the file it compresses).  Otherwise its bytes.
-    """
-
-    path: str
-    ident: Identity | None
-    cached: CachedFile | None
-
-
-@dataclass(slots=True)
-class CachedFile:
-    """One small regular file: its identity, facts and whole content."""
-
-    ident: Identity
-    facts: FileFacts
-    data: bytes
-    # Trio clock time of the last successful revalidation (pooled mode's
-    # window); a plain float store, safe from any thread.
-    checked: float
-    # Memos of the edge (serverio.pipeline.decide.serve_cached), not shared state
-    # of the cache: the response to a plain GET/HEAD for the wall-clock
-    # second of its Date header, per (method, coding served from a
-    # sidecar or ""); and the (extra headers, vary) of a request without
-    # a query.
-    plain: dict[tuple[bytes, str], tuple[int, Plan, Body]] = field(default_factory=dict)
-    headers: tuple[tuple[tuple[bytes, bytes], ...], bool] | None = None
-    # Per content coding: the sidecar state seen with this file (filled by
-    # the preparation that negotiated it; revalidated with the file).
-    sidecars: dict[str, Sidecar] = field(default_factory=dict)
-    # False: the file is too large to keep (``data`` is empty) and the entry
-    # exists for its sidecars' bytes; only a sidecar is served from it.
-    whole: bool = True
-    # Memo of the edge too (serverio.pipeline.decide.cache_candidate): per
-    # Accept-Encoding value, the negotiated (coding, representation, the
-    # sidecar states the choice depends on); None: the file is needed.
-    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]] | None] = field(
-        default_factory=dict
-    )
 
 
 @dataclass(slots=True)

@@ -348,15 +348,35 @@ class RootOpener:
         before being refused, which ``openat2`` and the walk rule out.
         """
         if self.follow_symlinks:
-            segs = [seg for seg in relpath.split("/") if seg and seg != "."]
-            for i, seg in enumerate(segs):
-                if windows_name_problem(seg) is not None:
-                    raise _windows_name()
-                parent = os.path.join(self.root, *segs[:i])
-                if may_be_short_name(seg) and seg not in os.listdir(parent):
-                    raise _windows_name()  # an alias: the long name is not this spelling
-            path = os.path.join(self.root, relpath)
-            return self._open_verified(path, os.stat(path), [])
+            return self._open_by_path_following(relpath)
+        final, parts, seen = self._walk_by_path(relpath)
+        if final is None:  # the root, or a directory already resolved
+            path = os.path.join(self.root, *parts)
+            final = (path, os.lstat(path) if parts else os.stat(path))
+            if parts:
+                parts.pop()
+                seen.pop()
+        ancestors = [
+            (os.path.join(self.root, *parts[: i + 1]), ident) for i, ident in enumerate(seen)
+        ]
+        return self._open_verified(final[0], final[1], ancestors)
+
+    def _open_by_path_following(self, relpath: str) -> int:
+        """``--follow-symlinks`` under the ``windows`` strategy: the names are
+        checked (each spelling as listed), the links followed by the system."""
+        segs = [seg for seg in relpath.split("/") if seg and seg != "."]
+        for i, seg in enumerate(segs):
+            _check_windows_name(os.path.join(self.root, *segs[:i]), seg)
+        path = os.path.join(self.root, relpath)
+        return self._open_verified(path, os.stat(path), [])
+
+    def _walk_by_path(
+        self, relpath: str
+    ) -> tuple[tuple[str, os.stat_result] | None, list[str], list[tuple[int, int]]]:
+        """:meth:`_walk`'s rules by name: the final component's path and
+        ``lstat`` (None when ``relpath`` ends at a directory already
+        resolved), the resolved components below the root and the identity
+        of each directory among them."""
         # The request's own segments are split on "/" only: a "\\" inside
         # one (an encoded %5C) is part of that name, which
         # windows_name_problem then refuses.  Split on the native
@@ -380,25 +400,15 @@ class RootOpener:
                 continue
             if not self.hidden and name[0] == "." and (parts or name != ".well-known"):
                 raise _hidden_name()
-            if windows_name_problem(name) is not None:
-                raise _windows_name()
             parent = os.path.join(self.root, *parts)
-            if may_be_short_name(name) and name not in os.listdir(parent):
-                raise _windows_name()  # an alias: the long name is not this spelling
+            _check_windows_name(parent, name)
             path = os.path.join(parent, name)
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) & _REPARSE:
                 links += 1
                 if links > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-                target = os.readlink(path)
-                if _is_absolute(target):
-                    rest = self._inside_native(target)
-                    parts.clear()
-                    seen.clear()
-                    pending.extend(reversed(rest))
-                else:
-                    pending.extend(p for p in reversed(_split_native(target)) if p and p != ".")
+                self._push_link_target(os.readlink(path), pending, parts, seen)
                 continue
             if pending:
                 if not stat.S_ISDIR(st.st_mode):
@@ -407,16 +417,20 @@ class RootOpener:
                 seen.append((st.st_dev, st.st_ino))
                 continue
             final = (path, st)
-        if final is None:  # the root, or a directory already resolved
-            path = os.path.join(self.root, *parts)
-            final = (path, os.lstat(path) if parts else os.stat(path))
-            if parts:
-                parts.pop()
-                seen.pop()
-        ancestors = [
-            (os.path.join(self.root, *parts[: i + 1]), ident) for i, ident in enumerate(seen)
-        ]
-        return self._open_verified(final[0], final[1], ancestors)
+        return final, parts, seen
+
+    def _push_link_target(
+        self, target: str, pending: list[str], parts: list[str], seen: list[tuple[int, int]]
+    ) -> None:
+        """Resolve a link's ``target`` next: an absolute one from the root
+        (refused outside it), a relative one from the link's directory."""
+        if _is_absolute(target):
+            rest = self._inside_native(target)
+            parts.clear()
+            seen.clear()
+            pending.extend(reversed(rest))
+        else:
+            pending.extend(p for p in reversed(_split_native(target)) if p and p != ".")
 
     def _open_verified(
         self, path: str, st: os.stat_result, ancestors: list[tuple[str, tuple[int, int]]]
@@ -494,6 +508,15 @@ class RootOpener:
 def _resolved_path(opener: RootOpener, relpath: str) -> str:
     """The real path of ``relpath`` under the root (symlinks resolved)."""
     return os.path.realpath(os.path.join(opener.root, relpath))
+
+
+def _check_windows_name(parent: str, name: str) -> None:
+    """Refuse (EXDEV) a name Windows would reinterpret, and an 8.3-shaped
+    alias: the name must be listed in ``parent`` under this exact spelling."""
+    if windows_name_problem(name) is not None:
+        raise _windows_name()
+    if may_be_short_name(name) and name not in os.listdir(parent):
+        raise _windows_name()  # an alias: the long name is not this spelling
 
 
 def _windows_name() -> OSError:

@@ -5,8 +5,10 @@ an index file, the ``--spa`` fallback, the precompressed sidecars the
 request could be answered with), ``fstat``\ s it, checks it is a regular
 file, computes its facts (with the content hash a small file's ETag is
 made of) and, for a small body, reads the whole file.  It decides nothing
-about the response: it returns a :class:`Resolution` of facts and open
-descriptors, and the pure decision (:mod:`serverio.pipeline.decide`, over
+about the response: it returns a :class:`~serverio.model.Resolution` of
+facts and open descriptors (with the file's headers, Vary and the digest
+asked for, which it needs to know which sidecars to open and which
+descriptors to keep), and the pure decision (:mod:`serverio.http.decide`, over
 :mod:`serverio.http.select` and :func:`serverio.http.core.decide_file`)
 runs on the trio side after it.  It is one call so that it costs one
 thread hop when it runs in the ``fs`` pool
@@ -15,12 +17,15 @@ trio.  It also fills the warm-file cache (:mod:`serverio.fs.filecache`) with
 a small settled file it read, and revalidates a candidate entry handed to it
 (one ``stat``) so that the pooled path stays at one hop.
 
+What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
+found, a name containment refused, not a regular file, an errno's), never
+an HTTP status; :data:`serverio.http.reasons.REASON_STATUS` maps reasons
+to statuses, once.
+
 Whoever receives a ``Resolution`` owns its descriptors and must call
-:meth:`Resolution.close` (or hand them on, as the decision does) exactly
-once; the late-close path of ``run_blocking`` does if the waiter was
-cancelled.  :class:`Prepared` is the handler's working object after the
-decision: the plan, the descriptor it streams from, the follow-ups still to
-do.
+:meth:`~serverio.model.Resolution.close` (or hand them on, as the decision
+does) exactly once; the late-close path of ``run_blocking`` does if the
+waiter was cancelled.
 """
 
 from __future__ import annotations
@@ -30,15 +35,12 @@ import functools
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..config import Config
-from ..errors import errno_status
 from ..http.core import (
     EtagPolicy,
     FileFacts,
-    Plan,
     RequestFacts,
     content_digest,
     mtime_is_synthetic,
@@ -48,95 +50,42 @@ from ..http.core import (
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.select import digest_algorithm, file_headers, negotiates, sidecars_wanted
+from ..model import (
+    CACHED,
+    DIRECTORY,
+    ERROR,
+    FILE,
+    LISTING,
+    UNAVAILABLE,
+    CacheCandidate,
+    CachedFile,
+    Reason,
+    Rep,
+    Resolution,
+    Sidecar,
+    close_fd,
+    errno_reason,
+)
 from . import winstat
-from .body import Body, close_fd
 from .filecache import (
     RACY_SECONDS,
     UNTIMED,
-    CachedFile,
     FileCache,
     HashStore,
-    Sidecar,
     identity,
     settled,
 )
 from .opener import RootOpener
 from .reads import read_all
 
-__all__ = [
-    "CacheCandidate",
-    "Prepared",
-    "Rep",
-    "Resolution",
-    "resolve",
-]
+__all__ = ["resolve"]
 
 log = logging.getLogger("serverio")
 
-@dataclass(slots=True)
-class Prepared:
-    """A plan, and the open file it streams from (``fd == -1``: none).
-
-    Follow-ups (finished by :class:`serverio.pipeline.content.ContentService` on the
-    trio side before the plan is carried out; ``needs_followup``):
-
-    * ``listing``: ``fd`` is a directory to list; ``plan`` is a placeholder;
-    * ``compress``: a content coding to produce on the fly; ``plan`` is a
-      placeholder, ``extra`` the headers the file response carries
-      (Content-Disposition);
-    * ``digest``: the algorithm of a Repr-Digest for the representation
-      ``plan`` serves: ``fd`` (kept open for it even when the body was read
-      in the hop) holds its bytes, ``facts`` their identity and ``coding``
-      their content coding (a sidecar's, or ``""``; after compression the
-      coding produced, with its bytes in ``data``).
-
-    Each flag is cleared when its follow-up is done.
-    """
-
-    plan: Plan
-    fd: int = -1
-    facts: FileFacts | None = field(default=None)
-    listing: bool = False
-    compress: str = ""
-    extra: tuple[tuple[bytes, bytes], ...] = ()
-    digest: str = ""
-    coding: str = ""
-    data: bytes | None = None  # compressed body, once a follow-up produced it
-    # The identity bytes, when they are in memory (the warm-file cache, or
-    # the read that just filled it): a compression follow-up uses them
-    # instead of reading the file again.
-    source: bytes | None = None
-    hash_job: bool = False
-    # A ready literal body source for ``plan`` (the warm memo's, shared:
-    # a literal body owns nothing); used only while ``plan.body`` is still
-    # the tuple it was made from.
-    body: Body | None = None
-    # What the answer's bytes come from, as the path a site rule's glob sees
-    # ("/a/index.html"; a listed directory ends with "/", the root's listing
-    # is "/"); None when nothing was resolved (an error, a redirect).  The site's access rules
-    # are decided on it (serverio.site.service, "the resolved target").
-    served: str | None = None
-
-    @property
-    def needs_followup(self) -> bool:
-        return self.listing or bool(self.compress) or bool(self.digest) or self.hash_job
-
-    def close(self) -> None:
-        """Close the descriptor; safe to call again (the second call is a no-op)."""
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            close_fd(fd)
-
-    def take_body(self) -> Body:
-        """The finished response's body source; the descriptor moves to it
-        (this then holds nothing to close)."""
-        body = self.body
-        plan = self.plan
-        if body is not None and self.fd < 0 and body.pieces is plan.body:
-            return body
-        fd, self.fd = self.fd, -1
-        return Body.of(plan, fd)
-
+# The reasons an index file, the SPA file or a sidecar is simply absent: it
+# is not there, or we may not have it.  Anything else (EIO, EMFILE) fails
+# the whole resolution.
+_ABSENT = frozenset({Reason.NOT_FOUND, Reason.FORBIDDEN_NAME, Reason.DENIED})
 
 
 def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | None:
@@ -144,7 +93,7 @@ def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | Non
     try:
         fd = opener.open(rel)
     except OSError as exc:
-        if errno_status(exc.errno) in (403, 404):
+        if errno_reason(exc.errno) in _ABSENT:
             return None
         raise
     try:
@@ -242,68 +191,16 @@ def _facts(
 
 
 
-# Resolution kinds.
-FILE = "file"  # a regular file (``file``), with its usable sidecars
-CACHED = "cached"  # the candidate handed in is still valid: answer from memory
-ERROR = "error"  # ``status``: missing, refused, not a regular file, an errno
-DIRECTORY = "directory"  # a directory without index (or without its slash)
-LISTING = "listing"  # a directory to list: ``fd`` is open on it
-UNAVAILABLE = "unavailable"  # the file shrank while it was read: try again
-
-
-@dataclass(slots=True)
-class Rep:
-    """One representation found on disk: the file itself, or a sidecar.
-
-    ``fd`` is open on it (-1 once closed); ``data`` its whole content when
-    the hop read it (a small body, the warm-file cache, its ETag's hash);
-    ``hash_settled``: its identity may carry a stored content hash
-    (:func:`_hash_settled`); ``shrank``: it was shorter than its ``fstat``
-    (serving it is a 503)."""
-
-    fd: int
-    facts: FileFacts
-    data: bytes | None = None
-    hash_settled: bool = False
-    shrank: bool = False
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            close_fd(fd)
-
-
-@dataclass(slots=True)
-class Resolution:
-    """What :func:`resolve` found (facts and descriptors, no plan)."""
-
-    kind: str
-    status: int = 0  # ERROR
-    fd: int = -1  # LISTING: the directory
-    relpath: str = ""  # FILE: the path served (an index file, the SPA file)
-    ctype: str = ""  # FILE: its media type
-    file: Rep | None = None  # FILE
-    # FILE: the sidecars present and not older than the file, by coding.
-    sidecars: dict[str, Rep] = field(default_factory=dict)
-
-    def close(self) -> None:
-        """Close every descriptor still held (idempotent)."""
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            close_fd(fd)
-        if self.file is not None:
-            self.file.close()
-        for rep in self.sidecars.values():
-            rep.close()
-
-
-def _status(exc: OSError) -> int:
-    status = errno_status(exc.errno)
-    if status == 500:
+def _failed(exc: OSError) -> Resolution:
+    """The ERROR resolution of a filesystem call that raised ``exc``: its
+    reason and errno (an errno that says nothing we can act on is logged
+    here, where it happened)."""
+    reason = errno_reason(exc.errno)
+    if reason is Reason.FAILED:
         log.error(
             "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
         )
-    return status
+    return Resolution(ERROR, reason, exc.errno)
 
 
 def _wants_bytes(req: RequestFacts) -> bool:
@@ -365,15 +262,8 @@ def resolve(
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
                 return Resolution(DIRECTORY)
-            for index in cfg.index:
-                rel = f"{target.relpath}/{index}" if target.segments else index
-                opened = _open_file(opener, rel)
-                if opened is not None:
-                    close_fd(fd)
-                    fd, st = opened
-                    relpath = rel
-                    break
-            else:
+            index = _index_file(opener, cfg, target.relpath if target.segments else "")
+            if index is None:
                 if not cfg.listing:
                     return Resolution(DIRECTORY)
                 # The scan runs in the work pool (serverio.pipeline.content); the
@@ -381,21 +271,36 @@ def resolve(
                 listing = Resolution(LISTING, fd=fd)
                 fd = -1
                 return listing
+            close_fd(fd)
+            fd, st, relpath = index
         elif not stat.S_ISREG(st.st_mode):
             # FIFO, socket, device: never served (opened O_NONBLOCK, so the
             # open itself could not hang).
-            return Resolution(ERROR, 404)
+            return Resolution(ERROR, Reason.NOT_REGULAR)
         elif target.slash:
             # "/file.txt/" names a directory that does not exist (POSIX
             # resolution would have said ENOTDIR for "file.txt/.").
-            return Resolution(ERROR, 404)
+            return Resolution(ERROR, Reason.NOT_FOUND)
         file_fd, fd = fd, -1  # ownership moves to _resolve_file
         return _resolve_file(req, cfg, opener, now, file_fd, st, relpath, cache, mono, hashes)
     except OSError as exc:
-        return Resolution(ERROR, _status(exc))
+        return _failed(exc)
     finally:
         if fd >= 0:
             close_fd(fd)
+
+
+def _index_file(
+    opener: RootOpener, cfg: Config, directory: str
+) -> tuple[int, os.stat_result, str] | None:
+    """The first of ``--index`` present as a regular file in ``directory``
+    ("" for the root): its descriptor (the caller's), facts and path."""
+    for index in cfg.index:
+        rel = f"{directory}/{index}" if directory else index
+        opened = _open_file(opener, rel)
+        if opened is not None:
+            return opened[0], opened[1], rel
+    return None
 
 
 def _resolve_file(
@@ -416,39 +321,27 @@ def _resolve_file(
     With ``cache``, a small settled file named directly by the target is
     read whole and stored (serverio.fs.filecache) with the state of every
     sidecar this request negotiated, so the next request can make the
-    same choice from memory.
+    same choice from memory.  The selection facts computed here (which
+    headers the file carries, whether it negotiates, the digest asked for)
+    travel on the resolution: the decision does not compute them again.
     """
     reps: list[Rep] = []  # owned here until the resolution is returned
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
+        extra, vary = file_headers(req, cfg, relpath, ctype)
+        digest = digest_algorithm(req, cfg)
+        negotiated = negotiates(req, vary)
+        entry: CachedFile | None = None
         try:
             facts, data = _facts(st, ctype, cfg, hashes, now, fd)
+            if cache is not None and not digest and _cacheable(req, relpath, st, now):
+                # (A digest job reads from a descriptor: not from the cache.)
+                entry, data = _cache_entry(cache, fd, st, facts, data, mono, negotiated)
         except _Shrank:
             return Resolution(UNAVAILABLE)
-        _, vary = file_headers(req, cfg, relpath, ctype)
-        wants = _wants_bytes(req)
-        small = cfg.small_file_size
-        entry: CachedFile | None = None
-        if (
-            cache is not None
-            and not digest_algorithm(req, cfg)  # a digest job reads from a descriptor
-            and relpath == req.target.relpath
-            and not req.target.slash
-            and settled(st, now)
-        ):
-            if cache.admits(st.st_size):
-                if data is None:
-                    data = read_all(fd, st.st_size)
-                if data is None:
-                    return Resolution(UNAVAILABLE)
-                entry = CachedFile(identity(st), facts, data, mono)
-            elif negotiates(req, vary):
-                # Too large to keep, but a built site's sidecars of it are
-                # often small: keep those and the file's identity, so the
-                # next negotiated request for it is answered from memory
-                # after the same stats as a small file's.
-                entry = CachedFile(identity(st), facts, b"", mono, whole=False)
-        if data is None and wants and st.st_size <= small:
+        if entry is not None and not req.target.query:
+            entry.headers = (extra, vary)  # computed once, here
+        if data is None and _wants_bytes(req) and st.st_size <= cfg.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
             data = read_all(fd, st.st_size)
@@ -458,69 +351,31 @@ def _resolve_file(
         reps.append(main)
         fd = -1
         sidecars: dict[str, Rep] = {}
-        if negotiates(req, vary):
-            for c in sidecars_wanted(req, cfg):
-                path = relpath + SIDECAR_SUFFIX[c]
-                opened = _open_file(opener, path)
-                if opened is None:
-                    if entry is not None:
-                        entry.sidecars[c] = Sidecar(path, None, None)
-                    continue
-                side_fd, side_st = opened
-                if side_st.st_mtime_ns < st.st_mtime_ns:
-                    close_fd(side_fd)  # stale: older than the file
-                    if entry is not None:
-                        entry.sidecars[c] = Sidecar(path, identity(side_st), None)
-                    continue
-                rep = Rep(side_fd, facts, None, _hash_settled(side_st, now))
-                reps.append(rep)
-                sidecars[c] = rep
-                side_data: bytes | None = None
-                if (
-                    entry is not None
-                    and cache is not None
-                    and cache.admits(side_st.st_size)
-                    and settled(side_st, now)
-                ):
-                    side_data = read_all(side_fd, side_st.st_size)
-                    if side_data is not None:
-                        side_facts, _ = _facts(side_st, ctype, cfg, hashes, now, data=side_data)
-                        side = CachedFile(identity(side_st), side_facts, side_data, mono)
-                        entry.sidecars[c] = Sidecar(path, side.ident, side)
-                # Otherwise no state is recorded for c: a later request
-                # that wants it resolves the file again.
-                if side_data is None and wants and side_st.st_size <= small:
-                    side_data = read_all(side_fd, side_st.st_size)
-                    if side_data is None:
-                        rep.shrank = True
-                        continue
-                try:
-                    rep.facts, rep.data = _facts(
-                        side_st, ctype, cfg, hashes, now, side_fd, side_data
-                    )
-                except _Shrank:
-                    rep.shrank = True
-                    continue
-                if rep.data is None:
-                    rep.data = side_data
+        if negotiated:
+            hop = _Hop(req, cfg, now, cache, mono, hashes, ctype)
+            sidecars = _sidecars(hop, opener, relpath, st, facts, entry)
+            reps.extend(sidecars.values())
         if entry is not None and (
             entry.whole or any(s.cached is not None for s in entry.sidecars.values())
         ):
             assert cache is not None
             cache.put(relpath, entry)
-        if not digest_algorithm(req, cfg):
-            # A representation read whole needs no descriptor any more
-            # (only a digest or hash job reads one): close it here, in the
-            # blocking hop.  close(2) is filesystem work too (a FUSE FLUSH,
-            # an NFS CLOSE), and the event loop would otherwise make it.
-            for rep in (main, *sidecars.values()):
-                if rep.data is not None and not (rep.facts.hash_pending and rep.hash_settled):
-                    rep.close()
-        resolution = Resolution(FILE, relpath=relpath, ctype=ctype, file=main, sidecars=sidecars)
+        if not digest:
+            _close_read_whole(main, sidecars)
+        resolution = Resolution(
+            FILE,
+            relpath=relpath,
+            ctype=ctype,
+            file=main,
+            sidecars=sidecars,
+            extra=extra,
+            vary=vary,
+            digest=digest,
+        )
         reps.clear()  # ownership moves to the caller
         return resolution
     except OSError as exc:
-        return Resolution(ERROR, _status(exc))
+        return _failed(exc)
     finally:
         if fd >= 0:
             close_fd(fd)
@@ -528,19 +383,131 @@ def _resolve_file(
             rep.close()
 
 
-class CacheCandidate(NamedTuple):
-    """A warm-file cache entry that may answer this request, if still valid.
+def _cacheable(req: RequestFacts, relpath: str, st: os.stat_result, now: float) -> bool:
+    """May the warm-file cache keep this file?  Named directly by the target
+    (not an index file or the SPA file), and settled (serverio.fs.filecache)."""
+    return relpath == req.target.relpath and not req.target.slash and settled(st, now)
 
-    ``coding`` is the negotiated content coding ("" for identity); ``rep``
-    holds the bytes to serve: the file's own entry, or a sidecar's.  A
-    coding to produce on the fly has ``rep is entry``.
-    """
 
-    key: str
-    entry: CachedFile
-    extra: tuple[tuple[bytes, bytes], ...]
-    vary: bool
-    coding: str = ""
-    rep: CachedFile | None = None
-    # The sidecar states this answer depends on (None: all the entry's).
-    sidecars: tuple[Sidecar, ...] | None = None
+def _cache_entry(
+    cache: FileCache,
+    fd: int,
+    st: os.stat_result,
+    facts: FileFacts,
+    data: bytes | None,
+    mono: float,
+    negotiated: bool,
+) -> tuple[CachedFile | None, bytes | None]:
+    """The warm-file cache entry for a settled file, and its bytes (read here
+    when the cache admits it whole): None when there is nothing to keep.
+    Raises :class:`_Shrank` if the file is shorter than its ``fstat``."""
+    if cache.admits(st.st_size):
+        if data is None:
+            data = read_all(fd, st.st_size)
+        if data is None:
+            raise _Shrank
+        return CachedFile(identity(st), facts, data, mono), data
+    if negotiated:
+        # Too large to keep, but a built site's sidecars of it are often
+        # small: keep those and the file's identity, so the next negotiated
+        # request for it is answered from memory after the same stats as a
+        # small file's.
+        return CachedFile(identity(st), facts, b"", mono, whole=False), data
+    return None, data
+
+
+class _Hop(NamedTuple):
+    """What every step of one file's resolution reads."""
+
+    req: RequestFacts
+    cfg: Config
+    now: float
+    cache: FileCache | None
+    mono: float
+    hashes: HashStore | None
+    ctype: str
+
+
+def _sidecars(
+    hop: _Hop,
+    opener: RootOpener,
+    relpath: str,
+    st: os.stat_result,
+    facts: FileFacts,
+    entry: CachedFile | None,
+) -> dict[str, Rep]:
+    """The sidecars present and not older than the file, by coding, each
+    with its facts (and its bytes when small); their states go to
+    ``entry`` (a state not recorded makes a later request that wants it
+    resolve the file again).  The caller owns what is returned; on an
+    error, what this opened is closed before it propagates."""
+    sidecars: dict[str, Rep] = {}
+    try:
+        for c in sidecars_wanted(hop.req, hop.cfg):
+            path = relpath + SIDECAR_SUFFIX[c]
+            opened = _open_file(opener, path)
+            if opened is None:
+                if entry is not None:
+                    entry.sidecars[c] = Sidecar(path, None, None)
+                continue
+            side_fd, side_st = opened
+            if side_st.st_mtime_ns < st.st_mtime_ns:
+                close_fd(side_fd)  # stale: older than the file
+                if entry is not None:
+                    entry.sidecars[c] = Sidecar(path, identity(side_st), None)
+                continue
+            # The file's facts until the sidecar's own are known (a sidecar
+            # that shrank keeps them: it is a 503 if chosen).
+            rep = sidecars[c] = Rep(side_fd, facts, None, _hash_settled(side_st, hop.now))
+            _sidecar_facts(hop, rep, c, path, side_st, entry)
+    except BaseException:
+        for rep in sidecars.values():
+            rep.close()
+        raise
+    return sidecars
+
+
+def _sidecar_facts(
+    hop: _Hop, rep: Rep, coding: str, path: str, side_st: os.stat_result, entry: CachedFile | None
+) -> None:
+    """Fill one open sidecar's facts and bytes (``rep.shrank`` if it turned
+    out shorter than its ``fstat``), and record it with ``entry`` when the
+    cache admits it."""
+    side_fd = rep.fd
+    side_data: bytes | None = None
+    cache, now = hop.cache, hop.now
+    if (
+        entry is not None
+        and cache is not None
+        and cache.admits(side_st.st_size)
+        and settled(side_st, now)
+    ):
+        side_data = read_all(side_fd, side_st.st_size)
+        if side_data is not None:
+            side_facts, _ = _facts(side_st, hop.ctype, hop.cfg, hop.hashes, now, data=side_data)
+            side = CachedFile(identity(side_st), side_facts, side_data, hop.mono)
+            entry.sidecars[coding] = Sidecar(path, side.ident, side)
+    if side_data is None and _wants_bytes(hop.req) and side_st.st_size <= hop.cfg.small_file_size:
+        side_data = read_all(side_fd, side_st.st_size)
+        if side_data is None:
+            rep.shrank = True
+            return
+    try:
+        rep.facts, rep.data = _facts(
+            side_st, hop.ctype, hop.cfg, hop.hashes, now, side_fd, side_data
+        )
+    except _Shrank:
+        rep.shrank = True
+        return
+    if rep.data is None:
+        rep.data = side_data
+
+
+def _close_read_whole(main: Rep, sidecars: dict[str, Rep]) -> None:
+    """A representation read whole needs no descriptor any more (only a
+    digest or hash job reads one): close it here, in the blocking hop.
+    close(2) is filesystem work too (a FUSE FLUSH, an NFS CLOSE), and the
+    event loop would otherwise make it."""
+    for rep in (main, *sidecars.values()):
+        if rep.data is not None and not (rep.facts.hash_pending and rep.hash_settled):
+            rep.close()

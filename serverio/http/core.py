@@ -185,7 +185,7 @@ class Plan:
     send_body: bool = True
     close: bool = False
     # The plan is memoised and shared by the requests of one second
-    # (serverio.pipeline.decide.serve_cached, Site.finish): a transport may
+    # (serverio.http.decide.serve_cached, Site.finish): a transport may
     # cache what it serialises from it, keyed by the plan's identity
     # (serverio.wire.h1.shared_head).  A pure value: no wire bytes here.
     shared: bool = False
@@ -710,7 +710,7 @@ def depends_on_method_only(req: RequestFacts) -> bool:
     True when the request carries no precondition, no Range and no query:
     then, for one file, coding, policy and second of ``now`` (the Date
     header), every such request gets the same plan.  The edge memoises
-    those (serverio.pipeline.decide.serve_cached); keep this beside decide_file
+    those (serverio.http.decide.serve_cached); keep this beside decide_file
     so that a new input to the decision cannot be missed here.
     """
     return (
@@ -762,28 +762,68 @@ def decide_file(
     ctype = _ascii(file.content_type)
 
     if coding:
-        size = file.size if data is None else len(data)
-        hs.append((b"content-type", ctype))
-        hs.append((b"content-encoding", coding.encode("ascii")))
-        hs.append((b"content-length", b"%d" % size))
-        hs.extend(extra)
-        coded: tuple[bytes | FileSpan, ...]
-        if data is not None:
-            coded = (data,) if size else ()
-        else:
-            coded = (FileSpan(0, size),) if size else ()
-        return Plan(200, tuple(hs), coded, send_body=not head)
-
+        return _coded_plan(hs, ctype, coding, file.size, data, extra, head)
     size = file.size
-    # Step 5 (§13.2.2): Range, only for GET (§14.2), gated by If-Range.
-    spans: list[tuple[int, int]] | _Unsatisfiable | None = None
     if req.range is not None and req.method == b"GET":
-        # A Last-Modified replaced by the Date (a future mtime) is no
-        # modification date at all: an If-Range date never matches it
-        # (§13.1.5 wants a strong validator), so the whole file is sent.
-        range_mtime = mtime if mtime == file.mtime else None
-        if req.if_range is None or if_range_matches(req.if_range, file.etag, range_mtime):
-            spans = parse_range(req.range, size)
+        ranged = _ranged_plan(req, file, cfg, now, boundary, hs, ctype, mtime, vary, extra)
+        if ranged is not None:
+            return ranged
+    hs.append((b"content-type", ctype))
+    hs.append((b"content-length", b"%d" % size))
+    hs.extend(extra)
+    body_parts: tuple[bytes | FileSpan, ...] = (FileSpan(0, size),) if size else ()
+    return Plan(200, tuple(hs), body_parts, send_body=not head)
+
+
+def _coded_plan(
+    hs: list[tuple[bytes, bytes]],
+    ctype: bytes,
+    coding: str,
+    file_size: int,
+    data: bytes | None,
+    extra: Sequence[tuple[bytes, bytes]],
+    head: bool,
+) -> Plan:
+    """The 200 of a content-coded representation (never ranged): ``data``
+    compressed in memory, or the whole opened sidecar (``file_size``)."""
+    size = file_size if data is None else len(data)
+    hs.append((b"content-type", ctype))
+    hs.append((b"content-encoding", coding.encode("ascii")))
+    hs.append((b"content-length", b"%d" % size))
+    hs.extend(extra)
+    coded: tuple[bytes | FileSpan, ...]
+    if data is not None:
+        coded = (data,) if size else ()
+    else:
+        coded = (FileSpan(0, size),) if size else ()
+    return Plan(200, tuple(hs), coded, send_body=not head)
+
+
+def _ranged_plan(
+    req: RequestFacts,
+    file: FileFacts,
+    cfg: Config,
+    now: float,
+    boundary: str,
+    hs: list[tuple[bytes, bytes]],
+    ctype: bytes,
+    mtime: int | None,
+    vary: bool,
+    extra: Sequence[tuple[bytes, bytes]],
+) -> Plan | None:
+    """Step 5 (RFC 9110 §13.2.2): the 206 or 416 a GET's Range asks for,
+    gated by If-Range (§13.1.5); None when the whole file is sent instead
+    (If-Range does not match, the guard below, several ranges without a
+    boundary, or a Range that parses as none)."""
+    size = file.size
+    # A Last-Modified replaced by the Date (a future mtime) is no
+    # modification date at all: an If-Range date never matches it
+    # (§13.1.5 wants a strong validator), so the whole file is sent.
+    range_mtime = mtime if mtime == file.mtime else None
+    if req.if_range is not None and not if_range_matches(req.if_range, file.etag, range_mtime):
+        return None
+    assert req.range is not None
+    spans = parse_range(req.range, size)
     if spans is UNSATISFIABLE:
         return error_plan(
             416,
@@ -791,31 +831,28 @@ def decide_file(
             headers=[(b"content-range", b"bytes */%d" % size)]
             + ([(b"vary", VARY_ACCEPT_ENCODING)] if vary else []),
         )
-    if isinstance(spans, list):
-        # Amplification guard (as Go's net/http): too many ranges, or ranges
-        # that add up to more than the file, are answered with the whole file.
-        if len(spans) > cfg.max_ranges or sum(e - s for s, e in spans) > size:
-            spans = None
-        else:
-            spans = coalesce(spans)
-    if isinstance(spans, list) and len(spans) == 1:
+    if not isinstance(spans, list):
+        return None
+    # Amplification guard (as Go's net/http): too many ranges, or ranges
+    # that add up to more than the file, are answered with the whole file.
+    if len(spans) > cfg.max_ranges or sum(e - s for s, e in spans) > size:
+        return None
+    spans = coalesce(spans)
+    head = req.method == b"HEAD"
+    if len(spans) == 1:
         start, end = spans[0]
         hs.append((b"content-type", ctype))
         hs.append((b"content-range", b"bytes %d-%d/%d" % (start, end - 1, size)))
         hs.append((b"content-length", b"%d" % (end - start)))
         hs.extend(extra)
         return Plan(206, tuple(hs), (FileSpan(start, end - start),), send_body=not head)
-    if isinstance(spans, list) and boundary:
-        body = multipart_body(spans, size, ctype, boundary.encode("ascii"))
-        hs.append((b"content-type", b"multipart/byteranges; boundary=" + boundary.encode()))
-        hs.append((b"content-length", b"%d" % sum(len(p) for p in body)))
-        hs.extend(extra)
-        return Plan(206, tuple(hs), body, send_body=not head)
-    hs.append((b"content-type", ctype))
-    hs.append((b"content-length", b"%d" % size))
+    if not boundary:
+        return None
+    body = multipart_body(spans, size, ctype, boundary.encode("ascii"))
+    hs.append((b"content-type", b"multipart/byteranges; boundary=" + boundary.encode()))
+    hs.append((b"content-length", b"%d" % sum(len(p) for p in body)))
     hs.extend(extra)
-    body_parts: tuple[bytes | FileSpan, ...] = (FileSpan(0, size),) if size else ()
-    return Plan(200, tuple(hs), body_parts, send_body=not head)
+    return Plan(206, tuple(hs), body, send_body=not head)
 
 
 def decide_generated(

@@ -47,7 +47,6 @@ from ..concurrency.broadcast import MODIFIED, Broadcast, Debouncer, StreamSlots
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
-from ..fs.prepare import Prepared
 from ..fs.reads import read_all
 from ..fs.watch import (
     InotifyTree,
@@ -58,6 +57,7 @@ from ..fs.watch import (
 from ..http.codecs import compress_bytes
 from ..http.core import FileSpan, Plan, RequestFacts, error_plan, without_conditions
 from ..http.mime import guess_type
+from ..model import Prepared
 from ..pipeline.content import ContentService, OwnedFd
 from ..pipeline.handler import Deferred, Handler
 from .protocol import (

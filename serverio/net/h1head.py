@@ -32,9 +32,9 @@ import trio
 
 from ..config import Config
 from ..errors import HTTPError
-from ..fs.prepare import Prepared
 from ..http.core import RequestFacts
 from ..http.target import parse_target
+from ..model import Prepared
 from ..pipeline.handler import Deferred
 from ..wire.fasthead import FastRequest, HeadParser
 from ..wire.fields import scan_fields

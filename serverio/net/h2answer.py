@@ -15,9 +15,9 @@ from collections.abc import Callable
 import trio
 
 from ..errors import HTTPError
-from ..fs.prepare import Prepared
 from ..http.core import RequestFacts
 from ..http.target import parse_target
+from ..model import Prepared
 from ..pipeline.handler import Deferred
 from ..pipeline.request import Answer, Waiting, client_for, complete, failed, start
 from ..wire.fields import Fields, check_host, scan_fields

@@ -3,7 +3,7 @@
 For a request that routing could not answer (``serverio.http.core.route``),
 the request steps both transports share (:mod:`serverio.pipeline.request`)
 call :meth:`Handler.respond_now`; they get back either a finished
-:class:`~serverio.fs.prepare.Prepared`, or a :class:`Deferred` whose
+:class:`~serverio.model.Prepared`, or a :class:`Deferred` whose
 :meth:`Deferred.run` the transport awaits while it watches its client.  The
 order of the steps lives here and nowhere else:
 
@@ -12,8 +12,9 @@ order of the steps lives here and nowhere else:
    costs one ``stat`` instead), otherwise from the warm-file cache when its
    entry is inside the validity window (no syscall), otherwise through one
    hop into the ``fs`` pool (which also revalidates a candidate);
-2. **decide** (:mod:`serverio.pipeline.decide`, pure, here on the trio
-   thread after the hop);
+2. **decide** (:mod:`serverio.http.decide`, pure, here on the trio
+   thread after the hop); what it returns to memoise (``Prepared.memo``)
+   is stored in the warm-file cache entry here, and the hit counted here;
 3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
    a listing scan, on-the-fly compression, a representation digest, from
    their caches when they can answer, in the ``work`` pool or a cache job
@@ -26,7 +27,7 @@ the client goes away.
 Cancellation handling: :meth:`Deferred.run` may be cancelled at any await.
 A pool hop that was under way is abandoned and its result closed by the
 late-close path of :func:`~serverio.concurrency.blocking.run_blocking`
-(exactly once: :meth:`~serverio.fs.prepare.Resolution.close`); the
+(exactly once: :meth:`~serverio.model.Resolution.close`); the
 decision takes the resolution's descriptors over with no await; a
 ``Prepared`` the handler holds while it waits for a
 follow-up is closed before the cancellation propagates; a wait on a shared
@@ -46,14 +47,15 @@ import trio
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
-from ..fs.filecache import UNTIMED, CachedFile, FileCache, window_state
+from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import RootOpener
-from ..fs.prepare import CACHED, CacheCandidate, Prepared, Resolution, resolve
+from ..fs.prepare import resolve
 from ..http.core import RequestFacts
+from ..http.decide import cache_candidate, decide, serve_cached
+from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from .content import ContentService
-from .decide import cache_candidate, decide, serve_cached
 
-__all__ = ["Deferred", "Handler"]
+__all__ = ["Deferred", "Handler", "prepare"]
 
 log = logging.getLogger("serverio")
 
@@ -156,10 +158,16 @@ class Handler:
             hit = cache_candidate(files, req, self.config) if files is not None else None
             if hit is not None:
                 assert files is not None
+                if hit.learned:
+                    _remember_choice(hit, req)
                 # Only the sidecar states this answer depends on: nothing
                 # vouches for the rest without a stat (UNTIMED).
                 if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED, hit.sidecars):
-                    prepared = serve_cached(files, hit, req, self.config, now, boundary)
+                    files.hit()
+                    prepared = serve_cached(hit, req, self.config, now, boundary)
+                    memo = prepared.memo
+                    if memo is not None:
+                        hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
                     if not prepared.needs_followup:
                         return prepared  # the warm path, without another call
                     return self._followups(prepared, req, now)
@@ -175,13 +183,18 @@ class Handler:
         hit = cache_candidate(files, req, self.config) if files is not None else None
         if hit is not None:
             assert files is not None
+            if hit.learned:
+                _remember_choice(hit, req)
             state = window_state(hit.entry.checked, mono, self.config.fs_cache_valid)
             if state != "expired":
                 if state == "refresh":
                     self._refresh(hit)  # in the background; this request does not wait
-                return self._followups(
-                    serve_cached(files, hit, req, self.config, now, boundary), req, now
-                )
+                files.hit()
+                prepared = serve_cached(hit, req, self.config, now, boundary)
+                memo = prepared.memo
+                if memo is not None:
+                    hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
+                return self._followups(prepared, req, now)
 
         async def pooled(_: Prepared | None) -> Prepared:
             return await self._pooled(req, now, boundary, files, mono, hit)
@@ -247,7 +260,7 @@ class Handler:
                 if mono - hit.entry.checked > valid:
                     refreshed = self._refresh(hit)
             if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
-                prepared = serve_cached(files, hit, req, self.config, now, boundary)
+                prepared = _cached(files, hit, req, self.config, now, boundary)
                 return await self._settle(prepared, req, now)
         # One hop: the revalidation of the candidate (if any) or the full
         # resolution; the decision runs here, on the event loop, after it.
@@ -266,7 +279,7 @@ class Handler:
         )
         if res.kind == CACHED:
             assert files is not None and hit is not None
-            prepared = serve_cached(files, hit, req, self.config, now, boundary)
+            prepared = _cached(files, hit, req, self.config, now, boundary)
         else:
             prepared = decide(res, req, self.config, now, boundary)
         return await self._settle(prepared, req, now)
@@ -310,3 +323,57 @@ class Handler:
         finally:
             del self._refreshes[key]
             done.set()
+
+
+def _remember_choice(hit: CacheCandidate, req: RequestFacts) -> None:
+    """Memoise in its entry a coding choice the decision made afresh
+    (``hit.learned``), at most :data:`~serverio.model.CHOICES_KEPT` per
+    entry: the caller's step, so that the decision stores nothing."""
+    choices = hit.entry.choices
+    if len(choices) < CHOICES_KEPT:
+        assert req.accept_encoding is not None and hit.rep is not None
+        assert hit.sidecars is not None
+        choices[req.accept_encoding] = (hit.coding, hit.rep, hit.sidecars)
+
+
+def _cached(
+    files: FileCache,
+    hit: CacheCandidate,
+    req: RequestFacts,
+    cfg: Config,
+    now: float,
+    boundary: str,
+) -> Prepared:
+    """The answer from a candidate found valid: counted as a hit, and the
+    plain memo the decision made stored in its entry (the decision itself
+    stores nothing).  The warm paths of :meth:`Handler.respond_now` do the
+    same without this call."""
+    files.hit()
+    prepared = serve_cached(hit, req, cfg, now, boundary)
+    memo = prepared.memo
+    if memo is not None:
+        hit.entry.plain[memo[0]] = memo[1]
+    return prepared
+
+
+def prepare(
+    req: RequestFacts,
+    cfg: Config,
+    opener: RootOpener,
+    now: float,
+    boundary: str = "",
+    cache: FileCache | None = None,
+    mono: float = UNTIMED,
+    hashes: HashStore | None = None,
+) -> Prepared:
+    """Resolve and decide in one blocking call (the public API, and tests):
+    from the warm-file cache after one ``stat`` when it can answer, else
+    from the filesystem.  The steps :class:`Handler` orders, without pools."""
+    hit = cache_candidate(cache, req, cfg) if cache is not None else None
+    if hit is not None and hit.learned:
+        _remember_choice(hit, req)
+    res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
+    if res.kind == CACHED:
+        assert cache is not None and hit is not None
+        return _cached(cache, hit, req, cfg, now, boundary)
+    return decide(res, req, cfg, now, boundary)

@@ -23,7 +23,7 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
    the access-log line once the transport has sent it.
 
 What stays with the transport: parsing and facts, how it waits for a
-Deferred, how it emits the :class:`~serverio.fs.body.Body`, keep-alive and
+Deferred, how it emits the :class:`~serverio.model.Body`, keep-alive and
 close, and the long-lived event stream (an answer whose ``plan.stream`` is
 set is handed back unfinished, for the transport's own branch).
 
@@ -42,8 +42,8 @@ import trio
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
-from ..fs.prepare import Prepared
 from ..http.core import Plan, RequestFacts, http_error_plan, route
+from ..model import Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats

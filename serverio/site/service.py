@@ -48,7 +48,6 @@ from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..errors import ConfigError
 from ..fs.opener import RootOpener
-from ..fs.prepare import Prepared
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
@@ -56,6 +55,7 @@ from ..http.mime import guess_type
 from ..http.target import Target
 from ..live.protocol import csp_blocks_scripts, watch_csp
 from ..live.script import live_assets
+from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, Attempt, AuthLimiter, retry_after

@@ -1,21 +1,28 @@
 """The decision after resolution (pure, trio side): facts -> a Prepared plan.
 
 :func:`serverio.fs.prepare.resolve` (blocking, inline or one hop into the
-``fs`` pool) gathers facts and descriptors; :func:`decide` turns them into
-the response on the event loop: which representation
-(:mod:`serverio.http.select`: Vary, disposition, the coding choice between
-identity, a sidecar and on-the-fly compression, digest eligibility), the
-plan (:func:`serverio.http.core.decide_file` / ``decide_directory`` /
-``error_plan``), and which descriptor the body keeps.  It only reads its
-arguments (and closes the descriptors it does not hand on), so it is tested
-as a table without an event loop, and it needs no second hop: a small body
-was read whole in the hop and is sliced here.
+``fs`` pool) gathers facts and descriptors into a
+:class:`~serverio.model.Resolution`; :func:`decide` turns them into the
+response on the event loop: which representation
+(:mod:`serverio.http.select`: the coding choice between identity, a sidecar
+and on-the-fly compression, digest eligibility; the file's headers, Vary
+and the digest asked for came computed with the resolution), the plan
+(:func:`serverio.http.core.decide_file` / ``decide_directory`` /
+``error_plan``, a filesystem reason's status from
+:data:`serverio.http.reasons.REASON_STATUS`), and which descriptor the body
+keeps.  It only reads its arguments (and closes the descriptors it does not
+hand on), so it is tested as a table without an event loop, and it needs no
+second hop: a small body was read whole in the hop and is sliced here.
 
 The warm-file cache is answered here too: :func:`cache_candidate` finds the
 entry that may answer a request (no syscall), :func:`serve_cached` decides
 from it once the caller found it valid (inline: one ``stat``; pooled:
-inside the trust window, or in the hop).  :func:`prepare` composes
-resolution and decision in one blocking call (the public API, and tests).
+inside the trust window, or in the hop).  Neither stores anything in the
+cache: a plain response worth memoising comes back as
+:attr:`Prepared.memo <serverio.model.Prepared.memo>`, and the caller
+(:class:`serverio.pipeline.handler.Handler`) stores it and counts the hit.
+Its types are :mod:`serverio.model`'s: nothing here imports the filesystem
+layer.
 """
 
 from __future__ import annotations
@@ -23,21 +30,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config import Config
-from ..fs.body import Body
-from ..fs.filecache import UNTIMED, CachedFile, FileCache, HashStore, Sidecar
-from ..fs.opener import RootOpener
-from ..fs.prepare import (
+from ..model import (
     CACHED,
     DIRECTORY,
     ERROR,
     LISTING,
     UNAVAILABLE,
+    Body,
     CacheCandidate,
+    CachedFile,
+    CacheEntries,
     Prepared,
     Resolution,
-    resolve,
+    Sidecar,
 )
-from ..http.core import (
+from .core import (
     FileSpan,
     Plan,
     RequestFacts,
@@ -47,7 +54,8 @@ from ..http.core import (
     error_plan,
     precondition_plan,
 )
-from ..http.select import (
+from .reasons import REASON_STATUS
+from .select import (
     choice_depends_on,
     choose_coding,
     digest_algorithm,
@@ -57,7 +65,7 @@ from ..http.select import (
     sidecars_wanted,
 )
 
-__all__ = ["cache_candidate", "decide", "prepare", "serve_cached"]
+__all__ = ["cache_candidate", "decide", "serve_cached"]
 
 _PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
 
@@ -85,7 +93,7 @@ def decide(
     kind = res.kind
     head = req.method == b"HEAD"
     if kind == ERROR:
-        return Prepared(error_plan(res.status, now, head_only=head))
+        return Prepared(error_plan(REASON_STATUS[res.reason], now, head_only=head))
     if kind == DIRECTORY:
         return Prepared(decide_directory(req, cfg, now))
     if kind == LISTING:
@@ -110,8 +118,7 @@ def _decide_file(
 ) -> Prepared:
     rep = res.file
     assert rep is not None
-    extra, vary = file_headers(req, cfg, res.relpath, res.ctype)
-    digest = digest_algorithm(req, cfg)
+    extra, vary, digest = res.extra, res.vary, res.digest  # computed in the hop
     coding, sidecar = "", False
     if negotiates(req, vary):
         coding, sidecar = choose_coding(req, cfg, rep.facts.size, res.sidecars)
@@ -153,26 +160,6 @@ def _decide_file(
     return prepared
 
 
-def prepare(
-    req: RequestFacts,
-    cfg: Config,
-    opener: RootOpener,
-    now: float,
-    boundary: str = "",
-    cache: FileCache | None = None,
-    mono: float = UNTIMED,
-    hashes: HashStore | None = None,
-) -> Prepared:
-    """Resolve and decide in one blocking call: from the warm-file cache
-    after one ``stat`` when it can answer, else from the filesystem."""
-    hit = cache_candidate(cache, req, cfg) if cache is not None else None
-    res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
-    if res.kind == CACHED:
-        assert cache is not None and hit is not None
-        return serve_cached(cache, hit, req, cfg, now, boundary)
-    return decide(res, req, cfg, now, boundary)
-
-
 def _slice_spans(data: bytes, plan: Plan) -> Plan:
     """The plan with its file spans replaced by slices of the whole file's ``data``."""
     return replace(
@@ -184,13 +171,16 @@ def _slice_spans(data: bytes, plan: Plan) -> Plan:
     )
 
 
-def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCandidate | None:
+def cache_candidate(
+    cache: CacheEntries, req: RequestFacts, cfg: Config
+) -> CacheCandidate | None:
     """The cache entry for the file ``req`` names directly, or None.
 
     Coding negotiation is answered from the sidecar states recorded with
     the entry (each revalidated with it); a coding never looked at for
     this file, or a Repr-Digest, needs the file itself: None.  No syscall;
-    any thread.
+    any thread.  Stores nothing: a choice made afresh comes back with
+    ``learned`` set, for the caller to memoise in ``entry.choices``.
     """
     target = req.target
     if target.slash or not target.segments:
@@ -198,13 +188,12 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
     entry = cache.get(target.relpath)
     if entry is None:
         return None
-    if target.query:
-        extra, vary = file_headers(req, cfg, target.relpath, entry.facts.content_type)
-    else:
-        # Without a query they depend on the file alone: memoised.
-        if entry.headers is None:
-            entry.headers = file_headers(req, cfg, target.relpath, entry.facts.content_type)
-        extra, vary = entry.headers
+    headers = entry.headers
+    if headers is None or target.query:
+        # Without a query they depend on the file alone: computed once,
+        # by the resolution that made the entry.
+        headers = file_headers(req, cfg, target.relpath, entry.facts.content_type)
+    extra, vary = headers
     if digest_algorithm(req, cfg):
         return None  # the digest job reads from a descriptor
     if not negotiates(req, vary):
@@ -213,22 +202,18 @@ def cache_candidate(cache: FileCache, req: RequestFacts, cfg: Config) -> CacheCa
         return CacheCandidate(target.relpath, entry, extra, vary, "", entry)
     accept = req.accept_encoding
     assert accept is not None  # negotiates() says so
-    choices = entry.choices
-    if accept in choices:
-        choice = choices[accept]
-    else:
-        choice = _choose(entry, req, cfg)
-        if len(choices) < _CHOICES_KEPT:
-            choices[accept] = choice
+    choice = entry.choices.get(accept)
+    if choice is not None:
+        coding, rep, states = choice
+        return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states)
+    choice = _choose(entry, req, cfg)
     if choice is None:
+        # Not memoised: the request resolves the file from disk, which
+        # replaces this entry with one that has the states it lacked.
         return None
     coding, rep, states = choice
-    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states)
-
-
-# Distinct Accept-Encoding values memoised per entry: browsers send a
-# handful; beyond this many the choice is made afresh (bounded memory).
-_CHOICES_KEPT = 16
+    # Made afresh: the caller may remember it in ``entry.choices``.
+    return CacheCandidate(target.relpath, entry, extra, vary, coding, rep, states, learned=True)
 
 
 def _choose(
@@ -257,7 +242,6 @@ def _choose(
 
 
 def serve_cached(
-    cache: FileCache,
     hit: CacheCandidate,
     req: RequestFacts,
     cfg: Config,
@@ -271,9 +255,10 @@ def serve_cached(
     second of its Date header, so the plan and its serialised head are
     memoised per method and second, with its literal body source.  Shared
     plans are never mutated (they are frozen), and a literal body has
-    nothing to close: the transports only read them.
+    nothing to close: the transports only read them.  A new memo is not
+    stored here: it comes back as ``Prepared.memo`` for the caller to
+    store in ``hit.entry.plain``.
     """
-    cache.hit()
     rep = hit.rep
     assert rep is not None
     if hit.coding and rep is hit.entry:
@@ -283,9 +268,8 @@ def serve_cached(
     plain = req.method in _PLAIN_METHODS and depends_on_method_only(req)
     second = int(now)
     memo_key = (req.method, hit.coding)
-    plain_memo = hit.entry.plain
     if plain:
-        memo = plain_memo.get(memo_key)
+        memo = hit.entry.plain.get(memo_key)
         if memo is not None and memo[0] == second:
             return Prepared(
                 memo[1], facts=rep.facts, coding=hit.coding, body=memo[2], served="/" + hit.key
@@ -303,8 +287,14 @@ def serve_cached(
         # Its body source is literal (the spans were sliced from memory),
         # owns nothing and is shared like the plan.
         body = Body.of(plan)
-        plain_memo[memo_key] = (second, plan, body)
-        return Prepared(plan, facts=rep.facts, coding=hit.coding, body=body, served="/" + hit.key)
+        return Prepared(
+            plan,
+            facts=rep.facts,
+            coding=hit.coding,
+            body=body,
+            served="/" + hit.key,
+            memo=(memo_key, (second, plan, body)),
+        )
     return Prepared(plan, facts=rep.facts, coding=hit.coding, served="/" + hit.key)
 
 

@@ -1,0 +1,384 @@
+r"""The value types of a response in the making: what fs finds, decide consumes.
+
+The blocking edge (:func:`serverio.fs.prepare.resolve`) gathers facts and
+descriptors into a :class:`Resolution`; the pure decision
+(:mod:`serverio.http.decide`, beside the core) turns it into a
+:class:`Prepared`; the transports send its :class:`Body`.  The warm-file
+cache keeps :class:`CachedFile` entries, and a :class:`CacheCandidate` names
+the one that may answer a request.  Every one of these is defined here, on
+top of :mod:`serverio.http.core` alone, so that the decision never imports
+the filesystem layer (nothing here imports ``fs/``, ``pipeline/`` or
+``net/``; ``tests/test_import_cycles.py`` keeps it so).
+
+The filesystem says *why* something cannot be served, never which HTTP
+status that is: a :class:`Reason` (and the errno, when one was raised),
+classified by :func:`errno_reason`.  The one reason -> status table is the
+HTTP layer's (:data:`serverio.http.reasons.REASON_STATUS`).
+
+Descriptors: a ``Rep``, a ``Resolution``, a ``Prepared`` and a ``Body`` each
+own the descriptors they hold until they hand them on, and close them with
+:func:`close_fd` (one place, so a test can count every close).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from .http.core import FileFacts, FileSpan, Plan
+
+__all__ = [
+    "CACHED",
+    "CHOICES_KEPT",
+    "DIRECTORY",
+    "ERROR",
+    "FILE",
+    "LISTING",
+    "NO_BODY",
+    "UNAVAILABLE",
+    "Body",
+    "CacheCandidate",
+    "CacheEntries",
+    "CachedFile",
+    "Identity",
+    "Prepared",
+    "Reason",
+    "Rep",
+    "Resolution",
+    "Sidecar",
+    "close_fd",
+    "errno_reason",
+]
+
+
+def close_fd(fd: int) -> None:
+    """Close a descriptor a body source or a preparation owned (one place,
+    so a test can count every close)."""
+    os.close(fd)
+
+
+# ------------------------------------------------------------------ reasons
+
+
+class Reason(enum.IntEnum):
+    """Why the filesystem could not hand over what a request names.
+
+    Facts, not statuses: :data:`serverio.http.reasons.REASON_STATUS` maps
+    each to the status it is answered with."""
+
+    NOT_FOUND = 1  # no such name (ENOENT, ENOTDIR, ENAMETOOLONG, EINVAL; "/file/")
+    FORBIDDEN_NAME = 2  # containment refused the name (EXDEV, ELOOP, EMLINK, EFTYPE)
+    NOT_REGULAR = 3  # a FIFO, a socket, a device: never served
+    DENIED = 4  # it exists and the operating system refuses it (EACCES, EPERM)
+    EXHAUSTED = 5  # out of descriptors or memory (EMFILE, ENFILE, ENOMEM)
+    FAILED = 6  # any other errno (EIO and friends): logged where it happened
+
+
+# The one errno -> reason table (like Go's net/http toHTTPError, without the
+# HTTP).  ELOOP is a symlink loop or an O_NOFOLLOW refusal on Linux and
+# macOS; FreeBSD reports the latter as EMLINK and NetBSD as EFTYPE.  EXDEV is
+# the opener's containment refusal (RESOLVE_BENEATH, or the component walk
+# leaving the root, a hidden name, a name Windows would reinterpret).  A
+# too-long or invalid name cannot exist.
+_ERRNO_REASON: dict[int, Reason] = {
+    code: reason
+    for codes, reason in (
+        ((errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EINVAL), Reason.NOT_FOUND),
+        (
+            (errno.EXDEV, errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", None)),
+            Reason.FORBIDDEN_NAME,
+        ),
+        ((errno.EACCES, errno.EPERM), Reason.DENIED),
+        ((errno.EMFILE, errno.ENFILE, errno.ENOMEM), Reason.EXHAUSTED),
+    )
+    for code in codes
+    if code is not None
+}
+
+
+def errno_reason(code: int | None) -> Reason:
+    """Why a filesystem call that raised ``OSError(code)`` failed
+    (:attr:`Reason.FAILED` when the number says nothing we can act on)."""
+    if code is None:
+        return Reason.FAILED
+    return _ERRNO_REASON.get(code, Reason.FAILED)
+
+
+# ------------------------------------------------------------------ body
+
+
+class Body:
+    """The pieces to send, in order, and the descriptor their spans read from
+    (``fd == -1``: literal only).
+
+    A literal body owns nothing, so closing it does nothing and one instance
+    may be shared (:data:`NO_BODY`); a file-backed one closes its descriptor
+    on the first :meth:`close` and never again.  The transport that emits it
+    owns it and closes it exactly once (docs/architecture.md)."""
+
+    __slots__ = ("fd", "pieces")
+
+    def __init__(self, pieces: tuple[bytes | FileSpan, ...], fd: int = -1) -> None:
+        self.pieces = pieces
+        self.fd = fd
+
+    @classmethod
+    def of(cls, plan: Plan, fd: int = -1) -> Body:
+        """The body source of ``plan`` (nothing for HEAD or a bodiless
+        status), reading its spans from ``fd``, which it then owns.  A plan
+        that sends no span does not need the descriptor: it is closed now."""
+        if not plan.send_body or not plan.body:
+            if fd >= 0:
+                close_fd(fd)
+            return NO_BODY
+        if fd >= 0 and not plan.needs_file:
+            close_fd(fd)
+            fd = -1
+        return cls(plan.body, fd)
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.pieces))
+
+    def close(self) -> None:
+        """Release the descriptor; the second and later calls do nothing."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+
+
+# The empty body, shared: a literal body owns nothing to close.
+NO_BODY = Body(())
+
+
+# ------------------------------------------------------------------ resolution
+
+# Resolution kinds.
+FILE = "file"  # a regular file (``file``), with its usable sidecars
+CACHED = "cached"  # the candidate handed in is still valid: answer from memory
+ERROR = "error"  # ``reason`` (and ``errno``): missing, refused, not regular, an errno
+DIRECTORY = "directory"  # a directory without index (or without its slash)
+LISTING = "listing"  # a directory to list: ``fd`` is open on it
+UNAVAILABLE = "unavailable"  # the file shrank while it was read: try again
+
+
+@dataclass(slots=True)
+class Rep:
+    """One representation found on disk: the file itself, or a sidecar.
+
+    ``fd`` is open on it (-1 once closed); ``data`` its whole content when
+    the hop read it (a small body, the warm-file cache, its ETag's hash);
+    ``hash_settled``: its identity may carry a stored content hash;
+    ``shrank``: it was shorter than its ``fstat`` (serving it is a 503)."""
+
+    fd: int
+    facts: FileFacts
+    data: bytes | None = None
+    hash_settled: bool = False
+    shrank: bool = False
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+
+
+@dataclass(slots=True)
+class Resolution:
+    """What :func:`serverio.fs.prepare.resolve` found (facts and descriptors,
+    no plan, no status).
+
+    For a FILE, the selection facts the hop needed to know which sidecars
+    to open and whether to keep a descriptor (``extra`` and ``vary`` from
+    :func:`serverio.http.select.file_headers`, ``digest`` from
+    :func:`~serverio.http.select.digest_algorithm`) travel with it, so the
+    decision does not compute them again."""
+
+    kind: str
+    reason: Reason = Reason.NOT_FOUND  # ERROR
+    errno: int | None = None  # ERROR: the errno it came from, if any
+    fd: int = -1  # LISTING: the directory
+    relpath: str = ""  # FILE: the path served (an index file, the SPA file)
+    ctype: str = ""  # FILE: its media type
+    file: Rep | None = None  # FILE
+    # FILE: the sidecars present and not older than the file, by coding.
+    sidecars: dict[str, Rep] = field(default_factory=dict)
+    extra: tuple[tuple[bytes, bytes], ...] = ()  # FILE: Content-Disposition
+    vary: bool = False  # FILE: the response varies on Accept-Encoding
+    digest: str = ""  # FILE: the Repr-Digest algorithm asked for, or ""
+
+    def close(self) -> None:
+        """Close every descriptor still held (idempotent)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+        if self.file is not None:
+            self.file.close()
+        for rep in self.sidecars.values():
+            rep.close()
+
+
+# ------------------------------------------------------------------ warm-file cache
+
+# Identity = (dev, ino, size, mtime_ns, ctime_ns): what must be unchanged for
+# cached bytes (or a cached hash, a compressed body) to still be the file's;
+# ctime too, because a same-size rewrite that restores the mtime
+# (reproducible builds) changes only the ctime.
+Identity = tuple[int, int, int, int, int]
+
+# A plain GET/HEAD's response for one wall-clock second: (second, plan, body).
+PlainMemo = tuple[int, Plan, Body]
+
+
+@dataclass(slots=True, frozen=True)
+class Sidecar:
+    """What a precompressed sidecar path held when its file was cached.
+
+    ``ident`` None: no such file.  ``cached`` None: it exists but is not
+    used (older than the file it compresses).  Otherwise its bytes.
+    """
+
+    path: str
+    ident: Identity | None
+    cached: CachedFile | None
+
+
+@dataclass(slots=True)
+class CachedFile:
+    """One small regular file: its identity, facts and whole content."""
+
+    ident: Identity
+    facts: FileFacts
+    data: bytes
+    # Trio clock time of the last successful revalidation (pooled mode's
+    # window); a plain float store, safe from any thread.
+    checked: float
+    # Memos of the edge, not shared state of the cache: the response to a
+    # plain GET/HEAD for the wall-clock second of its Date header, per
+    # (method, coding served from a sidecar or ""), stored by the handler
+    # from what serverio.http.decide.serve_cached returns; and the (extra
+    # headers, vary) of a request without a query, set by the resolution
+    # that made the entry.
+    plain: dict[tuple[bytes, str], PlainMemo] = field(default_factory=dict)
+    headers: tuple[tuple[tuple[bytes, bytes], ...], bool] | None = None
+    # Per content coding: the sidecar state seen with this file (filled by
+    # the preparation that negotiated it; revalidated with the file).
+    sidecars: dict[str, Sidecar] = field(default_factory=dict)
+    # False: the file is too large to keep (``data`` is empty) and the entry
+    # exists for its sidecars' bytes; only a sidecar is served from it.
+    whole: bool = True
+    # Memo of the edge too: per Accept-Encoding value, the negotiated
+    # (coding, representation, the sidecar states the choice depends on)
+    # that serverio.http.decide.cache_candidate made (``learned``), stored
+    # by the handler, at most CHOICES_KEPT of them.
+    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(
+        default_factory=dict
+    )
+
+
+# Distinct Accept-Encoding values memoised per entry: browsers send a
+# handful; beyond this many the choice is made afresh (bounded memory).
+CHOICES_KEPT = 16
+
+
+class CacheEntries(Protocol):
+    """What the decision reads of the warm-file cache
+    (:class:`serverio.fs.filecache.FileCache`): an entry by path."""
+
+    def get(self, key: str) -> CachedFile | None: ...
+
+
+class CacheCandidate(NamedTuple):
+    """A warm-file cache entry that may answer this request, if still valid.
+
+    ``coding`` is the negotiated content coding ("" for identity); ``rep``
+    holds the bytes to serve: the file's own entry, or a sidecar's.  A
+    coding to produce on the fly has ``rep is entry``.
+    """
+
+    key: str
+    entry: CachedFile
+    extra: tuple[tuple[bytes, bytes], ...]
+    vary: bool
+    coding: str = ""
+    rep: CachedFile | None = None
+    # The sidecar states this answer depends on (None: all the entry's).
+    sidecars: tuple[Sidecar, ...] | None = None
+    # The coding choice was made afresh (not from ``entry.choices``): the
+    # caller may remember it there (serverio.pipeline.handler).
+    learned: bool = False
+
+
+# ------------------------------------------------------------------ prepared
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A plan, and the open file it streams from (``fd == -1``: none).
+
+    Follow-ups (finished by :class:`serverio.pipeline.content.ContentService` on the
+    trio side before the plan is carried out; ``needs_followup``):
+
+    * ``listing``: ``fd`` is a directory to list; ``plan`` is a placeholder;
+    * ``compress``: a content coding to produce on the fly; ``plan`` is a
+      placeholder, ``extra`` the headers the file response carries
+      (Content-Disposition);
+    * ``digest``: the algorithm of a Repr-Digest for the representation
+      ``plan`` serves: ``fd`` (kept open for it even when the body was read
+      in the hop) holds its bytes, ``facts`` their identity and ``coding``
+      their content coding (a sidecar's, or ``""``; after compression the
+      coding produced, with its bytes in ``data``).
+
+    Each flag is cleared when its follow-up is done.
+    """
+
+    plan: Plan
+    fd: int = -1
+    facts: FileFacts | None = field(default=None)
+    listing: bool = False
+    compress: str = ""
+    extra: tuple[tuple[bytes, bytes], ...] = ()
+    digest: str = ""
+    coding: str = ""
+    data: bytes | None = None  # compressed body, once a follow-up produced it
+    # The identity bytes, when they are in memory (the warm-file cache, or
+    # the read that just filled it): a compression follow-up uses them
+    # instead of reading the file again.
+    source: bytes | None = None
+    hash_job: bool = False
+    # A ready literal body source for ``plan`` (the warm memo's, shared:
+    # a literal body owns nothing); used only while ``plan.body`` is still
+    # the tuple it was made from.
+    body: Body | None = None
+    # What the answer's bytes come from, as the path a site rule's glob sees
+    # ("/a/index.html"; a listed directory ends with "/", the root's listing
+    # is "/"); None when nothing was resolved (an error, a redirect).  The site's access rules
+    # are decided on it (serverio.site.service, "the resolved target").
+    served: str | None = None
+    # A plain memo the decision made and the caller is to store in the
+    # cache entry's ``plain`` (the decision itself mutates no cache):
+    # ((method, coding), (second, plan, body)).
+    memo: tuple[tuple[bytes, str], PlainMemo] | None = None
+
+    @property
+    def needs_followup(self) -> bool:
+        return self.listing or bool(self.compress) or bool(self.digest) or self.hash_job
+
+    def close(self) -> None:
+        """Close the descriptor; safe to call again (the second call is a no-op)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+
+    def take_body(self) -> Body:
+        """The finished response's body source; the descriptor moves to it
+        (this then holds nothing to close)."""
+        body = self.body
+        plan = self.plan
+        if body is not None and self.fd < 0 and body.pieces is plan.body:
+            return body
+        fd, self.fd = self.fd, -1
+        return Body.of(plan, fd)
