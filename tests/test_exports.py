@@ -149,7 +149,6 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "parse_etag_list",
         "parse_range",
         "precondition_plan",
-        "reserved_plan",
         "route",
         "sent_mtime",
         "spa_fallback_applies",
@@ -212,6 +211,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "quote_segment",
     ),
     "serverio.live": None,
+    "serverio.live.inject": ("PageScript",),
     "serverio.live.protocol": (
         "accepts_html",
         "csp_blocks_scripts",
@@ -223,6 +223,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "injected_etag",
         "injected_precondition",
         "is_html",
+        "reserved_plan",
         "watch_csp",
     ),
     "serverio.live.script": (
@@ -234,7 +235,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "sse_css",
         "sse_reload",
     ),
-    "serverio.live.service": ("LiveHandler", "LiveReload"),
+    "serverio.live.service": ("LiveReload",),
     "serverio.net": None,
     "serverio.net.activation": ("SD_LISTEN_FDS_START", "listeners_from_fds", "systemd_fds"),
     "serverio.net.admin": (
@@ -384,11 +385,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.pipeline.decide": ("cache_candidate", "decide", "prepare", "serve_cached"),
     "serverio.pipeline.handler": ("Deferred", "Handler"),
+    "serverio.pipeline.hooks": ("NO_HOOKS", "EventSource", "Hooks", "Router", "Transform"),
     "serverio.pipeline.request": (
         "Answer",
         "Deps",
         "Wait",
         "Waiting",
+        "busy",
         "client_for",
         "complete",
         "failed",

@@ -58,12 +58,13 @@ from ..config import Config, listener_http2, parse_listen
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
 from ..http.core import error_plan
-from ..live.service import LiveHandler, LiveReload
+from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
+from ..pipeline.hooks import NO_HOOKS
 from ..site.service import load_site
 from ..wire.h1 import Canned
 from .activation import listeners_from_fds
@@ -178,30 +179,28 @@ class Server:
         self.content = ContentService(self.config, self.stats, self.work, lambda: self.opener)
         self.pools = [self.fs, self.work]
         self.live: LiveReload | None = None
+        hooks = NO_HOOKS
         if self.config.watch:
-            # Development mode: a watcher with a pool of its own (1 thread).
+            # Development mode: a watcher with a pool of its own (1 thread),
+            # plugged into the pipeline's hooks (serverio.pipeline.hooks).
             watch = Pool("watch", 1, 1)
             self.pools.append(watch)
             self.live = LiveReload(self.config, watch, self.files, self.content)
-            self.handler: Handler = LiveHandler(
-                self.config,
-                lambda: self.opener,
-                fs=self.fs,
-                files=self.files,
-                content=self.content,
-                live=self.live,
-            )
-        else:
-            self.handler = Handler(
-                self.config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
-            )
+            hooks = self.live.hooks(self.fs)
+        self.handler = Handler(
+            self.config,
+            lambda: self.opener,
+            fs=self.fs,
+            files=self.files,
+            content=self.content,
+            hooks=hooks,
+        )
         self.env = ConnectionEnv(
             self.config,
             self.handler,
             self.stats,
             self.access_log,
             self.response_times,
-            self.live,
             http2=H2Connection if any_http2 else None,
             order=ServeOrder(self.connections),
         )
@@ -209,6 +208,8 @@ class Server:
         self.env.site = load_site(self.config, self.stats)
         site = self.env.site
         if site is not None:
+            # The reserved paths go through the site's access rules.
+            site.reserved_route = hooks.route
             # Their threads are waited for, then abandoned, like the others.
             self.pools += [site.auth_pool, site.page_pool]
             if site.rules.auth:
