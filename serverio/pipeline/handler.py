@@ -116,6 +116,8 @@ class Handler:
     ) -> None:
         self.config = config
         self.hooks = hooks
+        # Flat copies for the warm path: an absent hook costs one test.
+        self.router = hooks.route
         self._transform = hooks.transform
         self._opener = opener
         self.fs = fs

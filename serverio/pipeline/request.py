@@ -126,9 +126,8 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     if deps.site is not None:
         return Waiting(req, None)  # the site's routing may wait (authentication)
     handler = deps.handler
-    router = handler.hooks.route
-    plan = router(req, now) if router is not None else None
-    if plan is None:
+    router = handler.router  # the hooks' router of reserved paths (None: no call)
+    if router is None or (plan := router(req, now)) is None:
         plan = route(req, deps.config, now)
     if plan is not None:
         return plan, NO_BODY if plan.stream else Body.of(plan), None
