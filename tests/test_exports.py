@@ -201,7 +201,6 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "parse_etag_list",
         "parse_range",
         "precondition_plan",
-        "reserved_plan",
         "route",
         "sent_mtime",
         "spa_fallback_applies",
@@ -266,6 +265,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "quote_segment",
     ),
     "serverio.live": None,
+    "serverio.live.inject": ("PageScript",),
     "serverio.live.protocol": (
         "accepts_html",
         "csp_blocks_scripts",
@@ -277,6 +277,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "injected_etag",
         "injected_precondition",
         "is_html",
+        "reserved_plan",
         "watch_csp",
     ),
     "serverio.live.script": (
@@ -288,7 +289,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "sse_css",
         "sse_reload",
     ),
-    "serverio.live.service": ("LiveHandler", "LiveReload"),
+    "serverio.live.service": ("LiveReload",),
     "serverio.model": (
         "Body",
         "CACHED",
@@ -491,11 +492,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.pipeline": None,
     "serverio.pipeline.content": ("ContentService", "OwnedFd"),
     "serverio.pipeline.handler": ("Deferred", "Handler", "prepare"),
+    "serverio.pipeline.hooks": ("EventSource", "Hooks", "NO_HOOKS", "Router", "Transform"),
     "serverio.pipeline.request": (
         "Answer",
         "Deps",
         "Wait",
         "Waiting",
+        "busy",
         "client_for",
         "complete",
         "failed",

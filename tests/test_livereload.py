@@ -32,6 +32,7 @@ from serverio.live.protocol import (
 )
 from serverio.live.script import live_assets, sse_reload
 from serverio.net.server import Server
+from serverio.pipeline.request import start
 
 from .conftest import connect, make_config, memory_connection, running_server, wait_until
 
@@ -273,21 +274,33 @@ async def test_broadcast_queue_is_bounded_and_a_slow_reader_gets_reload() -> Non
     assert b.subscribers == {fast}
 
 
+def _routed(cfg: Config, req: RequestFacts) -> Plan:
+    # The pipeline's first step: the hooks' router, then the core's route.
+    got = start(Server(cfg).env, req, 0.0)
+    assert type(got) is tuple
+    return got[0]
+
+
 def test_reserved_paths_are_routed_before_the_hidden_rule(root: Path) -> None:
     on = make_config(root, watch=True)
     off = make_config(root)
     events = _req("/.serverio/events")
-    plan = route(events, on, 0.0)
-    assert plan is not None and plan.stream and plan.status == 200
+    plan = _routed(on, events)
+    assert plan.stream and plan.status == 200
     assert dict(plan.headers)[b"content-type"] == b"text/event-stream"
-    script = route(_req("/.serverio/livereload.js"), on, 0.0)
-    assert script is not None and script.body == (ASSETS.script,)
+    assert not _routed(on, _req("/.serverio/events", method=b"HEAD")).send_body
+    script = _routed(on, _req("/.serverio/livereload.js"))
+    assert script.status == 200 and script.body == (ASSETS.script,)
     for cfg in (on, off):
         # Anything else under the prefix is an ordinary hidden path.
-        other = route(_req("/.serverio/other"), cfg, 0.0)
-        assert other is not None and other.status == 404
-    off_plan = route(events, off, 0.0)
-    assert off_plan is not None and off_plan.status == 404
+        assert _routed(cfg, _req("/.serverio/other")).status == 404
+        # Only GET and HEAD are the router's: the core answers the rest.
+        assert _routed(cfg, _req("/.serverio/events", method=b"POST")).status == 405
+        assert _routed(cfg, _req("/.serverio/events", method=b"OPTIONS")).status == 204
+    assert _routed(off, events).status == 404
+    # The core itself knows no reserved path: a hidden one is a 404.
+    core = route(events, on, 0.0)
+    assert core is not None and core.status == 404
 
 
 def test_a_real_file_at_a_reserved_path_is_a_startup_error(root: Path) -> None:

@@ -82,8 +82,9 @@ def _fresh_limiter(srv: Server) -> None:
 
 def _fill_event_slots(srv: Server) -> None:
     # Every event-stream slot taken (--watch-max-streams 1): the next is 503.
-    assert srv.env.live is not None
-    slots = srv.env.live.slots
+    events = srv.env.handler.hooks.events
+    assert events is not None
+    slots = events.slots
     while slots.take(object()):
         pass
 

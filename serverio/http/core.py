@@ -23,7 +23,6 @@ from typing import Final
 
 from ..config import Config
 from ..errors import HTTPError, reason_phrase
-from ..live.script import live_assets
 from .dates import format_http_date, http_seconds, parse_http_date
 from .target import Target, quote_query
 
@@ -55,7 +54,6 @@ __all__ = [
     "parse_etag_list",
     "parse_range",
     "precondition_plan",
-    "reserved_plan",
     "route",
     "sent_mtime",
     "spa_fallback_applies",
@@ -547,15 +545,10 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         return Plan(204, (*common_fields(now), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         return error_plan(405, now, close=req.has_body)
-    if req.target.hidden:
-        # The reserved live-reload paths are dot paths: routed here, before
-        # the hidden rule would 404 them (and at no cost for other paths).
-        if cfg.watch:
-            plan = reserved_plan(req, cfg, now)
-            if plan is not None:
-                return plan
-        if not cfg.hidden:
-            return error_plan(404, now, head_only=method == b"HEAD")
+    # Reserved paths (live reload's, which are dot paths) were answered
+    # before this, by the pipeline's router (serverio.pipeline.hooks).
+    if req.target.hidden and not cfg.hidden:
+        return error_plan(404, now, head_only=method == b"HEAD")
     return None
 
 
@@ -909,41 +902,3 @@ def multipart_body(
         parts.append(FileSpan(start, end - start))
     parts.append(b"\r\n--" + boundary + b"--\r\n")
     return tuple(parts)
-
-
-def reserved_plan(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
-    """The reserved live-reload paths (``--watch`` only), or None.
-
-    ``/events`` is a streaming plan (``stream=True``): its head goes out,
-    then the connection hands the socket to the event broadcaster until
-    the client or the server goes away.  The body is delimited by closing
-    the connection (RFC 9112 §6.3, item 8), so no chunked framing is needed.
-    """
-    segments = req.target.segments
-    assets = live_assets(cfg.watch_prefix)
-    if len(segments) != 2 or segments[0] != assets.prefix_segment or req.target.slash:
-        return None
-    if segments[1] == "events":
-        hs = (
-            *common_fields(now),
-            (b"content-type", b"text/event-stream"),
-            (b"cache-control", b"no-store"),
-        )
-        return Plan(200, hs, (), send_body=req.method == b"GET", close=True, stream=True)
-    if segments[1] == "livereload.js":
-        validators = (
-            (b"etag", assets.script_etag.encode("ascii")),
-            (b"cache-control", b"no-cache"),
-        )
-        pre = conditional_plan(req, assets.script_etag, None, now, validators)
-        if pre is not None:
-            return pre
-        body = assets.script
-        js = (
-            *common_fields(now),
-            *validators,
-            (b"content-type", b"text/javascript; charset=utf-8"),
-            (b"content-length", b"%d" % len(body)),
-        )
-        return Plan(200, js, (body,), send_body=req.method != b"HEAD")
-    return None

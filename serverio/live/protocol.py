@@ -5,7 +5,8 @@ In ``--watch`` mode (a development mode, docs/features.md "Live reload"):
 * two reserved paths under ``--watch-prefix`` (default ``/.serverio``):
   ``/events``, the Server-Sent Events stream, and ``/livereload.js``, the
   page script for pages that include it by hand.  Both are answered by
-  :func:`reserved_plan`, routed before the hidden-path rule;
+  :func:`reserved_plan`, the pipeline's router (``LiveReload.route``,
+  :mod:`serverio.pipeline.hooks`), before the core's hidden-path rule;
 * HTML representations get the same script, inline, before ``</body>``
   (:func:`inject_html`).  The injected bytes are a different
   representation, so they get their own ETag (:func:`injected_etag`,
@@ -27,7 +28,7 @@ Nothing here does I/O; every rule is table-tested (tests/test_livereload.py).
 from __future__ import annotations
 
 from ..config import Config
-from ..http.core import Plan, RequestFacts, coded_etag, conditional_plan
+from ..http.core import Plan, RequestFacts, coded_etag, common_fields, conditional_plan
 from ..http.select import choose_coding, negotiates
 from .script import LiveAssets
 
@@ -42,6 +43,7 @@ __all__ = [
     "injected_etag",
     "injected_precondition",
     "is_html",
+    "reserved_plan",
     "watch_csp",
 ]
 
@@ -271,3 +273,40 @@ def error_page(plan: Plan, assets: LiveAssets) -> Plan:
     hs.append((b"cache-control", b"no-store"))
     hs.append((b"content-length", b"%d" % len(body)))
     return Plan(plan.status, tuple(hs), (body,), send_body=plan.send_body, close=plan.close)
+
+
+def reserved_plan(req: RequestFacts, assets: LiveAssets, now: float) -> Plan | None:
+    """The reserved live-reload paths (a GET or HEAD under ``--watch``), or None.
+
+    ``/events`` is a streaming plan (``stream=True``): its head goes out,
+    then the connection hands the socket to the event broadcaster until
+    the client or the server goes away.  The body is delimited by closing
+    the connection (RFC 9112 §6.3, item 8), so no chunked framing is needed.
+    """
+    segments = req.target.segments
+    if len(segments) != 2 or segments[0] != assets.prefix_segment or req.target.slash:
+        return None
+    if segments[1] == "events":
+        hs = (
+            *common_fields(now),
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-store"),
+        )
+        return Plan(200, hs, (), send_body=req.method == b"GET", close=True, stream=True)
+    if segments[1] == "livereload.js":
+        validators = (
+            (b"etag", assets.script_etag.encode("ascii")),
+            (b"cache-control", b"no-cache"),
+        )
+        pre = conditional_plan(req, assets.script_etag, None, now, validators)
+        if pre is not None:
+            return pre
+        body = assets.script
+        js = (
+            *common_fields(now),
+            *validators,
+            (b"content-type", b"text/javascript; charset=utf-8"),
+            (b"content-length", b"%d" % len(body)),
+        )
+        return Plan(200, js, (body,), send_body=req.method != b"HEAD")
+    return None

@@ -1,7 +1,8 @@
 """Live reload assets: the page script, its reserved paths, SSE framing.
 
-Pure (no I/O) and free of :mod:`serverio.http.core`, which routes the
-reserved paths (:func:`serverio.http.core.reserved_plan`) with these bytes.
+Pure (no I/O) and free of :mod:`serverio.http.core`;
+:func:`serverio.live.protocol.reserved_plan` answers the reserved paths
+with these bytes.
 """
 
 from __future__ import annotations

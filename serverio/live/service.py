@@ -1,12 +1,18 @@
 """Live reload (``--watch``): the watcher task, the broadcast, the event
-streams, and the handler that injects the page script.
+streams, and the hooks that plug them into the pipeline.
+
+:meth:`LiveReload.hooks` is everything the rest of serverio sees of live
+reload (:mod:`serverio.pipeline.hooks`): the router of the reserved paths
+(:meth:`LiveReload.route`), the transform that injects the page script
+(:class:`~serverio.live.inject.PageScript`), the event source a streaming
+answer hands its connection to (the :class:`LiveReload` itself) and the
+watcher's lifetime (:meth:`LiveReload.running`).
 
 Task tree (docs/cancellation.md "Live reload")::
 
     Server.serve()
-      LiveHandler.running()
-        Handler.running()               cache jobs (as without --watch)
-        LiveReload.running()            nursery "live"
+      Handler.running()                 cache jobs (as without --watch)
+        LiveReload.running()            nursery "live" (Hooks.running)
           LiveReload._watch             one task: inotify fd (no thread) or
                                         polling scans (watch pool, 1 thread)
       nursery "connections"
@@ -34,10 +40,8 @@ jobs.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Final
 
 import trio
@@ -46,30 +50,17 @@ from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..concurrency.broadcast import MODIFIED, Broadcast, Debouncer, StreamSlots
 from ..config import Config
 from ..fs.filecache import FileCache
-from ..fs.opener import RootOpener
-from ..fs.reads import read_all
 from ..fs.watch import (
     InotifyTree,
     inotify_available,
     poll_diff,
     poll_scan,
 )
-from ..http.codecs import compress_bytes
-from ..http.core import FileSpan, Plan, RequestFacts, error_plan, without_conditions
-from ..http.mime import guess_type
-from ..model import Prepared
-from ..pipeline.content import ContentService, OwnedFd
-from ..pipeline.handler import Deferred, Handler
-from .protocol import (
-    accepts_html,
-    decide_injected,
-    error_page,
-    header,
-    inject_html,
-    injected_coding,
-    injected_precondition,
-    is_html,
-)
+from ..http.core import Plan, RequestFacts, error_plan
+from ..pipeline.content import ContentService
+from ..pipeline.hooks import Hooks
+from .inject import PageScript
+from .protocol import reserved_plan
 from .script import (
     SSE_KEEPALIVE,
     SSE_PREAMBLE,
@@ -79,7 +70,7 @@ from .script import (
     sse_reload,
 )
 
-__all__ = ["LiveHandler", "LiveReload"]
+__all__ = ["LiveReload"]
 
 log = logging.getLogger("serverio")
 
@@ -92,10 +83,6 @@ DEBOUNCE_MAX: Final = 0.5
 POLL_INTERVAL: Final = 0.5  # seconds between two polling scans
 SSE_QUEUE: Final = 16  # messages queued per event stream before it drops to "reload"
 SSE_KEEPALIVE_INTERVAL: Final = 15.0  # a comment on an idle stream this often
-INJECT_MAX: Final = 8 * 1024 * 1024  # larger HTML is served as it is
-# Appended to the coding in the compression cache's key of an injected page
-# (the file's identity is the rest of the key): never a file coding's name.
-INJECTED_SUFFIX: Final = "+livereload"
 
 
 class LiveReload:
@@ -124,6 +111,24 @@ class LiveReload:
         # access rules say no for a protected one (Site.may_name): every
         # stream gets the same events, so such a change is a plain reload.
         self.may_name: Callable[[str], bool] = _any_path
+
+    def hooks(self, fs: Pool) -> Hooks:
+        """Live reload's hooks into the request pipeline (``fs``: the pool
+        a large page is read in for injection)."""
+        return Hooks(
+            route=self.route,
+            transform=PageScript(self.config, self.assets, fs, self.content),
+            events=self,
+            running=self.running,
+        )
+
+    def route(self, req: RequestFacts, now: float) -> Plan | None:
+        """The reserved paths (:func:`serverio.live.protocol.reserved_plan`):
+        a GET or HEAD of a dot path under ``--watch-prefix``; None for
+        anything else (the core's routing then 404s a hidden path)."""
+        if not req.target.hidden or req.method not in (b"GET", b"HEAD"):
+            return None
+        return reserved_plan(req, self.assets, now)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -270,176 +275,3 @@ class LiveReload:
 
 def _any_path(path: str) -> bool:
     return True
-
-
-def _may_be_html(req: RequestFacts) -> bool:
-    """Could this GET/HEAD be answered with HTML (or an error page a
-    browser shows)?  Directories (index, listing), ``.html`` names, and
-    extension-less names (SPA routes, pages a browser navigates to)."""
-    target = req.target
-    if target.slash or not target.segments:
-        return True
-    last = target.segments[-1]
-    return "." not in last or is_html(guess_type(last).encode("latin-1"))
-
-
-def _read_owned(owned: OwnedFd, size: int) -> bytes | None:
-    fd = owned.claim()
-    if fd < 0:
-        return None
-    try:
-        return read_all(fd, size)
-    finally:
-        os.close(fd)
-
-
-class LiveHandler(Handler):
-    """The request handler of ``--watch`` mode: HTML gets the page script.
-
-    A request that may be answered with HTML is resolved as a plain GET
-    (no validators, no Range, identity), so that the handler gets the
-    whole base representation; an HTML 200 becomes the injected variant
-    (:func:`serverio.live.protocol.decide_injected`, which evaluates the
-    request's own validators against the injected ETag); an error for a
-    request that accepts HTML becomes a small page with the script; any
-    other answer is resolved again with the request as sent (non-HTML is
-    never modified).  Every other request takes the normal path
-    untouched.  Injected HTML is content-coded on the fly as the file
-    would be (:func:`serverio.live.protocol.injected_coding`; never from
-    a precompressed sidecar, which lacks the script), and sent without
-    Repr-Digest.
-    """
-
-    def __init__(
-        self,
-        config: Config,
-        opener: Callable[[], RootOpener],
-        *,
-        fs: Pool,
-        files: FileCache,
-        content: ContentService,
-        live: LiveReload,
-    ) -> None:
-        super().__init__(config, opener, fs=fs, files=files, content=content)
-        self.live = live
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """The cache jobs and the live nursery; the watcher stops first."""
-        async with super().running(), self.live.running():
-            yield
-
-    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Deferred:
-        if req.method in (b"GET", b"HEAD") and _may_be_html(req):
-
-            async def live(_: Prepared | None) -> Prepared:
-                return await self._live_respond(req, now)
-
-            return Deferred(live)
-        return super().respond_now(req, now)
-
-    async def _full(self, req: RequestFacts, now: float) -> Prepared:
-        answer = super().respond_now(req, now)
-        if isinstance(answer, Prepared):
-            return answer
-        try:
-            return await answer.run()
-        finally:
-            answer.close()
-
-    async def _live_respond(self, req: RequestFacts, now: float) -> Prepared:
-        # The whole base representation: no condition (the client's own are
-        # evaluated against the variant), identity, no digest.
-        neutral = replace(
-            without_conditions(req), method=b"GET", accept_encoding=None, want_repr_digest=None
-        )
-        prepared = await self._full(neutral, now)
-        assets = self.live.assets
-        keep = False
-        try:
-            plan = prepared.plan
-            ctype = header(plan, b"content-type") or b""
-            if plan.status == 200 and is_html(ctype) and header(plan, b"content-encoding") is None:
-                body = await self._body(prepared)
-                injected = inject_html(body, assets.tag) if body is not None else None
-                if injected is not None:
-                    return await self._injected(req, prepared, injected, now)
-            elif plan.status >= 400 and ctype.startswith(b"text/plain") and accepts_html(req):
-                if req.method == b"HEAD":
-                    plan = replace(plan, send_body=False)
-                return Prepared(error_page(plan, assets))
-            if neutral == req:
-                keep = True
-                return prepared
-        finally:
-            if not keep:
-                prepared.close()
-        return await self._full(req, now)
-
-    async def _injected(
-        self, req: RequestFacts, prepared: Prepared, injected: bytes, now: float
-    ) -> Prepared:
-        """The injected variant, content-coded when the request negotiates
-        a coding: the 304/412 is decided first (no compression for it),
-        then the coded bytes come from the compression cache or one job in
-        the work pool for all requesters; a saturated pool serves identity
-        (RFC 9110 §12.5.3), as for a file."""
-        plan = prepared.plan
-        facts = prepared.facts
-        mtime = facts.mtime if facts is not None else None
-        assets = self.live.assets
-        stats = self.content.stats.content
-        coding = injected_coding(req, plan, len(injected), self.config)
-        body = injected
-        if coding:
-            pre = injected_precondition(req, plan, mtime, now, coding)
-            if pre is not None:
-                return Prepared(pre, served=prepared.served)
-            coded = await self._compress(prepared, coding, injected)
-            if coded is None:
-                stats.compress_fallbacks += 1
-                coding = ""
-            else:
-                stats.compressed_responses += 1
-                body = coded
-        return Prepared(
-            decide_injected(req, plan, body, mtime, now, assets, coding=coding),
-            served=prepared.served,
-        )
-
-    async def _compress(self, prepared: Prepared, coding: str, injected: bytes) -> bytes | None:
-        """``injected`` in ``coding``: shared with the file's compressed
-        bodies (same cache, same bound, cleared on every change), keyed by
-        the file's identity and a coding name no file coding has."""
-        work = self.content.work
-
-        async def job() -> bytes | None:
-            return await run_blocking(work, compress_bytes, coding, injected)
-
-        if prepared.facts is None:
-            try:
-                return await job()
-            except PoolSaturated:
-                return None
-        key = (prepared.facts.key, coding + INJECTED_SUFFIX)
-        return await self.content.compressed.get_or_run(key, lambda: job)
-
-    async def _body(self, prepared: Prepared) -> bytes | None:
-        """The whole body of a 200, read if it is still in the file."""
-        body = prepared.plan.body
-        if all(isinstance(p, bytes) for p in body):
-            return b"".join(p for p in body if isinstance(p, bytes))
-        size = sum(len(p) for p in body)
-        if size > INJECT_MAX or prepared.fd < 0:
-            return None
-        if not (len(body) == 1 and isinstance(body[0], FileSpan) and body[0].offset == 0):
-            return None
-        # The read gets its own descriptor: if this request is cancelled,
-        # the abandoned thread closes it, never the requester's.
-        owned = OwnedFd(os.dup(prepared.fd))
-        try:
-            return await run_blocking(self.fs, _read_owned, owned, size)
-        except PoolSaturated:
-            return None
-        finally:
-            owned.release()

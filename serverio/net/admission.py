@@ -98,8 +98,9 @@ class Admission:
         env = self.env
         self._counts.accepted += 1
         open_conns = len(self.connections)
-        if env.live is not None:
-            open_conns -= len(env.live.slots)
+        events = env.handler.hooks.events
+        if events is not None:
+            open_conns -= len(events.slots)
         if tls is None and open_conns < max_conns:
             # Plaintext: the connection makes its SocketStream (and sets the
             # TCP options) only if it needs them.

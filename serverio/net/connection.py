@@ -42,7 +42,7 @@ from ..errors import HTTPError
 from ..fs.body import Body
 from ..http.core import Plan
 from ..observe.accesslog import AccessRecord
-from ..pipeline.request import Waiting, client_for, complete, failed, finish, record, start
+from ..pipeline.request import Waiting, busy, client_for, complete, failed, record, start
 from ..wire.h1 import head_bytes
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
@@ -357,8 +357,7 @@ class ConnectionTask:
                     return False
                 # Past --watch-max-streams: a 503 instead, sent and
                 # recorded like any other answer.
-                assert env.live is not None
-                plan, body, _ = finish(env, env.live.busy_plan(now), ticket)
+                plan, body, _ = busy(env, ticket, now)
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
@@ -404,7 +403,7 @@ class ConnectionTask:
 
         Cancellation handling: the slot is given back in every case.
         """
-        live = self.env.live
+        live = self.env.handler.hooks.events
         emitter = self.emitter
         head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
         if live is None or not plan.send_body:

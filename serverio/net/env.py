@@ -3,7 +3,9 @@
 :class:`ConnectionEnv` is handed to each HTTP/1.1 connection
 (:class:`~serverio.net.connection.ConnectionTask`) and, through it, to an
 HTTP/2 connection (:class:`~serverio.net.h2conn.H2Connection`): the policy,
-the request handler, the site rules, and where counts and log lines go.
+the request handler (with the pipeline's hooks: an event stream's source
+is ``handler.hooks.events``), the site rules, and where counts and log
+lines go.
 A connection gets this, never the server itself.
 """
 
@@ -16,7 +18,6 @@ from typing import Protocol
 import trio
 
 from ..config import Config
-from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
@@ -51,7 +52,6 @@ class ConnectionEnv:
     stats: Stats
     access_log: AccessLog
     response_times: Histogram
-    live: LiveReload | None = None  # --watch: the event streams' broadcaster
     draining: bool = False
     # Set once nothing is accepted any more without a lame-duck period
     # (--shutdown-delay): then a drain also closes connections still

@@ -88,7 +88,7 @@ from hyperframe.frame import GoAwayFrame
 
 from ..fs.body import Body
 from ..fs.reads import pread
-from ..pipeline.request import finish, record
+from ..pipeline.request import busy, record
 from ..wire.fields import Fields
 from ..wire.h2head import MalformedRequest, parse_request_head
 from ..wire.hpackfast import FieldEncoder
@@ -405,8 +405,7 @@ class H2Connection:
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
-                    assert env.live is not None  # past --watch-max-streams: 503
-                    plan, body, _ = finish(env, env.live.busy_plan(now), ticket)
+                    plan, body, _ = busy(env, ticket, now)  # past --watch-max-streams
                 if await writer.respond(st, plan, body):
                     self.close(ErrorCodes.NO_ERROR)  # no body of the connection moved
                 if env.draining:

@@ -21,7 +21,7 @@ from h2.errors import ErrorCodes
 
 from ..fs.body import NO_BODY
 from ..http.core import Plan
-from ..live.service import LiveReload
+from ..pipeline.hooks import EventSource
 from .env import ConnectionEnv
 from .h2state import COMPLETE, DONE, EVENTS, STOPPED, Stream
 from .h2write import Writer, response_fields
@@ -53,7 +53,7 @@ class EventStreams:
         HTTP/1.1, :meth:`ConnectionTask._stream`).  A HEAD gets the head
         alone.  ``draining``: the connection sent its GOAWAY (the stream
         ends at once)."""
-        live = self._env.live
+        live = self._env.handler.hooks.events
         if live is None or not plan.send_body:
             await self._writer.respond(st, plan, NO_BODY)  # HEAD: the head alone
             return True
@@ -65,7 +65,7 @@ class EventStreams:
             live.slots.give(self)
         return True
 
-    async def _run(self, st: Stream, plan: Plan, live: LiveReload, draining: bool) -> None:
+    async def _run(self, st: Stream, plan: Plan, live: EventSource, draining: bool) -> None:
         writer = self._writer
         if st.state in STOPPED or writer.closed:
             return

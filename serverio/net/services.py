@@ -25,12 +25,13 @@ from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import RootOpener
-from ..live.service import LiveHandler, LiveReload
+from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
+from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..site.service import load_site
 from .connection import ConnectionTask
 from .env import ConnectionEnv
@@ -75,7 +76,6 @@ class Services:
             self.stats,
             self.access_log,
             self.response_times,
-            self.live,
             http2=H2Connection if http2 else None,
             order=ServeOrder(connections),
         )
@@ -83,21 +83,21 @@ class Services:
 
     def _handler(self) -> Handler:
         config = self.config
-        if not config.watch:
-            return Handler(
-                config, lambda: self.opener, fs=self.fs, files=self.files, content=self.content
-            )
-        # Development mode: a watcher with a pool of its own (1 thread).
-        watch = Pool("watch", 1, 1)
-        self.pools.append(watch)
-        self.live = LiveReload(config, watch, self.files, self.content)
-        return LiveHandler(
+        self.hooks: Hooks = NO_HOOKS
+        if config.watch:
+            # Development mode: a watcher with a pool of its own (1 thread),
+            # plugged into the pipeline's hooks (serverio.pipeline.hooks).
+            watch = Pool("watch", 1, 1)
+            self.pools.append(watch)
+            self.live = LiveReload(config, watch, self.files, self.content)
+            self.hooks = self.live.hooks(self.fs)
+        return Handler(
             config,
             lambda: self.opener,
             fs=self.fs,
             files=self.files,
             content=self.content,
-            live=self.live,
+            hooks=self.hooks,
         )
 
     def _site(self) -> None:
@@ -106,6 +106,8 @@ class Services:
         self.env.site = site = load_site(self.config, self.stats)
         if site is None:
             return
+        # The reserved paths go through the site's access rules.
+        site.reserved_route = self.hooks.route
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
         if site.rules.auth:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 
 import trio
 
@@ -54,6 +54,7 @@ from ..http.core import RequestFacts
 from ..http.decide import cache_candidate, decide, serve_cached
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from .content import ContentService
+from .hooks import NO_HOOKS, Hooks, Transform
 
 __all__ = ["Deferred", "Handler", "prepare"]
 
@@ -100,7 +101,9 @@ class Handler:
     Owns the order of the steps and the revalidation jobs of the warm-file
     cache; the pools, caches and the root opener belong to the server and
     are handed in.  ``opener`` is called when the root is needed, so a
-    server that never serves never opens it.
+    server that never serves never opens it.  ``hooks``: the features
+    plugged into the pipeline (:mod:`serverio.pipeline.hooks`); the
+    handler calls their transform and runs their tasks.
     """
 
     def __init__(
@@ -111,8 +114,13 @@ class Handler:
         fs: Pool,
         files: FileCache,
         content: ContentService,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.config = config
+        self.hooks = hooks
+        # Flat copies for the warm path: an absent hook costs one test.
+        self.router = hooks.route
+        self._transform = hooks.transform
         self._opener = opener
         self.fs = fs
         self.files = files
@@ -125,31 +133,44 @@ class Handler:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The nursery of the cache jobs (revalidations, compression,
-        digests) for the server's lifetime.
+        digests) for the server's lifetime, and inside it the hooks' own
+        tasks (:attr:`Hooks.running`: live reload's watcher).
 
-        Cancellation handling: leaving the block cancels the jobs still
-        running; their pool threads are abandoned like any other pooled
-        call (a revalidation only stamps or drops a cache entry, a
-        compression or hash job closes its own descriptor).
+        Cancellation handling: leaving the block stops the hooks' tasks
+        first, then cancels the jobs still running; their pool threads are
+        abandoned like any other pooled call (a revalidation only stamps or
+        drops a cache entry, a compression or hash job closes its own
+        descriptor).
         """
+        lifetime = self.hooks.running
         async with self.content.running(), trio.open_nursery() as jobs:
             self._jobs = jobs
             try:
-                yield
+                async with lifetime() if lifetime is not None else nullcontext():
+                    yield
             finally:
                 self._jobs = None
                 jobs.cancel_scope.cancel()
 
     # ------------------------------------------------------------ entry
 
-    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Deferred:
+    def respond_now(
+        self, req: RequestFacts, now: float, transform: bool = True
+    ) -> Prepared | Deferred:
         """As much of the response as can be had without waiting.
 
         Inline mode resolves here, on the event loop (that is what
         ``--fs-workers 0`` asks for); pooled mode answers here only from
         the warm-file cache inside its validity window.  What must wait is
-        returned as a :class:`Deferred`.
+        returned as a :class:`Deferred`.  A request the hooks' transform
+        takes (:meth:`Transform.base`) is always deferred: its base is
+        resolved, then transformed.  ``transform=False``: the answer
+        without the transform (what the transform's base gets).
         """
+        if self._transform is not None and transform:
+            deferred = self._transforming(self._transform, req, now)
+            if deferred is not None:
+                return deferred
         boundary = self._boundary() if req.range is not None else ""
         files = self.files if self.files.enabled else None
         if self.fs.inline:
@@ -202,6 +223,32 @@ class Handler:
         return Deferred(pooled)
 
     # ------------------------------------------------------------ steps
+
+    def _transforming(self, transform: Transform, req: RequestFacts, now: float) -> Deferred | None:
+        base = transform.base(req)
+        if base is None:
+            return None
+
+        async def transformed(_: Prepared | None) -> Prepared:
+            got = await transform.apply(req, base, await self._plain(base, now), now)
+            if got is not None:
+                return got
+            return await self._plain(req, now)  # declined: the request as sent
+
+        return Deferred(transformed)
+
+    async def _plain(self, req: RequestFacts, now: float) -> Prepared:
+        """The untransformed answer, awaited.
+
+        Cancellation handling: the Deferred is closed in every case.
+        """
+        answer = self.respond_now(req, now, False)
+        if isinstance(answer, Prepared):
+            return answer
+        try:
+            return await answer.run()
+        finally:
+            answer.close()
 
     def _boundary(self) -> str:
         self._boundary_counter += 1

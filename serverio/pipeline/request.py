@@ -4,7 +4,8 @@ An HTTP/1.1 connection and an HTTP/2 stream both turn their request head
 into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
 :mod:`serverio.wire.fields`) and then call the same functions here:
 
-1. :func:`start` (synchronous): without site rules, routing
+1. :func:`start` (synchronous): without site rules, the hooks' router of
+   reserved paths (:attr:`serverio.pipeline.hooks.Hooks.route`), routing
    (:func:`serverio.http.core.route`) and the handler's immediate answer
    (:meth:`~serverio.pipeline.handler.Handler.respond_now`).  A warm-file
    cache hit is finished here, with no await: the warm keep-alive GET
@@ -25,7 +26,9 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
 What stays with the transport: parsing and facts, how it waits for a
 Deferred, how it emits the :class:`~serverio.model.Body`, keep-alive and
 close, and the long-lived event stream (an answer whose ``plan.stream`` is
-set is handed back unfinished, for the transport's own branch).
+set is handed back unfinished, for the transport's own branch: it streams
+from the hooks' :class:`~serverio.pipeline.hooks.EventSource`, or answers
+:func:`busy` past its budget).
 
 Ownership: an answer's body belongs to the transport, which
 closes it exactly once after emitting it (or failing to).  Before an answer
@@ -56,6 +59,7 @@ __all__ = [
     "Deps",
     "Wait",
     "Waiting",
+    "busy",
     "client_for",
     "complete",
     "failed",
@@ -121,11 +125,14 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     """As much of the answer as can be had without awaiting."""
     if deps.site is not None:
         return Waiting(req, None)  # the site's routing may wait (authentication)
-    plan = route(req, deps.config, now)
+    handler = deps.handler
+    router = handler.router  # the hooks' router of reserved paths (None: no call)
+    if router is None or (plan := router(req, now)) is None:
+        plan = route(req, deps.config, now)
     if plan is not None:
         return plan, NO_BODY if plan.stream else Body.of(plan), None
     try:
-        got = deps.handler.respond_now(req, now)
+        got = handler.respond_now(req, now)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return plan, Body.of(plan), None
@@ -202,6 +209,14 @@ async def _admitted(
 def failed(deps: Deps, exc: HTTPError, now: float, head_only: bool) -> Answer:
     """The answer to a request whose facts could not be built."""
     return _finished(deps.site, http_error_plan(exc, now, head_only=head_only), -1, None)
+
+
+def busy(deps: Deps, ticket: Ticket | None, now: float) -> Answer:
+    """The answer to an event stream past its budget (the hooks'
+    :meth:`EventSource.busy_plan`, a 503), finished like any other."""
+    events = deps.handler.hooks.events
+    assert events is not None  # only a streaming plan gets here
+    return _finished(deps.site, events.busy_plan(now), -1, ticket)
 
 
 def finish(deps: Deps, plan: Plan, ticket: Ticket | None) -> Answer:

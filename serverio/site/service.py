@@ -58,6 +58,7 @@ from ..live.script import live_assets
 from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
+from ..pipeline.hooks import Router
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, Attempt, AuthLimiter, retry_after
 from .passwords import check_hash, cost_profile, verify_padded
 from .rules import (
@@ -361,6 +362,8 @@ class Site:
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
         # The first segment of the reserved live-reload paths (--watch).
         self._reserved = (live_assets(cfg.watch_prefix).prefix_segment,) if cfg.watch else None
+        # The pipeline's router of reserved paths (Hooks.route; the server sets it).
+        self.reserved_route: Router | None = None
 
     # ------------------------------------------------------------ step 1
 
@@ -370,7 +373,10 @@ class Site:
             pre = preflight_plan(rules.cors, req, now)
             if pre is not None:
                 return Ticket(pre, req)
-        plan = route(req, self.config, now)
+        reserved = self.reserved_route
+        plan = reserved(req, now) if reserved is not None else None
+        if plan is None:
+            plan = route(req, self.config, now)
         # The reserved live-reload paths go through the rules like any
         # other path: an [[auth]] rule that matches them protects them.
         if plan is not None and not (

@@ -1,0 +1,105 @@
+"""The pipeline's hooks: where a vertical feature plugs into a request.
+
+A feature package (live reload, :mod:`serverio.live`) registers what it
+needs here; :mod:`serverio.pipeline.request` and
+:class:`~serverio.pipeline.handler.Handler` call it, nobody subclasses the
+handler and ``http/`` knows nothing of the feature.  Every hook is
+optional, and an absent one costs an attribute test and no call: the warm
+GET of a server without hooks makes exactly the calls it made before.
+
+* :attr:`Hooks.route`, a :data:`Router`: answers reserved paths before the
+  core's routing and the file pipeline (the core would 404 a hidden path,
+  and no file may shadow a reserved one).  Called for every request that
+  reaches routing, after the site's CORS preflight, before its access
+  rules decide (their refusal then replaces the router's answer); it must
+  answer only GET and HEAD (other methods get the core's 405 or 204).
+* :attr:`Hooks.transform`, a :class:`Transform`: makes the answer to a
+  request from the handler's answer to a *base* request (live reload
+  resolves the page as a plain GET and injects its script; the
+  transformed representation's validators and conditionals are its own).
+* :attr:`Hooks.events`, an :class:`EventSource`: the long-lived stream an
+  answer with ``plan.stream`` set hands its connection to; the only thing
+  a transport knows of the feature behind it.
+* :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
+  the handler runs (:meth:`Handler.running`), stopped before its jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..concurrency.broadcast import StreamSlots
+from ..http.core import Plan, RequestFacts
+from ..model import Prepared
+
+__all__ = ["NO_HOOKS", "EventSource", "Hooks", "Router", "Transform"]
+
+
+# The answer to a reserved path (a GET or HEAD), or None: not one of its
+# paths, the request goes on to the core's routing.
+Router = Callable[[RequestFacts, float], "Plan | None"]
+
+
+class Transform(Protocol):
+    """Changes what the handler prepares for some requests."""
+
+    def base(self, req: RequestFacts) -> RequestFacts | None:
+        """The request to resolve instead of ``req`` (the representation
+        the transform is made from), or None: ``req`` is not transformed
+        and takes the handler's path untouched.  Synchronous, no I/O: it
+        runs on every request the handler gets."""
+        ...
+
+    async def apply(
+        self, req: RequestFacts, base: RequestFacts, prepared: Prepared, now: float
+    ) -> Prepared | None:
+        """The answer to ``req`` made from ``prepared``, the handler's
+        answer to ``base``; None: answer ``req`` as sent (the handler
+        resolves it again, untransformed).  ``prepared`` is the
+        transform's: it closes it unless it returns it.
+
+        Cancellation handling: cancelled at any await, it closes
+        ``prepared`` (and what it made from it) before it propagates.
+        """
+        ...
+
+
+class EventSource(Protocol):
+    """A long-lived event stream (an answer whose ``plan.stream`` is set).
+
+    The transport takes a slot of :attr:`slots` (the stream budget) before
+    it streams and gives it back after; past the budget it sends
+    :meth:`busy_plan` instead (``serverio.pipeline.request.busy``).
+    """
+
+    @property
+    def slots(self) -> StreamSlots: ...
+
+    def busy_plan(self, now: float) -> Plan:
+        """The answer to a stream past the budget (a 503)."""
+        ...
+
+    async def serve_client(self, send: Callable[[bytes], Awaitable[None]], head: bytes) -> None:
+        """Send ``head`` and then events through ``send`` until cancelled or
+        until ``send`` fails.
+
+        Cancellation handling: returns nothing owned; the subscription is
+        dropped in every case.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """The hooks of one server's pipeline; each None when unused."""
+
+    route: Router | None = None
+    transform: Transform | None = None
+    events: EventSource | None = None
+    running: Callable[[], AbstractAsyncContextManager[None]] | None = None
+
+
+NO_HOOKS = Hooks()
