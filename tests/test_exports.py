@@ -120,6 +120,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.fs.winpath": ("may_be_short_name", "windows_name_problem"),
     "serverio.fs.winstat": ("fstat", "stat"),
     "serverio.http": None,
+    "serverio.http.access": ("ALLOWED", "Access", "Verdict", "access_plan"),
     "serverio.http.codecs": ("CODECS", "compress_bytes"),
     "serverio.http.core": (
         "CONDITIONAL_FIELDS",
@@ -193,6 +194,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "want_digest",
         "wanted_codings",
     ),
+    "serverio.http.plans": ("no_content_plan", "page_plan", "redirect_plan"),
     "serverio.http.select": (
         "Headers",
         "choice_depends_on",
@@ -389,6 +391,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Deps",
         "Wait",
         "Waiting",
+        "access",
         "client_for",
         "complete",
         "failed",
@@ -397,6 +400,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "start",
     ),
     "serverio.site": None,
+    "serverio.site.access": ("AccessTarget", "Kind", "rule_for", "served_target"),
     "serverio.site.authlimit": (
         "Attempt",
         "AuthLimiter",
@@ -410,6 +414,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "USER_FREE",
         "retry_after",
     ),
+    "serverio.site.finish": ("ErrorPage", "Finisher", "PAGE_RECHECK", "read_error_pages"),
     "serverio.site.forwarded": (
         "IPAddress",
         "IPNetwork",
@@ -418,6 +423,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "normalize_address",
         "trusts",
     ),
+    "serverio.site.gate": ("AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"),
     "serverio.site.passwords": (
         "BCRYPT_MAX",
         "check_hash",
@@ -439,9 +445,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "SiteRules",
         "access_paths",
         "apply_headers",
-        "auth_rule_for",
         "canonical",
-        "challenge_plan",
         "compile_glob",
         "compile_rules",
         "cors_headers",
@@ -452,7 +456,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "match_path",
         "parse_basic",
         "parse_header_line",
-        "preflight_plan",
+        "preflight_fields",
         "redirect_for",
         "rewrite_for",
         "slash_redirect",
