@@ -9,12 +9,11 @@ import pytest
 
 from serverio.errors import ConfigError
 from serverio.http.core import Plan, RequestFacts, error_plan
-from serverio.http.plans import no_content_plan
+from serverio.http.plans import apply_headers, no_content_plan
 from serverio.http.target import Target, parse_target
 from serverio.site.passwords import check_hash, dummy_like, hash_password, verify
 from serverio.site.rules import (
     Cors,
-    apply_headers,
     compile_glob,
     compile_rules,
     cors_headers,

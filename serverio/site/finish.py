@@ -8,7 +8,7 @@ rules decide (:func:`serverio.site.rules.header_ops`,
 :func:`~serverio.site.rules.error_page_key`,
 :func:`~serverio.site.rules.cors_headers`); the plans are made by the pure
 layer (:func:`serverio.http.plans.page_plan`,
-:func:`serverio.site.rules.apply_headers`).
+:func:`serverio.http.plans.apply_headers`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ from ..fs.opener import RootOpener
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts
 from ..http.mime import guess_type
-from ..http.plans import page_plan
+from ..http.plans import NO_OPS, HeaderOps, apply_headers, page_plan
 from .access import AccessTarget, Kind, rule_for
 from .rules import (
-    NO_OPS,
-    HeaderOps,
     SiteRules,
-    apply_headers,
     cors_headers,
     error_page_key,
     header_ops,

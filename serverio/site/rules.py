@@ -30,21 +30,20 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..errors import ConfigError
-from ..http.core import Plan, RequestFacts
+from ..http.core import RequestFacts
 from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.plans import NO_OPS, HeaderOps
 from ..http.target import Target, quote_query, quote_segment
 
 __all__ = [
     "FORBIDDEN_HEADERS",
     "AuthRule",
     "Cors",
-    "HeaderOps",
     "HeaderRule",
     "Redirect",
     "Rewrite",
     "SiteRules",
     "access_paths",
-    "apply_headers",
     "canonical",
     "compile_glob",
     "compile_rules",
@@ -82,12 +81,6 @@ FORBIDDEN_HEADERS: Final = frozenset(
 
 # RFC 9110 §5.6.2 token characters.
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-# A 304 repeats the 200's cache metadata (RFC 9110 §15.4.5); the
-# representation's own metadata (Content-*) stays off it.
-_NOT_ON_304: Final = frozenset(
-    {b"content-type", b"content-encoding", b"content-language", b"content-disposition"}
-)
 
 # Fields a rule adds to the server's own instead of replacing them: a
 # listing's Content-Security-Policy is its protection against a file name
@@ -173,27 +166,6 @@ class HeaderRule:
     match: re.Pattern[str] | None
     set: tuple[tuple[bytes, bytes], ...] = ()
     remove: frozenset[bytes] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderOps:
-    """The merged effect of every header rule that matches one path.
-
-    ``drop``: names removed from the server's own fields (set or removed by
-    a rule; ``vary`` merges instead); ``set``: fields appended, in rule
-    order; ``vary``: tokens added to the server's Vary (union).
-    """
-
-    drop: frozenset[bytes] = frozenset()
-    set: tuple[tuple[bytes, bytes], ...] = ()
-    vary: tuple[bytes, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not (self.drop or self.set or self.vary)
-
-
-NO_OPS: Final = HeaderOps()
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,48 +559,6 @@ def cors_headers(cors: Cors | None, origin: str | None) -> tuple[tuple[bytes, by
             hs += ((b"access-control-allow-credentials", b"true"),)
         return hs
     return ()
-
-
-def apply_headers(
-    plan: Plan,
-    ops: HeaderOps,
-    extra: Sequence[tuple[bytes, bytes]] = (),
-    *,
-    vary_origin: bool = False,
-) -> Plan:
-    """``plan`` with the rules' fields (and ``extra``, the CORS fields) applied.
-
-    The result is not shared (``Plan.shared``): the caller marks it when it
-    memoises it, so a head cached for ``plan`` is never sent for it.
-    """
-    vary_add = list(ops.vary)
-    if vary_origin:
-        vary_add.append(b"Origin")
-    drop = ops.drop
-    on_304 = plan.status == 304
-    out: list[tuple[bytes, bytes]] = []
-    own_vary: bytes | None = None
-    for name, value in plan.headers:
-        if name == b"vary" and vary_add:
-            own_vary = value
-            continue
-        if name in drop:
-            continue
-        out.append((name, value))
-    for name, value in ops.set:
-        if on_304 and name in _NOT_ON_304:
-            continue
-        out.append((name, value))
-    out.extend(extra)
-    if vary_add:
-        tokens = [t.strip() for t in own_vary.split(b",")] if own_vary else []
-        seen = {t.lower() for t in tokens}
-        for t in vary_add:
-            if t.lower() not in seen:
-                tokens.append(t)
-                seen.add(t.lower())
-        out.append((b"vary", b", ".join(tokens)))
-    return replace(plan, headers=tuple(out), shared=False)
 
 
 def preflight_fields(cors: Cors, req: RequestFacts) -> tuple[tuple[bytes, bytes], ...] | None:
