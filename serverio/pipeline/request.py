@@ -14,7 +14,8 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
    it may wait for a password check), the handler, and the wait for a
    :class:`~serverio.pipeline.handler.Deferred` through the transport's own
    ``wait`` (HTTP/1.1 watches its socket for a disconnect meanwhile; HTTP/2
-   relies on RST_STREAM cancelling the stream's scope);
+   relies on RST_STREAM cancelling the stream's scope), then :func:`access`,
+   the access hook, on what the handler resolved (a refusal replaces it);
 3. an :class:`~serverio.errors.HTTPError` anywhere becomes its error plan
    (:func:`failed` for one raised while the transport built the facts), and
    the site's finishing rules (error pages, header rules, CORS fields) apply

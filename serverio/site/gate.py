@@ -19,7 +19,6 @@ import ipaddress
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final
 
 import trio
 
@@ -38,8 +37,6 @@ AUTH_QUEUE = 32
 _VERIFIED_MAX = 1024  # recently verified credentials kept
 _VERIFIED_TTL = 300.0  # seconds a verification is trusted
 _RULES_MAX = 4096  # memoised rule per target (targets are client input)
-
-_PENDING: Final = Access(Verdict.PENDING)
 
 
 def client_key(peer: str) -> str:
@@ -113,7 +110,7 @@ class Gate:
         if parse_basic(authorization) is None:
             # No (usable) credentials: the first step of every login, not a failure.
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
-        return _PENDING
+        return Access(Verdict.PENDING, rule.index, rule.realm)
 
     async def decide(
         self,
@@ -134,13 +131,12 @@ class Gate:
         away) is settled as a failure: its hash may still run in the
         abandoned thread, so it counts against the budget.
         """
-        now_access = self.decide_now(target, authorization, granted)
-        if now_access.verdict is not Verdict.PENDING:
-            return now_access
-        rule = self.rule(target)
+        pending = self.decide_now(target, authorization, granted)
+        if pending.verdict is not Verdict.PENDING:
+            return pending
         creds = parse_basic(authorization)
-        assert rule is not None and creds is not None
-        return await self._check(rule, creds, peer)
+        assert creds is not None
+        return await self._check(self.rules.auth[pending.rule], creds, peer)
 
     async def _check(
         self, rule: AuthRule, creds: tuple[str, str], peer: Callable[[], str]
