@@ -11,6 +11,7 @@ feature with a target of its own.
 
 from __future__ import annotations
 
+import ast
 import base64
 from pathlib import Path
 
@@ -293,4 +294,33 @@ def test_the_site_package_keeps_the_size_gates() -> None:
     package = Path(structure.__file__).resolve().parent.parent / "serverio"
     files = [*sorted((package / "site").glob("*.py")), package / "pipeline" / "request.py"]
     found = [f.describe() for p in files for f in structure.findings(p.read_text(), p.name)]
+    assert found == []
+
+
+# Fields only the pure layer writes: the site decides (a realm, a wait, a
+# Location, a page) and http.access / http.plans / error_plan make the plan.
+_PLAN_FIELDS = {
+    b"www-authenticate",
+    b"retry-after",
+    b"location",
+    b"content-type",
+    b"content-length",
+}
+
+
+def test_site_code_makes_no_response_itself() -> None:
+    package = Path(structure.__file__).resolve().parent.parent / "serverio" / "site"
+    found: list[str] = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Constant) and node.value in _PLAN_FIELDS:
+                found.append(f"{where}: the field {node.value!r}")
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            if node.func.id == "Plan":
+                found.append(f"{where}: a Plan built")
+            kwargs = {k.arg for k in node.keywords}
+            if node.func.id == "replace" and kwargs & {"headers", "body", "status"}:
+                found.append(f"{where}: a plan's {sorted(kwargs)} replaced")
     assert found == []
