@@ -320,7 +320,7 @@ def test_site_code_makes_no_response_itself() -> None:
                 continue
             if node.func.id == "Plan":
                 found.append(f"{where}: a Plan built")
-            kwargs = {k.arg for k in node.keywords}
+            kwargs = {k.arg for k in node.keywords if k.arg is not None}
             if node.func.id == "replace" and kwargs & {"headers", "body", "status"}:
                 found.append(f"{where}: a plan's {sorted(kwargs)} replaced")
     assert found == []
