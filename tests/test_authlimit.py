@@ -24,8 +24,9 @@ from serverio.site.authlimit import (
     Attempt,
     AuthLimiter,
 )
+from serverio.site.gate import client_key
 from serverio.site.passwords import hash_password
-from serverio.site.service import Site, _client_key
+from serverio.site.service import Site
 
 from .conftest import make_config
 from .test_site import basic
@@ -165,7 +166,7 @@ def test_workers_divide_the_budget() -> None:
     ],
 )
 def test_client_key(peer: str, key: str) -> None:
-    assert _client_key(peer) == key
+    assert client_key(peer) == key
 
 
 # ------------------------------------------------------------ through the Site

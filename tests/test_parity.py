@@ -77,7 +77,7 @@ class Row:
 def _fresh_limiter(srv: Server) -> None:
     # One failed attempt per (client, user) allowed: the next is 429.
     assert srv.env.site is not None
-    srv.env.site.limiter = AuthLimiter(budget=1)
+    srv.env.site.gate.limiter = AuthLimiter(budget=1)
 
 
 def _fill_event_slots(srv: Server) -> None:

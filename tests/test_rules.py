@@ -9,11 +9,11 @@ import pytest
 
 from serverio.errors import ConfigError
 from serverio.http.core import Plan, RequestFacts, error_plan
+from serverio.http.plans import apply_headers, no_content_plan
 from serverio.http.target import Target, parse_target
 from serverio.site.passwords import check_hash, dummy_like, hash_password, verify
 from serverio.site.rules import (
     Cors,
-    apply_headers,
     compile_glob,
     compile_rules,
     cors_headers,
@@ -21,7 +21,7 @@ from serverio.site.rules import (
     header_ops,
     match_path,
     parse_basic,
-    preflight_plan,
+    preflight_fields,
     redirect_for,
     rewrite_for,
     slash_redirect,
@@ -188,21 +188,24 @@ def _preflight(origin: str, headers: str | None = None) -> RequestFacts:
 
 
 def test_preflight_answer() -> None:
-    plan = preflight_plan(Cors(True), _preflight("http://a", "X-Requested-With, range"), NOW)
-    assert plan is not None and plan.status == 204 and not plan.send_body
+    fields = preflight_fields(Cors(True), _preflight("http://a", "X-Requested-With, range"))
+    assert fields is not None
+    plan = no_content_plan(NOW, fields)
+    assert plan.status == 204 and not plan.send_body and plan.body == ()
     hs = dict(plan.headers)
     assert hs[b"access-control-allow-methods"] == b"GET, HEAD, OPTIONS"
     assert hs[b"access-control-allow-headers"] == b"X-Requested-With, range"
     assert b"access-control-max-age" in hs and b"content-length" not in hs
+    assert b"content-type" not in hs and hs[b"x-content-type-options"] == b"nosniff"
     # Too many or malformed names are not echoed.
     many = ", ".join(f"x-{i}" for i in range(100))
-    plan = preflight_plan(Cors(True), _preflight("http://a", many), NOW)
-    assert plan is not None and b"access-control-allow-headers" not in dict(plan.headers)
+    fields = preflight_fields(Cors(True), _preflight("http://a", many))
+    assert fields is not None and b"access-control-allow-headers" not in dict(fields)
     # An origin not on the list: a plain 204, which the browser refuses.
-    plan = preflight_plan(Cors(False, frozenset({"http://a"})), _preflight("http://b"), NOW)
-    assert plan is not None and b"access-control-allow-origin" not in dict(plan.headers)
+    fields = preflight_fields(Cors(False, frozenset({"http://a"})), _preflight("http://b"))
+    assert fields is not None and b"access-control-allow-origin" not in dict(fields)
     # Not a preflight: no answer here.
-    assert preflight_plan(Cors(True), RequestFacts(b"OPTIONS", t("/x")), NOW) is None
+    assert preflight_fields(Cors(True), RequestFacts(b"OPTIONS", t("/x"))) is None
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ from serverio.errors import ConfigError
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.tomlconfig import dump, parse_with_config
+from serverio.site import finish as finish_mod
+from serverio.site import gate as gate_mod
 from serverio.site import passwords as passwords_mod
 from serverio.site import rules as rules_mod
 from serverio.site import service as site_mod
@@ -59,9 +61,10 @@ async def test_without_rules_the_engine_is_never_consulted(
     def boom(*a: object, **k: object) -> None:
         raise AssertionError("rule engine consulted without rules")
 
-    for name in ("header_ops", "apply_headers", "decide_route", "cors_headers"):
-        monkeypatch.setattr(site_mod, name, boom)
-    for name in ("route", "respond_now", "finish"):
+    for name in ("header_ops", "apply_headers", "cors_headers"):
+        monkeypatch.setattr(finish_mod, name, boom)
+    monkeypatch.setattr(site_mod, "decide_route", boom)
+    for name in ("route", "respond_now", "admit", "access", "finish"):
         monkeypatch.setattr(site_mod.Site, name, boom)
     async with memory_connection(make_config(root)) as (client, srv, _):
         assert srv.env.site is None
@@ -692,7 +695,7 @@ async def test_password_spraying_saturates_only_the_auth_pool(
     srv = Server(cfg)
     site = srv.env.site
     assert site is not None and site.auth_pool is not srv.work
-    stuck = site_mod.AUTH_WORKERS + site_mod.AUTH_QUEUE
+    stuck = gate_mod.AUTH_WORKERS + gate_mod.AUTH_QUEUE
     try:
         with trio.fail_after(20):
             async with srv.handler.running(), trio.open_nursery() as nursery:
@@ -740,7 +743,7 @@ async def test_a_changed_error_page_is_served_without_a_restart(
     """Error pages are bytes in memory (no pool hop for a 503's page), and
     re-read while the server runs: an edit shows up, a deleted page falls
     back to the built-in body, a restored one comes back."""
-    monkeypatch.setattr(site_mod, "PAGE_RECHECK", 0.05)
+    monkeypatch.setattr(finish_mod, "PAGE_RECHECK", 0.05)
     cfg = make_config(site_root, error_pages=(("404", "404.html"),), spa=None)
 
     async def missing(port: int) -> bytes:

@@ -15,7 +15,8 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
    it may wait for a password check), the handler, and the wait for a
    :class:`~serverio.pipeline.handler.Deferred` through the transport's own
    ``wait`` (HTTP/1.1 watches its socket for a disconnect meanwhile; HTTP/2
-   relies on RST_STREAM cancelling the stream's scope);
+   relies on RST_STREAM cancelling the stream's scope), then :func:`access`,
+   the access hook, on what the handler resolved (a refusal replaces it);
 3. an :class:`~serverio.errors.HTTPError` anywhere becomes its error plan
    (:func:`failed` for one raised while the transport built the facts), and
    the site's finishing rules (error pages, header rules, CORS fields) apply
@@ -45,11 +46,13 @@ import trio
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
+from ..http.access import access_plan
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..model import Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
+from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Deferred, Handler
@@ -59,6 +62,7 @@ __all__ = [
     "Deps",
     "Wait",
     "Waiting",
+    "access",
     "busy",
     "client_for",
     "complete",
@@ -167,7 +171,7 @@ async def complete(
                 return _finished(site, plan, -1, ticket)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
-                return await _admitted(site, got, ticket, now, client)
+                return await _admitted(deps, got, ticket, now, client)
             assert isinstance(got, Deferred)
             deferred = got
         prepared = await wait(deferred)
@@ -178,24 +182,58 @@ async def complete(
         return _finished(site, plan, -1, ticket)
     if site is not None:
         assert ticket is not None
-        return await _admitted(site, prepared, ticket, now, client)
+        return await _admitted(deps, prepared, ticket, now, client)
     fd, prepared.fd = prepared.fd, -1
     return _finished(site, prepared.plan, fd, ticket)
 
 
+async def access(
+    deps: Deps,
+    target: AccessTarget,
+    ticket: Ticket | None,
+    now: float,
+    client: Callable[[], str],
+) -> Plan | None:
+    """THE access hook: may ``ticket``'s client have ``target``?  None when
+    it may (always, without site rules), else the refusal to send instead
+    (401 with its challenge, 403, 429 with Retry-After, 503), made by the
+    pure layer (:func:`serverio.http.access.access_plan`).
+
+    Every feature with a resolved target calls this instead of matching
+    URLs itself: the pipeline for what the handler resolved (a file, a
+    listing, a sidecar), and later a write, a proxy route, a mount or an
+    archive member, with an :class:`~serverio.site.access.AccessTarget` of
+    its own kind.  The decision is :meth:`serverio.site.service.Site.admit`;
+    a rule passed here is recorded in ``ticket`` (its responses are then
+    private, its error pages shown).
+
+    Cancellation handling: the password check is the only wait (in the
+    site's ``auth`` pool, abandoned like any pooled call); the caller
+    closes whatever it resolved if this is cancelled.
+    """
+    site = deps.site
+    if site is None or ticket is None:
+        return None
+    got = await site.admit(target, ticket, client)
+    if got.allowed:
+        return None
+    return access_plan(got, now, head=ticket.req.method == b"HEAD")
+
+
 async def _admitted(
-    site: Site, prepared: Prepared, ticket: Ticket, now: float, client: Callable[[], str]
+    deps: Deps, prepared: Prepared, ticket: Ticket, now: float, client: Callable[[], str]
 ) -> Answer:
-    """The answer for ``prepared`` once the site's access rules allow what
-    it resolved (:meth:`Site.admit`); else their refusal, and ``prepared``
-    is closed unsent.
+    """The answer for ``prepared`` once the access hook (:func:`access`)
+    allows what it resolved; else the refusal, and ``prepared`` is closed
+    unsent.
 
     Cancellation handling: ``prepared`` is closed if the check is cancelled.
     """
+    site = deps.site
     served = prepared.served
     if served is not None:
         try:
-            refusal = await site.admit(served, ticket, now, client)
+            refusal = await access(deps, served_target(served), ticket, now, client)
         except BaseException:
             prepared.close()
             raise

@@ -30,24 +30,21 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..errors import ConfigError
-from ..http.core import Plan, RequestFacts, error_plan
+from ..http.core import RequestFacts
 from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.plans import NO_OPS, HeaderOps
 from ..http.target import Target, quote_query, quote_segment
 
 __all__ = [
     "FORBIDDEN_HEADERS",
     "AuthRule",
     "Cors",
-    "HeaderOps",
     "HeaderRule",
     "Redirect",
     "Rewrite",
     "SiteRules",
     "access_paths",
-    "apply_headers",
-    "auth_rule_for",
     "canonical",
-    "challenge_plan",
     "compile_glob",
     "compile_rules",
     "cors_headers",
@@ -58,7 +55,7 @@ __all__ = [
     "match_path",
     "parse_basic",
     "parse_header_line",
-    "preflight_plan",
+    "preflight_fields",
     "redirect_for",
     "rewrite_for",
     "slash_redirect",
@@ -84,12 +81,6 @@ FORBIDDEN_HEADERS: Final = frozenset(
 
 # RFC 9110 §5.6.2 token characters.
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-# A 304 repeats the 200's cache metadata (RFC 9110 §15.4.5); the
-# representation's own metadata (Content-*) stays off it.
-_NOT_ON_304: Final = frozenset(
-    {b"content-type", b"content-encoding", b"content-language", b"content-disposition"}
-)
 
 # Fields a rule adds to the server's own instead of replacing them: a
 # listing's Content-Security-Policy is its protection against a file name
@@ -175,27 +166,6 @@ class HeaderRule:
     match: re.Pattern[str] | None
     set: tuple[tuple[bytes, bytes], ...] = ()
     remove: frozenset[bytes] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderOps:
-    """The merged effect of every header rule that matches one path.
-
-    ``drop``: names removed from the server's own fields (set or removed by
-    a rule; ``vary`` merges instead); ``set``: fields appended, in rule
-    order; ``vary``: tokens added to the server's Vary (union).
-    """
-
-    drop: frozenset[bytes] = frozenset()
-    set: tuple[tuple[bytes, bytes], ...] = ()
-    vary: tuple[bytes, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not (self.drop or self.set or self.vary)
-
-
-NO_OPS: Final = HeaderOps()
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,9 +336,31 @@ def compile_rules(
     hsts: int | None = None,
     hsts_subdomains: bool = False,
 ) -> SiteRules:
-    """Validate and compile.  ``auth`` is (glob, users, cost profile) per rule
-    (the users already read and checked by the caller).  Raises ConfigError
-    (one line naming ``source`` and the key)."""
+    """Validate and compile, one table at a time.  ``auth`` is (glob, users,
+    cost profile) per rule (the users already read and checked by the
+    caller).  Raises ConfigError (one line naming ``source`` and the key)."""
+    # In this order, so that the first error reported stays the same.
+    hrules = _compile_header_rules(headers, header_rules, source, fold)
+    cors_policy = _compile_cors(cors, cors_origins, credentials=bool(auth))
+    reds = _compile_redirects(redirects, source)
+    rws = _compile_rewrites(rewrites, source)
+    if trailing_slash not in ("add", "remove", "keep"):
+        raise ConfigError(f"--trailing-slash must be add, remove or keep, got {trailing_slash!r}")
+    pages = _compile_error_pages(error_pages, source)
+    arules = _compile_auth(auth, source, fold)
+    sts = _hsts_value(hsts, hsts_subdomains)
+    return SiteRules(
+        hrules, cors_policy, reds, rws, clean_urls, trailing_slash, pages, arules, hidden, fold, sts
+    )
+
+
+def _compile_header_rules(
+    headers: Sequence[str],
+    header_rules: Sequence[tuple[str, Sequence[tuple[str, str]], Sequence[str]]],
+    source: str,
+    fold: bool,
+) -> tuple[HeaderRule, ...]:
+    """``--header`` (one rule for every path, first), then ``[[headers]]``."""
     hrules: list[HeaderRule] = []
     if headers:
         sets = tuple(_header(*parse_header_line(h, "--header"), "--header") for h in headers)
@@ -377,33 +369,45 @@ def compile_rules(
         where = f"{source}: [[headers]] #{i + 1}"
         match = _glob(pattern, f"{where} key 'path'", fold)
         sets = tuple(_header(n, v, f"{where} key 'set'") for n, v in sets_spec)
-        rm: set[bytes] = set()
-        for name in removes:
-            if not _is_token(name):
-                raise ConfigError(f"{where} key 'remove': {name!r} is not a valid header name")
-            if name.lower() in FORBIDDEN_HEADERS:
-                raise ConfigError(f"{where} key 'remove': {name!r} cannot be removed")
-            if name.lower() == "vary":
-                # Vary is semantic (RFC 9110 §12.5.5): without "Accept-Encoding"
-                # on a negotiated response a cache hands one coding to all.
-                raise ConfigError(
-                    f"{where} key 'remove': {name!r} cannot be removed "
-                    "(it names what the response varies on; 'set' adds to it)"
-                )
-            rm.add(name.lower().encode("ascii"))
-        hrules.append(
-            HeaderRule(pattern, None if pattern in ("/**", "**") else match, sets, frozenset(rm))
+        rm = frozenset(_removable(name, f"{where} key 'remove'") for name in removes)
+        hrules.append(HeaderRule(pattern, None if pattern in ("/**", "**") else match, sets, rm))
+    return tuple(hrules)
+
+
+def _removable(name: str, where: str) -> bytes:
+    if not _is_token(name):
+        raise ConfigError(f"{where}: {name!r} is not a valid header name")
+    if name.lower() in FORBIDDEN_HEADERS:
+        raise ConfigError(f"{where}: {name!r} cannot be removed")
+    if name.lower() == "vary":
+        # Vary is semantic (RFC 9110 §12.5.5): without "Accept-Encoding"
+        # on a negotiated response a cache hands one coding to all.
+        raise ConfigError(
+            f"{where}: {name!r} cannot be removed "
+            "(it names what the response varies on; 'set' adds to it)"
         )
-    cors_policy: Cors | None = None
-    if cors and cors_origins:
+    return name.lower().encode("ascii")
+
+
+def _compile_cors(any_origin: bool, origins: Sequence[str], *, credentials: bool) -> Cors | None:
+    """``--cors`` (any origin) or ``--cors-origin`` (a list; with auth rules,
+    credentials are allowed too: Fetch §3.2.5 never allows them with ``*``)."""
+    if any_origin and origins:
         raise ConfigError("--cors (any origin) and --cors-origin (a list) exclude each other")
-    for origin in cors_origins:
+    for origin in origins:
         if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
             raise ConfigError(f"--cors-origin {origin!r} must be scheme://host[:port]")
-    if cors:
-        cors_policy = Cors(any_origin=True)
-    elif cors_origins:
-        cors_policy = Cors(False, frozenset(cors_origins), credentials=bool(auth))
+    if any_origin:
+        return Cors(any_origin=True)
+    if origins:
+        return Cors(False, frozenset(origins), credentials=credentials)
+    return None
+
+
+def _compile_redirects(
+    redirects: Sequence[tuple[str, str, int]], source: str
+) -> tuple[Redirect, ...]:
+    """``[[redirects]]``: from, to (a path or an http(s) URL), status."""
     reds: list[Redirect] = []
     for i, (src, to, status) in enumerate(redirects):
         where = f"{source}: [[redirects]] #{i + 1}"
@@ -417,6 +421,11 @@ def compile_rules(
         if not splat and to.split("?", 1)[0] == src:
             raise ConfigError(f"{where}: redirects {src!r} to itself")
         reds.append(Redirect(src, prefix, splat, to, status))
+    return tuple(reds)
+
+
+def _compile_rewrites(rewrites: Sequence[tuple[str, str]], source: str) -> tuple[Rewrite, ...]:
+    """``[[rewrites]]``: from, to (a path below the root)."""
     rws: list[Rewrite] = []
     for i, (src, to) in enumerate(rewrites):
         where = f"{source}: [[rewrites]] #{i + 1}"
@@ -424,15 +433,25 @@ def compile_rules(
         if not to.startswith("/") or to.startswith("//") or any(c in to for c in "\x00\r\n\\?#"):
             raise ConfigError(f"{where} key 'to': {to!r} must be a path starting with one '/'")
         rws.append(Rewrite(src, prefix, splat, to))
-    if trailing_slash not in ("add", "remove", "keep"):
-        raise ConfigError(f"--trailing-slash must be add, remove or keep, got {trailing_slash!r}")
+    return tuple(rws)
+
+
+def _compile_error_pages(error_pages: Sequence[tuple[str, str]], source: str) -> dict[str, str]:
+    """``[errors]``: status ("404") or class ("4xx") -> page relpath."""
     pages: dict[str, str] = {}
     for key, page in error_pages:
         where = f"{source}: [errors] key {key!r}"
         if not re.fullmatch(r"[45](?:\d\d|xx)", key):
             raise ConfigError(f"{where}: must be a 4xx or 5xx status, or '4xx' / '5xx'")
         pages[key] = page
-    arules = tuple(
+    return pages
+
+
+def _compile_auth(
+    auth: Sequence[tuple[str, Mapping[str, str], str]], source: str, fold: bool
+) -> tuple[AuthRule, ...]:
+    """``--auth-file`` / ``[[auth]]``: (glob, users, cost profile) per rule."""
+    return tuple(
         AuthRule(
             pattern,
             None
@@ -445,23 +464,14 @@ def compile_rules(
         )
         for i, (pattern, users, dummy) in enumerate(auth)
     )
-    sts: bytes | None = None
-    if hsts is not None:
-        # RFC 6797 §6.1: max-age (required), includeSubDomains (optional).
-        sts = b"max-age=%d" % hsts + (b"; includeSubDomains" if hsts_subdomains else b"")
-    return SiteRules(
-        tuple(hrules),
-        cors_policy,
-        tuple(reds),
-        tuple(rws),
-        clean_urls,
-        trailing_slash,
-        pages,
-        arules,
-        hidden,
-        fold,
-        sts,
-    )
+
+
+def _hsts_value(max_age: int | None, subdomains: bool) -> bytes | None:
+    """``--hsts``: the Strict-Transport-Security value (RFC 6797 §6.1:
+    max-age required, includeSubDomains optional), None when off."""
+    if max_age is None:
+        return None
+    return b"max-age=%d" % max_age + (b"; includeSubDomains" if subdomains else b"")
 
 
 # ------------------------------------------------------------------ headers
@@ -551,51 +561,10 @@ def cors_headers(cors: Cors | None, origin: str | None) -> tuple[tuple[bytes, by
     return ()
 
 
-def apply_headers(
-    plan: Plan,
-    ops: HeaderOps,
-    extra: Sequence[tuple[bytes, bytes]] = (),
-    *,
-    vary_origin: bool = False,
-) -> Plan:
-    """``plan`` with the rules' fields (and ``extra``, the CORS fields) applied.
-
-    The result is not shared (``Plan.shared``): the caller marks it when it
-    memoises it, so a head cached for ``plan`` is never sent for it.
-    """
-    vary_add = list(ops.vary)
-    if vary_origin:
-        vary_add.append(b"Origin")
-    drop = ops.drop
-    on_304 = plan.status == 304
-    out: list[tuple[bytes, bytes]] = []
-    own_vary: bytes | None = None
-    for name, value in plan.headers:
-        if name == b"vary" and vary_add:
-            own_vary = value
-            continue
-        if name in drop:
-            continue
-        out.append((name, value))
-    for name, value in ops.set:
-        if on_304 and name in _NOT_ON_304:
-            continue
-        out.append((name, value))
-    out.extend(extra)
-    if vary_add:
-        tokens = [t.strip() for t in own_vary.split(b",")] if own_vary else []
-        seen = {t.lower() for t in tokens}
-        for t in vary_add:
-            if t.lower() not in seen:
-                tokens.append(t)
-                seen.add(t.lower())
-        out.append((b"vary", b", ".join(tokens)))
-    return replace(plan, headers=tuple(out), shared=False)
-
-
-def preflight_plan(cors: Cors, req: RequestFacts, now: float) -> Plan | None:
-    """The answer to a CORS preflight (an OPTIONS with Origin and
-    Access-Control-Request-Method), or None for any other request.
+def preflight_fields(cors: Cors, req: RequestFacts) -> tuple[tuple[bytes, bytes], ...] | None:
+    """The fields of the answer to a CORS preflight (an OPTIONS with Origin
+    and Access-Control-Request-Method), or None for any other request; the
+    answer is a 204 with them (:func:`serverio.http.plans.no_content_plan`).
 
     A preflight carries no credentials (Fetch §4.8), so it is answered
     before authentication.  From an origin not allowed, the answer is a
@@ -627,14 +596,7 @@ def preflight_plan(cors: Cors, req: RequestFacts, now: float) -> Plan | None:
         hs.append((b"access-control-max-age", _CORS_MAX_AGE))
     if not cors.any_origin:
         hs.append((b"vary", b"Origin"))
-    plan = error_plan(204, now, headers=hs)
-    # A 204 has no body and no Content-Length (RFC 9110 §8.6, §15.3.5).
-    return replace(
-        plan,
-        headers=tuple(h for h in plan.headers if h[0] not in (b"content-type", b"content-length")),
-        body=(),
-        send_body=False,
-    )
+    return tuple(hs)
 
 
 # ------------------------------------------------------------------ redirects
@@ -746,25 +708,28 @@ def clean_url_alternative(target: Target) -> Target | None:
 class RouteDecision:
     """What the rules decide from the path alone (memoisable per target).
 
-    ``auth``: the rule that protects the request path or the path a
-    rewrite or clean URL would serve; ``redirect``: (status, Location);
-    ``rewritten``: the target to serve instead.
+    ``paths``: the paths whose access rules apply (the request path, and
+    the paths a rewrite or clean URL would serve: the access hook's
+    target, :class:`serverio.site.access.AccessTarget`); ``redirect``:
+    (status, Location); ``rewritten``: the target to serve instead;
+    ``not_found``: the rewrite names a hidden path that ``--hidden`` does
+    not serve (a 404, as that path itself would get).
     """
 
-    auth: AuthRule | None
+    paths: tuple[str, ...]
     redirect: tuple[int, bytes] | None
     rewritten: Target | None
     path: str
+    not_found: bool = False
 
 
 def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
-    """Auth rule, redirect (rules, clean URLs, trailing slash) and rewrite
-    for ``target``, in the documented order."""
+    """Access paths, redirect (rules, clean URLs, trailing slash) and
+    rewrite for ``target``, in the documented order."""
     rewritten = rewrite_for(rules, target)
     path = match_path(target)
-    rule: AuthRule | None = None
+    paths = [path]
     if rules.auth:
-        paths = [path]
         served = rewritten or target
         if rewritten is not None:
             paths.append(match_path(rewritten))
@@ -772,13 +737,15 @@ def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
             alt = clean_url_alternative(served)
             if alt is not None:
                 paths.append(match_path(alt))
-        rule = auth_rule_for(rules, [rules.canonical(p) for p in paths])
     found = redirect_for(rules, target)
     if found is None and (rules.clean_urls or rules.trailing_slash != "keep"):
         loc = slash_redirect(rules, target)
         if loc is not None:
             found = (301, loc)
-    return RouteDecision(rule, found, None if found is not None else rewritten, path)
+    if found is not None:
+        return RouteDecision(tuple(paths), found, None, path)
+    hidden = rewritten is not None and rewritten.hidden and not rules.hidden
+    return RouteDecision(tuple(paths), None, rewritten, path, hidden)
 
 
 # ------------------------------------------------------------------ errors
@@ -816,19 +783,6 @@ def access_paths(path: str) -> tuple[str, ...]:
     return (path,)
 
 
-def auth_rule_for(rules: SiteRules, paths: Sequence[str]) -> AuthRule | None:
-    """The first auth rule that matches any of ``paths`` (canonical match
-    paths: the request path, the paths a rewrite or clean URL would serve,
-    the resolved target) or the file any of them is a sidecar of."""
-    if not rules.auth:
-        return None
-    every = [a for p in paths for a in access_paths(p)]
-    for rule in rules.auth:
-        if rule.match is None or any(rule.match.fullmatch(p) for p in every):
-            return rule
-    return None
-
-
 def parse_basic(value: str | None) -> tuple[str, str] | None:
     """``Authorization: Basic base64(user:password)`` -> (user, password)
     (RFC 7617 §2; UTF-8, as the challenge's charset says), or None."""
@@ -845,14 +799,3 @@ def parse_basic(value: str | None) -> tuple[str, str] | None:
     if not colon:
         return None
     return user, password
-
-
-def challenge_plan(realm: str, now: float, *, head: bool) -> Plan:
-    """401 with the Basic challenge (RFC 7617 §2, charset per §2.1)."""
-    value = f'Basic realm="{realm}", charset="UTF-8"'.encode("ascii")
-    return error_plan(
-        401,
-        now,
-        headers=[(b"www-authenticate", value), (b"cache-control", b"no-store")],
-        head_only=head,
-    )

@@ -1,0 +1,81 @@
+"""What the access hook decides about: a target, resolved (pure).
+
+Every feature that serves, names or (later) changes something under the
+root describes it as an :class:`AccessTarget` — the paths whose rules
+apply and the :class:`Kind` of thing it is — and hands it to the one hook,
+:meth:`serverio.site.service.Site.access` (reached from the pipeline
+through :func:`serverio.pipeline.request.access`).  Nothing else matches
+a path against the auth rules: :func:`rule_for` is the one matcher.
+
+Paths are match paths (``/a/b``, ``/d/`` for a directory; see
+:func:`serverio.site.rules.match_path`), as served: the index file, the
+clean-URL or SPA file, a sidecar's own name.  The matcher folds them
+(:meth:`~serverio.site.rules.SiteRules.canonical`) on a case-insensitive
+root, and maps a precompressed sidecar to its file
+(:func:`~serverio.site.rules.access_paths`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .rules import AuthRule, SiteRules, access_paths
+
+__all__ = ["AccessTarget", "Kind", "rule_for", "served_target"]
+
+
+class Kind(enum.Enum):
+    """What an access target is; the kind says how it may be decided.
+
+    Served kinds may wait for a password check (the hook's only wait);
+    *named* kinds (:attr:`ENTRY`, :attr:`EVENT`) are only ever shown or
+    left out, decided without waiting and without counting an attempt.
+    """
+
+    REQUEST = "request"  # the request path, and what a rewrite / clean URL would serve
+    FILE = "file"  # a file's bytes: named, an index file, the clean-URL or SPA file
+    LISTING = "listing"  # a directory listing
+    SIDECAR = "sidecar"  # a precompressed coding of a file: its file's rule applies
+    RESERVED = "reserved"  # the live-reload paths (--watch)
+    ENTRY = "entry"  # a name shown in a listing: only to verified credentials
+    EVENT = "event"  # a path named in an event every client receives: only if unprotected
+
+    @property
+    def named(self) -> bool:
+        return self is Kind.ENTRY or self is Kind.EVENT
+
+
+@dataclass(frozen=True, slots=True)
+class AccessTarget:
+    """The paths (match paths, see the module doc) and kind of one target.
+
+    Several paths when one request may reach several (the request path and
+    the path its rewrite or clean URL serves): the first rule that matches
+    any of them applies.
+    """
+
+    paths: tuple[str, ...]
+    kind: Kind
+
+
+def served_target(path: str) -> AccessTarget:
+    """The target for what the handler resolved (``Prepared.served``): a
+    listing (``/d/``), a sidecar asked for by its own name, or a file."""
+    if path.endswith("/"):
+        return AccessTarget((path,), Kind.LISTING)
+    if len(access_paths(path)) > 1:
+        return AccessTarget((path,), Kind.SIDECAR)
+    return AccessTarget((path,), Kind.FILE)
+
+
+def rule_for(rules: SiteRules, target: AccessTarget) -> AuthRule | None:
+    """The first auth rule that protects any of ``target``'s paths (or the
+    file any of them is a sidecar of); None: the target is unprotected."""
+    if not rules.auth:
+        return None
+    every = [a for p in target.paths for a in access_paths(rules.canonical(p))]
+    for rule in rules.auth:
+        if rule.match is None or any(rule.match.fullmatch(p) for p in every):
+            return rule
+    return None
