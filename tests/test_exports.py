@@ -331,6 +331,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.net.h1state": (
         "BUSY",
         "CLOSED",
+        "DRAIN",
         "FIRST",
         "HANDSHAKE",
         "HEAD",
@@ -406,6 +407,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "BodyTooLarge",
         "ClientGone",
         "RequestBody",
+        "body_policy",
     ),
     "serverio.net.server": ("Server", "bind_public", "public_addresses"),
     "serverio.net.tls": ("TLS12_CIPHERS", "make_ssl_context"),
@@ -467,7 +469,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "scan_listing",
     ),
     "serverio.pipeline.decide": ("cache_candidate", "decide", "prepare", "serve_cached"),
-    "serverio.pipeline.handler": ("Deferred", "Handler"),
+    "serverio.pipeline.handler": ("BodyStep", "Content", "Deferred", "Handler"),
     "serverio.pipeline.livereload": ("LiveHandler", "LiveReload"),
     "serverio.pipeline.request": (
         "Answer",
@@ -476,6 +478,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Waiting",
         "client_for",
         "complete",
+        "complete_body",
         "failed",
         "finish",
         "record",

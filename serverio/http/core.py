@@ -546,7 +546,9 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
         return Plan(204, (*common_fields(now), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
-        return error_plan(405, now, close=req.has_body)
+        # A request body is the transport's to drain or not (RFC 9112 §9.3:
+        # the connection is kept only when the body can be read past).
+        return error_plan(405, now)
     if req.target.hidden:
         # The reserved live-reload paths are dot paths: routed here, before
         # the hidden rule would 404 them (and at no cost for other paths).

@@ -9,6 +9,10 @@ One task per connection.  Its parts have one job each:
   those deadlines, and the request facts built from it;
 * :class:`~serverio.net.emit.Emitter`: the response's head and body onto
   the stream, under the write deadline;
+* :class:`~serverio.net.h1body.H1Body`: a request's content, when its head
+  declares some (Content-Length or chunked, chosen once by
+  :func:`~serverio.http.bodyframe.request_framing`), pulled by the handler
+  and drained (bounded) after the answer so that keep-alive survives;
 * :class:`ConnectionTask` (here): the loop — the TLS handshake, the
   request steps of :mod:`serverio.pipeline.request` (shared with HTTP/2),
   the wait for a deferred answer while watching the client, keep-alive and
@@ -24,7 +28,11 @@ nor its parser to anyone.  Deadlines are cancel scopes:
 * keep-alive deadline: between requests, the first byte must arrive within
   ``keepalive_timeout`` -> silent close;
 * write deadline: every write must make progress within ``write_timeout``
-  -> abort.
+  -> abort;
+* body deadlines: each pull of a request body within ``body_timeout``, the
+  whole body within ``body_total_timeout`` -> 408 and close (the body's own
+  cancel scopes, :class:`~serverio.net.reqbody.RequestBody`); the drain of
+  an unread body within ``BodyPolicy.drain_timeout`` -> close.
 
 Data flows one way: bytes -> h11 events -> :class:`RequestFacts` ->
 handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
@@ -40,14 +48,29 @@ import trio
 
 from ..errors import HTTPError
 from ..fs.body import Body
-from ..http.core import Plan
+from ..fs.prepare import Prepared
+from ..http.bodyframe import request_framing
+from ..http.core import Plan, RequestFacts
 from ..http.wire import head_bytes
 from ..observe.accesslog import AccessRecord
-from ..pipeline.request import Waiting, client_for, complete, failed, finish, record, start
+from ..pipeline.handler import Deferred
+from ..pipeline.request import (
+    Answer,
+    Waiting,
+    client_for,
+    complete,
+    complete_body,
+    failed,
+    finish,
+    record,
+    start,
+)
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
+from .h1body import H1Body
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
-from .h1state import BUSY, CLOSED, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
+from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
+from .reqbody import BodyState, body_policy
 
 __all__ = ["H2_PREFACE", "ConnectionTask"]
 
@@ -65,6 +88,15 @@ def _only_cancelled(exc: BaseException) -> bool:
         _, rest = exc.split(trio.Cancelled)
         return rest is None
     return False
+
+
+async def _run_deferred(deferred: Deferred) -> Prepared | None:
+    """How a request with content waits for the handler: just await it
+    (the disconnect watcher would read the content as the next head)."""
+    try:
+        return await deferred.run()
+    finally:
+        deferred.close()
 
 
 def _is_preface(event: Head, requests: int) -> bool:
@@ -330,6 +362,7 @@ class ConnectionTask:
         ua = referer = request_id = None
         keep = False
         body: Body | None = None
+        content: H1Body | None = None
         client = peer
         # The request steps are the pipeline's (serverio.pipeline.request),
         # shared with HTTP/2; facts, the wait, the emit and keep-alive
@@ -340,7 +373,16 @@ class ConnectionTask:
                 if cfg.proxy_networks:  # --trusted-proxies; else no call at all
                     client = client_for(cfg, client, req)
                 keep = req.keep_alive and requests < cfg.max_requests
-                got = start(env, req, now)
+                if req.has_body:  # a request with content (never the GET path)
+                    content = self._content(event)
+                    got: Answer | Waiting | None = await self._with_content(
+                        req, content, now, client
+                    )
+                    if got is None:
+                        env.stats.cancelled += 1
+                        return False  # the client went away while we waited
+                else:
+                    got = start(env, req, now)
                 if type(got) is Waiting:
                     answer = await complete(env, got, now, client, self.reader.wait_watching)
                     if answer is None:
@@ -362,6 +404,8 @@ class ConnectionTask:
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
+            if content is not None and not content.keepable():
+                close = True  # its rest cannot be read past (RFC 9112 §9.3)
             sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
         finally:
             if body is not None:
@@ -380,7 +424,53 @@ class ConnectionTask:
             referer,
             request_id,
         )
+        if content is not None and not close:
+            return await self._drain(content)
         return not close
+
+    def _content(self, event: Head) -> H1Body:
+        """The content a request head declares, read from the bytes past
+        the head and then the stream.  Ambiguous framing raises the
+        HTTPError :func:`request_framing` decides (400, or 501 for an
+        unknown transfer coding; both close).  ``100 Continue`` is sent
+        only when the handler pulls (RFC 9110 §10.1.1)."""
+        framing = request_framing(event.headers, event.http_version)
+        stream = self.stream
+        return H1Body(
+            framing,
+            body_policy(self.env.config),
+            stream.receive_some,
+            self.reader.leftover,
+            send_continue=self.emitter.send,
+        )
+
+    async def _with_content(
+        self, req: RequestFacts, content: H1Body, now: float, client: Callable[[], str]
+    ) -> Answer | None:
+        """The request steps for a request with content
+        (:func:`~serverio.pipeline.request.complete_body`).  No disconnect
+        watcher meanwhile: the bytes it would read are the content; a client
+        that leaves is noticed by the next pull or write."""
+        self.life.lift()  # the body's own deadlines apply from here
+        return await complete_body(self.env, req, content, now, client, _run_deferred)
+
+    async def _drain(self, content: H1Body) -> bool:
+        """After the answer: read past what the handler left of the content
+        (within ``BodyPolicy.drain_max`` bytes and ``drain_timeout``
+        seconds) so that the connection carries the next request, which
+        starts from the bytes read past the content.  False: close.
+
+        Cancellation handling: the drain is bounded by its own scope
+        (:meth:`RequestBody.drain`); an outer cancellation (shutdown,
+        abort) propagates and the connection closes.
+        """
+        life = self.life
+        life.to(DRAIN)
+        if content.state is not BodyState.DONE and not await content.drain():
+            return False
+        life.to(BUSY)
+        self.reader.resume(content.leftover)
+        return True
 
     async def _stream(self, plan: Plan) -> bool:
         """A long-lived streaming body (the live-reload event stream);
