@@ -50,7 +50,7 @@ from ..errors import HTTPError
 from ..fs.body import Body
 from ..fs.prepare import Prepared
 from ..http.bodyframe import request_framing
-from ..http.core import Plan, RequestFacts
+from ..http.core import Plan
 from ..http.wire import head_bytes
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
@@ -97,6 +97,42 @@ async def _run_deferred(deferred: Deferred) -> Prepared | None:
         return await deferred.run()
     finally:
         deferred.close()
+
+
+def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadReader) -> H1Body:
+    """The content a request head declares, read from the bytes past the
+    head and then the stream.  Ambiguous framing raises the HTTPError
+    :func:`request_framing` decides (400, or 501 for an unknown transfer
+    coding; both close).  ``100 Continue`` is sent only when the handler
+    pulls (RFC 9110 §10.1.1).  The request steps run with no disconnect
+    watcher meanwhile (:func:`_run_deferred`): the bytes it would read are
+    the content; a client that leaves is noticed by the next pull or write."""
+    framing = request_framing(event.headers, event.http_version)
+    return H1Body(
+        framing,
+        body_policy(env.config),
+        emitter.stream.receive_some,
+        reader.leftover,
+        send_continue=emitter.send,
+    )
+
+
+async def _drain(content: H1Body, life: Lifetime, reader: HeadReader) -> bool:
+    """After the answer: read past what the handler left of the content
+    (within ``BodyPolicy.drain_max`` bytes and ``drain_timeout`` seconds)
+    so that the connection carries the next request, which starts from the
+    bytes read past the content.  False: close.
+
+    Cancellation handling: the drain is bounded by its own scope
+    (:meth:`RequestBody.drain`); an outer cancellation (shutdown, abort)
+    propagates and the connection closes.
+    """
+    life.to(DRAIN)
+    if content.state is not BodyState.DONE and not await content.drain():
+        return False
+    life.to(BUSY)
+    reader.resume(content.leftover)
+    return True
 
 
 def _is_preface(event: Head, requests: int) -> bool:
@@ -374,9 +410,10 @@ class ConnectionTask:
                     client = client_for(cfg, client, req)
                 keep = req.keep_alive and requests < cfg.max_requests
                 if req.has_body:  # a request with content (never the GET path)
-                    content = self._content(event)
-                    got: Answer | Waiting | None = await self._with_content(
-                        req, content, now, client
+                    content = _content(event, env, self.emitter, reader)
+                    self.life.lift()  # the body's own deadlines apply from here
+                    got: Answer | Waiting | None = await complete_body(
+                        env, req, content, now, client, _run_deferred
                     )
                     if got is None:
                         env.stats.cancelled += 1
@@ -425,52 +462,8 @@ class ConnectionTask:
             request_id,
         )
         if content is not None and not close:
-            return await self._drain(content)
+            return await _drain(content, self.life, reader)
         return not close
-
-    def _content(self, event: Head) -> H1Body:
-        """The content a request head declares, read from the bytes past
-        the head and then the stream.  Ambiguous framing raises the
-        HTTPError :func:`request_framing` decides (400, or 501 for an
-        unknown transfer coding; both close).  ``100 Continue`` is sent
-        only when the handler pulls (RFC 9110 §10.1.1)."""
-        framing = request_framing(event.headers, event.http_version)
-        stream = self.stream
-        return H1Body(
-            framing,
-            body_policy(self.env.config),
-            stream.receive_some,
-            self.reader.leftover,
-            send_continue=self.emitter.send,
-        )
-
-    async def _with_content(
-        self, req: RequestFacts, content: H1Body, now: float, client: Callable[[], str]
-    ) -> Answer | None:
-        """The request steps for a request with content
-        (:func:`~serverio.pipeline.request.complete_body`).  No disconnect
-        watcher meanwhile: the bytes it would read are the content; a client
-        that leaves is noticed by the next pull or write."""
-        self.life.lift()  # the body's own deadlines apply from here
-        return await complete_body(self.env, req, content, now, client, _run_deferred)
-
-    async def _drain(self, content: H1Body) -> bool:
-        """After the answer: read past what the handler left of the content
-        (within ``BodyPolicy.drain_max`` bytes and ``drain_timeout``
-        seconds) so that the connection carries the next request, which
-        starts from the bytes read past the content.  False: close.
-
-        Cancellation handling: the drain is bounded by its own scope
-        (:meth:`RequestBody.drain`); an outer cancellation (shutdown,
-        abort) propagates and the connection closes.
-        """
-        life = self.life
-        life.to(DRAIN)
-        if content.state is not BodyState.DONE and not await content.drain():
-            return False
-        life.to(BUSY)
-        self.reader.resume(content.leftover)
-        return True
 
     async def _stream(self, plan: Plan) -> bool:
         """A long-lived streaming body (the live-reload event stream);
