@@ -25,12 +25,21 @@ import trio.testing
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes as S
 
-from serverio.errors import HTTPError
+from serverio.errors import ConfigError, HTTPError
 from serverio.http.core import Plan, RequestFacts, common_fields
 from serverio.net.h1state import CLOSED
 from serverio.pipeline.handler import BodyStep, Content
 
-from .conftest import HTTPClient, make_config, memory_connection
+from .conftest import (
+    HTTPClient,
+    connect,
+    make_config,
+    memory_connection,
+    open_fd_count,
+    reset,
+    running_server,
+    wait_until,
+)
 from .h2client import H2Client, h2_memory
 
 
@@ -545,3 +554,48 @@ async def test_h2_405_to_a_post_keeps_the_connection(root: Path, method: str) ->
         (r,) = await client.wait(sid)
         nxt = await client.get("/hello.txt")
     assert r.status == 405 and nxt.status == 200 and client.goaway is None
+
+
+# ================================================================ sockets, config
+
+
+@bounded
+async def test_h1_client_gone_mid_body_over_a_real_socket_leaks_no_descriptor(
+    root: Path,
+) -> None:
+    """127.0.0.1, port 0: ten clients each send half a body to a reading
+    step and hang up; the descriptors come back to the baseline and every
+    step saw the client leave."""
+    step = Echo()
+    async with running_server(make_config(root)) as (srv, port):
+        install(srv, step)
+        baseline = open_fd_count()
+        for _ in range(10):
+            client = await connect(port)
+            await client.send_raw(post("/echo", "Content-Length: 100\r\n", b"half"))
+            await step.pulled.wait()
+            step.pulled = trio.Event()
+            await reset(client)
+        await wait_until(lambda: len(step.seen) == 10)
+        await wait_until(lambda: open_fd_count() <= baseline)
+        ok = await connect(port)
+        r = await ok.get("/hello.txt")
+        await ok.stream.aclose()
+    assert r.status == 200
+    assert all(isinstance(e, trio.BrokenResourceError) for e in step.seen)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("max_body_size", -1, "--max-body-size"),
+        ("body_timeout", 0.0, "--body-timeout"),
+        ("body_total_timeout", float("nan"), "--body-total-timeout"),
+    ],
+)
+def test_bad_body_settings_are_one_line_errors_naming_the_flag(
+    root: Path, field: str, value: float, flag: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{flag} ") as info:
+        make_config(root, **{field: value})
+    assert "\n" not in str(info.value)
