@@ -114,7 +114,10 @@ class StreamAnswer:
             req, fields = self.facts(st)
             if cfg.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
-            if st.body is not None:
+            if st.body is not None and env.handler.receive is not None:
+                # A step may read the content; without one the content is
+                # left unread (the stream is reset NO_ERROR after the
+                # answer) and the request takes the usual path below.
                 return await self._with_content(st, req, now, client), fields, client
             if not self._take_file_now(st):
                 got = start(env, req, now)
