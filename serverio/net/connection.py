@@ -418,6 +418,8 @@ class ConnectionTask:
                     if got is None:
                         env.stats.cancelled += 1
                         return False  # the client went away while we waited
+                    # Can the connection outlive the rest (RFC 9112 §9.3)?
+                    keep = keep and content.keepable()
                 else:
                     got = start(env, req, now)
                 if type(got) is Waiting:
@@ -441,8 +443,6 @@ class ConnectionTask:
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
-            if content is not None and not content.keepable():
-                close = True  # its rest cannot be read past (RFC 9112 §9.3)
             sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
         finally:
             if body is not None:
