@@ -80,6 +80,13 @@ class Config:
     max_head_size: int = 16384
     max_target_size: int = 8192
 
+    # Request bodies (serverio.net.reqbody.BodyPolicy; docs/features.md
+    # "Request bodies"): content bytes accepted (RFC 9110 §15.5.14: 413
+    # past it), seconds one read of it may wait, seconds the whole of it.
+    max_body_size: int = _MiB
+    body_timeout: float = 30.0
+    body_total_timeout: float = 300.0
+
     # HTTP/2 (serverio.net.h2conn; docs/features.md "HTTP/2").
     http2: bool = True
     h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
@@ -195,7 +202,14 @@ class Config:
             raise ConfigError(f"--shutdown-delay must be between 0 and 3600 seconds, got {d!r}")
         if self.etag not in ETAG_MODES:
             raise ConfigError(f"--etag must be one of {', '.join(ETAG_MODES)}, got {self.etag!r}")
-        for name in ("head_timeout", "keepalive_timeout", "write_timeout", "shutdown_timeout"):
+        for name in (
+            "head_timeout",
+            "keepalive_timeout",
+            "write_timeout",
+            "shutdown_timeout",
+            "body_timeout",
+            "body_total_timeout",
+        ):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"--{_opt(name)} must be a positive number of seconds, got {v!r}")
@@ -204,6 +218,7 @@ class Config:
             ("max_requests", 1),
             ("max_head_size", 256),
             ("max_target_size", 16),
+            ("max_body_size", 0),
             ("h2_max_streams", 1),
             ("h2_max_resets", 1),
             ("h2_max_control", 1),

@@ -460,7 +460,7 @@ def test_http10_keep_alive_head_is_parsed() -> None:
 
 def test_a_plan_carries_no_wire_bytes() -> None:
     """The pure Plan is protocol-free: the HTTP/1.1 head of a shared plan
-    lives in the transport's cache (http.wire.shared_head), not on it."""
+    lives in the transport's cache (wire.h1.shared_head), not on it."""
     import dataclasses
 
     fields = {f.name: f.type for f in dataclasses.fields(Plan)}

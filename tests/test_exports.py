@@ -348,6 +348,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.net.h1state": (
         "BUSY",
         "CLOSED",
+        "DRAIN",
         "FIRST",
         "HANDSHAKE",
         "HEAD",
@@ -442,6 +443,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "BodyTooLarge",
         "ClientGone",
         "RequestBody",
+        "body_policy",
     ),
     "serverio.net.server": ("Server", "bind_public", "public_addresses"),
     "serverio.net.services": ("Services",),
@@ -500,7 +502,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.ops.workers": ("CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"),
     "serverio.pipeline": None,
     "serverio.pipeline.content": ("ContentService", "OwnedFd"),
-    "serverio.pipeline.handler": ("Deferred", "Handler", "prepare"),
+    "serverio.pipeline.handler": ("BodyStep", "Content", "Deferred", "Handler", "prepare"),
     "serverio.pipeline.hooks": ("EventSource", "Hooks", "NO_HOOKS", "Router", "Transform"),
     "serverio.pipeline.request": (
         "Answer",
@@ -511,6 +513,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "busy",
         "client_for",
         "complete",
+        "complete_body",
         "failed",
         "finish",
         "record",

@@ -544,7 +544,9 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
         return Plan(204, (*common_fields(now), (b"allow", ALLOW)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
-        return error_plan(405, now, close=req.has_body)
+        # A request body is the transport's to drain or not (RFC 9112 §9.3:
+        # the connection is kept only when the body can be read past).
+        return error_plan(405, now)
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
     if req.target.hidden and not cfg.hidden:

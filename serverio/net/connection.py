@@ -9,6 +9,10 @@ One task per connection.  Its parts have one job each:
   those deadlines, and the request facts built from it;
 * :class:`~serverio.net.emit.Emitter`: the response's head and body onto
   the stream, under the write deadline;
+* :class:`~serverio.net.h1body.H1Body`: a request's content, when its head
+  declares some (Content-Length or chunked, chosen once by
+  :func:`~serverio.wire.bodyframe.request_framing`), pulled by the handler
+  and drained (bounded) after the answer so that keep-alive survives;
 * :class:`ConnectionTask` (here): the loop — the TLS handshake, the
   request steps of :mod:`serverio.pipeline.request` (shared with HTTP/2),
   the wait for a deferred answer while watching the client, keep-alive and
@@ -24,7 +28,11 @@ nor its parser to anyone.  Deadlines are cancel scopes:
 * keep-alive deadline: between requests, the first byte must arrive within
   ``keepalive_timeout`` -> silent close;
 * write deadline: every write must make progress within ``write_timeout``
-  -> abort.
+  -> abort;
+* body deadlines: each pull of a request body within ``body_timeout``, the
+  whole body within ``body_total_timeout`` -> 408 and close (the body's own
+  cancel scopes, :class:`~serverio.net.reqbody.RequestBody`); the drain of
+  an unread body within ``BodyPolicy.drain_timeout`` -> close.
 
 Data flows one way: bytes -> h11 events -> :class:`RequestFacts` ->
 handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
@@ -41,13 +49,28 @@ import trio
 from ..errors import HTTPError
 from ..fs.body import Body
 from ..http.core import Plan
+from ..model import Prepared
 from ..observe.accesslog import AccessRecord
-from ..pipeline.request import Waiting, busy, client_for, complete, failed, record, start
+from ..pipeline.handler import Deferred
+from ..pipeline.request import (
+    Answer,
+    Waiting,
+    busy,
+    client_for,
+    complete,
+    complete_body,
+    failed,
+    record,
+    start,
+)
+from ..wire.bodyframe import request_framing
 from ..wire.h1 import head_bytes
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
+from .h1body import H1Body
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
-from .h1state import BUSY, CLOSED, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
+from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
+from .reqbody import BodyState, body_policy
 
 __all__ = ["H2_PREFACE", "ConnectionTask"]
 
@@ -65,6 +88,51 @@ def _only_cancelled(exc: BaseException) -> bool:
         _, rest = exc.split(trio.Cancelled)
         return rest is None
     return False
+
+
+async def _run_deferred(deferred: Deferred) -> Prepared | None:
+    """How a request with content waits for the handler: just await it
+    (the disconnect watcher would read the content as the next head)."""
+    try:
+        return await deferred.run()
+    finally:
+        deferred.close()
+
+
+def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadReader) -> H1Body:
+    """The content a request head declares, read from the bytes past the
+    head and then the stream.  Ambiguous framing raises the HTTPError
+    :func:`request_framing` decides (400, or 501 for an unknown transfer
+    coding; both close).  ``100 Continue`` is sent only when the handler
+    pulls (RFC 9110 §10.1.1).  The request steps run with no disconnect
+    watcher meanwhile (:func:`_run_deferred`): the bytes it would read are
+    the content; a client that leaves is noticed by the next pull or write."""
+    framing = request_framing(event.headers, event.http_version)
+    return H1Body(
+        framing,
+        body_policy(env.config),
+        emitter.stream.receive_some,
+        reader.leftover,
+        send_continue=emitter.send,
+    )
+
+
+async def _drain(content: H1Body, life: Lifetime, reader: HeadReader) -> bool:
+    """After the answer: read past what the handler left of the content
+    (within ``BodyPolicy.drain_max`` bytes and ``drain_timeout`` seconds)
+    so that the connection carries the next request, which starts from the
+    bytes read past the content.  False: close.
+
+    Cancellation handling: the drain is bounded by its own scope
+    (:meth:`RequestBody.drain`); an outer cancellation (shutdown, abort)
+    propagates and the connection closes.
+    """
+    life.to(DRAIN)
+    if content.state is not BodyState.DONE and not await content.drain():
+        return False
+    life.to(BUSY)
+    reader.resume(content.leftover)
+    return True
 
 
 def _is_preface(event: Head, requests: int) -> bool:
@@ -330,6 +398,7 @@ class ConnectionTask:
         ua = referer = request_id = None
         keep = False
         body: Body | None = None
+        content: H1Body | None = None
         client = peer
         # The request steps are the pipeline's (serverio.pipeline.request),
         # shared with HTTP/2; facts, the wait, the emit and keep-alive
@@ -340,7 +409,19 @@ class ConnectionTask:
                 if cfg.proxy_networks:  # --trusted-proxies; else no call at all
                     client = client_for(cfg, client, req)
                 keep = req.keep_alive and requests < cfg.max_requests
-                got = start(env, req, now)
+                if req.has_body:  # a request with content (never the GET path)
+                    content = _content(event, env, self.emitter, reader)
+                    self.life.lift()  # the body's own deadlines apply from here
+                    got: Answer | Waiting | None = await complete_body(
+                        env, req, content, now, client, _run_deferred
+                    )
+                    if got is None:
+                        env.stats.conns.cancelled += 1
+                        return False  # the client went away while we waited
+                    # Can the connection outlive the rest (RFC 9112 §9.3)?
+                    keep = keep and content.keepable()
+                else:
+                    got = start(env, req, now)
                 if type(got) is Waiting:
                     answer = await complete(env, got, now, client, self.reader.wait_watching)
                     if answer is None:
@@ -379,6 +460,8 @@ class ConnectionTask:
             referer,
             request_id,
         )
+        if content is not None and not close:
+            return await _drain(content, self.life, reader)
         return not close
 
     async def _stream(self, plan: Plan) -> bool:

@@ -8,12 +8,12 @@ from two sources: the bytes the head reader already holds past the head
 pipelined request) is :attr:`H1Body.leftover` once the body is DONE; the
 connection hands it to its next head parser.
 
-Wiring (the transport rebuild): after the head, build
-``H1Body(request_framing(headers, version), policy, stream.receive_some,
-trailing, send_continue=stream.send_all)``; give it to the handler; after the
-response, a body that is not DONE gets ``await body.drain()`` and the
-connection closes unless that returns True; the next head starts from
-``body.leftover``.
+Wired by :class:`serverio.net.connection.ConnectionTask`: after a head that
+declares content it builds ``H1Body(request_framing(headers, version),
+policy, stream.receive_some, trailing, send_continue=emitter.send)`` and
+hands it to the request steps; after the response, a body that is not DONE
+gets ``await body.drain()`` (phase DRAIN) and the connection closes unless
+that returns True; the next head starts from ``body.leftover``.
 """
 
 from __future__ import annotations

@@ -105,7 +105,9 @@ def request_facts(
     facts = RequestFacts(
         method=event.method,
         target=target,
-        keep_alive=keep_alive and not has_body,
+        # A body no longer closes the connection by itself: the connection
+        # drains it after the answer, or closes (serverio.net.connection).
+        keep_alive=keep_alive,
         has_body=has_body,
         tls=tls,
         **f.values,
@@ -139,6 +141,12 @@ class HeadReader:
         from this one (pipelining)."""
         leftover = self.parser.trailing_data[0]
         self.fed = len(leftover)
+        self.parser = HeadParser(self._cfg.max_head_size, leftover)
+
+    def resume(self, leftover: bytes) -> None:
+        """After a request body read to its end: the next head starts from
+        the bytes read past it (a pipelined request; :meth:`next_cycle`
+        then hands them on)."""
         self.parser = HeadParser(self._cfg.max_head_size, leftover)
 
     def feed(self, data: bytes | bytearray) -> None:

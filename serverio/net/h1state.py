@@ -16,7 +16,12 @@ HANDSHAKE   in its TLS handshake                            ``--head-timeout``
 IDLE        between requests, until the first byte          ``--keepalive-timeout``
 HEAD        receiving a request head                        ``--head-timeout``
 BUSY        answering a request (writes have their own      none (lifted lazily: see
-            deadline, ``--write-timeout``)                  :meth:`Lifetime.lift`)
+            deadline, ``--write-timeout``; a request body   :meth:`Lifetime.lift`)
+            the handler pulls has its own, ``--body-
+            timeout`` and ``--body-total-timeout``)
+DRAIN       after the response, reading and discarding      none (the drain's own
+            the rest of a body the handler did not read,    bound: ``BodyPolicy.
+            so that the connection can be kept              drain_timeout``)
 STREAM      streaming live-reload events                    none
 SWITCHED    served by HTTP/2 from now on                    none (HTTP/2 has its own)
 CLOSED      over                                            —
@@ -37,6 +42,7 @@ import trio
 __all__ = [
     "BUSY",
     "CLOSED",
+    "DRAIN",
     "FIRST",
     "HANDSHAKE",
     "HEAD",
@@ -60,6 +66,7 @@ class Phase(enum.IntEnum):
     STREAM = 5
     SWITCHED = 6
     CLOSED = 7
+    DRAIN = 8
 
 
 # The members as plain module constants: an Enum class attribute lookup
@@ -74,6 +81,7 @@ BUSY: Final = Phase.BUSY
 STREAM: Final = Phase.STREAM
 SWITCHED: Final = Phase.SWITCHED
 CLOSED: Final = Phase.CLOSED
+DRAIN: Final = Phase.DRAIN
 
 # Every allowed transition, from -> the phases it may go to.
 TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
@@ -89,18 +97,24 @@ TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
     # After a response: wait for the next request (IDLE, or HEAD when part
     # of it is already buffered); an event stream; h2c prior knowledge
     # (RFC 9113 §3.3) on the first request; close.  A pipelined head that
-    # is already whole is answered without leaving BUSY.
+    # is already whole is answered without leaving BUSY.  A request body
+    # the handler left unread is drained first (DRAIN).
     Phase.BUSY: frozenset(
-        {Phase.IDLE, Phase.HEAD, Phase.STREAM, Phase.SWITCHED, Phase.CLOSED}
+        {Phase.IDLE, Phase.HEAD, Phase.STREAM, Phase.SWITCHED, Phase.CLOSED, Phase.DRAIN}
     ),
+    # The body is read to its end: back to the answering phase, which goes
+    # on to the next head (pipelined bytes past the body included); or the
+    # drain failed (too large, too slow, the client left): close.
+    Phase.DRAIN: frozenset({Phase.BUSY, Phase.CLOSED}),
     Phase.STREAM: frozenset({Phase.CLOSED}),
     Phase.SWITCHED: frozenset({Phase.CLOSED}),
     Phase.CLOSED: frozenset(),
 }
 
 # In these phases a request (or what stands for one) is being served: a
-# drain lets it finish instead of closing the connection under it.
-_IN_FLIGHT: Final = frozenset({Phase.BUSY, Phase.STREAM, Phase.SWITCHED})
+# drain lets it finish instead of closing the connection under it (DRAIN:
+# the body drain is bounded by its own deadline).
+_IN_FLIGHT: Final = frozenset({Phase.BUSY, Phase.DRAIN, Phase.STREAM, Phase.SWITCHED})
 
 
 class Lifetime:

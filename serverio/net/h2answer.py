@@ -19,7 +19,15 @@ from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..model import Prepared
 from ..pipeline.handler import Deferred
-from ..pipeline.request import Answer, Waiting, client_for, complete, failed, start
+from ..pipeline.request import (
+    Answer,
+    Waiting,
+    client_for,
+    complete,
+    complete_body,
+    failed,
+    start,
+)
 from ..wire.fields import Fields, check_host, scan_fields
 from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv
@@ -106,6 +114,11 @@ class StreamAnswer:
             req, fields = self.facts(st)
             if cfg.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
+            if st.body is not None and env.handler.receive is not None:
+                # A step may read the content; without one the content is
+                # left unread (the stream is reset NO_ERROR after the
+                # answer) and the request takes the usual path below.
+                return await self._with_content(st, req, now, client), fields, client
             if not self._take_file_now(st):
                 got = start(env, req, now)
                 if type(got) is tuple and got[1].fd < 0:
@@ -128,6 +141,32 @@ class StreamAnswer:
         if answer[1].fd < 0:
             self.give_file(st)
         return answer, fields, client
+
+    async def _with_content(
+        self, st: Stream, req: RequestFacts, now: float, client: Callable[[], str]
+    ) -> Answer:
+        """The answer to a stream that carries content
+        (:func:`~serverio.pipeline.request.complete_body`: the handler's
+        receive step may pull ``st.body``), holding a descriptor slot first
+        since the answer may hold a descriptor.
+
+        Cancellation handling: a reset while waiting for the slot or the
+        body cancels with nothing held but the slot, given back by the
+        stream task's ``finally``.
+        """
+        env = self._env
+        assert st.body is not None
+        try:
+            if not self._take_file_now(st):
+                await self._files.acquire()
+                st.file_slot = True
+            got = await complete_body(env, req, st.body, now, client, run_deferred)
+            assert got is not None  # run_deferred never gives None
+        except HTTPError as exc:
+            got = failed(env, exc, now, req.method == b"HEAD")
+        if got[1].fd < 0:
+            self.give_file(st)
+        return got
 
     def _take_file_now(self, st: Stream) -> bool:
         try:

@@ -66,6 +66,17 @@ connection for a malformed request); :mod:`serverio.wire.h2head` checks
 each header block and a malformed one is a stream error (RST_STREAM
 PROTOCOL_ERROR), as is DATA that disagrees with ``content-length``
 (RFC 9113 §8.1.1).  A stream past ``h2_max_streams`` gets REFUSED_STREAM.
+
+Request bodies: a stream whose HEADERS do not end it gets an
+:class:`~serverio.net.h2body.H2Body` that its DATA feeds; the connection
+acknowledges DATA (``acknowledge_received_data``: WINDOW_UPDATE) only as
+the stream's handler consumes it, so flow control is the backpressure and
+a client never has more than the stream window buffered per stream.  DATA
+for a stream nobody reads (refused, reset, answered) is acknowledged at
+once, so the connection window is never starved.  A body left unread at
+answer time is abandoned: the response goes out, then RST_STREAM NO_ERROR
+(RFC 9113 §8.1: "stop sending", the request was answered in full); no
+drain, since HTTP/2 needs none to keep the connection.
 What h2 still reports as a connection error (``ProtocolError``: a broken
 frame, HPACK decoding failure, a header block over the HPACK size cap,
 more than 64 CONTINUATION frames, frames on a stream in the wrong state
@@ -96,11 +107,13 @@ from .env import ConnectionEnv
 from .h1head import RECV_SIZE
 from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, server_connection
 from .h2answer import StreamAnswer
+from .h2body import H2Body
 from .h2events import EventStreams
 from .h2phase import BROKEN, CLOSED, DRAINING, FINISHING, OPEN, ConnPhase, check
 from .h2read import FrameReader
 from .h2state import ANSWERING, DONE, STOPPED, Stream
 from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer
+from .reqbody import body_policy
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
 
@@ -346,30 +359,53 @@ class H2Connection:
         self._requests += 1
         self._last_stream = sid
         st = Stream(sid, head, ev.stream_ended is not None)
+        if st.open_body:
+            st.body = H2Body(
+                body_policy(cfg),
+                head.content_length,
+                lambda n: self._acknowledge(sid, n),
+                window=conn.local_settings.initial_window_size,
+            )
         self._streams[sid] = st
         assert self._nursery is not None
         self._nursery.start_soon(self._serve_stream, st)
 
-    def data(self, sid: int, n: int) -> None:
+    def data(self, sid: int, data: bytes, flow_controlled_length: int) -> None:
         st = self._streams.get(sid)
-        if st is not None:
-            st.received += n
-            length = st.head.content_length
-            if length is not None and st.received > length:
-                self._stream_error(st)
+        body = st.body if st is not None else None
+        if body is None:
+            self._acknowledge(sid, flow_controlled_length)  # nobody reads it
+            return
+        assert st is not None
+        if body.feed(data, flow_controlled_length) is not None:
+            self._stream_error(st)  # past content-length or the window (RFC 9113 §8.1.1)
 
     def ended(self, sid: int) -> None:
         st = self._streams.get(sid)
         if st is not None:
             st.ended = True
-            length = st.head.content_length
-            if length is not None and st.received != length:
-                self._stream_error(st)  # RFC 9113 §8.1.1
+            body = st.body
+            if body is not None:
+                if body.end() is not None:
+                    self._stream_error(st)  # END_STREAM short of content-length
+            elif st.head.content_length not in (None, 0):
+                self._stream_error(st)  # RFC 9113 §8.1.1: HEADERS ended it short
 
     def reset(self, sid: int) -> None:
         st = self._streams.get(sid)
         if st is not None:
+            if st.body is not None:
+                st.body.reset()  # a pull in progress ends (ClientGone)
             self._writer.cancel(st)
+
+    def _acknowledge(self, sid: int, n: int) -> None:
+        """Hand ``n`` flow-controlled bytes of ``sid`` back to the client
+        (WINDOW_UPDATE, for the stream and the connection, when h2's window
+        manager decides one is due)."""
+        if n <= 0 or self._writer.closed:
+            return
+        self._conn.acknowledge_received_data(n, sid)
+        self._writer.pull()
 
     def _stream_error(self, st: Stream) -> None:
         """The request turned out malformed: RST_STREAM PROTOCOL_ERROR
@@ -413,6 +449,9 @@ class H2Connection:
                     # answers with Connection: close, the connection ends
                     # after this response (GOAWAY; in-flight streams finish).
                     self.drain()
+        except trio.BrokenResourceError:
+            # The request body's client went away (ClientGone) mid-pull.
+            writer.reset(st, ErrorCodes.CANCEL)
         except Exception:
             # A bug in one stream must not end the other streams.
             env.stats.conns.internal_errors += 1
@@ -422,6 +461,8 @@ class H2Connection:
             writer.sending.pop(st.sid, None)  # before the fd closes
             if body is not None:
                 body.close()
+            if st.body is not None:
+                st.body.abandon()  # what still arrives is acknowledged at once
             self._answers.give_file(st)
             self._stream_done(st)
         if st.state in DONE:

@@ -100,7 +100,9 @@ class Sink(Protocol):
 
     def new_stream(self, ev: h2.events.RequestReceived) -> None: ...
 
-    def data(self, sid: int, n: int) -> None: ...
+    def data(self, sid: int, data: bytes, flow_controlled_length: int) -> None:
+        """One DATA frame's payload; the sink acknowledges
+        ``flow_controlled_length`` (padding included) when it is consumed."""
 
     def ended(self, sid: int) -> None: ...
 
@@ -222,13 +224,14 @@ class FrameReader:
             sid = ev.stream_id
             assert sid is not None
             n = ev.flow_controlled_length or 0
-            if n:
-                self._conn.acknowledge_received_data(n, sid)
             data = ev.data or b""
             if not data and ev.stream_ended is None and self._control.spend():
                 sink.calm()  # empty DATA frames cost work and carry nothing
                 return
-            sink.data(sid, len(data))
+            # Not acknowledged here: the sink hands the window back as the
+            # stream's handler consumes the data (flow control is the
+            # backpressure, RFC 9113 §5.2), or at once for data nobody reads.
+            sink.data(sid, data, n)
         elif isinstance(ev, h2.events.StreamEnded):
             sink.ended(ev.stream_id or 0)
         elif isinstance(ev, h2.events.StreamReset):

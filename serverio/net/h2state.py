@@ -4,8 +4,12 @@ As :mod:`serverio.net.h1state` does for the HTTP/1.1 connection, each
 response stream keeps what it is doing in one :class:`StreamState`, and
 every change goes through :meth:`Stream.to`, which refuses a transition
 the table does not list (a bug, raised where it happens).  The state is
-the response side; the request side (END_STREAM seen, DATA bytes counted
-against ``content-length``) is in ``Stream.ended`` and ``Stream.received``.
+the response side; the request side is ``Stream.ended`` (END_STREAM seen)
+and ``Stream.body``: the :class:`~serverio.net.h2body.H2Body` its DATA
+feeds (checked against ``content-length`` there), None when HEADERS ended
+the stream.  The body's own state is its
+:class:`~serverio.net.reqbody.BodyState`; the stream needs no state of
+its own for it (an unread body is answered, then RST_STREAM NO_ERROR).
 
 ==========  =======================================================  ==========
 state       the stream is ...                                        logged
@@ -36,6 +40,7 @@ import trio
 
 from ..http.core import FileSpan
 from ..wire.h2head import RequestHead
+from .h2body import H2Body
 
 __all__ = [
     "ANSWERING",
@@ -107,6 +112,7 @@ class Stream:
     is sent, the writer's cursor into it."""
 
     __slots__ = (
+        "body",
         "credit",
         "ended",
         "fd",
@@ -118,7 +124,6 @@ class Stream:
         "open_body",
         "pieces",
         "progress",
-        "received",
         "remaining",
         "scope",
         "sid",
@@ -132,7 +137,9 @@ class Stream:
         self.state = NEW
         self.ended = ended  # the client ended its side (END_STREAM seen)
         self.open_body = not ended  # HEADERS without END_STREAM: a body may follow
-        self.received = 0  # request body bytes (discarded; checked against content-length)
+        # The request content its DATA feeds (set by the connection when a
+        # body may follow).
+        self.body: H2Body | None = None
         self.scope = trio.CancelScope()
         self.status = 0
         self.pieces: list[bytes | FileSpan] = []

@@ -24,9 +24,13 @@ an ``h2_code`` for the RST_STREAM that follows it over HTTP/2.
 :class:`ClientGone` has no status: the peer went away and nothing can be
 answered.
 
-Not yet wired into :mod:`serverio.net.connection` or
-:mod:`serverio.net.h2conn` (the transport rebuild does that); see
-docs/architecture.md, "The request-body seam".
+Wired into both transports: :class:`serverio.net.connection.ConnectionTask`
+builds an :class:`~serverio.net.h1body.H1Body` for a request head that
+declares content, :class:`serverio.net.h2conn.H2Connection` an
+:class:`~serverio.net.h2body.H2Body` for a stream whose HEADERS did not end
+it; the handler side receives it as a
+:class:`serverio.pipeline.handler.Content` (docs/architecture.md, "The
+request-body seam").
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 import trio
 from h2.errors import ErrorCodes
 
+from ..config import Config
 from ..errors import ConfigError, HTTPError
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "BodyTooLarge",
     "ClientGone",
     "RequestBody",
+    "body_policy",
 ]
 
 
@@ -93,6 +99,18 @@ class BodyPolicy:
             value = getattr(self, name)
             if not value > 0:  # also refuses NaN
                 raise ConfigError(f"body policy: {name} must be > 0 seconds")
+
+
+def body_policy(cfg: Config) -> BodyPolicy:
+    """The server's :class:`BodyPolicy`: ``--max-body-size``,
+    ``--body-timeout`` (idle), ``--body-total-timeout``; the drain bounds
+    and the chunk size are the policy's defaults.  Built only for a request
+    that has content (the GET path never pays for it)."""
+    return BodyPolicy(
+        max_size=cfg.max_body_size,
+        idle_timeout=cfg.body_timeout,
+        total_timeout=cfg.body_total_timeout,
+    )
 
 
 class BodyError(HTTPError):
@@ -259,6 +277,17 @@ class RequestBody(abc.ABC):
             await self._begin()
         except (HTTPError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise self.fail(exc) from None
+
+    def keepable(self) -> bool:
+        """Whether the connection may still carry another request after
+        this body, as far as is known without reading: DONE, or not FAILED
+        and a :meth:`drain` not refused up front (its declared rest within
+        ``policy.drain_max``; over HTTP/1.1 no ``100-continue`` left
+        unanswered).  The HTTP/1.1 transport sends ``Connection: close``
+        when this is False."""
+        if self.state is BodyState.DONE:
+            return True
+        return self.state is not BodyState.FAILED and self._drainable(self.policy.drain_max)
 
     async def drain(self, limit: int | None = None) -> bool:
         """Read and discard the rest of an unread body, within

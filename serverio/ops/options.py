@@ -517,6 +517,15 @@ _CONNECTIONS = (
     _O("max_head_size", ("--max-head-size",),
        "largest request head (request line + fields); larger gets 431", "Connections",
        metavar="BYTES", parse=int),
+    _O("max_body_size", ("--max-body-size",),
+       "largest request body accepted (413 before reading when a larger one is declared; "
+       "cut off when more arrives)", "Connections", metavar="BYTES", parse=_bytes),
+    _O("body_timeout", ("--body-timeout",),
+       "seconds one read of a request body may wait for the next bytes (then 408)",
+       "Connections", metavar="S", parse=_seconds),
+    _O("body_total_timeout", ("--body-total-timeout",),
+       "seconds for a whole request body, from its first read (then 408)", "Connections",
+       metavar="S", parse=_seconds),
 )
 
 _HTTP2 = (

@@ -42,6 +42,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
+from typing import Protocol
 
 import trio
 
@@ -50,15 +51,49 @@ from ..config import Config
 from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import RootOpener
 from ..fs.prepare import resolve
-from ..http.core import RequestFacts
+from ..http.core import Plan, RequestFacts
 from ..http.decide import cache_candidate, decide, serve_cached
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 
-__all__ = ["Deferred", "Handler", "prepare"]
+__all__ = ["BodyStep", "Content", "Deferred", "Handler", "prepare"]
 
 log = logging.getLogger("serverio")
+
+
+class Content(Protocol):
+    """A request's content as a handler pulls it: what
+    :class:`serverio.net.reqbody.RequestBody` (HTTP/1.1's ``H1Body``,
+    HTTP/2's ``H2Body``) offers the pipeline, which sits below the
+    transports and so names it by its shape.
+
+    ``async for chunk in content`` yields non-empty ``bytes``; a pull raises
+    an :class:`~serverio.errors.HTTPError` (413 too large, 408 a body
+    deadline, 400 broken framing) that the request steps turn into the
+    answer, or ``trio.BrokenResourceError`` when the client left.
+
+    Cancellation handling: every pull is a checkpoint and runs under the
+    body's idle and total deadlines (``--body-timeout``,
+    ``--body-total-timeout``: cancel scopes of the body's own); an outer
+    cancellation propagates and leaves the content unusable.
+    """
+
+    declared: int | None  # the declared length (Content-Length / content-length), or None
+    received: int  # bytes handed out so far
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def next_chunk(self) -> bytes | None: ...
+
+
+# A handler step for a request that carries content: the Plan that answers
+# it, or None to answer it as any other request (a POST to a file: 405 with
+# Allow).  The transport owns the content and drains or discards what the
+# step left unread.  serverio installs none yet (uploads are the next
+# feature); the tests install one that reads the content, to prove the
+# seam over both protocols.
+BodyStep = Callable[[RequestFacts, Content, float], Awaitable[Plan | None]]
 
 
 class Deferred:
@@ -129,6 +164,9 @@ class Handler:
         self._jobs: trio.Nursery | None = None
         self._boundary_prefix = secrets.token_hex(6)
         self._boundary_counter = 0
+        # The step for requests with content (None: answered as any other
+        # request); see BodyStep.
+        self.receive: BodyStep | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

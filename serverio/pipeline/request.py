@@ -21,7 +21,10 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
    (:func:`failed` for one raised while the transport built the facts), and
    the site's finishing rules (error pages, header rules, CORS fields) apply
    to every answer;
-4. :func:`record` counts the response, observes its duration and writes
+4. a request with content (a body) goes through :func:`complete_body`
+   instead of 1-2: the handler's :attr:`~serverio.pipeline.handler.Handler.receive`
+   step, when one is installed, then the same steps;
+5. :func:`record` counts the response, observes its duration and writes
    the access-log line once the transport has sent it.
 
 What stays with the transport: parsing and facts, how it waits for a
@@ -55,7 +58,7 @@ from ..observe.stats import Stats
 from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
-from .handler import Deferred, Handler
+from .handler import Content, Deferred, Handler
 
 __all__ = [
     "Answer",
@@ -66,6 +69,7 @@ __all__ = [
     "busy",
     "client_for",
     "complete",
+    "complete_body",
     "failed",
     "finish",
     "record",
@@ -218,6 +222,42 @@ async def access(
     if got.allowed:
         return None
     return access_plan(got, now, head=ticket.req.method == b"HEAD")
+
+
+async def complete_body(
+    deps: Deps,
+    req: RequestFacts,
+    content: Content,
+    now: float,
+    client: Callable[[], str],
+    wait: Wait,
+) -> Answer | None:
+    """The answer to a request that carries content: the handler's
+    ``receive`` step (it may pull ``content``), when one is installed and
+    the site has no rules (a step that accepts content comes after the
+    access rules, with the upload feature); otherwise, or when it returns
+    None, :func:`start` and :func:`complete` as for any request (a POST to
+    a file: 405 with ``Allow``, the content left unread).  None: the client
+    went away while it waited.  The transport owns ``content``: it drains
+    what is left unread, or closes.
+
+    Cancellation handling: as :func:`complete`; a step cancelled mid-pull
+    leaves ``content`` unusable, and the transport then closes (HTTP/1.1)
+    or resets the stream (HTTP/2).
+    """
+    step = deps.handler.receive
+    if step is not None and deps.site is None:
+        try:
+            plan = await step(req, content, now)
+        except HTTPError as exc:
+            plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        if plan is not None:
+            return _finished(None, plan, -1, None)
+    got = start(deps, req, now)
+    if type(got) is Waiting:
+        return await complete(deps, got, now, client, wait)
+    assert type(got) is tuple
+    return got
 
 
 async def _admitted(
