@@ -19,7 +19,9 @@ from ..net.tls import make_ssl_context
 from ..site.passwords import DEFAULT_ITERATIONS, hash_password
 from ..site.service import load_site
 from .check import check_url
+from .completions import completions_main
 from .fdlimit import fit_fd_limit
+from .manpage import manpage_main
 from .options import DEFAULTS, GROUPS, OPTIONS, add_option, config_fields
 from .run import run_server
 from .tomlconfig import dump, parse_with_config
@@ -150,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["hash-password"]:
         return hash_password_main(argv[1:])
+    if argv[:1] == ["completions"]:
+        return completions_main(argv[1:])
+    if argv[:1] == ["manpage"]:
+        return manpage_main(argv[1:], parser.description or "")
     try:
         args = parse_with_config(parser, argv)
         if args.check is not None:
