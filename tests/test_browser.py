@@ -270,3 +270,43 @@ async def test_hostile_names_run_no_script_and_every_link_reaches_its_file(
                     name = unquote(href[2:])
                     assert text == f"content-{HOSTILE_TXT.index(name)}", (href, text)
             assert tools.dialogs == [] and tools.exceptions == []
+
+
+# ------------------------------------------------ the filter box (issue 28)
+
+
+async def test_the_filter_box_filters_as_you_type_under_the_csp_and_submits(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "www"
+    root.mkdir()
+    for name in ("apple.txt", "Banana.txt", "cherry.txt", "bandana"):
+        (root / name).write_text("x")
+    with trio.fail_after(30):
+        async with (
+            running_server(make_config(root)) as (_, port),
+            _devtools(tmp_path / "profile-filter") as tools,
+        ):
+            await tools.load(f"http://127.0.0.1:{port}/")
+            shown = (
+                "[...document.querySelectorAll('tbody tr')].filter(r => !r.hidden)"
+                ".map(r => r.dataset.name)"
+            )
+            every = ["apple.txt", "banana.txt", "bandana", "cherry.txt"]
+            assert await tools.evaluate(shown) == every
+            # Typing runs the page's script: allowed by its hash, nothing else.
+            typed = (
+                "(() => { const f = document.querySelector('form.filter input');"
+                " f.value = 'ANA'; f.dispatchEvent(new Event('input')); })()"
+            )
+            await tools.evaluate(typed)
+            assert await tools.evaluate(shown) == ["banana.txt", "bandana"]
+            # The same box is a GET form the server answers (form-action 'self').
+            await tools.load(click="document.querySelector('form.filter button')")
+            where = await tools.evaluate("location.search")
+            assert where == "?filter=ANA"
+            rows = await tools.evaluate("[...document.querySelectorAll('tbody tr')].length")
+            assert rows == 2 and "2 of 4 entries match" in await tools.evaluate(
+                "document.querySelector('footer').innerText"
+            )
+            assert tools.dialogs == [] and tools.exceptions == []

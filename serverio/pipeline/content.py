@@ -51,6 +51,7 @@ from ..http.listing import (
     Entry,
     ListingQuery,
     entries_digest,
+    filter_entries,
     listing_etag,
     parse_listing_query,
     render_html,
@@ -339,11 +340,13 @@ def render_listing(
 ) -> Listing:
     """Sort and render one listing (blocking: formatting ten thousand rows
     never holds the event loop): ``(body, content_type, etag)``."""
-    ordered = sort_entries(entries, query)
+    ordered = sort_entries(filter_entries(entries, query.filter), query)
     if query.json:
         body = render_json(segments, ordered, truncated=truncated)
         return body, b"application/json", listing_etag(body)
-    body = render_html(segments, ordered, query, truncated=truncated, limit=limit)
+    body = render_html(
+        segments, ordered, query, truncated=truncated, limit=limit, scanned=len(entries)
+    )
     return body, b"text/html; charset=utf-8", listing_etag(body)
 
 
