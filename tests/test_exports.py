@@ -151,6 +151,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.fs.opener": ("MAX_SYMLINKS", "RootOpener", "STRATEGIES"),
     "serverio.fs.prepare": ("CacheCandidate", "Prepared", "Rep", "Resolution", "resolve"),
+    "serverio.fs.readme": ("Readme", "read_readme"),
     "serverio.fs.reads": ("HAS_PREAD", "pread", "read_all"),
     "serverio.fs.watch": (
         "InotifyTree",
@@ -208,10 +209,12 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.http.disposition": ("ascii_fallback", "content_disposition", "download_matches"),
     "serverio.http.listing": (
         "Entry",
+        "FILTER_MAX",
         "LISTING_CSP",
         "ListingQuery",
         "SORT_KEYS",
         "entries_digest",
+        "filter_entries",
         "json_text",
         "listing_etag",
         "parse_listing_query",
@@ -234,6 +237,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "select_coding",
         "want_digest",
         "wanted_codings",
+    ),
+    "serverio.http.readme": (
+        "MARKDOWN",
+        "README_MAX",
+        "README_NAMES",
+        "checked_url",
+        "render_readme",
     ),
     "serverio.http.select": (
         "Headers",

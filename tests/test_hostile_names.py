@@ -171,6 +171,7 @@ def test_csp_allows_exactly_the_inline_style_and_filter_script() -> None:
         "default-src": "'none'",
         "style-src": f"'sha256-{digest}'",
         "script-src": f"'sha256-{script_digest}'",  # the filter box's, nothing else
+        "img-src": "'self'",  # a README's relative images
         "base-uri": "'none'",
         "form-action": "'self'",  # the filter box is a GET form to the page itself
         "frame-ancestors": "'none'",

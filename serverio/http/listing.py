@@ -258,6 +258,16 @@ form.filter input,form.filter button{font:inherit;padding:.25rem .6rem;color:var
 border:1px solid var(--line);border-radius:6px}
 form.filter input{flex:1;max-width:22rem;background:var(--bg)}
 form.filter button{background:var(--row)}
+.readme{margin-top:1.5rem;padding:0 1.25rem 1rem;border:1px solid var(--line);border-radius:6px;\
+overflow-wrap:anywhere}
+.readme h2{font-size:1rem;margin:0 -1.25rem 1rem;padding:.5rem 1.25rem;\
+border-bottom:1px solid var(--line)}
+.readme pre{white-space:pre-wrap;font:13px/1.45 ui-monospace,monospace}
+.readme code{font:13px ui-monospace,monospace;background:var(--row);padding:.1rem .3rem;\
+border-radius:4px}
+.readme pre code{padding:0;background:none}.readme img{max-width:100%}
+.readme table{width:auto}.readme blockquote{margin:0;padding-left:1rem;color:var(--mute);\
+border-left:3px solid var(--line)}
 """
 
 _STYLE: Final = "\n" + _CSS  # the exact text of the page's <style> element
@@ -283,10 +293,12 @@ def _sha256_source(text: str) -> str:
 # The page loads nothing and allows only its own inline style and script,
 # each by hash (CSP Level 3 §8.4): a name that slipped past escaping still
 # could not execute, rebase links or frame the page.  Forms may submit only
-# to this origin (the filter box is a GET form to the page itself).
+# to this origin (the filter box is a GET form to the page itself), images
+# load only from it (a README's relative images; serverio.http.readme).
 LISTING_CSP: Final = (
     f"default-src 'none'; style-src {_sha256_source(_STYLE)}; "
-    f"script-src {_sha256_source(_SCRIPT)}; base-uri 'none'; form-action 'self'; "
+    f"script-src {_sha256_source(_SCRIPT)}; img-src 'self'; base-uri 'none'; "
+    "form-action 'self'; "
     "frame-ancestors 'none'"
 ).encode("ascii")
 
@@ -361,12 +373,15 @@ def render_html(
     truncated: bool = False,
     limit: int = 0,
     scanned: int = -1,
+    readme: str = "",
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
     ``entries`` must already be filtered (:func:`filter_entries`) and
     sorted (:func:`sort_entries`); ``scanned`` is how many there were
-    before the filter (-1: the same number).
+    before the filter (-1: the same number).  ``readme`` is the README's
+    section (:func:`serverio.http.readme.render_readme`), shown below the
+    table.
     """
     esc = html.escape
     title = "/" + "".join(shown_name(s) + "/" for s in segments)
@@ -399,7 +414,7 @@ def render_html(
         f"{_filter_form(query)}{notice}"
         f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
-        + f"\n</tbody></table>\n<footer>{count} \u00b7 times in UTC \u00b7 "
+        + f"\n</tbody></table>\n{readme}<footer>{count} \u00b7 times in UTC \u00b7 "
         f'<a href="{json_href}">JSON</a></footer>\n'
         f"<script>{_SCRIPT}</script>\n</body></html>\n"
     )

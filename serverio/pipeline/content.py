@@ -42,6 +42,7 @@ from ..errors import HTTPError, errno_status
 from ..fs import winstat
 from ..fs.filecache import HashStore
 from ..fs.opener import RootOpener
+from ..fs.readme import Readme, read_readme
 from ..fs.reads import pread
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, content_hasher, decide_file, decide_generated
@@ -59,6 +60,7 @@ from ..http.listing import (
     sort_entries,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.readme import README_MAX, README_NAMES, render_readme
 from ..http.select import digest_applies
 from ..observe.stats import Stats
 
@@ -337,6 +339,8 @@ def render_listing(
     query: ListingQuery,
     truncated: bool,
     limit: int,
+    readme: Readme | None = None,
+    hidden: bool = False,
 ) -> Listing:
     """Sort and render one listing (blocking: formatting ten thousand rows
     never holds the event loop): ``(body, content_type, etag)``."""
@@ -344,8 +348,17 @@ def render_listing(
     if query.json:
         body = render_json(segments, ordered, truncated=truncated)
         return body, b"application/json", listing_etag(body)
+    section = ""
+    if readme is not None:
+        section = render_readme(readme.name, readme.text, segments, hidden=hidden, size=readme.size)
     body = render_html(
-        segments, ordered, query, truncated=truncated, limit=limit, scanned=len(entries)
+        segments,
+        ordered,
+        query,
+        truncated=truncated,
+        limit=limit,
+        scanned=len(entries),
+        readme=section,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)
 
@@ -658,6 +671,22 @@ class ContentService:
 
         return await self.digests.get_or_run(key, make_job)
 
+    async def _readme(
+        self, req: RequestFacts, entries: list[Entry], query: ListingQuery
+    ) -> Readme | None:
+        """The README below an HTML listing: only one the listing shows (so
+        the hidden policy, the containment and the access rules have passed
+        it), read in the work pool (requester-owned, like the scan)."""
+        if query.json:
+            return None
+        names = {e.name for e in entries if not e.is_dir}
+        name = next((n for n in README_NAMES if n in names), None)
+        if name is None:
+            return None
+        return await run_blocking(
+            self.work, read_readme, self.opener(), req.target.relpath, name, README_MAX
+        )
+
     async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
         """Scan in the work pool (requester-owned: a 503 when saturated, like
         the fs pool); then the rendered body from the listing cache, or
@@ -695,16 +724,26 @@ class ContentService:
             kept = self.visible(req, segments, entries)
             if len(kept) != len(entries):
                 entries, digest = kept, entries_digest(kept, scan.truncated)
+        readme = await self._readme(req, entries, query)
+        if readme is not None:
+            # The README's bytes are part of the page: a new README, a new key.
+            digest = hashlib.blake2b(digest + readme.digest, digest_size=16).digest()
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
-            limit = cfg.listing_max_entries
+            render = functools.partial(
+                render_listing,
+                segments,
+                entries,
+                query,
+                scan.truncated,
+                cfg.listing_max_entries,
+                hidden=cfg.hidden,
+            )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
                 async def job() -> Listing | None:
-                    return await run_blocking(
-                        work, render_listing, segments, entries, query, scan.truncated, limit
-                    )
+                    return await run_blocking(work, render, readme)
 
                 return job
 
@@ -714,9 +753,7 @@ class ContentService:
                 # nursery runs (shutting down, or a bare ConnectionTask).
                 # Render for this request alone, requester-owned like the
                 # scan: a full pool is a 503 (PoolSaturated).
-                listing = await run_blocking(
-                    work, render_listing, segments, entries, query, scan.truncated, limit
-                )
+                listing = await run_blocking(work, render, readme)
         self.stats.listings += 1
         body, ctype, etag = listing
         return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)
