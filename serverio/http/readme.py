@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import html
+import importlib
 from collections.abc import Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -35,12 +36,19 @@ from urllib.parse import urlsplit
 from ..errors import HTTPError
 from .target import parse_target, quote_segment
 
-try:  # the optional extra: serverio[markdown]
-    from markdown_it import MarkdownIt
-    from markdown_it.token import Token
-except ImportError:  # pragma: no cover - exercised by monkeypatching MARKDOWN
-    MarkdownIt = None  # type: ignore[assignment,misc]
-    Token = None  # type: ignore[assignment,misc]
+
+def _optional(name: str) -> Any:
+    """A module of the optional extra, or None.  Imported by name, so that
+    type-checking never depends on whether the extra is installed (its
+    objects are ``Any`` here either way)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:  # pragma: no cover - the fallback is tested by patching MARKDOWN
+        return None
+
+
+_MARKDOWN_IT: Any = _optional("markdown_it")  # the optional extra: serverio[markdown]
+_TOKENS: Any = _optional("markdown_it.token") if _MARKDOWN_IT is not None else None
 
 __all__ = ["MARKDOWN", "README_MAX", "README_NAMES", "checked_url", "render_readme"]
 
@@ -48,7 +56,7 @@ __all__ = ["MARKDOWN", "README_MAX", "README_NAMES", "checked_url", "render_read
 README_NAMES: Final = ("README.md", "README")
 README_MAX: Final = 256 * 1024
 # Is the Markdown renderer installed?  (Tests turn it off to see the fallback.)
-MARKDOWN: bool = MarkdownIt is not None
+MARKDOWN: bool = _MARKDOWN_IT is not None
 
 _SCHEMES: Final = frozenset({"http", "https", "mailto"})
 
@@ -124,13 +132,14 @@ def _image(tok: Any, segments: Sequence[str], hidden: bool, *, inside_link: bool
     parts = urlsplit(src) if checked_url(src, segments, hidden=hidden) else None
     if parts is not None and not parts.scheme:
         return [tok]  # relative and contained: shown (img-src 'self')
-    text = Token("text", "", 0, content=alt)
+    token = _TOKENS.Token
+    text = token("text", "", 0, content=alt)
     if parts is None or inside_link:
         return [text]
     return [
-        Token("link_open", "a", 1, attrs={"href": src}),
+        token("link_open", "a", 1, attrs={"href": src}),
         text,
-        Token("link_close", "a", -1),
+        token("link_close", "a", -1),
     ]
 
 
@@ -141,7 +150,9 @@ def _image(tok: Any, segments: Sequence[str], hidden: bool, *, inside_link: bool
 @functools.lru_cache(maxsize=16)
 def _markdown(text: str, segments: tuple[str, ...], hidden: bool) -> str:
     # One parser per render (0.2 ms): nothing shared between worker threads.
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md = _MARKDOWN_IT.MarkdownIt(
+        "commonmark", {"html": False, "linkify": False, "typographer": False}
+    )
     md.enable(["table", "strikethrough"])
     env: dict[str, Any] = {}
     tokens = md.parse(text, env)
