@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +22,8 @@ from urllib.parse import unquote, urljoin
 
 import pytest
 import trio
+
+from serverio.http import readme as readme_mod
 
 from .conftest import make_config, running_server
 
@@ -269,4 +272,96 @@ async def test_hostile_names_run_no_script_and_every_link_reaches_its_file(
                 else:
                     name = unquote(href[2:])
                     assert text == f"content-{HOSTILE_TXT.index(name)}", (href, text)
+            assert tools.dialogs == [] and tools.exceptions == []
+
+
+# ------------------------------------------------ the filter box (issue 28)
+
+
+async def test_the_filter_box_filters_as_you_type_under_the_csp_and_submits(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "www"
+    root.mkdir()
+    for name in ("apple.txt", "Banana.txt", "cherry.txt", "bandana"):
+        (root / name).write_text("x")
+    with trio.fail_after(30):
+        async with (
+            running_server(make_config(root)) as (_, port),
+            _devtools(tmp_path / "profile-filter") as tools,
+        ):
+            await tools.load(f"http://127.0.0.1:{port}/")
+            shown = (
+                "[...document.querySelectorAll('tbody tr')].filter(r => !r.hidden)"
+                ".map(r => r.dataset.name)"
+            )
+            every = ["apple.txt", "banana.txt", "bandana", "cherry.txt"]
+            assert await tools.evaluate(shown) == every
+            # Typing runs the page's script: allowed by its hash, nothing else.
+            typed = (
+                "(() => { const f = document.querySelector('form.filter input');"
+                " f.value = 'ANA'; f.dispatchEvent(new Event('input')); })()"
+            )
+            await tools.evaluate(typed)
+            assert await tools.evaluate(shown) == ["banana.txt", "bandana"]
+            # The same box is a GET form the server answers (form-action 'self').
+            await tools.load(click="document.querySelector('form.filter button')")
+            where = await tools.evaluate("location.search")
+            assert where == "?filter=ANA"
+            rows = await tools.evaluate("[...document.querySelectorAll('tbody tr')].length")
+            assert rows == 2 and "2 of 4 entries match" in await tools.evaluate(
+                "document.querySelector('footer').innerText"
+            )
+            assert tools.dialogs == [] and tools.exceptions == []
+
+
+# ------------------------------------------------ the README below (issue 28)
+
+
+def _png(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\0" + b"\x80\x20\x20" * width for _ in range(height))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + (chunk(b"IEND", b""))
+    )
+
+
+@pytest.mark.skipif(
+    not readme_mod.MARKDOWN, reason="markdown-it-py (the markdown extra) is not installed"
+)
+async def test_the_readme_renders_its_local_image_and_runs_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "pic.png").write_bytes(_png(7, 5))
+    (root / "README.md").write_text(
+        "# Hello\n\n![local](pic.png) ![remote](http://127.0.0.2:9/x.png)\n\n"
+        "<img src=x onerror=alert(1)> <script>alert(2)</script>\n\n"
+        "[js](javascript:alert(3)) [ok](pic.png)\n"
+    )
+    with trio.fail_after(30):
+        async with (
+            running_server(make_config(root)) as (_, port),
+            _devtools(tmp_path / "profile-readme") as tools,
+        ):
+            await tools.load(f"http://127.0.0.1:{port}/")
+            h1 = await tools.evaluate("document.querySelector('.readme h1').innerText")
+            assert h1 == "Hello"
+            # The relative image loaded under img-src 'self'; it is the only image.
+            sizes = await tools.evaluate(
+                "[...document.images].map(i => [i.getAttribute('src'), i.naturalWidth])"
+            )
+            assert sizes == [["pic.png", 7]]
+            hrefs = await tools.evaluate(
+                "[...document.querySelectorAll('.readme a')].map(a => a.getAttribute('href'))"
+            )
+            assert hrefs == ["./README.md", "http://127.0.0.2:9/x.png", "pic.png"]
+            text = await tools.evaluate("document.querySelector('.readme').innerText")
+            assert "<script>alert(2)</script>" in text
             assert tools.dialogs == [] and tools.exceptions == []

@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 from serverio.http.listing import (
+    _SCRIPT,
+    FILTER_MAX,
+    LISTING_CSP,
     Entry,
     ListingQuery,
+    filter_entries,
     human_size,
     listing_etag,
     parse_listing_query,
@@ -107,7 +111,7 @@ def test_html_escapes_names_and_encodes_links() -> None:
     assert "<script>alert" not in page
     p = _Collect()
     p.feed(page)
-    assert "script" not in p.tags  # no tag came from a name
+    assert p.tags.count("script") == 1  # the page's own (the filter); none from a name
     assert "./d%C3%A9j%C3%A0/" in p.links
     # Every byte outside RFC 3986 unreserved is encoded, ( ) ' & included.
     assert "./%3Cscript%3Ealert%281%29%3C%2Fscript%3E.txt" in p.links
@@ -127,7 +131,8 @@ def test_html_self_contained_and_dark_mode() -> None:
     page = render_html((), ENTRIES, ListingQuery()).decode()
     assert "prefers-color-scheme:dark" in page and "color-scheme" in page
     assert "http://" not in page and "https://" not in page and "<link" not in page
-    assert "<script" not in page
+    # One script, the constant filter script the CSP allows by its hash.
+    assert page.count("<script") == 1 and f"<script>{_SCRIPT}</script>" in page
     assert "../" not in page  # no parent link at the root
 
 
@@ -263,3 +268,77 @@ def test_stalled_readers_of_a_large_listing_share_one_body(tmp_path: Path) -> No
         f"RSS grew {grown / MiB:.1f} MiB for {conns} stalled readers "
         f"({per_conn / KiB:.0f} KiB each; listing {len(body) / KiB:.0f} KiB)"
     )
+
+
+# ---- the filter box (?filter=, issue 28)
+
+FILTERED = [
+    Entry("Report-2026.PDF", False, 1, 1_700_000_000),
+    Entry("notes.txt", False, 1, 1_700_000_000),
+    Entry("reports", True, -1, 1_700_000_000),
+    Entry("evil\u202etxt.exe", False, 1, 1_700_000_000),
+]
+
+
+def test_parse_listing_query_filter_is_bounded_and_printable() -> None:
+    q = parse_listing_query({"filter": "  Rep\x00ort\n "}, accept_json=False)
+    assert q.filter == "Report"
+    long = parse_listing_query({"filter": "x" * 10_000}, accept_json=False)
+    assert long.filter == "x" * FILTER_MAX
+    assert parse_listing_query({}, accept_json=False).filter == ""
+
+
+def test_filter_entries_matches_the_shown_name_ignoring_case() -> None:
+    names = [e.name for e in filter_entries(FILTERED, "REPORT")]
+    assert names == ["Report-2026.PDF", "reports"]
+    assert filter_entries(FILTERED, "") == FILTERED
+    # The shown name is what is matched: the override character is shown as
+    # <U+202E>, so that is what a reader can type and find.
+    assert [e.name for e in filter_entries(FILTERED, "<u+202e>")] == ["evil\u202etxt.exe"]
+    assert filter_entries(FILTERED, "evil\u202e") == []  # the raw name is not matched
+
+
+def test_html_filter_form_escapes_the_query_and_links_keep_it() -> None:
+    hostile = '"><script>alert(1)</script>&x=1'
+    query = ListingQuery("size", "desc", False, hostile)
+    page = render_html((), filter_entries(FILTERED, hostile), query, scanned=4).decode()
+    assert "<script>alert" not in page
+    p = _Collect()
+    p.feed(page)
+    assert p.tags.count("script") == 1
+    # The box shows the text as typed, in an attribute, escaped.
+    assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;&amp;x=1"' in page
+    assert f'maxlength="{FILTER_MAX}"' in page
+    # Sort and JSON links keep the filter, percent-encoded; the form keeps the sort.
+    tail = "&filter=%22%3E%3Cscript%3Ealert%281%29%3C%2Fscript%3E%26x%3D1"
+    assert "?sort=size&order=asc" + tail in p.links and "?format=json" + tail in p.links
+    assert '<input type="hidden" name="sort" value="size">' in page
+    assert '<input type="hidden" name="order" value="desc">' in page
+    assert "0 of 4 entries match" in page
+    rows = render_html((), sort_entries(FILTERED, ListingQuery()), ListingQuery()).decode()
+    assert 'data-name="report-2026.pdf"' in rows and 'data-name="evil&lt;u+202e&gt;txt.exe"' in rows
+
+
+async def test_the_server_filters_and_keys_the_cache_and_validator_by_the_filter(
+    tmp_path: Path,
+) -> None:
+    for name in ("Alpha.txt", "beta.txt", "alphabet.md"):
+        (tmp_path / name).write_bytes(b"x")
+    async with memory_connection(make_config(tmp_path)) as (client, srv, _):
+        whole = await client.get("/")
+        some = await client.get("/?filter=ALPHA")
+        assert some.status == 200 and b"beta.txt" not in some.body
+        assert b"Alpha.txt" in some.body and b"alphabet.md" in some.body
+        assert b"2 of 3 entries match" in some.body
+        assert some.header("etag") != whole.header("etag")
+        assert _listing_stats(srv) == (0, 2)
+        again = await client.get("/?filter=ALPHA", f"If-None-Match: {some.header('etag')}\r\n")
+        assert again.status == 304
+        assert _listing_stats(srv) == (1, 2)
+        as_json = json.loads((await client.get("/?filter=bet&format=json")).body)
+        assert [e["name"] for e in as_json["entries"]] == ["alphabet.md", "beta.txt"]
+        # Hostile and huge filters: escaped, bounded, still a 200.
+        hostile = await client.get("/?filter=%3Cscript%3E" + "y" * 5000)
+        assert hostile.status == 200 and b"<script>y" not in hostile.body
+        assert b"y" * FILTER_MAX not in hostile.body
+        assert hostile.header("content-security-policy") == LISTING_CSP.decode()

@@ -28,14 +28,17 @@ from ..http.listing import (
     Entry,
     ListingQuery,
     entries_digest,
+    filter_entries,
     listing_etag,
     render_html,
     render_json,
     sort_entries,
 )
+from ..http.readme import render_readme
 from ..model import Identity
 from . import winstat
 from .opener import RootOpener
+from .readme import Readme
 from .reads import pread
 
 __all__ = [
@@ -295,12 +298,25 @@ def render_listing(
     query: ListingQuery,
     truncated: bool,
     limit: int,
+    readme: Readme | None = None,
+    hidden: bool = False,
 ) -> Listing:
     """Sort and render one listing (blocking: formatting ten thousand rows
     never holds the event loop): ``(body, content_type, etag)``."""
-    ordered = sort_entries(entries, query)
+    ordered = sort_entries(filter_entries(entries, query.filter), query)
     if query.json:
         body = render_json(segments, ordered, truncated=truncated)
         return body, b"application/json", listing_etag(body)
-    body = render_html(segments, ordered, query, truncated=truncated, limit=limit)
+    section = ""
+    if readme is not None:
+        section = render_readme(readme.name, readme.text, segments, hidden=hidden, size=readme.size)
+    body = render_html(
+        segments,
+        ordered,
+        query,
+        truncated=truncated,
+        limit=limit,
+        scanned=len(entries),
+        readme=section,
+    )
     return body, b"text/html; charset=utf-8", listing_etag(body)

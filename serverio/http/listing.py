@@ -15,7 +15,8 @@ so ``javascript:alert(1)`` links to ``./javascript%3Aalert%281%29``, never
 to a script URL; breadcrumbs are ``../`` chains, sort links are query-only.
 Bidi and control characters in a shown name are shown as ``<U+202E>``
 so a name cannot disguise itself (``exe.txt`` spelled backwards).  The
-page has no script and is sent with :data:`LISTING_CSP`.
+page's one script is a constant (the progressive filter, allowed by its
+hash), no name ever reaches it, and it is sent with :data:`LISTING_CSP`.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ from typing import Final
 from .target import quote_segment
 
 __all__ = [
+    "FILTER_MAX",
     "LISTING_CSP",
     "SORT_KEYS",
     "Entry",
     "ListingQuery",
     "entries_digest",
+    "filter_entries",
     "json_text",
     "listing_etag",
     "parse_listing_query",
@@ -67,23 +70,45 @@ class ListingQuery:
     sort: str = "name"
     order: str = "asc"
     json: bool = False
+    filter: str = ""  # ?filter=: shown names containing it, case-insensitively
+
+
+# The longest ?filter= kept (characters; the rest is cut): a bound on the
+# listing cache's keys and on the work of matching, as the page's
+# <input maxlength> is for a browser.
+FILTER_MAX: Final = 256
 
 
 def parse_listing_query(params: Mapping[str, str], *, accept_json: bool) -> ListingQuery:
-    """``?sort=name|size|mtime&order=asc|desc&format=json|html``.
+    """``?sort=name|size|mtime&order=asc|desc&format=json|html&filter=TEXT``.
 
     Unknown values are ignored (the default applies), as for any other
     query string a static server does not understand.  ``format`` wins over
     the Accept header because it is the more explicit of the two.
+    ``filter`` keeps its printable characters, stripped of surrounding
+    space, at most :data:`FILTER_MAX` of them.
     """
     sort = params.get("sort", "name")
     order = params.get("order", "asc")
     fmt = params.get("format")
+    needle = "".join(c for c in params.get("filter", "")[: FILTER_MAX * 2] if c.isprintable())
     return ListingQuery(
         sort=sort if sort in SORT_KEYS else "name",
         order=order if order in _ORDERS else "asc",
         json=fmt == "json" if fmt in ("json", "html") else accept_json,
+        filter=needle.strip()[:FILTER_MAX],
     )
+
+
+def filter_entries(entries: Sequence[Entry], needle: str) -> list[Entry]:
+    """The entries whose shown name (:func:`shown_name`, what a reader sees)
+    contains ``needle``, ignoring case (``str.lower`` on both sides: the
+    same rule as the page's script, which uses ``toLowerCase``).  An empty
+    needle keeps every entry."""
+    if not needle:
+        return list(entries)
+    low = needle.lower()
+    return [e for e in entries if low in shown_name(e.name).lower()]
 
 
 def _name_key(e: Entry) -> tuple[str, str]:
@@ -228,40 +253,63 @@ td.time,th.time{text-align:right}
 .dir a{font-weight:600}
 .notice{padding:.5rem .75rem;border-radius:6px;background:var(--warn-bg);color:var(--warn)}
 footer{margin-top:1rem;color:var(--mute);font-size:.85rem}
+form.filter{display:flex;gap:.5rem;margin:0 0 .75rem}
+form.filter input,form.filter button{font:inherit;padding:.25rem .6rem;color:var(--fg);\
+border:1px solid var(--line);border-radius:6px}
+form.filter input{flex:1;max-width:22rem;background:var(--bg)}
+form.filter button{background:var(--row)}
+.readme{margin-top:1.5rem;padding:0 1.25rem 1rem;border:1px solid var(--line);border-radius:6px;\
+overflow-wrap:anywhere}
+.readme h2{font-size:1rem;margin:0 -1.25rem 1rem;padding:.5rem 1.25rem;\
+border-bottom:1px solid var(--line)}
+.readme pre{white-space:pre-wrap;font:13px/1.45 ui-monospace,monospace}
+.readme code{font:13px ui-monospace,monospace;background:var(--row);padding:.1rem .3rem;\
+border-radius:4px}
+.readme pre code{padding:0;background:none}.readme img{max-width:100%}
+.readme table{width:auto}.readme blockquote{margin:0;padding-left:1rem;color:var(--mute);\
+border-left:3px solid var(--line)}
 """
 
 _STYLE: Final = "\n" + _CSS  # the exact text of the page's <style> element
 
-# The page runs no script, loads nothing, and allows only its own inline
-# style, by hash (CSP Level 3 §8.4): a name that slipped past escaping still
-# could not execute, submit a form, rebase links or frame the page.
+# The progressive filter: as the reader types in the filter box, rows whose
+# data-name (the shown name, lower-cased) lacks the text are hidden.  The
+# page works without it: the box is a GET form the server filters
+# (?filter=, :func:`filter_entries`).  A constant, so one hash allows it.
+_SCRIPT: Final = """
+(()=>{const f=document.querySelector("form.filter input[name=filter]");if(!f)return;
+const rows=[...document.querySelectorAll("tbody tr[data-name]")];
+const run=()=>{const q=f.value.trim().toLowerCase();
+for(const r of rows)r.hidden=q!==""&&!r.dataset.name.includes(q);};
+f.addEventListener("input",run);})();
+"""
+
+
+def _sha256_source(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+# The page loads nothing and allows only its own inline style and script,
+# each by hash (CSP Level 3 §8.4): a name that slipped past escaping still
+# could not execute, rebase links or frame the page.  Forms may submit only
+# to this origin (the filter box is a GET form to the page itself), images
+# load only from it (a README's relative images; serverio.http.readme).
 LISTING_CSP: Final = (
-    "default-src 'none'; style-src 'sha256-"
-    + base64.b64encode(hashlib.sha256(_STYLE.encode("utf-8")).digest()).decode("ascii")
-    + "'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    f"default-src 'none'; style-src {_sha256_source(_STYLE)}; "
+    f"script-src {_sha256_source(_SCRIPT)}; img-src 'self'; base-uri 'none'; "
+    "form-action 'self'; "
+    "frame-ancestors 'none'"
 ).encode("ascii")
 
 
-def render_html(
-    segments: Sequence[str],
-    entries: Sequence[Entry],
-    query: ListingQuery,
-    *,
-    truncated: bool = False,
-    limit: int = 0,
-) -> bytes:
-    """The HTML page for the directory at ``segments`` (decoded names).
+def _query_tail(query: ListingQuery) -> str:
+    """``&filter=...`` for a link that keeps the page's filter (or nothing)."""
+    return f"&filter={quote_segment(query.filter)}" if query.filter else ""
 
-    ``entries`` must already be sorted (:func:`sort_entries`).
-    """
+
+def _header_cells(query: ListingQuery) -> str:
     esc = html.escape
-    title = "/" + "".join(shown_name(s) + "/" for s in segments)
-    # Breadcrumbs relative to this page: "../" per level up, "./" for itself.
-    depth = len(segments)
-    crumbs = [f'<a href="{"../" * depth or "./"}">/</a>']
-    for i, seg in enumerate(segments):
-        href = "../" * (depth - i - 1) or "./"
-        crumbs.append(f'<a href="{href}">{esc(shown_name(seg))}</a><span>/</span>')
     heads = []
     for key, label, cls in (
         ("name", "Name", "name"),
@@ -272,9 +320,13 @@ def render_html(
         arrow = ""
         if query.sort == key:
             arrow = " \u2191" if query.order == "asc" else " \u2193"
-        heads.append(
-            f'<th class="{cls}"><a href="?sort={key}&amp;order={order}">{label}</a>{arrow}</th>'
-        )
+        href = esc(f"?sort={key}&order={order}{_query_tail(query)}")
+        heads.append(f'<th class="{cls}"><a href="{href}">{label}</a>{arrow}</th>')
+    return "".join(heads)
+
+
+def _rows(segments: Sequence[str], entries: Sequence[Entry]) -> list[str]:
+    esc = html.escape
     rows = []
     if segments:
         rows.append(
@@ -283,16 +335,63 @@ def render_html(
         )
     for e in entries:
         link = _entry_href(e)
-        shown = esc(shown_name(e.name)) + ("/" if e.is_dir else "")
+        name = shown_name(e.name)
+        shown = esc(name) + ("/" if e.is_dir else "")
         size = "\u2014" if e.is_dir else human_size(e.size)
         size_title = "" if e.is_dir else f' title="{e.size} bytes"'
         rows.append(
-            f'<tr class="{"dir" if e.is_dir else "file"}">'
+            f'<tr class="{"dir" if e.is_dir else "file"}" data-name="{esc(name.lower())}">'
             f'<td class="name"><a href="{esc(link)}">{shown}</a></td>'
             f'<td class="size"{size_title}>{size}</td>'
             f"{_time_cell(e.mtime)}"
             "</tr>"
         )
+    return rows
+
+
+def _filter_form(query: ListingQuery) -> str:
+    """The filter box: a GET form to this page, keeping the sort order."""
+    esc = html.escape
+    keep = "".join(
+        f'<input type="hidden" name="{k}" value="{v}">'
+        for k, v, default in (("sort", query.sort, "name"), ("order", query.order, "asc"))
+        if v != default
+    )
+    return (
+        '<form class="filter" role="search" method="get">'
+        f'<input type="search" name="filter" value="{esc(query.filter)}" '
+        f'maxlength="{FILTER_MAX}" placeholder="Filter names" aria-label="Filter names" '
+        f'autocomplete="off">{keep}<button type="submit">Filter</button></form>\n'
+    )
+
+
+def render_html(
+    segments: Sequence[str],
+    entries: Sequence[Entry],
+    query: ListingQuery,
+    *,
+    truncated: bool = False,
+    limit: int = 0,
+    scanned: int = -1,
+    readme: str = "",
+) -> bytes:
+    """The HTML page for the directory at ``segments`` (decoded names).
+
+    ``entries`` must already be filtered (:func:`filter_entries`) and
+    sorted (:func:`sort_entries`); ``scanned`` is how many there were
+    before the filter (-1: the same number).  ``readme`` is the README's
+    section (:func:`serverio.http.readme.render_readme`), shown below the
+    table.
+    """
+    esc = html.escape
+    title = "/" + "".join(shown_name(s) + "/" for s in segments)
+    # Breadcrumbs relative to this page: "../" per level up, "./" for itself.
+    depth = len(segments)
+    crumbs = [f'<a href="{"../" * depth or "./"}">/</a>']
+    for i, seg in enumerate(segments):
+        href = "../" * (depth - i - 1) or "./"
+        crumbs.append(f'<a href="{href}">{esc(shown_name(seg))}</a><span>/</span>')
+    rows = _rows(segments, entries)
     notice = ""
     if truncated:
         notice = (
@@ -300,6 +399,9 @@ def render_html(
             "entries of a larger directory.</p>\n"
         )
     count = f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}"
+    if query.filter:
+        count = f"{len(entries)} of {scanned if scanned >= 0 else len(entries)} entries match"
+    json_href = esc("?format=json" + _query_tail(query))
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">\n'
@@ -309,11 +411,12 @@ def render_html(
         f"<style>{_STYLE}</style></head>\n"
         f"<body>\n<h1>Index of {esc(title)}</h1>\n"
         f'<nav aria-label="breadcrumb">{"".join(crumbs)}</nav>\n'
-        f"{notice}"
-        f"<table>\n<thead><tr>{''.join(heads)}</tr></thead>\n<tbody>\n"
+        f"{_filter_form(query)}{notice}"
+        f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
-        + f"\n</tbody></table>\n<footer>{count} \u00b7 times in UTC \u00b7 "
-        '<a href="?format=json">JSON</a></footer>\n</body></html>\n'
+        + f"\n</tbody></table>\n{readme}<footer>{count} \u00b7 times in UTC \u00b7 "
+        f'<a href="{json_href}">JSON</a></footer>\n'
+        f"<script>{_SCRIPT}</script>\n</body></html>\n"
     )
     return page.encode("utf-8")
 

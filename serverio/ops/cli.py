@@ -20,7 +20,9 @@ from ..net.tls import make_ssl_context
 from ..site.passwords import DEFAULT_ITERATIONS, hash_password
 from ..site.service import load_site
 from .check import check_url
+from .completions import completions_main
 from .fdlimit import fit_fd_limit
+from .manpage import manpage_main
 from .options import (
     DEFAULTS,
     ENV_PREFIX,
@@ -237,6 +239,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["hash-password"]:
         return hash_password_main(argv[1:])
+    if argv[:1] == ["completions"]:
+        return completions_main(argv[1:])
+    if argv[:1] == ["manpage"]:
+        return manpage_main(argv[1:], parser.description or "")
     variables: Mapping[str, str] = os.environ if environ is None else environ
     sources: dict[str, Option] = {}
     try:

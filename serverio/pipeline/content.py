@@ -48,6 +48,7 @@ from ..fs.jobs import (
     scan_listing,
 )
 from ..fs.opener import RootOpener
+from ..fs.readme import Readme, read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
@@ -58,6 +59,7 @@ from ..http.listing import (
     parse_listing_query,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.readme import README_MAX, README_NAMES, with_readme
 from ..http.reasons import reason_status
 from ..http.select import digest_applies
 from ..model import Identity, Reason, errno_reason
@@ -400,6 +402,22 @@ class ContentService:
 
         return await self.digests.get_or_run(key, make_job)
 
+    async def _readme(
+        self, req: RequestFacts, entries: list[Entry], query: ListingQuery
+    ) -> Readme | None:
+        """The README below an HTML listing: only one the listing shows (so
+        the hidden policy, the containment and the access rules have passed
+        it), read in the work pool (requester-owned, like the scan)."""
+        if query.json:
+            return None
+        names = {e.name for e in entries if not e.is_dir}
+        name = next((n for n in README_NAMES if n in names), None)
+        if name is None:
+            return None
+        return await run_blocking(
+            self.work, read_readme, self.opener(), req.target.relpath, name, README_MAX
+        )
+
     async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
         """Scan in the work pool (requester-owned: a 503 when saturated, like
         the fs pool); then the rendered body from the listing cache, or
@@ -437,16 +455,25 @@ class ContentService:
             kept = self.visible(req, segments, entries)
             if len(kept) != len(entries):
                 entries, digest = kept, entries_digest(kept, scan.truncated)
+        readme = await self._readme(req, entries, query)
+        if readme is not None:
+            digest = with_readme(digest, readme.digest)
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
-            limit = cfg.listing_max_entries
+            render = functools.partial(
+                render_listing,
+                segments,
+                entries,
+                query,
+                scan.truncated,
+                cfg.listing_max_entries,
+                hidden=cfg.hidden,
+            )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
                 async def job() -> Listing | None:
-                    return await run_blocking(
-                        work, render_listing, segments, entries, query, scan.truncated, limit
-                    )
+                    return await run_blocking(work, render, readme)
 
                 return job
 
@@ -456,9 +483,7 @@ class ContentService:
                 # nursery runs (shutting down, or a bare ConnectionTask).
                 # Render for this request alone, requester-owned like the
                 # scan: a full pool is a 503 (PoolSaturated).
-                listing = await run_blocking(
-                    work, render_listing, segments, entries, query, scan.truncated, limit
-                )
+                listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
         return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)
