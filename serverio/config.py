@@ -1,8 +1,13 @@
-"""The one object that holds every policy knob.
+"""Every policy knob, in one narrow policy object per concern.
 
-A :class:`Config` is immutable and validated once, at start-up; the hot path
-reads attributes and never re-parses anything.  Defaults are justified in
-docs/cli.md.
+A :class:`Config` holds the policies (:class:`ListenPolicy`,
+:class:`ConnectionPolicy`, :class:`FilesPolicy` ...) and the derived root
+fields; each is immutable and validated once, at start-up (each policy
+validates itself, :meth:`Config.validate` adds the rules between them).  The
+hot path reads attributes and never re-parses anything; code that needs one
+concern takes that policy, not the whole Config.  Each setting is one field
+of one policy (:data:`FIELD_GROUP`); serverio.ops.options declares its flag,
+TOML key and help.  Defaults are justified in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -13,14 +18,29 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ConfigError
 
 __all__ = [
     "ACCESS_LOG_FORMATS",
     "ETAG_MODES",
+    "FIELD_GROUP",
     "LOG_LEVELS",
+    "POLICIES",
     "Config",
+    "ConnectionPolicy",
+    "ContentPolicy",
+    "FilesPolicy",
+    "H2Policy",
+    "ListenPolicy",
+    "LogPolicy",
+    "Policy",
+    "PoolPolicy",
+    "SitePolicy",
+    "TlsPolicy",
+    "WatchPolicy",
+    "field_path",
     "listener_http2",
     "parse_host_port",
     "parse_listen",
@@ -59,15 +79,95 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
-    """Every policy knob of one server.  Construct, then call :meth:`validate`."""
+def _seconds_ok(v: object, lo_open: bool = True, hi: float | None = None) -> bool:
+    """A finite number of seconds: > 0 (``lo_open``) or >= 0, and <= ``hi``."""
+    if not (isinstance(v, int | float) and math.isfinite(v)):
+        return False
+    if hi is not None and v > hi:
+        return False
+    return v > 0 if lo_open else v >= 0
 
-    directory: str = "."
+
+def _check_ints(policy: object, minimums: tuple[tuple[str, int], ...]) -> None:
+    for name, lo in minimums:
+        v = getattr(policy, name)
+        if not isinstance(v, int) or v < lo:
+            raise ConfigError(f"--{_opt(name)} must be an integer >= {lo}, got {v!r}")
+
+
+def _check_seconds(policy: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        v = getattr(policy, name)
+        if not _seconds_ok(v):
+            raise ConfigError(f"--{_opt(name)} must be a positive number of seconds, got {v!r}")
+
+
+# ---------------------------------------------------------------- policies
+#
+# One frozen dataclass per concern, named after who consumes it (the table
+# in docs/architecture.md "Configuration").  Field names are unique across
+# the policies: the declarations of serverio.ops.options name a field, and
+# FIELD_GROUP says which policy holds it.
+
+
+@dataclass(frozen=True, slots=True)
+class ListenPolicy:
+    """Where the server listens and how many processes (serverio.net.server, ops)."""
+
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = 1  # processes, each with its own SO_REUSEPORT listener
+    fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
+    # --listen / --listen-tls HOST:PORT (repeatable); replace host/port.
+    listen: tuple[str, ...] = ()
+    listen_tls: tuple[str, ...] = ()
+    admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
 
-    # Connection policy.
+    def validate(self) -> ListenPolicy:
+        """Check the addresses and process counts (ConfigError naming the option)."""
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
+        if not isinstance(self.workers, int) or not 1 <= self.workers <= _MAX_PROCESSES:
+            raise ConfigError(
+                f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}"
+            )
+        for fd in self.fds:
+            if not isinstance(fd, int) or fd < 0:
+                raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
+        if self.fds and self.workers > 1:
+            # One inherited socket shared by N processes is exactly the unbalanced
+            # set-up --workers exists to avoid (see docs/deployment.md).
+            raise ConfigError("--workers > 1 cannot serve inherited sockets (--fd / LISTEN_FDS)")
+        public = [(self.host, self.port)]
+        if self.listen or self.listen_tls:
+            if self.fds:
+                raise ConfigError("--listen/--listen-tls cannot be combined with --fd / LISTEN_FDS")
+            public = [parse_listen(a, "--listen")[:2] for a in self.listen]
+            public += [parse_listen(a, "--listen-tls")[:2] for a in self.listen_tls]
+            if self.workers > 1 and any(p == 0 for _, p in public):
+                raise ConfigError(
+                    "--workers > 1 needs fixed ports in --listen/--listen-tls (not 0)"
+                )
+            seen = [a for a in public if a[1] != 0]
+            if len(set(seen)) != len(seen):
+                raise ConfigError("--listen/--listen-tls: the same address is given twice")
+        if self.admin_bind is not None:
+            host, port = parse_host_port(self.admin_bind, "--admin-bind")
+            if (
+                port != 0
+                and not self.fds
+                and any(port == p and _same_host(host, h) for h, p in public)
+            ):
+                raise ConfigError(
+                    "--admin-bind must not be the public address (use another port)"
+                )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPolicy:
+    """Limits and deadlines of every connection (serverio.net: both transports)."""
+
     max_connections: int = 1024
     head_timeout: float = 10.0
     keepalive_timeout: float = 5.0
@@ -79,7 +179,6 @@ class Config:
     shutdown_delay: float = 0.0
     max_head_size: int = 16384
     max_target_size: int = 8192
-
     # Request bodies (serverio.net.reqbody.BodyPolicy; docs/features.md
     # "Request bodies"): content bytes accepted (RFC 9110 §15.5.14: 413
     # past it), seconds one read of it may wait, seconds the whole of it.
@@ -87,7 +186,41 @@ class Config:
     body_timeout: float = 30.0
     body_total_timeout: float = 300.0
 
-    # HTTP/2 (serverio.net.h2conn; docs/features.md "HTTP/2").
+    def validate(self) -> ConnectionPolicy:
+        """Check the limits and deadlines (ConfigError naming the option)."""
+        d = self.shutdown_delay
+        if not _seconds_ok(d, lo_open=False, hi=3600):
+            raise ConfigError(f"--shutdown-delay must be between 0 and 3600 seconds, got {d!r}")
+        _check_seconds(
+            self,
+            (
+                "head_timeout",
+                "keepalive_timeout",
+                "write_timeout",
+                "shutdown_timeout",
+                "body_timeout",
+                "body_total_timeout",
+            ),
+        )
+        _check_ints(
+            self,
+            (
+                ("max_connections", 1),
+                ("max_requests", 1),
+                ("max_head_size", 256),
+                ("max_target_size", 16),
+                ("max_body_size", 0),
+            ),
+        )
+        if self.max_target_size > self.max_head_size:
+            raise ConfigError("--max-head-size must be at least the maximum target size (8192)")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class H2Policy:
+    """HTTP/2 (serverio.net.h2conn; docs/features.md "HTTP/2")."""
+
     http2: bool = True
     h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
     # Per connection and second: stream resets by the client (rapid reset,
@@ -102,7 +235,32 @@ class Config:
     # connection.
     h2_max_open_files: int = 4
 
-    # Filesystem policy.
+    def validate(self) -> H2Policy:
+        """Check the stream and flood budgets (ConfigError naming the option)."""
+        _check_ints(
+            self,
+            (
+                ("h2_max_streams", 1),
+                ("h2_max_resets", 1),
+                ("h2_max_control", 1),
+                ("h2_max_open_files", 1),
+            ),
+        )
+        if self.h2_max_streams > _MAX_H2_STREAMS:
+            raise ConfigError(
+                f"--h2-max-streams {self.h2_max_streams} is absurd (max {_MAX_H2_STREAMS})"
+            )
+        if self.h2_max_open_files > _MAX_H2_STREAMS:
+            raise ConfigError(
+                f"--h2-max-open-files {self.h2_max_open_files} is absurd (max {_MAX_H2_STREAMS})"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class FilesPolicy:
+    """Which files are served and how (serverio.fs, the file decisions of http.core)."""
+
     index: tuple[str, ...] = ("index.html",)
     hidden: bool = False
     follow_symlinks: bool = False
@@ -118,13 +276,52 @@ class Config:
     # ETag rule (docs/features.md "Validators"): "auto" or "content".
     etag: str = "auto"
 
-    # Blocking-work pools (0 workers = inline on the event loop).
+    def validate(self) -> FilesPolicy:
+        """Check the file options (ConfigError naming the option)."""
+        if self.etag not in ETAG_MODES:
+            raise ConfigError(f"--etag must be one of {', '.join(ETAG_MODES)}, got {self.etag!r}")
+        _check_ints(self, (("small_file_size", 0), ("max_ranges", 1), ("file_cache_size", 0)))
+        v = self.fs_cache_valid
+        if not _seconds_ok(v, lo_open=False, hi=3600):
+            raise ConfigError(f"--fs-cache-valid must be between 0 and 3600 seconds, got {v!r}")
+        for name in self.index:
+            if not name or "/" in name or name in (".", "..") or "\x00" in name:
+                raise ConfigError(f"--index {name!r} must be a plain file name")
+        if self.cache_control is not None and not _is_field_value(self.cache_control):
+            raise ConfigError("--cache-control must be a printable ASCII header value")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    """The blocking-work pools (serverio.concurrency; 0 workers = inline on the event loop)."""
+
     fs_workers: int = 0
     fs_queue: int = 0
     work_workers: int = 2
     work_queue: int = 64
 
-    # Content features (docs/features.md, "Content options" in docs/cli.md).
+    def validate(self) -> PoolPolicy:
+        """Check the pool sizes (ConfigError naming the option)."""
+        _check_ints(
+            self, (("fs_workers", 0), ("fs_queue", 0), ("work_workers", 0), ("work_queue", 0))
+        )
+        for pool in ("fs", "work"):
+            workers = getattr(self, f"{pool}_workers")
+            queue = getattr(self, f"{pool}_queue")
+            if workers > _MAX_WORKERS:
+                raise ConfigError(f"--{pool}-workers {workers} is absurd (max {_MAX_WORKERS})")
+            if queue > _MAX_QUEUE:
+                raise ConfigError(f"--{pool}-queue {queue} is absurd (max {_MAX_QUEUE})")
+            if workers == 0 and queue > 0:
+                raise ConfigError(f"--{pool}-queue needs --{pool}-workers > 0 (0 workers = inline)")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPolicy:
+    """Content features (docs/features.md, "Content options" in docs/cli.md)."""
+
     listing: bool = True
     listing_max_entries: int = 10_000
     listing_cache_size: int = 8 * _MiB  # rendered listings shared by identical requests
@@ -135,134 +332,17 @@ class Config:
     compress_cache_size: int = 64 * _MiB
     digest: bool = False
 
-    # Output.
-    access_log: str = "common"
-    quiet: bool = False
-
-    # Operations (docs/cli.md "Operations options").
-    certfile: str | None = None
-    keyfile: str | None = None
-    keyfile_password_env: str | None = None  # the NAME of a variable, never the password
-    keyfile_password_file: str | None = None  # --tls-password-file: a file holding it
-    workers: int = 1  # processes, each with its own SO_REUSEPORT listener
-    fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
-    # --listen / --listen-tls HOST:PORT (repeatable); replace host/port.
-    listen: tuple[str, ...] = ()
-    listen_tls: tuple[str, ...] = ()
-    admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
-    # --hsts SECONDS: Strict-Transport-Security on TLS responses (RFC 6797);
-    # None = off.  --hsts-include-subdomains adds includeSubDomains.
-    hsts: int | None = None
-    hsts_include_subdomains: bool = False
-    access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
-    log_level: str = "info"
-
-    # Development mode (docs/features.md "Live reload"): watch the root and
-    # reload browsers over Server-Sent Events under the reserved prefix.
-    watch: bool = False
-    watch_prefix: str = "/.serverio"
-    watch_poll: bool = False  # force the polling watcher (network filesystems)
-    # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
-    # their own budget, outside --max-connections; past it, 503.
-    watch_max_streams: int = 32
-
-    # Site rules (serverio.site.rules; docs/features.md "Site rules"): the
-    # raw specifications, compiled once by serverio.site.service.load_site.
-    headers: tuple[str, ...] = ()  # --header "Name: value"
-    cors: bool = False
-    cors_origins: tuple[str, ...] = ()
-    # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
-    header_rules: tuple[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]], ...] = ()
-    redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)
-    rewrites: tuple[tuple[str, str], ...] = ()  # [[rewrites]]: (from, to)
-    clean_urls: bool = False
-    trailing_slash: str = "keep"
-    error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
-    auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
-    auth_file: str | None = None  # --auth-file: the whole site
-    # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
-    # client (serverio.site.forwarded); empty: trust no one.
-    trusted_proxies: tuple[str, ...] = ()
-    rules_source: str = ""  # the file the tables came from (for messages)
-
-    # Derived, filled by validate(): the absolute real path of the root, and
-    # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
-    # reproducible builds stamp on every file.
-    root: str = field(default="", compare=False)
-    source_date_epoch: int | None = field(default=None, compare=False)
-    proxy_networks: tuple[IPNetwork, ...] = field(default=(), compare=False)
-
-    def validate(self) -> Config:
-        """Check every knob; return a copy with derived fields filled in.
-
-        Raises :class:`ConfigError` with a one-line message naming the option.
-        """
-        d = self.shutdown_delay
-        if not (isinstance(d, int | float) and math.isfinite(d) and 0 <= d <= 3600):
-            raise ConfigError(f"--shutdown-delay must be between 0 and 3600 seconds, got {d!r}")
-        if self.etag not in ETAG_MODES:
-            raise ConfigError(f"--etag must be one of {', '.join(ETAG_MODES)}, got {self.etag!r}")
-        for name in (
-            "head_timeout",
-            "keepalive_timeout",
-            "write_timeout",
-            "shutdown_timeout",
-            "body_timeout",
-            "body_total_timeout",
-        ):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise ConfigError(f"--{_opt(name)} must be a positive number of seconds, got {v!r}")
-        for name, lo in (
-            ("max_connections", 1),
-            ("max_requests", 1),
-            ("max_head_size", 256),
-            ("max_target_size", 16),
-            ("max_body_size", 0),
-            ("h2_max_streams", 1),
-            ("h2_max_resets", 1),
-            ("h2_max_control", 1),
-            ("h2_max_open_files", 1),
-            ("small_file_size", 0),
-            ("max_ranges", 1),
-            ("fs_workers", 0),
-            ("fs_queue", 0),
-            ("work_workers", 0),
-            ("work_queue", 0),
-            ("listing_max_entries", 1),
-            ("listing_cache_size", 0),
-            ("compress_max_size", 0),
-            ("compress_cache_size", 0),
-            ("file_cache_size", 0),
-            ("watch_max_streams", 1),
-        ):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < lo:
-                raise ConfigError(f"--{_opt(name)} must be an integer >= {lo}, got {v!r}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
-        if self.h2_max_streams > _MAX_H2_STREAMS:
-            raise ConfigError(
-                f"--h2-max-streams {self.h2_max_streams} is absurd (max {_MAX_H2_STREAMS})"
-            )
-        if self.h2_max_open_files > _MAX_H2_STREAMS:
-            raise ConfigError(
-                f"--h2-max-open-files {self.h2_max_open_files} is absurd (max {_MAX_H2_STREAMS})"
-            )
-        if self.max_target_size > self.max_head_size:
-            raise ConfigError("--max-head-size must be at least the maximum target size (8192)")
-        for pool in ("fs", "work"):
-            workers = getattr(self, f"{pool}_workers")
-            queue = getattr(self, f"{pool}_queue")
-            if workers > _MAX_WORKERS:
-                raise ConfigError(f"--{pool}-workers {workers} is absurd (max {_MAX_WORKERS})")
-            if queue > _MAX_QUEUE:
-                raise ConfigError(f"--{pool}-queue {queue} is absurd (max {_MAX_QUEUE})")
-            if workers == 0 and queue > 0:
-                raise ConfigError(f"--{pool}-queue needs --{pool}-workers > 0 (0 workers = inline)")
-        v = self.fs_cache_valid
-        if not (isinstance(v, int | float) and math.isfinite(v) and 0 <= v <= 3600):
-            raise ConfigError(f"--fs-cache-valid must be between 0 and 3600 seconds, got {v!r}")
+    def validate(self) -> ContentPolicy:
+        """Check the content options (ConfigError naming the option)."""
+        _check_ints(
+            self,
+            (
+                ("listing_max_entries", 1),
+                ("listing_cache_size", 0),
+                ("compress_max_size", 0),
+                ("compress_cache_size", 0),
+            ),
+        )
         if self.listing_max_entries > _MAX_LISTING_ENTRIES:
             raise ConfigError(
                 f"--listing-max-entries {self.listing_max_entries} is absurd "
@@ -276,135 +356,300 @@ class Config:
                 f"--spa-file {self.spa!r} must be a file path below the root "
                 "(no leading '/', no '.' or '..' segments, no hidden segments)"
             )
-        if self.access_log not in ACCESS_LOG_FORMATS:
-            raise ConfigError(
-                f"--access-log must be one of {', '.join(ACCESS_LOG_FORMATS)}, "
-                f"got {self.access_log!r}"
-            )
-        for name in self.index:
-            if not name or "/" in name or name in (".", "..") or "\x00" in name:
-                raise ConfigError(f"--index {name!r} must be a plain file name")
-        if self.cache_control is not None and not _is_field_value(self.cache_control):
-            raise ConfigError("--cache-control must be a printable ASCII header value")
-        _validate_operations(self)
-        if not os.path.isdir(self.directory):
-            raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
-        root = os.path.realpath(self.directory)
-        if self.watch:
-            _validate_watch(self, root)
-        epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-        try:
-            networks = parse_networks(self.trusted_proxies)
-        except ValueError as exc:
-            raise ConfigError(f"--trusted-proxies: {exc}") from None
-        return dataclasses.replace(
-            self,
-            root=root,
-            source_date_epoch=int(epoch) if epoch.isdigit() else None,
-            proxy_networks=networks,
-        )
-
-
-def _validate_operations(c: Config) -> None:
-    if c.keyfile is not None and c.certfile is None:
-        raise ConfigError("--keyfile needs --certfile")
-    if c.keyfile_password_env is not None:
-        if c.certfile is None:
-            raise ConfigError("--keyfile-password-env needs --certfile")
-        if c.keyfile_password_env not in os.environ:
-            raise ConfigError(
-                f"--keyfile-password-env: variable {c.keyfile_password_env!r} is not set"
-            )
-    if c.keyfile_password_file is not None:
-        if c.certfile is None:
-            raise ConfigError("--tls-password-file needs --certfile")
-        if c.keyfile_password_env is not None:
-            raise ConfigError("--tls-password-file and --keyfile-password-env exclude each other")
-    for name in ("certfile", "keyfile", "keyfile_password_file"):
-        path = getattr(c, name)
-        if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
-            opt = "tls-password-file" if name == "keyfile_password_file" else name
-            raise ConfigError(f"--{opt} {path!r} is not a readable file")
-    if not isinstance(c.workers, int) or not 1 <= c.workers <= _MAX_PROCESSES:
-        raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {c.workers!r}")
-    for fd in c.fds:
-        if not isinstance(fd, int) or fd < 0:
-            raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
-    if c.fds and c.workers > 1:
-        # One inherited socket shared by N processes is exactly the unbalanced
-        # set-up --workers exists to avoid (see docs/deployment.md).
-        raise ConfigError("--workers > 1 cannot serve inherited sockets (--fd / LISTEN_FDS)")
-    public = [(c.host, c.port)]
-    if c.listen or c.listen_tls:
-        if c.fds:
-            raise ConfigError("--listen/--listen-tls cannot be combined with --fd / LISTEN_FDS")
-        public = [parse_listen(a, "--listen")[:2] for a in c.listen]
-        public += [parse_listen(a, "--listen-tls")[:2] for a in c.listen_tls]
-        if c.listen_tls and c.certfile is None:
-            raise ConfigError("--listen-tls needs --certfile")
-        if c.workers > 1 and any(p == 0 for _, p in public):
-            raise ConfigError("--workers > 1 needs fixed ports in --listen/--listen-tls (not 0)")
-        seen = [a for a in public if a[1] != 0]
-        if len(set(seen)) != len(seen):
-            raise ConfigError("--listen/--listen-tls: the same address is given twice")
-    if c.admin_bind is not None:
-        host, port = parse_host_port(c.admin_bind, "--admin-bind")
-        if (
-            port != 0
-            and not c.fds
-            and any(port == p and _same_host(host, h) for h, p in public)
-        ):
-            raise ConfigError("--admin-bind must not be the public address (use another port)")
-    _validate_hsts(c)
-    if c.access_log_file is not None:
-        parent = os.path.dirname(os.path.abspath(c.access_log_file))
-        if not os.path.isdir(parent):
-            raise ConfigError(f"--access-log-file: directory {parent!r} does not exist")
-    if c.log_level not in LOG_LEVELS:
-        levels = ", ".join(LOG_LEVELS)
-        raise ConfigError(f"--log-level must be one of {levels}, got {c.log_level!r}")
+        return self
 
 
 _MAX_HSTS = 2**31 - 1  # delta-seconds (RFC 6797 §6.1.1); caches cap at this
 
 
-def _validate_hsts(c: Config) -> None:
-    if c.hsts is None:
-        if c.hsts_include_subdomains:
-            raise ConfigError("--hsts-include-subdomains needs --hsts SECONDS")
-        return
-    if not isinstance(c.hsts, int) or not 0 <= c.hsts <= _MAX_HSTS:
-        raise ConfigError(f"--hsts must be seconds from 0 to {_MAX_HSTS}, got {c.hsts!r}")
-    if c.certfile is None:
-        # Sent on TLS responses only (RFC 6797 §7.2): without TLS it would
-        # never go out.  Behind a TLS-terminating proxy, set it there.
-        raise ConfigError("--hsts needs --certfile (it is only sent over TLS)")
+@dataclass(frozen=True, slots=True)
+class TlsPolicy:
+    """Certificates and HSTS (serverio.net.tls, the TLS fields of the pure layer)."""
+
+    certfile: str | None = None
+    keyfile: str | None = None
+    keyfile_password_env: str | None = None  # the NAME of a variable, never the password
+    keyfile_password_file: str | None = None  # --tls-password-file: a file holding it
+    # --hsts SECONDS: Strict-Transport-Security on TLS responses (RFC 6797);
+    # None = off.  --hsts-include-subdomains adds includeSubDomains.
+    hsts: int | None = None
+    hsts_include_subdomains: bool = False
+
+    def validate(self) -> TlsPolicy:
+        """Check the files and their combinations (ConfigError naming the option)."""
+        if self.keyfile is not None and self.certfile is None:
+            raise ConfigError("--keyfile needs --certfile")
+        if self.keyfile_password_env is not None:
+            if self.certfile is None:
+                raise ConfigError("--keyfile-password-env needs --certfile")
+            if self.keyfile_password_env not in os.environ:
+                raise ConfigError(
+                    f"--keyfile-password-env: variable {self.keyfile_password_env!r} is not set"
+                )
+        if self.keyfile_password_file is not None:
+            if self.certfile is None:
+                raise ConfigError("--tls-password-file needs --certfile")
+            if self.keyfile_password_env is not None:
+                raise ConfigError(
+                    "--tls-password-file and --keyfile-password-env exclude each other"
+                )
+        for name in ("certfile", "keyfile", "keyfile_password_file"):
+            path = getattr(self, name)
+            if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                opt = "tls-password-file" if name == "keyfile_password_file" else name
+                raise ConfigError(f"--{opt} {path!r} is not a readable file")
+        self._validate_hsts()
+        return self
+
+    def _validate_hsts(self) -> None:
+        if self.hsts is None:
+            if self.hsts_include_subdomains:
+                raise ConfigError("--hsts-include-subdomains needs --hsts SECONDS")
+            return
+        if not isinstance(self.hsts, int) or not 0 <= self.hsts <= _MAX_HSTS:
+            raise ConfigError(f"--hsts must be seconds from 0 to {_MAX_HSTS}, got {self.hsts!r}")
+        if self.certfile is None:
+            # Sent on TLS responses only (RFC 6797 §7.2): without TLS it would
+            # never go out.  Behind a TLS-terminating proxy, set it there.
+            raise ConfigError("--hsts needs --certfile (it is only sent over TLS)")
+
+
+@dataclass(frozen=True, slots=True)
+class LogPolicy:
+    """The access and error logs (serverio.observe)."""
+
+    access_log: str = "common"
+    quiet: bool = False
+    access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
+    log_level: str = "info"
+
+    def validate(self) -> LogPolicy:
+        """Check the formats and the log file's directory (ConfigError naming the option)."""
+        if self.access_log not in ACCESS_LOG_FORMATS:
+            raise ConfigError(
+                f"--access-log must be one of {', '.join(ACCESS_LOG_FORMATS)}, "
+                f"got {self.access_log!r}"
+            )
+        if self.access_log_file is not None:
+            parent = os.path.dirname(os.path.abspath(self.access_log_file))
+            if not os.path.isdir(parent):
+                raise ConfigError(f"--access-log-file: directory {parent!r} does not exist")
+        if self.log_level not in LOG_LEVELS:
+            levels = ", ".join(LOG_LEVELS)
+            raise ConfigError(f"--log-level must be one of {levels}, got {self.log_level!r}")
+        return self
 
 
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def _validate_watch(c: Config, root: str) -> None:
-    # One dot segment: routed before the hidden-path rule, and the watcher
-    # never reports changes under it (dot paths reload nothing).
-    name = c.watch_prefix[2:]
-    if (
-        not c.watch_prefix.startswith("/.")
-        or not name
-        or not set(name) <= _PREFIX_CHARS
-        or name.strip(".") == ""
-    ):
-        raise ConfigError(
-            f"--watch-prefix must be one hidden path segment such as /.serverio, "
-            f"got {c.watch_prefix!r}"
-        )
-    # A real file at a reserved path would be silently shadowed: refuse.
-    for leaf in ("events", "livereload.js"):
-        if os.path.lexists(os.path.join(root, c.watch_prefix[1:], leaf)):
+@dataclass(frozen=True, slots=True)
+class WatchPolicy:
+    """Development mode (docs/features.md "Live reload"): watch the root and
+    reload browsers over Server-Sent Events under the reserved prefix."""
+
+    watch: bool = False
+    watch_prefix: str = "/.serverio"
+    watch_poll: bool = False  # force the polling watcher (network filesystems)
+    # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
+    # their own budget, outside --max-connections; past it, 503.
+    watch_max_streams: int = 32
+
+    def validate(self, root: str) -> WatchPolicy:
+        """Check the prefix against the served ``root`` (ConfigError naming the option)."""
+        _check_ints(self, (("watch_max_streams", 1),))
+        if not self.watch:
+            return self
+        # One dot segment: routed before the hidden-path rule, and the watcher
+        # never reports changes under it (dot paths reload nothing).
+        name = self.watch_prefix[2:]
+        if (
+            not self.watch_prefix.startswith("/.")
+            or not name
+            or not set(name) <= _PREFIX_CHARS
+            or name.strip(".") == ""
+        ):
             raise ConfigError(
-                f"--watch: {c.watch_prefix}/{leaf} is reserved for live reload, "
-                "but the served directory has a file there"
+                f"--watch-prefix must be one hidden path segment such as /.serverio, "
+                f"got {self.watch_prefix!r}"
             )
+        # A real file at a reserved path would be silently shadowed: refuse.
+        for leaf in ("events", "livereload.js"):
+            if os.path.lexists(os.path.join(root, self.watch_prefix[1:], leaf)):
+                raise ConfigError(
+                    f"--watch: {self.watch_prefix}/{leaf} is reserved for live reload, "
+                    "but the served directory has a file there"
+                )
+        return self
+
+
+HeaderRule = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class SitePolicy:
+    """Site rules (serverio.site.rules; docs/features.md "Site rules"): the raw
+    specifications, compiled once by serverio.site.service.load_site."""
+
+    headers: tuple[str, ...] = ()  # --header "Name: value"
+    cors: bool = False
+    cors_origins: tuple[str, ...] = ()
+    # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
+    header_rules: tuple[HeaderRule, ...] = ()
+    redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)
+    rewrites: tuple[tuple[str, str], ...] = ()  # [[rewrites]]: (from, to)
+    clean_urls: bool = False
+    trailing_slash: str = "keep"
+    error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
+    auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
+    auth_file: str | None = None  # --auth-file: the whole site
+    # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
+    # client (serverio.site.forwarded); empty: trust no one.
+    trusted_proxies: tuple[str, ...] = ()
+    rules_source: str = ""  # the file the tables came from (for messages)
+    # Derived by validate() from trusted_proxies.
+    proxy_networks: tuple[IPNetwork, ...] = field(default=(), compare=False)
+
+    def validate(self) -> SitePolicy:
+        """Parse the trusted proxies; a copy with proxy_networks filled in."""
+        try:
+            networks = parse_networks(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigError(f"--trusted-proxies: {exc}") from None
+        return dataclasses.replace(self, proxy_networks=networks)
+
+
+Policy = (
+    ListenPolicy
+    | ConnectionPolicy
+    | H2Policy
+    | FilesPolicy
+    | PoolPolicy
+    | ContentPolicy
+    | TlsPolicy
+    | LogPolicy
+    | WatchPolicy
+    | SitePolicy
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every policy of one server, one object per concern.
+
+    Construct with :meth:`of` (settings by field name, routed to their
+    policy) or from the policies, then call :meth:`validate`.
+    """
+
+    directory: str = "."
+    listeners: ListenPolicy = field(default_factory=ListenPolicy)
+    conn: ConnectionPolicy = field(default_factory=ConnectionPolicy)
+    h2: H2Policy = field(default_factory=H2Policy)
+    files: FilesPolicy = field(default_factory=FilesPolicy)
+    pools: PoolPolicy = field(default_factory=PoolPolicy)
+    content: ContentPolicy = field(default_factory=ContentPolicy)
+    tls: TlsPolicy = field(default_factory=TlsPolicy)
+    log: LogPolicy = field(default_factory=LogPolicy)
+    live: WatchPolicy = field(default_factory=WatchPolicy)
+    site: SitePolicy = field(default_factory=SitePolicy)
+
+    # Derived, filled by validate(): the absolute real path of the root, and
+    # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
+    # reproducible builds stamp on every file.
+    root: str = field(default="", compare=False)
+    source_date_epoch: int | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, **settings: Any) -> Config:
+        """A Config from settings named by field (``Config.of(port=0, index=("a",))``).
+
+        Raises TypeError for a name that is no field of any policy.
+        """
+        return cls().evolve(**settings)
+
+    def evolve(self, **settings: Any) -> Config:
+        """A copy with the named settings changed, each in its own policy."""
+        top: dict[str, Any] = {}
+        grouped: dict[str, dict[str, Any]] = {}
+        for name, value in settings.items():
+            group = FIELD_GROUP.get(name)
+            if group is None:
+                raise TypeError(f"Config has no setting {name!r}")
+            if group:
+                grouped.setdefault(group, {})[name] = value
+            else:
+                top[name] = value
+        for group, values in grouped.items():
+            top[group] = dataclasses.replace(getattr(self, group), **values)
+        return dataclasses.replace(self, **top)
+
+    def value(self, name: str) -> Any:
+        """The setting named by field (``cfg.value("port")`` is ``cfg.listeners.port``)."""
+        group = FIELD_GROUP.get(name)
+        if group is None:
+            raise AttributeError(f"Config has no setting {name!r}")
+        return getattr(getattr(self, group), name) if group else getattr(self, name)
+
+    def validate(self) -> Config:
+        """Check every policy; return a copy with derived fields filled in.
+
+        Raises :class:`ConfigError` with a one-line message naming the option.
+        """
+        conn, h2, files = self.conn.validate(), self.h2.validate(), self.files.validate()
+        pools, content, log = self.pools.validate(), self.content.validate(), self.log.validate()
+        tls, listeners = self.tls.validate(), self.listeners.validate()
+        # The rules between policies.
+        if listeners.listen_tls and tls.certfile is None:
+            raise ConfigError("--listen-tls needs --certfile")
+        if not os.path.isdir(self.directory):
+            raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
+        root = os.path.realpath(self.directory)
+        epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+        return dataclasses.replace(
+            self,
+            listeners=listeners,
+            conn=conn,
+            h2=h2,
+            files=files,
+            pools=pools,
+            content=content,
+            tls=tls,
+            log=log,
+            live=self.live.validate(root),
+            site=self.site.validate(),
+            root=root,
+            source_date_epoch=int(epoch) if epoch.isdigit() else None,
+        )
+
+
+# Group attribute of Config -> its policy class, in declaration order: the
+# fields whose default is a policy instance (the factory is the class).
+POLICIES: dict[str, type[Policy]] = {
+    f.name: f.default_factory  # type: ignore[misc]  # the factory is the policy class
+    for f in dataclasses.fields(Config)
+    if f.default_factory is not dataclasses.MISSING
+}
+
+
+def _field_groups() -> dict[str, str]:
+    out = {f.name: "" for f in dataclasses.fields(Config) if f.name not in POLICIES}
+    for group, policy in POLICIES.items():
+        for f in dataclasses.fields(policy):
+            if f.name in out:
+                raise TypeError(f"setting {f.name!r} is declared twice ({group})")
+            out[f.name] = group
+    return out
+
+
+# Setting name -> the Config attribute of its policy ("" for Config's own
+# fields): every setting is one field of one policy.
+FIELD_GROUP: dict[str, str] = _field_groups()
+
+
+def field_path(name: str) -> str:
+    """Where a setting lives: ``"files.index"``, or ``"directory"`` for a root field."""
+    group = FIELD_GROUP[name]
+    return f"{group}.{name}" if group else name
 
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})

@@ -157,7 +157,7 @@ def _check_combinations(args: argparse.Namespace) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     """The validated Config of a parsed namespace (ConfigError: one line)."""
     _check_combinations(args)
-    cfg = Config(**config_fields(args)).validate()
+    cfg = Config.of(**config_fields(args)).validate()
     # Compile the site rules now, so a bad rule is a one-line error (exit 2)
     # before anything is bound; the server compiles its own copy.
     load_site(cfg)
@@ -265,12 +265,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as exc:
         print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=cfg.log_level.upper(), format="serverio: %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=cfg.log.log_level.upper(), format="serverio: %(levelname)s: %(message)s"
+    )
     # Before any worker starts: they inherit the raised limit and the config.
     cfg, note = fit_fd_limit(cfg)
     if note is not None:
         print(note, file=sys.stderr, flush=True)
-    if cfg.workers > 1:
+    if cfg.listeners.workers > 1:
         from .workers import supervise
 
         return supervise(cfg)

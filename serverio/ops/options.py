@@ -6,7 +6,10 @@ places (the :class:`~serverio.config.Config` field, ``build_parser`` and
 help text and group (the sections of docs/cli.md).  Everything else is
 derived from it:
 
-* the parser default is the Config field's default (never repeated here);
+* where the field lives: :attr:`Option.path` (``"files.index"``), looked up
+  in :data:`serverio.config.FIELD_GROUP` (each setting is one field of one
+  policy object);
+* the parser default is the policy field's default (never repeated here);
   the ``(default: ...)`` shown in ``--help`` is rendered from it;
 * the argparse action (:func:`add_option`) and the field's value
   (:meth:`Option.value_of`), so ``config_from_args`` is a loop;
@@ -41,7 +44,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..config import ACCESS_LOG_FORMATS, ETAG_MODES, LOG_LEVELS, Config, parse_networks
+from ..config import (
+    ACCESS_LOG_FORMATS,
+    ETAG_MODES,
+    LOG_LEVELS,
+    POLICIES,
+    Config,
+    field_path,
+    parse_networks,
+)
 from ..errors import ConfigError
 from .cpus import available_cpus
 
@@ -72,10 +83,14 @@ ENV_PREFIX = "SERVERIO_"
 # Run): used only when nothing else names the port (port_from_env).
 PORT_ENV = "PORT"
 
-# The Config defaults, read from the dataclass itself: an option never
-# states a default of its own when it has a field.
+# The defaults by setting name, read from the policy dataclasses (and
+# Config's own fields) themselves: an option never states a default of its
+# own when it has a field.
 DEFAULTS: dict[str, Any] = {
-    f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING
+    f.name: f.default
+    for cls in (Config, *POLICIES.values())
+    for f in dataclasses.fields(cls)
+    if f.default is not dataclasses.MISSING
 }
 
 Kind = Literal["value", "flag", "toggle", "list", "extend", "positional", "version"]
@@ -93,7 +108,7 @@ MISSING: Any = _Missing()
 class Option:
     """One setting: where it lives in Config and how the command line spells it."""
 
-    field: str | None  # the Config field; None: the option is about the command itself
+    field: str | None  # the setting (a policy field); None: about the command itself
     flags: tuple[str, ...]  # option strings, the long name first after any short one
     help: str
     group: str  # one of GROUPS (a section of docs/cli.md)
@@ -118,6 +133,11 @@ class Option:
         longs = [f for f in self.flags if f.startswith("--")]
         name = longs[0][2:] if longs else self.flags[-1].lstrip("-")
         return name.replace("-", "_")
+
+    @property
+    def path(self) -> str | None:
+        """Where the setting lives in Config: ``"files.index"`` (None: no field)."""
+        return None if self.field is None else field_path(self.field)
 
     @property
     def key(self) -> str | None:
@@ -261,7 +281,8 @@ def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
 
 
 def config_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """Config keyword arguments from a parsed namespace (options and tables)."""
+    """Settings by field name from a parsed namespace (options and tables),
+    for :meth:`Config.of`."""
     out: dict[str, Any] = {}
     for opt in OPTIONS:
         if opt.field is not None:
@@ -734,7 +755,8 @@ TABLES: tuple[Table, ...] = (
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
 )
 
-# Config fields with no declaration, and why no user sets them.
+# Settings (policy or Config fields) with no declaration, and why no user
+# sets them.
 NOT_SETTABLE: dict[str, str] = {
     "max_target_size": "fixed at 8192 (RFC 9112 §3 asks for at least 8000 octets)",
     "rules_source": "the --config file the site tables came from (for messages)",

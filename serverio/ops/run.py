@@ -86,14 +86,16 @@ async def run_server(
     except OSError as exc:  # the access log file cannot be opened
         reason = exc.strerror or str(exc)
         print(
-            f"serverio: error: cannot open --access-log-file {cfg.access_log_file}: {reason}",
+            f"serverio: error: cannot open --access-log-file {cfg.log.access_log_file}: {reason}",
             file=sys.stderr,
         )
         return 2
     try:
         await server.open_listeners()
         admin_listener = (
-            await open_admin_listener(cfg.admin_bind) if admin and cfg.admin_bind else None
+            await open_admin_listener(cfg.listeners.admin_bind)
+            if admin and cfg.listeners.admin_bind
+            else None
         )
     except ConfigError as exc:
         print(f"serverio: error: {exc}", file=sys.stderr)
@@ -101,7 +103,7 @@ async def run_server(
     except OSError as exc:
         if server.listeners:
             print(
-                f"serverio: error: cannot listen on --admin-bind {cfg.admin_bind}: "
+                f"serverio: error: cannot listen on --admin-bind {cfg.listeners.admin_bind}: "
                 f"{exc.strerror or exc}",
                 file=sys.stderr,
             )
@@ -131,16 +133,7 @@ async def run_server(
             for task in extra:
                 nursery.start_soon(task, server)
             if announce:
-                for listener in server.listeners:
-                    name = listener.socket.getsockname()
-                    scheme = "https" if server.tls_of(listener) is not None else "http"
-                    print(
-                        f"Serving {cfg.root} at {scheme}://{url_host(str(name[0]))}:{name[1]}/",
-                        flush=True,
-                    )
-                if admin_listener is not None:
-                    name = admin_listener.socket.getsockname()
-                    print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
+                _announce(server, admin_listener, cfg.root)
             if on_ready is not None:
                 on_ready(server)
             async for signum in signals:
@@ -152,6 +145,17 @@ async def run_server(
     summary = server.stats.summary(caches_of(server), SUMMARY_CACHE_KEYS)
     print(f"serverio: stopped: {summary}", file=sys.stderr, flush=True)
     return 0
+
+
+def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> None:
+    """The "Serving ROOT at URL" lines (and the admin URL) on standard output."""
+    for listener in server.listeners:
+        name = listener.socket.getsockname()
+        scheme = "https" if server.tls_of(listener) is not None else "http"
+        print(f"Serving {root} at {scheme}://{url_host(str(name[0]))}:{name[1]}/", flush=True)
+    if admin is not None:
+        name = admin.socket.getsockname()
+        print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
 
 
 class _Stop:
