@@ -86,7 +86,7 @@ async def stream_loop(n: int, m: int, size: int, root: Path, path: str = "/f.bin
     a, b = socket.socketpair()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
     client = trio.socket.from_stdlib_socket(a)
-    cfg = Config(directory=str(root), access_log="off", max_requests=10**9).validate()
+    cfg = Config.of(directory=str(root), access_log="off", max_requests=10**9).validate()
     srv = Server(cfg)
     first, later = _header_blocks(path)
     buf = bytearray()

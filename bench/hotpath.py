@@ -66,7 +66,7 @@ def _parse_fast(n: int) -> None:
 
 async def _engine(part: str, n: int, root: Path) -> None:
     a, b = socket.socketpair()
-    srv = Server(Config(directory=str(root), access_log="off", max_requests=10**9).validate())
+    srv = Server(Config.of(directory=str(root), access_log="off", max_requests=10**9).validate())
     event = HeadParser(16384, REQUEST).next_event()
     assert not isinstance(event, type(h11.NEED_DATA))
     cfg, handler = srv.env.config, srv.env.handler

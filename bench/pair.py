@@ -95,7 +95,7 @@ async def run_assets(n: int, root: Path) -> float:
     a, b = socket.socketpair()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
     client = trio.socket.from_stdlib_socket(a)
-    srv = Server(Config(directory=str(root), access_log="off", max_requests=10**9).validate())
+    srv = Server(Config.of(directory=str(root), access_log="off", max_requests=10**9).validate())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ConnectionTask(srv.env, stream).run)
         start = time.perf_counter()
@@ -115,7 +115,7 @@ async def run_churn(n: int, clients: int, root: Path) -> float:
     trio_run = getattr(trio._core, "_run", None)
     if trio_run is not None and hasattr(trio_run, "_r"):
         trio_run._r.seed(0)
-    cfg = Config(
+    cfg = Config.of(
         directory=str(root), host="127.0.0.1", port=0, access_log="off", max_requests=10**9
     )
     srv = Server(cfg.validate())
@@ -171,7 +171,7 @@ async def run(server: str, n: int, root: Path) -> float:
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
     client = trio.socket.from_stdlib_socket(a)
     body = (root / "1k.bin").read_bytes()
-    srv = Server(Config(directory=str(root), access_log="off", max_requests=10**9).validate())
+    srv = Server(Config.of(directory=str(root), access_log="off", max_requests=10**9).validate())
     async with trio.open_nursery() as nursery:
         if server == "serverio":
             nursery.start_soon(ConnectionTask(srv.env, stream).run)

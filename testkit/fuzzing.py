@@ -644,7 +644,7 @@ def make_env(base: Path, **config: object) -> FuzzEnv:
     # "blocked", so wait_all_tasks_blocked would return early, and the mock
     # clock would jump while the thread runs.  Pools under load are the fs
     # stall scenario's subject (real time, real threads).
-    cfg = Config(
+    cfg = Config.of(
         directory=str(root),
         head_timeout=7.0,
         keepalive_timeout=3.0,
@@ -652,7 +652,7 @@ def make_env(base: Path, **config: object) -> FuzzEnv:
         fs_queue=0,
         work_workers=0,
         work_queue=0,
-        **config,  # type: ignore[arg-type]
+        **config,
     )
     log = _Records()
     server = Server(cfg.validate(), access_log=log)

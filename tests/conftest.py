@@ -9,7 +9,7 @@ import struct
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h11
@@ -134,7 +134,7 @@ def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def make_config(root: Path, **kw: object) -> Config:
-    return replace(Config(directory=str(root), access_log="off"), **kw).validate()  # type: ignore[arg-type]
+    return Config.of(directory=str(root), access_log="off").evolve(**kw).validate()
 
 
 @dataclass
@@ -263,7 +263,7 @@ async def memory_connection(
 @asynccontextmanager
 async def running_server(cfg: Config) -> AsyncIterator[tuple[Server, int]]:
     """A real Server on 127.0.0.1 port 0; shut down gracefully on exit."""
-    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    srv = Server(cfg.evolve(host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
         await nursery.start(srv.serve)
         port = srv.addresses()[0][1]

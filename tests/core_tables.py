@@ -22,7 +22,7 @@ OTHER = '"1-2-14-abd"'
 DATA = bytes(range(20)) + b"\r\n--\r\n" + bytes(range(200, 214))  # 40 bytes, has CRLF
 CFG = Config()
 CC = "public, max-age=60"
-CFG_CC = Config(cache_control=CC)
+CFG_CC = Config.of(cache_control=CC)
 
 
 def imf(epoch: int) -> str:

@@ -10,7 +10,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +195,7 @@ async def test_tabs_share_one_stream_the_next_leader_takes_over_and_restarts_rec
     page = root / "tabs.html"
     page.write_text(_page(0))
     (root / "style.css").write_text("p {}")
-    cfg = replace(make_config(root, watch=True, shutdown_timeout=2), host="127.0.0.1", port=0)
+    cfg = make_config(root, watch=True, shutdown_timeout=2).evolve(host="127.0.0.1", port=0)
     leader = "window.__serverioLiveReload.leader"
     value = "document.getElementById('v').textContent"
     with trio.fail_after(90):
@@ -251,7 +250,7 @@ async def test_tabs_share_one_stream_the_next_leader_takes_over_and_restarts_rec
             srv.shutdown()
             await tabs.until(other, "window.__serverioLiveReload.connected === false")
             page.write_text(_page(4))  # while no server runs
-            srv = Server(replace(cfg, port=port))
+            srv = Server(cfg.evolve(port=port))
             tabs.forget_loads(other)
             await nursery.start(srv.serve)
             # Reconnected: the first open after a failure reloads (the

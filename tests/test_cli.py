@@ -200,6 +200,6 @@ def test_http2_on_by_default_and_switched_off() -> None:
 
     parser = build_parser()
     on = config_from_args(parser.parse_args(["-d", ".", "--http2", "--h2-max-streams", "7"]))
-    assert on.http2 and on.h2_max_streams == 7
-    assert config_from_args(parser.parse_args(["-d", "."])).http2
-    assert not config_from_args(parser.parse_args(["-d", ".", "--no-http2"])).http2
+    assert on.h2.http2 and on.h2.h2_max_streams == 7
+    assert config_from_args(parser.parse_args(["-d", "."])).h2.http2
+    assert not config_from_args(parser.parse_args(["-d", ".", "--no-http2"])).h2.http2

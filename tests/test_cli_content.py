@@ -17,11 +17,11 @@ def parse(root: Path, *args: str) -> Config:
 
 def test_defaults(root: Path) -> None:
     cfg = parse(root)
-    assert cfg.listing and cfg.listing_max_entries == 10_000
-    assert cfg.download == () and cfg.spa is None
-    assert cfg.precompressed and not cfg.digest
-    assert cfg.compress_max_size == 8 * 1024 * 1024
-    assert cfg.compress_cache_size == 64 * 1024 * 1024
+    assert cfg.content.listing and cfg.content.listing_max_entries == 10_000
+    assert cfg.content.download == () and cfg.content.spa is None
+    assert cfg.content.precompressed and not cfg.content.digest
+    assert cfg.content.compress_max_size == 8 * 1024 * 1024
+    assert cfg.content.compress_cache_size == 64 * 1024 * 1024
 
 
 def test_all_options(root: Path) -> None:
@@ -42,10 +42,12 @@ def test_all_options(root: Path) -> None:
         "16MiB",
         "--digest",
     )
-    assert not cfg.listing and cfg.listing_max_entries == 50
-    assert cfg.download == ("*.zip", "releases/*") and cfg.spa == "index.html"
-    assert not cfg.precompressed and cfg.digest
-    assert cfg.compress_max_size == 512 * 1024 and cfg.compress_cache_size == 16 << 20
+    assert not cfg.content.listing and cfg.content.listing_max_entries == 50
+    assert cfg.content.download == ("*.zip", "releases/*") and cfg.content.spa == "index.html"
+    assert not cfg.content.precompressed and cfg.content.digest
+    assert (
+        cfg.content.compress_max_size == 512 * 1024 and cfg.content.compress_cache_size == 16 << 20
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,7 +62,7 @@ def test_all_options(root: Path) -> None:
     ],
 )
 def test_spa_file(root: Path, args: list[str], spa: str | None) -> None:
-    assert parse(root, *args).spa == spa
+    assert parse(root, *args).content.spa == spa
 
 
 def _flag_like_options() -> list[str]:

@@ -38,7 +38,7 @@ BR = coded_etag(ID, "br")
 
 @pytest.fixture
 def cfg(tmp_path: Path) -> Config:
-    return Config(directory=str(tmp_path), cache_control="max-age=60").validate()
+    return Config.of(directory=str(tmp_path), cache_control="max-age=60").validate()
 
 
 def req(
@@ -210,6 +210,6 @@ def test_generated_listing_validators(cfg: Config, headers: dict[str, str], stat
     ],
 )
 def test_spa_fallback_applies(cfg: Config, target: str, method: bytes, applies: bool) -> None:
-    spa = replace(cfg, spa="index.html")
+    spa = cfg.evolve(spa="index.html")
     assert spa_fallback_applies(req(target, method=method), spa) is applies
     assert spa_fallback_applies(req(target, method=method), cfg) is False  # off by default

@@ -340,7 +340,7 @@ NOW = 1_700_000_000.0
 FACTS = FileFacts(
     size=len(DATA), mtime_ns=1_690_000_000 * 10**9, dev=3, ino=4, content_type="text/plain"
 )
-CFG = Config(cache_control="no-cache")
+CFG = Config.of(cache_control="no-cache")
 NEXT = b"HTTP/1.1 200 OK\r\n"
 
 

@@ -126,7 +126,7 @@ def test_no_body_no_descriptor(fds: list[int], req: object) -> None:
 
 def test_sidecar_chosen_over_identity(fds: list[int]) -> None:
     side = Rep(_fd(fds), replace(file_facts(size=len(GZ)), etag='"gz"'), GZ)
-    cfg = replace(CFG, compress_max_size=0)
+    cfg = CFG.evolve(compress_max_size=0)
     res = _file(fds, sidecars={"gzip": side})
     res = replace(res, ctype="text/javascript", relpath="app.js")
     p = decide(res, request(raw=b"/app.js", accept_encoding="gzip"), cfg, NOW)
@@ -138,7 +138,7 @@ def test_sidecar_chosen_over_identity(fds: list[int]) -> None:
 
 def test_a_sidecar_that_shrank_is_a_503(fds: list[int]) -> None:
     side = Rep(_fd(fds), file_facts(), None, shrank=True)
-    cfg = replace(CFG, compress_max_size=0)
+    cfg = CFG.evolve(compress_max_size=0)
     res = replace(_file(fds, sidecars={"gzip": side}), ctype="text/javascript", relpath="a.js")
     p = decide(res, request(raw=b"/a.js", accept_encoding="gzip"), cfg, NOW)
     assert p.plan.status == 503 and p.fd == -1

@@ -58,7 +58,7 @@ def test_decide_file_get_and_head_headers(cfg: Config) -> None:
     get = decide_file(request(), facts, cfg, NOW)
     head = decide_file(request(b"HEAD"), facts, cfg, NOW)
     hs = header_map(get)
-    expected_names = BASE_HEADERS | ({b"cache-control"} if cfg.cache_control else set())
+    expected_names = BASE_HEADERS | ({b"cache-control"} if cfg.files.cache_control else set())
     assert set(hs) == expected_names
     assert hs[b"date"] == b"Tue, 14 Nov 2023 22:13:20 GMT"
     assert hs[b"last-modified"] == b"Tue, 14 Nov 2023 19:26:40 GMT"  # sub-second dropped
@@ -66,7 +66,7 @@ def test_decide_file_get_and_head_headers(cfg: Config) -> None:
     assert hs[b"accept-ranges"] == b"bytes"
     assert hs[b"content-type"] == b"text/html; charset=utf-8"
     assert hs[b"content-length"] == b"40"
-    if cfg.cache_control:
+    if cfg.files.cache_control:
         assert hs[b"cache-control"] == CC.encode()
     assert get.status == 200 and get.send_body and not get.close
     assert get.body == (FileSpan(0, 40),) and get.needs_file and get.file_bytes == 40
@@ -217,7 +217,7 @@ def test_route_other_methods_are_405(method: bytes) -> None:
     ],
 )
 def test_route_hidden(raw: bytes, hidden_cfg: bool, expected: int | None) -> None:
-    cfg = Config(hidden=hidden_cfg)
+    cfg = Config.of(hidden=hidden_cfg)
     for method in (b"GET", b"HEAD"):
         plan = route(request(method, raw), cfg, NOW)
         if expected is None:

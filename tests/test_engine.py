@@ -474,7 +474,7 @@ def test_cli_index_list() -> None:
     from serverio.ops.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(["--index", "a.html,b.html", "--index", "c.html", "-d", "."])
-    assert config_from_args(args).index == ("a.html", "b.html", "c.html")
+    assert config_from_args(args).files.index == ("a.html", "b.html", "c.html")
 
 
 async def test_bytes_sent_counts_head_and_body_once(root: Path) -> None:

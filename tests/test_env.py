@@ -10,7 +10,6 @@ table is the configuration a real start would use.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import subprocess
@@ -138,9 +137,9 @@ def test_each_kind_of_option(
     monkeypatch: pytest.MonkeyPatch, root: Path, environ: dict[str, str], field: str, value: Any
 ) -> None:
     cfg = _served(monkeypatch, ["-d", str(root)], environ)
-    got = getattr(cfg, field)
+    got = cfg.value(field)
     if field == "trusted_proxies":
-        got = tuple(str(n) for n in cfg.proxy_networks)
+        got = tuple(str(n) for n in cfg.site.proxy_networks)
     assert got == value
 
 
@@ -194,15 +193,15 @@ def test_precedence(
     conf = tmp_path / "serverio.toml"
     conf.write_text(toml + "\n")
     cfg = _served(monkeypatch, [*argv, "-d", str(root), "--config", str(conf)], environ)
-    assert getattr(cfg, field) == value
+    assert cfg.value(field) == value
 
 
 def test_port_is_below_socket_activation(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     """LISTEN_FDS (read after parsing) names the listeners: PORT is ignored."""
     cfg = _served(monkeypatch, ["-d", str(root)], {"PORT": "9001"}, fds=[3])
-    assert cfg.fds == (3,) and cfg.port == 8000
+    assert cfg.listeners.fds == (3,) and cfg.listeners.port == 8000
     cfg = _served(monkeypatch, ["-d", str(root)], {"PORT": "9001"})
-    assert cfg.fds == () and cfg.port == 9001
+    assert cfg.listeners.fds == () and cfg.listeners.port == 9001
 
 
 def test_print_config_round_trips_what_the_environment_set(
@@ -225,8 +224,8 @@ def test_print_config_round_trips_what_the_environment_set(
     conf = tmp_path / "printed.toml"
     conf.write_text(printed)
     again = config_from_args(parse_with_config(build_parser(), ["--config", str(conf)]))
-    assert dataclasses.replace(again, rules_source="") == served
-    assert served.max_connections == 77 and served.headers == ("X-A: 1, 2", "X-B: 3")
+    assert again.evolve(rules_source="") == served
+    assert served.conn.max_connections == 77 and served.site.headers == ("X-A: 1, 2", "X-B: 3")
 
 
 # ---------------------------------------------------------------- bad values

@@ -69,7 +69,7 @@ def as_tuple(plan: Plan) -> tuple[object, ...]:
 
 
 def new_cache(cfg: Config, capacity: int = 1 << 20) -> FileCache:
-    return FileCache(capacity, cfg.small_file_size)
+    return FileCache(capacity, cfg.files.small_file_size)
 
 
 # Every request shape the hit path answers, against data.bin (1 KiB):
@@ -402,9 +402,9 @@ def test_cli_options(root: Path) -> None:
         return config_from_args(build_parser().parse_args([*args, "-d", str(root)]))
 
     cfg = parse()
-    assert cfg.file_cache_size == 16 << 20 and cfg.fs_cache_valid == 1.0
+    assert cfg.files.file_cache_size == 16 << 20 and cfg.files.fs_cache_valid == 1.0
     cfg = parse("--file-cache-size", "0", "--fs-workers", "4", "--fs-cache-valid", "0.25")
-    assert cfg.file_cache_size == 0 and cfg.fs_cache_valid == 0.25
+    assert cfg.files.file_cache_size == 0 and cfg.files.fs_cache_valid == 0.25
     assert not Server(cfg).files.enabled
 
 
@@ -598,7 +598,7 @@ def _big_text_with_sidecars(root: Path) -> tuple[Path, Path, Path]:
 
 def test_a_large_file_is_answered_from_its_cached_sidecars(root: Path, opener: RootOpener) -> None:
     cfg = make_config(root)
-    assert cfg.small_file_size < 100_000
+    assert cfg.files.small_file_size < 100_000
     cache = new_cache(cfg)
     _big_text_with_sidecars(root)
     req = request("/big.css", accept_encoding="br;q=1, gzip;q=0.8")

@@ -138,13 +138,13 @@ def test_cli_and_toml_take_trusted_proxies(tmp_path: Path) -> None:
     parser = build_parser()
     args = parser.parse_args(["-d", str(tmp_path), "--trusted-proxies", "10.0.0.1/8", "::1"])
     cfg = config_from_args(args)
-    assert cfg.trusted_proxies == ("10.0.0.0/8", "::1/128")
-    assert [str(n) for n in cfg.proxy_networks] == ["10.0.0.0/8", "::1/128"]
+    assert cfg.site.trusted_proxies == ("10.0.0.0/8", "::1/128")
+    assert [str(n) for n in cfg.site.proxy_networks] == ["10.0.0.0/8", "::1/128"]
     toml = tmp_path / "s.toml"
     toml.write_text('trusted-proxies = ["192.168.0.0/16"]\n')
     cfg = config_from_args(parse_with_config(parser, ["-d", str(tmp_path), "--config", str(toml)]))
-    assert cfg.trusted_proxies == ("192.168.0.0/16",)
-    assert config_from_args(parser.parse_args(["-d", str(tmp_path)])).proxy_networks == ()
+    assert cfg.site.trusted_proxies == ("192.168.0.0/16",)
+    assert config_from_args(parser.parse_args(["-d", str(tmp_path)])).site.proxy_networks == ()
 
 
 def test_bad_trusted_proxies_are_one_line_errors(tmp_path: Path) -> None:

@@ -177,4 +177,4 @@ def test_e_invalid_policies_rejected(tmp_path: Path) -> None:
         {"work_workers": 0, "work_queue": 1},
     ):
         with pytest.raises(ConfigError):
-            Config(directory=str(tmp_path), **kw).validate()  # type: ignore[arg-type]
+            Config.of(directory=str(tmp_path), **kw).validate()

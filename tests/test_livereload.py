@@ -401,7 +401,7 @@ async def test_event_stream_keepalive_comments_and_no_idle_timeout(
 
 async def test_shutdown_closes_event_streams_first(root: Path) -> None:
     cfg = make_config(root, watch=True, shutdown_timeout=10)
-    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    srv = Server(cfg.evolve(host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
         await nursery.start(srv.serve)
         port = srv.addresses()[0][1]
@@ -578,7 +578,7 @@ def test_poll_diff_reports_created_modified_gone() -> None:
 
 
 def test_watch_config_defaults() -> None:
-    assert Config().watch is False and Config().watch_prefix == "/.serverio"
+    assert Config().live.watch is False and Config().live.watch_prefix == "/.serverio"
 
 
 async def test_a_stuck_polling_scan_is_abandoned_at_shutdown(
@@ -601,7 +601,7 @@ async def test_a_stuck_polling_scan_is_abandoned_at_shutdown(
 
     monkeypatch.setattr(livereload, "poll_scan", scan)
     cfg = make_config(root, watch=True, watch_poll=True, shutdown_timeout=0.5)
-    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    srv = Server(cfg.evolve(host="127.0.0.1", port=0))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(srv.serve)

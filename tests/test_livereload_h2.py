@@ -3,7 +3,6 @@ and loopback sockets)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import h2.settings
@@ -138,7 +137,7 @@ async def test_drain_sends_goaway_then_ends_the_http2_event_stream(root: Path) -
 
 async def test_shutdown_closes_http2_event_streams_first(root: Path) -> None:
     cfg = make_config(root, watch=True, shutdown_timeout=10)
-    srv = Server(replace(cfg, host="127.0.0.1", port=0))
+    srv = Server(cfg.evolve(host="127.0.0.1", port=0))
     async with trio.open_nursery() as nursery:
         await nursery.start(srv.serve)
         port = srv.addresses()[0][1]

@@ -75,7 +75,7 @@ def test_accept_encoding_memo_is_bounded() -> None:
 
 def test_plain_response_memo_only_for_served_methods(root: Path) -> None:
     cfg = make_config(root)
-    cache = FileCache(1 << 20, cfg.small_file_size)
+    cache = FileCache(1 << 20, cfg.files.small_file_size)
     opener = RootOpener(str(root), follow_symlinks=False)
     try:
         get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))

@@ -6,7 +6,6 @@ import base64
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -266,7 +265,7 @@ async def test_shutdown_summary_reports_cache_counters(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (root / "page.txt").write_bytes(_text(4000))
-    cfg = replace(make_config(root), host="127.0.0.1", port=0)
+    cfg = make_config(root).evolve(host="127.0.0.1", port=0)
 
     async def traffic(srv: Server) -> None:
         client = await connect(srv.addresses()[0][1])

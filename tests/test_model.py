@@ -103,7 +103,7 @@ def _get(target: str, accept: str | None = None) -> RequestFacts:
 
 def test_the_decision_stores_nothing_and_the_caller_stores_what_it_returns(site: Path) -> None:
     cfg = make_config(site, precompressed=True)
-    cache = FileCache(1 << 20, cfg.small_file_size)
+    cache = FileCache(1 << 20, cfg.files.small_file_size)
     opener = RootOpener(str(site), follow_symlinks=False)
     try:
         first = _get("/app.js", "gzip, br")
@@ -142,7 +142,7 @@ def test_the_decision_does_not_recompute_what_the_hop_found(
     opener = RootOpener(str(site), follow_symlinks=False)
     try:
         req = replace(_get("/app.js", "gzip"), want_repr_digest="sha-256=1")
-        res = resolve(req, replace(cfg, digest=True), opener, LATER)
+        res = resolve(req, cfg.evolve(digest=True), opener, LATER)
         assert res.kind == FILE and res.vary and res.digest == "sha-256"
 
         def recomputed(*args: object) -> object:
@@ -150,7 +150,7 @@ def test_the_decision_does_not_recompute_what_the_hop_found(
 
         monkeypatch.setattr(decide_mod, "file_headers", recomputed)
         monkeypatch.setattr(decide_mod, "digest_algorithm", recomputed)
-        prepared = decide_mod.decide(res, req, replace(cfg, digest=True), LATER)
+        prepared = decide_mod.decide(res, req, cfg.evolve(digest=True), LATER)
         try:
             assert prepared.plan.status == 200 and prepared.coding == "gzip"
             assert prepared.digest == "sha-256"  # the hop's, carried on the resolution

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import replace
 
 import pytest
 
@@ -237,7 +236,7 @@ def test_download_matches(name: str, relpath: str, globs: tuple[str, ...], match
 # ---- representation selection (serverio.http.select)
 
 
-CFG = Config(directory=".")
+CFG = Config.of(directory=".")
 
 
 def req(target: str = "/a.css", **kw: str | None) -> RequestFacts:
@@ -250,9 +249,9 @@ def req(target: str = "/a.css", **kw: str | None) -> RequestFacts:
         ("/a.css", "text/css", CFG, False, True),
         ("/a.png", "image/png", CFG, False, False),  # not compressible: no Vary
         ("/a.css?download", "text/css", CFG, True, True),
-        ("/a.css", "text/css", replace(CFG, precompressed=False, compress_max_size=0), 0, 0),
-        ("/a.css", "text/css", replace(CFG, precompressed=False), False, True),
-        ("/d/a.zip", "application/zip", replace(CFG, download=("*.zip",)), True, False),
+        ("/a.css", "text/css", CFG.evolve(precompressed=False, compress_max_size=0), 0, 0),
+        ("/a.css", "text/css", CFG.evolve(precompressed=False), False, True),
+        ("/d/a.zip", "application/zip", CFG.evolve(download=("*.zip",)), True, False),
     ],
 )
 def test_file_headers(target: str, ctype: str, cfg: Config, disposition: bool, vary: bool) -> None:
@@ -278,7 +277,7 @@ def test_negotiates(fields: dict[str, str], vary: bool, expected: bool) -> None:
 def test_on_the_fly_size_window() -> None:
     assert on_the_fly(10, CFG) == ()
     assert on_the_fly(100_000, CFG) == tuple(CODECS)
-    assert on_the_fly(CFG.compress_max_size + 1, CFG) == ()
+    assert on_the_fly(CFG.content.compress_max_size + 1, CFG) == ()
 
 
 @pytest.mark.parametrize(
@@ -290,7 +289,7 @@ def test_on_the_fly_size_window() -> None:
     ],
 )
 def test_sidecars_wanted(accept: str, precompressed: bool, wanted: list[str]) -> None:
-    cfg = replace(CFG, precompressed=precompressed)
+    cfg = CFG.evolve(precompressed=precompressed)
     assert sidecars_wanted(req(accept_encoding=accept), cfg) == wanted
 
 
@@ -320,7 +319,7 @@ def test_choose_coding(
     ],
 )
 def test_digest_algorithm(digest: bool, want: str | None, expected: str) -> None:
-    cfg = replace(CFG, digest=digest)
+    cfg = CFG.evolve(digest=digest)
     assert digest_algorithm(req(want_repr_digest=want), cfg) == expected
 
 

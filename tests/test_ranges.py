@@ -308,7 +308,7 @@ def test_multipart_body_exact_bytes() -> None:
 )
 def test_range_amplification_guard(value: str, max_ranges: int, boundary: str, status: int) -> None:
     plan = decide_file(
-        request(range=value), file_facts(), Config(max_ranges=max_ranges), NOW, boundary
+        request(range=value), file_facts(), Config.of(max_ranges=max_ranges), NOW, boundary
     )
     assert plan.status == status
     if status == 200:

@@ -506,7 +506,7 @@ def _parse(argv: list[str]) -> object:
 )
 def test_header_option_forms(root: Path, argv: list[str]) -> None:
     cfg = config_from_args(parse_with_config(build_parser(), [*argv, "-d", str(root)]))
-    assert cfg.port == 8000 and cfg.headers == ("X-A: 1",)
+    assert cfg.listeners.port == 8000 and cfg.site.headers == ("X-A: 1",)
 
 
 def test_version_option() -> None:
@@ -546,20 +546,20 @@ def site_toml(tmp_path: Path, site_root: Path, users: Path) -> Iterator[Path]:
 def test_toml_tables_load_and_print_config_round_trips(site_toml: Path, tmp_path: Path) -> None:
     args = parse_with_config(build_parser(), ["--config", str(site_toml)])
     cfg = config_from_args(args)
-    assert cfg.headers == ("X-Global: 1",) and cfg.clean_urls
-    assert cfg.header_rules == (
+    assert cfg.site.headers == ("X-Global: 1",) and cfg.site.clean_urls
+    assert cfg.site.header_rules == (
         ("/assets/**", (("Cache-Control", "public, max-age=31536000, immutable"),), ("X-Global",)),
     )
-    assert cfg.redirects == (("/old/*", "/new/:splat", 302),)
-    assert cfg.rewrites == (("/app/*", "/index.html"),)
-    assert cfg.error_pages == (("404", "404.html"),)
-    assert cfg.auth[0][0] == "/private/**"
+    assert cfg.site.redirects == (("/old/*", "/new/:splat", 302),)
+    assert cfg.site.rewrites == (("/app/*", "/index.html"),)
+    assert cfg.site.error_pages == (("404", "404.html"),)
+    assert cfg.site.auth[0][0] == "/private/**"
     printed = dump(build_parser(), args)
     again = tmp_path / "again.toml"
     again.write_text(printed)
     cfg2 = config_from_args(parse_with_config(build_parser(), ["--config", str(again)]))
     for field in ("headers", "header_rules", "redirects", "rewrites", "error_pages", "auth"):
-        assert getattr(cfg2, field) == getattr(cfg, field), field
+        assert cfg2.value(field) == cfg.value(field), field
 
 
 @pytest.mark.parametrize(

@@ -190,7 +190,7 @@ def test_http_server_tls_option_names(
     pw.write_text("s3cret\n")
     argv = ["-d", str(root), "--tls-cert", str(certfile), "--tls-key", str(enc)]
     cfg = config_from_args(build_parser().parse_args([*argv, "--tls-password-file", str(pw)]))
-    assert (cfg.certfile, cfg.keyfile) == (str(certfile), str(enc))
+    assert (cfg.tls.certfile, cfg.tls.keyfile) == (str(certfile), str(enc))
     assert make_ssl_context(cfg) is not None
     pw.write_text("wrong\n")
     with pytest.raises(ConfigError, match="cannot load"):

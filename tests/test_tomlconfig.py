@@ -32,15 +32,29 @@ def test_file_values_and_command_line_precedence(root: Path, tmp_path: Path) -> 
         "port = 9000\n"
     )
     cfg = config_from_args(_parse(["--config", str(conf)]))
-    assert (cfg.max_connections, cfg.head_timeout, cfg.keepalive_timeout) == (100, 3.0, 2.5)
-    assert cfg.hidden and cfg.index == ("a.html", "b.html") and cfg.access_log == "json"
-    assert cfg.port == 9000 and cfg.root == str(root)
+    assert (cfg.conn.max_connections, cfg.conn.head_timeout, cfg.conn.keepalive_timeout) == (
+        100,
+        3.0,
+        2.5,
+    )
+    assert (
+        cfg.files.hidden
+        and cfg.files.index == ("a.html", "b.html")
+        and cfg.log.access_log == "json"
+    )
+    assert cfg.listeners.port == 9000 and cfg.root == str(root)
     # Only what the command line actually says overrides the file.
     cfg = config_from_args(
         _parse(["--config", str(conf), "--max-connections", "7", "--index", "c.html", "8080"])
     )
-    assert cfg.max_connections == 7 and cfg.index == ("c.html",) and cfg.port == 8080
-    assert cfg.head_timeout == 3.0 and cfg.hidden  # untouched keys still come from the file
+    assert (
+        cfg.conn.max_connections == 7
+        and cfg.files.index == ("c.html",)
+        and cfg.listeners.port == 8080
+    )
+    assert (
+        cfg.conn.head_timeout == 3.0 and cfg.files.hidden
+    )  # untouched keys still come from the file
 
 
 @pytest.mark.parametrize(

@@ -386,7 +386,7 @@ def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit(http2: bool) ->
         "from serverio import Config\n"
         "from serverio.ops.fdlimit import fd_reserve, fit_fd_limit, per_connection\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))\n"
-        f"cfg = Config(directory='.', max_connections=1024, http2={http2}).validate()\n"
+        f"cfg = Config.of(directory='.', max_connections=1024, http2={http2}).validate()\n"
         "out, note = fit_fd_limit(cfg)\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], per_connection(cfg),"
         " fd_reserve(cfg), out.max_connections, out.h2_max_open_files)\n"
@@ -406,10 +406,10 @@ def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit(http2: bool) ->
 
 
 def test_per_connection_descriptors_follow_the_protocols() -> None:
-    assert per_connection(Config(http2=False)) == 2
-    assert per_connection(Config(h2_max_open_files=7)) == 8
+    assert per_connection(Config.of(http2=False)) == 2
+    assert per_connection(Config.of(h2_max_open_files=7)) == 8
     # HTTP/2 only on one listener still counts.
-    assert per_connection(Config(http2=False, listen=("127.0.0.1:0/h2",))) == 5
+    assert per_connection(Config.of(http2=False, listen=("127.0.0.1:0/h2",))) == 5
 
 
 # ------------------------------------------------------------------ admin

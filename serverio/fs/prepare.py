@@ -146,7 +146,7 @@ def _facts(
     large one, ``hash_pending`` (the trio side computes it in the work
     pool).  Raises :class:`_Shrank` if the file is shorter than ``st``.
     """
-    policy = _policy(cfg.etag, cfg.small_file_size, cfg.source_date_epoch)
+    policy = _policy(cfg.files.etag, cfg.files.small_file_size, cfg.source_date_epoch)
     size = st.st_size
     shared = (
         hashes is not None
@@ -251,12 +251,13 @@ def resolve(
             # missing inside: no further open is needed to tell.
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not spa_fallback_applies(req, cfg):
                 raise
-            assert cfg.spa is not None
-            opened = _open_file(opener, cfg.spa)
+            assert cfg.content.spa is not None
+            opened = _open_file(opener, cfg.content.spa)
             if opened is None:
                 raise
             spa_fd, spa_st = opened  # ownership moves to _resolve_file
-            return _resolve_file(req, cfg, opener, now, spa_fd, spa_st, cfg.spa, hashes=hashes)
+            spa = cfg.content.spa
+            return _resolve_file(req, cfg, opener, now, spa_fd, spa_st, spa, hashes=hashes)
         st = winstat.fstat(fd)
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
@@ -264,7 +265,7 @@ def resolve(
                 return Resolution(DIRECTORY)
             index = _index_file(opener, cfg, target.relpath if target.segments else "")
             if index is None:
-                if not cfg.listing:
+                if not cfg.content.listing:
                     return Resolution(DIRECTORY)
                 # The scan runs in the work pool (serverio.pipeline.content); the
                 # directory descriptor goes with it.
@@ -295,7 +296,7 @@ def _index_file(
 ) -> tuple[int, os.stat_result, str] | None:
     """The first of ``--index`` present as a regular file in ``directory``
     ("" for the root): its descriptor (the caller's), facts and path."""
-    for index in cfg.index:
+    for index in cfg.files.index:
         rel = f"{directory}/{index}" if directory else index
         opened = _open_file(opener, rel)
         if opened is not None:
@@ -341,7 +342,7 @@ def _resolve_file(
             return Resolution(UNAVAILABLE)
         if entry is not None and not req.target.query:
             entry.headers = (extra, vary)  # computed once, here
-        if data is None and _wants_bytes(req) and st.st_size <= cfg.small_file_size:
+        if data is None and _wants_bytes(req) and st.st_size <= cfg.files.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
             data = read_all(fd, st.st_size)
@@ -487,7 +488,8 @@ def _sidecar_facts(
             side_facts, _ = _facts(side_st, hop.ctype, hop.cfg, hop.hashes, now, data=side_data)
             side = CachedFile(identity(side_st), side_facts, side_data, hop.mono)
             entry.sidecars[coding] = Sidecar(path, side.ident, side)
-    if side_data is None and _wants_bytes(hop.req) and side_st.st_size <= hop.cfg.small_file_size:
+    small = hop.cfg.files.small_file_size
+    if side_data is None and _wants_bytes(hop.req) and side_st.st_size <= small:
         side_data = read_all(side_fd, side_st.st_size)
         if side_data is None:
             rep.shrank = True

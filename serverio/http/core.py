@@ -549,7 +549,7 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         return error_plan(405, now)
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
-    if req.target.hidden and not cfg.hidden:
+    if req.target.hidden and not cfg.files.hidden:
         return error_plan(404, now, head_only=method == b"HEAD")
     return None
 
@@ -577,7 +577,7 @@ def spa_fallback_applies(req: RequestFacts, cfg: Config) -> bool:
     ``.well-known`` never fall back: a missing ``/.well-known/x`` answered
     with HTML would confuse every protocol that probes it).
     """
-    if cfg.spa is None or req.method not in (b"GET", b"HEAD"):
+    if cfg.content.spa is None or req.method not in (b"GET", b"HEAD"):
         return False
     segments = req.target.segments
     if any(s.startswith(".") for s in segments):
@@ -667,7 +667,8 @@ def precondition_plan(
     """
     etag = coded_etag(file.etag, coding)
     mtime = sent_mtime(file.mtime, now)
-    tail = _validator_tail(etag, mtime, cfg.cache_control, VARY_ACCEPT_ENCODING if vary else b"")
+    vary_field = VARY_ACCEPT_ENCODING if vary else b""
+    tail = _validator_tail(etag, mtime, cfg.files.cache_control, vary_field)
     return conditional_plan(req, etag, mtime, now, tail)
 
 
@@ -747,7 +748,8 @@ def decide_file(
     head = req.method == b"HEAD"
     etag = coded_etag(file.etag, coding)
     mtime = sent_mtime(file.mtime, now)
-    tail = _validator_tail(etag, mtime, cfg.cache_control, VARY_ACCEPT_ENCODING if vary else b"")
+    vary_field = VARY_ACCEPT_ENCODING if vary else b""
+    tail = _validator_tail(etag, mtime, cfg.files.cache_control, vary_field)
     pre = conditional_plan(req, etag, mtime, now, tail)
     if pre is not None:
         return pre
@@ -830,7 +832,7 @@ def _ranged_plan(
         return None
     # Amplification guard (as Go's net/http): too many ranges, or ranges
     # that add up to more than the file, are answered with the whole file.
-    if len(spans) > cfg.max_ranges or sum(e - s for s, e in spans) > size:
+    if len(spans) > cfg.files.max_ranges or sum(e - s for s, e in spans) > size:
         return None
     spans = coalesce(spans)
     head = req.method == b"HEAD"
@@ -871,7 +873,7 @@ def decide_generated(
     ``csp`` is the page's Content-Security-Policy (sent with the 200).
     """
     head = req.method == b"HEAD"
-    tail = _validator_tail(etag, None, cfg.cache_control, vary)
+    tail = _validator_tail(etag, None, cfg.files.cache_control, vary)
     pre = conditional_plan(req, etag, None, now, tail)
     if pre is not None:
         return pre

@@ -67,10 +67,12 @@ def file_headers(req: RequestFacts, cfg: Config, relpath: str, ctype: str) -> tu
     extra: Headers = ()
     name = relpath.rsplit("/", 1)[-1]
     if "download" in parse_query(req.target.query) or (
-        cfg.download and download_matches(name, relpath, cfg.download)
+        cfg.content.download and download_matches(name, relpath, cfg.content.download)
     ):
         extra = ((b"content-disposition", content_disposition(name)),)
-    vary = is_compressible(ctype) and (cfg.precompressed or cfg.compress_max_size > 0)
+    vary = is_compressible(ctype) and (
+        cfg.content.precompressed or cfg.content.compress_max_size > 0
+    )
     return extra, vary
 
 
@@ -78,7 +80,7 @@ def on_the_fly(size: int, cfg: Config) -> tuple[str, ...]:
     """The codings a file of ``size`` bytes may be compressed to on the fly:
     none below :data:`~serverio.http.negotiate.COMPRESS_MIN_SIZE` (the
     coding overhead outweighs the gain) or above ``--compress-max-size``."""
-    return tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.compress_max_size else ()
+    return tuple(CODECS) if COMPRESS_MIN_SIZE <= size <= cfg.content.compress_max_size else ()
 
 
 def negotiates(req: RequestFacts, vary: bool) -> bool:
@@ -93,7 +95,7 @@ def negotiates(req: RequestFacts, vary: bool) -> bool:
 def sidecars_wanted(req: RequestFacts, cfg: Config) -> list[str]:
     """The codings whose precompressed sidecars the choice depends on, in
     preference order (call only when :func:`negotiates` is true)."""
-    if not cfg.precompressed:
+    if not cfg.content.precompressed:
         return []
     return wanted_codings(parse_accept_encoding(req.accept_encoding))
 
@@ -140,7 +142,7 @@ def choice_depends_on(
 def digest_algorithm(req: RequestFacts, cfg: Config) -> str:
     """The Repr-Digest algorithm to send (RFC 9530), ``""`` for none: only
     with ``--digest``, and as Want-Repr-Digest asks."""
-    if not cfg.digest:
+    if not cfg.content.digest:
         return ""
     return want_digest(req.want_repr_digest) or ""
 

@@ -99,11 +99,11 @@ class LiveReload:
         self.pool = pool
         self.files = files
         self.content = content
-        self.assets = live_assets(config.watch_prefix)
+        self.assets = live_assets(config.live.watch_prefix)
         self.broadcast = Broadcast(SSE_QUEUE, sse_reload())
         # Event streams have their own budget, outside --max-connections
         # (the server's admission leaves their connections out).
-        self.slots = StreamSlots(config.watch_max_streams)
+        self.slots = StreamSlots(config.live.watch_max_streams)
         self.backend = ""  # "inotify" or "poll", once watching
         self.batches = 0  # change batches published
         self.poll_interval = POLL_INTERVAL
@@ -156,9 +156,9 @@ class LiveReload:
         uses it, :meth:`InotifyTree.close`)."""
         cfg = self.config
         tree: InotifyTree | None = None
-        if not cfg.watch_poll and inotify_available():
+        if not cfg.live.watch_poll and inotify_available():
             try:
-                tree = InotifyTree(cfg.root, hidden=cfg.hidden)
+                tree = InotifyTree(cfg.root, hidden=cfg.files.hidden)
             except OSError as exc:
                 log.warning("inotify unavailable (%s): polling for changes", exc.strerror)
         if tree is None:
@@ -198,7 +198,7 @@ class LiveReload:
 
     async def _poll(self, task_status: trio.TaskStatus[None]) -> None:
         cfg = self.config
-        snapshot, cut = await run_blocking(self.pool, poll_scan, cfg.root, cfg.hidden)
+        snapshot, cut = await run_blocking(self.pool, poll_scan, cfg.root, cfg.files.hidden)
         if cut:
             log.warning("--watch: polling scans stop at %d entries", len(snapshot))
         self.backend = "poll"
@@ -209,7 +209,7 @@ class LiveReload:
             with trio.move_on_at(min(next_scan, debounce.deadline())):
                 await trio.sleep_forever()
             if trio.current_time() >= next_scan:
-                new, _ = await run_blocking(self.pool, poll_scan, cfg.root, cfg.hidden)
+                new, _ = await run_blocking(self.pool, poll_scan, cfg.root, cfg.files.hidden)
                 debounce.add(poll_diff(snapshot, new), trio.current_time())
                 snapshot = new
                 next_scan = trio.current_time() + self.poll_interval

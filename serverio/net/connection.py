@@ -179,7 +179,9 @@ class ConnectionTask:
         # listener serves HTTP/1.1 only (``--listen ADDR/h1``).
         self._h2: SwitchFactory | None = env.http2 if http2 else None
         self.life = Lifetime()
-        self.emitter = Emitter(stream, env.stats, cfg.write_timeout, cfg.sendfile, self.life.lift)
+        self.emitter = Emitter(
+            stream, env.stats, cfg.conn.write_timeout, cfg.files.sendfile, self.life.lift
+        )
         self.reader = HeadReader(cfg, self.emitter, self.life, env.order)
         self._client = client
         # Over TLS (the request facts say so: --hsts is sent on TLS only).
@@ -312,7 +314,7 @@ class ConnectionTask:
         life = self.life
         with trio.CancelScope() as scope:
             life.scope = scope
-            life.arm(HANDSHAKE, env.config.head_timeout)
+            life.arm(HANDSHAKE, env.config.conn.head_timeout)
             if env.cut_fresh:
                 scope.cancel()
             try:
@@ -406,9 +408,9 @@ class ConnectionTask:
         try:
             try:
                 req, ka10, ua, referer, request_id = request_facts(event, cfg, self._tls)
-                if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+                if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                     client = client_for(cfg, client, req)
-                keep = req.keep_alive and requests < cfg.max_requests
+                keep = req.keep_alive and requests < cfg.conn.max_requests
                 if req.has_body:  # a request with content (never the GET path)
                     content = _content(event, env, self.emitter, reader)
                     self.life.lift()  # the body's own deadlines apply from here

@@ -83,7 +83,7 @@ def request_facts(
     version = event.http_version
     if version != b"1.1" and version != b"1.0":
         raise HTTPError(505, "unsupported HTTP version", close=True)
-    target = parse_target(event.method, event.target, max_size=cfg.max_target_size)
+    target = parse_target(event.method, event.target, max_size=cfg.conn.max_target_size)
     # The field mapping is shared with HTTP/2 (serverio.wire.fields);
     # framing and Connection tokens are HTTP/1.1's own.
     f = scan_fields(event.headers)
@@ -133,7 +133,7 @@ class HeadReader:
         self._order = order
         self._turn = order.new_turn() if order is not None else 0
         self.fed = 0
-        self.parser = HeadParser(cfg.max_head_size, b"")
+        self.parser = HeadParser(cfg.conn.max_head_size, b"")
         self.peer_eof = False
 
     def next_cycle(self) -> None:
@@ -141,13 +141,13 @@ class HeadReader:
         from this one (pipelining)."""
         leftover = self.parser.trailing_data[0]
         self.fed = len(leftover)
-        self.parser = HeadParser(self._cfg.max_head_size, leftover)
+        self.parser = HeadParser(self._cfg.conn.max_head_size, leftover)
 
     def resume(self, leftover: bytes) -> None:
         """After a request body read to its end: the next head starts from
         the bytes read past it (a pipelined request; :meth:`next_cycle`
         then hands them on)."""
-        self.parser = HeadParser(self._cfg.max_head_size, leftover)
+        self.parser = HeadParser(self._cfg.conn.max_head_size, leftover)
 
     def feed(self, data: bytes | bytearray) -> None:
         """Bytes read for the parser by someone else (the disconnect
@@ -170,7 +170,7 @@ class HeadReader:
             raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
         t = type(event)
         if t is FastRequest or t is h11.Request:
-            max_head = self._cfg.max_head_size
+            max_head = self._cfg.conn.max_head_size
             if self.fed > max_head:
                 # h11 only limits *incomplete* heads; a whole oversized head
                 # in one read gets through, so count what it consumed.
@@ -233,9 +233,9 @@ class HeadReader:
         life = self._life
         keepalive = idle and self.fed == 0
         if keepalive:
-            life.arm(IDLE, cfg.keepalive_timeout)
+            life.arm(IDLE, cfg.conn.keepalive_timeout)
         else:
-            life.arm(HEAD, cfg.head_timeout)
+            life.arm(HEAD, cfg.conn.head_timeout)
         emitter = self._emitter
         fd = emitter.fd
         event: object = self._parse() if self.fed else h11.NEED_DATA
@@ -277,7 +277,7 @@ class HeadReader:
             if keepalive and event is h11.NEED_DATA:
                 # First bytes of the next request, but not the whole head:
                 # the head deadline starts now.
-                life.arm(HEAD, cfg.head_timeout)
+                life.arm(HEAD, cfg.conn.head_timeout)
             keepalive = False
         life.to(BUSY)
         return as_head(event)
@@ -312,7 +312,7 @@ class HeadReader:
         result: Prepared | None = None
         error: Exception | None = None
         gone = False
-        limit = self._cfg.max_head_size
+        limit = self._cfg.conn.max_head_size
         stream = self._emitter.stream
         reader = self
 

@@ -57,14 +57,14 @@ class StreamAnswer:
         self._tls = tls  # --hsts: on TLS only
         # Body descriptors this connection holds at most (ops/fdlimit.py
         # counts 1 + this per connection); see answer.
-        self._files = trio.Semaphore(env.config.h2_max_open_files)
+        self._files = trio.Semaphore(env.config.h2.h2_max_open_files)
 
     def facts(self, st: Stream) -> tuple[RequestFacts, Fields]:
         """The same RequestFacts an HTTP/1.1 request head gives, and the
         fields the access log reads."""
         head = st.head
         cfg = self._env.config
-        if head.size > cfg.max_head_size:
+        if head.size > cfg.conn.max_head_size:
             raise HTTPError(431, "request header list too large")
         if head.method == b"CONNECT" or head.path is None:
             raise HTTPError(405, "CONNECT is not supported")  # not a proxy
@@ -73,7 +73,7 @@ class StreamAnswer:
         if not path_bytes_ok(head.path):
             raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
         f = scan_fields(head.fields)
-        target = parse_target(head.method, head.path, max_size=cfg.max_target_size)
+        target = parse_target(head.method, head.path, max_size=cfg.conn.max_target_size)
         facts = RequestFacts(
             method=head.method,
             target=target,
@@ -112,7 +112,7 @@ class StreamAnswer:
         client = self._client
         try:
             req, fields = self.facts(st)
-            if cfg.proxy_networks:  # --trusted-proxies; else no call at all
+            if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
             if st.body is not None and env.handler.receive is not None:
                 # A step may read the content; without one the content is

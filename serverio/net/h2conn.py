@@ -144,16 +144,16 @@ class H2Connection:
         self._initial = initial
         cfg = env.config
         encoder = FieldEncoder(cap=ENCODER_TABLE_MAX)
-        conn = server_connection(cfg.h2_max_streams, cfg.max_head_size, encoder)
+        conn = server_connection(cfg.h2.h2_max_streams, cfg.conn.max_head_size, encoder)
         self._conn = conn
         self._streams: dict[int, Stream] = {}
         self._reader = FrameReader(
             conn,
             self,
             env.stats,
-            max_resets=cfg.h2_max_resets,
-            max_control=cfg.h2_max_control,
-            block_cap=2 * cfg.max_head_size,
+            max_resets=cfg.h2.h2_max_resets,
+            max_control=cfg.h2.h2_max_control,
+            block_cap=2 * cfg.conn.max_head_size,
         )
         self._writer = writer = Writer(
             conn,
@@ -161,7 +161,7 @@ class H2Connection:
             self._streams,
             self._reader.allowance,
             env.stats,
-            cfg.write_timeout,
+            cfg.conn.write_timeout,
             pread=pread,
             preadv=_PREADV,
         )
@@ -207,7 +207,7 @@ class H2Connection:
         writer = self._writer
         env.stats.h2.connections += 1
         self._conn.initiate_connection()
-        self._idle_deadline = trio.current_time() + env.config.head_timeout
+        self._idle_deadline = trio.current_time() + env.config.conn.head_timeout
         writer.pull()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -339,7 +339,7 @@ class H2Connection:
         sid = ev.stream_id
         assert sid is not None
         resets = self._reader.resets
-        if self._phase != OPEN or len(self._streams) >= cfg.h2_max_streams:
+        if self._phase != OPEN or len(self._streams) >= cfg.h2.h2_max_streams:
             # Not processed: the client may retry it (RFC 9113 §8.7).  A
             # client that keeps ignoring the limit spends the reset budget.
             stats.h2.refused_streams += 1
@@ -471,7 +471,7 @@ class H2Connection:
     def _stream_done(self, st: Stream) -> None:
         self._streams.pop(st.sid, None)
         if not self._streams:
-            self._idle_deadline = trio.current_time() + self.env.config.keepalive_timeout
+            self._idle_deadline = trio.current_time() + self.env.config.conn.keepalive_timeout
             if self._read_scope is not None:
                 if self._phase == DRAINING:
                     self._read_scope.cancel()

@@ -77,7 +77,7 @@ class EventStreams:
         st.status = plan.status
         writer.pull()
         env = self._env
-        timeout = env.config.write_timeout
+        timeout = env.config.conn.write_timeout
         conn = writer.frames.conn
 
         async def send(data: bytes) -> None:

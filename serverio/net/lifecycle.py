@@ -122,7 +122,7 @@ class Lifecycle:
     async def _stop(self, conns: trio.Nursery, accept_scope: trio.CancelScope) -> float:
         """Steps 0-4; returns the shutdown deadline (step 5 uses it too)."""
         env = self._services.env
-        delay = self._services.config.shutdown_delay
+        delay = self._services.config.conn.shutdown_delay
         if delay > 0 and not self._aborted:
             # 0. lame duck: refuse nothing yet, keep nothing open.
             # Idle keep-alive connections are left open until the
@@ -142,7 +142,7 @@ class Lifecycle:
         accept_scope.cancel()
         for listener in self._listeners.sockets:
             await trio.aclose_forcefully(listener)
-        deadline = trio.current_time() + self._services.config.shutdown_timeout
+        deadline = trio.current_time() + self._services.config.conn.shutdown_timeout
         if not self._aborted:
             # 2. idle connections and live-reload event streams
             # close now; 3. in-flight ones drain.

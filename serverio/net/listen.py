@@ -15,7 +15,6 @@ they bound and re-raise.  Closing the listeners is the lifecycle's job
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import socket as _stdsocket
 import ssl
@@ -46,21 +45,21 @@ class Listeners:
         # a bad certificate is a one-line start-up error, not a traceback).
         self.ssl_context = ssl_context or make_ssl_context(config)
         self._specs = listen_specs(config)
-        protocols = {listener_http2(proto, config.http2) for *_, proto in self._specs}
+        protocols = {listener_http2(proto, config.h2.http2) for *_, proto in self._specs}
         # A TLS listener that differs from --http2 gets its own context (ALPN).
         self._h1_ssl_context = (
-            make_ssl_context(dataclasses.replace(config, http2=False))
-            if self.ssl_context is not None and config.http2 and False in protocols
+            make_ssl_context(config.evolve(http2=False))
+            if self.ssl_context is not None and config.h2.http2 and False in protocols
             else None
         )
         self._h2_ssl_context = (
-            make_ssl_context(dataclasses.replace(config, http2=True))
-            if self.ssl_context is not None and not config.http2 and True in protocols
+            make_ssl_context(config.evolve(http2=True))
+            if self.ssl_context is not None and not config.h2.http2 and True in protocols
             else None
         )
         # Whether any listener speaks HTTP/2 (the connections then get the
         # switch to it).
-        self.any_http2 = config.http2 or True in protocols
+        self.any_http2 = config.h2.http2 or True in protocols
 
     def addresses(self) -> list[tuple[str, int]]:
         out = []
@@ -76,8 +75,8 @@ class Listeners:
         """
         if self.sockets:
             return
-        if self.config.fds:
-            self.sockets = listeners_from_fds(self.config.fds)
+        if self.config.listeners.fds:
+            self.sockets = listeners_from_fds(self.config.listeners.fds)
             return
         self.sockets = await bind_public(self.config)
 
@@ -90,18 +89,18 @@ class Listeners:
         and only the latter are TLS.
         """
         cfg = self.config
-        if not (cfg.listen or cfg.listen_tls):
+        if not (cfg.listeners.listen or cfg.listeners.listen_tls):
             return self.ssl_context
         try:
             index = self.sockets.index(listener)
         except ValueError:
             return None
-        if index < len(cfg.listen):
+        if index < len(cfg.listeners.listen):
             return None
         # A listener whose protocol differs from --http2 has a context of
         # its own: ALPN offers h2 there or not.
         http2 = self.http2_of(listener)
-        if http2 != cfg.http2:
+        if http2 != cfg.h2.http2:
             return self._h2_ssl_context if http2 else self._h1_ssl_context
         return self.ssl_context
 
@@ -113,10 +112,10 @@ class Listeners:
         try:
             index = self.sockets.index(listener)
         except ValueError:
-            return cfg.http2
+            return cfg.h2.http2
         if index >= len(specs):
-            return cfg.http2
-        return listener_http2(specs[index][2], cfg.http2)
+            return cfg.h2.http2
+        return listener_http2(specs[index][2], cfg.h2.http2)
 
 
 def listen_options(*, reuse_port: bool = False) -> list[tuple[int, int]]:
@@ -160,15 +159,15 @@ async def bind_public(cfg: Config, *, reuse_port: bool = False) -> list[trio.Soc
 def listen_specs(cfg: Config) -> list[tuple[str, int, str | None]]:
     """(host, port, protocol suffix) of every ``--listen``/``--listen-tls``
     address, in :func:`bind_public` order."""
-    specs = [parse_listen(a, "--listen") for a in cfg.listen]
-    return specs + [parse_listen(a, "--listen-tls") for a in cfg.listen_tls]
+    specs = [parse_listen(a, "--listen") for a in cfg.listeners.listen]
+    return specs + [parse_listen(a, "--listen-tls") for a in cfg.listeners.listen_tls]
 
 
 def public_addresses(cfg: Config) -> list[tuple[str, int]]:
     """(host, port) of every public listener, in :func:`bind_public` order."""
-    if cfg.listen or cfg.listen_tls:
+    if cfg.listeners.listen or cfg.listeners.listen_tls:
         return [spec[:2] for spec in listen_specs(cfg)]
-    return [(cfg.host, cfg.port)]
+    return [(cfg.listeners.host, cfg.listeners.port)]
 
 
 async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.SocketListener:

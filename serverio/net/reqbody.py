@@ -107,9 +107,9 @@ def body_policy(cfg: Config) -> BodyPolicy:
     and the chunk size are the policy's defaults.  Built only for a request
     that has content (the GET path never pays for it)."""
     return BodyPolicy(
-        max_size=cfg.max_body_size,
-        idle_timeout=cfg.body_timeout,
-        total_timeout=cfg.body_total_timeout,
+        max_size=cfg.conn.max_body_size,
+        idle_timeout=cfg.conn.body_timeout,
+        total_timeout=cfg.conn.body_total_timeout,
     )
 
 

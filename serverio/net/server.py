@@ -87,7 +87,7 @@ class Server:
         self.services = Services(config, access_log, connections, http2=self.listen.any_http2)
         self.admission = Admission(self.services.env, connections)
         self.acceptor = Acceptor(
-            self.listen, self.admission, self.services.stats.conns, config.max_connections
+            self.listen, self.admission, self.services.stats.conns, config.conn.max_connections
         )
         self.lifecycle = Lifecycle(self.services, self.listen, self.admission, self.acceptor)
 

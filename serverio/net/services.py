@@ -58,11 +58,11 @@ class Services:
         self.stats = Stats()
         self.response_times = Histogram()
         self.access_log = access_log or AccessLog(
-            "off" if config.quiet else config.access_log, path=config.access_log_file
+            "off" if config.log.quiet else config.log.access_log, path=config.log.access_log_file
         )
-        self.fs = Pool("fs", config.fs_workers, config.fs_queue)
-        self.files = FileCache(config.file_cache_size, config.small_file_size)
-        self.work = Pool("work", config.work_workers, config.work_queue)
+        self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
+        self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
+        self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
         self._opener: RootOpener | None = None
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
@@ -84,7 +84,7 @@ class Services:
     def _handler(self) -> Handler:
         config = self.config
         self.hooks: Hooks = NO_HOOKS
-        if config.watch:
+        if config.live.watch:
             # Development mode: a watcher with a pool of its own (1 thread),
             # plugged into the pipeline's hooks (serverio.pipeline.hooks).
             watch = Pool("watch", 1, 1)
@@ -123,8 +123,8 @@ class Services:
         if self._opener is None:
             self._opener = RootOpener(
                 self.config.root,
-                follow_symlinks=self.config.follow_symlinks,
-                hidden=self.config.hidden,
+                follow_symlinks=self.config.files.follow_symlinks,
+                hidden=self.config.files.hidden,
             )
         return self._opener
 

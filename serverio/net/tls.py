@@ -33,7 +33,7 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     Raises :class:`ConfigError` (one line, naming the option) when the
     certificate or key cannot be loaded.
     """
-    if config.certfile is None:
+    if config.tls.certfile is None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     # TLS 1.2 and 1.3 only.
@@ -47,7 +47,7 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     # RFC 9113 §3.2: "h2" first when HTTP/2 is on (TLS 1.2+, no
     # renegotiation, as §9.2 requires; §9.2.2's cipher blocklist has none
     # of the suites above).
-    ctx.set_alpn_protocols(["h2", "http/1.1"] if config.http2 else ["http/1.1"])
+    ctx.set_alpn_protocols(["h2", "http/1.1"] if config.h2.http2 else ["http/1.1"])
     # Session resumption stays on, OpenSSL's default: TLS 1.3 sends
     # ``ctx.num_tickets`` (2) tickets after each handshake and TLS 1.2
     # stateless tickets, so a returning browser skips the full handshake.
@@ -56,8 +56,8 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     # it only, any other does a full handshake.  Renegotiation is off: a
     # known DoS lever.
     ctx.options |= ssl.OP_NO_RENEGOTIATION
-    env = config.keyfile_password_env
-    password_file = config.keyfile_password_file
+    env = config.tls.keyfile_password_env
+    password_file = config.tls.keyfile_password_file
 
     def password() -> bytes:
         # Called by OpenSSL only for an encrypted key.  Without this callback
@@ -82,10 +82,10 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
         return value.encode()
 
     try:
-        ctx.load_cert_chain(config.certfile, config.keyfile, password=password)
+        ctx.load_cert_chain(config.tls.certfile, config.tls.keyfile, password=password)
     except ConfigError:
         raise
     except (OSError, ssl.SSLError, ValueError) as exc:
-        what = "--certfile/--keyfile" if config.keyfile else "--certfile"
+        what = "--certfile/--keyfile" if config.tls.keyfile else "--certfile"
         raise ConfigError(f"{what}: cannot load certificate and key: {exc}") from None
     return ctx

@@ -20,7 +20,6 @@ When the hard limit holds the connections but not HTTP/2's extra bodies,
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import ModuleType
 
 from ..config import Config, parse_listen
@@ -43,15 +42,18 @@ FD_RESERVE = 32
 
 
 def _serves_http2(cfg: Config) -> bool:
-    if cfg.http2:
+    if cfg.h2.http2:
         return True
-    return any(parse_listen(s, "--listen")[2] == "h2" for s in (*cfg.listen, *cfg.listen_tls))
+    return any(
+        parse_listen(s, "--listen")[2] == "h2"
+        for s in (*cfg.listeners.listen, *cfg.listeners.listen_tls)
+    )
 
 
 def per_connection(cfg: Config) -> int:
     """Descriptors one connection may hold: its socket and the bodies it
     streams (one over HTTP/1.1; ``h2_max_open_files`` over HTTP/2)."""
-    return 1 + (max(1, cfg.h2_max_open_files) if _serves_http2(cfg) else 1)
+    return 1 + (max(1, cfg.h2.h2_max_open_files) if _serves_http2(cfg) else 1)
 
 
 def fd_reserve(cfg: Config) -> int:
@@ -60,8 +62,8 @@ def fd_reserve(cfg: Config) -> int:
     cache job owns), plus, with ``--watch``, one socket per event stream
     (``--watch-max-streams``: streams are admitted apart from
     ``--max-connections``)."""
-    streams = cfg.watch_max_streams if cfg.watch else 0
-    return FD_RESERVE + 2 * (cfg.fs_workers + cfg.work_workers) + streams
+    streams = cfg.live.watch_max_streams if cfg.live.watch else 0
+    return FD_RESERVE + 2 * (cfg.pools.fs_workers + cfg.pools.work_workers) + streams
 
 
 def fit_fd_limit(cfg: Config) -> tuple[Config, str | None]:
@@ -83,7 +85,7 @@ def fit_fd_limit(cfg: Config) -> tuple[Config, str | None]:
     except (OSError, ValueError):  # pragma: no cover - no such limit here
         return cfg, None
     reserve = fd_reserve(cfg)
-    want = per_connection(cfg) * cfg.max_connections + reserve
+    want = per_connection(cfg) * cfg.conn.max_connections + reserve
     if soft != infinity and soft < want:
         target = want if hard == infinity else min(want, hard)
         if target > soft:
@@ -97,24 +99,24 @@ def fit_fd_limit(cfg: Config) -> tuple[Config, str | None]:
                 soft = target
     if soft == infinity or want <= soft:
         return cfg, None
-    if cfg.max_connections + reserve <= soft:
-        if not _serves_http2(cfg) or cfg.h2_max_open_files <= 1:
+    if cfg.conn.max_connections + reserve <= soft:
+        if not _serves_http2(cfg) or cfg.h2.h2_max_open_files <= 1:
             return cfg, None
         # The connections fit, HTTP/2's extra bodies do not all: fewer per
         # connection, so the descriptor budget holds for any client.
         # (< h2_max_open_files, since want > soft)
-        files = max(1, (soft - reserve) // cfg.max_connections - 1)
+        files = max(1, (soft - reserve) // cfg.conn.max_connections - 1)
         note = (
-            f"serverio: note: --h2-max-open-files lowered from {cfg.h2_max_open_files} to "
-            f"{files}: the open-file limit is {soft} for {cfg.max_connections} connections; "
+            f"serverio: note: --h2-max-open-files lowered from {cfg.h2.h2_max_open_files} to "
+            f"{files}: the open-file limit is {soft} for {cfg.conn.max_connections} connections; "
             f"raise it with ulimit -n or systemd's LimitNOFILE="
         )
-        return replace(cfg, h2_max_open_files=files), note
+        return cfg.evolve(h2_max_open_files=files), note
     fit = max(1, soft - reserve)
     note = (
-        f"serverio: note: --max-connections lowered from {cfg.max_connections} to {fit}: "
+        f"serverio: note: --max-connections lowered from {cfg.conn.max_connections} to {fit}: "
         f"the open-file limit is {soft} (hard {'unlimited' if hard == infinity else hard}) "
         f"and {reserve} descriptors are kept in reserve; raise it with ulimit -n "
         f"or systemd's LimitNOFILE="
     )
-    return replace(cfg, max_connections=fit), note
+    return cfg.evolve(max_connections=fit), note

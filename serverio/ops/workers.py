@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -115,7 +115,7 @@ def workers_unsupported() -> str | None:
 
 
 def supervise(cfg: Config) -> int:
-    """Run ``cfg.workers`` worker processes until SIGINT/SIGTERM; exit status."""
+    """Run ``cfg.listeners.workers`` worker processes until SIGINT/SIGTERM; exit status."""
     unsupported = workers_unsupported()
     if unsupported is not None:
         print(f"serverio: error: {unsupported}", file=sys.stderr)
@@ -136,8 +136,8 @@ def supervise(cfg: Config) -> int:
         print(f"serverio: error: {msg}", file=sys.stderr)
         return 2
     try:
-        if not (cfg.listen or cfg.listen_tls):
-            cfg = replace(cfg, port=reservations[0].getsockname()[1])
+        if not (cfg.listeners.listen or cfg.listeners.listen_tls):
+            cfg = cfg.evolve(port=reservations[0].getsockname()[1])
         return trio.run(_Supervisor(cfg).run)
     finally:
         for r in reservations:
@@ -190,13 +190,16 @@ class _Supervisor:
     async def run(self) -> int:
         cfg = self.cfg
         sockdir = tempfile.mkdtemp(prefix="serverio-")
-        self.slots = [_Slot(i, os.path.join(sockdir, f"w{i}.sock")) for i in range(cfg.workers)]
+        slots = range(cfg.listeners.workers)
+        self.slots = [_Slot(i, os.path.join(sockdir, f"w{i}.sock")) for i in slots]
         try:
-            admin = await open_admin_listener(cfg.admin_bind) if cfg.admin_bind else None
+            bind = cfg.listeners.admin_bind
+            admin = await open_admin_listener(bind) if bind else None
         except (OSError, ConfigError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             print(
-                f"serverio: error: cannot listen on --admin-bind {cfg.admin_bind}: {reason}",
+                f"serverio: error: cannot listen on --admin-bind "
+                f"{cfg.listeners.admin_bind}: {reason}",
                 file=sys.stderr,
             )
             shutil.rmtree(sockdir, ignore_errors=True)
@@ -225,7 +228,8 @@ class _Supervisor:
         cfg = self.cfg
         addrs = public_addresses(cfg)
         for i, (host, port) in enumerate(addrs):
-            tls = i >= len(cfg.listen) if (cfg.listen or cfg.listen_tls) else bool(cfg.certfile)
+            lis = cfg.listeners
+            tls = i >= len(lis.listen) if (lis.listen or lis.listen_tls) else bool(cfg.tls.certfile)
             scheme = "https" if tls else "http"
             print(f"Serving {cfg.root} at {scheme}://{url_host(host)}:{port}/", flush=True)
         if admin is not None:
@@ -349,7 +353,8 @@ class _Supervisor:
         # Workers drain within --shutdown-timeout; one that does not (wedged
         # beyond trio's reach) is killed so that the supervisor can exit.
         await self.stopped.wait()
-        await trio.sleep(self.cfg.shutdown_delay + self.cfg.shutdown_timeout + _KILL_GRACE)
+        conn = self.cfg.conn
+        await trio.sleep(conn.shutdown_delay + conn.shutdown_timeout + _KILL_GRACE)
         if proc.returncode is None:
             log.error("worker pid %d did not stop in time; killing it", proc.pid)
             proc.kill()
@@ -442,7 +447,8 @@ def worker_main() -> None:
     _slot, sock_path, cfg = pickle.loads(_read_exactly(0, length))
     assert isinstance(cfg, Config)
     logging.basicConfig(
-        level=cfg.log_level.upper(), format=f"serverio[{os.getpid()}]: %(levelname)s: %(message)s"
+        level=cfg.log.log_level.upper(),
+        format=f"serverio[{os.getpid()}]: %(levelname)s: %(message)s",
     )
     try:
         ssl_context = make_ssl_context(cfg)

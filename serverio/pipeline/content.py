@@ -174,7 +174,7 @@ class ContentService:
         self.opener = opener
         cfg = config
         self.compressed: SingleFlightCache[CompressKey, bytes] = SingleFlightCache(
-            "compression", cfg.compress_cache_size, len
+            "compression", cfg.content.compress_cache_size, len
         )
         self.digests: SingleFlightCache[DigestKey, bytes] = SingleFlightCache(
             "digest", DIGEST_CACHE_BYTES, lambda d: len(d) + _DIGEST_OVERHEAD
@@ -193,7 +193,7 @@ class ContentService:
         # Rendered listings, shared: every reader of one listing (a slow one
         # holds its body for --write-timeout) points at the same bytes.
         self.listings: SingleFlightCache[ListingKey, Listing] = SingleFlightCache(
-            "listing", cfg.listing_cache_size, lambda v: len(v[0]) + _LISTING_OVERHEAD
+            "listing", cfg.content.listing_cache_size, lambda v: len(v[0]) + _LISTING_OVERHEAD
         )
         # The site's access rules on listed names (serverio.site.service:
         # Site.visible_entries), when it has auth rules: the entries this
@@ -438,8 +438,8 @@ class ContentService:
                 owned,
                 self.opener(),
                 req.target.relpath,
-                cfg.hidden,
-                cfg.listing_max_entries,
+                cfg.files.hidden,
+                cfg.content.listing_max_entries,
             )
         except OSError as exc:
             # The directory went away, or we ran out of descriptors: a
@@ -467,8 +467,8 @@ class ContentService:
                 entries,
                 query,
                 scan.truncated,
-                cfg.listing_max_entries,
-                hidden=cfg.hidden,
+                cfg.content.listing_max_entries,
+                hidden=cfg.files.hidden,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:

@@ -244,7 +244,7 @@ class Handler:
             assert files is not None
             if hit.learned:
                 _remember_choice(hit, req)
-            state = window_state(hit.entry.checked, mono, self.config.fs_cache_valid)
+            state = window_state(hit.entry.checked, mono, self.config.files.fs_cache_valid)
             if state != "expired":
                 if state == "refresh":
                     self._refresh(hit)  # in the background; this request does not wait
@@ -330,7 +330,7 @@ class Handler:
         an expired entry (a stampede of hops becomes one stat), or hop."""
         if hit is not None:
             assert files is not None
-            valid = self.config.fs_cache_valid
+            valid = self.config.files.fs_cache_valid
             # At most two rounds: a revalidation already under way may have
             # started before this request arrived, which is not fresh enough
             # when the window is (nearly) 0; the second one, shared with

@@ -116,7 +116,7 @@ def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Ca
     itself without ``--trusted-proxies`` (no work at all), else the client a
     trusted proxy names (:func:`serverio.site.forwarded.client_address`),
     looked up once and only when asked."""
-    networks = config.proxy_networks
+    networks = config.site.proxy_networks
     if not networks or (req.forwarded is None and req.x_forwarded_for is None):
         return peer
     got: list[str] = []

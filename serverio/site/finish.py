@@ -89,8 +89,8 @@ def read_error_pages(
         return pages
     opener = RootOpener(
         cfg.root or os.path.realpath(cfg.directory),
-        follow_symlinks=cfg.follow_symlinks,
-        hidden=cfg.hidden,
+        follow_symlinks=cfg.files.follow_symlinks,
+        hidden=cfg.files.hidden,
     )
     try:
         for key, rel in rules.error_pages.items():
@@ -200,7 +200,7 @@ class Finisher:
                 nursery.cancel_scope.cancel()
 
     async def _reread_pages(self) -> None:
-        source = self.config.rules_source or "--config"
+        source = self.config.site.rules_source or "--config"
         while True:
             await trio.sleep(PAGE_RECHECK)
             try:

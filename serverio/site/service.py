@@ -130,44 +130,46 @@ def _inside(root: str, path: str, paths: ModuleType = os.path) -> bool:
 def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     """Compile the site rules of ``cfg`` (reading users files and error
     pages); None when there are none.  Raises ConfigError."""
-    source = cfg.rules_source or "--config"
+    source = cfg.site.rules_source or "--config"
     auth: list[tuple[str, dict[str, str], str]] = []
-    specs = list(cfg.auth)
-    if cfg.auth_file is not None:
-        specs.insert(0, ("/**", cfg.auth_file))
+    specs = list(cfg.site.auth)
+    if cfg.site.auth_file is not None:
+        specs.insert(0, ("/**", cfg.site.auth_file))
     for i, (pattern, path) in enumerate(specs):
-        where = "--auth-file" if cfg.auth_file is not None and i == 0 else f"{source}: [[auth]]"
+        where = (
+            "--auth-file" if cfg.site.auth_file is not None and i == 0 else f"{source}: [[auth]]"
+        )
         if cfg.root and _inside(cfg.root, path):
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
         auth.append((pattern, users, cost_profile(users.values())))
-    fold = bool(auth or cfg.header_rules) and case_insensitive(cfg.root)
+    fold = bool(auth or cfg.site.header_rules) and case_insensitive(cfg.root)
     rules = compile_rules(
         fold=fold,
-        headers=cfg.headers,
-        header_rules=cfg.header_rules,
-        cors=cfg.cors,
-        cors_origins=cfg.cors_origins,
-        redirects=cfg.redirects,
-        rewrites=cfg.rewrites,
-        clean_urls=cfg.clean_urls,
-        trailing_slash=cfg.trailing_slash,
-        error_pages=cfg.error_pages,
+        headers=cfg.site.headers,
+        header_rules=cfg.site.header_rules,
+        cors=cfg.site.cors,
+        cors_origins=cfg.site.cors_origins,
+        redirects=cfg.site.redirects,
+        rewrites=cfg.site.rewrites,
+        clean_urls=cfg.site.clean_urls,
+        trailing_slash=cfg.site.trailing_slash,
+        error_pages=cfg.site.error_pages,
         auth=auth,
-        hidden=cfg.hidden,
+        hidden=cfg.files.hidden,
         source=source,
-        hsts=cfg.hsts,
-        hsts_subdomains=cfg.hsts_include_subdomains,
+        hsts=cfg.tls.hsts,
+        hsts_subdomains=cfg.tls.hsts_include_subdomains,
     )
     if rules.empty:
         return None
-    if cfg.watch:
+    if cfg.live.watch:
         rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
-    if rules.auth and not _is_loopback(cfg.host) and cfg.certfile is None:
+    if rules.auth and not _is_loopback(cfg.listeners.host) and cfg.tls.certfile is None:
         log.warning(
             "basic authentication over plain HTTP on %s: passwords cross the network readable",
-            cfg.host,
+            cfg.listeners.host,
         )
     return Site(cfg, rules, pages, stats or Stats())
 
@@ -189,7 +191,7 @@ def _live_reload_csp(rules: SiteRules, cfg: Config) -> SiteRules:
                     "pages without allow-scripts: live reload cannot run on them",
                     rule.pattern,
                 )
-    assets = live_assets(cfg.watch_prefix)
+    assets = live_assets(cfg.live.watch_prefix)
     return map_header_values(rules, _CSP, functools.partial(watch_csp, assets=assets))
 
 
@@ -238,12 +240,14 @@ class Site:
         self.config = cfg
         self.rules = rules
         self.stats = stats
-        self.gate = Gate(rules, stats, cfg.workers)
+        self.gate = Gate(rules, stats, cfg.listeners.workers)
         self.finisher = Finisher(cfg, rules, pages)
         # Per request target: the rules' decision and its access target.
         self._routes: dict[Target, tuple[RouteDecision, AccessTarget]] = {}
         # The first segment of the reserved live-reload paths (--watch).
-        self._reserved = (live_assets(cfg.watch_prefix).prefix_segment,) if cfg.watch else None
+        self._reserved = (
+            (live_assets(cfg.live.watch_prefix).prefix_segment,) if cfg.live.watch else None
+        )
         # The pipeline's router of reserved paths (Hooks.route; the server sets it).
         self.reserved_route: Router | None = None
 
