@@ -122,12 +122,14 @@ class HeadReader:
     bound); ``peer_eof``: the client half-closed, nothing more can arrive.
     """
 
-    __slots__ = ("_cfg", "_emitter", "_life", "_order", "_turn", "fed", "parser", "peer_eof")
+    __slots__ = ("_conn", "_emitter", "_life", "_order", "_turn", "fed", "parser", "peer_eof")
 
     def __init__(
         self, cfg: Config, emitter: Emitter, life: Lifetime, order: ServeOrder | None
     ) -> None:
-        self._cfg = cfg
+        # The limits and deadlines read per request, bound once (not a hop
+        # through Config per read).
+        self._conn = cfg.conn
         self._emitter = emitter
         self._life = life
         self._order = order
@@ -141,7 +143,7 @@ class HeadReader:
         from this one (pipelining)."""
         leftover = self.parser.trailing_data[0]
         self.fed = len(leftover)
-        self.parser = HeadParser(self._cfg.conn.max_head_size, leftover)
+        self.parser = HeadParser(self._conn.max_head_size, leftover)
 
     def resume(self, leftover: bytes) -> None:
         """After a request body read to its end: the next head starts from
@@ -170,7 +172,7 @@ class HeadReader:
             raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
         t = type(event)
         if t is FastRequest or t is h11.Request:
-            max_head = self._cfg.conn.max_head_size
+            max_head = self._conn.max_head_size
             if self.fed > max_head:
                 # h11 only limits *incomplete* heads; a whole oversized head
                 # in one read gets through, so count what it consumed.
@@ -229,13 +231,13 @@ class HeadReader:
         if that read does not complete the head, the head deadline starts
         (a complete head in one read, the common case, skips that step).
         """
-        cfg = self._cfg
+        conn = self._conn
         life = self._life
         keepalive = idle and self.fed == 0
         if keepalive:
-            life.arm(IDLE, cfg.conn.keepalive_timeout)
+            life.arm(IDLE, conn.keepalive_timeout)
         else:
-            life.arm(HEAD, cfg.conn.head_timeout)
+            life.arm(HEAD, conn.head_timeout)
         emitter = self._emitter
         fd = emitter.fd
         event: object = self._parse() if self.fed else h11.NEED_DATA
@@ -277,7 +279,7 @@ class HeadReader:
             if keepalive and event is h11.NEED_DATA:
                 # First bytes of the next request, but not the whole head:
                 # the head deadline starts now.
-                life.arm(HEAD, cfg.conn.head_timeout)
+                life.arm(HEAD, conn.head_timeout)
             keepalive = False
         life.to(BUSY)
         return as_head(event)
@@ -312,7 +314,7 @@ class HeadReader:
         result: Prepared | None = None
         error: Exception | None = None
         gone = False
-        limit = self._cfg.conn.max_head_size
+        limit = self._conn.max_head_size
         stream = self._emitter.stream
         reader = self
 
