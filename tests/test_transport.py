@@ -389,7 +389,7 @@ def test_start_up_raises_the_soft_fd_limit_toward_the_hard_limit(http2: bool) ->
         f"cfg = Config.of(directory='.', max_connections=1024, http2={http2}).validate()\n"
         "out, note = fit_fd_limit(cfg)\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], per_connection(cfg),"
-        " fd_reserve(cfg), out.max_connections, out.h2_max_open_files)\n"
+        " fd_reserve(cfg), out.conn.max_connections, out.h2.h2_max_open_files)\n"
         "print(note)\n"
     )
     lines = subprocess.run(
