@@ -149,7 +149,7 @@ class HeadReader:
         """After a request body read to its end: the next head starts from
         the bytes read past it (a pipelined request; :meth:`next_cycle`
         then hands them on)."""
-        self.parser = HeadParser(self._cfg.conn.max_head_size, leftover)
+        self.parser = HeadParser(self._conn.max_head_size, leftover)
 
     def feed(self, data: bytes | bytearray) -> None:
         """Bytes read for the parser by someone else (the disconnect
