@@ -261,7 +261,7 @@ class H2Policy:
 class FilesPolicy:
     """Which files are served and how (serverio.fs, the file decisions of http.core)."""
 
-    index: tuple[str, ...] = ("index.html",)
+    index: tuple[str, ...] = ("index.html", "index.htm")  # as http.server
     hidden: bool = False
     follow_symlinks: bool = False
     cache_control: str | None = None

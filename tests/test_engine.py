@@ -498,3 +498,14 @@ async def test_bytes_sent_counts_head_and_body_once(root: Path) -> None:
     srv.opener.close()
     assert srv.stats.responses.completed == 3 and srv.stats.responses.sendfile_responses == 1
     assert srv.stats.responses.bytes_sent == len(received)
+
+
+async def test_a_directory_with_only_index_htm_serves_it(root: Path) -> None:
+    """http.server's index list (index.html, then index.htm) is the default:
+    a directory holding only ``index.htm`` serves it, not a listing."""
+    (root / "old").mkdir()
+    (root / "old" / "index.htm").write_bytes(b"<p>old</p>\n")
+    async with memory_connection(make_config(root)) as (client, _, _):
+        r = await client.get("/old/")
+        assert r.status == 200 and r.body == b"<p>old</p>\n"
+        assert r.header("content-type") == "text/html; charset=utf-8"

@@ -73,7 +73,7 @@ def test_every_option_has_help_and_shows_its_default(capsys: pytest.CaptureFixtu
         ("--write-timeout", "30"),
         ("--shutdown-timeout", "10"),
         ("--http2", "on"),
-        ("--index", "index.html"),
+        ("--index", "index.html,index.htm"),
         ("--listing-cache-size", "8MiB"),
         ("--compress-cache-size", "64MiB"),
         ("--file-cache-size", "16MiB"),
