@@ -353,3 +353,30 @@ def test_subcommands_are_listed_and_their_help_is_plain_text(
     assert info.value.code == 0 and out.startswith("usage: serverio hash-password")
     assert "``" not in out and ":func:" not in out  # it showed the docstring's reST
     assert "--iterations N  PBKDF2 rounds" in out and "(default: 600000)" in out
+
+
+@pytest.mark.parametrize(
+    ("key_line", "flag_argv"),
+    [
+        ("max-connections = 0", ["--max-connections", "0"]),
+        ("head-timeout = -1.0", ["--head-timeout", "-1"]),
+        ("h2-max-streams = 0", ["--h2-max-streams", "0"]),
+    ],
+)
+def test_a_file_value_refused_by_validation_names_the_file_and_key(
+    root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    key_line: str,
+    flag_argv: list[str],
+) -> None:
+    """A value the start-up checks refuse names where it came from: the
+    command line's flag, else the variable, else the file and its key."""
+    conf = tmp_path / "site.toml"
+    conf.write_text(key_line + "\n")
+    key = key_line.split(" = ")[0]
+    by_flag = _error([*flag_argv, "-d", str(root)], {}, capsys)
+    from_file = _error(["--config", str(conf), "-d", str(root)], {}, capsys)
+    assert from_file == f"{by_flag} (from {conf}, key {key})"
+    # the command line wins over the file: its own value is the one refused
+    assert _error([*flag_argv, "--config", str(conf), "-d", str(root)], {}, capsys) == by_flag

@@ -8,7 +8,7 @@ import getpass
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NoReturn
 
 import trio
@@ -32,13 +32,14 @@ from .options import (
     Option,
     add_option,
     blame_env,
+    by_dest,
     config_fields,
     env_option,
     env_values,
     port_from_env,
 )
 from .run import run_server
-from .tomlconfig import dump, parse_with_config
+from .tomlconfig import dump, load, parse_with_config
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -205,21 +206,48 @@ def hash_password_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _unset_on_command_line(argv: Sequence[str], dests: Iterable[str]) -> set[str]:
+    """The attributes among ``dests`` that the command line itself leaves
+    unset (so a value for them came from the environment or the file)."""
+    parser = build_parser()  # the command line alone: unset stays unset
+    unset = object()
+    dests = list(dests)
+    parser.set_defaults(**{d: unset for d in dests if parser.get_default(d) is not None})
+    given = parser.parse_args(argv)
+    return {d for d in dests if getattr(given, d, None) in (unset, None)}
+
+
 def _env_sources(argv: Sequence[str], env: dict[str, object]) -> dict[str, Option]:
     """{variable: declaration} of the values the environment sets and the
     command line does not override (for blame_env's messages)."""
     if not env:
         return {}
-    parser = build_parser()  # the command line alone: unset stays unset
-    unset = object()
-    parser.set_defaults(**{d: unset for d in env if parser.get_default(d) is not None})
-    given = parser.parse_args(argv)
     out: dict[str, Option] = {}
-    for dest in env:
+    for dest in _unset_on_command_line(argv, env):
         found = env_option(dest)
-        value = getattr(given, dest, None)
-        if found is not None and (value is unset or value is None):
+        if found is not None:
             out[found[0]] = found[1]
+    return out
+
+
+def _file_sources(
+    argv: Sequence[str], path: str | None, env: dict[str, object]
+) -> dict[str, Option]:
+    """{"FILE, key KEY": declaration} of the values ``--config FILE`` sets
+    that neither the environment nor the command line override: a value the
+    start-up checks refuse is then reported with the file and key that gave
+    it, not only the flag (blame_env's messages)."""
+    if not path:
+        return {}
+    try:
+        values = load(build_parser(), path)
+    except ConfigError:
+        return {}  # reported by parse_with_config already
+    out: dict[str, Option] = {}
+    for dest in _unset_on_command_line(argv, (d for d in values if d not in env)):
+        opt = by_dest(dest)
+        if opt is not None and opt.key:
+            out[f"{path}, key {opt.key}"] = opt
     return out
 
 
@@ -250,7 +278,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         port = port_from_env(variables)
         parser.set_defaults(port=None)  # tells an unset port from an explicit 8000
         args = parse_with_config(parser, argv, env)
-        sources = _env_sources(argv, env)
+        sources = {**_env_sources(argv, env), **_file_sources(argv, args.config, env)}
         if args.check is not None:
             return check_url(args.check)
         if not args.fd and not args.print_config:

@@ -36,7 +36,7 @@ from ..errors import ConfigError
 from .options import OPTIONS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
-__all__ = ["CLI_ONLY", "TABLES", "dump", "option_keys", "parse_with_config"]
+__all__ = ["CLI_ONLY", "TABLES", "dump", "load", "option_keys", "parse_with_config"]
 
 # Options about the configuration itself (and help) have no TOML key.
 CLI_ONLY = frozenset({"help"} | {o.dest for o in OPTIONS if not o.toml})
