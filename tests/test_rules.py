@@ -20,6 +20,7 @@ from serverio.site.rules import (
     error_page_key,
     header_ops,
     match_path,
+    merge_header_lines,
     parse_basic,
     preflight_fields,
     redirect_for,
@@ -99,6 +100,17 @@ def test_header_rules_order_precedence_and_vary_union() -> None:
     assert not any(n in (b"x-js", b"x-global") for n, _ in hs)
     # No rule matches: no change.
     assert header_ops(compile_rules(header_rules=[("/x", (("A", "b"),), ())]), "/y").empty
+
+
+def test_an_empty_header_line_removes_that_name_from_the_merged_list() -> None:
+    lines = ["X-A: 1", "x-b: 2", "X-A: 3", "X-C: ok", "X-B:", "x-a:  ", "X-A: 4"]
+    # Earlier lines of the name go (any case), later ones stay; the removal is dropped.
+    assert merge_header_lines(lines) == ("X-C: ok", "X-A: 4")
+    # A line without ':' is kept for compile_rules to refuse by name.
+    assert merge_header_lines(["X-A: 1", "nocolon"]) == ("X-A: 1", "nocolon")
+    rules = compile_rules(headers=["X-A: 1", "X-B: 2", "X-A:"])
+    hs = list(apply_headers(_plan(), header_ops(rules, "/")).headers)
+    assert (b"x-b", b"2") in hs and not any(n == b"x-a" for n, _ in hs)
 
 
 def test_a_rule_csp_is_sent_beside_the_server_csp_never_instead() -> None:

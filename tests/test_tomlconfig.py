@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -55,6 +58,47 @@ def test_file_values_and_command_line_precedence(root: Path, tmp_path: Path) -> 
     assert (
         cfg.conn.head_timeout == 3.0 and cfg.files.hidden
     )  # untouched keys still come from the file
+
+
+def test_header_adds_to_the_file_list_and_an_empty_value_removes(
+    root: Path, tmp_path: Path
+) -> None:
+    conf = tmp_path / "serverio.toml"
+    conf.write_text(
+        f'directory = "{root}"\nheader = ["X-File: 1", "X-Frame-Options: DENY"]\n'
+        'index = ["a.html"]\n'
+    )
+    env = {"header": ["X-Env: 2"]}
+    args = parse_with_config(
+        build_parser(),
+        ["--config", str(conf), "-H", "X-Cli: 3", "-H", "x-frame-options:", "--index", "b.html"],
+        env,
+    )
+    cfg = config_from_args(args)
+    # file, then environment, then command line; "Name:" took the file's X-Frame-Options away.
+    assert cfg.site.headers == ("X-File: 1", "X-Env: 2", "X-Cli: 3")
+    assert cfg.files.index == ("b.html",)  # other lists are still replaced (docs/cli.md)
+    # --print-config writes the merged list, which reads back the same.
+    again = tmp_path / "again.toml"
+    again.write_text(dump(build_parser(), args))
+    assert config_from_args(_parse(["--config", str(again)])).site.headers == cfg.site.headers
+    # The command line alone: a header and its removal leave nothing.
+    cfg = config_from_args(_parse(["-d", str(root), "-H", "X-A: 1", "-H", "X-A:"]))
+    assert cfg.site.headers == ()
+
+
+def test_serverio_header_adds_to_the_file_headers_end_to_end(root: Path, tmp_path: Path) -> None:
+    conf = tmp_path / "serverio.toml"
+    conf.write_text('header = ["X-File: 1", "X-Gone: 0"]\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "serverio", "--config", str(conf), "-d", str(root),
+         "-H", "X-Gone:", "-H", "X-Cli", "3", "--print-config"],
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "SERVERIO_HEADER": "X-Env: a, b, X-Env2: c"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("header ="))
+    assert line == 'header = ["X-File: 1", "X-Env: a, b", "X-Env2: c", "X-Cli: 3"]'
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,7 @@ class Option:
     switch: tuple[str, str, str] | None = None  # (flag, value it sets, help)
     sets: tuple[tuple[str, object], ...] = ()  # other fields set while this one is true
     two_token: bool = False  # "-H NAME VALUE" is "-H 'NAME: VALUE'"
+    merge: bool = False  # a list the file, env and command line add to (not replace)
     equals_alias: str | None = None  # "--spa=FILE" (one token) is "--spa-file=FILE"
     toml: bool = True  # False: command-line only (--config, --check ...)
     default: Any = MISSING  # only for options without a field
@@ -620,9 +621,10 @@ _CONTENT = (
 
 _SITE = (
     _O("headers", ("-H", "--header"),
-       "add a header to every response (repeatable; 'NAME VALUE' as two "
-       "arguments, http.server's form, works too)", "Site rules",
-       kind="list", metavar="'NAME: VALUE'", two_token=True),
+       "add a header to every response (repeatable; added to the file's list, "
+       "'NAME:' with no value removes NAME; 'NAME VALUE' as two arguments, "
+       "http.server's form, works too)", "Site rules",
+       kind="list", metavar="'NAME: VALUE'", two_token=True, merge=True),
     _O("cors", ("--cors",), "Access-Control-Allow-Origin: * on every response", "Site rules",
        kind="flag"),
     _O("cors_origins", ("--cors-origin",),

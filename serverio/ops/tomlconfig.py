@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..site.rules import merge_header_lines
 from .options import OPTIONS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
@@ -294,10 +295,10 @@ def parse_with_config(
     """
     args = parser.parse_args(argv)
     path = getattr(args, "config", None)
-    values = load(parser, path) if path else {}
-    values.update(env or {})
+    from_file = load(parser, path) if path else {}
+    values = {**from_file, **(env or {})}
     if not values:
-        return args
+        return _merge_lists(args, {}, {})
     keys = option_keys(parser)
     lists = {a.dest for a in keys.values() if _is_list(a)}
     # Repeatable options append to their default in argparse, so a file list
@@ -305,9 +306,27 @@ def parse_with_config(
     # only when the command line gave none.
     parser.set_defaults(**{d: v for d, v in values.items() if d not in lists})
     args = parser.parse_args(argv)
-    for dest in lists & values.keys():
+    for dest in lists & values.keys() - _MERGED:
         if getattr(args, dest) in (None, []):
             setattr(args, dest, values[dest])
+    return _merge_lists(args, from_file, env or {})
+
+
+# The lists declared ``merge`` (-H): the file's items, then the
+# environment's, then the command line's, instead of the last replacing.
+_MERGED = frozenset(o.dest for o in OPTIONS if o.merge)
+
+
+def _merge_lists(
+    args: argparse.Namespace, from_file: Mapping[str, object], env: Mapping[str, object]
+) -> argparse.Namespace:
+    """Add up the ``merge`` lists; ``-H "Name:"`` then removes Name from the
+    sum (serverio.site.rules.merge_header_lines, docs/cli.md "Precedence")."""
+    for dest in _MERGED:
+        layers = (from_file.get(dest), env.get(dest), getattr(args, dest, None))
+        items = [item for layer in layers if isinstance(layer, list) for item in layer]
+        if items:
+            setattr(args, dest, list(merge_header_lines(items)))
     return args
 
 

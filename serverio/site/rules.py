@@ -53,6 +53,7 @@ __all__ = [
     "header_ops",
     "map_header_values",
     "match_path",
+    "merge_header_lines",
     "parse_basic",
     "parse_header_line",
     "preflight_fields",
@@ -269,6 +270,28 @@ def parse_header_line(text: str, where: str) -> tuple[str, str]:
     return name.strip(), value.strip(" \t")
 
 
+def merge_header_lines(lines: Sequence[str]) -> tuple[str, ...]:
+    """The ``--header`` list after its removals, in order.
+
+    The list is the file's ``header`` key, then ``SERVERIO_HEADER``, then
+    the command line (serverio.ops.tomlconfig.parse_with_config adds them
+    up).  A line ``"Name:"`` with no value removes every earlier line of
+    that name (field names compare case-insensitively, RFC 9110 §5.1) and
+    is itself dropped: an empty value cannot be set with ``--header``
+    (``[[headers]] set`` can).  A line without ':' is kept, so that
+    compiling it still names it in the error.
+    """
+    out: list[str] = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if colon and not value.strip(" \t"):
+            drop = name.strip().lower()
+            out = [kept for kept in out if kept.partition(":")[0].strip().lower() != drop]
+            continue
+        out.append(line)
+    return tuple(out)
+
+
 def _header(name: str, value: str, where: str) -> tuple[bytes, bytes]:
     if not _is_token(name):
         raise ConfigError(f"{where}: {name!r} is not a valid header name")
@@ -362,6 +385,7 @@ def _compile_header_rules(
 ) -> tuple[HeaderRule, ...]:
     """``--header`` (one rule for every path, first), then ``[[headers]]``."""
     hrules: list[HeaderRule] = []
+    headers = merge_header_lines(headers)  # idempotent: a Config made in code too
     if headers:
         sets = tuple(_header(*parse_header_line(h, "--header"), "--header") for h in headers)
         hrules.append(HeaderRule("/**", None, sets))
