@@ -501,6 +501,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.ops.cpus": ("available_cpus", "cgroup_cpu_limit"),
     "serverio.ops.fdlimit": ("FD_RESERVE", "fd_reserve", "fit_fd_limit", "per_connection"),
+    "serverio.ops.lan": ("WILDCARDS", "interface_addresses", "network_urls"),
     "serverio.ops.manpage": ("manpage", "manpage_main", "roff_text"),
     "serverio.ops.metrics": (
         "BUCKETS",
@@ -534,7 +535,9 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "port_from_env",
     ),
     "serverio.ops.run": ("ExtraTask", "make_admin_handler", "run_server", "url_host"),
-    "serverio.ops.tomlconfig": ("CLI_ONLY", "TABLES", "dump", "option_keys", "parse_with_config"),
+    "serverio.ops.tomlconfig": (
+        "CLI_ONLY", "TABLES", "dump", "load", "option_keys", "parse_with_config",
+    ),
     "serverio.ops.workers": ("CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"),
     "serverio.pipeline": None,
     "serverio.pipeline.content": ("ContentService", "OwnedFd"),
@@ -608,6 +611,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "header_ops",
         "map_header_values",
         "match_path",
+        "merge_header_lines",
         "parse_basic",
         "parse_header_line",
         "preflight_fields",

@@ -33,6 +33,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
 from ..net.server import Server, public_addresses
+from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
 
 __all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
@@ -148,11 +149,14 @@ async def run_server(
 
 
 def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> None:
-    """The "Serving ROOT at URL" lines (and the admin URL) on standard output."""
+    """The "Serving ROOT at URL" lines (and the admin URL) on standard output;
+    for a wildcard listener the "Network: URL" lines on standard error."""
     for listener in server.listeners:
         name = listener.socket.getsockname()
         scheme = "https" if server.tls_of(listener) is not None else "http"
         print(f"Serving {root} at {scheme}://{url_host(str(name[0]))}:{name[1]}/", flush=True)
+        for url in network_urls(scheme, str(name[0]), name[1]):  # 0.0.0.0, :: (ops/lan.py)
+            print(f"Network: {url}", file=sys.stderr, flush=True)
     if admin is not None:
         name = admin.socket.getsockname()
         print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)

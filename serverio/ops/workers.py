@@ -59,6 +59,7 @@ from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
 from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
+from .lan import network_urls
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
 from .run import SIGHUP, SIGNALS, run_server, url_host
 
@@ -232,6 +233,8 @@ class _Supervisor:
             tls = i >= len(lis.listen) if (lis.listen or lis.listen_tls) else bool(cfg.tls.certfile)
             scheme = "https" if tls else "http"
             print(f"Serving {cfg.root} at {scheme}://{url_host(host)}:{port}/", flush=True)
+            for url in network_urls(scheme, host, port):  # 0.0.0.0, :: (ops/lan.py)
+                print(f"Network: {url}", file=sys.stderr, flush=True)
         if admin is not None:
             name = admin.socket.getsockname()
             print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
