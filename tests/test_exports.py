@@ -472,7 +472,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.net.server": ("Server", "bind_public", "public_addresses"),
     "serverio.net.services": ("Services",),
-    "serverio.net.tls": ("TLS12_CIPHERS", "make_ssl_context"),
+    "serverio.net.tls": ("TLS12_CIPHERS", "load_error", "make_ssl_context"),
     "serverio.observe": None,
     "serverio.observe.accesslog": ("AccessLog", "AccessRecord"),
     "serverio.observe.histogram": ("BUCKETS", "Histogram"),

@@ -178,6 +178,60 @@ def test_unusable_certificate_is_a_config_error(root: Path, tmp_path: Path) -> N
         make_config(root, keyfile=str(bogus))
 
 
+def _tls_files(ca: trustme.CA, d: Path, keyfile: Path) -> dict[str, Path]:
+    """Certificate files that are wrong in one way each."""
+    files = {"key": keyfile, "cert": d / "cert.pem"}
+    files["other-key"] = d / "other-key.pem"
+    ca.issue_cert("localhost").private_key_pem.write_to_path(str(files["other-key"]))
+    files["text"] = d / "text.pem"
+    files["text"].write_text("not a certificate\n")
+    files["der"] = d / "der.crt"
+    files["der"].write_bytes(ssl.PEM_cert_to_DER_cert(files["cert"].read_text()))
+    files["encrypted"] = _encrypted_key(keyfile, b"s3cret")
+    return files
+
+
+@pytest.mark.parametrize(
+    ("cert", "key", "message"),
+    [
+        ("text", None, "--certfile {text}: not a PEM certificate: no "
+         "'-----BEGIN CERTIFICATE-----' line"),
+        ("der", "key", "--certfile {der}: not a PEM certificate: no '-----BEGIN CERTIFICATE-----' "
+         "line (DER? 'openssl x509 -inform der' converts it)"),
+        ("cert", None, "--certfile {cert}: holds no private key; give it with --keyfile FILE"),
+        ("cert", "text", "--keyfile {text}: not a PEM private key: no "
+         "'-----BEGIN ... PRIVATE KEY-----' line"),
+        ("cert", "other-key", "--keyfile {other-key}: the key does not match the certificate in "
+         "{cert}"),
+        ("cert", "encrypted", "--keyfile {encrypted}: cannot load the encrypted key: wrong "
+         "password? ($TEST_KEY_PW)"),
+    ],
+)
+def test_a_bad_certificate_or_key_is_one_line_naming_the_file_and_the_fault(
+    root: Path,
+    ca: trustme.CA,
+    cert_files: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    cert: str,
+    key: str | None,
+    message: str,
+) -> None:
+    """Not OpenSSL's "[SSL] PEM lib (_ssl.c:3905)" (issue 28): exit 2 and
+    the file and what is wrong with it."""
+    from serverio.ops.cli import main
+
+    files = _tls_files(ca, cert_files[0].parent, cert_files[1])
+    monkeypatch.setenv("TEST_KEY_PW", "wrong")
+    argv = ["0", "-d", str(root), "--certfile", str(files[cert])]
+    if key is not None:
+        argv += ["--keyfile", str(files[key]), "--keyfile-password-env", "TEST_KEY_PW"]
+    assert main(argv, environ={}) == 2
+    out, err = capsys.readouterr()
+    expected = message.format_map({k: str(v) for k, v in files.items()})
+    assert (out, err) == ("", f"serverio: error: {expected}\n")
+
+
 def test_http_server_tls_option_names(
     root: Path, cert_files: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -16,12 +16,13 @@ name http.server uses since 3.14) a file whose first line is it.
 from __future__ import annotations
 
 import os
+import re
 import ssl
 
 from ..config import Config
 from ..errors import ConfigError
 
-__all__ = ["TLS12_CIPHERS", "make_ssl_context"]
+__all__ = ["TLS12_CIPHERS", "load_error", "make_ssl_context"]
 
 # OpenSSL cipher string of the TLS 1.2 suites offered (see make_ssl_context).
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
@@ -86,6 +87,59 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     except ConfigError:
         raise
     except (OSError, ssl.SSLError, ValueError) as exc:
-        what = "--certfile/--keyfile" if config.tls.keyfile else "--certfile"
-        raise ConfigError(f"{what}: cannot load certificate and key: {exc}") from None
+        raise ConfigError(load_error(config, exc)) from None
     return ctx
+
+
+_PEM_CERT = b"-----BEGIN CERTIFICATE-----"
+# PKCS#8 ("PRIVATE KEY", "ENCRYPTED PRIVATE KEY") and the traditional
+# "RSA PRIVATE KEY" / "EC PRIVATE KEY" labels (RFC 7468 §10, §11).
+_PEM_KEY = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+
+
+def _read(path: str) -> bytes | str:
+    """The file's bytes, or why it cannot be read (str)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20)  # a certificate chain is a few KiB
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def load_error(config: Config, exc: Exception) -> str:
+    """One line saying which file is wrong and how, for a failed
+    ``load_cert_chain`` (OpenSSL says only "[SSL] PEM lib (_ssl.c:3905)").
+
+    In the order OpenSSL needs them: each file readable, the certificate
+    file PEM (``-----BEGIN CERTIFICATE-----``, RFC 7468 §5), a PEM private
+    key in the key file (the certificate file without ``--keyfile``), the
+    password of an encrypted key, the key matching the certificate.
+    """
+    cert, key = config.tls.certfile or "", config.tls.keyfile
+    key_flag, key_path = ("--keyfile", key) if key else ("--certfile", cert)
+    cert_data = _read(cert)
+    if isinstance(cert_data, str):
+        return f"--certfile {cert}: cannot read: {cert_data}"
+    key_data = cert_data if key is None else _read(key)
+    if isinstance(key_data, str):
+        return f"--keyfile {key_path}: cannot read: {key_data}"
+    if _PEM_CERT not in cert_data:
+        der = " (DER? 'openssl x509 -inform der' converts it)" if cert_data[:1] == b"\x30" else ""
+        return f"--certfile {cert}: not a PEM certificate: no '{_PEM_CERT.decode()}' line{der}"
+    if _PEM_KEY.search(key_data) is None:
+        if key is None:
+            return f"--certfile {cert}: holds no private key; give it with --keyfile FILE"
+        return f"--keyfile {key}: not a PEM private key: no '-----BEGIN ... PRIVATE KEY-----' line"
+    if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+        if key is None:
+            return f"--certfile {cert}: the private key does not match the certificate"
+        return f"--keyfile {key}: the key does not match the certificate in {cert}"
+    if b"ENCRYPTED" in key_data:
+        tls = config.tls
+        source = (
+            f"--tls-password-file {tls.keyfile_password_file}"
+            if tls.keyfile_password_file
+            else f"${tls.keyfile_password_env}"
+        )
+        return f"{key_flag} {key_path}: cannot load the encrypted key: wrong password? ({source})"
+    return f"{key_flag} {key_path}: cannot load certificate and key: {exc}"
