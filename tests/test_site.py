@@ -488,6 +488,21 @@ def test_users_file_inside_the_root_is_refused(root: Path) -> None:
         site_mod.load_site(make_config(root, auth_file=str(root / "users")))
 
 
+def test_a_missing_users_file_inside_the_root_is_reported_missing(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "is inside the served root" (issue 28): there is no file yet."""
+    from serverio.ops.cli import main
+
+    missing = root / "users.txt"
+    assert main(["0", "-d", str(root), "--auth-file", str(missing)], environ={}) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == (
+        "",
+        f"serverio: error: --auth-file: users file {str(missing)!r}: No such file or directory\n",
+    )
+
+
 # ------------------------------------------------------------ CLI and TOML
 
 

@@ -139,7 +139,9 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         where = (
             "--auth-file" if cfg.site.auth_file is not None and i == 0 else f"{source}: [[auth]]"
         )
-        if cfg.root and _inside(cfg.root, path):
+        # A missing file is reported as missing (by _read_users), not as
+        # "inside the served root": the fix is to create it, wherever.
+        if cfg.root and os.path.exists(path) and _inside(cfg.root, path):
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
         auth.append((pattern, users, cost_profile(users.values())))
