@@ -54,15 +54,35 @@ _EQUALS_ALIASES = tuple(
 
 
 class _Parser(argparse.ArgumentParser):
+    _argv: Sequence[str] = ()
+
     def error(self, message: str) -> NoReturn:
         # One clear line and exit status 2, like every other invalid input.
-        self.exit(2, f"serverio: error: {message}\n")
+        self.exit(2, f"serverio: error: {message}{_hint(message, self._argv)}\n")
 
     def parse_known_args(  # type: ignore[override]  # same signature, narrower types
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         argv = sys.argv[1:] if args is None else list(args)
+        self._argv = argv
         return super().parse_known_args(_respell(argv), namespace)
+
+
+def _hint(message: str, argv: Sequence[str]) -> str:
+    """What to type instead, for the usage errors people make from other
+    servers' habits: ``--port 8080`` (http-server, serve, miniserve) where
+    serverio takes http.server's positional port."""
+    if not message.startswith("unrecognized arguments"):
+        return ""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg != "--port" and not arg.startswith("--port="):
+            continue
+        value = arg.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+        port = value if value.isdigit() else "8080"
+        return f" (the port is positional: serverio {port}, or --listen HOST:{port})"
+    return ""
 
 
 def _respell(argv: list[str]) -> list[str]:
