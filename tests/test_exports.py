@@ -536,7 +536,12 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.ops.run": ("ExtraTask", "make_admin_handler", "run_server", "url_host"),
     "serverio.ops.tomlconfig": (
-        "CLI_ONLY", "TABLES", "dump", "load", "option_keys", "parse_with_config",
+        "CLI_ONLY",
+        "TABLES",
+        "dump",
+        "load",
+        "option_keys",
+        "parse_with_config",
     ),
     "serverio.ops.workers": ("CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"),
     "serverio.pipeline": None,
