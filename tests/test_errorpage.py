@@ -216,3 +216,16 @@ async def test_site_error_pages_keep_priority(tree: Path) -> None:
     assert fields[b"x-frame-options"] == b"DENY"  # the header rules still apply
     assert fields[b"vary"] == b"Accept"
     assert plain.body == b"405 Method Not Allowed\n"
+
+
+async def test_a_header_rules_csp_is_sent_beside_the_pages(tree: Path) -> None:
+    # As for listings (serverio.site.rules.header_ops): both policies are
+    # enforced (CSP Level 3 §8.1), so a rule can only tighten the page's.
+    mine = "default-src 'self'"
+    rules = (("/**", (("Content-Security-Policy", mine),), ()),)
+    rows = SITE_ROWS[2:3]
+    h1, h2 = await _run(make_config(tree, header_rules=rules), rows)
+    assert differences(rows, h1, h2) == []
+    csp = [v for k, v in h1[0].fields if k == b"content-security-policy"]
+    assert csp == [ERROR_CSP, mine.encode()]
+    assert h1[0].body == error_html(405)
