@@ -49,6 +49,7 @@ FIREFOX = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 )
 def test_prefers_html(accept: str | None, html: bool) -> None:
     assert prefers_html(accept) is html
+    assert prefers_html(accept) is html  # again: from the memo, the same answer
 
 
 def _field(plan: Plan, name: bytes) -> list[bytes]:

@@ -238,9 +238,20 @@ def prefers_html(accept: str | None) -> bool:
     """
     if accept is None or "html" not in accept.lower():
         return False
-    ranges = _parse_weighted(accept, media=True)
-    q_html = ranges.get("text/html", 0.0)
-    return q_html > 0 and q_html >= _media_q(ranges, "text/plain")
+    got = _HTML_MEMO.get(accept)
+    if got is None:
+        ranges = _parse_weighted(accept, media=True)
+        q_html = ranges.get("text/html", 0.0)
+        got = q_html > 0 and q_html >= _media_q(ranges, "text/plain")
+        if len(accept) <= _MEMO_MAX_VALUE:  # browsers send a few values: memoised, bounded
+            if len(_HTML_MEMO) >= _HTML_MEMO_MAX:
+                _HTML_MEMO.clear()
+            _HTML_MEMO[accept] = got
+    return got
+
+
+_HTML_MEMO: dict[str, bool] = {}
+_HTML_MEMO_MAX: Final = 256
 
 
 # --------------------------------------------------------- Want-Repr-Digest
