@@ -365,3 +365,32 @@ async def test_the_readme_renders_its_local_image_and_runs_nothing(tmp_path: Pat
             text = await tools.evaluate("document.querySelector('.readme').innerText")
             assert "<script>alert(2)</script>" in text
             assert tools.dialogs == [] and tools.exceptions == []
+
+
+# ------------------------------------------------ built-in error pages (issue 28)
+
+
+async def test_the_error_page_is_styled_under_its_csp_and_links_home(tmp_path: Path) -> None:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "index.html").write_text("<!doctype html><title>home</title><p>home page</p>\n")
+    hostile = "/%3Cimg%20src=x%20onerror=alert(1)%3E/%22%27%3E%3Cscript%3Ealert(2)%3C/script%3E"
+    with trio.fail_after(30):
+        async with (
+            running_server(make_config(root)) as (_, port),
+            _devtools(tmp_path / "profile-errors") as tools,
+        ):
+            await tools.load(f"http://127.0.0.1:{port}{hostile}")
+            got = await tools.evaluate(
+                "[document.contentType, document.title, document.querySelector('h1').innerText,"
+                " document.images.length, document.scripts.length]"
+            )
+            assert got == ["text/html", "404 Not Found", "404 Not Found", 0, 0]
+            # The inline style applied: the CSP's hash is the style's.
+            assert await tools.evaluate("getComputedStyle(document.body).maxWidth") == "960px"
+            text = await tools.evaluate("document.body.innerText")
+            assert "alert" not in text and "script" not in text
+            await tools.load(click="document.querySelector('footer a')")
+            where = await tools.evaluate("[location.href, document.title]")
+            assert where == [f"http://127.0.0.1:{port}/", "home"]
+            assert tools.dialogs == [] and tools.exceptions == []

@@ -232,6 +232,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.http.decide": ("cache_candidate", "decide", "serve_cached"),
     "serverio.http.disposition": ("ascii_fallback", "content_disposition", "download_matches"),
+    "serverio.http.errorpage": ("ERROR_CSP", "error_html", "negotiated_error", "text_body"),
     "serverio.http.listing": (
         "Entry",
         "FILTER_MAX",
@@ -257,6 +258,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "SIDECAR_SUFFIX",
         "parse_accept_encoding",
         "parse_query",
+        "prefers_html",
         "prefers_json",
         "repr_digest_field",
         "select_coding",

@@ -91,6 +91,7 @@ def _fill_event_slots(srv: Server) -> None:
 
 GZ = (("accept-encoding", "gzip"),)
 ORIGIN = (("origin", "http://good.example"),)
+HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"  # a browser's
 
 SITE_ROWS: list[Row] = [
     Row("file", "GET", "/hello.txt", (), 200),
@@ -174,6 +175,11 @@ SITE_ROWS: list[Row] = [
     Row("auth success", "GET", "/private/secret.txt", (_basic(PASSWORD),), 200),
     Row("auth wrong 401", "GET", "/private/secret.txt", (_basic("nope"),), 401),
     Row("auth limited 429", "GET", "/private/secret.txt", (_basic("nope"),), 429),
+    # Built-in HTML error pages (a browser's Accept), beside the site's 404 page.
+    Row("404 site page (browser)", "GET", "/missing.txt", (("accept", HTML),), 404),
+    Row("405 html page", "POST", "/hello.txt", (("accept", HTML),), 405),
+    Row("412 html head", "HEAD", "/hello.txt", (("accept", HTML), ("if-match", '"x"')), 412),
+    Row("401 html page", "GET", "/private/secret.txt", (("accept", HTML),), 401, _fresh_limiter),
 ]
 
 LIVE_ROWS: list[Row] = [

@@ -26,6 +26,7 @@ __all__ = [
     "AcceptEncoding",
     "parse_accept_encoding",
     "parse_query",
+    "prefers_html",
     "prefers_json",
     "repr_digest_field",
     "select_coding",
@@ -224,6 +225,33 @@ def prefers_json(accept: str | None) -> bool:
     ranges = _parse_weighted(accept, media=True)
     q_json = _media_q(ranges, "application/json")
     return q_json > 0 and q_json > _media_q(ranges, "text/html")
+
+
+def prefers_html(accept: str | None) -> bool:
+    """True when Accept names ``text/html`` itself, with q > 0 and at least
+    the weight of ``text/plain`` (the built-in error pages' choice,
+    :mod:`serverio.http.errorpage`).
+
+    ``*/*`` and ``text/*`` alone are no preference: curl, wget and scripts
+    send them and keep the plain-text errors they parse today; a browser's
+    navigation names ``text/html`` (q=1 above ``*/*;q=0.8``).
+    """
+    if accept is None or "html" not in accept.lower():
+        return False
+    got = _HTML_MEMO.get(accept)
+    if got is None:
+        ranges = _parse_weighted(accept, media=True)
+        q_html = ranges.get("text/html", 0.0)
+        got = q_html > 0 and q_html >= _media_q(ranges, "text/plain")
+        if len(accept) <= _MEMO_MAX_VALUE:  # browsers send a few values: memoised, bounded
+            if len(_HTML_MEMO) >= _HTML_MEMO_MAX:
+                _HTML_MEMO.clear()
+            _HTML_MEMO[accept] = got
+    return got
+
+
+_HTML_MEMO: dict[str, bool] = {}
+_HTML_MEMO_MAX: Final = 256
 
 
 # --------------------------------------------------------- Want-Repr-Digest

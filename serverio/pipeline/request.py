@@ -51,6 +51,7 @@ from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
 from ..http.access import access_plan
 from ..http.core import Plan, RequestFacts, http_error_plan, route
+from ..http.errorpage import negotiated_error
 from ..model import Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
@@ -138,13 +139,18 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     if router is None or (plan := router(req, now)) is None:
         plan = route(req, deps.config, now)
     if plan is not None:
+        if plan.status >= 400:
+            plan = negotiated_error(plan, req.accept)
         return plan, NO_BODY if plan.stream else Body.of(plan), None
     try:
         got = handler.respond_now(req, now)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        plan = negotiated_error(plan, req.accept)
         return plan, Body.of(plan), None
     if type(got) is Prepared:
+        if got.plan.status >= 400:  # errors only: the warm 200 pays one comparison
+            got.plan = negotiated_error(got.plan, req.accept)
         return got.plan, got.take_body(), None
     assert isinstance(got, Deferred)
     return Waiting(req, got)
@@ -172,7 +178,7 @@ async def complete(
             if plan is not None:
                 if plan.stream:
                     return plan, NO_BODY, ticket  # the transport's own branch
-                return _finished(site, plan, -1, ticket)
+                return _finished(site, plan, -1, ticket, req)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
                 return await _admitted(deps, got, ticket, now, client)
@@ -183,12 +189,12 @@ async def complete(
             return None
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
-        return _finished(site, plan, -1, ticket)
+        return _finished(site, plan, -1, ticket, req)
     if site is not None:
         assert ticket is not None
         return await _admitted(deps, prepared, ticket, now, client)
     fd, prepared.fd = prepared.fd, -1
-    return _finished(site, prepared.plan, fd, ticket)
+    return _finished(site, prepared.plan, fd, ticket, req)
 
 
 async def access(
@@ -252,7 +258,7 @@ async def complete_body(
         except HTTPError as exc:
             plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         if plan is not None:
-            return _finished(None, plan, -1, None)
+            return _finished(None, plan, -1, None, req)
     got = start(deps, req, now)
     if type(got) is Waiting:
         return await complete(deps, got, now, client, wait)
@@ -303,9 +309,17 @@ def finish(deps: Deps, plan: Plan, ticket: Ticket | None) -> Answer:
     return _finished(deps.site, plan, -1, ticket)
 
 
-def _finished(site: Site | None, plan: Plan, fd: int, ticket: Ticket | None) -> Answer:
-    """The site's finishing rules, then the body source of the final plan
-    (an error page replaces a body: the descriptor is then closed)."""
+def _finished(
+    site: Site | None, plan: Plan, fd: int, ticket: Ticket | None, req: RequestFacts | None = None
+) -> Answer:
+    """The site's finishing rules (its error pages first, then the built-in
+    HTML page for a client that prefers it, then header rules), or without
+    site rules the built-in page alone (:func:`serverio.http.errorpage.negotiated_error`,
+    for ``req``'s Accept; no request, no choice: plain text); then the body
+    source of the final plan (an error page replaces a body: the descriptor
+    is then closed)."""
+    if site is None and req is not None and plan.status >= 400:
+        plan = negotiated_error(plan, req.accept)
     if site is not None:
         try:
             plan = site.finish(plan, ticket)

@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from ..fs.opener import RootOpener
 from ..fs.reads import pread
 from ..http.core import Plan, RequestFacts
+from ..http.errorpage import negotiated_error
 from ..http.mime import guess_type
 from ..http.plans import NO_OPS, HeaderOps, apply_headers, page_plan
 from .access import AccessTarget, Kind, rule_for
@@ -131,13 +132,15 @@ class Finisher:
         ops = self._header_ops(req, path, protected, tls)
         origin = req.origin if req is not None else None
         memo_key: tuple[int, str | None, bool] | None = None
-        if plan.shared:
+        if plan.shared and plan.status < 400:  # an error's page depends on Accept
             memo_key = (id(plan), origin if self._vary_origin else None, tls)
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] is plan and hit[1] is ops:
                 return hit[2]
-        if plan.status >= 400 and self.pages:
-            plan = self._error_page(plan, authed)
+        if plan.status >= 400:
+            if self.pages:  # a site's [errors] page first: it keeps priority
+                plan = self._error_page(plan, authed)
+            plan = negotiated_error(plan, req.accept if req is not None else None)
         preflight = req is not None and req.method == b"OPTIONS" and req.cors_method is not None
         extra = () if preflight else cors_headers(rules.cors, origin)
         if ops is NO_OPS and not extra and not self._vary_origin:
