@@ -138,7 +138,9 @@ def test_invalid_values_exit_2_one_line(root: Path, args: list[str], needle: str
     assert r.stdout == ""
 
 
-def test_port_in_use_exit_2(root: Path) -> None:
+def test_port_in_use_exit_3(root: Path) -> None:
+    """Address in use has its own status (docs/cli.md "Exit status"), apart
+    from 2 (usage): a script can retry or pick another port."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(1)
@@ -147,12 +149,34 @@ def test_port_in_use_exit_2(root: Path) -> None:
         r = run_cli(str(port), "-d", str(root))
     finally:
         s.close()
-    assert r.returncode == 2
+    assert r.returncode == 3
     where = f"serverio: error: cannot listen on 127.0.0.1 port {port}: "
     if simulation.REAL_WINDOWS:  # WSAEADDRINUSE's text is Windows' own (none under Wine)
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(where)
         return
     assert r.stderr.strip().splitlines() == [where + "Address already in use"]
+
+
+def test_admin_bind_in_use_exit_3(root: Path) -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        port = s.getsockname()[1]
+        r = run_cli("0", "-d", str(root), "--admin-bind", f"127.0.0.1:{port}")
+    finally:
+        s.close()
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("serverio: error: cannot listen on --admin-bind"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bind_refused_otherwise_exit_2(root: Path) -> None:
+    """A bind error that is not EADDRINUSE (an address this host does not
+    have: EADDRNOTAVAIL) stays a configuration error."""
+    r = run_cli("0", "-d", str(root), "-b", "192.0.2.1")  # TEST-NET-1, never bound
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("serverio: error: cannot listen on 192.0.2.1 port 0"), r.stderr
 
 
 def test_help_mentions_safe_default() -> None:

@@ -238,7 +238,7 @@ def test_missing_so_reuseport_exit_2(
     ]
 
 
-def test_workers_port_in_use_exit_2(root: Path) -> None:
+def test_workers_port_in_use_exit_3(root: Path) -> None:
     if simulation.windows_refuses_workers(root):
         return
     s = socket.socket()
@@ -254,7 +254,7 @@ def test_workers_port_in_use_exit_2(root: Path) -> None:
         )
     finally:
         s.close()
-    assert r.returncode == 2
+    assert r.returncode == 3
     assert r.stderr.splitlines() == [
         f"serverio: error: cannot listen on 127.0.0.1 port {port}: Address already in use"
     ]

@@ -20,6 +20,7 @@ non-loopback admin address: whoever reaches it could stop the server.
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import signal
@@ -35,7 +36,29 @@ from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serv
 from ..net.server import Server, public_addresses
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
 
-__all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
+__all__ = [
+    "EXIT_ADDRESS_IN_USE",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "ExtraTask",
+    "bind_exit_status",
+    "make_admin_handler",
+    "run_server",
+    "url_host",
+]
+
+# Exit statuses (docs/cli.md "Exit status"): 0 stopped on request, 1 a
+# runtime failure, 2 a usage or configuration error, 3 an address in use
+# at bind, kept apart from 2 so that a script or a unit's
+# RestartPreventExitStatus= can tell "another server has the port" (retry
+# later, pick another port) from "the command line is wrong" (never retry).
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_ADDRESS_IN_USE = 3
+# EADDRINUSE, and Windows' WSAEADDRINUSE (10048), which its sockets report.
+_IN_USE = frozenset(
+    code for code in (errno.EADDRINUSE, getattr(errno, "WSAEADDRINUSE", None)) if code
+)
 
 # A task started next to the server: gets the server and a "started" hook.
 ExtraTask = Callable[[Server], Awaitable[None]]
@@ -57,6 +80,12 @@ SIGNALS: tuple[int, ...] = tuple(
 
 def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def bind_exit_status(exc: OSError) -> int:
+    """3 for an address in use (EADDRINUSE), else 2 (a bind refused for
+    another reason: a bad address, no permission for a low port)."""
+    return EXIT_ADDRESS_IN_USE if exc.errno in _IN_USE else EXIT_USAGE
 
 
 def _listen_error(cfg: Config, exc: OSError) -> str:
@@ -107,9 +136,11 @@ async def run_server(
                 f"{exc.strerror or exc}",
                 file=sys.stderr,
             )
+            for listener in server.listeners:
+                listener.socket.close()
         else:
             print(_listen_error(cfg, exc), file=sys.stderr)
-        return 2
+        return bind_exit_status(exc)
     stop = _Stop(server)
     admin_handler = make_admin_handler(server, lambda: stop.count > 0)
     on_post = (

@@ -60,7 +60,7 @@ from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
 from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
-from .run import SIGHUP, SIGNALS, run_server, url_host
+from .run import SIGHUP, SIGNALS, bind_exit_status, run_server, url_host
 
 __all__ = ["CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"]
 
@@ -133,6 +133,8 @@ def supervise(cfg: Config) -> int:
             reason = exc.strerror or str(exc)
             where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
             msg = f"cannot listen on {where}: {reason}"
+            print(f"serverio: error: {msg}", file=sys.stderr)
+            return bind_exit_status(exc)
         print(f"serverio: error: {msg}", file=sys.stderr)
         return 2
     try:
@@ -203,7 +205,7 @@ class _Supervisor:
                 file=sys.stderr,
             )
             shutil.rmtree(sockdir, ignore_errors=True)
-            return 2
+            return bind_exit_status(exc) if isinstance(exc, OSError) else 2
         try:
             with trio.open_signal_receiver(*SIGNALS) as signals:
                 async with trio.open_nursery() as nursery:
@@ -474,7 +476,7 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
     except OSError as exc:
         where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
         print(f"serverio: error: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return bind_exit_status(exc)
 
     def ready(_: Server) -> None:
         os.write(1, b"ready\n")
