@@ -422,6 +422,7 @@ class LogPolicy:
     quiet: bool = False
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
+    verbose: bool = False  # -v: every counter at exit, not only the summary line
 
     def validate(self) -> LogPolicy:
         """Check the formats and the log file's directory (ConfigError naming the option)."""

@@ -663,6 +663,9 @@ _OUTPUT = (
        "Output", choices=ACCESS_LOG_FORMATS),
     _O("quiet", ("-q", "--quiet"), "no access log (same as --access-log off)", "Output",
        kind="flag", sets=(("access_log", "off"),)),
+    _O("verbose", ("-v", "--verbose"),
+       "at exit print every counter (as /metrics has them) after the one summary line",
+       "Output", kind="flag"),
 )
 
 _DEVELOPMENT = (

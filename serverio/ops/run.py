@@ -26,7 +26,7 @@ import ipaddress
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
@@ -42,8 +42,12 @@ __all__ = [
     "EXIT_USAGE",
     "ExtraTask",
     "bind_exit_status",
+    "counters_line",
+    "draining_line",
+    "in_flight",
     "make_admin_handler",
     "run_server",
+    "summary_line",
     "url_host",
 ]
 
@@ -103,8 +107,15 @@ async def run_server(
     admin: bool = True,
     extra: Sequence[ExtraTask] = (),
     on_ready: Callable[[Server], None] | None = None,
+    on_exit: Callable[[Server], None] | None = None,
 ) -> int:
     """Serve until SIGINT/SIGTERM (or an extra task's shutdown); exit status.
+
+    On the first stop request it prints one line on stderr (``draining N
+    responses (Ctrl-C again to stop now)``, unless ``announce`` is off); at
+    exit the short :func:`summary_line` (and with ``-v`` the full counters),
+    or, given ``on_exit``, calls that instead (a ``--workers`` process hands
+    its counters to the supervisor, which prints one line for all).
 
     Cancellation handling: this is a process's main task; on a second signal
     the server aborts (connections cut, stuck pool threads abandoned) and the
@@ -141,7 +152,7 @@ async def run_server(
         else:
             print(_listen_error(cfg, exc), file=sys.stderr)
         return bind_exit_status(exc)
-    stop = _Stop(server)
+    stop = _Stop(server, announce)
     admin_handler = make_admin_handler(server, lambda: stop.count > 0)
     on_post = (
         stop.admin_request
@@ -157,6 +168,7 @@ async def run_server(
                 nursery.cancel_scope.cancel()
 
             await nursery.start(run)
+            started = trio.current_time()
             if admin_listener is not None:
                 await nursery.start(
                     functools.partial(serve_admin, on_post=on_post), admin_listener, admin_handler
@@ -173,9 +185,68 @@ async def run_server(
                     continue
                 stop.request()
     server.access_log.close()
-    summary = server.stats.summary(caches_of(server), SUMMARY_CACHE_KEYS)
-    print(f"serverio: stopped: {summary}", file=sys.stderr, flush=True)
+    if on_exit is not None:
+        on_exit(server)
+        return 0
+    stats = server.stats.as_dict()
+    print(summary_line(stats, trio.current_time() - started), file=sys.stderr, flush=True)
+    if cfg.log.verbose:
+        print(counters_line(stats, caches_of(server)), file=sys.stderr, flush=True)
     return 0
+
+
+def in_flight(server: Server) -> int:
+    """Connections with a request being answered (what a drain waits for)."""
+    return sum(1 for c in server.connections if c.in_flight)
+
+
+def draining_line(responses: int, unit: str = "response") -> str:
+    """The one line printed when a graceful stop begins."""
+    plural = "" if responses == 1 else "s"
+    return f"serverio: draining {responses} {unit}{plural} (Ctrl-C again to stop now)"
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
+
+
+def summary_line(stats: Mapping[str, int], uptime: float) -> str:
+    """The exit line: requests answered, errors (4xx + 5xx), bytes, uptime.
+
+    The ~30 counters behind it are in ``/metrics`` and, with ``-v``, in
+    :func:`counters_line`.
+    """
+    errors = stats.get("client_errors", 0) + stats.get("server_errors", 0)
+    requests = stats.get("completed", 0)
+    return (
+        f"serverio: stopped: {requests} request{'' if requests == 1 else 's'}, "
+        f"{errors} error{'' if errors == 1 else 's'}, {_size(stats.get('bytes_sent', 0))} sent, "
+        f"up {_duration(uptime)}"
+    )
+
+
+def counters_line(stats: Mapping[str, int], caches: Mapping[str, Mapping[str, int]]) -> str:
+    """Every counter as ``key=value`` on one line, then each cache's
+    :data:`SUMMARY_CACHE_KEYS` (``-v``)."""
+    parts = [f"{k}={v}" for k, v in stats.items()]
+    for name, numbers in caches.items():
+        parts += [f"cache_{name}_{k}={numbers[k]}" for k in SUMMARY_CACHE_KEYS if k in numbers]
+    return "serverio: counters: " + " ".join(parts)
 
 
 def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> None:
@@ -193,15 +264,20 @@ class _Stop:
     """Stop requests, from a signal or ``POST /shutdown``: the first drains,
     the next abort."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, announce: bool) -> None:
         self.server = server
+        self.announce = announce  # a --workers process: the supervisor says it
         self.count = 0
 
     def request(self) -> None:
         self.count += 1
         if self.count == 1:
+            if self.announce:
+                print(draining_line(in_flight(self.server)), file=sys.stderr, flush=True)
             self.server.shutdown()
         else:
+            if self.announce:
+                print("serverio: stopping now", file=sys.stderr, flush=True)
             self.server.abort()
 
     def admin_request(self, path: str) -> tuple[int, str, bytes]:

@@ -60,7 +60,16 @@ from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
 from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
-from .run import SIGHUP, SIGNALS, bind_exit_status, run_server, url_host
+from .run import (
+    SIGHUP,
+    SIGNALS,
+    bind_exit_status,
+    counters_line,
+    draining_line,
+    run_server,
+    summary_line,
+    url_host,
+)
 
 __all__ = ["CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"]
 
@@ -72,6 +81,8 @@ _BACKOFF_FIRST = 0.1
 _BACKOFF_MAX = 5.0
 _KILL_GRACE = 5.0  # after --shutdown-timeout, stragglers get SIGKILL
 _SCRAPE_TIMEOUT = 1.0
+_FINAL_GRACE = 1.0  # seconds to read a worker's last stdout bytes after its exit
+_LINE_MAX = 1 << 20  # a stdout line longer than this is dropped unread
 _HEADER = struct.Struct("!I")
 # Workers import serverio from where the parent did, installed or not: the
 # directory that holds the top-level package (this file is serverio/ops/).
@@ -173,6 +184,7 @@ class _Slot:
     ready: bool = False
     restarts: int = 0
     last: Snapshot | None = None  # last snapshot scraped from this process
+    final: Snapshot | None = None  # the counters it wrote on stdout as it exited
     ready_event: trio.Event = field(default_factory=trio.Event)
 
 
@@ -188,9 +200,11 @@ class _Supervisor:
         self.retired: Snapshot = merge([])
         self.started = False  # every worker was ready once
         self.stopped = trio.Event()  # set once by stop()
+        self.start_time = 0.0
 
     async def run(self) -> int:
         cfg = self.cfg
+        self.start_time = trio.current_time()
         sockdir = tempfile.mkdtemp(prefix="serverio-")
         slots = range(cfg.listeners.workers)
         self.slots = [_Slot(i, os.path.join(sockdir, f"w{i}.sock")) for i in slots]
@@ -219,6 +233,13 @@ class _Supervisor:
                     nursery.cancel_scope.cancel()
         finally:
             shutil.rmtree(sockdir, ignore_errors=True)
+        if self.started:
+            # One line for all workers (each handed its counters over on exit).
+            stats = self.retired["stats"]
+            uptime = trio.current_time() - self.start_time
+            print(summary_line(stats, uptime), file=sys.stderr, flush=True)
+            if cfg.log.verbose:
+                print(counters_line(stats, self.retired["caches"]), file=sys.stderr, flush=True)
         return self.exit_code
 
     async def _announce(self, admin: trio.SocketListener | None) -> None:
@@ -244,6 +265,10 @@ class _Supervisor:
                 self._send_all(SIGHUP)
                 continue
             self.signals += 1
+            if self.signals == 1 and self.started:
+                print(draining_line(len(self.slots), "worker"), file=sys.stderr, flush=True)
+            elif self.signals == 2:
+                print("serverio: stopping now", file=sys.stderr, flush=True)
             self.stop()
             if self.signals > 1:
                 self._send_all(signal.SIGTERM)  # the worker's second signal: abort
@@ -322,34 +347,57 @@ class _Supervisor:
             await proc.stdin.send_all(_HEADER.pack(len(payload)) + payload)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # it died already; wait() below reports how
+        eof = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read_ready, slot, proc.stdout)
+            nursery.start_soon(self._read_ready, slot, proc.stdout, eof)
             if self.stopping:
                 proc.send_signal(signal.SIGTERM)
             nursery.start_soon(self._kill_late, proc)
             rc = await proc.wait()
+            # The pipe's last bytes (the "final" counters) may still be
+            # unread: the reader ends at EOF, shortly after the exit.
+            with trio.move_on_after(_FINAL_GRACE):
+                await eof.wait()
             nursery.cancel_scope.cancel()
         await proc.stdin.aclose()
         await proc.stdout.aclose()
         slot.ready = False
-        if slot.last is not None:
-            self.retired = merge([self.retired, counters_only(slot.last)])
-            slot.last = None
+        last = slot.final if slot.final is not None else slot.last
+        if last is not None:
+            self.retired = merge([self.retired, counters_only(last)])
+        slot.last = slot.final = None
         if not self.started or self.stopping:
             slot.ready_event.set()  # a failed start must not block _announce
         return rc
 
-    async def _read_ready(self, slot: _Slot, stdout: trio.abc.ReceiveStream) -> None:
+    async def _read_ready(
+        self, slot: _Slot, stdout: trio.abc.ReceiveStream, eof: trio.Event
+    ) -> None:
+        """``ready`` and ``final <json>`` lines from a worker; ``eof`` set at its end."""
+        try:
+            await self._read_lines(slot, stdout)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        eof.set()
+
+    async def _read_lines(self, slot: _Slot, stdout: trio.abc.ReceiveStream) -> None:
         buf = b""
         async for chunk in stdout:
-            if not slot.ready:
-                buf += chunk
-                if b"ready\n" in buf:
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line == b"ready" and not slot.ready:
                     slot.ready = True
                     slot.ready_event.set()
-                    buf = b""
-            # Anything else a worker writes there is read and dropped, so a
-            # chatty worker can never block on a full pipe.
+                elif line.startswith(b"final "):
+                    try:
+                        slot.final = json.loads(line[6:])
+                    except ValueError:
+                        pass
+            # Anything else a worker writes there is read and dropped (past
+            # _LINE_MAX), so a chatty worker can never block on a full pipe.
+            if len(buf) > _LINE_MAX:
+                buf = b""
 
     async def _kill_late(self, proc: trio.Process) -> None:
         # Workers drain within --shutdown-timeout; one that does not (wedged
@@ -481,6 +529,12 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
     def ready(_: Server) -> None:
         os.write(1, b"ready\n")
 
+    def final(server: Server) -> None:
+        # The supervisor prints one summary line for all workers from these.
+        data = b"final " + json.dumps(snapshot(server)).encode() + b"\n"
+        while data:
+            data = data[os.write(1, data) :]
+
     return await run_server(
         cfg,
         ssl_context=ssl_context,  # type: ignore[arg-type]
@@ -489,6 +543,7 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
         admin=False,
         extra=[functools.partial(_snapshot_service, sock_path), _watch_parent],
         on_ready=ready,
+        on_exit=final,
     )
 
 
