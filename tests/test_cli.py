@@ -59,7 +59,8 @@ def test_serving_line_and_sigterm_exit_0(root: Path) -> None:
     assert "Traceback" not in err
     # One short exit line; the counters only with -v (test_verbose_exit_counters).
     [stopped] = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
-    assert re.fullmatch(r"serverio: stopped: 1 request, 0 errors, \d+ B sent, up \d+\.\d s", stopped)
+    summary = r"serverio: stopped: 1 request, 0 errors, \d+ B sent, up \d+\.\d s"
+    assert re.fullmatch(summary, stopped), stopped
     assert "accepted=" not in err
 
 
