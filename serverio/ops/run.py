@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
 from ..net.server import Server, public_addresses
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
+from .notify import notify
 
 __all__ = [
     "EXIT_ADDRESS_IN_USE",
@@ -111,8 +112,11 @@ async def run_server(
 ) -> int:
     """Serve until SIGINT/SIGTERM (or an extra task's shutdown); exit status.
 
-    On the first stop request it prints one line on stderr (``draining N
-    responses (Ctrl-C again to stop now)``, unless ``announce`` is off); at
+    With ``announce`` it also tells a ``Type=notify`` systemd unit
+    ``READY=1`` once listening and ``STOPPING=1`` when the drain begins
+    (:mod:`serverio.ops.notify`).  On the first stop request it prints one
+    line on stderr (``draining N responses (Ctrl-C again to stop now)``,
+    unless ``announce`` is off); at
     exit the short :func:`summary_line` (and with ``-v`` the full counters),
     or, given ``on_exit``, calls that instead (a ``--workers`` process hands
     its counters to the supervisor, which prints one line for all).
@@ -177,6 +181,7 @@ async def run_server(
                 nursery.start_soon(task, server)
             if announce:
                 _announce(server, admin_listener, cfg.root)
+                notify("READY=1")  # Type=notify units (sd_notify(3))
             if on_ready is not None:
                 on_ready(server)
             async for signum in signals:
@@ -274,6 +279,7 @@ class _Stop:
         if self.count == 1:
             if self.announce:
                 print(draining_line(in_flight(self.server)), file=sys.stderr, flush=True)
+                notify("STOPPING=1")
             self.server.shutdown()
         else:
             if self.announce:

@@ -60,6 +60,7 @@ from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
 from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
+from .notify import notify
 from .run import (
     SIGHUP,
     SIGNALS,
@@ -258,6 +259,7 @@ class _Supervisor:
         if admin is not None:
             name = admin.socket.getsockname()
             print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
+        notify("READY=1")  # every worker listens (Type=notify units)
 
     async def _signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
@@ -279,6 +281,8 @@ class _Supervisor:
     def stop(self) -> None:
         if not self.stopping:
             self.stopping = True
+            if self.started:
+                notify("STOPPING=1")
             self.stopped.set()
             self._send_all(signal.SIGTERM)
             for slot in self.slots:
