@@ -153,6 +153,7 @@ class ConnectionTask:
         "_client",
         "_h2",
         "_stream_scope",
+        "_stream_sent",
         "_switched",
         "_tls",
         "emitter",
@@ -188,6 +189,8 @@ class ConnectionTask:
         self._tls = isinstance(stream, trio.SSLStream)
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
+        # Body bytes of the running event stream (None: none runs).
+        self._stream_sent: int | None = None
 
     @property
     def stream(self) -> trio.abc.Stream:
@@ -436,7 +439,17 @@ class ConnectionTask:
                 answer = failed(env, exc, now, event.method == b"HEAD")
             plan, body, ticket = answer
             if plan.stream:
-                if await self._stream(plan):
+                try:
+                    streamed = await self._stream(plan)
+                finally:
+                    if self._stream_sent is not None:
+                        # An event stream is logged when it ends (its body
+                        # bytes, its whole duration), however it ended.
+                        record(env, client, event.method, event.target, event.http_version,
+                               plan.status, max(0, self._stream_sent), started, now, ua,
+                               referer, request_id, counted=False)
+                        self._stream_sent = None
+                if streamed:
                     return False
                 # Past --watch-max-streams: a 503 instead, sent and
                 # recorded like any other answer.
@@ -444,7 +457,14 @@ class ConnectionTask:
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
-            sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+            try:
+                sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+            except BaseException:
+                # Cut off mid-response (client gone, write deadline, abort):
+                # logged with the body bytes that went out and "cut".
+                record(env, client, event.method, event.target, event.http_version, plan.status,
+                       self.emitter.progress, started, now, ua, referer, request_id, cut=True)
+                raise
         finally:
             if body is not None:
                 body.close()
@@ -496,6 +516,17 @@ class ConnectionTask:
             return True
         if not live.slots.take(self):
             return False
+        # From now on the stream is logged as it ends; the head does not
+        # count (the access log's size is the body's, as for any response).
+        sent = -len(head)
+        self._stream_sent = sent
+
+        async def send(data: bytes) -> None:
+            nonlocal sent
+            await emitter.send(data)
+            sent += len(data)
+            self._stream_sent = sent
+
         try:
             self.life.lift()
             self.life.to(STREAM)
@@ -521,7 +552,7 @@ class ConnectionTask:
                     # an exception group, so that run() closes the
                     # connection quietly as after any failed write.
                     try:
-                        await live.serve_client(emitter.send, head)
+                        await live.serve_client(send, head)
                     except (Abort, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                         failure = exc
                         nursery.cancel_scope.cancel()
