@@ -455,6 +455,7 @@ class WatchPolicy:
     # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
     # their own budget, outside --max-connections; past it, 503.
     watch_max_streams: int = 32
+    open_browser: bool = False  # --open: the first URL in a browser once listening
 
     def validate(self, root: str) -> WatchPolicy:
         """Check the prefix against the served ``root`` (ConfigError naming the option)."""

@@ -540,6 +540,8 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "EXIT_USAGE",
         "ExtraTask",
         "bind_exit_status",
+        "browse",
+        "browser_url",
         "counters_line",
         "draining_line",
         "in_flight",

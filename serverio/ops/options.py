@@ -681,6 +681,9 @@ _DEVELOPMENT = (
     _O("watch_max_streams", ("--watch-max-streams",),
        "with --watch: event streams open at once, apart from --max-connections "
        "(past it: 503)", "Development", metavar="N", parse=int),
+    _O("open_browser", ("--open",),
+       "open the first URL in the web browser once listening (Python's webbrowser)",
+       "Development", kind="flag"),
 )
 
 # --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).

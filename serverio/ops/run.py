@@ -26,6 +26,7 @@ import ipaddress
 import signal
 import ssl
 import sys
+import webbrowser
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
@@ -43,6 +44,8 @@ __all__ = [
     "EXIT_USAGE",
     "ExtraTask",
     "bind_exit_status",
+    "browse",
+    "browser_url",
     "counters_line",
     "draining_line",
     "in_flight",
@@ -182,6 +185,8 @@ async def run_server(
             if announce:
                 _announce(server, admin_listener, cfg.root)
                 notify("READY=1")  # Type=notify units (sd_notify(3))
+                if cfg.live.open_browser and server.listeners:
+                    nursery.start_soon(browse, _first_url(server))
             if on_ready is not None:
                 on_ready(server)
             async for signum in signals:
@@ -263,6 +268,32 @@ def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> N
     if admin is not None:
         name = admin.socket.getsockname()
         print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
+
+
+def _first_url(server: Server) -> str:
+    listener = server.listeners[0]
+    host, port = listener.socket.getsockname()[:2]
+    scheme = "https" if server.tls_of(listener) is not None else "http"
+    return browser_url(scheme, str(host), int(port))
+
+
+def browser_url(scheme: str, host: str, port: int) -> str:
+    """The URL ``--open`` opens: a wildcard bind (0.0.0.0, ::) is reached
+    as localhost, which every browser resolves."""
+    host = "localhost" if host in ("0.0.0.0", "::", "") else host
+    return f"{scheme}://{url_host(host)}:{port}/"
+
+
+async def browse(url: str) -> None:
+    """``--open``: show ``url`` in the user's web browser (webbrowser.open).
+
+    Cancellation handling: webbrowser.open may wait for the browser it
+    starts (a text-mode one runs in the foreground), so it runs in a thread
+    abandoned on cancellation: stopping the server never waits for it.
+    """
+    opened = await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
+    if not opened:
+        print(f"serverio: --open: no web browser found for {url}", file=sys.stderr, flush=True)
 
 
 class _Stop:

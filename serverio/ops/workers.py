@@ -65,6 +65,8 @@ from .run import (
     SIGHUP,
     SIGNALS,
     bind_exit_status,
+    browse,
+    browser_url,
     counters_line,
     draining_line,
     run_server,
@@ -260,6 +262,11 @@ class _Supervisor:
             name = admin.socket.getsockname()
             print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
         notify("READY=1")  # every worker listens (Type=notify units)
+        if cfg.live.open_browser and addrs:
+            host, port = addrs[0]
+            lis = cfg.listeners
+            tls = not lis.listen if (lis.listen or lis.listen_tls) else bool(cfg.tls.certfile)
+            await browse(browser_url("https" if tls else "http", host, port))
 
     async def _signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
