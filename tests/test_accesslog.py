@@ -239,3 +239,23 @@ async def test_event_stream_is_logged_when_it_ends(root: Path) -> None:
     m = re.search(r'"GET /\.serverio/events HTTP/1\.1" 200 (\d+)$', line)
     assert m is not None, line
     assert int(m.group(1)) == len(got.split(b"\r\n\r\n", 1)[1])  # the body bytes it got
+
+
+async def test_http2_stream_reset_mid_body_is_logged_cut(root: Path) -> None:
+    (root / "big.bin").write_bytes(b"b" * 8_000_000)
+    out = io.StringIO()
+    cfg = make_config(root)
+    srv = Server(cfg, access_log=AccessLog("json", out))
+    async with h2_memory(cfg, server=srv, ack=False) as (client, _, _):
+        sid = client.request("/big.bin")
+        await client.flush()
+        r = client.responses[sid]
+        with trio.fail_after(10):
+            while len(r.body) < 16384:  # the first window's worth, then it stalls
+                assert await client.pump()
+            client.conn.reset_stream(sid)  # the client gives up (CANCEL)
+            await client.flush()
+            await wait_until(lambda: "big.bin" in out.getvalue())
+    rec = json.loads(out.getvalue())
+    assert rec["version"] == "2.0" and rec["status"] == 200 and rec["cut"] is True
+    assert len(r.body) <= rec["bytes"] < 8_000_000
