@@ -146,6 +146,23 @@ def _is_preface(event: Head, requests: int) -> bool:
     )
 
 
+# What an access-log line of a response needs besides its size: client,
+# request head, status, start (trio time), start (wall clock), user agent,
+# referer, request id.
+_LogFields = tuple[
+    Callable[[], str], Head, int, float, float, str | None, str | None, str | None
+]
+
+
+def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
+    """Log (and count, unless ``kind`` says not) a response that did not end
+    the ordinary way: cut off mid-body (``cut=True``: its bytes sent) or an
+    event stream that ended (``counted=False``)."""
+    client, event, status, started, now, ua, referer, request_id = f
+    record(env, client, event.method, event.target, event.http_version, status, size,
+           started, now, ua, referer, request_id, **kind)
+
+
 class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
@@ -153,7 +170,6 @@ class ConnectionTask:
         "_client",
         "_h2",
         "_stream_scope",
-        "_stream_sent",
         "_switched",
         "_tls",
         "emitter",
@@ -189,8 +205,6 @@ class ConnectionTask:
         self._tls = isinstance(stream, trio.SSLStream)
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
-        # Body bytes of the running event stream (None: none runs).
-        self._stream_sent: int | None = None
 
     @property
     def stream(self) -> trio.abc.Stream:
@@ -439,17 +453,8 @@ class ConnectionTask:
                 answer = failed(env, exc, now, event.method == b"HEAD")
             plan, body, ticket = answer
             if plan.stream:
-                try:
-                    streamed = await self._stream(plan)
-                finally:
-                    if self._stream_sent is not None:
-                        # An event stream is logged when it ends (its body
-                        # bytes, its whole duration), however it ended.
-                        record(env, client, event.method, event.target, event.http_version,
-                               plan.status, max(0, self._stream_sent), started, now, ua,
-                               referer, request_id, counted=False)
-                        self._stream_sent = None
-                if streamed:
+                log = (client, event, plan.status, started, now, ua, referer, request_id)
+                if await self._stream(plan, log):
                     return False
                 # Past --watch-max-streams: a 503 instead, sent and
                 # recorded like any other answer.
@@ -459,11 +464,9 @@ class ConnectionTask:
                 close = True  # half-closed, nothing pipelined: this is the last
             try:
                 sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
-            except BaseException:
-                # Cut off mid-response (client gone, write deadline, abort):
-                # logged with the body bytes that went out and "cut".
-                record(env, client, event.method, event.target, event.http_version, plan.status,
-                       self.emitter.progress, started, now, ua, referer, request_id, cut=True)
+            except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
+                log = (client, event, plan.status, started, now, ua, referer, request_id)
+                _log(env, log, self.emitter.progress, cut=True)
                 raise
         finally:
             if body is not None:
@@ -486,7 +489,7 @@ class ConnectionTask:
             return await _drain(content, self.life, reader)
         return not close
 
-    async def _stream(self, plan: Plan) -> bool:
+    async def _stream(self, plan: Plan, log: _LogFields) -> bool:
         """A long-lived streaming body (the live-reload event stream);
         False when ``--watch-max-streams`` streams are open already (nothing
         was sent: the caller answers 503).
@@ -516,16 +519,12 @@ class ConnectionTask:
             return True
         if not live.slots.take(self):
             return False
-        # From now on the stream is logged as it ends; the head does not
-        # count (the access log's size is the body's, as for any response).
-        sent = -len(head)
-        self._stream_sent = sent
+        sent = -len(head)  # the log's size is the body's, as for any response
 
         async def send(data: bytes) -> None:
             nonlocal sent
             await emitter.send(data)
             sent += len(data)
-            self._stream_sent = sent
 
         try:
             self.life.lift()
@@ -561,6 +560,7 @@ class ConnectionTask:
                 raise failure
         finally:
             live.slots.give(self)
+            _log(self.env, log, max(0, sent), counted=False)  # logged as it ends, however
         self.env.stats.responses.completed += 1
         return True
 

@@ -4,6 +4,14 @@ Used by the CLI for a single process and by each ``--workers`` process
 (:mod:`serverio.ops.workers`), which adds its own tasks (a metrics socket for
 the supervisor, a watch on the supervisor's pipe).
 
+Start and stop (docs/features.md "Starting and stopping"): once listening,
+the ``Serving`` lines, sd_notify ``READY=1`` (:mod:`serverio.ops.notify`)
+and ``--open``; on the first stop request one line on stderr (``draining N
+responses (Ctrl-C again to stop now)``) and ``STOPPING=1``; at exit one
+:func:`summary_line` (every counter too with ``-v``).  A ``--workers``
+process runs with ``announce`` off and hands its counters over instead
+(``on_exit``): the supervisor says all of that once for all workers.
+
 Signals: the first SIGINT/SIGTERM starts the graceful drain, a second one
 aborts; SIGHUP reopens ``--access-log-file`` (logrotate's ``postrotate``).
 Only the signals the platform has are watched: Windows has no SIGHUP, and
@@ -115,14 +123,8 @@ async def run_server(
 ) -> int:
     """Serve until SIGINT/SIGTERM (or an extra task's shutdown); exit status.
 
-    With ``announce`` it also tells a ``Type=notify`` systemd unit
-    ``READY=1`` once listening and ``STOPPING=1`` when the drain begins
-    (:mod:`serverio.ops.notify`).  On the first stop request it prints one
-    line on stderr (``draining N responses (Ctrl-C again to stop now)``,
-    unless ``announce`` is off); at
-    exit the short :func:`summary_line` (and with ``-v`` the full counters),
-    or, given ``on_exit``, calls that instead (a ``--workers`` process hands
-    its counters to the supervisor, which prints one line for all).
+    ``announce``: the Serving lines, sd_notify and the draining line (the
+    module's "Start and stop"); ``on_exit`` replaces the summary line.
 
     Cancellation handling: this is a process's main task; on a second signal
     the server aborts (connections cut, stuck pool threads abandoned) and the
@@ -137,28 +139,9 @@ async def run_server(
             file=sys.stderr,
         )
         return 2
-    try:
-        await server.open_listeners()
-        admin_listener = (
-            await open_admin_listener(cfg.listeners.admin_bind)
-            if admin and cfg.listeners.admin_bind
-            else None
-        )
-    except ConfigError as exc:
-        print(f"serverio: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        if server.listeners:
-            print(
-                f"serverio: error: cannot listen on --admin-bind {cfg.listeners.admin_bind}: "
-                f"{exc.strerror or exc}",
-                file=sys.stderr,
-            )
-            for listener in server.listeners:
-                listener.socket.close()
-        else:
-            print(_listen_error(cfg, exc), file=sys.stderr)
-        return bind_exit_status(exc)
+    admin_listener = await _open(server, admin)
+    if isinstance(admin_listener, int):
+        return admin_listener  # the exit status of a failed bind
     stop = _Stop(server, announce)
     admin_handler = make_admin_handler(server, lambda: stop.count > 0)
     on_post = (
@@ -183,10 +166,7 @@ async def run_server(
             for task in extra:
                 nursery.start_soon(task, server)
             if announce:
-                _announce(server, admin_listener, cfg.root)
-                notify("READY=1")  # Type=notify units (sd_notify(3))
-                if cfg.live.open_browser and server.listeners:
-                    nursery.start_soon(browse, _first_url(server))
+                _ready(server, admin_listener, nursery)
             if on_ready is not None:
                 on_ready(server)
             async for signum in signals:
@@ -197,12 +177,52 @@ async def run_server(
     server.access_log.close()
     if on_exit is not None:
         on_exit(server)
-        return 0
-    stats = server.stats.as_dict()
-    print(summary_line(stats, trio.current_time() - started), file=sys.stderr, flush=True)
-    if cfg.log.verbose:
-        print(counters_line(stats, caches_of(server)), file=sys.stderr, flush=True)
+    else:
+        _summary(server, trio.current_time() - started)
     return 0
+
+
+async def _open(server: Server, admin: bool) -> trio.SocketListener | int | None:
+    """Bind the listeners and the admin listener; a failure is its one
+    error line on stderr and the exit status (2, or 3 for an address in use)."""
+    cfg = server.config
+    try:
+        await server.open_listeners()
+        return (
+            await open_admin_listener(cfg.listeners.admin_bind)
+            if admin and cfg.listeners.admin_bind
+            else None
+        )
+    except ConfigError as exc:
+        print(f"serverio: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        if server.listeners:
+            print(
+                f"serverio: error: cannot listen on --admin-bind {cfg.listeners.admin_bind}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+        else:
+            print(_listen_error(cfg, exc), file=sys.stderr)
+        return bind_exit_status(exc)
+
+
+def _ready(server: Server, admin: trio.SocketListener | None, nursery: trio.Nursery) -> None:
+    """Listening: the Serving lines, sd_notify READY=1, ``--open``."""
+    cfg = server.config
+    _announce(server, admin, cfg.root)
+    notify("READY=1")  # Type=notify units (sd_notify(3))
+    if cfg.live.open_browser and server.listeners:
+        nursery.start_soon(browse, _first_url(server))
+
+
+def _summary(server: Server, uptime: float) -> None:
+    """The exit line; every counter too with ``-v``."""
+    stats = server.stats.as_dict()
+    print(summary_line(stats, uptime), file=sys.stderr, flush=True)
+    if server.config.log.verbose:
+        print(counters_line(stats, caches_of(server)), file=sys.stderr, flush=True)
 
 
 def in_flight(server: Server) -> int:
