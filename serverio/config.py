@@ -422,6 +422,7 @@ class LogPolicy:
     quiet: bool = False
     access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
     log_level: str = "info"
+    verbose: bool = False  # -v: every counter at exit, not only the summary line
 
     def validate(self) -> LogPolicy:
         """Check the formats and the log file's directory (ConfigError naming the option)."""
@@ -454,6 +455,7 @@ class WatchPolicy:
     # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
     # their own budget, outside --max-connections; past it, 503.
     watch_max_streams: int = 32
+    open_browser: bool = False  # --open: the first URL in a browser once listening
 
     def validate(self, root: str) -> WatchPolicy:
         """Check the prefix against the served ``root`` (ConfigError naming the option)."""

@@ -120,7 +120,7 @@ class ServerProcess:
         self.probe_path = Path(self.tmp.name, "probe.json")
         self.stderr_path = Path(self.tmp.name, "stderr")
         entry = [str(PROBE_SCRIPT)] if probed else ["-m", "serverio"]
-        cmd = [sys.executable, *entry, "0", "-b", HOST, "-d", str(directory), "-q", *args]
+        cmd = [sys.executable, *entry, "0", "-b", HOST, "-d", str(directory), "-q", "-v", *args]
         env = dict(os.environ, SERVERIO_PROBE=str(self.probe_path), PYTHONUNBUFFERED="1")
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -13,11 +16,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import trio
 
 from serverio import AccessLog, Server
 from testkit import simulation
 
-from .conftest import make_config, memory_connection
+from .conftest import make_config, memory_connection, wait_until
 from .h2client import h2_memory
 
 
@@ -168,3 +172,90 @@ def test_access_log_file_errors_exit_2(root: Path, args: list[str], needle: str)
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("serverio: error:") and needle in lines[0]
+
+
+async def _cut_download(root: Path, fmt: str) -> tuple[str, Server]:
+    """A client that reads the start of an 8 MB download, then resets."""
+    (root / "big.bin").write_bytes(b"b" * 8_000_000)
+    out = io.StringIO()
+    cfg = make_config(root).evolve(host="127.0.0.1", port=0)
+    srv = Server(cfg, access_log=AccessLog(fmt, out))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        port = srv.addresses()[0][1]
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect(("127.0.0.1", port))
+        await sock.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: t\r\n\r\n")
+        assert await sock.recv(100)  # the response has started
+        # RST at close (SO_LINGER 0): the server's next write fails at once.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        await wait_until(lambda: "big.bin" in out.getvalue(), limit=10)
+        srv.shutdown()
+    return out.getvalue(), srv
+
+
+async def test_cut_off_download_is_logged_with_the_bytes_sent(root: Path) -> None:
+    text, srv = await _cut_download(root, "combined")
+    [line] = text.splitlines()
+    m = re.search(r'"GET /big\.bin HTTP/1\.1" 200 (\d+) "-" "t" cut$', line)
+    assert m is not None, line
+    assert 0 < int(m.group(1)) < 8_000_000  # what went out, not the Content-Length
+    # Not a completed response: the counters keep telling them apart.
+    assert srv.stats.responses.completed == 0 and srv.stats.conns.resets == 1
+
+
+async def test_cut_off_download_json_marker(root: Path) -> None:
+    text, _ = await _cut_download(root, "json")
+    record = json.loads(text)
+    assert record["cut"] is True and record["status"] == 200
+    assert 0 < record["bytes"] < 8_000_000
+
+
+async def test_complete_responses_have_no_cut_marker(root: Path) -> None:
+    common = await _one_request(root, "common", "")
+    assert common.rstrip("\n").endswith('"GET /hello.txt HTTP/1.1" 200 12')
+    assert "cut" not in json.loads(await _one_request(root, "json", ""))
+
+
+async def test_event_stream_is_logged_when_it_ends(root: Path) -> None:
+    out = io.StringIO()
+    cfg = make_config(root, watch=True).evolve(host="127.0.0.1", port=0)
+    srv = Server(cfg, access_log=AccessLog("common", out))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(srv.serve)
+        port = srv.addresses()[0][1]
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /.serverio/events HTTP/1.1\r\nHost: t\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) == 0:
+            got += await stream.receive_some(65536)
+        assert out.getvalue() == ""  # not while it runs
+        await stream.aclose()  # the client leaves: the stream ends
+        await wait_until(lambda: "/.serverio/events" in out.getvalue(), limit=10)
+        srv.shutdown()
+    [line] = out.getvalue().splitlines()
+    m = re.search(r'"GET /\.serverio/events HTTP/1\.1" 200 (\d+)$', line)
+    assert m is not None, line
+    assert int(m.group(1)) == len(got.split(b"\r\n\r\n", 1)[1])  # the body bytes it got
+
+
+async def test_http2_stream_reset_mid_body_is_logged_cut(root: Path) -> None:
+    (root / "big.bin").write_bytes(b"b" * 8_000_000)
+    out = io.StringIO()
+    cfg = make_config(root)
+    srv = Server(cfg, access_log=AccessLog("json", out))
+    async with h2_memory(cfg, server=srv, ack=False) as (client, _, _):
+        sid = client.request("/big.bin")
+        await client.flush()
+        r = client.responses[sid]
+        with trio.fail_after(10):
+            while len(r.body) < 16384:  # the first window's worth, then it stalls
+                assert await client.pump()
+            client.conn.reset_stream(sid)  # the client gives up (CANCEL)
+            await client.flush()
+            await wait_until(lambda: "big.bin" in out.getvalue())
+    rec = json.loads(out.getvalue())
+    assert rec["version"] == "2.0" and rec["status"] == 200 and rec["cut"] is True
+    assert len(r.body) <= rec["bytes"] < 8_000_000

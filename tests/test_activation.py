@@ -56,9 +56,9 @@ def test_fd_inherited_socket(root: Path) -> None:
     port = s.getsockname()[1]
     with s:
         fd = s.fileno()
-        cmd = [sys.executable, "-m", "serverio", "-d", str(root), "-q", "--fd", str(fd)]
+        cmd = [sys.executable, "-m", "serverio", "-d", str(root), "-q", "-v", "--fd", str(fd)]
         err = _serve_and_stop(cmd, (fd,), port)
-    assert "accepted=1" in err
+    assert " accepted=1 " in err  # -v: the counters line
 
 
 def test_systemd_listen_fds(root: Path) -> None:
@@ -79,9 +79,9 @@ def test_systemd_listen_fds(root: Path) -> None:
             "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1')\n"
             "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
         )
-        cmd = [sys.executable, "-c", launcher, "-m", "serverio", "-d", str(root), "-q"]
+        cmd = [sys.executable, "-c", launcher, "-m", "serverio", "-d", str(root), "-q", "-v"]
         err = _serve_and_stop(cmd, (fd,), port)
-    assert "accepted=1" in err
+    assert " accepted=1 " in err  # -v: the counters line
 
 
 def test_systemd_fds_protocol() -> None:

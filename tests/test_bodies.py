@@ -191,7 +191,9 @@ def test_non_reading_clients_bounded_memory(root: Path) -> None:
         pytest.skip("needs a procfs to read the server's peak RSS (VmHWM)")
     original(root)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "serverio", "0", "-d", str(root), "-q", "--write-timeout", "1"],
+        # -v: the exit counters, read below.
+        [sys.executable, "-m", "serverio", "0", "-d", str(root), "-q", "-v",
+         "--write-timeout", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

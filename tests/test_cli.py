@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -55,7 +56,62 @@ def test_serving_line_and_sigterm_exit_0(root: Path) -> None:
         out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0
     assert out == ""  # exactly one stdout line, already read
-    assert "stopped: accepted=1" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    # One short exit line; the counters only with -v (test_verbose_exit_counters).
+    [stopped] = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
+    summary = r"serverio: stopped: 1 request, 0 errors, \d+ B sent, up \d+\.\d s"
+    assert re.fullmatch(summary, stopped), stopped
+    assert "accepted=" not in err
+
+
+@pytest.mark.skipif(
+    simulation.REAL_WINDOWS,
+    reason="needs an external SIGTERM/SIGINT: Windows has none (send_signal is TerminateProcess); "
+    "the graceful stop there is POST /shutdown (test_lame_duck.py)",
+)
+def test_verbose_exit_counters(root: Path) -> None:
+    with serve("0", "-d", str(root), "-q", "-v") as (proc, line):
+        url = line.split(" at ", 1)[1].strip()
+        with urllib.request.urlopen(url + "hello.txt", timeout=10) as resp:
+            resp.read()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    lines = err.splitlines()
+    assert lines[0] == "serverio: draining 0 responses (Ctrl-C again to stop now)"
+    assert lines[1].startswith("serverio: stopped: 1 request, 0 errors, ")
+    assert lines[2].startswith("serverio: counters: accepted=1 rejected=0 completed=1 ")
+    assert "cache_file_hits=" in lines[2] and len(lines) == 3
+
+
+@pytest.mark.skipif(
+    simulation.REAL_WINDOWS,
+    reason="needs an external SIGTERM/SIGINT: Windows has none (send_signal is TerminateProcess); "
+    "the graceful stop there is POST /shutdown (test_lame_duck.py)",
+)
+def test_signal_during_transfer_says_draining(root: Path) -> None:
+    """Ctrl-C while a download runs: one line at once, naming the responses
+    the drain waits for and the way out; the second Ctrl-C cuts it."""
+    (root / "huge.bin").write_bytes(b"z" * 64_000_000)
+    with serve("0", "-d", str(root), "-q", "--shutdown-timeout", "60") as (proc, line):
+        port = int(line.rsplit(":", 1)[1].strip("/\n"))
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        s.recv(100)  # the response has started; we then stop reading
+        proc.send_signal(signal.SIGINT)
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # bounded: the process is killed on failure
+        assert first == "serverio: draining 1 response (Ctrl-C again to stop now)\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        s.close()
+    assert proc.returncode == 0
+    lines = err.splitlines()
+    assert lines[0] == "serverio: stopping now"
+    assert lines[-1].startswith("serverio: stopped: 0 requests, 0 errors, ")
+    assert len(lines[-1]) < 100
 
 
 @pytest.mark.skipif(
@@ -138,7 +194,9 @@ def test_invalid_values_exit_2_one_line(root: Path, args: list[str], needle: str
     assert r.stdout == ""
 
 
-def test_port_in_use_exit_2(root: Path) -> None:
+def test_port_in_use_exit_3(root: Path) -> None:
+    """Address in use has its own status (docs/cli.md "Exit status"), apart
+    from 2 (usage): a script can retry or pick another port."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(1)
@@ -147,12 +205,34 @@ def test_port_in_use_exit_2(root: Path) -> None:
         r = run_cli(str(port), "-d", str(root))
     finally:
         s.close()
-    assert r.returncode == 2
+    assert r.returncode == 3
     where = f"serverio: error: cannot listen on 127.0.0.1 port {port}: "
     if simulation.REAL_WINDOWS:  # WSAEADDRINUSE's text is Windows' own (none under Wine)
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(where)
         return
     assert r.stderr.strip().splitlines() == [where + "Address already in use"]
+
+
+def test_admin_bind_in_use_exit_3(root: Path) -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        port = s.getsockname()[1]
+        r = run_cli("0", "-d", str(root), "--admin-bind", f"127.0.0.1:{port}")
+    finally:
+        s.close()
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("serverio: error: cannot listen on --admin-bind"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bind_refused_otherwise_exit_2(root: Path) -> None:
+    """A bind error that is not EADDRINUSE (an address this host does not
+    have: EADDRNOTAVAIL) stays a configuration error."""
+    r = run_cli("0", "-d", str(root), "-b", "192.0.2.1")  # TEST-NET-1, never bound
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("serverio: error: cannot listen on 192.0.2.1 port 0"), r.stderr
 
 
 def test_help_mentions_safe_default() -> None:

@@ -265,7 +265,7 @@ async def test_shutdown_summary_reports_cache_counters(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (root / "page.txt").write_bytes(_text(4000))
-    cfg = make_config(root).evolve(host="127.0.0.1", port=0)
+    cfg = make_config(root).evolve(host="127.0.0.1", port=0, verbose=True)
 
     async def traffic(srv: Server) -> None:
         client = await connect(srv.addresses()[0][1])
@@ -280,9 +280,13 @@ async def test_shutdown_summary_reports_cache_counters(
     with trio.fail_after(10):
         assert await run_server(cfg, admin=False, extra=[traffic]) == 0
     err = capsys.readouterr().err
+    # -v: the short summary line, then every counter on one line.
     lines = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
     assert len(lines) == 1
-    fields = dict(kv.split("=", 1) for kv in lines[0].split()[2:])
+    assert lines[0].startswith("serverio: stopped: 5 requests, 0 errors, ")
+    counters = [ln for ln in err.splitlines() if ln.startswith("serverio: counters:")]
+    assert len(counters) == 1
+    fields = dict(kv.split("=", 1) for kv in counters[0].split()[2:])
     assert fields["completed"] == "5"
     # hello.txt: one miss, two hits; page.txt: one miss, one hit.
     assert (fields["cache_file_hits"], fields["cache_file_misses"]) == ("3", "2")

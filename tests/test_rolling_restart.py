@@ -117,7 +117,7 @@ backend be
 
 
 def _replica(root: Path, port: int, admin: int, delay: float) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "serverio", str(port), "-d", str(root), "-q"]
+    argv = [sys.executable, "-m", "serverio", str(port), "-d", str(root), "-q", "-v"]
     proc = subprocess.Popen(
         [*argv, "--admin-bind", f"127.0.0.1:{admin}", "--shutdown-delay", str(delay)],
         stdout=subprocess.PIPE,

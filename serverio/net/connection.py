@@ -146,6 +146,23 @@ def _is_preface(event: Head, requests: int) -> bool:
     )
 
 
+# What an access-log line of a response needs besides its size: client,
+# request head, status, start (trio time), start (wall clock), user agent,
+# referer, request id.
+_LogFields = tuple[
+    Callable[[], str], Head, int, float, float, str | None, str | None, str | None
+]
+
+
+def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
+    """Log (and count, unless ``kind`` says not) a response that did not end
+    the ordinary way: cut off mid-body (``cut=True``: its bytes sent) or an
+    event stream that ended (``counted=False``)."""
+    client, event, status, started, now, ua, referer, request_id = f
+    record(env, client, event.method, event.target, event.http_version, status, size,
+           started, now, ua, referer, request_id, **kind)
+
+
 class ConnectionTask:
     """One client connection.  Created by the server's accept loop."""
 
@@ -436,7 +453,8 @@ class ConnectionTask:
                 answer = failed(env, exc, now, event.method == b"HEAD")
             plan, body, ticket = answer
             if plan.stream:
-                if await self._stream(plan):
+                log = (client, event, plan.status, started, now, ua, referer, request_id)
+                if await self._stream(plan, log):
                     return False
                 # Past --watch-max-streams: a 503 instead, sent and
                 # recorded like any other answer.
@@ -444,29 +462,22 @@ class ConnectionTask:
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
-            sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+            try:
+                sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+            except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
+                log = (client, event, plan.status, started, now, ua, referer, request_id)
+                _log(env, log, self.emitter.progress, cut=True)
+                raise
         finally:
             if body is not None:
                 body.close()
-        record(
-            env,
-            client,
-            event.method,
-            event.target,
-            event.http_version,
-            plan.status,
-            sent,
-            started,
-            now,
-            ua,
-            referer,
-            request_id,
-        )
+        record(env, client, event.method, event.target, event.http_version, plan.status, sent,
+               started, now, ua, referer, request_id)
         if content is not None and not close:
             return await _drain(content, self.life, reader)
         return not close
 
-    async def _stream(self, plan: Plan) -> bool:
+    async def _stream(self, plan: Plan, log: _LogFields) -> bool:
         """A long-lived streaming body (the live-reload event stream);
         False when ``--watch-max-streams`` streams are open already (nothing
         was sent: the caller answers 503).
@@ -496,6 +507,13 @@ class ConnectionTask:
             return True
         if not live.slots.take(self):
             return False
+        sent = -len(head)  # the log's size is the body's, as for any response
+
+        async def send(data: bytes) -> None:
+            nonlocal sent
+            await emitter.send(data)
+            sent += len(data)
+
         try:
             self.life.lift()
             self.life.to(STREAM)
@@ -521,7 +539,7 @@ class ConnectionTask:
                     # an exception group, so that run() closes the
                     # connection quietly as after any failed write.
                     try:
-                        await live.serve_client(emitter.send, head)
+                        await live.serve_client(send, head)
                     except (Abort, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                         failure = exc
                         nursery.cancel_scope.cancel()
@@ -530,6 +548,7 @@ class ConnectionTask:
                 raise failure
         finally:
             live.slots.give(self)
+            _log(self.env, log, max(0, sent), counted=False)  # logged as it ends, however
         self.env.stats.responses.completed += 1
         return True
 

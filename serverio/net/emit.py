@@ -96,6 +96,7 @@ class Emitter:
         "_timeouts",
         "fd",
         "lazy_stream",
+        "progress",
         "sock",
         "use_sendfile",
     )
@@ -126,6 +127,9 @@ class Emitter:
         self._timeouts = stats.timeouts
         self._timeout = write_timeout
         self._before_wait = before_wait
+        # Body bytes of the response being written that are already handed
+        # to the kernel: a cut response's access-log line reports them.
+        self.progress = 0
 
     @property
     def stream(self) -> trio.abc.Stream:
@@ -264,12 +268,17 @@ class Emitter:
                 except BlockingIOError:
                     n = 0
                 except OSError as exc:
+                    self.progress = 0
                     raise trio.BrokenResourceError from exc
                 if n < total:
-                    await self._send_rest(head, piece, n)
+                    try:
+                        await self._send_rest(head, piece, n)
+                    except BaseException:
+                        self.progress = max(0, n - len(head))  # the access log's "cut" line
+                        raise
                 stats.bytes_sent += total
                 return len(piece)
-        sent = 0
+        sent = self.progress = 0
         pieces = [head]
         if body.pieces:
             used_file = False
@@ -279,6 +288,7 @@ class Emitter:
                     used_file = True
                     await self.send_pieces(pieces)
                     pieces = []
+                    self.progress = sent  # every earlier piece is out; the span adds its own
                     if self.use_sendfile:
                         await self._sendfile(body.fd, piece)
                     else:
@@ -378,6 +388,7 @@ class Emitter:
                     raise Abort
                 offset += n
                 remaining -= n
+                self.progress += n  # what a cut response's log line reports
                 scope.deadline = trio.current_time() + timeout
                 if n == SENDFILE_CHUNK:
                     # The socket took a whole chunk without blocking: let
@@ -404,3 +415,4 @@ class Emitter:
             await self.send(data)
             offset += len(data)
             remaining -= len(data)
+            self.progress += len(data)

@@ -467,6 +467,12 @@ class H2Connection:
             self._stream_done(st)
         if st.state in DONE:
             self._record(st, client, fields, started, now)
+        elif st.status and st.pieces:
+            # Reset or failed mid-body (the client's RST_STREAM, the write
+            # deadline, the abort): logged with the body bytes framed so
+            # far and the "cut" marker, as HTTP/1.1 does.
+            sent = sum(map(len, st.pieces[: st.index])) + st.offset
+            self._record(st, client, fields, started, now, cut=sent)
 
     def _stream_done(self, st: Stream) -> None:
         self._streams.pop(st.sid, None)
@@ -486,6 +492,7 @@ class H2Connection:
         fields: Fields | None,
         started: float,
         now: float,
+        cut: int | None = None,
     ) -> None:
         h = st.head
         record(
@@ -495,10 +502,11 @@ class H2Connection:
             h.path or b"-",
             b"2.0",
             st.status,
-            sum(map(len, st.pieces)),
+            sum(map(len, st.pieces)) if cut is None else cut,
             started,
             now,
             fields.user_agent if fields is not None else None,
             fields.referer if fields is not None else None,
             fields.request_id if fields is not None else None,
+            cut=cut is not None,
         )

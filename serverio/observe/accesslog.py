@@ -48,10 +48,19 @@ class AccessRecord:
     user_agent: str | None = None
     referer: str | None = None
     request_id: str | None = None
+    # The response was cut off (client gone, write deadline, shutdown's
+    # abort) after its head: ``size`` is the body bytes actually sent.
+    cut: bool = False
 
 
 class AccessLog:
     """Formats and writes one line per response.
+
+    A response cut off mid-body (the client went away, ``--write-timeout``,
+    the abort after ``--shutdown-timeout``) is logged too, with the body
+    bytes actually handed to the kernel and a marker: `` cut`` at the end
+    of a ``common``/``combined`` line, ``"cut": true`` in ``json`` (a
+    complete response has neither, so existing parsers see no change).
 
     The timestamp string is memoised per second.  ``fmt`` is one of
     ``common``, ``combined``, ``json``; ``off`` makes :meth:`write` a no-op.
@@ -127,6 +136,7 @@ class AccessLog:
                     "user_agent": r.user_agent,
                     "referer": r.referer,
                     "request_id": r.request_id,
+                    **({"cut": True} if r.cut else {}),
                 },
                 ensure_ascii=True,
             )
@@ -136,6 +146,8 @@ class AccessLog:
         )
         if self.fmt == "combined":
             line += f' "{_escape(r.referer or "-")}" "{_escape(r.user_agent or "-")}"'
+        if r.cut:
+            line += " cut"
         return line
 
     def write(self, r: AccessRecord, now: float) -> None:

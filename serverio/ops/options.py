@@ -665,6 +665,9 @@ _OUTPUT = (
        "Output", choices=ACCESS_LOG_FORMATS),
     _O("quiet", ("-q", "--quiet"), "no access log (same as --access-log off)", "Output",
        kind="flag", sets=(("access_log", "off"),)),
+    _O("verbose", ("-v", "--verbose"),
+       "at exit print every counter (as /metrics has them) after the one summary line",
+       "Output", kind="flag"),
 )
 
 _DEVELOPMENT = (
@@ -680,6 +683,9 @@ _DEVELOPMENT = (
     _O("watch_max_streams", ("--watch-max-streams",),
        "with --watch: event streams open at once, apart from --max-connections "
        "(past it: 503)", "Development", metavar="N", parse=int),
+    _O("open_browser", ("--open",),
+       "open the first URL in the web browser once listening (Python's webbrowser)",
+       "Development", kind="flag"),
 )
 
 # --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).

@@ -4,6 +4,14 @@ Used by the CLI for a single process and by each ``--workers`` process
 (:mod:`serverio.ops.workers`), which adds its own tasks (a metrics socket for
 the supervisor, a watch on the supervisor's pipe).
 
+Start and stop (docs/features.md "Starting and stopping"): once listening,
+the ``Serving`` lines, sd_notify ``READY=1`` (:mod:`serverio.ops.notify`)
+and ``--open``; on the first stop request one line on stderr (``draining N
+responses (Ctrl-C again to stop now)``) and ``STOPPING=1``; at exit one
+:func:`summary_line` (every counter too with ``-v``).  A ``--workers``
+process runs with ``announce`` off and hands its counters over instead
+(``on_exit``): the supervisor says all of that once for all workers.
+
 Signals: the first SIGINT/SIGTERM starts the graceful drain, a second one
 aborts; SIGHUP reopens ``--access-log-file`` (logrotate's ``postrotate``).
 Only the signals the platform has are watched: Windows has no SIGHUP, and
@@ -20,12 +28,14 @@ non-loopback admin address: whoever reaches it could stop the server.
 
 from __future__ import annotations
 
+import errno
 import functools
 import ipaddress
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+import webbrowser
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
@@ -35,8 +45,37 @@ from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serv
 from ..net.server import Server, public_addresses
 from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
+from .notify import notify
 
-__all__ = ["ExtraTask", "make_admin_handler", "run_server", "url_host"]
+__all__ = [
+    "EXIT_ADDRESS_IN_USE",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "ExtraTask",
+    "bind_exit_status",
+    "browse",
+    "browser_url",
+    "counters_line",
+    "draining_line",
+    "in_flight",
+    "make_admin_handler",
+    "run_server",
+    "summary_line",
+    "url_host",
+]
+
+# Exit statuses (docs/cli.md "Exit status"): 0 stopped on request, 1 a
+# runtime failure, 2 a usage or configuration error, 3 an address in use
+# at bind, kept apart from 2 so that a script or a unit's
+# RestartPreventExitStatus= can tell "another server has the port" (retry
+# later, pick another port) from "the command line is wrong" (never retry).
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_ADDRESS_IN_USE = 3
+# EADDRINUSE, and Windows' WSAEADDRINUSE (10048), which its sockets report.
+_IN_USE = frozenset(
+    code for code in (errno.EADDRINUSE, getattr(errno, "WSAEADDRINUSE", None)) if code
+)
 
 # A task started next to the server: gets the server and a "started" hook.
 ExtraTask = Callable[[Server], Awaitable[None]]
@@ -60,6 +99,12 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def bind_exit_status(exc: OSError) -> int:
+    """3 for an address in use (EADDRINUSE), else 2 (a bind refused for
+    another reason: a bad address, no permission for a low port)."""
+    return EXIT_ADDRESS_IN_USE if exc.errno in _IN_USE else EXIT_USAGE
+
+
 def _listen_error(cfg: Config, exc: OSError) -> str:
     reason = exc.strerror or str(exc)
     where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
@@ -75,8 +120,12 @@ async def run_server(
     admin: bool = True,
     extra: Sequence[ExtraTask] = (),
     on_ready: Callable[[Server], None] | None = None,
+    on_exit: Callable[[Server], None] | None = None,
 ) -> int:
     """Serve until SIGINT/SIGTERM (or an extra task's shutdown); exit status.
+
+    ``announce``: the Serving lines, sd_notify and the draining line (the
+    module's "Start and stop"); ``on_exit`` replaces the summary line.
 
     Cancellation handling: this is a process's main task; on a second signal
     the server aborts (connections cut, stuck pool threads abandoned) and the
@@ -91,27 +140,10 @@ async def run_server(
             file=sys.stderr,
         )
         return 2
-    try:
-        await server.open_listeners()
-        admin_listener = (
-            await open_admin_listener(cfg.listeners.admin_bind)
-            if admin and cfg.listeners.admin_bind
-            else None
-        )
-    except ConfigError as exc:
-        print(f"serverio: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        if server.listeners:
-            print(
-                f"serverio: error: cannot listen on --admin-bind {cfg.listeners.admin_bind}: "
-                f"{exc.strerror or exc}",
-                file=sys.stderr,
-            )
-        else:
-            print(_listen_error(cfg, exc), file=sys.stderr)
-        return 2
-    stop = _Stop(server)
+    admin_listener = await _open(server, admin)
+    if isinstance(admin_listener, int):
+        return admin_listener  # the exit status of a failed bind
+    stop = _Stop(server, announce)
     admin_handler = make_admin_handler(server, lambda: stop.count > 0)
     on_post = (
         stop.admin_request
@@ -127,6 +159,7 @@ async def run_server(
                 nursery.cancel_scope.cancel()
 
             await nursery.start(run)
+            started = trio.current_time()
             if admin_listener is not None:
                 await nursery.start(
                     functools.partial(serve_admin, on_post=on_post), admin_listener, admin_handler
@@ -134,7 +167,7 @@ async def run_server(
             for task in extra:
                 nursery.start_soon(task, server)
             if announce:
-                _announce(server, admin_listener, cfg.root)
+                _ready(server, admin_listener, nursery)
             if on_ready is not None:
                 on_ready(server)
             async for signum in signals:
@@ -143,9 +176,108 @@ async def run_server(
                     continue
                 stop.request()
     server.access_log.close()
-    summary = server.stats.summary(caches_of(server), SUMMARY_CACHE_KEYS)
-    print(f"serverio: stopped: {summary}", file=sys.stderr, flush=True)
+    if on_exit is not None:
+        on_exit(server)
+    else:
+        _summary(server, trio.current_time() - started)
     return 0
+
+
+async def _open(server: Server, admin: bool) -> trio.SocketListener | int | None:
+    """Bind the listeners and the admin listener; a failure is its one
+    error line on stderr and the exit status (2, or 3 for an address in use)."""
+    cfg = server.config
+    try:
+        await server.open_listeners()
+        return (
+            await open_admin_listener(cfg.listeners.admin_bind)
+            if admin and cfg.listeners.admin_bind
+            else None
+        )
+    except ConfigError as exc:
+        print(f"serverio: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        if server.listeners:
+            print(
+                f"serverio: error: cannot listen on --admin-bind {cfg.listeners.admin_bind}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+        else:
+            print(_listen_error(cfg, exc), file=sys.stderr)
+        return bind_exit_status(exc)
+
+
+def _ready(server: Server, admin: trio.SocketListener | None, nursery: trio.Nursery) -> None:
+    """Listening: the Serving lines, sd_notify READY=1, ``--open``."""
+    cfg = server.config
+    _announce(server, admin, cfg.root)
+    notify("READY=1")  # Type=notify units (sd_notify(3))
+    if cfg.live.open_browser and server.listeners:
+        nursery.start_soon(browse, _first_url(server))
+
+
+def _summary(server: Server, uptime: float) -> None:
+    """The exit line; every counter too with ``-v``."""
+    stats = server.stats.as_dict()
+    print(summary_line(stats, uptime), file=sys.stderr, flush=True)
+    if server.config.log.verbose:
+        print(counters_line(stats, caches_of(server)), file=sys.stderr, flush=True)
+
+
+def in_flight(server: Server) -> int:
+    """Connections with a request being answered (what a drain waits for)."""
+    return sum(1 for c in server.connections if c.in_flight)
+
+
+def draining_line(responses: int, unit: str = "response") -> str:
+    """The one line printed when a graceful stop begins."""
+    plural = "" if responses == 1 else "s"
+    return f"serverio: draining {responses} {unit}{plural} (Ctrl-C again to stop now)"
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
+
+
+def summary_line(stats: Mapping[str, int], uptime: float) -> str:
+    """The exit line: requests answered, errors (4xx + 5xx), bytes, uptime.
+
+    The ~30 counters behind it are in ``/metrics`` and, with ``-v``, in
+    :func:`counters_line`.
+    """
+    errors = stats.get("client_errors", 0) + stats.get("server_errors", 0)
+    requests = stats.get("completed", 0)
+    return (
+        f"serverio: stopped: {requests} request{'' if requests == 1 else 's'}, "
+        f"{errors} error{'' if errors == 1 else 's'}, {_size(stats.get('bytes_sent', 0))} sent, "
+        f"up {_duration(uptime)}"
+    )
+
+
+def counters_line(stats: Mapping[str, int], caches: Mapping[str, Mapping[str, int]]) -> str:
+    """Every counter as ``key=value`` on one line, then each cache's
+    :data:`SUMMARY_CACHE_KEYS` (``-v``)."""
+    parts = [f"{k}={v}" for k, v in stats.items()]
+    for name, numbers in caches.items():
+        parts += [f"cache_{name}_{k}={numbers[k]}" for k in SUMMARY_CACHE_KEYS if k in numbers]
+    return "serverio: counters: " + " ".join(parts)
 
 
 def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> None:
@@ -162,19 +294,51 @@ def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> N
         print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
 
 
+def _first_url(server: Server) -> str:
+    listener = server.listeners[0]
+    host, port = listener.socket.getsockname()[:2]
+    scheme = "https" if server.tls_of(listener) is not None else "http"
+    return browser_url(scheme, str(host), int(port))
+
+
+def browser_url(scheme: str, host: str, port: int) -> str:
+    """The URL ``--open`` opens: a wildcard bind (0.0.0.0, ::) is reached
+    as localhost, which every browser resolves."""
+    host = "localhost" if host in ("0.0.0.0", "::", "") else host
+    return f"{scheme}://{url_host(host)}:{port}/"
+
+
+async def browse(url: str) -> None:
+    """``--open``: show ``url`` in the user's web browser (webbrowser.open).
+
+    Cancellation handling: webbrowser.open may wait for the browser it
+    starts (a text-mode one runs in the foreground), so it runs in a thread
+    abandoned on cancellation: stopping the server never waits for it.
+    """
+    opened = await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
+    if not opened:
+        print(f"serverio: --open: no web browser found for {url}", file=sys.stderr, flush=True)
+
+
 class _Stop:
     """Stop requests, from a signal or ``POST /shutdown``: the first drains,
     the next abort."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, announce: bool) -> None:
         self.server = server
+        self.announce = announce  # a --workers process: the supervisor says it
         self.count = 0
 
     def request(self) -> None:
         self.count += 1
         if self.count == 1:
+            if self.announce:
+                print(draining_line(in_flight(self.server)), file=sys.stderr, flush=True)
+                notify("STOPPING=1")
             self.server.shutdown()
         else:
+            if self.announce:
+                print("serverio: stopping now", file=sys.stderr, flush=True)
             self.server.abort()
 
     def admin_request(self, path: str) -> tuple[int, str, bytes]:

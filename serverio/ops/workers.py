@@ -61,7 +61,19 @@ from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
 from .lan import network_urls
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
-from .run import SIGHUP, SIGNALS, run_server, url_host
+from .notify import notify
+from .run import (
+    SIGHUP,
+    SIGNALS,
+    bind_exit_status,
+    browse,
+    browser_url,
+    counters_line,
+    draining_line,
+    run_server,
+    summary_line,
+    url_host,
+)
 
 __all__ = ["CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"]
 
@@ -73,6 +85,8 @@ _BACKOFF_FIRST = 0.1
 _BACKOFF_MAX = 5.0
 _KILL_GRACE = 5.0  # after --shutdown-timeout, stragglers get SIGKILL
 _SCRAPE_TIMEOUT = 1.0
+_FINAL_GRACE = 1.0  # seconds to read a worker's last stdout bytes after its exit
+_LINE_MAX = 1 << 20  # a stdout line longer than this is dropped unread
 _HEADER = struct.Struct("!I")
 # Workers import serverio from where the parent did, installed or not: the
 # directory that holds the top-level package (this file is serverio/ops/).
@@ -134,6 +148,8 @@ def supervise(cfg: Config) -> int:
             reason = exc.strerror or str(exc)
             where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
             msg = f"cannot listen on {where}: {reason}"
+            print(f"serverio: error: {msg}", file=sys.stderr)
+            return bind_exit_status(exc)
         print(f"serverio: error: {msg}", file=sys.stderr)
         return 2
     try:
@@ -172,6 +188,7 @@ class _Slot:
     ready: bool = False
     restarts: int = 0
     last: Snapshot | None = None  # last snapshot scraped from this process
+    final: Snapshot | None = None  # the counters it wrote on stdout as it exited
     ready_event: trio.Event = field(default_factory=trio.Event)
 
 
@@ -187,9 +204,11 @@ class _Supervisor:
         self.retired: Snapshot = merge([])
         self.started = False  # every worker was ready once
         self.stopped = trio.Event()  # set once by stop()
+        self.start_time = 0.0
 
     async def run(self) -> int:
         cfg = self.cfg
+        self.start_time = trio.current_time()
         sockdir = tempfile.mkdtemp(prefix="serverio-")
         slots = range(cfg.listeners.workers)
         self.slots = [_Slot(i, os.path.join(sockdir, f"w{i}.sock")) for i in slots]
@@ -204,7 +223,7 @@ class _Supervisor:
                 file=sys.stderr,
             )
             shutil.rmtree(sockdir, ignore_errors=True)
-            return 2
+            return bind_exit_status(exc) if isinstance(exc, OSError) else 2
         try:
             with trio.open_signal_receiver(*SIGNALS) as signals:
                 async with trio.open_nursery() as nursery:
@@ -218,6 +237,13 @@ class _Supervisor:
                     nursery.cancel_scope.cancel()
         finally:
             shutil.rmtree(sockdir, ignore_errors=True)
+        if self.started:
+            # One line for all workers (each handed its counters over on exit).
+            stats = self.retired["stats"]
+            uptime = trio.current_time() - self.start_time
+            print(summary_line(stats, uptime), file=sys.stderr, flush=True)
+            if cfg.log.verbose:
+                print(counters_line(stats, self.retired["caches"]), file=sys.stderr, flush=True)
         return self.exit_code
 
     async def _announce(self, admin: trio.SocketListener | None) -> None:
@@ -238,6 +264,12 @@ class _Supervisor:
         if admin is not None:
             name = admin.socket.getsockname()
             print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
+        notify("READY=1")  # every worker listens (Type=notify units)
+        if cfg.live.open_browser and addrs:
+            host, port = addrs[0]
+            lis = cfg.listeners
+            tls = not lis.listen if (lis.listen or lis.listen_tls) else bool(cfg.tls.certfile)
+            await browse(browser_url("https" if tls else "http", host, port))
 
     async def _signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
@@ -245,6 +277,10 @@ class _Supervisor:
                 self._send_all(SIGHUP)
                 continue
             self.signals += 1
+            if self.signals == 1 and self.started:
+                print(draining_line(len(self.slots), "worker"), file=sys.stderr, flush=True)
+            elif self.signals == 2:
+                print("serverio: stopping now", file=sys.stderr, flush=True)
             self.stop()
             if self.signals > 1:
                 self._send_all(signal.SIGTERM)  # the worker's second signal: abort
@@ -255,6 +291,8 @@ class _Supervisor:
     def stop(self) -> None:
         if not self.stopping:
             self.stopping = True
+            if self.started:
+                notify("STOPPING=1")
             self.stopped.set()
             self._send_all(signal.SIGTERM)
             for slot in self.slots:
@@ -323,34 +361,57 @@ class _Supervisor:
             await proc.stdin.send_all(_HEADER.pack(len(payload)) + payload)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # it died already; wait() below reports how
+        eof = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read_ready, slot, proc.stdout)
+            nursery.start_soon(self._read_ready, slot, proc.stdout, eof)
             if self.stopping:
                 proc.send_signal(signal.SIGTERM)
             nursery.start_soon(self._kill_late, proc)
             rc = await proc.wait()
+            # The pipe's last bytes (the "final" counters) may still be
+            # unread: the reader ends at EOF, shortly after the exit.
+            with trio.move_on_after(_FINAL_GRACE):
+                await eof.wait()
             nursery.cancel_scope.cancel()
         await proc.stdin.aclose()
         await proc.stdout.aclose()
         slot.ready = False
-        if slot.last is not None:
-            self.retired = merge([self.retired, counters_only(slot.last)])
-            slot.last = None
+        last = slot.final if slot.final is not None else slot.last
+        if last is not None:
+            self.retired = merge([self.retired, counters_only(last)])
+        slot.last = slot.final = None
         if not self.started or self.stopping:
             slot.ready_event.set()  # a failed start must not block _announce
         return rc
 
-    async def _read_ready(self, slot: _Slot, stdout: trio.abc.ReceiveStream) -> None:
+    async def _read_ready(
+        self, slot: _Slot, stdout: trio.abc.ReceiveStream, eof: trio.Event
+    ) -> None:
+        """``ready`` and ``final <json>`` lines from a worker; ``eof`` set at its end."""
+        try:
+            await self._read_lines(slot, stdout)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        eof.set()
+
+    async def _read_lines(self, slot: _Slot, stdout: trio.abc.ReceiveStream) -> None:
         buf = b""
         async for chunk in stdout:
-            if not slot.ready:
-                buf += chunk
-                if b"ready\n" in buf:
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line == b"ready" and not slot.ready:
                     slot.ready = True
                     slot.ready_event.set()
-                    buf = b""
-            # Anything else a worker writes there is read and dropped, so a
-            # chatty worker can never block on a full pipe.
+                elif line.startswith(b"final "):
+                    try:
+                        slot.final = json.loads(line[6:])
+                    except ValueError:
+                        pass
+            # Anything else a worker writes there is read and dropped (past
+            # _LINE_MAX), so a chatty worker can never block on a full pipe.
+            if len(buf) > _LINE_MAX:
+                buf = b""
 
     async def _kill_late(self, proc: trio.Process) -> None:
         # Workers drain within --shutdown-timeout; one that does not (wedged
@@ -477,10 +538,16 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
     except OSError as exc:
         where = " and ".join(f"{h} port {p}" for h, p in public_addresses(cfg))
         print(f"serverio: error: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return bind_exit_status(exc)
 
     def ready(_: Server) -> None:
         os.write(1, b"ready\n")
+
+    def final(server: Server) -> None:
+        # The supervisor prints one summary line for all workers from these.
+        data = b"final " + json.dumps(snapshot(server)).encode() + b"\n"
+        while data:
+            data = data[os.write(1, data) :]
 
     return await run_server(
         cfg,
@@ -490,6 +557,7 @@ async def _worker(cfg: Config, ssl_context: object, sock_path: str) -> int:
         admin=False,
         extra=[functools.partial(_snapshot_service, sock_path), _watch_parent],
         on_ready=ready,
+        on_exit=final,
     )
 
 

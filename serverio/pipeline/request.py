@@ -342,16 +342,26 @@ def record(
     user_agent: str | None,
     referer: str | None,
     request_id: str | None,
+    *,
+    counted: bool = True,
+    cut: bool = False,
 ) -> None:
-    """Count a response that was sent, observe its duration, log it."""
-    stats = deps.stats.responses
-    stats.completed += 1
+    """Count a response that was sent, observe its duration, log it.
+
+    ``cut``: the response was cut off after its head (``size`` is the body
+    bytes sent); it is logged with the marker but not counted as
+    completed.  ``counted=False``: log only (an event stream, counted as
+    it ended).
+    """
     elapsed = trio.current_time() - started
-    deps.response_times.observe(elapsed)
-    if status >= 500:
-        stats.server_errors += 1
-    elif status >= 400:
-        stats.client_errors += 1
+    if counted and not cut:
+        stats = deps.stats.responses
+        stats.completed += 1
+        deps.response_times.observe(elapsed)
+        if status >= 500:
+            stats.server_errors += 1
+        elif status >= 400:
+            stats.client_errors += 1
     log = deps.access_log
     if log.enabled:
         log.write(
@@ -366,6 +376,7 @@ def record(
                 user_agent=user_agent,
                 referer=referer,
                 request_id=request_id,
+                cut=cut,
             ),
             now,
         )
