@@ -142,3 +142,4 @@ class Services:
         else:
             self._opener.close()
         self._opener = None
+        self.handler.forget_root()

@@ -157,6 +157,10 @@ class Handler:
         self.router = hooks.route
         self._transform = hooks.transform
         self._opener = opener
+        # The opened root once asked for (the warm path then reads one
+        # attribute, not a call through the server's lazy property);
+        # forgotten when the server closes it (forget_root).
+        self._root: RootOpener | None = None
         self.fs = fs
         self.files = files
         self.content = content
@@ -167,6 +171,15 @@ class Handler:
         # The step for requests with content (None: answered as any other
         # request); see BodyStep.
         self.receive: BodyStep | None = None
+
+    def _opened(self) -> RootOpener:
+        """The contained root (opened on first use by the server), kept."""
+        root = self._root = self._opener()
+        return root
+
+    def forget_root(self) -> None:
+        """The server closed its root: the next request asks for it again."""
+        self._root = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -221,7 +234,8 @@ class Handler:
                     _remember_choice(hit, req)
                 # Only the sidecar states this answer depends on: nothing
                 # vouches for the rest without a stat (UNTIMED).
-                if files.revalidate(hit.key, hit.entry, self._opener().stat, UNTIMED, hit.sidecars):
+                root = self._root if self._root is not None else self._opened()
+                if files.revalidate(hit.key, hit.entry, root.stat, UNTIMED, hit.sidecars):
                     files.hit()
                     prepared = serve_cached(hit, req, self.config, now, boundary)
                     memo = prepared.memo
