@@ -96,6 +96,7 @@ class Emitter:
         "_timeouts",
         "fd",
         "lazy_stream",
+        "partial",
         "progress",
         "sock",
         "use_sendfile",
@@ -130,6 +131,7 @@ class Emitter:
         # Body bytes of the response being written that are already handed
         # to the kernel: a cut response's access-log line reports them.
         self.progress = 0
+        self.partial = 0  # bytes of the last failed send() that went out
 
     @property
     def stream(self) -> trio.abc.Stream:
@@ -207,22 +209,28 @@ class Emitter:
             view = view[n:]
         self._before_wait()
         timeout = self._timeout
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-            if self.sock is not None:
-                while view:
-                    try:
-                        n = await self.sock.send(view)
-                    except OSError as exc:
-                        # EPIPE/ECONNRESET from the raw socket: the same
-                        # "peer went away" as the stream API reports.
-                        raise trio.BrokenResourceError from exc
-                    view = view[n:]
-                    scope.deadline = trio.current_time() + timeout
-            else:
-                while view:
-                    await self.stream.send_all(view[:SEND_PIECE])
-                    view = view[SEND_PIECE:]
-                    scope.deadline = trio.current_time() + timeout
+        total = len(data)
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                if self.sock is not None:
+                    while view:
+                        try:
+                            n = await self.sock.send(view)
+                        except OSError as exc:
+                            # EPIPE/ECONNRESET from the raw socket: the same
+                            # "peer went away" as the stream API reports.
+                            raise trio.BrokenResourceError from exc
+                        view = view[n:]
+                        scope.deadline = trio.current_time() + timeout
+                else:
+                    while view:
+                        await self.stream.send_all(view[:SEND_PIECE])
+                        view = view[SEND_PIECE:]
+                        scope.deadline = trio.current_time() + timeout
+        finally:
+            # What of ``data`` went out, for a cut response's log line when
+            # this write fails part-way (the buffered path's progress).
+            self.partial = total - len(view)
         if scope.cancelled_caught:
             self._timeouts.write += 1
             raise Abort
@@ -412,7 +420,11 @@ class Emitter:
             if not data:
                 self._stats.truncated += 1
                 raise Abort
-            await self.send(data)
+            try:
+                await self.send(data)
+            except BaseException:
+                self.progress += self.partial  # the part of this chunk that went out
+                raise
             offset += len(data)
             remaining -= len(data)
             self.progress += len(data)
