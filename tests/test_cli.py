@@ -46,6 +46,18 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     reason="needs an external SIGTERM/SIGINT: Windows has none (send_signal is TerminateProcess); "
     "the graceful stop there is POST /shutdown (test_lame_duck.py)",
 )
+
+def _stalled_download(line: str) -> socket.socket:
+    """A client of the server that printed ``line``: it asks for /huge.bin,
+    sees the response start, then stops reading (the drain must wait)."""
+    port = int(line.rsplit(":", 1)[1].strip("/\n"))
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+    s.recv(100)  # the response has started; we then stop reading
+    return s
+
 def test_serving_line_and_sigterm_exit_0(root: Path) -> None:
     with serve("0", "-d", str(root), "-q") as (proc, line):
         assert line.startswith(f"Serving {root} at http://127.0.0.1:")
@@ -94,12 +106,7 @@ def test_signal_during_transfer_says_draining(root: Path) -> None:
     the drain waits for and the way out; the second Ctrl-C cuts it."""
     (root / "huge.bin").write_bytes(b"z" * 64_000_000)
     with serve("0", "-d", str(root), "-q", "--shutdown-timeout", "60") as (proc, line):
-        port = int(line.rsplit(":", 1)[1].strip("/\n"))
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", port))
-        s.sendall(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-        s.recv(100)  # the response has started; we then stop reading
+        s = _stalled_download(line)
         proc.send_signal(signal.SIGINT)
         assert proc.stderr is not None
         first = proc.stderr.readline()  # bounded: the process is killed on failure
@@ -257,12 +264,7 @@ def test_second_signal_aborts_at_once(root: Path) -> None:
     """SIGTERM starts the drain; a second SIGTERM cuts it short."""
     (root / "huge.bin").write_bytes(b"z" * 64_000_000)
     with serve("0", "-d", str(root), "-q", "--shutdown-timeout", "60") as (proc, line):
-        port = int(line.rsplit(":", 1)[1].strip("/\n"))
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", port))
-        s.sendall(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-        s.recv(100)  # the response has started; we then stop reading
+        s = _stalled_download(line)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=1.5)
