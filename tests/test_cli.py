@@ -41,12 +41,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(
-    simulation.REAL_WINDOWS,
-    reason="needs an external SIGTERM/SIGINT: Windows has none (send_signal is TerminateProcess); "
-    "the graceful stop there is POST /shutdown (test_lame_duck.py)",
-)
-
 def _stalled_download(line: str) -> socket.socket:
     """A client of the server that printed ``line``: it asks for /huge.bin,
     sees the response start, then stops reading (the drain must wait)."""
@@ -58,6 +52,12 @@ def _stalled_download(line: str) -> socket.socket:
     s.recv(100)  # the response has started; we then stop reading
     return s
 
+
+@pytest.mark.skipif(
+    simulation.REAL_WINDOWS,
+    reason="needs an external SIGTERM/SIGINT: Windows has none (send_signal is TerminateProcess); "
+    "the graceful stop there is POST /shutdown (test_lame_duck.py)",
+)
 def test_serving_line_and_sigterm_exit_0(root: Path) -> None:
     with serve("0", "-d", str(root), "-q") as (proc, line):
         assert line.startswith(f"Serving {root} at http://127.0.0.1:")
@@ -290,12 +290,21 @@ def test_http2_on_by_default_and_switched_off() -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["--port", "9000"], "unrecognized arguments: --port (the port is positional: "
-         "serverio 9000, or --listen HOST:9000)"),
-        (["-q", "--port=8081"], "unrecognized arguments: --port=8081 (the port is positional: "
-         "serverio 8081, or --listen HOST:8081)"),
-        (["--port"], "unrecognized arguments: --port (the port is positional: "
-         "serverio 8080, or --listen HOST:8080)"),
+        (
+            ["--port", "9000"],
+            "unrecognized arguments: --port (the port is positional: "
+            "serverio 9000, or --listen HOST:9000)",
+        ),
+        (
+            ["-q", "--port=8081"],
+            "unrecognized arguments: --port=8081 (the port is positional: "
+            "serverio 8081, or --listen HOST:8081)",
+        ),
+        (
+            ["--port"],
+            "unrecognized arguments: --port (the port is positional: "
+            "serverio 8080, or --listen HOST:8080)",
+        ),
         (["--bogus"], "unrecognized arguments: --bogus"),  # no hint where none helps
     ],
 )
