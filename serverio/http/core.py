@@ -24,7 +24,7 @@ from typing import Final
 from ..config import Config
 from ..errors import HTTPError, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
-from .target import Target, quote_query
+from .target import Target, is_write_temp, quote_query
 
 __all__ = [
     "CONDITIONAL_FIELDS",
@@ -96,6 +96,9 @@ class RequestFacts:
     accept: str | None = None
     accept_encoding: str | None = None
     want_repr_digest: str | None = None
+    # Read only by uploads (serverio.upload): RFC 9530 digests of a PUT's content.
+    content_digest: str | None = None
+    repr_digest: str | None = None
     # Read only by the site rules (serverio.site.rules): CORS and auth.
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
@@ -549,7 +552,8 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
         return error_plan(405, now)
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
-    if req.target.hidden and not cfg.files.hidden:
+    if req.target.hidden and (not cfg.files.hidden or is_write_temp(req.target.segments)):
+        # An upload's temporary file is hidden even with --hidden.
         return error_plan(404, now, head_only=method == b"HEAD")
     return None
 
@@ -685,6 +689,8 @@ CONDITIONAL_FIELDS: Final = (
     "range",
     "if_range",
 )
+
+
 def without_conditions(req: RequestFacts) -> RequestFacts:
     """``req`` with no precondition and no Range: the request for the whole
     current representation (live reload resolves the base page this way

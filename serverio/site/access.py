@@ -40,6 +40,7 @@ class Kind(enum.Enum):
     RESERVED = "reserved"  # the live-reload paths (--watch)
     ENTRY = "entry"  # a name shown in a listing: only to verified credentials
     EVENT = "event"  # a path named in an event every client receives: only if unprotected
+    WRITE = "write"  # a file a PUT or DELETE changes (--upload): writable paths, then auth
 
     @property
     def named(self) -> bool:
@@ -57,6 +58,9 @@ class AccessTarget:
 
     paths: tuple[str, ...]
     kind: Kind
+    # Kind.WRITE only: what the write does ("put", "delete"), which the
+    # [[writable]] tables allow per path.
+    action: str = ""
 
 
 def served_target(path: str) -> AccessTarget:
