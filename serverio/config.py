@@ -624,6 +624,9 @@ class Config:
         # The rules between policies.
         if listeners.listen_tls and tls.certfile is None:
             raise ConfigError("--listen-tls needs --certfile")
+        uploads = self.uploads.validate()
+        if uploads.upload and not uploads.allow_anonymous_writes:
+            _check_write_auth(listeners, self.site)
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)
@@ -640,7 +643,7 @@ class Config:
             log=log,
             live=self.live.validate(root),
             site=self.site.validate(),
-            uploads=self.uploads.validate(),
+            uploads=uploads,
             root=root,
             source_date_epoch=int(epoch) if epoch.isdigit() else None,
         )
@@ -677,6 +680,49 @@ def field_path(name: str) -> str:
 
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _glob_prefix(pattern: str) -> str | None:
+    """``/a/b`` for ``/a/b/**``, ``""`` for ``/**``; None for any other glob."""
+    if not pattern.endswith("/**"):
+        return None
+    prefix = pattern[:-3]
+    if any(c in prefix for c in "*?[]{}"):
+        return None
+    return prefix
+
+
+def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
+    """``--upload`` on an address other than loopback: every writable
+    prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
+    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+    hosts = [listeners.host] if not (listeners.listen or listeners.listen_tls) else []
+    hosts += [parse_listen(a, "--listen")[0] for a in listeners.listen]
+    hosts += [parse_listen(a, "--listen-tls")[0] for a in listeners.listen_tls]
+    public = [h or "*" for h in hosts if not _loopback(h)]
+    if listeners.fds:
+        public.append("an inherited socket")
+    if not public or site.auth_file is not None:
+        return
+    covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
+    writable = [_glob_prefix(g) for g, _ in site.writable] or [""]
+    for w in writable:
+        if w is None:
+            continue  # not a writable glob at all: compile_writable refuses it
+        if not any(w == a or w.startswith(a + "/") or a == "" for a in covers):
+            raise ConfigError(
+                f"--upload on {public[0]}: writable path {w}/** is under no "
+                "[[auth]] rule PREFIX/** (add one, or --auth-file, or --allow-anonymous-writes)"
+            )
 
 
 def _same_host(a: str, b: str) -> bool:

@@ -1205,6 +1205,7 @@ TABLES: tuple[Table, ...] = (
     Table("rewrites", "rewrites", "[[rewrites]]: from, to (internal)"),
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
+    Table("writable", "writable", '[[writable]]: path glob (PREFIX/**), allow = ["put", "delete"]'),
 )
 
 # Settings (policy or Config fields) with no declaration, and why no user

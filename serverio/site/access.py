@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .rules import AuthRule, SiteRules, access_paths
 
-__all__ = ["AccessTarget", "Kind", "rule_for", "served_target"]
+__all__ = ["AccessTarget", "Kind", "rule_for", "served_target", "write_allowed"]
 
 
 class Kind(enum.Enum):
@@ -83,3 +83,16 @@ def rule_for(rules: SiteRules, target: AccessTarget) -> AuthRule | None:
         if rule.match is None or any(rule.match.fullmatch(p) for p in every):
             return rule
     return None
+
+
+def write_allowed(rules: SiteRules, target: AccessTarget) -> bool:
+    """May ``target`` (a :attr:`Kind.WRITE`) be written as its ``action``
+    says?  Without ``[[writable]]`` tables the whole root may (``--upload``);
+    with them, the first table whose glob matches decides."""
+    if not rules.writable:
+        return True
+    paths = [rules.canonical(p) for p in target.paths]
+    for rule in rules.writable:
+        if rule.match is None or any(rule.match.fullmatch(p) for p in paths):
+            return target.action in rule.allow
+    return False
