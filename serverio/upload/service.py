@@ -47,6 +47,7 @@ from ..fs.writer import (
 )
 from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.target import is_write_temp
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
 from ..site.access import AccessTarget, Kind
@@ -132,6 +133,10 @@ class Uploads:
         target = req.target
         if not target.segments or target.slash:
             return error_plan(409, now)  # a collection: not a file to write
+        if (target.hidden and not self.config.files.hidden) or is_write_temp(target.segments):
+            # A dot name anywhere in the path (RFC 8615's .well-known aside),
+            # or an upload's temporary: never written, even with --hidden.
+            return error_plan(403, now)
         action = "put" if req.method == b"PUT" else "delete"
         refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
         if refusal is not None:
