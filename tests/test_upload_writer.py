@@ -33,7 +33,7 @@ from serverio.observe.stats import Stats
 from serverio.site.access import AccessTarget
 from serverio.upload.service import Uploads
 
-from .conftest import make_config, open_fd_count
+from .conftest import make_config, open_fd_count, wait_until
 
 
 class Chunks:
@@ -180,7 +180,7 @@ async def test_no_write_through_or_onto_a_symlink(
     assert (await rig.run(delete("/link.txt"))).status == 409
     assert sorted(os.listdir(outside)) == ["secret.txt"]
     assert (outside / "secret.txt").read_text() == "OUTSIDE-SECRET\n"
-    assert os.path.islink(rig.root / "link.txt")
+    assert (rig.root / "link.txt").is_symlink()
     # And a plain write works under this strategy.
     assert (await rig.run(put("/sub/w.txt"), Chunks([b"w"]))).status == 201
     assert (rig.root / "sub" / "w.txt").read_bytes() == b"w"
@@ -307,8 +307,7 @@ async def test_writes_in_flight_are_bounded(rig: Rig) -> None:
             got.append((await rig.run(put("/slow.txt"), Slow([b"x"]))).status)
 
         nursery.start_soon(first)
-        while rig.up.in_flight == 0:
-            await trio.sleep(0.001)
+        await wait_until(lambda: rig.up.in_flight == 1)
         got.append((await rig.run(put("/other.txt"), Chunks([b"y"]))).status)
         gate.set()
     assert got == [503, 201]
