@@ -275,3 +275,25 @@ def test_bad_writable_tables_name_the_file_and_key(
 ) -> None:
     with pytest.raises(ConfigError, match="^site.toml: \\[\\[writable\\]\\] #1 " + message):
         compile_writable([table], "site.toml")
+
+
+async def test_h1_content_digest_is_verified_and_the_access_log_has_the_write(
+    root: Path, tmp_path: Path
+) -> None:
+    import base64
+    import hashlib
+
+    log = tmp_path / "access.log"
+    cfg = upload_config(root, access_log="common", access_log_file=str(log))
+    good = base64.b64encode(hashlib.sha256(b"data").digest()).decode()
+    bad = base64.b64encode(hashlib.sha256(b"else").digest()).decode()
+    async with memory_connection(cfg) as (client, srv, _):
+        refused = put("/d.txt", b"data", f"Content-Digest: sha-256=:{bad}:\r\n")
+        assert (await request(client, refused))[0] == 400
+        ok = put("/d.txt", b"data", f"Repr-Digest: sha-256=:{good}:\r\n")
+        assert (await request(client, ok))[0] == 201
+        srv.access_log.close()
+    assert (root / "d.txt").read_bytes() == b"data"
+    lines = log.read_text().splitlines()
+    assert any('"PUT /d.txt HTTP/1.1" 400' in line for line in lines)
+    assert any('"PUT /d.txt HTTP/1.1" 201' in line for line in lines)

@@ -269,12 +269,12 @@ async def test_a_digest_mismatch_writes_nothing(rig: Rig) -> None:
 
     good = base64.b64encode(hashlib.sha256(b"payload").digest()).decode()
     bad = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
-    refused = await rig.run(put("/d.txt", content_digest=f"sha-256=:{bad}:"), Chunks([b"payload"]))
+    refused = await rig.run(put("/d.txt", digests=f"sha-256=:{bad}:"), Chunks([b"payload"]))
     assert refused.status == 400 and not (rig.root / "d.txt").exists()
-    ok = await rig.run(put("/d.txt", repr_digest=f"sha-256=:{good}:"), Chunks([b"pay", b"load"]))
+    ok = await rig.run(put("/d.txt", digests=f"sha-256=:{good}:"), Chunks([b"pay", b"load"]))
     assert ok.status == 201 and (rig.root / "d.txt").read_bytes() == b"payload"
     with pytest.raises(Exception) as info:  # a malformed field: 400 from writes.digest
-        await rig.run(put("/e.txt", content_digest="sha-256=nope"), Chunks([b"x"]))
+        await rig.run(put("/e.txt", digests="sha-256=nope"), Chunks([b"x"]))
     assert getattr(info.value, "status", None) == 400
     await clean(rig, fds)
 

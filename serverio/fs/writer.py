@@ -147,9 +147,9 @@ class Placement:
 
 def _free_bytes(place: Placement) -> int:
     """Bytes free to an unprivileged writer on the target's filesystem."""
-    if place.dir_fd >= 0 and os.statvfs in os.supports_fd:
+    if place.dir_fd >= 0 and sys.platform != "win32":
         st = os.statvfs(place.dir_fd)
-        return st.f_bavail * st.f_frsize
+        return int(st.f_bavail * st.f_frsize)
     return shutil.disk_usage(place.dir_path).free
 
 

@@ -96,9 +96,10 @@ class RequestFacts:
     accept: str | None = None
     accept_encoding: str | None = None
     want_repr_digest: str | None = None
-    # Read only by uploads (serverio.upload): RFC 9530 digests of a PUT's content.
-    content_digest: str | None = None
-    repr_digest: str | None = None
+    # Read only by uploads (serverio.upload): Content-Digest and Repr-Digest
+    # (RFC 9530) of a PUT's content, one joined list (they name the same
+    # bytes: a PUT's content is sent without a content coding).
+    digests: str | None = None
     # Read only by the site rules (serverio.site.rules): CORS and auth.
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method

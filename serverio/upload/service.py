@@ -208,10 +208,8 @@ class Uploads:
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
             return error_plan(413, now, close=True)
-        expected: dict[str, bytes] = {}
-        for value in (req.content_digest, req.repr_digest):
-            if value is not None:
-                expected.update(parse_digests([value.encode("latin-1")]))
+        value = req.digests
+        expected = {} if value is None else parse_digests([value.encode("latin-1")])
         job = WriteJob(await self._open(req, declared or 0))
         committed = False
         try:
