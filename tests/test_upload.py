@@ -25,7 +25,14 @@ from serverio.net.server import Server
 from serverio.site.passwords import hash_password
 from serverio.site.rules import compile_writable
 
-from .conftest import HTTPClient, make_config, memory_connection
+from .conftest import (
+    HTTPClient,
+    make_config,
+    memory_connection,
+    open_fd_count,
+    reset,
+    wait_until,
+)
 from .h2client import H2Client, h2_memory
 from .test_body_seam import send_body
 
@@ -297,3 +304,30 @@ async def test_h1_content_digest_is_verified_and_the_access_log_has_the_write(
     lines = log.read_text().splitlines()
     assert any('"PUT /d.txt HTTP/1.1" 400' in line for line in lines)
     assert any('"PUT /d.txt HTTP/1.1" 201' in line for line in lines)
+
+
+async def test_h1_a_client_gone_mid_upload_leaves_nothing(root: Path) -> None:
+    fds = open_fd_count()
+    async with memory_connection(upload_config(root)) as (client, srv, _):
+        head = b"PUT /gone.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n"
+        await client.send_raw(head + b"x" * 30000)
+        await wait_until(lambda: temps(root) != [])  # the temporary is being written
+        await reset(client)
+        await wait_until(lambda: srv.stats.writes.aborted == 1)
+    assert temps(root) == [] and not (root / "gone.bin").exists()
+    assert open_fd_count() == fds
+
+
+async def test_h2_a_reset_stream_mid_upload_leaves_nothing(root: Path) -> None:
+    from h2.errors import ErrorCodes
+
+    async with h2_memory(upload_config(root)) as (client, srv, _):
+        sid = client.request("/gone.bin", "PUT", [("content-length", "100000")], end_stream=False)
+        await send_body(client, sid, b"x" * 30000, end=False)
+        await wait_until(lambda: temps(root) != [])
+        client.conn.reset_stream(sid, ErrorCodes.CANCEL)
+        await client.flush()
+        await wait_until(lambda: srv.stats.writes.aborted == 1)
+        assert temps(root) == []
+        assert (await client.get("/hello.txt")).status == 200
+    assert not (root / "gone.bin").exists()

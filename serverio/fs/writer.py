@@ -176,6 +176,10 @@ def open_target(
     ``min_free`` bytes free, ``--min-free-space``).  A directory, symlink
     or special file at the name is reported in ``current``; the caller
     refuses it (:func:`writable_current`).
+
+    Cancellation handling: blocking, run in the ``write`` pool with
+    ``late_close=Placement.close``, so an abandoned call's directory
+    descriptor is closed when it returns.
     """
     try:
         name = check_name(segments[-1], hidden=hidden, windows=_WINDOWS)
@@ -239,7 +243,9 @@ def _rename_no_replace(place: Placement, src: str, dst: str) -> None:
         SYS.rename(s, d)
         return
     fd = kw.get("dir_fd")
-    SYS.link(s, d, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+    # The temporary is a regular file we made: following it or not is the
+    # same; not every platform's link() takes follow_symlinks=False.
+    SYS.link(s, d, src_dir_fd=fd, dst_dir_fd=fd)
     SYS.unlink(s, **kw)
 
 
@@ -422,7 +428,12 @@ def current_bytes(place: Placement, limit: int) -> bytes | None:
 def delete_file(place: Placement, checked: bool, expect: os.stat_result | None) -> None:
     """Remove the regular file at ``place`` (which is closed after), if it
     is still ``expect`` (when preconditions were decided on it:
-    ``checked``); then fsync the directory (POSIX)."""
+    ``checked``); then fsync the directory (POSIX).
+
+    Cancellation handling: blocking; run through :meth:`WriteJob.run`, so
+    an abandoned call still closes ``place`` (here, and in the job's
+    discard); a removal that ran is not undone.
+    """
     try:
         now = _lstat(place, place.name)
         if now is None:
@@ -451,7 +462,12 @@ def sweep(root: str, older_than: float, *, now: float | None = None) -> int:
     upload writes its temporary at least every ``--body-timeout``).
     Bounded: :data:`SWEEP_DIRS` directories, :data:`SWEEP_REMOVALS`
     removals, :data:`SWEEP_SECONDS`; symlinks are never followed.
-    Returns how many were removed; blocking."""
+    Returns how many were removed; blocking.
+
+    Cancellation handling: holds nothing across entries (each directory
+    is closed before the next); an abandoned sweep just runs to its
+    bounds.
+    """
     wall = time.time() if now is None else now
     cutoff = wall - older_than
     started = time.monotonic()

@@ -246,14 +246,15 @@ async def complete_body(
     client: Callable[[], str],
     wait: Wait,
 ) -> Answer | None:
-    """The answer to a request that carries content: the handler's
-    ``receive`` step (it may pull ``content``), when one is installed and
-    the site has no rules (a step that accepts content comes after the
-    access rules, with the upload feature); otherwise, or when it returns
-    None, :func:`start` and :func:`complete` as for any request (a POST to
-    a file: 405 with ``Allow``, the content left unread).  None: the client
-    went away while it waited.  The transport owns ``content``: it drains
-    what is left unread, or closes.
+    """The answer to a request that carries content: a write (PUT,
+    DELETE) to the hooks' write step when one is installed
+    (:func:`complete_write`); else the handler's ``receive`` step (it may
+    pull ``content``) when one is installed, after the site's routing and
+    access rules (never before them); otherwise, or when it returns None,
+    the handler's answer as for any request (a POST to a file: 405 with
+    ``Allow``, the content left unread).  None: the client went away while
+    it waited.  The transport owns ``content``: it drains what is left
+    unread, or closes.
 
     Cancellation handling: as :func:`complete`; a step cancelled mid-pull
     leaves ``content`` unusable, and the transport then closes (HTTP/1.1)
