@@ -331,3 +331,18 @@ async def test_h2_a_reset_stream_mid_upload_leaves_nothing(root: Path) -> None:
         assert temps(root) == []
         assert (await client.get("/hello.txt")).status == 200
     assert not (root / "gone.bin").exists()
+
+
+@pytest.mark.parametrize("watch", [False, True])
+async def test_the_server_sweeps_stale_temporaries_when_it_starts(root: Path, watch: bool) -> None:
+    """With or without live reload (whose watcher shares the running hook)."""
+    import time
+
+    stale = root / "sub" / (WRITE_TEMP_PREFIX + "killed")
+    stale.write_bytes(b"left by a SIGKILL")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    async with memory_connection(upload_config(root, watch=watch)) as (client, srv, _):
+        await wait_until(lambda: not stale.exists())
+        assert srv.stats.writes.temps_removed == 1
+        assert (await client.get("/hello.txt")).status == 200
