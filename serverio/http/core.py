@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
+# With --upload (serverio.upload): PUT and DELETE too (RFC 9110 §10.2.1).
+ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE"
 # The fields every response carries, whatever its status or protocol (the
 # one header policy: added here, in the pure layer, by :func:`common_fields`;
 # the wire modules only serialise).  "Do not sniff" (WHATWG Fetch §3.5.1): a
@@ -546,11 +548,12 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        return Plan(204, (*common_fields(now), (b"allow", ALLOW)), (), send_body=False)
+        allow = ALLOW_WRITES if cfg.uploads.upload else ALLOW
+        return Plan(204, (*common_fields(now), (b"allow", allow)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         # A request body is the transport's to drain or not (RFC 9112 §9.3:
         # the connection is kept only when the body can be read past).
-        return error_plan(405, now)
+        return error_plan(405, now, allow=ALLOW_WRITES if cfg.uploads.upload else ALLOW)
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
     if req.target.hidden and (not cfg.files.hidden or is_write_temp(req.target.segments)):

@@ -152,8 +152,6 @@ class Uploads:
             return await self._delete(req, now)
         except WriteRefused as exc:
             return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
-        except PoolSaturated:
-            raise
         except OSError as exc:
             status = errno_status(exc.errno)
             if status == 500:
@@ -197,8 +195,6 @@ class Uploads:
         if job.place.current is not None and is_create_only(req):
             return error_plan(412, now)
         current = await self._current(req, job)
-        if job.place.current is not None and current is None and has_preconditions(req):
-            return error_plan(412, now)  # pragma: no cover - _current always answers then
         status = precondition_status(req, current, now)
         return None if status is None else error_plan(status, now)
 
