@@ -275,6 +275,9 @@ class Uploads:
         job.removed = removed
         if not job.release():
             return  # nothing held, or the abandoned thread removes it
+        if job.temp is None and job.fd < 0:
+            job.discard()  # only the directory descriptor: a close, no hop
+            return
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + CLEANUP_SECONDS
             try:
