@@ -15,7 +15,6 @@ from ..http.core import (
     Plan,
     RequestFacts,
     common_fields,
-    error_plan,
     evaluate_preconditions,
     sent_mtime,
 )
@@ -28,7 +27,6 @@ __all__ = [
     "has_preconditions",
     "is_create_only",
     "precondition_status",
-    "refusal_plan",
     "replaced_plan",
 ]
 
@@ -115,8 +113,3 @@ def replaced_plan(facts: FileFacts, now: float) -> Plan:
 def deleted_plan(now: float) -> Plan:
     """204 No Content (a deleted file, RFC 9110 §9.3.5)."""
     return Plan(204, tuple(common_fields(now)), (), send_body=False)
-
-
-def refusal_plan(status: int, now: float) -> Plan:
-    """The error answer of a refused write; a 507 or 503 also closes."""
-    return error_plan(status, now)
