@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from serverio.config import Config
 from serverio.errors import ConfigError
@@ -352,3 +353,20 @@ async def test_the_server_sweeps_stale_temporaries_when_it_starts(root: Path, wa
         await wait_until(lambda: not stale.exists())
         assert srv.stats.writes.temps_removed == 1
         assert (await client.get("/hello.txt")).status == 200
+
+
+async def test_h1_a_body_deadline_mid_upload_is_408_and_leaves_nothing(
+    root: Path, autojump_clock: object
+) -> None:
+    """A client that stops sending: --body-timeout (MockClock) ends the
+    upload with 408, and its temporary is removed."""
+    cfg = upload_config(root, body_timeout=5.0)
+    async with memory_connection(cfg) as (client, srv, _):
+        head = b"PUT /slow.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n"
+        await client.send_raw(head + b"x" * 20000)
+        r = await client.read_response()
+        assert r.status == 408
+        assert srv.stats.writes.aborted == 1
+        pool = next(p for p in srv.services.pools if p.name == "write")
+        assert await pool.wait_idle(trio.current_time() + 30) == 0
+    assert temps(root) == [] and not (root / "slow.bin").exists()
