@@ -39,6 +39,7 @@ __all__ = [
     "PoolPolicy",
     "SitePolicy",
     "TlsPolicy",
+    "UploadPolicy",
     "WatchPolicy",
     "field_path",
     "listener_http2",
@@ -128,9 +129,7 @@ class ListenPolicy:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= _MAX_PROCESSES:
-            raise ConfigError(
-                f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}"
-            )
+            raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}")
         for fd in self.fds:
             if not isinstance(fd, int) or fd < 0:
                 raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
@@ -158,9 +157,7 @@ class ListenPolicy:
                 and not self.fds
                 and any(port == p and _same_host(host, h) for h, p in public)
             ):
-                raise ConfigError(
-                    "--admin-bind must not be the public address (use another port)"
-                )
+                raise ConfigError("--admin-bind must not be the public address (use another port)")
         return self
 
 
@@ -504,6 +501,9 @@ class SitePolicy:
     trailing_slash: str = "keep"
     error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
+    # [[writable]]: (path glob, allowed methods "put" / "delete"); with
+    # --upload, empty means the whole root is writable.
+    writable: tuple[tuple[str, tuple[str, ...]], ...] = ()
     auth_file: str | None = None  # --auth-file: the whole site
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
@@ -521,6 +521,25 @@ class SitePolicy:
         return dataclasses.replace(self, proxy_networks=networks)
 
 
+@dataclass(frozen=True, slots=True)
+class UploadPolicy:
+    """Writes: PUT and DELETE (serverio.upload; docs/features.md "Uploads")."""
+
+    upload: bool = False  # --upload: PUT and DELETE enabled (off: read-only)
+    max_upload_size: int = 1024 * _MiB  # 413 past it (declared or streamed)
+    max_uploads: int = 16  # writes in flight; 503 past it
+    min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
+    # Serve writes on a non-loopback address without an auth rule over them.
+    allow_anonymous_writes: bool = False
+
+    def validate(self) -> UploadPolicy:
+        """Check the bounds (ConfigError naming the option)."""
+        _check_ints(self, (("max_upload_size", 0), ("max_uploads", 1), ("min_free_space", 0)))
+        if self.max_uploads > _MAX_QUEUE:
+            raise ConfigError(f"--max-uploads {self.max_uploads} is absurd (max {_MAX_QUEUE})")
+        return self
+
+
 Policy = (
     ListenPolicy
     | ConnectionPolicy
@@ -532,6 +551,7 @@ Policy = (
     | LogPolicy
     | WatchPolicy
     | SitePolicy
+    | UploadPolicy
 )
 
 
@@ -554,6 +574,7 @@ class Config:
     log: LogPolicy = field(default_factory=LogPolicy)
     live: WatchPolicy = field(default_factory=WatchPolicy)
     site: SitePolicy = field(default_factory=SitePolicy)
+    uploads: UploadPolicy = field(default_factory=UploadPolicy)
 
     # Derived, filled by validate(): the absolute real path of the root, and
     # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
@@ -603,6 +624,9 @@ class Config:
         # The rules between policies.
         if listeners.listen_tls and tls.certfile is None:
             raise ConfigError("--listen-tls needs --certfile")
+        uploads = self.uploads.validate()
+        if uploads.upload and not uploads.allow_anonymous_writes:
+            _check_write_auth(listeners, self.site)
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)
@@ -619,6 +643,7 @@ class Config:
             log=log,
             live=self.live.validate(root),
             site=self.site.validate(),
+            uploads=uploads,
             root=root,
             source_date_epoch=int(epoch) if epoch.isdigit() else None,
         )
@@ -657,6 +682,49 @@ def field_path(name: str) -> str:
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _glob_prefix(pattern: str) -> str | None:
+    """``/a/b`` for ``/a/b/**``, ``""`` for ``/**``; None for any other glob."""
+    if not pattern.endswith("/**"):
+        return None
+    prefix = pattern[:-3]
+    if any(c in prefix for c in "*?[]{}"):
+        return None
+    return prefix
+
+
+def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
+    """``--upload`` on an address other than loopback: every writable
+    prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
+    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+    hosts = [listeners.host] if not (listeners.listen or listeners.listen_tls) else []
+    hosts += [parse_listen(a, "--listen")[0] for a in listeners.listen]
+    hosts += [parse_listen(a, "--listen-tls")[0] for a in listeners.listen_tls]
+    public = [h or "*" for h in hosts if not _loopback(h)]
+    if listeners.fds:
+        public.append("an inherited socket")
+    if not public or site.auth_file is not None:
+        return
+    covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
+    writable = [_glob_prefix(g) for g, _ in site.writable] or [""]
+    for w in writable:
+        if w is None:
+            continue  # not a writable glob at all: compile_writable refuses it
+        if not any(w == a or w.startswith(a + "/") or a == "" for a in covers):
+            raise ConfigError(
+                f"--upload on {public[0]}: writable path {w}/** is under no "
+                "[[auth]] rule PREFIX/** (add one, or --auth-file, or --allow-anonymous-writes)"
+            )
+
+
 def _same_host(a: str, b: str) -> bool:
     return a == b or a in _WILDCARDS or b in _WILDCARDS
 
@@ -685,9 +753,7 @@ def parse_listen(text: str, option: str) -> tuple[str, int, str | None]:
     if not slash:
         address, proto = text, ""
     elif proto not in LISTEN_PROTOCOLS:
-        raise ConfigError(
-            f"{option}: the protocol after '/' must be h1 or h2, got {text!r}"
-        )
+        raise ConfigError(f"{option}: the protocol after '/' must be h1 or h2, got {text!r}")
     host, port = parse_host_port(address, option)
     return host, port, proto or None
 

@@ -227,9 +227,18 @@ async def test_every_access_question_goes_through_the_hook(
         return got
 
     monkeypatch.setattr(Gate, "decide_now", spy)
-    cfg = make_config(tree, watch=True, auth=(("/p/**", str(users)), ("/open/c.txt", str(users))))
+    cfg = make_config(
+        tree,
+        watch=True,
+        upload=True,
+        min_free_space=0,
+        auth=(("/p/**", str(users)), ("/open/c.txt", str(users))),
+    )
     hdr = f"Authorization: {GOOD}\r\n"
     async with memory_connection(cfg) as (client, srv, _):
+        put = f"PUT /p/new.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n{hdr}\r\nx"
+        await client.send_raw(put.encode())
+        assert (await client.read_response()).status == 201
         assert (await client.get("/p/a.html")).status == 401
         assert (await client.get("/p/a.html", hdr)).status == 200
         assert (await client.get("/p/a.html.gz", hdr)).status == 200
@@ -248,6 +257,42 @@ async def test_every_access_question_goes_through_the_hook(
     assert (Kind.ENTRY, ("/open/c.txt",), Verdict.CHALLENGE) in seen
     assert (Kind.RESERVED, ("/.serverio/livereload.js",), Verdict.ALLOW) in seen
     assert (Kind.EVENT, ("/p/a.css",), Verdict.CHALLENGE) in seen
+    assert (Kind.WRITE, ("/p/new.txt",), Verdict.PENDING) in seen  # then the password check
+
+
+@pytest.mark.parametrize(
+    ("path", "action", "auth", "verdict"),
+    [
+        # Writable and unprotected: allowed, for the methods its table allows.
+        ("/open/a.txt", "put", None, Verdict.ALLOW),
+        ("/open/a.txt", "delete", None, Verdict.ALLOW),
+        # Writable and protected: the auth rule, as for a served file.
+        ("/p/a.txt", "put", None, Verdict.CHALLENGE),
+        ("/p/a.txt", "put", GOOD, Verdict.PENDING),
+        # Not for this method, or not writable at all: forbidden, whatever
+        # the credentials (before any password check).
+        ("/p/a.txt", "delete", GOOD, Verdict.FORBID),
+        ("/elsewhere.txt", "put", None, Verdict.FORBID),
+        ("/elsewhere.txt", "put", GOOD, Verdict.FORBID),
+    ],
+)
+def test_a_write_is_decided_on_the_writable_paths_then_the_auth_rules(
+    path: str, action: str, auth: str | None, verdict: Verdict
+) -> None:
+    users = {"alice": HASH}
+    rules = compile_rules(
+        auth=[("/p/**", users, cost_profile(users.values()))],
+        writable=[("/p/**", ("put",)), ("/open/**", ("put", "delete"))],
+    )
+    gate = Gate(rules, Stats(), 1)
+    got = gate.decide_now(AccessTarget((path,), Kind.WRITE, action), auth, frozenset())
+    assert got.verdict is verdict
+    # Without [[writable]] tables (--upload alone) the whole root is writable.
+    bare = Gate(_rules("/p/**"), Stats(), 1)
+    anywhere = bare.decide_now(
+        AccessTarget(("/elsewhere.txt",), Kind.WRITE, action), None, frozenset()
+    )
+    assert anywhere.verdict is Verdict.ALLOW
 
 
 async def test_a_later_feature_asks_the_pipelines_hook_with_its_own_target(

@@ -64,6 +64,7 @@ RACY_SECONDS = 2.0
 # Accounted per entry on top of its bytes (dict slot, entry object, facts).
 _ENTRY_OVERHEAD = 512
 
+
 def identity(st: os.stat_result) -> Identity:
     """What must be unchanged for cached bytes to still be the file's."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -184,6 +185,14 @@ class FileCache:
                 del self._entries[key]
                 self.size -= _cost(entry)
                 self.stats.stale += 1
+
+    def forget(self, key: str) -> None:
+        """Forget the entry for ``key`` whatever it is (a write replaced or
+        removed the file: no validity window may serve the old bytes)."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self.size -= _cost(entry)
 
     def clear(self) -> None:
         """Forget every entry (a change was seen: ``--watch``)."""

@@ -35,6 +35,7 @@ from ..http.listing import (
     sort_entries,
 )
 from ..http.readme import render_readme
+from ..http.target import WRITE_TEMP_PREFIX
 from ..model import Identity
 from . import winstat
 from .opener import RootOpener
@@ -197,6 +198,8 @@ def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
     that is not UTF-8 (scandir gives it as a surrogate, as the target
     parser does) as its own ``%XX``."""
     if name.startswith("."):
+        if name.startswith(WRITE_TEMP_PREFIX):
+            return False  # an upload's temporary file, even with --hidden
         return hidden or (at_root and name == ".well-known")
     return True
 

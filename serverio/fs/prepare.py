@@ -78,7 +78,7 @@ from .filecache import (
 from .opener import RootOpener
 from .reads import read_all
 
-__all__ = ["resolve"]
+__all__ = ["resolve", "stat_facts"]
 
 log = logging.getLogger("serverio")
 
@@ -189,6 +189,27 @@ def _facts(
     return facts, data
 
 
+def stat_facts(st: os.stat_result, cfg: Config, content_hash: bytes | None) -> FileFacts:
+    """The facts (and so the ETag) a GET of this file would show, from its
+    ``stat`` and, when known, the content hash of all its bytes (an
+    upload hashes what it writes; the current file of a small-enough
+    write is read for it).  Where the ETag rule wants a hash that is not
+    given, there is no ETag (``hash_pending``), as for a GET before the
+    hash is made."""
+    policy = _policy(cfg.files.etag, cfg.files.small_file_size, cfg.source_date_epoch)
+    synthetic = mtime_is_synthetic(st.st_mtime_ns, policy)
+    wants = wants_content_hash(st.st_size, synthetic, policy)
+    return FileFacts(
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        dev=st.st_dev,
+        ino=st.st_ino,
+        content_type="",
+        content_hash=content_hash if wants else None,
+        hash_pending=wants and content_hash is None,
+        synthetic_mtime=synthetic,
+        ctime_ns=st.st_ctime_ns,
+    )
 
 
 def _failed(exc: OSError) -> Resolution:
@@ -208,9 +229,7 @@ def _wants_bytes(req: RequestFacts) -> bool:
     it: not for HEAD, nor for a revalidation (If-None-Match,
     If-Modified-Since: usually a 304).  A hint only: a body that turns out
     to be needed after all is streamed from the descriptor."""
-    return (
-        req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
-    )
+    return req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
 
 
 def resolve(

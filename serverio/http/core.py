@@ -24,7 +24,7 @@ from typing import Final
 from ..config import Config
 from ..errors import HTTPError, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
-from .target import Target, quote_query
+from .target import Target, is_write_temp, quote_query
 
 __all__ = [
     "CONDITIONAL_FIELDS",
@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
+# With --upload (serverio.upload): PUT and DELETE too (RFC 9110 §10.2.1).
+ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE"
 # The fields every response carries, whatever its status or protocol (the
 # one header policy: added here, in the pure layer, by :func:`common_fields`;
 # the wire modules only serialise).  "Do not sniff" (WHATWG Fetch §3.5.1): a
@@ -96,6 +98,10 @@ class RequestFacts:
     accept: str | None = None
     accept_encoding: str | None = None
     want_repr_digest: str | None = None
+    # Read only by uploads (serverio.upload): Content-Digest and Repr-Digest
+    # (RFC 9530) of a PUT's content, one joined list (they name the same
+    # bytes: a PUT's content is sent without a content coding).
+    digests: str | None = None
     # Read only by the site rules (serverio.site.rules): CORS and auth.
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
@@ -542,14 +548,16 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        return Plan(204, (*common_fields(now), (b"allow", ALLOW)), (), send_body=False)
+        allow = ALLOW_WRITES if cfg.uploads.upload else ALLOW
+        return Plan(204, (*common_fields(now), (b"allow", allow)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         # A request body is the transport's to drain or not (RFC 9112 §9.3:
         # the connection is kept only when the body can be read past).
-        return error_plan(405, now)
+        return error_plan(405, now, allow=ALLOW_WRITES if cfg.uploads.upload else ALLOW)
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
-    if req.target.hidden and not cfg.files.hidden:
+    if req.target.hidden and (not cfg.files.hidden or is_write_temp(req.target.segments)):
+        # An upload's temporary file is hidden even with --hidden.
         return error_plan(404, now, head_only=method == b"HEAD")
     return None
 
@@ -685,6 +693,8 @@ CONDITIONAL_FIELDS: Final = (
     "range",
     "if_range",
 )
+
+
 def without_conditions(req: RequestFacts) -> RequestFacts:
     """``req`` with no precondition and no Range: the request for the whole
     current representation (live reload resolves the base page this way

@@ -51,7 +51,27 @@ from urllib.parse import quote
 
 from ..errors import HTTPError
 
-__all__ = ["MAX_SEGMENTS", "Target", "parse_target", "quote_query", "quote_segment"]
+# The prefix of the temporary files an upload streams into
+# (serverio.fs.writer): never served, listed or written by name, even with
+# --hidden (a half-written upload is nobody's representation).
+WRITE_TEMP_PREFIX = ".serverio-tmp-"
+
+
+def is_write_temp(segments: tuple[str, ...]) -> bool:
+    """Does a path with these segments name (or pass through) an upload's
+    temporary file?"""
+    return any(s.startswith(WRITE_TEMP_PREFIX) for s in segments)
+
+
+__all__ = [
+    "MAX_SEGMENTS",
+    "WRITE_TEMP_PREFIX",
+    "Target",
+    "is_write_temp",
+    "parse_target",
+    "quote_query",
+    "quote_segment",
+]
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 

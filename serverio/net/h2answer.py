@@ -114,7 +114,8 @@ class StreamAnswer:
             req, fields = self.facts(st)
             if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
-            if st.body is not None and env.handler.receive is not None:
+            handler = env.handler
+            if st.body is not None and (handler.receive is not None or handler.write is not None):
                 # A step may read the content; without one the content is
                 # left unread (the stream is reset NO_ERROR after the
                 # answer) and the request takes the usual path below.

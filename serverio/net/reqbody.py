@@ -106,8 +106,14 @@ def body_policy(cfg: Config) -> BodyPolicy:
     ``--body-timeout`` (idle), ``--body-total-timeout``; the drain bounds
     and the chunk size are the policy's defaults.  Built only for a request
     that has content (the GET path never pays for it)."""
+    uploads = cfg.uploads
+    # With --upload a PUT may carry up to --max-upload-size (the write step
+    # enforces it; every other request's content is never read that far).
+    limit = cfg.conn.max_body_size
+    if uploads.upload:
+        limit = max(limit, uploads.max_upload_size)
     return BodyPolicy(
-        max_size=cfg.conn.max_body_size,
+        max_size=limit,
         idle_timeout=cfg.conn.body_timeout,
         total_timeout=cfg.conn.body_total_timeout,
     )

@@ -19,7 +19,10 @@ for, then abandoned, by the lifecycle (step 5).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ..concurrency.blocking import Pool
 from ..config import Config
@@ -33,6 +36,7 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..site.service import load_site
+from ..upload.service import Uploads
 from .connection import ConnectionTask
 from .env import ConnectionEnv
 from .h2conn import H2Connection
@@ -91,6 +95,16 @@ class Services:
             self.pools.append(watch)
             self.live = LiveReload(config, watch, self.files, self.content)
             self.hooks = self.live.hooks(self.fs)
+        self.uploads: Uploads | None = None
+        if config.uploads.upload:
+            # --upload: the write step, with a pool of its own.
+            self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
+            self.pools.append(self.uploads.pool)
+            self.hooks = dataclasses.replace(
+                self.hooks,
+                write=self.uploads.write,
+                running=_both(self.hooks.running, self.uploads.running),
+            )
         return Handler(
             config,
             lambda: self.opener,
@@ -133,7 +147,8 @@ class Services:
         use it."""
         if self._opener is None:
             return
-        if self.fs.running or self.work.running:
+        writer = self.uploads.pool.running if self.uploads is not None else 0
+        if self.fs.running or self.work.running or writer:
             # Abandoned threads may still call openat2() on the root
             # fd; closing it now could let the number be reused by an
             # unrelated file while they run.  Keep it open: they fail
@@ -143,3 +158,21 @@ class Services:
             self._opener.close()
         self._opener = None
         self.handler.forget_root()
+
+
+Running = Callable[[], AbstractAsyncContextManager[None]]
+
+
+def _both(first: Running | None, second: Running) -> Running:
+    """One ``running`` hook for two features' tasks (live reload's
+    watcher, the uploads' start-up sweep): entered in order, left in
+    reverse."""
+    if first is None:
+        return second
+
+    @asynccontextmanager
+    async def running() -> AsyncIterator[None]:
+        async with first(), second():
+            yield
+
+    return running

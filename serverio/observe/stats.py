@@ -4,7 +4,8 @@ The counters are kept in groups, one small slotted dataclass each, by what
 they count: ``stats.conns`` (sockets and connections), ``stats.responses``
 (what was sent), ``stats.timeouts`` (which deadline fired),
 ``stats.content`` (listings, codings, digests), ``stats.h2`` (HTTP/2
-connections and streams) and ``stats.site`` (site rules).  A hot path binds
+connections and streams), ``stats.site`` (site rules) and
+``stats.writes`` (uploads).  A hot path binds
 the group it counts in once (``responses = stats.responses`` where a
 connection or a request starts), so grouping costs no attribute hop per
 increment.
@@ -31,6 +32,7 @@ __all__ = [
     "SiteStats",
     "Stats",
     "TimeoutStats",
+    "WriteStats",
 ]
 
 
@@ -93,6 +95,17 @@ class H2Stats:
 
 
 @dataclass(slots=True)
+class WriteStats:
+    """Writes (serverio.upload); flat names ``writes_<field>``."""
+
+    files: int = 0  # PUTs that created or replaced a file
+    deletes: int = 0  # DELETEs that removed a file
+    bytes: int = 0  # bytes written by committed PUTs
+    aborted: int = 0  # PUTs that ended without a commit (client gone, 413, 400, cancelled, failed)
+    temps_removed: int = 0  # temporary files removed (aborted uploads, start-up sweep)
+
+
+@dataclass(slots=True)
 class SiteStats:
     """Site rules (serverio.site.service)."""
 
@@ -131,6 +144,11 @@ FLAT: Final[tuple[tuple[str, str, str], ...]] = (
     ("h2_calm", "h2", "calm"),
     ("h2_protocol_errors", "h2", "protocol_errors"),
     ("auth_failures", "site", "auth_failures"),
+    ("writes_files", "writes", "files"),
+    ("writes_deletes", "writes", "deletes"),
+    ("writes_bytes", "writes", "bytes"),
+    ("writes_aborted", "writes", "aborted"),
+    ("writes_temps_removed", "writes", "temps_removed"),
 )
 
 
@@ -145,6 +163,7 @@ class Stats:
     content: ContentStats = field(default_factory=ContentStats)
     h2: H2Stats = field(default_factory=H2Stats)
     site: SiteStats = field(default_factory=SiteStats)
+    writes: WriteStats = field(default_factory=WriteStats)
 
     def as_dict(self) -> dict[str, int]:
         """Every counter under its flat name, in :data:`FLAT` order."""

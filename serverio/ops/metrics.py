@@ -42,8 +42,6 @@ __all__ = [
 Snapshot = dict[str, Any]
 
 
-
-
 # Engine counters whose Prometheus name is not simply serverio_<name>_total.
 # Anything added to Stats later is exported generically (no edit needed here).
 _TIMEOUTS = {"timeouts_head": "head", "timeouts_keepalive": "keepalive", "timeouts_write": "write"}
@@ -67,8 +65,12 @@ _HELP = {
     "h2_client_resets": "HTTP/2 streams reset by the client.",
     "h2_calm": "HTTP/2 connections ended with ENHANCE_YOUR_CALM (floods, rapid reset).",
     "h2_protocol_errors": "HTTP/2 connections ended with GOAWAY for a protocol error.",
-
     "auth_failures": "Basic-auth credentials refused (unknown user or wrong password).",
+    "writes_files": "PUTs that created or replaced a file.",
+    "writes_deletes": "DELETEs that removed a file.",
+    "writes_bytes": "Bytes written by committed PUTs.",
+    "writes_aborted": "PUTs that ended without writing (client gone, 413, 400, cancelled).",
+    "writes_temps_removed": "Upload temporary files removed (aborted uploads, start-up sweep).",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})

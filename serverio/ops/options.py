@@ -487,6 +487,7 @@ GROUPS = (
     "Files",
     "Content options",
     "Site rules",
+    "Uploads",
     "Blocking work",
     "Output",
     "Development",
@@ -641,6 +642,23 @@ _SITE = (
        metavar="FILE", default_text="none"),
 )
 
+_UPLOADS = (
+    _O("upload", ("--upload",),
+       "accept PUT (create or replace a file) and DELETE under the root; off: read-only",
+       "Uploads", kind="flag"),
+    _O("max_upload_size", ("--max-upload-size",),
+       "largest file a PUT may write (413 when declared larger or when more arrives)",
+       "Uploads", metavar="BYTES", parse=_bytes),
+    _O("max_uploads", ("--max-uploads",), "writes in flight at once; past it 503",
+       "Uploads", metavar="N", parse=int),
+    _O("min_free_space", ("--min-free-space",),
+       "refuse a write (507) that would leave less free space on the disk", "Uploads",
+       metavar="BYTES", parse=_bytes),
+    _O("allow_anonymous_writes", ("--allow-anonymous-writes",),
+       "allow --upload on a non-loopback address without an [[auth]] rule over every "
+       "writable path", "Uploads", kind="flag"),
+)
+
 _WORK = (
     _O("fs_workers", ("--fs-workers",), "threads for filesystem preparation (0 = inline)",
        "Blocking work", metavar="N", parse=int),
@@ -751,7 +769,7 @@ _OPERATIONS = (
 )
 
 OPTIONS: tuple[Option, ...] = (
-    _WHERE + _CONNECTIONS + _HTTP2 + _FILES + _CONTENT + _SITE + _WORK + _OUTPUT
+    _WHERE + _CONNECTIONS + _HTTP2 + _FILES + _CONTENT + _SITE + _UPLOADS + _WORK + _OUTPUT
     + _DEVELOPMENT + _TLS + _PROCESSES + _OPERATIONS
 )
 
@@ -761,6 +779,7 @@ TABLES: tuple[Table, ...] = (
     Table("rewrites", "rewrites", "[[rewrites]]: from, to (internal)"),
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
+    Table("writable", "writable", '[[writable]]: path glob (PREFIX/**), allow = ["put", "delete"]'),
 )
 
 # Settings (policy or Config fields) with no declaration, and why no user

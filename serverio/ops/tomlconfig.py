@@ -238,6 +238,18 @@ def _read_auth(value: object, path: str) -> tuple[object, ...]:
     return tuple(out)
 
 
+def _read_writable(value: object, path: str) -> tuple[object, ...]:
+    out = []
+    for i, item in enumerate(_table_list(value, "writable", path)):
+        where = f"{path}: [[writable]] #{i + 1}"
+        _only(item, ("path", "allow"), where)
+        allow = item.get("allow", ["put", "delete"])
+        if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+            raise ConfigError(f"{where} key 'allow' must be a list of strings")
+        out.append((_str(item, "path", where), tuple(allow)))
+    return tuple(out)
+
+
 TableReader = Callable[[object, str], tuple[object, ...]]
 _READERS: dict[str, TableReader] = {
     "headers": _read_headers,
@@ -245,6 +257,7 @@ _READERS: dict[str, TableReader] = {
     "rewrites": _read_rewrites,
     "errors": _read_errors,
     "auth": _read_auth,
+    "writable": _read_writable,
 }
 # TOML key -> (namespace attribute, reader), from the declarations of
 # serverio.ops.options.TABLES: the attribute is the Config field, which
@@ -276,6 +289,13 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         lines += ["", "[[rewrites]]", f"from = {_toml_str(src)}", f"to = {_toml_str(to)}"]
     for glob, users in getattr(args, "auth", ()):
         lines += ["", "[[auth]]", f"path = {_toml_str(glob)}", f"users-file = {_toml_str(users)}"]
+    for glob, allow in getattr(args, "writable", ()):
+        lines += [
+            "",
+            "[[writable]]",
+            f"path = {_toml_str(glob)}",
+            f"allow = {_toml_value(list(allow))}",
+        ]
     if errors:
         lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
     return lines

@@ -22,6 +22,10 @@ GET of a server without hooks makes exactly the calls it made before.
   a transport knows of the feature behind it.
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
+* :attr:`Hooks.write`: the answer to every PUT and DELETE
+  (:data:`WRITE_METHODS`; uploads, ``--upload``), with or without content,
+  called by :mod:`serverio.pipeline.request` with the access hook
+  (:data:`Admit`) to ask on the target it resolves.
 """
 
 from __future__ import annotations
@@ -34,8 +38,19 @@ from typing import Protocol
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
 from ..model import Prepared
+from ..site.access import AccessTarget
 
-__all__ = ["NO_HOOKS", "EventSource", "Hooks", "Router", "Transform"]
+__all__ = [
+    "NO_HOOKS",
+    "WRITE_METHODS",
+    "Admit",
+    "EventSource",
+    "Hooks",
+    "Router",
+    "Transform",
+    "WriteContent",
+    "WriteStep",
+]
 
 
 # The answer to a reserved path (a GET or HEAD), or None: not one of its
@@ -92,6 +107,28 @@ class EventSource(Protocol):
         ...
 
 
+class WriteContent(Protocol):
+    """A write's content as the write step pulls it (a request body, or
+    none: ``declared`` 0): :class:`serverio.pipeline.handler.Content` is one."""
+
+    declared: int | None
+    received: int
+
+    async def next_chunk(self) -> bytes | None: ...
+
+
+# The access hook as a write step sees it: None (allowed) or the refusal to
+# send (serverio.pipeline.request.access, on the step's resolved target).
+Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
+
+# The answer to a write (PUT, DELETE): the step resolves its target, asks
+# ``Admit``, then writes; it always answers.
+WriteStep = Callable[[RequestFacts, WriteContent, float, Admit], Awaitable[Plan]]
+
+# The methods the write step answers (every other goes the read path).
+WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE"))
+
+
 @dataclass(frozen=True, slots=True)
 class Hooks:
     """The hooks of one server's pipeline; each None when unused."""
@@ -100,6 +137,7 @@ class Hooks:
     transform: Transform | None = None
     events: EventSource | None = None
     running: Callable[[], AbstractAsyncContextManager[None]] | None = None
+    write: WriteStep | None = None
 
 
 NO_HOOKS = Hooks()

@@ -23,7 +23,9 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
    to every answer;
 4. a request with content (a body) goes through :func:`complete_body`
    instead of 1-2: the handler's :attr:`~serverio.pipeline.handler.Handler.receive`
-   step, when one is installed, then the same steps;
+   step, when one is installed (after the site's routing and access
+   rules), then the same steps; a write (PUT, DELETE, with or without
+   content) goes to :func:`complete_write`, the hooks' write step;
 5. :func:`record` counts the response, observes its duration and writes
    the access-log line once the transport has sent it.
 
@@ -60,6 +62,7 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
+from .hooks import WRITE_METHODS, WriteContent
 
 __all__ = [
     "Answer",
@@ -71,6 +74,7 @@ __all__ = [
     "client_for",
     "complete",
     "complete_body",
+    "complete_write",
     "failed",
     "finish",
     "record",
@@ -135,6 +139,8 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     if deps.site is not None:
         return Waiting(req, None)  # the site's routing may wait (authentication)
     handler = deps.handler
+    if handler.write is not None and req.method in WRITE_METHODS:
+        return Waiting(req, None)  # a write (--upload): complete() hands it to the step
     router = handler.router  # the hooks' router of reserved paths (None: no call)
     if router is None or (plan := router(req, now)) is None:
         plan = route(req, deps.config, now)
@@ -169,6 +175,8 @@ async def complete(
     site = deps.site
     req = waiting.req
     deferred = waiting.deferred
+    if deferred is None and deps.handler.write is not None and req.method in WRITE_METHODS:
+        return await complete_write(deps, req, NO_CONTENT, now, client)
     ticket: Ticket | None = None
     try:
         if deferred is None:
@@ -238,32 +246,121 @@ async def complete_body(
     client: Callable[[], str],
     wait: Wait,
 ) -> Answer | None:
-    """The answer to a request that carries content: the handler's
-    ``receive`` step (it may pull ``content``), when one is installed and
-    the site has no rules (a step that accepts content comes after the
-    access rules, with the upload feature); otherwise, or when it returns
-    None, :func:`start` and :func:`complete` as for any request (a POST to
-    a file: 405 with ``Allow``, the content left unread).  None: the client
-    went away while it waited.  The transport owns ``content``: it drains
-    what is left unread, or closes.
+    """The answer to a request that carries content: a write (PUT,
+    DELETE) to the hooks' write step when one is installed
+    (:func:`complete_write`); else the handler's ``receive`` step (it may
+    pull ``content``) when one is installed, after the site's routing and
+    access rules (never before them); otherwise, or when it returns None,
+    the handler's answer as for any request (a POST to a file: 405 with
+    ``Allow``, the content left unread).  None: the client went away while
+    it waited.  The transport owns ``content``: it drains what is left
+    unread, or closes.
 
     Cancellation handling: as :func:`complete`; a step cancelled mid-pull
     leaves ``content`` unusable, and the transport then closes (HTTP/1.1)
     or resets the stream (HTTP/2).
     """
-    step = deps.handler.receive
-    if step is not None and deps.site is None:
-        try:
-            plan = await step(req, content, now)
-        except HTTPError as exc:
-            plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
-        if plan is not None:
-            return _finished(None, plan, -1, None, req)
-    got = start(deps, req, now)
-    if type(got) is Waiting:
-        return await complete(deps, got, now, client, wait)
-    assert type(got) is tuple
-    return got
+    handler = deps.handler
+    if handler.write is not None and req.method in WRITE_METHODS:
+        return await complete_write(deps, req, content, now, client)
+    step = handler.receive
+    if step is None:
+        got = start(deps, req, now)
+        if type(got) is Waiting:
+            return await complete(deps, got, now, client, wait)
+        assert type(got) is tuple
+        return got
+    site = deps.site
+    ticket: Ticket | None = None
+    try:
+        if site is not None:
+            # The site's routing (its access rules on the request) first: a
+            # step that accepts content never runs before them.
+            ticket = await site.route(req, now, client)
+            if ticket.plan is not None:
+                return _finished(site, ticket.plan, -1, ticket, req)
+            req = ticket.req
+        plan = await step(req, content, now)
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+    if plan is not None:
+        return _finished(site, plan, -1, ticket, req)
+    if site is None:
+        got = start(deps, req, now)
+        if type(got) is Waiting:
+            return await complete(deps, got, now, client, wait)
+        assert type(got) is tuple
+        return got
+    assert ticket is not None
+    return await _respond_routed(deps, ticket, now, client, wait)
+
+
+async def complete_write(
+    deps: Deps,
+    req: RequestFacts,
+    content: WriteContent,
+    now: float,
+    client: Callable[[], str],
+) -> Answer:
+    """The answer to a write (PUT, DELETE; ``--upload``): the hooks'
+    write step, handed :func:`access` (the one access hook) to ask on
+    the target it resolves before it reads a byte of ``content``.  With
+    site rules the site's finishing rules apply to the answer; its routing
+    (redirects, rewrites, clean URLs) does not: a write names the file it
+    writes, and its access is decided on that file (``Kind.WRITE``).
+
+    Cancellation handling: the step removes what it created before the
+    cancellation propagates (:mod:`serverio.upload.service`); nothing is
+    owned here.
+    """
+    step = deps.handler.write
+    assert step is not None
+    site = deps.site
+    ticket = Ticket(None, req) if site is not None else None
+
+    async def admit(target: AccessTarget) -> Plan | None:
+        return await access(deps, target, ticket, now, client)
+
+    try:
+        plan = await step(req, content, now, admit)
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+    return _finished(site, plan, -1, ticket, req)
+
+
+class _NoContent:
+    """The content of a write without a body (a DELETE, an empty PUT)."""
+
+    declared: int | None = 0
+    received = 0
+
+    async def next_chunk(self) -> bytes | None:
+        return None
+
+
+NO_CONTENT: WriteContent = _NoContent()
+
+
+async def _respond_routed(
+    deps: Deps, ticket: Ticket, now: float, client: Callable[[], str], wait: Wait
+) -> Answer | None:
+    """The handler's answer to a request the site has routed (its
+    ``ticket``), through the access hook; None: the client went away."""
+    site = deps.site
+    assert site is not None
+    req = ticket.req
+    try:
+        got = site.respond_now(deps.handler, req, now)
+        if type(got) is Prepared:
+            return await _admitted(deps, got, ticket, now, client)
+        assert isinstance(got, Deferred)
+        prepared = await wait(got)
+        if prepared is None:
+            return None
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        return _finished(site, plan, -1, ticket, req)
+    return await _admitted(deps, prepared, ticket, now, client)
 
 
 async def _admitted(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .rules import AuthRule, SiteRules, access_paths
 
-__all__ = ["AccessTarget", "Kind", "rule_for", "served_target"]
+__all__ = ["AccessTarget", "Kind", "rule_for", "served_target", "write_allowed"]
 
 
 class Kind(enum.Enum):
@@ -40,6 +40,7 @@ class Kind(enum.Enum):
     RESERVED = "reserved"  # the live-reload paths (--watch)
     ENTRY = "entry"  # a name shown in a listing: only to verified credentials
     EVENT = "event"  # a path named in an event every client receives: only if unprotected
+    WRITE = "write"  # a file a PUT or DELETE changes (--upload): writable paths, then auth
 
     @property
     def named(self) -> bool:
@@ -57,6 +58,9 @@ class AccessTarget:
 
     paths: tuple[str, ...]
     kind: Kind
+    # Kind.WRITE only: what the write does ("put", "delete"), which the
+    # [[writable]] tables allow per path.
+    action: str = ""
 
 
 def served_target(path: str) -> AccessTarget:
@@ -79,3 +83,16 @@ def rule_for(rules: SiteRules, target: AccessTarget) -> AuthRule | None:
         if rule.match is None or any(rule.match.fullmatch(p) for p in every):
             return rule
     return None
+
+
+def write_allowed(rules: SiteRules, target: AccessTarget) -> bool:
+    """May ``target`` (a :attr:`Kind.WRITE`) be written as its ``action``
+    says?  Without ``[[writable]]`` tables the whole root may (``--upload``);
+    with them, the first table whose glob matches decides."""
+    if not rules.writable:
+        return True
+    paths = [rules.canonical(p) for p in target.paths]
+    for rule in rules.writable:
+        if rule.match is None or any(rule.match.fullmatch(p) for p in paths):
+            return target.action in rule.allow
+    return False

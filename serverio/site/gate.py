@@ -25,7 +25,7 @@ import trio
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..http.access import ALLOWED, Access, Verdict
 from ..observe.stats import Stats
-from .access import AccessTarget, Kind, rule_for
+from .access import AccessTarget, Kind, rule_for, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
 from .rules import AuthRule, SiteRules, parse_basic
@@ -95,10 +95,12 @@ class Gate:
         target needs the limiter and the password check; never for a named
         kind (an ENTRY is shown to credentials verified within the window,
         an EVENT only when no rule protects its path)."""
+        kind = target.kind
+        if kind is Kind.WRITE and not write_allowed(self.rules, target):
+            return Access(Verdict.FORBID)  # not a writable path, or not for this method
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
-        kind = target.kind
         if kind is Kind.EVENT:
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
         if kind is Kind.ENTRY:

@@ -37,16 +37,19 @@ from ..http.target import Target, quote_query, quote_segment
 
 __all__ = [
     "FORBIDDEN_HEADERS",
+    "WRITE_ACTIONS",
     "AuthRule",
     "Cors",
     "HeaderRule",
     "Redirect",
     "Rewrite",
     "SiteRules",
+    "WritableRule",
     "access_paths",
     "canonical",
     "compile_glob",
     "compile_rules",
+    "compile_writable",
     "cors_headers",
     "decide_route",
     "error_page_key",
@@ -206,6 +209,19 @@ class Rewrite:
 
 
 @dataclass(frozen=True, slots=True)
+class WritableRule:
+    """``[[writable]]``: paths matching ``match`` (None: every path) may be
+    written by the methods in ``allow`` (``"put"``, ``"delete"``);
+    ``prefix`` is the glob's literal directory (``/uploads`` for
+    ``/uploads/**``, ``""`` for ``/**``)."""
+
+    pattern: str
+    match: re.Pattern[str] | None
+    allow: frozenset[str]
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
 class AuthRule:
     """Paths matching ``match`` (None: every path) need one of ``users``
     (name -> hash in one of :mod:`serverio.site.passwords`' schemes)."""
@@ -240,6 +256,9 @@ class SiteRules:
     # --hsts: the Strict-Transport-Security value of every TLS response
     # (RFC 6797 §6.1), None when off.
     hsts: bytes | None = None
+    # [[writable]] (with --upload): the paths a write may change and how;
+    # empty: the whole root, for every write.
+    writable: tuple[WritableRule, ...] = ()
 
     def canonical(self, path: str) -> str:
         return canonical(path) if self.fold else path
@@ -256,6 +275,7 @@ class SiteRules:
             or self.error_pages
             or self.auth
             or self.hsts is not None
+            or bool(self.writable)
         )
 
 
@@ -358,6 +378,7 @@ def compile_rules(
     source: str = "--config",
     hsts: int | None = None,
     hsts_subdomains: bool = False,
+    writable: Sequence[tuple[str, Sequence[str]]] = (),
 ) -> SiteRules:
     """Validate and compile, one table at a time.  ``auth`` is (glob, users,
     cost profile) per rule (the users already read and checked by the
@@ -372,8 +393,20 @@ def compile_rules(
     pages = _compile_error_pages(error_pages, source)
     arules = _compile_auth(auth, source, fold)
     sts = _hsts_value(hsts, hsts_subdomains)
+    wrules = compile_writable(writable, source, fold)
     return SiteRules(
-        hrules, cors_policy, reds, rws, clean_urls, trailing_slash, pages, arules, hidden, fold, sts
+        hrules,
+        cors_policy,
+        reds,
+        rws,
+        clean_urls,
+        trailing_slash,
+        pages,
+        arules,
+        hidden,
+        fold,
+        sts,
+        wrules,
     )
 
 
@@ -490,6 +523,33 @@ def _compile_auth(
     )
 
 
+WRITE_ACTIONS: Final = frozenset(("put", "delete"))
+
+
+def compile_writable(
+    writable: Sequence[tuple[str, Sequence[str]]], source: str, fold: bool = False
+) -> tuple[WritableRule, ...]:
+    """``[[writable]]``: (glob, allowed methods) per table.  The glob is a
+    directory prefix and everything below it, ``PREFIX/**`` (or ``/**``),
+    so a writable area is a subtree an ``[[auth]]`` rule can cover."""
+    out = []
+    for i, (pattern, allow) in enumerate(writable):
+        where = f"{source}: [[writable]] #{i + 1}"
+        if not (pattern.startswith("/") and pattern.endswith("/**")):
+            raise ConfigError(f"{where} key 'path' must be PREFIX/** or /**, got {pattern!r}")
+        prefix = pattern[:-3]
+        if any(c in prefix for c in "*?[]{}") or "//" in pattern:
+            raise ConfigError(f"{where} key 'path': the prefix must be literal, got {pattern!r}")
+        bad = [a for a in allow if a not in WRITE_ACTIONS]
+        if bad or not allow:
+            raise ConfigError(
+                f'{where} key \'allow\' must list "put" and/or "delete", got {list(allow)!r}'
+            )
+        match = None if pattern == "/**" else _glob(pattern, f"{where} key 'path'", fold)
+        out.append(WritableRule(pattern, match, frozenset(allow), prefix))
+    return tuple(out)
+
+
 def _hsts_value(max_age: int | None, subdomains: bool) -> bytes | None:
     """``--hsts``: the Strict-Transport-Security value (RFC 6797 §6.1:
     max-age required, includeSubDomains optional), None when off."""
@@ -552,9 +612,7 @@ def header_ops(
     return HeaderOps(frozenset(drop), sets, tuple(vary))
 
 
-def map_header_values(
-    rules: SiteRules, name: bytes, fn: Callable[[bytes], bytes]
-) -> SiteRules:
+def map_header_values(rules: SiteRules, name: bytes, fn: Callable[[bytes], bytes]) -> SiteRules:
     """``rules`` with every value a header rule sets for ``name`` passed
     through ``fn`` (at start-up: ``--watch`` lets the page script through
     the rules' CSPs, :func:`serverio.live.protocol.watch_csp`)."""

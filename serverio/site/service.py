@@ -162,6 +162,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         source=source,
         hsts=cfg.tls.hsts,
         hsts_subdomains=cfg.tls.hsts_include_subdomains,
+        writable=cfg.site.writable if cfg.uploads.upload else (),
     )
     if rules.empty:
         return None

@@ -33,6 +33,9 @@ FACT_FIELDS: dict[bytes, str] = {
     b"accept": "accept",
     b"accept-encoding": "accept_encoding",
     b"want-repr-digest": "want_repr_digest",
+    # Uploads (serverio.upload): the digests a PUT's content must match (RFC 9530).
+    b"content-digest": "digests",
+    b"repr-digest": "digests",
     # Site rules: CORS (Fetch standard) and Basic authentication (RFC 7617).
     b"origin": "origin",
     b"access-control-request-method": "cors_method",

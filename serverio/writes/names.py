@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..fs.winpath import may_be_short_name, windows_name_problem
+from ..http.target import WRITE_TEMP_PREFIX
 
 __all__ = [
     "MAX_NAME_BYTES",
@@ -105,7 +106,8 @@ def check_name(name: str, *, hidden: bool = False, windows: bool = False) -> str
         raise UnsafeName(NameProblem.SEPARATOR, name)
     if any(unicodedata.category(c) == "Cc" for c in nfc):
         raise UnsafeName(NameProblem.CONTROL, name)
-    if nfc[0] == "." and not hidden:
+    if nfc[0] == "." and (not hidden or nfc.startswith(WRITE_TEMP_PREFIX)):
+        # An upload's temporary name is never a target, even with --hidden.
         raise UnsafeName(NameProblem.HIDDEN, name)
     if len(nfc.encode("utf-8")) > MAX_NAME_BYTES:
         raise UnsafeName(NameProblem.TOO_LONG, name)

@@ -1,0 +1,1 @@
+"""Uploads: PUT and DELETE under the root (``--upload``): :mod:`.service`, :mod:`.decide`."""

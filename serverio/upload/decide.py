@@ -1,0 +1,115 @@
+"""The pure decisions of a write: preconditions, statuses and answers.
+
+No I/O: the facts come from :mod:`serverio.fs.writer` (through the upload
+service), the decisions reuse :mod:`serverio.http.core`'s validators
+(RFC 9110 §13.2.2, the code that decides a GET's 304 and 412).
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Final
+
+from ..http.core import (
+    FileFacts,
+    Plan,
+    RequestFacts,
+    common_fields,
+    evaluate_preconditions,
+    sent_mtime,
+)
+
+__all__ = [
+    "REFUSAL_STATUS",
+    "created_plan",
+    "deleted_plan",
+    "errno_status",
+    "has_preconditions",
+    "is_create_only",
+    "precondition_status",
+    "replaced_plan",
+]
+
+# The statuses of serverio.fs.writer.Refusal, by its value (fs gives reasons,
+# this layer the statuses; docs/features.md "Uploads").
+REFUSAL_STATUS: Final[dict[str, int]] = {
+    "unsafe name": 403,  # a dotfile (without --hidden), a reserved name, refused containment
+    "parent directory missing": 409,  # RFC 4918 §9.7.1: no intermediate collection made
+    "target is a directory": 409,  # PUT onto, or DELETE of, a directory
+    "target is not a regular file": 409,  # a symlink, FIFO or device is never replaced
+    "target exists": 412,  # If-None-Match: * and a file appeared meanwhile
+    "target changed since its preconditions were decided": 412,
+    "target does not exist": 404,
+    "not enough free space": 507,  # RFC 4918 §11.5
+}
+
+
+def errno_status(code: int | None) -> int:
+    """The status of a write that failed with ``code``: 507 when the disk
+    or quota is full, 403 when the filesystem refuses, else 500."""
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return 507
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return 403
+    return 500
+
+
+def is_create_only(req: RequestFacts) -> bool:
+    """``If-None-Match: *``: create, never overwrite (RFC 9110 §13.1.2)."""
+    v = req.if_none_match
+    return v is not None and v.strip() == "*"
+
+
+def precondition_status(req: RequestFacts, current: FileFacts | None, now: float) -> int | None:
+    """412 when the request's preconditions fail on the target as it is
+    (``current``: its facts, None when there is no file), else None.
+
+    RFC 9110 §13.2.2 for a method other than GET/HEAD: a failed
+    If-Match, If-Unmodified-Since or If-None-Match is 412.  Without a
+    current representation, ``If-Match`` never holds (§13.1.1: not even
+    ``*``), If-Unmodified-Since is ignored (no modification date,
+    §13.1.4) and ``If-None-Match`` always holds.
+    """
+    if current is None:
+        return 412 if req.if_match is not None else None
+    mtime = sent_mtime(current.mtime, now)
+    return evaluate_preconditions(req, current.etag, mtime).status
+
+
+def has_preconditions(req: RequestFacts) -> bool:
+    """Does the request carry a precondition a write must hold to?"""
+    return (
+        req.if_match is not None
+        or req.if_none_match is not None
+        or req.if_unmodified_since is not None
+    )
+
+
+def _etag_fields(facts: FileFacts) -> list[tuple[bytes, bytes]]:
+    return [(b"etag", facts.etag.encode("ascii"))] if facts.etag else []
+
+
+def created_plan(facts: FileFacts, location: str, now: float, head: bool = False) -> Plan:
+    """201 Created (RFC 9110 §15.3.2, §9.3.4) with the new file's ETag and
+    ``Location`` (its absolute path)."""
+    body = b"201 Created\n"
+    hs = common_fields(now)
+    hs.extend(_etag_fields(facts))
+    hs += [
+        (b"location", location.encode("ascii")),
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    return Plan(201, tuple(hs), (body,), send_body=not head)
+
+
+def replaced_plan(facts: FileFacts, now: float) -> Plan:
+    """204 No Content with the new ETag (a replaced file, §9.3.4)."""
+    hs = common_fields(now)
+    hs.extend(_etag_fields(facts))
+    return Plan(204, tuple(hs), (), send_body=False)
+
+
+def deleted_plan(now: float) -> Plan:
+    """204 No Content (a deleted file, RFC 9110 §9.3.5)."""
+    return Plan(204, tuple(common_fields(now)), (), send_body=False)

@@ -1,0 +1,299 @@
+"""Uploads: PUT and DELETE under the root (``--upload``; issue 29).
+
+:class:`Uploads` is the write step the server installs as the pipeline's
+``write`` hook (:attr:`serverio.pipeline.hooks.Hooks.write`) when
+``--upload`` is given; without it the handler has no write step and the
+read path makes no call for it (an attribute test).
+
+One write, in order: the target is resolved from the request path; the
+access hook is asked on it (``Kind.WRITE``: the writable paths, then the
+auth rules) before a byte of content is read (so a refused upload sends
+no ``100 Continue``); the ``--max-uploads`` budget (503); the declared
+size (413); the target's directory is opened under containment and its
+current file looked at (409, 403, 507 for too little free space); the
+preconditions are decided on that file (412); then the content streams
+into a temporary file, chunk by chunk, hashed as it goes (413 past
+``--max-upload-size``, 400 for a ``Content-Digest`` / ``Repr-Digest``
+mismatch), and the commit renames it into place.  Every blocking step
+runs in the ``write`` pool (its own limiter and bounded queue: 503 when
+saturated).  A committed write forgets the file's warm-cache entry; the
+other caches key on the file's identity, which a write changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import trio
+
+from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..config import Config
+from ..fs.filecache import FileCache
+from ..fs.opener import RootOpener
+from ..fs.prepare import stat_facts
+from ..fs.writer import (
+    Placement,
+    WriteJob,
+    WriteRefused,
+    current_bytes,
+    delete_file,
+    open_target,
+    sweep,
+    writable_current,
+)
+from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
+from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.target import is_write_temp
+from ..observe.stats import Stats
+from ..pipeline.hooks import Admit, WriteContent
+from ..site.access import AccessTarget, Kind
+from ..site.rules import match_path
+from ..writes.digest import DigestVerifier, parse_digests
+from .decide import (
+    REFUSAL_STATUS,
+    created_plan,
+    deleted_plan,
+    errno_status,
+    has_preconditions,
+    is_create_only,
+    precondition_status,
+    replaced_plan,
+)
+
+__all__ = ["CLEANUP_SECONDS", "Uploads"]
+
+log = logging.getLogger("serverio")
+
+# How long a request's task waits, shielded, for its temporary file to be
+# removed (an unlink and two closes; a stuck disk makes the pool's thread
+# finish the removal on its own).
+CLEANUP_SECONDS: Final = 5.0
+_WORKERS: Final = 4  # write threads at most (each upload holds one per chunk)
+
+
+class Uploads:
+    """The write step and its pool; one per server.
+
+    Cancellation handling: every temporary file is removed before the
+    request's task ends (``finally``, shielded, bounded by
+    :data:`CLEANUP_SECONDS`); if the pool thread writing it was abandoned
+    by a cancellation, that thread removes it as its step ends
+    (:class:`serverio.fs.writer.WriteJob`).  The ``write`` pool's threads
+    are waited for, then abandoned, by the server's lifecycle like every
+    other pool's.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        stats: Stats,
+        opener: Callable[[], RootOpener],
+        files: FileCache,
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.opener = opener
+        self.files = files
+        pol = config.uploads
+        self.pool = Pool("write", min(_WORKERS, pol.max_uploads), pol.max_uploads)
+        self.in_flight = 0
+
+    # ------------------------------------------------------------ start-up
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Remove the temporaries a killed process left (bounded; in the
+        pool, at start-up), then run."""
+        older = 2 * max(self.config.conn.body_timeout, 1.0)
+        try:
+            removed = await run_blocking(self.pool, sweep, self.config.root, older)
+        except (OSError, PoolSaturated) as exc:
+            log.warning("upload temporaries not swept: %s", exc)
+        else:
+            if removed:
+                log.info("removed %d upload temporar%s", removed, "y" if removed == 1 else "ies")
+            self.stats.writes.temps_removed += removed
+        yield
+
+    # ------------------------------------------------------------ the step
+
+    async def write(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
+        """The answer to a PUT or DELETE (the pipeline's ``write`` hook).
+
+        Cancellation handling: see the class; a cancelled write leaves
+        neither a temporary file nor a descriptor, and commits nothing
+        it had not committed already.
+        """
+        target = req.target
+        if not target.segments or target.slash:
+            return error_plan(409, now)  # a collection: not a file to write
+        if (target.hidden and not self.config.files.hidden) or is_write_temp(target.segments):
+            # A dot name anywhere in the path (RFC 8615's .well-known aside),
+            # or an upload's temporary: never written, even with --hidden.
+            return error_plan(403, now)
+        action = "put" if req.method == b"PUT" else "delete"
+        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
+        if refusal is not None:
+            if action == "put":
+                self.stats.writes.aborted += 1
+            return refusal
+        if self.in_flight >= self.config.uploads.max_uploads:
+            return error_plan(503, now, close=True)
+        self.in_flight += 1
+        try:
+            if action == "put":
+                return await self._put(req, content, now)
+            return await self._delete(req, now)
+        except WriteRefused as exc:
+            return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
+        except OSError as exc:
+            status = errno_status(exc.errno)
+            if status == 500:
+                log.error("write of %s failed: %s", target.relpath, exc)
+            return error_plan(status, now)
+        finally:
+            self.in_flight -= 1
+
+    async def _open(self, req: RequestFacts, need: int) -> Placement:
+        pol = self.config.uploads
+        min_free = pol.min_free_space + need if pol.min_free_space else 0
+        place: Placement = await run_blocking(
+            self.pool,
+            open_target,
+            self.opener(),
+            req.target.segments,
+            self.config.files.hidden,
+            min_free,
+            late_close=Placement.close,
+        )
+        return place
+
+    async def _step(self, job: WriteJob, fn: Callable[..., Any], *args: Any) -> Any:
+        return await run_blocking(self.pool, job.run, fn, *args)
+
+    async def _current(self, req: RequestFacts, job: WriteJob) -> FileFacts | None:
+        """The current file's facts when a precondition needs them."""
+        cur = job.place.current
+        if cur is None or not has_preconditions(req):
+            return None
+        limit = self.config.files.small_file_size
+        data = await self._step(job, current_bytes, job.place, limit)
+        return stat_facts(cur, self.config, None if data is None else content_digest(data))
+
+    async def _checked(self, req: RequestFacts, job: WriteJob, now: float) -> Plan | None:
+        """409 for a directory or special file, 412 for a failed
+        precondition, else None."""
+        refusal = writable_current(job.place.current)
+        if refusal is not None:
+            return error_plan(REFUSAL_STATUS[refusal.value], now)
+        if job.place.current is not None and is_create_only(req):
+            return error_plan(412, now)
+        current = await self._current(req, job)
+        status = precondition_status(req, current, now)
+        return None if status is None else error_plan(status, now)
+
+    async def _put(self, req: RequestFacts, content: WriteContent, now: float) -> Plan:
+        limit = self.config.uploads.max_upload_size
+        declared = content.declared
+        if declared is not None and declared > limit:
+            self.stats.writes.aborted += 1
+            return error_plan(413, now, close=True)
+        value = req.digests
+        expected = {} if value is None else parse_digests([value.encode("latin-1")])
+        job = WriteJob(await self._open(req, declared or 0))
+        committed = False
+        try:
+            plan = await self._checked(req, job, now)
+            if plan is not None:
+                return plan
+            await self._step(job, job.create)
+            verifier = DigestVerifier(expected) if expected else None
+            job.check = None if verifier is None else verifier.update
+            while (chunk := await content.next_chunk()) is not None:
+                if job.written + len(chunk) > limit:
+                    return error_plan(413, now, close=True)
+                await self._step(job, job.write, chunk)
+            if verifier is not None and not verifier.verify():
+                return error_plan(400, now)  # the content is not what its digest says
+            existed = job.place.current is not None
+            st: os.stat_result = await self._step(
+                job, job.commit, is_create_only(req), has_preconditions(req), job.place.current
+            )
+            committed = True
+        finally:
+            if not committed:
+                self.stats.writes.aborted += 1
+            await self._settle(job)
+        self._changed(req)
+        writes = self.stats.writes
+        writes.files += 1
+        writes.bytes += job.written
+        facts = stat_facts(st, self.config, job.hasher.digest())
+        if existed:
+            return replaced_plan(facts, now)
+        return created_plan(facts, req.target.url_path(), now)
+
+    async def _delete(self, req: RequestFacts, now: float) -> Plan:
+        job = WriteJob(await self._open(req, 0))
+        try:
+            if job.place.current is None:
+                return error_plan(404, now)
+            plan = await self._checked(req, job, now)
+            if plan is not None:
+                return plan
+            await self._step(job, delete_file, job.place, has_preconditions(req), job.place.current)
+            job.done = True
+        finally:
+            await self._settle(job)
+        self._changed(req)
+        self.stats.writes.deletes += 1
+        return deleted_plan(now)
+
+    async def _settle(self, job: WriteJob) -> None:
+        """Remove the job's temporary and close what it holds, shielded
+        and bounded; the request's task does not end before (unless a
+        stuck disk holds the removal past :data:`CLEANUP_SECONDS`: then
+        the pool's thread completes it)."""
+        writes = self.stats.writes
+        token = trio.lowlevel.current_trio_token()
+
+        def removed() -> None:
+            def count() -> None:
+                writes.temps_removed += 1
+
+            try:
+                token.run_sync_soon(count)
+            except trio.RunFinishedError:
+                pass
+
+        job.removed = removed
+        if not job.release():
+            return  # nothing held, or the abandoned thread removes it
+        if job.temp is None and job.fd < 0:
+            job.discard()  # only the directory descriptor: a close, no hop
+            return
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + CLEANUP_SECONDS
+            try:
+                await run_blocking(self.pool, job.discard)
+            except PoolSaturated:
+                job.discard()  # an unlink and two closes, on the loop: rare
+            except OSError as exc:
+                log.warning("could not remove an upload temporary: %s", exc)
+
+    def _changed(self, req: RequestFacts) -> None:
+        """Every cache sees the write at once: the warm-file entry of the
+        target (and of the file it is a sidecar of) is forgotten; the
+        compression, digest and ETag-hash caches key on the file's
+        identity (a write makes a new one) and listings on a fresh scan."""
+        relpath = req.target.relpath
+        self.files.forget(relpath)
+        for suffix in SIDECAR_SUFFIX.values():
+            if relpath.endswith(suffix):
+                self.files.forget(relpath[: -len(suffix)])
