@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from serverio.errors import ConfigError
-from serverio.http.core import Plan, RequestFacts, error_plan
+from serverio.http.core import ExtraFields, Plan, RequestFacts, error_plan
 from serverio.http.plans import apply_headers, no_content_plan
 from serverio.http.target import Target, parse_target
 from serverio.site.passwords import check_hash, dummy_like, hash_password, verify
@@ -196,7 +196,8 @@ def test_cors_any_origin_and_listed_origins() -> None:
 
 
 def _preflight(origin: str, headers: str | None = None) -> RequestFacts:
-    return RequestFacts(b"OPTIONS", t("/x"), origin=origin, cors_method="GET", cors_headers=headers)
+    extra = ExtraFields(origin=origin, cors_method="GET", cors_headers=headers)
+    return RequestFacts(b"OPTIONS", t("/x"), extra=extra)
 
 
 def test_preflight_answer() -> None:

@@ -27,7 +27,7 @@ import trio.lowlevel
 from serverio.fs import writer
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
-from serverio.http.core import Plan, RequestFacts
+from serverio.http.core import ExtraFields, Plan, RequestFacts
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
 from serverio.observe.stats import Stats
 from serverio.site.access import AccessTarget
@@ -269,12 +269,16 @@ async def test_a_digest_mismatch_writes_nothing(rig: Rig) -> None:
 
     good = base64.b64encode(hashlib.sha256(b"payload").digest()).decode()
     bad = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
-    refused = await rig.run(put("/d.txt", digests=f"sha-256=:{bad}:"), Chunks([b"payload"]))
+    refused = await rig.run(
+        put("/d.txt", extra=ExtraFields(digests=f"sha-256=:{bad}:")), Chunks([b"payload"])
+    )
     assert refused.status == 400 and not (rig.root / "d.txt").exists()
-    ok = await rig.run(put("/d.txt", digests=f"sha-256=:{good}:"), Chunks([b"pay", b"load"]))
+    ok = await rig.run(
+        put("/d.txt", extra=ExtraFields(digests=f"sha-256=:{good}:")), Chunks([b"pay", b"load"])
+    )
     assert ok.status == 201 and (rig.root / "d.txt").read_bytes() == b"payload"
     with pytest.raises(Exception) as info:  # a malformed field: 400 from writes.digest
-        await rig.run(put("/e.txt", digests="sha-256=nope"), Chunks([b"x"]))
+        await rig.run(put("/e.txt", extra=ExtraFields(digests="sha-256=nope")), Chunks([b"x"]))
     assert getattr(info.value, "status", None) == 400
     await clean(rig, fds)
 

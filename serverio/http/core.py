@@ -30,10 +30,12 @@ __all__ = [
     "CONDITIONAL_FIELDS",
     "ETAG_MODES",
     "NOSNIFF_FIELD",
+    "NO_EXTRA",
     "UNSATISFIABLE",
     "VARY_ACCEPT",
     "VARY_ACCEPT_ENCODING",
     "EtagPolicy",
+    "ExtraFields",
     "FileFacts",
     "FileSpan",
     "Plan",
@@ -76,6 +78,27 @@ VARY_ACCEPT: Final = b"Accept"
 
 
 @dataclass(frozen=True, slots=True)
+class ExtraFields:
+    """Request fields read by one feature each (values as in :class:`RequestFacts`)."""
+
+    # Uploads (serverio.upload): Content-Digest and Repr-Digest (RFC 9530)
+    # of a PUT's content, one joined list (they name the same bytes: a PUT's
+    # content is sent without a content coding).
+    digests: str | None = None
+    # Site rules (serverio.site.rules): CORS (the Fetch standard).
+    origin: str | None = None
+    cors_method: str | None = None  # Access-Control-Request-Method
+    cors_headers: str | None = None  # Access-Control-Request-Headers
+    # Read only with --trusted-proxies (serverio.site.forwarded): the client
+    # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
+    forwarded: str | None = None
+    x_forwarded_for: str | None = None
+
+
+NO_EXTRA: Final = ExtraFields()
+
+
+@dataclass(frozen=True, slots=True)
 class RequestFacts:
     """What the connection task learned from one request head.
 
@@ -98,22 +121,14 @@ class RequestFacts:
     accept: str | None = None
     accept_encoding: str | None = None
     want_repr_digest: str | None = None
-    # Read only by uploads (serverio.upload): Content-Digest and Repr-Digest
-    # (RFC 9530) of a PUT's content, one joined list (they name the same
-    # bytes: a PUT's content is sent without a content coding).
-    digests: str | None = None
-    # Read only by the site rules (serverio.site.rules): CORS and auth.
-    origin: str | None = None
-    cors_method: str | None = None  # Access-Control-Request-Method
-    cors_headers: str | None = None  # Access-Control-Request-Headers
-    authorization: str | None = None
+    authorization: str | None = None  # read by the site's auth rules (RFC 7617)
     # The request came over TLS (HTTPS, or HTTP/2 over TLS): read by the
     # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
     tls: bool = False
-    # Read only with --trusted-proxies (serverio.site.forwarded): the client
-    # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
-    forwarded: str | None = None
-    x_forwarded_for: str | None = None
+    # The fields one feature each reads (CORS, uploads, --trusted-proxies),
+    # apart so that this class stays small; the shared NO_EXTRA when the
+    # request has none of them (every plain GET).
+    extra: ExtraFields = NO_EXTRA
 
 
 @dataclass(frozen=True, slots=True)

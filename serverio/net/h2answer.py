@@ -80,6 +80,7 @@ class StreamAnswer:
             keep_alive=True,
             has_body=st.open_body,
             tls=self._tls,
+            extra=f.extra,
             **f.values,
         )
         return facts, f

@@ -122,13 +122,15 @@ def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Ca
     trusted proxy names (:func:`serverio.site.forwarded.client_address`),
     looked up once and only when asked."""
     networks = config.site.proxy_networks
-    if not networks or (req.forwarded is None and req.x_forwarded_for is None):
+    if not networks or (req.extra.forwarded is None and req.extra.x_forwarded_for is None):
         return peer
     got: list[str] = []
 
     def client() -> str:
         if not got:
-            got.append(client_address(peer(), req.forwarded, req.x_forwarded_for, networks))
+            got.append(
+                client_address(peer(), req.extra.forwarded, req.extra.x_forwarded_for, networks)
+            )
         return got[0]
 
     return client

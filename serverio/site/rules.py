@@ -652,21 +652,21 @@ def preflight_fields(cors: Cors, req: RequestFacts) -> tuple[tuple[bytes, bytes]
     before authentication.  From an origin not allowed, the answer is a
     plain 204 without CORS fields: the browser then refuses the request.
     """
-    if req.method != b"OPTIONS" or req.origin is None or req.cors_method is None:
+    if req.method != b"OPTIONS" or req.extra.origin is None or req.extra.cors_method is None:
         return None
     hs: list[tuple[bytes, bytes]] = [(b"allow", _CORS_METHODS)]
-    allowed = cors.any_origin or req.origin in cors.origins
+    allowed = cors.any_origin or req.extra.origin in cors.origins
     if allowed:
         hs.append(
             (
                 b"access-control-allow-origin",
-                b"*" if cors.any_origin else req.origin.encode("latin-1"),
+                b"*" if cors.any_origin else req.extra.origin.encode("latin-1"),
             )
         )
         if cors.credentials and not cors.any_origin:
             hs.append((b"access-control-allow-credentials", b"true"))
         hs.append((b"access-control-allow-methods", _CORS_METHODS))
-        asked = req.cors_headers
+        asked = req.extra.cors_headers
         if asked:
             names = [n.strip() for n in asked.split(",") if n.strip()]
             if (

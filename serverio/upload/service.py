@@ -204,7 +204,7 @@ class Uploads:
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
             return error_plan(413, now, close=True)
-        value = req.digests
+        value = req.extra.digests
         expected = {} if value is None else parse_digests([value.encode("latin-1")])
         job = WriteJob(await self._open(req, declared or 0))
         committed = False

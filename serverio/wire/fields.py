@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import HTTPError
+from ..http.core import NO_EXTRA, ExtraFields
 
-__all__ = ["FACT_FIELDS", "HOST_RE", "Fields", "check_host", "scan_fields"]
+__all__ = ["EXTRA_FIELDS", "FACT_FIELDS", "HOST_RE", "Fields", "check_host", "scan_fields"]
 
 # Fields the decision core reads, by RequestFacts attribute.
 FACT_FIELDS: dict[bytes, str] = {
@@ -33,14 +34,19 @@ FACT_FIELDS: dict[bytes, str] = {
     b"accept": "accept",
     b"accept-encoding": "accept_encoding",
     b"want-repr-digest": "want_repr_digest",
+    # Site rules: Basic authentication (RFC 7617).
+    b"authorization": "authorization",
+}
+
+# Fields one feature each reads, by ExtraFields attribute.
+EXTRA_FIELDS: dict[bytes, str] = {
     # Uploads (serverio.upload): the digests a PUT's content must match (RFC 9530).
     b"content-digest": "digests",
     b"repr-digest": "digests",
-    # Site rules: CORS (Fetch standard) and Basic authentication (RFC 7617).
+    # Site rules: CORS (Fetch standard).
     b"origin": "origin",
     b"access-control-request-method": "cors_method",
     b"access-control-request-headers": "cors_headers",
-    b"authorization": "authorization",
     # The client behind a trusted reverse proxy (serverio.site.forwarded):
     # kept raw; parsed only when the peer is a --trusted-proxies address.
     b"forwarded": "forwarded",
@@ -57,6 +63,7 @@ class Fields:
     """What one scan of the header list found."""
 
     values: dict[str, str]  # RequestFacts keyword -> joined value
+    extra: ExtraFields = NO_EXTRA  # RequestFacts.extra
     user_agent: str | None = None
     referer: str | None = None
     request_id: str | None = None  # X-Request-Id, for the access log only
@@ -78,6 +85,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
     Raises :class:`HTTPError` 400 for an invalid Host.
     """
     values: dict[str, str] = {}
+    extra: dict[str, str] = {}
     out = Fields(values)
     for name, value in headers:
         attr = FACT_FIELDS.get(name)
@@ -103,4 +111,10 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
             out.referer = value.decode("latin-1")
         elif name == b"x-request-id":
             out.request_id = value.decode("latin-1")
+        elif (key := EXTRA_FIELDS.get(name)) is not None:
+            v = value.decode("latin-1")
+            old = extra.get(key)
+            extra[key] = v if old is None else f"{old}, {v}"
+    if extra:
+        out.extra = ExtraFields(**extra)
     return out
