@@ -60,8 +60,7 @@ from serverio import Config, ConnectionTask, Server
 
 REQUEST = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n"
 CLOSE_REQUEST = (
-    b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n"
-    b"Connection: close\r\n\r\n"
+    b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\nConnection: close\r\n\r\n"
 )
 
 

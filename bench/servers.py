@@ -393,7 +393,11 @@ def _granian_plan(
         argv += ["--backlog", "4096"]
     argv += [*spec.extra_args, "starlette_static:app"]
     return LaunchPlan(
-        argv=argv, cwd=workdir, port=port, env=_peer_env(root), ready="tcp" if h2 else "http",
+        argv=argv,
+        cwd=workdir,
+        port=port,
+        env=_peer_env(root),
+        ready="tcp" if h2 else "http",
         prefix=GRANIAN_STATIC_ROUTE,
     )
 
@@ -716,8 +720,14 @@ def running(
                     )
                 time.sleep(0.05)
             yield RunningServer(
-                spec, proc, port, log_path, argv, time.monotonic() - started,
-                scheme=plan.scheme, prefix=plan.prefix,
+                spec,
+                proc,
+                port,
+                log_path,
+                argv,
+                time.monotonic() - started,
+                scheme=plan.scheme,
+                prefix=plan.prefix,
             )
         finally:
             terminate(proc)

@@ -135,6 +135,7 @@ def run_fasthead(cases: int, jobs: int, seed: int) -> Figures:
 
 # ------------------------------------------------------------------ main
 
+
 def _scenario(name: str) -> Callable[[argparse.Namespace], Figures]:
     def run(args: argparse.Namespace) -> Figures:
         # Imported here: the fuzz workers need none of the socket machinery.

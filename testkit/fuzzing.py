@@ -268,20 +268,24 @@ class _Records(AccessLog):
 
 # ------------------------------------------------------------------ generator
 
-_METHODS = [b"GET"] * 8 + [b"HEAD"] * 2 + [
-    b"OPTIONS",
-    b"POST",
-    b"PUT",
-    b"DELETE",
-    b"CONNECT",
-    b"TRACE",
-    b"get",
-    b"G\x00T",
-    b"GET\x7f",
-    b"",
-    b"X" * 300,
-    b"PRI",
-]
+_METHODS = (
+    [b"GET"] * 8
+    + [b"HEAD"] * 2
+    + [
+        b"OPTIONS",
+        b"POST",
+        b"PUT",
+        b"DELETE",
+        b"CONNECT",
+        b"TRACE",
+        b"get",
+        b"G\x00T",
+        b"GET\x7f",
+        b"",
+        b"X" * 300,
+        b"PRI",
+    ]
+)
 _TARGETS = [
     b"/",
     b"/hello.txt",
@@ -413,7 +417,7 @@ _HEADERS = [
     b"If-Unmodified-Since: Sat, 01 Jan 2000 00:00:00 GMT",
     b"If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\nIf-Modified-Since: x",
     b"Accept-Encoding: gzip, br, zstd",
-    b"User-Agent: \x01\x7f\xff\"\\",
+    b'User-Agent: \x01\x7f\xff"\\',
     b"Referer: http://evil/\r\n \tfolded",
     b"X-Folded: a\r\n b\r\n\tc",
     b" X-Leading-Space: x",

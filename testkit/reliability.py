@@ -1240,6 +1240,7 @@ async def _truncation(
             b == w or (b == 0 and start + i >= limit)
             for i, (b, w) in enumerate(zip(body, want, strict=True))
         )
+
     statuses: dict[int, int] = {}
     mismatches: list[Figures] = []
     # (file, version) -> sizes it was truncated to, in place, in order
@@ -1378,7 +1379,7 @@ async def _truncation(
                 )
 
     def judge(f: int, start: int, body: bytes) -> tuple[str, list[int]]:
-        """"intact", "zeroed" (sendfile only) or "bad", and the versions tried."""
+        """ "intact", "zeroed" (sendfile only) or "bad", and the versions tried."""
         fv = _version_of(body, start)
         if fv is not None:
             candidates = [fv[1]] if fv[0] == f else []

@@ -55,9 +55,7 @@ class H2Client:
         self, settings: dict[h2.settings.SettingCodes, int] | None = None, *, preface: bool = True
     ) -> None:
         if settings:
-            self.conn.local_settings = h2.settings.Settings(
-                client=True, initial_values=settings
-            )
+            self.conn.local_settings = h2.settings.Settings(client=True, initial_values=settings)
         self.conn.initiate_connection()
         data = self.conn.data_to_send()
         await self.stream.send_all(data if preface else data[24:])
@@ -80,13 +78,17 @@ class H2Client:
         raw: Headers | None = None,
     ) -> int:
         sid = self.conn.get_next_available_stream_id()
-        hs: Headers = raw if raw is not None else [
-            (b":method", method.encode()),
-            (b":path", path.encode()),
-            (b":scheme", b"http"),
-            (b":authority", b"localhost"),
-            *((k.lower().encode(), v.encode()) for k, v in headers),
-        ]
+        hs: Headers = (
+            raw
+            if raw is not None
+            else [
+                (b":method", method.encode()),
+                (b":path", path.encode()),
+                (b":scheme", b"http"),
+                (b":authority", b"localhost"),
+                *((k.lower().encode(), v.encode()) for k, v in headers),
+            ]
+        )
         self.conn.send_headers(sid, hs, end_stream=end_stream)
         self.responses[sid] = H2Response(sid)
         return sid

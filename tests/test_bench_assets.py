@@ -83,11 +83,17 @@ def test_round_robin_script_lists_the_paths_in_order_and_refuses_unsafe_ones() -
     with pytest.raises(ValueError):
         round_robin_script([])
     argv = wrk_command(
-        "http://127.0.0.1:1/a", connections=8, duration_s=1, threads=1, script="/x.lua",
+        "http://127.0.0.1:1/a",
+        connections=8,
+        duration_s=1,
+        threads=1,
+        script="/x.lua",
         headers=(("Accept-Encoding", "br"),),
     )
     assert argv[argv.index("-s") + 1] == "/x.lua" and argv[-3:] == [
-        "-H", "Accept-Encoding: br", "http://127.0.0.1:1/a",
+        "-H",
+        "Accept-Encoding: br",
+        "http://127.0.0.1:1/a",
     ]
 
 
@@ -136,8 +142,12 @@ def test_wrk_running_the_script_requests_every_path_evenly_with_the_workload_hea
     script.write_text(round_robin_script(paths))
     conns = 4
     argv = wrk_command(
-        f"http://127.0.0.1:{port}{paths[0]}", connections=conns, duration_s=1, threads=1,
-        headers=(("Accept-Encoding", ASSETS_ACCEPT_ENCODING),), script=str(script),
+        f"http://127.0.0.1:{port}{paths[0]}",
+        connections=conns,
+        duration_s=1,
+        threads=1,
+        headers=(("Accept-Encoding", ASSETS_ACCEPT_ENCODING),),
+        script=str(script),
     )
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
     assert "requests in" in done.stdout

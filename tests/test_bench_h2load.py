@@ -76,11 +76,27 @@ def test_log_percentiles_are_nearest_rank_over_the_duration_column() -> None:
 def test_h2load_command_pins_and_bounds() -> None:
     argv = h2load_command(
         ["http://127.0.0.1:1/a", "http://127.0.0.1:1/b"],
-        connections=16, streams=32, duration_s=0, h1=True, log_file=Path("/tmp/x.log"), cpu=1,
+        connections=16,
+        streams=32,
+        duration_s=0,
+        h1=True,
+        log_file=Path("/tmp/x.log"),
+        cpu=1,
     )
     assert argv == [
-        "taskset", "-c", "1", "h2load", "-t1", "-c16", "-m32", "-D1", "-N5", "--h1",
-        "--log-file=/tmp/x.log", "http://127.0.0.1:1/a", "http://127.0.0.1:1/b",
+        "taskset",
+        "-c",
+        "1",
+        "h2load",
+        "-t1",
+        "-c16",
+        "-m32",
+        "-D1",
+        "-N5",
+        "--h1",
+        "--log-file=/tmp/x.log",
+        "http://127.0.0.1:1/a",
+        "http://127.0.0.1:1/b",
     ]
 
 
@@ -121,9 +137,17 @@ async def test_real_h2load_report_and_log_parse(root: Path, tmp_path: Path) -> N
     async with running_server(make_config(root)) as (srv, port):
         with trio.fail_after(30):
             done = await trio.run_process(
-                [H2LOAD, "-n200", "-c4", "-m4", f"--log-file={log}",
-                 f"http://127.0.0.1:{port}/hello.txt"],
-                capture_stdout=True, capture_stderr=True, stdin=subprocess.DEVNULL,
+                [
+                    H2LOAD,
+                    "-n200",
+                    "-c4",
+                    "-m4",
+                    f"--log-file={log}",
+                    f"http://127.0.0.1:{port}/hello.txt",
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                stdin=subprocess.DEVNULL,
             )
     percentiles = log_percentiles(log.read_text().splitlines())
     result = parse_h2load_output(done.stdout.decode(), percentiles)

@@ -192,8 +192,18 @@ def test_non_reading_clients_bounded_memory(root: Path) -> None:
     original(root)
     proc = subprocess.Popen(
         # -v: the exit counters, read below.
-        [sys.executable, "-m", "serverio", "0", "-d", str(root), "-q", "-v",
-         "--write-timeout", "1"],
+        [
+            sys.executable,
+            "-m",
+            "serverio",
+            "0",
+            "-d",
+            str(root),
+            "-q",
+            "-v",
+            "--write-timeout",
+            "1",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

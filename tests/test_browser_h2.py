@@ -45,8 +45,11 @@ def _png(width: int, height: int) -> bytes:
 
     rows = b"".join(b"\x00" + b"\x20\x80\xe0" * width for _ in range(height))
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows)) + (
-        chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + (chunk(b"IEND", b""))
     )
 
 
@@ -84,8 +87,10 @@ async def test_listing_page_and_its_assets_load_over_h2_in_chromium(
             assert await tools.evaluate("document.title") == "Index of /site/"
             # Follow the listing's link to the page: it and its stylesheet and
             # image all come over HTTP/2.
-            await tools.load(click="[...document.querySelectorAll('td.name a')]"
-                             ".find(a => a.getAttribute('href') === './page.html')")
+            await tools.load(
+                click="[...document.querySelectorAll('td.name a')]"
+                ".find(a => a.getAttribute('href') === './page.html')"
+            )
             page = f"{listing}page.html"
             assert await tools.evaluate(nav) == [[page, "h2"]]
             resources = await tools.evaluate(
@@ -98,9 +103,10 @@ async def test_listing_page_and_its_assets_load_over_h2_in_chromium(
             # Anything else the browser asked for on its own (/favicon.ico) too.
             assert {proto for proto, _ in fetched.values()} == {"h2"}
             # The assets were used, not just fetched.
-            assert await tools.evaluate(
-                "getComputedStyle(document.getElementById('t')).color"
-            ) == "rgb(1, 2, 3)"
+            assert (
+                await tools.evaluate("getComputedStyle(document.getElementById('t')).color")
+                == "rgb(1, 2, 3)"
+            )
             assert await tools.evaluate(
                 "[document.getElementById('logo').naturalWidth,"
                 " document.getElementById('logo').naturalHeight]"

@@ -323,9 +323,7 @@ def test_make_etag_is_strong_and_changes_with_size_mtime_or_content() -> None:
         ((1, 2), (1, 9)),  # another inode: another replica, or a rename-over
     ],
 )
-def test_etag_does_not_depend_on_device_or_inode(
-    a: tuple[int, int], b: tuple[int, int]
-) -> None:
+def test_etag_does_not_depend_on_device_or_inode(a: tuple[int, int], b: tuple[int, int]) -> None:
     fa = FileFacts(size=3, mtime_ns=MTIME_NS, dev=a[0], ino=a[1], content_type="text/plain")
     fb = FileFacts(size=3, mtime_ns=MTIME_NS, dev=b[0], ino=b[1], content_type="text/plain")
     assert fa.etag == fb.etag

@@ -82,8 +82,15 @@ def test_every_option_with_a_key_has_a_variable_read_by_env_values() -> None:
 def test_help_describes_what_serverio_is_today() -> None:
     """It opened with "Serve a directory over HTTP/1.1 (trio + h11)"."""
     description = build_parser().description or ""
-    for needed in ("HTTP/1.1 and HTTP/2", "ALPN", "h2c", "TLS", "site rules", "live reload",
-                   "--workers"):
+    for needed in (
+        "HTTP/1.1 and HTTP/2",
+        "ALPN",
+        "h2c",
+        "TLS",
+        "site rules",
+        "live reload",
+        "--workers",
+    ):
         assert needed in description, needed
 
 
@@ -122,13 +129,22 @@ def test_booleans(raw: str, value: bool) -> None:
         ({"SERVERIO_SPA": "1"}, "spa", "index.html"),  # the switch flag
         ({"SERVERIO_SPA_FILE": "app.html"}, "spa", "app.html"),
         ({"SERVERIO_INDEX": "a.html, b.html"}, "index", ("a.html", "b.html")),
-        ({"SERVERIO_CORS_ORIGIN": "https://a.example,https://b.example"}, "cors_origins",
-         ("https://a.example", "https://b.example")),
-        ({"SERVERIO_TRUSTED_PROXIES": "10.0.0.1/8,192.0.2.7"}, "trusted_proxies",
-         ("10.0.0.0/8", "192.0.2.7/32")),
+        (
+            {"SERVERIO_CORS_ORIGIN": "https://a.example,https://b.example"},
+            "cors_origins",
+            ("https://a.example", "https://b.example"),
+        ),
+        (
+            {"SERVERIO_TRUSTED_PROXIES": "10.0.0.1/8,192.0.2.7"},
+            "trusted_proxies",
+            ("10.0.0.0/8", "192.0.2.7/32"),
+        ),
         # -H: a comma inside a value stays there; a new item starts at "NAME:".
-        ({"SERVERIO_HEADER": "Cache-Control: no-cache, no-store,X-A: 1"}, "headers",
-         ("Cache-Control: no-cache, no-store", "X-A: 1")),
+        (
+            {"SERVERIO_HEADER": "Cache-Control: no-cache, no-store,X-A: 1"},
+            "headers",
+            ("Cache-Control: no-cache, no-store", "X-A: 1"),
+        ),
         ({"SERVERIO_MAX_CONNECTIONS": ""}, "max_connections", 1024),  # empty: not set
         ({"SERVERIO_KEY_PASSWORD": "x", "SERVERIO_NOT_AN_OPTION": "1"}, "max_connections", 1024),
     ],
@@ -153,18 +169,33 @@ def test_each_kind_of_option(
         ([], {}, "", "max_connections", 1024),
         ([], {}, "max-connections = 50", "max_connections", 50),
         ([], {"SERVERIO_MAX_CONNECTIONS": "100"}, "max-connections = 50", "max_connections", 100),
-        (["--max-connections", "200"], {"SERVERIO_MAX_CONNECTIONS": "100"},
-         "max-connections = 50", "max_connections", 200),
+        (
+            ["--max-connections", "200"],
+            {"SERVERIO_MAX_CONNECTIONS": "100"},
+            "max-connections = 50",
+            "max_connections",
+            200,
+        ),
         # a flag the environment turns off although the file turned it on
         ([], {"SERVERIO_HIDDEN": "0"}, "hidden = true", "hidden", False),
         (["--hidden"], {"SERVERIO_HIDDEN": "0"}, "", "hidden", True),
         ([], {"SERVERIO_HTTP2": "0"}, "http2 = true", "http2", False),
         (["--http2"], {"SERVERIO_HTTP2": "0"}, "", "http2", True),
         # lists: the whole list of the higher layer replaces the lower one's
-        ([], {"SERVERIO_INDEX": "a.html,b.html"}, 'index = ["t.html"]', "index",
-         ("a.html", "b.html")),
-        (["--index", "c.html"], {"SERVERIO_INDEX": "a.html"}, 'index = ["t.html"]', "index",
-         ("c.html",)),
+        (
+            [],
+            {"SERVERIO_INDEX": "a.html,b.html"},
+            'index = ["t.html"]',
+            "index",
+            ("a.html", "b.html"),
+        ),
+        (
+            ["--index", "c.html"],
+            {"SERVERIO_INDEX": "a.html"},
+            'index = ["t.html"]',
+            "index",
+            ("c.html",),
+        ),
         # PORT: below the argument, SERVERIO_PORT and the file's key
         ([], {"PORT": "9001"}, "", "port", 9001),
         (["7000"], {"PORT": "9001"}, "", "port", 7000),
@@ -175,8 +206,13 @@ def test_each_kind_of_option(
         # ... and below --listen (no "replace -b and the port" error either)
         (["--listen", "127.0.0.1:0"], {"PORT": "9001"}, "", "port", 8000),
         ([], {"PORT": "9001"}, 'listen = ["127.0.0.1:0"]', "port", 8000),
-        ([], {"PORT": "9001", "SERVERIO_LISTEN": "127.0.0.1:0,[::1]:0"}, "", "listen",
-         ("127.0.0.1:0", "[::1]:0")),
+        (
+            [],
+            {"PORT": "9001", "SERVERIO_LISTEN": "127.0.0.1:0,[::1]:0"},
+            "",
+            "listen",
+            ("127.0.0.1:0", "[::1]:0"),
+        ),
         (["--fd", "3"], {"PORT": "9001"}, "", "port", 8000),
     ],
 )
@@ -257,11 +293,17 @@ def test_a_bad_value_is_the_flags_error_naming_the_variable(
 @pytest.mark.parametrize(
     ("flag_argv", "environ", "suffix"),
     [
-        (["--max-connections", "0"], {"SERVERIO_MAX_CONNECTIONS": "0"},
-         " (from SERVERIO_MAX_CONNECTIONS)"),
+        (
+            ["--max-connections", "0"],
+            {"SERVERIO_MAX_CONNECTIONS": "0"},
+            " (from SERVERIO_MAX_CONNECTIONS)",
+        ),
         (["99999"], {"SERVERIO_PORT": "99999"}, " (from SERVERIO_PORT)"),
-        (["--h2-max-streams", "100000"], {"SERVERIO_H2_MAX_STREAMS": "100000"},
-         " (from SERVERIO_H2_MAX_STREAMS)"),
+        (
+            ["--h2-max-streams", "100000"],
+            {"SERVERIO_H2_MAX_STREAMS": "100000"},
+            " (from SERVERIO_H2_MAX_STREAMS)",
+        ),
     ],
 )
 def test_a_value_refused_by_validation_names_the_variable(
@@ -280,12 +322,18 @@ def test_a_value_refused_by_validation_names_the_variable(
 @pytest.mark.parametrize(
     ("environ", "line"),
     [
-        ({"SERVERIO_HIDDEN": "maybe"},
-         "SERVERIO_HIDDEN: 'maybe' is not a boolean (1/0, true/false, yes/no, on/off)"),
-        ({"SERVERIO_HTTP2": "2"},
-         "SERVERIO_HTTP2: '2' is not a boolean (1/0, true/false, yes/no, on/off)"),
-        ({"SERVERIO_SPA": "index.html"},
-         "SERVERIO_SPA: 'index.html' is not a boolean (1/0, true/false, yes/no, on/off)"),
+        (
+            {"SERVERIO_HIDDEN": "maybe"},
+            "SERVERIO_HIDDEN: 'maybe' is not a boolean (1/0, true/false, yes/no, on/off)",
+        ),
+        (
+            {"SERVERIO_HTTP2": "2"},
+            "SERVERIO_HTTP2: '2' is not a boolean (1/0, true/false, yes/no, on/off)",
+        ),
+        (
+            {"SERVERIO_SPA": "index.html"},
+            "SERVERIO_SPA: 'index.html' is not a boolean (1/0, true/false, yes/no, on/off)",
+        ),
         ({"PORT": "http"}, "PORT: 'http' is not a port (0-65535)"),
         ({"PORT": "70000"}, "PORT: '70000' is not a port (0-65535)"),
         ({"PORT": "-1"}, "PORT: '-1' is not a port (0-65535)"),

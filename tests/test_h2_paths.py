@@ -102,6 +102,7 @@ async def test_a_large_body_is_read_a_round_quantum_at_a_time(
     """With open windows, each round reads up to ROUND_QUANTUM bytes of the
     file in one positional read and frames them (frames stay <= 16 KiB)."""
     reads: list[int] = []
+
     def counting(fd: int, n: int, offset: int) -> bytes:
         reads.append(n)
         return pread(fd, n, offset)
@@ -109,6 +110,7 @@ async def test_a_large_body_is_read_a_round_quantum_at_a_time(
     monkeypatch.setattr(h2conn, "pread", counting)
     real_preadv = h2conn._PREADV
     if real_preadv is not None:
+
         def counting_v(fd: int, parts: list[memoryview], offset: int) -> int:
             reads.append(sum(map(len, parts)))
             return real_preadv(fd, parts, offset)

@@ -39,9 +39,7 @@ async def test_body_length_mismatch_resets_only_that_stream(root: Path) -> None:
         big = client.request("/big.bin")
         await client.flush()
         await client.pump()  # the download has started
-        short = client.request(
-            "/hello.txt", "POST", [("content-length", "5")], end_stream=False
-        )
+        short = client.request("/hello.txt", "POST", [("content-length", "5")], end_stream=False)
         long = client.request("/hello.txt", "POST", [("content-length", "2")], end_stream=False)
         client.conn.send_data(short, b"abc", end_stream=True)
         client.conn.send_data(long, b"abcd", end_stream=True)
@@ -82,9 +80,7 @@ _NOSNIFF_ROWS: list[tuple[str, str, tuple[tuple[str, str], ...], int]] = [
 
 
 def _nosniff_count(fields: list[tuple[bytes, bytes]]) -> int:
-    return sum(
-        1 for k, v in fields if k.lower() == b"x-content-type-options" and v == b"nosniff"
-    )
+    return sum(1 for k, v in fields if k.lower() == b"x-content-type-options" and v == b"nosniff")
 
 
 async def _h1_head(
@@ -338,9 +334,7 @@ async def test_zero_window_streams_hold_at_most_the_cap_of_descriptors(
             nursery.cancel_scope.cancel()
         body = (root / "big.bin").read_bytes()
         for c in (a, b):
-            assert all(
-                c.responses[s].ended and bytes(c.responses[s].body) == body for s in sids[c]
-            )
+            assert all(c.responses[s].ended and bytes(c.responses[s].body) == body for s in sids[c])
         assert peak <= 2 * 3, peak
         assert left == 0
     finally:

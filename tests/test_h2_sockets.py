@@ -49,12 +49,22 @@ async def test_curl_prior_knowledge(root: Path) -> None:
     async with running_server(make_config(root)) as (srv, port):
         base = f"http://127.0.0.1:{port}"
         out = await _run(
-            CURL, "-s", "--http2-prior-knowledge", "-w", "\n%{http_code} %{http_version}",
+            CURL,
+            "-s",
+            "--http2-prior-knowledge",
+            "-w",
+            "\n%{http_code} %{http_version}",
             f"{base}/hello.txt",
         )
         big = await _run(CURL, "-s", "--http2-prior-knowledge", f"{base}/big.bin")
         rng = await _run(
-            CURL, "-s", "--http2-prior-knowledge", "-r", "5-9", "-w", " %{http_code}",
+            CURL,
+            "-s",
+            "--http2-prior-knowledge",
+            "-r",
+            "5-9",
+            "-w",
+            " %{http_code}",
             f"{base}/big.bin",
         )
         h1 = await _run(CURL, "-s", "--http1.1", f"{base}/hello.txt")  # same port
@@ -77,7 +87,6 @@ async def test_nghttp_multiplexes_streams(root: Path) -> None:
     for code, path in (("200", "/hello.txt"), ("200", "/big.bin"), ("404", "/nope")):
         assert any(code in line and line.endswith(path) for line in text.splitlines()), text
     assert srv.stats.h2.connections == 1 and srv.stats.h2.streams == 4
-
 
 
 @pytest.mark.skipif(NGHTTP is None, reason="nghttp (nghttp2-client) is not installed")
@@ -150,11 +159,26 @@ async def test_curl_http2_over_tls_alpn(root: Path, tls_files: tuple[Path, Path,
     async with running_server(cfg) as (srv, port):
         base = f"https://127.0.0.1:{port}"
         out = await _run(
-            CURL, "-s", "--http2", "--cacert", str(cafile), "-w", " %{http_version}",
-            f"{base}/hello.txt", "-o", "/dev/null", f"{base}/big.bin",
+            CURL,
+            "-s",
+            "--http2",
+            "--cacert",
+            str(cafile),
+            "-w",
+            " %{http_version}",
+            f"{base}/hello.txt",
+            "-o",
+            "/dev/null",
+            f"{base}/big.bin",
         )
         h1 = await _run(
-            CURL, "-s", "--http1.1", "--cacert", str(cafile), "-w", " %{http_version}",
+            CURL,
+            "-s",
+            "--http1.1",
+            "--cacert",
+            str(cafile),
+            "-w",
+            " %{http_version}",
             f"{base}/hello.txt",
         )
     assert out.returncode == 0, out.stderr
@@ -204,8 +228,12 @@ async def test_graceful_shutdown_goaway_lets_in_flight_streams_finish(root: Path
         # rest is raw frames: a stream opened after the GOAWAY is refused,
         # the in-flight one finishes once its windows open.
         block = client.conn.encoder.encode(
-            [(b":method", b"GET"), (b":path", b"/hello.txt"), (b":scheme", b"http"),
-             (b":authority", b"x")]
+            [
+                (b":method", b"GET"),
+                (b":path", b"/hello.txt"),
+                (b":scheme", b"http"),
+                (b":authority", b"x"),
+            ]
         )
         late = HeadersFrame(first + 2, block, flags=["END_HEADERS", "END_STREAM"])
         opens = [WindowUpdateFrame(sid, 1 << 20) for sid in (0, first)]

@@ -182,9 +182,7 @@ def test_long_chain_closed_at_the_end(tmp_path: Path, n: int) -> None:
 
 def test_imports_between_sibling_packages_are_edges(tmp_path: Path) -> None:
     first = tree(tmp_path, {"app/__init__.py": "", "app/core.py": "import tools.helpers\n"})
-    second = tree(
-        tmp_path, {"tools/__init__.py": "", "tools/helpers.py": "from app import core\n"}
-    )
+    second = tree(tmp_path, {"tools/__init__.py": "", "tools/helpers.py": "from app import core\n"})
     # Each package alone has no cycle: the other one's modules are not nodes.
     assert find_cycles(build_graph(first)) == []
     assert find_cycles(build_graph(second)) == []

@@ -76,11 +76,7 @@ def test_content_orchestrates_and_does_no_file_io() -> None:
     # is the one descriptor call it makes).
     source = Path(serverio.pipeline.content.__file__).read_text()
     tree = ast.parse(source)
-    calls = {
-        ast.unparse(node.func)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-    }
+    calls = {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     io = {"pread", "os.scandir", "os.fstat", "winstat.fstat", "os.close", "open", "hashlib.new"}
     assert not calls & io
     assert {c for c in calls if c.startswith("os.")} <= {"os.dup"}

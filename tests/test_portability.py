@@ -142,6 +142,7 @@ def test_simulated_windows_strategy_never_opens_a_fifo(
     os.mkfifo(root / "pipe")
     opened: list[object] = []
     real_open = os.open
+
     def recording_open(path: str, *args: int, **kwargs: int) -> int:
         opened.append(path)
         return real_open(path, *args, **kwargs)

@@ -132,9 +132,7 @@ def test_truncation_under_load() -> None:
 FUZZ_CASES = int(os.environ.get("SERVERIO_FUZZ_CASES", "3000"))
 
 
-async def test_raw_request_fuzzer(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_raw_request_fuzzer(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     """A short fuzz budget in CI; bench/stress.py fuzz runs a million cases."""
     env = make_env(tmp_path)
     try:

@@ -25,7 +25,11 @@ from serverio.wire.bodyframe import Framing, FramingKind, request_framing
 
 NEXT = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
 POLICY = BodyPolicy(
-    max_size=1000, idle_timeout=10.0, total_timeout=60.0, drain_max=200, drain_timeout=2.0,
+    max_size=1000,
+    idle_timeout=10.0,
+    total_timeout=60.0,
+    drain_max=200,
+    drain_timeout=2.0,
     chunk_max=64,
 )
 
@@ -82,7 +86,7 @@ def chunked(content: bytes, size: int = 7) -> bytes:
     out = b""
     for i in range(0, len(content), size):
         piece = content[i : i + size]
-        out += b"%x;ext=%d;q=\"a b\"\r\n" % (len(piece), i) + piece + b"\r\n"
+        out += b'%x;ext=%d;q="a b"\r\n' % (len(piece), i) + piece + b"\r\n"
     return out + b"0\r\nDigest: sha-256=:x:\r\nX-Trailer: y\r\n\r\n"
 
 
@@ -409,8 +413,14 @@ async def test_drain_stops_at_its_time_bound(autojump_clock: trio.testing.MockCl
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("max_size", -1), ("drain_max", -1), ("chunk_max", 0), ("idle_timeout", 0.0),
-     ("total_timeout", float("nan")), ("drain_timeout", -1.0)],
+    [
+        ("max_size", -1),
+        ("drain_max", -1),
+        ("chunk_max", 0),
+        ("idle_timeout", 0.0),
+        ("total_timeout", float("nan")),
+        ("drain_timeout", -1.0),
+    ],
 )
 def test_policy_refuses_bad_values(field: str, value: float) -> None:
     from serverio.errors import ConfigError

@@ -382,7 +382,8 @@ async def test_length_mismatch_is_a_stream_error_with_h2(data: bytes, end: bool)
     assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in events)
     # The connection still takes a new stream.
     client.send_headers(
-        3, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "a")],
+        3,
+        [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "a")],
         end_stream=True,
     )
     events = server.receive_data(client.data_to_send())
@@ -396,8 +397,13 @@ async def test_invalid_content_length_left_to_serverio() -> None:
     client, server = connections()
     client.send_headers(
         1,
-        [(":method", "POST"), (":path", "/"), (":scheme", "http"), (":authority", "a"),
-         ("content-length", "nope")],
+        [
+            (":method", "POST"),
+            (":path", "/"),
+            (":scheme", "http"),
+            (":authority", "a"),
+            ("content-length", "nope"),
+        ],
     )
     events = server.receive_data(client.data_to_send())
     assert any(isinstance(e, h2.events.RequestReceived) for e in events)

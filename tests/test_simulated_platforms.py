@@ -208,7 +208,11 @@ def test_the_run_is_under_the_platform_it_announces(tmp_path: Path) -> None:
     opener.close()
     child = subprocess.run(
         [sys.executable, "-c", _CHILD_PROBE, str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=True, cwd=str(HERE.parent),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=str(HERE.parent),
     ).stdout.split()
     if simulation.WINDOWS_SHAPED:
         assert strategy == "windows" and child[:3] == ["windows", "False", "False"]

@@ -409,9 +409,7 @@ class _WorkCounter:
             return bool(bcrypt.checkpw(pw, h))
 
         fake_hashlib = types.SimpleNamespace(pbkdf2_hmac=pbkdf2_hmac)
-        fake_bcrypt = types.SimpleNamespace(
-            hashpw=hashpw, checkpw=checkpw, gensalt=bcrypt.gensalt
-        )
+        fake_bcrypt = types.SimpleNamespace(hashpw=hashpw, checkpw=checkpw, gensalt=bcrypt.gensalt)
         monkeypatch.setattr(passwords_mod, "hashlib", fake_hashlib)
         monkeypatch.setattr(passwords_mod, "_bcrypt", lambda: fake_bcrypt)
 

@@ -194,17 +194,33 @@ def _tls_files(ca: trustme.CA, d: Path, keyfile: Path) -> dict[str, Path]:
 @pytest.mark.parametrize(
     ("cert", "key", "message"),
     [
-        ("text", None, "--certfile {text}: not a PEM certificate: no "
-         "'-----BEGIN CERTIFICATE-----' line"),
-        ("der", "key", "--certfile {der}: not a PEM certificate: no '-----BEGIN CERTIFICATE-----' "
-         "line (DER? 'openssl x509 -inform der' converts it)"),
+        (
+            "text",
+            None,
+            "--certfile {text}: not a PEM certificate: no '-----BEGIN CERTIFICATE-----' line",
+        ),
+        (
+            "der",
+            "key",
+            "--certfile {der}: not a PEM certificate: no '-----BEGIN CERTIFICATE-----' "
+            "line (DER? 'openssl x509 -inform der' converts it)",
+        ),
         ("cert", None, "--certfile {cert}: holds no private key; give it with --keyfile FILE"),
-        ("cert", "text", "--keyfile {text}: not a PEM private key: no "
-         "'-----BEGIN ... PRIVATE KEY-----' line"),
-        ("cert", "other-key", "--keyfile {other-key}: the key does not match the certificate in "
-         "{cert}"),
-        ("cert", "encrypted", "--keyfile {encrypted}: cannot load the encrypted key: wrong "
-         "password? ($TEST_KEY_PW)"),
+        (
+            "cert",
+            "text",
+            "--keyfile {text}: not a PEM private key: no '-----BEGIN ... PRIVATE KEY-----' line",
+        ),
+        (
+            "cert",
+            "other-key",
+            "--keyfile {other-key}: the key does not match the certificate in {cert}",
+        ),
+        (
+            "cert",
+            "encrypted",
+            "--keyfile {encrypted}: cannot load the encrypted key: wrong password? ($TEST_KEY_PW)",
+        ),
     ],
 )
 def test_a_bad_certificate_or_key_is_one_line_naming_the_file_and_the_fault(

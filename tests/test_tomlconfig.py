@@ -91,9 +91,24 @@ def test_serverio_header_adds_to_the_file_headers_end_to_end(root: Path, tmp_pat
     conf = tmp_path / "serverio.toml"
     conf.write_text('header = ["X-File: 1", "X-Gone: 0"]\n')
     proc = subprocess.run(
-        [sys.executable, "-m", "serverio", "--config", str(conf), "-d", str(root),
-         "-H", "X-Gone:", "-H", "X-Cli", "3", "--print-config"],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "serverio",
+            "--config",
+            str(conf),
+            "-d",
+            str(root),
+            "-H",
+            "X-Gone:",
+            "-H",
+            "X-Cli",
+            "3",
+            "--print-config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={**os.environ, "SERVERIO_HEADER": "X-Env: a, b, X-Env2: c"},
     )
     assert proc.returncode == 0, proc.stderr

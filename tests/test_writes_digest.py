@@ -26,7 +26,8 @@ def sf(raw: bytes) -> bytes:
 # RFC 9530 Appendix B.1 / B.2: {"hello": "world"} with a newline.
 RFC_256 = b"sha-256=:RK/0qy18MlBSVnWgjwz6lZEWjP/lF5HF9bvEF8FabDg=:"
 RFC_512 = (
-    b"sha-512=:YMAam51Jz/jOATT6/zvHrLVgOYTGFy1d6GJiOHTohq4yP+pgk4vf2aCsyRZOtw8MjkM7iw7yZ/WkppmM44T3qg==:"
+    b"sha-512=:YMAam51Jz/jOATT6/zvHrLVgOYTGFy1d6GJiOHTohq4yP+pgk4"
+    b"vf2aCsyRZOtw8MjkM7iw7yZ/WkppmM44T3qg==:"
 )
 
 PARSED: list[tuple[list[bytes], dict[str, bytes]]] = [

@@ -351,4 +351,3 @@ class HeadReader:
         if error is not None:
             raise error
         return result
-
