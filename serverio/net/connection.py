@@ -463,7 +463,16 @@ class ConnectionTask:
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
             try:
-                sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+                if body.chunks is None:
+                    sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+                else:
+                    # A body produced while it is sent (a folder archive):
+                    # chunked for HTTP/1.1, close-delimited for HTTP/1.0.
+                    chunked = event.http_version == b"1.1"
+                    close = close or not chunked
+                    sent = await self.emitter.emit_chunks(
+                        plan, body.chunks, close=close, chunked=chunked
+                    )
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
                 _log(env, log, self.emitter.progress, cut=True)
