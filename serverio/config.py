@@ -128,9 +128,7 @@ class ListenPolicy:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= _MAX_PROCESSES:
-            raise ConfigError(
-                f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}"
-            )
+            raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}")
         for fd in self.fds:
             if not isinstance(fd, int) or fd < 0:
                 raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
@@ -158,9 +156,7 @@ class ListenPolicy:
                 and not self.fds
                 and any(port == p and _same_host(host, h) for h, p in public)
             ):
-                raise ConfigError(
-                    "--admin-bind must not be the public address (use another port)"
-                )
+                raise ConfigError("--admin-bind must not be the public address (use another port)")
         return self
 
 
@@ -331,6 +327,10 @@ class ContentPolicy:
     compress_max_size: int = 8 * _MiB  # 0 = no on-the-fly compression
     compress_cache_size: int = 64 * _MiB
     digest: bool = False
+    # --archives: ?archive=zip|tar.gz on a listed directory (serverio.archive).
+    archives: bool = False
+    archive_max_entries: int = 100_000
+    archive_max_bytes: int = 16 * 1024 * _MiB
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
@@ -341,6 +341,8 @@ class ContentPolicy:
                 ("listing_cache_size", 0),
                 ("compress_max_size", 0),
                 ("compress_cache_size", 0),
+                ("archive_max_entries", 1),
+                ("archive_max_bytes", 1),
             ),
         )
         if self.listing_max_entries > _MAX_LISTING_ENTRIES:
@@ -685,9 +687,7 @@ def parse_listen(text: str, option: str) -> tuple[str, int, str | None]:
     if not slash:
         address, proto = text, ""
     elif proto not in LISTEN_PROTOCOLS:
-        raise ConfigError(
-            f"{option}: the protocol after '/' must be h1 or h2, got {text!r}"
-        )
+        raise ConfigError(f"{option}: the protocol after '/' must be h1 or h2, got {text!r}")
     host, port = parse_host_port(address, option)
     return host, port, proto or None
 

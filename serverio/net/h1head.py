@@ -350,4 +350,3 @@ class HeadReader:
         if error is not None:
             raise error
         return result
-

@@ -257,7 +257,7 @@ class Writer:
                 self._stats.responses.truncated += 1
                 self._fail(st)
                 return False
-            if st.state != SENDING:
+            if st.state in STOPPED:
                 return False  # reset while the chunk was made
             st.streamed += sum(map(len, st.pieces))
             if not data:

@@ -20,7 +20,9 @@ for, then abandoned, by the lifecycle (step 5).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
+from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
@@ -91,6 +93,10 @@ class Services:
             self.pools.append(watch)
             self.live = LiveReload(config, watch, self.files, self.content)
             self.hooks = self.live.hooks(self.fs)
+        if config.content.archives:
+            # Folder archives: the listing's other form, read in the fs pool.
+            archives = Archives(config, self.fs, self.content, lambda: self.opener)
+            self.hooks = replace(self.hooks, listing=archives)
         return Handler(
             config,
             lambda: self.opener,

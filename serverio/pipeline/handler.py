@@ -156,6 +156,7 @@ class Handler:
         # Flat copies for the warm path: an absent hook costs one test.
         self.router = hooks.route
         self._transform = hooks.transform
+        self._listing_view = hooks.listing
         self._opener = opener
         # The opened root once asked for (the warm path then reads one
         # attribute, not a call through the server's lazy property);
@@ -310,6 +311,14 @@ class Handler:
         """Finish from the caches when they can answer; else defer."""
         if not prepared.needs_followup:
             return prepared
+        view = self._listing_view
+        if view is not None and prepared.listing and view.takes(req):
+
+            async def viewed(held: Prepared | None) -> Prepared:
+                assert held is not None
+                return await view.answer(req, held, now)
+
+            return Deferred(viewed, prepared)
         try:
             if self.content.finish_cached(prepared, req, now):
                 return prepared
