@@ -7,7 +7,8 @@ directory, each scan one hop into the ``fs`` pool, the access hook's
 directory's entries (``visible``); its bounds are checked as it goes
 (a 413 before anything is sent).  :class:`ArchiveStream` then produces the
 body: for each member one contained open and reads of :data:`READ_SIZE`
-bytes, each a hop into the same pool, encoded by
+bytes, each a hop into the same pool that also encodes them (the
+compression runs in the pool thread, not on the event loop), by
 :class:`~serverio.archive.zipenc.ZipEncoder` or
 :class:`~serverio.archive.tarenc.TarEncoder`; one chunk is handed out
 once at least :data:`CHUNK_MIN` bytes are ready.  Memory is one read,
@@ -62,8 +63,9 @@ async def walk(
     visible: Visible | None,
 ) -> list[Member]:
     """The members under the requested directory (``top``: its descriptor,
-    released here), depth first, names sorted; directories included, each
-    before what it holds.  A directory reached twice (a symlink loop) is
+    released here): each directory's entries (names sorted, directories
+    included), then its subdirectories' in turn, so a directory always
+    comes before what it holds.  A directory reached twice (a symlink loop) is
     walked once; a subdirectory that cannot be scanned (gone, refused) is
     left out.  Raises HTTPError: 413 past the bounds, the scan's status
     when the top directory cannot be scanned.
@@ -210,19 +212,20 @@ class ArchiveStream:
                 self._owned,
                 self._offset,
                 min(READ_SIZE, self._left),
+                enc.data,
                 late_close=close_read,
             )
             self._owned = OwnedFd(got.fd) if got.fd >= 0 else None
-            if not got.data:
+            if not got.count:
                 self.close()
                 raise ArchiveCut("a member shrank while it was archived")
-            self._left -= len(got.data)
-            self._offset += len(got.data)
-            self._produced += len(got.data)
+            self._left -= got.count
+            self._offset += got.count
+            self._produced += got.count
             if self._produced > self._max_bytes:
                 self.close()
                 raise ArchiveCut("archive over --archive-max-bytes")
-            return enc.data(got.data)
+            return got.encoded
         if self._next >= len(self._members):
             self.finished = True
             return enc.finish()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..fs.jobs import OwnedFd, Scan, scan_listing
@@ -75,22 +76,26 @@ def close_opened(opened: Opened) -> None:
 
 
 class Read(NamedTuple):
-    """A span read: the descriptor handed back, and the bytes (short or
-    empty: the file shrank)."""
+    """A span read: the descriptor handed back, how many bytes were read
+    (short or 0: the file shrank) and their encoding."""
 
     fd: int
-    data: bytes
+    count: int
+    encoded: bytes
 
 
-def read_span(owned: OwnedFd, offset: int, size: int) -> Read:
-    """Read ``size`` bytes at ``offset`` of the member ``owned`` holds
-    (blocking); the descriptor comes back in the result (-1: it was closed
-    before the thread started, nothing read)."""
+def read_span(owned: OwnedFd, offset: int, size: int, encode: Callable[[bytes], bytes]) -> Read:
+    """Read ``size`` bytes at ``offset`` of the member ``owned`` holds and
+    ``encode`` them (blocking: the compression runs in the pool thread, off
+    the event loop; zlib releases the GIL); the descriptor comes back in
+    the result (-1: it was closed before the thread started, nothing read).
+    One call at a time per archive, so the encoder is never shared."""
     fd = owned.claim()
     if fd < 0:
-        return Read(-1, b"")
+        return Read(-1, 0, b"")
     try:
-        return Read(fd, pread(fd, size, offset))
+        data = pread(fd, size, offset)
+        return Read(fd, len(data), encode(data) if data else b"")
     except BaseException:
         os.close(fd)
         raise
