@@ -216,12 +216,12 @@ class ArchiveStream:
                 late_close=close_read,
             )
             self._owned = OwnedFd(got.fd) if got.fd >= 0 else None
-            if not got.count:
+            if not got.length:
                 self.close()
                 raise ArchiveCut("a member shrank while it was archived")
-            self._left -= got.count
-            self._offset += got.count
-            self._produced += got.count
+            self._left -= got.length
+            self._offset += got.length
+            self._produced += got.length
             if self._produced > self._max_bytes:
                 self.close()
                 raise ArchiveCut("archive over --archive-max-bytes")

@@ -80,7 +80,7 @@ class Read(NamedTuple):
     (short or 0: the file shrank) and their encoding."""
 
     fd: int
-    count: int
+    length: int
     encoded: bytes
 
 
