@@ -128,7 +128,9 @@ class ListenPolicy:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= _MAX_PROCESSES:
-            raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}")
+            raise ConfigError(
+                f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}"
+            )
         for fd in self.fds:
             if not isinstance(fd, int) or fd < 0:
                 raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
@@ -156,7 +158,9 @@ class ListenPolicy:
                 and not self.fds
                 and any(port == p and _same_host(host, h) for h, p in public)
             ):
-                raise ConfigError("--admin-bind must not be the public address (use another port)")
+                raise ConfigError(
+                    "--admin-bind must not be the public address (use another port)"
+                )
         return self
 
 
@@ -687,7 +691,9 @@ def parse_listen(text: str, option: str) -> tuple[str, int, str | None]:
     if not slash:
         address, proto = text, ""
     elif proto not in LISTEN_PROTOCOLS:
-        raise ConfigError(f"{option}: the protocol after '/' must be h1 or h2, got {text!r}")
+        raise ConfigError(
+            f"{option}: the protocol after '/' must be h1 or h2, got {text!r}"
+        )
     host, port = parse_host_port(address, option)
     return host, port, proto or None
 

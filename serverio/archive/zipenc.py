@@ -268,84 +268,55 @@ class ZipEncoder:
         self._records.append(rec)
         return self._out(tail + desc)
 
+    def _central(self, rec: _Record) -> bytes:
+        """One central directory header; the fields past the threshold go
+        to a ZIP64 extra field in the order APPNOTE 4.5.3 gives."""
+        limit = self._zip64_at
+        fields: list[int] = []
+        size, csize, offset = rec.size, rec.csize, rec.offset
+        if size >= limit:
+            fields.append(size)
+            size = ZIP64_LIMIT
+        if csize >= limit:
+            fields.append(csize)
+            csize = ZIP64_LIMIT
+        if offset >= limit:
+            fields.append(offset)
+            offset = ZIP64_LIMIT
+        version = rec.version
+        extra = b""
+        if fields:
+            extra = struct.pack(f"<HH{len(fields)}Q", 0x0001, 8 * len(fields), *fields)
+            version = _VERSION64
+        external = (rec.mode << 16) | (0x10 if rec.mode & _S_IFDIR else 0)
+        head = _CENTRAL.pack(
+            0x02014B50, _MADE_BY_UNIX | version, version, rec.flags, rec.method,
+            rec.dostime, rec.date, rec.crc, csize, size, len(rec.name), len(extra),
+            0, 0, 0, external, offset,
+        )  # fmt: skip
+        return head + rec.name + extra
+
     def finish(self) -> bytes:
         """The central directory and the end records."""
         assert self._current is None
         start = self._offset
-        parts: list[bytes] = []
         limit = self._zip64_at
-        for rec in self._records:
-            extra = b""
-            fields: list[int] = []
-            size, csize, offset = rec.size, rec.csize, rec.offset
-            if size >= limit:
-                fields.append(size)
-                size = ZIP64_LIMIT
-            if csize >= limit:
-                fields.append(csize)
-                csize = ZIP64_LIMIT
-            if offset >= limit:
-                fields.append(offset)
-                offset = ZIP64_LIMIT
-            version = rec.version
-            if fields:
-                extra = struct.pack(f"<HH{len(fields)}Q", 0x0001, 8 * len(fields), *fields)
-                version = _VERSION64
-            external = (rec.mode << 16) | (0x10 if rec.mode & _S_IFDIR else 0)
-            parts.append(
-                _CENTRAL.pack(
-                    0x02014B50,
-                    _MADE_BY_UNIX | version,
-                    version,
-                    rec.flags,
-                    rec.method,
-                    rec.dostime,
-                    rec.date,
-                    rec.crc,
-                    csize,
-                    size,
-                    len(rec.name),
-                    len(extra),
-                    0,
-                    0,
-                    0,
-                    external,
-                    offset,
-                )
-                + rec.name
-                + extra
-            )
-        directory = b"".join(parts)
+        directory = b"".join(self._central(rec) for rec in self._records)
         count = len(self._records)
         cd_size = len(directory)
-        end = b""
         if count >= self._entries_at or cd_size >= limit or start >= limit:
-            end64_at = start + cd_size
-            end += _END64.pack(
-                0x06064B50,
-                44,
-                _MADE_BY_UNIX | _VERSION64,
-                _VERSION64,
-                0,
-                0,
-                count,
-                count,
-                cd_size,
-                start,
-            )
-            end += _LOCATOR64.pack(0x07064B50, 0, end64_at, 1)
+            # ZIP64 end record and locator (APPNOTE 4.3.14, 4.3.15), then
+            # the classic record with its overflowing fields at their maximum.
+            end = _END64.pack(
+                0x06064B50, 44, _MADE_BY_UNIX | _VERSION64, _VERSION64, 0, 0,
+                count, count, cd_size, start,
+            )  # fmt: skip
+            end += _LOCATOR64.pack(0x07064B50, 0, start + cd_size, 1)
             count16 = ENTRIES_LIMIT if count >= self._entries_at else count
-            end += _END.pack(
-                0x06054B50,
-                0,
-                0,
-                count16,
-                count16,
-                min(cd_size, ZIP64_LIMIT) if cd_size < limit else ZIP64_LIMIT,
-                ZIP64_LIMIT if start >= limit else start,
-                0,
-            )
+            size32 = ZIP64_LIMIT if cd_size >= limit else cd_size
+            start32 = ZIP64_LIMIT if start >= limit else start
+            end += _END.pack(0x06054B50, 0, 0, count16, count16, size32, start32, 0)
         else:
-            end += _END.pack(0x06054B50, 0, 0, count, count, cd_size, start, 0)
+            end = _END.pack(0x06054B50, 0, 0, count, count, cd_size, start, 0)
         self._records = []
         return self._out(directory + end)

@@ -350,3 +350,4 @@ class HeadReader:
         if error is not None:
             raise error
         return result
+
