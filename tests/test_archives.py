@@ -297,3 +297,47 @@ async def test_stream_reset_mid_archive_leaves_no_descriptor_http2(tree: Path) -
         await client.flush()
         nxt = await client.get("/d/a.txt")
         assert nxt.status == 200
+
+
+async def test_with_live_reload_on_the_archive_is_not_transformed(tree: Path) -> None:
+    """--watch's transform takes HTML-accepting GETs; an archive is not HTML,
+    so it goes out as made (whether the transform returns it or declines)."""
+    cfg = make_config(tree, archives=True, watch=True)
+    async with memory_connection(cfg) as (client, _, _):
+        for extra in (
+            "Accept: text/html,*/*\r\n",
+            "Accept: text/html\r\nAccept-Encoding: gzip\r\n",
+        ):
+            r = await client.get("/d/?archive=zip", extra)
+            assert r.status == 200 and r.header("content-type") == "application/zip"
+            _check_members(_zip_files(r.body), tree)
+        page = await client.get("/d/", "Accept: text/html\r\n")
+        assert b'href="?archive=zip"' in page.body
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX byte names")
+async def test_hostile_names_on_disk(tree: Path) -> None:
+    """A non-UTF-8 name keeps its bytes; a backslash name (a separator to
+    Windows extractors) is left out of the zip; a long name is kept."""
+    d = bytes(tree / "d")
+    try:
+        fd = os.open(os.path.join(d, b"caf\xe9.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, b"latin")
+        os.close(fd)
+    except OSError:
+        pytest.skip("the filesystem refuses non-UTF-8 names")
+    (tree / "d" / "..\\evil.txt").write_bytes(b"evil")
+    (tree / "d" / ("n" * 250)).write_bytes(b"long")
+    async with memory_connection(make_config(tree, archives=True)) as (client, _, _):
+        z = zipfile.ZipFile(io.BytesIO((await client.get("/d/?archive=zip")).body))
+        raw = {
+            i.filename.encode("cp437" if not i.flag_bits & 0x800 else "utf-8"): i
+            for i in z.infolist()
+        }
+        assert z.read(raw[b"d/caf\xe9.bin"]) == b"latin"
+        assert not any(b"evil" in n for n in raw)
+        assert z.read("d/" + "n" * 250) == b"long"
+        r = await client.get("/d/?archive=tar.gz")
+        with tarfile.open(fileobj=io.BytesIO(r.body), mode="r:gz", errors="surrogateescape") as t:
+            names = t.getnames()
+        assert "d/caf\udce9.bin" in names and not any("evil" in n for n in names)
