@@ -341,3 +341,37 @@ async def test_hostile_names_on_disk(tree: Path) -> None:
         with tarfile.open(fileobj=io.BytesIO(r.body), mode="r:gz", errors="surrogateescape") as t:
             names = t.getnames()
         assert "d/caf\udce9.bin" in names and not any("evil" in n for n in names)
+
+
+async def test_a_stalled_read_ends_the_archive_at_the_write_deadline(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A member read that never returns (a stalled filesystem) is no
+    progress: at --write-timeout the response is cut and the read
+    abandoned; its thread, once released, closes its descriptor."""
+    import threading
+
+    release = threading.Event()
+    real = walk_mod.read_span
+
+    def stalled(*args: object) -> object:
+        release.wait(10)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stream_mod, "read_span", stalled)
+    cfg = make_config(tree, archives=True, fs_workers=1, write_timeout=5.0)
+    async with memory_connection(cfg) as (client, srv, _):
+        await client.get("/d/a.txt")
+        before = _fds()
+        await client.send_raw(b"GET /d/?archive=zip HTTP/1.1\r\nHost: t\r\n\r\n")
+        raw = b""
+        # Mock time jumps only after 0.2 s of real idleness: the walk's and
+        # the first reads' threads finish first, the stalled read does not.
+        autojump_clock.autojump_threshold = 0.2
+        with trio.fail_after(60):  # mock time: the write deadline is 5 s
+            while chunk := await client.stream.receive_some(65536):
+                raw += chunk
+        assert raw.startswith(b"HTTP/1.1 200 ") and not raw.endswith(b"0\r\n\r\n")
+        assert srv.stats.timeouts.write >= 1
+        release.set()
+        await _settled(srv, before)

@@ -325,9 +325,10 @@ class Emitter:
         close-delimited (an HTTP/1.0 client; ``close`` must then be set).
         Returns the body bytes sent (without the framing).
 
-        A source that fails (a bound passed, a file that changed) raises
-        :class:`Abort`: the connection closes without the last-chunk, so
-        the client sees an incomplete response (RFC 9112 §8).
+        A source that fails (a bound passed, a file that changed), or makes
+        no chunk for ``--write-timeout``, raises :class:`Abort`: the
+        connection closes without the last-chunk, so the client sees an
+        incomplete response (RFC 9112 §8).
 
         Cancellation handling: as :meth:`send`; the source is not closed
         here (its owner, the transport's ``finally``, does).
@@ -338,10 +339,17 @@ class Emitter:
         await self.send(head_bytes(plan.status, headers, close=close, keep_alive_10=False))
         sent = self.progress = 0
         while True:
-            try:
-                data = await chunks.next_chunk()
-            except Exception as exc:
-                raise Abort from exc
+            # Making a chunk is progress too: a source that makes none for
+            # --write-timeout (a stalled filesystem) ends the response as a
+            # stalled write does; its pooled read is abandoned.
+            with trio.move_on_after(self._timeout) as scope:
+                try:
+                    data = await chunks.next_chunk()
+                except Exception as exc:
+                    raise Abort from exc
+            if scope.cancelled_caught:
+                self._timeouts.write += 1
+                raise Abort
             if not data:
                 break
             if chunked:

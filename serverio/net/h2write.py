@@ -234,7 +234,8 @@ class Writer:
         archive): each chunk queued and framed as for any body, the next
         asked for once it is out (so one chunk at most is held per stream),
         END_STREAM on an empty DATA frame at the end.  A source that fails
-        resets the stream (INTERNAL_ERROR): the client sees it incomplete.
+        resets the stream (INTERNAL_ERROR), one that makes no chunk for
+        ``--write-timeout`` too (CANCEL): the client sees it incomplete.
         True as for :meth:`respond`.
 
         Cancellation handling: the source is not closed here (the stream
@@ -251,11 +252,18 @@ class Writer:
         st.streaming = True
         self.pull()
         while st.state == SENDING:
-            try:
-                data = await chunks.next_chunk()
-            except Exception:
-                self._stats.responses.truncated += 1
-                self._fail(st)
+            # No chunk made for --write-timeout (a stalled filesystem) is no
+            # progress either: the stream is reset, its read abandoned.
+            with trio.move_on_after(self._timeout) as scope:
+                try:
+                    data = await chunks.next_chunk()
+                except Exception:
+                    self._stats.responses.truncated += 1
+                    self._fail(st)
+                    return False
+            if scope.cancelled_caught:
+                self._stats.timeouts.write += 1
+                self.reset(st, ErrorCodes.CANCEL)
                 return False
             if st.state in STOPPED:
                 return False  # reset while the chunk was made
