@@ -375,3 +375,32 @@ async def test_a_stalled_read_ends_the_archive_at_the_write_deadline(
         assert srv.stats.timeouts.write >= 1
         release.set()
         await _settled(srv, before)
+
+
+async def test_a_stalled_read_resets_the_http2_stream_at_the_write_deadline(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    import threading
+
+    from h2.errors import ErrorCodes
+
+    release = threading.Event()
+    real = walk_mod.read_span
+
+    def stalled(*args: object) -> object:
+        release.wait(10)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stream_mod, "read_span", stalled)
+    cfg = make_config(tree, archives=True, fs_workers=1, write_timeout=5.0)
+    async with h2_memory(cfg) as (client, srv, _):
+        await client.get("/d/a.txt")
+        before = _fds()
+        autojump_clock.autojump_threshold = 0.2  # as in the HTTP/1.1 test
+        with trio.fail_after(60):
+            r = await client.get("/d/?archive=zip")
+        assert r.status == 200 and r.reset == ErrorCodes.CANCEL and not r.ended
+        assert srv.stats.timeouts.write >= 1
+        release.set()
+        await _settled(srv, before)
+        assert (await client.get("/d/a.txt")).status == 200  # the connection serves on
