@@ -94,6 +94,21 @@ def response_fields(
     return fields
 
 
+async def _made(chunks: ChunkSource, within: float, stats: Stats) -> bytes | ErrorCodes:
+    """The source's next chunk, or the stream's reset code: INTERNAL_ERROR
+    when it failed, CANCEL when it made none ``within`` seconds (a stalled
+    filesystem is no progress either; its read is abandoned)."""
+    with trio.move_on_after(within) as scope:
+        try:
+            return await chunks.next_chunk()
+        except Exception:
+            stats.responses.truncated += 1
+            return ErrorCodes.INTERNAL_ERROR
+    assert scope.cancelled_caught
+    stats.timeouts.write += 1
+    return ErrorCodes.CANCEL
+
+
 class Writer:
     """A connection's output: the queue of bodies, the framing, the socket
     writes.  ``closed`` (h2 said GOAWAY: send no more frames) and
@@ -252,18 +267,9 @@ class Writer:
         st.streaming = True
         self.pull()
         while st.state == SENDING:
-            # No chunk made for --write-timeout (a stalled filesystem) is no
-            # progress either: the stream is reset, its read abandoned.
-            with trio.move_on_after(self._timeout) as scope:
-                try:
-                    data = await chunks.next_chunk()
-                except Exception:
-                    self._stats.responses.truncated += 1
-                    self._fail(st)
-                    return False
-            if scope.cancelled_caught:
-                self._stats.timeouts.write += 1
-                self.reset(st, ErrorCodes.CANCEL)
+            data = await _made(chunks, self._timeout, self._stats)
+            if isinstance(data, ErrorCodes):
+                self.reset(st, data, failed=data == ErrorCodes.INTERNAL_ERROR)
                 return False
             if st.state in STOPPED:
                 return False  # reset while the chunk was made
