@@ -328,6 +328,10 @@ class ContentPolicy:
     compress_max_size: int = 8 * _MiB  # 0 = no on-the-fly compression
     compress_cache_size: int = 64 * _MiB
     digest: bool = False
+    # --archives: ?archive=zip|tar.gz on a listed directory (serverio.archive).
+    archives: bool = False
+    archive_max_entries: int = 100_000
+    archive_max_bytes: int = 16 * 1024 * _MiB
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
@@ -338,6 +342,8 @@ class ContentPolicy:
                 ("listing_cache_size", 0),
                 ("compress_max_size", 0),
                 ("compress_cache_size", 0),
+                ("archive_max_entries", 1),
+                ("archive_max_bytes", 1),
             ),
         )
         if self.listing_max_entries > _MAX_LISTING_ENTRIES:

@@ -43,6 +43,7 @@ __all__ = [
     "CacheCandidate",
     "CacheEntries",
     "CachedFile",
+    "ChunkSource",
     "Identity",
     "Prepared",
     "Reason",
@@ -110,6 +111,30 @@ def errno_reason(code: int | None) -> Reason:
 # ------------------------------------------------------------------ body
 
 
+class ChunkSource(Protocol):
+    """A body produced while it is sent (a folder archive), of a length
+    nobody knows before the end: HTTP/1.1 frames it with the chunked coding
+    (RFC 9112 §7.1; close-delimited for an HTTP/1.0 client), HTTP/2 as DATA
+    frames.
+
+    Cancellation handling: :meth:`next_chunk` may be cancelled at any
+    await (the client left, a write deadline); :meth:`close` (synchronous,
+    called once by the body's owner in every case) then releases whatever
+    it holds, and a blocking read still running in a pool thread disposes
+    of its own descriptor when it ends.
+    """
+
+    async def next_chunk(self) -> bytes:
+        """The next bytes of the body (never empty), or ``b""`` at its end.
+        An exception means the body cannot be completed: the transport cuts
+        the response (the client sees it incomplete)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds (idempotent)."""
+        ...
+
+
 class Body:
     """The pieces to send, in order, and the descriptor their spans read from
     (``fd == -1``: literal only).
@@ -117,19 +142,37 @@ class Body:
     A literal body owns nothing, so closing it does nothing and one instance
     may be shared (:data:`NO_BODY`); a file-backed one closes its descriptor
     on the first :meth:`close` and never again.  The transport that emits it
-    owns it and closes it exactly once (docs/architecture.md)."""
+    owns it and closes it exactly once (docs/architecture.md).
 
-    __slots__ = ("fd", "pieces")
+    ``chunks``: a body produced while it is sent (:class:`ChunkSource`),
+    instead of ``pieces`` (which are then empty); closed with the body."""
 
-    def __init__(self, pieces: tuple[bytes | FileSpan, ...], fd: int = -1) -> None:
+    __slots__ = ("chunks", "fd", "pieces")
+
+    def __init__(
+        self,
+        pieces: tuple[bytes | FileSpan, ...],
+        fd: int = -1,
+        chunks: ChunkSource | None = None,
+    ) -> None:
         self.pieces = pieces
         self.fd = fd
+        self.chunks = chunks
 
     @classmethod
-    def of(cls, plan: Plan, fd: int = -1) -> Body:
+    def of(cls, plan: Plan, fd: int = -1, chunks: ChunkSource | None = None) -> Body:
         """The body source of ``plan`` (nothing for HEAD or a bodiless
         status), reading its spans from ``fd``, which it then owns.  A plan
-        that sends no span does not need the descriptor: it is closed now."""
+        that sends no span does not need the descriptor: it is closed now.
+        ``chunks`` (owned from now on) is the body of a 200 that sends one;
+        any other plan (a HEAD, an error page the site put instead) closes
+        it now."""
+        if chunks is not None:
+            if plan.send_body and plan.status == 200 and not plan.body:
+                if fd >= 0:
+                    close_fd(fd)
+                return cls((), -1, chunks)
+            chunks.close()
         if not plan.send_body or not plan.body:
             if fd >= 0:
                 close_fd(fd)
@@ -144,10 +187,14 @@ class Body:
         return sum(map(len, self.pieces))
 
     def close(self) -> None:
-        """Release the descriptor; the second and later calls do nothing."""
+        """Release the descriptor (and the chunk source); the second and
+        later calls do nothing."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
             close_fd(fd)
+        chunks, self.chunks = self.chunks, None
+        if chunks is not None:
+            chunks.close()
 
 
 # The empty body, shared: a literal body owns nothing to close.
@@ -360,6 +407,9 @@ class Prepared:
     # cache entry's ``plain`` (the decision itself mutates no cache):
     # ((method, coding), (second, plan, body)).
     memo: tuple[tuple[bytes, str], PlainMemo] | None = None
+    # A body produced while it is sent (a folder archive, serverio.archive);
+    # ``plan.body`` is then empty.  Owned here until take_body / take_chunks.
+    chunks: ChunkSource | None = None
 
     @property
     def needs_followup(self) -> bool:
@@ -370,13 +420,21 @@ class Prepared:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             close_fd(fd)
+        chunks = self.take_chunks()
+        if chunks is not None:
+            chunks.close()
+
+    def take_chunks(self) -> ChunkSource | None:
+        """The chunk source, which the caller then owns (None: none)."""
+        chunks, self.chunks = self.chunks, None
+        return chunks
 
     def take_body(self) -> Body:
         """The finished response's body source; the descriptor moves to it
         (this then holds nothing to close)."""
         body = self.body
         plan = self.plan
-        if body is not None and self.fd < 0 and body.pieces is plan.body:
+        if body is not None and self.fd < 0 and body.pieces is plan.body and self.chunks is None:
             return body
         fd, self.fd = self.fd, -1
-        return Body.of(plan, fd)
+        return Body.of(plan, fd, self.take_chunks())

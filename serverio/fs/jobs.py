@@ -303,6 +303,7 @@ def render_listing(
     limit: int,
     readme: Readme | None = None,
     hidden: bool = False,
+    archives: bool = False,
 ) -> Listing:
     """Sort and render one listing (blocking: formatting ten thousand rows
     never holds the event loop): ``(body, content_type, etag)``."""
@@ -321,5 +322,6 @@ def render_listing(
         limit=limit,
         scanned=len(entries),
         readme=section,
+        archives=archives,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)

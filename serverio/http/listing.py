@@ -374,6 +374,7 @@ def render_html(
     limit: int = 0,
     scanned: int = -1,
     readme: str = "",
+    archives: bool = False,
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
@@ -381,7 +382,9 @@ def render_html(
     sorted (:func:`sort_entries`); ``scanned`` is how many there were
     before the filter (-1: the same number).  ``readme`` is the README's
     section (:func:`serverio.http.readme.render_readme`), shown below the
-    table.
+    table.  ``archives`` (``--archives``): the footer offers the directory
+    as a zip and a tar.gz (links only: the page's CSP allows no inline
+    handler, and none is needed).
     """
     esc = html.escape
     title = "/" + "".join(shown_name(s) + "/" for s in segments)
@@ -402,6 +405,12 @@ def render_html(
     if query.filter:
         count = f"{len(entries)} of {scanned if scanned >= 0 else len(entries)} entries match"
     json_href = esc("?format=json" + _query_tail(query))
+    download = ""
+    if archives:
+        download = (
+            ' \u00b7 Download as <a href="?archive=zip" download>zip</a>'
+            ' / <a href="?archive=tar.gz" download>tar.gz</a>'
+        )
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">\n'
@@ -415,7 +424,7 @@ def render_html(
         f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
         + f"\n</tbody></table>\n{readme}<footer>{count} \u00b7 times in UTC \u00b7 "
-        f'<a href="{json_href}">JSON</a></footer>\n'
+        f'<a href="{json_href}">JSON</a>{download}</footer>\n'
         f"<script>{_SCRIPT}</script>\n</body></html>\n"
     )
     return page.encode("utf-8")

@@ -473,8 +473,11 @@ class ConnectionTask:
             close = not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
+            chunked = event.http_version == b"1.1"
+            if body.chunks is not None and not chunked:
+                close = True  # a produced body without chunked coding: close-delimited
             try:
-                sent = await self.emitter.emit(plan, body, close=close, ka10=ka10 and not close)
+                sent = await self._send(plan, body, close, ka10 and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
                 _log(env, log, self.emitter.progress, cut=True)
@@ -482,23 +485,18 @@ class ConnectionTask:
         finally:
             if body is not None:
                 body.close()
-        record(
-            env,
-            client,
-            event.method,
-            event.target,
-            event.http_version,
-            plan.status,
-            sent,
-            started,
-            now,
-            ua,
-            referer,
-            request_id,
-        )
+        _log(env, (client, event, plan.status, started, now, ua, referer, request_id), sent)
         if content is not None and not close:
             return await _drain(content, self.life, reader)
         return not close
+
+    async def _send(self, plan: Plan, body: Body, close: bool, ka10: bool, chunked: bool) -> int:
+        """Write the answer; the bytes of its body sent."""
+        if body.chunks is None:
+            return await self.emitter.emit(plan, body, close=close, ka10=ka10)
+        # A body produced while it is sent (a folder archive): chunked for
+        # HTTP/1.1, close-delimited for HTTP/1.0 (the caller set ``close``).
+        return await self.emitter.emit_chunks(plan, body.chunks, close=close, chunked=chunked)
 
     async def _stream(self, plan: Plan, log: _LogFields) -> bool:
         """A long-lived streaming body (the live-reload event stream);

@@ -38,6 +38,7 @@ import trio
 from ..fs.body import Body
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
+from ..model import ChunkSource
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
 
@@ -312,6 +313,54 @@ class Emitter:
         if pieces:
             await self.send_pieces(pieces)
         stats.bytes_sent += len(head) + sent
+        return sent
+
+    async def emit_chunks(
+        self, plan: Plan, chunks: ChunkSource, *, close: bool, chunked: bool
+    ) -> int:
+        """Write the plan's head and a body produced while it is sent
+        (``chunks``, which the caller closes): with ``chunked`` in the
+        chunked coding (RFC 9112 §7.1: ``Transfer-Encoding: chunked``, each
+        chunk framed as it comes, the last-chunk at the end), else
+        close-delimited (an HTTP/1.0 client; ``close`` must then be set).
+        Returns the body bytes sent (without the framing).
+
+        A source that fails (a bound passed, a file that changed), or makes
+        no chunk for ``--write-timeout``, raises :class:`Abort`: the
+        connection closes without the last-chunk, so the client sees an
+        incomplete response (RFC 9112 §8).
+
+        Cancellation handling: as :meth:`send`; the source is not closed
+        here (its owner, the transport's ``finally``, does).
+        """
+        assert chunked or close
+        self._before_wait()  # the source waits for reads: no read deadline now
+        headers = (*plan.headers, (b"transfer-encoding", b"chunked")) if chunked else plan.headers
+        await self.send(head_bytes(plan.status, headers, close=close, keep_alive_10=False))
+        sent = self.progress = 0
+        while True:
+            # Making a chunk is progress too: a source that makes none for
+            # --write-timeout (a stalled filesystem) ends the response as a
+            # stalled write does; its pooled read is abandoned.
+            with trio.move_on_after(self._timeout) as scope:
+                try:
+                    data = await chunks.next_chunk()
+                except Exception as exc:
+                    raise Abort from exc
+            if scope.cancelled_caught:
+                self._timeouts.write += 1
+                raise Abort
+            if not data:
+                break
+            if chunked:
+                await self.send_pieces([b"%x\r\n" % len(data), data, b"\r\n"])
+            else:
+                await self.send(data)
+            sent += len(data)
+            self.progress = sent
+        if chunked:
+            await self.send(b"0\r\n\r\n")
+        self._stats.bytes_sent += sent
         return sent
 
     async def _send_rest(self, head: bytes, piece: bytes, n: int) -> None:

@@ -221,6 +221,10 @@ class PublicFrames:
         conn = self.conn
         size = min(conn.max_outbound_frame_size, FRAME_CHUNK)
         n = len(data)
+        if not n:
+            if end:  # a produced body's end: an empty DATA frame with END_STREAM
+                conn.send_data(sid, b"", end_stream=True)
+            return
         for i in range(0, n, size):
             conn.send_data(sid, data[i : i + size], end_stream=end and i + size >= n)
 

@@ -442,7 +442,11 @@ class H2Connection:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
                     plan, body, _ = busy(env, ticket, now)  # past --watch-max-streams
-                if await writer.respond(st, plan, body):
+                if body.chunks is not None:
+                    stalled = await writer.respond_chunks(st, plan, body.chunks)
+                else:
+                    stalled = await writer.respond(st, plan, body)
+                if stalled:
                     self.close(ErrorCodes.NO_ERROR)  # no body of the connection moved
                 if env.draining:
                     # Lame duck (--shutdown-delay) or shutdown: as HTTP/1.1
@@ -471,7 +475,7 @@ class H2Connection:
             # Reset or failed mid-body (the client's RST_STREAM, the write
             # deadline, the abort): logged with the body bytes framed so
             # far and the "cut" marker, as HTTP/1.1 does.
-            sent = sum(map(len, st.pieces[: st.index])) + st.offset
+            sent = st.streamed + sum(map(len, st.pieces[: st.index])) + st.offset
             self._record(st, client, fields, started, now, cut=sent)
 
     def _stream_done(self, st: Stream) -> None:
@@ -502,7 +506,7 @@ class H2Connection:
             h.path or b"-",
             b"2.0",
             st.status,
-            sum(map(len, st.pieces)) if cut is None else cut,
+            st.streamed + sum(map(len, st.pieces)) if cut is None else cut,
             started,
             now,
             fields.user_agent if fields is not None else None,

@@ -129,6 +129,8 @@ class Stream:
         "sid",
         "state",
         "status",
+        "streamed",
+        "streaming",
     )
 
     def __init__(self, sid: int, head: RequestHead, ended: bool) -> None:
@@ -151,6 +153,10 @@ class Stream:
         self.credit = 0  # body bytes sent since then
         self.file_slot = False  # holds one of the connection's body-descriptor slots
         self.progress: trio.Event | None = None  # set when the body ended, failed or was reset
+        # A body produced while it is sent (serverio.model.ChunkSource):
+        # ``pieces`` is its current chunk, ``streamed`` the bytes before it.
+        self.streaming = False
+        self.streamed = 0
 
     def to(self, new: StreamState) -> None:
         """Move to ``new``; a transition the table does not list is a bug."""

@@ -24,6 +24,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
@@ -105,6 +106,10 @@ class Services:
                 write=self.uploads.write,
                 running=_both(self.hooks.running, self.uploads.running),
             )
+        if config.content.archives:
+            # Folder archives: the listing's other form, read in the fs pool.
+            archives = Archives(config, self.fs, self.content, lambda: self.opener)
+            self.hooks = dataclasses.replace(self.hooks, listing=archives)
         return Handler(
             config,
             lambda: self.opener,

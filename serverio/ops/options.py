@@ -819,6 +819,29 @@ _CONTENT = (
         "Content options",
         kind="flag",
     ),
+    _O(
+        "archives",
+        ("--archives",),
+        "offer listed directories as ?archive=zip and ?archive=tar.gz downloads (streamed)",
+        "Content options",
+        kind="flag",
+    ),
+    _O(
+        "archive_max_entries",
+        ("--archive-max-entries",),
+        "members of one archive at most (more: 413)",
+        "Content options",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "archive_max_bytes",
+        ("--archive-max-bytes",),
+        "file bytes of one archive at most (more: 413; passed while streaming: cut)",
+        "Content options",
+        metavar="BYTES",
+        parse=_bytes,
+    ),
 )
 
 _SITE = (

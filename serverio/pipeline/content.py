@@ -467,6 +467,7 @@ class ContentService:
                 scan.truncated,
                 cfg.content.listing_max_entries,
                 hidden=cfg.files.hidden,
+                archives=cfg.content.archives,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:

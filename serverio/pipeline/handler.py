@@ -157,6 +157,7 @@ class Handler:
         self.router = hooks.route
         self.write = hooks.write  # PUT and DELETE (None: read-only, no call)
         self._transform = hooks.transform
+        self._listing_view = hooks.listing
         self._opener = opener
         # The opened root once asked for (the warm path then reads one
         # attribute, not a call through the server's lazy property);
@@ -311,6 +312,14 @@ class Handler:
         """Finish from the caches when they can answer; else defer."""
         if not prepared.needs_followup:
             return prepared
+        view = self._listing_view
+        if view is not None and prepared.listing and view.takes(req):
+
+            async def viewed(held: Prepared | None) -> Prepared:
+                assert held is not None
+                return await view.answer(req, held, now)
+
+            return Deferred(viewed, prepared)
         try:
             if self.content.finish_cached(prepared, req, now):
                 return prepared

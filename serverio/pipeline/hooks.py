@@ -20,6 +20,11 @@ GET of a server without hooks makes exactly the calls it made before.
 * :attr:`Hooks.events`, an :class:`EventSource`: the long-lived stream an
   answer with ``plan.stream`` set hands its connection to; the only thing
   a transport knows of the feature behind it.
+* :attr:`Hooks.listing`, a :class:`ListingView`: answers some requests for
+  a directory listing in another form (folder archives,
+  :mod:`serverio.archive`) from the handler's resolved listing: after the
+  hidden-path route, the containment open of the directory and the site's
+  request check, instead of the listing page.
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
 * :attr:`Hooks.write`: the answer to every PUT and DELETE
@@ -46,6 +51,7 @@ __all__ = [
     "Admit",
     "EventSource",
     "Hooks",
+    "ListingView",
     "Router",
     "Transform",
     "WriteContent",
@@ -129,6 +135,26 @@ WriteStep = Callable[[RequestFacts, WriteContent, float, Admit], Awaitable[Plan]
 WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE"))
 
 
+class ListingView(Protocol):
+    """Answers a listing request in another form (a folder archive)."""
+
+    def takes(self, req: RequestFacts) -> bool:
+        """Does this view answer ``req``, a request the handler resolved to
+        a directory listing?  Synchronous, no I/O (a query test)."""
+        ...
+
+    async def answer(self, req: RequestFacts, prepared: Prepared, now: float) -> Prepared:
+        """The answer to ``req`` made from ``prepared`` (a listing:
+        ``prepared.fd`` is the directory, ``prepared.served`` its path for
+        the access hook); it owns ``prepared``.  Raises HTTPError for an
+        error answer.
+
+        Cancellation handling: cancelled at any await, it closes
+        ``prepared`` and what it opened before it propagates.
+        """
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Hooks:
     """The hooks of one server's pipeline; each None when unused."""
@@ -136,6 +162,7 @@ class Hooks:
     route: Router | None = None
     transform: Transform | None = None
     events: EventSource | None = None
+    listing: ListingView | None = None
     running: Callable[[], AbstractAsyncContextManager[None]] | None = None
     write: WriteStep | None = None
 

@@ -54,7 +54,7 @@ from ..fs.body import NO_BODY, Body
 from ..http.access import access_plan
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
-from ..model import Prepared
+from ..model import ChunkSource, Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
@@ -204,7 +204,7 @@ async def complete(
         assert ticket is not None
         return await _admitted(deps, prepared, ticket, now, client)
     fd, prepared.fd = prepared.fd, -1
-    return _finished(site, prepared.plan, fd, ticket, req)
+    return _finished(site, prepared.plan, fd, ticket, req, prepared.take_chunks())
 
 
 async def access(
@@ -386,7 +386,7 @@ async def _admitted(
             prepared.close()
             return _finished(site, refusal, -1, ticket)
     fd, prepared.fd = prepared.fd, -1
-    return _finished(site, prepared.plan, fd, ticket)
+    return _finished(site, prepared.plan, fd, ticket, None, prepared.take_chunks())
 
 
 def failed(deps: Deps, exc: HTTPError, now: float, head_only: bool) -> Answer:
@@ -409,23 +409,28 @@ def finish(deps: Deps, plan: Plan, ticket: Ticket | None) -> Answer:
 
 
 def _finished(
-    site: Site | None, plan: Plan, fd: int, ticket: Ticket | None, req: RequestFacts | None = None
+    site: Site | None,
+    plan: Plan,
+    fd: int,
+    ticket: Ticket | None,
+    req: RequestFacts | None = None,
+    chunks: ChunkSource | None = None,
 ) -> Answer:
     """The site's finishing rules (its error pages first, then the built-in
     HTML page for a client that prefers it, then header rules), or without
     site rules the built-in page alone (:func:`serverio.http.errorpage.negotiated_error`,
     for ``req``'s Accept; no request, no choice: plain text); then the body
     source of the final plan (an error page replaces a body: the descriptor
-    is then closed)."""
+    and a chunk source, ``chunks``, are then closed)."""
     if site is None and req is not None and plan.status >= 400:
         plan = negotiated_error(plan, req.accept)
     if site is not None:
         try:
             plan = site.finish(plan, ticket)
         except BaseException:
-            Body((), fd).close()
+            Body((), fd, chunks).close()
             raise
-    return plan, Body.of(plan, fd), ticket
+    return plan, Body.of(plan, fd, chunks), ticket
 
 
 def record(

@@ -36,6 +36,7 @@ _CANONICAL = {
         "Content-Range",
         "Content-Encoding",
         "Content-Disposition",
+        "Transfer-Encoding",  # a body produced while sent (net.emit.Emitter.emit_chunks)
         "Location",
         "Allow",
         "Retry-After",

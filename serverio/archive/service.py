@@ -1,0 +1,81 @@
+"""``--archives``: the feature's hook (:class:`Archives`, a
+:class:`~serverio.pipeline.hooks.ListingView`).
+
+A GET or HEAD the handler resolved to a directory listing, with
+``?archive=`` in its query, is answered here instead of the listing page:
+the format is checked (400 for an unknown one), the members walked (413
+past the bounds), and the answer is the plan of
+:func:`serverio.archive.plan.archive_plan` with an
+:class:`~serverio.archive.stream.ArchiveStream` as its body.  The
+directory itself went through the pipeline's checks already (the hidden
+path route, the containment open, the site's request check), and its
+``served`` path travels on for the access hook's LISTING check.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..concurrency.blocking import Pool
+from ..config import Config
+from ..fs.jobs import OwnedFd
+from ..fs.opener import RootOpener
+from ..http.core import RequestFacts
+from ..http.negotiate import parse_query
+from ..model import Prepared
+from ..pipeline.content import ContentService
+from ..pipeline.hooks import ListingView
+from .plan import QUERY_KEY, Bounds, archive_format, archive_name, archive_plan
+from .stream import ArchiveStream, walk
+
+__all__ = ["Archives"]
+
+
+class Archives(ListingView):
+    """Folder archives for one server: its ``fs`` pool, its contained root,
+    and the content service (whose ``visible`` is the access hook on
+    listed names when the site has auth rules)."""
+
+    def __init__(
+        self, config: Config, fs: Pool, content: ContentService, opener: Callable[[], RootOpener]
+    ) -> None:
+        self.config = config
+        self.fs = fs
+        self.content = content
+        self.opener = opener
+        policy = config.content
+        self.bounds = Bounds(policy.archive_max_entries, policy.archive_max_bytes)
+        self.root_name = os.path.basename(os.path.normpath(str(config.root))) or "files"
+
+    def takes(self, req: RequestFacts) -> bool:
+        query = req.target.query
+        return query is not None and QUERY_KEY in query and QUERY_KEY in parse_query(query)
+
+    async def answer(self, req: RequestFacts, prepared: Prepared, now: float) -> Prepared:
+        """The archive's answer; HTTPError 400 (bad format), 413 (bounds).
+
+        Cancellation handling: ``prepared``'s directory moves to the walk,
+        which releases it in every case; ``prepared`` is closed here.
+        """
+        try:
+            fmt = archive_format(req.target.query)
+            assert fmt is not None  # takes() saw the key
+            top = OwnedFd(prepared.fd)
+            prepared.fd = -1
+            opener = self.opener()
+            visible = self.content.visible
+            members = await walk(
+                self.fs, opener, req, top, self.config.files.hidden, self.bounds, visible
+            )
+            segments = req.target.segments
+            name = archive_name(segments, self.root_name)
+            plan = archive_plan(req, now, fmt, name, private=visible is not None)
+            answer = Prepared(plan, served=prepared.served)
+            if plan.send_body:
+                answer.chunks = ArchiveStream(
+                    self.fs, opener, members, fmt, name, "/".join(segments), self.bounds.size
+                )
+            return answer
+        finally:
+            prepared.close()
