@@ -742,7 +742,8 @@ def normal_route(route: str, option: str) -> str:
         if bad:
             raise ConfigError(
                 f"{option}: route {route!r} must be '/'-separated plain names "
-                "(no '.', '..', dot names, percent-encoding, backslash, '?', '#' or empty segments)"
+                "(no '.', '..', dot names, percent-encoding, backslash, '?', '#' "
+                "or empty segments)"
             )
     return "/" + body
 

@@ -292,7 +292,8 @@ def config_fields(args: argparse.Namespace) -> dict[str, Any]:
         if opt.sets and opt.field is not None and out[opt.field]:
             out.update(opt.sets)
     for table in TABLES:
-        out[table.field] = tuple(getattr(args, table.field, ()))
+        if table.field not in _BY_DEST:  # [[mount]] is --mount's, read above
+            out[table.field] = tuple(getattr(args, table.field, ()))
     out["rules_source"] = getattr(args, "config", None) or ""
     return out
 
@@ -450,6 +451,15 @@ def _human_size(n: int) -> str:
     return str(n)
 
 
+def _mount(text: str) -> tuple[str, str]:
+    """One ``--mount ROUTE=DIR`` -> (route, directory); both checked by
+    FilesPolicy.validate (a missing directory is a one-line error, exit 2)."""
+    route, sep, directory = text.partition("=")
+    if not sep or not route or not directory:
+        raise argparse.ArgumentTypeError(f"must be ROUTE=DIR, got {text!r}")
+    return route, directory
+
+
 def _cidr(text: str) -> str:
     """One ``--trusted-proxies`` value, canonical (``10.0.0.1/8`` -> ``10.0.0.0/8``)."""
     try:
@@ -587,6 +597,13 @@ _FILES = (
        "size+mtime) or content (content hash for every file)", "Files", choices=ETAG_MODES),
     _O("sendfile", ("--no-sendfile",), "send file bodies through user space", "Files",
        kind="flag", invert=True),
+    _O("mounts", ("--mount",),
+       "serve DIR under ROUTE too (repeatable; the longest route wins; TOML: [[mount]] "
+       "tables with route and dir)", "Files", kind="list", metavar="ROUTE=DIR",
+       parse=_mount),
+    _O("route_prefix", ("--route-prefix",),
+       "serve the whole site (the directory and every mount) under PREFIX; 404 outside it",
+       "Files", metavar="PREFIX", default_text="none"),
 )
 
 _CONTENT = (
@@ -761,6 +778,9 @@ TABLES: tuple[Table, ...] = (
     Table("rewrites", "rewrites", "[[rewrites]]: from, to (internal)"),
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
+    # The TOML form of --mount (its namespace attribute): read into the
+    # option's own list, so the two spellings are one setting.
+    Table("mount", "mount", "[[mount]]: route, dir (--mount ROUTE=DIR)"),
 )
 
 # Settings (policy or Config fields) with no declaration, and why no user

@@ -238,13 +238,27 @@ def _read_auth(value: object, path: str) -> tuple[object, ...]:
     return tuple(out)
 
 
-TableReader = Callable[[object, str], tuple[object, ...]]
+def _read_mount(value: object, path: str) -> list[object]:
+    out: list[object] = []
+    for i, item in enumerate(_table_list(value, "mount", path)):
+        where = f"{path}: [[mount]] #{i + 1}"
+        _only(item, ("route", "dir"), where)
+        directory = _str(item, "dir", where)
+        # Relative to the configuration file, like every path a file names.
+        if not os.path.isabs(directory):
+            directory = os.path.join(os.path.dirname(os.path.abspath(path)), directory)
+        out.append((_str(item, "route", where), directory))
+    return out
+
+
+TableReader = Callable[[object, str], Sequence[object]]
 _READERS: dict[str, TableReader] = {
     "headers": _read_headers,
     "redirects": _read_redirects,
     "rewrites": _read_rewrites,
     "errors": _read_errors,
     "auth": _read_auth,
+    "mount": _read_mount,
 }
 # TOML key -> (namespace attribute, reader), from the declarations of
 # serverio.ops.options.TABLES: the attribute is the Config field, which
@@ -276,6 +290,8 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         lines += ["", "[[rewrites]]", f"from = {_toml_str(src)}", f"to = {_toml_str(to)}"]
     for glob, users in getattr(args, "auth", ()):
         lines += ["", "[[auth]]", f"path = {_toml_str(glob)}", f"users-file = {_toml_str(users)}"]
+    for route, directory in getattr(args, "mount", None) or ():
+        lines += ["", "[[mount]]", f"route = {_toml_str(route)}", f"dir = {_toml_str(directory)}"]
     if errors:
         lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
     return lines
@@ -368,6 +384,8 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The effective configuration (file + command line) as TOML."""
     lines = ["# serverio effective configuration (--print-config)"]
     for key, action in option_keys(parser).items():
+        if key in TABLES:
+            continue  # --mount: written as [[mount]] tables below
         value = getattr(args, action.dest, None)
         if _is_flag(action):
             value = value == action.const if action.const is not None else bool(value)
