@@ -254,3 +254,12 @@ def test_mount_dir_that_is_a_file_exits_2(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     done = run_cli("-d", str(tmp_path), "-b", "127.0.0.1", "--mount", f"/f={tmp_path / 'f'}", "0")
     assert done.returncode == 2 and "not a directory" in done.stderr
+
+
+def test_users_file_inside_a_mount_is_refused(tree: dict[str, Path]) -> None:
+    users = tree["d1"] / "users.htpasswd"
+    users.write_text(f"alice:{hash_password('wonderland', 1000)}\n")
+    from serverio.site.service import load_site
+
+    with pytest.raises(ConfigError, match="inside the served root"):
+        load_site(_cfg(tree, auth=(("/x/**", str(users)),)))  # type: ignore[arg-type]

@@ -292,8 +292,7 @@ def config_fields(args: argparse.Namespace) -> dict[str, Any]:
         if opt.sets and opt.field is not None and out[opt.field]:
             out.update(opt.sets)
     for table in TABLES:
-        if table.field not in _BY_DEST:  # [[mount]] is --mount's, read above
-            out[table.field] = tuple(getattr(args, table.field, ()))
+        out[table.field] = tuple(getattr(args, table.field, ()))
     out["rules_source"] = getattr(args, "config", None) or ""
     return out
 
@@ -778,9 +777,6 @@ TABLES: tuple[Table, ...] = (
     Table("rewrites", "rewrites", "[[rewrites]]: from, to (internal)"),
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
-    # The TOML form of --mount (its namespace attribute): read into the
-    # option's own list, so the two spellings are one setting.
-    Table("mount", "mount", "[[mount]]: route, dir (--mount ROUTE=DIR)"),
 )
 
 # Settings (policy or Config fields) with no declaration, and why no user

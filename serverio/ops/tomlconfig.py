@@ -37,7 +37,15 @@ from ..site.rules import merge_header_lines
 from .options import OPTIONS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
-__all__ = ["CLI_ONLY", "TABLES", "dump", "load", "option_keys", "parse_with_config"]
+__all__ = [
+    "CLI_ONLY",
+    "OPTION_TABLES",
+    "TABLES",
+    "dump",
+    "load",
+    "option_keys",
+    "parse_with_config",
+]
 
 # Options about the configuration itself (and help) have no TOML key.
 CLI_ONLY = frozenset({"help"} | {o.dest for o in OPTIONS if not o.toml})
@@ -136,6 +144,9 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
         if key in TABLES:
             dest, reader = TABLES[key]
             out[dest] = reader(value, path)
+            continue
+        if key in OPTION_TABLES:
+            out[keys[key].dest] = OPTION_TABLES[key](value, path)
             continue
         action = keys.get(key)
         if action is None and key in negations:
@@ -258,8 +269,11 @@ _READERS: dict[str, TableReader] = {
     "rewrites": _read_rewrites,
     "errors": _read_errors,
     "auth": _read_auth,
-    "mount": _read_mount,
 }
+# Options whose TOML form is an array of tables: --mount ROUTE=DIR is
+# [[mount]] route = ..., dir = ... (read into the option's own list, so
+# the two spellings are one setting; dump() writes it back as tables).
+OPTION_TABLES: dict[str, TableReader] = {"mount": _read_mount}
 # TOML key -> (namespace attribute, reader), from the declarations of
 # serverio.ops.options.TABLES: the attribute is the Config field, which
 # config_from_args reads and dump() writes back.
@@ -291,7 +305,10 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
     for glob, users in getattr(args, "auth", ()):
         lines += ["", "[[auth]]", f"path = {_toml_str(glob)}", f"users-file = {_toml_str(users)}"]
     for route, directory in getattr(args, "mount", None) or ():
-        lines += ["", "[[mount]]", f"route = {_toml_str(route)}", f"dir = {_toml_str(directory)}"]
+        # Absolute: a relative dir in a file is relative to the file, on
+        # the command line to the working directory.
+        where = _toml_str(os.path.abspath(directory))
+        lines += ["", "[[mount]]", f"route = {_toml_str(route)}", f"dir = {where}"]
     if errors:
         lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
     return lines
@@ -384,7 +401,7 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The effective configuration (file + command line) as TOML."""
     lines = ["# serverio effective configuration (--print-config)"]
     for key, action in option_keys(parser).items():
-        if key in TABLES:
+        if key in OPTION_TABLES:
             continue  # --mount: written as [[mount]] tables below
         value = getattr(args, action.dest, None)
         if _is_flag(action):
