@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from serverio.config import normal_route
+from serverio.config import Config, normal_route
 from serverio.errors import ConfigError
 from serverio.fs import filecache as _filecache
 from serverio.fs.mounts import MountedRoot, match_mount, mount_table
@@ -89,16 +89,16 @@ def tree(root: Path, tmp_path: Path) -> dict[str, Path]:
     return {"root": root, "d1": d1, "d2": d2}
 
 
-def _cfg(tree: dict[str, Path], **kw: object) -> object:
+def _cfg(tree: dict[str, Path], **kw: object) -> Config:
     mounts = (("/docs/", str(tree["d1"])), ("/docs/deep", str(tree["d2"])))
     return make_config(tree["root"], mounts=mounts, **kw)
 
 
 def test_mount_table_longest_first(tree: dict[str, Path]) -> None:
     cfg = _cfg(tree)
-    assert [r for r, _ in mount_table(cfg)] == ["docs/deep", "docs", ""]  # type: ignore[arg-type]
+    assert [r for r, _ in mount_table(cfg)] == ["docs/deep", "docs", ""]
     pre = _cfg(tree, route_prefix="/app/")
-    assert [r for r, _ in mount_table(pre)] == ["app/docs/deep", "app/docs", "app"]  # type: ignore[arg-type]
+    assert [r for r, _ in mount_table(pre)] == ["app/docs/deep", "app/docs", "app"]
     assert mount_table(make_config(tree["root"])) == ()
 
 
@@ -114,7 +114,7 @@ async def test_two_mounts_same_name_http1(
 ) -> None:
     monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)  # every file settled: cached
     cfg = _cfg(tree)
-    async with memory_connection(cfg) as (client, srv, _):  # type: ignore[arg-type]
+    async with memory_connection(cfg) as (client, srv, _):
         assert isinstance(srv.opener, MountedRoot)
         etags = set()
         for _ in range(3):  # cold, then warm-file cache hits and memos
@@ -129,7 +129,7 @@ async def test_two_mounts_same_name_http1(
 
 async def test_two_mounts_same_name_http2(tree: dict[str, Path]) -> None:
     cfg = _cfg(tree)
-    async with h2_memory(cfg) as (client, _, _):  # type: ignore[arg-type]
+    async with h2_memory(cfg) as (client, _, _):
         for _ in range(3):
             for path, body in SAME_NAME:
                 r = await client.get(path)
@@ -138,7 +138,7 @@ async def test_two_mounts_same_name_http2(tree: dict[str, Path]) -> None:
 
 async def test_listing_and_redirects_under_a_mount(tree: dict[str, Path]) -> None:
     cfg = _cfg(tree)
-    async with memory_connection(cfg) as (client, _, _):  # type: ignore[arg-type]
+    async with memory_connection(cfg) as (client, _, _):
         r = await client.get("/docs")
         assert (r.status, r.header("location")) == (301, "/docs/")
         r = await client.get("/docs/sub")
@@ -173,7 +173,7 @@ async def test_listing_and_redirects_under_a_mount(tree: dict[str, Path]) -> Non
 )
 async def test_traversal_out_of_a_mount_is_refused(tree: dict[str, Path], target: str) -> None:
     cfg = _cfg(tree)
-    async with memory_connection(cfg) as (client, _, _):  # type: ignore[arg-type]
+    async with memory_connection(cfg) as (client, _, _):
         r = await client.get(target)
         assert r.status in (400, 404), (target, r.status)
         assert b"OUTSIDE-SECRET" not in r.body and b"hello world" not in r.body
@@ -183,7 +183,7 @@ async def test_auth_rule_protects_a_mount(tree: dict[str, Path], tmp_path: Path)
     users = tmp_path / "users.htpasswd"
     users.write_text(f"alice:{hash_password('wonderland', 1000)}\n")
     cfg = _cfg(tree, auth=(("/docs/**", str(users)),))
-    async with memory_connection(cfg) as (client, _, _):  # type: ignore[arg-type]
+    async with memory_connection(cfg) as (client, _, _):
         for path in ("/docs/a.txt", "/docs/", "/docs/deep/", "/docs/sub/s.txt", "/docs/nope"):
             r = await client.get(path)
             assert r.status == 401, path
@@ -195,7 +195,7 @@ async def test_auth_rule_protects_a_mount(tree: dict[str, Path], tmp_path: Path)
 
 async def test_route_prefix(tree: dict[str, Path]) -> None:
     cfg = _cfg(tree, route_prefix="/app/")
-    async with memory_connection(cfg) as (client, _, _):  # type: ignore[arg-type]
+    async with memory_connection(cfg) as (client, _, _):
         r = await client.get("/app")
         assert (r.status, r.header("location")) == (301, "/app/")
         assert (await client.get("/app/")).status == 200
@@ -209,12 +209,12 @@ async def test_route_prefix(tree: dict[str, Path]) -> None:
 async def test_spa_file_of_the_matched_mount(tree: dict[str, Path]) -> None:
     (tree["d1"] / "index.html").write_text("<p>docs app</p>\n")
     cfg = _cfg(tree, spa="index.html")
-    async with memory_connection(cfg) as (client, _, _):  # type: ignore[arg-type]
+    async with memory_connection(cfg) as (client, _, _):
         assert (await client.get("/docs/some/route")).body == b"<p>docs app</p>\n"
         assert (await client.get("/docs/deep/route")).body == b"<p>deep index</p>\n"
         assert (await client.get("/route")).body == b"<h1>home</h1>\n"
     pre = _cfg(tree, spa="index.html", route_prefix="/app")
-    async with memory_connection(pre) as (client, _, _):  # type: ignore[arg-type]
+    async with memory_connection(pre) as (client, _, _):
         assert (await client.get("/elsewhere")).status == 404  # no SPA outside the prefix
         assert (await client.get("/app/route")).body == b"<h1>home</h1>\n"
 
@@ -262,4 +262,4 @@ def test_users_file_inside_a_mount_is_refused(tree: dict[str, Path]) -> None:
     from serverio.site.service import load_site
 
     with pytest.raises(ConfigError, match="inside the served root"):
-        load_site(_cfg(tree, auth=(("/x/**", str(users)),)))  # type: ignore[arg-type]
+        load_site(_cfg(tree, auth=(("/x/**", str(users)),)))
