@@ -171,7 +171,10 @@ async def test_listing_and_redirects_under_a_mount(tree: dict[str, Path]) -> Non
         "/docsx/a.txt",
     ],
 )
-async def test_traversal_out_of_a_mount_is_refused(tree: dict[str, Path], target: str) -> None:
+async def test_traversal_out_of_a_mount_is_refused(
+    tree: dict[str, Path], target: str, strategy: str
+) -> None:
+    # ``strategy``: every mount's RootOpener forced to openat2, walk, windows.
     cfg = _cfg(tree)
     async with memory_connection(cfg) as (client, _, _):
         r = await client.get(target)
