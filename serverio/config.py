@@ -43,6 +43,7 @@ __all__ = [
     "WatchPolicy",
     "field_path",
     "listener_http2",
+    "normal_route",
     "parse_host_port",
     "parse_listen",
     "parse_networks",
@@ -272,6 +273,11 @@ class FilesPolicy:
     max_ranges: int = 16
     # ETag rule (docs/features.md "Validators"): "auto" or "content".
     etag: str = "auto"
+    # --mount ROUTE=DIR / [[mount]] (docs/features.md "Mounts and a route
+    # prefix"): (route, directory); validate() normalises the routes
+    # ("/docs/" is "/docs").  --route-prefix: the whole site under it.
+    mounts: tuple[tuple[str, str], ...] = ()
+    route_prefix: str | None = None
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
@@ -286,7 +292,24 @@ class FilesPolicy:
                 raise ConfigError(f"--index {name!r} must be a plain file name")
         if self.cache_control is not None and not _is_field_value(self.cache_control):
             raise ConfigError("--cache-control must be a printable ASCII header value")
-        return self
+        prefix = None
+        if self.route_prefix is not None:
+            prefix = normal_route(self.route_prefix, "--route-prefix") or None
+        seen: set[str] = set()
+        mounts = []
+        for route, directory in self.mounts:
+            norm = normal_route(route, "--mount")
+            if not norm:
+                raise ConfigError("--mount: route '/' is the served directory itself (-d DIR)")
+            if norm in seen:
+                raise ConfigError(f"--mount: route {norm!r} is given twice")
+            if not os.path.isdir(directory):
+                raise ConfigError(
+                    f"--mount {norm}: directory {directory!r} does not exist or is not a directory"
+                )
+            seen.add(norm)
+            mounts.append((norm, directory))
+        return dataclasses.replace(self, mounts=tuple(mounts), route_prefix=prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -767,6 +790,34 @@ def parse_listen(text: str, option: str) -> tuple[str, int, str | None]:
 def listener_http2(proto: str | None, default: bool) -> bool:
     """Whether a listener with protocol suffix ``proto`` speaks HTTP/2."""
     return default if proto is None else proto == "h2"
+
+
+def normal_route(route: str, option: str) -> str:
+    """A mount route or route prefix in its one spelling: ``/docs`` for
+    ``/docs`` and ``/docs/``, ``""`` for ``/``.  ConfigError (naming
+    ``option``) unless it starts with ``/`` and its segments are plain
+    names: no ``.``/``..``, no hidden (dot) name, no percent-encoding,
+    backslash, control character or empty segment.  Routes are compared
+    with the *decoded* segments of a request (serverio.http.target), so an
+    encoded character in a route could never match."""
+    if not route.startswith("/"):
+        raise ConfigError(f"{option}: route {route!r} must start with '/'")
+    body = route[1:-1] if route.endswith("/") else route[1:]
+    if not body:
+        return ""
+    for seg in body.split("/"):
+        bad = (
+            not seg
+            or seg.startswith(".")
+            or any(c in "%\\?#" or ord(c) < 0x20 or ord(c) == 0x7F for c in seg)
+        )
+        if bad:
+            raise ConfigError(
+                f"{option}: route {route!r} must be '/'-separated plain names "
+                "(no '.', '..', dot names, percent-encoding, backslash, '?', '#' "
+                "or empty segments)"
+            )
+    return "/" + body
 
 
 def _opt(name: str) -> str:

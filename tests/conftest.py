@@ -19,8 +19,8 @@ import trio.testing
 import trustme
 
 from serverio import Config, Server
+from serverio.fs import mounts as _mounts
 from serverio.fs.opener import STRATEGIES, RootOpener
-from serverio.net import services as _services
 from serverio.net.connection import ConnectionTask
 from serverio.ops.options import env_names
 from testkit.simulation import open_fd_count as open_fd_count
@@ -129,7 +129,7 @@ def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
         probe.close()
         if not available:
             pytest.skip("openat2 is not available on this kernel")
-    monkeypatch.setattr(_services, "RootOpener", functools.partial(RootOpener, strategy=name))
+    monkeypatch.setattr(_mounts, "RootOpener", functools.partial(RootOpener, strategy=name))
     return name
 
 

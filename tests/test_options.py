@@ -236,6 +236,10 @@ def _sample_argv(opt: Option) -> list[str]:
         value = "3k"
     elif getattr(opt.parse, "__name__", "") == "_cidr":
         value = "10.0.0.1/8"
+    elif getattr(opt.parse, "__name__", "") == "_mount":
+        # --mount ROUTE=DIR (written back as [[mount]] tables)
+        # (absolute: a file's relative dir is relative to the file)
+        return [opt.flags[-1], '/a=/d "b" \\ c', opt.flags[-1], "/z=/y"]
     else:
         value = 'a "b" \\ c'  # quoting and escapes survive the TOML round trip
     if opt.kind == "positional":

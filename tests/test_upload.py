@@ -370,3 +370,21 @@ async def test_h1_a_body_deadline_mid_upload_is_408_and_leaves_nothing(
         pool = next(p for p in srv.services.pools if p.name == "write")
         assert await pool.wait_idle(trio.current_time() + 30) == 0
     assert temps(root) == [] and not (root / "slow.bin").exists()
+
+
+async def test_a_put_under_a_mount_writes_into_that_mounts_directory(
+    root: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs-dir"
+    docs.mkdir()
+    cfg = upload_config(root, mounts=[("/docs", str(docs))])
+    async with memory_connection(cfg) as (client, _srv, _):
+        status, hs, _ = await request(client, put("/docs/new.txt", b"mounted"))
+        assert status == 201 and hs["location"] == "/docs/new.txt"
+        assert (docs / "new.txt").read_bytes() == b"mounted"
+        assert not (root / "docs" / "new.txt").exists() and not (root / "new.txt").exists()
+        got = await client.get("/docs/new.txt")
+        assert got.body == b"mounted" and got.header("etag") == hs["etag"]
+        status, _, _ = await request(client, b"DELETE /docs/new.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert status == 204 and not (docs / "new.txt").exists()
+    assert temps(docs) == [] and temps(root) == []

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.jobs import OwnedFd
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..http.negotiate import parse_query
 from ..model import Prepared
@@ -38,7 +38,7 @@ class Archives(ListingView):
     listed names when the site has auth rules)."""
 
     def __init__(
-        self, config: Config, fs: Pool, content: ContentService, opener: Callable[[], RootOpener]
+        self, config: Config, fs: Pool, content: ContentService, opener: Callable[[], ContainedRoot]
     ) -> None:
         self.config = config
         self.fs = fs

@@ -23,7 +23,7 @@ from typing import Final
 from ..concurrency.blocking import Pool, run_blocking
 from ..errors import HTTPError
 from ..fs.jobs import OwnedFd, scan_listing
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..http.listing import Entry
 from ..http.reasons import reason_status
@@ -55,7 +55,7 @@ class ArchiveCut(Exception):
 
 async def walk(
     fs: Pool,
-    opener: RootOpener,
+    opener: ContainedRoot,
     req: RequestFacts,
     top: OwnedFd,
     hidden: bool,
@@ -160,7 +160,7 @@ class ArchiveStream:
     def __init__(
         self,
         fs: Pool,
-        opener: RootOpener,
+        opener: ContainedRoot,
         members: list[Member],
         fmt: str,
         top: str,

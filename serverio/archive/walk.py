@@ -23,13 +23,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ..fs.jobs import OwnedFd, Scan, scan_listing
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..fs.reads import pread
 
 __all__ = ["Opened", "Read", "close_opened", "close_read", "open_member", "read_span", "scan_at"]
 
 
-def scan_at(opener: RootOpener, relpath: str, hidden: bool, limit: int) -> Scan:
+def scan_at(opener: ContainedRoot, relpath: str, hidden: bool, limit: int) -> Scan:
     """Open ``relpath`` through the contained opener and scan it (blocking).
 
     Raises OSError (gone, refused, not a directory).
@@ -55,7 +55,7 @@ class Opened(NamedTuple):
     mode: int
 
 
-def open_member(opener: RootOpener, relpath: str) -> Opened:
+def open_member(opener: ContainedRoot, relpath: str) -> Opened:
     """Open a regular file through the contained opener (blocking).
 
     Raises OSError (gone, refused, no longer a regular file)."""

@@ -38,7 +38,7 @@ from ..http.readme import render_readme
 from ..http.target import WRITE_TEMP_PREFIX
 from ..model import Identity
 from . import winstat
-from .opener import RootOpener
+from .opener import ContainedRoot
 from .readme import Readme
 from .reads import pread
 
@@ -205,7 +205,7 @@ def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
 
 
 def scan_directory(
-    owned: OwnedFd, opener: RootOpener, relpath: str, hidden: bool, limit: int
+    owned: OwnedFd, opener: ContainedRoot, relpath: str, hidden: bool, limit: int
 ) -> tuple[list[Entry], bool]:
     """Scan one directory (blocking): the entries a client could fetch.
 
@@ -277,7 +277,7 @@ class Scan:
 
 
 def scan_listing(
-    owned: OwnedFd, opener: RootOpener, relpath: str, hidden: bool, limit: int
+    owned: OwnedFd, opener: ContainedRoot, relpath: str, hidden: bool, limit: int
 ) -> Scan:
     """Scan one directory (blocking) and digest what was found.
 

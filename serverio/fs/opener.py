@@ -47,12 +47,12 @@ import re
 import stat
 import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from . import winstat
 from .winpath import may_be_short_name, windows_name_problem
 
-__all__ = ["MAX_SYMLINKS", "STRATEGIES", "RootOpener"]
+__all__ = ["MAX_SYMLINKS", "STRATEGIES", "ContainedRoot", "RootOpener"]
 
 
 def _flag(name: str) -> int:
@@ -131,6 +131,28 @@ def _escape() -> OSError:
 
 def _hidden_name() -> OSError:
     return OSError(errno.EXDEV, "resolves through a hidden name")
+
+
+class ContainedRoot(Protocol):
+    """What resolution, listings and the warm-file cache open a request's
+    path through: a :class:`RootOpener`, or a
+    :class:`~serverio.fs.mounts.MountedRoot` (several, one per mount)."""
+
+    @property
+    def root_fd(self) -> int: ...
+
+    @property
+    def strategy(self) -> str: ...
+
+    def open(self, relpath: str, /) -> int: ...
+
+    def stat(self, relpath: str, /) -> os.stat_result: ...
+
+    def directory_path(self, relpath: str, fd: int, /) -> str: ...
+
+    def spa_path(self, relpath: str, spa: str, /) -> str | None: ...
+
+    def close(self) -> None: ...
 
 
 class RootOpener:
@@ -488,6 +510,12 @@ class RootOpener:
         got = [p.casefold() for p in _split_native(final) if p]
         want = [p.casefold() for p in _split_native(path) if p]
         return got == want
+
+    def spa_path(self, relpath: str, spa: str) -> str | None:
+        """The ``--spa`` file answering a missing ``relpath``: ``spa`` itself
+        (one root; :class:`~serverio.fs.mounts.MountedRoot` picks the
+        matched mount's)."""
+        return spa
 
     def directory_path(self, relpath: str, fd: int) -> str:
         """The path to list for the directory opened as ``fd`` from ``relpath``

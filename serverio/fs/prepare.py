@@ -75,7 +75,7 @@ from .filecache import (
     identity,
     settled,
 )
-from .opener import RootOpener
+from .opener import ContainedRoot
 from .reads import read_all
 
 __all__ = ["resolve", "stat_facts"]
@@ -88,7 +88,7 @@ log = logging.getLogger("serverio")
 _ABSENT = frozenset({Reason.NOT_FOUND, Reason.FORBIDDEN_NAME, Reason.DENIED})
 
 
-def _open_file(opener: RootOpener, rel: str) -> tuple[int, os.stat_result] | None:
+def _open_file(opener: ContainedRoot, rel: str) -> tuple[int, os.stat_result] | None:
     """Open ``rel`` if it is a regular file; None if it is missing or not one."""
     try:
         fd = opener.open(rel)
@@ -235,7 +235,7 @@ def _wants_bytes(req: RequestFacts) -> bool:
 def resolve(
     req: RequestFacts,
     cfg: Config,
-    opener: RootOpener,
+    opener: ContainedRoot,
     now: float,
     cache: FileCache | None = None,
     mono: float = UNTIMED,
@@ -271,11 +271,12 @@ def resolve(
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not spa_fallback_applies(req, cfg):
                 raise
             assert cfg.content.spa is not None
-            opened = _open_file(opener, cfg.content.spa)
-            if opened is None:
+            # Under mounts, the SPA file of the mount that matched.
+            spa = opener.spa_path(target.relpath, cfg.content.spa)
+            opened = None if spa is None else _open_file(opener, spa)
+            if opened is None or spa is None:
                 raise
             spa_fd, spa_st = opened  # ownership moves to _resolve_file
-            spa = cfg.content.spa
             return _resolve_file(req, cfg, opener, now, spa_fd, spa_st, spa, hashes=hashes)
         st = winstat.fstat(fd)
         relpath = target.relpath
@@ -311,7 +312,7 @@ def resolve(
 
 
 def _index_file(
-    opener: RootOpener, cfg: Config, directory: str
+    opener: ContainedRoot, cfg: Config, directory: str
 ) -> tuple[int, os.stat_result, str] | None:
     """The first of ``--index`` present as a regular file in ``directory``
     ("" for the root): its descriptor (the caller's), facts and path."""
@@ -326,7 +327,7 @@ def _index_file(
 def _resolve_file(
     req: RequestFacts,
     cfg: Config,
-    opener: RootOpener,
+    opener: ContainedRoot,
     now: float,
     fd: int,
     st: os.stat_result,
@@ -450,7 +451,7 @@ class _Hop(NamedTuple):
 
 def _sidecars(
     hop: _Hop,
-    opener: RootOpener,
+    opener: ContainedRoot,
     relpath: str,
     st: os.stat_result,
     facts: FileFacts,

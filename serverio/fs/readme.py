@@ -15,7 +15,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from .opener import RootOpener
+from .opener import ContainedRoot
 from .reads import pread
 
 __all__ = ["Readme", "read_readme"]
@@ -31,7 +31,7 @@ class Readme:
     digest: bytes  # of the bytes read (or of the size, when too large)
 
 
-def read_readme(opener: RootOpener, relpath: str, name: str, limit: int) -> Readme | None:
+def read_readme(opener: ContainedRoot, relpath: str, name: str, limit: int) -> Readme | None:
     """The README ``name`` of the directory ``relpath`` (``.``: the root),
     or None when it cannot be read as a regular file (gone since the scan,
     replaced by a directory or a FIFO, refused by the containment).

@@ -46,7 +46,7 @@ from typing import Any, Final
 from ..http.core import content_hasher
 from ..http.target import WRITE_TEMP_PREFIX
 from ..writes.names import UnsafeName, check_name
-from .opener import RootOpener
+from .opener import ContainedRoot
 
 __all__ = [
     "NO_REPLACE",
@@ -165,7 +165,7 @@ def _lstat(place: Placement, name: str) -> os.stat_result | None:
 
 
 def open_target(
-    opener: RootOpener, segments: tuple[str, ...], hidden: bool, min_free: int = 0
+    opener: ContainedRoot, segments: tuple[str, ...], hidden: bool, min_free: int = 0
 ) -> Placement:
     """The :class:`Placement` of ``segments`` (the request's decoded path,
     at least one segment); blocking.

@@ -42,7 +42,7 @@ import trio
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
@@ -143,7 +143,7 @@ class Server:
         return self.services.env
 
     @property
-    def opener(self) -> RootOpener:
+    def opener(self) -> ContainedRoot:
         return self.services.opener
 
     @property

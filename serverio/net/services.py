@@ -28,7 +28,8 @@ from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
-from ..fs.opener import RootOpener
+from ..fs.mounts import open_root
+from ..fs.opener import ContainedRoot
 from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
@@ -68,7 +69,7 @@ class Services:
         self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
         self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
-        self._opener: RootOpener | None = None
+        self._opener: ContainedRoot | None = None
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
         self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
@@ -136,15 +137,12 @@ class Services:
                 self.live.may_name = site.may_name
 
     @property
-    def opener(self) -> RootOpener:
+    def opener(self) -> ContainedRoot:
         """The contained root, opened on first use (``serve`` opens it
         before accepting anything)."""
         if self._opener is None:
-            self._opener = RootOpener(
-                self.config.root,
-                follow_symlinks=self.config.files.follow_symlinks,
-                hidden=self.config.files.hidden,
-            )
+            # One RootOpener, or one per mount (serverio.fs.mounts).
+            self._opener = open_root(self.config)
         return self._opener
 
     def close_root(self) -> None:

@@ -450,6 +450,15 @@ def _human_size(n: int) -> str:
     return str(n)
 
 
+def _mount(text: str) -> tuple[str, str]:
+    """One ``--mount ROUTE=DIR`` -> (route, directory); both checked by
+    FilesPolicy.validate (a missing directory is a one-line error, exit 2)."""
+    route, sep, directory = text.partition("=")
+    if not sep or not route or not directory:
+        raise argparse.ArgumentTypeError(f"must be ROUTE=DIR, got {text!r}")
+    return route, directory
+
+
 def _cidr(text: str) -> str:
     """One ``--trusted-proxies`` value, canonical (``10.0.0.1/8`` -> ``10.0.0.0/8``)."""
     try:
@@ -738,6 +747,24 @@ _FILES = (
         "Files",
         kind="flag",
         invert=True,
+    ),
+    _O(
+        "mounts",
+        ("--mount",),
+        "serve DIR under ROUTE too (repeatable; the longest route wins; TOML: [[mount]] "
+        "tables with route and dir)",
+        "Files",
+        kind="list",
+        metavar="ROUTE=DIR",
+        parse=_mount,
+    ),
+    _O(
+        "route_prefix",
+        ("--route-prefix",),
+        "serve the whole site (the directory and every mount) under PREFIX; 404 outside it",
+        "Files",
+        metavar="PREFIX",
+        default_text="none",
     ),
 )
 

@@ -37,7 +37,15 @@ from ..site.rules import merge_header_lines
 from .options import OPTIONS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
-__all__ = ["CLI_ONLY", "TABLES", "dump", "load", "option_keys", "parse_with_config"]
+__all__ = [
+    "CLI_ONLY",
+    "OPTION_TABLES",
+    "TABLES",
+    "dump",
+    "load",
+    "option_keys",
+    "parse_with_config",
+]
 
 # Options about the configuration itself (and help) have no TOML key.
 CLI_ONLY = frozenset({"help"} | {o.dest for o in OPTIONS if not o.toml})
@@ -136,6 +144,9 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
         if key in TABLES:
             dest, reader = TABLES[key]
             out[dest] = reader(value, path)
+            continue
+        if key in OPTION_TABLES:
+            out[keys[key].dest] = OPTION_TABLES[key](value, path)
             continue
         action = keys.get(key)
         if action is None and key in negations:
@@ -250,7 +261,20 @@ def _read_writable(value: object, path: str) -> tuple[object, ...]:
     return tuple(out)
 
 
-TableReader = Callable[[object, str], tuple[object, ...]]
+def _read_mount(value: object, path: str) -> list[object]:
+    out: list[object] = []
+    for i, item in enumerate(_table_list(value, "mount", path)):
+        where = f"{path}: [[mount]] #{i + 1}"
+        _only(item, ("route", "dir"), where)
+        directory = _str(item, "dir", where)
+        # Relative to the configuration file, like every path a file names.
+        if not os.path.isabs(directory):
+            directory = os.path.join(os.path.dirname(os.path.abspath(path)), directory)
+        out.append((_str(item, "route", where), directory))
+    return out
+
+
+TableReader = Callable[[object, str], Sequence[object]]
 _READERS: dict[str, TableReader] = {
     "headers": _read_headers,
     "redirects": _read_redirects,
@@ -259,6 +283,10 @@ _READERS: dict[str, TableReader] = {
     "auth": _read_auth,
     "writable": _read_writable,
 }
+# Options whose TOML form is an array of tables: --mount ROUTE=DIR is
+# [[mount]] route = ..., dir = ... (read into the option's own list, so
+# the two spellings are one setting; dump() writes it back as tables).
+OPTION_TABLES: dict[str, TableReader] = {"mount": _read_mount}
 # TOML key -> (namespace attribute, reader), from the declarations of
 # serverio.ops.options.TABLES: the attribute is the Config field, which
 # config_from_args reads and dump() writes back.
@@ -296,6 +324,11 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
             f"path = {_toml_str(glob)}",
             f"allow = {_toml_value(list(allow))}",
         ]
+    for route, directory in getattr(args, "mount", None) or ():
+        # Absolute: a relative dir in a file is relative to the file, on
+        # the command line to the working directory.
+        where = _toml_str(os.path.abspath(directory))
+        lines += ["", "[[mount]]", f"route = {_toml_str(route)}", f"dir = {where}"]
     if errors:
         lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
     return lines
@@ -388,6 +421,8 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The effective configuration (file + command line) as TOML."""
     lines = ["# serverio effective configuration (--print-config)"]
     for key, action in option_keys(parser).items():
+        if key in OPTION_TABLES:
+            continue  # --mount: written as [[mount]] tables below
         value = getattr(args, action.dest, None)
         if _is_flag(action):
             value = value == action.const if action.const is not None else bool(value)

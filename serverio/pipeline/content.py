@@ -47,7 +47,7 @@ from ..fs.jobs import (
     render_listing,
     scan_listing,
 )
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..fs.readme import Readme, read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
@@ -166,7 +166,7 @@ class ContentService:
     the root opener (called when a scan needs it)."""
 
     def __init__(
-        self, config: Config, stats: Stats, work: Pool, opener: Callable[[], RootOpener]
+        self, config: Config, stats: Stats, work: Pool, opener: Callable[[], ContainedRoot]
     ) -> None:
         self.config = config
         self.stats = stats

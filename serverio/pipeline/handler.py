@@ -49,7 +49,7 @@ import trio
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
 from ..http.decide import cache_candidate, decide, serve_cached
@@ -144,7 +144,7 @@ class Handler:
     def __init__(
         self,
         config: Config,
-        opener: Callable[[], RootOpener],
+        opener: Callable[[], ContainedRoot],
         *,
         fs: Pool,
         files: FileCache,
@@ -162,7 +162,7 @@ class Handler:
         # The opened root once asked for (the warm path then reads one
         # attribute, not a call through the server's lazy property);
         # forgotten when the server closes it (forget_root).
-        self._root: RootOpener | None = None
+        self._root: ContainedRoot | None = None
         self.fs = fs
         self.files = files
         self.content = content
@@ -174,7 +174,7 @@ class Handler:
         # request); see BodyStep.
         self.receive: BodyStep | None = None
 
-    def _opened(self) -> RootOpener:
+    def _opened(self) -> ContainedRoot:
         """The contained root (opened on first use by the server), kept."""
         root = self._root = self._opener()
         return root
@@ -468,7 +468,7 @@ def _cached(
 def prepare(
     req: RequestFacts,
     cfg: Config,
-    opener: RootOpener,
+    opener: ContainedRoot,
     now: float,
     boundary: str = "",
     cache: FileCache | None = None,

@@ -141,7 +141,9 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         )
         # A missing file is reported as missing (by _read_users), not as
         # "inside the served root": the fix is to create it, wherever.
-        if cfg.root and os.path.exists(path) and _inside(cfg.root, path):
+        served = [cfg.root] if cfg.root else []
+        served += [directory for _, directory in cfg.files.mounts]  # --mount: served too
+        if os.path.exists(path) and any(_inside(top, path) for top in served):
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
         auth.append((pattern, users, cost_profile(users.values())))

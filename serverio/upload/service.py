@@ -33,7 +33,7 @@ import trio
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..fs.filecache import FileCache
-from ..fs.opener import RootOpener
+from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
 from ..fs.writer import (
     Placement,
@@ -91,7 +91,7 @@ class Uploads:
         self,
         config: Config,
         stats: Stats,
-        opener: Callable[[], RootOpener],
+        opener: Callable[[], ContainedRoot],
         files: FileCache,
     ) -> None:
         self.config = config
