@@ -487,6 +487,7 @@ GROUPS = (
     "Files",
     "Content options",
     "Site rules",
+    "Upstreams",
     "Blocking work",
     "Output",
     "Development",
@@ -641,6 +642,33 @@ _SITE = (
        metavar="FILE", default_text="none"),
 )
 
+_UPSTREAMS = (
+    _O("proxy", ("--proxy",),
+       "forward requests under PREFIX to an upstream, http://HOST:PORT or unix:/PATH "
+       "(repeatable; the longest prefix wins)", "Upstreams",
+       kind="list", metavar="PREFIX=URL", default_text="none"),
+    _O("proxy_max_inflight", ("--proxy-max-inflight",),
+       "requests in flight to one upstream at once (past it: 503)", "Upstreams",
+       metavar="N", parse=int),
+    _O("proxy_keepalive", ("--proxy-keepalive",),
+       "idle keep-alive connections kept per upstream", "Upstreams", metavar="N", parse=int),
+    _O("proxy_connect_timeout", ("--proxy-connect-timeout",),
+       "seconds to connect to an upstream (then 504)", "Upstreams", metavar="S",
+       parse=_seconds),
+    _O("proxy_head_timeout", ("--proxy-head-timeout",),
+       "seconds from the request sent to the upstream's response head (then 504)",
+       "Upstreams", metavar="S", parse=_seconds),
+    _O("proxy_idle_timeout", ("--proxy-idle-timeout",),
+       "seconds an upstream body may pause between chunks (then the response is cut)",
+       "Upstreams", metavar="S", parse=_seconds),
+    _O("proxy_total_timeout", ("--proxy-total-timeout",),
+       "seconds for a whole proxied exchange (504 before the head, cut after)",
+       "Upstreams", metavar="S", parse=_seconds),
+    _O("proxy_host", ("--proxy-host",),
+       "the Host sent upstream: the client's (pass) or the upstream's own (upstream)",
+       "Upstreams", choices=("pass", "upstream")),
+)
+
 _WORK = (
     _O("fs_workers", ("--fs-workers",), "threads for filesystem preparation (0 = inline)",
        "Blocking work", metavar="N", parse=int),
@@ -751,7 +779,7 @@ _OPERATIONS = (
 )
 
 OPTIONS: tuple[Option, ...] = (
-    _WHERE + _CONNECTIONS + _HTTP2 + _FILES + _CONTENT + _SITE + _WORK + _OUTPUT
+    _WHERE + _CONNECTIONS + _HTTP2 + _FILES + _CONTENT + _SITE + _UPSTREAMS + _WORK + _OUTPUT
     + _DEVELOPMENT + _TLS + _PROCESSES + _OPERATIONS
 )
 
@@ -761,6 +789,8 @@ TABLES: tuple[Table, ...] = (
     Table("rewrites", "rewrites", "[[rewrites]]: from, to (internal)"),
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
+    Table("proxy", "proxy_routes",
+          "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and remove"),
 )
 
 # Settings (policy or Config fields) with no declaration, and why no user
@@ -771,6 +801,7 @@ NOT_SETTABLE: dict[str, str] = {
     "root": "derived by Config.validate: the real path of the directory",
     "source_date_epoch": "derived by Config.validate from $SOURCE_DATE_EPOCH",
     "proxy_networks": "derived by Config.validate from --trusted-proxies",
+    "routes": "derived by Config.validate from --proxy and [[proxy]]",
 }
 
 _BY_DEST: dict[str, Option] = {o.dest: o for o in OPTIONS}
