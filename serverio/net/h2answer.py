@@ -80,6 +80,9 @@ class StreamAnswer:
             keep_alive=True,
             has_body=st.open_body,
             tls=self._tls,
+            fields=head.fields,
+            version=b"2",
+            authority=head.authority,
             **f.values,
         )
         return facts, f
@@ -114,7 +117,8 @@ class StreamAnswer:
             req, fields = self.facts(st)
             if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
-            if st.body is not None and env.handler.receive is not None:
+            handler = env.handler
+            if st.body is not None and (handler.receive is not None or handler.proxy is not None):
                 # A step may read the content; without one the content is
                 # left unread (the stream is reset NO_ERROR after the
                 # answer) and the request takes the usual path below.
@@ -123,6 +127,11 @@ class StreamAnswer:
                 got = start(env, req, now)
                 if type(got) is tuple and got[1].fd < 0:
                     return got, fields, client
+                if type(got) is Waiting and got.proxied is not None:
+                    # A proxied request holds no descriptor: no slot to wait for.
+                    answer = await complete(env, got, now, client, run_deferred)
+                    assert answer is not None  # run_deferred never gives None
+                    return answer, fields, client
                 if type(got) is tuple:
                     got[1].close()
                 elif type(got) is Waiting and got.deferred is not None:

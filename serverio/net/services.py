@@ -19,6 +19,7 @@ for, then abandoned, by the lifecycle (step 5).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from ..concurrency.blocking import Pool
@@ -32,6 +33,7 @@ from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
+from ..proxy.service import ProxyService
 from ..site.service import load_site
 from .connection import ConnectionTask
 from .env import ConnectionEnv
@@ -69,6 +71,7 @@ class Services:
         self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
         self.pools = [self.fs, self.work]
         self.live: LiveReload | None = None
+        self.proxy: ProxyService | None = None
         self.handler = self._handler()
         self.env = ConnectionEnv(
             config,
@@ -91,6 +94,10 @@ class Services:
             self.pools.append(watch)
             self.live = LiveReload(config, watch, self.files, self.content)
             self.hooks = self.live.hooks(self.fs)
+        if config.proxy.routes:
+            # The reverse proxy (serverio.proxy), on the pipeline's proxy hook.
+            self.proxy = ProxyService(config, self.stats.proxy)
+            self.hooks = dataclasses.replace(self.hooks, proxy=self.proxy)
         return Handler(
             config,
             lambda: self.opener,
@@ -108,6 +115,8 @@ class Services:
             return
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
+        if self.proxy is not None:
+            site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
         if site.rules.auth:

@@ -155,6 +155,7 @@ class Handler:
         self.hooks = hooks
         # Flat copies for the warm path: an absent hook costs one test.
         self.router = hooks.route
+        self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
         self._transform = hooks.transform
         self._opener = opener
         # The opened root once asked for (the warm path then reads one

@@ -20,22 +20,30 @@ GET of a server without hooks makes exactly the calls it made before.
 * :attr:`Hooks.events`, an :class:`EventSource`: the long-lived stream an
   answer with ``plan.stream`` set hands its connection to; the only thing
   a transport knows of the feature behind it.
+* :attr:`Hooks.proxy`, a :class:`Proxy`: the reverse proxy
+  (:mod:`serverio.proxy`).  Its :meth:`~Proxy.match` is asked after the
+  reserved paths and before the core's routing (a proxied path is no file:
+  no 405 for a POST, no 404 for a hidden name); with site rules, after the
+  site's CORS preflight and access rules on the request path, and after its
+  redirects and rewrites.  A matched request is answered by
+  :meth:`~Proxy.forward` (its content, if any, streamed upstream; the
+  answer's body streamed down, a :class:`~serverio.model.StreamBody`).
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
-from ..model import Prepared
+from ..model import Body, Prepared
 
-__all__ = ["NO_HOOKS", "EventSource", "Hooks", "Router", "Transform"]
+__all__ = ["NO_HOOKS", "EventSource", "Hooks", "Proxy", "Router", "Transform", "Upload"]
 
 
 # The answer to a reserved path (a GET or HEAD), or None: not one of its
@@ -92,6 +100,46 @@ class EventSource(Protocol):
         ...
 
 
+class Upload(Protocol):
+    """A request's content as the proxy streams it upstream (the shape of
+    :class:`serverio.net.reqbody.RequestBody`: ``declared`` is its
+    Content-Length or None, ``async for`` pulls it)."""
+
+    @property
+    def declared(self) -> int | None: ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
+class Proxy(Protocol):
+    """Requests answered by an upstream server instead of the files."""
+
+    def match(self, req: RequestFacts) -> object | None:
+        """The route ``req``'s path falls under (longest prefix, segment
+        boundaries), or None.  Synchronous and pure: asked of every request
+        that reaches routing while the hook is installed."""
+        ...
+
+    async def forward(
+        self,
+        route: object,
+        req: RequestFacts,
+        content: Upload | None,
+        now: float,
+        client: Callable[[], str],
+    ) -> tuple[Plan, Body]:
+        """The upstream's answer: its plan (status and fields, already
+        filtered) and a body the transport owns and closes.  Raises an
+        :class:`~serverio.errors.HTTPError` (502, 503, 504) when there is
+        no upstream answer to pass on.
+
+        Cancellation handling: cancelled before it returns, it closes the
+        upstream connection (never pooled mid-exchange); after it returns,
+        closing the body does.
+        """
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Hooks:
     """The hooks of one server's pipeline; each None when unused."""
@@ -99,6 +147,7 @@ class Hooks:
     route: Router | None = None
     transform: Transform | None = None
     events: EventSource | None = None
+    proxy: Proxy | None = None
     running: Callable[[], AbstractAsyncContextManager[None]] | None = None
 
 

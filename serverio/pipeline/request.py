@@ -46,7 +46,7 @@ from typing import Protocol
 
 import trio
 
-from ..config import Config
+from ..config import Config, IPNetwork
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
 from ..http.access import access_plan
@@ -60,10 +60,12 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
+from .hooks import Proxy, Upload
 
 __all__ = [
     "Answer",
     "Deps",
+    "ForwardedClient",
     "Wait",
     "Waiting",
     "access",
@@ -103,31 +105,52 @@ Answer = tuple[Plan, Body, "Ticket | None"]
 
 class Waiting:
     """A request :func:`start` could not answer without awaiting: the site
-    rules still to run (``deferred`` None), or the handler's Deferred."""
+    rules still to run (``deferred`` None), the handler's Deferred, or
+    (without site rules) a proxied request, ``proxied`` its route."""
 
-    __slots__ = ("deferred", "req")
+    __slots__ = ("deferred", "proxied", "req")
 
-    def __init__(self, req: RequestFacts, deferred: Deferred | None) -> None:
+    def __init__(
+        self, req: RequestFacts, deferred: Deferred | None, proxied: object | None = None
+    ) -> None:
         self.req = req
         self.deferred = deferred
+        self.proxied = proxied
 
 
 def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Callable[[], str]:
     """Who sent ``req``, for the access log and the auth limiter: ``peer``
     itself without ``--trusted-proxies`` (no work at all), else the client a
     trusted proxy names (:func:`serverio.site.forwarded.client_address`),
-    looked up once and only when asked."""
+    looked up once and only when asked (a :class:`ForwardedClient`)."""
     networks = config.site.proxy_networks
     if not networks or (req.forwarded is None and req.x_forwarded_for is None):
         return peer
-    got: list[str] = []
+    return ForwardedClient(peer, req, networks)
 
-    def client() -> str:
-        if not got:
-            got.append(client_address(peer(), req.forwarded, req.x_forwarded_for, networks))
-        return got[0]
 
-    return client
+class ForwardedClient:
+    """The client a trusted proxy names, looked up once when called;
+    :attr:`peer` is the connection's own peer (the reverse proxy reads it
+    to decide whether to append to the forwarding fields it got)."""
+
+    __slots__ = ("_got", "_networks", "_req", "peer")
+
+    def __init__(
+        self, peer: Callable[[], str], req: RequestFacts, networks: tuple[IPNetwork, ...]
+    ) -> None:
+        self.peer = peer
+        self._req = req
+        self._networks = networks
+        self._got: str | None = None
+
+    def __call__(self) -> str:
+        if self._got is None:
+            req = self._req
+            self._got = client_address(
+                self.peer(), req.forwarded, req.x_forwarded_for, self._networks
+            )
+        return self._got
 
 
 def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
@@ -137,6 +160,9 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     handler = deps.handler
     router = handler.router  # the hooks' router of reserved paths (None: no call)
     if router is None or (plan := router(req, now)) is None:
+        proxy = handler.proxy  # the proxy hook (None: no call)
+        if proxy is not None and (matched := proxy.match(req)) is not None:
+            return Waiting(req, None, matched)
         plan = route(req, deps.config, now)
     if plan is not None:
         if plan.status >= 400:
@@ -157,9 +183,16 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
 
 
 async def complete(
-    deps: Deps, waiting: Waiting, now: float, client: Callable[[], str], wait: Wait
+    deps: Deps,
+    waiting: Waiting,
+    now: float,
+    client: Callable[[], str],
+    wait: Wait,
+    content: Upload | None = None,
 ) -> Answer | None:
     """The rest of the answer; None when the client went away while it waited.
+    ``content``: the request's content, for a proxied request (the proxy
+    streams it upstream; nothing else reads it here).
 
     Cancellation handling: the Deferred is handed to ``wait``, which closes
     it in every case (the handler closes what it held when cancelled); a
@@ -172,13 +205,20 @@ async def complete(
     ticket: Ticket | None = None
     try:
         if deferred is None:
-            assert site is not None
+            proxy = deps.handler.proxy
+            if site is None:
+                assert proxy is not None and waiting.proxied is not None
+                return await _forward(deps, proxy, waiting.proxied, req, content, now, client, None, wait)
             ticket = await site.route(req, now, client)
             plan, req = ticket.plan, ticket.req
             if plan is not None:
                 if plan.stream:
                     return plan, NO_BODY, ticket  # the transport's own branch
                 return _finished(site, plan, -1, ticket, req)
+            # The site's rules (CORS, access on the request path, redirects,
+            # rewrites) have passed: a proxied path goes upstream now.
+            if proxy is not None and (matched := proxy.match(req)) is not None:
+                return await _forward(deps, proxy, matched, req, content, now, client, ticket, wait)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
                 return await _admitted(deps, got, ticket, now, client)
@@ -261,9 +301,57 @@ async def complete_body(
             return _finished(None, plan, -1, None, req)
     got = start(deps, req, now)
     if type(got) is Waiting:
-        return await complete(deps, got, now, client, wait)
+        return await complete(deps, got, now, client, wait, content)
     assert type(got) is tuple
     return got
+
+
+async def _forward(
+    deps: Deps,
+    proxy: Proxy,
+    matched: object,
+    req: RequestFacts,
+    content: Upload | None,
+    now: float,
+    client: Callable[[], str],
+    ticket: Ticket | None,
+    wait: Wait,
+) -> Answer | None:
+    """A proxied request's answer (:meth:`serverio.pipeline.hooks.Proxy.forward`),
+    with the site's header rules and CORS fields (never an error page: the
+    upstream's body is the answer); None when the client went away while
+    the upstream worked.  An HTTPError (502, 503, 504) is raised to
+    :func:`complete`, which answers it like any other.
+
+    The exchange runs as a Deferred through the transport's ``wait``, so
+    that a client that goes away cancels it as it cancels any handler step
+    (HTTP/1.1's disconnect watcher, HTTP/2's RST_STREAM).
+
+    Cancellation handling: the proxy closes what it holds if cancelled; an
+    answer that arrived for a client already gone, or whose site finishing
+    failed, has its body closed here.
+    """
+    got: list[tuple[Plan, Body]] = []
+
+    async def step(_: Prepared | None) -> Prepared:
+        got.append(await proxy.forward(matched, req, content, now, client))
+        return Prepared(got[0][0])  # the plan alone; the body stays in ``got``
+
+    try:
+        if await wait(Deferred(step)) is None:
+            return None  # the client went away (the body, if any, is closed below)
+        plan, body = got.pop()
+    finally:
+        for _, left in got:
+            left.close()
+    site = deps.site
+    if site is not None:
+        try:
+            plan = site.finish(plan, ticket, pages=False)
+        except BaseException:
+            body.close()
+            raise
+    return plan, body, ticket
 
 
 async def _admitted(
