@@ -692,6 +692,8 @@ CONDITIONAL_FIELDS: Final = (
     "range",
     "if_range",
 )
+
+
 def without_conditions(req: RequestFacts) -> RequestFacts:
     """``req`` with no precondition and no Range: the request for the whole
     current representation (live reload resolves the base page this way

@@ -149,9 +149,7 @@ def _is_preface(event: Head, requests: int) -> bool:
 # What an access-log line of a response needs besides its size: client,
 # request head, status, start (trio time), start (wall clock), user agent,
 # referer, request id.
-_LogFields = tuple[
-    Callable[[], str], Head, int, float, float, str | None, str | None, str | None
-]
+_LogFields = tuple[Callable[[], str], Head, int, float, float, str | None, str | None, str | None]
 
 
 def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
@@ -159,8 +157,21 @@ def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
     the ordinary way: cut off mid-body (``cut=True``: its bytes sent) or an
     event stream that ended (``counted=False``)."""
     client, event, status, started, now, ua, referer, request_id = f
-    record(env, client, event.method, event.target, event.http_version, status, size,
-           started, now, ua, referer, request_id, **kind)
+    record(
+        env,
+        client,
+        event.method,
+        event.target,
+        event.http_version,
+        status,
+        size,
+        started,
+        now,
+        ua,
+        referer,
+        request_id,
+        **kind,
+    )
 
 
 class ConnectionTask:
@@ -471,8 +482,20 @@ class ConnectionTask:
         finally:
             if body is not None:
                 body.close()
-        record(env, client, event.method, event.target, event.http_version, plan.status, sent,
-               started, now, ua, referer, request_id)
+        record(
+            env,
+            client,
+            event.method,
+            event.target,
+            event.http_version,
+            plan.status,
+            sent,
+            started,
+            now,
+            ua,
+            referer,
+            request_id,
+        )
         if content is not None and not close:
             return await _drain(content, self.life, reader)
         return not close

@@ -353,4 +353,3 @@ class HeadReader:
         if error is not None:
             raise error
         return result
-

@@ -89,9 +89,7 @@ def _signal_number(name: str) -> int | None:
 # -1 where the platform has no SIGHUP: never equal to a delivered signal.
 SIGHUP: int = _signal_number("SIGHUP") or -1
 SIGNALS: tuple[int, ...] = tuple(
-    s
-    for s in (signal.SIGINT, signal.SIGTERM, SIGHUP, _signal_number("SIGBREAK") or -1)
-    if s > 0
+    s for s in (signal.SIGINT, signal.SIGTERM, SIGHUP, _signal_number("SIGBREAK") or -1) if s > 0
 )
 
 
@@ -380,4 +378,3 @@ def make_admin_handler(server: Server, stopping: Callable[[], bool]) -> AdminHan
         return text(404, "not found\n")
 
     return handler
-

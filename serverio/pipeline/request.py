@@ -208,7 +208,9 @@ async def complete(
             proxy = deps.handler.proxy
             if site is None:
                 assert proxy is not None and waiting.proxied is not None
-                return await _forward(deps, proxy, waiting.proxied, req, content, now, client, None, wait)
+                return await _forward(
+                    deps, proxy, waiting.proxied, req, content, now, client, None, wait
+                )
             ticket = await site.route(req, now, client)
             plan, req = ticket.plan, ticket.req
             if plan is not None:

@@ -64,7 +64,11 @@ def close_stream(stream: trio.abc.Stream) -> None:
     if isinstance(stream, trio.SocketStream):
         stream.socket.close()
         return
-    for part in (stream, getattr(stream, "send_stream", None), getattr(stream, "receive_stream", None)):
+    for part in (
+        stream,
+        getattr(stream, "send_stream", None),
+        getattr(stream, "receive_stream", None),
+    ):
         close = getattr(part, "close", None)
         if callable(close):
             close()
@@ -97,7 +101,9 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         try:
-            await self.stream.send_all(conn.send(h11.Request(method=method, target=target, headers=fields)))
+            await self.stream.send_all(
+                conn.send(h11.Request(method=method, target=target, headers=fields))
+            )
             if content is not None:
                 async for chunk in content:
                     out = conn.send(h11.Data(data=chunk))

@@ -60,8 +60,16 @@ HOP_BY_HOP: Final = frozenset(
 # What the proxy sets itself upstream (framing, Host, 100-continue handled
 # here, the forwarding fields) and never copies from the client.
 _SET_UP: Final = frozenset(
-    {b"host", b"content-length", b"expect", b"forwarded", b"x-forwarded-for",
-     b"x-forwarded-proto", b"x-forwarded-host", b"via"}
+    {
+        b"host",
+        b"content-length",
+        b"expect",
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"via",
+    }
 )
 VIA: Final = b"1.1 serverio"
 
@@ -122,9 +130,7 @@ def forwarded_for(address: str) -> bytes:
     return address.encode("ascii", "replace")
 
 
-def _edit(
-    out: Fields, remove: Sequence[str], sets: Sequence[tuple[str, str]]
-) -> Fields:
+def _edit(out: Fields, remove: Sequence[str], sets: Sequence[tuple[str, str]]) -> Fields:
     """A route's own edits: removed names, then set fields (replacing)."""
     drop = {n.lower().encode("latin-1") for n in remove}
     drop.update(n.lower().encode("latin-1") for n, _ in sets)
