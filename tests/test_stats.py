@@ -21,7 +21,10 @@ ORDER = (
     "buffered_responses read_errors internal_errors bytes_sent listings "
     "compressed_responses compress_fallbacks digest_omitted tls_handshake_failures "
     "h2_connections h2_streams h2_refused_streams h2_stream_errors h2_client_resets "
-    "h2_calm h2_protocol_errors auth_failures"
+    "h2_calm h2_protocol_errors auth_failures proxy_requests proxy_connects proxy_reuses "
+    "proxy_busy proxy_errors_connect proxy_errors_reset proxy_errors_framing "
+    "proxy_timeouts_connect proxy_timeouts_head proxy_timeouts_idle proxy_timeouts_total "
+    "proxy_cancelled proxy_bytes_up proxy_bytes_down"
 ).split()
 
 
@@ -54,7 +57,8 @@ def test_each_counter_lands_under_its_flat_name() -> None:
     assert stats.as_dict() == {flat: i for i, (flat, _, _) in enumerate(FLAT, start=1)}
     line = stats.summary({"file": {"hits": 7, "misses": 1}}, ("hits",))
     assert line.startswith("accepted=1 rejected=2 completed=3 ")
-    assert line.endswith(" auth_failures=29 cache_file_hits=7")
+    assert " auth_failures=29 proxy_requests=30 " in line
+    assert line.endswith(" proxy_bytes_down=43 cache_file_hits=7")
 
 
 def test_groups_are_separate_objects_per_stats() -> None:
