@@ -48,8 +48,8 @@ __all__ = [
     "parse_listen",
     "parse_networks",
     "parse_proxy_spec",
-    "proxy_route",
     "parse_upstream",
+    "proxy_route",
 ]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
@@ -133,7 +133,9 @@ class ListenPolicy:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= _MAX_PROCESSES:
-            raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}")
+            raise ConfigError(
+                f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}"
+            )
         for fd in self.fds:
             if not isinstance(fd, int) or fd < 0:
                 raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
@@ -161,7 +163,9 @@ class ListenPolicy:
                 and not self.fds
                 and any(port == p and _same_host(host, h) for h, p in public)
             ):
-                raise ConfigError("--admin-bind must not be the public address (use another port)")
+                raise ConfigError(
+                    "--admin-bind must not be the public address (use another port)"
+                )
         return self
 
 
@@ -605,12 +609,9 @@ def parse_proxy_spec(text: str, where: str = "--proxy") -> ProxyRoute:
 def proxy_route(prefix: str, url: str, where: str, **more: Any) -> ProxyRoute:
     """A checked ProxyRoute: the prefix an absolute path of plain segments."""
     segments = prefix.strip("/").split("/")
-    if (
-        not prefix.startswith("/")
-        or any(s in (".", "..") for s in segments)
-        or any(c in prefix for c in "%?#\\\x00")
-        or "//" in prefix
-    ):
+    if not prefix.startswith("/") or any(s in (".", "..") for s in segments) or any(
+        c in prefix for c in "%?#\\\x00"
+    ) or "//" in prefix:
         raise ConfigError(
             f"{where}: the prefix must be an absolute path such as /api, got {prefix!r}"
         )
@@ -639,12 +640,8 @@ class ProxyPolicy:
         _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0)))
         _check_seconds(
             self,
-            (
-                "proxy_connect_timeout",
-                "proxy_head_timeout",
-                "proxy_idle_timeout",
-                "proxy_total_timeout",
-            ),
+            ("proxy_connect_timeout", "proxy_head_timeout", "proxy_idle_timeout",
+             "proxy_total_timeout"),
         )
         if self.proxy_host not in PROXY_HOST_MODES:
             raise ConfigError(f"--proxy-host must be pass or upstream, got {self.proxy_host!r}")
@@ -827,7 +824,9 @@ def parse_listen(text: str, option: str) -> tuple[str, int, str | None]:
     if not slash:
         address, proto = text, ""
     elif proto not in LISTEN_PROTOCOLS:
-        raise ConfigError(f"{option}: the protocol after '/' must be h1 or h2, got {text!r}")
+        raise ConfigError(
+            f"{option}: the protocol after '/' must be h1 or h2, got {text!r}"
+        )
     host, port = parse_host_port(address, option)
     return host, port, proto or None
 

@@ -321,7 +321,9 @@ class CachedFile:
     # (coding, representation, the sidecar states the choice depends on)
     # that serverio.http.decide.cache_candidate made (``learned``), stored
     # by the handler, at most CHOICES_KEPT of them.
-    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(default_factory=dict)
+    choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(
+        default_factory=dict
+    )
 
 
 # Distinct Accept-Encoding values memoised per entry: browsers send a

@@ -4,20 +4,34 @@ streams) in front of a real HTTP/1.1 upstream on loopback port 0."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
 from h2.errors import ErrorCodes
 
+from serverio import Server
 from tests.conftest import make_config
 from tests.h2client import h2_memory
 from tests.proxy_upstream import upstream
 
 
+# h2_memory runs no Server.serve (whose end closes the pooled upstream
+# connections), so each test closes them itself.
+@asynccontextmanager
+async def _closing(srv: Server) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        assert srv.env.handler.proxy is not None
+        srv.env.handler.proxy.close_idle()  # type: ignore[attr-defined]
+
+
 async def test_an_h2_get_goes_upstream_as_http11(root: Path) -> None:
     async with upstream() as up:
         cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
-        async with h2_memory(cfg) as (client, srv, _):
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
             r = await client.get("/api/json?a=1", [("cookie", "a=1"), ("cookie", "b=2")])
             assert r.status == 200 and json.loads(r.body)["target"] == "/api/json?a=1"
             assert "connection" not in r.headers and "keep-alive" not in r.headers
@@ -34,7 +48,7 @@ async def test_an_h2_get_goes_upstream_as_http11(root: Path) -> None:
 async def test_h2_data_becomes_an_http11_body(root: Path) -> None:
     async with upstream() as up:
         cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
-        async with h2_memory(cfg) as (client, _, _):
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
             sid = client.request("/api/echo", "POST", end_stream=False)
             client.conn.send_data(sid, b"hello ", end_stream=False)
             client.conn.send_data(sid, b"world", end_stream=True)
@@ -54,7 +68,7 @@ async def test_h2_data_becomes_an_http11_body(root: Path) -> None:
 async def test_rst_stream_closes_the_upstream_connection(root: Path) -> None:
     async with upstream() as up:
         cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
-        async with h2_memory(cfg) as (client, srv, _):
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
             sid = client.request("/api/never")
             await client.flush()
             with trio.fail_after(5):
@@ -62,7 +76,7 @@ async def test_rst_stream_closes_the_upstream_connection(root: Path) -> None:
             client.conn.reset_stream(sid, ErrorCodes.CANCEL)
             await client.flush()
             with trio.fail_after(5):
-                while up.closed_by_peer == 0:
+                while up.closed_by_peer == 0:  # noqa: ASYNC110 - state the peer owns
                     await trio.sleep(0.01)
             pool = next(iter(srv.env.handler.proxy.pools.values()))  # type: ignore[union-attr]
             assert pool.opened == 0 and pool.inflight == 0
@@ -74,7 +88,7 @@ async def test_rst_stream_closes_the_upstream_connection(root: Path) -> None:
 async def test_an_upstream_reset_mid_body_resets_the_stream(root: Path) -> None:
     async with upstream() as up:
         cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
-        async with h2_memory(cfg) as (client, srv, _):
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
             sid = client.request("/api/reset")
             await client.flush()
             with trio.fail_after(5):

@@ -229,3 +229,4 @@ async def run_blocking(
     if handoff.error is not None:
         raise handoff.error
     return handoff.value  # type: ignore[return-value]
+

@@ -353,15 +353,8 @@ def parse_lockinfo(body: bytes) -> LockInfo | None:
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"})
 _ATTR_ESCAPES = str.maketrans(
-    {
-        "&": "&amp;",
-        "<": "&lt;",
-        ">": "&gt;",
-        '"': "&quot;",
-        "\r": "&#13;",
-        "\n": "&#10;",
-        "\t": "&#9;",
-    }
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\r": "&#13;", "\n": "&#10;",
+     "\t": "&#9;"}
 )
 
 

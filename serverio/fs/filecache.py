@@ -64,7 +64,6 @@ RACY_SECONDS = 2.0
 # Accounted per entry on top of its bytes (dict slot, entry object, facts).
 _ENTRY_OVERHEAD = 512
 
-
 def identity(st: os.stat_result) -> Identity:
     """What must be unchanged for cached bytes to still be the file's."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -189,6 +189,8 @@ def _facts(
     return facts, data
 
 
+
+
 def _failed(exc: OSError) -> Resolution:
     """The ERROR resolution of a filesystem call that raised ``exc``: its
     reason and errno (an errno that says nothing we can act on is logged
@@ -206,7 +208,9 @@ def _wants_bytes(req: RequestFacts) -> bool:
     it: not for HEAD, nor for a revalidation (If-None-Match,
     If-Modified-Since: usually a 304).  A hint only: a body that turns out
     to be needed after all is streamed from the descriptor."""
-    return req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
+    return (
+        req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
+    )
 
 
 def resolve(

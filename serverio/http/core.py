@@ -108,13 +108,6 @@ class RequestFacts:
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
-    # Read only by the reverse proxy (serverio.proxy), which re-serialises
-    # the request upstream: every field as received (lower-case names; the
-    # transport's own list, not copied), the protocol version (b"1.1",
-    # b"1.0", b"2") and HTTP/2's :authority.
-    fields: Sequence[tuple[bytes, bytes]] = ()
-    version: bytes = b"1.1"
-    authority: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,8 +685,6 @@ CONDITIONAL_FIELDS: Final = (
     "range",
     "if_range",
 )
-
-
 def without_conditions(req: RequestFacts) -> RequestFacts:
     """``req`` with no precondition and no Range: the request for the whole
     current representation (live reload resolves the base page this way

@@ -171,7 +171,9 @@ def _slice_spans(data: bytes, plan: Plan) -> Plan:
     )
 
 
-def cache_candidate(cache: CacheEntries, req: RequestFacts, cfg: Config) -> CacheCandidate | None:
+def cache_candidate(
+    cache: CacheEntries, req: RequestFacts, cfg: Config
+) -> CacheCandidate | None:
     """The cache entry for the file ``req`` names directly, or None.
 
     Coding negotiation is answered from the sidecar states recorded with
@@ -312,3 +314,5 @@ def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: 
         source=hit.entry.data,
         served="/" + hit.key,
     )
+
+

@@ -52,6 +52,7 @@ from ..http.core import Plan
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
+from ..pipeline.hooks import RawHead
 from ..pipeline.request import (
     Answer,
     Waiting,
@@ -135,6 +136,11 @@ async def _drain(content: H1Body, life: Lifetime, reader: HeadReader) -> bool:
     return True
 
 
+def _raw(event: Head) -> RawHead:
+    """The head as received, for the proxy hook (built only off the warm path)."""
+    return RawHead(event.headers, event.http_version, None)
+
+
 def _is_preface(event: Head, requests: int) -> bool:
     """h2c with prior knowledge (RFC 9113 §3.3): the preface as a first request."""
     return (
@@ -149,7 +155,9 @@ def _is_preface(event: Head, requests: int) -> bool:
 # What an access-log line of a response needs besides its size: client,
 # request head, status, start (trio time), start (wall clock), user agent,
 # referer, request id.
-_LogFields = tuple[Callable[[], str], Head, int, float, float, str | None, str | None, str | None]
+_LogFields = tuple[
+    Callable[[], str], Head, int, float, float, str | None, str | None, str | None
+]
 
 
 def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
@@ -157,21 +165,8 @@ def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
     the ordinary way: cut off mid-body (``cut=True``: its bytes sent) or an
     event stream that ended (``counted=False``)."""
     client, event, status, started, now, ua, referer, request_id = f
-    record(
-        env,
-        client,
-        event.method,
-        event.target,
-        event.http_version,
-        status,
-        size,
-        started,
-        now,
-        ua,
-        referer,
-        request_id,
-        **kind,
-    )
+    record(env, client, event.method, event.target, event.http_version, status, size,
+           started, now, ua, referer, request_id, **kind)
 
 
 class ConnectionTask:
@@ -443,7 +438,7 @@ class ConnectionTask:
                     content = _content(event, env, self.emitter, reader)
                     self.life.lift()  # the body's own deadlines apply from here
                     got: Answer | Waiting | None = await complete_body(
-                        env, req, content, now, client, _run_deferred
+                        env, req, content, now, client, _run_deferred, _raw(event)
                     )
                     if got is None:
                         env.stats.conns.cancelled += 1
@@ -453,7 +448,8 @@ class ConnectionTask:
                 else:
                     got = start(env, req, now)
                 if type(got) is Waiting:
-                    answer = await complete(env, got, now, client, self.reader.wait_watching)
+                    wait = self.reader.wait_watching
+                    answer = await complete(env, got, now, client, wait, head=_raw(event))
                     if answer is None:
                         env.stats.conns.cancelled += 1
                         return False  # the client went away while we waited
@@ -482,20 +478,8 @@ class ConnectionTask:
         finally:
             if body is not None:
                 body.close()
-        record(
-            env,
-            client,
-            event.method,
-            event.target,
-            event.http_version,
-            plan.status,
-            sent,
-            started,
-            now,
-            ua,
-            referer,
-            request_id,
-        )
+        record(env, client, event.method, event.target, event.http_version, plan.status, sent,
+               started, now, ua, referer, request_id)
         if content is not None and not close:
             return await _drain(content, self.life, reader)
         return not close

@@ -36,9 +36,9 @@ from typing import Final
 import trio
 
 from ..fs.body import Body, StreamBody
-from ..model import BodyCut
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
+from ..model import BodyCut
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
 

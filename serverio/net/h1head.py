@@ -110,9 +110,6 @@ def request_facts(
         keep_alive=keep_alive,
         has_body=has_body,
         tls=tls,
-        fields=event.headers,
-        version=version,
-        authority=None,
         **f.values,
     )
     return facts, ka10, f.user_agent, f.referer, f.request_id
@@ -353,3 +350,4 @@ class HeadReader:
         if error is not None:
             raise error
         return result
+

@@ -19,6 +19,7 @@ from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..model import Prepared
 from ..pipeline.handler import Deferred
+from ..pipeline.hooks import RawHead
 from ..pipeline.request import (
     Answer,
     Waiting,
@@ -32,6 +33,13 @@ from ..wire.fields import Fields, check_host, scan_fields
 from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv
 from .h2state import Stream
+
+
+def _raw(st: Stream) -> RawHead:
+    """The stream's head as received, for the proxy hook (off the warm path)."""
+    head = st.head
+    return RawHead(head.fields, b"2", head.authority)
+
 
 __all__ = ["StreamAnswer", "run_deferred"]
 
@@ -80,9 +88,6 @@ class StreamAnswer:
             keep_alive=True,
             has_body=st.open_body,
             tls=self._tls,
-            fields=head.fields,
-            version=b"2",
-            authority=head.authority,
             **f.values,
         )
         return facts, f
@@ -129,7 +134,7 @@ class StreamAnswer:
                     return got, fields, client
                 if type(got) is Waiting and got.proxied is not None:
                     # A proxied request holds no descriptor: no slot to wait for.
-                    answer = await complete(env, got, now, client, run_deferred)
+                    answer = await complete(env, got, now, client, run_deferred, head=_raw(st))
                     assert answer is not None  # run_deferred never gives None
                     return answer, fields, client
                 if type(got) is tuple:
@@ -140,7 +145,7 @@ class StreamAnswer:
                 st.file_slot = True
             got = start(env, req, now)
             if type(got) is Waiting:
-                answer = await complete(env, got, now, client, run_deferred)
+                answer = await complete(env, got, now, client, run_deferred, head=_raw(st))
                 assert answer is not None  # run_deferred never gives None
             else:
                 assert type(got) is tuple
@@ -169,7 +174,7 @@ class StreamAnswer:
             if not self._take_file_now(st):
                 await self._files.acquire()
                 st.file_slot = True
-            got = await complete_body(env, req, st.body, now, client, run_deferred)
+            got = await complete_body(env, req, st.body, now, client, run_deferred, _raw(st))
             assert got is not None  # run_deferred never gives None
         except HTTPError as exc:
             got = failed(env, exc, now, req.method == b"HEAD")

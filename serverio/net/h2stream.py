@@ -32,7 +32,7 @@ __all__ = ["send_stream"]
 
 
 async def send_stream(
-    writer: Writer, st: Stream, plan: Plan, body: StreamBody, stats: Stats, timeout: float
+    writer: Writer, st: Stream, plan: Plan, body: StreamBody, stats: Stats, write_timeout: float
 ) -> None:
     """Send ``plan``'s head and ``body`` on ``st`` (see the module docstring).
 
@@ -62,7 +62,7 @@ async def send_stream(
             return
         if not chunk:
             break
-        if not await _send(writer, st, chunk, stats, timeout):
+        if not await _send(writer, st, chunk, stats, write_timeout):
             return
         sent += len(chunk)
         body.sent = st.offset = sent
@@ -78,10 +78,13 @@ async def send_stream(
         writer.reset(st, ErrorCodes.NO_ERROR)  # RFC 9113 §8.1: answered in full
 
 
-async def _send(writer: Writer, st: Stream, data: bytes, stats: Stats, timeout: float) -> bool:
+async def _send(
+    writer: Writer, st: Stream, data: bytes, stats: Stats, write_timeout: float
+) -> bool:
     """``data`` as DATA frames within the windows; False when the stream
     ended meanwhile or its window stayed shut past ``timeout`` (reset)."""
     conn = writer.frames.conn
+    timeout = write_timeout
     deadline = trio.current_time() + timeout
     view = memoryview(data)
     while view:

@@ -200,15 +200,11 @@ def hash_password_main(argv: Sequence[str]) -> int:
     """
     p = _Parser(prog="serverio hash-password", description=_HASH_DESCRIPTION)
     p.add_argument(
-        "--iterations",
-        type=int,
-        default=DEFAULT_ITERATIONS,
-        metavar="N",
+        "--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
         help=f"PBKDF2 rounds, 1000 to 10000000 (default: {DEFAULT_ITERATIONS})",
     )
     p.add_argument(
-        "--user",
-        metavar="NAME",
+        "--user", metavar="NAME",
         help="print NAME:HASH, a users-file line (default: the hash alone)",
     )
     args = p.parse_args(list(argv))

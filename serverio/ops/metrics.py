@@ -42,6 +42,8 @@ __all__ = [
 Snapshot = dict[str, Any]
 
 
+
+
 # Engine counters whose Prometheus name is not simply serverio_<name>_total.
 # Anything added to Stats later is exported generically (no edit needed here).
 _TIMEOUTS = {"timeouts_head": "head", "timeouts_keepalive": "keepalive", "timeouts_write": "write"}
@@ -65,6 +67,7 @@ _HELP = {
     "h2_client_resets": "HTTP/2 streams reset by the client.",
     "h2_calm": "HTTP/2 connections ended with ENHANCE_YOUR_CALM (floods, rapid reset).",
     "h2_protocol_errors": "HTTP/2 connections ended with GOAWAY for a protocol error.",
+
     "auth_failures": "Basic-auth credentials refused (unknown user or wrong password).",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")

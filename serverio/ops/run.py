@@ -89,7 +89,9 @@ def _signal_number(name: str) -> int | None:
 # -1 where the platform has no SIGHUP: never equal to a delivered signal.
 SIGHUP: int = _signal_number("SIGHUP") or -1
 SIGNALS: tuple[int, ...] = tuple(
-    s for s in (signal.SIGINT, signal.SIGTERM, SIGHUP, _signal_number("SIGBREAK") or -1) if s > 0
+    s
+    for s in (signal.SIGINT, signal.SIGTERM, SIGHUP, _signal_number("SIGBREAK") or -1)
+    if s > 0
 )
 
 
@@ -293,7 +295,8 @@ def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> N
     for route in server.config.proxy.routes:
         if not route.loopback:  # allowed, but said once (the upstream is another host)
             print(
-                f"serverio: --proxy {route.prefix}: upstream {route.upstream} is not on this machine",
+                f"serverio: --proxy {route.prefix}: upstream {route.upstream} "
+                "is not on this machine",
                 file=sys.stderr,
                 flush=True,
             )
@@ -378,3 +381,4 @@ def make_admin_handler(server: Server, stopping: Callable[[], bool]) -> AdminHan
         return text(404, "not found\n")
 
     return handler
+

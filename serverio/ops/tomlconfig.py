@@ -249,20 +249,15 @@ def _read_auth(value: object, path: str) -> tuple[object, ...]:
 
 
 _PROXY_KEYS = (
-    "prefix",
-    "upstream",
-    "strip-prefix",
-    "set-request-headers",
-    "remove-request-headers",
-    "set-response-headers",
-    "remove-response-headers",
+    "prefix", "upstream", "strip-prefix", "set-request-headers", "remove-request-headers",
+    "set-response-headers", "remove-response-headers",
 )
 
 
 def _fields_table(item: dict[str, object], key: str, where: str) -> tuple[tuple[str, str], ...]:
     sets = item.get(key, {})
     if not isinstance(sets, dict) or not all(isinstance(v, str) for v in sets.values()):
-        raise ConfigError(f'{where} key {key!r} must be a table of header = "value"')
+        raise ConfigError(f"{where} key {key!r} must be a table of header = \"value\"")
     return tuple((str(k), str(v)) for k, v in sets.items())
 
 
@@ -339,22 +334,16 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
     if routes:
         routes = tuple(parse_proxy_spec(t) for t in getattr(args, "proxy", None) or ()) + routes
     for r in routes:
-        lines += [
-            "",
-            "[[proxy]]",
-            f"prefix = {_toml_str(r.prefix)}",
-            f"upstream = {_toml_str(r.upstream)}",
-        ]
+        lines += ["", "[[proxy]]", f"prefix = {_toml_str(r.prefix)}",
+                  f"upstream = {_toml_str(r.upstream)}"]
         if r.strip_prefix:
             lines.append("strip-prefix = true")
         for key, sets in (("set-request-headers", r.set_up), ("set-response-headers", r.set_down)):
             if sets:
                 pairs = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sets)
                 lines.append(f"{key} = {{ {pairs} }}")
-        for key, names in (
-            ("remove-request-headers", r.remove_up),
-            ("remove-response-headers", r.remove_down),
-        ):
+        for key, names in (("remove-request-headers", r.remove_up),
+                           ("remove-response-headers", r.remove_down)):
             if names:
                 lines.append(f"{key} = {_toml_value(list(names))}")
     if errors:

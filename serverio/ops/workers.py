@@ -100,7 +100,6 @@ def _socket_constant(name: str) -> int | None:
     value: int | None = getattr(socket, name, None)
     return value
 
-
 # Workers get a process group of their own (a terminal's Ctrl+C reaches the
 # supervisor only, which forwards it); a POSIX-only keyword of open_process.
 _NEW_GROUP: dict[str, Any] = {"process_group": 0}

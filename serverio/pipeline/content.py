@@ -187,7 +187,9 @@ class ContentService:
         # identity at a time); the results go to self.hashes, which the
         # preparation step reads from any thread.
         # (Capacity 0: nothing stored here, so an evicted hash is recomputed.)
-        self.etag_jobs: SingleFlightCache[Identity, bytes] = SingleFlightCache("etag_hash", 0, len)
+        self.etag_jobs: SingleFlightCache[Identity, bytes] = SingleFlightCache(
+            "etag_hash", 0, len
+        )
         # Rendered listings, shared: every reader of one listing (a slow one
         # holds its body for --write-timeout) points at the same bytes.
         self.listings: SingleFlightCache[ListingKey, Listing] = SingleFlightCache(
@@ -197,9 +199,9 @@ class ContentService:
         # Site.visible_entries), when it has auth rules: the entries this
         # request may see, from the request, the directory's segments and
         # what the scan found.
-        self.visible: Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]] | None = (
-            None
-        )
+        self.visible: (
+            Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]] | None
+        ) = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -34,16 +34,26 @@ GET of a server without hooks makes exactly the calls it made before.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
 from ..model import Body, Prepared
 
-__all__ = ["NO_HOOKS", "EventSource", "Hooks", "Proxy", "Router", "Transform", "Upload"]
+__all__ = [
+    "NO_HEAD",
+    "NO_HOOKS",
+    "EventSource",
+    "Hooks",
+    "Proxy",
+    "RawHead",
+    "Router",
+    "Transform",
+    "Upload",
+]
 
 
 # The answer to a reserved path (a GET or HEAD), or None: not one of its
@@ -100,6 +110,22 @@ class EventSource(Protocol):
         ...
 
 
+class RawHead(NamedTuple):
+    """A request head as received, for a feature that re-serialises it
+    (the proxy): every field (lower-case names; the transport's own list,
+    not copied), the protocol version (``b"1.1"``, ``b"1.0"``, ``b"2"``)
+    and HTTP/2's ``:authority``.  Not part of
+    :class:`~serverio.http.core.RequestFacts`: only the slow path (a
+    request that waits) builds one, the warm GET never does."""
+
+    fields: Sequence[tuple[bytes, bytes]]
+    version: bytes
+    authority: bytes | None
+
+
+NO_HEAD = RawHead((), b"1.1", None)
+
+
 class Upload(Protocol):
     """A request's content as the proxy streams it upstream (the shape of
     :class:`serverio.net.reqbody.RequestBody`: ``declared`` is its
@@ -124,12 +150,14 @@ class Proxy(Protocol):
         self,
         route: object,
         req: RequestFacts,
+        head: RawHead,
         content: Upload | None,
         now: float,
         client: Callable[[], str],
     ) -> tuple[Plan, Body]:
-        """The upstream's answer: its plan (status and fields, already
-        filtered) and a body the transport owns and closes.  Raises an
+        """The upstream's answer (``head``: the request as received): its
+        plan (status and fields, already filtered) and a body the transport
+        owns and closes.  Raises an
         :class:`~serverio.errors.HTTPError` (502, 503, 504) when there is
         no upstream answer to pass on.
 

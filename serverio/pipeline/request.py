@@ -60,7 +60,7 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
-from .hooks import Proxy, Upload
+from .hooks import NO_HEAD, Proxy, RawHead, Upload
 
 __all__ = [
     "Answer",
@@ -189,10 +189,12 @@ async def complete(
     client: Callable[[], str],
     wait: Wait,
     content: Upload | None = None,
+    head: RawHead = NO_HEAD,
 ) -> Answer | None:
     """The rest of the answer; None when the client went away while it waited.
-    ``content``: the request's content, for a proxied request (the proxy
-    streams it upstream; nothing else reads it here).
+    ``content`` and ``head``: the request's content and its head as
+    received, for a proxied request (the proxy streams them upstream;
+    nothing else reads them here).
 
     Cancellation handling: the Deferred is handed to ``wait``, which closes
     it in every case (the handler closes what it held when cancelled); a
@@ -208,9 +210,9 @@ async def complete(
             proxy = deps.handler.proxy
             if site is None:
                 assert proxy is not None and waiting.proxied is not None
-                return await _forward(
-                    deps, proxy, waiting.proxied, req, content, now, client, None, wait
-                )
+                matched = waiting.proxied
+                up = (req, head, content)
+                return await _forward(deps, proxy, matched, up, now, client, None, wait)
             ticket = await site.route(req, now, client)
             plan, req = ticket.plan, ticket.req
             if plan is not None:
@@ -220,7 +222,8 @@ async def complete(
             # The site's rules (CORS, access on the request path, redirects,
             # rewrites) have passed: a proxied path goes upstream now.
             if proxy is not None and (matched := proxy.match(req)) is not None:
-                return await _forward(deps, proxy, matched, req, content, now, client, ticket, wait)
+                up = (req, head, content)
+                return await _forward(deps, proxy, matched, up, now, client, ticket, wait)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
                 return await _admitted(deps, got, ticket, now, client)
@@ -279,6 +282,7 @@ async def complete_body(
     now: float,
     client: Callable[[], str],
     wait: Wait,
+    head: RawHead = NO_HEAD,
 ) -> Answer | None:
     """The answer to a request that carries content: the handler's
     ``receive`` step (it may pull ``content``), when one is installed and
@@ -303,7 +307,7 @@ async def complete_body(
             return _finished(None, plan, -1, None, req)
     got = start(deps, req, now)
     if type(got) is Waiting:
-        return await complete(deps, got, now, client, wait, content)
+        return await complete(deps, got, now, client, wait, content, head)
     assert type(got) is tuple
     return got
 
@@ -312,8 +316,7 @@ async def _forward(
     deps: Deps,
     proxy: Proxy,
     matched: object,
-    req: RequestFacts,
-    content: Upload | None,
+    up: tuple[RequestFacts, RawHead, Upload | None],
     now: float,
     client: Callable[[], str],
     ticket: Ticket | None,
@@ -336,7 +339,8 @@ async def _forward(
     got: list[tuple[Plan, Body]] = []
 
     async def step(_: Prepared | None) -> Prepared:
-        got.append(await proxy.forward(matched, req, content, now, client))
+        req, head, content = up
+        got.append(await proxy.forward(matched, req, head, content, now, client))
         return Prepared(got[0][0])  # the plan alone; the body stays in ``got``
 
     try:

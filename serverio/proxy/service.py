@@ -47,7 +47,7 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.hooks import Upload
+from ..pipeline.hooks import RawHead, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
 from .client import Connect, Pool, UpstreamConn, UpstreamError, open_upstream
@@ -86,6 +86,7 @@ class ProxyService:
         self,
         route: object,
         req: RequestFacts,
+        head: RawHead,
         content: Upload | None,
         now: float,
         client: Callable[[], str],
@@ -98,22 +99,23 @@ class ProxyService:
         assert isinstance(route, ProxyRoute)
         pool = self.pools[route.prefix]
         target = upstream_target(route, req.target)  # 400 for a backslash
-        fields = self._fields(route, req, content, client)
+        fields = self._fields(route, req, head, content, client)
         if not pool.try_acquire():
             raise HTTPError(503, "upstream busy")
         total = trio.current_time() + self._policy.proxy_total_timeout
         try:
-            conn, head = await self._exchange(pool, req, target, fields, content, total)
+            conn, response = await self._exchange(pool, req, target, fields, content, total)
         except BaseException:
             pool.release()
             raise
         # From here the Downstream owns the connection and the slot.
-        return await self._answer(pool, route, req, conn, head, total)
+        return await self._answer(pool, route, req, head.version, conn, response, total)
 
     def _fields(
         self,
         route: ProxyRoute,
         req: RequestFacts,
+        head: RawHead,
         content: Upload | None,
         client: Callable[[], str],
     ) -> list[tuple[bytes, bytes]]:
@@ -125,12 +127,12 @@ class ProxyService:
                 trusted = trusts(self._networks, ipaddress.ip_address(peer))
             except ValueError:
                 trusted = False  # not an address (a Unix socket's peer)
-        host = req.authority
+        host = head.authority
         if host is None:
-            host = next((v for n, v in req.fields if n == b"host"), b"")
+            host = next((v for n, v in head.fields if n == b"host"), b"")
         return request_fields(
             route,
-            req.fields,
+            head.fields,
             host=host or route.authority.encode("ascii"),
             peer=peer,
             trusted=trusted,
@@ -201,13 +203,14 @@ class ProxyService:
         pool: Pool,
         route: ProxyRoute,
         req: RequestFacts,
+        version: bytes,
         conn: UpstreamConn,
-        head: h11.Response,
+        response: h11.Response,
         total: float,
     ) -> tuple[Plan, Body]:
         """Step 5: the plan and its streamed body (the slot goes with it)."""
-        fields, length = response_fields(route, head.headers)
-        status = head.status_code
+        fields, length = response_fields(route, response.headers)
+        status = response.status_code
         down = Downstream(pool, conn, self._stats, self._policy.proxy_idle_timeout, total)
         if req.method == b"HEAD" or status in _BODILESS:
             # No content (h11 knows it too): read to the end of the message
@@ -224,7 +227,7 @@ class ProxyService:
             return Plan(status, tuple(fields), (), send_body=False), NO_BODY
         # Without a length, HTTP/1.1 frames the body with the chunked
         # coding; an HTTP/1.0 client's connection ends it (RFC 9112 §6.3).
-        http10 = req.version == b"1.0"
+        http10 = version == b"1.0"
         plan = Plan(status, tuple(fields), (), close=length is None and http10)
         return plan, StreamBody(down, length, chunked=length is None and not http10)
 

@@ -552,7 +552,9 @@ def header_ops(
     return HeaderOps(frozenset(drop), sets, tuple(vary))
 
 
-def map_header_values(rules: SiteRules, name: bytes, fn: Callable[[bytes], bytes]) -> SiteRules:
+def map_header_values(
+    rules: SiteRules, name: bytes, fn: Callable[[bytes], bytes]
+) -> SiteRules:
     """``rules`` with every value a header rule sets for ``name`` passed
     through ``fn`` (at start-up: ``--watch`` lets the page script through
     the rules' CSPs, :func:`serverio.live.protocol.watch_csp`)."""
