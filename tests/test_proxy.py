@@ -305,3 +305,21 @@ async def test_trusted_proxies_are_appended_to(root: Path) -> None:
         seen = up.seen[0]
         assert seen.all("x-forwarded-for") == ["127.0.0.1"]
         assert seen.all("forwarded") == ["for=127.0.0.1;host=t;proto=http"]
+
+
+async def test_graceful_shutdown_drains_a_proxied_request(root: Path) -> None:
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        srv = Server(cfg.evolve(host="127.0.0.1", port=0))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(srv.serve)
+            client = await connect(srv.addresses()[0][1])
+            await client.send_raw(b"GET /api/slow?delay=0.5 HTTP/1.1\r\nHost: t\r\n\r\n")
+            with trio.fail_after(5):
+                await up.started.wait()
+            srv.shutdown()  # in flight: the drain waits for it
+            with trio.fail_after(5):
+                r = await client.read_response()
+            assert r.status == 200 and r.body == b"slow"
+            assert r.header("connection") == "close"
+            await client.stream.aclose()
