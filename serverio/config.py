@@ -633,8 +633,13 @@ class ProxyPolicy:
     proxy_total_timeout: float = 3600.0  # the whole exchange
     proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
     proxy_keepalive: int = 16  # idle keep-alive connections kept per upstream
-    # Derived by validate(): the --proxy specs and the tables, parsed.
+    # --proxy-fallback URL: what no reserved path, route or file answers
+    # (a GET/HEAD the files answer 404, any other method outside a route).
+    proxy_fallback: str | None = None
+    # Derived by validate(): the --proxy specs and the tables, parsed, and
+    # the fallback as a route of prefix "/".
     routes: tuple[ProxyRoute, ...] = field(default=(), compare=False)
+    fallback: ProxyRoute | None = field(default=None, compare=False)
 
     def validate(self) -> ProxyPolicy:
         _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0)))
@@ -651,7 +656,15 @@ class ProxyPolicy:
             if r.prefix in seen:
                 raise ConfigError(f"--proxy: the prefix {r.prefix} is routed twice")
             seen.add(r.prefix)
-        return dataclasses.replace(self, routes=routes)
+        fallback = None
+        if self.proxy_fallback is not None:
+            fallback = proxy_route("/", self.proxy_fallback, "--proxy-fallback")
+        return dataclasses.replace(self, routes=routes, fallback=fallback)
+
+    @property
+    def enabled(self) -> bool:
+        """A route or a fallback is configured (the proxy hook is installed)."""
+        return bool(self.routes) or self.fallback is not None
 
 
 PROXY_HOST_MODES = ("pass", "upstream")
@@ -741,6 +754,9 @@ class Config:
         # The rules between policies.
         if listeners.listen_tls and tls.certfile is None:
             raise ConfigError("--listen-tls needs --certfile")
+        if content.spa is not None and self.proxy.proxy_fallback is not None:
+            # Both answer "what nothing else answers": one must decide.
+            raise ConfigError("--spa and --proxy-fallback cannot be used together")
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)

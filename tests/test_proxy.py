@@ -16,6 +16,7 @@ import trio
 
 from serverio import Server
 from serverio.config import proxy_route
+from serverio.errors import ConfigError
 from serverio.site.passwords import hash_password
 from tests.conftest import HTTPClient, connect, make_config, reset, running_server
 from tests.proxy_upstream import Upstream, upstream
@@ -323,3 +324,48 @@ async def test_graceful_shutdown_drains_a_proxied_request(root: Path) -> None:
             assert r.status == 200 and r.body == b"slow"
             assert r.header("connection") == "close"
             await client.stream.aclose()
+
+
+async def test_the_fallback_answers_what_nothing_else_does(root: Path) -> None:
+    async with upstream() as other, upstream() as up:
+        cfg = make_config(
+            root,
+            proxy=(f"/api=http://127.0.0.1:{other.port}",),
+            proxy_fallback=f"http://127.0.0.1:{up.port}",
+        )
+        async with running_server(cfg) as (_, port):
+            client = await connect(port)
+            assert (await client.get("/hello.txt")).body == b"hello world\n"  # a file first
+            assert (await client.get("/api/json")).status == 200  # a route next
+            r = await client.get("/missing/json")  # nothing: the fallback
+            assert r.status == 200 and json.loads(r.body)["target"] == "/missing/json"
+            r = await client.get("/hello.txt", method="DELETE")  # files answer GET/HEAD only
+            assert r.status == 404 and r.body == b"upstream 404"  # the upstream's own 404
+            await client.stream.aclose()
+    assert [s.target for s in other.seen] == ["/api/json"]
+    assert [(s.method, s.target) for s in up.seen] == [
+        ("GET", "/missing/json"),
+        ("DELETE", "/hello.txt"),
+    ]
+
+
+async def test_the_fallback_comes_after_the_access_rules(root: Path, tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password(PASSWORD, 1000)}\n")
+    async with upstream() as up:
+        cfg = make_config(
+            root, proxy_fallback=f"http://127.0.0.1:{up.port}", auth=(("/private/**", str(users)),)
+        )
+        async with running_server(cfg) as (_, port):
+            client = await connect(port)
+            assert (await client.get("/private/json")).status == 401
+            assert (await client.get("/private/json", method="POST")).status == 401
+            assert (await client.get("/private/json", _basic())).status == 200
+            assert (await client.get("/open/json")).status == 200
+            await client.stream.aclose()
+    assert [s.target for s in up.seen] == ["/private/json", "/open/json"]
+
+
+def test_spa_and_the_fallback_are_refused_together(root: Path) -> None:
+    with pytest.raises(ConfigError, match="--spa and --proxy-fallback"):
+        make_config(root, spa="index.html", proxy_fallback="http://127.0.0.1:3000")

@@ -94,7 +94,7 @@ class Services:
             self.pools.append(watch)
             self.live = LiveReload(config, watch, self.files, self.content)
             self.hooks = self.live.hooks(self.fs)
-        if config.proxy.routes:
+        if config.proxy.enabled:
             # The reverse proxy (serverio.proxy), on the pipeline's proxy hook.
             self.proxy = ProxyService(config, self.stats.proxy)
             self.hooks = dataclasses.replace(self.hooks, proxy=self.proxy)

@@ -647,6 +647,10 @@ _UPSTREAMS = (
        "forward requests under PREFIX to an upstream, http://HOST:PORT or unix:/PATH "
        "(repeatable; the longest prefix wins)", "Upstreams",
        kind="list", metavar="PREFIX=URL", default_text="none"),
+    _O("proxy_fallback", ("--proxy-fallback",),
+       "forward what nothing else answers (a GET/HEAD no file answers, any other method "
+       "outside a --proxy prefix) to this upstream; not with --spa", "Upstreams",
+       metavar="URL", default_text="none"),
     _O("proxy_max_inflight", ("--proxy-max-inflight",),
        "requests in flight to one upstream at once (past it: 503)", "Upstreams",
        metavar="N", parse=int),
@@ -802,6 +806,7 @@ NOT_SETTABLE: dict[str, str] = {
     "source_date_epoch": "derived by Config.validate from $SOURCE_DATE_EPOCH",
     "proxy_networks": "derived by Config.validate from --trusted-proxies",
     "routes": "derived by Config.validate from --proxy and [[proxy]]",
+    "fallback": "derived by Config.validate from --proxy-fallback",
 }
 
 _BY_DEST: dict[str, Option] = {o.dest: o for o in OPTIONS}

@@ -146,6 +146,11 @@ class Proxy(Protocol):
         that reaches routing while the hook is installed."""
         ...
 
+    def fallback(self, req: RequestFacts) -> object | None:
+        """The route for a request the files answered 404 (``--proxy-fallback``),
+        or None."""
+        ...
+
     async def forward(
         self,
         route: object,

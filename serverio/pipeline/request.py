@@ -60,7 +60,7 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
-from .hooks import NO_HEAD, Proxy, RawHead, Upload
+from .hooks import NO_HEAD, RawHead, Upload
 
 __all__ = [
     "Answer",
@@ -176,6 +176,9 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
         return plan, Body.of(plan), None
     if type(got) is Prepared:
         if got.plan.status >= 400:  # errors only: the warm 200 pays one comparison
+            fallback = _fallback(handler, got, req)
+            if fallback is not None:
+                return Waiting(req, None, fallback)  # --proxy-fallback answers it
             got.plan = negotiated_error(got.plan, req.accept)
         return got.plan, got.take_body(), None
     assert isinstance(got, Deferred)
@@ -209,10 +212,9 @@ async def complete(
         if deferred is None:
             proxy = deps.handler.proxy
             if site is None:
-                assert proxy is not None and waiting.proxied is not None
-                matched = waiting.proxied
+                assert waiting.proxied is not None
                 up = (req, head, content)
-                return await _forward(deps, proxy, matched, up, now, client, None, wait)
+                return await _forward(deps, waiting.proxied, up, now, client, None, wait)
             ticket = await site.route(req, now, client)
             plan, req = ticket.plan, ticket.req
             if plan is not None:
@@ -223,15 +225,22 @@ async def complete(
             # rewrites) have passed: a proxied path goes upstream now.
             if proxy is not None and (matched := proxy.match(req)) is not None:
                 up = (req, head, content)
-                return await _forward(deps, proxy, matched, up, now, client, ticket, wait)
+                return await _forward(deps, matched, up, now, client, ticket, wait)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
-                return await _admitted(deps, got, ticket, now, client)
-            assert isinstance(got, Deferred)
-            deferred = got
-        prepared = await wait(deferred)
-        if prepared is None:
-            return None
+                prepared = got
+            else:
+                assert isinstance(got, Deferred)
+                deferred = got
+        if deferred is not None:
+            got_now = await wait(deferred)
+            if got_now is None:
+                return None
+            prepared = got_now
+        fallback = _fallback(deps.handler, prepared, req)
+        if fallback is not None:  # the files answered 404: --proxy-fallback
+            up = (req, head, content)
+            return await _forward(deps, fallback, up, now, client, ticket, wait)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return _finished(site, plan, -1, ticket, req)
@@ -312,9 +321,20 @@ async def complete_body(
     return got
 
 
+def _fallback(handler: Handler, prepared: Prepared, req: RequestFacts) -> object | None:
+    """The ``--proxy-fallback`` route for a 404 the files gave ``req``
+    (``prepared`` is then closed), or None."""
+    proxy = handler.proxy
+    if proxy is None or prepared.plan.status != 404:
+        return None
+    route = proxy.fallback(req)
+    if route is not None:
+        prepared.close()
+    return route
+
+
 async def _forward(
     deps: Deps,
-    proxy: Proxy,
     matched: object,
     up: tuple[RequestFacts, RawHead, Upload | None],
     now: float,
@@ -337,6 +357,8 @@ async def _forward(
     failed, has its body closed here.
     """
     got: list[tuple[Plan, Body]] = []
+    proxy = deps.handler.proxy
+    assert proxy is not None  # only a matched request gets here
 
     async def step(_: Prepared | None) -> Prepared:
         req, head, content = up

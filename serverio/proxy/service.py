@@ -62,20 +62,35 @@ _BODILESS = frozenset({204, 304})
 class ProxyService:
     """The configured routes, one :class:`Pool` per route."""
 
-    __slots__ = ("_networks", "_policy", "_stats", "pools", "routes")
+    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes")
 
     def __init__(self, config: Config, stats: ProxyStats, connect: Connect = open_upstream) -> None:
         policy = self._policy = config.proxy
         self._stats = stats
         self._networks = config.site.proxy_networks
         self.routes = Routes(policy.routes)
+        self._fallback = policy.fallback
+        every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
+        # One pool per route; the fallback's is keyed "" (its prefix "/"
+        # may also be a route's).
         self.pools = {
-            r.prefix: Pool(r, policy.proxy_max_inflight, policy.proxy_keepalive, stats, connect)
-            for r in policy.routes
+            _key(r, policy.fallback): Pool(
+                r, policy.proxy_max_inflight, policy.proxy_keepalive, stats, connect
+            )
+            for r in every
         }
 
     def match(self, req: RequestFacts) -> ProxyRoute | None:
-        return self.routes.match(req.target.segments)
+        """The route of ``req``'s path; else, with ``--proxy-fallback``, the
+        fallback for a method the files never answer (not GET or HEAD)."""
+        route = self.routes.match(req.target.segments)
+        if route is None and self._fallback is not None and req.method not in _FILE_METHODS:
+            return self._fallback
+        return route
+
+    def fallback(self, req: RequestFacts) -> ProxyRoute | None:
+        """``--proxy-fallback`` for a request the files answered 404."""
+        return self._fallback
 
     def close_idle(self) -> None:
         """Close every idle pooled connection (the server's end)."""
@@ -97,7 +112,7 @@ class ProxyService:
         connection is closed (never pooled) and the slot given back.
         """
         assert isinstance(route, ProxyRoute)
-        pool = self.pools[route.prefix]
+        pool = self.pools[_key(route, self._fallback)]
         target = upstream_target(route, req.target)  # 400 for a backslash
         fields = self._fields(route, req, head, content, client)
         if not pool.try_acquire():
@@ -230,6 +245,13 @@ class ProxyService:
         http10 = version == b"1.0"
         plan = Plan(status, tuple(fields), (), close=length is None and http10)
         return plan, StreamBody(down, length, chunked=length is None and not http10)
+
+
+_FILE_METHODS = frozenset({b"GET", b"HEAD"})
+
+
+def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
+    return "" if route is fallback else route.prefix
 
 
 def _count(stats: ProxyStats, kind: str) -> None:
