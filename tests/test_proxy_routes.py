@@ -189,3 +189,16 @@ def test_loopback_is_known() -> None:
     assert not proxy_route("/x", "http://10.0.0.5", "t").loopback
     assert proxy_route("/x", "http://10.0.0.5", "t").authority == "10.0.0.5"
     assert B.authority == "[::1]:4000"
+
+
+def test_the_fd_reserve_counts_upstream_sockets() -> None:
+    from serverio.ops.fdlimit import fd_reserve
+
+    base = fd_reserve(Config.of().validate())
+    cfg = Config.of(
+        proxy=("/a=http://127.0.0.1:1", "/b=http://127.0.0.1:2"),
+        proxy_fallback="http://127.0.0.1:3",
+        proxy_max_inflight=10,
+        proxy_keepalive=4,
+    ).validate()
+    assert fd_reserve(cfg) == base + 3 * (10 + 4)
