@@ -37,6 +37,8 @@ __all__ = [
     "LogPolicy",
     "Policy",
     "PoolPolicy",
+    "ProxyPolicy",
+    "ProxyRoute",
     "SitePolicy",
     "TlsPolicy",
     "UploadPolicy",
@@ -47,6 +49,9 @@ __all__ = [
     "parse_host_port",
     "parse_listen",
     "parse_networks",
+    "parse_proxy_spec",
+    "parse_upstream",
+    "proxy_route",
 ]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
@@ -569,6 +574,157 @@ class UploadPolicy:
         return self
 
 
+# ---------------------------------------------------------------- reverse proxy
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyRoute:
+    """One proxy route (``--proxy PREFIX=URL`` or a ``[[proxy]]`` table):
+    requests whose path is ``prefix`` or below it (segment boundaries) go
+    to the upstream.  ``host`` and ``port`` for ``http://host:port``;
+    ``unix`` the socket path of ``unix:/path`` (then host is "" and port 0).
+    ``set_up``/``remove_up``: request fields set/removed before sending
+    upstream; ``set_down``/``remove_down``: response fields, on the way
+    back.  Upstreams come from configuration only, never from a request."""
+
+    prefix: str  # "/api": no trailing slash ("/" for everything)
+    upstream: str  # as written, for messages and --print-config
+    host: str = ""
+    port: int = 0
+    unix: str = ""
+    base: str = ""  # the upstream URL's own path prefix ("" or "/v1")
+    strip_prefix: bool = False
+    set_up: tuple[tuple[str, str], ...] = ()
+    remove_up: tuple[str, ...] = ()
+    set_down: tuple[tuple[str, str], ...] = ()
+    remove_down: tuple[str, ...] = ()
+
+    @property
+    def loopback(self) -> bool:
+        """The upstream is this machine (a Unix socket or a loopback host)."""
+        if self.unix or self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def authority(self) -> str:
+        """The upstream's Host value (``--proxy-host upstream``)."""
+        if self.unix:
+            return "localhost"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == 80 else f"{host}:{self.port}"
+
+
+def parse_upstream(text: str, where: str) -> tuple[str, int, str, str]:
+    """``http://host[:port][/path]`` or ``unix:/path`` -> (host, port, unix,
+    base path); ConfigError naming ``where`` otherwise.  No https (the
+    client speaks plain HTTP/1.1), no user-info, query or fragment."""
+    if text.startswith("unix:"):
+        path = text[5:]
+        if not path.startswith("/") or "\x00" in path:
+            raise ConfigError(f"{where}: a unix upstream is unix:/absolute/path, got {text!r}")
+        return "", 0, path, ""
+    if not text.startswith("http://"):
+        raise ConfigError(
+            f"{where}: the upstream must be http://HOST:PORT or unix:/PATH, got {text!r}"
+        )
+    rest = text[7:]
+    authority, slash, path = rest.partition("/")
+    base = (slash + path).rstrip("/")
+    if "@" in authority or any(c in rest for c in "?# \t\\") or not authority:
+        raise ConfigError(f"{where}: invalid upstream URL {text!r}")
+    if authority.startswith("["):
+        host, _, tail = authority[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ("" if not tail else "x")
+    else:
+        host, _, port_text = authority.partition(":")
+    if not host or (port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536)):
+        raise ConfigError(f"{where}: invalid upstream host or port in {text!r}")
+    return host, int(port_text) if port_text else 80, "", base
+
+
+def parse_proxy_spec(text: str, where: str = "--proxy") -> ProxyRoute:
+    """``PREFIX=URL`` (``/api=http://127.0.0.1:3000``) -> a ProxyRoute."""
+    prefix, eq, url = text.partition("=")
+    if not eq:
+        raise ConfigError(f"{where} must be PREFIX=URL, got {text!r}")
+    return proxy_route(prefix, url, where)
+
+
+def proxy_route(prefix: str, url: str, where: str, **more: Any) -> ProxyRoute:
+    """A checked ProxyRoute: the prefix an absolute path of plain segments."""
+    segments = prefix.strip("/").split("/")
+    if (
+        not prefix.startswith("/")
+        or any(s in (".", "..") for s in segments)
+        or any(c in prefix for c in "%?#\\\x00")
+        or "//" in prefix
+    ):
+        raise ConfigError(
+            f"{where}: the prefix must be an absolute path such as /api, got {prefix!r}"
+        )
+    host, port, unix, base = parse_upstream(url, where)
+    norm = "/" + "/".join(s for s in segments if s)
+    return ProxyRoute(norm, url, host, port, unix, base, **more)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyPolicy:
+    """The reverse proxy (serverio.proxy; docs/features.md "Reverse proxy")."""
+
+    proxy: tuple[str, ...] = ()  # --proxy PREFIX=URL
+    proxy_routes: tuple[ProxyRoute, ...] = ()  # [[proxy]] tables
+    proxy_max_inflight: int = 64  # requests per upstream at once; past it 503
+    proxy_connect_timeout: float = 5.0
+    proxy_head_timeout: float = 60.0  # request sent -> response head
+    proxy_idle_timeout: float = 60.0  # between two response body chunks
+    proxy_total_timeout: float = 3600.0  # the whole exchange
+    proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
+    proxy_keepalive: int = 16  # idle keep-alive connections kept per upstream
+    # --proxy-fallback URL: what no reserved path, route or file answers
+    # (a GET/HEAD the files answer 404, any other method outside a route).
+    proxy_fallback: str | None = None
+    # Derived by validate(): the --proxy specs and the tables, parsed, and
+    # the fallback as a route of prefix "/".
+    routes: tuple[ProxyRoute, ...] = field(default=(), compare=False)
+    fallback: ProxyRoute | None = field(default=None, compare=False)
+
+    def validate(self) -> ProxyPolicy:
+        _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0)))
+        _check_seconds(
+            self,
+            (
+                "proxy_connect_timeout",
+                "proxy_head_timeout",
+                "proxy_idle_timeout",
+                "proxy_total_timeout",
+            ),
+        )
+        if self.proxy_host not in PROXY_HOST_MODES:
+            raise ConfigError(f"--proxy-host must be pass or upstream, got {self.proxy_host!r}")
+        routes = tuple(parse_proxy_spec(s) for s in self.proxy) + self.proxy_routes
+        seen: set[str] = set()
+        for r in routes:
+            if r.prefix in seen:
+                raise ConfigError(f"--proxy: the prefix {r.prefix} is routed twice")
+            seen.add(r.prefix)
+        fallback = None
+        if self.proxy_fallback is not None:
+            fallback = proxy_route("/", self.proxy_fallback, "--proxy-fallback")
+        return dataclasses.replace(self, routes=routes, fallback=fallback)
+
+    @property
+    def enabled(self) -> bool:
+        """A route or a fallback is configured (the proxy hook is installed)."""
+        return bool(self.routes) or self.fallback is not None
+
+
+PROXY_HOST_MODES = ("pass", "upstream")
+
+
 Policy = (
     ListenPolicy
     | ConnectionPolicy
@@ -581,6 +737,7 @@ Policy = (
     | WatchPolicy
     | SitePolicy
     | UploadPolicy
+    | ProxyPolicy
 )
 
 
@@ -604,6 +761,7 @@ class Config:
     live: WatchPolicy = field(default_factory=WatchPolicy)
     site: SitePolicy = field(default_factory=SitePolicy)
     uploads: UploadPolicy = field(default_factory=UploadPolicy)
+    proxy: ProxyPolicy = field(default_factory=ProxyPolicy)
 
     # Derived, filled by validate(): the absolute real path of the root, and
     # SOURCE_DATE_EPOCH (seconds) when the environment sets it: the mtime
@@ -656,6 +814,9 @@ class Config:
         uploads = self.uploads.validate()
         if uploads.upload and not uploads.allow_anonymous_writes:
             _check_write_auth(listeners, self.site)
+        if content.spa is not None and self.proxy.proxy_fallback is not None:
+            # Both answer "what nothing else answers": one must decide.
+            raise ConfigError("--spa and --proxy-fallback cannot be used together")
         if not os.path.isdir(self.directory):
             raise ConfigError(f"directory {self.directory!r} does not exist or is not a directory")
         root = os.path.realpath(self.directory)
@@ -673,6 +834,7 @@ class Config:
             live=self.live.validate(root),
             site=self.site.validate(),
             uploads=uploads,
+            proxy=self.proxy.validate(),
             root=root,
             source_date_epoch=int(epoch) if epoch.isdigit() else None,
         )

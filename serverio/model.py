@@ -40,16 +40,19 @@ __all__ = [
     "NO_BODY",
     "UNAVAILABLE",
     "Body",
+    "BodyCut",
     "CacheCandidate",
     "CacheEntries",
     "CachedFile",
     "ChunkSource",
+    "Chunks",
     "Identity",
     "Prepared",
     "Reason",
     "Rep",
     "Resolution",
     "Sidecar",
+    "StreamBody",
     "close_fd",
     "errno_reason",
 ]
@@ -195,6 +198,50 @@ class Body:
         chunks, self.chunks = self.chunks, None
         if chunks is not None:
             chunks.close()
+
+
+class BodyCut(Exception):
+    """A streamed body cannot be completed (its source failed or timed
+    out after the head went out): the transport cuts the response, closing
+    the HTTP/1.1 connection or resetting the HTTP/2 stream."""
+
+
+class Chunks(Protocol):
+    """A streamed body's source (a proxied response): :meth:`next` gives
+    the next chunk, ``b""`` at the end, and raises when the body cannot be
+    completed (the transport then cuts the response); :meth:`close`
+    releases what it holds, synchronously (the transport calls it in a
+    ``finally``), and closing before the end abandons the rest."""
+
+    async def next(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class StreamBody(Body):
+    """A body that is not known in advance: pulled from ``source`` one
+    chunk at a time as the transport can send it (backpressure: the next
+    chunk is asked for only once the last one is written).  ``length``: the
+    declared size (the plan then carries its Content-Length), or None;
+    ``chunked``: an HTTP/1.1 connection frames it with the chunked coding
+    (RFC 9112 §7.1; without a length and without it the connection closes
+    to end the body).  HTTP/2 frames it as DATA either way."""
+
+    __slots__ = ("chunked", "length", "sent", "source")
+
+    def __init__(self, source: Chunks, length: int | None, chunked: bool) -> None:
+        super().__init__(())
+        self.source = source
+        self.length = length
+        self.chunked = chunked
+        self.sent = 0  # body bytes handed to the transport's writes
+
+    @property
+    def size(self) -> int:
+        return self.sent
+
+    def close(self) -> None:
+        self.source.close()
 
 
 # The empty body, shared: a literal body owns nothing to close.

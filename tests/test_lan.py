@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from serverio.config import Config
 from serverio.ops import lan, run
 
 ADDRESSES = [
@@ -80,7 +81,7 @@ def test_interface_addresses_connect_udp_to_documentation_addresses_and_send_not
 
 def _server(*names: tuple[object, ...]) -> Any:
     listeners = [SimpleNamespace(socket=SimpleNamespace(getsockname=lambda n=n: n)) for n in names]
-    return SimpleNamespace(listeners=listeners, tls_of=lambda listener: None)
+    return SimpleNamespace(listeners=listeners, tls_of=lambda listener: None, config=Config())
 
 
 def test_announce_adds_network_lines_on_stderr_for_a_wildcard_bind(

@@ -17,6 +17,6 @@ have always found it.
 
 from __future__ import annotations
 
-from ..model import NO_BODY, Body, close_fd
+from ..model import NO_BODY, Body, StreamBody, close_fd
 
-__all__ = ["NO_BODY", "Body", "close_fd"]
+__all__ = ["NO_BODY", "Body", "StreamBody", "close_fd"]

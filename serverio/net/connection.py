@@ -52,6 +52,7 @@ from ..http.core import Plan
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
+from ..pipeline.hooks import RawHead
 from ..pipeline.request import (
     Answer,
     Waiting,
@@ -133,6 +134,11 @@ async def _drain(content: H1Body, life: Lifetime, reader: HeadReader) -> bool:
     life.to(BUSY)
     reader.resume(content.leftover)
     return True
+
+
+def _raw(event: Head) -> RawHead:
+    """The head as received, for the proxy hook (built only off the warm path)."""
+    return RawHead(event.headers, event.http_version, None)
 
 
 def _is_preface(event: Head, requests: int) -> bool:
@@ -443,7 +449,7 @@ class ConnectionTask:
                     content = _content(event, env, self.emitter, reader)
                     self.life.lift()  # the body's own deadlines apply from here
                     got: Answer | Waiting | None = await complete_body(
-                        env, req, content, now, client, _run_deferred
+                        env, req, content, now, client, _run_deferred, _raw(event)
                     )
                     if got is None:
                         env.stats.conns.cancelled += 1
@@ -453,7 +459,8 @@ class ConnectionTask:
                 else:
                     got = start(env, req, now)
                 if type(got) is Waiting:
-                    answer = await complete(env, got, now, client, self.reader.wait_watching)
+                    wait = self.reader.wait_watching
+                    answer = await complete(env, got, now, client, wait, head=_raw(event))
                     if answer is None:
                         env.stats.conns.cancelled += 1
                         return False  # the client went away while we waited

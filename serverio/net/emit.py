@@ -35,10 +35,10 @@ from typing import Final
 
 import trio
 
-from ..fs.body import Body
+from ..fs.body import Body, StreamBody
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..model import ChunkSource
+from ..model import BodyCut, ChunkSource
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
 
@@ -287,6 +287,8 @@ class Emitter:
                         raise
                 stats.bytes_sent += total
                 return len(piece)
+        if type(body) is StreamBody:
+            return await self._emit_stream(head, body)
         sent = self.progress = 0
         pieces = [head]
         if body.pieces:
@@ -361,6 +363,46 @@ class Emitter:
         if chunked:
             await self.send(b"0\r\n\r\n")
         self._stats.bytes_sent += sent
+        return sent
+
+    async def _emit_stream(self, head: bytes, body: StreamBody) -> int:
+        """A streamed body (a proxied response): the head at once, then each
+        chunk as its source gives it, written before the next is asked for
+        (backpressure: a slow client slows the upstream's reads, and at most
+        one chunk is held here).  Without a length and with
+        ``body.chunked`` the chunked coding frames it (RFC 9112 §7.1), else
+        the Content-Length the plan carries, or the connection's close,
+        ends it.  A source that fails (:class:`BodyCut`) cuts the response:
+        :class:`Abort`, the connection closes.
+
+        Cancellation handling: a cancelled write or pull leaves the
+        response cut; the caller closes the body (its source closes the
+        upstream connection) and the connection.
+        """
+        chunked = body.chunked
+        if chunked:
+            head = head[:-2] + b"Transfer-Encoding: chunked\r\n\r\n"
+        self.progress = 0
+        self._before_wait()  # no read deadline while the body streams
+        await self.send(head)
+        source = body.source
+        sent = 0
+        while True:
+            try:
+                chunk = await source.next()
+            except BodyCut:
+                raise Abort from None
+            if not chunk:
+                break
+            if chunked:
+                await self.send_pieces([b"%x\r\n" % len(chunk), chunk, b"\r\n"])
+            else:
+                await self.send(chunk)
+            sent += len(chunk)
+            self.progress = body.sent = sent
+        if chunked:
+            await self.send(b"0\r\n\r\n")
+        self._stats.bytes_sent += len(head) + sent
         return sent
 
     async def _send_rest(self, head: bytes, piece: bytes, n: int) -> None:

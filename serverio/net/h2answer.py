@@ -19,6 +19,7 @@ from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..model import Prepared
 from ..pipeline.handler import Deferred
+from ..pipeline.hooks import RawHead
 from ..pipeline.request import (
     Answer,
     Waiting,
@@ -32,6 +33,13 @@ from ..wire.fields import Fields, check_host, scan_fields
 from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv
 from .h2state import Stream
+
+
+def _raw(st: Stream) -> RawHead:
+    """The stream's head as received, for the proxy hook (off the warm path)."""
+    head = st.head
+    return RawHead(head.fields, b"2", head.authority)
+
 
 __all__ = ["StreamAnswer", "run_deferred"]
 
@@ -116,7 +124,11 @@ class StreamAnswer:
             if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
             handler = env.handler
-            if st.body is not None and (handler.receive is not None or handler.write is not None):
+            if st.body is not None and (
+                handler.receive is not None
+                or handler.write is not None
+                or handler.proxy is not None
+            ):
                 # A step may read the content; without one the content is
                 # left unread (the stream is reset NO_ERROR after the
                 # answer) and the request takes the usual path below.
@@ -125,6 +137,11 @@ class StreamAnswer:
                 got = start(env, req, now)
                 if type(got) is tuple and got[1].fd < 0:
                     return got, fields, client
+                if type(got) is Waiting and got.proxied is not None:
+                    # A proxied request holds no descriptor: no slot to wait for.
+                    answer = await complete(env, got, now, client, run_deferred, head=_raw(st))
+                    assert answer is not None  # run_deferred never gives None
+                    return answer, fields, client
                 if type(got) is tuple:
                     got[1].close()
                 elif type(got) is Waiting and got.deferred is not None:
@@ -133,7 +150,7 @@ class StreamAnswer:
                 st.file_slot = True
             got = start(env, req, now)
             if type(got) is Waiting:
-                answer = await complete(env, got, now, client, run_deferred)
+                answer = await complete(env, got, now, client, run_deferred, head=_raw(st))
                 assert answer is not None  # run_deferred never gives None
             else:
                 assert type(got) is tuple
@@ -162,7 +179,7 @@ class StreamAnswer:
             if not self._take_file_now(st):
                 await self._files.acquire()
                 st.file_slot = True
-            got = await complete_body(env, req, st.body, now, client, run_deferred)
+            got = await complete_body(env, req, st.body, now, client, run_deferred, _raw(st))
             assert got is not None  # run_deferred never gives None
         except HTTPError as exc:
             got = failed(env, exc, now, req.method == b"HEAD")

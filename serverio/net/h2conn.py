@@ -97,7 +97,7 @@ import trio
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
-from ..fs.body import Body
+from ..fs.body import Body, StreamBody
 from ..fs.reads import pread
 from ..pipeline.request import busy, record
 from ..wire.fields import Fields
@@ -112,6 +112,7 @@ from .h2events import EventStreams
 from .h2phase import BROKEN, CLOSED, DRAINING, FINISHING, OPEN, ConnPhase, check
 from .h2read import FrameReader
 from .h2state import ANSWERING, DONE, STOPPED, Stream
+from .h2stream import send_stream
 from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer
 from .reqbody import body_policy
 
@@ -442,7 +443,12 @@ class H2Connection:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
                     plan, body, _ = busy(env, ticket, now)  # past --watch-max-streams
-                if body.chunks is not None:
+                if type(body) is StreamBody:  # a proxied response (serverio.net.h2stream)
+                    stalled = False
+                    await send_stream(
+                        writer, st, plan, body, env.stats, env.config.conn.write_timeout
+                    )
+                elif body.chunks is not None:  # a body produced while sent (an archive)
                     stalled = await writer.respond_chunks(st, plan, body.chunks)
                 else:
                     stalled = await writer.respond(st, plan, body)

@@ -117,6 +117,8 @@ class Lifecycle:
         finally:
             self.nursery = None
             self._acceptor.close_spare()
+            if services.proxy is not None:
+                services.proxy.close_idle()  # the pooled upstream connections
             services.close_root()
 
     async def _stop(self, conns: trio.Nursery, accept_scope: trio.CancelScope) -> float:

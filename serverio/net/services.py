@@ -37,6 +37,7 @@ from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
+from ..proxy.service import ProxyService
 from ..site.service import load_site
 from ..upload.service import Uploads
 from .connection import ConnectionTask
@@ -75,6 +76,7 @@ class Services:
         self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
         self.pools = [self.fs, self.work]
         self.live: LiveReload | None = None
+        self.proxy: ProxyService | None = None
         self.handler = self._handler()
         self.env = ConnectionEnv(
             config,
@@ -111,6 +113,10 @@ class Services:
             # Folder archives: the listing's other form, read in the fs pool.
             archives = Archives(config, self.fs, self.content, lambda: self.opener)
             self.hooks = dataclasses.replace(self.hooks, listing=archives)
+        if config.proxy.enabled:
+            # The reverse proxy (serverio.proxy), on the pipeline's proxy hook.
+            self.proxy = ProxyService(config, self.stats.proxy)
+            self.hooks = dataclasses.replace(self.hooks, proxy=self.proxy)
         return Handler(
             config,
             lambda: self.opener,
@@ -128,6 +134,8 @@ class Services:
             return
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
+        if self.proxy is not None:
+            site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
         if site.rules.auth:

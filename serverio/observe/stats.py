@@ -28,6 +28,7 @@ __all__ = [
     "ConnectionStats",
     "ContentStats",
     "H2Stats",
+    "ProxyStats",
     "ResponseStats",
     "SiteStats",
     "Stats",
@@ -112,6 +113,26 @@ class SiteStats:
     auth_failures: int = 0  # basic-auth credentials refused (wrong user or password)
 
 
+@dataclass(slots=True)
+class ProxyStats:
+    """The reverse proxy (serverio.proxy); flat names ``proxy_<field>``."""
+
+    requests: int = 0  # requests forwarded upstream (a head sent)
+    connects: int = 0  # upstream connections opened
+    reuses: int = 0  # requests sent on a pooled keep-alive connection
+    busy: int = 0  # 503: --proxy-max-inflight requests in flight to the upstream
+    errors_connect: int = 0  # refused / unreachable: 502
+    errors_reset: int = 0  # the upstream closed or reset the connection mid-exchange
+    errors_framing: int = 0  # a response h11 refuses (bad framing, bad head): 502 or cut
+    timeouts_connect: int = 0  # --proxy-connect-timeout: 504
+    timeouts_head: int = 0  # --proxy-head-timeout: 504
+    timeouts_idle: int = 0  # --proxy-idle-timeout between body chunks: cut
+    timeouts_total: int = 0  # --proxy-total-timeout: 504, or cut after the head
+    cancelled: int = 0  # the client went away: the upstream connection closed
+    bytes_up: int = 0  # request body bytes sent upstream
+    bytes_down: int = 0  # response body bytes received from upstreams
+
+
 # Every counter's flat name, group and field, in the order /metrics and the
 # summary line have always listed them (tests/test_metrics.py pins the text).
 FLAT: Final[tuple[tuple[str, str, str], ...]] = (
@@ -149,6 +170,7 @@ FLAT: Final[tuple[tuple[str, str, str], ...]] = (
     ("writes_bytes", "writes", "bytes"),
     ("writes_aborted", "writes", "aborted"),
     ("writes_temps_removed", "writes", "temps_removed"),
+    *((f"proxy_{f}", "proxy", f) for f in ProxyStats.__dataclass_fields__),
 )
 
 
@@ -164,6 +186,7 @@ class Stats:
     h2: H2Stats = field(default_factory=H2Stats)
     site: SiteStats = field(default_factory=SiteStats)
     writes: WriteStats = field(default_factory=WriteStats)
+    proxy: ProxyStats = field(default_factory=ProxyStats)
 
     def as_dict(self) -> dict[str, int]:
         """Every counter under its flat name, in :data:`FLAT` order."""

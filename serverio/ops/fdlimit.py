@@ -61,9 +61,14 @@ def fd_reserve(cfg: Config) -> int:
     plus two per pool thread (an open file or directory, and a duplicate a
     cache job owns), plus, with ``--watch``, one socket per event stream
     (``--watch-max-streams``: streams are admitted apart from
-    ``--max-connections``)."""
+    ``--max-connections``), plus, for the reverse proxy, the upstream
+    sockets each upstream may hold: ``--proxy-max-inflight`` in use and
+    ``--proxy-keepalive`` idle."""
     streams = cfg.live.watch_max_streams if cfg.live.watch else 0
-    return FD_RESERVE + 2 * (cfg.pools.fs_workers + cfg.pools.work_workers) + streams
+    proxy = cfg.proxy
+    upstreams = len(proxy.routes) + (proxy.fallback is not None)
+    sockets = upstreams * (proxy.proxy_max_inflight + proxy.proxy_keepalive)
+    return FD_RESERVE + 2 * (cfg.pools.fs_workers + cfg.pools.work_workers) + streams + sockets
 
 
 def fit_fd_limit(cfg: Config) -> tuple[Config, str | None]:

@@ -497,6 +497,7 @@ GROUPS = (
     "Content options",
     "Site rules",
     "Uploads",
+    "Upstreams",
     "Blocking work",
     "Output",
     "Development",
@@ -965,6 +966,83 @@ _UPLOADS = (
     ),
 )
 
+_UPSTREAMS = (
+    _O(
+        "proxy",
+        ("--proxy",),
+        "forward requests under PREFIX to an upstream, http://HOST:PORT or unix:/PATH "
+        "(repeatable; the longest prefix wins)",
+        "Upstreams",
+        kind="list",
+        metavar="PREFIX=URL",
+        default_text="none",
+    ),
+    _O(
+        "proxy_fallback",
+        ("--proxy-fallback",),
+        "forward what nothing else answers (a GET/HEAD no file answers, any other method "
+        "outside a --proxy prefix) to this upstream; not with --spa",
+        "Upstreams",
+        metavar="URL",
+        default_text="none",
+    ),
+    _O(
+        "proxy_max_inflight",
+        ("--proxy-max-inflight",),
+        "requests in flight to one upstream at once (past it: 503)",
+        "Upstreams",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "proxy_keepalive",
+        ("--proxy-keepalive",),
+        "idle keep-alive connections kept per upstream",
+        "Upstreams",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "proxy_connect_timeout",
+        ("--proxy-connect-timeout",),
+        "seconds to connect to an upstream (then 504)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
+    ),
+    _O(
+        "proxy_head_timeout",
+        ("--proxy-head-timeout",),
+        "seconds from the request sent to the upstream's response head (then 504)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
+    ),
+    _O(
+        "proxy_idle_timeout",
+        ("--proxy-idle-timeout",),
+        "seconds an upstream body may pause between chunks (then the response is cut)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
+    ),
+    _O(
+        "proxy_total_timeout",
+        ("--proxy-total-timeout",),
+        "seconds for a whole proxied exchange (504 before the head, cut after)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
+    ),
+    _O(
+        "proxy_host",
+        ("--proxy-host",),
+        "the Host sent upstream: the client's (pass) or the upstream's own (upstream)",
+        "Upstreams",
+        choices=("pass", "upstream"),
+    ),
+)
+
 _WORK = (
     _O(
         "fs_workers",
@@ -1241,6 +1319,7 @@ OPTIONS: tuple[Option, ...] = (
     + _CONTENT
     + _SITE
     + _UPLOADS
+    + _UPSTREAMS
     + _WORK
     + _OUTPUT
     + _DEVELOPMENT
@@ -1256,6 +1335,11 @@ TABLES: tuple[Table, ...] = (
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
     Table("writable", "writable", '[[writable]]: path glob (PREFIX/**), allow = ["put", "delete"]'),
+    Table(
+        "proxy",
+        "proxy_routes",
+        "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and remove",
+    ),
 )
 
 # Settings (policy or Config fields) with no declaration, and why no user
@@ -1266,6 +1350,8 @@ NOT_SETTABLE: dict[str, str] = {
     "root": "derived by Config.validate: the real path of the directory",
     "source_date_epoch": "derived by Config.validate from $SOURCE_DATE_EPOCH",
     "proxy_networks": "derived by Config.validate from --trusted-proxies",
+    "routes": "derived by Config.validate from --proxy and [[proxy]]",
+    "fallback": "derived by Config.validate from --proxy-fallback",
 }
 
 _BY_DEST: dict[str, Option] = {o.dest: o for o in OPTIONS}

@@ -290,6 +290,15 @@ def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> N
     if admin is not None:
         name = admin.socket.getsockname()
         print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)
+    proxy = server.config.proxy
+    for route in proxy.routes + ((proxy.fallback,) if proxy.fallback is not None else ()):
+        if not route.loopback:  # allowed, but said once (the upstream is another host)
+            print(
+                f"serverio: --proxy {route.prefix}: upstream {route.upstream} "
+                "is not on this machine",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _first_url(server: Server) -> str:

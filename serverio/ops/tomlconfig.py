@@ -32,6 +32,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..config import parse_proxy_spec, proxy_route
 from ..errors import ConfigError
 from ..site.rules import merge_header_lines
 from .options import OPTIONS, Toggle, by_dest
@@ -141,6 +142,15 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
     negations = _negations(parser)
     out: dict[str, object] = {}
     for key, value in data.items():
+        if key == "proxy" and isinstance(value, list):
+            # One key, two spellings: ``proxy = ["/api=http://..."]`` (the
+            # --proxy option) and ``[[proxy]]`` tables (items that are tables).
+            specs = [v for v in value if not isinstance(v, dict)]
+            value = [v for v in value if isinstance(v, dict)]
+            if specs:
+                out["proxy"] = _typed(keys["proxy"], key, specs, path)
+            if not value:
+                continue
         if key in TABLES:
             dest, reader = TABLES[key]
             out[dest] = reader(value, path)
@@ -274,6 +284,54 @@ def _read_mount(value: object, path: str) -> list[object]:
     return out
 
 
+_PROXY_KEYS = (
+    "prefix",
+    "upstream",
+    "strip-prefix",
+    "set-request-headers",
+    "remove-request-headers",
+    "set-response-headers",
+    "remove-response-headers",
+)
+
+
+def _fields_table(item: dict[str, object], key: str, where: str) -> tuple[tuple[str, str], ...]:
+    sets = item.get(key, {})
+    if not isinstance(sets, dict) or not all(isinstance(v, str) for v in sets.values()):
+        raise ConfigError(f'{where} key {key!r} must be a table of header = "value"')
+    return tuple((str(k), str(v)) for k, v in sets.items())
+
+
+def _names(item: dict[str, object], key: str, where: str) -> tuple[str, ...]:
+    rm = item.get(key, [])
+    if not isinstance(rm, list) or not all(isinstance(v, str) for v in rm):
+        raise ConfigError(f"{where} key {key!r} must be an array of header names")
+    return tuple(rm)
+
+
+def _read_proxy(value: object, path: str) -> tuple[object, ...]:
+    out = []
+    for i, item in enumerate(_table_list(value, "proxy", path)):
+        where = f"{path}: [[proxy]] #{i + 1}"
+        _only(item, _PROXY_KEYS, where)
+        strip = item.get("strip-prefix", False)
+        if type(strip) is not bool:
+            raise ConfigError(f"{where} key 'strip-prefix' must be true or false")
+        out.append(
+            proxy_route(
+                _str(item, "prefix", where),
+                _str(item, "upstream", where),
+                f"{where} key 'upstream'",
+                strip_prefix=strip,
+                set_up=_fields_table(item, "set-request-headers", where),
+                remove_up=_names(item, "remove-request-headers", where),
+                set_down=_fields_table(item, "set-response-headers", where),
+                remove_down=_names(item, "remove-response-headers", where),
+            )
+        )
+    return tuple(out)
+
+
 TableReader = Callable[[object, str], Sequence[object]]
 _READERS: dict[str, TableReader] = {
     "headers": _read_headers,
@@ -282,6 +340,7 @@ _READERS: dict[str, TableReader] = {
     "errors": _read_errors,
     "auth": _read_auth,
     "writable": _read_writable,
+    "proxy": _read_proxy,
 }
 # Options whose TOML form is an array of tables: --mount ROUTE=DIR is
 # [[mount]] route = ..., dir = ... (read into the option's own list, so
@@ -329,6 +388,28 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         # the command line to the working directory.
         where = _toml_str(os.path.abspath(directory))
         lines += ["", "[[mount]]", f"route = {_toml_str(route)}", f"dir = {where}"]
+    routes = getattr(args, "proxy_routes", ())
+    if routes:
+        routes = tuple(parse_proxy_spec(t) for t in getattr(args, "proxy", None) or ()) + routes
+    for r in routes:
+        lines += [
+            "",
+            "[[proxy]]",
+            f"prefix = {_toml_str(r.prefix)}",
+            f"upstream = {_toml_str(r.upstream)}",
+        ]
+        if r.strip_prefix:
+            lines.append("strip-prefix = true")
+        for key, sets in (("set-request-headers", r.set_up), ("set-response-headers", r.set_down)):
+            if sets:
+                pairs = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sets)
+                lines.append(f"{key} = {{ {pairs} }}")
+        for key, names in (
+            ("remove-request-headers", r.remove_up),
+            ("remove-response-headers", r.remove_down),
+        ):
+            if names:
+                lines.append(f"{key} = {_toml_value(list(names))}")
     if errors:
         lines += ["", "[errors]"] + [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in errors]
     return lines
@@ -429,6 +510,11 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         opt = by_dest(action.dest)
         if value is None and _is_list(action) and opt is not None and opt.field_default:
             value = opt.field_default  # not given: the effective list is the default
+        if key == "proxy" and value and getattr(args, "proxy_routes", ()):
+            # A TOML key is a list or tables, not both: the --proxy routes
+            # are written as [[proxy]] tables too (the same routes).
+            lines.append("# proxy: see the [[proxy]] tables")
+            continue
         if value is None:
             lines.append(f"# {key} is not set")
         else:

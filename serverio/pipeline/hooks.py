@@ -25,6 +25,14 @@ GET of a server without hooks makes exactly the calls it made before.
   :mod:`serverio.archive`) from the handler's resolved listing: after the
   hidden-path route, the containment open of the directory and the site's
   request check, instead of the listing page.
+* :attr:`Hooks.proxy`, a :class:`Proxy`: the reverse proxy
+  (:mod:`serverio.proxy`).  Its :meth:`~Proxy.match` is asked after the
+  reserved paths and before the core's routing (a proxied path is no file:
+  no 405 for a POST, no 404 for a hidden name); with site rules, after the
+  site's CORS preflight and access rules on the request path, and after its
+  redirects and rewrites.  A matched request is answered by
+  :meth:`~Proxy.forward` (its content, if any, streamed upstream; the
+  answer's body streamed down, a :class:`~serverio.model.StreamBody`).
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
 * :attr:`Hooks.write`: the answer to every PUT and DELETE
@@ -35,25 +43,29 @@ GET of a server without hooks makes exactly the calls it made before.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
-from ..model import Prepared
+from ..model import Body, Prepared
 from ..site.access import AccessTarget
 
 __all__ = [
+    "NO_HEAD",
     "NO_HOOKS",
     "WRITE_METHODS",
     "Admit",
     "EventSource",
     "Hooks",
     "ListingView",
+    "Proxy",
+    "RawHead",
     "Router",
     "Transform",
+    "Upload",
     "WriteContent",
     "WriteStep",
 ]
@@ -155,6 +167,69 @@ class ListingView(Protocol):
         ...
 
 
+class RawHead(NamedTuple):
+    """A request head as received, for a feature that re-serialises it
+    (the proxy): every field (lower-case names; the transport's own list,
+    not copied), the protocol version (``b"1.1"``, ``b"1.0"``, ``b"2"``)
+    and HTTP/2's ``:authority``.  Not part of
+    :class:`~serverio.http.core.RequestFacts`: only the slow path (a
+    request that waits) builds one, the warm GET never does."""
+
+    fields: Sequence[tuple[bytes, bytes]]
+    version: bytes
+    authority: bytes | None
+
+
+NO_HEAD = RawHead((), b"1.1", None)
+
+
+class Upload(Protocol):
+    """A request's content as the proxy streams it upstream (the shape of
+    :class:`serverio.net.reqbody.RequestBody`: ``declared`` is its
+    Content-Length or None, ``async for`` pulls it)."""
+
+    @property
+    def declared(self) -> int | None: ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
+class Proxy(Protocol):
+    """Requests answered by an upstream server instead of the files."""
+
+    def match(self, req: RequestFacts) -> object | None:
+        """The route ``req``'s path falls under (longest prefix, segment
+        boundaries), or None.  Synchronous and pure: asked of every request
+        that reaches routing while the hook is installed."""
+        ...
+
+    def fallback(self, req: RequestFacts) -> object | None:
+        """The route for a request the files answered 404 (``--proxy-fallback``),
+        or None."""
+        ...
+
+    async def forward(
+        self,
+        route: object,
+        req: RequestFacts,
+        head: RawHead,
+        content: Upload | None,
+        now: float,
+        client: Callable[[], str],
+    ) -> tuple[Plan, Body]:
+        """The upstream's answer (``head``: the request as received): its
+        plan (status and fields, already filtered) and a body the transport
+        owns and closes.  Raises an
+        :class:`~serverio.errors.HTTPError` (502, 503, 504) when there is
+        no upstream answer to pass on.
+
+        Cancellation handling: cancelled before it returns, it closes the
+        upstream connection (never pooled mid-exchange); after it returns,
+        closing the body does.
+        """
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Hooks:
     """The hooks of one server's pipeline; each None when unused."""
@@ -163,6 +238,7 @@ class Hooks:
     transform: Transform | None = None
     events: EventSource | None = None
     listing: ListingView | None = None
+    proxy: Proxy | None = None
     running: Callable[[], AbstractAsyncContextManager[None]] | None = None
     write: WriteStep | None = None
 

@@ -48,7 +48,7 @@ from typing import Protocol
 
 import trio
 
-from ..config import Config
+from ..config import Config, IPNetwork
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
 from ..http.access import access_plan
@@ -62,11 +62,12 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
-from .hooks import WRITE_METHODS, WriteContent
+from .hooks import NO_HEAD, WRITE_METHODS, RawHead, Upload, WriteContent
 
 __all__ = [
     "Answer",
     "Deps",
+    "ForwardedClient",
     "Wait",
     "Waiting",
     "access",
@@ -107,33 +108,52 @@ Answer = tuple[Plan, Body, "Ticket | None"]
 
 class Waiting:
     """A request :func:`start` could not answer without awaiting: the site
-    rules still to run (``deferred`` None), or the handler's Deferred."""
+    rules still to run (``deferred`` None), the handler's Deferred, or
+    (without site rules) a proxied request, ``proxied`` its route."""
 
-    __slots__ = ("deferred", "req")
+    __slots__ = ("deferred", "proxied", "req")
 
-    def __init__(self, req: RequestFacts, deferred: Deferred | None) -> None:
+    def __init__(
+        self, req: RequestFacts, deferred: Deferred | None, proxied: object | None = None
+    ) -> None:
         self.req = req
         self.deferred = deferred
+        self.proxied = proxied
 
 
 def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Callable[[], str]:
     """Who sent ``req``, for the access log and the auth limiter: ``peer``
     itself without ``--trusted-proxies`` (no work at all), else the client a
     trusted proxy names (:func:`serverio.site.forwarded.client_address`),
-    looked up once and only when asked."""
+    looked up once and only when asked (a :class:`ForwardedClient`)."""
     networks = config.site.proxy_networks
     if not networks or (req.extra.forwarded is None and req.extra.x_forwarded_for is None):
         return peer
-    got: list[str] = []
+    return ForwardedClient(peer, req, networks)
 
-    def client() -> str:
-        if not got:
-            got.append(
-                client_address(peer(), req.extra.forwarded, req.extra.x_forwarded_for, networks)
+
+class ForwardedClient:
+    """The client a trusted proxy names, looked up once when called;
+    :attr:`peer` is the connection's own peer (the reverse proxy reads it
+    to decide whether to append to the forwarding fields it got)."""
+
+    __slots__ = ("_got", "_networks", "_req", "peer")
+
+    def __init__(
+        self, peer: Callable[[], str], req: RequestFacts, networks: tuple[IPNetwork, ...]
+    ) -> None:
+        self.peer = peer
+        self._req = req
+        self._networks = networks
+        self._got: str | None = None
+
+    def __call__(self) -> str:
+        if self._got is None:
+            req = self._req
+            self._got = client_address(
+                self.peer(), req.extra.forwarded, req.extra.x_forwarded_for, self._networks
             )
-        return got[0]
-
-    return client
+        return self._got
 
 
 def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
@@ -141,10 +161,13 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     if deps.site is not None:
         return Waiting(req, None)  # the site's routing may wait (authentication)
     handler = deps.handler
-    if handler.write is not None and req.method in WRITE_METHODS:
+    if handler.write is not None and req.method in WRITE_METHODS and not _proxied(handler, req):
         return Waiting(req, None)  # a write (--upload): complete() hands it to the step
     router = handler.router  # the hooks' router of reserved paths (None: no call)
     if router is None or (plan := router(req, now)) is None:
+        proxy = handler.proxy  # the proxy hook (None: no call)
+        if proxy is not None and (matched := proxy.match(req)) is not None:
+            return Waiting(req, None, matched)
         plan = route(req, deps.config, now)
     if plan is not None:
         if plan.status >= 400:
@@ -158,6 +181,9 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
         return plan, Body.of(plan), None
     if type(got) is Prepared:
         if got.plan.status >= 400:  # errors only: the warm 200 pays one comparison
+            fallback = _fallback(handler, got, req)
+            if fallback is not None:
+                return Waiting(req, None, fallback)  # --proxy-fallback answers it
             got.plan = negotiated_error(got.plan, req.accept)
         return got.plan, got.take_body(), None
     assert isinstance(got, Deferred)
@@ -165,9 +191,18 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
 
 
 async def complete(
-    deps: Deps, waiting: Waiting, now: float, client: Callable[[], str], wait: Wait
+    deps: Deps,
+    waiting: Waiting,
+    now: float,
+    client: Callable[[], str],
+    wait: Wait,
+    content: Upload | None = None,
+    head: RawHead = NO_HEAD,
 ) -> Answer | None:
     """The rest of the answer; None when the client went away while it waited.
+    ``content`` and ``head``: the request's content and its head as
+    received, for a proxied request (the proxy streams them upstream;
+    nothing else reads them here).
 
     Cancellation handling: the Deferred is handed to ``wait``, which closes
     it in every case (the handler closes what it held when cancelled); a
@@ -177,26 +212,48 @@ async def complete(
     site = deps.site
     req = waiting.req
     deferred = waiting.deferred
-    if deferred is None and deps.handler.write is not None and req.method in WRITE_METHODS:
+    handler = deps.handler
+    if (
+        deferred is None
+        and handler.write is not None
+        and req.method in WRITE_METHODS
+        and not _proxied(handler, req)
+    ):
         return await complete_write(deps, req, NO_CONTENT, now, client)
     ticket: Ticket | None = None
     try:
         if deferred is None:
-            assert site is not None
+            proxy = deps.handler.proxy
+            if site is None:
+                assert waiting.proxied is not None
+                up = (req, head, content)
+                return await _forward(deps, waiting.proxied, up, now, client, None, wait)
             ticket = await site.route(req, now, client)
             plan, req = ticket.plan, ticket.req
             if plan is not None:
                 if plan.stream:
                     return plan, NO_BODY, ticket  # the transport's own branch
                 return _finished(site, plan, -1, ticket, req)
+            # The site's rules (CORS, access on the request path, redirects,
+            # rewrites) have passed: a proxied path goes upstream now.
+            if proxy is not None and (matched := proxy.match(req)) is not None:
+                up = (req, head, content)
+                return await _forward(deps, matched, up, now, client, ticket, wait)
             got = site.respond_now(deps.handler, req, now)
             if type(got) is Prepared:
-                return await _admitted(deps, got, ticket, now, client)
-            assert isinstance(got, Deferred)
-            deferred = got
-        prepared = await wait(deferred)
-        if prepared is None:
-            return None
+                prepared = got
+            else:
+                assert isinstance(got, Deferred)
+                deferred = got
+        if deferred is not None:
+            got_now = await wait(deferred)
+            if got_now is None:
+                return None
+            prepared = got_now
+        fallback = _fallback(deps.handler, prepared, req)
+        if fallback is not None:  # the files answered 404: --proxy-fallback
+            up = (req, head, content)
+            return await _forward(deps, fallback, up, now, client, ticket, wait)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return _finished(site, plan, -1, ticket, req)
@@ -247,6 +304,7 @@ async def complete_body(
     now: float,
     client: Callable[[], str],
     wait: Wait,
+    head: RawHead = NO_HEAD,
 ) -> Answer | None:
     """The answer to a request that carries content: a write (PUT,
     DELETE) to the hooks' write step when one is installed
@@ -263,13 +321,13 @@ async def complete_body(
     or resets the stream (HTTP/2).
     """
     handler = deps.handler
-    if handler.write is not None and req.method in WRITE_METHODS:
+    if handler.write is not None and req.method in WRITE_METHODS and not _proxied(handler, req):
         return await complete_write(deps, req, content, now, client)
     step = handler.receive
     if step is None:
         got = start(deps, req, now)
         if type(got) is Waiting:
-            return await complete(deps, got, now, client, wait)
+            return await complete(deps, got, now, client, wait, content, head)
         assert type(got) is tuple
         return got
     site = deps.site
@@ -363,6 +421,74 @@ async def _respond_routed(
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return _finished(site, plan, -1, ticket, req)
     return await _admitted(deps, prepared, ticket, now, client)
+
+
+def _proxied(handler: Handler, req: RequestFacts) -> bool:
+    """Does a proxy route take ``req``?  A write under a proxy prefix goes
+    upstream, not to the upload step (the routing precedence, docs/features.md)."""
+    proxy = handler.proxy
+    return proxy is not None and proxy.match(req) is not None
+
+
+def _fallback(handler: Handler, prepared: Prepared, req: RequestFacts) -> object | None:
+    """The ``--proxy-fallback`` route for a 404 the files gave ``req``
+    (``prepared`` is then closed), or None."""
+    proxy = handler.proxy
+    if proxy is None or prepared.plan.status != 404:
+        return None
+    route = proxy.fallback(req)
+    if route is not None:
+        prepared.close()
+    return route
+
+
+async def _forward(
+    deps: Deps,
+    matched: object,
+    up: tuple[RequestFacts, RawHead, Upload | None],
+    now: float,
+    client: Callable[[], str],
+    ticket: Ticket | None,
+    wait: Wait,
+) -> Answer | None:
+    """A proxied request's answer (:meth:`serverio.pipeline.hooks.Proxy.forward`),
+    with the site's header rules and CORS fields (never an error page: the
+    upstream's body is the answer); None when the client went away while
+    the upstream worked.  An HTTPError (502, 503, 504) is raised to
+    :func:`complete`, which answers it like any other.
+
+    The exchange runs as a Deferred through the transport's ``wait``, so
+    that a client that goes away cancels it as it cancels any handler step
+    (HTTP/1.1's disconnect watcher, HTTP/2's RST_STREAM).
+
+    Cancellation handling: the proxy closes what it holds if cancelled; an
+    answer that arrived for a client already gone, or whose site finishing
+    failed, has its body closed here.
+    """
+    got: list[tuple[Plan, Body]] = []
+    proxy = deps.handler.proxy
+    assert proxy is not None  # only a matched request gets here
+
+    async def step(_: Prepared | None) -> Prepared:
+        req, head, content = up
+        got.append(await proxy.forward(matched, req, head, content, now, client))
+        return Prepared(got[0][0])  # the plan alone; the body stays in ``got``
+
+    try:
+        if await wait(Deferred(step)) is None:
+            return None  # the client went away (the body, if any, is closed below)
+        plan, body = got.pop()
+    finally:
+        for _, left in got:
+            left.close()
+    site = deps.site
+    if site is not None:
+        try:
+            plan = site.finish(plan, ticket, pages=False)
+        except BaseException:
+            body.close()
+            raise
+    return plan, body, ticket
 
 
 async def _admitted(

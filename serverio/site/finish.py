@@ -122,9 +122,18 @@ class Finisher:
         self._memo: dict[tuple[int, str | None, bool], tuple[Plan, HeaderOps, Plan]] = {}
         self._vary_origin = rules.cors is not None and not rules.cors.any_origin
 
-    def finish(self, plan: Plan, req: RequestFacts | None, protected: bool, authed: bool) -> Plan:
+    def finish(
+        self,
+        plan: Plan,
+        req: RequestFacts | None,
+        protected: bool,
+        authed: bool,
+        pages: bool = True,
+    ) -> Plan:
         """Error page, then header rules and CORS fields.  ``protected``:
-        an auth rule applied to the request; ``authed``: it passed one."""
+        an auth rule applied to the request; ``authed``: it passed one;
+        ``pages`` False: no error page (a proxied response keeps the
+        upstream's body)."""
         rules = self.rules
         path = rules.canonical(match_path(req.target)) if req is not None else ""
         # --hsts goes on TLS responses only (RFC 6797 §7.2): part of the key.
@@ -137,7 +146,7 @@ class Finisher:
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] is plan and hit[1] is ops:
                 return hit[2]
-        if plan.status >= 400:
+        if plan.status >= 400 and pages:
             if self.pages:  # a site's [errors] page first: it keeps priority
                 plan = self._error_page(plan, authed)
             plan = negotiated_error(plan, req.accept if req is not None else None)

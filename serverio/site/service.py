@@ -255,6 +255,8 @@ class Site:
         )
         # The pipeline's router of reserved paths (Hooks.route; the server sets it).
         self.reserved_route: Router | None = None
+        # The proxy hook's match (Hooks.proxy; the server sets it).
+        self.proxied: Callable[[RequestFacts], object | None] | None = None
 
     @property
     def auth_pool(self) -> Pool:
@@ -354,7 +356,8 @@ class Site:
                 return Ticket(no_content_plan(now, fields), req)
         reserved = self.reserved_route
         plan = reserved(req, now) if reserved is not None else None
-        if plan is None:
+        if plan is None and (self.proxied is None or self.proxied(req) is None):
+            # A proxied path is no file: the core's 405/404 do not apply.
             plan = route(req, self.config, now)
         # The reserved live-reload paths go through the rules like any
         # other path: an [[auth]] rule that matches them protects them.
@@ -454,12 +457,13 @@ class Site:
 
     # ------------------------------------------------------------ step 3
 
-    def finish(self, plan: Plan, ticket: Ticket | None) -> Plan:
-        """Error page, then header rules and CORS fields
+    def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan:
+        """Error page (unless ``pages`` is False: a proxied response), then
+        header rules and CORS fields
         (:meth:`serverio.site.finish.Finisher.finish`)."""
         if ticket is None:
-            return self.finisher.finish(plan, None, False, False)
-        return self.finisher.finish(plan, ticket.req, ticket.protected, ticket.authed)
+            return self.finisher.finish(plan, None, False, False, pages)
+        return self.finisher.finish(plan, ticket.req, ticket.protected, ticket.authed, pages)
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """The error pages' re-read while the server runs

@@ -1,0 +1,231 @@
+"""An HTTP/1.1 client on h11 over trio streams, with a pool per upstream.
+
+One :class:`UpstreamConn` is one upstream connection and its own
+``h11.Connection`` (client role): the request is serialised by h11 from
+fields (never bytes copied from the client), the response is parsed by
+h11, and whatever h11 refuses (bad framing, a bad head, a body that ends
+short of its Content-Length) is an :class:`UpstreamError` of kind
+``framing``; a connection that fails or closes under it is ``reset``.
+
+:class:`Pool` is one upstream's connections: at most ``max_inflight``
+exchanges at once (:meth:`Pool.try_acquire` is a test, never a wait: past
+it the caller answers 503), and up to ``keep`` idle keep-alive connections,
+each put back only after a complete exchange whose both sides h11 says are
+DONE (:meth:`Pool.checkin`).  A connection is never pooled mid-response:
+anything else closes it (:meth:`UpstreamConn.close`, synchronous, so that a
+``finally`` or a body's ``close`` can do it without an await).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import Final
+
+import h11
+import trio
+
+from ..config import ProxyRoute
+from ..observe.stats import ProxyStats
+
+__all__ = ["RECV_SIZE", "Connect", "Pool", "UpstreamConn", "UpstreamError", "open_upstream"]
+
+RECV_SIZE: Final = 65536
+
+# How the pool opens a connection to a route's upstream (tests hand in
+# memory streams).
+Connect = Callable[[ProxyRoute], Awaitable[trio.abc.Stream]]
+
+
+class UpstreamError(Exception):
+    """The exchange with the upstream failed; ``kind`` is ``connect``,
+    ``reset`` or ``framing`` (the Stats counter it moves)."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+async def open_upstream(route: ProxyRoute) -> trio.abc.Stream:
+    """A new connection to ``route``'s upstream (TCP, or a Unix socket).
+
+    Cancellation handling: a cancelled connect leaves nothing open (trio's
+    own ``open_tcp_stream`` closes its attempts)."""
+    try:
+        if route.unix:
+            return await trio.open_unix_socket(route.unix)
+        return await trio.open_tcp_stream(route.host, route.port)
+    except OSError as exc:
+        raise UpstreamError("connect", str(exc)) from None
+
+
+def close_stream(stream: trio.abc.Stream) -> None:
+    """Close ``stream`` now, without an await (a socket, or the memory
+    streams of tests); the peer sees EOF or a reset."""
+    if isinstance(stream, trio.SocketStream):
+        stream.socket.close()
+        return
+    for part in (
+        stream,
+        getattr(stream, "send_stream", None),
+        getattr(stream, "receive_stream", None),
+    ):
+        close = getattr(part, "close", None)
+        if callable(close):
+            close()
+
+
+class UpstreamConn:
+    """One upstream connection (one task uses it at a time)."""
+
+    __slots__ = ("_eof", "closed", "h11", "received", "reused", "stream")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.reused = False
+        self.received = 0  # bytes read in the current exchange
+        self.closed = False
+        self._eof = False
+
+    async def send_request(
+        self,
+        method: bytes,
+        target: bytes,
+        fields: list[tuple[bytes, bytes]],
+        content: AsyncIterable[bytes] | None,
+        stats: ProxyStats,
+    ) -> None:
+        """The request head and its content, framed by h11 as ``fields`` say
+        (Content-Length or chunked).  Cancellation handling: a cancelled
+        send leaves the connection half-written; the caller closes it."""
+        conn = self.h11
+        self.received = 0
+        try:
+            await self.stream.send_all(
+                conn.send(h11.Request(method=method, target=target, headers=fields))
+            )
+            if content is not None:
+                async for chunk in content:
+                    out = conn.send(h11.Data(data=chunk))
+                    if out:
+                        await self.stream.send_all(out)
+                    stats.bytes_up += len(chunk)
+            await self.stream.send_all(conn.send(h11.EndOfMessage()))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise UpstreamError("reset", str(exc)) from None
+        except h11.LocalProtocolError as exc:
+            # The content did not match its declared length (the client's
+            # H2Body / H1Body check that first; this is the last guard).
+            raise UpstreamError("framing", str(exc)) from None
+
+    async def next_event(self) -> h11.Event:
+        """The next h11 event of the response, reading as needed.
+        Cancellation handling: as :meth:`send_request`."""
+        conn = self.h11
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
+                raise UpstreamError(kind, str(exc)) from None
+            if event is not h11.NEED_DATA:
+                assert not isinstance(event, type)  # PAUSED: never (one exchange at a time)
+                return event
+            try:
+                data = await self.stream.receive_some(RECV_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise UpstreamError("reset", str(exc)) from None
+            self.received += len(data)
+            if not data:
+                self._eof = True
+            conn.receive_data(bytes(data))
+
+    async def read_head(self) -> h11.Response:
+        """The final response head (1xx informational heads are skipped)."""
+        while True:
+            event = await self.next_event()
+            if isinstance(event, h11.Response):
+                return event
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            raise UpstreamError("reset" if isinstance(event, h11.ConnectionClosed) else "framing")
+
+    @property
+    def reusable(self) -> bool:
+        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3)."""
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            close_stream(self.stream)
+
+
+class Pool:
+    """One upstream's connections and its in-flight budget."""
+
+    __slots__ = ("_connect", "_live", "_stats", "idle", "inflight", "keep", "max_inflight", "route")
+
+    def __init__(
+        self, route: ProxyRoute, max_inflight: int, keep: int, stats: ProxyStats, connect: Connect
+    ) -> None:
+        self.route = route
+        self.max_inflight = max_inflight
+        self.keep = keep
+        self._stats = stats
+        self._connect = connect
+        self.inflight = 0
+        self.idle: list[UpstreamConn] = []
+        self._live: set[UpstreamConn] = set()  # open, idle or in use
+
+    @property
+    def opened(self) -> int:
+        """Connections open now, idle or in use."""
+        return len(self._live)
+
+    def try_acquire(self) -> bool:
+        """Take an in-flight slot; False at ``max_inflight`` (the caller
+        answers 503, nothing waits)."""
+        if self.inflight >= self.max_inflight:
+            self._stats.busy += 1
+            return False
+        self.inflight += 1
+        return True
+
+    def release(self) -> None:
+        self.inflight -= 1
+
+    async def checkout(self, fresh: bool = False) -> UpstreamConn:
+        """An idle keep-alive connection (most recent first), or a new one
+        (``fresh``: always new).  Cancellation handling: a cancelled connect
+        leaves nothing open."""
+        while self.idle and not fresh:
+            conn = self.idle.pop()
+            conn.reused = True
+            self._stats.reuses += 1
+            return conn
+        stream = await self._connect(self.route)
+        self._stats.connects += 1
+        conn = UpstreamConn(stream)
+        self._live.add(conn)
+        return conn
+
+    def checkin(self, conn: UpstreamConn) -> None:
+        """After the exchange: pooled when complete and keep-alive, and the
+        pool has room; closed otherwise."""
+        if not conn.closed and conn.reusable and len(self.idle) < self.keep:
+            conn.h11.start_next_cycle()
+            self.idle.append(conn)
+            return
+        self.discard(conn)
+
+    def discard(self, conn: UpstreamConn) -> None:
+        """Close ``conn`` (never pooled again)."""
+        conn.close()
+        self._live.discard(conn)
+
+    def close_idle(self) -> None:
+        """Close the idle connections (at shutdown)."""
+        for conn in self.idle:
+            self.discard(conn)
+        self.idle.clear()

@@ -1,0 +1,235 @@
+"""The reverse proxy's pure parts: which route, what goes up, what comes down.
+
+No I/O and no event loop: a request's facts and a route in, fields out
+(table-tested in ``tests/test_proxy_routes.py``).
+
+* :class:`Routes`: the longest matching prefix, on segment boundaries
+  (``/api`` takes ``/api`` and ``/api/x``, never ``/apix``), over the
+  request's *decoded, checked* segments (:func:`serverio.http.target.parse_target`
+  has already refused ``..``, encoded dot segments, NUL and a segment that
+  decodes to ``/``): what is matched, what the site's access rules saw and
+  what is sent upstream are one path.
+* :func:`upstream_target`: the path sent upstream is re-serialised from those
+  segments (each :func:`~serverio.http.target.quote_segment`-encoded, the
+  query as received), never the bytes the client sent.  A segment holding a
+  backslash is refused (400): a Windows or IIS upstream would read ``%5C``
+  as a separator, a path the access rules never saw.
+* :func:`request_fields` / :func:`response_fields`: RFC 9110 §7.6.1 — the
+  hop-by-hop fields (Connection and every field it names, Keep-Alive, TE,
+  Trailer, Transfer-Encoding, Upgrade, Proxy-*) are removed both ways; Via
+  is appended (§7.6.3); Forwarded (RFC 7239) and X-Forwarded-For/-Proto/-Host
+  name the client, appended to what arrived only when the peer is a
+  ``--trusted-proxies`` network, replaced otherwise; framing is the proxy's
+  own (Content-Length or chunked, chosen from the content, never copied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from ..config import ProxyRoute
+from ..errors import HTTPError
+from ..http.target import Target, quote_segment
+
+__all__ = [
+    "HOP_BY_HOP",
+    "VIA",
+    "Routes",
+    "forwarded_for",
+    "request_fields",
+    "response_fields",
+    "upstream_target",
+]
+
+Fields = list[tuple[bytes, bytes]]
+
+# RFC 9110 §7.6.1, plus Proxy-Connection (a pre-standard Connection) and
+# every Proxy-* field (credentials for *this* hop: never forwarded).
+HOP_BY_HOP: Final = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+    }
+)
+# What the proxy sets itself upstream (framing, Host, 100-continue handled
+# here, the forwarding fields) and never copies from the client.
+_SET_UP: Final = frozenset(
+    {
+        b"host",
+        b"content-length",
+        b"expect",
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"via",
+    }
+)
+VIA: Final = b"1.1 serverio"
+
+
+class Routes:
+    """The configured routes, longest prefix first."""
+
+    __slots__ = ("_by_length",)
+
+    def __init__(self, routes: Iterable[ProxyRoute]) -> None:
+        keyed = [(tuple(s for s in r.prefix.split("/") if s), r) for r in routes]
+        keyed.sort(key=lambda kr: len(kr[0]), reverse=True)
+        self._by_length = tuple(keyed)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_length)
+
+    def match(self, segments: Sequence[str]) -> ProxyRoute | None:
+        """The route with the longest prefix ``segments`` starts with."""
+        for prefix, route in self._by_length:
+            n = len(prefix)
+            if len(segments) >= n and tuple(segments[:n]) == prefix:
+                return route
+        return None
+
+
+def upstream_target(route: ProxyRoute, target: Target) -> bytes:
+    """The origin-form target sent upstream (RFC 9112 §3.2.1)."""
+    segments = target.segments
+    if any("\\" in s for s in segments):
+        raise HTTPError(400, "a backslash in a proxied path")
+    if route.strip_prefix:
+        segments = segments[len([s for s in route.prefix.split("/") if s]) :]
+    path = route.base + "/" + "/".join(quote_segment(s) for s in segments)
+    if target.slash and segments and not path.endswith("/"):
+        path += "/"
+    if target.query is not None:
+        path += "?" + target.query
+    return path.encode("ascii")
+
+
+def _named_by_connection(fields: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    names: set[bytes] = set()
+    for name, value in fields:
+        if name == b"connection":
+            names.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(names)
+
+
+def _hop(name: bytes, named: frozenset[bytes]) -> bool:
+    return name in HOP_BY_HOP or name in named or name.startswith(b"proxy-")
+
+
+def forwarded_for(address: str) -> bytes:
+    """A ``for=`` value of RFC 7239 §6: an IPv6 address quoted in brackets."""
+    if ":" in address:
+        return b'"[' + address.encode("ascii", "replace") + b']"'
+    return address.encode("ascii", "replace")
+
+
+def _edit(out: Fields, remove: Sequence[str], sets: Sequence[tuple[str, str]]) -> Fields:
+    """A route's own edits: removed names, then set fields (replacing)."""
+    drop = {n.lower().encode("latin-1") for n in remove}
+    drop.update(n.lower().encode("latin-1") for n, _ in sets)
+    out = [(n, v) for n, v in out if n not in drop]
+    out += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in sets]
+    return out
+
+
+def request_fields(
+    route: ProxyRoute,
+    fields: Sequence[tuple[bytes, bytes]],
+    *,
+    host: bytes,
+    peer: str,
+    trusted: bool,
+    tls: bool,
+    rewrite_host: bool,
+    length: int | None,
+    has_content: bool,
+) -> Fields:
+    """The fields of the upstream request.  ``host``: the client's Host (or
+    HTTP/2 :authority); ``peer``: the address of the connection's other
+    end; ``trusted``: it is a ``--trusted-proxies`` network, whose own
+    forwarding fields are kept and appended to; ``length``: the content's
+    declared length (Content-Length upstream) or None (chunked, when
+    ``has_content``)."""
+    named = _named_by_connection(fields)
+    out: Fields = [(b"host", route.authority.encode("ascii") if rewrite_host else host)]
+    cookies: list[bytes] = []
+    seen: dict[bytes, bytes] = {}
+    for name, value in fields:
+        if _hop(name, named):
+            continue
+        if name in _SET_UP:
+            if name not in seen:
+                seen[name] = value
+            else:
+                seen[name] += b", " + value
+            continue
+        if name == b"cookie":
+            cookies.append(value)  # HTTP/2 may split it (RFC 9113 §8.2.3)
+            continue
+        out.append((name, value))
+    if cookies:
+        out.append((b"cookie", b"; ".join(cookies)))
+    proto = b"https" if tls else b"http"
+    me = forwarded_for(peer)
+    fwd = b"for=" + me + b";host=" + _token_or_quoted(host) + b";proto=" + proto
+    xff = me.strip(b'"').strip(b"[]")
+    if trusted:
+        old = seen.get(b"forwarded")
+        fwd = old + b", " + fwd if old else fwd
+        old = seen.get(b"x-forwarded-for")
+        xff = old + b", " + xff if old else xff
+        proto = seen.get(b"x-forwarded-proto", proto)
+        host = seen.get(b"x-forwarded-host", host)
+    via = seen.get(b"via")
+    out += [
+        (b"forwarded", fwd),
+        (b"x-forwarded-for", xff),
+        (b"x-forwarded-proto", proto),
+        (b"x-forwarded-host", host),
+        (b"via", via + b", " + VIA if via else VIA),
+    ]
+    if length is not None:
+        out.append((b"content-length", b"%d" % length))
+    elif has_content:
+        out.append((b"transfer-encoding", b"chunked"))
+    return _edit(out, route.remove_up, route.set_up)
+
+
+def _token_or_quoted(value: bytes) -> bytes:
+    """RFC 7239 §4: a host with ':' (a port, IPv6) is a quoted-string."""
+    if all(c not in value for c in b':[]"\\ '):
+        return value
+    return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+def response_fields(
+    route: ProxyRoute, fields: Iterable[tuple[bytes, bytes]]
+) -> tuple[Fields, int | None]:
+    """The upstream response's fields as sent to the client, and its
+    Content-Length (None: unknown; the transport frames the body)."""
+    fields = list(fields)
+    named = _named_by_connection(fields)
+    out: Fields = []
+    length: int | None = None
+    via: bytes | None = None
+    for name, value in fields:
+        if _hop(name, named):
+            continue
+        if name == b"content-length":
+            length = int(value)  # h11 has checked it (one value, digits)
+            continue
+        if name == b"via":
+            via = value if via is None else via + b", " + value
+            continue
+        out.append((name, value))
+    out.append((b"via", via + b", " + VIA if via else VIA))
+    if length is not None:
+        out.append((b"content-length", b"%d" % length))
+    return _edit(out, route.remove_down, route.set_down), length

@@ -1,0 +1,339 @@
+"""The reverse proxy's hook: :class:`ProxyService` (``Hooks.proxy``).
+
+One exchange, as :meth:`ProxyService.forward` runs it:
+
+1. the route's in-flight slot (:meth:`Pool.try_acquire`; none free: 503 at
+   once, nothing queued);
+2. a connection: a pooled keep-alive one, or a new one within
+   ``--proxy-connect-timeout`` (refused: 502; too slow: 504);
+3. the request, re-serialised by h11 from the checked target and the
+   filtered fields (:mod:`serverio.proxy.routes`), its content streamed
+   from the request-body seam (``async for chunk in content``);
+4. the response head within ``--proxy-head-timeout`` (504), h11-parsed
+   (whatever h11 refuses: 502 with serverio's error page, never passed on;
+   the upstream gone before the head: 502);
+5. the answer: the plan (status, filtered fields) and a
+   :class:`~serverio.model.StreamBody` whose source, :class:`Downstream`,
+   pulls the upstream body one h11 event at a time as the transport sends
+   it, each pull within ``--proxy-idle-timeout`` and all of it within
+   ``--proxy-total-timeout``; after the head a failure is a
+   :class:`~serverio.model.BodyCut`: the client's connection or stream is cut.
+
+A pooled connection the upstream closed while idle fails before a byte of
+the response: a request without content is then sent once more on a new
+connection (RFC 9110 §9.2.2 allows retrying idempotent requests; a request
+whose content was streamed cannot be replayed and gets its 502).
+
+Cancellation handling: everything here runs in the client's request task.
+A cancellation (the client went away: HTTP/1.1's disconnect, HTTP/2's
+RST_STREAM; shutdown's cut) before :meth:`forward` returns closes the
+upstream connection and gives the slot back; after it returns, the
+transport's ``Body.close`` does the same through :meth:`Downstream.close`
+unless the body was read to its end (then the connection is pooled).  An
+upstream connection is never pooled mid-exchange.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+import h11
+import trio
+
+from ..config import Config, ProxyRoute
+from ..errors import HTTPError
+from ..fs.body import NO_BODY, Body, StreamBody
+from ..http.core import Plan, RequestFacts
+from ..model import BodyCut
+from ..observe.stats import ProxyStats
+from ..pipeline.hooks import RawHead, Upload
+from ..pipeline.request import ForwardedClient
+from ..site.forwarded import normalize_address, trusts
+from .client import Connect, Pool, UpstreamConn, UpstreamError, open_upstream
+from .routes import Routes, request_fields, response_fields, upstream_target
+
+__all__ = ["Downstream", "ProxyService"]
+
+# Statuses that never have content (RFC 9110 §6.4.1).
+_BODILESS = frozenset({204, 304})
+
+
+class ProxyService:
+    """The configured routes, one :class:`Pool` per route."""
+
+    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes")
+
+    def __init__(self, config: Config, stats: ProxyStats, connect: Connect = open_upstream) -> None:
+        policy = self._policy = config.proxy
+        self._stats = stats
+        self._networks = config.site.proxy_networks
+        self.routes = Routes(policy.routes)
+        self._fallback = policy.fallback
+        every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
+        # One pool per route; the fallback's is keyed "" (its prefix "/"
+        # may also be a route's).
+        self.pools = {
+            _key(r, policy.fallback): Pool(
+                r, policy.proxy_max_inflight, policy.proxy_keepalive, stats, connect
+            )
+            for r in every
+        }
+
+    def match(self, req: RequestFacts) -> ProxyRoute | None:
+        """The route of ``req``'s path; else, with ``--proxy-fallback``, the
+        fallback for a method the files never answer (not GET or HEAD)."""
+        route = self.routes.match(req.target.segments)
+        if route is None and self._fallback is not None and req.method not in _FILE_METHODS:
+            return self._fallback
+        return route
+
+    def fallback(self, req: RequestFacts) -> ProxyRoute | None:
+        """``--proxy-fallback`` for a request the files answered 404."""
+        return self._fallback
+
+    def close_idle(self) -> None:
+        """Close every idle pooled connection (the server's end)."""
+        for pool in self.pools.values():
+            pool.close_idle()
+
+    async def forward(
+        self,
+        route: object,
+        req: RequestFacts,
+        head: RawHead,
+        content: Upload | None,
+        now: float,
+        client: Callable[[], str],
+    ) -> tuple[Plan, Body]:
+        """The upstream's answer to ``req`` (see the module docstring).
+
+        Cancellation handling: cancelled before it returns, the upstream
+        connection is closed (never pooled) and the slot given back.
+        """
+        assert isinstance(route, ProxyRoute)
+        pool = self.pools[_key(route, self._fallback)]
+        target = upstream_target(route, req.target)  # 400 for a backslash
+        fields = self._fields(route, req, head, content, client)
+        if not pool.try_acquire():
+            raise HTTPError(503, "upstream busy")
+        total = trio.current_time() + self._policy.proxy_total_timeout
+        try:
+            conn, response = await self._exchange(pool, req, target, fields, content, total)
+        except BaseException:
+            pool.release()
+            raise
+        # From here the Downstream owns the connection and the slot.
+        return await self._answer(pool, route, req, head.version, conn, response, total)
+
+    def _fields(
+        self,
+        route: ProxyRoute,
+        req: RequestFacts,
+        head: RawHead,
+        content: Upload | None,
+        client: Callable[[], str],
+    ) -> list[tuple[bytes, bytes]]:
+        peer_of = client.peer if isinstance(client, ForwardedClient) else client
+        peer = normalize_address(peer_of())
+        trusted = False
+        if self._networks:
+            try:
+                trusted = trusts(self._networks, ipaddress.ip_address(peer))
+            except ValueError:
+                trusted = False  # not an address (a Unix socket's peer)
+        host = head.authority
+        if host is None:
+            host = next((v for n, v in head.fields if n == b"host"), b"")
+        return request_fields(
+            route,
+            head.fields,
+            host=host or route.authority.encode("ascii"),
+            peer=peer,
+            trusted=trusted,
+            tls=req.tls,
+            rewrite_host=self._policy.proxy_host == "upstream",
+            length=content.declared if content is not None else None,
+            has_content=content is not None,
+        )
+
+    async def _exchange(
+        self,
+        pool: Pool,
+        req: RequestFacts,
+        target: bytes,
+        fields: list[tuple[bytes, bytes]],
+        content: Upload | None,
+        total: float,
+    ) -> tuple[UpstreamConn, h11.Response]:
+        """Steps 2-4: a connection, the request sent, the response head."""
+        stats = self._stats
+        policy = self._policy
+        for attempt in (0, 1):
+            conn: UpstreamConn | None = None
+            try:
+                with trio.move_on_at(total) as whole:
+                    with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
+                        conn = await pool.checkout(fresh=attempt > 0)
+                    if conn is None:
+                        if connecting.cancelled_caught:
+                            stats.timeouts_connect += 1
+                            raise HTTPError(504, "upstream connect timed out")
+                    else:
+                        stats.requests += 1
+                        await conn.send_request(req.method, target, fields, content, stats)
+                        with trio.move_on_after(policy.proxy_head_timeout) as waiting:
+                            return conn, await conn.read_head()
+                        assert waiting.cancelled_caught
+                        stats.timeouts_head += 1
+                        raise HTTPError(504, "upstream response timed out")
+                assert whole.cancelled_caught
+                stats.timeouts_total += 1
+                raise HTTPError(504, "upstream exchange timed out")
+            except UpstreamError as exc:
+                retry = (
+                    exc.kind == "reset"
+                    and conn is not None
+                    and conn.reused
+                    and conn.received == 0
+                    and content is None
+                    and attempt == 0
+                )
+                if conn is not None:
+                    pool.discard(conn)
+                if retry:
+                    continue  # a stale keep-alive connection: once more, on a new one
+                _count(stats, exc.kind)
+                raise HTTPError(502, f"upstream {exc.kind}") from None
+            except BaseException as exc:
+                if conn is not None:
+                    pool.discard(conn)
+                if isinstance(exc, trio.Cancelled):
+                    stats.cancelled += 1
+                raise
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _answer(
+        self,
+        pool: Pool,
+        route: ProxyRoute,
+        req: RequestFacts,
+        version: bytes,
+        conn: UpstreamConn,
+        response: h11.Response,
+        total: float,
+    ) -> tuple[Plan, Body]:
+        """Step 5: the plan and its streamed body (the slot goes with it)."""
+        fields, length = response_fields(route, response.headers)
+        status = response.status_code
+        down = Downstream(pool, conn, self._stats, self._policy.proxy_idle_timeout, total)
+        if req.method == b"HEAD" or status in _BODILESS:
+            # No content (h11 knows it too): read to the end of the message
+            # so that the connection can be pooled.
+            try:
+                if await down.next():
+                    raise BodyCut("content where none may be")
+            except BodyCut:
+                down.close()
+                raise HTTPError(502, "upstream framing") from None
+            except BaseException:
+                down.close()
+                raise
+            return Plan(status, tuple(fields), (), send_body=False), NO_BODY
+        # Without a length, HTTP/1.1 frames the body with the chunked
+        # coding; an HTTP/1.0 client's connection ends it (RFC 9112 §6.3).
+        http10 = version == b"1.0"
+        plan = Plan(status, tuple(fields), (), close=length is None and http10)
+        return plan, StreamBody(down, length, chunked=length is None and not http10)
+
+
+_FILE_METHODS = frozenset({b"GET", b"HEAD"})
+
+
+def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
+    return "" if route is fallback else route.prefix
+
+
+def _count(stats: ProxyStats, kind: str) -> None:
+    if kind == "connect":
+        stats.errors_connect += 1
+    elif kind == "reset":
+        stats.errors_reset += 1
+    else:
+        stats.errors_framing += 1
+
+
+class Downstream:
+    """The source of a proxied response body (:class:`~serverio.model.Chunks`):
+    each :meth:`next` is one h11 Data event, read when the transport asks
+    for it (backpressure: an unread chunk stays in the upstream's socket).
+    It owns the upstream connection and the pool slot until the end of the
+    message (pooled) or :meth:`close` / a failure (closed)."""
+
+    __slots__ = ("_conn", "_idle", "_pool", "_stats", "_total", "done")
+
+    def __init__(
+        self, pool: Pool, conn: UpstreamConn, stats: ProxyStats, idle: float, total: float
+    ) -> None:
+        self._pool = pool
+        self._conn = conn
+        self._stats = stats
+        self._idle = idle
+        self._total = total
+        self.done = False
+
+    async def next(self) -> bytes:
+        """The next chunk, ``b""`` at the end.  Raises :class:`BodyCut`
+        when the upstream fails, sends what h11 refuses, or is too slow.
+
+        Cancellation handling: a cancelled pull leaves the exchange
+        unfinished; the transport's ``close`` then closes the connection.
+        """
+        if self.done:
+            return b""
+        stats = self._stats
+        while True:
+            now = trio.current_time()
+            idle = now + self._idle
+            with trio.move_on_at(min(idle, self._total)) as scope:
+                try:
+                    event = await self._conn.next_event()
+                except UpstreamError as exc:
+                    self._end(False)
+                    _count(stats, exc.kind)
+                    raise BodyCut(f"upstream {exc.kind}") from None
+            if scope.cancelled_caught:
+                self._end(False)
+                if idle <= self._total:
+                    stats.timeouts_idle += 1
+                else:
+                    stats.timeouts_total += 1
+                raise BodyCut("upstream timed out")
+            if isinstance(event, h11.Data):
+                if not event.data:
+                    continue
+                stats.bytes_down += len(event.data)
+                return bytes(event.data)
+            if isinstance(event, h11.EndOfMessage):
+                self._end(True)
+                return b""
+            self._end(False)  # ConnectionClosed mid-body: h11 raised already, or this
+            _count(stats, "reset")
+            raise BodyCut("upstream closed")
+
+    def _end(self, complete: bool) -> None:
+        if self.done:
+            return
+        self.done = True
+        if complete:
+            self._pool.checkin(self._conn)
+        else:
+            self._pool.discard(self._conn)
+        self._pool.release()
+
+    def close(self) -> None:
+        """Abandon the rest: the upstream connection is closed (the upstream
+        sees the close), never pooled; the slot is given back."""
+        if not self.done:
+            self._stats.cancelled += 1
+            self._end(False)

@@ -1,0 +1,267 @@
+"""The proxy's deadlines and cancellation, on trio's MockClock over memory
+streams: ProxyService with a ``connect`` that hands out one end of a
+memory stream pair, the test playing the upstream on the other end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h11
+import pytest
+import trio
+import trio.testing
+
+from serverio.config import Config
+from serverio.errors import HTTPError
+from serverio.http.core import RequestFacts
+from serverio.http.target import parse_target
+from serverio.model import BodyCut, StreamBody
+from serverio.observe.stats import ProxyStats
+from serverio.pipeline.hooks import RawHead
+from serverio.proxy.client import Pool
+from serverio.proxy.service import ProxyService
+
+
+class Harness:
+    def __init__(self, root: Path, **kw: object) -> None:
+        cfg = Config.of(directory=str(root), proxy=("/api=http://127.0.0.1:9",), **kw).validate()
+        self.ends: list[trio.abc.Stream] = []
+        self.stats = ProxyStats()
+        self.connect_delay = 0.0
+        self.svc = ProxyService(cfg, self.stats, self._connect)
+        self.pool: Pool = self.svc.pools["/api"]
+
+    async def _connect(self, route: object) -> trio.abc.Stream:
+        if self.connect_delay:
+            await trio.sleep(self.connect_delay)
+        ours, theirs = trio.testing.memory_stream_pair()
+        self.ends.append(theirs)
+        return ours
+
+    async def forward(self, path: bytes = b"/api/x") -> tuple[object, StreamBody]:
+        req = RequestFacts(method=b"GET", target=parse_target(b"GET", path))
+        head = RawHead([(b"host", b"t")], b"1.1", None)
+        route = self.svc.match(req)
+        plan, body = await self.svc.forward(route, req, head, None, 0.0, lambda: "127.0.0.1")
+        assert isinstance(body, StreamBody)
+        return plan, body
+
+
+async def read_request(end: trio.abc.Stream) -> h11.Connection:
+    """The upstream side: read one request head (and its end)."""
+    conn = h11.Connection(h11.SERVER)
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await end.receive_some(65536)))
+            continue
+        if isinstance(event, h11.EndOfMessage):
+            return conn
+
+
+async def saw_close(end: trio.abc.Stream) -> bool:
+    """The upstream side reads EOF: the proxy closed the connection."""
+    try:
+        while True:
+            data = await end.receive_some(65536)
+            if not data:
+                return True
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return True
+
+
+async def test_a_head_past_the_head_timeout_is_504_and_closes(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_head_timeout=5.0)
+    start = trio.current_time()
+    with pytest.raises(HTTPError) as err:
+        await h.forward()
+    assert err.value.status == 504
+    assert trio.current_time() - start == pytest.approx(5.0)
+    assert h.stats.timeouts_head == 1
+    assert h.pool.opened == 0 and h.pool.inflight == 0 and not h.pool.idle
+    assert await saw_close(h.ends[0])
+
+
+async def test_a_slow_connect_is_504(root: Path, autojump_clock: trio.testing.MockClock) -> None:
+    h = Harness(root, proxy_connect_timeout=2.0)
+    h.connect_delay = 10.0
+    with pytest.raises(HTTPError) as err:
+        await h.forward()
+    assert err.value.status == 504 and h.stats.timeouts_connect == 1
+    assert h.pool.opened == 0 and h.pool.inflight == 0
+
+
+async def test_a_cancelled_exchange_closes_the_upstream_connection(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root)
+    with trio.move_on_after(1.0):  # the client went away (its scope cancelled)
+        await h.forward()
+    assert h.stats.cancelled == 1
+    assert h.pool.opened == 0 and h.pool.inflight == 0 and not h.pool.idle
+    assert await saw_close(h.ends[0])
+
+
+async def _answer_chunked(
+    end: trio.abc.Stream, chunks: list[bytes], *, finish: bool
+) -> h11.Connection:
+    conn = await read_request(end)
+    await end.send_all(conn.send(h11.Response(status_code=200, headers=[])))
+    for c in chunks:
+        await end.send_all(conn.send(h11.Data(data=c)))
+    if finish:
+        await end.send_all(conn.send(h11.EndOfMessage()))
+    return conn
+
+
+async def test_a_complete_body_pools_the_connection_and_it_is_reused(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            conn = await _answer_chunked(h.ends[0], [b"ab", b"cd"], finish=True)
+            conn.start_next_cycle()
+            # The second request arrives on the same connection.
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(bytes(await h.ends[0].receive_some(65536)))
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+            await h.ends[0].send_all(
+                conn.send(h11.Response(status_code=200, headers=[("content-length", "1")]))
+            )
+            await h.ends[0].send_all(conn.send(h11.Data(data=b"z")) + conn.send(h11.EndOfMessage()))
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        assert body.chunked and body.length is None
+        got = [await body.source.next() for _ in range(3)]
+        assert got == [b"ab", b"cd", b""]
+        body.close()  # after the end: nothing to abandon
+        assert h.pool.opened == 1 and len(h.pool.idle) == 1 and h.pool.inflight == 0
+        _, body = await h.forward()
+        assert body.length == 1 and await body.source.next() == b"z"
+        assert await body.source.next() == b""
+        body.close()
+    assert h.stats.connects == 1 and h.stats.reuses == 1 and len(h.ends) == 1
+
+
+async def test_closing_the_body_mid_response_never_pools_the_connection(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            await _answer_chunked(h.ends[0], [b"ab"], finish=False)
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        assert await body.source.next() == b"ab"
+        body.close()  # the client went away mid-body
+    assert h.pool.opened == 0 and not h.pool.idle and h.pool.inflight == 0
+    assert h.stats.cancelled == 1
+    assert await saw_close(h.ends[0])
+
+
+async def test_an_idle_body_is_cut_after_the_idle_timeout(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_idle_timeout=3.0)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            await _answer_chunked(h.ends[0], [b"ab"], finish=False)
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        assert await body.source.next() == b"ab"
+        start = trio.current_time()
+        with pytest.raises(BodyCut):
+            await body.source.next()
+        assert trio.current_time() - start == pytest.approx(3.0)
+        body.close()
+    assert h.stats.timeouts_idle == 1 and h.stats.cancelled == 0
+    assert h.pool.opened == 0 and h.pool.inflight == 0
+
+
+async def test_a_trickle_meets_the_total_timeout(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_idle_timeout=2.0, proxy_total_timeout=10.0)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            conn = await _answer_chunked(h.ends[0], [], finish=False)
+            while True:
+                await trio.sleep(1.0)
+                await h.ends[0].send_all(conn.send(h11.Data(data=b".")))
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        got = 0
+        with pytest.raises(BodyCut):
+            while await body.source.next():
+                got += 1
+        assert 8 <= got <= 10 and trio.current_time() == pytest.approx(10.0, abs=0.1)
+        body.close()
+        nursery.cancel_scope.cancel()
+    assert h.stats.timeouts_total == 1 and h.stats.timeouts_idle == 0
+
+
+async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            await _answer_chunked(h.ends[0], [b"1"], finish=True)
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        assert await body.source.next() == b"1" and await body.source.next() == b""
+    assert len(h.pool.idle) == 1
+    await h.ends[0].aclose()  # the upstream closed the idle connection
+    async with trio.open_nursery() as nursery:
+
+        async def second() -> None:
+            while len(h.ends) < 2:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            await _answer_chunked(h.ends[1], [b"2"], finish=True)
+
+        nursery.start_soon(second)
+        _, body = await h.forward()
+        assert await body.source.next() == b"2" and await body.source.next() == b""
+        body.close()
+    assert h.stats.connects == 2 and h.stats.errors_reset == 0
+    assert h.pool.opened == 1  # the stale one closed, the new one pooled
+
+
+async def test_past_max_inflight_is_503_without_waiting(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_max_inflight=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(h.forward)
+        await trio.sleep(0.5)
+        with pytest.raises(HTTPError) as err:
+            await h.forward()
+        assert err.value.status == 503 and h.stats.busy == 1
+        nursery.cancel_scope.cancel()
+    assert h.pool.inflight == 0 and h.pool.opened == 0

@@ -1,0 +1,100 @@
+"""The reverse proxy for HTTP/2 clients (h2c prior knowledge over memory
+streams) in front of a real HTTP/1.1 upstream on loopback port 0."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+from h2.errors import ErrorCodes
+
+from serverio import Server
+from tests.conftest import make_config
+from tests.h2client import h2_memory
+from tests.proxy_upstream import upstream
+
+
+# h2_memory runs no Server.serve (whose end closes the pooled upstream
+# connections), so each test closes them itself.
+@asynccontextmanager
+async def _closing(srv: Server) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        assert srv.env.handler.proxy is not None
+        srv.env.handler.proxy.close_idle()  # type: ignore[attr-defined]
+
+
+async def test_an_h2_get_goes_upstream_as_http11(root: Path) -> None:
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+            r = await client.get("/api/json?a=1", [("cookie", "a=1"), ("cookie", "b=2")])
+            assert r.status == 200 and json.loads(r.body)["target"] == "/api/json?a=1"
+            assert "connection" not in r.headers and "keep-alive" not in r.headers
+            assert r.headers["via"] == "1.1 serverio"
+            seen = up.seen[0]
+            assert seen.header("host") == "localhost"  # :authority
+            assert seen.header("cookie") == "a=1; b=2"  # RFC 9113 §8.2.3
+            r = await client.get("/api/stream?n=10&size=10000")
+            assert r.status == 200 and len(r.body) == 100_000 and r.ended
+            assert r.body[-10000:] == b"J" * 10000
+            assert srv.stats.proxy.reuses == 1
+
+
+async def test_h2_data_becomes_an_http11_body(root: Path) -> None:
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+            sid = client.request("/api/echo", "POST", end_stream=False)
+            client.conn.send_data(sid, b"hello ", end_stream=False)
+            client.conn.send_data(sid, b"world", end_stream=True)
+            await client.flush()
+            (r,) = await client.wait(sid)
+            assert r.status == 200 and json.loads(r.body)["size"] == 11
+            sid = client.request("/api/echo", "PUT", [("content-length", "3")], end_stream=False)
+            client.conn.send_data(sid, b"abc", end_stream=True)
+            await client.flush()
+            (r,) = await client.wait(sid)
+            assert r.status == 200
+    assert up.seen[0].body == b"hello world"
+    assert up.seen[0].header("transfer-encoding") == "chunked"
+    assert up.seen[1].body == b"abc" and up.seen[1].header("content-length") == "3"
+
+
+async def test_rst_stream_closes_the_upstream_connection(root: Path) -> None:
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+            sid = client.request("/api/never")
+            await client.flush()
+            with trio.fail_after(5):
+                await up.started.wait()
+            client.conn.reset_stream(sid, ErrorCodes.CANCEL)
+            await client.flush()
+            with trio.fail_after(5):
+                while up.closed_by_peer == 0:  # noqa: ASYNC110 - state the peer owns
+                    await trio.sleep(0.01)
+            pool = next(iter(srv.env.handler.proxy.pools.values()))  # type: ignore[union-attr]
+            assert pool.opened == 0 and pool.inflight == 0
+            assert srv.stats.proxy.cancelled == 1
+            r = await client.get("/api/json")  # the connection serves on
+            assert r.status == 200
+
+
+async def test_an_upstream_reset_mid_body_resets_the_stream(root: Path) -> None:
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+            sid = client.request("/api/reset")
+            await client.flush()
+            with trio.fail_after(5):
+                (r,) = await client.wait(sid)
+            assert r.status == 200 and not r.ended
+            assert r.reset == ErrorCodes.CANCEL
+            assert srv.stats.proxy.errors_reset == 1
+            r = await client.get("/api/badframe")
+            assert r.status == 502
