@@ -707,6 +707,12 @@ _TLS = (
     _O("hsts_include_subdomains", ("--hsts-include-subdomains",),
        "with --hsts: add includeSubDomains (every subdomain must serve HTTPS)", "TLS",
        kind="flag"),
+    _O("dev_tls", ("--dev-tls",),
+       "development HTTPS: a local CA (made once) and a certificate for localhost, the "
+       "hostname and the LAN addresses; prints how to trust the CA", "TLS", kind="flag"),
+    _O("dev_tls_dir", ("--dev-tls-dir",),
+       "with --dev-tls: the directory of the CA and certificate", "TLS", metavar="PATH",
+       default_text="the user's data directory"),
 )
 
 _PROCESSES = (
