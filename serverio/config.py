@@ -464,6 +464,7 @@ class WatchPolicy:
     # their own budget, outside --max-connections; past it, 503.
     watch_max_streams: int = 32
     open_browser: bool = False  # --open: the first URL in a browser once listening
+    qr: bool = False  # --qr: a QR code of the first LAN URL (serverio.ops.qr)
 
     def validate(self, root: str) -> WatchPolicy:
         """Check the prefix against the served ``root`` (ConfigError naming the option)."""

@@ -39,6 +39,7 @@ from .options import (
     env_values,
     port_from_env,
 )
+from .qr import check_qr_available
 from .run import run_server
 from .tomlconfig import dump, load, parse_with_config
 
@@ -310,6 +311,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.print_config:
             sys.stdout.write(dump(parser, args))
             return 0
+        if cfg.live.qr:
+            check_qr_available()
         cfg = apply_dev_tls(cfg)
         ssl_context = make_ssl_context(cfg)
     except ConfigError as exc:

@@ -686,6 +686,9 @@ _DEVELOPMENT = (
     _O("open_browser", ("--open",),
        "open the first URL in the web browser once listening (Python's webbrowser)",
        "Development", kind="flag"),
+    _O("qr", ("--qr",),
+       "print a QR code of the first network URL (the loopback one without) once listening",
+       "Development", kind="flag"),
 )
 
 # --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).
