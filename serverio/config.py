@@ -405,9 +405,17 @@ class TlsPolicy:
     # None = off.  --hsts-include-subdomains adds includeSubDomains.
     hsts: int | None = None
     hsts_include_subdomains: bool = False
+    # --dev-tls: a local CA and leaf made in dev_tls_dir (serverio.ops.devtls);
+    # the CLI then fills certfile/keyfile with the leaf.
+    dev_tls: bool = False
+    dev_tls_dir: str | None = None
 
     def validate(self) -> TlsPolicy:
         """Check the files and their combinations (ConfigError naming the option)."""
+        if self.dev_tls and self.certfile is not None:
+            raise ConfigError("--dev-tls makes its own certificate: drop --certfile/--keyfile")
+        if self.dev_tls_dir is not None and not self.dev_tls:
+            raise ConfigError("--dev-tls-dir needs --dev-tls")
         if self.keyfile is not None and self.certfile is None:
             raise ConfigError("--keyfile needs --certfile")
         if self.keyfile_password_env is not None:
@@ -439,7 +447,7 @@ class TlsPolicy:
             return
         if not isinstance(self.hsts, int) or not 0 <= self.hsts <= _MAX_HSTS:
             raise ConfigError(f"--hsts must be seconds from 0 to {_MAX_HSTS}, got {self.hsts!r}")
-        if self.certfile is None:
+        if self.certfile is None and not self.dev_tls:
             # Sent on TLS responses only (RFC 6797 §7.2): without TLS it would
             # never go out.  Behind a TLS-terminating proxy, set it there.
             raise ConfigError("--hsts needs --certfile (it is only sent over TLS)")
@@ -487,6 +495,7 @@ class WatchPolicy:
     # their own budget, outside --max-connections; past it, 503.
     watch_max_streams: int = 32
     open_browser: bool = False  # --open: the first URL in a browser once listening
+    qr: bool = False  # --qr: a QR code of the first LAN URL (serverio.ops.qr)
 
     def validate(self, root: str) -> WatchPolicy:
         """Check the prefix against the served ``root`` (ConfigError naming the option)."""
@@ -809,7 +818,7 @@ class Config:
         pools, content, log = self.pools.validate(), self.content.validate(), self.log.validate()
         tls, listeners = self.tls.validate(), self.listeners.validate()
         # The rules between policies.
-        if listeners.listen_tls and tls.certfile is None:
+        if listeners.listen_tls and tls.certfile is None and not tls.dev_tls:
             raise ConfigError("--listen-tls needs --certfile")
         uploads = self.uploads.validate()
         if uploads.upload and not uploads.allow_anonymous_writes:

@@ -21,6 +21,7 @@ from ..site.passwords import DEFAULT_ITERATIONS, hash_password
 from ..site.service import load_site
 from .check import check_url
 from .completions import completions_main
+from .devtls import apply_dev_tls
 from .fdlimit import fit_fd_limit
 from .manpage import manpage_main
 from .options import (
@@ -38,6 +39,7 @@ from .options import (
     env_values,
     port_from_env,
 )
+from .qr import check_qr_available
 from .run import run_server
 from .tomlconfig import dump, load, parse_with_config
 
@@ -313,6 +315,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.print_config:
             sys.stdout.write(dump(parser, args))
             return 0
+        if cfg.live.qr:
+            check_qr_available()
+        cfg = apply_dev_tls(cfg)
         ssl_context = make_ssl_context(cfg)
     except ConfigError as exc:
         print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)

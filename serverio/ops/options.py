@@ -1157,6 +1157,13 @@ _DEVELOPMENT = (
         "Development",
         kind="flag",
     ),
+    _O(
+        "qr",
+        ("--qr",),
+        "print a QR code of the first network URL (the loopback one without) once listening",
+        "Development",
+        kind="flag",
+    ),
 )
 
 # --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).
@@ -1209,6 +1216,22 @@ _TLS = (
         "with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
         "TLS",
         kind="flag",
+    ),
+    _O(
+        "dev_tls",
+        ("--dev-tls",),
+        "development HTTPS: a local CA (made once) and a certificate for localhost, the "
+        "hostname and the LAN addresses; prints how to trust the CA",
+        "TLS",
+        kind="flag",
+    ),
+    _O(
+        "dev_tls_dir",
+        ("--dev-tls-dir",),
+        "with --dev-tls: the directory of the CA and certificate",
+        "TLS",
+        metavar="PATH",
+        default_text="the user's data directory",
     ),
 )
 

@@ -46,6 +46,7 @@ from ..net.server import Server, public_addresses
 from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
 from .notify import notify
+from .qr import qr_text
 
 __all__ = [
     "EXIT_ADDRESS_IN_USE",
@@ -211,6 +212,8 @@ def _ready(server: Server, admin: trio.SocketListener | None, nursery: trio.Nurs
     """Listening: the Serving lines, sd_notify READY=1, ``--open``."""
     cfg = server.config
     _announce(server, admin, cfg.root)
+    if cfg.live.qr and server.listeners:
+        print(qr_text(_qr_url(server)), flush=True)
     notify("READY=1")  # Type=notify units (sd_notify(3))
     if cfg.live.open_browser and server.listeners:
         nursery.start_soon(browse, _first_url(server))
@@ -299,6 +302,17 @@ def _announce(server: Server, admin: trio.SocketListener | None, root: str) -> N
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def _qr_url(server: Server) -> str:
+    """--qr's URL: the first network URL of a wildcard listener, else the first URL."""
+    for listener in server.listeners:
+        host, port = listener.socket.getsockname()[:2]
+        scheme = "https" if server.tls_of(listener) is not None else "http"
+        urls = network_urls(scheme, str(host), int(port))
+        if urls:
+            return urls[0]
+    return _first_url(server)
 
 
 def _first_url(server: Server) -> str:

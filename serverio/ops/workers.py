@@ -62,6 +62,7 @@ from ..net.tls import make_ssl_context
 from .lan import network_urls
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
 from .notify import notify
+from .qr import qr_text
 from .run import (
     SIGHUP,
     SIGNALS,
@@ -255,13 +256,19 @@ class _Supervisor:
         self.started = True
         cfg = self.cfg
         addrs = public_addresses(cfg)
+        lan: list[str] = []  # --qr: the first network URL, else the first URL
+        shown: list[str] = []
         for i, (host, port) in enumerate(addrs):
             lis = cfg.listeners
             tls = i >= len(lis.listen) if (lis.listen or lis.listen_tls) else bool(cfg.tls.certfile)
             scheme = "https" if tls else "http"
             print(f"Serving {cfg.root} at {scheme}://{url_host(host)}:{port}/", flush=True)
+            shown.append(browser_url(scheme, host, port))
             for url in network_urls(scheme, host, port):  # 0.0.0.0, :: (ops/lan.py)
                 print(f"Network: {url}", file=sys.stderr, flush=True)
+                lan.append(url)
+        if cfg.live.qr and (lan or shown):
+            print(qr_text((lan or shown)[0]), flush=True)
         if admin is not None:
             name = admin.socket.getsockname()
             print(f"Admin at http://{url_host(name[0])}:{name[1]}/metrics", flush=True)

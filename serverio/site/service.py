@@ -171,7 +171,8 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     if cfg.live.watch:
         rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
-    if rules.auth and not _is_loopback(cfg.listeners.host) and cfg.tls.certfile is None:
+    plain = cfg.tls.certfile is None and not cfg.tls.dev_tls
+    if rules.auth and not _is_loopback(cfg.listeners.host) and plain:
         log.warning(
             "basic authentication over plain HTTP on %s: passwords cross the network readable",
             cfg.listeners.host,
