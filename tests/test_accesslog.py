@@ -339,3 +339,4 @@ async def test_head_of_the_event_stream_is_logged_on_both_protocols(root: Path) 
     assert lines[0].endswith(f'"HEAD {EVENTS} HTTP/1.1" 200 -')  # common: no body
     assert lines[1].endswith(f'"HEAD {EVENTS} HTTP/2.0" 200 -')
     assert srv.stats.responses.completed == 2
+

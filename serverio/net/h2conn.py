@@ -438,7 +438,10 @@ class H2Connection:
                 answer, fields, client = await self._answers.answer(st, now)
                 plan, body, ticket = answer
                 if plan.stream:
-                    ended = partial(self._record_events, st, client, fields, started, now)
+                    # The client's address now: when the stream ends the
+                    # connection may be gone, and its peer name with it.
+                    peer = client()
+                    ended = partial(self._record_events, st, lambda: peer, fields, started, now)
                     if await self._events.serve(st, plan, self._phase != OPEN, ended):
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
