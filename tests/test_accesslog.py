@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from serverio import AccessLog, Server
+from serverio.live.script import sse_reload
 from testkit import simulation
 
 from .conftest import make_config, memory_connection, wait_until
@@ -263,3 +264,78 @@ async def test_http2_stream_reset_mid_body_is_logged_cut(root: Path) -> None:
     rec = json.loads(out.getvalue())
     assert rec["version"] == "2.0" and rec["status"] == 200 and rec["cut"] is True
     assert len(r.body) <= rec["bytes"] < 8_000_000
+
+
+# Live-reload event streams over memory streams, both protocols: one line
+# each, written when the stream ends (never while it runs), status 200,
+# the body bytes the client got, a duration; not marked cut.
+
+EVENTS = "/.serverio/events"
+
+
+async def test_http11_event_stream_is_logged_when_it_ends_memory(root: Path) -> None:
+    out = io.StringIO()
+    cfg = make_config(root, watch=True)
+    srv = Server(cfg, access_log=AccessLog("json", out))
+    async with memory_connection(cfg, server=srv) as (client, _, _):
+        await client.send_raw(f"GET {EVENTS} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        got = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in got or not got.split(b"\r\n\r\n", 1)[1]:
+                got += await client.stream.receive_some(65536)
+            await trio.sleep(0.05)
+            assert out.getvalue() == ""  # not while it runs
+            await client.stream.aclose()  # the client leaves: the stream ends
+            await wait_until(lambda: EVENTS in out.getvalue())
+    rec = json.loads(out.getvalue())
+    assert rec["version"] == "1.1" and rec["target"] == EVENTS and rec["status"] == 200
+    assert rec["bytes"] == len(got.split(b"\r\n\r\n", 1)[1]) > 0  # the body bytes it got
+    assert rec["duration"] >= 0.05 and "cut" not in rec
+
+
+@pytest.mark.parametrize("end", ["reset", "drain"])
+async def test_http2_event_stream_is_logged_when_it_ends(root: Path, end: str) -> None:
+    out = io.StringIO()
+    cfg = make_config(root, watch=True)
+    srv = Server(cfg, access_log=AccessLog("json", out))
+    async with h2_memory(cfg, server=srv) as (client, _, conn):
+        sid = client.request(EVENTS, headers=[("user-agent", "t/1")])
+        await client.flush()
+        r = client.responses[sid]
+        with trio.fail_after(10):
+            while not r.body:
+                assert await client.pump()
+            assert srv.live is not None
+            srv.live.publish({"p.html": "changed"})  # one more DATA frame
+            while sse_reload() not in r.body:
+                assert await client.pump()
+            assert out.getvalue() == ""  # not while it runs
+            if end == "reset":
+                client.conn.reset_stream(sid)  # the client gives up (CANCEL)
+                await client.flush()
+            else:
+                conn.drain()  # END_STREAM, then GOAWAY
+                await client.until_closed()
+                assert r.ended and r.reset is None
+            await wait_until(lambda: EVENTS in out.getvalue())
+    [line] = out.getvalue().splitlines()
+    rec = json.loads(line)
+    assert rec["version"] == "2.0" and rec["target"] == EVENTS and rec["status"] == 200
+    assert rec["bytes"] == len(r.body) and rec["user_agent"] == "t/1"
+    assert rec["duration"] >= 0 and "cut" not in rec
+
+
+async def test_head_of_the_event_stream_is_logged_on_both_protocols(root: Path) -> None:
+    out = io.StringIO()
+    cfg = make_config(root, watch=True)
+    srv = Server(cfg, access_log=AccessLog("common", out))
+    async with memory_connection(cfg, server=srv) as (client, _, _):
+        assert (await client.get(EVENTS, method="HEAD")).status == 200
+    async with h2_memory(cfg, server=srv) as (h2c, _, _):
+        with trio.fail_after(5):
+            assert (await h2c.get(EVENTS, method="HEAD")).status == 200
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].endswith(f'"HEAD {EVENTS} HTTP/1.1" 200 -')  # common: no body
+    assert lines[1].endswith(f'"HEAD {EVENTS} HTTP/2.0" 200 -')
+    assert srv.stats.responses.completed == 2

@@ -18,7 +18,7 @@ import pytest
 from serverio.ops.cli import build_parser, main
 from serverio.ops.completions import SHELLS, completion_script, flags_of, value_kind
 from serverio.ops.manpage import manpage, roff_text
-from serverio.ops.options import OPTIONS, Option, by_dest
+from serverio.ops.options import OPTIONS, Option, by_dest, env_names
 
 HAVE = {name: shutil.which(name) for name in ("bash", "zsh", "fish", "groff", "man")}
 
@@ -195,6 +195,22 @@ def test_the_man_page_names_every_option_and_group() -> None:
     assert page.startswith('.\\"') and "\n.TH SERVERIO 1 " in page
     for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "SUBCOMMANDS", "EXIT STATUS"):
         assert f"\n.SH {section}\n" in page
+
+
+def test_the_man_page_lists_every_environment_variable_and_exit_status() -> None:
+    page = _page()
+    env = page.split("\n.SH ENVIRONMENT\n", 1)[1].split("\n.SH ", 1)[0]
+    for name in env_names():  # what env_values and port_from_env really read
+        assert f"\n\\fB{name}\\fR\n" in env, name
+    assert "command line > environment > --config file > PORT (the port only) > default" in env
+    # Derived, not listed: a new option's variable appears without editing the page.
+    new = manpage(description="d", version="v", options=(*OPTIONS, NEW))
+    assert "SERVERIO_BRAND_NEW_OPTION" in new
+    statuses = page.split("\n.SH EXIT STATUS\n", 1)[1].split("\n.SH ", 1)[0]
+    assert [ln for ln in statuses.splitlines() if ln.startswith("\\fB")] == [
+        "\\fB0\\fR", "\\fB1\\fR", "\\fB2\\fR", "\\fB3\\fR",
+    ]  # fmt: skip
+    assert "address already in use" in statuses
 
 
 def test_roff_text_escapes_requests_backslashes_and_non_ascii() -> None:

@@ -24,6 +24,7 @@ import trio
 from serverio.config import Config
 from serverio.ops import cli
 from serverio.ops.cli import build_parser, config_from_args, main
+from serverio.ops.completions import SUBCOMMANDS
 from serverio.ops.options import OPTIONS, env_bool, env_names
 from serverio.ops.tomlconfig import option_keys, parse_with_config
 
@@ -381,6 +382,23 @@ def test_every_documented_flag_is_an_option_and_every_option_is_documented() -> 
     documented = _doc_flags()
     assert documented - parser_flags == set(), "documented, but not an option"
     assert parser_flags - documented == set(), "an option without a row in docs/cli.md"
+
+
+# Flags docs/cli.md names that are not serverio's on purpose: http-server's
+# --port (refused with a hint), and --x / --no-x (the pattern of a toggle).
+_NOT_OURS = {"--port", "--x", "--no-x"}
+
+
+def test_every_flag_docs_cli_md_names_anywhere_exists() -> None:
+    """Not only the tables' first cells: a flag named in prose or an example
+    is one of serverio's or of a subcommand's (``hash-password --iterations``),
+    so a renamed or removed option cannot linger in the text."""
+    parser = build_parser()
+    ours = {f for a in parser._actions for f in a.option_strings}
+    ours |= {f for sub in SUBCOMMANDS for flag in sub.flags for f in flag.flags}
+    named = set(re.findall(r"`(--[A-Za-z0-9][\w-]*)", DOCS.read_text()))
+    assert _NOT_OURS <= named, "an exception no longer needed: drop it"
+    assert named - ours - _NOT_OURS == set(), "named in docs/cli.md, but no such option"
 
 
 def test_docs_cli_md_documents_the_variables_and_the_precedence() -> None:

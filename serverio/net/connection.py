@@ -532,6 +532,7 @@ class ConnectionTask:
         head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
         if live is None or not plan.send_body:
             await emitter.send(head)
+            _log(self.env, log, 0)  # a HEAD: an ordinary response, logged and counted
             return True
         if not live.slots.take(self):
             return False

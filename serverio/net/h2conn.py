@@ -90,6 +90,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 
 import h2.events
 import h2.exceptions
@@ -438,7 +439,11 @@ class H2Connection:
                 answer, fields, client = await self._answers.answer(st, now)
                 plan, body, ticket = answer
                 if plan.stream:
-                    if await self._events.serve(st, plan, self._phase != OPEN):
+                    # The client's address now: when the stream ends the
+                    # connection may be gone, and its peer name with it.
+                    peer = client()
+                    ended = partial(self._record_events, st, lambda: peer, fields, started, now)
+                    if await self._events.serve(st, plan, self._phase != OPEN, ended):
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
@@ -482,7 +487,7 @@ class H2Connection:
             # deadline, the abort): logged with the body bytes framed so
             # far and the "cut" marker, as HTTP/1.1 does.
             sent = st.streamed + sum(map(len, st.pieces[: st.index])) + st.offset
-            self._record(st, client, fields, started, now, cut=sent)
+            self._record(st, client, fields, started, now, sent, cut=True)
 
     def _stream_done(self, st: Stream) -> None:
         self._streams.pop(st.sid, None)
@@ -495,6 +500,20 @@ class H2Connection:
                     self._read_scope.deadline = self._idle_deadline
         self._writer.kick()
 
+    def _record_events(
+        self,
+        st: Stream,
+        client: Callable[[], str],
+        fields: Fields | None,
+        started: float,
+        now: float,
+        sent: int,
+        counted: bool,
+    ) -> None:
+        """Log an event stream as it ends (``EventStreams.serve``): status,
+        the DATA bytes it sent, its duration; the line HTTP/1.1 writes."""
+        self._record(st, client, fields, started, now, sent, counted=counted)
+
     def _record(
         self,
         st: Stream,
@@ -502,8 +521,12 @@ class H2Connection:
         fields: Fields | None,
         started: float,
         now: float,
-        cut: int | None = None,
+        size: int | None = None,
+        *,
+        cut: bool = False,
+        counted: bool = True,
     ) -> None:
+        """``size``: the body bytes sent (default: the whole body framed)."""
         h = st.head
         record(
             self.env,
@@ -512,11 +535,12 @@ class H2Connection:
             h.path or b"-",
             b"2.0",
             st.status,
-            st.streamed + sum(map(len, st.pieces)) if cut is None else cut,
+            st.streamed + sum(map(len, st.pieces)) if size is None else size,
             started,
             now,
             fields.user_agent if fields is not None else None,
             fields.referer if fields is not None else None,
             fields.request_id if fields is not None else None,
-            cut=cut is not None,
+            cut=cut,
+            counted=counted,
         )

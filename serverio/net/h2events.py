@@ -10,10 +10,14 @@ ends cleanly (empty DATA with END_STREAM) when the connection drains, just
 before the GOAWAY, at once in lame duck, and when the client's side
 reaches EOF (:meth:`EventStreams.end_all`); it is cancelled by the
 client's RST_STREAM or the connection's end; a window that stays closed
-for ``write_timeout`` resets it (CANCEL), as for a body.
+for ``write_timeout`` resets it (CANCEL), as for a body.  However it ends,
+it is logged then, with the DATA bytes it sent (as HTTP/1.1 logs its
+event streams, ``ConnectionTask._stream``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import h2.exceptions
 import trio
@@ -34,8 +38,8 @@ class EventStreams:
 
     Cancellation handling: :meth:`serve` runs in its stream's scope (an
     RST_STREAM cancels it) and in a scope of its own that :meth:`end_all`
-    cancels; the ``--watch-max-streams`` slot is given back in a
-    ``finally``.
+    cancels; the ``--watch-max-streams`` slot is given back, and the
+    stream logged, in a ``finally``.
     """
 
     __slots__ = ("_env", "_events", "_writer")
@@ -45,27 +49,38 @@ class EventStreams:
         self._writer = writer
         self._events: dict[int, tuple[Stream, trio.CancelScope]] = {}
 
-    async def serve(self, st: Stream, plan: Plan, draining: bool) -> bool:
+    async def serve(
+        self, st: Stream, plan: Plan, draining: bool, ended: Callable[[int, bool], None]
+    ) -> bool:
         """The event stream on ``st``; False, with nothing sent, past
         ``--watch-max-streams`` (the caller answers 503).  Each event
         stream holds a slot of that budget while it runs; while it holds
         one, the connection is out of ``--max-connections`` (as for
         HTTP/1.1, :meth:`ConnectionTask._stream`).  A HEAD gets the head
         alone.  ``draining``: the connection sent its GOAWAY (the stream
-        ends at once)."""
+        ends at once).  ``ended(sent, counted)`` logs the stream when it
+        ends, however: ``sent`` its DATA bytes; ``counted`` False for an
+        event stream, which counts itself as completed only when it ended
+        cleanly (a HEAD is an ordinary response: counted)."""
         live = self._env.handler.hooks.events
         if live is None or not plan.send_body:
             await self._writer.respond(st, plan, NO_BODY)  # HEAD: the head alone
+            ended(0, True)
             return True
         if not live.slots.take(self):
             return False
+        sent = [-1]  # -1 until the head went out: nothing to log before
         try:
-            await self._run(st, plan, live, draining)
+            await self._run(st, plan, live, draining, sent)
         finally:
             live.slots.give(self)
+            if sent[0] >= 0:
+                ended(sent[0], False)
         return True
 
-    async def _run(self, st: Stream, plan: Plan, live: EventSource, draining: bool) -> None:
+    async def _run(
+        self, st: Stream, plan: Plan, live: EventSource, draining: bool, sent: list[int]
+    ) -> None:
         writer = self._writer
         if st.state in STOPPED or writer.closed:
             return
@@ -75,6 +90,7 @@ class EventStreams:
             return  # the stream was closed meanwhile
         st.to(EVENTS)
         st.status = plan.status
+        sent[0] = 0
         writer.pull()
         env = self._env
         timeout = env.config.conn.write_timeout
@@ -88,6 +104,7 @@ class EventStreams:
                 if window > 0:
                     conn.send_data(st.sid, data[:window])
                     writer.allowance.earn(min(window, len(data)))
+                    sent[0] += min(window, len(data))
                     data = data[window:]
                     writer.pull()
                     deadline = trio.current_time() + timeout
