@@ -151,6 +151,22 @@ async def test_content_streams_up_with_its_framing(root: Path) -> None:
         assert r.status == 200 and json.loads(r.body)["method"] == "OPTIONS"
 
 
+async def test_with_uploads_on_a_write_under_a_proxy_prefix_goes_upstream(root: Path) -> None:
+    # The routing precedence (docs/features.md): a proxy route before the
+    # files, so --upload writes only what no route takes.
+    async with proxied(root, upload=True, min_free_space=0) as (up, _srv, client):
+        await client.send_raw(b"PUT /api/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
+        r = await client.read_response()
+        assert r.status == 200 and json.loads(r.body)["size"] == 3
+        assert up.seen[-1].body == b"abc" and not (root / "api").exists()
+        r = await client.get("/api/json", method="DELETE")
+        assert r.status == 200 and json.loads(r.body)["method"] == "DELETE"
+        # Outside the prefix the upload step writes the file.
+        await client.send_raw(b"PUT /here.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nok")
+        r = await client.read_response()
+        assert r.status == 201 and (root / "here.txt").read_bytes() == b"ok"
+
+
 async def test_head_and_bodiless_statuses_pass_through(root: Path) -> None:
     async with proxied(root) as (up, _, client):
         r = await client.get("/api/length?size=10", method="HEAD")
