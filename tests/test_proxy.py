@@ -58,6 +58,7 @@ async def test_get_json_is_forwarded_with_the_proxy_fields(root: Path) -> None:
         for name in ("x-secret", "te", "connection", "proxy-authorization", "keep-alive"):
             assert seen.header(name) is None, name
         assert r.header("x-private") is None and r.header("keep-alive") is None
+        assert r.header("x-content-type-options") == "nosniff"  # every response carries it
         assert r.header("connection") is None
         assert r.header("via") == "1.1 serverio"
         assert r.header("server") == "upstream"

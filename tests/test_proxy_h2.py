@@ -36,6 +36,7 @@ async def test_an_h2_get_goes_upstream_as_http11(root: Path) -> None:
             assert r.status == 200 and json.loads(r.body)["target"] == "/api/json?a=1"
             assert "connection" not in r.headers and "keep-alive" not in r.headers
             assert r.headers["via"] == "1.1 serverio"
+            assert r.headers["x-content-type-options"] == "nosniff"  # as over HTTP/1.1
             seen = up.seen[0]
             assert seen.header("host") == "localhost"  # :authority
             assert seen.header("cookie") == "a=1; b=2"  # RFC 9113 §8.2.3

@@ -150,11 +150,18 @@ def test_response_fields_drop_hop_by_hop_and_keep_the_length() -> None:
         ],
     )
     assert dict(fields) == {
+        b"x-content-type-options": b"nosniff",
         b"content-type": b"text/plain",
         b"via": b"1.1 app, 1.1 serverio",
         b"content-length": b"12",
     }
+    assert fields[0] == (b"x-content-type-options", b"nosniff")  # first, as in every plan
     assert length == 12
+
+
+def test_response_fields_keep_an_upstreams_own_content_type_options() -> None:
+    fields, _ = response_fields(A, [(b"x-content-type-options", b"nosniff"), (b"etag", b'"1"')])
+    assert [v for n, v in fields if n == b"x-content-type-options"] == [b"nosniff"]
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from typing import Final
 
 from ..config import ProxyRoute
 from ..errors import HTTPError
+from ..http.core import NOSNIFF_FIELD
 from ..http.target import Target, quote_segment
 
 __all__ = [
@@ -216,7 +217,11 @@ def response_fields(
     Content-Length (None: unknown; the transport frames the body)."""
     fields = list(fields)
     named = _named_by_connection(fields)
-    out: Fields = []
+    # X-Content-Type-Options: nosniff on every response serverio sends
+    # (docs/features.md), first as in every plan, unless the upstream chose
+    # its own value (passed on as it is).
+    sniff = any(name == NOSNIFF_FIELD[0] for name, _ in fields)
+    out: Fields = [] if sniff else [NOSNIFF_FIELD]
     length: int | None = None
     via: bytes | None = None
     for name, value in fields:
