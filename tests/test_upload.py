@@ -355,6 +355,22 @@ async def test_the_server_sweeps_stale_temporaries_when_it_starts(root: Path, wa
         assert (await client.get("/hello.txt")).status == 200
 
 
+async def test_the_start_up_sweep_covers_every_mount(root: Path, tmp_path: Path) -> None:
+    import time
+
+    docs = tmp_path / "docs-dir"
+    docs.mkdir()
+    old = time.time() - 3600
+    stale = [root / "sub" / (WRITE_TEMP_PREFIX + "a"), docs / (WRITE_TEMP_PREFIX + "b")]
+    for path in stale:
+        path.write_bytes(b"left by a SIGKILL")
+        os.utime(path, (old, old))
+    cfg = upload_config(root, mounts=[("/docs", str(docs))])
+    async with memory_connection(cfg) as (_client, srv, _):
+        await wait_until(lambda: not any(p.exists() for p in stale))
+        assert srv.stats.writes.temps_removed == 2
+
+
 async def test_h1_a_body_deadline_mid_upload_is_408_and_leaves_nothing(
     root: Path, autojump_clock: object
 ) -> None:

@@ -33,6 +33,7 @@ import trio
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..fs.filecache import FileCache
+from ..fs.mounts import mount_table
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
 from ..fs.writer import (
@@ -109,11 +110,14 @@ class Uploads:
         """Remove the temporaries a killed process left (bounded; in the
         pool, at start-up), then run."""
         older = 2 * max(self.config.conn.body_timeout, 1.0)
-        try:
-            removed = await run_blocking(self.pool, sweep, self.config.root, older)
-        except (OSError, PoolSaturated) as exc:
-            log.warning("upload temporaries not swept: %s", exc)
-        else:
+        # Every directory a write can land in: the root and each --mount.
+        roots = [d for _, d in mount_table(self.config)] or [self.config.root]
+        for root in roots:
+            try:
+                removed = await run_blocking(self.pool, sweep, root, older)
+            except (OSError, PoolSaturated) as exc:
+                log.warning("upload temporaries not swept in %s: %s", root, exc)
+                continue
             if removed:
                 log.info("removed %d upload temporar%s", removed, "y" if removed == 1 else "ies")
             self.stats.writes.temps_removed += removed
