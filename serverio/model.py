@@ -45,7 +45,6 @@ __all__ = [
     "CacheEntries",
     "CachedFile",
     "ChunkSource",
-    "Chunks",
     "Identity",
     "Prepared",
     "Reason",
@@ -114,23 +113,33 @@ def errno_reason(code: int | None) -> Reason:
 # ------------------------------------------------------------------ body
 
 
+class BodyCut(Exception):
+    """A streamed body cannot be completed (its source failed, passed a
+    bound or timed out after the head went out): the transport cuts the
+    response — the HTTP/1.1 connection closes without the last-chunk or
+    short of its Content-Length (RFC 9112 §8), the HTTP/2 stream is reset
+    with CANCEL (RFC 9113 §8.1) — and never ends it as if complete."""
+
+
 class ChunkSource(Protocol):
-    """A body produced while it is sent (a folder archive), of a length
-    nobody knows before the end: HTTP/1.1 frames it with the chunked coding
-    (RFC 9112 §7.1; close-delimited for an HTTP/1.0 client), HTTP/2 as DATA
-    frames.
+    """The source of a body produced while it is sent (a folder archive,
+    a proxied response): the one streamed-body seam (docs/architecture.md
+    "The streamed-body seam").
 
     Cancellation handling: :meth:`next_chunk` may be cancelled at any
-    await (the client left, a write deadline); :meth:`close` (synchronous,
-    called once by the body's owner in every case) then releases whatever
-    it holds, and a blocking read still running in a pool thread disposes
-    of its own descriptor when it ends.
+    await (the client left, a write deadline, shutdown); :meth:`close`
+    (synchronous, called once by the body's owner in every case, before
+    the stream's task ends) then releases whatever it holds — the archive
+    walker's descriptor, the upstream connection — and a blocking read
+    still running in a pool thread disposes of its own descriptor when it
+    ends.  Closing before the end abandons the rest.
     """
 
     async def next_chunk(self) -> bytes:
         """The next bytes of the body (never empty), or ``b""`` at its end.
-        An exception means the body cannot be completed: the transport cuts
-        the response (the client sees it incomplete)."""
+        Raises :class:`BodyCut` when the body cannot be completed; any
+        other exception cuts the response too (on HTTP/2 as a failure,
+        INTERNAL_ERROR)."""
         ...
 
     def close(self) -> None:
@@ -145,36 +154,28 @@ class Body:
     A literal body owns nothing, so closing it does nothing and one instance
     may be shared (:data:`NO_BODY`); a file-backed one closes its descriptor
     on the first :meth:`close` and never again.  The transport that emits it
-    owns it and closes it exactly once (docs/architecture.md).
+    owns it and closes it exactly once (docs/architecture.md).  A body
+    produced while it is sent is a :class:`StreamBody`."""
 
-    ``chunks``: a body produced while it is sent (:class:`ChunkSource`),
-    instead of ``pieces`` (which are then empty); closed with the body."""
+    __slots__ = ("fd", "pieces")
 
-    __slots__ = ("chunks", "fd", "pieces")
-
-    def __init__(
-        self,
-        pieces: tuple[bytes | FileSpan, ...],
-        fd: int = -1,
-        chunks: ChunkSource | None = None,
-    ) -> None:
+    def __init__(self, pieces: tuple[bytes | FileSpan, ...], fd: int = -1) -> None:
         self.pieces = pieces
         self.fd = fd
-        self.chunks = chunks
 
     @classmethod
     def of(cls, plan: Plan, fd: int = -1, chunks: ChunkSource | None = None) -> Body:
         """The body source of ``plan`` (nothing for HEAD or a bodiless
         status), reading its spans from ``fd``, which it then owns.  A plan
         that sends no span does not need the descriptor: it is closed now.
-        ``chunks`` (owned from now on) is the body of a 200 that sends one;
-        any other plan (a HEAD, an error page the site put instead) closes
-        it now."""
+        ``chunks`` (owned from now on) is the body of a 200 that sends one,
+        of unknown length (a :class:`StreamBody`); any other plan (a HEAD,
+        an error page the site put instead) closes it now."""
         if chunks is not None:
             if plan.send_body and plan.status == 200 and not plan.body:
                 if fd >= 0:
                     close_fd(fd)
-                return cls((), -1, chunks)
+                return StreamBody(chunks, None)
             chunks.close()
         if not plan.send_body or not plan.body:
             if fd >= 0:
@@ -190,57 +191,48 @@ class Body:
         return sum(map(len, self.pieces))
 
     def close(self) -> None:
-        """Release the descriptor (and the chunk source); the second and
-        later calls do nothing."""
+        """Release the descriptor; the second and later calls do nothing."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
             close_fd(fd)
-        chunks, self.chunks = self.chunks, None
-        if chunks is not None:
-            chunks.close()
-
-
-class BodyCut(Exception):
-    """A streamed body cannot be completed (its source failed or timed
-    out after the head went out): the transport cuts the response, closing
-    the HTTP/1.1 connection or resetting the HTTP/2 stream."""
-
-
-class Chunks(Protocol):
-    """A streamed body's source (a proxied response): :meth:`next` gives
-    the next chunk, ``b""`` at the end, and raises when the body cannot be
-    completed (the transport then cuts the response); :meth:`close`
-    releases what it holds, synchronously (the transport calls it in a
-    ``finally``), and closing before the end abandons the rest."""
-
-    async def next(self) -> bytes: ...
-
-    def close(self) -> None: ...
 
 
 class StreamBody(Body):
-    """A body that is not known in advance: pulled from ``source`` one
-    chunk at a time as the transport can send it (backpressure: the next
-    chunk is asked for only once the last one is written).  ``length``: the
-    declared size (the plan then carries its Content-Length), or None;
-    ``chunked``: an HTTP/1.1 connection frames it with the chunked coding
-    (RFC 9112 §7.1; without a length and without it the connection closes
-    to end the body).  HTTP/2 frames it as DATA either way."""
+    """A body that is not known in advance (a folder archive, a proxied
+    response), pulled from ``source`` one chunk at a time as the transport
+    can send it: the next chunk is asked for only once the last one is
+    written (HTTP/1.1) or framed within the flow-control windows (HTTP/2),
+    so a slow client slows the source and at most one chunk is held.
 
-    __slots__ = ("chunked", "length", "sent", "source")
+    ``length``: the declared size (the plan then carries its
+    Content-Length), or None: HTTP/1.1 frames it with the chunked coding
+    (RFC 9112 §7.1), or, for an HTTP/1.0 client, ends it by closing the
+    connection; HTTP/2 frames it as DATA either way.  A source that gives
+    more or fewer bytes than a declared length is cut (never sent past it:
+    the excess would be read as the next response).
 
-    def __init__(self, source: Chunks, length: int | None, chunked: bool) -> None:
+    ``bounded``: the source bounds each pull itself (the proxy's
+    ``--proxy-idle-timeout``, a :class:`BodyCut` when passed); otherwise
+    the transport does, with ``--write-timeout`` (a stalled filesystem is
+    no progress: the response is cut and counted as a write timeout).
+
+    ``sent``: body bytes handed to the transport's writes so far."""
+
+    __slots__ = ("bounded", "length", "sent", "source")
+
+    def __init__(self, source: ChunkSource, length: int | None, *, bounded: bool = False) -> None:
         super().__init__(())
         self.source = source
         self.length = length
-        self.chunked = chunked
-        self.sent = 0  # body bytes handed to the transport's writes
+        self.bounded = bounded
+        self.sent = 0
 
     @property
     def size(self) -> int:
         return self.sent
 
     def close(self) -> None:
+        """Close the source (it is idempotent)."""
         self.source.close()
 
 

@@ -398,7 +398,6 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "CacheEntries",
         "CachedFile",
         "ChunkSource",
-        "Chunks",
         "DIRECTORY",
         "ERROR",
         "FILE",

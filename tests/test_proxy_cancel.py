@@ -141,14 +141,14 @@ async def test_a_complete_body_pools_the_connection_and_it_is_reused(
 
         nursery.start_soon(upstream_side)
         _, body = await h.forward()
-        assert body.chunked and body.length is None
-        got = [await body.source.next() for _ in range(3)]
+        assert body.bounded and body.length is None
+        got = [await body.source.next_chunk() for _ in range(3)]
         assert got == [b"ab", b"cd", b""]
         body.close()  # after the end: nothing to abandon
         assert h.pool.opened == 1 and len(h.pool.idle) == 1 and h.pool.inflight == 0
         _, body = await h.forward()
-        assert body.length == 1 and await body.source.next() == b"z"
-        assert await body.source.next() == b""
+        assert body.length == 1 and await body.source.next_chunk() == b"z"
+        assert await body.source.next_chunk() == b""
         body.close()
     assert h.stats.connects == 1 and h.stats.reuses == 1 and len(h.ends) == 1
 
@@ -166,7 +166,7 @@ async def test_closing_the_body_mid_response_never_pools_the_connection(
 
         nursery.start_soon(upstream_side)
         _, body = await h.forward()
-        assert await body.source.next() == b"ab"
+        assert await body.source.next_chunk() == b"ab"
         body.close()  # the client went away mid-body
     assert h.pool.opened == 0 and not h.pool.idle and h.pool.inflight == 0
     assert h.stats.cancelled == 1
@@ -186,10 +186,10 @@ async def test_an_idle_body_is_cut_after_the_idle_timeout(
 
         nursery.start_soon(upstream_side)
         _, body = await h.forward()
-        assert await body.source.next() == b"ab"
+        assert await body.source.next_chunk() == b"ab"
         start = trio.current_time()
         with pytest.raises(BodyCut):
-            await body.source.next()
+            await body.source.next_chunk()
         assert trio.current_time() - start == pytest.approx(3.0)
         body.close()
     assert h.stats.timeouts_idle == 1 and h.stats.cancelled == 0
@@ -214,7 +214,7 @@ async def test_a_trickle_meets_the_total_timeout(
         _, body = await h.forward()
         got = 0
         with pytest.raises(BodyCut):
-            while await body.source.next():
+            while await body.source.next_chunk():
                 got += 1
         assert 8 <= got <= 10 and trio.current_time() == pytest.approx(10.0, abs=0.1)
         body.close()
@@ -235,7 +235,7 @@ async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one(
 
         nursery.start_soon(upstream_side)
         _, body = await h.forward()
-        assert await body.source.next() == b"1" and await body.source.next() == b""
+        assert await body.source.next_chunk() == b"1" and await body.source.next_chunk() == b""
     assert len(h.pool.idle) == 1
     await h.ends[0].aclose()  # the upstream closed the idle connection
     async with trio.open_nursery() as nursery:
@@ -247,7 +247,7 @@ async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one(
 
         nursery.start_soon(second)
         _, body = await h.forward()
-        assert await body.source.next() == b"2" and await body.source.next() == b""
+        assert await body.source.next_chunk() == b"2" and await body.source.next_chunk() == b""
         body.close()
     assert h.stats.connects == 2 and h.stats.errors_reset == 0
     assert h.pool.opened == 1  # the stale one closed, the new one pooled

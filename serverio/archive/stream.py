@@ -27,7 +27,7 @@ from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..http.listing import Entry
 from ..http.reasons import reason_status
-from ..model import errno_reason
+from ..model import BodyCut, errno_reason
 from .plan import Bounds, Member, check_bounds
 from .tarenc import TarEncoder
 from .walk import close_opened, close_read, open_member, read_span, scan_at
@@ -48,9 +48,10 @@ _STORED_SUFFIXES: Final = frozenset(
 Visible = Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]]
 
 
-class ArchiveCut(Exception):
+class ArchiveCut(BodyCut):
     """The archive cannot be completed (a bound passed while streaming, a
-    member that shrank): the transport cuts the response."""
+    member that shrank): the transport cuts the response (a
+    :class:`~serverio.model.BodyCut`)."""
 
 
 async def walk(

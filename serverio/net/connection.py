@@ -47,7 +47,7 @@ import h11
 import trio
 
 from ..errors import HTTPError
-from ..fs.body import Body
+from ..fs.body import Body, StreamBody
 from ..http.core import Plan
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
@@ -481,8 +481,8 @@ class ConnectionTask:
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
             chunked = event.http_version == b"1.1"
-            if body.chunks is not None and not chunked:
-                close = True  # a produced body without chunked coding: close-delimited
+            if type(body) is StreamBody and body.length is None and not chunked:
+                close = True  # a streamed body of unknown length to HTTP/1.0: close-delimited
             try:
                 sent = await self._send(plan, body, close, ka10 and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
@@ -499,11 +499,12 @@ class ConnectionTask:
 
     async def _send(self, plan: Plan, body: Body, close: bool, ka10: bool, chunked: bool) -> int:
         """Write the answer; the bytes of its body sent."""
-        if body.chunks is None:
+        if type(body) is not StreamBody:
             return await self.emitter.emit(plan, body, close=close, ka10=ka10)
-        # A body produced while it is sent (a folder archive): chunked for
-        # HTTP/1.1, close-delimited for HTTP/1.0 (the caller set ``close``).
-        return await self.emitter.emit_chunks(plan, body.chunks, close=close, chunked=chunked)
+        # A streamed body (an archive, a proxied response): the one
+        # streamed-body path (Emitter.emit_stream: Content-Length, chunked
+        # for HTTP/1.1, close-delimited for HTTP/1.0).
+        return await self.emitter.emit_stream(plan, body, close=close, ka10=ka10, chunked=chunked)
 
     async def _stream(self, plan: Plan, log: _LogFields) -> bool:
         """A long-lived streaming body (the live-reload event stream);

@@ -38,7 +38,7 @@ import trio
 from ..fs.body import Body, StreamBody
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..model import BodyCut, ChunkSource
+from ..model import ChunkSource
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
 
@@ -51,6 +51,7 @@ SEND_PIECE = 16384  # non-socket streams: progress granularity of the write dead
 # Emitter.tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
 _UNTUNED_WRITE_MAX = 16384
 _CLOSE_END = b"Connection: close\r\n\r\n"
+_CHUNKED = (b"transfer-encoding", b"chunked")  # a streamed body of unknown length
 _cached_head = SHARED_HEADS.get  # the HTTP/1.1 head cache, read inline
 
 _HAS_SENDFILE = hasattr(os, "sendfile")
@@ -287,8 +288,6 @@ class Emitter:
                         raise
                 stats.bytes_sent += total
                 return len(piece)
-        if type(body) is StreamBody:
-            return await self._emit_stream(head, body)
         sent = self.progress = 0
         pieces = [head]
         if body.pieces:
@@ -317,93 +316,86 @@ class Emitter:
         stats.bytes_sent += len(head) + sent
         return sent
 
-    async def emit_chunks(
-        self, plan: Plan, chunks: ChunkSource, *, close: bool, chunked: bool
+    async def emit_stream(
+        self, plan: Plan, body: StreamBody, *, close: bool, ka10: bool, chunked: bool
     ) -> int:
-        """Write the plan's head and a body produced while it is sent
-        (``chunks``, which the caller closes): with ``chunked`` in the
-        chunked coding (RFC 9112 §7.1: ``Transfer-Encoding: chunked``, each
-        chunk framed as it comes, the last-chunk at the end), else
-        close-delimited (an HTTP/1.0 client; ``close`` must then be set).
-        Returns the body bytes sent (without the framing).
+        """Write the plan's head and a streamed body (a folder archive, a
+        proxied response: :class:`~serverio.model.StreamBody`, which the
+        caller closes), each chunk written before the next is asked for
+        (backpressure: a slow client slows the source; one chunk is held
+        here at most).  Returns the body bytes sent (without the framing).
 
-        A source that fails (a bound passed, a file that changed), or makes
-        no chunk for ``--write-timeout``, raises :class:`Abort`: the
-        connection closes without the last-chunk, so the client sees an
-        incomplete response (RFC 9112 §8).
+        Framing: a declared ``body.length`` goes as the Content-Length the
+        plan carries; without one, ``chunked`` (an HTTP/1.1 client) frames
+        it with the chunked coding (RFC 9112 §7.1: each chunk as it comes,
+        the last-chunk at the end), else the connection's close ends it (an
+        HTTP/1.0 client; ``close`` must then be set, RFC 9112 §6.3).
 
-        Cancellation handling: as :meth:`send`; the source is not closed
-        here (its owner, the transport's ``finally``, does).
-        """
-        assert chunked or close
-        self._before_wait()  # the source waits for reads: no read deadline now
-        headers = (*plan.headers, (b"transfer-encoding", b"chunked")) if chunked else plan.headers
-        await self.send(head_bytes(plan.status, headers, close=close, keep_alive_10=False))
-        sent = self.progress = 0
-        while True:
-            # Making a chunk is progress too: a source that makes none for
-            # --write-timeout (a stalled filesystem) ends the response as a
-            # stalled write does; its pooled read is abandoned.
-            with trio.move_on_after(self._timeout) as scope:
-                try:
-                    data = await chunks.next_chunk()
-                except Exception as exc:
-                    raise Abort from exc
-            if scope.cancelled_caught:
-                self._timeouts.write += 1
-                raise Abort
-            if not data:
-                break
-            if chunked:
-                await self.send_pieces([b"%x\r\n" % len(data), data, b"\r\n"])
-            else:
-                await self.send(data)
-            sent += len(data)
-            self.progress = sent
-        if chunked:
-            await self.send(b"0\r\n\r\n")
-        self._stats.bytes_sent += sent
-        return sent
-
-    async def _emit_stream(self, head: bytes, body: StreamBody) -> int:
-        """A streamed body (a proxied response): the head at once, then each
-        chunk as its source gives it, written before the next is asked for
-        (backpressure: a slow client slows the upstream's reads, and at most
-        one chunk is held here).  Without a length and with
-        ``body.chunked`` the chunked coding frames it (RFC 9112 §7.1), else
-        the Content-Length the plan carries, or the connection's close,
-        ends it.  A source that fails (:class:`BodyCut`) cuts the response:
-        :class:`Abort`, the connection closes.
+        A cut (:class:`~serverio.model.BodyCut`, any failure of the source,
+        more or fewer bytes than the declared length, or no chunk made for
+        ``--write-timeout`` when the source does not bound its own pulls)
+        raises :class:`Abort`: the connection closes without the last-chunk
+        or short of its Content-Length, so the client sees an incomplete
+        response (RFC 9112 §8).  Every byte written (head, framing, body)
+        is counted in ``bytes_sent``, a cut response's too.
 
         Cancellation handling: a cancelled write or pull leaves the
-        response cut; the caller closes the body (its source closes the
-        upstream connection) and the connection.
+        response cut; the source is not closed here (its owner, the
+        transport's ``finally``, does: the archive's descriptor, the
+        upstream connection).
         """
-        chunked = body.chunked
-        if chunked:
-            head = head[:-2] + b"Transfer-Encoding: chunked\r\n\r\n"
-        self.progress = 0
-        self._before_wait()  # no read deadline while the body streams
-        await self.send(head)
+        length = body.length
+        framed = length is None and chunked
+        assert length is not None or chunked or close
+        headers = (*plan.headers, _CHUNKED) if framed else plan.headers
+        head = head_bytes(plan.status, headers, close=close, keep_alive_10=ka10)
+        self._before_wait()  # the source waits: no read deadline while the body streams
         source = body.source
-        sent = 0
-        while True:
-            try:
-                chunk = await source.next()
-            except BodyCut:
-                raise Abort from None
-            if not chunk:
-                break
-            if chunked:
-                await self.send_pieces([b"%x\r\n" % len(chunk), chunk, b"\r\n"])
-            else:
-                await self.send(chunk)
-            sent += len(chunk)
-            self.progress = body.sent = sent
-        if chunked:
-            await self.send(b"0\r\n\r\n")
-        self._stats.bytes_sent += len(head) + sent
+        within = None if body.bounded else self._timeout
+        sent = self.progress = 0
+        wrote = 0  # bytes on the wire: head, framing and body
+        try:
+            await self.send(head)
+            wrote = len(head)
+            while chunk := await self._pull(source, within):
+                if length is not None and sent + len(chunk) > length:
+                    raise Abort  # past the declared length: never written
+                if framed:
+                    size = b"%x\r\n" % len(chunk)
+                    await self.send_pieces([size, chunk, b"\r\n"])
+                    wrote += len(size) + 2
+                else:
+                    await self.send(chunk)
+                sent += len(chunk)
+                wrote += len(chunk)
+                self.progress = body.sent = sent
+            if length is not None and sent != length:
+                raise Abort  # ended short of its Content-Length: a cut
+            if framed:
+                await self.send(b"0\r\n\r\n")
+                wrote += 5
+        finally:
+            self._stats.bytes_sent += wrote
         return sent
+
+    async def _pull(self, source: ChunkSource, within: float | None) -> bytes:
+        """The source's next chunk; :class:`Abort` when it fails, or makes
+        none ``within`` seconds (then counted as a write timeout: making a
+        chunk is the response's progress, and its pooled read is
+        abandoned)."""
+        if within is None:
+            try:
+                return await source.next_chunk()
+            except Exception as exc:  # BodyCut, or any failure: a cut
+                raise Abort from exc
+        with trio.move_on_after(within) as scope:
+            try:
+                return await source.next_chunk()
+            except Exception as exc:
+                raise Abort from exc
+        assert scope.cancelled_caught
+        self._timeouts.write += 1
+        raise Abort
 
     async def _send_rest(self, head: bytes, piece: bytes, n: int) -> None:
         """What a partial writev of ``head`` and ``piece`` left after ``n``

@@ -448,13 +448,10 @@ class H2Connection:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
                     plan, body, _ = busy(env, ticket, now)  # past --watch-max-streams
-                if type(body) is StreamBody:  # a proxied response (serverio.net.h2stream)
-                    stalled = False
-                    await send_stream(
+                if type(body) is StreamBody:  # an archive, a proxied response
+                    stalled = await send_stream(
                         writer, st, plan, body, env.stats, env.config.conn.write_timeout
                     )
-                elif body.chunks is not None:  # a body produced while sent (an archive)
-                    stalled = await writer.respond_chunks(st, plan, body.chunks)
                 else:
                     stalled = await writer.respond(st, plan, body)
                 if stalled:
@@ -482,7 +479,7 @@ class H2Connection:
             self._stream_done(st)
         if st.state in DONE:
             self._record(st, client, fields, started, now)
-        elif st.status and st.pieces:
+        elif st.status and (st.pieces or st.streaming):
             # Reset or failed mid-body (the client's RST_STREAM, the write
             # deadline, the abort): logged with the body bytes framed so
             # far and the "cut" marker, as HTTP/1.1 does.

@@ -1,19 +1,32 @@
-"""A streamed body (:class:`~serverio.model.StreamBody`, a proxied
-response) on an HTTP/2 stream.
+"""A streamed body (:class:`~serverio.model.StreamBody`: a folder archive,
+a proxied response) on an HTTP/2 stream: the one HTTP/2 path of the
+streamed-body seam (docs/architecture.md "The streamed-body seam").
 
-HEADERS without END_STREAM, then each chunk as the source gives it, as DATA
-within the stream's and the connection's flow-control windows, the next
-chunk asked for only once this one is handed to h2 and the connection's
-output is under ``OUT_HIGH`` (backpressure reaches the upstream: an unread
-chunk stays in its socket); END_STREAM with the last (empty) DATA frame.
-A window that stays shut for ``--write-timeout`` resets the stream
-(CANCEL), as for a file body; a source that fails after the head
-(:class:`~serverio.model.BodyCut`) resets it too (CANCEL: the response is
-cut, RFC 9113 §8.1), never ends it as if complete.
+HEADERS without END_STREAM, then each chunk as the source gives it,
+queued with the :class:`~serverio.net.h2write.Writer` and framed there as
+any body is: round-robin with the connection's other bodies, within the
+stream's and the connection's flow-control windows.  The stream's task
+waits on events only (:meth:`Writer.await_body`: the chunk framed, the
+stream reset, its write deadline); the writer frames again when a
+WINDOW_UPDATE or a SETTINGS change wakes it (``Writer.kick``, from
+:mod:`serverio.net.h2read`), so a shut window costs no wake-up at all.
+The next chunk is asked for only once this one is framed (backpressure
+reaches the source: an upstream's unread chunk stays in its socket, an
+archive's next read waits), so one chunk at most is held per stream.
+END_STREAM goes on an empty DATA frame at the end.
 
-The stream's progress is kept where the access log reads it
-(``Stream.pieces``/``offset``: one span of the bytes sent), so a cut
-response is logged with its size and the ``cut`` marker as a file's is.
+A cut resets the stream, never ends it as if complete (RFC 9113 §8.1):
+CANCEL for a :class:`~serverio.model.BodyCut`, for more or fewer bytes
+than a declared length, and for a chunk not made within
+``--write-timeout`` (when the source does not bound its own pulls,
+counted as a write timeout); INTERNAL_ERROR for any other failure of the
+source.  A window that stays shut for ``--write-timeout`` resets it too
+(CANCEL), as for a file body.
+
+The stream's progress is kept where the access log reads it:
+``Stream.streamed`` (the chunks framed) plus the cursor into the current
+chunk (``Stream.pieces``/``index``/``offset``), so a cut response is logged
+with its size and the ``cut`` marker as a file's is.
 """
 
 from __future__ import annotations
@@ -22,92 +35,97 @@ import h2.exceptions
 import trio
 from h2.errors import ErrorCodes
 
-from ..http.core import FileSpan, Plan
-from ..model import BodyCut, StreamBody
+from ..http.core import Plan
+from ..model import BodyCut, ChunkSource, StreamBody
 from ..observe.stats import Stats
-from .h2state import COMPLETE, EVENTS, STOPPED, Stream
-from .h2write import OUT_HIGH, Writer, response_fields
+from .h2state import COMPLETE, SENDING, STOPPED, Stream
+from .h2write import Writer, response_fields
 
 __all__ = ["send_stream"]
 
 
 async def send_stream(
     writer: Writer, st: Stream, plan: Plan, body: StreamBody, stats: Stats, write_timeout: float
-) -> None:
-    """Send ``plan``'s head and ``body`` on ``st`` (see the module docstring).
+) -> bool:
+    """Send ``plan``'s head and ``body`` on ``st`` (see the module
+    docstring).  True when the connection's bodies stalled as a whole
+    (:meth:`Writer.await_body`: the caller ends the connection).
 
     Cancellation handling: cancelled (RST_STREAM, the connection's end) at
-    any await, it sends nothing more; the caller closes the body, whose
-    source closes the upstream connection.
+    any await, it sends nothing more; the source is not closed here (the
+    stream task's ``finally`` closes the body: the archive's descriptor,
+    the upstream connection).
     """
     if st.state in STOPPED or writer.closed:
-        return
+        return False
     st.status = plan.status
     try:
         writer.frames.headers(st.sid, response_fields(plan.status, plan.headers), False)
     except h2.exceptions.ProtocolError:
-        return  # the stream was closed meanwhile
-    st.to(EVENTS)  # HEADERS out, DATA as the source gives it
-    st.pieces = [FileSpan(0, 0)]
+        return False  # the stream was closed meanwhile
+    st.to(SENDING)
+    st.streaming = True
     writer.pull()
-    conn = writer.frames.conn
-    sent = 0
+    source = body.source
+    length = body.length
+    within = None if body.bounded else write_timeout
     while True:
-        try:
-            chunk = await body.source.next()
-        except BodyCut:
+        got = await _pulled(source, within, stats)
+        if st.state in STOPPED:
+            return False  # reset while the chunk was made
+        if isinstance(got, ErrorCodes):
+            writer.reset(st, got, failed=got == ErrorCodes.INTERNAL_ERROR)
+            return False
+        if length is not None and (
+            st.streamed + len(got) > length or (not got and st.streamed != length)
+        ):
+            # More than the declared content-length, or its end short of
+            # it: a cut (RFC 9113 §8.1.1 makes the mismatch malformed).
             writer.reset(st, ErrorCodes.CANCEL)
-            return
-        if st.state in STOPPED or writer.closed:
-            return
-        if not chunk:
+            return False
+        if not got:
             break
-        if not await _send(writer, st, chunk, stats, write_timeout):
-            return
-        sent += len(chunk)
-        body.sent = st.offset = sent
+        writer.queue(st, [got], len(got))
+        if await writer.await_body(st):
+            return True
+        if st.state != SENDING:
+            return False  # reset: the write deadline, the client
+        # The chunk is framed: it joins the bytes streamed (the access
+        # log's size), and the next one is asked for.
+        st.streamed += len(got)
+        st.pieces = []
+        body.sent = st.streamed
+    st.streaming = False
     try:
-        conn.end_stream(st.sid)
+        writer.frames.data(st.sid, b"", True)
     except h2.exceptions.ProtocolError:
-        return  # closed on h2's side meanwhile
-    st.pieces = [FileSpan(0, sent)]
-    st.offset = 0
+        return False  # closed on h2's side meanwhile
     st.to(COMPLETE)
     writer.pull()
     if not st.ended:
         writer.reset(st, ErrorCodes.NO_ERROR)  # RFC 9113 §8.1: answered in full
+    return False
 
 
-async def _send(
-    writer: Writer, st: Stream, data: bytes, stats: Stats, write_timeout: float
-) -> bool:
-    """``data`` as DATA frames within the windows; False when the stream
-    ended meanwhile or its window stayed shut past ``timeout`` (reset)."""
-    conn = writer.frames.conn
-    timeout = write_timeout
-    deadline = trio.current_time() + timeout
-    view = memoryview(data)
-    while view:
-        if st.state in STOPPED or writer.closed:
-            return False
-        window = min(conn.local_flow_control_window(st.sid), conn.max_outbound_frame_size)
-        if window > 0 and len(writer.out) <= OUT_HIGH:
-            piece = bytes(view[:window])
-            conn.send_data(st.sid, piece)
-            writer.allowance.earn(len(piece))
-            view = view[len(piece) :]
-            writer.pull()
-            deadline = trio.current_time() + timeout
-            continue
-        if trio.current_time() >= deadline:
-            stats.timeouts.write += 1
-            writer.reset(st, ErrorCodes.CANCEL)
-            return False
-        # A WINDOW_UPDATE, SETTINGS or a write that drained the output
-        # wakes the writer: wait for that, looking again shortly meanwhile.
-        wake = writer.wake
-        with trio.move_on_at(min(deadline, trio.current_time() + 0.05)):
-            if wake.is_set():
-                await trio.sleep_forever()
-            await wake.wait()
-    return True
+async def _pulled(source: ChunkSource, within: float | None, stats: Stats) -> bytes | ErrorCodes:
+    """The source's next chunk, or the stream's reset code: CANCEL for a
+    cut (:class:`BodyCut`) or no chunk ``within`` seconds (a stalled
+    filesystem is no progress either; its read is abandoned),
+    INTERNAL_ERROR for any other failure."""
+    if within is None:
+        try:
+            return await source.next_chunk()
+        except BodyCut:
+            return ErrorCodes.CANCEL
+        except Exception:
+            return ErrorCodes.INTERNAL_ERROR
+    with trio.move_on_after(within) as scope:
+        try:
+            return await source.next_chunk()
+        except BodyCut:
+            return ErrorCodes.CANCEL
+        except Exception:
+            return ErrorCodes.INTERNAL_ERROR
+    assert scope.cancelled_caught
+    stats.timeouts.write += 1
+    return ErrorCodes.CANCEL

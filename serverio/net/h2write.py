@@ -44,7 +44,6 @@ from h2.errors import ErrorCodes
 
 from ..fs.body import Body
 from ..http.core import FileSpan, Plan
-from ..model import ChunkSource
 from ..observe.stats import Stats
 from ..wire.h2head import CONNECTION_SPECIFIC
 from .emit import SEND_PIECE
@@ -92,21 +91,6 @@ def response_fields(
         if name not in CONNECTION_SPECIFIC:
             fields.append((name, value))
     return fields
-
-
-async def _made(chunks: ChunkSource, within: float, stats: Stats) -> bytes | ErrorCodes:
-    """The source's next chunk, or the stream's reset code: INTERNAL_ERROR
-    when it failed, CANCEL when it made none ``within`` seconds (a stalled
-    filesystem is no progress either; its read is abandoned)."""
-    with trio.move_on_after(within) as scope:
-        try:
-            return await chunks.next_chunk()
-        except Exception:
-            stats.responses.truncated += 1
-            return ErrorCodes.INTERNAL_ERROR
-    assert scope.cancelled_caught
-    stats.timeouts.write += 1
-    return ErrorCodes.CANCEL
 
 
 class Writer:
@@ -244,55 +228,6 @@ class Writer:
             self.reset(st, ErrorCodes.NO_ERROR)
         return False
 
-    async def respond_chunks(self, st: Stream, plan: Plan, chunks: ChunkSource) -> bool:
-        """HEADERS now, then a body produced while it is sent (a folder
-        archive): each chunk queued and framed as for any body, the next
-        asked for once it is out (so one chunk at most is held per stream),
-        END_STREAM on an empty DATA frame at the end.  A source that fails
-        resets the stream (INTERNAL_ERROR), one that makes no chunk for
-        ``--write-timeout`` too (CANCEL): the client sees it incomplete.
-        True as for :meth:`respond`.
-
-        Cancellation handling: the source is not closed here (the stream
-        task's ``finally`` closes its body); a reset stops the loop.
-        """
-        if st.state in STOPPED or self.closed:
-            return False
-        st.status = plan.status
-        try:
-            self.frames.headers(st.sid, response_fields(plan.status, plan.headers), False)
-        except h2.exceptions.ProtocolError:
-            return False
-        st.to(SENDING)
-        st.streaming = True
-        self.pull()
-        while st.state == SENDING:
-            data = await _made(chunks, self._timeout, self._stats)
-            if isinstance(data, ErrorCodes):
-                self.reset(st, data, failed=data == ErrorCodes.INTERNAL_ERROR)
-                return False
-            if st.state in STOPPED:
-                return False  # reset while the chunk was made
-            st.streamed += sum(map(len, st.pieces))
-            if not data:
-                st.pieces = []
-                st.streaming = False
-                try:
-                    self.frames.data(st.sid, b"", True)
-                except h2.exceptions.ProtocolError:
-                    return False
-                st.to(COMPLETE)
-                self.pull()
-                break
-            self._queue(st, [data], len(data))
-            if await self.await_body(st):
-                return True
-        if st.state != COMPLETE:
-            return False
-        if not st.ended:
-            self.reset(st, ErrorCodes.NO_ERROR)
-        return False
-
     def send_body(
         self, st: Stream, source: Body, pieces: list[bytes | FileSpan], total: int
     ) -> None:
@@ -300,10 +235,11 @@ class Writer:
         it fits in one frame and the output is under OUT_BUDGET."""
         st.to(SENDING)
         st.fd = source.fd
-        self._queue(st, pieces, total)
+        self.queue(st, pieces, total)
 
-    def _queue(self, st: Stream, pieces: list[bytes | FileSpan], total: int) -> None:
-        """Queue ``pieces`` (``total`` bytes) of ``st``, which is SENDING."""
+    def queue(self, st: Stream, pieces: list[bytes | FileSpan], total: int) -> None:
+        """Queue ``pieces`` (``total`` bytes) of ``st``, which is SENDING
+        (a whole body, or one chunk of a streamed one: serverio.net.h2stream)."""
         st.pieces = pieces
         st.index = st.offset = 0
         st.remaining = total

@@ -554,7 +554,9 @@ def _finished(
         try:
             plan = site.finish(plan, ticket)
         except BaseException:
-            Body((), fd, chunks).close()
+            Body((), fd).close()
+            if chunks is not None:
+                chunks.close()
             raise
     return plan, Body.of(plan, fd, chunks), ticket
 

@@ -231,7 +231,7 @@ class ProxyService:
             # No content (h11 knows it too): read to the end of the message
             # so that the connection can be pooled.
             try:
-                if await down.next():
+                if await down.next_chunk():
                     raise BodyCut("content where none may be")
             except BodyCut:
                 down.close()
@@ -244,7 +244,8 @@ class ProxyService:
         # coding; an HTTP/1.0 client's connection ends it (RFC 9112 §6.3).
         http10 = version == b"1.0"
         plan = Plan(status, tuple(fields), (), close=length is None and http10)
-        return plan, StreamBody(down, length, chunked=length is None and not http10)
+        # The source bounds its own pulls (--proxy-idle-timeout, the total).
+        return plan, StreamBody(down, length, bounded=True)
 
 
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
@@ -264,8 +265,8 @@ def _count(stats: ProxyStats, kind: str) -> None:
 
 
 class Downstream:
-    """The source of a proxied response body (:class:`~serverio.model.Chunks`):
-    each :meth:`next` is one h11 Data event, read when the transport asks
+    """The source of a proxied response body (:class:`~serverio.model.ChunkSource`):
+    each :meth:`next_chunk` is one h11 Data event, read when the transport asks
     for it (backpressure: an unread chunk stays in the upstream's socket).
     It owns the upstream connection and the pool slot until the end of the
     message (pooled) or :meth:`close` / a failure (closed)."""
@@ -282,7 +283,7 @@ class Downstream:
         self._total = total
         self.done = False
 
-    async def next(self) -> bytes:
+    async def next_chunk(self) -> bytes:
         """The next chunk, ``b""`` at the end.  Raises :class:`BodyCut`
         when the upstream fails, sends what h11 refuses, or is too slow.
 

@@ -36,7 +36,7 @@ _CANONICAL = {
         "Content-Range",
         "Content-Encoding",
         "Content-Disposition",
-        "Transfer-Encoding",  # a body produced while sent (net.emit.Emitter.emit_chunks)
+        "Transfer-Encoding",  # a body produced while sent (net.emit.Emitter.emit_stream)
         "Location",
         "Allow",
         "Retry-After",
