@@ -3,6 +3,7 @@ streams) in front of a real HTTP/1.1 upstream on loopback port 0."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,8 +12,8 @@ from pathlib import Path
 import trio
 from h2.errors import ErrorCodes
 
-from serverio import Server
-from tests.conftest import make_config
+from serverio import AccessLog, Server
+from tests.conftest import make_config, wait_until
 from tests.h2client import h2_memory
 from tests.proxy_upstream import upstream
 
@@ -99,3 +100,34 @@ async def test_an_upstream_reset_mid_body_resets_the_stream(root: Path) -> None:
             assert srv.stats.proxy.errors_reset == 1
             r = await client.get("/api/badframe")
             assert r.status == 502
+
+
+async def test_an_h2_proxied_body_is_logged_and_counted_with_its_size(root: Path) -> None:
+    """The access log's size of a proxied HTTP/2 response is its body's,
+    complete (chunked upstream, known length upstream) or cut (the
+    upstream reset mid-body: the bytes sent, marked cut); /metrics'
+    bytes_sent counts them."""
+    out = io.StringIO()
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        srv = Server(cfg, access_log=AccessLog("json", out))
+        async with h2_memory(cfg, server=srv) as (client, _, _), _closing(srv):
+            before = srv.stats.responses.bytes_sent
+            r = await client.get("/api/stream?n=7&size=10000")
+            assert r.ended and len(r.body) == 70_000
+            r = await client.get("/api/length?size=12345")
+            assert r.ended and len(r.body) == 12345
+            sid = client.request("/api/reset")
+            await client.flush()
+            with trio.fail_after(5):
+                (cut,) = await client.wait(sid)
+            assert cut.reset == ErrorCodes.CANCEL and cut.body == b"0123456789"
+            await wait_until(lambda: out.getvalue().count("\n") == 3)
+            assert srv.stats.responses.bytes_sent - before > 70_000 + 12345 + 10
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["target"], r["bytes"], r.get("cut", False)) for r in records] == [
+        ("/api/stream?n=7&size=10000", 70_000, False),
+        ("/api/length?size=12345", 12345, False),
+        ("/api/reset", 10, True),
+    ]
+    assert all(r["version"] == "2.0" for r in records)
