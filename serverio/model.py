@@ -118,7 +118,15 @@ class BodyCut(Exception):
     bound or timed out after the head went out): the transport cuts the
     response — the HTTP/1.1 connection closes without the last-chunk or
     short of its Content-Length (RFC 9112 §8), the HTTP/2 stream is reset
-    with CANCEL (RFC 9113 §8.1) — and never ends it as if complete."""
+    (RFC 9113 §8.1) — and never ends it as if complete.
+
+    ``failed``: the server itself could not make the rest (an archive
+    member that changed, a bound passed): HTTP/2 resets with
+    INTERNAL_ERROR and the response counts as ``truncated``, as for any
+    other exception of a source.  Otherwise (the default: the upstream
+    went away or timed out) the reset is CANCEL."""
+
+    failed: bool = False
 
 
 class ChunkSource(Protocol):
@@ -138,8 +146,7 @@ class ChunkSource(Protocol):
     async def next_chunk(self) -> bytes:
         """The next bytes of the body (never empty), or ``b""`` at its end.
         Raises :class:`BodyCut` when the body cannot be completed; any
-        other exception cuts the response too (on HTTP/2 as a failure,
-        INTERNAL_ERROR)."""
+        other exception cuts the response too, as a failed one."""
         ...
 
     def close(self) -> None:

@@ -50,8 +50,10 @@ Visible = Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]]
 
 class ArchiveCut(BodyCut):
     """The archive cannot be completed (a bound passed while streaming, a
-    member that shrank): the transport cuts the response (a
-    :class:`~serverio.model.BodyCut`)."""
+    member that shrank): the transport cuts the response as a failed one
+    (a :class:`~serverio.model.BodyCut`; HTTP/2 INTERNAL_ERROR)."""
+
+    failed = True
 
 
 async def walk(

@@ -38,7 +38,7 @@ import trio
 from ..fs.body import Body, StreamBody
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..model import ChunkSource
+from ..model import BodyCut, ChunkSource
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
 
@@ -379,21 +379,21 @@ class Emitter:
         return sent
 
     async def _pull(self, source: ChunkSource, within: float | None) -> bytes:
-        """The source's next chunk; :class:`Abort` when it fails, or makes
-        none ``within`` seconds (then counted as a write timeout: making a
+        """The source's next chunk; :class:`Abort` when it fails (a failed
+        cut, ``BodyCut.failed`` or any exception that is not a
+        :class:`BodyCut`, counts as ``truncated``), or makes none
+        ``within`` seconds (then counted as a write timeout: making a
         chunk is the response's progress, and its pooled read is
         abandoned)."""
-        if within is None:
-            try:
+        try:
+            if within is None:
                 return await source.next_chunk()
-            except Exception as exc:  # BodyCut, or any failure: a cut
-                raise Abort from exc
-        with trio.move_on_after(within) as scope:
-            try:
+            with trio.move_on_after(within):
                 return await source.next_chunk()
-            except Exception as exc:
-                raise Abort from exc
-        assert scope.cancelled_caught
+        except Exception as exc:
+            if not isinstance(exc, BodyCut) or exc.failed:
+                self._stats.truncated += 1
+            raise Abort from exc
         self._timeouts.write += 1
         raise Abort
 

@@ -19,9 +19,11 @@ A cut resets the stream, never ends it as if complete (RFC 9113 §8.1):
 CANCEL for a :class:`~serverio.model.BodyCut`, for more or fewer bytes
 than a declared length, and for a chunk not made within
 ``--write-timeout`` (when the source does not bound its own pulls,
-counted as a write timeout); INTERNAL_ERROR for any other failure of the
-source.  A window that stays shut for ``--write-timeout`` resets it too
-(CANCEL), as for a file body.
+counted as a write timeout); INTERNAL_ERROR (the stream FAILED, counted
+as ``truncated``) for a failed one (``BodyCut.failed``: an archive that
+cannot be completed) and any other exception of the source.  A window
+that stays shut for ``--write-timeout`` resets it too (CANCEL), as for a
+file body.
 
 The stream's progress is kept where the access log reads it:
 ``Stream.streamed`` (the chunks framed) plus the cursor into the current
@@ -111,21 +113,17 @@ async def _pulled(source: ChunkSource, within: float | None, stats: Stats) -> by
     """The source's next chunk, or the stream's reset code: CANCEL for a
     cut (:class:`BodyCut`) or no chunk ``within`` seconds (a stalled
     filesystem is no progress either; its read is abandoned),
-    INTERNAL_ERROR for any other failure."""
-    if within is None:
-        try:
+    INTERNAL_ERROR for a failed one (``BodyCut.failed``, any other
+    exception: counted as ``truncated``)."""
+    try:
+        if within is None:
             return await source.next_chunk()
-        except BodyCut:
-            return ErrorCodes.CANCEL
-        except Exception:
-            return ErrorCodes.INTERNAL_ERROR
-    with trio.move_on_after(within) as scope:
-        try:
+        with trio.move_on_after(within):
             return await source.next_chunk()
-        except BodyCut:
+    except Exception as exc:
+        if isinstance(exc, BodyCut) and not exc.failed:
             return ErrorCodes.CANCEL
-        except Exception:
-            return ErrorCodes.INTERNAL_ERROR
-    assert scope.cancelled_caught
+        stats.responses.truncated += 1
+        return ErrorCodes.INTERNAL_ERROR
     stats.timeouts.write += 1
     return ErrorCodes.CANCEL
