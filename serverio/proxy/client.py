@@ -77,7 +77,7 @@ def close_stream(stream: trio.abc.Stream) -> None:
 class UpstreamConn:
     """One upstream connection (one task uses it at a time)."""
 
-    __slots__ = ("_eof", "closed", "h11", "received", "reused", "stream")
+    __slots__ = ("_eof", "closed", "h11", "once", "received", "reused", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -85,6 +85,7 @@ class UpstreamConn:
         self.reused = False
         self.received = 0  # bytes read in the current exchange
         self.closed = False
+        self.once = False  # never pooled (a request that asked to switch protocols)
         self._eof = False
 
     async def send_request(
@@ -128,8 +129,12 @@ class UpstreamConn:
             except h11.RemoteProtocolError as exc:
                 kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
                 raise UpstreamError(kind, str(exc)) from None
+            if event is h11.PAUSED:
+                # Only after a 101 (read_head returns it first) or a
+                # pipelining misuse: either way not an event to read on.
+                raise UpstreamError("framing", "paused")
             if event is not h11.NEED_DATA:
-                assert not isinstance(event, type)  # PAUSED: never (one exchange at a time)
+                assert not isinstance(event, type)
                 return event
             try:
                 data = await self.stream.receive_some(RECV_SIZE)
@@ -140,20 +145,38 @@ class UpstreamConn:
                 self._eof = True
             conn.receive_data(bytes(data))
 
-    async def read_head(self) -> h11.Response:
-        """The final response head (1xx informational heads are skipped)."""
+    async def read_head(self) -> h11.Response | h11.InformationalResponse:
+        """The final response head (1xx informational heads are skipped),
+        or the ``101 Switching Protocols`` that accepts a protocol switch
+        this connection's request asked for (h11 then holds both sides in
+        SWITCHED_PROTOCOL: the bytes past the head are :attr:`trailing`)."""
         while True:
             event = await self.next_event()
             if isinstance(event, h11.Response):
                 return event
             if isinstance(event, h11.InformationalResponse):
+                if event.status_code == 101 and self.switched:
+                    return event
                 continue
             raise UpstreamError("reset" if isinstance(event, h11.ConnectionClosed) else "framing")
 
     @property
+    def switched(self) -> bool:
+        """h11 says both sides switched protocols (after a 101)."""
+        return self.h11.our_state is h11.SWITCHED_PROTOCOL
+
+    @property
+    def trailing(self) -> bytes:
+        """The bytes read past the 101's head (the new protocol's first)."""
+        return bytes(self.h11.trailing_data[0])
+
+    @property
     def reusable(self) -> bool:
-        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3)."""
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3),
+        and the request did not ask to switch protocols (an upstream that
+        declined may still hold state for it: such a connection is used once)."""
+        conn = self.h11
+        return not self.once and conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     def close(self) -> None:
         if not self.closed:

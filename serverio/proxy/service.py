@@ -35,6 +35,7 @@ upstream connection is never pooled mid-exchange.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Callable
 
@@ -47,11 +48,12 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.hooks import RawHead, Upload
+from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
 from .client import Connect, Pool, UpstreamConn, UpstreamError, open_upstream
-from .routes import Routes, request_fields, response_fields, upstream_target
+from .routes import Routes, request_fields, response_fields, upgrade_token, upstream_target
+from .tunnel import TunnelGauge, UpstreamTunnel
 
 __all__ = ["Downstream", "ProxyService"]
 
@@ -62,7 +64,7 @@ _BODILESS = frozenset({204, 304})
 class ProxyService:
     """The configured routes, one :class:`Pool` per route."""
 
-    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes")
+    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes", "tunnels")
 
     def __init__(self, config: Config, stats: ProxyStats, connect: Connect = open_upstream) -> None:
         policy = self._policy = config.proxy
@@ -70,6 +72,7 @@ class ProxyService:
         self._networks = config.site.proxy_networks
         self.routes = Routes(policy.routes)
         self._fallback = policy.fallback
+        self.tunnels = TunnelGauge()  # open now (/metrics)
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
         # One pool per route; the fallback's is keyed "" (its prefix "/"
         # may also be a route's).
@@ -114,7 +117,10 @@ class ProxyService:
         assert isinstance(route, ProxyRoute)
         pool = self.pools[_key(route, self._fallback)]
         target = upstream_target(route, req.target)  # 400 for a backslash
-        fields = self._fields(route, req, head, content, client)
+        # A protocol switch (a WebSocket) is asked for only without content:
+        # its bytes after the head belong to the new protocol.
+        upgrade = upgrade_token(head.fields, head.version) if content is None else None
+        fields = self._fields(route, req, head, content, client, upgrade)
         if not pool.try_acquire():
             raise HTTPError(503, "upstream busy")
         total = trio.current_time() + self._policy.proxy_total_timeout
@@ -123,8 +129,33 @@ class ProxyService:
         except BaseException:
             pool.release()
             raise
+        if upgrade is not None:
+            conn.once = True  # never pooled after a request that asked to switch
+            if response.status_code == 101:
+                return self._tunnel(pool, route, conn, response)
         # From here the Downstream owns the connection and the slot.
-        return await self._answer(pool, route, req, head.version, conn, response, total)
+        plan, body = await self._answer(pool, route, req, head.version, conn, response, total)
+        if upgrade is not None and not plan.close:
+            # Declined (RFC 9110 §7.8: the upstream answered as if no
+            # Upgrade was sent): the answer is passed on, and the client's
+            # connection closes after it, as a client that asked to switch
+            # may already have sent bytes of the new protocol.
+            plan = dataclasses.replace(plan, close=True)
+        return plan, body
+
+    def _tunnel(
+        self,
+        pool: Pool,
+        route: ProxyRoute,
+        conn: UpstreamConn,
+        response: h11.Response | h11.InformationalResponse,
+    ) -> tuple[Plan, Body]:
+        """The upstream's 101: its filtered head, and the tunnel to run
+        once it is sent (it owns the connection and the slot from here)."""
+        fields, _ = response_fields(route, response.headers, switched=True)
+        idle = self._policy.proxy_tunnel_idle
+        tunnel = UpstreamTunnel(pool, conn, self._stats, idle, self.tunnels)
+        return Plan(101, tuple(fields), (), send_body=False), TunnelBody(tunnel)
 
     def _fields(
         self,
@@ -133,6 +164,7 @@ class ProxyService:
         head: RawHead,
         content: Upload | None,
         client: Callable[[], str],
+        upgrade: bytes | None,
     ) -> list[tuple[bytes, bytes]]:
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
         peer = normalize_address(peer_of())
@@ -155,6 +187,7 @@ class ProxyService:
             rewrite_host=self._policy.proxy_host == "upstream",
             length=content.declared if content is not None else None,
             has_content=content is not None,
+            upgrade=upgrade,
         )
 
     async def _exchange(
@@ -165,7 +198,7 @@ class ProxyService:
         fields: list[tuple[bytes, bytes]],
         content: Upload | None,
         total: float,
-    ) -> tuple[UpstreamConn, h11.Response]:
+    ) -> tuple[UpstreamConn, h11.Response | h11.InformationalResponse]:
         """Steps 2-4: a connection, the request sent, the response head."""
         stats = self._stats
         policy = self._policy
@@ -220,7 +253,7 @@ class ProxyService:
         req: RequestFacts,
         version: bytes,
         conn: UpstreamConn,
-        response: h11.Response,
+        response: h11.Response | h11.InformationalResponse,
         total: float,
     ) -> tuple[Plan, Body]:
         """Step 5: the plan and its streamed body (the slot goes with it)."""
