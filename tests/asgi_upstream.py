@@ -12,6 +12,8 @@ proxy passes on):
   chunked), N chunks of S bytes;
 * ``/api/slow?delay=D``: 200 ``slow`` after D seconds;
 * ``/api/sse?n=N``: ``text/event-stream``, N events ``data: i``;
+* ``/api/early``: 413 at once, before reading any of the request's
+  content (an upstream that answers early);
 * ``/api/ws``: a WebSocket that echoes every message (text and bytes)
   and closes when the client does; ``/api/ws?close=1`` closes itself
   after its first echo;
@@ -66,6 +68,9 @@ async def _http(scope: Scope, receive: Receive, send: Send) -> None:
             "size": size,
         }
         await _plain(send, 200, json.dumps(doc).encode(), b"application/json")
+        return
+    if path == "/api/early":
+        await _plain(send, 413, b"too large, said early")
         return
     await _body(receive)
     if path == "/api/stream":

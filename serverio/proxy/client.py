@@ -27,13 +27,29 @@ import trio
 from ..config import ProxyRoute
 from ..observe.stats import ProxyStats
 
-__all__ = ["RECV_SIZE", "Connect", "Pool", "UpstreamConn", "UpstreamError", "open_upstream"]
+__all__ = [
+    "RECV_SIZE",
+    "Connect",
+    "Pool",
+    "UpstreamConn",
+    "UpstreamError",
+    "exchange",
+    "only_cancelled",
+    "open_upstream",
+]
 
 RECV_SIZE: Final = 65536
 
 # How the pool opens a connection to a route's upstream (tests hand in
 # memory streams).
 Connect = Callable[[ProxyRoute], Awaitable[trio.abc.Stream]]
+
+
+def only_cancelled(exc: BaseException) -> bool:
+    """``exc`` is a cancellation, bare or grouped by a nursery."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
 
 
 class UpstreamError(Exception):
@@ -182,6 +198,74 @@ class UpstreamConn:
         if not self.closed:
             self.closed = True
             close_stream(self.stream)
+
+
+Head = h11.Response | h11.InformationalResponse
+
+
+async def exchange(
+    conn: UpstreamConn,
+    request: tuple[bytes, bytes, list[tuple[bytes, bytes]]],
+    content: AsyncIterable[bytes] | None,
+    stats: ProxyStats,
+    head_timeout: float,
+) -> Head | None:
+    """Send ``request`` (method, target, fields) and its content, and read
+    the response head: None when it did not come within ``head_timeout``
+    of the request's end.
+
+    Without content: send, then read.  With content, both at once, so
+    that an upstream may answer before it has read the whole body (a 413,
+    a 401; RFC 9110 §15.5.14, RFC 9112 §9.5): the head that arrives first
+    stops the sending (the connection is then never pooled: h11's side
+    of the request is not DONE) and is the answer.  The content is pulled
+    one chunk at a time as the upstream socket takes it (backpressure, at
+    most one chunk in hand).  The head deadline starts once the content is
+    all sent (a slow upload is the body deadlines' business).
+
+    Cancellation handling: cancelled, both tasks end and the connection is
+    left half-written; the caller closes it.
+    """
+    method, target, fields = request
+    if content is None:
+        await conn.send_request(method, target, fields, None, stats)
+        with trio.move_on_after(head_timeout):
+            return await conn.read_head()
+        return None
+    heads: list[Head] = []
+    errors: list[UpstreamError] = []
+    failed: list[Exception] = []
+    with trio.CancelScope() as waiting:  # its deadline is set once all is sent
+
+        async def send(everything: trio.CancelScope) -> None:
+            try:
+                await conn.send_request(method, target, fields, content, stats)
+            except UpstreamError as exc:
+                errors.append(exc)
+                if exc.kind == "framing":
+                    everything.cancel()  # the client's content broke its framing
+                return  # a reset: the upstream may have answered and closed
+            except Exception as exc:  # the client's content failed (408, 413, 400)
+                failed.append(exc)  # re-raised bare, as from a plain send
+                everything.cancel()
+                return
+            waiting.deadline = trio.current_time() + head_timeout
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send, nursery.cancel_scope)
+            try:
+                heads.append(await conn.read_head())
+            except UpstreamError as exc:
+                errors.insert(0, exc)
+            nursery.cancel_scope.cancel()  # an early answer (or none): stop sending
+    if failed:
+        raise failed[0]
+    if heads:
+        return heads[0]
+    framing = [e for e in errors if e.kind == "framing"]
+    if framing or errors:
+        raise (framing or errors)[0]
+    return None  # the head deadline
 
 
 class Pool:

@@ -8,8 +8,12 @@ One exchange, as :meth:`ProxyService.forward` runs it:
    ``--proxy-connect-timeout`` (refused: 502; too slow: 504);
 3. the request, re-serialised by h11 from the checked target and the
    filtered fields (:mod:`serverio.proxy.routes`), its content streamed
-   from the request-body seam (``async for chunk in content``);
-4. the response head within ``--proxy-head-timeout`` (504), h11-parsed
+   from the request-body seam (``async for chunk in content``) one chunk
+   at a time as the upstream takes it, while the response head is read
+   (:func:`~serverio.proxy.client.exchange`: an early answer, a 413, stops
+   the sending and the connection is not pooled);
+4. the response head within ``--proxy-head-timeout`` of the request's
+   end (504), h11-parsed
    (whatever h11 refuses: 502 with serverio's error page, never passed on;
    the upstream gone before the head: 502);
 5. the answer: the plan (status, filtered fields) and a
@@ -51,7 +55,15 @@ from ..observe.stats import ProxyStats
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
-from .client import Connect, Pool, UpstreamConn, UpstreamError, open_upstream
+from .client import (
+    Connect,
+    Pool,
+    UpstreamConn,
+    UpstreamError,
+    exchange,
+    only_cancelled,
+    open_upstream,
+)
 from .routes import Routes, request_fields, response_fields, upgrade_token, upstream_target
 from .tunnel import TunnelGauge, UpstreamTunnel
 
@@ -214,10 +226,11 @@ class ProxyService:
                             raise HTTPError(504, "upstream connect timed out")
                     else:
                         stats.requests += 1
-                        await conn.send_request(req.method, target, fields, content, stats)
-                        with trio.move_on_after(policy.proxy_head_timeout) as waiting:
-                            return conn, await conn.read_head()
-                        assert waiting.cancelled_caught
+                        up = (req.method, target, fields)
+                        timeout = policy.proxy_head_timeout
+                        head = await exchange(conn, up, content, stats, timeout)
+                        if head is not None:
+                            return conn, head
                         stats.timeouts_head += 1
                         raise HTTPError(504, "upstream response timed out")
                 assert whole.cancelled_caught
@@ -241,7 +254,7 @@ class ProxyService:
             except BaseException as exc:
                 if conn is not None:
                     pool.discard(conn)
-                if isinstance(exc, trio.Cancelled):
+                if only_cancelled(exc):
                     stats.cancelled += 1
                 raise
         raise AssertionError("unreachable")  # the loop returns or raises
