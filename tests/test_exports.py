@@ -695,6 +695,8 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "RECV_SIZE",
         "UpstreamConn",
         "UpstreamError",
+        "exchange",
+        "only_cancelled",
         "open_upstream",
     ),
     "serverio.proxy.routes": (

@@ -19,7 +19,7 @@ import trustme
 
 from serverio import Server
 from tests.asgi_upstream import uvicorn_upstream
-from tests.conftest import HTTPClient, connect, make_config, running_server, wait_until
+from tests.conftest import HTTPClient, Response, connect, make_config, running_server, wait_until
 from tests.h2client import H2Client
 
 MiB = 1 << 20
@@ -38,7 +38,7 @@ async def front(root: Path, port: int, **kw: object) -> AsyncIterator[tuple[Serv
         yield srv, sport
 
 
-def _fields(body: bytes) -> dict[str, str]:
+def _fields(body: bytes | bytearray) -> dict[str, str]:
     return {k: v for k, v in json.loads(body)["headers"]}
 
 
@@ -159,7 +159,7 @@ async def test_an_early_answer_stops_the_upload_and_is_passed_on(
         client = await connect(port)
         total = 32 * MiB
         head = f"POST /api/early HTTP/1.1\r\nHost: t\r\nContent-Length: {total}\r\n\r\n"
-        got: list[object] = []
+        got: list[Response] = []
 
         async def upload() -> None:
             try:
@@ -175,7 +175,7 @@ async def test_an_early_answer_stops_the_upload_and_is_passed_on(
                 got.append(await client.read_response())
             nursery.cancel_scope.cancel()
         r = got[0]
-        assert getattr(r, "status") == 413 and getattr(r, "body") == b"too large, said early"
+        assert r.status == 413 and r.body == b"too large, said early"
         # Far less than the body went up: the sending stopped at the answer.
         assert srv.stats.proxy.bytes_up < total
         pool = srv.services.proxy.pools["/api"] if srv.services.proxy else None
