@@ -10,6 +10,7 @@ import h11
 import pytest
 import trio
 import trio.testing
+from h2.errors import ErrorCodes
 
 from serverio.config import Config, proxy_route
 from serverio.http.core import Plan, RequestFacts
@@ -21,6 +22,8 @@ from serverio.proxy.client import Pool
 from serverio.proxy.routes import request_fields, response_fields, upgrade_token
 from serverio.proxy.service import ProxyService
 from serverio.proxy.tunnel import UpstreamTunnel
+from tests.conftest import make_config
+from tests.h2client import h2_memory
 
 WS_HEAD = [
     (b"host", b"t"),
@@ -250,3 +253,25 @@ def test_the_101_keeps_its_upgrade_and_no_framing() -> None:
     assert (b"sec-websocket-accept", b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=") in down
     plain, _ = response_fields(route, got)
     assert b"upgrade" not in [n for n, _ in plain]
+
+
+async def test_over_http2_a_request_asking_to_switch_is_malformed_and_never_forwarded(
+    root: Path,
+) -> None:
+    """RFC 9113 §8.2.2: Connection and Upgrade make an HTTP/2 request
+    malformed; the stream is reset and nothing goes upstream (RFC 8441
+    extended CONNECT is not offered: SETTINGS_ENABLE_CONNECT_PROTOCOL is
+    never sent)."""
+    cfg = make_config(root, proxy=("/api=http://127.0.0.1:9",))
+    async with h2_memory(cfg) as (client, srv, _):
+        client.conn.config.validate_outbound_headers = False
+        client.conn.config.normalize_outbound_headers = False
+        sid = client.request(
+            "/api/ws", headers=[("connection", "upgrade"), ("upgrade", "websocket")]
+        )
+        await client.flush()
+        with trio.fail_after(5):
+            (r,) = await client.wait(sid)
+        assert r.reset == ErrorCodes.PROTOCOL_ERROR
+        assert srv.stats.proxy.requests == 0
+        assert client.conn.remote_settings.enable_connect_protocol == 0  # RFC 8441: off
