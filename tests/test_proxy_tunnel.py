@@ -20,7 +20,7 @@ from serverio import Server
 from serverio.ops.metrics import render, snapshot
 from serverio.proxy.service import ProxyService
 from tests.asgi_upstream import uvicorn_upstream
-from tests.conftest import connect, make_config, running_server, wait_until
+from tests.conftest import connect, make_config, open_fd_count, running_server, wait_until
 from tests.wsclient import Rejected, WSClient, at_eof
 
 
@@ -49,10 +49,6 @@ async def open_ws(port: int, target: str = "/api/ws") -> WSClient:
     with trio.fail_after(10):
         await ws.handshake(target)
     return ws
-
-
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 async def test_a_websocket_echoes_through_the_proxy(root: Path, asgi_port: int) -> None:
@@ -85,7 +81,7 @@ async def test_a_websocket_echoes_through_the_proxy(root: Path, asgi_port: int) 
 
 async def test_the_client_hanging_up_closes_the_upstream_side(root: Path, asgi_port: int) -> None:
     async with front(root, asgi_port) as (srv, port):
-        before = _fds()
+        before = open_fd_count()
         ws = await open_ws(port)
         await ws.send("x")
         with trio.fail_after(10):
@@ -94,7 +90,7 @@ async def test_the_client_hanging_up_closes_the_upstream_side(root: Path, asgi_p
         await wait_until(lambda: _proxy(srv).tunnels.open == 0)
         pool = _proxy(srv).pools["/api"]
         await wait_until(lambda: pool.inflight == 0 and pool.opened == 0)
-        await wait_until(lambda: _fds() <= before)  # both sockets closed, nothing leaked
+        await wait_until(lambda: open_fd_count() <= before)  # both sockets closed, nothing leaked
 
 
 async def test_the_upstream_closing_ends_the_tunnel(root: Path, asgi_port: int) -> None:
