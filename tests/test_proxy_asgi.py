@@ -110,6 +110,19 @@ async def test_json_behind_tls_on_the_front(
         assert fields["x-forwarded-proto"] == "https"
         assert fields["forwarded"].endswith("proto=https")
         await trio.aclose_forcefully(stream)
+        # HTTP/2 over TLS (ALPN h2) to the same upstream.
+        ctx.set_alpn_protocols(["h2"])
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        stream = trio.SSLStream(tcp, ctx, server_hostname="127.0.0.1", https_compatible=True)
+        await stream.do_handshake()
+        assert stream.selected_alpn_protocol() == "h2"
+        h2 = H2Client(stream)
+        await h2.start()
+        with trio.fail_after(10):
+            got = await h2.get("/api/stream?n=3&size=20000")
+        assert got.status == 200
+        assert got.body == b"".join(bytes([97 + i]) * 20000 for i in range(3))
+        await trio.aclose_forcefully(stream)
 
 
 def _rss() -> int:
