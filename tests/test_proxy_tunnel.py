@@ -21,7 +21,7 @@ from serverio.ops.metrics import render, snapshot
 from serverio.proxy.service import ProxyService
 from tests.asgi_upstream import uvicorn_upstream
 from tests.conftest import connect, make_config, open_fd_count, running_server, wait_until
-from tests.wsclient import Rejected, WSClient, at_eof
+from tests.wsclient import Rejected, WSClient, at_eof, masked_text_frame
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,20 @@ async def test_a_websocket_echoes_through_the_proxy(root: Path, asgi_port: int) 
         pool = _proxy(srv).pools["/api"]
         assert pool.inflight == 0 and pool.opened == 0  # the slot back, the socket closed
         await ws.stream.aclose()
+
+
+async def test_bytes_sent_with_the_handshake_reach_the_upstream(root: Path, asgi_port: int) -> None:
+    """A frame in the same write as the request head is read past the head
+    by serverio (h11 keeps it in ``trailing_data``) and delivered first."""
+    async with front(root, asgi_port) as (_, port):
+        client = await connect(port)
+        ws = WSClient(client.stream)
+        with trio.fail_after(10):
+            await ws.handshake("/api/ws", early=masked_text_frame("eager"))
+            assert await ws.receive() == "eager"
+            await ws.send("then")
+            assert await ws.receive() == "then"
+        await client.stream.aclose()
 
 
 async def test_the_client_hanging_up_closes_the_upstream_side(root: Path, asgi_port: int) -> None:

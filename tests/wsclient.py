@@ -43,12 +43,14 @@ class WSClient:
         self.ws.receive_data(bytes(data) if data else None)
         return list(self.ws.events())
 
-    async def handshake(self, target: str, host: str = "t", extra: str = "") -> None:
-        """Send the opening handshake; raises :class:`Rejected` on a non-101."""
+    async def handshake(
+        self, target: str, host: str = "t", extra: str = "", early: bytes = b""
+    ) -> None:
+        """Send the opening handshake (and ``early`` bytes in the same
+        write); raises :class:`Rejected` on a non-101."""
         headers = [(k.strip().encode(), v.strip().encode()) for k, v in _pairs(extra)]
-        await self.stream.send_all(
-            self.ws.send(Request(host=host, target=target, extra_headers=headers))
-        )
+        request = self.ws.send(Request(host=host, target=target, extra_headers=headers))
+        await self.stream.send_all(request + early)
         while True:
             events = await self._events()
             if not events and self.ws.state.name in ("CLOSED", "REJECTING"):
@@ -115,3 +117,12 @@ async def at_eof(stream: trio.abc.Stream) -> bool:
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     return True
+
+
+def masked_text_frame(text: str, mask: bytes = b"\x01\x02\x03\x04") -> bytes:
+    """One client text frame, FIN set, masked (RFC 6455 §5.2, §5.3); short
+    payloads only (under 126 bytes)."""
+    payload = text.encode()
+    assert len(payload) < 126
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes([0x81, 0x80 | len(payload)]) + mask + masked
