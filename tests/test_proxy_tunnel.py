@@ -210,3 +210,25 @@ async def test_metrics_show_tunnels_open_and_opened(root: Path, asgi_port: int) 
         await wait_until(lambda: _proxy(srv).tunnels.open == 0)
         assert "serverio_proxy_tunnels_open 0" in render(snapshot(srv))
         await ws.stream.aclose()
+
+
+async def test_with_the_fallback_a_websocket_goes_upstream_even_where_a_file_is(
+    root: Path, asgi_port: int
+) -> None:
+    """The dev-server pattern (--proxy-fallback): a hot-reload socket may sit
+    at a path the files answer (vite's is at the base, ``/``); a request
+    asking to switch protocols is the fallback's, a plain GET the file's."""
+    (root / "api").mkdir()
+    (root / "api" / "ws").write_text("a file")
+    cfg = make_config(root, proxy_fallback=f"http://127.0.0.1:{asgi_port}")
+    async with running_server(cfg) as (srv, port):
+        client = await connect(port)
+        with trio.fail_after(10):
+            assert (await client.get("/api/ws")).body == b"a file"
+        await client.stream.aclose()
+        ws = await open_ws(port, "/api/ws")
+        with trio.fail_after(10):
+            await ws.send("through the fallback")
+            assert await ws.receive() == "through the fallback"
+        assert srv.stats.proxy.tunnels == 1
+        await ws.stream.aclose()

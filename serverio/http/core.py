@@ -93,6 +93,8 @@ class ExtraFields:
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
+    # The reverse proxy (serverio.proxy): Upgrade (RFC 9110 §7.8).
+    upgrade: str | None = None
 
 
 NO_EXTRA: Final = ExtraFields()

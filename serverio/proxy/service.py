@@ -97,10 +97,13 @@ class ProxyService:
 
     def match(self, req: RequestFacts) -> ProxyRoute | None:
         """The route of ``req``'s path; else, with ``--proxy-fallback``, the
-        fallback for a method the files never answer (not GET or HEAD)."""
+        fallback for what the files never answer: a method other than GET
+        or HEAD, or a request with an Upgrade field (a WebSocket: a dev
+        server's hot-reload socket at ``/`` must not get ``index.html``)."""
         route = self.routes.match(req.target.segments)
-        if route is None and self._fallback is not None and req.method not in _FILE_METHODS:
-            return self._fallback
+        if route is None and self._fallback is not None:
+            if req.method not in _FILE_METHODS or req.extra.upgrade is not None:
+                return self._fallback
         return route
 
     def fallback(self, req: RequestFacts) -> ProxyRoute | None:
