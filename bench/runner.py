@@ -18,7 +18,7 @@ from typing import Any
 from bench import fixtures, report, slowfs
 from bench.idle import measure_idle, raise_nofile
 from bench.machine import machine_facts
-from bench.procstat import run_sampled
+from bench.procstat import run_measured
 from bench.servers import (
     KINDS,
     HarnessEnv,
@@ -30,7 +30,15 @@ from bench.servers import (
     running,
 )
 from bench.stats import mad_percent, median, rotation
-from bench.trials import Entry, Placement, RunOptions, log, trial_line
+from bench.trials import (
+    Entry,
+    Placement,
+    RunOptions,
+    cpu_summary,
+    log,
+    record_cpu,
+    trial_line,
+)
 from bench.workloads import H2_ONLY_REASON, Workload, probe
 from bench.wrk import WrkParseError, parse_wrk_output, round_robin_script, wrk_command
 
@@ -114,7 +122,10 @@ class Run:
         workload: Workload,
         headers: tuple[tuple[str, str], ...],
         seconds: int,
+        others: tuple[int, ...] = (),
     ) -> dict[str, Any]:
+        """One wrk run against ``rs``; ``others``: more process trees whose
+        CPU over the same window goes in the trial (the proxy's upstream)."""
         argv = wrk_command(
             rs.url(workload.path),
             connections=workload.connections,
@@ -125,8 +136,10 @@ class Run:
             cpu=self.placement.wrk_cpu,
             script=self.wrk_script(rs, workload),
         )
-        trial: dict[str, Any] = {"error": None}
-        proc, trial["peak_rss_kib"] = run_sampled(argv, rs.pid, seconds + 60)
+        trial: dict[str, Any] = {"error": None, "loadavg": list(os.getloadavg())}
+        measured = run_measured(argv, rs.pid, seconds + 60, others)
+        proc = measured.proc
+        trial["peak_rss_kib"] = measured.peak_rss_kib
         trial["server_alive"] = rs.alive()
         if proc is None:
             trial["error"] = "wrk did not finish in time"
@@ -153,6 +166,7 @@ class Run:
             socket_errors=result.socket_errors,
             errors=result.error_count,
         )
+        record_cpu(trial, measured, result.requests)
         if result.requests == 0:
             trial["error"] = "no request completed"
         return trial
@@ -318,6 +332,7 @@ def summarise_wrk(entry: Entry) -> None:
         "mean_ms": median([float(t["latency_avg_ms"]) for t in good]),
         "mib_per_s": median([float(t.get("mib_per_s", 0.0)) for t in good]),
         "peak_rss_mib": max((int(t["peak_rss_kib"]) for t in entry.trials), default=0) / 1024,
+        **cpu_summary(good),
     }
     if not good:
         entry.status = "failed"
@@ -407,6 +422,7 @@ def execute(opts: RunOptions) -> int:
         "run_id": run_id,
         "mode": opts.mode,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "loadavg_start": list(os.getloadavg()),
         "settings": {
             "rounds": opts.rounds,
             "duration_s": opts.duration_s,
@@ -471,6 +487,7 @@ def execute(opts: RunOptions) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     artifact["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     artifact["elapsed_s"] = round(time.time() - started, 1)
+    artifact["loadavg_end"] = list(os.getloadavg())
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     path = opts.out_dir / f"{run_id}.json"
     path.write_text(json.dumps(artifact, indent=2, sort_keys=False) + "\n")
