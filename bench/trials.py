@@ -50,6 +50,8 @@ class Placement:
     server_cpu: int | None
     wrk_cpu: int | None
     wrk_threads: int
+    # Every CPU the harness may use (the two-core workloads run unpinned on them).
+    all_cpus: tuple[int, ...] = ()
 
     def describe(self) -> str:
         if self.server_cpu is None:
