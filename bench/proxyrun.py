@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
 
+from bench.fixtures import Fixture
 from bench.servers import (
     KINDS,
     HarnessEnv,
@@ -26,8 +29,20 @@ from bench.servers import (
     ServerStartError,
     running,
 )
-from bench.trials import WorkloadRun
+from bench.trials import Placement
 from bench.workloads import Workload
+
+
+class UpstreamRun(Protocol):
+    """What :func:`upstream` uses of the run (bench.runner.Run has it)."""
+
+    @property
+    def tmp(self) -> Path: ...
+    @property
+    def fixture(self) -> Fixture: ...
+    @property
+    def placement(self) -> Placement: ...
+
 
 UPSTREAM = ServerSpec("upstream-nginx", "nginx", description="the proxy workloads' upstream")
 
@@ -43,7 +58,7 @@ def with_upstream(spec: ServerSpec, url: str) -> ServerSpec:
 
 @contextmanager
 def upstream(
-    run: WorkloadRun, env: HarnessEnv, workload: Workload
+    run: UpstreamRun, env: HarnessEnv, workload: Workload
 ) -> Iterator[RunningServer | str]:
     """The upstream, started for ``workload`` and stopped after it; or the
     reason it cannot run (nginx missing or not starting)."""

@@ -65,6 +65,35 @@ def _wrk_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
     return rows
 
 
+def _proxy_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
+    """The proxy workloads: the figures their targets (issue 30) name, and
+    the upstream's CPU in the same windows (it must not be the bottleneck)."""
+    ref = _reference_rps(entries, reference)
+    rows = [
+        "| server | RPS (median) | CPU µs/req | upstream CPU µs/req | mean ms | p99 ms "
+        f"| p99 / mean | MiB/s | MAD % | RSS growth MiB | peak RSS MiB | errors | x {reference} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for e in entries:
+        s = e.get("summary") or {}
+        if e["status"] == "skipped" or not s:
+            rows.append(f"| {e['server']} | {e['status']}: {e['reason']} |" + " |" * 11)
+            continue
+        rps = float(s["median_rps"])
+        ratio = f"{rps / ref:.2f}" if ref and rps else "—"
+        up = s.get("upstream_cpu_us_per_req")
+        tail = f"{s['p99_ms'] / s['mean_ms']:.2f}" if s.get("mean_ms") else ""
+        growth = s.get("rss_growth_mib")
+        rows.append(
+            f"| {e['server']} | {_fmt(rps, 0)} | {_cpu_cell(s)} "
+            f"| {_fmt(float(up), 1) if up is not None else ''} | {_fmt(s['mean_ms'])} "
+            f"| {_fmt(s['p99_ms'])} | {tail} | {_fmt(s['mib_per_s'], 1)} "
+            f"| {_fmt(s['mad_pct'], 1)} | {_fmt(growth, 1) if growth is not None else ''} "
+            f"| {_fmt(s['peak_rss_mib'], 1)} | {_errors_cell(e)} | {ratio} |"
+        )
+    return rows
+
+
 def _h2load_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
     """The wrk table's columns plus h2load's mean request time, MiB/s and the protocol."""
     ref = _reference_rps(entries, reference)
@@ -173,8 +202,12 @@ def render_markdown(artifact: Artifact, reference: str | None = None) -> str:
     for name, entries in by_workload.items():
         info = artifact["workloads"].get(name, {})
         lines += ["", f"### `{name}`: {info.get('description', '')}", ""]
+        if info.get("cores", 1) > 1:
+            lines += [f"(not pinned: {info['cores']} cores for the servers and wrk)", ""]
         if info.get("kind") == "idle":
             lines += _idle_table(entries)
+        elif info.get("kind") == "proxy":
+            lines += _proxy_table(entries, reference)
         elif info.get("kind") == "h2load":
             lines += _h2load_table(entries, reference)
         else:

@@ -84,6 +84,9 @@ class Run:
         if workload.precompressed:
             # Kinds with a sidecar-serving configuration switch to it.
             spec = replace(spec, tags=spec.tags | {"precompressed"})
+        if workload.cores > 1:
+            # nginx worker_processes 2, Caddy GOMAXPROCS=2 (bench/servers.py).
+            spec = replace(spec, tags=spec.tags | {"cores2"})
         return KINDS[spec.kind].plan(spec, self.env, root, file, workdir)
 
     @contextmanager
@@ -509,6 +512,7 @@ def execute(opts: RunOptions) -> int:
                 "path": w.path,
                 "connections": w.connections if w.kind != "idle" else opts.idle_conns,
                 "churn": w.churn,
+                "cores": w.cores,
                 **(
                     {"streams": w.streams, "paths": len(w.request_paths()), "h1": w.h1}
                     if w.kind == "h2load"

@@ -537,8 +537,8 @@ SERVERS: dict[str, ServerSpec] = {
             "same port)",
             # h1-vs-h2: its own HTTP/1.1 is the reference of the 8 MiB h2 figure;
             # nosidecar: negotiated answers without sidecars (cached br);
-            # cores2: the two-core workload (with --workers 2).
-            tags=("h2", "h1-vs-h2", "nosidecar", "cores2"),
+            # two-core: takes part in 1k-cores2 (with --workers 2).
+            tags=("h2", "h1-vs-h2", "nosidecar", "two-core"),
         ),
         serverio_entry(
             "serverio-identity",
@@ -600,14 +600,14 @@ SERVERS: dict[str, ServerSpec] = {
             "nginx",
             "nginx",
             description="nginx, 1 worker (1k-cores2: 2), sendfile, gzip_static",
-            tags=frozenset({"h1-vs-h2", "nosidecar", "cores2"}),
+            tags=frozenset({"h1-vs-h2", "nosidecar", "two-core"}),
         ),
         ServerSpec(
             "caddy",
             "caddy",
             description="Caddy file_server over HTTP/1.1 (compressed workloads: "
             "bench/configs/Caddyfile.precompressed; 1k-cores2: GOMAXPROCS=2)",
-            tags=frozenset({"h1-vs-h2", "nosidecar", "cores2"}),
+            tags=frozenset({"h1-vs-h2", "nosidecar", "two-core"}),
         ),
         ServerSpec(
             "caddy-encode",
@@ -621,6 +621,19 @@ SERVERS: dict[str, ServerSpec] = {
             "--fs-workers",
             "0",
             description="serverio --proxy /=UPSTREAM, default proxy limits (proxy workloads only)",
+            only_workloads=PROXY_WORKLOADS,
+            tags=("proxy",),
+        ),
+        serverio_entry(
+            "serverio-proxy-wide",
+            "--fs-workers",
+            "0",
+            "--proxy-keepalive",
+            "512",
+            "--proxy-max-inflight",
+            "1024",
+            description="serverio-proxy with its pool (idle connections kept) and in-flight cap "
+            "opened to the workloads' connections: what the defaults cost (proxy workloads only)",
             only_workloads=PROXY_WORKLOADS,
             tags=("proxy",),
         ),
@@ -675,7 +688,7 @@ SERVERS: dict[str, ServerSpec] = {
     )
 }
 
-SMOKE_SERVERS = ("serverio-inline", "serverio-pool", "bare", "http.server")
+SMOKE_SERVERS = ("serverio-inline", "serverio-pool", "bare", "http.server", "serverio-proxy")
 
 
 def commit_entry(like: ServerSpec, commit: str, tree: Path, name: str = "") -> ServerSpec:

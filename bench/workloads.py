@@ -62,8 +62,8 @@ class Workload:
     # Cores the servers get: 1 is the harness's pinning (server on one CPU,
     # the load generator on the other); 2 leaves everything unpinned, the
     # load generator with 2 threads, and the servers start with 2 workers
-    # (tag "cores2": serverio --workers 2, nginx worker_processes 2, Caddy
-    # GOMAXPROCS=2).
+    # (the runner tags the spec "cores2": nginx worker_processes 2, Caddy
+    # GOMAXPROCS=2; serverio's --workers 2 is in ``serverio_args``).
     cores: int = 1
 
     def request_paths(self) -> list[str]:
@@ -194,7 +194,7 @@ WORKLOADS: dict[str, Workload] = {
             "GOMAXPROCS=2, nginx worker_processes 2; nothing pinned, wrk -t2",
             cores=2,
             serverio_args=("--workers", "2"),
-            server_tags=frozenset({"cores2"}),
+            server_tags=frozenset({"two-core"}),
             skip_reason_for_others="the two-core comparison: serverio, Caddy, nginx",
         ),
         *(
@@ -282,7 +282,7 @@ WORKLOADS: dict[str, Workload] = {
     )
 }
 
-SMOKE_WORKLOADS = ("1k", "1k-churn", "idle", "1k-h2")
+SMOKE_WORKLOADS = ("1k", "1k-churn", "idle", "1k-h2", "proxy-1k-c64")
 
 
 def for_server(workload: Workload, tags: frozenset[str]) -> Workload:
