@@ -18,6 +18,9 @@ anything else closes it (:meth:`UpstreamConn.close`, synchronous, so that a
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import socket
 from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Final
 
@@ -53,9 +56,37 @@ async def open_upstream(route: ProxyRoute) -> trio.abc.Stream:
     try:
         if route.unix:
             return await trio.open_unix_socket(route.unix)
+        family = _literal_family(route.host)
+        if family is not None:
+            return await _connect_literal(family, route.host, route.port)
         return await trio.open_tcp_stream(route.host, route.port)
     except OSError as exc:
         raise UpstreamError("connect", str(exc)) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _literal_family(host: str) -> int | None:
+    """AF_INET or AF_INET6 for an address literal; None for a name."""
+    try:
+        version = ipaddress.ip_address(host).version
+    except ValueError:
+        return None
+    return socket.AF_INET6 if version == 6 else socket.AF_INET
+
+
+async def _connect_literal(family: int, host: str, port: int) -> trio.SocketStream:
+    """One TCP connect to an address literal: what ``trio.open_tcp_stream``
+    does for a single address, without its resolver call and its
+    happy-eyeballs nursery (a new upstream connection costs less).
+
+    Cancellation handling: a cancelled connect closes the socket."""
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
 
 
 def close_stream(stream: trio.abc.Stream) -> None:
@@ -118,18 +149,27 @@ class UpstreamConn:
             # H2Body / H1Body check that first; this is the last guard).
             raise UpstreamError("framing", str(exc)) from None
 
+    def buffered_event(self) -> h11.Event | None:
+        """The next h11 event of the response if the bytes already read hold
+        it, else None (no I/O, no checkpoint)."""
+        conn = self.h11
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
+            raise UpstreamError(kind, str(exc)) from None
+        if event is h11.NEED_DATA:
+            return None
+        assert not isinstance(event, type)  # PAUSED: never (one exchange at a time)
+        return event
+
     async def next_event(self) -> h11.Event:
         """The next h11 event of the response, reading as needed.
         Cancellation handling: as :meth:`send_request`."""
         conn = self.h11
         while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
-                raise UpstreamError(kind, str(exc)) from None
-            if event is not h11.NEED_DATA:
-                assert not isinstance(event, type)  # PAUSED: never (one exchange at a time)
+            event = self.buffered_event()
+            if event is not None:
                 return event
             try:
                 data = await self.stream.receive_some(RECV_SIZE)
@@ -195,14 +235,20 @@ class Pool:
     def release(self) -> None:
         self.inflight -= 1
 
+    def reuse(self) -> UpstreamConn | None:
+        """The most recently pooled idle connection, or None (no wait)."""
+        if not self.idle:
+            return None
+        conn = self.idle.pop()
+        conn.reused = True
+        self._stats.reuses += 1
+        return conn
+
     async def checkout(self, fresh: bool = False) -> UpstreamConn:
         """An idle keep-alive connection (most recent first), or a new one
         (``fresh``: always new).  Cancellation handling: a cancelled connect
         leaves nothing open."""
-        while self.idle and not fresh:
-            conn = self.idle.pop()
-            conn.reused = True
-            self._stats.reuses += 1
+        if not fresh and (conn := self.reuse()) is not None:
             return conn
         stream = await self._connect(self.route)
         self._stats.connects += 1
