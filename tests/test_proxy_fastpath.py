@@ -1,14 +1,15 @@
 """The proxied request's fast path (docs/performance.md "Reverse proxy"):
 a pooled exchange runs under one cancel scope (no connect deadline for a
 pooled connection, the head deadline moved onto the exchange's scope),
-a response chunk already read is taken without a deadline scope, and an
+a response chunk already read is taken without a deadline scope, an
 address-literal upstream is connected without trio's resolver and
-happy-eyeballs nursery.  The deadlines they replace still hold, to the
-MockClock's tick (trio.testing.MockClock over memory streams)."""
+happy-eyeballs nursery, and a request without content is one send.  The
+deadlines they replace still hold, to the MockClock's tick
+(trio.testing.MockClock over memory streams)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ import trio.testing
 from serverio.config import ProxyRoute
 from serverio.errors import HTTPError
 from serverio.model import BodyCut
-from serverio.proxy.client import UpstreamError, open_upstream
+from serverio.observe.stats import ProxyStats
+from serverio.proxy.client import UpstreamConn, UpstreamError, open_upstream
 
 from .test_proxy_cancel import Harness, read_request
 
@@ -182,3 +184,44 @@ async def test_a_refused_literal_is_a_connect_error_and_a_name_still_resolves(
     with pytest.raises(UpstreamError):
         await open_upstream(ProxyRoute("/", "u", host="localhost", port=port))
     assert names == ["localhost"]
+
+
+class _Recorder(trio.abc.Stream):
+    """A stream that records every send_all (the upstream side of one exchange)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.sent.append(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        pass
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return b""
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def test_a_request_without_content_is_one_send_and_never_an_empty_one() -> None:
+    rec = _Recorder()
+    conn = UpstreamConn(rec)
+    await conn.send_request(b"GET", b"/x", [(b"host", b"t")], None, ProxyStats())
+    assert rec.sent == [b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n"]
+    rec = _Recorder()
+    conn = UpstreamConn(rec)
+    fields = [(b"host", b"t"), (b"content-length", b"4")]
+    await conn.send_request(b"PUT", b"/x", fields, _chunks(b"ab", b"cd"), ProxyStats())
+    assert rec.sent[1:] == [b"ab", b"cd"]  # no empty send for the (empty) end
+    rec = _Recorder()
+    conn = UpstreamConn(rec)
+    fields = [(b"host", b"t"), (b"transfer-encoding", b"chunked")]
+    await conn.send_request(b"PUT", b"/x", fields, _chunks(b"ab"), ProxyStats())
+    assert rec.sent[1:] == [b"2\r\nab\r\n", b"0\r\n\r\n"]

@@ -132,16 +132,22 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         try:
-            await self.stream.send_all(
-                conn.send(h11.Request(method=method, target=target, headers=fields))
-            )
-            if content is not None:
-                async for chunk in content:
-                    out = conn.send(h11.Data(data=chunk))
-                    if out:
-                        await self.stream.send_all(out)
-                    stats.bytes_up += len(chunk)
-            await self.stream.send_all(conn.send(h11.EndOfMessage()))
+            head = conn.send(h11.Request(method=method, target=target, headers=fields))
+            if content is None:
+                # The head and the end (no bytes without content) in one
+                # send: trio's send_all of b"" would still be a checkpoint,
+                # a scheduling round per request.
+                await self.stream.send_all(head + conn.send(h11.EndOfMessage()))
+                return
+            await self.stream.send_all(head)
+            async for chunk in content:
+                out = conn.send(h11.Data(data=chunk))
+                if out:
+                    await self.stream.send_all(out)
+                stats.bytes_up += len(chunk)
+            end = conn.send(h11.EndOfMessage())  # the last chunk of chunked, or nothing
+            if end:
+                await self.stream.send_all(end)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise UpstreamError("reset", str(exc)) from None
         except h11.LocalProtocolError as exc:
