@@ -104,25 +104,26 @@ def test_summary_is_the_median_over_good_trials() -> None:
 
 
 def test_report_prints_cpu_beside_rps() -> None:
-    entry = {
+    summary: dict[str, float] = {
+        "median_rps": 10_000.0,
+        "cpu_us_per_req": 84.9,
+        "mean_ms": 6.0,
+        "p50_ms": 5.0,
+        "p99_ms": 9.0,
+        "mib_per_s": 11.0,
+        "mad_pct": 1.0,
+        "peak_rss_mib": 30.0,
+    }
+    entry: dict[str, object] = {
         "workload": "1k",
         "server": "serverio-inline",
         "status": "ok",
         "reason": "",
-        "summary": {
-            "median_rps": 10_000.0,
-            "cpu_us_per_req": 84.9,
-            "mean_ms": 6.0,
-            "p50_ms": 5.0,
-            "p99_ms": 9.0,
-            "mib_per_s": 11.0,
-            "mad_pct": 1.0,
-            "peak_rss_mib": 30.0,
-        },
+        "summary": summary,
     }
     row = report._wrk_table([entry], "serverio-inline")[2]
     assert row.startswith("| serverio-inline | 10,000 | 84.9 | 6.00 |")
-    old = {**entry, "summary": {k: v for k, v in entry["summary"].items() if k != "cpu_us_per_req"}}
+    old = {**entry, "summary": {k: v for k, v in summary.items() if k != "cpu_us_per_req"}}
     assert report._wrk_table([old], "serverio-inline")[2].startswith(
         "| serverio-inline | 10,000 |  |"
     )
