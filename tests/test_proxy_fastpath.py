@@ -3,12 +3,14 @@ a pooled exchange runs under one cancel scope (no connect deadline for a
 pooled connection, the head deadline moved onto the exchange's scope),
 a response chunk already read is taken without a deadline scope, an
 address-literal upstream is connected without trio's resolver and
-happy-eyeballs nursery, and a request without content is one send.  The
+happy-eyeballs nursery, a request without content is one send, and a
+send a plain socket takes whole skips trio's send_all.  The
 deadlines they replace still hold, to the MockClock's tick
 (trio.testing.MockClock over memory streams)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -225,3 +227,51 @@ async def test_a_request_without_content_is_one_send_and_never_an_empty_one() ->
     fields = [(b"host", b"t"), (b"transfer-encoding", b"chunked")]
     await conn.send_request(b"PUT", b"/x", fields, _chunks(b"ab"), ProxyStats())
     assert rec.sent[1:] == [b"2\r\nab\r\n", b"0\r\n\r\n"]
+
+
+async def _socket_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """A connected loopback pair of trio SocketStreams (port 0)."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with listener:
+        ours = await open_upstream(ProxyRoute("/", "u", host="127.0.0.1", port=port))
+        theirs = await listener.accept()
+    assert isinstance(ours, trio.SocketStream) and isinstance(theirs, trio.SocketStream)
+    return ours, theirs
+
+
+async def _read_all(stream: trio.SocketStream, size: int) -> bytes:
+    got = b""
+    while len(got) < size:
+        got += await stream.receive_some(65536)
+    return got
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the fd fast path is POSIX only")
+async def test_a_request_to_a_plain_socket_is_written_without_trio_send_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    want = b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n"
+    with trio.fail_after(5):
+        ours, theirs = await _socket_pair()
+        sends: list[bytes] = []
+        real_send_all = trio.SocketStream.send_all
+
+        async def counted(self: trio.SocketStream, data: bytes | bytearray | memoryview) -> None:
+            sends.append(bytes(data))
+            await real_send_all(self, data)
+
+        monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+        conn = UpstreamConn(ours)
+        await conn.send_request(b"GET", b"/x", [(b"host", b"t")], None, ProxyStats())
+        assert sends == [] and await _read_all(theirs, len(want)) == want
+        # A partial write: the rest goes through send_all (with its waits).
+        real_write = os.write
+        monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data)[:5]))
+        conn2 = UpstreamConn(ours)
+        await conn2.send_request(b"GET", b"/x", [(b"host", b"t")], None, ProxyStats())
+        monkeypatch.setattr(os, "write", real_write)
+        assert sends == [want[5:]] and await _read_all(theirs, len(want)) == want
+        conn.close()  # closes the socket: no fast path on a closed fd
+        assert conn._sock is not None and conn._sock.fileno() == -1
+        await theirs.aclose()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import socket
 from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Final
@@ -33,6 +34,9 @@ from ..observe.stats import ProxyStats
 __all__ = ["RECV_SIZE", "Connect", "Pool", "UpstreamConn", "UpstreamError", "open_upstream"]
 
 RECV_SIZE: Final = 65536
+# Plain sockets take os.write on POSIX (the upstream send's fast path, as
+# the client side's in net/emit.py); elsewhere trio's send_all does it all.
+_FD_IO: Final = os.name == "posix"
 
 # How the pool opens a connection to a route's upstream (tests hand in
 # memory streams).
@@ -108,15 +112,34 @@ def close_stream(stream: trio.abc.Stream) -> None:
 class UpstreamConn:
     """One upstream connection (one task uses it at a time)."""
 
-    __slots__ = ("_eof", "closed", "h11", "received", "reused", "stream")
+    __slots__ = ("_eof", "_sock", "closed", "h11", "received", "reused", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        # A plain socket's trio socket, for the send fast path (None: TLS,
+        # memory streams, platforms without os.write on sockets).
+        self._sock = stream.socket if _FD_IO and isinstance(stream, trio.SocketStream) else None
         self.h11 = h11.Connection(h11.CLIENT)
         self.reused = False
         self.received = 0  # bytes read in the current exchange
         self.closed = False
         self._eof = False
+
+    async def _send(self, data: bytes) -> None:
+        """``data`` to the upstream.  Fast path: one non-blocking write of a
+        plain socket that takes it all needs no wait and no checkpoint
+        (trio's ``send_all`` ends with one, a scheduling round per send);
+        the rest, if any, goes through ``send_all`` with its waits.
+        Cancellation handling: as :meth:`send_request`."""
+        if self._sock is not None and (fd := self._sock.fileno()) >= 0:  # -1 once closed
+            try:
+                n = os.write(fd, data)
+            except BlockingIOError:
+                n = 0
+            if n == len(data):
+                return
+            data = data[n:]
+        await self.stream.send_all(data)
 
     async def send_request(
         self,
@@ -137,17 +160,17 @@ class UpstreamConn:
                 # The head and the end (no bytes without content) in one
                 # send: trio's send_all of b"" would still be a checkpoint,
                 # a scheduling round per request.
-                await self.stream.send_all(head + conn.send(h11.EndOfMessage()))
+                await self._send(head + conn.send(h11.EndOfMessage()))
                 return
-            await self.stream.send_all(head)
+            await self._send(head)
             async for chunk in content:
                 out = conn.send(h11.Data(data=chunk))
                 if out:
-                    await self.stream.send_all(out)
+                    await self._send(out)
                 stats.bytes_up += len(chunk)
             end = conn.send(h11.EndOfMessage())  # the last chunk of chunked, or nothing
             if end:
-                await self.stream.send_all(end)
+                await self._send(end)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise UpstreamError("reset", str(exc)) from None
         except h11.LocalProtocolError as exc:
