@@ -313,6 +313,13 @@ class LockTable:
             self._remove(lock)
         return len(doomed)
 
+    def discard(self, token: str) -> None:
+        """Remove the lock ``token`` names, if any (a LOCK whose empty
+        resource could not be made)."""
+        lock = self._by_token.get(token)
+        if lock is not None:
+            self._remove(lock)
+
     def _add(self, lock: Lock) -> None:
         self._by_token[lock.token] = lock
         self._by_root.setdefault(lock.root, {})[lock.token] = lock
