@@ -142,7 +142,7 @@ class NoLocks:
         field = parse_if([value.encode("latin-1")])
         if field is None:
             return None
-        here = req.target.relpath
+        here = "/".join(req.target.segments)  # a guard path: "" for the root
 
         def state(resource: str) -> ResourceState:
             return ResourceState(etag_of(_tag_path(resource)), frozenset())

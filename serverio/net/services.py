@@ -27,6 +27,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
+from ..dav.service import DAV_METHODS, DavService
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
@@ -100,6 +101,7 @@ class Services:
             self.live = LiveReload(config, watch, self.files, self.content)
             self.hooks = self.live.hooks(self.fs)
         self.uploads: Uploads | None = None
+        self.dav: DavService | None = None
         if config.uploads.upload:
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
@@ -109,6 +111,13 @@ class Services:
                 write=self.uploads.write,
                 running=_both(self.hooks.running, self.uploads.running),
             )
+            if config.uploads.webdav:
+                # --webdav: the DAV step answers its methods, PUT and DELETE
+                # included (a file's through the uploads' step).
+                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads)
+                self.hooks = dataclasses.replace(
+                    self.hooks, write=self.dav.write, write_methods=DAV_METHODS
+                )
         if config.content.archives:
             # Folder archives: the listing's other form, read in the fs pool.
             archives = Archives(config, self.fs, self.content, lambda: self.opener)

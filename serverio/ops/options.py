@@ -964,6 +964,30 @@ _UPLOADS = (
         "Uploads",
         kind="flag",
     ),
+    _O(
+        "webdav",
+        ("--webdav",),
+        "serve WebDAV class 1 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE) on the whole root; "
+        "implies --upload",
+        "Uploads",
+        kind="flag",
+    ),
+    _O(
+        "webdav_depth_infinity",
+        ("--webdav-depth-infinity",),
+        "answer PROPFIND Depth: infinity with at most N resources (0: refuse it, 403)",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_max_tree",
+        ("--webdav-max-tree",),
+        "most members a COPY, MOVE or DELETE of a collection may touch",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
 )
 
 _UPSTREAMS = (
