@@ -85,7 +85,8 @@ async def delete(
             raise
         if place.current is None:
             return error_plan(404, now)
-        refusal = svc.guarded(req, [path, rel(target.segments[:-1])], _is_dir(place), now)
+        etags = await svc.if_etags(req, [path])
+        refusal = svc.guarded(req, [path, rel(target.segments[:-1])], _is_dir(place), now, etags)
         if refusal is not None:
             return refusal
         if not _is_dir(place):
@@ -167,11 +168,13 @@ async def copy_move(
         plan = await _preconditions(svc, job, req, src, now)
         if plan is not None:
             return plan
-        paths = [src_path, dst_path, rel(dt.segments[:-1])]
+        # A COPY leaves its source as it is: only a MOVE's is changed (§9.8).
+        paths = [dst_path, rel(dt.segments[:-1])]
         if move:
-            paths.append(rel(target.segments[:-1]))
+            paths += [src_path, rel(target.segments[:-1])]
         infinity = _is_dir(src) or _is_dir(dst)
-        refusal = svc.guarded(req, paths, infinity, now)
+        etags = await svc.if_etags(req, [src_path, dst_path])
+        refusal = svc.guarded(req, paths, infinity, now, etags)
         if refusal is not None:
             return refusal
         plan = await _run(svc, job, req, src, dst, dst_path, depth is Depth.INFINITY, now)

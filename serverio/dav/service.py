@@ -164,7 +164,8 @@ class DavService(DavBase):
     ) -> Plan:
         segments = req.target.segments
         if segments:
-            refusal = self.guarded(req, [rel(segments), rel(segments[:-1])], False, now)
+            etags = await self.if_etags(req, [rel(segments)])
+            refusal = self.guarded(req, [rel(segments), rel(segments[:-1])], False, now, etags)
             if refusal is not None:
                 return refusal
         return await self.uploads.write(req, content, now, admit)

@@ -27,6 +27,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
+from ..dav.lockguard import TableLocks
+from ..dav.locks import LockTable
 from ..dav.service import DAV_METHODS, DavService
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
@@ -113,8 +115,10 @@ class Services:
             )
             if config.uploads.webdav:
                 # --webdav: the DAV step answers its methods, PUT and DELETE
-                # included (a file's through the uploads' step).
-                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads)
+                # included (a file's through the uploads' step); class 2: the
+                # lock table of this process (serverio.dav.lockguard).
+                locks = TableLocks(LockTable())
+                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads, locks)
                 self.hooks = dataclasses.replace(
                     self.hooks, write=self.dav.write, write_methods=DAV_METHODS
                 )
