@@ -1,0 +1,100 @@
+"""litmus (Debian ``litmus``, the WebDAV server test suite) against
+``serverio --webdav``: every test of ``locks`` passes (RFC 4918 class 2:
+LOCK, UNLOCK, the If field, shared and exclusive locks, collection locks,
+refresh, lock-null resources), with no warning; and with locking on, the
+class 1 suites ``basic``, ``copymove``, ``props`` and ``http`` still pass.
+
+A real server in a subprocess on 127.0.0.1 port 0, in a temporary root;
+each litmus run bounded in time."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LITMUS = shutil.which("litmus")
+pytestmark = pytest.mark.skipif(LITMUS is None, reason="Debian litmus is not installed")
+
+_SUMMARY = re.compile(r"<- summary for `(\w+)': of (\d+) tests run: (\d+) passed, (\d+) failed")
+
+
+@pytest.fixture
+def dav_url(tmp_path: Path) -> Iterator[str]:
+    root = tmp_path / "root"
+    root.mkdir()
+    log = tmp_path / "server.log"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    argv = [sys.executable, "-m", "serverio", "--webdav", "--listen", "127.0.0.1:0"]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [*argv, "-d", str(root)], stdout=sink, stderr=subprocess.STDOUT, env=env
+        )
+    try:
+        deadline = time.monotonic() + 20
+        match = None
+        while match is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            match = re.search(r"http://127\.0\.0\.1:(\d+)/", log.read_text())
+        assert match is not None, log.read_text()
+        yield f"http://127.0.0.1:{match.group(1)}/"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_litmus(url: str, *suites: str) -> tuple[str, dict[str, tuple[int, int, int]]]:
+    assert LITMUS is not None
+    env = {**os.environ, "TESTS": " ".join(suites)}
+    done = subprocess.run(
+        [LITMUS, "-k", url], capture_output=True, text=True, timeout=180, env=env, check=False
+    )
+    out = done.stdout + done.stderr
+    results = {m[0]: (int(m[1]), int(m[2]), int(m[3])) for m in _SUMMARY.findall(out)}
+    return out, results
+
+
+def test_litmus_locks_every_test_passes(dav_url: str) -> None:
+    out, results = run_litmus(dav_url, "locks")
+    assert set(results) == {"locks"}, out
+    run, passed, failed = results["locks"]
+    assert run >= 40 and passed == run and failed == 0, out
+    assert "FAIL" not in out and "WARNING" not in out, out
+    # The parts of class 2 litmus reaches, by name.
+    for name in (
+        "lock_excl",
+        "discover",
+        "refresh",
+        "notowner_modify",
+        "notowner_lock",
+        "owner_modify",
+        "cond_put",
+        "fail_cond_put",
+        "cond_put_corrupt_token",
+        "complex_cond_put",
+        "fail_complex_cond_put",
+        "lock_shared",
+        "double_sharedlock",
+        "lock_collection",
+        "indirect_refresh",
+        "unmapped_lock",
+    ):
+        assert re.search(rf"\b{name}\.*\s*pass\b", out), (name, out)
+
+
+def test_litmus_class_1_suites_still_pass_with_locks(dav_url: str) -> None:
+    out, results = run_litmus(dav_url, "basic", "copymove", "props", "http")
+    assert set(results) == {"basic", "copymove", "props", "http"}, out
+    for suite, (run, passed, failed) in results.items():
+        assert run > 0 and passed == run and failed == 0, (suite, out)
