@@ -209,9 +209,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "unlocked_plan",
     ),
     "serverio.dav.locks": (
-        "DEFAULT_MAX_LOCKS",
         "DEFAULT_TIMEOUT",
-        "DEFAULT_TIMEOUT_MAX",
         "Denied",
         "Lock",
         "LockPath",

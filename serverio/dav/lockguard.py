@@ -92,8 +92,8 @@ class TableLocks:
 
     classes: bytes = b"1, 2"
 
-    def __init__(self, table: LockTable | None = None) -> None:
-        self.table = table if table is not None else LockTable()
+    def __init__(self, table: LockTable) -> None:
+        self.table = table
 
     def check(
         self,

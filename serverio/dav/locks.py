@@ -49,9 +49,7 @@ from .ifheader import IfField, ResourceState
 from .xml import Element, LockInfo, LockScope
 
 __all__ = [
-    "DEFAULT_MAX_LOCKS",
     "DEFAULT_TIMEOUT",
-    "DEFAULT_TIMEOUT_MAX",
     "Denied",
     "Lock",
     "LockPath",
@@ -65,12 +63,9 @@ __all__ = [
 
 LockPath = tuple[str, ...]
 
-# Live locks per process at most: each holds a few hundred bytes (more
-# with a large owner, itself bounded by the LOCK body's XML bounds).
-DEFAULT_MAX_LOCKS: Final = 4096
-# The longest timeout granted, seconds; "Infinite" gets this (§6.6, §10.7).
-DEFAULT_TIMEOUT_MAX: Final = 86400
-# The timeout of a LOCK without a Timeout field (capped by the maximum).
+# The bounds (live locks, longest timeout) are settings: --webdav-max-locks
+# and --webdav-lock-timeout-max (serverio.config.UploadPolicy).  The
+# timeout of a LOCK without a Timeout field (capped by the maximum):
 DEFAULT_TIMEOUT: Final = 3600
 
 
@@ -151,9 +146,7 @@ class LockTable:
 
     __slots__ = ("_by_root", "_by_token", "_heap", "max_locks", "timeout_max")
 
-    def __init__(
-        self, *, max_locks: int = DEFAULT_MAX_LOCKS, timeout_max: int = DEFAULT_TIMEOUT_MAX
-    ) -> None:
+    def __init__(self, *, max_locks: int, timeout_max: int) -> None:
         if max_locks < 1 or timeout_max < 1:
             raise ValueError("max_locks and timeout_max must be positive")
         self.max_locks = max_locks

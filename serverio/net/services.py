@@ -117,7 +117,11 @@ class Services:
                 # --webdav: the DAV step answers its methods, PUT and DELETE
                 # included (a file's through the uploads' step); class 2: the
                 # lock table of this process (serverio.dav.lockguard).
-                locks = TableLocks(LockTable())
+                pol = config.uploads
+                table = LockTable(
+                    max_locks=pol.webdav_max_locks, timeout_max=pol.webdav_lock_timeout_max
+                )
+                locks = TableLocks(table)
                 self.dav = DavService(config, lambda: self.opener, self.files, self.uploads, locks)
                 self.hooks = dataclasses.replace(
                     self.hooks, write=self.dav.write, write_methods=DAV_METHODS
