@@ -567,3 +567,18 @@ def test_guard_moved_and_depth_for_parents() -> None:
     assert guard.check(req, ["d", ""], depth_infinity=True, etag_of=etag, now=0) is None
     assert guard.discovery("e", 0) and not guard.discovery("d/f", 0)
     assert len(guard.supported()) == 2
+
+
+def test_guard_moved_drops_source_and_replaced_destination_locks() -> None:
+    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400))
+    table = guard.table
+    grant(table, lock_path("src"))
+    grant(table, lock_path("dst"))
+    parent = grant(table, lock_path("p"), SH, infinite=True, collection=True)
+    guard.moved("src", "dst")
+    assert not guard.discovery("src", 0) and not guard.discovery("dst", 0)
+    # Moved under a depth-infinity lock: covered by it, by path.
+    guard.moved("x", "p/x")
+    assert [e.find(QName(DAV, "locktoken")) for e in guard.discovery("p/x", 0)] == [
+        Element(QName(DAV, "locktoken"), (), (Element(QName(DAV, "href"), (), (parent.token,)),))
+    ]

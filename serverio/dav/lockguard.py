@@ -131,9 +131,13 @@ class TableLocks:
 
     def moved(self, src: str, dst: str | None) -> None:
         # §9.9 (MOVE), §9.6.1 (DELETE): the locks of the source are not
-        # moved, they are gone with it; a destination's locks by an
-        # ancestor's depth infinity apply to it by path, as to any member.
+        # moved, they are gone with it; so are those of a destination the
+        # MOVE replaced (§9.9.3: as if deleted first, its token submitted).
+        # An ancestor's depth-infinity lock applies to the moved resource
+        # by path, as to any new member (§7.4).
         self.table.forget(lock_path(src))
+        if dst is not None:
+            self.table.forget(lock_path(dst))
 
     async def lock(
         self,
