@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from serverio.dav.ifheader import parse_if
-from serverio.dav.lockguard import TableLocks, lock_path
+from serverio.dav.lockguard import TableLocks, lock_path, new_token
 from serverio.dav.lockplans import (
     conflict_plan,
     denied_plan,
@@ -36,7 +36,6 @@ from serverio.dav.locks import (
     LockTable,
     check_request,
     choose_timeout,
-    new_token,
 )
 from serverio.dav.xml import DAV, Element, LockInfo, LockScope, QName, parse_xml, serialize
 from serverio.errors import HTTPError
@@ -138,7 +137,7 @@ def test_conflict_rules(
     asked: tuple[LockInfo, LockPath, bool],
     conflict: bool,
 ) -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     first = grant(table, held[1], held[0], infinite=held[2])
     if conflict:
         with pytest.raises(LockRefused) as err:
@@ -153,7 +152,7 @@ def test_conflict_rules(
 
 
 def test_coverage_and_discovery() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     coll = grant(table, A, SH, infinite=True, collection=True)
     member = grant(table, ABC, SH)
     assert table.covering(A, 0) == (coll,)
@@ -169,7 +168,7 @@ def test_coverage_and_discovery() -> None:
 
 
 def test_locks_expire_with_the_injected_clock() -> None:
-    table = LockTable(max_locks=4096, timeout_max=100)
+    table = LockTable(max_locks=4096, timeout_max=100, tokens=new_token)
     lock = grant(table, A, timeouts=(10,), now=1000.0)
     assert lock.expires == 1010.0 and lock.timeout == 10
     assert lock.remaining(1000.0) == 10
@@ -182,7 +181,7 @@ def test_locks_expire_with_the_injected_clock() -> None:
 
 
 def test_refresh_extends_and_keeps_the_token() -> None:
-    table = LockTable(max_locks=4096, timeout_max=100)
+    table = LockTable(max_locks=4096, timeout_max=100, tokens=new_token)
     lock = grant(table, A, infinite=True, timeouts=(10,), now=0.0)
     # Through a member (litmus indirect_refresh): the lock covers it.
     fresh = table.refresh(AB, [lock.token], timeouts=(50,), principal=None, now=8.0)
@@ -197,20 +196,23 @@ def test_refresh_extends_and_keeps_the_token() -> None:
     assert table.refresh(B, [lock.token], timeouts=(), principal="ann", now=101) == ()
 
 
-def test_stale_heap_entries_are_dropped() -> None:
-    table = LockTable(max_locks=4096, timeout_max=10**6)
-    lock = grant(table, A, timeouts=(10**6,))
-    for i in range(1000):
-        table.refresh(A, [lock.token], timeouts=(10**6,), principal=None, now=float(i))
-    table.expire(1000.0)
-    assert len(table._heap) <= 2 * len(table) + 64
+def test_expiry_after_a_refresh_shortened_nothing() -> None:
+    # A refresh to a later time leaves the table's "soonest" early: the
+    # pass it triggers drops nothing and the lock lives to its new expiry.
+    table = LockTable(max_locks=4096, timeout_max=100, tokens=new_token)
+    lock = grant(table, A, timeouts=(10,))
+    other = grant(table, B, timeouts=(50,))
+    table.refresh(A, [lock.token], timeouts=(100,), principal=None, now=5.0)
+    assert table.expire(20.0) == 0 and len(table) == 2
+    assert table.expire(50.0) == 1 and table.get(other.token, 50.0) is None
+    assert table.covering(A, 104.9) != () and table.covering(A, 105.0) == ()
 
 
 # ------------------------------------------------------------ the bound
 
 
 def test_a_full_table_refuses_until_locks_expire() -> None:
-    table = LockTable(max_locks=3, timeout_max=100)
+    table = LockTable(max_locks=3, timeout_max=100, tokens=new_token)
     for i in range(3):
         grant(table, (f"f{i}",), timeouts=(10,), now=0.0)
     with pytest.raises(LockRefused) as err:
@@ -223,16 +225,16 @@ def test_a_full_table_refuses_until_locks_expire() -> None:
 
 def test_bounds_are_positive() -> None:
     with pytest.raises(ValueError):
-        LockTable(max_locks=0, timeout_max=1)
+        LockTable(max_locks=0, timeout_max=1, tokens=new_token)
     with pytest.raises(ValueError):
-        LockTable(max_locks=1, timeout_max=0)
+        LockTable(max_locks=1, timeout_max=0, tokens=new_token)
 
 
 # ------------------------------------------------------------ unlock, forget
 
 
 def test_release() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     lock = grant(table, A, infinite=True, principal="ann")
     with pytest.raises(LockRefused) as err:
         table.release("urn:uuid:nope", A, "ann", 0)
@@ -252,7 +254,7 @@ def test_release() -> None:
 
 def test_forget_removes_the_subtree_only() -> None:
     # DELETE of a/ (§9.6.1) or MOVE of its source (§9.9: locks not moved).
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     grant(table, A, SH, infinite=True)
     grant(table, ABC, SH)
     other = grant(table, ("ab",))
@@ -295,7 +297,7 @@ def run_check(
 
 
 def test_if_without_locks_is_an_etag_precondition() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     assert run_check(table, None, [(A, False)]) is None
     assert run_check(table, '(["ea"])', [(A, False)]) is None
     assert run_check(table, '(["zz"])', [(A, False)]) == Denied(412)
@@ -311,7 +313,7 @@ def test_if_without_locks_is_an_etag_precondition() -> None:
 
 
 def test_litmus_conditional_puts_on_a_locked_file() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     lock = grant(table, A)
     tok = lock.token
     url = "http://127.0.0.1:1/a"
@@ -334,7 +336,7 @@ def test_litmus_conditional_puts_on_a_locked_file() -> None:
 
 
 def test_shared_locks_one_token_per_lock_root() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     s1 = grant(table, A, SH, infinite=True)
     s2 = grant(table, A, SH, infinite=True)
     member = grant(table, AB, SH)
@@ -353,7 +355,7 @@ def test_shared_locks_one_token_per_lock_root() -> None:
 
 def test_depth_infinity_reaches_locked_members() -> None:
     # DELETE of a/ with a/b/c locked (§9.6.1): c's token is needed.
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     deep = grant(table, ABC)
     assert run_check(table, None, [(A, False)]) is None
     assert run_check(table, None, [(A, True)]) == Denied(423, deep)
@@ -366,7 +368,7 @@ def test_depth_infinity_reaches_locked_members() -> None:
 def test_a_new_member_needs_the_parents_token() -> None:
     # A depth-0 lock on a collection protects its membership (§7.4): a PUT
     # of a new member lists the parent among the affected resources.
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     coll = grant(table, A, collection=True)
     assert run_check(table, None, [(AB, False)]) is None  # an existing member
     assert run_check(table, None, [(AB, False), (A, False)]) == Denied(423, coll)
@@ -374,7 +376,7 @@ def test_a_new_member_needs_the_parents_token() -> None:
 
 
 def test_a_token_counts_only_for_its_principal() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     lock = grant(table, A, principal="ann")
     value = f"(<{lock.token}>)"
     assert run_check(table, value, [(A, False)], principal="ann") is None
@@ -390,7 +392,7 @@ def fields(plan_headers: tuple[tuple[bytes, bytes], ...]) -> dict[bytes, bytes]:
 
 
 def test_lock_plan() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     owner = Element(
         QName(DAV, "owner"),
         (),
@@ -424,7 +426,7 @@ def test_lock_plan() -> None:
 
 
 def test_refusal_plans() -> None:
-    table = LockTable(max_locks=4096, timeout_max=86400)
+    table = LockTable(max_locks=4096, timeout_max=86400, tokens=new_token)
     lock = grant(table, ("c",), infinite=True, collection=True)
     plan = locked_plan(lock, 0.0)
     assert plan.status == 423
@@ -482,7 +484,7 @@ def request(method: bytes, path: bytes, **extra: str) -> RequestFacts:
 
 
 def test_guard_lock_refresh_unlock() -> None:
-    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400))
+    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400, tokens=new_token))
     made: list[str] = []
 
     async def create() -> int:
@@ -532,7 +534,7 @@ def test_guard_lock_refresh_unlock() -> None:
 
 
 def test_guard_lock_of_an_unmapped_url_that_cannot_be_made_leaves_no_lock() -> None:
-    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400))
+    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400, tokens=new_token))
 
     async def refused() -> int:
         return 409  # no parent collection (§9.10.4)
@@ -553,7 +555,7 @@ def test_guard_lock_of_an_unmapped_url_that_cannot_be_made_leaves_no_lock() -> N
 
 
 def test_guard_moved_and_depth_for_parents() -> None:
-    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400))
+    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400, tokens=new_token))
     table = guard.table
     grant(table, lock_path("d/f"))
     etag = {"d": None}.get
@@ -570,7 +572,7 @@ def test_guard_moved_and_depth_for_parents() -> None:
 
 
 def test_guard_moved_drops_source_and_replaced_destination_locks() -> None:
-    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400))
+    guard = TableLocks(LockTable(max_locks=4096, timeout_max=86400, tokens=new_token))
     table = guard.table
     grant(table, lock_path("src"))
     grant(table, lock_path("dst"))

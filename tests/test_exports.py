@@ -191,7 +191,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "parse_overwrite",
         "parse_timeout",
     ),
-    "serverio.dav.lockguard": ("TableLocks", "guard_path", "lock_path"),
+    "serverio.dav.lockguard": ("TableLocks", "guard_path", "lock_path", "new_token"),
     "serverio.dav.lockplans": (
         "XML_TYPE",
         "activelock",
@@ -218,7 +218,6 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "LockTable",
         "check_request",
         "choose_timeout",
-        "new_token",
     ),
     "serverio.dav.methods": (
         "copy_move",

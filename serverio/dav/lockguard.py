@@ -16,6 +16,7 @@ RFC 4918 §6.4 allows a server to treat them.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import unquote, urlsplit
 
@@ -38,7 +39,14 @@ from .lockplans import (
 from .locks import Lock, LockPath, LockRefusal, LockRefused, LockTable, check_request
 from .xml import Element, parse_lockinfo
 
-__all__ = ["TableLocks", "guard_path", "lock_path"]
+__all__ = ["TableLocks", "guard_path", "lock_path", "new_token"]
+
+
+def new_token() -> str:
+    """A fresh lock token (RFC 4918 §6.5: a URI unique across all resources
+    for all time): an RFC 4122 §4.4 random UUID under ``urn:uuid:``
+    (§20.7 recommends it)."""
+    return f"urn:uuid:{uuid.uuid4()}"
 
 
 def lock_path(path: str) -> LockPath:

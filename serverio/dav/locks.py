@@ -19,8 +19,9 @@ covered, by path).
 :func:`check_request` is the one decision every modifying method makes
 (§10.4, §7): the If field must hold (412), then every lock covering a
 resource the request changes must have one of its tokens submitted
-(423).  Lock tokens are ``urn:uuid:`` URIs from :func:`uuid.uuid4`
-(§6.5: unique across all resources and time).
+(423).  Lock tokens come from the ``tokens`` callable the table is given
+(:func:`serverio.dav.lockguard.new_token`: ``urn:uuid:`` random UUIDs,
+§6.5), so this module draws no randomness itself.
 
 Bounds: at most ``max_locks`` live locks (a full table refuses with
 :attr:`LockRefusal.FULL`: the caller answers 507 Insufficient Storage,
@@ -39,8 +40,6 @@ A submitted token counts only for the principal that owns its lock
 from __future__ import annotations
 
 import enum
-import heapq
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
@@ -58,7 +57,6 @@ __all__ = [
     "LockTable",
     "check_request",
     "choose_timeout",
-    "new_token",
 ]
 
 LockPath = tuple[str, ...]
@@ -67,12 +65,6 @@ LockPath = tuple[str, ...]
 # and --webdav-lock-timeout-max (serverio.config.UploadPolicy).  The
 # timeout of a LOCK without a Timeout field (capped by the maximum):
 DEFAULT_TIMEOUT: Final = 3600
-
-
-def new_token() -> str:
-    """A fresh lock token (§6.5: a URI unique across all resources for all
-    time; RFC 4122 §4.4 random UUIDs under ``urn:uuid:``, §20.7)."""
-    return f"urn:uuid:{uuid.uuid4()}"
 
 
 def choose_timeout(preferences: Sequence[int | None], maximum: int) -> int:
@@ -139,21 +131,22 @@ class LockRefused(Exception):
 class LockTable:
     """The live locks of one process (see the module docstring).
 
-    Indexed by token and by lock-root; expiry is a heap of (expires,
-    token) entries, stale ones (refreshed or removed locks) skipped when
-    popped and dropped when they outnumber the live locks.
+    Indexed by token and by lock-root.  Expiry: ``_soonest`` is a time no
+    live lock expires before; a call with an earlier ``now`` does nothing,
+    a later one drops the expired locks (one pass) and sets it again.
     """
 
-    __slots__ = ("_by_root", "_by_token", "_heap", "max_locks", "timeout_max")
+    __slots__ = ("_by_root", "_by_token", "_soonest", "max_locks", "timeout_max", "tokens")
 
-    def __init__(self, *, max_locks: int, timeout_max: int) -> None:
+    def __init__(self, *, max_locks: int, timeout_max: int, tokens: Callable[[], str]) -> None:
         if max_locks < 1 or timeout_max < 1:
             raise ValueError("max_locks and timeout_max must be positive")
         self.max_locks = max_locks
         self.timeout_max = timeout_max
+        self.tokens = tokens
         self._by_token: dict[str, Lock] = {}
         self._by_root: dict[LockPath, dict[str, Lock]] = {}
-        self._heap: list[tuple[float, str]] = []
+        self._soonest = float("inf")
 
     def __len__(self) -> int:
         return len(self._by_token)
@@ -195,18 +188,13 @@ class LockTable:
 
     def expire(self, now: float) -> int:
         """Drop the locks whose time is up (§6.6); the number dropped."""
-        dropped = 0
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            expires, token = heapq.heappop(heap)
-            lock = self._by_token.get(token)
-            if lock is not None and lock.expires == expires:
-                self._remove(lock)
-                dropped += 1
-        if len(heap) > 2 * len(self._by_token) + 64:
-            self._heap = [(lk.expires, lk.token) for lk in self._by_token.values()]
-            heapq.heapify(self._heap)
-        return dropped
+        if now < self._soonest:
+            return 0
+        doomed = [lk for lk in self._by_token.values() if lk.expires <= now]
+        for lock in doomed:
+            self._remove(lock)
+        self._soonest = min((lk.expires for lk in self._by_token.values()), default=float("inf"))
+        return len(doomed)
 
     def conflicting(
         self, path: LockPath, scope: LockScope, infinite: bool, now: float
@@ -243,7 +231,7 @@ class LockTable:
             raise LockRefused(LockRefusal.FULL)
         timeout = choose_timeout(timeouts, self.timeout_max)
         lock = Lock(
-            token=new_token(),
+            token=self.tokens(),
             root=path,
             collection=collection,
             scope=info.scope,
@@ -316,7 +304,7 @@ class LockTable:
     def _add(self, lock: Lock) -> None:
         self._by_token[lock.token] = lock
         self._by_root.setdefault(lock.root, {})[lock.token] = lock
-        heapq.heappush(self._heap, (lock.expires, lock.token))
+        self._soonest = min(self._soonest, lock.expires)
 
     def _remove(self, lock: Lock) -> None:
         self._by_token.pop(lock.token, None)

@@ -27,7 +27,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
-from ..dav.lockguard import TableLocks
+from ..dav.lockguard import TableLocks, new_token
 from ..dav.locks import LockTable
 from ..dav.service import DAV_METHODS, DavService
 from ..fs.filecache import FileCache
@@ -119,7 +119,9 @@ class Services:
                 # lock table of this process (serverio.dav.lockguard).
                 pol = config.uploads
                 table = LockTable(
-                    max_locks=pol.webdav_max_locks, timeout_max=pol.webdav_lock_timeout_max
+                    max_locks=pol.webdav_max_locks,
+                    timeout_max=pol.webdav_lock_timeout_max,
+                    tokens=new_token,
                 )
                 locks = TableLocks(table)
                 self.dav = DavService(config, lambda: self.opener, self.files, self.uploads, locks)
