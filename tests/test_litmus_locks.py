@@ -3,7 +3,9 @@
 LOCK, UNLOCK, the If field, shared and exclusive locks, collection locks,
 refresh, lock-null resources), with no warning.  (The class 1 suites,
 ``basic``, ``copymove``, ``props`` and ``http``, run with locking on in
-tests/test_litmus.py.)
+tests/test_litmus.py.)  And a real client's locks: cadaver (neon) locks,
+discovers, writes with its token, and a second session without it is
+refused.
 
 A real server in a subprocess (``python -m serverio --webdav``, the CLI
 path) on 127.0.0.1 port 0, in a temporary root; litmus bounded in time.
@@ -94,3 +96,37 @@ def test_litmus_locks_every_test_passes(dav_url: str) -> None:
         "unmapped_lock",
     ):
         assert re.search(rf"\b{name}\.*\s*pass\b", out), (name, out)
+
+
+CADAVER = shutil.which("cadaver")
+
+
+def cadaver(url: str, script: str) -> str:
+    assert CADAVER is not None
+    done = subprocess.run(
+        [CADAVER, url], input=script, capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.stdout + done.stderr
+
+
+@pytest.mark.skipif(CADAVER is None, reason="cadaver is not installed (apt-get install cadaver)")
+def test_cadaver_locks_a_file_another_session_is_refused(dav_url: str, tmp_path: Path) -> None:
+    """cadaver (neon): LOCK, discover, a PUT with the token it holds, then a
+    second session without it gets 423, then the first's lock is found by
+    discover, and UNLOCK in a session that knows the token (the same
+    cadaver session) frees it."""
+    new = tmp_path / "new.txt"
+    new.write_bytes(b"new content\n")
+    out = cadaver(dav_url, f"put {new} a.txt\nlock a.txt\ndiscover a.txt\nput {new} a.txt\nquit\n")
+    assert "Locking `a.txt': succeeded." in out, out
+    token = re.search(r"Lock token <(urn:uuid:[0-9a-f-]{36})>", out)
+    assert token is not None, out
+    assert "Scope: exclusive  Type: write  Timeout: 3600 seconds" in out, out
+    assert out.count("succeeded.") == 3, out  # put, lock, put with the token
+    # Another session does not hold the token.
+    out = cadaver(dav_url, f"put {new} a.txt\ndiscover a.txt\nquit\n")
+    assert "423 Locked" in out, out
+    assert token.group(1) in out, out
+    # One session locking and unlocking: then a plain put succeeds.
+    out = cadaver(dav_url, "lock b.txt\nunlock b.txt\ndiscover b.txt\nquit\n")
+    assert "Unlocking `b.txt': succeeded." in out and "no locks found" in out, out
