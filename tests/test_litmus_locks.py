@@ -59,19 +59,27 @@ def dav_url(tmp_path: Path) -> Iterator[str]:
             proc.wait()
 
 
-def run_litmus(url: str, *suites: str) -> tuple[str, dict[str, tuple[int, int, int]]]:
+def run_litmus(url: str, cwd: Path, *suites: str) -> tuple[str, dict[str, tuple[int, int, int]]]:
+    """litmus's output and summaries; run in ``cwd`` (it writes debug.log
+    and child.log where it runs)."""
     assert LITMUS is not None
     env = {**os.environ, "TESTS": " ".join(suites)}
     done = subprocess.run(
-        [LITMUS, "-k", url], capture_output=True, text=True, timeout=180, env=env, check=False
+        [LITMUS, "-k", url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+        cwd=cwd,
     )
     out = done.stdout + done.stderr
     results = {m[0]: (int(m[1]), int(m[2]), int(m[3])) for m in _SUMMARY.findall(out)}
     return out, results
 
 
-def test_litmus_locks_every_test_passes(dav_url: str) -> None:
-    out, results = run_litmus(dav_url, "locks")
+def test_litmus_locks_every_test_passes(dav_url: str, tmp_path: Path) -> None:
+    out, results = run_litmus(dav_url, tmp_path, "locks")
     assert set(results) == {"locks"}, out
     run, passed, failed = results["locks"]
     assert run >= 40 and passed == run and failed == 0, out
@@ -101,10 +109,16 @@ def test_litmus_locks_every_test_passes(dav_url: str) -> None:
 CADAVER = shutil.which("cadaver")
 
 
-def cadaver(url: str, script: str) -> str:
+def cadaver(url: str, script: str, cwd: Path) -> str:
     assert CADAVER is not None
     done = subprocess.run(
-        [CADAVER, url], input=script, capture_output=True, text=True, timeout=60, check=False
+        [CADAVER, url],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=cwd,
     )
     return done.stdout + done.stderr
 
@@ -117,16 +131,18 @@ def test_cadaver_locks_a_file_another_session_is_refused(dav_url: str, tmp_path:
     cadaver session) frees it."""
     new = tmp_path / "new.txt"
     new.write_bytes(b"new content\n")
-    out = cadaver(dav_url, f"put {new} a.txt\nlock a.txt\ndiscover a.txt\nput {new} a.txt\nquit\n")
+    out = cadaver(
+        dav_url, f"put {new} a.txt\nlock a.txt\ndiscover a.txt\nput {new} a.txt\nquit\n", tmp_path
+    )
     assert "Locking `a.txt': succeeded." in out, out
     token = re.search(r"Lock token <(urn:uuid:[0-9a-f-]{36})>", out)
     assert token is not None, out
     assert "Scope: exclusive  Type: write  Timeout: 3600 seconds" in out, out
     assert out.count("succeeded.") == 3, out  # put, lock, put with the token
     # Another session does not hold the token.
-    out = cadaver(dav_url, f"put {new} a.txt\ndiscover a.txt\nquit\n")
+    out = cadaver(dav_url, f"put {new} a.txt\ndiscover a.txt\nquit\n", tmp_path)
     assert "423 Locked" in out, out
     assert token.group(1) in out, out
     # One session locking and unlocking: then a plain put succeeds.
-    out = cadaver(dav_url, "lock b.txt\nunlock b.txt\ndiscover b.txt\nquit\n")
+    out = cadaver(dav_url, "lock b.txt\nunlock b.txt\ndiscover b.txt\nquit\n", tmp_path)
     assert "Unlocking `b.txt': succeeded." in out and "no locks found" in out, out
