@@ -112,6 +112,10 @@ class DavBase:
                 late_close=Placement.close,
             )
         job.hold(got.close)
+        if got.dir_fd < 0:
+            # The windows containment strategy works by path: the tree
+            # operations need directory descriptors (docs/features.md).
+            raise HTTPError(501, "WebDAV needs directory descriptors")
         return got
 
     @staticmethod
