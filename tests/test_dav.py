@@ -376,3 +376,49 @@ async def test_tree_methods_cancelled_at_every_checkpoint_leave_nothing(
             break
     assert k > 3  # the placements, the checks and the operation: each a checkpoint
     opener.close()
+
+
+async def test_an_if_field_is_evaluated_without_locks(root: Path) -> None:
+    """Class 1 (NO_LOCKS): no state token ever matches, entity tags are
+    compared with the current ETag (RFC 4918 §10.4)."""
+    async with memory_connection(dav_config(root)) as (client, _, _):
+        etag = (await client.get("/hello.txt")).header("etag")
+        r = await dav(client, "PROPPATCH", "/hello.txt", "If: (<urn:uuid:nope>)\r\n", PATCH)
+        assert r.status == 412
+        r = await dav(client, "PROPPATCH", "/hello.txt", "If: (Not <urn:uuid:nope>)\r\n", PATCH)
+        assert r.status == 207
+        r = await dav(client, "PROPPATCH", "/hello.txt", f"If: ([{etag}])\r\n", PATCH)
+        assert r.status == 207
+        r = await dav(client, "PROPPATCH", "/hello.txt", 'If: (["other"])\r\n', PATCH)
+        assert r.status == 412
+        r = await dav(client, "MKCOL", "/m", "If: (<urn:uuid:nope>)\r\n")
+        assert r.status == 412 and not (root / "m").exists()
+
+
+PATCH = (
+    b'<D:propertyupdate xmlns:D="DAV:"><D:set><D:prop><x xmlns="urn:t">1</x>'
+    b"</D:prop></D:set></D:propertyupdate>"
+)
+
+
+def test_webdav_in_toml(root: Path, tmp_path: Path) -> None:
+    toml = tmp_path / "serverio.toml"
+    toml.write_text("webdav = true\nwebdav-depth-infinity = 50\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "serverio",
+            "--config",
+            str(toml),
+            "-d",
+            str(root),
+            "--print-config",
+        ],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr
+    assert "webdav = true" in out and "webdav-depth-infinity = 50" in out

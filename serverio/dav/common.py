@@ -134,17 +134,24 @@ class DavBase:
         digest = content_digest(data) if isinstance(data, bytes) else None
         return stat_facts(cur, self.config, digest)
 
-    def guarded(
+    async def guarded(
         self,
         req: RequestFacts,
         paths: Sequence[str],
         infinity: bool,
         now: float,
-        etags: dict[str, str | None] | None = None,
+        job: TreeJob | None = None,
+        places: Sequence[tuple[str, Placement]] = (),
     ) -> Plan | None:
         """The lock guard's refusal (412, or 423 naming the locked
-        resource), or None."""
-        known = etags or {}
+        resource), or None.  With an ``If`` field, the ETags of
+        ``places`` (path and placement, held by ``job``) are looked up
+        for its entity-tag conditions (RFC 4918 §10.4.2)."""
+        known: dict[str, str | None] = {}
+        if req.extra.dav_if is not None and job is not None:
+            for path, place in places:
+                facts = await self.current_facts(job, place)
+                known[path] = None if facts is None else facts.etag or None
         got = self.guard.check(req, paths, depth_infinity=infinity, etag_of=known.get, now=now)
         if got is None:
             return None
