@@ -717,6 +717,10 @@ class ProxyPolicy:
     proxy_head_timeout: float = 60.0  # request sent -> response head
     proxy_idle_timeout: float = 60.0  # between two response body chunks
     proxy_total_timeout: float = 3600.0  # the whole exchange
+    # A tunnel (after a 101) with no byte either way for this long is
+    # closed; WebSocket peers ping far more often (browsers' and vite's
+    # keep-alives run every 30 s or so), a dead peer is noticed in minutes.
+    proxy_tunnel_idle: float = 300.0
     proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
     proxy_keepalive: int = 16  # idle keep-alive connections kept per upstream
     # --proxy-fallback URL: what no reserved path, route or file answers
@@ -736,6 +740,7 @@ class ProxyPolicy:
                 "proxy_head_timeout",
                 "proxy_idle_timeout",
                 "proxy_total_timeout",
+                "proxy_tunnel_idle",
             ),
         )
         if self.proxy_host not in PROXY_HOST_MODES:

@@ -528,6 +528,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.net.env": ("ConnectionEnv", "SwitchFactory", "Switched"),
     "serverio.net.h1body": ("CONTINUE", "H1Body", "RECV_SIZE"),
     "serverio.net.h1head": ("Head", "HeadReader", "RECV_SIZE", "request_facts"),
+    "serverio.net.h1tunnel": ("serve_tunnel",),
     "serverio.net.h1state": (
         "BUSY",
         "CLOSED",
@@ -541,6 +542,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "STREAM",
         "SWITCHED",
         "TRANSITIONS",
+        "TUNNEL",
     ),
     "serverio.net.h2adapter": (
         "DirectFrames",
@@ -751,6 +753,8 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "RawHead",
         "Router",
         "Transform",
+        "Tunnel",
+        "TunnelBody",
         "Upload",
         "WRITE_METHODS",
         "WriteContent",
@@ -780,6 +784,8 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "RECV_SIZE",
         "UpstreamConn",
         "UpstreamError",
+        "exchange",
+        "only_cancelled",
         "open_upstream",
     ),
     "serverio.proxy.routes": (
@@ -789,9 +795,11 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "forwarded_for",
         "request_fields",
         "response_fields",
+        "upgrade_token",
         "upstream_target",
     ),
     "serverio.proxy.service": ("Downstream", "ProxyService"),
+    "serverio.proxy.tunnel": ("TunnelGauge", "UpstreamTunnel"),
     "serverio.site": None,
     "serverio.site.access": ("AccessTarget", "Kind", "rule_for", "served_target", "write_allowed"),
     "serverio.site.authlimit": (

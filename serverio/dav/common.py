@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import HTTPError
-from ..fs.davtree import TreeJob, lookup, root_place
+from ..fs.davtree import TreeJob, root_place
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
@@ -112,6 +112,10 @@ class DavBase:
                 late_close=Placement.close,
             )
         job.hold(got.close)
+        if got.dir_fd < 0:
+            # The windows containment strategy works by path: the tree
+            # operations need directory descriptors (docs/features.md).
+            raise HTTPError(501, "WebDAV needs directory descriptors")
         return got
 
     @staticmethod
@@ -130,42 +134,24 @@ class DavBase:
         digest = content_digest(data) if isinstance(data, bytes) else None
         return stat_facts(cur, self.config, digest)
 
-    async def if_etags(
-        self, req: RequestFacts, paths: Sequence[str]
-    ) -> dict[str, str | None] | None:
-        """The current ETags of ``paths`` (None: no file there) when the
-        request's If field names an entity tag (RFC 4918 §10.4.4: compared
-        with the resource's current strong one, the one a GET shows); None,
-        and no look-up, when it names none.
-
-        Cancellation handling: one pool call per path (``run_blocking``);
-        nothing is held across them.
-        """
-        value = req.extra.dav_if
-        if value is None or "[" not in value:
-            return None
-        small = self.config.files.small_file_size
-        out: dict[str, str | None] = {}
-        for path in dict.fromkeys(paths):
-            found = await run_blocking(self.pool, lookup, self.opener(), path, small)
-            regular = found is not None and stat.S_ISREG(found.st.st_mode)
-            facts = (
-                stat_facts(found.st, self.config, found.content_hash) if found and regular else None
-            )
-            out[path] = facts.etag or None if facts is not None else None
-        return out
-
-    def guarded(
+    async def guarded(
         self,
         req: RequestFacts,
         paths: Sequence[str],
         infinity: bool,
         now: float,
-        etags: dict[str, str | None] | None = None,
+        job: TreeJob | None = None,
+        places: Sequence[tuple[str, Placement]] = (),
     ) -> Plan | None:
         """The lock guard's refusal (412, or 423 naming the locked
-        resource), or None."""
-        known = etags or {}
+        resource), or None.  With an ``If`` field, the ETags of
+        ``places`` (path and placement, held by ``job``) are looked up
+        for its entity-tag conditions (RFC 4918 §10.4.2)."""
+        known: dict[str, str | None] = {}
+        if req.extra.dav_if is not None and job is not None:
+            for path, place in places:
+                facts = await self.current_facts(job, place)
+                known[path] = None if facts is None else facts.etag or None
         got = self.guard.check(req, paths, depth_infinity=infinity, etag_of=known.get, now=now)
         if got is None:
             return None

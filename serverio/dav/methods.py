@@ -85,8 +85,8 @@ async def delete(
             raise
         if place.current is None:
             return error_plan(404, now)
-        etags = await svc.if_etags(req, [path])
-        refusal = svc.guarded(req, [path, rel(target.segments[:-1])], _is_dir(place), now, etags)
+        parent = rel(target.segments[:-1])
+        refusal = await svc.guarded(req, [path, parent], _is_dir(place), now, job, [(path, place)])
         if refusal is not None:
             return refusal
         if not _is_dir(place):
@@ -173,8 +173,8 @@ async def copy_move(
         if move:
             paths += [src_path, rel(target.segments[:-1])]
         infinity = _is_dir(src) or _is_dir(dst)
-        etags = await svc.if_etags(req, [src_path, dst_path])
-        refusal = svc.guarded(req, paths, infinity, now, etags)
+        ends = [(src_path, src), (dst_path, dst)]
+        refusal = await svc.guarded(req, paths, infinity, now, job, ends)
         if refusal is not None:
             return refusal
         plan = await _run(svc, job, req, src, dst, dst_path, depth is Depth.INFINITY, now)

@@ -164,8 +164,16 @@ class DavService(DavBase):
     ) -> Plan:
         segments = req.target.segments
         if segments:
-            etags = await self.if_etags(req, [rel(segments)])
-            refusal = self.guarded(req, [rel(segments), rel(segments[:-1])], False, now, etags)
+            path = rel(segments)
+            job = TreeJob()
+            try:
+                places = []
+                if req.extra.dav_if is not None:  # its entity tags need the file's ETag
+                    places.append((path, await self.place(job, segments)))
+                paths = [path, rel(segments[:-1])]
+                refusal = await self.guarded(req, paths, False, now, job, places)
+            finally:
+                self.release(job)
             if refusal is not None:
                 return refusal
         return await self.uploads.write(req, content, now, admit)
@@ -187,7 +195,8 @@ class DavService(DavBase):
             if place.current is not None:
                 return error_plan(405, now, allow=ALLOW_DAV)  # §9.3.1: already mapped
             path = rel(target.segments)
-            refusal = self.guarded(req, [path, rel(target.segments[:-1])], False, now)
+            parent = rel(target.segments[:-1])
+            refusal = await self.guarded(req, [path, parent], False, now, job, [(path, place)])
             if refusal is not None:
                 return refusal
             await self.blocking(job, make_collection, place)
@@ -238,7 +247,7 @@ class DavService(DavBase):
             place = await self.place(job, target.segments)
             if place.current is None:
                 return error_plan(404, now)
-            refusal = self.guarded(req, [path], False, now)
+            refusal = await self.guarded(req, [path], False, now, job, [(path, place)])
             if refusal is not None:
                 return refusal
             stored = await self.blocking(job, read_props, place)

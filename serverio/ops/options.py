@@ -1076,6 +1076,14 @@ _UPSTREAMS = (
         parse=_seconds,
     ),
     _O(
+        "proxy_tunnel_idle",
+        ("--proxy-tunnel-idle",),
+        "seconds a WebSocket/Upgrade tunnel may carry no byte either way (then it is closed)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
+    ),
+    _O(
         "proxy_host",
         ("--proxy-host",),
         "the Host sent upstream: the client's (pass) or the upstream's own (upstream)",

@@ -32,7 +32,11 @@ GET of a server without hooks makes exactly the calls it made before.
   site's CORS preflight and access rules on the request path, and after its
   redirects and rewrites.  A matched request is answered by
   :meth:`~Proxy.forward` (its content, if any, streamed upstream; the
-  answer's body streamed down, a :class:`~serverio.model.StreamBody`).
+  answer's body streamed down, a :class:`~serverio.model.StreamBody`;
+  or, for an HTTP/1.1 request that asked to switch protocols and got the
+  upstream's 101, a :class:`TunnelBody`: the HTTP/1.1 connection sends
+  the head and then hands its stream to :meth:`Tunnel.run` instead of
+  reading the next request).
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
 * :attr:`Hooks.write`: the answer to every request whose method is one
@@ -51,6 +55,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+import trio
+
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
 from ..model import Body, ChunkSource, Prepared
@@ -68,6 +74,8 @@ __all__ = [
     "RawHead",
     "Router",
     "Transform",
+    "Tunnel",
+    "TunnelBody",
     "Upload",
     "WriteContent",
     "WriteStep",
@@ -236,6 +244,47 @@ class Proxy(Protocol):
         closing the body does.
         """
         ...
+
+
+class Tunnel(Protocol):
+    """The two byte streams of a protocol switch (RFC 9110 §7.8: a
+    WebSocket through the proxy) once its ``101`` is decided: the seam
+    between a feature that accepted a switch and the HTTP/1.1 transport,
+    which sends the 101's head and then runs the tunnel on its stream
+    instead of reading another request."""
+
+    async def run(self, client: trio.abc.Stream, initial: bytes) -> int:
+        """Join ``client`` (the connection's stream, the 101 sent) with the
+        other side until either closes, fails or goes idle; ``initial``:
+        the client's bytes already read past its request head.  Returns
+        the bytes sent to the client (the access log's size).
+
+        Cancellation handling: cancelled (shutdown's cut after
+        ``--shutdown-timeout``, abort), it closes its own side at once and
+        propagates; the transport closes ``client``.
+        """
+        ...
+
+    def close(self) -> None:
+        """Close what the tunnel holds (idempotent; synchronous, for a
+        ``finally``)."""
+        ...
+
+
+class TunnelBody(Body):
+    """The "body" of a ``101 Switching Protocols`` answer: no content, a
+    :class:`Tunnel` to run once the head is sent.  Only an HTTP/1.1
+    connection gets one (over HTTP/2 a request that asks to switch is
+    malformed, RFC 9113 §8.2.2, and never reaches a hook)."""
+
+    __slots__ = ("tunnel",)
+
+    def __init__(self, tunnel: Tunnel) -> None:
+        super().__init__(())
+        self.tunnel = tunnel
+
+    def close(self) -> None:
+        self.tunnel.close()
 
 
 @dataclass(frozen=True, slots=True)

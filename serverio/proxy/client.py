@@ -27,13 +27,29 @@ import trio
 from ..config import ProxyRoute
 from ..observe.stats import ProxyStats
 
-__all__ = ["RECV_SIZE", "Connect", "Pool", "UpstreamConn", "UpstreamError", "open_upstream"]
+__all__ = [
+    "RECV_SIZE",
+    "Connect",
+    "Pool",
+    "UpstreamConn",
+    "UpstreamError",
+    "exchange",
+    "only_cancelled",
+    "open_upstream",
+]
 
 RECV_SIZE: Final = 65536
 
 # How the pool opens a connection to a route's upstream (tests hand in
 # memory streams).
 Connect = Callable[[ProxyRoute], Awaitable[trio.abc.Stream]]
+
+
+def only_cancelled(exc: BaseException) -> bool:
+    """``exc`` is a cancellation, bare or grouped by a nursery."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
 
 
 class UpstreamError(Exception):
@@ -77,7 +93,7 @@ def close_stream(stream: trio.abc.Stream) -> None:
 class UpstreamConn:
     """One upstream connection (one task uses it at a time)."""
 
-    __slots__ = ("_eof", "closed", "h11", "received", "reused", "stream")
+    __slots__ = ("_eof", "closed", "h11", "once", "received", "reused", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -85,6 +101,7 @@ class UpstreamConn:
         self.reused = False
         self.received = 0  # bytes read in the current exchange
         self.closed = False
+        self.once = False  # never pooled (a request that asked to switch protocols)
         self._eof = False
 
     async def send_request(
@@ -128,8 +145,12 @@ class UpstreamConn:
             except h11.RemoteProtocolError as exc:
                 kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
                 raise UpstreamError(kind, str(exc)) from None
+            if event is h11.PAUSED:
+                # Only after a 101 (read_head returns it first) or a
+                # pipelining misuse: either way not an event to read on.
+                raise UpstreamError("framing", "paused")
             if event is not h11.NEED_DATA:
-                assert not isinstance(event, type)  # PAUSED: never (one exchange at a time)
+                assert not isinstance(event, type)
                 return event
             try:
                 data = await self.stream.receive_some(RECV_SIZE)
@@ -140,25 +161,111 @@ class UpstreamConn:
                 self._eof = True
             conn.receive_data(bytes(data))
 
-    async def read_head(self) -> h11.Response:
-        """The final response head (1xx informational heads are skipped)."""
+    async def read_head(self) -> h11.Response | h11.InformationalResponse:
+        """The final response head (1xx informational heads are skipped),
+        or the ``101 Switching Protocols`` that accepts a protocol switch
+        this connection's request asked for (h11 then holds both sides in
+        SWITCHED_PROTOCOL: the bytes past the head are :attr:`trailing`)."""
         while True:
             event = await self.next_event()
             if isinstance(event, h11.Response):
                 return event
             if isinstance(event, h11.InformationalResponse):
+                if event.status_code == 101 and self.switched:
+                    return event
                 continue
             raise UpstreamError("reset" if isinstance(event, h11.ConnectionClosed) else "framing")
 
     @property
+    def switched(self) -> bool:
+        """h11 says both sides switched protocols (after a 101)."""
+        return self.h11.our_state is h11.SWITCHED_PROTOCOL
+
+    @property
+    def trailing(self) -> bytes:
+        """The bytes read past the 101's head (the new protocol's first)."""
+        return bytes(self.h11.trailing_data[0])
+
+    @property
     def reusable(self) -> bool:
-        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3)."""
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3),
+        and the request did not ask to switch protocols (an upstream that
+        declined may still hold state for it: such a connection is used once)."""
+        conn = self.h11
+        return not self.once and conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             close_stream(self.stream)
+
+
+Head = h11.Response | h11.InformationalResponse
+
+
+async def exchange(
+    conn: UpstreamConn,
+    request: tuple[bytes, bytes, list[tuple[bytes, bytes]]],
+    content: AsyncIterable[bytes] | None,
+    stats: ProxyStats,
+    head_timeout: float,
+) -> Head | None:
+    """Send ``request`` (method, target, fields) and its content, and read
+    the response head: None when it did not come within ``head_timeout``
+    of the request's end.
+
+    Without content: send, then read.  With content, both at once, so
+    that an upstream may answer before it has read the whole body (a 413,
+    a 401; RFC 9110 §15.5.14, RFC 9112 §9.5): the head that arrives first
+    stops the sending (the connection is then never pooled: h11's side
+    of the request is not DONE) and is the answer.  The content is pulled
+    one chunk at a time as the upstream socket takes it (backpressure, at
+    most one chunk in hand).  The head deadline starts once the content is
+    all sent (a slow upload is the body deadlines' business).
+
+    Cancellation handling: cancelled, both tasks end and the connection is
+    left half-written; the caller closes it.
+    """
+    method, target, fields = request
+    if content is None:
+        await conn.send_request(method, target, fields, None, stats)
+        with trio.move_on_after(head_timeout):
+            return await conn.read_head()
+        return None
+    heads: list[Head] = []
+    errors: list[UpstreamError] = []
+    failed: list[Exception] = []
+    with trio.CancelScope() as waiting:  # its deadline is set once all is sent
+
+        async def send(everything: trio.CancelScope) -> None:
+            try:
+                await conn.send_request(method, target, fields, content, stats)
+            except UpstreamError as exc:
+                errors.append(exc)
+                if exc.kind == "framing":
+                    everything.cancel()  # the client's content broke its framing
+                return  # a reset: the upstream may have answered and closed
+            except Exception as exc:  # the client's content failed (408, 413, 400)
+                failed.append(exc)  # re-raised bare, as from a plain send
+                everything.cancel()
+                return
+            waiting.deadline = trio.current_time() + head_timeout
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send, nursery.cancel_scope)
+            try:
+                heads.append(await conn.read_head())
+            except UpstreamError as exc:
+                errors.insert(0, exc)
+            nursery.cancel_scope.cancel()  # an early answer (or none): stop sending
+    if failed:
+        raise failed[0]
+    if heads:
+        return heads[0]
+    framing = [e for e in errors if e.kind == "framing"]
+    if framing or errors:
+        raise (framing or errors)[0]
+    return None  # the head deadline
 
 
 class Pool:

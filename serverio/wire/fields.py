@@ -51,6 +51,10 @@ EXTRA_FIELDS: dict[bytes, str] = {
     # kept raw; parsed only when the peer is a --trusted-proxies address.
     b"forwarded": "forwarded",
     b"x-forwarded-for": "x_forwarded_for",
+    # The reverse proxy's --proxy-fallback (serverio.proxy): a request that
+    # asks to switch protocols (RFC 9110 §7.8, a WebSocket) is the
+    # fallback's, not a file's.
+    b"upgrade": "upgrade",
     # WebDAV (serverio.dav, RFC 4918 §10).
     b"depth": "depth",
     b"destination": "destination",
