@@ -5,7 +5,8 @@ the lockdiscovery; a PUT or DELETE without the token is refused with 423
 and ``DAV:lock-token-submitted``; with it (``If``) it goes through; PROPFIND
 shows the lock; a refresh, an UNLOCK (409 for a wrong token, 204), then
 an unlocked PUT; a LOCK of an unmapped URL makes an empty file (201); the
-``--webdav-max-locks`` bound answers 507."""
+``--webdav-max-locks`` bound answers 507 and ``--webdav-lock-timeout-max``
+caps a timeout."""
 
 from __future__ import annotations
 
@@ -144,13 +145,15 @@ async def test_lock_refused_put_unlock(root: Path, proto: str) -> None:
 @pytest.mark.parametrize("proto", CLIENTS)
 async def test_lock_of_an_unmapped_url_and_the_bound(root: Path, proto: str) -> None:
     with trio.fail_after(30):
-        async with CLIENTS[proto](root, webdav_max_locks=1) as call:
+        async with CLIENTS[proto](root, webdav_max_locks=1, webdav_lock_timeout_max=60) as call:
             # No parent collection: 409 (RFC 4918 §9.10.4), nothing made, no lock.
             status, _, _ = await call("LOCK", "/no/such.txt", [], LOCKINFO)
             assert status == 409
             assert not (root / "no").exists()
-            status, hs, _ = await call("LOCK", "/new.txt", [], LOCKINFO)
+            # Infinite is granted as --webdav-lock-timeout-max.
+            status, hs, body = await call("LOCK", "/new.txt", [("timeout", "Infinite")], LOCKINFO)
             assert status == 201 and "lock-token" in hs
+            assert b"<D:timeout>Second-60</D:timeout>" in body
             assert (root / "new.txt").read_bytes() == b""  # a locked empty resource
             # One lock at most: the next LOCK gets 507.
             assert (await call("PUT", "/other.txt", [], b"x"))[0] == 201
