@@ -165,3 +165,35 @@ async def test_lock_of_an_unmapped_url_and_the_bound(root: Path, proto: str) -> 
             assert status == 204
             status, _, _ = await call("LOCK", "/other.txt", [], LOCKINFO)
             assert status == 200
+
+
+DEPTH0 = LOCKINFO.replace(b"<D:exclusive/>", b"<D:shared/>")
+
+
+@pytest.mark.parametrize("proto", CLIENTS)
+async def test_a_depth_0_collection_lock_guards_membership_only(root: Path, proto: str) -> None:
+    """RFC 4918 §7.4: a depth-0 lock on a collection protects its members'
+    names, not their content: a new member needs the token, a replaced
+    one does not; a depth-infinity lock protects both."""
+    (root / "c").mkdir()
+    (root / "c" / "old.txt").write_bytes(b"old")
+    with trio.fail_after(30):
+        async with CLIENTS[proto](root) as call:
+            status, hs, _ = await call("LOCK", "/c/", [("depth", "0")], DEPTH0)
+            assert status == 200
+            tok = hs["lock-token"]
+            assert (await call("PUT", "/c/old.txt", [], b"new"))[0] == 204
+            status, _, body = await call("PUT", "/c/fresh.txt", [], b"x")
+            assert status == 423 and b"<D:href>/c</D:href>" in body
+            # An untagged list is about the request URL, which the depth-0
+            # lock does not cover (RFC 4918 §10.4.1): 412; tagged with the
+            # collection, the token is submitted and holds.
+            assert (await call("PUT", "/c/fresh.txt", [("if", f"({tok})")], b"x"))[0] == 412
+            tagged = [("if", f"</c/> ({tok})")]
+            assert (await call("PUT", "/c/fresh.txt", tagged, b"x"))[0] == 201
+            assert (await call("UNLOCK", "/c/", [("lock-token", tok)], b""))[0] == 204
+            status, hs, _ = await call("LOCK", "/c/", [("depth", "infinity")], DEPTH0)
+            assert status == 200
+            status, _, body = await call("PUT", "/c/old.txt", [], b"newer")
+            assert status == 423 and b"<D:href>/c</D:href>" in body
+    assert (root / "c" / "old.txt").read_bytes() == b"new"
