@@ -119,6 +119,12 @@ async def test_depth_infinity_is_refused_unless_bounded(root: Path) -> None:
     async with memory_connection(dav_config(root, webdav_depth_infinity=100)) as (client, _, _):
         r = await dav(client, "PROPFIND", "/", "Depth: infinity\r\n")
         assert r.status == 207 and "/a/b/deep.txt" in hrefs(r.body)
+    for i in range(20):
+        (root / "a" / f"n{i}").write_bytes(b"")
+    async with memory_connection(dav_config(root, webdav_depth_infinity=5)) as (client, _, _):
+        r = await dav(client, "PROPFIND", "/", "Depth: infinity\r\n")
+        assert r.status == 207 and len(hrefs(r.body)) == 5  # the bound, and a whole 207
+        assert r.body.endswith(b"</D:multistatus>\n")
 
 
 async def test_propfind_of_10000_entries_is_streamed_whole(root: Path) -> None:
