@@ -128,6 +128,12 @@ async def test_depth_infinity_is_refused_unless_bounded(root: Path) -> None:
     async with memory_connection(dav_config(root, webdav_depth_infinity=100)) as (client, _, _):
         r = await dav(client, "PROPFIND", "/", "Depth: infinity\r\n")
         assert r.status == 207 and "/a/b/deep.txt" in hrefs(r.body)
+    for i in range(20):
+        (root / "a" / f"n{i}").write_bytes(b"")
+    async with memory_connection(dav_config(root, webdav_depth_infinity=5)) as (client, _, _):
+        r = await dav(client, "PROPFIND", "/", "Depth: infinity\r\n")
+        assert r.status == 207 and len(hrefs(r.body)) == 5  # the bound, and a whole 207
+        assert r.body.endswith(b"</D:multistatus>\n")
 
 
 async def test_propfind_of_10000_entries_is_streamed_whole(root: Path) -> None:
@@ -431,3 +437,97 @@ def test_webdav_in_toml(root: Path, tmp_path: Path) -> None:
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr
     assert "webdav = true" in out and "webdav-depth-infinity = 50" in out
+
+
+class RecordingGuard:
+    """A class 2 stand-in: records what the service asks, refuses on cue."""
+
+    classes = b"1, 2"
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[bytes, tuple[str, ...], bool]] = []
+        self.moves: list[tuple[str, str | None]] = []
+        self.refuse: str | None = None
+
+    def check(
+        self, req: RequestFacts, paths: Any, *, depth_infinity: bool, etag_of: Any, now: float
+    ) -> Any:
+        self.checks.append((req.method, tuple(paths), depth_infinity))
+        return None if self.refuse is None else (423, self.refuse)
+
+    def discovery(self, path: str, now: float) -> Any:
+        from serverio.dav.xml import DAV, Element, QName
+
+        return (Element(QName(DAV, "activelock"), children=(path,)),)
+
+    def supported(self) -> Any:
+        return ()
+
+    def moved(self, src: str, dst: str | None) -> None:
+        self.moves.append((src, dst))
+
+    async def lock(
+        self, req: RequestFacts, body: bytes, path: str, exists: bool, now: float, create: Any
+    ) -> Plan:
+        status = 200 if exists else await create()
+        from serverio.dav.answers import status_plan
+
+        return status_plan(status if status != 200 else 204, now)
+
+    async def unlock(self, req: RequestFacts, path: str, now: float) -> Plan:
+        from serverio.dav.answers import status_plan
+
+        return status_plan(204, now)
+
+
+async def test_the_service_asks_the_lock_guard_before_every_write(root: Path) -> None:
+    cfg = dav_config(root)
+    opener = RootOpener(str(root), follow_symlinks=False)
+    files = FileCache(1 << 20, 65536)
+    uploads = Uploads(cfg, Stats(), lambda: opener, files)
+    guard = RecordingGuard()
+    svc = DavService(cfg, lambda: opener, files, uploads, guard)
+
+    async def run(method: str, path: str, **extra: str) -> Any:
+        req = RequestFacts(
+            method.encode(),
+            parse_target(method.encode(), path.encode()),
+            extra=ExtraFields(**extra),
+        )
+        got = await svc.write(req, NO_CONTENT, trio.current_time(), allow)
+        return got if isinstance(got, Plan) else got[0]
+
+    options = dict((await run("OPTIONS", "/")).headers)
+    assert options[b"dav"] == b"1, 2" and options[b"allow"].endswith(b", LOCK, UNLOCK")
+    assert (await run("MKCOL", "/c")).status == 201
+    assert (await run("COPY", "/hello.txt", destination="/c/h.txt")).status == 201
+    assert (await run("MOVE", "/c/h.txt", destination="/c/i.txt")).status == 201
+    assert (await run("DELETE", "/c")).status == 204
+    assert (await run("LOCK", "/new.txt")).status == 201 and (root / "new.txt").exists()
+    assert guard.checks == [
+        (b"MKCOL", ("c", ""), False),
+        # A COPY does not change its source: the guard is not asked about
+        # it (a locked file can be copied, litmus locks "copy").
+        (b"COPY", ("c/h.txt", "c"), False),
+        (b"MOVE", ("c/i.txt", "c", "c/h.txt", "c"), False),
+        (b"DELETE", ("c", ""), True),
+    ]
+    assert guard.moves == [("c/h.txt", "c/i.txt"), ("c", None)]
+    guard.refuse = "hello.txt"
+    plan = await run("PUT", "/hello.txt")
+    assert plan.status == 423 and isinstance(plan.body[0], bytes)
+    assert b"<D:href>/hello.txt</D:href>" in plan.body[0]
+    assert (await run("MOVE", "/hello.txt", destination="/x.txt")).status == 423
+    assert (root / "hello.txt").exists() and not (root / "x.txt").exists()
+    guard.refuse = None
+    r = await svc.write(
+        RequestFacts(
+            b"PROPFIND", parse_target(b"PROPFIND", b"/hello.txt"), extra=ExtraFields(depth="0")
+        ),
+        NO_CONTENT,
+        trio.current_time(),
+        allow,
+    )
+    assert isinstance(r, Plan) and isinstance(r.body[0], bytes)
+    assert b"<D:lockdiscovery><D:activelock>hello.txt</D:activelock>" in r.body[0]
+    opener.close()

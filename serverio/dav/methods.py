@@ -183,6 +183,8 @@ async def copy_move(
     svc.changed(src_path, dst_path, tree=True)
     if plan is not None:
         return plan
+    if existed:
+        svc.guard.moved(dst_path, None)  # the resource it replaced is gone
     if move:
         svc.guard.moved(src_path, dst_path)
     if existed:

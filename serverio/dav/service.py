@@ -330,6 +330,7 @@ class _Listing:
         self.scan_path = path
         self.job = TreeJob()
         self.ended = False
+        self.batch_size = _BATCH  # 0 once the Depth infinity bound is reached
 
     async def next_chunk(self) -> bytes:
         if self.first is not None:
@@ -356,27 +357,32 @@ class _Listing:
                 assert isinstance(scan, DirScan)
                 self.job.hold(scan.close)
                 self.scan = scan
-            batch = await svc.blocking(self.job, self.scan.batch, _BATCH)
+            batch = await svc.blocking(self.job, self.scan.batch, self.batch_size)
             assert isinstance(batch, list)
             if not batch:
                 self.job.closers.remove(self.scan.close)
                 self.scan.close()
                 self.scan = None
                 continue
-            return b"".join(self._responses(batch))
+            chunk = b"".join(self._responses(batch))
+            if chunk:  # never b"" before the end: that would end the body
+                return chunk
 
     def _responses(self, batch: list[Found]) -> list[bytes]:
+        """The batch's responses; with Depth infinity, its collections are
+        queued and nothing past ``limit`` resources is answered (the rest
+        of the walk is dropped: the bound, ``--webdav-depth-infinity``)."""
         out = []
         base = self.scan_path
         for found in batch:
+            if self.limit is not None and self.count >= self.limit:
+                self.pending.clear()
+                self.batch_size = 0  # the scan ends at the next pull
+                break
             path = f"{base}/{found.name}" if base else found.name
             self.count += 1
             out.append(response_xml(self.svc.response(path, found, self.ask, self.now)))
-            if (
-                self.limit is not None
-                and stat.S_ISDIR(found.st.st_mode)
-                and self.count < self.limit
-            ):
+            if self.limit is not None and stat.S_ISDIR(found.st.st_mode):
                 self.pending.append(path)
         return out
 
