@@ -39,10 +39,13 @@ GET of a server without hooks makes exactly the calls it made before.
   reading the next request).
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
-* :attr:`Hooks.write`: the answer to every PUT and DELETE
-  (:data:`WRITE_METHODS`; uploads, ``--upload``), with or without content,
-  called by :mod:`serverio.pipeline.request` with the access hook
-  (:data:`Admit`) to ask on the target it resolves.
+* :attr:`Hooks.write`: the answer to every request whose method is one
+  of :attr:`Hooks.write_methods` (uploads, ``--upload``: PUT and DELETE,
+  :data:`WRITE_METHODS`; WebDAV, ``--webdav``: its methods too,
+  :mod:`serverio.dav.service`), with or without content, called by
+  :mod:`serverio.pipeline.request` with the access hook (:data:`Admit`)
+  to ask on the target it resolves.  A CORS preflight (an OPTIONS with
+  ``Access-Control-Request-Method``) is the site's, never the step's.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import trio
 
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
-from ..model import Body, Prepared
+from ..model import Body, ChunkSource, Prepared
 from ..site.access import AccessTarget
 
 __all__ = [
@@ -147,11 +150,16 @@ class WriteContent(Protocol):
 # send (serverio.pipeline.request.access, on the step's resolved target).
 Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
 
-# The answer to a write (PUT, DELETE): the step resolves its target, asks
-# ``Admit``, then writes; it always answers.
-WriteStep = Callable[[RequestFacts, WriteContent, float, Admit], Awaitable[Plan]]
+# The answer to a write (PUT, DELETE; WebDAV's methods): the step resolves
+# its target, asks ``Admit``, then writes; it always answers: a plan, or a
+# 200 / 207 plan with a body produced while it is sent (a ChunkSource the
+# transport owns from then on: a PROPFIND of a large collection).
+WriteStep = Callable[
+    [RequestFacts, WriteContent, float, Admit], Awaitable["Plan | tuple[Plan, ChunkSource]"]
+]
 
-# The methods the write step answers (every other goes the read path).
+# The methods the uploads' write step answers (every other goes the read
+# path); a step declares its own in Hooks.write_methods.
 WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE"))
 
 
@@ -290,6 +298,8 @@ class Hooks:
     proxy: Proxy | None = None
     running: Callable[[], AbstractAsyncContextManager[None]] | None = None
     write: WriteStep | None = None
+    # The methods ``write`` answers (asked only when ``write`` is set).
+    write_methods: frozenset[bytes] = WRITE_METHODS
 
 
 NO_HOOKS = Hooks()
