@@ -175,11 +175,12 @@ class Body:
         """The body source of ``plan`` (nothing for HEAD or a bodiless
         status), reading its spans from ``fd``, which it then owns.  A plan
         that sends no span does not need the descriptor: it is closed now.
-        ``chunks`` (owned from now on) is the body of a 200 that sends one,
-        of unknown length (a :class:`StreamBody`); any other plan (a HEAD,
-        an error page the site put instead) closes it now."""
+        ``chunks`` (owned from now on) is the body of a 200 or 207 that
+        sends one, of unknown length (a :class:`StreamBody`); any other plan
+        (a HEAD, an error page the site put instead) closes it now."""
         if chunks is not None:
-            if plan.send_body and plan.status == 200 and not plan.body:
+            # A 200 (an archive) or a 207 (a WebDAV PROPFIND listing).
+            if plan.send_body and plan.status in (200, 207) and not plan.body:
                 if fd >= 0:
                     close_fd(fd)
                 return StreamBody(chunks, None)

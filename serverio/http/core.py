@@ -93,6 +93,19 @@ class ExtraFields:
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
+    # The reverse proxy (serverio.proxy): Upgrade (RFC 9110 §7.8).
+    upgrade: str | None = None
+    # WebDAV (serverio.dav, RFC 4918 §10): raw values, parsed by the DAV
+    # service (serverio.dav.ifheader).  ``host`` (the Host field or HTTP/2's
+    # :authority) is kept only when a Destination is (§10.3: is it this
+    # server?), so a plain request still gets NO_EXTRA.
+    depth: str | None = None
+    destination: str | None = None
+    overwrite: str | None = None
+    dav_if: str | None = None
+    lock_token: str | None = None
+    timeout: str | None = None
+    host: str | None = None
 
 
 NO_EXTRA: Final = ExtraFields()

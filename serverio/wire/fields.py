@@ -51,6 +51,17 @@ EXTRA_FIELDS: dict[bytes, str] = {
     # kept raw; parsed only when the peer is a --trusted-proxies address.
     b"forwarded": "forwarded",
     b"x-forwarded-for": "x_forwarded_for",
+    # The reverse proxy's --proxy-fallback (serverio.proxy): a request that
+    # asks to switch protocols (RFC 9110 §7.8, a WebSocket) is the
+    # fallback's, not a file's.
+    b"upgrade": "upgrade",
+    # WebDAV (serverio.dav, RFC 4918 §10).
+    b"depth": "depth",
+    b"destination": "destination",
+    b"overwrite": "overwrite",
+    b"if": "dav_if",
+    b"lock-token": "lock_token",
+    b"timeout": "timeout",
 }
 
 # uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP
@@ -79,11 +90,14 @@ def check_host(value: bytes) -> None:
         raise HTTPError(400, "invalid Host", close=True)
 
 
-def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
-    """One pass over the (lower-case) header list.
+def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None = None) -> Fields:
+    """One pass over the (lower-case) header list.  ``authority``:
+    HTTP/2's ``:authority`` (HTTP/1.1 has a Host line instead); kept in
+    ``extra.host`` only beside a Destination (WebDAV COPY / MOVE).
 
     Raises :class:`HTTPError` 400 for an invalid Host.
     """
+    host = authority
     values: dict[str, str] = {}
     extra: dict[str, str] = {}
     out = Fields(values)
@@ -96,6 +110,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
         elif name == b"host":
             if HOST_RE.fullmatch(value) is None:
                 raise HTTPError(400, "invalid Host", close=True)
+            host = value
         elif name == b"connection":
             c = out.connection
             out.connection = value if c is None else c + b"," + value
@@ -116,5 +131,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
             old = extra.get(key)
             extra[key] = v if old is None else f"{old}, {v}"
     if extra:
+        if "destination" in extra and host is not None:
+            extra["host"] = host.decode("latin-1")
         out.extra = ExtraFields(**extra)
     return out
