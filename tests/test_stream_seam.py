@@ -132,6 +132,12 @@ def _log(out: io.StringIO) -> dict[str, object]:
     return rec  # type: ignore[no-any-return]
 
 
+class _Failed(BodyCut):
+    """The server could not make the rest (as an archive's ArchiveCut)."""
+
+    failed = True
+
+
 GET_CLOSE = b"GET /s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
 
 # ------------------------------------------------------------------ framing
@@ -258,12 +264,18 @@ async def test_a_body_cut_mid_body_ends_the_response_incomplete(root: Path) -> N
     assert srv.stats.responses.bytes_sent == len(raw)  # a cut response's bytes count too
     assert src.closed == 1
 
-    for failure, code in ((BodyCut("cut"), CANCEL), (RuntimeError("bug"), INTERNAL_ERROR)):
+    for failure, code in (
+        (BodyCut("upstream gone"), CANCEL),
+        (_Failed("member changed"), INTERNAL_ERROR),
+        (RuntimeError("bug"), INTERNAL_ERROR),
+    ):
         src = Source([b"a" * 8, failure])
         srv, out = _server(root, src, None)
         async with h2_memory(srv.env.config, server=srv) as (client, _, _):
             r = await client.get("/s")
             assert r.reset == code and not r.ended and r.body == b"a" * 8
+            # A failed cut (the server could not make the rest) is "truncated".
+            assert srv.stats.responses.truncated == (code == INTERNAL_ERROR)
         rec = _log(out)
         assert rec["cut"] is True and rec["bytes"] == 8
         assert src.closed == 1
