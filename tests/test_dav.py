@@ -546,3 +546,12 @@ async def test_hostile_xml_and_protected_properties(root: Path) -> None:
         assert "404 Not Found" in r.body.decode()
         r = await dav(client, "MKCOL", "/withbody", "", b"<x/>")
         assert r.status == 415 and not (root / "withbody").exists()
+
+
+async def test_a_405_lists_the_dav_methods(root: Path) -> None:
+    async with memory_connection(dav_config(root)) as (client, _, _):
+        r = await dav(client, "POST", "/hello.txt", "", b"x")
+        assert r.status == 405
+        assert r.header("allow") == (
+            "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
+        )
