@@ -574,7 +574,7 @@ class UploadPolicy:
     min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
-    # --webdav: WebDAV class 1 on the whole root (serverio.dav; it implies
+    # --webdav: WebDAV class 1 and 2 on the whole root (serverio.dav; it implies
     # --upload: PUT and DELETE are its methods too).
     webdav: bool = False
     # PROPFIND Depth: infinity answers at most this many resources; 0 refuses
@@ -582,6 +582,10 @@ class UploadPolicy:
     webdav_depth_infinity: int = 0
     # COPY, MOVE and DELETE of a collection: at most this many members.
     webdav_max_tree: int = 10_000
+    # WebDAV locks (serverio.dav.locks): live locks per process at most (a
+    # LOCK past it: 507), and the longest timeout granted, seconds.
+    webdav_max_locks: int = 4096
+    webdav_lock_timeout_max: int = 86400
 
     def validate(self) -> UploadPolicy:
         """Check the bounds (ConfigError naming the option); ``--webdav``
@@ -594,6 +598,8 @@ class UploadPolicy:
                 ("min_free_space", 0),
                 ("webdav_depth_infinity", 0),
                 ("webdav_max_tree", 1),
+                ("webdav_max_locks", 1),
+                ("webdav_lock_timeout_max", 1),
             ),
         )
         if self.webdav and not self.upload:

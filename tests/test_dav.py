@@ -75,18 +75,27 @@ PROP_ETAG = (
 # ================================================================ HTTP/1.1
 
 
-async def test_options_advertises_class_1_and_the_methods(root: Path) -> None:
+async def test_options_advertises_class_2_and_the_methods(root: Path) -> None:
+    # --webdav has the lock table (serverio.dav.lockguard): class 2; locking
+    # itself is tested in tests/test_dav_locking.py.
     async with memory_connection(dav_config(root)) as (client, _, _):
         r = await dav(client, "OPTIONS", "/")
-        assert r.status == 200 and r.header("dav") == "1"
+        assert r.status == 200 and r.header("dav") == "1, 2"
         allow = r.header("allow")
         assert allow is not None
-        assert {"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "PUT", "DELETE"} <= set(
-            allow.split(", ")
-        )
-        assert "LOCK" not in allow  # class 1: NO_LOCKS
+        assert {
+            "PROPFIND",
+            "PROPPATCH",
+            "MKCOL",
+            "COPY",
+            "MOVE",
+            "PUT",
+            "DELETE",
+            "LOCK",
+            "UNLOCK",
+        } <= set(allow.split(", "))
         r = await dav(client, "LOCK", "/hello.txt")
-        assert r.status == 405
+        assert r.status == 400  # no body and no If: not a refresh (RFC 4918 §9.10.2)
 
 
 async def test_without_webdav_dav_methods_take_the_read_path(root: Path) -> None:
@@ -497,8 +506,10 @@ async def test_the_service_asks_the_lock_guard_before_every_write(root: Path) ->
     assert (await run("LOCK", "/new.txt")).status == 201 and (root / "new.txt").exists()
     assert guard.checks == [
         (b"MKCOL", ("c", ""), False),
-        (b"COPY", ("hello.txt", "c/h.txt", "c"), False),
-        (b"MOVE", ("c/h.txt", "c/i.txt", "c", "c"), False),
+        # A COPY does not change its source: the guard is not asked about
+        # it (a locked file can be copied, litmus locks "copy").
+        (b"COPY", ("c/h.txt", "c"), False),
+        (b"MOVE", ("c/i.txt", "c", "c/h.txt", "c"), False),
         (b"DELETE", ("c", ""), True),
     ]
     assert guard.moves == [("c/h.txt", "c/i.txt"), ("c", None)]

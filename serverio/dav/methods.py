@@ -168,9 +168,10 @@ async def copy_move(
         plan = await _preconditions(svc, job, req, src, now)
         if plan is not None:
             return plan
-        paths = [src_path, dst_path, rel(dt.segments[:-1])]
+        # A COPY leaves its source as it is: only a MOVE's is changed (§9.8).
+        paths = [dst_path, rel(dt.segments[:-1])]
         if move:
-            paths.append(rel(target.segments[:-1]))
+            paths += [src_path, rel(target.segments[:-1])]
         infinity = _is_dir(src) or _is_dir(dst)
         ends = [(src_path, src), (dst_path, dst)]
         refusal = await svc.guarded(req, paths, infinity, now, job, ends)

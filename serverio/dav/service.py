@@ -172,6 +172,14 @@ class DavService(DavBase):
                     places.append((path, await self.place(job, segments)))
                 paths = [path, rel(segments[:-1])]
                 refusal = await self.guarded(req, paths, False, now, job, places)
+                if refusal is not None and refusal.status == 423:
+                    # Replacing a file leaves its parent's membership as it
+                    # is (RFC 4918 §7.4): only a new member needs the
+                    # parent's token.  Looked at only when refused.
+                    place = places[0][1] if places else await self.place(job, segments)
+                    if place.current is not None:
+                        places = [(path, place)]
+                        refusal = await self.guarded(req, [path], False, now, job, places)
             finally:
                 self.release(job)
             if refusal is not None:

@@ -27,6 +27,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
+from ..dav.lockguard import TableLocks, new_token
+from ..dav.locks import LockTable
 from ..dav.service import DAV_METHODS, DavService
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
@@ -113,8 +115,16 @@ class Services:
             )
             if config.uploads.webdav:
                 # --webdav: the DAV step answers its methods, PUT and DELETE
-                # included (a file's through the uploads' step).
-                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads)
+                # included (a file's through the uploads' step); class 2: the
+                # lock table of this process (serverio.dav.lockguard).
+                pol = config.uploads
+                table = LockTable(
+                    max_locks=pol.webdav_max_locks,
+                    timeout_max=pol.webdav_lock_timeout_max,
+                    tokens=new_token,
+                )
+                locks = TableLocks(table)
+                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads, locks)
                 self.hooks = dataclasses.replace(
                     self.hooks, write=self.dav.write, write_methods=DAV_METHODS
                 )

@@ -967,7 +967,8 @@ _UPLOADS = (
     _O(
         "webdav",
         ("--webdav",),
-        "serve WebDAV class 1 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE) on the whole root; "
+        "serve WebDAV class 1 and 2 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK) "
+        "on the whole root; "
         "implies --upload",
         "Uploads",
         kind="flag",
@@ -986,6 +987,22 @@ _UPLOADS = (
         "most members a COPY, MOVE or DELETE of a collection may touch",
         "Uploads",
         metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_max_locks",
+        ("--webdav-max-locks",),
+        "most WebDAV locks held at once (per process, in memory); a LOCK past it gets 507",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_lock_timeout_max",
+        ("--webdav-lock-timeout-max",),
+        "longest WebDAV lock timeout granted, in seconds (Timeout: Infinite gets this)",
+        "Uploads",
+        metavar="SECONDS",
         parse=int,
     ),
 )

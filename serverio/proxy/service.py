@@ -219,24 +219,41 @@ class ProxyService:
         policy = self._policy
         for attempt in (0, 1):
             conn: UpstreamConn | None = None
+            head_by: float | None = None
             try:
+                # One cancel scope for the exchange (each costs ~10 us on
+                # this path's budget): its deadline is the total's, moved
+                # earlier to the head timeout's once the request is sent; a
+                # pooled connection needs no connect deadline at all.
                 with trio.move_on_at(total) as whole:
-                    with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
-                        conn = await pool.checkout(fresh=attempt > 0)
+                    conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
-                        if connecting.cancelled_caught:
+                        with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
+                            conn = await pool.checkout(fresh=True)
+                        if conn is None:
+                            assert connecting.cancelled_caught
                             stats.timeouts_connect += 1
                             raise HTTPError(504, "upstream connect timed out")
-                    else:
-                        stats.requests += 1
-                        up = (req.method, target, fields)
-                        timeout = policy.proxy_head_timeout
-                        head = await exchange(conn, up, content, stats, timeout)
-                        if head is not None:
-                            return conn, head
-                        stats.timeouts_head += 1
-                        raise HTTPError(504, "upstream response timed out")
+                    stats.requests += 1
+                    if content is None:
+                        await conn.send_request(req.method, target, fields, None, stats)
+                        head_by = trio.current_time() + policy.proxy_head_timeout
+                        if head_by < total:
+                            whole.deadline = head_by
+                        return conn, await conn.read_head()
+                    # With content: sent while the head is read (an early
+                    # answer stops it); exchange keeps its own head deadline.
+                    up = (req.method, target, fields)
+                    timeout = policy.proxy_head_timeout
+                    head = await exchange(conn, up, content, stats, timeout)
+                    if head is not None:
+                        return conn, head
+                    stats.timeouts_head += 1
+                    raise HTTPError(504, "upstream response timed out")
                 assert whole.cancelled_caught
+                if head_by is not None and head_by <= total:
+                    stats.timeouts_head += 1
+                    raise HTTPError(504, "upstream response timed out")
                 stats.timeouts_total += 1
                 raise HTTPError(504, "upstream exchange timed out")
             except UpstreamError as exc:
@@ -342,22 +359,16 @@ class Downstream:
             return b""
         stats = self._stats
         while True:
-            now = trio.current_time()
-            idle = now + self._idle
-            with trio.move_on_at(min(idle, self._total)) as scope:
-                try:
-                    event = await self._conn.next_event()
-                except UpstreamError as exc:
-                    self._end(False)
-                    _count(stats, exc.kind)
-                    raise BodyCut(f"upstream {exc.kind}") from None
-            if scope.cancelled_caught:
+            try:
+                # What was already read needs no wait, so no deadline scope
+                # (a small response's head, body and end come in one read).
+                event = self._conn.buffered_event()
+                if event is None:
+                    event = await self._receive()
+            except UpstreamError as exc:
                 self._end(False)
-                if idle <= self._total:
-                    stats.timeouts_idle += 1
-                else:
-                    stats.timeouts_total += 1
-                raise BodyCut("upstream timed out")
+                _count(stats, exc.kind)
+                raise BodyCut(f"upstream {exc.kind}") from None
             if isinstance(event, h11.Data):
                 if not event.data:
                     continue
@@ -369,6 +380,19 @@ class Downstream:
             self._end(False)  # ConnectionClosed mid-body: h11 raised already, or this
             _count(stats, "reset")
             raise BodyCut("upstream closed")
+
+    async def _receive(self) -> h11.Event:
+        """The next event, read within the idle and total deadlines
+        (:class:`BodyCut` past one).  Cancellation handling: as :meth:`next`."""
+        idle = trio.current_time() + self._idle
+        with trio.move_on_at(min(idle, self._total)):
+            return await self._conn.next_event()
+        self._end(False)
+        if idle <= self._total:
+            self._stats.timeouts_idle += 1
+        else:
+            self._stats.timeouts_total += 1
+        raise BodyCut("upstream timed out")
 
     def _end(self, complete: bool) -> None:
         if self.done:
