@@ -531,3 +531,38 @@ async def test_the_service_asks_the_lock_guard_before_every_write(root: Path) ->
     assert isinstance(r, Plan) and isinstance(r.body[0], bytes)
     assert b"<D:lockdiscovery><D:activelock>hello.txt</D:activelock>" in r.body[0]
     opener.close()
+
+
+async def test_hostile_xml_and_protected_properties(root: Path) -> None:
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaaaaaaaa">'
+        b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+        b'<D:propfind xmlns:D="DAV:"><D:prop>&b;</D:prop></D:propfind>'
+    )
+    protected = (
+        b'<D:propertyupdate xmlns:D="DAV:"><D:set><D:prop><D:getetag>"x"</D:getetag>'
+        b'<z xmlns="urn:z">1</z></D:prop></D:set></D:propertyupdate>'
+    )
+    async with memory_connection(dav_config(root)) as (client, _, _):
+        with trio.fail_after(5):
+            r = await dav(client, "PROPFIND", "/", "Depth: 0\r\n", bomb)
+        assert r.status == 400
+        r = await dav(client, "PROPPATCH", "/hello.txt", "", protected)
+        assert r.status == 207
+        text = r.body.decode()
+        assert "cannot-modify-protected-property" in text and "403 Forbidden" in text
+        assert "424 Failed Dependency" in text  # all or nothing: z was not set
+        ask = b'<D:propfind xmlns:D="DAV:"><D:prop><z xmlns="urn:z"/></D:prop></D:propfind>'
+        r = await dav(client, "PROPFIND", "/hello.txt", "Depth: 0\r\n", ask)
+        assert "404 Not Found" in r.body.decode()
+        r = await dav(client, "MKCOL", "/withbody", "", b"<x/>")
+        assert r.status == 415 and not (root / "withbody").exists()
+
+
+async def test_a_405_lists_the_dav_methods(root: Path) -> None:
+    async with memory_connection(dav_config(root)) as (client, _, _):
+        r = await dav(client, "POST", "/hello.txt", "", b"x")
+        assert r.status == 405
+        assert r.header("allow") == (
+            "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
+        )

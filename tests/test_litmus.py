@@ -48,6 +48,8 @@ async def run_litmus(root: Path, suites: tuple[str, ...], **cfg: object) -> str:
         with trio.fail_after(120):
             done = await trio.run_process(
                 [LITMUS or "litmus", f"http://127.0.0.1:{port}/"],
+                # litmus writes debug.log and child.log where it runs.
+                cwd=str(root.parent),
                 env=env,
                 capture_stdout=True,
                 capture_stderr=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..http.core import Plan, common_fields
+from ..http.core import ALLOW_DAV, Plan, common_fields
 from .xml import DAV, Element, QName, Response, multistatus, serialize
 
 __all__ = [
@@ -23,8 +23,6 @@ __all__ = [
 ]
 
 XML_TYPE: Final = b"application/xml; charset=utf-8"
-# RFC 4918 §9 and RFC 9110 §9.3: every method a --webdav server answers.
-ALLOW_DAV: Final = b"OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
 
 
 def options_plan(classes: bytes, now: float) -> Plan:
