@@ -241,6 +241,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "WriteRefused",
         "current_bytes",
         "delete_file",
+        "make_directory",
         "open_target",
         "sweep",
         "writable_current",
