@@ -27,6 +27,7 @@ __all__ = [
     "ETAG_MODES",
     "FIELD_GROUP",
     "LOG_LEVELS",
+    "ON_DUPLICATE",
     "POLICIES",
     "Config",
     "ConnectionPolicy",
@@ -57,6 +58,8 @@ __all__ = [
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
+# --on-duplicate (serverio.writes.names.OnDuplicate's values).
+ON_DUPLICATE = ("error", "rename", "overwrite")
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -572,12 +575,20 @@ class UploadPolicy:
     max_upload_size: int = 1024 * _MiB  # 413 past it (declared or streamed)
     max_uploads: int = 16  # writes in flight; 503 past it
     min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
+    # --on-duplicate: a form upload's file whose name is taken is refused
+    # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
+    on_duplicate: str = "error"
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
 
     def validate(self) -> UploadPolicy:
         """Check the bounds (ConfigError naming the option)."""
         _check_ints(self, (("max_upload_size", 0), ("max_uploads", 1), ("min_free_space", 0)))
+        if self.on_duplicate not in ON_DUPLICATE:
+            raise ConfigError(
+                f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
+                f"got {self.on_duplicate!r}"
+            )
         if self.max_uploads > _MAX_QUEUE:
             raise ConfigError(f"--max-uploads {self.max_uploads} is absurd (max {_MAX_QUEUE})")
         return self

@@ -64,8 +64,8 @@ __all__ = [
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
-# With --upload (serverio.upload): PUT and DELETE too (RFC 9110 §10.2.1).
-ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE"
+# With --upload (serverio.upload): PUT, DELETE and the form POST too (RFC 9110 §10.2.1).
+ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE, POST"
 # The fields every response carries, whatever its status or protocol (the
 # one header policy: added here, in the pure layer, by :func:`common_fields`;
 # the wire modules only serialise).  "Do not sniff" (WHATWG Fetch §3.5.1): a
@@ -85,6 +85,12 @@ class ExtraFields:
     # of a PUT's content, one joined list (they name the same bytes: a PUT's
     # content is sent without a content coding).
     digests: str | None = None
+    # ... and the upload form (a multipart POST): its Content-Type (the
+    # boundary), Sec-Fetch-Site and Host / :authority (the CSRF rule; Host
+    # is kept only when another field of this class is present).
+    content_type: str | None = None
+    sec_fetch_site: str | None = None
+    host: str | None = None
     # Site rules (serverio.site.rules): CORS (the Fetch standard).
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method

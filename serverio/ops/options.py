@@ -48,6 +48,7 @@ from ..config import (
     ACCESS_LOG_FORMATS,
     ETAG_MODES,
     LOG_LEVELS,
+    ON_DUPLICATE,
     POLICIES,
     Config,
     field_path,
@@ -955,6 +956,14 @@ _UPLOADS = (
         "Uploads",
         metavar="BYTES",
         parse=_bytes,
+    ),
+    _O(
+        "on_duplicate",
+        ("--on-duplicate",),
+        "a file of the upload form whose name is taken: refuse it (409), rename it "
+        "'name (1).ext', or overwrite the existing file",
+        "Uploads",
+        choices=ON_DUPLICATE,
     ),
     _O(
         "allow_anonymous_writes",

@@ -144,7 +144,8 @@ Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
 WriteStep = Callable[[RequestFacts, WriteContent, float, Admit], Awaitable[Plan]]
 
 # The methods the write step answers (every other goes the read path).
-WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE"))
+# POST: the upload form (a multipart/form-data POST to a directory).
+WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE", b"POST"))
 
 
 class ListingView(Protocol):

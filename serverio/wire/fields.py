@@ -43,6 +43,8 @@ EXTRA_FIELDS: dict[bytes, str] = {
     # Uploads (serverio.upload): the digests a PUT's content must match (RFC 9530).
     b"content-digest": "digests",
     b"repr-digest": "digests",
+    b"content-type": "content_type",
+    b"sec-fetch-site": "sec_fetch_site",
     # Site rules: CORS (Fetch standard).
     b"origin": "origin",
     b"access-control-request-method": "cors_method",
@@ -87,6 +89,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
     values: dict[str, str] = {}
     extra: dict[str, str] = {}
     out = Fields(values)
+    host: bytes | None = None
     for name, value in headers:
         attr = FACT_FIELDS.get(name)
         if attr is not None:
@@ -96,6 +99,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
         elif name == b"host":
             if HOST_RE.fullmatch(value) is None:
                 raise HTTPError(400, "invalid Host", close=True)
+            host = value
         elif name == b"connection":
             c = out.connection
             out.connection = value if c is None else c + b"," + value
@@ -116,5 +120,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
             old = extra.get(key)
             extra[key] = v if old is None else f"{old}, {v}"
     if extra:
+        if host is not None:
+            extra["host"] = host.decode("latin-1")  # the CSRF rule compares Origin with it
         out.extra = ExtraFields(**extra)
     return out
