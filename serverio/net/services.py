@@ -30,6 +30,7 @@ from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
+from ..http.core import RequestFacts
 from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
@@ -104,6 +105,9 @@ class Services:
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
             self.pools.append(self.uploads.pool)
+            # The listing shows the upload form (without site rules the
+            # whole root is writable; _site() puts the access hook here).
+            self.content.writable = _always
             self.hooks = dataclasses.replace(
                 self.hooks,
                 write=self.uploads.write,
@@ -138,6 +142,8 @@ class Services:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
+        if self.uploads is not None:
+            self.content.writable = site.may_write  # the form only where writes are allowed
         if site.rules.auth:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
@@ -187,3 +193,8 @@ def _both(first: Running | None, second: Running) -> Running:
             yield
 
     return running
+
+
+def _always(req: RequestFacts) -> bool:
+    """Every listed directory is writable (``--upload`` without site rules)."""
+    return True

@@ -44,7 +44,7 @@ from types import ModuleType
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..errors import ConfigError
-from ..http.access import Access, access_plan
+from ..http.access import Access, Verdict, access_plan
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
@@ -67,6 +67,7 @@ from .rules import (
     compile_rules,
     decide_route,
     map_header_values,
+    match_path,
     preflight_fields,
 )
 
@@ -340,6 +341,19 @@ class Site:
             if self.access_now(AccessTarget((path,), Kind.ENTRY), req).allowed:
                 kept.append(entry)
         return kept
+
+    def may_write(self, req: RequestFacts) -> bool:
+        """Does the listing ``req`` asks for show the upload form?  The
+        access hook's answer for ``Kind.WRITE`` (``"put"``) on the listed
+        directory, the question the form's POST asks (serverio.upload),
+        decided now: allowed, or pending a password check of credentials
+        this request sent (the listing itself, under the same rule, has
+        passed that check to be shown); never for a path no
+        ``[[writable]]`` table allows, nor to a client without credentials
+        under an auth rule."""
+        target = AccessTarget((match_path(req.target),), Kind.WRITE, "put")
+        verdict = self.access_now(target, req).verdict
+        return verdict is Verdict.ALLOW or verdict is Verdict.PENDING
 
     def may_name(self, path: str) -> bool:
         """May an event that every client receives name ``path``?  Not when
