@@ -300,6 +300,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Entry",
         "FILTER_MAX",
         "LISTING_CSP",
+        "LISTING_UPLOAD_CSP",
         "ListingQuery",
         "SORT_KEYS",
         "entries_digest",
