@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from .conftest import make_config, running_server
-from .test_browser import _devtools, _DevTools, pytestmark  # noqa: F401 - the same skip
+from .test_browser import _DevTools, _devtools, pytestmark  # noqa: F401 - the same skip
 
 SHA = (
     "async u => { const b = await (await fetch(u, {cache: 'no-store'})).arrayBuffer();"
