@@ -227,6 +227,7 @@ class _Form:
         )
         self.kit.changed("/".join((*self.req.target.segments, name)))
         self.directories.append(name)
+        self.kit.stats.writes.directories += 1
 
 
 async def post_form(kit: WriteKit, req: RequestFacts, content: WriteContent, now: float) -> Plan:
