@@ -539,6 +539,10 @@ class SitePolicy:
     headers: tuple[str, ...] = ()  # --header "Name: value"
     cors: bool = False
     cors_origins: tuple[str, ...] = ()
+    # --cors-writes: with --upload, the listed origins may also write
+    # (preflights answer PUT, DELETE, POST on writable paths; the upload
+    # form's CSRF rule accepts them).
+    cors_writes: bool = False
     # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
     header_rules: tuple[HeaderRule, ...] = ()
     redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)

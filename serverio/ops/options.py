@@ -902,6 +902,14 @@ _SITE = (
         metavar="ORIGIN",
     ),
     _O(
+        "cors_writes",
+        ("--cors-writes",),
+        "with --upload, let the --cors-origin origins write too (preflights of PUT, "
+        "DELETE and POST on writable paths; never with --cors)",
+        "Site rules",
+        kind="flag",
+    ),
+    _O(
         "clean_urls",
         ("--clean-urls",),
         "serve /about from about.html and redirect /about.html to /about",

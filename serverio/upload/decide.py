@@ -138,7 +138,7 @@ def _host_port(authority: str, scheme: str) -> tuple[str, int] | None:
     return host, _DEFAULT_PORT.get(scheme, 0) if port is None else port
 
 
-def cross_site(req: RequestFacts) -> bool:
+def cross_site(req: RequestFacts, allowed: frozenset[str] = frozenset()) -> bool:
     """Is this write request (a form POST) from another site?  The CSRF
     rule of the upload form (docs/features.md "Uploads").
 
@@ -148,11 +148,15 @@ def cross_site(req: RequestFacts) -> bool:
     sandboxed or file: page) is cross-site.  Without one, a
     ``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` is
     cross-site.  Without either (curl, scripts: no ambient browser
-    credentials) the request is not judged cross-site.
+    credentials) the request is not judged cross-site.  ``allowed``: other
+    origins that may write (``--cors-origin`` with ``--cors-writes``),
+    compared exactly as the CORS rules compare them.
     """
     extra = req.extra
     origin = extra.origin
     if origin is not None:
+        if origin in allowed:
+            return False
         parts = urlsplit(origin.strip())
         scheme = parts.scheme.lower()
         want = "https" if req.tls else "http"

@@ -104,6 +104,9 @@ class Uploads:
         pol = config.uploads
         self.pool = Pool("write", min(_WORKERS, pol.max_uploads), pol.max_uploads)
         self.in_flight = 0
+        site = config.site
+        # Origins the CSRF rule accepts besides this server's (--cors-writes).
+        self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
 
     # ------------------------------------------------------------ start-up
 
@@ -151,7 +154,7 @@ class Uploads:
         if form:
             if target.segments and not target.slash:
                 return error_plan(405, now, allow=ALLOW_WRITES)  # a form posts to a directory
-            if cross_site(req):
+            if cross_site(req, self.write_origins):
                 return error_plan(403, now)  # the CSRF rule (docs/features.md "Uploads")
         action = "delete" if req.method == b"DELETE" else "put"
         refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
