@@ -80,8 +80,9 @@ async def test_h2_put_and_form_post(root: Path) -> None:
     assert temps(root) == []
 
 
-async def test_h2_the_window_is_the_backpressure_of_a_form_upload(
-    root: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", ["form", "put"])
+async def test_h2_the_window_is_the_backpressure_of_an_upload(
+    root: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """The disk is stuck: the client can send a window's worth and then
     nothing more until the write returns; released, the upload completes."""
@@ -96,10 +97,15 @@ async def test_h2_the_window_is_the_backpressure_of_a_form_upload(
 
     monkeypatch.setattr(writer.SYS, "write", stuck)
     data = os.urandom(4 << 20)
-    body = form_body(("file", "w.bin", data))
-    headers = [("content-type", CTYPE), ("origin", "http://localhost")]
+    if kind == "form":
+        body = form_body(("file", "w.bin", data))
+        headers = [("content-type", CTYPE), ("origin", "http://localhost")]
+        method, path, status = "POST", "/", 303
+    else:
+        body, method, path, status = data, "PUT", "/w.bin", 201
+        headers = [("content-length", str(len(data)))]
     async with h2_memory(upload_config(root)) as (client, srv, _):
-        sid = client.request("/", "POST", headers, end_stream=False)
+        sid = client.request(path, method, headers, end_stream=False)
         sent = 0
         with trio.move_on_after(1.0):  # as much as the windows let through
             while sent < len(body):
@@ -117,12 +123,12 @@ async def test_h2_the_window_is_the_backpressure_of_a_form_upload(
         assert entered.is_set()
         # At most the initial stream window (65,535) plus what the server had
         # already consumed into the stuck write and its read buffer.
-        assert sent < 4 * 65_535, sent
+        assert sent <= 2 * 65_535, sent  # measured: exactly 65,535, the initial window
         release.set()
         rest = body[sent:]
         await send_body(client, sid, rest)
         (r,) = await client.wait(sid)
-        assert r.status == 303
+        assert r.status == status
         assert (root / "w.bin").read_bytes() == data
         up = srv.services.uploads
         assert up is not None
