@@ -31,6 +31,9 @@ MANY_DIR = "many"
 MANY_COUNT = 20
 MANY_MIN, MANY_MAX = 200, 180 * KIB
 SIDECARS = (".br", ".gz")
+# The same 20 files without sidecars: what a server does with
+# Accept-Encoding when there is nothing precompressed (issue 31).
+MANY_PLAIN_DIR = "many-plain"
 
 _WORDS = (
     "static file server trio h11 request response header body range etag gzip "
@@ -68,7 +71,8 @@ def create(root: Path, seed: int = 20260710) -> Fixture:
     (compressible text) and its precompressed sidecar 64k.txt.gz for servers
     that serve sidecars; dir/ with 20 small files; assets/ with 100 files of
     1-48 KiB (``asset_paths``); many/ with 20 text files of 200 B to 180 KiB
-    and their .br and .gz sidecars (``many_asset_paths``); index.html.
+    and their .br and .gz sidecars (``many_asset_paths``); many-plain/ with
+    the same 20 files and no sidecars (``many_plain_paths``); index.html.
     """
     rng = random.Random(seed)
     sizes: dict[str, int] = {}
@@ -98,6 +102,12 @@ def create(root: Path, seed: int = 20260710) -> Fixture:
         for suffix, coded in sidecar_bytes(data).items():
             (many / f"{name}{suffix}").write_bytes(coded)
         sizes[f"{MANY_DIR}/{name}"] = len(data)
+    plain = root / MANY_PLAIN_DIR
+    plain.mkdir()
+    for name in many_asset_names():  # the same bytes (no random draw: later files unchanged)
+        data = (many / name).read_bytes()
+        (plain / name).write_bytes(data)
+        sizes[f"{MANY_PLAIN_DIR}/{name}"] = len(data)
     index = b"<!doctype html>\n<title>serverio bench</title>\n<p>fixture index</p>\n"
     (root / "index.html").write_bytes(index)
     sizes["index.html"] = len(index)
@@ -126,6 +136,10 @@ def many_asset_names() -> list[str]:
 
 def many_asset_paths() -> list[str]:
     return [f"/{MANY_DIR}/{name}" for name in many_asset_names()]
+
+
+def many_plain_paths() -> list[str]:
+    return [f"/{MANY_PLAIN_DIR}/{name}" for name in many_asset_names()]
 
 
 def sidecar_bytes(data: bytes) -> dict[str, bytes]:

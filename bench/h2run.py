@@ -11,6 +11,7 @@ per-request ``--log-file`` (bench.h2load).
 
 from __future__ import annotations
 
+import os
 import shutil
 from contextlib import ExitStack
 from typing import Any
@@ -22,10 +23,10 @@ from bench.h2load import (
     read_log_percentiles,
 )
 from bench.h2probe import H2ProbeError, h2_get
-from bench.procstat import run_sampled
+from bench.procstat import run_measured
 from bench.servers import LOOPBACK, RunningServer, ServerSpec
 from bench.stats import mad_percent, median, rotation
-from bench.trials import Entry, WorkloadRun, log, trial_line
+from bench.trials import Entry, WorkloadRun, cpu_summary, log, record_cpu, trial_line
 from bench.workloads import ProbeResult, Workload, probe
 
 
@@ -72,8 +73,10 @@ def h2load_once(
         log_file=log_file,
         cpu=run.placement.wrk_cpu,
     )
-    trial: dict[str, Any] = {"error": None}
-    proc, trial["peak_rss_kib"] = run_sampled(argv, rs.pid, seconds + 60)
+    trial: dict[str, Any] = {"error": None, "loadavg": list(os.getloadavg())}
+    measured = run_measured(argv, rs.pid, seconds + 60)
+    proc = measured.proc
+    trial["peak_rss_kib"] = measured.peak_rss_kib
     trial["server_alive"] = rs.alive()
     percentiles = read_log_percentiles(log_file)
     log_file.unlink(missing_ok=True)
@@ -105,6 +108,7 @@ def h2load_once(
         status=result.status,
         errors=result.error_count,
     )
+    record_cpu(trial, measured, result.succeeded)
     if result.succeeded == 0:
         trial["error"] = "no request completed"
     return trial
@@ -185,6 +189,7 @@ def summarise_h2load(entry: Entry) -> None:
         "mib_per_s": median([float(t["mib_per_s"]) for t in good]),
         "protocol": good[0]["protocol"] if good else "",
         "peak_rss_mib": max((int(t["peak_rss_kib"]) for t in entry.trials), default=0) / 1024,
+        **cpu_summary(good),
     }
     if not good:
         entry.status = "failed"

@@ -27,6 +27,12 @@ def _errors_cell(entry: dict[str, Any]) -> str:
     return ("⚠ " + "; ".join(parts)) if parts else "—"
 
 
+def _cpu_cell(summary: dict[str, Any]) -> str:
+    """Server CPU µs per request (bench.procstat); blank in artifacts from before it."""
+    cpu = summary.get("cpu_us_per_req")
+    return _fmt(float(cpu), 1) if cpu is not None else ""
+
+
 def _reference_rps(entries: list[dict[str, Any]], reference: str) -> float:
     for e in entries:
         if e["server"] == reference and e["status"] in ("ok", "errors"):
@@ -37,14 +43,14 @@ def _reference_rps(entries: list[dict[str, Any]], reference: str) -> float:
 def _wrk_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
     ref = _reference_rps(entries, reference)
     rows = [
-        "| server | RPS (median) | mean ms | p50 ms | p99 ms | MiB/s | MAD % | peak RSS MiB "
-        f"| errors | x {reference} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| server | RPS (median) | CPU µs/req | mean ms | p50 ms | p99 ms | MiB/s | MAD % "
+        f"| peak RSS MiB | errors | x {reference} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for e in entries:
         s = e.get("summary") or {}
         if e["status"] == "skipped" or not s:
-            rows.append(f"| {e['server']} | {e['status']}: {e['reason']} | | | | | | | | |")
+            rows.append(f"| {e['server']} | {e['status']}: {e['reason']} | | | | | | | | | |")
             continue
         rps = float(s["median_rps"])
         ratio = f"{rps / ref:.2f}" if ref and rps else "—"
@@ -52,9 +58,38 @@ def _wrk_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
         mean = _fmt(s["mean_ms"]) if "mean_ms" in s else ""
         mib = _fmt(s["mib_per_s"], 1) if "mib_per_s" in s else ""
         rows.append(
-            f"| {e['server']} | {_fmt(rps, 0)} | {mean} | {_fmt(s['p50_ms'])} | "
+            f"| {e['server']} | {_fmt(rps, 0)} | {_cpu_cell(s)} | {mean} | {_fmt(s['p50_ms'])} | "
             f"{_fmt(s['p99_ms'])} | {mib} | {_fmt(s['mad_pct'], 1)} | "
             f"{_fmt(s['peak_rss_mib'], 1)} | {_errors_cell(e)} | {ratio} |"
+        )
+    return rows
+
+
+def _proxy_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
+    """The proxy workloads: the figures their targets (issue 30) name, and
+    the upstream's CPU in the same windows (it must not be the bottleneck)."""
+    ref = _reference_rps(entries, reference)
+    rows = [
+        "| server | RPS (median) | CPU µs/req | upstream CPU µs/req | mean ms | p99 ms "
+        f"| p99 / mean | MiB/s | MAD % | RSS growth MiB | peak RSS MiB | errors | x {reference} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for e in entries:
+        s = e.get("summary") or {}
+        if e["status"] == "skipped" or not s:
+            rows.append(f"| {e['server']} | {e['status']}: {e['reason']} |" + " |" * 11)
+            continue
+        rps = float(s["median_rps"])
+        ratio = f"{rps / ref:.2f}" if ref and rps else "—"
+        up = s.get("upstream_cpu_us_per_req")
+        tail = f"{s['p99_ms'] / s['mean_ms']:.2f}" if s.get("mean_ms") else ""
+        growth = s.get("rss_growth_mib")
+        rows.append(
+            f"| {e['server']} | {_fmt(rps, 0)} | {_cpu_cell(s)} "
+            f"| {_fmt(float(up), 1) if up is not None else ''} | {_fmt(s['mean_ms'])} "
+            f"| {_fmt(s['p99_ms'])} | {tail} | {_fmt(s['mib_per_s'], 1)} "
+            f"| {_fmt(s['mad_pct'], 1)} | {_fmt(growth, 1) if growth is not None else ''} "
+            f"| {_fmt(s['peak_rss_mib'], 1)} | {_errors_cell(e)} | {ratio} |"
         )
     return rows
 
@@ -63,19 +98,19 @@ def _h2load_table(entries: list[dict[str, Any]], reference: str) -> list[str]:
     """The wrk table's columns plus h2load's mean request time, MiB/s and the protocol."""
     ref = _reference_rps(entries, reference)
     rows = [
-        "| server | proto | RPS (median) | MiB/s | mean ms | p50 ms | p99 ms | MAD % "
-        f"| peak RSS MiB | errors | x {reference} |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| server | proto | RPS (median) | CPU µs/req | MiB/s | mean ms | p50 ms | p99 ms "
+        f"| MAD % | peak RSS MiB | errors | x {reference} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for e in entries:
         s = e.get("summary") or {}
         if e["status"] == "skipped" or not s:
-            rows.append(f"| {e['server']} | | {e['status']}: {e['reason']} | | | | | | | | |")
+            rows.append(f"| {e['server']} | | {e['status']}: {e['reason']} | | | | | | | | | |")
             continue
         rps = float(s["median_rps"])
         ratio = f"{rps / ref:.2f}" if ref and rps else "—"
         rows.append(
-            f"| {e['server']} | {s.get('protocol', '')} | {_fmt(rps, 0)} "
+            f"| {e['server']} | {s.get('protocol', '')} | {_fmt(rps, 0)} | {_cpu_cell(s)} "
             f"| {_fmt(s['mib_per_s'], 1)} | {_fmt(s['mean_ms'])} | {_fmt(s['p50_ms'])} "
             f"| {_fmt(s['p99_ms'])} | {_fmt(s['mad_pct'], 1)} | {_fmt(s['peak_rss_mib'], 1)} "
             f"| {_errors_cell(e)} | {ratio} |"
@@ -154,14 +189,25 @@ def render_markdown(artifact: Artifact, reference: str | None = None) -> str:
         + (f", {machine['h2load']}" if machine.get("h2load") else "")
         + (f", caddy {machine['caddy']}" if machine.get("caddy") else ""),
     ]
+    if "loadavg_start" in artifact:
+        start, end = artifact["loadavg_start"], artifact.get("loadavg_end", [])
+        lines.append(
+            "- load average (1, 5, 15 min): "
+            + f"start {', '.join(f'{v:.2f}' for v in start)}"
+            + (f"; end {', '.join(f'{v:.2f}' for v in end)}" if end else "")
+        )
     for name, reason in artifact.get("unavailable", {}).items():
         lines.append(f"- not run: {name}: {reason}")
     by_workload = group(artifact)
     for name, entries in by_workload.items():
         info = artifact["workloads"].get(name, {})
         lines += ["", f"### `{name}`: {info.get('description', '')}", ""]
+        if info.get("cores", 1) > 1:
+            lines += [f"(not pinned: {info['cores']} cores for the servers and wrk)", ""]
         if info.get("kind") == "idle":
             lines += _idle_table(entries)
+        elif info.get("kind") == "proxy":
+            lines += _proxy_table(entries, reference)
         elif info.get("kind") == "h2load":
             lines += _h2load_table(entries, reference)
         else:

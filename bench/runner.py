@@ -18,7 +18,7 @@ from typing import Any
 from bench import fixtures, report, slowfs
 from bench.idle import measure_idle, raise_nofile
 from bench.machine import machine_facts
-from bench.procstat import run_sampled
+from bench.procstat import run_measured, tree_rss_kib
 from bench.servers import (
     KINDS,
     HarnessEnv,
@@ -30,8 +30,16 @@ from bench.servers import (
     running,
 )
 from bench.stats import mad_percent, median, rotation
-from bench.trials import Entry, Placement, RunOptions, log, trial_line
-from bench.workloads import H2_ONLY_REASON, Workload, probe
+from bench.trials import (
+    Entry,
+    Placement,
+    RunOptions,
+    cpu_summary,
+    log,
+    record_cpu,
+    trial_line,
+)
+from bench.workloads import H2_ONLY_REASON, Workload, for_server, probe
 from bench.wrk import WrkParseError, parse_wrk_output, round_robin_script, wrk_command
 
 SCHEMA = 1
@@ -43,8 +51,8 @@ NOFILE_HEADROOM = 256
 def _placement(opts: RunOptions) -> Placement:
     cpus = sorted(os.sched_getaffinity(0))
     if opts.pin and len(cpus) >= 2 and shutil.which("taskset"):
-        return Placement(cpus[0], cpus[1], opts.wrk_threads or 1)
-    return Placement(None, None, opts.wrk_threads or min(2, len(cpus)))
+        return Placement(cpus[0], cpus[1], opts.wrk_threads or 1, tuple(cpus))
+    return Placement(None, None, opts.wrk_threads or min(2, len(cpus)), tuple(cpus))
 
 
 class Run:
@@ -76,6 +84,9 @@ class Run:
         if workload.precompressed:
             # Kinds with a sidecar-serving configuration switch to it.
             spec = replace(spec, tags=spec.tags | {"precompressed"})
+        if workload.cores > 1:
+            # nginx worker_processes 2, Caddy GOMAXPROCS=2 (bench/servers.py).
+            spec = replace(spec, tags=spec.tags | {"cores2"})
         return KINDS[spec.kind].plan(spec, self.env, root, file, workdir)
 
     @contextmanager
@@ -114,7 +125,10 @@ class Run:
         workload: Workload,
         headers: tuple[tuple[str, str], ...],
         seconds: int,
+        others: tuple[int, ...] = (),
     ) -> dict[str, Any]:
+        """One wrk run against ``rs``; ``others``: more process trees whose
+        CPU over the same window goes in the trial (the proxy's upstream)."""
         argv = wrk_command(
             rs.url(workload.path),
             connections=workload.connections,
@@ -125,8 +139,10 @@ class Run:
             cpu=self.placement.wrk_cpu,
             script=self.wrk_script(rs, workload),
         )
-        trial: dict[str, Any] = {"error": None}
-        proc, trial["peak_rss_kib"] = run_sampled(argv, rs.pid, seconds + 60)
+        trial: dict[str, Any] = {"error": None, "loadavg": list(os.getloadavg())}
+        measured = run_measured(argv, rs.pid, seconds + 60, others)
+        proc = measured.proc
+        trial["peak_rss_kib"] = measured.peak_rss_kib
         trial["server_alive"] = rs.alive()
         if proc is None:
             trial["error"] = "wrk did not finish in time"
@@ -153,6 +169,7 @@ class Run:
             socket_errors=result.socket_errors,
             errors=result.error_count,
         )
+        record_cpu(trial, measured, result.requests)
         if result.requests == 0:
             trial["error"] = "no request completed"
         return trial
@@ -168,8 +185,15 @@ class Run:
         return str(script)
 
     def run_wrk_workload(
-        self, workload: Workload, specs: list[ServerSpec], root: Path
+        self,
+        workload: Workload,
+        specs: list[ServerSpec],
+        root: Path,
+        others: tuple[int, ...] = (),
     ) -> list[Entry]:
+        """Every server of ``specs`` on ``workload``: probe, warm-up, rotated
+        trials.  ``others``: process trees whose CPU each trial also records
+        (the proxy workloads' upstream)."""
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if nofile != resource.RLIM_INFINITY and nofile < workload.connections + NOFILE_HEADROOM:
             # wrk and the servers inherit this limit (raised by execute()).
@@ -181,6 +205,7 @@ class Run:
             return [Entry(workload.name, s.name, status="skipped", reason=reason) for s in specs]
         entries = {s.name: Entry(workload.name, s.name) for s in specs}
         live: dict[str, tuple[RunningServer, tuple[tuple[str, str], ...]]] = {}
+        rss_before: dict[str, int] = {}
         with ExitStack() as outer:
             for spec in specs:
                 entry = entries[spec.name]
@@ -188,33 +213,73 @@ class Run:
                 rs = inner.enter_context(self.server(spec, workload, root, entry))
                 if rs is None:
                     continue
-                result = probe(workload, rs.port, self.fixture, rs.prefix)
+                asked = for_server(workload, spec.tags)  # serverio-identity's Accept-Encoding
+                result = probe(asked, rs.port, self.fixture, rs.prefix)
                 entry.probe = result.facts
                 if not result.ok:
                     entry.status, entry.reason = "skipped", result.reason
                     log(f"  {spec.name}: skipped: {result.reason}")
                     inner.close()
                     continue
-                headers = workload.request_headers() + result.headers
+                headers = asked.request_headers() + result.headers
                 entry.headers = [list(h) for h in headers]
                 live[spec.name] = (rs, headers)
+                rss_before[spec.name] = tree_rss_kib(rs.pid)
             if self.opts.warmup_s > 0:
                 for name, (rs, headers) in live.items():
                     log(f"  warm-up {name} ({self.opts.warmup_s}s)")
-                    self.wrk_once(rs, workload, headers, self.opts.warmup_s)
+                    self.wrk_once(rs, workload, headers, self.opts.warmup_s, others)
             for rnd in range(self.opts.rounds):  # rotated: A B C, B C A, C A B, ...
                 for name in rotation(list(live), rnd):
                     rs, headers = live[name]
                     entry = entries[name]
                     if not rs.alive():
                         continue
-                    trial = self.wrk_once(rs, workload, headers, self.opts.duration_s)
+                    trial = self.wrk_once(rs, workload, headers, self.opts.duration_s, others)
                     trial["round"] = rnd + 1
                     entry.trials.append(trial)
                     log(f"  round {rnd + 1}/{self.opts.rounds} {name}: {trial_line(trial)}")
         for name in live:
             summarise_wrk(entries[name])
+            summary = entries[name].summary
+            # RSS growth: the tree's peak over the timed trials against its
+            # RSS after the probe, before any load (the 8 MiB proxy target).
+            summary["rss_before_load_mib"] = rss_before[name] / 1024
+            summary["rss_growth_mib"] = summary["peak_rss_mib"] - rss_before[name] / 1024
         return list(entries.values())
+
+    @contextmanager
+    def unpinned(self, threads: int) -> Iterator[None]:
+        """Servers and the load generator on every CPU (``threads`` wrk threads):
+        the harness's own affinity, which the servers inherit, widened for
+        the block, and the pinned placement restored after it."""
+        pinned, cpus = self.placement, set(self.placement.all_cpus)
+        self.placement = Placement(None, None, threads, pinned.all_cpus)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        try:
+            yield
+        finally:
+            self.placement = pinned
+            if pinned.wrk_cpu is not None:
+                os.sched_setaffinity(0, {pinned.wrk_cpu})
+
+    def run_proxy(self, workload: Workload, specs: list[ServerSpec]) -> list[Entry]:
+        """The proxy workloads: one upstream for all (bench/proxyrun.py), each
+        proxy pointed at it, its CPU recorded beside the proxy's."""
+        from bench.proxyrun import upstream, with_upstream
+
+        with upstream(self, self.env, workload) as up:
+            if isinstance(up, str):
+                log(f"  skipped: {up}")
+                return [Entry(workload.name, s.name, status="skipped", reason=up) for s in specs]
+            url = up.url("")
+            entries = self.run_wrk_workload(
+                workload, [with_upstream(s, url) for s in specs], self.fixture.root, (up.pid,)
+            )
+            for entry in entries:
+                entry.probe["upstream"] = f"nginx at {url}, {' '.join(up.argv[:3])}"
+            return entries
 
     # -- idle connections --------------------------------------------------------
 
@@ -288,6 +353,11 @@ class Run:
             from bench.h2run import run_h2load_workload
 
             entries += run_h2load_workload(self, workload, specs)
+        elif workload.kind == "proxy":
+            entries += self.run_proxy(workload, specs)
+        elif workload.cores > 1:
+            with self.unpinned(workload.cores):
+                entries += self.run_wrk_workload(workload, specs, self.fixture.root)
         else:
             entries += self.run_wrk_workload(workload, specs, self.fixture.root)
         order = {spec.name: i for i, spec in enumerate(self.opts.servers)}
@@ -318,6 +388,7 @@ def summarise_wrk(entry: Entry) -> None:
         "mean_ms": median([float(t["latency_avg_ms"]) for t in good]),
         "mib_per_s": median([float(t.get("mib_per_s", 0.0)) for t in good]),
         "peak_rss_mib": max((int(t["peak_rss_kib"]) for t in entry.trials), default=0) / 1024,
+        **cpu_summary(good),
     }
     if not good:
         entry.status = "failed"
@@ -407,6 +478,7 @@ def execute(opts: RunOptions) -> int:
         "run_id": run_id,
         "mode": opts.mode,
         "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "loadavg_start": list(os.getloadavg()),
         "settings": {
             "rounds": opts.rounds,
             "duration_s": opts.duration_s,
@@ -440,6 +512,7 @@ def execute(opts: RunOptions) -> int:
                 "path": w.path,
                 "connections": w.connections if w.kind != "idle" else opts.idle_conns,
                 "churn": w.churn,
+                "cores": w.cores,
                 **(
                     {"streams": w.streams, "paths": len(w.request_paths()), "h1": w.h1}
                     if w.kind == "h2load"
@@ -471,6 +544,7 @@ def execute(opts: RunOptions) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     artifact["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     artifact["elapsed_s"] = round(time.time() - started, 1)
+    artifact["loadavg_end"] = list(os.getloadavg())
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     path = opts.out_dir / f"{run_id}.json"
     path.write_text(json.dumps(artifact, indent=2, sort_keys=False) + "\n")

@@ -53,6 +53,9 @@ class ServerSpec:
     # to ``tree`` by bench.commits, instead of the current checkout's.
     commit: str = ""
     tree: str = ""
+    # Proxy workloads only: the upstream's http://HOST:PORT, set by the
+    # runner once it has started the upstream (bench/proxyrun.py).
+    upstream: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,7 @@ def _hypercorn_plan(
 
 NGINX_CONF = """\
 # Written by bench for one run; everything lives in {d}.
-worker_processes 1;
+worker_processes {workers};
 daemon off;
 master_process on;
 {user}pid {d}/nginx.pid;
@@ -252,6 +255,11 @@ http {{
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
+{site}
+}}
+"""
+
+NGINX_FILES = """\
     gzip on;
     gzip_static on;
     gzip_types text/plain;
@@ -261,9 +269,31 @@ http {{
         listen {host}:{port}{listen_opts} backlog=4096;
         root {root};
         location / {{ autoindex on; }}
+    }}"""
+
+# nginx as the reverse proxy of the proxy workloads: a keep-alive pool to
+# the upstream (`keepalive` idle connections, as many as Caddy's default
+# keepalive_idle_conns_per_host, with its request cap lifted like the
+# client side's), HTTP/1.1 upstream with the hop-by-hop Connection
+# cleared (so the pool is used), and no temp files: proxy_max_temp_file_size
+# 0 streams a response larger than the buffers through them, as the other
+# proxies stream, instead of spooling 8 MiB to disk.
+NGINX_PROXY = """\
+    upstream bench_upstream {{
+        server {upstream};
+        keepalive 32;
+        keepalive_requests 1000000000;
+        keepalive_timeout 75s;
     }}
-}}
-"""
+    server {{
+        listen {host}:{port} backlog=4096;
+        location / {{
+            proxy_pass http://bench_upstream;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_max_temp_file_size 0;
+        }}
+    }}"""
 
 
 def find_nginx() -> str | None:
@@ -290,8 +320,23 @@ def _nginx_h2c_plan(
     return replace(_nginx_conf_plan(spec, env, root, workdir, " http2"), ready="tcp")
 
 
+def _nginx_proxy_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if not spec.upstream:
+        return "a reverse proxy needs the proxy workloads' upstream"
+    upstream = spec.upstream.removeprefix("http://")
+    return _nginx_conf_plan(spec, env, root, workdir, "", NGINX_PROXY, upstream)
+
+
 def _nginx_conf_plan(
-    spec: ServerSpec, env: HarnessEnv, root: Path, workdir: Path, listen_opts: str
+    spec: ServerSpec,
+    env: HarnessEnv,
+    root: Path,
+    workdir: Path,
+    listen_opts: str,
+    site: str = NGINX_FILES,
+    upstream: str = "",
 ) -> LaunchPlan:
     assert env.nginx is not None
     port = free_port()
@@ -300,15 +345,15 @@ def _nginx_conf_plan(
     conf.write_text(
         NGINX_CONF.format(
             d=workdir,
+            workers=2 if "cores2" in spec.tags else 1,
+            site=site.format(
+                host=LOOPBACK, port=port, listen_opts=listen_opts, root=root, upstream=upstream
+            ),
             # Workers must read the fixture under a private temp dir.
             user="user root;\n" if os.geteuid() == 0 else "",
             mime=f"include {mime};"
             if mime.exists()
             else "types { text/plain txt; text/html html; }",
-            host=LOOPBACK,
-            port=port,
-            listen_opts=listen_opts,
-            root=root,
         )
     )
     argv = [env.nginx, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")]
@@ -316,7 +361,7 @@ def _nginx_conf_plan(
 
 
 CADDYFILE = """\
-# Written by bench for one run: file_server over {protocols}.
+# Written by bench for one run, over {protocols}.
 {{
     admin off
     auto_https off
@@ -328,10 +373,22 @@ CADDYFILE = """\
     }}
 }}
 http://{host}:{port} {{
-    root * {root}
-    file_server
+{site}
 }}
 """
+CADDY_FILES = """\
+    root * {root}
+    file_server"""
+# `encode zstd gzip`: Caddy compresses every response whose client accepts
+# one of them (the no-sidecar workloads' caddy-encode entry).
+CADDY_ENCODE = """\
+    root * {root}
+    encode zstd gzip
+    file_server"""
+# The proxy workloads: Caddy's reverse_proxy with its default transport
+# (keep-alive on, 32 idle connections per upstream host).
+CADDY_PROXY = """\
+    reverse_proxy {upstream}"""
 
 
 def _caddy_unavailable(env: HarnessEnv) -> str | None:
@@ -345,7 +402,7 @@ CADDYFILE_PRECOMPRESSED = CONFIGS / "Caddyfile.precompressed"
 
 def _caddy_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
-) -> LaunchPlan:
+) -> LaunchPlan | str:
     port = free_port()
     # Caddy keeps its state under $HOME / XDG dirs: give it the work dir.
     run_env = {"HOME": str(workdir), "XDG_DATA_HOME": str(workdir), "XDG_CONFIG_HOME": str(workdir)}
@@ -357,7 +414,15 @@ def _caddy_plan(
     else:
         conf = workdir / "Caddyfile"
         protocols = "h1 h2c" if "h2" in spec.tags else "h1"
-        conf.write_text(CADDYFILE.format(host=LOOPBACK, port=port, root=root, protocols=protocols))
+        site = CADDY_ENCODE if "encode" in spec.tags else CADDY_FILES
+        if spec.kind == "caddy-proxy":
+            if not spec.upstream:
+                return "a reverse proxy needs the proxy workloads' upstream"
+            site = CADDY_PROXY
+        text = site.format(root=root, upstream=spec.upstream.removeprefix("http://"))
+        conf.write_text(CADDYFILE.format(host=LOOPBACK, port=port, protocols=protocols, site=text))
+    if "cores2" in spec.tags:
+        run_env["GOMAXPROCS"] = "2"
     caddy = shutil.which("caddy") or "caddy"
     argv = [caddy, "run", "--config", str(conf), "--adapter", "caddyfile", *spec.extra_args]
     return LaunchPlan(argv=argv, cwd=workdir, port=port, env=run_env)
@@ -412,6 +477,8 @@ KINDS: dict[str, Kind] = {
     "nginx": Kind(_nginx_unavailable, _nginx_plan),
     "nginx-h2c": Kind(_nginx_unavailable, _nginx_h2c_plan),
     "caddy": Kind(_caddy_unavailable, _caddy_plan),
+    "caddy-proxy": Kind(_caddy_unavailable, _caddy_plan),
+    "nginx-proxy": Kind(_nginx_unavailable, _nginx_proxy_plan),
     "granian": Kind(_granian_unavailable, _granian_plan),
 }
 
@@ -420,6 +487,10 @@ KINDS: dict[str, Kind] = {
 H2_WORKLOADS = ("1k-h2", "64k-h2", "assets-h2", "8m-h2")
 # The wrk many-assets workloads (bench/workloads.py ASSETS_WORKLOADS).
 ASSETS_WORKLOADS = ("assets-c512", "assets-c4096")
+# The no-sidecar many-assets workloads and the reverse-proxy workloads
+# (bench/workloads.py; tests/test_bench_proxy.py checks the lists agree).
+NOSIDECAR_WORKLOADS = ("assets-nosidecar-c512", "assets-nosidecar-c64")
+PROXY_WORKLOADS = ("proxy-1k-c64", "proxy-8m-c16", "proxy-1k-c512")
 
 # Benchmark settings applied to every server where its default would distort a
 # measurement: keep-alive >= 75 s and connection caps above the idle workload's
@@ -464,8 +535,19 @@ SERVERS: dict[str, ServerSpec] = {
             "0",
             description="serverio, filesystem work inline (h2c with prior knowledge on the "
             "same port)",
-            # h1-vs-h2: its own HTTP/1.1 is the reference of the 8 MiB h2 figure.
-            tags=("h2", "h1-vs-h2"),
+            # h1-vs-h2: its own HTTP/1.1 is the reference of the 8 MiB h2 figure;
+            # nosidecar: negotiated answers without sidecars (cached br);
+            # two-core: takes part in 1k-cores2 (with --workers 2).
+            tags=("h2", "h1-vs-h2", "nosidecar", "two-core"),
+        ),
+        serverio_entry(
+            "serverio-identity",
+            "--fs-workers",
+            "0",
+            description="serverio-inline asked with Accept-Encoding: identity (no-sidecar "
+            "workloads only)",
+            only_workloads=NOSIDECAR_WORKLOADS,
+            tags=("nosidecar", "identity"),
         ),
         serverio_entry(
             "serverio-pool",
@@ -517,15 +599,57 @@ SERVERS: dict[str, ServerSpec] = {
         ServerSpec(
             "nginx",
             "nginx",
-            description="nginx, 1 worker, sendfile, gzip_static",
-            tags=frozenset({"h1-vs-h2"}),
+            description="nginx, 1 worker (1k-cores2: 2), sendfile, gzip_static",
+            tags=frozenset({"h1-vs-h2", "nosidecar", "two-core"}),
         ),
         ServerSpec(
             "caddy",
             "caddy",
             description="Caddy file_server over HTTP/1.1 (compressed workloads: "
-            "bench/configs/Caddyfile.precompressed)",
-            tags=frozenset({"h1-vs-h2"}),
+            "bench/configs/Caddyfile.precompressed; 1k-cores2: GOMAXPROCS=2)",
+            tags=frozenset({"h1-vs-h2", "nosidecar", "two-core"}),
+        ),
+        ServerSpec(
+            "caddy-encode",
+            "caddy",
+            description="Caddy file_server with encode zstd gzip (no-sidecar workloads only)",
+            tags=frozenset({"nosidecar", "encode"}),
+            only_workloads=frozenset(NOSIDECAR_WORKLOADS),
+        ),
+        serverio_entry(
+            "serverio-proxy",
+            "--fs-workers",
+            "0",
+            description="serverio --proxy /=UPSTREAM, default proxy limits (proxy workloads only)",
+            only_workloads=PROXY_WORKLOADS,
+            tags=("proxy",),
+        ),
+        serverio_entry(
+            "serverio-proxy-wide",
+            "--fs-workers",
+            "0",
+            "--proxy-keepalive",
+            "512",
+            "--proxy-max-inflight",
+            "1024",
+            description="serverio-proxy with its pool (idle connections kept) and in-flight cap "
+            "opened to the workloads' connections: what the defaults cost (proxy workloads only)",
+            only_workloads=PROXY_WORKLOADS,
+            tags=("proxy",),
+        ),
+        ServerSpec(
+            "caddy-proxy",
+            "caddy-proxy",
+            description="Caddy reverse_proxy UPSTREAM, default transport (proxy workloads only)",
+            tags=frozenset({"proxy"}),
+            only_workloads=frozenset(PROXY_WORKLOADS),
+        ),
+        ServerSpec(
+            "nginx-proxy",
+            "nginx-proxy",
+            description="nginx proxy_pass, upstream keepalive 32, HTTP/1.1 (proxy workloads only)",
+            tags=frozenset({"proxy"}),
+            only_workloads=frozenset(PROXY_WORKLOADS),
         ),
         ServerSpec(
             "granian",
@@ -564,7 +688,7 @@ SERVERS: dict[str, ServerSpec] = {
     )
 }
 
-SMOKE_SERVERS = ("serverio-inline", "serverio-pool", "bare", "http.server")
+SMOKE_SERVERS = ("serverio-inline", "serverio-pool", "bare", "http.server", "serverio-proxy")
 
 
 def commit_entry(like: ServerSpec, commit: str, tree: Path, name: str = "") -> ServerSpec:

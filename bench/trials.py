@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.fixtures import Fixture
+from bench.procstat import Measured
 from bench.servers import RunningServer, ServerSpec
+from bench.stats import median
 from bench.workloads import Workload
 
 SLOW_DELAY_S = 0.010
@@ -48,6 +50,8 @@ class Placement:
     server_cpu: int | None
     wrk_cpu: int | None
     wrk_threads: int
+    # Every CPU the harness may use (the two-core workloads run unpinned on them).
+    all_cpus: tuple[int, ...] = ()
 
     def describe(self) -> str:
         if self.server_cpu is None:
@@ -80,14 +84,43 @@ def log(message: str) -> None:
 
 
 def trial_line(trial: dict[str, Any]) -> str:
-    """One trial in one progress line: its error, or RPS, p99, peak RSS and errors."""
+    """One trial in one progress line: its error, or RPS, server CPU per
+    request, p99, peak RSS and errors."""
     if trial.get("error"):
         return f"ERROR {trial['error']}"
+    cpu = trial.get("cpu_us_per_req")
     line = (
-        f"{trial['rps']:,.0f} rps, p99 {trial['p99_ms']:.2f} ms, "
-        f"rss {trial['peak_rss_kib'] / 1024:.1f} MiB"
+        f"{trial['rps']:,.0f} rps"
+        + (f", cpu {cpu:,.1f} us/req" if cpu is not None else "")
+        + f", p99 {trial['p99_ms']:.2f} ms, rss {trial['peak_rss_kib'] / 1024:.1f} MiB"
     )
+    up = trial.get("upstream_cpu_us_per_req")
+    if up is not None:
+        line += f", upstream cpu {up:,.1f} us/req"
     return line + (f", {trial['errors']} errors" if trial["errors"] else "")
+
+
+def record_cpu(trial: dict[str, Any], measured: Measured, requests: int) -> None:
+    """The trial's server CPU (and RSS at its start) from ``measured``: see bench.procstat."""
+    trial["rss_start_kib"] = measured.rss_start_kib
+    trial["cpu_ticks"] = measured.cpu_ticks
+    trial["clk_tck"] = measured.hz
+    trial["cpu_us_per_req"] = measured.cpu_us_per_request(requests)
+    if measured.other_cpu_ticks:
+        pid, ticks = next(iter(measured.other_cpu_ticks.items()))
+        trial["upstream_cpu_ticks"] = ticks
+        trial["upstream_cpu_us_per_req"] = measured.other_cpu_us_per_request(pid, requests)
+
+
+def cpu_summary(good: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the good trials of the CPU figures of :func:`record_cpu`
+    (None when no trial has one: artifacts from before them)."""
+    out: dict[str, Any] = {}
+    for key in ("cpu_us_per_req", "upstream_cpu_us_per_req"):
+        values = [float(t[key]) for t in good if t.get(key) is not None]
+        if values or key == "cpu_us_per_req":
+            out[key] = median(values) if values else None
+    return out
 
 
 class WorkloadRun(Protocol):

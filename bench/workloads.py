@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from bench.fixtures import (
@@ -24,10 +24,11 @@ from bench.fixtures import (
     Fixture,
     asset_paths,
     many_asset_paths,
+    many_plain_paths,
 )
 
 Feature = Literal["plain", "etag", "range", "gzip", "listing", "assets"]
-WorkloadKind = Literal["wrk", "idle", "slow", "h2load"]
+WorkloadKind = Literal["wrk", "idle", "slow", "h2load", "proxy"]
 
 RANGE_START, RANGE_END = 100, 1099
 
@@ -58,6 +59,12 @@ class Workload:
     # has: servers with a sidecar-serving configuration (Caddy's
     # bench/configs/Caddyfile.precompressed) start with it.
     precompressed: bool = False
+    # Cores the servers get: 1 is the harness's pinning (server on one CPU,
+    # the load generator on the other); 2 leaves everything unpinned, the
+    # load generator with 2 threads, and the servers start with 2 workers
+    # (the runner tags the spec "cores2": nginx worker_processes 2, Caddy
+    # GOMAXPROCS=2; serverio's --workers 2 is in ``serverio_args``).
+    cores: int = 1
 
     def request_paths(self) -> list[str]:
         return list(self.paths) or [self.path]
@@ -68,6 +75,8 @@ class Workload:
 
 
 H2_ONLY_REASON = "no HTTP/2 entry for this server"
+PROXY_ONLY_REASON = "no reverse-proxy entry for this server"
+IDENTITY = (("Accept-Encoding", "identity"),)
 ASSETS_ACCEPT_ENCODING = "br;q=1, gzip;q=0.8"
 # Shared by the HTTP/2 workloads: only servers tagged "h2" take part.
 _H2: dict[str, Any] = {
@@ -161,6 +170,51 @@ WORKLOADS: dict[str, Workload] = {
             )
             for conns in (512, 4096)
         ),
+        *(
+            Workload(
+                f"assets-nosidecar-c{conns}",
+                f"many assets without sidecars: the {MANY_COUNT} text files of assets-c512 "
+                f"round robin, Accept-Encoding: {ASSETS_ACCEPT_ENCODING} (serverio-identity: "
+                f"identity), {conns:,} keep-alive connections",
+                path=many_plain_paths()[0],
+                file=None,
+                paths=tuple(many_plain_paths()),
+                connections=conns,
+                headers=(("Accept-Encoding", ASSETS_ACCEPT_ENCODING),),
+                feature="assets",
+                server_tags=frozenset({"nosidecar"}),
+                skip_reason_for_others="the no-sidecar comparison: serverio negotiated and "
+                "identity, Caddy with and without encode, nginx",
+            )
+            for conns in (512, 64)
+        ),
+        Workload(
+            "1k-cores2",
+            "1 KiB file, 64 keep-alive connections, both cores: serverio --workers 2, Caddy "
+            "GOMAXPROCS=2, nginx worker_processes 2; nothing pinned, wrk -t2",
+            cores=2,
+            serverio_args=("--workers", "2"),
+            server_tags=frozenset({"two-core"}),
+            skip_reason_for_others="the two-core comparison: serverio, Caddy, nginx",
+        ),
+        *(
+            Workload(
+                name,
+                f"reverse proxy: {what} from one nginx upstream on loopback (keep-alive), "
+                f"{conns} keep-alive connections",
+                kind="proxy",
+                path=f"/{file}",
+                file=file,
+                connections=conns,
+                server_tags=frozenset({"proxy"}),
+                skip_reason_for_others=PROXY_ONLY_REASON,
+            )
+            for name, what, file, conns in (
+                ("proxy-1k-c64", "1 KiB", "1k.bin", 64),
+                ("proxy-8m-c16", "8 MiB streamed", "8m.bin", 16),
+                ("proxy-1k-c512", "1 KiB, default limits (errors must be 0)", "1k.bin", 512),
+            )
+        ),
         Workload("idle", "idle keep-alive connections: server RSS per connection", kind="idle"),
         Workload(
             "slow",
@@ -228,7 +282,17 @@ WORKLOADS: dict[str, Workload] = {
     )
 }
 
-SMOKE_WORKLOADS = ("1k", "1k-churn", "idle", "1k-h2")
+SMOKE_WORKLOADS = ("1k", "1k-churn", "idle", "1k-h2", "proxy-1k-c64")
+
+
+def for_server(workload: Workload, tags: frozenset[str]) -> Workload:
+    """``workload`` as a server with ``tags`` is asked it: an entry tagged
+    ``identity`` sends ``Accept-Encoding: identity`` instead of the
+    workload's (serverio's identity variant of the no-sidecar workloads)."""
+    if "identity" not in tags:
+        return workload
+    kept = tuple(h for h in workload.headers if h[0].lower() != "accept-encoding")
+    return replace(workload, headers=kept + IDENTITY)
 
 
 @dataclass(frozen=True)

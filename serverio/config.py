@@ -584,15 +584,41 @@ class UploadPolicy:
     on_duplicate: str = "error"
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
+    # --webdav: WebDAV class 1 and 2 on the whole root (serverio.dav; it implies
+    # --upload: PUT and DELETE are its methods too).
+    webdav: bool = False
+    # PROPFIND Depth: infinity answers at most this many resources; 0 refuses
+    # it (403 with DAV:propfind-finite-depth, RFC 4918 §9.1).
+    webdav_depth_infinity: int = 0
+    # COPY, MOVE and DELETE of a collection: at most this many members.
+    webdav_max_tree: int = 10_000
+    # WebDAV locks (serverio.dav.locks): live locks per process at most (a
+    # LOCK past it: 507), and the longest timeout granted, seconds.
+    webdav_max_locks: int = 4096
+    webdav_lock_timeout_max: int = 86400
 
     def validate(self) -> UploadPolicy:
-        """Check the bounds (ConfigError naming the option)."""
-        _check_ints(self, (("max_upload_size", 0), ("max_uploads", 1), ("min_free_space", 0)))
+        """Check the bounds (ConfigError naming the option); ``--webdav``
+        turns ``upload`` on."""
+        _check_ints(
+            self,
+            (
+                ("max_upload_size", 0),
+                ("max_uploads", 1),
+                ("min_free_space", 0),
+                ("webdav_depth_infinity", 0),
+                ("webdav_max_tree", 1),
+                ("webdav_max_locks", 1),
+                ("webdav_lock_timeout_max", 1),
+            ),
+        )
         if self.on_duplicate not in ON_DUPLICATE:
             raise ConfigError(
                 f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
                 f"got {self.on_duplicate!r}"
             )
+        if self.webdav and not self.upload:
+            return dataclasses.replace(self, upload=True).validate()
         if self.max_uploads > _MAX_QUEUE:
             raise ConfigError(f"--max-uploads {self.max_uploads} is absurd (max {_MAX_QUEUE})")
         return self
@@ -706,6 +732,10 @@ class ProxyPolicy:
     proxy_head_timeout: float = 60.0  # request sent -> response head
     proxy_idle_timeout: float = 60.0  # between two response body chunks
     proxy_total_timeout: float = 3600.0  # the whole exchange
+    # A tunnel (after a 101) with no byte either way for this long is
+    # closed; WebSocket peers ping far more often (browsers' and vite's
+    # keep-alives run every 30 s or so), a dead peer is noticed in minutes.
+    proxy_tunnel_idle: float = 300.0
     proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
     proxy_keepalive: int = 16  # idle keep-alive connections kept per upstream
     # --proxy-fallback URL: what no reserved path, route or file answers
@@ -725,6 +755,7 @@ class ProxyPolicy:
                 "proxy_head_timeout",
                 "proxy_idle_timeout",
                 "proxy_total_timeout",
+                "proxy_tunnel_idle",
             ),
         )
         if self.proxy_host not in PROXY_HOST_MODES:
@@ -836,6 +867,9 @@ class Config:
         if listeners.listen_tls and tls.certfile is None and not tls.dev_tls:
             raise ConfigError("--listen-tls needs --certfile")
         uploads = self.uploads.validate()
+        if uploads.webdav and listeners.workers > 1:
+            # Dead properties and (class 2) locks live in one process.
+            raise ConfigError("--webdav cannot be used with --workers > 1 (locks are per process)")
         if uploads.upload and not uploads.allow_anonymous_writes:
             _check_write_auth(listeners, self.site)
         if content.spa is not None and self.proxy.proxy_fallback is not None:

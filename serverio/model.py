@@ -171,7 +171,8 @@ class Body:
         any other plan (a HEAD, an error page the site put instead) closes
         it now."""
         if chunks is not None:
-            if plan.send_body and plan.status == 200 and not plan.body:
+            # A 200 (an archive) or a 207 (a WebDAV PROPFIND listing).
+            if plan.send_body and plan.status in (200, 207) and not plan.body:
                 if fd >= 0:
                     close_fd(fd)
                 return cls((), -1, chunks)

@@ -1,7 +1,10 @@
-"""serverio.writes and serverio.dav are pure: their modules import only the
-standard library's parsing, hashing and text modules and serverio's pure
-helpers (no trio, no os, no socket, no threads), transitively within
-serverio."""
+"""serverio.writes and serverio.dav's parsing and serialising are pure:
+their modules import only the standard library's parsing, hashing and text
+modules and serverio's pure helpers (no trio, no os, no socket, no
+threads), transitively within serverio.  serverio.dav also holds the
+WebDAV service (``--webdav``: the step, its methods, the properties and
+plans it makes, the lock seam), which uses the pipeline, fs and
+http.core like the uploads' service: :data:`DAV_SERVICE`, left out."""
 
 from __future__ import annotations
 
@@ -60,11 +63,16 @@ def imports(module: str) -> set[str]:
     return found
 
 
+DAV_SERVICE = frozenset(
+    f"serverio.dav.{m}"
+    for m in ("answers", "common", "guard", "lockguard", "lockplans", "methods", "props", "service")
+)
 PURE = sorted(
-    ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+    name
     for d in ("writes", "dav")
     for p in (PACKAGE / d).glob("*.py")
     if p.name != "__init__.py"
+    and (name := ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)) not in DAV_SERVICE
 )
 
 
@@ -79,4 +87,6 @@ def test_pure_modules_import_only_pure_modules(module: str) -> None:
 
 def test_the_check_sees_the_modules() -> None:
     assert "serverio.writes.multipart" in PURE and "serverio.dav.xml" in PURE
+    assert "serverio.dav.ifheader" in PURE and "serverio.dav.service" not in PURE
+    assert "serverio.dav.locks" in PURE  # the lock table is pure; its guard is not
     assert "serverio.errors" in imports("serverio.writes.multipart")

@@ -54,6 +54,8 @@ __all__ = [
     "MAX_XML_BYTES",
     "MAX_XML_DEPTH",
     "MAX_XML_NODES",
+    "MULTISTATUS_HEAD",
+    "MULTISTATUS_TAIL",
     "XML_NS",
     "Element",
     "LockInfo",
@@ -72,6 +74,7 @@ __all__ = [
     "parse_propfind",
     "parse_proppatch",
     "parse_xml",
+    "response_xml",
     "serialize",
 ]
 
@@ -535,13 +538,24 @@ def _response(r: Response) -> str:
     return "".join(out)
 
 
+# The start and the end of a 207 body, around its responses.
+MULTISTATUS_HEAD: Final = b'<?xml version="1.0" encoding="utf-8"?>\n<D:multistatus xmlns:D="DAV:">'
+MULTISTATUS_TAIL: Final = b"</D:multistatus>\n"
+
+
+def response_xml(r: Response) -> bytes:
+    """One ``DAV:response`` of a 207 body (between :data:`MULTISTATUS_HEAD`
+    and :data:`MULTISTATUS_TAIL`), for a body produced while it is sent."""
+    return _response(r).encode("utf-8")
+
+
 def multistatus_chunks(responses: Iterable[Response]) -> Iterator[bytes]:
     """A 207 Multi-Status body (§13, §14.16) in pieces, one per response,
     so a PROPFIND of a large directory is never held whole."""
-    yield b'<?xml version="1.0" encoding="utf-8"?>\n<D:multistatus xmlns:D="DAV:">'
+    yield MULTISTATUS_HEAD
     for r in responses:
-        yield _response(r).encode("utf-8")
-    yield b"</D:multistatus>\n"
+        yield response_xml(r)
+    yield MULTISTATUS_TAIL
 
 
 def multistatus(responses: Iterable[Response]) -> bytes:

@@ -66,6 +66,9 @@ __all__ = [
 ALLOW: Final = b"GET, HEAD, OPTIONS"
 # With --upload (serverio.upload): PUT, DELETE and the form POST too (RFC 9110 §10.2.1).
 ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE, POST"
+# With --webdav (serverio.dav): its methods too (RFC 4918 §9; class 2 adds
+# LOCK and UNLOCK in the DAV service's own OPTIONS).
+ALLOW_DAV: Final = b"OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
 # The fields every response carries, whatever its status or protocol (the
 # one header policy: added here, in the pure layer, by :func:`common_fields`;
 # the wire modules only serialise).  "Do not sniff" (WHATWG Fetch §3.5.1): a
@@ -86,11 +89,9 @@ class ExtraFields:
     # content is sent without a content coding).
     digests: str | None = None
     # ... and the upload form (a multipart POST): its Content-Type (the
-    # boundary), Sec-Fetch-Site and Host / :authority (the CSRF rule; Host
-    # is kept only when another field of this class is present).
+    # boundary) and Sec-Fetch-Site; the CSRF rule also reads ``host`` below.
     content_type: str | None = None
     sec_fetch_site: str | None = None
-    host: str | None = None
     # Site rules (serverio.site.rules): CORS (the Fetch standard).
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
@@ -99,6 +100,20 @@ class ExtraFields:
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
+    # The reverse proxy (serverio.proxy): Upgrade (RFC 9110 §7.8).
+    upgrade: str | None = None
+    # WebDAV (serverio.dav, RFC 4918 §10): raw values, parsed by the DAV
+    # service (serverio.dav.ifheader).  ``host`` (the Host field or HTTP/2's
+    # :authority) is kept only when another field of this class is (a
+    # Destination, §10.3: is it this server?; an Origin or Content-Type for
+    # the upload form's CSRF rule), so a plain request still gets NO_EXTRA.
+    depth: str | None = None
+    destination: str | None = None
+    overwrite: str | None = None
+    dav_if: str | None = None
+    lock_token: str | None = None
+    timeout: str | None = None
+    host: str | None = None
 
 
 NO_EXTRA: Final = ExtraFields()
@@ -558,6 +573,13 @@ def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> P
     return error_plan(exc.status, now, close=exc.close, head_only=head_only)
 
 
+def _allow(cfg: Config) -> bytes:
+    """The methods a path allows (RFC 9110 §10.2.1), as the writes configured."""
+    if cfg.uploads.webdav:
+        return ALLOW_DAV
+    return ALLOW_WRITES if cfg.uploads.upload else ALLOW
+
+
 def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     """Decisions that need no filesystem: method and hidden paths.
 
@@ -569,12 +591,11 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        allow = ALLOW_WRITES if cfg.uploads.upload else ALLOW
-        return Plan(204, (*common_fields(now), (b"allow", allow)), (), send_body=False)
+        return Plan(204, (*common_fields(now), (b"allow", _allow(cfg))), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         # A request body is the transport's to drain or not (RFC 9112 §9.3:
         # the connection is kept only when the body can be read past).
-        return error_plan(405, now, allow=ALLOW_WRITES if cfg.uploads.upload else ALLOW)
+        return error_plan(405, now, allow=_allow(cfg))
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
     if req.target.hidden and (not cfg.files.hidden or is_write_temp(req.target.segments)):

@@ -16,7 +16,8 @@ One task per connection.  Its parts have one job each:
 * :class:`ConnectionTask` (here): the loop — the TLS handshake, the
   request steps of :mod:`serverio.pipeline.request` (shared with HTTP/2),
   the wait for a deferred answer while watching the client, keep-alive and
-  close, the live-reload event stream, the switch to HTTP/2.
+  close, the live-reload event stream, the switch to HTTP/2, the hand-over
+  to a tunnel after a proxied 101 (:mod:`serverio.net.h1tunnel`).
 
 It is the only task that reads or writes its socket (the disconnect
 watcher is its own child task) and it passes neither itself, its stream
@@ -52,7 +53,7 @@ from ..http.core import Plan
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
-from ..pipeline.hooks import RawHead
+from ..pipeline.hooks import RawHead, TunnelBody
 from ..pipeline.request import (
     Answer,
     Waiting,
@@ -71,6 +72,7 @@ from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1body import H1Body
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
 from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
+from .h1tunnel import serve_tunnel
 from .reqbody import BodyState, body_policy
 
 __all__ = ["H2_PREFACE", "ConnectionTask"]
@@ -477,14 +479,18 @@ class ConnectionTask:
                 # Past --watch-max-streams: a 503 instead, sent and
                 # recorded like any other answer.
                 plan, body, _ = busy(env, ticket, now)
-            close = not keep or plan.close or env.draining
+            tunnel = type(body) is TunnelBody  # a 101: the stream is the tunnel's
+            close = tunnel or not keep or plan.close or env.draining
             if reader.peer_eof and not reader.leftover:
                 close = True  # half-closed, nothing pipelined: this is the last
             chunked = event.http_version == b"1.1"
             if body.chunks is not None and not chunked:
                 close = True  # a produced body without chunked coding: close-delimited
             try:
-                sent = await self._send(plan, body, close, ka10 and not close, chunked)
+                if tunnel:
+                    sent = await serve_tunnel(self.emitter, self.life, plan, body, reader.leftover)
+                else:
+                    sent = await self._send(plan, body, close, ka10 and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
                 _log(env, log, self.emitter.progress, cut=True)

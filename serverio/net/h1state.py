@@ -24,6 +24,8 @@ DRAIN       after the response, reading and discarding      none (the drain's ow
             so that the connection can be kept              drain_timeout``)
 STREAM      streaming live-reload events                    none
 SWITCHED    served by HTTP/2 from now on                    none (HTTP/2 has its own)
+TUNNEL      a protocol switch (a proxied WebSocket): the    none (the tunnel's own,
+            101 is sent, the stream is the tunnel's         ``--proxy-tunnel-idle``)
 CLOSED      over                                            —
 ==========  ==============================================  ===========================
 
@@ -50,6 +52,7 @@ __all__ = [
     "STREAM",
     "SWITCHED",
     "TRANSITIONS",
+    "TUNNEL",
     "Lifetime",
     "Phase",
 ]
@@ -67,6 +70,7 @@ class Phase(enum.IntEnum):
     SWITCHED = 6
     CLOSED = 7
     DRAIN = 8
+    TUNNEL = 9
 
 
 # The members as plain module constants: an Enum class attribute lookup
@@ -82,6 +86,7 @@ STREAM: Final = Phase.STREAM
 SWITCHED: Final = Phase.SWITCHED
 CLOSED: Final = Phase.CLOSED
 DRAIN: Final = Phase.DRAIN
+TUNNEL: Final = Phase.TUNNEL
 
 # Every allowed transition, from -> the phases it may go to.
 TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
@@ -98,9 +103,18 @@ TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
     # of it is already buffered); an event stream; h2c prior knowledge
     # (RFC 9113 §3.3) on the first request; close.  A pipelined head that
     # is already whole is answered without leaving BUSY.  A request body
-    # the handler left unread is drained first (DRAIN).
+    # the handler left unread is drained first (DRAIN).  A 101 from the
+    # proxy hands the connection to its tunnel (TUNNEL).
     Phase.BUSY: frozenset(
-        {Phase.IDLE, Phase.HEAD, Phase.STREAM, Phase.SWITCHED, Phase.CLOSED, Phase.DRAIN}
+        {
+            Phase.IDLE,
+            Phase.HEAD,
+            Phase.STREAM,
+            Phase.SWITCHED,
+            Phase.CLOSED,
+            Phase.DRAIN,
+            Phase.TUNNEL,
+        }
     ),
     # The body is read to its end: back to the answering phase, which goes
     # on to the next head (pipelined bytes past the body included); or the
@@ -108,13 +122,15 @@ TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
     Phase.DRAIN: frozenset({Phase.BUSY, Phase.CLOSED}),
     Phase.STREAM: frozenset({Phase.CLOSED}),
     Phase.SWITCHED: frozenset({Phase.CLOSED}),
+    Phase.TUNNEL: frozenset({Phase.CLOSED}),
     Phase.CLOSED: frozenset(),
 }
 
 # In these phases a request (or what stands for one) is being served: a
 # drain lets it finish instead of closing the connection under it (DRAIN:
 # the body drain is bounded by its own deadline).
-_IN_FLIGHT: Final = frozenset({Phase.BUSY, Phase.DRAIN, Phase.STREAM, Phase.SWITCHED})
+# TUNNEL: a tunnel is drained like a request, cut at --shutdown-timeout.
+_IN_FLIGHT: Final = frozenset({Phase.BUSY, Phase.DRAIN, Phase.STREAM, Phase.SWITCHED, Phase.TUNNEL})
 
 
 class Lifetime:

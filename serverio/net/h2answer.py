@@ -11,12 +11,11 @@ descriptors (``--h2-max-open-files``), and :func:`response_fields`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import trio
 
 from ..errors import HTTPError
-from ..http.core import NO_EXTRA, RequestFacts
+from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..model import Prepared
 from ..pipeline.handler import Deferred
@@ -81,19 +80,15 @@ class StreamAnswer:
             check_host(head.authority)
         if not path_bytes_ok(head.path):
             raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
-        f = scan_fields(head.fields)
+        f = scan_fields(head.fields, head.authority)
         target = parse_target(head.method, head.path, max_size=cfg.conn.max_target_size)
-        extra = f.extra
-        if head.authority is not None and extra is not NO_EXTRA and extra.host is None:
-            # :authority is HTTP/2's Host (RFC 9113 §8.3.1), for the CSRF rule.
-            extra = replace(extra, host=head.authority.decode("latin-1"))
         facts = RequestFacts(
             method=head.method,
             target=target,
             keep_alive=True,
             has_body=st.open_body,
             tls=self._tls,
-            extra=extra,
+            extra=f.extra,
             **f.values,
         )
         return facts, f

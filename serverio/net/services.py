@@ -27,6 +27,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ..archive.service import Archives
 from ..concurrency.blocking import Pool
 from ..config import Config
+from ..dav.lockguard import TableLocks, new_token
+from ..dav.locks import LockTable
+from ..dav.service import DAV_METHODS, DavService
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
@@ -101,6 +104,7 @@ class Services:
             self.live = LiveReload(config, watch, self.files, self.content)
             self.hooks = self.live.hooks(self.fs)
         self.uploads: Uploads | None = None
+        self.dav: DavService | None = None
         if config.uploads.upload:
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
@@ -113,6 +117,24 @@ class Services:
                 write=self.uploads.write,
                 running=_both(self.hooks.running, self.uploads.running),
             )
+            if config.uploads.webdav:
+                # --webdav: the DAV step answers its methods, PUT and DELETE
+                # included (a file's through the uploads' step); class 2: the
+                # lock table of this process (serverio.dav.lockguard).
+                pol = config.uploads
+                table = LockTable(
+                    max_locks=pol.webdav_max_locks,
+                    timeout_max=pol.webdav_lock_timeout_max,
+                    tokens=new_token,
+                )
+                locks = TableLocks(table)
+                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads, locks)
+                self.hooks = dataclasses.replace(
+                    self.hooks, write=self.dav.write, write_methods=DAV_METHODS
+                )
+                # No upload form with --webdav: its POST is not one of the
+                # DAV methods, so WebDAV's locks would not guard it.
+                self.content.writable = None
         if config.content.archives:
             # Folder archives: the listing's other form, read in the fs pool.
             archives = Archives(config, self.fs, self.content, lambda: self.opener)
@@ -142,7 +164,7 @@ class Services:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
-        if self.uploads is not None:
+        if self.uploads is not None and self.dav is None:
             self.content.writable = site.may_write  # the form only where writes are allowed
         if site.rules.auth:
             # Access rules reach listed names and event paths too.

@@ -134,6 +134,8 @@ class ProxyStats:
     cancelled: int = 0  # the client went away: the upstream connection closed
     bytes_up: int = 0  # request body bytes sent upstream
     bytes_down: int = 0  # response body bytes received from upstreams
+    tunnels: int = 0  # WebSocket/Upgrade tunnels opened (an upstream 101 passed on)
+    timeouts_tunnel: int = 0  # --proxy-tunnel-idle: a tunnel closed for carrying nothing
 
 
 # Every counter's flat name, group and field, in the order /metrics and the

@@ -134,6 +134,12 @@ def caches_of(server: Server) -> dict[str, dict[str, int]]:
     return out
 
 
+def _tunnels_open(server: Server) -> int:
+    """The reverse proxy's tunnels open now (0 without a proxy)."""
+    proxy = server.services.proxy
+    return proxy.tunnels.open if proxy is not None else 0
+
+
 def snapshot(server: Server) -> Snapshot:
     """One process's numbers as a JSON-able dict (see :func:`merge`)."""
     hist: Histogram = server.response_times
@@ -151,6 +157,7 @@ def snapshot(server: Server) -> Snapshot:
             for p in pools_of(server)
         },
         "open_connections": len(server.connections),
+        "proxy_tunnels_open": _tunnels_open(server),
         "draining": int(server.draining),
         "abandoned_threads": server.abandoned_threads,
         "histogram": {"counts": list(hist.counts), "sum": hist.sum},
@@ -164,6 +171,7 @@ def merge(snaps: Iterable[Snapshot]) -> Snapshot:
         "caches": {},
         "pools": {},
         "open_connections": 0,
+        "proxy_tunnels_open": 0,
         "draining": 0,
         "abandoned_threads": 0,
         "histogram": {"counts": [0] * (len(BUCKETS) + 1), "sum": 0.0},
@@ -181,6 +189,7 @@ def merge(snaps: Iterable[Snapshot]) -> Snapshot:
                 dst[k] = max(dst.get(k, 0), v) if k in _POOL_PEAKS else dst.get(k, 0) + v
         for k in ("open_connections", "draining", "abandoned_threads"):
             out[k] += s[k]
+        out["proxy_tunnels_open"] += s.get("proxy_tunnels_open", 0)
         counts = out["histogram"]["counts"]
         for i, c in enumerate(s["histogram"]["counts"]):
             counts[i] += c
@@ -295,6 +304,9 @@ def render(s: Snapshot, extra: Iterable[str] = ()) -> str:
                 w.sample(name, cs[key], {"cache": cache})
     w.family("serverio_open_connections", "gauge", "Client connections open now.")
     w.sample("serverio_open_connections", s["open_connections"])
+    name = "serverio_proxy_tunnels_open"
+    w.family(name, "gauge", "Proxied WebSocket/Upgrade tunnels open now.")
+    w.sample(name, s.get("proxy_tunnels_open", 0))
     w.family("serverio_draining", "gauge", "1 while a graceful shutdown is draining.")
     w.sample("serverio_draining", s["draining"])
     w.family("serverio_abandoned_threads", "gauge", "Threads left stuck at shutdown.")

@@ -981,6 +981,47 @@ _UPLOADS = (
         "Uploads",
         kind="flag",
     ),
+    _O(
+        "webdav",
+        ("--webdav",),
+        "serve WebDAV class 1 and 2 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK) "
+        "on the whole root; "
+        "implies --upload",
+        "Uploads",
+        kind="flag",
+    ),
+    _O(
+        "webdav_depth_infinity",
+        ("--webdav-depth-infinity",),
+        "answer PROPFIND Depth: infinity with at most N resources (0: refuse it, 403)",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_max_tree",
+        ("--webdav-max-tree",),
+        "most members a COPY, MOVE or DELETE of a collection may touch",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_max_locks",
+        ("--webdav-max-locks",),
+        "most WebDAV locks held at once (per process, in memory); a LOCK past it gets 507",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_lock_timeout_max",
+        ("--webdav-lock-timeout-max",),
+        "longest WebDAV lock timeout granted, in seconds (Timeout: Infinite gets this)",
+        "Uploads",
+        metavar="SECONDS",
+        parse=int,
+    ),
 )
 
 _UPSTREAMS = (
@@ -1047,6 +1088,14 @@ _UPSTREAMS = (
         "proxy_total_timeout",
         ("--proxy-total-timeout",),
         "seconds for a whole proxied exchange (504 before the head, cut after)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
+    ),
+    _O(
+        "proxy_tunnel_idle",
+        ("--proxy-tunnel-idle",),
+        "seconds a WebSocket/Upgrade tunnel may carry no byte either way (then it is closed)",
         "Upstreams",
         metavar="S",
         parse=_seconds,

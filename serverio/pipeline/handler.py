@@ -156,6 +156,7 @@ class Handler:
         # Flat copies for the warm path: an absent hook costs one test.
         self.router = hooks.route
         self.write = hooks.write  # PUT and DELETE (None: read-only, no call)
+        self.write_methods = hooks.write_methods  # the methods ``write`` answers
         self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
         self._transform = hooks.transform
         self._listing_view = hooks.listing

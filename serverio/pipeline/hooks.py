@@ -32,13 +32,20 @@ GET of a server without hooks makes exactly the calls it made before.
   site's CORS preflight and access rules on the request path, and after its
   redirects and rewrites.  A matched request is answered by
   :meth:`~Proxy.forward` (its content, if any, streamed upstream; the
-  answer's body streamed down, a :class:`~serverio.model.StreamBody`).
+  answer's body streamed down, a :class:`~serverio.model.StreamBody`;
+  or, for an HTTP/1.1 request that asked to switch protocols and got the
+  upstream's 101, a :class:`TunnelBody`: the HTTP/1.1 connection sends
+  the head and then hands its stream to :meth:`Tunnel.run` instead of
+  reading the next request).
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
-* :attr:`Hooks.write`: the answer to every PUT and DELETE
-  (:data:`WRITE_METHODS`; uploads, ``--upload``), with or without content,
-  called by :mod:`serverio.pipeline.request` with the access hook
-  (:data:`Admit`) to ask on the target it resolves.
+* :attr:`Hooks.write`: the answer to every request whose method is one
+  of :attr:`Hooks.write_methods` (uploads, ``--upload``: PUT, DELETE and
+  the upload form's POST, :data:`WRITE_METHODS`; WebDAV, ``--webdav``: its methods too,
+  :mod:`serverio.dav.service`), with or without content, called by
+  :mod:`serverio.pipeline.request` with the access hook (:data:`Admit`)
+  to ask on the target it resolves.  A CORS preflight (an OPTIONS with
+  ``Access-Control-Request-Method``) is the site's, never the step's.
 """
 
 from __future__ import annotations
@@ -48,9 +55,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+import trio
+
 from ..concurrency.broadcast import StreamSlots
 from ..http.core import Plan, RequestFacts
-from ..model import Body, Prepared
+from ..model import Body, ChunkSource, Prepared
 from ..site.access import AccessTarget
 
 __all__ = [
@@ -65,6 +74,8 @@ __all__ = [
     "RawHead",
     "Router",
     "Transform",
+    "Tunnel",
+    "TunnelBody",
     "Upload",
     "WriteContent",
     "WriteStep",
@@ -139,12 +150,17 @@ class WriteContent(Protocol):
 # send (serverio.pipeline.request.access, on the step's resolved target).
 Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
 
-# The answer to a write (PUT, DELETE): the step resolves its target, asks
-# ``Admit``, then writes; it always answers.
-WriteStep = Callable[[RequestFacts, WriteContent, float, Admit], Awaitable[Plan]]
+# The answer to a write (PUT, DELETE; WebDAV's methods): the step resolves
+# its target, asks ``Admit``, then writes; it always answers: a plan, or a
+# 200 / 207 plan with a body produced while it is sent (a ChunkSource the
+# transport owns from then on: a PROPFIND of a large collection).
+WriteStep = Callable[
+    [RequestFacts, WriteContent, float, Admit], Awaitable["Plan | tuple[Plan, ChunkSource]"]
+]
 
-# The methods the write step answers (every other goes the read path).
-# POST: the upload form (a multipart/form-data POST to a directory).
+# The methods the uploads' write step answers (every other goes the read
+# path); a step declares its own in Hooks.write_methods.  POST: the upload
+# form (a multipart/form-data POST to a directory).
 WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE", b"POST"))
 
 
@@ -231,6 +247,47 @@ class Proxy(Protocol):
         ...
 
 
+class Tunnel(Protocol):
+    """The two byte streams of a protocol switch (RFC 9110 §7.8: a
+    WebSocket through the proxy) once its ``101`` is decided: the seam
+    between a feature that accepted a switch and the HTTP/1.1 transport,
+    which sends the 101's head and then runs the tunnel on its stream
+    instead of reading another request."""
+
+    async def run(self, client: trio.abc.Stream, initial: bytes) -> int:
+        """Join ``client`` (the connection's stream, the 101 sent) with the
+        other side until either closes, fails or goes idle; ``initial``:
+        the client's bytes already read past its request head.  Returns
+        the bytes sent to the client (the access log's size).
+
+        Cancellation handling: cancelled (shutdown's cut after
+        ``--shutdown-timeout``, abort), it closes its own side at once and
+        propagates; the transport closes ``client``.
+        """
+        ...
+
+    def close(self) -> None:
+        """Close what the tunnel holds (idempotent; synchronous, for a
+        ``finally``)."""
+        ...
+
+
+class TunnelBody(Body):
+    """The "body" of a ``101 Switching Protocols`` answer: no content, a
+    :class:`Tunnel` to run once the head is sent.  Only an HTTP/1.1
+    connection gets one (over HTTP/2 a request that asks to switch is
+    malformed, RFC 9113 §8.2.2, and never reaches a hook)."""
+
+    __slots__ = ("tunnel",)
+
+    def __init__(self, tunnel: Tunnel) -> None:
+        super().__init__(())
+        self.tunnel = tunnel
+
+    def close(self) -> None:
+        self.tunnel.close()
+
+
 @dataclass(frozen=True, slots=True)
 class Hooks:
     """The hooks of one server's pipeline; each None when unused."""
@@ -242,6 +299,8 @@ class Hooks:
     proxy: Proxy | None = None
     running: Callable[[], AbstractAsyncContextManager[None]] | None = None
     write: WriteStep | None = None
+    # The methods ``write`` answers (asked only when ``write`` is set).
+    write_methods: frozenset[bytes] = WRITE_METHODS
 
 
 NO_HOOKS = Hooks()

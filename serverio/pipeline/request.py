@@ -62,7 +62,7 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
-from .hooks import NO_HEAD, WRITE_METHODS, RawHead, Upload, WriteContent
+from .hooks import NO_HEAD, RawHead, Upload, WriteContent
 
 __all__ = [
     "Answer",
@@ -161,7 +161,7 @@ def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
     if deps.site is not None:
         return Waiting(req, None)  # the site's routing may wait (authentication)
     handler = deps.handler
-    if handler.write is not None and req.method in WRITE_METHODS and not _proxied(handler, req):
+    if handler.write is not None and _writes(handler, req):
         return Waiting(req, None)  # a write (--upload): complete() hands it to the step
     router = handler.router  # the hooks' router of reserved paths (None: no call)
     if router is None or (plan := router(req, now)) is None:
@@ -213,12 +213,7 @@ async def complete(
     req = waiting.req
     deferred = waiting.deferred
     handler = deps.handler
-    if (
-        deferred is None
-        and handler.write is not None
-        and req.method in WRITE_METHODS
-        and not _proxied(handler, req)
-    ):
+    if deferred is None and handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, NO_CONTENT, now, client)
     ticket: Ticket | None = None
     try:
@@ -321,7 +316,7 @@ async def complete_body(
     or resets the stream (HTTP/2).
     """
     handler = deps.handler
-    if handler.write is not None and req.method in WRITE_METHODS and not _proxied(handler, req):
+    if handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, content, now, client)
     step = handler.receive
     if step is None:
@@ -381,11 +376,17 @@ async def complete_write(
     async def admit(target: AccessTarget) -> Plan | None:
         return await access(deps, target, ticket, now, client)
 
+    chunks: ChunkSource | None = None
     try:
-        plan = await step(req, content, now, admit)
+        got = await step(req, content, now, admit)
     except HTTPError as exc:
-        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
-    return _finished(site, plan, -1, ticket, req)
+        got = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+    if type(got) is tuple:
+        plan, chunks = got
+    else:
+        assert isinstance(got, Plan)
+        plan = got
+    return _finished(site, plan, -1, ticket, req, chunks)
 
 
 class _NoContent:
@@ -421,6 +422,17 @@ async def _respond_routed(
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         return _finished(site, plan, -1, ticket, req)
     return await _admitted(deps, prepared, ticket, now, client)
+
+
+def _writes(handler: Handler, req: RequestFacts) -> bool:
+    """Does the write step answer ``req`` (asked only when one is
+    installed)?  Its methods (:attr:`~serverio.pipeline.hooks.Hooks.write_methods`),
+    but a CORS preflight (the site's) and a request a proxy route takes."""
+    if req.method not in handler.write_methods:
+        return False
+    if req.method == b"OPTIONS" and req.extra.cors_method is not None:
+        return False
+    return not _proxied(handler, req)
 
 
 def _proxied(handler: Handler, req: RequestFacts) -> bool:

@@ -18,6 +18,10 @@ anything else closes it (:meth:`UpstreamConn.close`, synchronous, so that a
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import os
+import socket
 from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Final
 
@@ -27,13 +31,32 @@ import trio
 from ..config import ProxyRoute
 from ..observe.stats import ProxyStats
 
-__all__ = ["RECV_SIZE", "Connect", "Pool", "UpstreamConn", "UpstreamError", "open_upstream"]
+__all__ = [
+    "RECV_SIZE",
+    "Connect",
+    "Pool",
+    "UpstreamConn",
+    "UpstreamError",
+    "exchange",
+    "only_cancelled",
+    "open_upstream",
+]
 
 RECV_SIZE: Final = 65536
+# Plain sockets take os.write on POSIX (the upstream send's fast path, as
+# the client side's in net/emit.py); elsewhere trio's send_all does it all.
+_FD_IO: Final = os.name == "posix"
 
 # How the pool opens a connection to a route's upstream (tests hand in
 # memory streams).
 Connect = Callable[[ProxyRoute], Awaitable[trio.abc.Stream]]
+
+
+def only_cancelled(exc: BaseException) -> bool:
+    """``exc`` is a cancellation, bare or grouped by a nursery."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
 
 
 class UpstreamError(Exception):
@@ -53,9 +76,37 @@ async def open_upstream(route: ProxyRoute) -> trio.abc.Stream:
     try:
         if route.unix:
             return await trio.open_unix_socket(route.unix)
+        family = _literal_family(route.host)
+        if family is not None:
+            return await _connect_literal(family, route.host, route.port)
         return await trio.open_tcp_stream(route.host, route.port)
     except OSError as exc:
         raise UpstreamError("connect", str(exc)) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _literal_family(host: str) -> int | None:
+    """AF_INET or AF_INET6 for an address literal; None for a name."""
+    try:
+        version = ipaddress.ip_address(host).version
+    except ValueError:
+        return None
+    return socket.AF_INET6 if version == 6 else socket.AF_INET
+
+
+async def _connect_literal(family: int, host: str, port: int) -> trio.SocketStream:
+    """One TCP connect to an address literal: what ``trio.open_tcp_stream``
+    does for a single address, without its resolver call and its
+    happy-eyeballs nursery (a new upstream connection costs less).
+
+    Cancellation handling: a cancelled connect closes the socket."""
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
 
 
 def close_stream(stream: trio.abc.Stream) -> None:
@@ -77,15 +128,35 @@ def close_stream(stream: trio.abc.Stream) -> None:
 class UpstreamConn:
     """One upstream connection (one task uses it at a time)."""
 
-    __slots__ = ("_eof", "closed", "h11", "received", "reused", "stream")
+    __slots__ = ("_eof", "_sock", "closed", "h11", "once", "received", "reused", "stream")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        # A plain socket's trio socket, for the send fast path (None: TLS,
+        # memory streams, platforms without os.write on sockets).
+        self._sock = stream.socket if _FD_IO and isinstance(stream, trio.SocketStream) else None
         self.h11 = h11.Connection(h11.CLIENT)
         self.reused = False
         self.received = 0  # bytes read in the current exchange
         self.closed = False
+        self.once = False  # never pooled (a request that asked to switch protocols)
         self._eof = False
+
+    async def _send(self, data: bytes) -> None:
+        """``data`` to the upstream.  Fast path: one non-blocking write of a
+        plain socket that takes it all needs no wait and no checkpoint
+        (trio's ``send_all`` ends with one, a scheduling round per send);
+        the rest, if any, goes through ``send_all`` with its waits.
+        Cancellation handling: as :meth:`send_request`."""
+        if self._sock is not None and (fd := self._sock.fileno()) >= 0:  # -1 once closed
+            try:
+                n = os.write(fd, data)
+            except BlockingIOError:
+                n = 0
+            if n == len(data):
+                return
+            data = data[n:]
+        await self.stream.send_all(data)
 
     async def send_request(
         self,
@@ -101,16 +172,22 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         try:
-            await self.stream.send_all(
-                conn.send(h11.Request(method=method, target=target, headers=fields))
-            )
-            if content is not None:
-                async for chunk in content:
-                    out = conn.send(h11.Data(data=chunk))
-                    if out:
-                        await self.stream.send_all(out)
-                    stats.bytes_up += len(chunk)
-            await self.stream.send_all(conn.send(h11.EndOfMessage()))
+            head = conn.send(h11.Request(method=method, target=target, headers=fields))
+            if content is None:
+                # The head and the end (no bytes without content) in one
+                # send: trio's send_all of b"" would still be a checkpoint,
+                # a scheduling round per request.
+                await self._send(head + conn.send(h11.EndOfMessage()))
+                return
+            await self._send(head)
+            async for chunk in content:
+                out = conn.send(h11.Data(data=chunk))
+                if out:
+                    await self._send(out)
+                stats.bytes_up += len(chunk)
+            end = conn.send(h11.EndOfMessage())  # the last chunk of chunked, or nothing
+            if end:
+                await self._send(end)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise UpstreamError("reset", str(exc)) from None
         except h11.LocalProtocolError as exc:
@@ -118,18 +195,31 @@ class UpstreamConn:
             # H2Body / H1Body check that first; this is the last guard).
             raise UpstreamError("framing", str(exc)) from None
 
+    def buffered_event(self) -> h11.Event | None:
+        """The next h11 event of the response if the bytes already read hold
+        it, else None (no I/O, no checkpoint)."""
+        conn = self.h11
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
+            raise UpstreamError(kind, str(exc)) from None
+        if event is h11.NEED_DATA:
+            return None
+        if event is h11.PAUSED:
+            # Only after a 101 (read_head returns it first) or a
+            # pipelining misuse: either way not an event to read on.
+            raise UpstreamError("framing", "paused")
+        assert not isinstance(event, type)
+        return event
+
     async def next_event(self) -> h11.Event:
         """The next h11 event of the response, reading as needed.
         Cancellation handling: as :meth:`send_request`."""
         conn = self.h11
         while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                kind = "reset" if conn.their_state is h11.ERROR and self._eof else "framing"
-                raise UpstreamError(kind, str(exc)) from None
-            if event is not h11.NEED_DATA:
-                assert not isinstance(event, type)  # PAUSED: never (one exchange at a time)
+            event = self.buffered_event()
+            if event is not None:
                 return event
             try:
                 data = await self.stream.receive_some(RECV_SIZE)
@@ -140,25 +230,111 @@ class UpstreamConn:
                 self._eof = True
             conn.receive_data(bytes(data))
 
-    async def read_head(self) -> h11.Response:
-        """The final response head (1xx informational heads are skipped)."""
+    async def read_head(self) -> h11.Response | h11.InformationalResponse:
+        """The final response head (1xx informational heads are skipped),
+        or the ``101 Switching Protocols`` that accepts a protocol switch
+        this connection's request asked for (h11 then holds both sides in
+        SWITCHED_PROTOCOL: the bytes past the head are :attr:`trailing`)."""
         while True:
             event = await self.next_event()
             if isinstance(event, h11.Response):
                 return event
             if isinstance(event, h11.InformationalResponse):
+                if event.status_code == 101 and self.switched:
+                    return event
                 continue
             raise UpstreamError("reset" if isinstance(event, h11.ConnectionClosed) else "framing")
 
     @property
+    def switched(self) -> bool:
+        """h11 says both sides switched protocols (after a 101)."""
+        return self.h11.our_state is h11.SWITCHED_PROTOCOL
+
+    @property
+    def trailing(self) -> bytes:
+        """The bytes read past the 101's head (the new protocol's first)."""
+        return bytes(self.h11.trailing_data[0])
+
+    @property
     def reusable(self) -> bool:
-        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3)."""
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+        """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3),
+        and the request did not ask to switch protocols (an upstream that
+        declined may still hold state for it: such a connection is used once)."""
+        conn = self.h11
+        return not self.once and conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             close_stream(self.stream)
+
+
+Head = h11.Response | h11.InformationalResponse
+
+
+async def exchange(
+    conn: UpstreamConn,
+    request: tuple[bytes, bytes, list[tuple[bytes, bytes]]],
+    content: AsyncIterable[bytes] | None,
+    stats: ProxyStats,
+    head_timeout: float,
+) -> Head | None:
+    """Send ``request`` (method, target, fields) and its content, and read
+    the response head: None when it did not come within ``head_timeout``
+    of the request's end.
+
+    Without content: send, then read.  With content, both at once, so
+    that an upstream may answer before it has read the whole body (a 413,
+    a 401; RFC 9110 §15.5.14, RFC 9112 §9.5): the head that arrives first
+    stops the sending (the connection is then never pooled: h11's side
+    of the request is not DONE) and is the answer.  The content is pulled
+    one chunk at a time as the upstream socket takes it (backpressure, at
+    most one chunk in hand).  The head deadline starts once the content is
+    all sent (a slow upload is the body deadlines' business).
+
+    Cancellation handling: cancelled, both tasks end and the connection is
+    left half-written; the caller closes it.
+    """
+    method, target, fields = request
+    if content is None:
+        await conn.send_request(method, target, fields, None, stats)
+        with trio.move_on_after(head_timeout):
+            return await conn.read_head()
+        return None
+    heads: list[Head] = []
+    errors: list[UpstreamError] = []
+    failed: list[Exception] = []
+    with trio.CancelScope() as waiting:  # its deadline is set once all is sent
+
+        async def send(everything: trio.CancelScope) -> None:
+            try:
+                await conn.send_request(method, target, fields, content, stats)
+            except UpstreamError as exc:
+                errors.append(exc)
+                if exc.kind == "framing":
+                    everything.cancel()  # the client's content broke its framing
+                return  # a reset: the upstream may have answered and closed
+            except Exception as exc:  # the client's content failed (408, 413, 400)
+                failed.append(exc)  # re-raised bare, as from a plain send
+                everything.cancel()
+                return
+            waiting.deadline = trio.current_time() + head_timeout
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send, nursery.cancel_scope)
+            try:
+                heads.append(await conn.read_head())
+            except UpstreamError as exc:
+                errors.insert(0, exc)
+            nursery.cancel_scope.cancel()  # an early answer (or none): stop sending
+    if failed:
+        raise failed[0]
+    if heads:
+        return heads[0]
+    framing = [e for e in errors if e.kind == "framing"]
+    if framing or errors:
+        raise (framing or errors)[0]
+    return None  # the head deadline
 
 
 class Pool:
@@ -195,14 +371,20 @@ class Pool:
     def release(self) -> None:
         self.inflight -= 1
 
+    def reuse(self) -> UpstreamConn | None:
+        """The most recently pooled idle connection, or None (no wait)."""
+        if not self.idle:
+            return None
+        conn = self.idle.pop()
+        conn.reused = True
+        self._stats.reuses += 1
+        return conn
+
     async def checkout(self, fresh: bool = False) -> UpstreamConn:
         """An idle keep-alive connection (most recent first), or a new one
         (``fresh``: always new).  Cancellation handling: a cancelled connect
         leaves nothing open."""
-        while self.idle and not fresh:
-            conn = self.idle.pop()
-            conn.reused = True
-            self._stats.reuses += 1
+        if not fresh and (conn := self.reuse()) is not None:
             return conn
         stream = await self._connect(self.route)
         self._stats.connects += 1

@@ -40,6 +40,7 @@ __all__ = [
     "forwarded_for",
     "request_fields",
     "response_fields",
+    "upgrade_token",
     "upstream_target",
 ]
 
@@ -124,6 +125,27 @@ def _hop(name: bytes, named: frozenset[bytes]) -> bool:
     return name in HOP_BY_HOP or name in named or name.startswith(b"proxy-")
 
 
+def upgrade_token(fields: Sequence[tuple[bytes, bytes]], version: bytes) -> bytes | None:
+    """The ``Upgrade`` value of a request that asks to switch protocols
+    (RFC 9110 §7.8: an HTTP/1.1 request whose Connection names ``upgrade``
+    and that has an Upgrade field, e.g. ``websocket``), else None.  Only
+    HTTP/1.1: HTTP/1.0 has no Upgrade, and over HTTP/2 a request with
+    Connection or Upgrade is malformed (RFC 9113 §8.2.2; refused before
+    any hook).  Several Upgrade fields are one comma-joined list."""
+    if version != b"1.1" or b"upgrade" not in _named_by_connection(fields):
+        return None
+    values = [v.strip() for n, v in fields if n == b"upgrade" and v.strip()]
+    return b", ".join(values) if values else None
+
+
+def _tunnel_fields(upgrade: bytes | None) -> Fields:
+    """What a protocol switch keeps of the hop-by-hop fields: Connection:
+    upgrade and the Upgrade value, and nothing else (RFC 9110 §7.8)."""
+    if upgrade is None:
+        return []
+    return [(b"connection", b"upgrade"), (b"upgrade", upgrade)]
+
+
 def forwarded_for(address: str) -> bytes:
     """A ``for=`` value of RFC 7239 §6: an IPv6 address quoted in brackets."""
     if ":" in address:
@@ -151,13 +173,16 @@ def request_fields(
     rewrite_host: bool,
     length: int | None,
     has_content: bool,
+    upgrade: bytes | None = None,
 ) -> Fields:
     """The fields of the upstream request.  ``host``: the client's Host (or
     HTTP/2 :authority); ``peer``: the address of the connection's other
     end; ``trusted``: it is a ``--trusted-proxies`` network, whose own
     forwarding fields are kept and appended to; ``length``: the content's
     declared length (Content-Length upstream) or None (chunked, when
-    ``has_content``)."""
+    ``has_content``); ``upgrade``: the protocol the client asks to switch
+    to (:func:`upgrade_token`), kept with ``Connection: upgrade`` (a
+    tunnel), every other hop-by-hop field still removed."""
     named = _named_by_connection(fields)
     out: Fields = [(b"host", route.authority.encode("ascii") if rewrite_host else host)]
     cookies: list[bytes] = []
@@ -195,6 +220,7 @@ def request_fields(
         (b"x-forwarded-proto", proto),
         (b"x-forwarded-host", host),
         (b"via", via + b", " + VIA if via else VIA),
+        *_tunnel_fields(upgrade),
     ]
     if length is not None:
         out.append((b"content-length", b"%d" % length))
@@ -211,10 +237,14 @@ def _token_or_quoted(value: bytes) -> bytes:
 
 
 def response_fields(
-    route: ProxyRoute, fields: Iterable[tuple[bytes, bytes]]
+    route: ProxyRoute, fields: Iterable[tuple[bytes, bytes]], switched: bool = False
 ) -> tuple[Fields, int | None]:
     """The upstream response's fields as sent to the client, and its
-    Content-Length (None: unknown; the transport frames the body)."""
+    Content-Length (None: unknown; the transport frames the body).
+    ``switched``: the upstream's ``101 Switching Protocols`` to a request
+    that asked for it: its Upgrade value is kept with ``Connection:
+    upgrade`` (RFC 9110 §7.8, §15.2.2), the other hop-by-hop fields and
+    any framing field removed (a 101 has no content)."""
     fields = list(fields)
     named = _named_by_connection(fields)
     # X-Content-Type-Options: nosniff on every response serverio sends
@@ -235,6 +265,10 @@ def response_fields(
             continue
         out.append((name, value))
     out.append((b"via", via + b", " + VIA if via else VIA))
+    if switched:
+        upgrade = upgrade_token([(b"connection", b"upgrade"), *fields], b"1.1")
+        out += _tunnel_fields(upgrade)
+        return _edit(out, route.remove_down, route.set_down), None
     if length is not None:
         out.append((b"content-length", b"%d" % length))
     return _edit(out, route.remove_down, route.set_down), length

@@ -8,8 +8,12 @@ One exchange, as :meth:`ProxyService.forward` runs it:
    ``--proxy-connect-timeout`` (refused: 502; too slow: 504);
 3. the request, re-serialised by h11 from the checked target and the
    filtered fields (:mod:`serverio.proxy.routes`), its content streamed
-   from the request-body seam (``async for chunk in content``);
-4. the response head within ``--proxy-head-timeout`` (504), h11-parsed
+   from the request-body seam (``async for chunk in content``) one chunk
+   at a time as the upstream takes it, while the response head is read
+   (:func:`~serverio.proxy.client.exchange`: an early answer, a 413, stops
+   the sending and the connection is not pooled);
+4. the response head within ``--proxy-head-timeout`` of the request's
+   end (504), h11-parsed
    (whatever h11 refuses: 502 with serverio's error page, never passed on;
    the upstream gone before the head: 502);
 5. the answer: the plan (status, filtered fields) and a
@@ -35,6 +39,7 @@ upstream connection is never pooled mid-exchange.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Callable
 
@@ -47,11 +52,20 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.hooks import RawHead, Upload
+from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
-from .client import Connect, Pool, UpstreamConn, UpstreamError, open_upstream
-from .routes import Routes, request_fields, response_fields, upstream_target
+from .client import (
+    Connect,
+    Pool,
+    UpstreamConn,
+    UpstreamError,
+    exchange,
+    only_cancelled,
+    open_upstream,
+)
+from .routes import Routes, request_fields, response_fields, upgrade_token, upstream_target
+from .tunnel import TunnelGauge, UpstreamTunnel
 
 __all__ = ["Downstream", "ProxyService"]
 
@@ -62,7 +76,7 @@ _BODILESS = frozenset({204, 304})
 class ProxyService:
     """The configured routes, one :class:`Pool` per route."""
 
-    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes")
+    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes", "tunnels")
 
     def __init__(self, config: Config, stats: ProxyStats, connect: Connect = open_upstream) -> None:
         policy = self._policy = config.proxy
@@ -70,6 +84,7 @@ class ProxyService:
         self._networks = config.site.proxy_networks
         self.routes = Routes(policy.routes)
         self._fallback = policy.fallback
+        self.tunnels = TunnelGauge()  # open now (/metrics)
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
         # One pool per route; the fallback's is keyed "" (its prefix "/"
         # may also be a route's).
@@ -82,10 +97,13 @@ class ProxyService:
 
     def match(self, req: RequestFacts) -> ProxyRoute | None:
         """The route of ``req``'s path; else, with ``--proxy-fallback``, the
-        fallback for a method the files never answer (not GET or HEAD)."""
+        fallback for what the files never answer: a method other than GET
+        or HEAD, or a request with an Upgrade field (a WebSocket: a dev
+        server's hot-reload socket at ``/`` must not get ``index.html``)."""
         route = self.routes.match(req.target.segments)
-        if route is None and self._fallback is not None and req.method not in _FILE_METHODS:
-            return self._fallback
+        if route is None and self._fallback is not None:
+            if req.method not in _FILE_METHODS or req.extra.upgrade is not None:
+                return self._fallback
         return route
 
     def fallback(self, req: RequestFacts) -> ProxyRoute | None:
@@ -114,7 +132,10 @@ class ProxyService:
         assert isinstance(route, ProxyRoute)
         pool = self.pools[_key(route, self._fallback)]
         target = upstream_target(route, req.target)  # 400 for a backslash
-        fields = self._fields(route, req, head, content, client)
+        # A protocol switch (a WebSocket) is asked for only without content:
+        # its bytes after the head belong to the new protocol.
+        upgrade = upgrade_token(head.fields, head.version) if content is None else None
+        fields = self._fields(route, req, head, content, client, upgrade)
         if not pool.try_acquire():
             raise HTTPError(503, "upstream busy")
         total = trio.current_time() + self._policy.proxy_total_timeout
@@ -123,8 +144,33 @@ class ProxyService:
         except BaseException:
             pool.release()
             raise
+        if upgrade is not None:
+            conn.once = True  # never pooled after a request that asked to switch
+            if response.status_code == 101:
+                return self._tunnel(pool, route, conn, response)
         # From here the Downstream owns the connection and the slot.
-        return await self._answer(pool, route, req, head.version, conn, response, total)
+        plan, body = await self._answer(pool, route, req, head.version, conn, response, total)
+        if upgrade is not None and not plan.close:
+            # Declined (RFC 9110 §7.8: the upstream answered as if no
+            # Upgrade was sent): the answer is passed on, and the client's
+            # connection closes after it, as a client that asked to switch
+            # may already have sent bytes of the new protocol.
+            plan = dataclasses.replace(plan, close=True)
+        return plan, body
+
+    def _tunnel(
+        self,
+        pool: Pool,
+        route: ProxyRoute,
+        conn: UpstreamConn,
+        response: h11.Response | h11.InformationalResponse,
+    ) -> tuple[Plan, Body]:
+        """The upstream's 101: its filtered head, and the tunnel to run
+        once it is sent (it owns the connection and the slot from here)."""
+        fields, _ = response_fields(route, response.headers, switched=True)
+        idle = self._policy.proxy_tunnel_idle
+        tunnel = UpstreamTunnel(pool, conn, self._stats, idle, self.tunnels)
+        return Plan(101, tuple(fields), (), send_body=False), TunnelBody(tunnel)
 
     def _fields(
         self,
@@ -133,6 +179,7 @@ class ProxyService:
         head: RawHead,
         content: Upload | None,
         client: Callable[[], str],
+        upgrade: bytes | None,
     ) -> list[tuple[bytes, bytes]]:
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
         peer = normalize_address(peer_of())
@@ -155,6 +202,7 @@ class ProxyService:
             rewrite_host=self._policy.proxy_host == "upstream",
             length=content.declared if content is not None else None,
             has_content=content is not None,
+            upgrade=upgrade,
         )
 
     async def _exchange(
@@ -165,29 +213,47 @@ class ProxyService:
         fields: list[tuple[bytes, bytes]],
         content: Upload | None,
         total: float,
-    ) -> tuple[UpstreamConn, h11.Response]:
+    ) -> tuple[UpstreamConn, h11.Response | h11.InformationalResponse]:
         """Steps 2-4: a connection, the request sent, the response head."""
         stats = self._stats
         policy = self._policy
         for attempt in (0, 1):
             conn: UpstreamConn | None = None
+            head_by: float | None = None
             try:
+                # One cancel scope for the exchange (each costs ~10 us on
+                # this path's budget): its deadline is the total's, moved
+                # earlier to the head timeout's once the request is sent; a
+                # pooled connection needs no connect deadline at all.
                 with trio.move_on_at(total) as whole:
-                    with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
-                        conn = await pool.checkout(fresh=attempt > 0)
+                    conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
-                        if connecting.cancelled_caught:
+                        with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
+                            conn = await pool.checkout(fresh=True)
+                        if conn is None:
+                            assert connecting.cancelled_caught
                             stats.timeouts_connect += 1
                             raise HTTPError(504, "upstream connect timed out")
-                    else:
-                        stats.requests += 1
-                        await conn.send_request(req.method, target, fields, content, stats)
-                        with trio.move_on_after(policy.proxy_head_timeout) as waiting:
-                            return conn, await conn.read_head()
-                        assert waiting.cancelled_caught
-                        stats.timeouts_head += 1
-                        raise HTTPError(504, "upstream response timed out")
+                    stats.requests += 1
+                    if content is None:
+                        await conn.send_request(req.method, target, fields, None, stats)
+                        head_by = trio.current_time() + policy.proxy_head_timeout
+                        if head_by < total:
+                            whole.deadline = head_by
+                        return conn, await conn.read_head()
+                    # With content: sent while the head is read (an early
+                    # answer stops it); exchange keeps its own head deadline.
+                    up = (req.method, target, fields)
+                    timeout = policy.proxy_head_timeout
+                    head = await exchange(conn, up, content, stats, timeout)
+                    if head is not None:
+                        return conn, head
+                    stats.timeouts_head += 1
+                    raise HTTPError(504, "upstream response timed out")
                 assert whole.cancelled_caught
+                if head_by is not None and head_by <= total:
+                    stats.timeouts_head += 1
+                    raise HTTPError(504, "upstream response timed out")
                 stats.timeouts_total += 1
                 raise HTTPError(504, "upstream exchange timed out")
             except UpstreamError as exc:
@@ -208,7 +274,7 @@ class ProxyService:
             except BaseException as exc:
                 if conn is not None:
                     pool.discard(conn)
-                if isinstance(exc, trio.Cancelled):
+                if only_cancelled(exc):
                     stats.cancelled += 1
                 raise
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -220,7 +286,7 @@ class ProxyService:
         req: RequestFacts,
         version: bytes,
         conn: UpstreamConn,
-        response: h11.Response,
+        response: h11.Response | h11.InformationalResponse,
         total: float,
     ) -> tuple[Plan, Body]:
         """Step 5: the plan and its streamed body (the slot goes with it)."""
@@ -293,22 +359,16 @@ class Downstream:
             return b""
         stats = self._stats
         while True:
-            now = trio.current_time()
-            idle = now + self._idle
-            with trio.move_on_at(min(idle, self._total)) as scope:
-                try:
-                    event = await self._conn.next_event()
-                except UpstreamError as exc:
-                    self._end(False)
-                    _count(stats, exc.kind)
-                    raise BodyCut(f"upstream {exc.kind}") from None
-            if scope.cancelled_caught:
+            try:
+                # What was already read needs no wait, so no deadline scope
+                # (a small response's head, body and end come in one read).
+                event = self._conn.buffered_event()
+                if event is None:
+                    event = await self._receive()
+            except UpstreamError as exc:
                 self._end(False)
-                if idle <= self._total:
-                    stats.timeouts_idle += 1
-                else:
-                    stats.timeouts_total += 1
-                raise BodyCut("upstream timed out")
+                _count(stats, exc.kind)
+                raise BodyCut(f"upstream {exc.kind}") from None
             if isinstance(event, h11.Data):
                 if not event.data:
                     continue
@@ -320,6 +380,19 @@ class Downstream:
             self._end(False)  # ConnectionClosed mid-body: h11 raised already, or this
             _count(stats, "reset")
             raise BodyCut("upstream closed")
+
+    async def _receive(self) -> h11.Event:
+        """The next event, read within the idle and total deadlines
+        (:class:`BodyCut` past one).  Cancellation handling: as :meth:`next`."""
+        idle = trio.current_time() + self._idle
+        with trio.move_on_at(min(idle, self._total)):
+            return await self._conn.next_event()
+        self._end(False)
+        if idle <= self._total:
+            self._stats.timeouts_idle += 1
+        else:
+            self._stats.timeouts_total += 1
+        raise BodyCut("upstream timed out")
 
     def _end(self, complete: bool) -> None:
         if self.done:

@@ -53,6 +53,17 @@ EXTRA_FIELDS: dict[bytes, str] = {
     # kept raw; parsed only when the peer is a --trusted-proxies address.
     b"forwarded": "forwarded",
     b"x-forwarded-for": "x_forwarded_for",
+    # The reverse proxy's --proxy-fallback (serverio.proxy): a request that
+    # asks to switch protocols (RFC 9110 §7.8, a WebSocket) is the
+    # fallback's, not a file's.
+    b"upgrade": "upgrade",
+    # WebDAV (serverio.dav, RFC 4918 §10).
+    b"depth": "depth",
+    b"destination": "destination",
+    b"overwrite": "overwrite",
+    b"if": "dav_if",
+    b"lock-token": "lock_token",
+    b"timeout": "timeout",
 }
 
 # uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP
@@ -81,15 +92,19 @@ def check_host(value: bytes) -> None:
         raise HTTPError(400, "invalid Host", close=True)
 
 
-def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
-    """One pass over the (lower-case) header list.
+def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None = None) -> Fields:
+    """One pass over the (lower-case) header list.  ``authority``:
+    HTTP/2's ``:authority`` (HTTP/1.1 has a Host line instead); kept in
+    ``extra.host`` (with the Host line's value) only when another extra
+    field is present: a Destination (WebDAV COPY / MOVE), an Origin or a
+    Content-Type (the upload form's CSRF rule).
 
     Raises :class:`HTTPError` 400 for an invalid Host.
     """
+    host = authority
     values: dict[str, str] = {}
     extra: dict[str, str] = {}
     out = Fields(values)
-    host: bytes | None = None
     for name, value in headers:
         attr = FACT_FIELDS.get(name)
         if attr is not None:
@@ -121,6 +136,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]]) -> Fields:
             extra[key] = v if old is None else f"{old}, {v}"
     if extra:
         if host is not None:
-            extra["host"] = host.decode("latin-1")  # the CSRF rule compares Origin with it
+            # WebDAV's Destination and the upload form's CSRF rule compare with it.
+            extra["host"] = host.decode("latin-1")
         out.extra = ExtraFields(**extra)
     return out

@@ -62,6 +62,8 @@ _CANONICAL = {
         "Referrer-Policy",
         "Permissions-Policy",
         "X-Frame-Options",
+        # WebDAV locking (serverio.dav.lockplans): the LOCK answer's token.
+        "Lock-Token",
     )
 }
 

@@ -1,0 +1,173 @@
+"""What every WebDAV method step shares (:class:`DavBase`), and helpers.
+
+:class:`serverio.dav.service.DavService` is a :class:`DavBase`; the steps
+of :mod:`serverio.dav.methods` take one (no import of the service, so no
+cycle).
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable, Sequence
+
+from ..concurrency.blocking import Pool, run_blocking
+from ..config import Config
+from ..errors import HTTPError
+from ..fs.davtree import TreeJob, root_place
+from ..fs.filecache import FileCache
+from ..fs.opener import ContainedRoot
+from ..fs.prepare import stat_facts
+from ..fs.writer import Placement, current_bytes, open_target
+from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
+from ..http.target import Target
+from ..pipeline.hooks import Admit, WriteContent
+from ..site.access import AccessTarget, Kind, served_target
+from ..site.rules import match_path
+from ..upload.service import Uploads
+from .answers import condition_plan
+from .guard import LockGuard, path_href
+from .props import Locks
+from .xml import MAX_XML_BYTES
+
+__all__ = ["DavBase", "field", "read_access", "read_body", "rel", "write_access"]
+
+
+def field(value: str | None) -> bytes | None:
+    """A request field's raw bytes (None when absent)."""
+    return None if value is None else value.encode("latin-1")
+
+
+def rel(segments: Sequence[str]) -> str:
+    """A guard path (``""`` for the root)."""
+    return "/".join(segments)
+
+
+async def read_body(content: WriteContent, limit: int = MAX_XML_BYTES) -> bytes:
+    """A DAV request's XML body, whole (413 past ``limit``)."""
+    parts: list[bytes] = []
+    size = 0
+    while (chunk := await content.next_chunk()) is not None:
+        size += len(chunk)
+        if size > limit:
+            raise HTTPError(413, "XML body too large")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def write_access(admit: Admit, target: Target, action: str) -> Plan | None:
+    """The access hook on a write of ``target`` (``put`` or ``delete``)."""
+    return await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
+
+
+async def read_access(admit: Admit, target: Target, is_dir: bool) -> Plan | None:
+    """The access hook on a read of ``target`` (a listing or a file)."""
+    path = match_path(target)
+    if is_dir and not path.endswith("/"):
+        path += "/"
+    return await admit(served_target(path))
+
+
+class DavBase:
+    """The service's state and the steps' shared helpers.
+
+    Cancellation handling: :meth:`place` and :meth:`blocking` run in the
+    pool as a :class:`~serverio.fs.davtree.TreeJob`'s thread; the caller
+    :meth:`release`\\ s the job in a ``finally``.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        opener: Callable[[], ContainedRoot],
+        files: FileCache,
+        uploads: Uploads,
+        guard: LockGuard,
+    ) -> None:
+        self.config = config
+        self.opener = opener
+        self.files = files
+        self.uploads = uploads
+        self.guard = guard
+        self.pool: Pool = uploads.pool
+
+    # ------------------------------------------------------------ helpers
+
+    async def blocking(self, job: TreeJob, fn: Callable[..., object], *args: object) -> object:
+        """``fn(*args)`` in the pool as ``job``'s thread."""
+        return await run_blocking(self.pool, job.run, fn, *args)
+
+    async def place(self, job: TreeJob, segments: tuple[str, ...]) -> Placement:
+        """``segments``' placement (the root's own for none), held by ``job``."""
+        if not segments:
+            got: Placement = await run_blocking(
+                self.pool, root_place, self.opener(), late_close=Placement.close
+            )
+        else:
+            got = await run_blocking(
+                self.pool,
+                open_target,
+                self.opener(),
+                segments,
+                self.config.files.hidden,
+                late_close=Placement.close,
+            )
+        job.hold(got.close)
+        if got.dir_fd < 0:
+            # The windows containment strategy works by path: the tree
+            # operations need directory descriptors (docs/features.md).
+            raise HTTPError(501, "WebDAV needs directory descriptors")
+        return got
+
+    @staticmethod
+    def release(job: TreeJob) -> None:
+        if job.release():
+            job.close()
+
+    async def current_facts(self, job: TreeJob, place: Placement) -> FileFacts | None:
+        """The facts (so the ETag) a GET of ``place``'s file shows; None:
+        no file there (a collection has no ETag here)."""
+        cur = place.current
+        if cur is None or not stat.S_ISREG(cur.st_mode):
+            return None
+        limit = self.config.files.small_file_size
+        data = await self.blocking(job, current_bytes, place, limit)
+        digest = content_digest(data) if isinstance(data, bytes) else None
+        return stat_facts(cur, self.config, digest)
+
+    async def guarded(
+        self,
+        req: RequestFacts,
+        paths: Sequence[str],
+        infinity: bool,
+        now: float,
+        job: TreeJob | None = None,
+        places: Sequence[tuple[str, Placement]] = (),
+    ) -> Plan | None:
+        """The lock guard's refusal (412, or 423 naming the locked
+        resource), or None.  With an ``If`` field, the ETags of
+        ``places`` (path and placement, held by ``job``) are looked up
+        for its entity-tag conditions (RFC 4918 §10.4.2)."""
+        known: dict[str, str | None] = {}
+        if req.extra.dav_if is not None and job is not None:
+            for path, place in places:
+                facts = await self.current_facts(job, place)
+                known[path] = None if facts is None else facts.etag or None
+        got = self.guard.check(req, paths, depth_infinity=infinity, etag_of=known.get, now=now)
+        if got is None:
+            return None
+        status, path = got
+        if status == 423:
+            return condition_plan(423, "lock-token-submitted", now, path_href(path))
+        return error_plan(status, now)
+
+    def locks(self, path: str, now: float) -> Locks:
+        return Locks(self.guard.supported(), self.guard.discovery(path, now))
+
+    def changed(self, *paths: str, tree: bool = False) -> None:
+        """Every cache sees a write: the warm-file entries of ``paths``
+        (every entry after a tree operation: members moved with it)."""
+        if tree:
+            self.files.clear()
+            return
+        for path in paths:
+            self.files.forget(path or ".")

@@ -1,0 +1,259 @@
+"""The WebDAV steps that change trees: DELETE, COPY, MOVE (RFC 4918 §9.6,
+§9.8, §9.9), and the empty resource a LOCK of an unmapped URL makes.
+
+Each takes the service (a :class:`~serverio.dav.common.DavBase`) and runs
+its blocking work through a :class:`~serverio.fs.davtree.TreeJob`.  The
+order: the Destination (502 for another server, 403 for a hidden or
+temporary name, the source itself or a path inside it), Depth and
+Overwrite, the access hook on both ends, both placements under
+containment, 412 for ``Overwrite: F`` onto an existing resource and for
+a failed If-Match / If-None-Match / If-Unmodified-Since on the source,
+the lock guard on everything changed; then an existing destination is
+removed first unless a file replaces a file (one atomic rename, §9.8.4,
+§9.9.3), and the operation runs.  201 when the destination was new,
+204 when it existed, 207 with the members that failed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ..fs.davtree import TreeJob, copy_tree, move_tree, remove_tree, write_props
+from ..fs.writer import Placement, Refusal, WriteRefused
+from ..http.core import Plan, RequestFacts, error_plan
+from ..http.target import is_write_temp
+from ..pipeline.hooks import Admit, WriteContent
+from ..upload.decide import errno_status, has_preconditions, precondition_status
+from .answers import multistatus_plan, status_plan
+from .common import DavBase, field, read_access, rel, write_access
+from .guard import path_href
+from .ifheader import Depth, parse_depth, parse_destination, parse_overwrite
+from .xml import Response
+
+__all__ = ["copy_move", "create_empty", "delete"]
+
+
+def _failures(base: str, failed: list[tuple[str, int]], now: float) -> Plan:
+    """207 naming each member that failed (§9.6.1: not its ancestors)."""
+    out = []
+    for sub, code in failed:
+        path = f"{base}/{sub.rstrip('/')}" if base else sub.rstrip("/")
+        out.append(
+            Response(path_href(path, collection=sub.endswith("/")), status=errno_status(code))
+        )
+    return multistatus_plan(out, now)
+
+
+def _is_dir(place: Placement) -> bool:
+    return place.current is not None and stat.S_ISDIR(place.current.st_mode)
+
+
+async def _drop_props(svc: DavBase, segments: tuple[str, ...]) -> None:
+    """Remove the dead properties of a deleted file (its own pool call)."""
+    job = TreeJob()
+    try:
+        place = await svc.place(job, segments)
+        await svc.blocking(job, write_props, place, None)
+    finally:
+        svc.release(job)
+
+
+async def delete(
+    svc: DavBase, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+) -> Plan:
+    """DELETE (§9.6): a file through the uploads' own step (its
+    preconditions, its counters), then its dead properties; a collection
+    with every member (Depth infinity, the only depth allowed, §9.6.1),
+    at most ``--webdav-max-tree``."""
+    target = req.target
+    if not target.segments:
+        return error_plan(403, now)  # the root is never removed
+    if parse_depth(field(req.extra.depth), Depth.INFINITY) is not Depth.INFINITY:
+        return error_plan(400, now)
+    refusal = await write_access(admit, target, "delete")
+    if refusal is not None:
+        return refusal
+    path = rel(target.segments)
+    job = TreeJob()
+    try:
+        try:
+            place = await svc.place(job, target.segments)
+        except WriteRefused as exc:
+            if exc.refusal is Refusal.NO_PARENT:
+                return error_plan(404, now)
+            raise
+        if place.current is None:
+            return error_plan(404, now)
+        parent = rel(target.segments[:-1])
+        refusal = await svc.guarded(req, [path, parent], _is_dir(place), now, job, [(path, place)])
+        if refusal is not None:
+            return refusal
+        if not _is_dir(place):
+            svc.release(job)
+
+            async def allowed(_: object) -> Plan | None:
+                return None  # admitted above
+
+            plan = await svc.uploads.write(req, content, now, allowed)
+            if plan.status == 204:
+                await _drop_props(svc, target.segments)
+                svc.guard.moved(path, None)
+            return plan
+        status = precondition_status(req, None, now)  # a collection has no ETag
+        if status is not None:
+            return error_plan(status, now)
+        limit = svc.config.uploads.webdav_max_tree
+        failed = await svc.blocking(job, remove_tree, place, limit, job.stopped)
+    finally:
+        svc.release(job)
+    svc.changed(path, tree=True)
+    assert isinstance(failed, list)
+    if failed:
+        return _failures(path, failed, now)
+    svc.guard.moved(path, None)
+    return status_plan(204, now)
+
+
+async def copy_move(
+    svc: DavBase, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+) -> Plan:
+    """COPY (§9.8) or MOVE (§9.9) of the target to its Destination."""
+    move = req.method == b"MOVE"
+    target = req.target
+    dest = parse_destination(
+        field(req.extra.destination),
+        scheme="https" if req.tls else "http",
+        host=req.extra.host or "",
+    )
+    if dest.foreign or dest.target is None:
+        return error_plan(502, now)  # §9.8.5, §9.9.4: another server
+    dt = dest.target
+    hidden = svc.config.files.hidden
+    if not target.segments or not dt.segments:
+        return error_plan(403, now)
+    if is_write_temp(dt.segments) or (dt.hidden and not hidden):
+        return error_plan(403, now)
+    src_path, dst_path = rel(target.segments), rel(dt.segments)
+    if dst_path == src_path or dst_path.startswith(src_path + "/"):
+        return error_plan(403, now)  # onto itself, or into itself
+    depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
+    if depth is Depth.ONE or (move and depth is not Depth.INFINITY):
+        return error_plan(400, now)  # §9.8.3, §9.9.2
+    overwrite = parse_overwrite(field(req.extra.overwrite))
+    if move:
+        refusal = await write_access(admit, target, "delete")
+    else:
+        refusal = await read_access(admit, target, target.slash)
+    if refusal is None:
+        refusal = await write_access(admit, dt, "put")
+    if refusal is not None:
+        return refusal
+    job = TreeJob()
+    try:
+        try:
+            src = await svc.place(job, target.segments)
+        except WriteRefused as exc:
+            if exc.refusal is Refusal.NO_PARENT:
+                return error_plan(404, now)
+            raise
+        if src.current is None:
+            return error_plan(404, now)
+        if not _is_dir(src) and not stat.S_ISREG(src.current.st_mode):
+            return error_plan(403, now)  # a symlink or a special file is never copied
+        dst = await svc.place(job, dt.segments)
+        existed = dst.current is not None
+        if existed and not overwrite:
+            return error_plan(412, now)  # §9.8.4, §10.6
+        plan = await _preconditions(svc, job, req, src, now)
+        if plan is not None:
+            return plan
+        # A COPY leaves its source as it is: only a MOVE's is changed (§9.8).
+        paths = [dst_path, rel(dt.segments[:-1])]
+        if move:
+            paths += [src_path, rel(target.segments[:-1])]
+        infinity = _is_dir(src) or _is_dir(dst)
+        ends = [(src_path, src), (dst_path, dst)]
+        refusal = await svc.guarded(req, paths, infinity, now, job, ends)
+        if refusal is not None:
+            return refusal
+        plan = await _run(svc, job, req, src, dst, dst_path, depth is Depth.INFINITY, now)
+    finally:
+        svc.release(job)
+    svc.changed(src_path, dst_path, tree=True)
+    if plan is not None:
+        return plan
+    if existed:
+        svc.guard.moved(dst_path, None)  # the resource it replaced is gone
+    if move:
+        svc.guard.moved(src_path, dst_path)
+    if existed:
+        return status_plan(204, now)
+    return status_plan(201, now, dt.url_path(slash=_is_dir(src)))
+
+
+async def _preconditions(
+    svc: DavBase, job: TreeJob, req: RequestFacts, src: Placement, now: float
+) -> Plan | None:
+    """412 when the source's preconditions fail (RFC 9110 §13.1), as PUT."""
+    if not has_preconditions(req):
+        return None
+    facts = await svc.current_facts(job, src)
+    status = precondition_status(req, facts, now)
+    return None if status is None else error_plan(status, now)
+
+
+async def _run(
+    svc: DavBase,
+    job: TreeJob,
+    req: RequestFacts,
+    src: Placement,
+    dst: Placement,
+    dst_path: str,
+    infinity: bool,
+    now: float,
+) -> Plan | None:
+    """Clear the destination when it must be, then copy or move; a 207
+    with the members that failed, or None."""
+    limit = svc.config.uploads.webdav_max_tree
+    if dst.current is not None and (_is_dir(src) or _is_dir(dst)):
+        failed = await svc.blocking(job, remove_tree, dst, limit, job.stopped)
+        assert isinstance(failed, list)
+        if failed:
+            return _failures(dst_path, failed, now)
+        dst.current = None
+    if req.method == b"MOVE":
+        failed = await svc.blocking(job, move_tree, src, dst, limit, job.stopped)
+    else:
+        failed = await svc.blocking(job, copy_tree, src, dst, infinity, limit, job.stopped)
+    assert isinstance(failed, list)
+    return _failures(dst_path, failed, now) if failed else None
+
+
+async def create_empty(svc: DavBase, req: RequestFacts, now: float) -> int:
+    """An empty file at ``req``'s target for a LOCK of an unmapped URL
+    (RFC 4918 §7.3): 201, or the error status (409 without a parent)."""
+    job = TreeJob()
+    try:
+        try:
+            place = await svc.place(job, req.target.segments)
+        except WriteRefused as exc:
+            return 409 if exc.refusal is Refusal.NO_PARENT else 403
+        if place.current is not None:
+            return 200
+        await svc.blocking(job, _create, place)
+    finally:
+        svc.release(job)
+    svc.changed(rel(req.target.segments))
+    return 201
+
+
+def _create(place: Placement) -> None:
+    """An empty regular file at ``place`` (O_EXCL: never over another)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(place.name, flags, 0o666, dir_fd=place.dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.fsync(place.dir_fd)

@@ -1,0 +1,391 @@
+"""WebDAV class 1 on the root (``--webdav``; RFC 4918, issue 29).
+
+:class:`DavService` is the write step the server installs as the
+pipeline's ``write`` hook with :data:`DAV_METHODS` as its methods
+(:attr:`serverio.pipeline.hooks.Hooks.write_methods`) when ``--webdav``
+is given: OPTIONS, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK,
+and PUT and DELETE (a file's are the uploads' own,
+:class:`serverio.upload.service.Uploads`, after the lock guard; a
+collection's DELETE is a tree removal here).  GET and HEAD stay on the
+read path, untouched: a plain GET pays one set-membership test.
+
+Every method: the target (and a COPY/MOVE's ``Destination``, parsed by
+:func:`serverio.dav.ifheader.parse_destination` with the reads' target
+rules) refused when hidden or a write temporary; the access hook asked
+(``Kind.WRITE`` with action ``put`` for what creates or changes, ``delete``
+for what removes, so ``[[writable]]`` rules apply to every DAV write; a
+PROPFIND or a COPY's source as a read of a file or listing); the target
+opened under the root's containment in the ``write`` pool
+(:func:`serverio.fs.writer.open_target`); the preconditions (If-Match,
+If-None-Match, If-Unmodified-Since: 412) and the lock guard
+(:mod:`serverio.dav.guard`, 412 / 423) decided; then one blocking
+operation (:mod:`serverio.fs.davtree`) in the pool.  Every cache sees the
+change at once (the warm-file entries forgotten: all of them after a
+tree operation).  COPY, MOVE and DELETE live in :mod:`serverio.dav.methods`.
+"""
+
+from __future__ import annotations
+
+import logging
+import stat
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from ..concurrency.blocking import PoolSaturated, run_blocking
+from ..config import Config
+from ..fs.davtree import (
+    DirScan,
+    Found,
+    TreeJob,
+    TreeTooLarge,
+    lookup,
+    make_collection,
+    read_props,
+    write_props,
+)
+from ..fs.filecache import FileCache
+from ..fs.opener import ContainedRoot
+from ..fs.writer import WriteRefused
+from ..http.core import Plan, RequestFacts, error_plan
+from ..http.target import is_write_temp
+from ..model import ChunkSource
+from ..pipeline.hooks import Admit, WriteContent
+from ..upload.decide import REFUSAL_STATUS, errno_status
+from ..upload.service import Uploads
+from . import methods
+from .answers import (
+    ALLOW_DAV,
+    condition_plan,
+    multistatus_plan,
+    options_plan,
+    status_plan,
+    stream_plan,
+)
+from .common import DavBase, field, read_access, read_body, rel, write_access
+from .guard import NO_LOCKS, LockGuard, path_href
+from .ifheader import Depth, parse_depth
+from .props import apply_patch, dump_dead, load_dead, propfind_response
+from .xml import (
+    MULTISTATUS_HEAD,
+    MULTISTATUS_TAIL,
+    Propfind,
+    Response,
+    parse_propfind,
+    parse_proppatch,
+    response_xml,
+)
+
+__all__ = ["DAV_METHODS", "DavService"]
+
+log = logging.getLogger("serverio")
+
+DAV_METHODS: Final = frozenset(
+    (
+        b"OPTIONS",
+        b"PROPFIND",
+        b"PROPPATCH",
+        b"MKCOL",
+        b"COPY",
+        b"MOVE",
+        b"LOCK",
+        b"UNLOCK",
+        b"PUT",
+        b"DELETE",
+    )
+)
+_BATCH: Final = 256  # members per pool call of a PROPFIND listing
+
+Step = Callable[
+    [RequestFacts, WriteContent, float, Admit], Awaitable["Plan | tuple[Plan, ChunkSource]"]
+]
+
+
+class DavService(DavBase):
+    """The WebDAV write step; one per server, on the uploads' pool.
+
+    Cancellation handling: what an operation holds across its pool calls
+    is a :class:`serverio.fs.davtree.TreeJob`, released in a ``finally``
+    (an abandoned pool thread closes it and stops at its next member); a
+    PROPFIND listing's body closes its job when the transport closes it.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        opener: Callable[[], ContainedRoot],
+        files: FileCache,
+        uploads: Uploads,
+        guard: LockGuard = NO_LOCKS,
+    ) -> None:
+        super().__init__(config, opener, files, uploads, guard)
+        self._steps: dict[bytes, Step] = {
+            b"PROPFIND": self._propfind,
+            b"PROPPATCH": self._proppatch,
+            b"MKCOL": self._mkcol,
+            b"PUT": self._put,
+            b"DELETE": lambda *a: methods.delete(self, *a),
+            b"COPY": lambda *a: methods.copy_move(self, *a),
+            b"MOVE": lambda *a: methods.copy_move(self, *a),
+            b"LOCK": self._lock,
+            b"UNLOCK": self._unlock,
+        }
+
+    async def write(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan | tuple[Plan, ChunkSource]:
+        """The answer to one DAV request (the pipeline's ``write`` hook).
+
+        Cancellation handling: see the class; nothing is left held.
+        """
+        if req.method == b"OPTIONS":
+            return options_plan(self.guard.classes, now)
+        target = req.target
+        if is_write_temp(target.segments) or (target.hidden and not self.config.files.hidden):
+            return error_plan(404 if req.method == b"PROPFIND" else 403, now)
+        step = self._steps[req.method]
+        try:
+            return await step(req, content, now, admit)
+        except WriteRefused as exc:
+            return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
+        except TreeTooLarge:
+            return error_plan(403, now)  # over --webdav-max-tree: nothing was changed
+        except PoolSaturated:
+            return error_plan(503, now, close=True)
+        except OSError as exc:
+            status = errno_status(exc.errno)
+            if status == 500:
+                log.error("%s of %s failed: %s", req.method.decode(), target.relpath, exc)
+            return error_plan(status, now)
+
+    # ------------------------------------------------------------ methods
+
+    async def _put(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
+        segments = req.target.segments
+        if segments:
+            path = rel(segments)
+            job = TreeJob()
+            try:
+                places = []
+                if req.extra.dav_if is not None:  # its entity tags need the file's ETag
+                    places.append((path, await self.place(job, segments)))
+                paths = [path, rel(segments[:-1])]
+                refusal = await self.guarded(req, paths, False, now, job, places)
+                if refusal is not None and refusal.status == 423:
+                    # Replacing a file leaves its parent's membership as it
+                    # is (RFC 4918 §7.4): only a new member needs the
+                    # parent's token.  Looked at only when refused.
+                    place = places[0][1] if places else await self.place(job, segments)
+                    if place.current is not None:
+                        places = [(path, place)]
+                        refusal = await self.guarded(req, [path], False, now, job, places)
+            finally:
+                self.release(job)
+            if refusal is not None:
+                return refusal
+        return await self.uploads.write(req, content, now, admit)
+
+    async def _mkcol(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
+        target = req.target
+        if req.has_body:
+            return error_plan(415, now)  # RFC 4918 §9.3.1: no MKCOL body is understood
+        if not target.segments:
+            return error_plan(405, now, allow=ALLOW_DAV)
+        refusal = await write_access(admit, target, "put")
+        if refusal is not None:
+            return refusal
+        job = TreeJob()
+        try:
+            place = await self.place(job, target.segments)
+            if place.current is not None:
+                return error_plan(405, now, allow=ALLOW_DAV)  # §9.3.1: already mapped
+            path = rel(target.segments)
+            parent = rel(target.segments[:-1])
+            refusal = await self.guarded(req, [path, parent], False, now, job, [(path, place)])
+            if refusal is not None:
+                return refusal
+            await self.blocking(job, make_collection, place)
+        finally:
+            self.release(job)
+        self.changed(path)
+        return status_plan(201, now, target.url_path(slash=True))
+
+    async def _propfind(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan | tuple[Plan, ChunkSource]:
+        depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
+        bound = self.config.uploads.webdav_depth_infinity
+        if depth is Depth.INFINITY and not bound:
+            return condition_plan(403, "propfind-finite-depth", now)  # RFC 4918 §9.1
+        ask = parse_propfind(await read_body(content))
+        path = rel(req.target.segments)
+        small = self.config.files.small_file_size
+        found = await run_blocking(self.pool, lookup, self.opener(), path, small)
+        if found is None:
+            return error_plan(404, now)
+        is_dir = stat.S_ISDIR(found.st.st_mode)
+        refusal = await read_access(admit, req.target, is_dir)
+        if refusal is not None:
+            return refusal
+        first = self.response(path, found, ask, now)
+        if not is_dir or depth is Depth.ZERO:
+            return multistatus_plan([first], now)
+        limit = bound if depth is Depth.INFINITY else None
+        return stream_plan(now), _Listing(self, path, ask, first, limit, now)
+
+    def response(self, path: str, found: Found, ask: Propfind, now: float) -> Response:
+        is_dir = stat.S_ISDIR(found.st.st_mode)
+        href = path_href(path, collection=is_dir)
+        return propfind_response(href, found, self.config, ask, self.locks(path, now))
+
+    async def _proppatch(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
+        target = req.target
+        refusal = await write_access(admit, target, "put")
+        if refusal is not None:
+            return refusal
+        ops = parse_proppatch(await read_body(content))
+        path = rel(target.segments)
+        job = TreeJob()
+        try:
+            place = await self.place(job, target.segments)
+            if place.current is None:
+                return error_plan(404, now)
+            refusal = await self.guarded(req, [path], False, now, job, [(path, place)])
+            if refusal is not None:
+                return refusal
+            stored = await self.blocking(job, read_props, place)
+            dead = load_dead(stored if isinstance(stored, bytes) else None)
+            new, stats = apply_patch(dead, ops)
+            if new is not None:
+                await self.blocking(job, write_props, place, dump_dead(new))
+            is_dir = stat.S_ISDIR(place.current.st_mode)
+        finally:
+            self.release(job)
+        return multistatus_plan([Response(path_href(path, collection=is_dir), stats)], now)
+
+    async def _lock(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
+        if self.guard.classes == b"1":
+            return error_plan(405, now, allow=ALLOW_DAV)
+        target = req.target
+        refusal = await write_access(admit, target, "put")
+        if refusal is not None:
+            return refusal
+        body = await read_body(content)
+        path = rel(target.segments)
+        small = self.config.files.small_file_size
+        found = await run_blocking(self.pool, lookup, self.opener(), path, small)
+
+        async def create() -> int:
+            status: int = await methods.create_empty(self, req, now)
+            return status
+
+        return await self.guard.lock(req, body, path, found is not None, now, create)
+
+    async def _unlock(
+        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
+        if self.guard.classes == b"1":
+            return error_plan(405, now, allow=ALLOW_DAV)
+        refusal = await write_access(admit, req.target, "put")
+        if refusal is not None:
+            return refusal
+        return await self.guard.unlock(req, rel(req.target.segments), now)
+
+
+class _Listing:
+    """The body of a PROPFIND of a collection: the target's response,
+    then its members in batches from the pool (Depth 1; Depth infinity
+    descends, at most ``limit`` resources), each batch serialised as it
+    is sent: memory bounded whatever the directory's size.
+
+    Cancellation handling: :meth:`close` (the transport's, once) releases
+    the job; a batch read still running in an abandoned thread closes the
+    scan's descriptors as it ends.
+    """
+
+    def __init__(
+        self,
+        svc: DavService,
+        path: str,
+        ask: Propfind,
+        first: Response,
+        limit: int | None,
+        now: float,
+    ) -> None:
+        self.svc = svc
+        self.ask = ask
+        self.first: Response | None = first
+        self.limit = limit
+        self.now = now
+        self.pending = [path]
+        self.count = 1
+        self.scan: DirScan | None = None
+        self.scan_path = path
+        self.job = TreeJob()
+        self.ended = False
+        self.batch_size = _BATCH  # 0 once the Depth infinity bound is reached
+
+    async def next_chunk(self) -> bytes:
+        if self.first is not None:
+            first, self.first = self.first, None
+            return MULTISTATUS_HEAD + response_xml(first)
+        svc = self.svc
+        while True:
+            if self.scan is None:
+                if not self.pending:
+                    if self.ended:
+                        return b""
+                    self.ended = True
+                    return MULTISTATUS_TAIL
+                self.scan_path = path = self.pending.pop()
+                cfg = svc.config
+                scan = await svc.blocking(
+                    self.job,
+                    DirScan,
+                    svc.opener(),
+                    path,
+                    cfg.files.hidden,
+                    cfg.files.small_file_size,
+                )
+                assert isinstance(scan, DirScan)
+                self.job.hold(scan.close)
+                self.scan = scan
+            batch = await svc.blocking(self.job, self.scan.batch, self.batch_size)
+            assert isinstance(batch, list)
+            if not batch:
+                self.job.closers.remove(self.scan.close)
+                self.scan.close()
+                self.scan = None
+                continue
+            chunk = b"".join(self._responses(batch))
+            if chunk:  # never b"" before the end: that would end the body
+                return chunk
+
+    def _responses(self, batch: list[Found]) -> list[bytes]:
+        """The batch's responses; with Depth infinity, its collections are
+        queued and nothing past ``limit`` resources is answered (the rest
+        of the walk is dropped: the bound, ``--webdav-depth-infinity``)."""
+        out = []
+        base = self.scan_path
+        for found in batch:
+            if self.limit is not None and self.count >= self.limit:
+                self.pending.clear()
+                self.batch_size = 0  # the scan ends at the next pull
+                break
+            path = f"{base}/{found.name}" if base else found.name
+            self.count += 1
+            out.append(response_xml(self.svc.response(path, found, self.ask, self.now)))
+            if self.limit is not None and stat.S_ISDIR(found.st.st_mode):
+                self.pending.append(path)
+        return out
+
+    def close(self) -> None:
+        if self.job.release():
+            self.job.close()

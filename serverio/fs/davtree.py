@@ -1,0 +1,609 @@
+"""Filesystem tree operations of WebDAV (blocking; issue 29, RFC 4918).
+
+What :mod:`serverio.dav.service` runs in the ``write`` pool, beside the
+single-file write path of :mod:`serverio.fs.writer` (whose
+:class:`~serverio.fs.writer.Placement` it reuses: a target's directory
+opened under the root's containment, its checked name, what is there):
+
+* :func:`lookup` and :class:`DirScan`: the facts PROPFIND reports (the
+  ``lstat``, the content hash of a small file for the ETag a GET shows,
+  the stored dead properties), one resource or a directory in batches
+  (memory bounded whatever its size);
+* :func:`make_collection` (MKCOL), :func:`remove_tree` (DELETE of a
+  collection), :func:`copy_tree` (COPY), :func:`move_tree` (MOVE):
+  symlinks are never followed (a symlink member is skipped by COPY and
+  removed, as a link, by DELETE), each file copy is a temporary made with
+  ``O_EXCL`` then fsync'ed and renamed into place (a reader never sees a
+  partial copy), every directory changed is fsync'ed (POSIX);
+* the dead-property store: :data:`PROPS_DIR` in each directory holds one
+  file per member (:func:`props_name`), written atomically through the
+  same temporary + rename, and moved, copied and removed with its
+  resource.  Its name starts with the write-temporary prefix, so
+  listings, GETs and every write refuse it even with ``--hidden``.
+
+Nothing here returns an HTTP status: failures are ``OSError`` (per member
+of a tree: a list of ``(relative path, errno)``), refusals
+:class:`~serverio.fs.writer.WriteRefused`.
+
+Cancellation handling: every function is blocking and holds nothing
+between calls.  A tree operation takes ``stop`` (the service sets it when
+its caller is cancelled and the pool thread is abandoned): it is checked
+between members, so an abandoned COPY, MOVE or DELETE ends at the next
+member; each member is then whole or absent, and no temporary is left
+(each file copy removes its temporary in a ``finally``).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from ..http.core import content_digest
+from ..http.target import WRITE_TEMP_PREFIX
+from .opener import ContainedRoot
+from .writer import SYS, Placement
+
+__all__ = [
+    "PROPS_DIR",
+    "DirScan",
+    "Found",
+    "TreeJob",
+    "TreeTooLarge",
+    "copy_tree",
+    "count_tree",
+    "lookup",
+    "make_collection",
+    "move_tree",
+    "props_name",
+    "read_props",
+    "remove_tree",
+    "root_place",
+    "write_props",
+]
+
+
+def _flag(name: str) -> int:
+    value: int = getattr(os, name, 0)
+    return value
+
+
+# The dead-property store of a directory's members (and, in the root, of
+# the root itself).  Hidden everywhere: it starts with WRITE_TEMP_PREFIX.
+PROPS_DIR: Final = WRITE_TEMP_PREFIX + "props"
+_READ: Final = os.O_RDONLY | _flag("O_NOFOLLOW") | _flag("O_CLOEXEC") | _flag("O_NONBLOCK")
+_DIR: Final = _READ | _flag("O_DIRECTORY")
+_CREATE: Final = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | _flag("O_NOFOLLOW")
+    | _flag("O_CLOEXEC")
+    | _flag("O_BINARY")
+)
+_COPY_CHUNK: Final = 1 << 20
+MAX_PROPS_BYTES: Final = 1 << 20  # a stored property file read at most
+T = TypeVar("T")
+
+
+class TreeTooLarge(Exception):
+    """A collection with more members than the operation may touch."""
+
+
+def props_name(name: str) -> str:
+    """The file in :data:`PROPS_DIR` holding ``name``'s dead properties
+    (a hash: fixed length, any name; ``""`` is the directory itself, used
+    for the root)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(raw, digest_size=16).hexdigest() + ".xml"
+
+
+@dataclass(slots=True)
+class Found:
+    """One resource as PROPFIND sees it: its name in its directory, its
+    ``lstat`` (``fstat`` for the request target, opened as reads open it),
+    the content hash of a small regular file (None otherwise), and its
+    stored dead properties (the bytes, or None)."""
+
+    name: str
+    st: os.stat_result
+    content_hash: bytes | None
+    props: bytes | None
+
+
+def _read_all(fd: int, size: int) -> bytes | None:
+    parts: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(left, _COPY_CHUNK))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """The bytes of regular file ``name`` in ``dir_fd`` when at most ``limit``."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return _read_all(fd, st.st_size)
+    finally:
+        os.close(fd)
+
+
+def _hash_of(fd: int, st: os.stat_result, small: int) -> bytes | None:
+    if not stat.S_ISREG(st.st_mode) or st.st_size > small:
+        return None
+    data = _read_all(fd, st.st_size)
+    return None if data is None else content_digest(data)
+
+
+def _open_props_dir(dir_fd: int) -> int:
+    try:
+        return os.open(PROPS_DIR, _DIR, dir_fd=dir_fd)
+    except OSError:
+        return -1
+
+
+def lookup(opener: ContainedRoot, relpath: str, small: int) -> Found | None:
+    """The request target's :class:`Found` (opened as a GET opens it), or
+    None when it does not exist (or containment refuses it).  ``small``:
+    files up to this size are hashed (their ETag is the hash)."""
+    try:
+        fd = opener.open(relpath or ".")
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EXDEV, errno.ELOOP):
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+        digest = _hash_of(fd, st, small)
+    finally:
+        os.close(fd)
+    parent, _, name = relpath.rpartition("/")
+    props = None
+    try:
+        pfd = opener.open(parent or ".") if relpath else opener.open(".")
+    except OSError:
+        pfd = -1
+    if pfd >= 0:
+        try:
+            store = _open_props_dir(pfd)
+            if store >= 0:
+                try:
+                    props = _read_at(store, props_name(name), MAX_PROPS_BYTES)
+                finally:
+                    os.close(store)
+        finally:
+            os.close(pfd)
+    return Found(name, st, digest, props)
+
+
+def _shown(name: str, hidden: bool) -> bool:
+    if name.startswith(WRITE_TEMP_PREFIX):
+        return False
+    return hidden or not name.startswith(".")
+
+
+class DirScan:
+    """The members of one directory, in batches (:meth:`batch`); owns a
+    directory descriptor and a ``scandir`` iterator until :meth:`close`.
+    Symlinks and special files are not members (never followed); hidden
+    names only with ``hidden``; write temporaries and :data:`PROPS_DIR`
+    never.
+
+    Cancellation handling: blocking; the service closes it in a
+    ``finally`` (in the pool, or here on the loop when the pool is gone).
+    """
+
+    def __init__(self, opener: ContainedRoot, relpath: str, hidden: bool, small: int) -> None:
+        self.fd = opener.open(relpath or ".")
+        self.hidden = hidden
+        self.small = small
+        self.store = _open_props_dir(self.fd)
+        self._it: Iterator[os.DirEntry[str]] | None = os.scandir(self.fd)
+
+    def batch(self, n: int) -> list[Found]:
+        """Up to ``n`` members (fewer only at the end)."""
+        out: list[Found] = []
+        it = self._it
+        while it is not None and len(out) < n:
+            entry = next(it, None)
+            if entry is None:
+                self._it = None
+                break
+            found = self._found(entry)
+            if found is not None:
+                out.append(found)
+        return out
+
+    def _found(self, entry: os.DirEntry[str]) -> Found | None:
+        name = entry.name
+        if not _shown(name, self.hidden):
+            return None
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            return None
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            return None
+        digest = None
+        if stat.S_ISREG(st.st_mode) and st.st_size <= self.small:
+            data = _read_at(self.fd, name, self.small)
+            digest = None if data is None else content_digest(data)
+        props = None
+        if self.store >= 0:
+            props = _read_at(self.store, props_name(name), MAX_PROPS_BYTES)
+        return Found(name, st, digest, props)
+
+    def close(self) -> None:
+        it, self._it = self._it, None
+        if it is not None and hasattr(it, "close"):
+            it.close()
+        for fd in (self.store, self.fd):
+            if fd >= 0:
+                os.close(fd)
+        self.store = self.fd = -1
+
+
+def root_place(opener: ContainedRoot) -> Placement:
+    """The root as a :class:`Placement` (its own directory, name ``""``),
+    for the root's dead properties."""
+    fd = opener.open(".")
+    return Placement(fd, "", "", os.fstat(fd))
+
+
+# ------------------------------------------------------------ dead properties
+
+
+def read_props(place: Placement) -> bytes | None:
+    """The stored dead properties of ``place``'s resource, or None."""
+    store = _open_props_dir(place.dir_fd)
+    if store < 0:
+        return None
+    try:
+        return _read_at(store, props_name(place.name), MAX_PROPS_BYTES)
+    finally:
+        os.close(store)
+
+
+def _atomic_write(dir_fd: int, name: str, data: bytes) -> None:
+    """``data`` as ``name`` in ``dir_fd``: temporary (O_EXCL), fsync,
+    replace, fsync of the directory; the temporary never survives."""
+    temp = WRITE_TEMP_PREFIX + secrets.token_hex(8)
+    fd = SYS.open(temp, _CREATE, 0o666, dir_fd=dir_fd)
+    done = False
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[SYS.write(fd, view) :]  # type: ignore[arg-type]
+        SYS.fsync(fd)
+        SYS.close(fd)
+        fd = -1
+        SYS.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        done = True
+        SYS.fsync(dir_fd)
+    finally:
+        if fd >= 0:
+            SYS.close(fd)
+        if not done:
+            try:
+                SYS.unlink(temp, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+
+
+def write_props(place: Placement, data: bytes | None) -> None:
+    """Store ``data`` as the dead properties of ``place``'s resource
+    (atomically), or remove them (``data`` None)."""
+    if data is None:
+        store = _open_props_dir(place.dir_fd)
+        if store >= 0:
+            try:
+                SYS.unlink(props_name(place.name), dir_fd=store)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(store)
+        return
+    try:
+        os.mkdir(PROPS_DIR, 0o777, dir_fd=place.dir_fd)
+    except FileExistsError:
+        pass
+    store = _open_props_dir(place.dir_fd)
+    if store < 0:
+        raise OSError(errno.ENOTDIR, "dead-property store is not a directory")
+    try:
+        _atomic_write(store, props_name(place.name), data)
+    finally:
+        os.close(store)
+
+
+def _move_props(src: Placement, dst: Placement, keep: bool) -> None:
+    """The props of ``src``'s resource become ``dst``'s (copied when
+    ``keep``); ``dst``'s old ones are gone either way."""
+    data = read_props(src)
+    write_props(dst, data)
+    if not keep and data is not None:
+        write_props(src, None)
+
+
+# ------------------------------------------------------------ collections
+
+
+def make_collection(place: Placement) -> None:
+    """MKCOL: ``mkdir`` of ``place``'s name (FileExistsError when taken),
+    fsync of its directory; any dead properties a former resource of that
+    name left are removed first."""
+    write_props(place, None)
+    os.mkdir(place.name, 0o777, dir_fd=place.dir_fd)
+    SYS.fsync(place.dir_fd)
+
+
+def _open_child(dir_fd: int, name: str) -> int:
+    return os.open(name, _DIR, dir_fd=dir_fd)
+
+
+def count_tree(dir_fd: int, name: str, limit: int) -> int:
+    """Members under directory ``name`` (every entry, hidden ones too, not
+    following symlinks); raises :class:`TreeTooLarge` past ``limit``."""
+    count = 0
+    pending = [_open_child(dir_fd, name)]
+    try:
+        while pending:
+            fd = pending.pop()
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        count += 1
+                        if count > limit:
+                            raise TreeTooLarge
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(_open_child(fd, entry.name))
+            finally:
+                os.close(fd)
+    finally:
+        for fd in pending:
+            os.close(fd)
+    return count
+
+
+Failures = list[tuple[str, int]]
+
+
+def _remove_in(dir_fd: int, prefix: str, failed: Failures, stop: Callable[[], bool]) -> None:
+    """Remove every entry of ``dir_fd`` (post-order), recording failures."""
+    with os.scandir(dir_fd) as it:
+        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    for name, is_dir in names:
+        if stop():
+            raise OSError(errno.ECANCELED, "tree operation stopped")
+        path = prefix + name
+        try:
+            if is_dir:
+                fd = _open_child(dir_fd, name)
+                try:
+                    _remove_in(fd, path + "/", failed, stop)
+                finally:
+                    os.close(fd)
+                os.rmdir(name, dir_fd=dir_fd)
+            else:
+                SYS.unlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ECANCELED:
+                raise
+            if exc.errno != errno.ENOTEMPTY:  # a member's failure was reported
+                failed.append((path + ("/" if is_dir else ""), exc.errno or errno.EIO))
+
+
+def remove_tree(place: Placement, limit: int, stop: Callable[[], bool]) -> Failures:
+    """DELETE of ``place``'s resource (a file or a collection and all its
+    members, at most ``limit``: :class:`TreeTooLarge` before anything is
+    removed), its dead properties with it.  Returns the members that could
+    not be removed (relative path, errno); their ancestors stay too."""
+    cur = place.current
+    failed: Failures = []
+    if cur is not None and stat.S_ISDIR(cur.st_mode):
+        count_tree(place.dir_fd, place.name, limit)
+        fd = _open_child(place.dir_fd, place.name)
+        try:
+            _remove_in(fd, "", failed, stop)
+        finally:
+            os.close(fd)
+        if not failed:
+            os.rmdir(place.name, dir_fd=place.dir_fd)
+    else:
+        SYS.unlink(place.name, dir_fd=place.dir_fd)
+    if not failed:
+        write_props(place, None)
+    SYS.fsync(place.dir_fd)
+    return failed
+
+
+def _copy_file(src_dir: int, name: str, dst_dir: int, dst_name: str) -> None:
+    """One file: a temporary in ``dst_dir`` (O_EXCL), its bytes, fsync,
+    replace onto ``dst_name``; the temporary is removed on any failure."""
+    fd = os.open(name, _READ, dir_fd=src_dir)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        temp = WRITE_TEMP_PREFIX + secrets.token_hex(8)
+        out = SYS.open(temp, _CREATE, st.st_mode & 0o777 or 0o666, dir_fd=dst_dir)
+        done = False
+        try:
+            while chunk := os.read(fd, _COPY_CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[SYS.write(out, view) :]  # type: ignore[arg-type]
+            SYS.fsync(out)
+            SYS.close(out)
+            out = -1
+            SYS.replace(temp, dst_name, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+            done = True
+        finally:
+            if out >= 0:
+                SYS.close(out)
+            if not done:
+                try:
+                    SYS.unlink(temp, dir_fd=dst_dir)
+                except FileNotFoundError:
+                    pass
+    finally:
+        os.close(fd)
+
+
+def _copy_in(src: int, dst: int, prefix: str, failed: Failures, stop: Callable[[], bool]) -> None:
+    """Copy every member of directory ``src`` into directory ``dst``
+    (temporaries skipped, symlinks and special files skipped)."""
+    with os.scandir(src) as it:
+        entries = [
+            (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it
+        ]
+    for name, is_dir, is_file in entries:
+        if stop():
+            raise OSError(errno.ECANCELED, "tree operation stopped")
+        if name.startswith(WRITE_TEMP_PREFIX) and name != PROPS_DIR:
+            continue
+        path = prefix + name
+        try:
+            if is_dir:
+                try:
+                    os.mkdir(name, 0o777, dir_fd=dst)
+                except FileExistsError:
+                    pass
+                s, d = _open_child(src, name), _open_child(dst, name)
+                try:
+                    _copy_in(s, d, path + "/", failed, stop)
+                finally:
+                    os.close(s)
+                    os.close(d)
+            elif is_file:
+                _copy_file(src, name, dst, name)
+        except OSError as exc:
+            if exc.errno == errno.ECANCELED:
+                raise
+            failed.append((path, exc.errno or errno.EIO))
+    SYS.fsync(dst)
+
+
+def copy_tree(
+    src: Placement, dst: Placement, infinity: bool, limit: int, stop: Callable[[], bool]
+) -> Failures:
+    """COPY of ``src``'s resource to ``dst``'s name (which the caller has
+    cleared, or which is a file a file copy replaces atomically), its
+    dead properties with it.  A collection: its members too when
+    ``infinity`` (at most ``limit``: :class:`TreeTooLarge` before anything
+    is made), else the collection alone (Depth 0, RFC 4918 §9.8.3).
+    Returns the members that could not be copied."""
+    cur = src.current
+    assert cur is not None
+    failed: Failures = []
+    if stat.S_ISDIR(cur.st_mode):
+        if infinity:
+            count_tree(src.dir_fd, src.name, limit)
+        os.mkdir(dst.name, 0o777, dir_fd=dst.dir_fd)
+        if infinity:
+            s, d = _open_child(src.dir_fd, src.name), _open_child(dst.dir_fd, dst.name)
+            try:
+                _copy_in(s, d, "", failed, stop)
+            finally:
+                os.close(s)
+                os.close(d)
+    else:
+        _copy_file(src.dir_fd, src.name, dst.dir_fd, dst.name)
+    _move_props(src, dst, keep=True)
+    SYS.fsync(dst.dir_fd)
+    return failed
+
+
+def move_tree(src: Placement, dst: Placement, limit: int, stop: Callable[[], bool]) -> Failures:
+    """MOVE of ``src``'s resource to ``dst``'s name (cleared by the
+    caller): one rename (atomic, the members and their dead properties
+    move with the directory) and the resource's own dead properties;
+    across filesystems (EXDEV: a ``--mount``) a copy then a removal."""
+    try:
+        SYS.rename(src.name, dst.name, src_dir_fd=src.dir_fd, dst_dir_fd=dst.dir_fd)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        failed = copy_tree(src, dst, True, limit, stop)
+        if failed:
+            return failed
+        return remove_tree(src, limit, stop)
+    _move_props(src, dst, keep=False)
+    SYS.fsync(dst.dir_fd)
+    if src.dir_fd != dst.dir_fd:
+        SYS.fsync(src.dir_fd)
+    return []
+
+
+class TreeJob:
+    """What one DAV operation holds (directory descriptors: placements,
+    a :class:`DirScan`) across its pool calls, and who closes it.
+
+    Cancellation handling: the trio side calls :meth:`release` in a
+    ``finally``: True when no thread is inside :meth:`run` (the caller
+    then calls :meth:`close`, on the loop: closes only); False when a
+    thread is (its caller was cancelled and abandoned it): that thread
+    closes everything as its step ends, so no descriptor is closed under
+    a thread still using it.  :meth:`stopped` is the tree operations'
+    ``stop``: true once released, so an abandoned tree operation ends at
+    its next member.
+    """
+
+    def __init__(self) -> None:
+        self.closers: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._busy = False
+        self._released = False
+
+    def hold(self, closer: Callable[[], None]) -> None:
+        """Close with the job (trio side, before any :meth:`release`)."""
+        self.closers.append(closer)
+
+    def run(self, step: Callable[..., T], *args: Any) -> T:
+        """``step(*args)`` as the job's thread (blocking)."""
+        with self._lock:
+            if self._released:
+                raise OSError(errno.ECANCELED, "operation released")
+            self._busy = True
+        try:
+            return step(*args)
+        finally:
+            if self._leave():  # released meanwhile: its caller was cancelled
+                self.close()
+
+    def _leave(self) -> bool:
+        with self._lock:
+            self._busy = False
+            return self._released
+
+    def stopped(self) -> bool:
+        return self._released
+
+    def release(self) -> bool:
+        with self._lock:
+            self._released = True
+            return not self._busy
+
+    def close(self) -> None:
+        closers, self.closers = self.closers, []
+        for close in closers:
+            try:
+                close()
+            except OSError:
+                pass

@@ -1,0 +1,166 @@
+"""The bench's reverse-proxy, no-sidecar and two-core workloads (issues 30
+and 31): the generated configurations, the upstream wiring, the identity
+variant's request headers, and one short real run of the proxy workload
+through serverio against the nginx upstream."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench import fixtures, proxyrun, report
+from bench.servers import (
+    KINDS,
+    NOSIDECAR_WORKLOADS,
+    PROXY_WORKLOADS,
+    SERVERS,
+    HarnessEnv,
+    LaunchPlan,
+    ServerSpec,
+    running,
+)
+from bench.trials import Placement
+from bench.workloads import WORKLOADS, for_server, probe
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+ENV = HarnessEnv(Path("."), "python3", Path("/nonexistent/python"), NGINX or "/usr/sbin/nginx")
+
+
+def _plan(spec: ServerSpec, tmp_path: Path) -> LaunchPlan:
+    plan = KINDS[spec.kind].plan(spec, ENV, tmp_path, None, tmp_path)
+    assert isinstance(plan, LaunchPlan), plan
+    return plan
+
+
+def test_the_server_lists_name_exactly_the_workloads_of_their_kind() -> None:
+    assert PROXY_WORKLOADS == tuple(n for n, w in WORKLOADS.items() if w.kind == "proxy")
+    assert NOSIDECAR_WORKLOADS == tuple(n for n in WORKLOADS if n.startswith("assets-nosidecar"))
+    proxies = [s.name for s in SERVERS.values() if "proxy" in s.tags]
+    assert proxies == ["serverio-proxy", "serverio-proxy-wide", "caddy-proxy", "nginx-proxy"]
+    for name in proxies:
+        assert SERVERS[name].only_workloads == frozenset(PROXY_WORKLOADS)
+
+
+def test_serverio_gets_the_upstream_as_a_proxy_route_of_everything() -> None:
+    spec = proxyrun.with_upstream(SERVERS["serverio-proxy"], "http://127.0.0.1:4567")
+    assert spec.extra_args[-2:] == ("--proxy", "/=http://127.0.0.1:4567")
+    assert spec.upstream == "http://127.0.0.1:4567"
+    # The defaults are what the 512-connection target is about: none set.
+    assert not any(a.startswith("--proxy-") for a in spec.extra_args)
+
+
+def test_nginx_proxy_pools_keep_alive_upstream_connections(tmp_path: Path) -> None:
+    spec = proxyrun.with_upstream(SERVERS["nginx-proxy"], "http://127.0.0.1:4567")
+    _plan(spec, tmp_path)
+    conf = (tmp_path / "nginx.conf").read_text()
+    assert "server 127.0.0.1:4567;" in conf
+    assert "keepalive 32;" in conf and "proxy_http_version 1.1;" in conf
+    assert 'proxy_set_header Connection "";' in conf
+    assert "proxy_pass http://bench_upstream;" in conf and "worker_processes 1;" in conf
+    assert "autoindex" not in conf  # the proxy serves no files itself
+
+
+def test_caddy_proxy_is_reverse_proxy_to_the_upstream(tmp_path: Path) -> None:
+    spec = proxyrun.with_upstream(SERVERS["caddy-proxy"], "http://127.0.0.1:4567")
+    _plan(spec, tmp_path)
+    conf = (tmp_path / "Caddyfile").read_text()
+    assert "reverse_proxy 127.0.0.1:4567" in conf
+    assert "file_server" not in conf and "protocols h1" in conf
+
+
+def test_a_proxy_without_its_upstream_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    for name in ("caddy-proxy", "nginx-proxy"):
+        plan = KINDS[SERVERS[name].kind].plan(SERVERS[name], ENV, tmp_path, None, tmp_path)
+        assert isinstance(plan, str) and "upstream" in plan
+
+
+def test_caddy_encode_compresses_and_plain_caddy_does_not(tmp_path: Path) -> None:
+    _plan(SERVERS["caddy-encode"], tmp_path)
+    assert "encode zstd gzip" in (tmp_path / "Caddyfile").read_text()
+    _plan(SERVERS["caddy"], tmp_path)
+    assert "encode zstd" not in (tmp_path / "Caddyfile").read_text()
+
+
+def test_two_cores_means_two_nginx_workers_and_gomaxprocs_2(tmp_path: Path) -> None:
+    wide = frozenset({"cores2"})
+    nginx = SERVERS["nginx"]
+    _plan(nginx, tmp_path)
+    assert "worker_processes 1;" in (tmp_path / "nginx.conf").read_text()
+    _plan(ServerSpec(nginx.name, nginx.kind, tags=nginx.tags | wide), tmp_path)
+    assert "worker_processes 2;" in (tmp_path / "nginx.conf").read_text()
+    caddy = SERVERS["caddy"]
+    assert "GOMAXPROCS" not in _plan(caddy, tmp_path).env
+    plan = _plan(ServerSpec(caddy.name, caddy.kind, tags=caddy.tags | wide), tmp_path)
+    assert plan.env["GOMAXPROCS"] == "2"
+    w = WORKLOADS["1k-cores2"]
+    assert w.cores == 2 and w.serverio_args == ("--workers", "2")
+    takes_part = [s.name for s in SERVERS.values() if w.server_tags and w.server_tags & s.tags]
+    assert takes_part == ["serverio-inline", "nginx", "caddy"]
+
+
+def test_identity_variant_asks_identity_and_the_others_negotiate() -> None:
+    w = WORKLOADS["assets-nosidecar-c512"]
+    assert ("Accept-Encoding", "br;q=1, gzip;q=0.8") in w.request_headers()
+    asked = for_server(w, SERVERS["serverio-identity"].tags)
+    assert [h for h in asked.request_headers() if h[0] == "Accept-Encoding"] == [
+        ("Accept-Encoding", "identity")
+    ]
+    assert for_server(w, SERVERS["serverio-inline"].tags) is w
+
+
+def test_no_sidecar_assets_are_the_many_assets_without_sidecars(tmp_path: Path) -> None:
+    tree = fixtures.create(tmp_path)
+    plain = tmp_path / fixtures.MANY_PLAIN_DIR
+    assert sorted(p.name for p in plain.iterdir()) == sorted(fixtures.many_asset_names())
+    for name in fixtures.many_asset_names():
+        assert (plain / name).read_bytes() == tree.path(f"many/{name}").read_bytes()
+    assert list(WORKLOADS["assets-nosidecar-c64"].paths) == fixtures.many_plain_paths()
+
+
+def test_report_has_the_proxy_columns() -> None:
+    summary = {
+        "median_rps": 4000.0,
+        "cpu_us_per_req": 150.0,
+        "upstream_cpu_us_per_req": 25.0,
+        "mean_ms": 10.0,
+        "p99_ms": 20.0,
+        "mib_per_s": 5.0,
+        "mad_pct": 1.0,
+        "rss_growth_mib": 3.5,
+        "peak_rss_mib": 40.0,
+    }
+    entry = {"workload": "proxy-1k-c64", "server": "caddy-proxy", "status": "ok", "reason": ""}
+    row = report._proxy_table([{**entry, "summary": summary}], "caddy-proxy")[2]
+    assert row.startswith("| caddy-proxy | 4,000 | 150.0 | 25.0 | 10.00 | 20.00 | 2.00 | 5.0 |")
+    assert "| 3.5 | 40.0 | — | 1.00 |" in row
+
+
+@dataclass
+class _Run:
+    """What bench.proxyrun.upstream uses of a run."""
+
+    tmp: Path
+    fixture: fixtures.Fixture
+    placement: Placement
+
+
+@pytest.mark.skipif(NGINX is None, reason="nginx not installed (apt-get install nginx-light)")
+def test_the_upstream_serves_the_fixture_and_serverio_proxies_it(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    tree = fixtures.create(tmp_path / "root")
+    run = _Run(tmp_path, tree, Placement(None, None, 1))
+    env = HarnessEnv(Path.cwd(), sys.executable, Path("/nonexistent"), NGINX)
+    workload = WORKLOADS["proxy-1k-c64"]
+    with proxyrun.upstream(run, env, workload) as up:
+        assert not isinstance(up, str), up
+        assert probe(workload, up.port, tree).ok
+        spec = proxyrun.with_upstream(SERVERS["serverio-proxy"], up.url(""))
+        plan = KINDS["serverio"].plan(spec, env, tree.root, None, tmp_path)
+        assert isinstance(plan, LaunchPlan)
+        with running(spec, plan, tmp_path / "serverio.log", cpu=None) as proxy:
+            assert probe(workload, proxy.port, tree).ok
+            assert probe(WORKLOADS["proxy-8m-c16"], proxy.port, tree).ok
