@@ -101,3 +101,15 @@ async def test_under_an_auth_rule_the_form_needs_the_credentials(
         assert r.status == 200 and FORM in r.body.decode()
         top = await client.get("/")  # not under a writable table: no form
         assert top.status == 200 and FORM not in top.body.decode()
+
+
+async def test_no_form_with_webdav_and_its_post_is_405(root: Path) -> None:
+    """With --webdav the form is off (its POST is not a DAV method: the
+    WebDAV locks would not guard it); a POST goes the read path."""
+    cfg = upload_config(root, webdav=True)
+    async with memory_connection(cfg) as (client, _srv, _):
+        r = await client.get("/noindex/")
+        assert r.status == 200 and FORM not in r.body.decode()
+        assert r.header("content-security-policy") == LISTING_CSP.decode()
+        post = await client.get("/noindex/", method="POST")
+        assert post.status == 405
