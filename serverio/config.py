@@ -27,6 +27,7 @@ __all__ = [
     "ETAG_MODES",
     "FIELD_GROUP",
     "LOG_LEVELS",
+    "ON_DUPLICATE",
     "POLICIES",
     "Config",
     "ConnectionPolicy",
@@ -57,6 +58,8 @@ __all__ = [
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
+# --on-duplicate (serverio.writes.names.OnDuplicate's values).
+ON_DUPLICATE = ("error", "rename", "overwrite")
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -536,6 +539,10 @@ class SitePolicy:
     headers: tuple[str, ...] = ()  # --header "Name: value"
     cors: bool = False
     cors_origins: tuple[str, ...] = ()
+    # --cors-writes: with --upload, the listed origins may also write
+    # (preflights answer PUT, DELETE, POST on writable paths; the upload
+    # form's CSRF rule accepts them).
+    cors_writes: bool = False
     # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
     header_rules: tuple[HeaderRule, ...] = ()
     redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)
@@ -572,6 +579,9 @@ class UploadPolicy:
     max_upload_size: int = 1024 * _MiB  # 413 past it (declared or streamed)
     max_uploads: int = 16  # writes in flight; 503 past it
     min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
+    # --on-duplicate: a form upload's file whose name is taken is refused
+    # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
+    on_duplicate: str = "error"
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
     # --webdav: WebDAV class 1 and 2 on the whole root (serverio.dav; it implies
@@ -602,6 +612,11 @@ class UploadPolicy:
                 ("webdav_lock_timeout_max", 1),
             ),
         )
+        if self.on_duplicate not in ON_DUPLICATE:
+            raise ConfigError(
+                f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
+                f"got {self.on_duplicate!r}"
+            )
         if self.webdav and not self.upload:
             return dataclasses.replace(self, upload=True).validate()
         if self.max_uploads > _MAX_QUEUE:

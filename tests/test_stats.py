@@ -22,7 +22,8 @@ ORDER = (
     "compressed_responses compress_fallbacks digest_omitted tls_handshake_failures "
     "h2_connections h2_streams h2_refused_streams h2_stream_errors h2_client_resets "
     "h2_calm h2_protocol_errors auth_failures writes_files writes_deletes writes_bytes "
-    "writes_aborted writes_temps_removed proxy_requests proxy_connects proxy_reuses "
+    "writes_aborted writes_temps_removed writes_directories proxy_requests proxy_connects "
+    "proxy_reuses "
     "proxy_busy proxy_errors_connect proxy_errors_reset proxy_errors_framing "
     "proxy_timeouts_connect proxy_timeouts_head proxy_timeouts_idle proxy_timeouts_total "
     "proxy_cancelled proxy_bytes_up proxy_bytes_down proxy_tunnels proxy_timeouts_tunnel"
@@ -59,9 +60,9 @@ def test_each_counter_lands_under_its_flat_name() -> None:
     line = stats.summary({"file": {"hits": 7, "misses": 1}}, ("hits",))
     assert line.startswith("accepted=1 rejected=2 completed=3 ")
     assert " auth_failures=29 writes_files=30 writes_deletes=31 writes_bytes=32 " in line
-    assert " writes_temps_removed=34 proxy_requests=35 " in line
+    assert " writes_temps_removed=34 writes_directories=35 proxy_requests=36 " in line
     assert line.endswith(
-        " proxy_bytes_down=48 proxy_tunnels=49 proxy_timeouts_tunnel=50 cache_file_hits=7"
+        " proxy_bytes_down=49 proxy_tunnels=50 proxy_timeouts_tunnel=51 cache_file_hits=7"
     )
 
 

@@ -304,6 +304,7 @@ def render_listing(
     readme: Readme | None = None,
     hidden: bool = False,
     archives: bool = False,
+    upload: bool = False,
 ) -> Listing:
     """Sort and render one listing (blocking: formatting ten thousand rows
     never holds the event loop): ``(body, content_type, etag)``."""
@@ -323,5 +324,6 @@ def render_listing(
         scanned=len(entries),
         readme=section,
         archives=archives,
+        upload=upload,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)

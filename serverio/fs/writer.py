@@ -57,6 +57,7 @@ __all__ = [
     "WriteRefused",
     "current_bytes",
     "delete_file",
+    "make_directory",
     "open_target",
     "sweep",
     "writable_current",
@@ -117,6 +118,7 @@ class Sys:
         self.rename: Callable[..., None] = os.rename
         self.link: Callable[..., None] = os.link
         self.unlink: Callable[..., None] = os.unlink
+        self.mkdir: Callable[..., None] = os.mkdir
         self.lstat: Callable[..., os.stat_result] = os.lstat
         self.free: Callable[[Placement], int] = _free_bytes
 
@@ -448,6 +450,43 @@ def delete_file(place: Placement, checked: bool, expect: os.stat_result | None) 
         _fsync_dir(place)
     finally:
         place.close()
+
+
+def make_directory(
+    opener: ContainedRoot, segments: tuple[str, ...], hidden: bool
+) -> os.stat_result:
+    """Create the directory ``segments`` (its parent must exist; no
+    intermediate directory is made) under the root's containment, then
+    fsync the parent (POSIX: the new entry is durable); the new
+    directory's ``lstat``.  Blocking.
+
+    The name is checked as a write target's is (:func:`open_target`: a
+    safe NFC base name, no dot name unless ``hidden``, never an upload
+    temporary, no Windows-reserved name).  Raises :class:`WriteRefused`:
+    ``NAME``, ``NO_PARENT``, ``EXISTS`` (anything at the name: a file, a
+    directory, a symlink; ``mkdir`` never follows or replaces it), and
+    ``OSError`` for the rest (a full disk, a read-only filesystem).
+    Facts and reasons only: the caller chooses the status.
+
+    Cancellation handling: blocking, run in the ``write`` pool; it holds
+    nothing when it returns or raises (the parent's descriptor is closed
+    here), so an abandoned call leaks nothing; a directory it made is not
+    undone (like :func:`delete_file`'s removal).
+    """
+    place = open_target(opener, segments, hidden)
+    try:
+        if place.current is not None:
+            raise WriteRefused(Refusal.EXISTS)
+        path, kw = place.at(place.name)
+        try:
+            SYS.mkdir(path, 0o777, **kw)
+        except FileExistsError:
+            raise WriteRefused(Refusal.EXISTS) from None  # it appeared meanwhile
+        _fsync_dir(place)
+        st = SYS.lstat(path, **kw)
+    finally:
+        place.close()
+    return st
 
 
 # Start-up sweep bounds: directories visited, temporaries removed, seconds.

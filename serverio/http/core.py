@@ -64,8 +64,8 @@ __all__ = [
 ]
 
 ALLOW: Final = b"GET, HEAD, OPTIONS"
-# With --upload (serverio.upload): PUT and DELETE too (RFC 9110 §10.2.1).
-ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE"
+# With --upload (serverio.upload): PUT, DELETE and the form POST too (RFC 9110 §10.2.1).
+ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE, POST"
 # With --webdav (serverio.dav): its methods too (RFC 4918 §9; class 2 adds
 # LOCK and UNLOCK in the DAV service's own OPTIONS).
 ALLOW_DAV: Final = b"OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
@@ -88,6 +88,10 @@ class ExtraFields:
     # of a PUT's content, one joined list (they name the same bytes: a PUT's
     # content is sent without a content coding).
     digests: str | None = None
+    # ... and the upload form (a multipart POST): its Content-Type (the
+    # boundary) and Sec-Fetch-Site; the CSRF rule also reads ``host`` below.
+    content_type: str | None = None
+    sec_fetch_site: str | None = None
     # Site rules (serverio.site.rules): CORS (the Fetch standard).
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
@@ -100,8 +104,9 @@ class ExtraFields:
     upgrade: str | None = None
     # WebDAV (serverio.dav, RFC 4918 §10): raw values, parsed by the DAV
     # service (serverio.dav.ifheader).  ``host`` (the Host field or HTTP/2's
-    # :authority) is kept only when a Destination is (§10.3: is it this
-    # server?), so a plain request still gets NO_EXTRA.
+    # :authority) is kept only when another field of this class is (a
+    # Destination, §10.3: is it this server?; an Origin or Content-Type for
+    # the upload form's CSRF rule), so a plain request still gets NO_EXTRA.
     depth: str | None = None
     destination: str | None = None
     overwrite: str | None = None

@@ -35,6 +35,7 @@ from .target import quote_segment
 __all__ = [
     "FILTER_MAX",
     "LISTING_CSP",
+    "LISTING_UPLOAD_CSP",
     "SORT_KEYS",
     "Entry",
     "ListingQuery",
@@ -258,6 +259,13 @@ form.filter input,form.filter button{font:inherit;padding:.25rem .6rem;color:var
 border:1px solid var(--line);border-radius:6px}
 form.filter input{flex:1;max-width:22rem;background:var(--bg)}
 form.filter button{background:var(--row)}
+.upload{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;margin:0 0 .75rem;padding:.5rem .75rem;\
+border:1px dashed var(--line);border-radius:6px}
+.upload form{display:flex;gap:.5rem;align-items:center;margin:0}
+.upload input,.upload button{font:inherit;padding:.2rem .5rem;color:var(--fg);\
+border:1px solid var(--line);border-radius:6px;background:var(--bg)}
+.upload button{background:var(--row)}.upload .hint{color:var(--mute);align-self:center}
+body.dropping .upload{border-color:var(--link);background:var(--row)}
 .readme{margin-top:1.5rem;padding:0 1.25rem 1rem;border:1px solid var(--line);border-radius:6px;\
 overflow-wrap:anywhere}
 .readme h2{font-size:1rem;margin:0 -1.25rem 1rem;padding:.5rem 1.25rem;\
@@ -285,6 +293,36 @@ f.addEventListener("input",run);})();
 """
 
 
+# The upload form's drag and drop (``--upload``, a writable directory):
+# files dropped anywhere on the page are set on the form's file input and
+# the form is submitted, as if chosen with it (the page works without it).
+_UPLOAD_SCRIPT: Final = """
+(()=>{const u=document.querySelector("form.files");if(!u)return;
+const i=u.querySelector("input[type=file]"),b=document.body;
+const on=e=>{e.preventDefault();b.classList.add("dropping");};
+document.addEventListener("dragenter",on);document.addEventListener("dragover",on);
+document.addEventListener("dragleave",e=>{if(!e.relatedTarget)b.classList.remove("dropping");});
+document.addEventListener("drop",e=>{e.preventDefault();b.classList.remove("dropping");
+const f=e.dataTransfer&&e.dataTransfer.files;if(!f||!f.length)return;
+i.files=f;u.requestSubmit?u.requestSubmit():u.submit();});})();
+"""
+
+# The upload form and the new-folder form: multipart POSTs to this page's
+# directory ("./"), answered 303 back here (serverio.upload.form).  The
+# field names are the form handler's (MKDIR_FIELD "mkdir"; files "file").
+_UPLOAD_FORMS: Final = (
+    '<section class="upload" aria-label="Upload">'
+    '<form class="files" method="post" action="./" enctype="multipart/form-data">'
+    '<input type="file" name="file" multiple required aria-label="Files to upload">'
+    '<button type="submit">Upload</button></form>'
+    '<form class="mkdir" method="post" action="./" enctype="multipart/form-data">'
+    '<input type="text" name="mkdir" required maxlength="255" placeholder="Folder name" '
+    'aria-label="New folder name" autocomplete="off">'
+    '<button type="submit">New folder</button></form>'
+    '<span class="hint">or drop files on the page</span></section>\n'
+)
+
+
 def _sha256_source(text: str) -> str:
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
@@ -301,6 +339,15 @@ LISTING_CSP: Final = (
     "form-action 'self'; "
     "frame-ancestors 'none'"
 ).encode("ascii")
+# The same for a listing with the upload form: its drag-and-drop script too
+# (form-action 'self' already lets the forms post to this origin).
+LISTING_UPLOAD_CSP: Final = LISTING_CSP.replace(
+    b"script-src " + _sha256_source(_SCRIPT).encode("ascii"),
+    b"script-src "
+    + _sha256_source(_SCRIPT).encode("ascii")
+    + b" "
+    + _sha256_source(_UPLOAD_SCRIPT).encode("ascii"),
+)
 
 
 def _query_tail(query: ListingQuery) -> str:
@@ -375,6 +422,7 @@ def render_html(
     scanned: int = -1,
     readme: str = "",
     archives: bool = False,
+    upload: bool = False,
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
@@ -384,7 +432,10 @@ def render_html(
     section (:func:`serverio.http.readme.render_readme`), shown below the
     table.  ``archives`` (``--archives``): the footer offers the directory
     as a zip and a tar.gz (links only: the page's CSP allows no inline
-    handler, and none is needed).
+    handler, and none is needed).  ``upload``: the directory is writable
+    for this request (``--upload``, the access hook's ``Kind.WRITE``
+    answer): the upload and new-folder forms and their drag-and-drop
+    script (send it with :data:`LISTING_UPLOAD_CSP`).
     """
     esc = html.escape
     title = "/" + "".join(shown_name(s) + "/" for s in segments)
@@ -420,12 +471,14 @@ def render_html(
         f"<style>{_STYLE}</style></head>\n"
         f"<body>\n<h1>Index of {esc(title)}</h1>\n"
         f'<nav aria-label="breadcrumb">{"".join(crumbs)}</nav>\n'
-        f"{_filter_form(query)}{notice}"
+        f"{_UPLOAD_FORMS if upload else ''}{_filter_form(query)}{notice}"
         f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
         + f"\n</tbody></table>\n{readme}<footer>{count} \u00b7 times in UTC \u00b7 "
         f'<a href="{json_href}">JSON</a>{download}</footer>\n'
-        f"<script>{_SCRIPT}</script>\n</body></html>\n"
+        f"<script>{_SCRIPT}</script>\n"
+        + (f"<script>{_UPLOAD_SCRIPT}</script>\n" if upload else "")
+        + "</body></html>\n"
     )
     return page.encode("utf-8")
 

@@ -33,6 +33,7 @@ from ..dav.service import DAV_METHODS, DavService
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
+from ..http.core import RequestFacts
 from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
@@ -108,6 +109,9 @@ class Services:
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
             self.pools.append(self.uploads.pool)
+            # The listing shows the upload form (without site rules the
+            # whole root is writable; _site() puts the access hook here).
+            self.content.writable = _always
             self.hooks = dataclasses.replace(
                 self.hooks,
                 write=self.uploads.write,
@@ -128,6 +132,9 @@ class Services:
                 self.hooks = dataclasses.replace(
                     self.hooks, write=self.dav.write, write_methods=DAV_METHODS
                 )
+                # No upload form with --webdav: its POST is not one of the
+                # DAV methods, so WebDAV's locks would not guard it.
+                self.content.writable = None
         if config.content.archives:
             # Folder archives: the listing's other form, read in the fs pool.
             archives = Archives(config, self.fs, self.content, lambda: self.opener)
@@ -157,6 +164,8 @@ class Services:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
+        if self.uploads is not None and self.dav is None:
+            self.content.writable = site.may_write  # the form only where writes are allowed
         if site.rules.auth:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
@@ -206,3 +215,8 @@ def _both(first: Running | None, second: Running) -> Running:
             yield
 
     return running
+
+
+def _always(req: RequestFacts) -> bool:
+    """Every listed directory is writable (``--upload`` without site rules)."""
+    return True

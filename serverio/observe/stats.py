@@ -99,11 +99,14 @@ class H2Stats:
 class WriteStats:
     """Writes (serverio.upload); flat names ``writes_<field>``."""
 
-    files: int = 0  # PUTs that created or replaced a file
+    files: int = 0  # files created or replaced (a PUT, each file of a form POST)
     deletes: int = 0  # DELETEs that removed a file
-    bytes: int = 0  # bytes written by committed PUTs
-    aborted: int = 0  # PUTs that ended without a commit (client gone, 413, 400, cancelled, failed)
+    bytes: int = 0  # bytes of the committed files
+    # PUTs and form POSTs that ended before their last commit (client gone,
+    # 413, 400, cancelled, failed).
+    aborted: int = 0
     temps_removed: int = 0  # temporary files removed (aborted uploads, start-up sweep)
+    directories: int = 0  # directories made (the upload form's new folder)
 
 
 @dataclass(slots=True)
@@ -172,6 +175,7 @@ FLAT: Final[tuple[tuple[str, str, str], ...]] = (
     ("writes_bytes", "writes", "bytes"),
     ("writes_aborted", "writes", "aborted"),
     ("writes_temps_removed", "writes", "temps_removed"),
+    ("writes_directories", "writes", "directories"),
     *((f"proxy_{f}", "proxy", f) for f in ProxyStats.__dataclass_fields__),
 )
 

@@ -66,11 +66,13 @@ _HELP = {
     "h2_calm": "HTTP/2 connections ended with ENHANCE_YOUR_CALM (floods, rapid reset).",
     "h2_protocol_errors": "HTTP/2 connections ended with GOAWAY for a protocol error.",
     "auth_failures": "Basic-auth credentials refused (unknown user or wrong password).",
-    "writes_files": "PUTs that created or replaced a file.",
+    "writes_files": "Files created or replaced (PUT, each file of an upload form).",
     "writes_deletes": "DELETEs that removed a file.",
-    "writes_bytes": "Bytes written by committed PUTs.",
-    "writes_aborted": "PUTs that ended without writing (client gone, 413, 400, cancelled).",
+    "writes_bytes": "Bytes of committed files (PUT, upload form).",
+    "writes_aborted": "PUTs and upload forms that ended before their last commit "
+    "(client gone, 413, 400, cancelled).",
     "writes_temps_removed": "Upload temporary files removed (aborted uploads, start-up sweep).",
+    "writes_directories": "Directories made (the upload form's new folder).",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})
@@ -103,8 +105,13 @@ SUMMARY_CACHE_KEYS = ("hits", "misses", "evictions", "bytes", "entries")
 
 def pools_of(server: Server) -> list[Pool]:
     """Every :class:`Pool` the server owns, found by type rather than by name
-    so that a pool added later is exported without touching this module."""
-    return [v for v in vars(server.services).values() if isinstance(v, Pool)]
+    so that a pool added later is exported without touching this module:
+    the services' own attributes, then the pools its features brought
+    (``services.pools``: the uploads' ``write`` pool, the site's), once each."""
+    services = server.services
+    found = [v for v in vars(services).values() if isinstance(v, Pool)]
+    found += [p for p in services.pools if all(p is not q for q in found)]
+    return found
 
 
 def _cache_numbers(stats: Any, size: int, entries: int, capacity: int) -> dict[str, int]:

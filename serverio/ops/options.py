@@ -48,6 +48,7 @@ from ..config import (
     ACCESS_LOG_FORMATS,
     ETAG_MODES,
     LOG_LEVELS,
+    ON_DUPLICATE,
     POLICIES,
     Config,
     field_path,
@@ -901,6 +902,14 @@ _SITE = (
         metavar="ORIGIN",
     ),
     _O(
+        "cors_writes",
+        ("--cors-writes",),
+        "with --upload, let the --cors-origin origins write too (preflights of PUT, "
+        "DELETE and POST on writable paths; never with --cors)",
+        "Site rules",
+        kind="flag",
+    ),
+    _O(
         "clean_urls",
         ("--clean-urls",),
         "serve /about from about.html and redirect /about.html to /about",
@@ -955,6 +964,14 @@ _UPLOADS = (
         "Uploads",
         metavar="BYTES",
         parse=_bytes,
+    ),
+    _O(
+        "on_duplicate",
+        ("--on-duplicate",),
+        "a file of the upload form whose name is taken: refuse it (409), rename it "
+        "'name (1).ext', or overwrite the existing file",
+        "Uploads",
+        choices=ON_DUPLICATE,
     ),
     _O(
         "allow_anonymous_writes",

@@ -53,6 +53,7 @@ from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
     LISTING_CSP,
+    LISTING_UPLOAD_CSP,
     Entry,
     ListingQuery,
     entries_digest,
@@ -200,6 +201,10 @@ class ContentService:
         self.visible: Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]] | None = (
             None
         )
+        # With --upload: may this request write into the listed directory
+        # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
+        # page shows the upload form.  None: read-only, never asked.
+        self.writable: Callable[[RequestFacts], bool] | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -456,6 +461,9 @@ class ContentService:
         readme = await self._readme(req, entries, query)
         if readme is not None:
             digest = with_readme(digest, readme.digest)
+        upload = self.writable is not None and not query.json and self.writable(req)
+        if upload:
+            digest += b"+upload"  # the page with the form is a render of its own
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
@@ -468,6 +476,7 @@ class ContentService:
                 cfg.content.listing_max_entries,
                 hidden=cfg.files.hidden,
                 archives=cfg.content.archives,
+                upload=upload,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
@@ -485,4 +494,5 @@ class ContentService:
                 listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
-        return decide_generated(req, cfg, now, body, ctype, etag, csp=LISTING_CSP)
+        csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
+        return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)

@@ -40,8 +40,8 @@ GET of a server without hooks makes exactly the calls it made before.
 * :attr:`Hooks.running`: the feature's own tasks (a watcher) for as long as
   the handler runs (:meth:`Handler.running`), stopped before its jobs.
 * :attr:`Hooks.write`: the answer to every request whose method is one
-  of :attr:`Hooks.write_methods` (uploads, ``--upload``: PUT and DELETE,
-  :data:`WRITE_METHODS`; WebDAV, ``--webdav``: its methods too,
+  of :attr:`Hooks.write_methods` (uploads, ``--upload``: PUT, DELETE and
+  the upload form's POST, :data:`WRITE_METHODS`; WebDAV, ``--webdav``: its methods too,
   :mod:`serverio.dav.service`), with or without content, called by
   :mod:`serverio.pipeline.request` with the access hook (:data:`Admit`)
   to ask on the target it resolves.  A CORS preflight (an OPTIONS with
@@ -159,8 +159,9 @@ WriteStep = Callable[
 ]
 
 # The methods the uploads' write step answers (every other goes the read
-# path); a step declares its own in Hooks.write_methods.
-WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE"))
+# path); a step declares its own in Hooks.write_methods.  POST: the upload
+# form (a multipart/form-data POST to a directory).
+WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE", b"POST"))
 
 
 class ListingView(Protocol):

@@ -182,6 +182,9 @@ class Cors:
     any_origin: bool
     origins: frozenset[str] = frozenset()
     credentials: bool = False
+    # --cors-writes: preflights on writable paths also allow the write
+    # methods (only with a list of origins, never with "*").
+    writes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +370,7 @@ def compile_rules(
     header_rules: Sequence[tuple[str, Sequence[tuple[str, str]], Sequence[str]]] = (),
     cors: bool = False,
     cors_origins: Sequence[str] = (),
+    cors_writes: bool = False,
     redirects: Sequence[tuple[str, str, int]] = (),
     rewrites: Sequence[tuple[str, str]] = (),
     clean_urls: bool = False,
@@ -385,7 +389,7 @@ def compile_rules(
     caller).  Raises ConfigError (one line naming ``source`` and the key)."""
     # In this order, so that the first error reported stays the same.
     hrules = _compile_header_rules(headers, header_rules, source, fold)
-    cors_policy = _compile_cors(cors, cors_origins, credentials=bool(auth))
+    cors_policy = _compile_cors(cors, cors_origins, credentials=bool(auth), writes=cors_writes)
     reds = _compile_redirects(redirects, source)
     rws = _compile_rewrites(rewrites, source)
     if trailing_slash not in ("add", "remove", "keep"):
@@ -446,18 +450,24 @@ def _removable(name: str, where: str) -> bytes:
     return name.lower().encode("ascii")
 
 
-def _compile_cors(any_origin: bool, origins: Sequence[str], *, credentials: bool) -> Cors | None:
+def _compile_cors(
+    any_origin: bool, origins: Sequence[str], *, credentials: bool, writes: bool = False
+) -> Cors | None:
     """``--cors`` (any origin) or ``--cors-origin`` (a list; with auth rules,
-    credentials are allowed too: Fetch §3.2.5 never allows them with ``*``)."""
+    credentials are allowed too: Fetch §3.2.5 never allows them with ``*``).
+    ``--cors-writes`` needs the list: a write from any site is exactly the
+    cross-site request the upload form's CSRF rule refuses."""
     if any_origin and origins:
         raise ConfigError("--cors (any origin) and --cors-origin (a list) exclude each other")
+    if writes and not origins:
+        raise ConfigError("--cors-writes needs --cors-origin (never any origin: --cors)")
     for origin in origins:
         if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
             raise ConfigError(f"--cors-origin {origin!r} must be scheme://host[:port]")
     if any_origin:
         return Cors(any_origin=True)
     if origins:
-        return Cors(False, frozenset(origins), credentials=credentials)
+        return Cors(False, frozenset(origins), credentials=credentials, writes=writes)
     return None
 
 
@@ -643,10 +653,16 @@ def cors_headers(cors: Cors | None, origin: str | None) -> tuple[tuple[bytes, by
     return ()
 
 
-def preflight_fields(cors: Cors, req: RequestFacts) -> tuple[tuple[bytes, bytes], ...] | None:
+def preflight_fields(
+    cors: Cors, req: RequestFacts, writes: bytes = b""
+) -> tuple[tuple[bytes, bytes], ...] | None:
     """The fields of the answer to a CORS preflight (an OPTIONS with Origin
     and Access-Control-Request-Method), or None for any other request; the
     answer is a 204 with them (:func:`serverio.http.plans.no_content_plan`).
+    ``writes``: the write methods the path allows (``b", PUT, POST"``...;
+    the caller decides them from ``--cors-writes`` and the writable
+    paths, :meth:`serverio.site.service.Site.route`), added to ``Allow``
+    and ``Access-Control-Allow-Methods``.
 
     A preflight carries no credentials (Fetch §4.8), so it is answered
     before authentication.  From an origin not allowed, the answer is a
@@ -654,7 +670,8 @@ def preflight_fields(cors: Cors, req: RequestFacts) -> tuple[tuple[bytes, bytes]
     """
     if req.method != b"OPTIONS" or req.extra.origin is None or req.extra.cors_method is None:
         return None
-    hs: list[tuple[bytes, bytes]] = [(b"allow", _CORS_METHODS)]
+    methods = _CORS_METHODS + writes
+    hs: list[tuple[bytes, bytes]] = [(b"allow", methods)]
     allowed = cors.any_origin or req.extra.origin in cors.origins
     if allowed:
         hs.append(
@@ -665,7 +682,7 @@ def preflight_fields(cors: Cors, req: RequestFacts) -> tuple[tuple[bytes, bytes]
         )
         if cors.credentials and not cors.any_origin:
             hs.append((b"access-control-allow-credentials", b"true"))
-        hs.append((b"access-control-allow-methods", _CORS_METHODS))
+        hs.append((b"access-control-allow-methods", methods))
         asked = req.extra.cors_headers
         if asked:
             names = [n.strip() for n in asked.split(",") if n.strip()]

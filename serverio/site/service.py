@@ -44,7 +44,7 @@ from types import ModuleType
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..errors import ConfigError
-from ..http.access import Access, access_plan
+from ..http.access import Access, Verdict, access_plan
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
@@ -55,7 +55,7 @@ from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.hooks import Router
-from .access import AccessTarget, Kind
+from .access import AccessTarget, Kind, write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
 from .gate import Gate
@@ -67,6 +67,7 @@ from .rules import (
     compile_rules,
     decide_route,
     map_header_values,
+    match_path,
     preflight_fields,
 )
 
@@ -154,6 +155,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         header_rules=cfg.site.header_rules,
         cors=cfg.site.cors,
         cors_origins=cfg.site.cors_origins,
+        cors_writes=cfg.site.cors_writes and cfg.uploads.upload,
         redirects=cfg.site.redirects,
         rewrites=cfg.site.rewrites,
         clean_urls=cfg.site.clean_urls,
@@ -341,6 +343,32 @@ class Site:
                 kept.append(entry)
         return kept
 
+    def _write_methods(self, target: Target) -> bytes:
+        """The write methods a CORS preflight on ``target`` may allow
+        (``--cors-writes``): those the ``[[writable]]`` tables allow there
+        (PUT and the form's POST for "put", DELETE for "delete"); the
+        actual request still goes through the access hook in full."""
+        paths = (match_path(target),)
+        out = b""
+        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, "put")):
+            out += b", PUT, POST"
+        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, "delete")):
+            out += b", DELETE"
+        return out
+
+    def may_write(self, req: RequestFacts) -> bool:
+        """Does the listing ``req`` asks for show the upload form?  The
+        access hook's answer for ``Kind.WRITE`` (``"put"``) on the listed
+        directory, the question the form's POST asks (serverio.upload),
+        decided now: allowed, or pending a password check of credentials
+        this request sent (the listing itself, under the same rule, has
+        passed that check to be shown); never for a path no
+        ``[[writable]]`` table allows, nor to a client without credentials
+        under an auth rule."""
+        target = AccessTarget((match_path(req.target),), Kind.WRITE, "put")
+        verdict = self.access_now(target, req).verdict
+        return verdict is Verdict.ALLOW or verdict is Verdict.PENDING
+
     def may_name(self, path: str) -> bool:
         """May an event that every client receives name ``path``?  Not when
         an auth rule protects it (the event would tell unauthenticated
@@ -352,7 +380,8 @@ class Site:
     async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket:
         rules = self.rules
         if rules.cors is not None:
-            fields = preflight_fields(rules.cors, req)
+            writes = self._write_methods(req.target) if rules.cors.writes else b""
+            fields = preflight_fields(rules.cors, req, writes)
             if fields is not None:
                 return Ticket(no_content_plan(now, fields), req)
         reserved = self.reserved_route

@@ -8,7 +8,10 @@ service), the decisions reuse :mod:`serverio.http.core`'s validators
 from __future__ import annotations
 
 import errno
+import json
+from collections.abc import Sequence
 from typing import Final
+from urllib.parse import urlsplit
 
 from ..http.core import (
     FileFacts,
@@ -18,12 +21,16 @@ from ..http.core import (
     evaluate_preconditions,
     sent_mtime,
 )
+from ..http.negotiate import prefers_json
+from ..http.target import quote_segment
 
 __all__ = [
     "REFUSAL_STATUS",
     "created_plan",
+    "cross_site",
     "deleted_plan",
     "errno_status",
+    "form_answer",
     "has_preconditions",
     "is_create_only",
     "precondition_status",
@@ -113,3 +120,90 @@ def replaced_plan(facts: FileFacts, now: float) -> Plan:
 def deleted_plan(now: float) -> Plan:
     """204 No Content (a deleted file, RFC 9110 §9.3.5)."""
     return Plan(204, tuple(common_fields(now)), (), send_body=False)
+
+
+# Sec-Fetch-Site values a form post may carry (Fetch Metadata): "none" is
+# a user's own navigation; "same-site" (a sibling subdomain) is refused.
+_SAME_ORIGIN_FETCH: Final = frozenset(("same-origin", "none"))
+_DEFAULT_PORT: Final = {"http": 80, "https": 443}
+
+
+def _host_port(authority: str, scheme: str) -> tuple[str, int] | None:
+    try:
+        parts = urlsplit("//" + authority)
+        port = parts.port
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    return host, _DEFAULT_PORT.get(scheme, 0) if port is None else port
+
+
+def cross_site(req: RequestFacts, allowed: frozenset[str] = frozenset()) -> bool:
+    """Is this write request (a form POST) from another site?  The CSRF
+    rule of the upload form (docs/features.md "Uploads").
+
+    With an ``Origin`` (RFC 6454 §7; every browser sends one on a POST),
+    it must name this server: the request's scheme (TLS or not) and its
+    ``Host`` / ``:authority``, default ports folded; ``Origin: null`` (a
+    sandboxed or file: page) is cross-site.  Without one, a
+    ``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` is
+    cross-site.  Without either (curl, scripts: no ambient browser
+    credentials) the request is not judged cross-site.  ``allowed``: other
+    origins that may write (``--cors-origin`` with ``--cors-writes``),
+    compared exactly as the CORS rules compare them.
+    """
+    extra = req.extra
+    origin = extra.origin
+    if origin is not None:
+        if origin in allowed:
+            return False
+        parts = urlsplit(origin.strip())
+        scheme = parts.scheme.lower()
+        want = "https" if req.tls else "http"
+        if scheme != want or parts.path or parts.query or extra.host is None:
+            return True
+        theirs = _host_port(parts.netloc, scheme)
+        ours = _host_port(extra.host, want)
+        return theirs is None or theirs != ours
+    site = extra.sec_fetch_site
+    return site is not None and site.strip().lower() not in _SAME_ORIGIN_FETCH
+
+
+def form_answer(
+    req: RequestFacts, files: Sequence[tuple[str, int]], directories: Sequence[str], now: float
+) -> Plan:
+    """The answer to a completed form POST to the directory ``req`` names.
+
+    A browser (no JSON asked for) gets 303 See Other back to the listing
+    (RFC 9110 §15.4.4: the reload of the page it lands on is a GET, never
+    a repost).  A client whose ``Accept`` prefers ``application/json``
+    (the page's drag-and-drop script, scripts) gets 201 Created
+    (§15.3.2) with what was made: ``{"files": [{"name", "href", "size"}],
+    "directories": [{"name", "href"}]}``, hrefs percent-encoded absolute
+    paths, and ``Location`` when exactly one file was made.
+    """
+    base = req.target.url_path(slash=True)
+    if not prefers_json(req.accept):
+        body = b"303 See Other\n"
+        hs = common_fields(now)
+        hs += [
+            (b"location", base.encode("ascii")),
+            (b"cache-control", b"no-store"),
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", b"%d" % len(body)),
+        ]
+        return Plan(303, tuple(hs), (body,))
+    summary = {
+        "files": [{"name": n, "href": base + quote_segment(n), "size": size} for n, size in files],
+        "directories": [{"name": n, "href": base + quote_segment(n) + "/"} for n in directories],
+    }
+    data = json.dumps(summary, ensure_ascii=True).encode("ascii") + b"\n"
+    hs = common_fields(now)
+    if len(files) == 1:
+        hs.append((b"location", (base + quote_segment(files[0][0])).encode("ascii")))
+    hs += [
+        (b"cache-control", b"no-store"),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(data)),
+    ]
+    return Plan(201, tuple(hs), (data,))

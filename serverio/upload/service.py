@@ -46,7 +46,7 @@ from ..fs.writer import (
     sweep,
     writable_current,
 )
-from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
+from ..http.core import ALLOW_WRITES, FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import is_write_temp
 from ..observe.stats import Stats
@@ -57,6 +57,7 @@ from ..writes.digest import DigestVerifier, parse_digests
 from .decide import (
     REFUSAL_STATUS,
     created_plan,
+    cross_site,
     deleted_plan,
     errno_status,
     has_preconditions,
@@ -64,6 +65,7 @@ from .decide import (
     precondition_status,
     replaced_plan,
 )
+from .form import post_form
 
 __all__ = ["CLEANUP_SECONDS", "Uploads"]
 
@@ -102,6 +104,9 @@ class Uploads:
         pol = config.uploads
         self.pool = Pool("write", min(_WORKERS, pol.max_uploads), pol.max_uploads)
         self.in_flight = 0
+        site = config.site
+        # Origins the CSRF rule accepts besides this server's (--cors-writes).
+        self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
 
     # ------------------------------------------------------------ start-up
 
@@ -128,20 +133,30 @@ class Uploads:
     async def write(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan:
-        """The answer to a PUT or DELETE (the pipeline's ``write`` hook).
+        """The answer to a PUT, DELETE or form POST (the pipeline's
+        ``write`` hook).  A POST must name a directory (405 otherwise), pass
+        the CSRF rule (:func:`~serverio.upload.decide.cross_site`, 403) and
+        the access hook on the directory (``Kind.WRITE``, ``"put"``); then
+        :func:`serverio.upload.form.post_form` writes it.
 
         Cancellation handling: see the class; a cancelled write leaves
         neither a temporary file nor a descriptor, and commits nothing
         it had not committed already.
         """
         target = req.target
-        if not target.segments or target.slash:
+        if (not target.segments or target.slash) and req.method != b"POST":
             return error_plan(409, now)  # a collection: not a file to write
         if (target.hidden and not self.config.files.hidden) or is_write_temp(target.segments):
             # A dot name anywhere in the path (RFC 8615's .well-known aside),
             # or an upload's temporary: never written, even with --hidden.
             return error_plan(403, now)
-        action = "put" if req.method == b"PUT" else "delete"
+        form = req.method == b"POST"
+        if form:
+            if target.segments and not target.slash:
+                return error_plan(405, now, allow=ALLOW_WRITES)  # a form posts to a directory
+            if cross_site(req, self.write_origins):
+                return error_plan(403, now)  # the CSRF rule (docs/features.md "Uploads")
+        action = "delete" if req.method == b"DELETE" else "put"
         refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
         if refusal is not None:
             if action == "put":
@@ -151,6 +166,8 @@ class Uploads:
             return error_plan(503, now, close=True)
         self.in_flight += 1
         try:
+            if form:
+                return await post_form(self, req, content, now)
             if action == "put":
                 return await self._put(req, content, now)
             return await self._delete(req, now)
@@ -178,7 +195,7 @@ class Uploads:
         )
         return place
 
-    async def _step(self, job: WriteJob, fn: Callable[..., Any], *args: Any) -> Any:
+    async def step(self, job: WriteJob, fn: Callable[..., Any], *args: Any) -> Any:
         return await run_blocking(self.pool, job.run, fn, *args)
 
     async def _current(self, req: RequestFacts, job: WriteJob) -> FileFacts | None:
@@ -187,7 +204,7 @@ class Uploads:
         if cur is None or not has_preconditions(req):
             return None
         limit = self.config.files.small_file_size
-        data = await self._step(job, current_bytes, job.place, limit)
+        data = await self.step(job, current_bytes, job.place, limit)
         return stat_facts(cur, self.config, None if data is None else content_digest(data))
 
     async def _checked(self, req: RequestFacts, job: WriteJob, now: float) -> Plan | None:
@@ -216,25 +233,25 @@ class Uploads:
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
-            await self._step(job, job.create)
+            await self.step(job, job.create)
             verifier = DigestVerifier(expected) if expected else None
             job.check = None if verifier is None else verifier.update
             while (chunk := await content.next_chunk()) is not None:
                 if job.written + len(chunk) > limit:
                     return error_plan(413, now, close=True)
-                await self._step(job, job.write, chunk)
+                await self.step(job, job.write, chunk)
             if verifier is not None and not verifier.verify():
                 return error_plan(400, now)  # the content is not what its digest says
             existed = job.place.current is not None
-            st: os.stat_result = await self._step(
+            st: os.stat_result = await self.step(
                 job, job.commit, is_create_only(req), has_preconditions(req), job.place.current
             )
             committed = True
         finally:
             if not committed:
                 self.stats.writes.aborted += 1
-            await self._settle(job)
-        self._changed(req)
+            await self.settle(job)
+        self.changed(req.target.relpath)
         writes = self.stats.writes
         writes.files += 1
         writes.bytes += job.written
@@ -251,15 +268,15 @@ class Uploads:
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
-            await self._step(job, delete_file, job.place, has_preconditions(req), job.place.current)
+            await self.step(job, delete_file, job.place, has_preconditions(req), job.place.current)
             job.done = True
         finally:
-            await self._settle(job)
-        self._changed(req)
+            await self.settle(job)
+        self.changed(req.target.relpath)
         self.stats.writes.deletes += 1
         return deleted_plan(now)
 
-    async def _settle(self, job: WriteJob) -> None:
+    async def settle(self, job: WriteJob) -> None:
         """Remove the job's temporary and close what it holds, shielded
         and bounded; the request's task does not end before (unless a
         stuck disk holds the removal past :data:`CLEANUP_SECONDS`: then
@@ -291,12 +308,11 @@ class Uploads:
             except OSError as exc:
                 log.warning("could not remove an upload temporary: %s", exc)
 
-    def _changed(self, req: RequestFacts) -> None:
+    def changed(self, relpath: str) -> None:
         """Every cache sees the write at once: the warm-file entry of the
         target (and of the file it is a sidecar of) is forgotten; the
         compression, digest and ETag-hash caches key on the file's
         identity (a write makes a new one) and listings on a fresh scan."""
-        relpath = req.target.relpath
         self.files.forget(relpath)
         for suffix in SIDECAR_SUFFIX.values():
             if relpath.endswith(suffix):

@@ -43,6 +43,8 @@ EXTRA_FIELDS: dict[bytes, str] = {
     # Uploads (serverio.upload): the digests a PUT's content must match (RFC 9530).
     b"content-digest": "digests",
     b"repr-digest": "digests",
+    b"content-type": "content_type",
+    b"sec-fetch-site": "sec_fetch_site",
     # Site rules: CORS (Fetch standard).
     b"origin": "origin",
     b"access-control-request-method": "cors_method",
@@ -93,7 +95,9 @@ def check_host(value: bytes) -> None:
 def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None = None) -> Fields:
     """One pass over the (lower-case) header list.  ``authority``:
     HTTP/2's ``:authority`` (HTTP/1.1 has a Host line instead); kept in
-    ``extra.host`` only beside a Destination (WebDAV COPY / MOVE).
+    ``extra.host`` (with the Host line's value) only when another extra
+    field is present: a Destination (WebDAV COPY / MOVE), an Origin or a
+    Content-Type (the upload form's CSRF rule).
 
     Raises :class:`HTTPError` 400 for an invalid Host.
     """
@@ -131,7 +135,8 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None 
             old = extra.get(key)
             extra[key] = v if old is None else f"{old}, {v}"
     if extra:
-        if "destination" in extra and host is not None:
+        if host is not None:
+            # WebDAV's Destination and the upload form's CSRF rule compare with it.
             extra["host"] = host.decode("latin-1")
         out.extra = ExtraFields(**extra)
     return out
