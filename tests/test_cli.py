@@ -35,9 +35,18 @@ def serve(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         proc.communicate(timeout=10)
 
 
+# A bound on a hang, not a speed check: Windows CPython under Wine took over
+# 30 s to start, fail to bind and exit when the 2-vCPU machine was running
+# five other jobs (a CI run by hand, 2026-12-05); the same test passed when run again.
+RUN_CLI_TIMEOUT = 120
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "serverio", *args], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "serverio", *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_CLI_TIMEOUT,
     )
 
 
