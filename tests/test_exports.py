@@ -167,13 +167,16 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "field",
         "read_access",
         "read_body",
+        "refused_plan",
         "rel",
         "write_access",
     ),
     "serverio.dav.guard": (
+        "Done",
         "LockGuard",
         "NO_LOCKS",
         "NoLocks",
+        "no_etag",
         "path_href",
     ),
     "serverio.dav.ifheader": (
@@ -887,7 +890,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "place_file",
         "post_form",
     ),
-    "serverio.upload.service": ("CLEANUP_SECONDS", "Uploads"),
+    "serverio.upload.service": ("CLEANUP_SECONDS", "CommitGate", "Uploads"),
     "serverio.wire": None,
     "serverio.wire.bodyframe": (
         "ChunkState",
