@@ -240,6 +240,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.dav.service": (
         "DAV_METHODS",
         "DavService",
+        "PREFIX_METHODS",
     ),
     "serverio.dav.xml": (
         "DAV",
@@ -376,6 +377,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "sent_mtime",
         "spa_fallback_applies",
         "wants_content_hash",
+        "webdav_at",
         "without_conditions",
     ),
     "serverio.http.dates": (

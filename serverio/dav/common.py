@@ -110,6 +110,18 @@ class DavBase:
         # The lock table's clock (epoch seconds, as the pipeline's ``now``)
         # for a check made later than the request's start (a commit).
         self.clock: Callable[[], float] = time.time
+        # --webdav-prefix's segments (() for the whole root): DAV is served
+        # at and under them; the top itself is never removed or moved.
+        prefix = config.uploads.webdav_prefix
+        self.top: tuple[str, ...] = tuple(prefix[1:].split("/")) if prefix else ()
+
+    def at_dav(self, segments: tuple[str, ...]) -> bool:
+        """Is ``segments`` at or under the WebDAV prefix?"""
+        return segments[: len(self.top)] == self.top
+
+    def is_top(self, segments: tuple[str, ...]) -> bool:
+        """Is ``segments`` the served top (the root, or the prefix) or above it?"""
+        return len(segments) <= len(self.top)
 
     # ------------------------------------------------------------ helpers
 

@@ -49,7 +49,7 @@ from ..fs.writer import WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import is_write_temp
 from ..model import ChunkSource
-from ..pipeline.hooks import Admit, WriteContent
+from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.service import CommitGate, Uploads
 from . import methods
@@ -83,7 +83,7 @@ from .xml import (
     response_xml,
 )
 
-__all__ = ["DAV_METHODS", "DavService"]
+__all__ = ["DAV_METHODS", "PREFIX_METHODS", "DavService"]
 
 log = logging.getLogger("serverio")
 
@@ -101,6 +101,9 @@ DAV_METHODS: Final = frozenset(
         b"DELETE",
     )
 )
+# With --webdav-prefix the step is asked about these (DavService.takes):
+# the DAV methods under the prefix, the uploads' elsewhere.
+PREFIX_METHODS: Final = DAV_METHODS | WRITE_METHODS
 _BATCH: Final = 256  # members per pool call of a PROPFIND listing
 
 Step = Callable[
@@ -138,13 +141,26 @@ class DavService(DavBase):
             b"UNLOCK": self._unlock,
         }
 
+    def takes(self, req: RequestFacts) -> bool:
+        """Does :meth:`write` answer ``req`` (one of :data:`PREFIX_METHODS`;
+        the pipeline's ``write_takes`` with ``--webdav-prefix``)?  Under the
+        prefix the DAV methods (a POST there is the read path's 405);
+        elsewhere the uploads' own (PUT, DELETE, the form's POST), as
+        without ``--webdav``."""
+        if self.at_dav(req.target.segments):
+            return req.method in DAV_METHODS
+        return req.method in WRITE_METHODS
+
     async def write(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan | tuple[Plan, ChunkSource]:
-        """The answer to one DAV request (the pipeline's ``write`` hook).
+        """The answer to one DAV request (the pipeline's ``write`` hook);
+        outside ``--webdav-prefix``, the uploads' answer.
 
         Cancellation handling: see the class; nothing is left held.
         """
+        if self.top and not self.at_dav(req.target.segments):
+            return await self.uploads.write(req, content, now, admit)
         if req.method == b"OPTIONS":
             return options_plan(self.guard.classes, now)
         target = req.target
@@ -220,7 +236,7 @@ class DavService(DavBase):
         if req.has_body:
             return error_plan(415, now)  # RFC 4918 §9.3.1: no MKCOL body is understood
         if not target.segments:
-            return error_plan(405, now, allow=ALLOW_DAV)
+            return error_plan(405, now, allow=ALLOW_DAV)  # the root is always there
         refusal = await write_access(admit, target, "put")
         if refusal is not None:
             return refusal
