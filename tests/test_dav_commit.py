@@ -39,6 +39,10 @@ from .test_dav_locking import CLIENTS, LOCKINFO
 from .test_upload_writer import allow
 
 
+def tree_of(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
 class Gated:
     """A PUT's content: the first chunk at once, the rest only after
     ``go`` is set; ``started`` is set once the first chunk was taken."""
@@ -234,3 +238,40 @@ async def test_if_with_an_entity_tag_on_a_lock(root: Path, proto: str) -> None:
             fresh = hs["etag"]
             status, _, _ = await call("LOCK", "/doc.txt", [("if", f"(<{tok}> [{fresh}])")], b"")
             assert status == 200
+
+
+async def test_mkcol_counts_a_directory_in_the_write_metrics(root: Path) -> None:
+    svc, stats, opener = service(root)
+    assert (await answer(svc, request(b"MKCOL", b"/made"))).status == 201
+    assert (await answer(svc, request(b"MKCOL", b"/made"))).status == 405
+    assert stats.writes.directories == 1 and (root / "made").is_dir()
+    opener.close()
+
+
+@pytest.mark.parametrize("proto", CLIENTS)
+async def test_a_destination_is_contained_like_a_write(root: Path, proto: str) -> None:
+    # RFC 4918 §9.8, issue 29 "Contained": a COPY/MOVE Destination goes
+    # through the writes' name check and containment: no dotfile, no
+    # Windows-reserved name (on every platform), no write temporary's
+    # name, nothing through a symlink out of the root: 403, nothing made.
+    outside = root.parent / "elsewhere"
+    outside.mkdir()
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    before = tree_of(root)
+    with trio.fail_after(30):
+        async with CLIENTS[proto](root) as call:
+            for dest in (
+                "/.dot.txt",
+                "/CON",
+                "/con.txt",
+                "/sub/NUL.log",
+                "/sub/a%3Ab.txt",
+                "/.serverio-tmp-x",
+                "/link/stolen.txt",
+            ):
+                for method in ("COPY", "MOVE"):
+                    status, _, _ = await call(method, "/hello.txt", [("destination", dest)], b"")
+                    assert status == 403, (method, dest, status)
+            assert (root / "hello.txt").exists()
+            assert list(outside.iterdir()) == []
+            assert tree_of(root) == before

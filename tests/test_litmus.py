@@ -41,9 +41,7 @@ def test_the_summary_parser_reads_litmus_lines() -> None:
     assert summaries(text) == {"props": (30, 29, 1)}
 
 
-async def run_litmus(
-    root: Path, suites: tuple[str, ...], path: str = "/", **cfg: object
-) -> str:
+async def run_litmus(root: Path, suites: tuple[str, ...], path: str = "/", **cfg: object) -> str:
     config = make_config(root, min_free_space=0, **cfg)
     async with running_server(config) as (_, port):
         env = {**os.environ, "TESTS": " ".join(suites)}

@@ -254,6 +254,7 @@ class DavService(DavBase):
         finally:
             self.release(job)
         self.changed(path)
+        self.uploads.stats.writes.directories += 1  # as the form's new folder
         return status_plan(201, now, target.url_path(slash=True))
 
     async def _propfind(
