@@ -587,6 +587,9 @@ class UploadPolicy:
     # --webdav: WebDAV class 1 and 2 on the whole root (serverio.dav; it implies
     # --upload: PUT and DELETE are its methods too).
     webdav: bool = False
+    # --webdav-prefix: WebDAV only at and under this route ("/dav"; it
+    # implies --webdav); None: the whole root.  validate() normalises it.
+    webdav_prefix: str | None = None
     # PROPFIND Depth: infinity answers at most this many resources; 0 refuses
     # it (403 with DAV:propfind-finite-depth, RFC 4918 §9.1).
     webdav_depth_infinity: int = 0
@@ -617,6 +620,10 @@ class UploadPolicy:
                 f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
                 f"got {self.on_duplicate!r}"
             )
+        if self.webdav_prefix is not None:
+            prefix = normal_route(self.webdav_prefix, "--webdav-prefix") or None
+            if prefix != self.webdav_prefix or not self.webdav:
+                return dataclasses.replace(self, webdav_prefix=prefix, webdav=True).validate()
         if self.webdav and not self.upload:
             return dataclasses.replace(self, upload=True).validate()
         if self.max_uploads > _MAX_QUEUE:

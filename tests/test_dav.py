@@ -447,6 +447,7 @@ class RecordingGuard:
     def __init__(self) -> None:
         self.checks: list[tuple[bytes, tuple[str, ...], bool]] = []
         self.moves: list[tuple[str, str | None]] = []
+        self.commits: list[tuple[bytes, tuple[str, ...]]] = []
         self.refuse: str | None = None
 
     def check(
@@ -454,6 +455,10 @@ class RecordingGuard:
     ) -> Any:
         self.checks.append((req.method, tuple(paths), depth_infinity))
         return None if self.refuse is None else (423, self.refuse)
+
+    def committing(self, req: RequestFacts, paths: Any, *, etag_of: Any, now: float) -> Any:
+        self.commits.append((req.method, tuple(paths)))
+        return (lambda: None) if self.refuse is None else (423, self.refuse)
 
     def discovery(self, path: str, now: float) -> Any:
         from serverio.dav.xml import DAV, Element, QName
@@ -467,7 +472,14 @@ class RecordingGuard:
         self.moves.append((src, dst))
 
     async def lock(
-        self, req: RequestFacts, body: bytes, path: str, exists: bool, now: float, create: Any
+        self,
+        req: RequestFacts,
+        body: bytes,
+        path: str,
+        exists: bool,
+        now: float,
+        create: Any,
+        etag: Any = None,
     ) -> Plan:
         status = 200 if exists else await create()
         from serverio.dav.answers import status_plan

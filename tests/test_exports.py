@@ -167,13 +167,16 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "field",
         "read_access",
         "read_body",
+        "refused_plan",
         "rel",
         "write_access",
     ),
     "serverio.dav.guard": (
+        "Done",
         "LockGuard",
         "NO_LOCKS",
         "NoLocks",
+        "no_etag",
         "path_href",
     ),
     "serverio.dav.ifheader": (
@@ -237,6 +240,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.dav.service": (
         "DAV_METHODS",
         "DavService",
+        "PREFIX_METHODS",
     ),
     "serverio.dav.xml": (
         "DAV",
@@ -373,6 +377,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "sent_mtime",
         "spa_fallback_applies",
         "wants_content_hash",
+        "webdav_at",
         "without_conditions",
     ),
     "serverio.http.dates": (
@@ -887,7 +892,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "place_file",
         "post_form",
     ),
-    "serverio.upload.service": ("CLEANUP_SECONDS", "Uploads"),
+    "serverio.upload.service": ("CLEANUP_SECONDS", "CommitGate", "Uploads"),
     "serverio.wire": None,
     "serverio.wire.bodyframe": (
         "ChunkState",

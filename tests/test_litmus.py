@@ -41,13 +41,13 @@ def test_the_summary_parser_reads_litmus_lines() -> None:
     assert summaries(text) == {"props": (30, 29, 1)}
 
 
-async def run_litmus(root: Path, suites: tuple[str, ...], **cfg: object) -> str:
+async def run_litmus(root: Path, suites: tuple[str, ...], path: str = "/", **cfg: object) -> str:
     config = make_config(root, min_free_space=0, **cfg)
     async with running_server(config) as (_, port):
         env = {**os.environ, "TESTS": " ".join(suites)}
         with trio.fail_after(120):
             done = await trio.run_process(
-                [LITMUS or "litmus", f"http://127.0.0.1:{port}/"],
+                [LITMUS or "litmus", f"http://127.0.0.1:{port}{path}"],
                 # litmus writes debug.log and child.log where it runs.
                 cwd=str(root.parent),
                 env=env,
@@ -73,6 +73,24 @@ async def test_litmus_basic_copymove_props_http_all_pass(tmp_path: Path) -> None
     # litmus cleans up after itself; serverio left no temporary behind.
     left = [n for _, _, names in os.walk(root) for n in names if n.startswith(".serverio-tmp-")]
     assert left == []
+
+
+async def test_litmus_under_a_webdav_prefix_all_pass(tmp_path: Path) -> None:
+    """``--webdav-prefix /dav``: litmus pointed at ``/dav/`` passes every
+    test of basic, copymove, props, http and locks; nothing is written
+    outside the prefix."""
+    root = tmp_path / "site"
+    (root / "dav").mkdir(parents=True)
+    suites = (*SUITES, "locks")
+    output = await run_litmus(root, suites, "/dav/", webdav_prefix="/dav")
+    got = summaries(output)
+    assert set(got) == set(suites), output
+    for suite, (run, passed, failed) in got.items():
+        assert run > 0 and failed == 0 and passed == run, (
+            f"{suite}: {run, passed, failed}\n{output}"
+        )
+    assert "FAIL" not in output, output
+    assert sorted(p.name for p in root.iterdir()) == ["dav"]
 
 
 async def test_litmus_fails_against_a_server_without_webdav(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ cycle).
 from __future__ import annotations
 
 import stat
+import time
 from collections.abc import Callable, Sequence
 
 from ..concurrency.blocking import Pool, run_blocking
@@ -17,7 +18,7 @@ from ..fs.davtree import TreeJob, root_place
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
-from ..fs.writer import Placement, current_bytes, open_target
+from ..fs.writer import Placement, WriteRefused, current_bytes, open_target
 from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent
@@ -29,7 +30,15 @@ from .guard import LockGuard, path_href
 from .props import Locks
 from .xml import MAX_XML_BYTES
 
-__all__ = ["DavBase", "field", "read_access", "read_body", "rel", "write_access"]
+__all__ = [
+    "DavBase",
+    "field",
+    "read_access",
+    "read_body",
+    "refused_plan",
+    "rel",
+    "write_access",
+]
 
 
 def field(value: str | None) -> bytes | None:
@@ -67,6 +76,15 @@ async def read_access(admit: Admit, target: Target, is_dir: bool) -> Plan | None
     return await admit(served_target(path))
 
 
+def refused_plan(got: tuple[int, str], now: float) -> Plan:
+    """The plan of a lock guard's refusal: 423 with
+    ``DAV:lock-token-submitted`` naming the locked resource, or 412."""
+    status, path = got
+    if status == 423:
+        return condition_plan(423, "lock-token-submitted", now, path_href(path))
+    return error_plan(status, now)
+
+
 class DavBase:
     """The service's state and the steps' shared helpers.
 
@@ -89,6 +107,21 @@ class DavBase:
         self.uploads = uploads
         self.guard = guard
         self.pool: Pool = uploads.pool
+        # The lock table's clock (epoch seconds, as the pipeline's ``now``)
+        # for a check made later than the request's start (a commit).
+        self.clock: Callable[[], float] = time.time
+        # --webdav-prefix's segments (() for the whole root): DAV is served
+        # at and under them; the top itself is never removed or moved.
+        prefix = config.uploads.webdav_prefix
+        self.top: tuple[str, ...] = tuple(prefix[1:].split("/")) if prefix else ()
+
+    def at_dav(self, segments: tuple[str, ...]) -> bool:
+        """Is ``segments`` at or under the WebDAV prefix?"""
+        return segments[: len(self.top)] == self.top
+
+    def is_top(self, segments: tuple[str, ...]) -> bool:
+        """Is ``segments`` the served top (the root, or the prefix) or above it?"""
+        return len(segments) <= len(self.top)
 
     # ------------------------------------------------------------ helpers
 
@@ -134,6 +167,20 @@ class DavBase:
         digest = content_digest(data) if isinstance(data, bytes) else None
         return stat_facts(cur, self.config, digest)
 
+    async def etag(self, segments: tuple[str, ...]) -> str | None:
+        """The current strong ETag of the file at ``segments`` (the one a
+        GET sends), None for no file there (or a collection)."""
+        job = TreeJob()
+        try:
+            try:
+                place = await self.place(job, segments)
+            except WriteRefused:
+                return None
+            facts = await self.current_facts(job, place)
+        finally:
+            self.release(job)
+        return None if facts is None else facts.etag or None
+
     async def guarded(
         self,
         req: RequestFacts,
@@ -147,18 +194,21 @@ class DavBase:
         resource), or None.  With an ``If`` field, the ETags of
         ``places`` (path and placement, held by ``job``) are looked up
         for its entity-tag conditions (RFC 4918 §10.4.2)."""
+        known = await self.known_etags(req, job, places)
+        got = self.guard.check(req, paths, depth_infinity=infinity, etag_of=known.get, now=now)
+        return None if got is None else refused_plan(got, now)
+
+    async def known_etags(
+        self, req: RequestFacts, job: TreeJob | None, places: Sequence[tuple[str, Placement]]
+    ) -> dict[str, str | None]:
+        """The current ETags of ``places`` when the request has an ``If``
+        field (else none: nothing compares them)."""
         known: dict[str, str | None] = {}
         if req.extra.dav_if is not None and job is not None:
             for path, place in places:
                 facts = await self.current_facts(job, place)
                 known[path] = None if facts is None else facts.etag or None
-        got = self.guard.check(req, paths, depth_infinity=infinity, etag_of=known.get, now=now)
-        if got is None:
-            return None
-        status, path = got
-        if status == 423:
-            return condition_plan(423, "lock-token-submitted", now, path_href(path))
-        return error_plan(status, now)
+        return known
 
     def locks(self, path: str, now: float) -> Locks:
         return Locks(self.guard.supported(), self.guard.discovery(path, now))

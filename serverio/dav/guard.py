@@ -28,20 +28,35 @@ Vocabulary shared by every method:
   among them; for ``If`` lists tagged with an entity tag (§10.4.2);
 * every method is synchronous and pure but :meth:`LockGuard.lock` and
   :meth:`LockGuard.unlock` (which may create an empty resource through
-  ``create``); none does blocking I/O on the event loop.
+  ``create``); none does blocking I/O on the event loop;
+* a write that streams content (a PUT) is checked twice: when it starts
+  (:meth:`LockGuard.check`) and again right before its commit
+  (:meth:`LockGuard.committing`), which also marks the commit in
+  progress until its ``done`` is called: a LOCK that would cover a
+  resource being committed waits for that commit to end, so no lock is
+  granted between a write's last check and its rename (no lost update).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeAlias
 from urllib.parse import unquote, urlsplit
 
 from ..http.core import Plan, RequestFacts, error_plan
 from .ifheader import ResourceState, parse_if
 from .xml import Element, href_of
 
-__all__ = ["NO_LOCKS", "LockGuard", "NoLocks", "path_href"]
+__all__ = ["NO_LOCKS", "Done", "LockGuard", "NoLocks", "no_etag", "path_href"]
+
+# What :meth:`LockGuard.committing` returns when the commit may go on: the
+# call that ends the commit's mark (in a ``finally``, on the event loop).
+Done: TypeAlias = Callable[[], None]
+
+
+async def no_etag() -> str | None:
+    """No current ETag (a LOCK's ``etag`` when nothing looks one up)."""
+    return None
 
 
 def path_href(path: str, *, collection: bool = False) -> str:
@@ -72,6 +87,22 @@ class LockGuard(Protocol):
         does not hold (§10.4.1), with the request's own path."""
         ...
 
+    def committing(
+        self,
+        req: RequestFacts,
+        paths: Sequence[str],
+        *,
+        etag_of: Callable[[str], str | None],
+        now: float,
+    ) -> tuple[int, str] | Done:
+        """The check of :meth:`check` again (depth 0), at the commit of a
+        write that passed it when it started: its refusal, or the call
+        that ends the commit's mark.  Until that call, a LOCK covering one
+        of ``paths`` waits (:meth:`lock`).  Synchronous: the check and the
+        mark are one step of the event loop, so no LOCK is granted between
+        them."""
+        ...
+
     def discovery(self, path: str, now: float) -> Sequence[Element]:
         """The ``DAV:activelock`` elements of the locks on ``path`` (direct
         or inherited through a depth-infinity lock), for the
@@ -98,16 +129,22 @@ class LockGuard(Protocol):
         exists: bool,
         now: float,
         create: Callable[[], Awaitable[int]],
+        etag: Callable[[], Awaitable[str | None]] = no_etag,
     ) -> Plan:
         """The answer to a LOCK of ``path`` (``body``: the request's
         content, at most :data:`serverio.dav.xml.MAX_XML_BYTES`, possibly
         empty for a refresh; ``exists``: is there a resource now).  To
         lock an unmapped URL (§7.3) it awaits ``create()``, which makes
-        an empty file there and returns 201, or the error status.  The
+        an empty file there and returns 201, or the error status.
+        ``etag()``: the resource's current strong ETag (None: no file),
+        awaited only when the request's ``If`` field has an entity tag
+        (§10.4.2).  A new lock that would cover a write being committed
+        (:meth:`committing`) waits for that commit to end first.  The
         service has already admitted the request (``Kind.WRITE``).
 
         Cancellation handling: no lock is recorded unless the answer is
-        returned; ``create`` is the service's (atomic, like a PUT).
+        returned; ``create`` is the service's (atomic, like a PUT); a
+        cancelled wait for a commit holds nothing.
         """
         ...
 
@@ -151,6 +188,17 @@ class NoLocks:
             return None
         return 412, here
 
+    def committing(
+        self,
+        req: RequestFacts,
+        paths: Sequence[str],
+        *,
+        etag_of: Callable[[str], str | None],
+        now: float,
+    ) -> tuple[int, str] | Done:
+        got = self.check(req, paths, depth_infinity=False, etag_of=etag_of, now=now)
+        return _nothing if got is None else got
+
     def discovery(self, path: str, now: float) -> Sequence[Element]:
         return ()
 
@@ -168,11 +216,16 @@ class NoLocks:
         exists: bool,
         now: float,
         create: Callable[[], Awaitable[int]],
+        etag: Callable[[], Awaitable[str | None]] = no_etag,
     ) -> Plan:
         return error_plan(405, now)
 
     async def unlock(self, req: RequestFacts, path: str, now: float) -> Plan:
         return error_plan(405, now)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _tag_path(resource: str) -> str:

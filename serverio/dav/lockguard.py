@@ -20,9 +20,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import unquote, urlsplit
 
+import trio
+
 from ..errors import HTTPError
 from ..http.core import Plan, RequestFacts, error_plan
 from ..site.rules import parse_basic
+from .guard import Done, no_etag
 from .ifheader import Depth, IfField, parse_depth, parse_if, parse_timeout
 from .lockplans import (
     activelock,
@@ -102,6 +105,11 @@ class TableLocks:
 
     def __init__(self, table: LockTable) -> None:
         self.table = table
+        # Writes being committed (:meth:`committing`): path -> how many.
+        # A LOCK that would cover one waits for ``_ended``, set (and
+        # dropped) whenever a commit ends.
+        self._commits: dict[LockPath, int] = {}
+        self._ended: trio.Event | None = None
 
     def check(
         self,
@@ -131,6 +139,64 @@ class TableLocks:
             return 423, guard_path(denied.lock.root)
         return 412, req.target.relpath
 
+    def committing(
+        self,
+        req: RequestFacts,
+        paths: Sequence[str],
+        *,
+        etag_of: Callable[[str], str | None],
+        now: float,
+    ) -> tuple[int, str] | Done:
+        """:meth:`check` again at a write's commit (a lock granted while
+        its content streamed counts now), then the commit's mark: a LOCK
+        covering one of ``paths`` waits until ``done()``."""
+        got = self.check(req, paths, depth_infinity=False, etag_of=etag_of, now=now)
+        if got is not None:
+            return got
+        marked = tuple(dict.fromkeys(lock_path(p) for p in paths))
+        commits = self._commits
+        for p in marked:
+            commits[p] = commits.get(p, 0) + 1
+        ended = False
+
+        def done() -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            for p in marked:
+                left = commits[p] - 1
+                if left:
+                    commits[p] = left
+                else:
+                    del commits[p]
+            if self._ended is not None:
+                self._ended.set()
+                self._ended = None
+
+        return done
+
+    def _busy(self, here: LockPath, infinite: bool) -> bool:
+        """Is a write being committed to what a lock on ``here`` covers?"""
+        n = len(here)
+        return any(p == here or (infinite and p[:n] == here) for p in self._commits)
+
+    async def _settled(
+        self, here: LockPath, infinite: bool, etag: Callable[[], Awaitable[str | None]] | None
+    ) -> str | None:
+        """Wait until no commit covered by a lock on ``here`` is in
+        progress; then the resource's ETag when ``etag`` is given (looked
+        up again if a commit began meanwhile).  The caller grants the lock
+        with no await after this returns."""
+        while True:
+            while self._busy(here, infinite):
+                if self._ended is None:
+                    self._ended = trio.Event()
+                await self._ended.wait()
+            tag = None if etag is None else await etag()
+            if not self._busy(here, infinite):
+                return tag
+
     def discovery(self, path: str, now: float) -> Sequence[Element]:
         return tuple(activelock(lk, now) for lk in self.table.covering(lock_path(path), now))
 
@@ -155,13 +221,17 @@ class TableLocks:
         exists: bool,
         now: float,
         create: Callable[[], Awaitable[int]],
+        etag: Callable[[], Awaitable[str | None]] = no_etag,
     ) -> Plan:
         """LOCK: a refresh (no body, §9.10.2) or a new lock (§9.10.1); of an
         unmapped URL, a locked empty resource made by ``create`` (§7.3).
+        A new lock first waits for the commits it would cover
+        (:meth:`committing`); an ``If`` field's entity tags are compared
+        with ``etag()``, looked up after that wait.
 
         Cancellation handling: the new lock is removed unless ``create``
         returned a success (a ``finally``: a cancelled or failed create
-        leaves no lock behind).
+        leaves no lock behind); a cancelled wait holds nothing.
         """
         try:
             info = parse_lockinfo(body)
@@ -175,9 +245,13 @@ class TableLocks:
         if info is None:
             if field is None:
                 return error_plan(400, now)  # a refresh names its lock (§9.10.2)
-            return self._refresh(req, field, here, timeouts, principal, now)
+            tag = await etag() if _has_etag(field) else None
+            return self._refresh(req, field, (here, tag), timeouts, principal, now)
         if depth is Depth.ONE:
             return error_plan(400, now)  # §9.10.3: 0 or infinity only
+        infinite = depth is Depth.INFINITY
+        tag = await self._settled(here, infinite, etag if _has_etag(field) else None)
+        # Nothing awaited from here to the grant: no commit starts between.
         # Locking an unmapped URL adds a member to its parent (§7.3).
         affected = [] if exists or not here else [(here[:-1], False)]
         denied = check_request(
@@ -185,7 +259,7 @@ class TableLocks:
             field,
             here,
             affected,
-            etag_of=lambda p: None,
+            etag_of=lambda p: tag if p == here else None,
             resolve=_tag_path,
             principal=principal,
             now=now,
@@ -197,7 +271,7 @@ class TableLocks:
                 here,
                 info,
                 collection=bool(exists and req.target.slash) or not here,
-                infinite=depth is Depth.INFINITY,
+                infinite=infinite,
                 timeouts=timeouts,
                 principal=principal,
                 now=now,
@@ -228,17 +302,18 @@ class TableLocks:
         self,
         req: RequestFacts,
         field: IfField,
-        here: LockPath,
+        at: tuple[LockPath, str | None],
         timeouts: tuple[int | None, ...],
         principal: str | None,
         now: float,
     ) -> Plan:
+        here, tag = at  # the resource and its current ETag (None: not looked up)
         denied = check_request(
             self.table,
             field,
             here,
             [],
-            etag_of=lambda p: None,
+            etag_of=lambda p: tag if p == here else None,
             resolve=_tag_path,
             principal=principal,
             now=now,
@@ -270,6 +345,13 @@ class TableLocks:
                 return error_plan(403, now)
             return unlock_mismatch_plan(now)
         return unlocked_plan(now)
+
+
+def _has_etag(field: IfField | None) -> bool:
+    """Does the If field compare an entity tag (§10.4.2)?"""
+    return field is not None and any(
+        c.etag is not None for lst in field.lists for c in lst.conditions
+    )
 
 
 def _raw(value: str | None) -> bytes | None:

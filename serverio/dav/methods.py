@@ -67,8 +67,8 @@ async def delete(
     with every member (Depth infinity, the only depth allowed, §9.6.1),
     at most ``--webdav-max-tree``."""
     target = req.target
-    if not target.segments:
-        return error_plan(403, now)  # the root is never removed
+    if svc.is_top(target.segments):
+        return error_plan(403, now)  # the root (or --webdav-prefix's top) is never removed
     if parse_depth(field(req.extra.depth), Depth.INFINITY) is not Depth.INFINITY:
         return error_plan(400, now)
     refusal = await write_access(admit, target, "delete")
@@ -126,12 +126,14 @@ async def copy_move(
         scheme="https" if req.tls else "http",
         host=req.extra.host or "",
     )
-    if dest.foreign or dest.target is None:
-        return error_plan(502, now)  # §9.8.5, §9.9.4: another server
+    if dest.foreign or dest.target is None or not svc.at_dav(dest.target.segments):
+        # §9.8.5, §9.9.4: another server, or another URL namespace (outside
+        # --webdav-prefix, where no DAV method is served).
+        return error_plan(502, now)
     dt = dest.target
     hidden = svc.config.files.hidden
-    if not target.segments or not dt.segments:
-        return error_plan(403, now)
+    if svc.is_top(target.segments) or svc.is_top(dt.segments):
+        return error_plan(403, now)  # the root (or the prefix's top) is never moved or replaced
     if is_write_temp(dt.segments) or (dt.hidden and not hidden):
         return error_plan(403, now)
     src_path, dst_path = rel(target.segments), rel(dt.segments)

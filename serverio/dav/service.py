@@ -49,9 +49,9 @@ from ..fs.writer import WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import is_write_temp
 from ..model import ChunkSource
-from ..pipeline.hooks import Admit, WriteContent
+from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..upload.decide import REFUSAL_STATUS, errno_status
-from ..upload.service import Uploads
+from ..upload.service import CommitGate, Uploads
 from . import methods
 from .answers import (
     ALLOW_DAV,
@@ -61,8 +61,16 @@ from .answers import (
     status_plan,
     stream_plan,
 )
-from .common import DavBase, field, read_access, read_body, rel, write_access
-from .guard import NO_LOCKS, LockGuard, path_href
+from .common import (
+    DavBase,
+    field,
+    read_access,
+    read_body,
+    refused_plan,
+    rel,
+    write_access,
+)
+from .guard import NO_LOCKS, Done, LockGuard, path_href
 from .ifheader import Depth, parse_depth
 from .props import apply_patch, dump_dead, load_dead, propfind_response
 from .xml import (
@@ -75,7 +83,7 @@ from .xml import (
     response_xml,
 )
 
-__all__ = ["DAV_METHODS", "DavService"]
+__all__ = ["DAV_METHODS", "PREFIX_METHODS", "DavService"]
 
 log = logging.getLogger("serverio")
 
@@ -93,6 +101,9 @@ DAV_METHODS: Final = frozenset(
         b"DELETE",
     )
 )
+# With --webdav-prefix the step is asked about these (DavService.takes):
+# the DAV methods under the prefix, the uploads' elsewhere.
+PREFIX_METHODS: Final = DAV_METHODS | WRITE_METHODS
 _BATCH: Final = 256  # members per pool call of a PROPFIND listing
 
 Step = Callable[
@@ -130,13 +141,26 @@ class DavService(DavBase):
             b"UNLOCK": self._unlock,
         }
 
+    def takes(self, req: RequestFacts) -> bool:
+        """Does :meth:`write` answer ``req`` (one of :data:`PREFIX_METHODS`;
+        the pipeline's ``write_takes`` with ``--webdav-prefix``)?  Under the
+        prefix the DAV methods (a POST there is the read path's 405);
+        elsewhere the uploads' own (PUT, DELETE, the form's POST), as
+        without ``--webdav``."""
+        if self.at_dav(req.target.segments):
+            return req.method in DAV_METHODS
+        return req.method in WRITE_METHODS
+
     async def write(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan | tuple[Plan, ChunkSource]:
-        """The answer to one DAV request (the pipeline's ``write`` hook).
+        """The answer to one DAV request (the pipeline's ``write`` hook);
+        outside ``--webdav-prefix``, the uploads' answer.
 
         Cancellation handling: see the class; nothing is left held.
         """
+        if self.top and not self.at_dav(req.target.segments):
+            return await self.uploads.write(req, content, now, admit)
         if req.method == b"OPTIONS":
             return options_plan(self.guard.classes, now)
         target = req.target
@@ -163,28 +187,47 @@ class DavService(DavBase):
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan:
         segments = req.target.segments
-        if segments:
-            path = rel(segments)
-            job = TreeJob()
-            try:
-                places = []
-                if req.extra.dav_if is not None:  # its entity tags need the file's ETag
-                    places.append((path, await self.place(job, segments)))
-                paths = [path, rel(segments[:-1])]
-                refusal = await self.guarded(req, paths, False, now, job, places)
-                if refusal is not None and refusal.status == 423:
-                    # Replacing a file leaves its parent's membership as it
-                    # is (RFC 4918 §7.4): only a new member needs the
-                    # parent's token.  Looked at only when refused.
-                    place = places[0][1] if places else await self.place(job, segments)
-                    if place.current is not None:
-                        places = [(path, place)]
-                        refusal = await self.guarded(req, [path], False, now, job, places)
-            finally:
-                self.release(job)
-            if refusal is not None:
-                return refusal
-        return await self.uploads.write(req, content, now, admit)
+        if not segments:
+            return await self.uploads.write(req, content, now, admit)
+        path = rel(segments)
+        job = TreeJob()
+        try:
+            places = []
+            if req.extra.dav_if is not None:  # its entity tags need the file's ETag
+                places.append((path, await self.place(job, segments)))
+            known = await self.known_etags(req, job, places)
+            paths = [path, rel(segments[:-1])]
+            got = self.guard.check(req, paths, depth_infinity=False, etag_of=known.get, now=now)
+            if got is not None and got[0] == 423:
+                # Replacing a file leaves its parent's membership as it
+                # is (RFC 4918 §7.4): only a new member needs the
+                # parent's token.  Looked at only when refused.
+                place = places[0][1] if places else await self.place(job, segments)
+                if place.current is not None:
+                    paths = [path]
+                    got = self.guard.check(
+                        req, paths, depth_infinity=False, etag_of=known.get, now=now
+                    )
+        finally:
+            self.release(job)
+        if got is not None:
+            return refused_plan(got, now)
+        return await self.uploads.write(req, content, now, admit, self.gate(req, paths, known))
+
+    def gate(self, req: RequestFacts, paths: list[str], known: dict[str, str | None]) -> CommitGate:
+        """The check at the commit of a write that passed the guard when it
+        started (:meth:`~serverio.dav.guard.LockGuard.committing`): a lock
+        granted while its content streamed refuses it then (423, the
+        temporary removed), and no LOCK covering it is granted until the
+        commit ends.  The If field's entity tags are compared with the
+        ETags seen when it started (``known``)."""
+
+        def at_commit() -> Plan | Done:
+            now = self.clock()
+            got = self.guard.committing(req, paths, etag_of=known.get, now=now)
+            return refused_plan(got, now) if isinstance(got, tuple) else got
+
+        return at_commit
 
     async def _mkcol(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
@@ -193,7 +236,7 @@ class DavService(DavBase):
         if req.has_body:
             return error_plan(415, now)  # RFC 4918 §9.3.1: no MKCOL body is understood
         if not target.segments:
-            return error_plan(405, now, allow=ALLOW_DAV)
+            return error_plan(405, now, allow=ALLOW_DAV)  # the root is always there
         refusal = await write_access(admit, target, "put")
         if refusal is not None:
             return refusal
@@ -211,6 +254,7 @@ class DavService(DavBase):
         finally:
             self.release(job)
         self.changed(path)
+        self.uploads.stats.writes.directories += 1  # as the form's new folder
         return status_plan(201, now, target.url_path(slash=True))
 
     async def _propfind(
@@ -286,7 +330,10 @@ class DavService(DavBase):
             status: int = await methods.create_empty(self, req, now)
             return status
 
-        return await self.guard.lock(req, body, path, found is not None, now, create)
+        async def etag() -> str | None:
+            return await self.etag(target.segments)
+
+        return await self.guard.lock(req, body, path, found is not None, now, create, etag)
 
     async def _unlock(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit

@@ -60,6 +60,7 @@ __all__ = [
     "sent_mtime",
     "spa_fallback_applies",
     "wants_content_hash",
+    "webdav_at",
     "without_conditions",
 ]
 
@@ -573,9 +574,23 @@ def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> P
     return error_plan(exc.status, now, close=exc.close, head_only=head_only)
 
 
-def _allow(cfg: Config) -> bytes:
+def webdav_at(cfg: Config, segments: tuple[str, ...]) -> bool:
+    """Is WebDAV served at the path ``segments`` (``--webdav``: everywhere;
+    with ``--webdav-prefix``: at the prefix and under it, on segment
+    boundaries)?"""
+    uploads = cfg.uploads
+    if not uploads.webdav:
+        return False
+    prefix = uploads.webdav_prefix
+    if prefix is None:
+        return True
+    top = prefix[1:].split("/")
+    return segments[: len(top)] == tuple(top)
+
+
+def _allow(cfg: Config, target: Target) -> bytes:
     """The methods a path allows (RFC 9110 §10.2.1), as the writes configured."""
-    if cfg.uploads.webdav:
+    if cfg.uploads.webdav and webdav_at(cfg, target.segments):
         return ALLOW_DAV
     return ALLOW_WRITES if cfg.uploads.upload else ALLOW
 
@@ -591,11 +606,12 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        return Plan(204, (*common_fields(now), (b"allow", _allow(cfg))), (), send_body=False)
+        allow = _allow(cfg, req.target)
+        return Plan(204, (*common_fields(now), (b"allow", allow)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         # A request body is the transport's to drain or not (RFC 9112 §9.3:
         # the connection is kept only when the body can be read past).
-        return error_plan(405, now, allow=_allow(cfg))
+        return error_plan(405, now, allow=_allow(cfg, req.target))
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
     if req.target.hidden and (not cfg.files.hidden or is_write_temp(req.target.segments)):

@@ -29,7 +29,7 @@ from ..concurrency.blocking import Pool
 from ..config import Config
 from ..dav.lockguard import TableLocks, new_token
 from ..dav.locks import LockTable
-from ..dav.service import DAV_METHODS, DavService
+from ..dav.service import DAV_METHODS, PREFIX_METHODS, DavService
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
@@ -128,13 +128,26 @@ class Services:
                     tokens=new_token,
                 )
                 locks = TableLocks(table)
-                self.dav = DavService(config, lambda: self.opener, self.files, self.uploads, locks)
-                self.hooks = dataclasses.replace(
-                    self.hooks, write=self.dav.write, write_methods=DAV_METHODS
+                self.dav = dav = DavService(
+                    config, lambda: self.opener, self.files, self.uploads, locks
                 )
-                # No upload form with --webdav: its POST is not one of the
-                # DAV methods, so WebDAV's locks would not guard it.
-                self.content.writable = None
+                if pol.webdav_prefix is None:
+                    self.hooks = dataclasses.replace(
+                        self.hooks, write=dav.write, write_methods=DAV_METHODS
+                    )
+                    # No upload form with --webdav: its POST is not one of the
+                    # DAV methods, so WebDAV's locks would not guard it.
+                    self.content.writable = None
+                else:
+                    # --webdav-prefix: the DAV methods under it, the uploads'
+                    # (and their form) elsewhere (DavService.takes).
+                    self.hooks = dataclasses.replace(
+                        self.hooks,
+                        write=dav.write,
+                        write_methods=PREFIX_METHODS,
+                        write_takes=dav.takes,
+                    )
+                    self.content.writable = _outside(dav, _always)
         if config.content.archives:
             # Folder archives: the listing's other form, read in the fs pool.
             archives = Archives(config, self.fs, self.content, lambda: self.opener)
@@ -166,6 +179,8 @@ class Services:
         self.pools += [site.auth_pool, site.page_pool]
         if self.uploads is not None and self.dav is None:
             self.content.writable = site.may_write  # the form only where writes are allowed
+        elif self.dav is not None and self.config.uploads.webdav_prefix is not None:
+            self.content.writable = _outside(self.dav, site.may_write)
         if site.rules.auth:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
@@ -215,6 +230,18 @@ def _both(first: Running | None, second: Running) -> Running:
             yield
 
     return running
+
+
+def _outside(
+    dav: DavService, writable: Callable[[RequestFacts], bool]
+) -> Callable[[RequestFacts], bool]:
+    """The upload form's test with ``--webdav-prefix``: never under the
+    prefix (its POST is no DAV method), ``writable`` elsewhere."""
+
+    def test(req: RequestFacts) -> bool:
+        return not dav.at_dav(req.target.segments) and writable(req)
+
+    return test
 
 
 def _always(req: RequestFacts) -> bool:

@@ -985,10 +985,19 @@ _UPLOADS = (
         "webdav",
         ("--webdav",),
         "serve WebDAV class 1 and 2 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK) "
-        "on the whole root; "
+        "on the whole root (or under --webdav-prefix); "
         "implies --upload",
         "Uploads",
         kind="flag",
+    ),
+    _O(
+        "webdav_prefix",
+        ("--webdav-prefix",),
+        "serve WebDAV only at PREFIX and under it; elsewhere the server answers as "
+        "without --webdav; implies --webdav",
+        "Uploads",
+        metavar="PREFIX",
+        default_text="the whole root",
     ),
     _O(
         "webdav_depth_infinity",

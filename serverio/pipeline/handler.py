@@ -157,6 +157,7 @@ class Handler:
         self.router = hooks.route
         self.write = hooks.write  # PUT and DELETE (None: read-only, no call)
         self.write_methods = hooks.write_methods  # the methods ``write`` answers
+        self.write_takes = hooks.write_takes  # and where (None: everywhere)
         self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
         self._transform = hooks.transform
         self._listing_view = hooks.listing

@@ -301,6 +301,10 @@ class Hooks:
     write: WriteStep | None = None
     # The methods ``write`` answers (asked only when ``write`` is set).
     write_methods: frozenset[bytes] = WRITE_METHODS
+    # Does ``write`` answer this request, one of ``write_methods``?  None:
+    # every one (asked only for those methods: a GET pays nothing).  WebDAV
+    # under a prefix answers its methods there only (--webdav-prefix).
+    write_takes: Callable[[RequestFacts], bool] | None = None
 
 
 NO_HOOKS = Hooks()

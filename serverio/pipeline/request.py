@@ -426,11 +426,15 @@ async def _respond_routed(
 
 def _writes(handler: Handler, req: RequestFacts) -> bool:
     """Does the write step answer ``req`` (asked only when one is
-    installed)?  Its methods (:attr:`~serverio.pipeline.hooks.Hooks.write_methods`),
+    installed)?  Its methods (:attr:`~serverio.pipeline.hooks.Hooks.write_methods`)
+    where its :attr:`~serverio.pipeline.hooks.Hooks.write_takes` says so,
     but a CORS preflight (the site's) and a request a proxy route takes."""
     if req.method not in handler.write_methods:
         return False
     if req.method == b"OPTIONS" and req.extra.cors_method is not None:
+        return False
+    takes = handler.write_takes
+    if takes is not None and not takes(req):
         return False
     return not _proxied(handler, req)
 

@@ -67,7 +67,7 @@ from .decide import (
 )
 from .form import post_form
 
-__all__ = ["CLEANUP_SECONDS", "Uploads"]
+__all__ = ["CLEANUP_SECONDS", "CommitGate", "Uploads"]
 
 log = logging.getLogger("serverio")
 
@@ -76,6 +76,13 @@ log = logging.getLogger("serverio")
 # finish the removal on its own).
 CLEANUP_SECONDS: Final = 5.0
 _WORKERS: Final = 4  # write threads at most (each upload holds one per chunk)
+
+# A check a write makes right before its commit (WebDAV's locks,
+# serverio.dav.service): synchronous, so nothing runs between it and the
+# commit's start; a refusal (the temporary is then removed, nothing is
+# committed), or the call that ends the commit's mark, made once the
+# commit is over (committed or not).
+CommitGate = Callable[[], "Plan | Callable[[], None]"]
 
 
 class Uploads:
@@ -131,13 +138,19 @@ class Uploads:
     # ------------------------------------------------------------ the step
 
     async def write(
-        self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
+        self,
+        req: RequestFacts,
+        content: WriteContent,
+        now: float,
+        admit: Admit,
+        gate: CommitGate | None = None,
     ) -> Plan:
         """The answer to a PUT, DELETE or form POST (the pipeline's
         ``write`` hook).  A POST must name a directory (405 otherwise), pass
         the CSRF rule (:func:`~serverio.upload.decide.cross_site`, 403) and
         the access hook on the directory (``Kind.WRITE``, ``"put"``); then
-        :func:`serverio.upload.form.post_form` writes it.
+        :func:`serverio.upload.form.post_form` writes it.  ``gate``: asked
+        right before a PUT's or DELETE's commit (WebDAV's locks).
 
         Cancellation handling: see the class; a cancelled write leaves
         neither a temporary file nor a descriptor, and commits nothing
@@ -169,8 +182,8 @@ class Uploads:
             if form:
                 return await post_form(self, req, content, now)
             if action == "put":
-                return await self._put(req, content, now)
-            return await self._delete(req, now)
+                return await self._put(req, content, now, gate)
+            return await self._delete(req, now, gate)
         except WriteRefused as exc:
             return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
         except OSError as exc:
@@ -219,7 +232,9 @@ class Uploads:
         status = precondition_status(req, current, now)
         return None if status is None else error_plan(status, now)
 
-    async def _put(self, req: RequestFacts, content: WriteContent, now: float) -> Plan:
+    async def _put(
+        self, req: RequestFacts, content: WriteContent, now: float, gate: CommitGate | None
+    ) -> Plan:
         limit = self.config.uploads.max_upload_size
         declared = content.declared
         if declared is not None and declared > limit:
@@ -243,9 +258,12 @@ class Uploads:
             if verifier is not None and not verifier.verify():
                 return error_plan(400, now)  # the content is not what its digest says
             existed = job.place.current is not None
-            st: os.stat_result = await self.step(
-                job, job.commit, is_create_only(req), has_preconditions(req), job.place.current
-            )
+            with _Gated(gate) as refused:
+                if refused is not None:
+                    return refused  # the temporary is removed below
+                st: os.stat_result = await self.step(
+                    job, job.commit, is_create_only(req), has_preconditions(req), job.place.current
+                )
             committed = True
         finally:
             if not committed:
@@ -260,7 +278,7 @@ class Uploads:
             return replaced_plan(facts, now)
         return created_plan(facts, req.target.url_path(), now)
 
-    async def _delete(self, req: RequestFacts, now: float) -> Plan:
+    async def _delete(self, req: RequestFacts, now: float, gate: CommitGate | None) -> Plan:
         job = WriteJob(await self._open(req, 0))
         try:
             if job.place.current is None:
@@ -268,7 +286,11 @@ class Uploads:
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
-            await self.step(job, delete_file, job.place, has_preconditions(req), job.place.current)
+            with _Gated(gate) as refused:
+                if refused is not None:
+                    return refused
+                cur = job.place.current
+                await self.step(job, delete_file, job.place, has_preconditions(req), cur)
             job.done = True
         finally:
             await self.settle(job)
@@ -317,3 +339,28 @@ class Uploads:
         for suffix in SIDECAR_SUFFIX.values():
             if relpath.endswith(suffix):
                 self.files.forget(relpath[: -len(suffix)])
+
+
+class _Gated:
+    """A :data:`CommitGate` around a commit: ``with _Gated(gate) as
+    refused`` asks the gate on entry (``refused``: its refusal, or None:
+    go on) and ends the commit's mark on exit, whatever happened."""
+
+    __slots__ = ("done", "gate")
+
+    def __init__(self, gate: CommitGate | None) -> None:
+        self.gate = gate
+        self.done: Callable[[], None] | None = None
+
+    def __enter__(self) -> Plan | None:
+        if self.gate is None:
+            return None
+        got = self.gate()
+        if isinstance(got, Plan):
+            return got
+        self.done = got
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.done is not None:
+            self.done()
