@@ -281,8 +281,11 @@ class WriteJob:
     so the temporary never outlives the thread that may still write it.
     """
 
-    def __init__(self, place: Placement) -> None:
+    def __init__(self, place: Placement, *, sync: bool = True) -> None:
         self.place = place
+        # False (--no-fsync): commit renames without fsync of the file or
+        # its directory: still atomic, not durable across a power loss.
+        self.sync = sync
         self.temp: str | None = None
         self.fd = -1
         self.written = 0
@@ -357,7 +360,8 @@ class WriteJob:
         it was not decided on."""
         place = self.place
         assert self.temp is not None
-        SYS.fsync(self.fd)
+        if self.sync:
+            SYS.fsync(self.fd)
         st = SYS.fstat(self.fd)
         now = _lstat(place, place.name)
         if no_replace and now is not None:
@@ -375,7 +379,8 @@ class WriteJob:
         except FileExistsError:
             raise WriteRefused(Refusal.EXISTS) from None
         self.temp = None
-        _fsync_dir(place)
+        if self.sync:
+            _fsync_dir(place)
         self.discard()  # closes the file and the directory; no temporary left
         self.done = True
         return st

@@ -227,7 +227,7 @@ class Uploads:
             return error_plan(413, now, close=True)
         value = req.extra.digests
         expected = {} if value is None else parse_digests([value.encode("latin-1")])
-        job = WriteJob(await self._open(req, declared or 0))
+        job = WriteJob(await self._open(req, declared or 0), sync=not self.config.uploads.no_fsync)
         committed = False
         try:
             plan = await self._checked(req, job, now)
