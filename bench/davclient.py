@@ -120,23 +120,26 @@ class ResponseParser:
         while True:
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
-                return self._more()
+                self._more()
+                return None
             size = int(bytes(buf[pos:eol]).split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 # Trailer section, then the final CRLF.
                 end = buf.find(b"\r\n\r\n", eol)
-                if end < 0 and buf[eol : eol + 4] != b"\r\n\r\n":
-                    return self._more()
-                return b"".join(parts), (end + 4 if end >= 0 else eol + 4)
+                if end < 0:
+                    self._more()
+                    return None
+                return b"".join(parts), end + 4
             if len(buf) < eol + 2 + size + 2:
-                return self._more()
+                self._more()
+                return None
             parts.append(bytes(buf[eol + 2 : eol + 2 + size]))
             pos = eol + 2 + size + 2
 
     def _more(self) -> None:
+        """More bytes are needed: fine unless the connection has ended."""
         if self.eof:
             raise ClientError("connection closed inside a chunked body")
-        return None
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
