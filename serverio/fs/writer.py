@@ -363,6 +363,29 @@ class WriteJob:
         for data in chunks:
             self.write(data)
 
+    def finish(
+        self,
+        chunks: Sequence[bytes],
+        verify: Callable[[], bool] | None,
+        no_replace: bool,
+        checked: bool,
+        expect: os.stat_result | None,
+    ) -> os.stat_result | None:
+        """The last step of a PUT, in one pool hop (a small file's only
+        one): :meth:`write_all` of the last ``chunks``, the digest check
+        (``verify`` false: None, nothing committed; the caller's release
+        removes the temporary), then :meth:`commit` unless the job was
+        released meanwhile (its caller cancelled while the write ran: an
+        abandoned thread never commits; ``OSError(ECANCELED)`` and
+        :meth:`run` discards)."""
+        self.write_all(chunks)
+        if verify is not None and not verify():
+            return None
+        with self._lock:
+            if self._released:
+                raise OSError(errno.ECANCELED, "write released")
+        return self.commit(no_replace, checked, expect)
+
     def commit(
         self, no_replace: bool, checked: bool, expect: os.stat_result | None
     ) -> os.stat_result:

@@ -75,7 +75,10 @@ log = logging.getLogger("serverio")
 # removed (an unlink and two closes; a stuck disk makes the pool's thread
 # finish the removal on its own).
 CLEANUP_SECONDS: Final = 5.0
-_WORKERS: Final = 4  # write threads at most (each upload holds one per chunk)
+# Write threads at most (the pool has min(this, --max-uploads)): each
+# upload holds one per step, and a step may wait in fsync, so concurrent
+# uploads each need their own for their fsyncs to overlap.
+_WORKERS: Final = 16
 # A PUT's received chunks go to the pool this many bytes at a time: one
 # hop per MiB instead of one per chunk (at most 64 KiB each), so a large
 # upload costs the event loop little; memory per upload stays about this.
@@ -246,7 +249,8 @@ class Uploads:
             await self.step(job, job.create)
             verifier = DigestVerifier(expected) if expected else None
             job.check = None if verifier is None else verifier.update
-            # Chunks go to the pool in batches (_WRITE_BATCH).
+            # Chunks go to the pool in batches (_WRITE_BATCH); the last
+            # batch and the commit share one hop.
             batch: list[bytes] = []
             pending = 0
             while (chunk := await content.next_chunk()) is not None:
@@ -257,14 +261,14 @@ class Uploads:
                 if pending >= _WRITE_BATCH:
                     await self.step(job, job.write_all, batch)
                     batch, pending = [], 0
-            if batch:
-                await self.step(job, job.write_all, batch)
-            if verifier is not None and not verifier.verify():
-                return error_plan(400, now)  # the content is not what its digest says
             existed = job.place.current is not None
-            st: os.stat_result = await self.step(
-                job, job.commit, is_create_only(req), has_preconditions(req), job.place.current
+            verify = None if verifier is None else verifier.verify
+            cur = job.place.current
+            st: os.stat_result | None = await self.step(
+                job, job.finish, batch, verify, is_create_only(req), has_preconditions(req), cur
             )
+            if st is None:
+                return error_plan(400, now)  # the content is not what its digest says
             committed = True
         finally:
             if not committed:
