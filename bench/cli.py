@@ -234,7 +234,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         peers_venv=args.peers_venv,
         repo=REPO,
     )
-    return execute(opts)
+    code = execute(opts)
+    if mode == "smoke" and args.servers is None and args.workloads is None:
+        # The write and WebDAV workloads, shrunk, serverio only (bench/davrun.py, ~3 s).
+        code = max(code, davrun.smoke(args.out, args.peers_venv, pin=not args.no_pin))
+    return code
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -74,6 +74,7 @@ __all__ = [
     "litmus_summary",
     "render_markdown",
     "run",
+    "smoke",
     "targets",
 ]
 
@@ -496,7 +497,8 @@ def execute(opts: DavOptions) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     artifact["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     artifact["loadavg_end"] = list(os.getloadavg())
-    artifact["targets"] = targets(artifact)
+    # Never judged in a smoke run (its sizes are not the targets').
+    artifact["targets"] = [] if "smoke" in opts.mode else targets(artifact)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     path = opts.out_dir / f"{run_id}.json"
     path.write_text(json.dumps(artifact, indent=1) + "\n")
@@ -568,6 +570,9 @@ def render_markdown(artifact: dict[str, Any]) -> str:
     lines = [
         f"## WebDAV run {artifact['run_id']} ({artifact['started_utc']} UTC, "
         f"load {artifact['loadavg_start'][0]:.2f} -> {artifact['loadavg_end'][0]:.2f})",
+        "",
+        "sizes: PUT of {put_bytes} bytes; {puts} PUTs of {put_size} bytes over {connections} "
+        "connections; PROPFIND of {entries} entries".format(**artifact["settings"]["sizes"]),
         "",
     ]
     for workload, per in artifact["results"].items():
@@ -641,6 +646,23 @@ def _names(value: str | None, known: dict[str, Any] | tuple[str, ...], what: str
     if unknown:
         raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
     return names
+
+
+def smoke(out_dir: Path, peers_venv: Path, pin: bool = True) -> int:
+    """``python -m bench dav --smoke``: serverio-dav alone, every workload
+    shrunk (SMOKE_SIZES), one round, no litmus; the checks still apply."""
+    opts = DavOptions(
+        servers=[DAV_SERVERS["serverio-dav"]],
+        workloads=list(WORKLOADS),
+        sizes=SMOKE_SIZES,
+        rounds=1,
+        litmus=False,
+        pin=pin,
+        out_dir=out_dir,
+        peers_venv=peers_venv,
+        mode="dav-smoke",
+    )
+    return execute(opts)
 
 
 def run(args: argparse.Namespace) -> int:
