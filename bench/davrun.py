@@ -444,6 +444,28 @@ def summarize(trials: list[Trial]) -> dict[str, Any]:
     }
 
 
+def _first_line(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def dav_versions(env: HarnessEnv) -> dict[str, str | None]:
+    """The versions of the WebDAV peers and of litmus (None: not there)."""
+    probe = "import importlib.metadata as m; print(m.version('wsgidav'), m.version('cheroot'))"
+    return {
+        "wsgidav cheroot": _first_line([str(env.peers_python), "-c", probe])
+        if env.peers_python.exists()
+        else None,
+        "apache2": _first_line(["apache2", "-v"]) if shutil.which("apache2") else None,
+        "rclone": _first_line(["rclone", "version"]) if shutil.which("rclone") else None,
+        "litmus": _first_line(["litmus", "--version"]) if shutil.which("litmus") else None,
+    }
+
+
 def execute(opts: DavOptions) -> int:
     env = HarnessEnv(REPO, sys.executable, opts.peers_venv / "bin" / "python", find_nginx())
     unavailable = {s.name: r for s in opts.servers if (r := DAV_KINDS[s.kind].unavailable(env))}
@@ -470,6 +492,7 @@ def execute(opts: DavOptions) -> int:
             "client_cpu": cpus[1] if pinned else None,
         },
         "machine": machine_facts(REPO, env.peers_python, env.nginx, shutil.which("wrk")),
+        "dav_versions": dav_versions(env),
         "servers": {
             s.name: {"kind": s.kind, "description": s.description, "args": list(s.extra_args)}
             for s in opts.servers
