@@ -11,7 +11,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import callgrind, commits, golden, h2floor, h2profile, peers, report, structure
+from bench import (
+    callgrind,
+    commits,
+    davrun,
+    golden,
+    h2floor,
+    h2profile,
+    peers,
+    report,
+    structure,
+)
 from bench.runner import execute
 from bench.servers import (
     DEFAULT_PEERS_VENV,
@@ -143,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     h2profile.add_parser(sub)
     h2floor.add_parser(sub)
     structure.add_parser(sub)
+    davrun.add_parser(sub)
 
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
     ls.add_argument("--peers-venv", type=Path, default=DEFAULT_PEERS_VENV)
@@ -223,7 +234,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         peers_venv=args.peers_venv,
         repo=REPO,
     )
-    return execute(opts)
+    code = execute(opts)
+    if mode == "smoke" and args.servers is None and args.workloads is None:
+        # The write and WebDAV workloads, shrunk, serverio only (bench/davrun.py, ~3 s).
+        code = max(code, davrun.smoke(args.out, args.peers_venv, pin=not args.no_pin))
+    return code
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -279,4 +294,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return h2floor.run(args)
     if args.command == "structure":
         return structure.run(args)
+    if args.command == "dav":
+        return davrun.run(args)
     return cmd_list(args)

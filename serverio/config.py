@@ -584,6 +584,10 @@ class UploadPolicy:
     on_duplicate: str = "error"
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
+    # --no-fsync: a PUT's or form upload's file is renamed into place without
+    # fsync of the file or its directory (still atomic; not durable across a
+    # power loss or kernel crash).  COPY, MOVE, MKCOL and PROPPATCH still sync.
+    no_fsync: bool = False
     # --webdav: WebDAV class 1 and 2 on the whole root (serverio.dav; it implies
     # --upload: PUT and DELETE are its methods too).
     webdav: bool = False

@@ -283,6 +283,79 @@ async def test_a_digest_mismatch_writes_nothing(rig: Rig) -> None:
     await clean(rig, fds)
 
 
+@pytest.mark.parametrize(("no_fsync", "syncs"), [(False, 2), (True, 0)])
+async def test_no_fsync_commits_atomically_without_syncing(
+    root: Path, monkeypatch: pytest.MonkeyPatch, no_fsync: bool, syncs: int
+) -> None:
+    """--no-fsync: the file and its directory are not synced (default: both
+    are); the commit is the same rename, so the file is whole and nothing
+    is left behind."""
+    calls: list[int] = []
+    real = writer.SYS.fsync
+
+    def counted(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(writer.SYS, "fsync", counted)
+    rig = Rig(root, no_fsync=no_fsync)
+    try:
+        assert rig.cfg.uploads.no_fsync is no_fsync
+        fds = open_fd_count()
+        plan = await rig.run(put("/s.bin"), Chunks([b"a" * 1000, b"b" * 1000]))
+        assert plan.status == 201 and (root / "s.bin").read_bytes() == b"a" * 1000 + b"b" * 1000
+        assert len(calls) == syncs
+        await clean(rig, fds)
+    finally:
+        rig.close()
+
+
+async def test_a_large_put_goes_to_the_pool_in_batches_and_hashes_no_more_than_its_etag_needs(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks reach the pool a batch (_WRITE_BATCH) at a time, not one hop
+    each; past --small-file-size the ETag carries no content hash (as a GET
+    of the file shows), so the write stops hashing."""
+    from serverio.upload.service import _WRITE_BATCH
+
+    batches: list[int] = []
+    updates: list[int] = []
+    from serverio.http.core import content_hasher as real_content_hasher
+
+    real_all = writer.WriteJob.write_all
+
+    def write_all(job: writer.WriteJob, chunks: list[bytes]) -> None:
+        batches.append(sum(map(len, chunks)))
+        real_all(job, chunks)
+
+    class Counting:
+        def __init__(self) -> None:
+            self.h = real_content_hasher()
+
+        def update(self, data: bytes) -> None:
+            updates.append(len(data))
+            self.h.update(data)
+
+        def digest(self) -> bytes:
+            return self.h.digest()
+
+    monkeypatch.setattr(writer.WriteJob, "write_all", write_all)
+    monkeypatch.setattr(writer, "content_hasher", Counting)
+    fds = open_fd_count()
+    part = 64 * 1024
+    data = os.urandom(part * 40)  # 2.5 MiB in 40 received chunks
+    plan = await rig.run(
+        put("/batched.bin"), Chunks([data[i : i + part] for i in range(0, len(data), part)])
+    )
+    assert plan.status == 201 and (rig.root / "batched.bin").read_bytes() == data
+    assert batches == [_WRITE_BATCH, _WRITE_BATCH, len(data) - 2 * _WRITE_BATCH]
+    # Hashed while the file could still be small enough for a hashed ETag.
+    assert sum(updates) <= rig.cfg.files.small_file_size
+    tag = header(plan, b"etag")
+    assert tag is not None and b"-" in tag  # size-mtime, no content hash
+    await clean(rig, fds)
+
+
 async def test_too_little_free_space_is_507_before_writing(root: Path) -> None:
     rig = Rig(root)
     try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -39,7 +40,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -281,12 +282,19 @@ class WriteJob:
     so the temporary never outlives the thread that may still write it.
     """
 
-    def __init__(self, place: Placement) -> None:
+    def __init__(self, place: Placement, *, sync: bool = True, hash_max: int | None = None) -> None:
         self.place = place
+        # False (--no-fsync): commit renames without fsync of the file or
+        # its directory: still atomic, not durable across a power loss.
+        self.sync = sync
         self.temp: str | None = None
         self.fd = -1
         self.written = 0
-        self.hasher = content_hasher()  # the ETag's content hash, as written
+        # The ETag's content hash, as written; dropped (None) once more than
+        # ``hash_max`` bytes are written: the ETag rule (EtagPolicy) wants no
+        # hash of a file that large, so hashing it would be wasted CPU.
+        self.hasher: hashlib.blake2b | None = content_hasher()
+        self.hash_max = hash_max
         self.check: Callable[[bytes], object] | None = None  # a digest verifier's update
         self.done = False  # committed: nothing is held any more
         # Called (from whichever thread removes it) once the temporary is gone.
@@ -341,9 +349,42 @@ class WriteJob:
             n = SYS.write(self.fd, view)  # type: ignore[arg-type]
             view = view[n:]
         self.written += len(data)
-        self.hasher.update(data)
+        if self.hasher is not None:
+            if self.hash_max is not None and self.written > self.hash_max:
+                self.hasher = None
+            else:
+                self.hasher.update(data)
         if self.check is not None:
             self.check(data)
+
+    def write_all(self, chunks: Sequence[bytes]) -> None:
+        """:meth:`write` each of ``chunks`` in order (one pool step for
+        several received chunks)."""
+        for data in chunks:
+            self.write(data)
+
+    def finish(
+        self,
+        chunks: Sequence[bytes],
+        verify: Callable[[], bool] | None,
+        no_replace: bool,
+        checked: bool,
+        expect: os.stat_result | None,
+    ) -> os.stat_result | None:
+        """The last step of a PUT, in one pool hop (a small file's only
+        one): :meth:`write_all` of the last ``chunks``, the digest check
+        (``verify`` false: None, nothing committed; the caller's release
+        removes the temporary), then :meth:`commit` unless the job was
+        released meanwhile (its caller cancelled while the write ran: an
+        abandoned thread never commits; ``OSError(ECANCELED)`` and
+        :meth:`run` discards)."""
+        self.write_all(chunks)
+        if verify is not None and not verify():
+            return None
+        with self._lock:
+            if self._released:
+                raise OSError(errno.ECANCELED, "write released")
+        return self.commit(no_replace, checked, expect)
 
     def commit(
         self, no_replace: bool, checked: bool, expect: os.stat_result | None
@@ -357,7 +398,8 @@ class WriteJob:
         it was not decided on."""
         place = self.place
         assert self.temp is not None
-        SYS.fsync(self.fd)
+        if self.sync:
+            SYS.fsync(self.fd)
         st = SYS.fstat(self.fd)
         now = _lstat(place, place.name)
         if no_replace and now is not None:
@@ -375,7 +417,8 @@ class WriteJob:
         except FileExistsError:
             raise WriteRefused(Refusal.EXISTS) from None
         self.temp = None
-        _fsync_dir(place)
+        if self.sync:
+            _fsync_dir(place)
         self.discard()  # closes the file and the directory; no temporary left
         self.done = True
         return st

@@ -982,6 +982,14 @@ _UPLOADS = (
         kind="flag",
     ),
     _O(
+        "no_fsync",
+        ("--no-fsync",),
+        "commit a PUT's or form upload's file without fsync (still atomic: a reader never "
+        "sees a partial file; a power loss may lose or empty it)",
+        "Uploads",
+        kind="flag",
+    ),
+    _O(
         "webdav",
         ("--webdav",),
         "serve WebDAV class 1 and 2 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK) "

@@ -75,7 +75,14 @@ log = logging.getLogger("serverio")
 # removed (an unlink and two closes; a stuck disk makes the pool's thread
 # finish the removal on its own).
 CLEANUP_SECONDS: Final = 5.0
-_WORKERS: Final = 4  # write threads at most (each upload holds one per chunk)
+# Write threads at most (the pool has min(this, --max-uploads)): each
+# upload holds one per step, and a step may wait in fsync, so concurrent
+# uploads each need their own for their fsyncs to overlap.
+_WORKERS: Final = 16
+# A PUT's received chunks go to the pool this many bytes at a time: one
+# hop per MiB instead of one per chunk (at most 64 KiB each), so a large
+# upload costs the event loop little; memory per upload stays about this.
+_WRITE_BATCH: Final = 1 << 20
 
 # A check a write makes right before its commit (WebDAV's locks,
 # serverio.dav.service): synchronous, so nothing runs between it and the
@@ -242,7 +249,13 @@ class Uploads:
             return error_plan(413, now, close=True)
         value = req.extra.digests
         expected = {} if value is None else parse_digests([value.encode("latin-1")])
-        job = WriteJob(await self._open(req, declared or 0))
+        files = self.config.files
+        job = WriteJob(
+            await self._open(req, declared or 0),
+            sync=not self.config.uploads.no_fsync,
+            # Past this size the ETag carries no content hash (EtagPolicy).
+            hash_max=None if files.etag == "content" else files.small_file_size,
+        )
         committed = False
         try:
             plan = await self._checked(req, job, now)
@@ -251,19 +264,30 @@ class Uploads:
             await self.step(job, job.create)
             verifier = DigestVerifier(expected) if expected else None
             job.check = None if verifier is None else verifier.update
+            # Chunks go to the pool in batches (_WRITE_BATCH); the last
+            # batch and the commit share one hop.
+            batch: list[bytes] = []
+            pending = 0
             while (chunk := await content.next_chunk()) is not None:
-                if job.written + len(chunk) > limit:
+                if job.written + pending + len(chunk) > limit:
                     return error_plan(413, now, close=True)
-                await self.step(job, job.write, chunk)
-            if verifier is not None and not verifier.verify():
-                return error_plan(400, now)  # the content is not what its digest says
+                batch.append(chunk)
+                pending += len(chunk)
+                if pending >= _WRITE_BATCH:
+                    await self.step(job, job.write_all, batch)
+                    batch, pending = [], 0
             existed = job.place.current is not None
+            verify = None if verifier is None else verifier.verify
+            cur = job.place.current
             with _Gated(gate) as refused:
                 if refused is not None:
                     return refused  # the temporary is removed below
-                st: os.stat_result = await self.step(
-                    job, job.commit, is_create_only(req), has_preconditions(req), job.place.current
+                # The last batch, the digest check and the commit: one step.
+                st: os.stat_result | None = await self.step(
+                    job, job.finish, batch, verify, is_create_only(req), has_preconditions(req), cur
                 )
+            if st is None:
+                return error_plan(400, now)  # the content is not what its digest says
             committed = True
         finally:
             if not committed:
@@ -273,7 +297,8 @@ class Uploads:
         writes = self.stats.writes
         writes.files += 1
         writes.bytes += job.written
-        facts = stat_facts(st, self.config, job.hasher.digest())
+        digest = None if job.hasher is None else job.hasher.digest()
+        facts = stat_facts(st, self.config, digest)
         if existed:
             return replaced_plan(facts, now)
         return created_plan(facts, req.target.url_path(), now)
