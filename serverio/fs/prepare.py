@@ -59,6 +59,7 @@ from ..model import (
     UNAVAILABLE,
     CacheCandidate,
     CachedFile,
+    Identity,
     Reason,
     Rep,
     Resolution,
@@ -463,13 +464,19 @@ def _sidecars(
     resolve the file again).  The caller owns what is returned; on an
     error, what this opened is closed before it propagates."""
     sidecars: dict[str, Rep] = {}
+    wanted = sidecars_wanted(hop.req, hop.cfg)
+    # Stated before the sidecars are looked for (serverio.fs.filecache,
+    # "Absent sidecars"): a sidecar created after this changes it.
+    stamp = _directory_stamp(opener, relpath, hop.now) if entry is not None and wanted else None
     try:
-        for c in sidecars_wanted(hop.req, hop.cfg):
+        for c in wanted:
             path = relpath + SIDECAR_SUFFIX[c]
             opened = _open_file(opener, path)
             if opened is None:
                 if entry is not None:
-                    entry.sidecars[c] = Sidecar(path, None, None)
+                    entry.sidecars[c] = Sidecar(
+                        path, None, None, stamp if _no_entry(opener, path) else None
+                    )
                 continue
             side_fd, side_st = opened
             if side_st.st_mtime_ns < st.st_mtime_ns:
@@ -486,6 +493,33 @@ def _sidecars(
             rep.close()
         raise
     return sidecars
+
+
+def _directory_stamp(
+    opener: ContainedRoot, relpath: str, now: float
+) -> tuple[str, Identity] | None:
+    """The directory of ``relpath`` and its identity, if it is settled
+    (changed more than RACY_SECONDS before ``now``: the same-tick rule of
+    serverio.fs.filecache); None otherwise, or if it cannot be stated."""
+    directory = relpath.rpartition("/")[0] or "."
+    try:
+        st = opener.stat(directory)
+    except OSError:
+        return None
+    return (directory, identity(st)) if settled(st, now) else None
+
+
+def _no_entry(opener: ContainedRoot, path: str) -> bool:
+    """Is there no directory entry at all named ``path``?  (Not a dangling
+    symlink, a denied file or a directory: those can become usable without
+    a change to the directory, so their own path is stat'ed.)"""
+    try:
+        opener.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _sidecar_facts(
