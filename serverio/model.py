@@ -464,6 +464,10 @@ class Prepared:
     # cache entry's ``plain`` (the decision itself mutates no cache):
     # ((method, coding), (second, plan, body)).
     memo: tuple[tuple[bytes, str], PlainMemo] | None = None
+    # A plain request answered from the warm-file cache by a coding made on
+    # the fly: the key its finished answer is to be memoised under (the
+    # compression follow-up makes ``memo``: the plan exists only then).
+    memo_key: tuple[bytes, str] | None = None
     # A body produced while it is sent (a folder archive, serverio.archive);
     # ``plan.body`` is then empty.  Owned here until take_body / take_chunks.
     chunks: ChunkSource | None = None

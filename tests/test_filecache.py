@@ -26,6 +26,7 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
+from serverio.http.decide import FLY
 from serverio.model import CachedFile, Prepared
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
@@ -33,7 +34,14 @@ from serverio.ops.cli import build_parser, config_from_args
 from serverio.pipeline.handler import prepare
 from serverio.wire.h1 import head_bytes, shared_head
 
-from .conftest import HTTPClient, connect, make_config, running_server, wait_until
+from .conftest import (
+    HTTPClient,
+    connect,
+    make_config,
+    memory_connection,
+    running_server,
+    wait_until,
+)
 
 LATER = float(int(time.time()) + 3600)  # "now" for prepare(): every file is settled
 BOUNDARY = "b0undary"
@@ -710,3 +718,33 @@ def test_a_stored_hash_is_used_when_the_bytes_are_already_read(
     assert first >= 1
     prepare(req, cfg, opener, LATER, "", None, 0.0, hashes).close()
     assert len(hashed) == first  # nothing hashed again
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_an_on_the_fly_coding_from_the_caches_is_memoised_per_second(root: Path) -> None:
+    """A plain negotiated request answered from the warm-file and compression
+    caches shares one plan per method and second, as identity does; a
+    conditional one is still decided (304), HEAD has its own memo."""
+    (root / "site.css").write_bytes(b"body{color:red}\n" * 100)
+    async with memory_connection(make_config(root)) as (client, srv, _):
+        first = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+        assert first.header("content-encoding") == "gzip"
+        again = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+        assert (again.status, again.raw_headers, again.body) == (200, first.raw_headers, first.body)
+        entry = srv.files.get("site.css")
+        assert entry is not None
+        second, plan, _ = entry.plain[(b"GET", FLY + "gzip")]
+        assert plan.shared and gzip.decompress(b"".join(plan.body)) == b"body{color:red}\n" * 100
+        # The memo answers the rest of its second: the same plan object.
+        req = RequestFacts(
+            method=b"GET", target=parse_target(b"GET", b"/site.css"), accept_encoding="gzip"
+        )
+        answer = srv.handler.respond_now(req, float(second))
+        assert isinstance(answer, Prepared) and answer.plan is plan
+        head = await client.get("/site.css", "Accept-Encoding: gzip\r\n", method="HEAD")
+        assert head.body == b"" and head.header("content-length") == first.header("content-length")
+        assert (b"HEAD", FLY + "gzip") in entry.plain
+        etag = first.header("etag")
+        assert etag is not None
+        cond = await client.get("/site.css", f"Accept-Encoding: gzip\r\nIf-None-Match: {etag}\r\n")
+        assert cond.status == 304

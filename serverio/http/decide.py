@@ -65,9 +65,13 @@ from .select import (
     sidecars_wanted,
 )
 
-__all__ = ["cache_candidate", "decide", "serve_cached"]
+__all__ = ["FLY", "cache_candidate", "decide", "serve_cached"]
 
 _PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
+
+# The prefix of a memo key's coding for a coding made on the fly (its bytes
+# from the compression cache), beside "" (identity) and a sidecar's coding.
+FLY = "~"
 
 
 def _placeholder(now: float) -> Plan:
@@ -299,10 +303,22 @@ def serve_cached(
 def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
     # From the compression cache (a follow-up on the trio side).  No
     # descriptor: on a miss there, the job compresses the cached bytes.
+    # A plain request's finished answer is memoised like serve_cached's,
+    # under (method, FLY + coding): the follow-up makes it (memo_key), the
+    # caller stores it, and the rest of the second is answered here.
     facts = hit.entry.facts
-    pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
-    if pre is not None:
-        return Prepared(pre, served="/" + hit.key)
+    memo_key: tuple[bytes, str] | None = None
+    if req.method in _PLAIN_METHODS and depends_on_method_only(req):
+        memo_key = (req.method, FLY + hit.coding)
+        memo = hit.entry.plain.get(memo_key)
+        if memo is not None and memo[0] == int(now):
+            return Prepared(
+                memo[1], facts=facts, coding=hit.coding, body=memo[2], served="/" + hit.key
+            )
+    else:
+        pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
+        if pre is not None:
+            return Prepared(pre, served="/" + hit.key)
     return Prepared(
         _placeholder(now),
         -1,
@@ -311,4 +327,5 @@ def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: 
         extra=hit.extra,
         source=hit.entry.data,
         served="/" + hit.key,
+        memo_key=memo_key,
     )

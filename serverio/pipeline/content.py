@@ -63,7 +63,7 @@ from ..http.negotiate import parse_query, prefers_json, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, with_readme
 from ..http.reasons import reason_status
 from ..http.select import digest_applies
-from ..model import Identity, Reason, errno_reason
+from ..model import Body, Identity, Reason, errno_reason
 from ..observe.stats import Stats
 
 if TYPE_CHECKING:
@@ -310,6 +310,14 @@ class ContentService:
         prepared.coding = coding
         prepared.data = data  # the representation a digest must describe
         prepared.compress = ""
+        memo_key = prepared.memo_key
+        if memo_key is not None:
+            # A plain request answered from the warm-file cache: the same
+            # answer serves the rest of this second (serverio.http.decide,
+            # serve_cached); the handler stores the memo in the entry.
+            plan = prepared.plan = replace(prepared.plan, shared=True)
+            body = prepared.body = Body.of(plan)
+            prepared.memo = (memo_key, (int(now), plan, body))
 
     def _start_etag_hash(self, prepared: Prepared) -> None:
         """Start hashing a large file for its ETag, without waiting (one job

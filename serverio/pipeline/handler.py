@@ -247,7 +247,7 @@ class Handler:
                         hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
                     if not prepared.needs_followup:
                         return prepared  # the warm path, without another call
-                    return self._followups(prepared, req, now)
+                    return _memoised(hit, self._followups(prepared, req, now))
                 hit = None  # stale: resolve afresh (the miss is counted there)
             res = resolve(
                 req, self.config, self._opener(), now, files, UNTIMED, self.content.hashes, hit
@@ -271,7 +271,7 @@ class Handler:
                 memo = prepared.memo
                 if memo is not None:
                     hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
-                return self._followups(prepared, req, now)
+                return _memoised(hit, self._followups(prepared, req, now))
 
         async def pooled(_: Prepared | None) -> Prepared:
             return await self._pooled(req, now, boundary, files, mono, hit)
@@ -434,6 +434,16 @@ class Handler:
         finally:
             del self._refreshes[key]
             done.set()
+
+
+def _memoised(hit: CacheCandidate, answer: Prepared | Deferred) -> Prepared | Deferred:
+    """``answer``, with the memo its follow-up made from the caches (a coding
+    made on the fly: ``Prepared.memo_key``) stored in ``hit``'s entry."""
+    if type(answer) is Prepared:
+        memo = answer.memo
+        if memo is not None:
+            hit.entry.plain[memo[0]] = memo[1]
+    return answer
 
 
 def _remember_choice(hit: CacheCandidate, req: RequestFacts) -> None:
