@@ -734,7 +734,9 @@ async def test_an_on_the_fly_coding_from_the_caches_is_memoised_per_second(root:
         entry = srv.files.get("site.css")
         assert entry is not None
         second, plan, _ = entry.plain[(b"GET", FLY + "gzip")]
-        assert plan.shared and gzip.decompress(b"".join(plan.body)) == b"body{color:red}\n" * 100
+        pieces = [p for p in plan.body if isinstance(p, bytes)]
+        assert plan.shared and len(pieces) == len(plan.body)
+        assert gzip.decompress(b"".join(pieces)) == b"body{color:red}\n" * 100
         # The memo answers the rest of its second: the same plan object.
         req = RequestFacts(
             method=b"GET", target=parse_target(b"GET", b"/site.css"), accept_encoding="gzip"
