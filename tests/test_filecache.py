@@ -637,14 +637,48 @@ def test_a_large_file_is_answered_from_its_cached_sidecars(root: Path, opener: R
     )
 
 
-def test_a_large_file_without_usable_sidecars_is_not_cached(root: Path, opener: RootOpener) -> None:
+def test_a_large_file_without_usable_sidecars_is_kept_for_on_the_fly_codings(
+    root: Path, opener: RootOpener
+) -> None:
+    """Its entry (identity, facts, sidecar states: no bytes) answers only a
+    coding made on the fly, and only beside a compression cache holding
+    it: ``prepare`` (none) resolves the file from disk."""
     cfg = make_config(root)
     cache = new_cache(cfg)
     _, br, gz = _big_text_with_sidecars(root)
     br.unlink()
     gz.unlink()
-    run(request("/big.css", accept_encoding="br, gzip"), cfg, opener, cache)
-    assert len(cache) == 0
+    req = request("/big.css", accept_encoding="br, gzip")
+    first = prepare(req, cfg, opener, LATER, "", cache, 0.0)
+    assert first.compress == "br" and first.fd >= 0  # compressed from the file
+    first.close()
+    entry = cache.get("big.css")
+    assert entry is not None and not entry.whole and entry.data == b""
+    again = prepare(req, cfg, opener, LATER, "", cache, 0.0)
+    assert again.compress == "br" and again.fd >= 0 and cache.stats.hits == 0
+    again.close()
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_a_large_file_s_on_the_fly_coding_is_served_from_the_caches(root: Path) -> None:
+    _, br, gz = _big_text_with_sidecars(root)
+    br.unlink()
+    gz.unlink()
+    text = (root / "big.css").read_bytes()
+    async with memory_connection(make_config(root)) as (client, srv, _):
+        first = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert first.header("content-encoding") == "gzip"
+        assert gzip.decompress(first.body) == text
+        hits = srv.files.stats.hits
+        again = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert (again.raw_headers, again.body) == (first.raw_headers, first.body)
+        assert srv.files.stats.hits == hits + 1  # the entry and the compression cache
+        plain = await client.get("/big.css")
+        assert plain.body == text and srv.files.stats.hits == hits + 1  # identity: from disk
+        # The compression cache forgot it: the file is resolved, not the entry used.
+        srv.content.compressed.clear()
+        third = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert third.body == first.body and srv.files.stats.hits == hits + 1
 
 
 def test_a_sidecar_change_is_seen_by_the_requests_that_depend_on_it(
@@ -750,3 +784,28 @@ async def test_an_on_the_fly_coding_from_the_caches_is_memoised_per_second(root:
         assert etag is not None
         cond = await client.get("/site.css", f"Accept-Encoding: gzip\r\nIf-None-Match: {etag}\r\n")
         assert cond.status == 304
+
+
+@pytest.mark.usefixtures("settled_files")
+@pytest.mark.parametrize("warm", [False, True])
+async def test_a_compression_fallback_of_a_body_read_whole_is_identity(
+    root: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
+) -> None:
+    """With no compressed bytes to be had (a saturated work pool), the answer
+    is identity (RFC 9110 §12.5.3), sliced from the bytes the hop read whole
+    (or the warm-file cache holds): their descriptor is closed already."""
+    text = b"body{color:red}\n" * 100
+    (root / "site.css").write_bytes(text)
+    async with memory_connection(make_config(root)) as (client, srv, _):
+        if warm:
+            await client.get("/site.css")  # identity: the entry is made
+        monkeypatch.setattr(srv.content.compressed, "get", lambda key: None)
+
+        async def saturated(prepared: Prepared, coding: str) -> bytes | None:
+            return None
+
+        monkeypatch.setattr(srv.content, "_compressed", saturated)
+        got = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+        assert (got.status, got.header("content-encoding"), got.body) == (200, None, text)
+        assert got.header("vary") == "Accept-Encoding"
+        assert srv.stats.content.compress_fallbacks == 1

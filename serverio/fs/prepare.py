@@ -49,7 +49,13 @@ from ..http.core import (
 )
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
-from ..http.select import digest_algorithm, file_headers, negotiates, sidecars_wanted
+from ..http.select import (
+    digest_algorithm,
+    file_headers,
+    negotiates,
+    on_the_fly,
+    sidecars_wanted,
+)
 from ..model import (
     CACHED,
     DIRECTORY,
@@ -378,7 +384,9 @@ def _resolve_file(
             sidecars = _sidecars(hop, opener, relpath, st, facts, entry)
             reps.extend(sidecars.values())
         if entry is not None and (
-            entry.whole or any(s.cached is not None for s in entry.sidecars.values())
+            entry.whole
+            or any(s.cached is not None for s in entry.sidecars.values())
+            or _flies(entry, cfg)
         ):
             assert cache is not None
             cache.put(relpath, entry)
@@ -403,6 +411,16 @@ def _resolve_file(
             close_fd(fd)
         for rep in reps:
             rep.close()
+
+
+def _flies(entry: CachedFile, cfg: Config) -> bool:
+    """Is an entry without the file's bytes worth keeping for a coding made
+    on the fly?  Its answers come from the compression cache (the handler
+    uses it only while that holds them), so the entry keeps the identity,
+    the facts and the sidecar states: only once the facts carry their
+    ETag's hash (a large file's is computed in the background), or a
+    cached ETag would stay without one."""
+    return not entry.facts.hash_pending and bool(on_the_fly(entry.facts.size, cfg))
 
 
 def _cacheable(req: RequestFacts, relpath: str, st: os.stat_result, now: float) -> bool:

@@ -51,6 +51,7 @@ from ..fs.opener import ContainedRoot
 from ..fs.readme import Readme, read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.decide import identity_fallback
 from ..http.listing import (
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
@@ -274,11 +275,7 @@ class ContentService:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
                 self.stats.content.compress_fallbacks += 1
-                facts = prepared.facts
-                assert facts is not None
-                prepared.plan = decide_file(
-                    req, facts, self.config, now, vary=True, extra=prepared.extra
-                )
+                prepared.plan = identity_fallback(prepared, req, self.config, now)
                 prepared.compress = ""
         if prepared.digest:
             if digest_applies(prepared.plan):
