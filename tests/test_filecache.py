@@ -648,6 +648,9 @@ def test_a_large_file_without_usable_sidecars_is_kept_for_on_the_fly_codings(
     _, br, gz = _big_text_with_sidecars(root)
     br.unlink()
     gz.unlink()
+    # Identity (also when negotiated) needs the bytes: no entry is kept.
+    run(request("/big.css", accept_encoding="identity"), cfg, opener, cache)
+    assert len(cache) == 0
     req = request("/big.css", accept_encoding="br, gzip")
     first = prepare(req, cfg, opener, LATER, "", cache, 0.0)
     assert first.compress == "br" and first.fd >= 0  # compressed from the file

@@ -50,10 +50,10 @@ from ..http.core import (
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.select import (
+    choose_coding,
     digest_algorithm,
     file_headers,
     negotiates,
-    on_the_fly,
     sidecars_wanted,
 )
 from ..model import (
@@ -386,7 +386,7 @@ def _resolve_file(
         if entry is not None and (
             entry.whole
             or any(s.cached is not None for s in entry.sidecars.values())
-            or _flies(entry, cfg)
+            or (negotiated and _flies(entry, req, cfg, sidecars))
         ):
             assert cache is not None
             cache.put(relpath, entry)
@@ -413,14 +413,18 @@ def _resolve_file(
             rep.close()
 
 
-def _flies(entry: CachedFile, cfg: Config) -> bool:
-    """Is an entry without the file's bytes worth keeping for a coding made
-    on the fly?  Its answers come from the compression cache (the handler
-    uses it only while that holds them), so the entry keeps the identity,
-    the facts and the sidecar states: only once the facts carry their
-    ETag's hash (a large file's is computed in the background), or a
-    cached ETag would stay without one."""
-    return not entry.facts.hash_pending and bool(on_the_fly(entry.facts.size, cfg))
+def _flies(entry: CachedFile, req: RequestFacts, cfg: Config, sidecars: dict[str, Rep]) -> bool:
+    """Is an entry without the file's bytes worth keeping for this request's
+    choice, a coding made on the fly?  Its answers come from the compression
+    cache (the handler uses it only while that holds them), so the entry
+    keeps the identity, the facts and the sidecar states: only once the
+    facts carry their ETag's hash (a large file's is computed in the
+    background), or a cached ETag would stay without one.  (Not for
+    identity: that needs the bytes, so the entry would never answer.)"""
+    if entry.facts.hash_pending:
+        return False
+    coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
+    return bool(coding) and not from_sidecar
 
 
 def _cacheable(req: RequestFacts, relpath: str, st: os.stat_result, now: float) -> bool:
