@@ -812,3 +812,27 @@ async def test_a_compression_fallback_of_a_body_read_whole_is_identity(
         assert (got.status, got.header("content-encoding"), got.body) == (200, None, text)
         assert got.header("vary") == "Accept-Encoding"
         assert srv.stats.content.compress_fallbacks == 1
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_a_large_file_s_on_the_fly_coding_in_pooled_mode(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Inside the window the bytes-less entry answers from the compression
+    cache with no hop; past it, the file is resolved in one hop (the entry
+    is not used across the waits)."""
+    _, br, gz = _big_text_with_sidecars(root)
+    br.unlink()
+    gz.unlink()
+    text = (root / "big.css").read_bytes()
+    cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, client):
+        first = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert gzip.decompress(first.body) == text
+        hops, hits = srv.fs.stats.submitted, srv.files.stats.hits
+        again = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert again.body == first.body
+        assert srv.fs.stats.submitted == hops and srv.files.stats.hits == hits + 1
+        await trio.sleep(1.5)  # past the window
+        later = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert later.body == first.body and srv.fs.stats.submitted == hops + 1
