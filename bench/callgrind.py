@@ -12,6 +12,13 @@ instead (``bench/pair.py --churn C``: a whole server on a loopback
 listener, C in-process clients, one ``Connection: close`` request per
 connection), client and server together.
 
+``--assets VARIANT`` measures instructions per request of the 20 text
+assets round robin (``bench/pair.py --assets --variant VARIANT``):
+``sidecars`` (precompressed sidecars), ``plain`` (no sidecars, the
+workload's Accept-Encoding: the compression cache's br) and ``identity``
+(no sidecars, ``Accept-Encoding: identity``); ``plain`` against
+``identity`` is the negotiated warm path's premium.
+
 ``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
 instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
 over the socketpair, N streams on it, ``--streams M`` in flight at a time,
@@ -64,11 +71,13 @@ def total_ir(out_file: Path) -> int:
     return int(m[1])
 
 
-def mode_args(churn: int = 0, h2_streams: int = 0) -> list[str]:
-    """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, or the warm
-    HTTP/1.1 GET (neither)."""
-    if churn and h2_streams:
-        raise CallgrindError("--churn and --h2 are different workloads: choose one")
+def mode_args(churn: int = 0, h2_streams: int = 0, assets: str = "") -> list[str]:
+    """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, the many
+    assets (``assets``: its variant), or the warm HTTP/1.1 GET (none)."""
+    if sum(map(bool, (churn, h2_streams, assets))) > 1:
+        raise CallgrindError("--churn, --h2 and --assets are different workloads: choose one")
+    if assets:
+        return ["--assets", "--variant", assets]
     if churn:
         return ["--churn", str(churn)]
     if h2_streams:
@@ -184,6 +193,15 @@ def add_parser(sub: Any) -> None:
         help="instructions per stream of a warm 1 KiB HTTP/2 GET (h2c, one connection)",
     )
     cg.add_argument(
+        "--assets",
+        choices=("sidecars", "plain", "identity"),
+        default="",
+        metavar="VARIANT",
+        help="instructions per request of the 20 assets round robin (bench/pair.py --assets): "
+        "sidecars (precompressed), plain (no sidecars: the cached on-the-fly br) or identity "
+        "(no sidecars, Accept-Encoding: identity); use counts that are multiples of 20",
+    )
+    cg.add_argument(
         "--streams",
         type=int,
         default=1,
@@ -210,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     h2_streams = args.streams if args.h2 else 0
     try:
-        mode = mode_args(churn, h2_streams)
+        mode = mode_args(churn, h2_streams, args.assets)
     except CallgrindError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
@@ -235,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/connection (churn, {churn} clients)"
     elif h2_streams:
         unit = f"Ir/stream (h2, {h2_streams} in flight)"
+    elif args.assets:
+        unit = f"Ir/request (assets, {args.assets})"
     else:
         unit = "Ir/request"
     print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")

@@ -15,7 +15,13 @@ leftover, as serverio did per request before the fast path), ``parse-fast``
 (``serverio.net.h1head.request_facts``), ``decide`` (facts, ``route``,
 ``Handler.respond_now`` on the warm cache and closing the result; minus
 ``facts`` is the decision), ``deadline`` (one move of a cancel scope's
-deadline), ``checkpoint`` (one trio scheduling round).
+deadline), ``checkpoint`` (one trio scheduling round), ``hop`` (one
+:func:`serverio.concurrency.blocking.run_blocking` of a function that does
+nothing, in a 4-worker pool: the thread hop of pooled mode, round trip).
+
+``hop`` also prints, without valgrind, the process's CPU time (every
+thread, ``getrusage``) and context switches per hop: what a hop costs
+whatever the machine's load.
 
 ``python -m bench.hotpath profile N`` prints a cProfile breakdown of N
 requests of ``bench/pair.py`` by part (cProfile inflates call-heavy code:
@@ -27,7 +33,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import resource
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,7 +50,7 @@ from serverio.http.core import route
 from serverio.net.h1head import request_facts
 from serverio.wire.fasthead import HeadParser
 
-PARTS = ("parse-h11", "parse-fast", "facts", "decide", "deadline", "checkpoint")
+PARTS = ("parse-h11", "parse-fast", "facts", "decide", "deadline", "checkpoint", "hop")
 
 
 def _parse_h11(n: int) -> None:
@@ -80,6 +88,25 @@ async def _engine(part: str, n: int, root: Path) -> None:
         answer.close()
     a.close()
     b.close()
+
+
+async def _hops(n: int) -> None:
+    from serverio.concurrency.blocking import Pool, run_blocking
+
+    pool = Pool("fs", 4, 64)
+    for _ in range(min(n, 100)):  # the worker thread exists, trio's cache is warm
+        await run_blocking(pool, int)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(n):
+        await run_blocking(pool, int)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    switches = (after.ru_nvcsw + after.ru_nivcsw) - (before.ru_nvcsw + before.ru_nivcsw)
+    print(
+        f"hop: {cpu / n * 1e6:.1f} us CPU, {switches / n:.2f} context switches per hop "
+        f"(n={n}, every thread of the process)",
+        file=sys.stderr,
+    )
 
 
 async def _trio(part: str, n: int) -> None:
@@ -147,6 +174,8 @@ def main() -> None:
         _parse_fast(args.n)
     elif args.part in ("facts", "decide"):
         _with_file(lambda root: trio.run(_engine, args.part, args.n, root))
+    elif args.part == "hop":
+        trio.run(_hops, args.n)
     else:
         trio.run(_trio, args.part, args.n)
 

@@ -20,6 +20,10 @@ the two per-request figures is the difference between the servers.
 ``bench/fixtures.py`` round robin with the workload's Accept-Encoding
 (``br;q=1, gzip;q=0.8``) instead: the warm path of a negotiated response
 from a precompressed sidecar.  Use request counts that are multiples of 20.
+``--variant plain`` asks for the same files in the directory without
+sidecars (the answer is the compression cache's br), ``--variant
+identity`` for those with ``Accept-Encoding: identity``: the pair the
+negotiated-path gate compares (docs/performance.md).
 
 ``--churn C`` (serverio only) measures the churn workload instead: a whole
 :class:`~serverio.Server` on a loopback TCP listener (port 0) and, in the
@@ -64,16 +68,22 @@ CLOSE_REQUEST = (
 )
 
 
-def _asset_requests() -> list[bytes]:
+def _asset_requests(variant: str = "sidecars") -> list[bytes]:
+    """The 20 asset requests of a variant: ``sidecars`` (the precompressed
+    directory, the workload's Accept-Encoding), ``plain`` (the directory
+    without sidecars, the same Accept-Encoding: a cached on-the-fly br
+    answer) or ``identity`` (that directory, ``Accept-Encoding: identity``)."""
     # Imported here: the 1 KiB measurement keeps the modules (and the
     # heap the garbage collector walks) it always had.
     from bench import fixtures
     from bench.workloads import ASSETS_ACCEPT_ENCODING
 
+    paths = fixtures.many_asset_paths() if variant == "sidecars" else fixtures.many_plain_paths()
+    accept = "identity" if variant == "identity" else ASSETS_ACCEPT_ENCODING
     return [
         f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n"
-        f"Accept-Encoding: {ASSETS_ACCEPT_ENCODING}\r\n\r\n".encode()
-        for path in fixtures.many_asset_paths()
+        f"Accept-Encoding: {accept}\r\n\r\n".encode()
+        for path in paths
     ]
 
 
@@ -89,13 +99,15 @@ async def _read_response(client: trio.socket.SocketType) -> None:
         received += len(await client.recv(1 << 20))
 
 
-async def run_assets(n: int, root: Path) -> float:
-    requests = _asset_requests()
+async def run_assets(n: int, root: Path, variant: str = "sidecars") -> float:
+    requests = _asset_requests(variant)
     a, b = socket.socketpair()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
     client = trio.socket.from_stdlib_socket(a)
     srv = Server(Config.of(directory=str(root), access_log="off", max_requests=10**9).validate())
-    async with trio.open_nursery() as nursery:
+    # The handler's job nursery: on-the-fly compression runs there (the
+    # first request of each file in the ``plain`` variant).
+    async with srv.handler.running(), trio.open_nursery() as nursery:
         nursery.start_soon(ConnectionTask(srv.env, stream).run)
         start = time.perf_counter()
         for i in range(n):
@@ -214,6 +226,13 @@ def main() -> None:
     p.add_argument("-n", type=int, default=20000)
     p.add_argument("--assets", action="store_true", help="many assets, negotiated (serverio)")
     p.add_argument(
+        "--variant",
+        choices=("sidecars", "plain", "identity"),
+        default="sidecars",
+        help="with --assets: precompressed sidecars (default), none (cached on-the-fly br), "
+        "or none asked with Accept-Encoding: identity",
+    )
+    p.add_argument(
         "--churn",
         type=int,
         default=0,
@@ -238,8 +257,11 @@ def main() -> None:
             fixtures.create(Path(tmp))
             time.sleep(2.1)  # settled files only are cached (see below)
             freeze_wall_clock()
-            us = trio.run(run_assets, args.n, Path(tmp))
-        print(f"serverio assets: {us:.1f} us per request (client and server, one process)")
+            us = trio.run(run_assets, args.n, Path(tmp), args.variant)
+        print(
+            f"serverio assets ({args.variant}): {us:.1f} us per request "
+            "(client and server, one process)"
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

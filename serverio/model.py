@@ -333,11 +333,21 @@ class Sidecar:
 
     ``ident`` None: no such file.  ``cached`` None: it exists but is not
     used (older than the file it compresses).  Otherwise its bytes.
+
+    ``directory``: for a sidecar with no directory entry at all, the
+    settled identity of the directory it would be in, as
+    ``(relative path, identity)``, stated before the sidecar was looked
+    for: while the directory keeps that identity no entry was created in
+    it, so the sidecar is still absent (one ``stat`` of the directory
+    vouches for every absent sidecar of the file; see
+    :mod:`serverio.fs.filecache`, "Absent sidecars").  None: the sidecar's
+    own path is stat'ed.
     """
 
     path: str
     ident: Identity | None
     cached: CachedFile | None
+    directory: tuple[str, Identity] | None = None
 
 
 @dataclass(slots=True)
@@ -454,6 +464,10 @@ class Prepared:
     # cache entry's ``plain`` (the decision itself mutates no cache):
     # ((method, coding), (second, plan, body)).
     memo: tuple[tuple[bytes, str], PlainMemo] | None = None
+    # A plain request answered from the warm-file cache by a coding made on
+    # the fly: the key its finished answer is to be memoised under (the
+    # compression follow-up makes ``memo``: the plan exists only then).
+    memo_key: tuple[bytes, str] | None = None
     # A body produced while it is sent (a folder archive, serverio.archive);
     # ``plan.body`` is then empty.  Owned here until take_body / take_chunks.
     chunks: ChunkSource | None = None

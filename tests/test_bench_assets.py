@@ -195,3 +195,14 @@ def test_caddy_runs_the_committed_precompressed_file_for_compressed_workloads(
         result = probe(WORKLOADS["assets-c512"], rs.port, tree)
     assert result.ok, result.reason
     assert result.facts["codings"] == "br 20"
+
+
+def test_pair_asset_variants_ask_for_the_right_directory_and_coding() -> None:
+    from bench import pair
+
+    sidecars, plain, ident = (pair._asset_requests(v) for v in ("sidecars", "plain", "identity"))
+    assert len(sidecars) == len(plain) == len(ident) == len(fixtures.many_asset_names())
+    assert all(f"/{fixtures.MANY_DIR}/".encode() in r for r in sidecars)
+    assert all(f"/{fixtures.MANY_PLAIN_DIR}/".encode() in r for r in plain + ident)
+    assert all(b"Accept-Encoding: br;q=1, gzip;q=0.8\r\n" in r for r in sidecars + plain)
+    assert all(b"Accept-Encoding: identity\r\n" in r for r in ident)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import threading
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,55 +108,28 @@ async def test_abandon_on_cancel_keeps_token_and_late_closes_once() -> None:
     assert produced[0].closes == 1
 
 
-class _CancelRightAfter:
-    """A trio token whose every ``run_sync_soon`` queues ``scope.cancel``
-    right behind the callback.
-
-    run_blocking's worker thread queues ``settle`` (which stores the result)
-    and only then returns, after which trio queues the wake-up of the
-    awaiting task.  The entry queue is FIFO, so with this token the order on
-    the trio thread is exactly: settle, cancel, trio's wake-up -- the caller
-    is cancelled after its result was stored and before it resumed.
-    """
-
-    def __init__(self, real: trio.lowlevel.TrioToken, scope: trio.CancelScope) -> None:
-        self.real = real
-        self.scope = scope
-        self.order: list[str] = []
-
-    def run_sync_soon(self, fn: Callable[..., object], *args: object) -> None:
-        def traced() -> None:
-            self.order.append("settle")
-            fn(*args)
-
-        def cancel() -> None:
-            self.order.append("cancel")
-            self.scope.cancel()
-
-        self.real.run_sync_soon(traced)
-        self.real.run_sync_soon(cancel)
-
-
-class _TrioWithToken(types.ModuleType):
-    """The trio module, except that ``lowlevel.current_trio_token()`` is ``token``."""
-
-    def __init__(self, token: _CancelRightAfter) -> None:
-        super().__init__("trio")
-        self.lowlevel = types.SimpleNamespace(current_trio_token=lambda: token)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(trio, name)
-
-
-async def test_result_settled_before_a_cancelled_caller_resumes_is_late_closed_once(
+async def test_result_stored_before_a_cancelled_caller_resumes_is_late_closed_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The worker stores its result, then (before trio reports the thread's
+    return, which is queued only after the thread's function returns) the
+    caller is cancelled: the caller owns the stored result and closes it,
+    the thread does not."""
     pool = Pool("t", 1, 0)
     scope = trio.CancelScope()
-    token = _CancelRightAfter(trio.lowlevel.current_trio_token(), scope)
-    # Only run_blocking sees the wrapped token; trio's own thread machinery
-    # keeps the real one.
-    monkeypatch.setattr(_blocking, "trio", _TrioWithToken(token))
+    token = trio.lowlevel.current_trio_token()
+    order: list[str] = []
+    real_offer = _blocking._Handoff.offer
+
+    def offer_then_cancel(
+        self: _blocking._Handoff[Resource], value: Resource | None, error: BaseException | None
+    ) -> bool:
+        stored = real_offer(self, value, error)
+        order.append(f"offer:{stored}")
+        token.run_sync_soon(scope.cancel)  # ahead of trio's report of the return
+        return stored
+
+    monkeypatch.setattr(_blocking._Handoff, "offer", offer_then_cancel)
     produced: list[Resource] = []
     closed: list[Resource] = []
 
@@ -173,12 +145,30 @@ async def test_result_settled_before_a_cancelled_caller_resumes_is_late_closed_o
         await run_blocking(pool, work, late_close=late_close)
     monkeypatch.undo()
     assert scope.cancelled_caught
-    assert token.order == ["settle", "cancel"]
+    assert order == ["offer:True"]
     assert len(produced) == 1 and closed == produced and produced[0].closes == 1
     assert pool.stats.late_closed == 1
     assert pool.stats.abandoned == 1 and pool.stats.completed == 0
     await wait_until(lambda: pool.running == 0)  # trio's wake-up released the token
     assert produced[0].closes == 1 and pool.stats.late_closed == 1
+
+
+async def test_a_hop_wakes_the_event_loop_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No callback of serverio's own crosses back to the trio thread: the
+    only one is trio's report of the thread's return."""
+    pool = Pool("t", 1, 0)
+    token = trio.lowlevel.current_trio_token()
+    calls: list[object] = []
+    real = type(token).run_sync_soon
+
+    def counting(self: trio.lowlevel.TrioToken, fn: Callable[..., object], *args: object) -> None:
+        calls.append(fn)
+        real(self, fn, *args)
+
+    monkeypatch.setattr(type(token), "run_sync_soon", counting)
+    assert await run_blocking(pool, lambda: 7) == 7
+    monkeypatch.undo()
+    assert len(calls) == 1
 
 
 def test_result_of_a_thread_outliving_the_event_loop_is_closed_in_the_thread() -> None:
@@ -207,7 +197,7 @@ def test_result_of_a_thread_outliving_the_event_loop_is_closed_in_the_thread() -
     gate.set()
     assert closed.wait(10)
     assert len(produced) == 1 and produced[0].closes == 1
-    assert pool.stats.late_closed == 0  # no trio thread left to count it
+    assert pool.stats.late_closed == 1  # counted by the thread that closed it
 
 
 async def test_cancel_while_queued_never_runs() -> None:

@@ -387,7 +387,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "http_seconds",
         "parse_http_date",
     ),
-    "serverio.http.decide": ("cache_candidate", "decide", "serve_cached"),
+    "serverio.http.decide": (
+        "FLY",
+        "cache_candidate",
+        "decide",
+        "identity_fallback",
+        "needs_compressed",
+        "serve_cached",
+    ),
     "serverio.http.disposition": ("ascii_fallback", "content_disposition", "download_matches"),
     "serverio.http.errorpage": ("ERROR_CSP", "error_html", "negotiated_error", "text_body"),
     "serverio.http.listing": (

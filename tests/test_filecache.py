@@ -26,6 +26,7 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
+from serverio.http.decide import FLY
 from serverio.model import CachedFile, Prepared
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
@@ -33,7 +34,14 @@ from serverio.ops.cli import build_parser, config_from_args
 from serverio.pipeline.handler import prepare
 from serverio.wire.h1 import head_bytes, shared_head
 
-from .conftest import HTTPClient, connect, make_config, running_server, wait_until
+from .conftest import (
+    HTTPClient,
+    connect,
+    make_config,
+    memory_connection,
+    running_server,
+    wait_until,
+)
 
 LATER = float(int(time.time()) + 3600)  # "now" for prepare(): every file is settled
 BOUNDARY = "b0undary"
@@ -629,14 +637,51 @@ def test_a_large_file_is_answered_from_its_cached_sidecars(root: Path, opener: R
     )
 
 
-def test_a_large_file_without_usable_sidecars_is_not_cached(root: Path, opener: RootOpener) -> None:
+def test_a_large_file_without_usable_sidecars_is_kept_for_on_the_fly_codings(
+    root: Path, opener: RootOpener
+) -> None:
+    """Its entry (identity, facts, sidecar states: no bytes) answers only a
+    coding made on the fly, and only beside a compression cache holding
+    it: ``prepare`` (none) resolves the file from disk."""
     cfg = make_config(root)
     cache = new_cache(cfg)
     _, br, gz = _big_text_with_sidecars(root)
     br.unlink()
     gz.unlink()
-    run(request("/big.css", accept_encoding="br, gzip"), cfg, opener, cache)
+    # Identity (also when negotiated) needs the bytes: no entry is kept.
+    run(request("/big.css", accept_encoding="identity"), cfg, opener, cache)
     assert len(cache) == 0
+    req = request("/big.css", accept_encoding="br, gzip")
+    first = prepare(req, cfg, opener, LATER, "", cache, 0.0)
+    assert first.compress == "br" and first.fd >= 0  # compressed from the file
+    first.close()
+    entry = cache.get("big.css")
+    assert entry is not None and not entry.whole and entry.data == b""
+    again = prepare(req, cfg, opener, LATER, "", cache, 0.0)
+    assert again.compress == "br" and again.fd >= 0 and cache.stats.hits == 0
+    again.close()
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_a_large_file_s_on_the_fly_coding_is_served_from_the_caches(root: Path) -> None:
+    _, br, gz = _big_text_with_sidecars(root)
+    br.unlink()
+    gz.unlink()
+    text = (root / "big.css").read_bytes()
+    async with memory_connection(make_config(root)) as (client, srv, _):
+        first = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert first.header("content-encoding") == "gzip"
+        assert gzip.decompress(first.body) == text
+        hits = srv.files.stats.hits
+        again = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert (again.raw_headers, again.body) == (first.raw_headers, first.body)
+        assert srv.files.stats.hits == hits + 1  # the entry and the compression cache
+        plain = await client.get("/big.css")
+        assert plain.body == text and srv.files.stats.hits == hits + 1  # identity: from disk
+        # The compression cache forgot it: the file is resolved, not the entry used.
+        srv.content.compressed.clear()
+        third = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert third.body == first.body and srv.files.stats.hits == hits + 1
 
 
 def test_a_sidecar_change_is_seen_by_the_requests_that_depend_on_it(
@@ -710,3 +755,84 @@ def test_a_stored_hash_is_used_when_the_bytes_are_already_read(
     assert first >= 1
     prepare(req, cfg, opener, LATER, "", None, 0.0, hashes).close()
     assert len(hashed) == first  # nothing hashed again
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_an_on_the_fly_coding_from_the_caches_is_memoised_per_second(root: Path) -> None:
+    """A plain negotiated request answered from the warm-file and compression
+    caches shares one plan per method and second, as identity does; a
+    conditional one is still decided (304), HEAD has its own memo."""
+    (root / "site.css").write_bytes(b"body{color:red}\n" * 100)
+    async with memory_connection(make_config(root)) as (client, srv, _):
+        first = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+        assert first.header("content-encoding") == "gzip"
+        again = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+        assert (again.status, again.raw_headers, again.body) == (200, first.raw_headers, first.body)
+        entry = srv.files.get("site.css")
+        assert entry is not None
+        second, plan, _ = entry.plain[(b"GET", FLY + "gzip")]
+        pieces = [p for p in plan.body if isinstance(p, bytes)]
+        assert plan.shared and len(pieces) == len(plan.body)
+        assert gzip.decompress(b"".join(pieces)) == b"body{color:red}\n" * 100
+        # The memo answers the rest of its second: the same plan object.
+        req = RequestFacts(
+            method=b"GET", target=parse_target(b"GET", b"/site.css"), accept_encoding="gzip"
+        )
+        answer = srv.handler.respond_now(req, float(second))
+        assert isinstance(answer, Prepared) and answer.plan is plan
+        head = await client.get("/site.css", "Accept-Encoding: gzip\r\n", method="HEAD")
+        assert head.body == b"" and head.header("content-length") == first.header("content-length")
+        assert (b"HEAD", FLY + "gzip") in entry.plain
+        etag = first.header("etag")
+        assert etag is not None
+        cond = await client.get("/site.css", f"Accept-Encoding: gzip\r\nIf-None-Match: {etag}\r\n")
+        assert cond.status == 304
+
+
+@pytest.mark.usefixtures("settled_files")
+@pytest.mark.parametrize("warm", [False, True])
+async def test_a_compression_fallback_of_a_body_read_whole_is_identity(
+    root: Path, monkeypatch: pytest.MonkeyPatch, warm: bool
+) -> None:
+    """With no compressed bytes to be had (a saturated work pool), the answer
+    is identity (RFC 9110 §12.5.3), sliced from the bytes the hop read whole
+    (or the warm-file cache holds): their descriptor is closed already."""
+    text = b"body{color:red}\n" * 100
+    (root / "site.css").write_bytes(text)
+    async with memory_connection(make_config(root)) as (client, srv, _):
+        if warm:
+            await client.get("/site.css")  # identity: the entry is made
+        monkeypatch.setattr(srv.content.compressed, "get", lambda key: None)
+
+        async def saturated(prepared: Prepared, coding: str) -> bytes | None:
+            return None
+
+        monkeypatch.setattr(srv.content, "_compressed", saturated)
+        got = await client.get("/site.css", "Accept-Encoding: gzip\r\n")
+        assert (got.status, got.header("content-encoding"), got.body) == (200, None, text)
+        assert got.header("vary") == "Accept-Encoding"
+        assert srv.stats.content.compress_fallbacks == 1
+
+
+@pytest.mark.usefixtures("settled_files")
+async def test_a_large_file_s_on_the_fly_coding_in_pooled_mode(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Inside the window the bytes-less entry answers from the compression
+    cache with no hop; past it, the file is resolved in one hop (the entry
+    is not used across the waits)."""
+    _, br, gz = _big_text_with_sidecars(root)
+    br.unlink()
+    gz.unlink()
+    text = (root / "big.css").read_bytes()
+    cfg = make_config(root, fs_workers=2, fs_queue=8, fs_cache_valid=1.0)
+    async with pooled_server(cfg) as (srv, client):
+        first = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert gzip.decompress(first.body) == text
+        hops, hits = srv.fs.stats.submitted, srv.files.stats.hits
+        again = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert again.body == first.body
+        assert srv.fs.stats.submitted == hops and srv.files.stats.hits == hits + 1
+        await trio.sleep(1.5)  # past the window
+        later = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
+        assert later.body == first.body and srv.fs.stats.submitted == hops + 1

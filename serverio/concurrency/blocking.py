@@ -14,13 +14,18 @@ thread.  Instead (docs/cancellation.md):
   runs on, and its token stays held until the thread really finishes (trio
   releases it then), so the pool never admits more threads than ``workers``;
 * whatever an abandoned thread produces is handed to a ``late_close``
-  callback exactly once, through an explicit hand-off object settled on the
-  trio thread — not left to the garbage collector.
+  callback exactly once, through an explicit hand-off object settled under
+  a lock (the caller or the thread owns the result, never both) — not left
+  to the garbage collector;
+* one hop is one hand-over to a thread and one wake-up of the event loop
+  (trio's report of the thread's return): no callback of serverio's own
+  crosses back.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -78,6 +83,10 @@ class Pool:
         self.workers = workers
         self.queue = queue
         self.limiter = trio.CapacityLimiter(workers) if workers else None
+        # The name a worker thread carries while it runs a call of this pool
+        # (``top -H``, ``py-spy``): made once, not per hop (trio would
+        # format one from the function and task names on every call).
+        self.thread_name = f"serverio {name} pool"
         self.stats = PoolStats()
         self._last_warning = -_WARN_INTERVAL
 
@@ -144,16 +153,46 @@ class Pool:
 
 
 class _Handoff(Generic[T]):
-    """Result slot + abandoned flag, both touched only on the trio thread."""
+    """Result slot + abandoned flag, settled under one lock.
 
-    __slots__ = ("abandoned", "error", "has_value", "started", "value")
+    The worker thread offers its result when ``fn`` returns
+    (:meth:`offer`); the caller, only if it leaves by an exception
+    (cancelled), abandons the call (:meth:`abandon`).  Whichever comes
+    second learns that the result is its own to close: the caller if the
+    result was stored before it gave up, else the thread.  No callback
+    crosses to the trio thread for this: trio's own report of the thread's
+    return is the only wake-up of the hop.
+    """
+
+    __slots__ = ("abandoned", "error", "has_value", "lock", "started", "value")
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.abandoned = False
         self.has_value = False
         self.started = False
         self.value: T | None = None
         self.error: BaseException | None = None
+
+    def offer(self, value: T | None, error: BaseException | None) -> bool:
+        """Worker thread: store the result; False if the caller is gone (the
+        thread then owns the result)."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            self.value, self.error, self.has_value = value, error, True
+            return True
+
+    def abandon(self) -> bool:
+        """Trio thread, the caller leaving by an exception: True if a result
+        was stored already (the caller then owns it, and takes it out),
+        else mark the call abandoned (the thread will close what it makes)."""
+        with self.lock:
+            if self.has_value:
+                self.has_value = False
+                return True
+            self.abandoned = True
+            return False
 
 
 async def run_blocking(
@@ -167,31 +206,24 @@ async def run_blocking(
     Raises :class:`PoolSaturated` at once when the pool's workers are busy
     and its queue is full.  Inline pools (0 workers) call ``fn`` directly.
 
+    One hop costs one hand-over to a worker thread and one wake-up of the
+    event loop (trio's report of the thread's return): the result travels
+    in a hand-off object, not in a callback of its own.
+
     Cancellation handling: if the caller is cancelled while queued, it
     leaves the queue and ``fn`` never runs.  If it is cancelled while ``fn``
     runs, it returns at once (``Cancelled`` propagates) and the thread is
     abandoned: it keeps running, keeps its capacity token until it finishes,
-    and its eventual result is passed to ``late_close`` exactly once (an
-    exception raised by ``fn`` is dropped).  Nothing is ever closed twice:
-    the hand-off is settled on the trio thread, and either the caller or the
-    late-close path owns the result, never both.
+    and its eventual result is passed to ``late_close`` exactly once, in
+    that thread (an exception raised by ``fn`` is dropped).  Nothing is
+    ever closed twice: the hand-off's lock decides whether the caller (the
+    result was stored before it was cancelled) or the thread owns it.
     """
     if pool.limiter is None:
         return fn(*args)
     pool._admit()
-    token = trio.lowlevel.current_trio_token()
     handoff: _Handoff[T] = _Handoff()
-
-    def settle(value: T | None, error: BaseException | None) -> None:
-        # Runs on the trio thread, before trio reports the thread's return
-        # (both are run_sync_soon callbacks, FIFO), so a caller that resumes
-        # normally always finds the value here.
-        if handoff.abandoned:
-            pool.stats.late_closed += 1
-            if error is None and late_close is not None:
-                late_close(value)  # type: ignore[arg-type]
-            return
-        handoff.value, handoff.error, handoff.has_value = value, error, True
+    stats = pool.stats
 
     def work() -> None:
         handoff.started = True  # a plain bool store; read only after the fact
@@ -201,31 +233,30 @@ async def run_blocking(
             value = fn(*args)
         except BaseException as exc:
             error = exc
-        try:
-            token.run_sync_soon(settle, value, error)
-        except trio.RunFinishedError:
-            # The event loop is gone (process exiting): dispose here.
+        if not handoff.offer(value, error):
+            # The caller is gone: dispose here, in this thread (close(2) is
+            # blocking work too); a racy += only blurs a counter.
+            stats.late_closed += 1
             if error is None and late_close is not None:
                 late_close(value)  # type: ignore[arg-type]
 
     try:
-        await trio.to_thread.run_sync(work, limiter=pool.limiter, abandon_on_cancel=True)
+        await trio.to_thread.run_sync(
+            work, limiter=pool.limiter, abandon_on_cancel=True, thread_name=pool.thread_name
+        )
     except BaseException:
-        if handoff.has_value:
-            # settle() already stored a result, then we were cancelled before
+        if handoff.abandon():
+            # The thread stored a result, then we were cancelled before
             # resuming: we own it, and nobody else will close it.
-            pool.stats.late_closed += 1
+            stats.late_closed += 1
             if handoff.error is None and late_close is not None:
                 late_close(handoff.value)  # type: ignore[arg-type]
-            handoff.has_value = False
-        else:
-            handoff.abandoned = True
         if handoff.started:
-            pool.stats.abandoned += 1
+            stats.abandoned += 1
         else:
-            pool.stats.cancelled_waiting += 1
+            stats.cancelled_waiting += 1
         raise
-    pool.stats.completed += 1
+    stats.completed += 1
     if handoff.error is not None:
         raise handoff.error
     return handoff.value  # type: ignore[return-value]

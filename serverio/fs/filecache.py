@@ -31,6 +31,34 @@ ctime equal — and ctime has the same tick.  Bytes are therefore cached
 only from files last changed more than :data:`RACY_SECONDS` before the
 read; a file being written now is simply read every time until it settles.
 
+Absent sidecars: a negotiated answer also depends on the precompressed
+sidecars (``.br``, ``.gz``) the file does *not* have; one appearing must
+change the next answer.  Rather than a failing ``stat`` per absent
+sidecar per request, the entry records the identity of the file's
+directory, stated *before* the sidecars were looked for, and the
+revalidation stats the directory once instead.  Creating, renaming or
+linking a name into a directory changes the directory's mtime and ctime:
+
+* POSIX (Linux, the BSDs, macOS): ``link``, ``open(O_CREAT)``,
+  ``rename``, ``symlink``, ``mkdir`` and ``mknod`` mark the parent
+  directory's ``st_mtime`` and ``st_ctime`` for update;
+* Windows (NTFS, ReFS): creating or renaming an entry updates the
+  directory's LastWriteTime and ChangeTime, which
+  :mod:`serverio.fs.winstat` reports as ``st_mtime_ns`` and
+  ``st_ctime_ns``.
+
+The same-tick rule applies to the directory as to a file: a directory
+changed less than :data:`RACY_SECONDS` before the request is not trusted
+(a creation within the same tick could leave its times unchanged), and
+each absent sidecar is then stat'ed itself, as is any sidecar name that
+exists but could not be used (a dangling symlink, a denied file: its
+target or its mode can change without the directory).  A filesystem whose
+directories keep their times (FAT on some drivers, some FUSE and network
+filesystems) is not served right by this rule in inline mode only as far
+as a *new* sidecar goes; ``--watch`` (which clears this cache on every
+event) or ``--fs-cache-valid`` with the pooled profile are the remedies
+there, as for any attribute cache.
+
 Thread-safety: preparation runs in worker threads in pooled mode, so the
 LRU is guarded by a lock (uncontended in inline mode).
 """
@@ -41,9 +69,10 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..http.negotiate import SIDECAR_SUFFIX
 from ..model import CachedFile, Identity, Sidecar
 
 __all__ = [
@@ -60,6 +89,8 @@ __all__ = [
 # Files changed less than this long before the read are not cached (see
 # "Racy entries" above).  2 s covers FAT's timestamp granularity.
 RACY_SECONDS = 2.0
+
+_SIDECAR_SUFFIXES = tuple(SIDECAR_SUFFIX.values())
 
 # Accounted per entry on top of its bytes (dict slot, entry object, facts).
 _ENTRY_OVERHEAD = 512
@@ -108,6 +139,25 @@ def _same(path: str, ident: Identity | None, stat_at: StatAt) -> bool:
     except OSError:
         return False
     return ident is not None and identity(st) == ident
+
+
+def _states_same(states: Iterable[Sidecar], stat_at: StatAt) -> bool:
+    """Do the sidecar ``states`` still hold?  An absent sidecar with a
+    directory stamp is vouched for by that stamp: one ``stat`` of the
+    directory per distinct stamp (the stamps of one entry are one object),
+    whatever the number of absent sidecars."""
+    checked: tuple[str, Identity] | None = None
+    for s in states:
+        stamp = s.directory
+        if stamp is not None:
+            if stamp is checked:
+                continue
+            if not _same(stamp[0], stamp[1], stat_at):
+                return False
+            checked = stamp
+        elif not _same(s.path, s.ident, stat_at):
+            return False
+    return True
 
 
 def _cost(entry: CachedFile) -> int:
@@ -188,11 +238,19 @@ class FileCache:
 
     def forget(self, key: str) -> None:
         """Forget the entry for ``key`` whatever it is (a write replaced or
-        removed the file: no validity window may serve the old bytes)."""
+        removed the file: no validity window may serve the old bytes), and
+        that of the file ``key`` is a sidecar of (``a.js`` for ``a.js.br``:
+        its answer depends on the sidecar's state)."""
         with self._lock:
-            entry = self._entries.pop(key, None)
-            if entry is not None:
-                self.size -= _cost(entry)
+            self._pop(key)
+            for suffix in _SIDECAR_SUFFIXES:
+                if key.endswith(suffix):
+                    self._pop(key[: -len(suffix)])
+
+    def _pop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.size -= _cost(entry)
 
     def clear(self) -> None:
         """Forget every entry (a change was seen: ``--watch``)."""
@@ -210,17 +268,15 @@ class FileCache:
     ) -> bool:
         """Is ``entry`` still the file at ``key``?  One ``stat`` (plus one per
         sidecar state it recorded, or per state in ``sidecars``: those one
-        request's answer depends on); blocking.
+        request's answer depends on; absent sidecars under a directory stamp
+        share one ``stat`` of the directory); blocking.
 
         Yes: stamp it checked at ``mono`` (pass ``sidecars`` only with
         :data:`UNTIMED`: a stamp vouches for every state).  No (changed,
         gone, unreadable): drop it.
         """
         states = entry.sidecars.values() if sidecars is None else sidecars
-        if not (
-            _same(key, entry.ident, stat_at)
-            and all(_same(s.path, s.ident, stat_at) for s in states)
-        ):
+        if not _same(key, entry.ident, stat_at) or (states and not _states_same(states, stat_at)):
             self.drop(key, entry)
             return False
         entry.checked = mono

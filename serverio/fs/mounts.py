@@ -117,6 +117,11 @@ class MountedRoot:
         opener, rest = self._pick(relpath)
         return opener.stat(rest)
 
+    def lstat(self, relpath: str) -> os.stat_result:
+        """``os.lstat`` of ``relpath`` under its mount (RootOpener.lstat)."""
+        opener, rest = self._pick(relpath)
+        return opener.lstat(rest)
+
     def directory_path(self, relpath: str, fd: int) -> str:
         """The path to scan for the directory ``fd`` opened from ``relpath``."""
         opener, rest = self._pick(relpath)

@@ -148,6 +148,8 @@ class ContainedRoot(Protocol):
 
     def stat(self, relpath: str, /) -> os.stat_result: ...
 
+    def lstat(self, relpath: str, /) -> os.stat_result: ...
+
     def directory_path(self, relpath: str, fd: int, /) -> str: ...
 
     def spa_path(self, relpath: str, spa: str, /) -> str | None: ...
@@ -198,14 +200,19 @@ class RootOpener:
         self.stat: Callable[[str], os.stat_result]
         """``os.stat`` of a relative path under the root (follows symlinks:
         callers compare identities with a file opened under containment)."""
+        self.lstat: Callable[[str], os.stat_result]
+        """``os.lstat`` of a relative path under the root (the entry itself,
+        a symlink not followed): does the name exist at all?"""
         if strategy == "windows":
             if not os.path.isdir(self.root):
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
             self.stat = self._stat_by_path
+            self.lstat = self._lstat_by_path
             self.strategy = strategy
             return
         self.root_fd = os.open(self.root, os.O_RDONLY | _DIRECTORY | _flag("O_CLOEXEC"))
         self.stat = functools.partial(os.stat, dir_fd=self.root_fd)
+        self.lstat = functools.partial(os.stat, dir_fd=self.root_fd, follow_symlinks=False)
         if strategy is None:
             strategy = "openat2" if self._probe_openat2() else "walk"
         elif strategy == "openat2" and not self._probe_openat2():
@@ -344,6 +351,9 @@ class RootOpener:
     def _stat_by_path(self, relpath: str) -> os.stat_result:
         # The change time as st_ctime_ns (winstat): the caches' identity.
         return winstat.stat(os.path.join(self.root, relpath))
+
+    def _lstat_by_path(self, relpath: str) -> os.stat_result:
+        return os.lstat(os.path.join(self.root, relpath))
 
     def _open_by_path(self, relpath: str) -> int:
         """Resolve ``relpath`` by name under the root, open it, verify the handle.

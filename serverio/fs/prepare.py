@@ -49,7 +49,13 @@ from ..http.core import (
 )
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
-from ..http.select import digest_algorithm, file_headers, negotiates, sidecars_wanted
+from ..http.select import (
+    choose_coding,
+    digest_algorithm,
+    file_headers,
+    negotiates,
+    sidecars_wanted,
+)
 from ..model import (
     CACHED,
     DIRECTORY,
@@ -59,6 +65,7 @@ from ..model import (
     UNAVAILABLE,
     CacheCandidate,
     CachedFile,
+    Identity,
     Reason,
     Rep,
     Resolution,
@@ -377,7 +384,9 @@ def _resolve_file(
             sidecars = _sidecars(hop, opener, relpath, st, facts, entry)
             reps.extend(sidecars.values())
         if entry is not None and (
-            entry.whole or any(s.cached is not None for s in entry.sidecars.values())
+            entry.whole
+            or any(s.cached is not None for s in entry.sidecars.values())
+            or (negotiated and _flies(entry, req, cfg, sidecars))
         ):
             assert cache is not None
             cache.put(relpath, entry)
@@ -402,6 +411,20 @@ def _resolve_file(
             close_fd(fd)
         for rep in reps:
             rep.close()
+
+
+def _flies(entry: CachedFile, req: RequestFacts, cfg: Config, sidecars: dict[str, Rep]) -> bool:
+    """Is an entry without the file's bytes worth keeping for this request's
+    choice, a coding made on the fly?  Its answers come from the compression
+    cache (the handler uses it only while that holds them), so the entry
+    keeps the identity, the facts and the sidecar states: only once the
+    facts carry their ETag's hash (a large file's is computed in the
+    background), or a cached ETag would stay without one.  (Not for
+    identity: that needs the bytes, so the entry would never answer.)"""
+    if entry.facts.hash_pending:
+        return False
+    coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
+    return bool(coding) and not from_sidecar
 
 
 def _cacheable(req: RequestFacts, relpath: str, st: os.stat_result, now: float) -> bool:
@@ -463,13 +486,19 @@ def _sidecars(
     resolve the file again).  The caller owns what is returned; on an
     error, what this opened is closed before it propagates."""
     sidecars: dict[str, Rep] = {}
+    wanted = sidecars_wanted(hop.req, hop.cfg)
+    # Stated before the sidecars are looked for (serverio.fs.filecache,
+    # "Absent sidecars"): a sidecar created after this changes it.
+    stamp = _directory_stamp(opener, relpath, hop.now) if entry is not None and wanted else None
     try:
-        for c in sidecars_wanted(hop.req, hop.cfg):
+        for c in wanted:
             path = relpath + SIDECAR_SUFFIX[c]
             opened = _open_file(opener, path)
             if opened is None:
                 if entry is not None:
-                    entry.sidecars[c] = Sidecar(path, None, None)
+                    entry.sidecars[c] = Sidecar(
+                        path, None, None, stamp if _no_entry(opener, path) else None
+                    )
                 continue
             side_fd, side_st = opened
             if side_st.st_mtime_ns < st.st_mtime_ns:
@@ -486,6 +515,33 @@ def _sidecars(
             rep.close()
         raise
     return sidecars
+
+
+def _directory_stamp(
+    opener: ContainedRoot, relpath: str, now: float
+) -> tuple[str, Identity] | None:
+    """The directory of ``relpath`` and its identity, if it is settled
+    (changed more than RACY_SECONDS before ``now``: the same-tick rule of
+    serverio.fs.filecache); None otherwise, or if it cannot be stated."""
+    directory = relpath.rpartition("/")[0] or "."
+    try:
+        st = opener.stat(directory)
+    except OSError:
+        return None
+    return (directory, identity(st)) if settled(st, now) else None
+
+
+def _no_entry(opener: ContainedRoot, path: str) -> bool:
+    """Is there no directory entry at all named ``path``?  (Not a dangling
+    symlink, a denied file or a directory: those can become usable without
+    a change to the directory, so their own path is stat'ed.)"""
+    try:
+        opener.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _sidecar_facts(

@@ -65,9 +65,20 @@ from .select import (
     sidecars_wanted,
 )
 
-__all__ = ["cache_candidate", "decide", "serve_cached"]
+__all__ = [
+    "FLY",
+    "cache_candidate",
+    "decide",
+    "identity_fallback",
+    "needs_compressed",
+    "serve_cached",
+]
 
 _PLAIN_METHODS = frozenset({b"GET", b"HEAD"})
+
+# The prefix of a memo key's coding for a coding made on the fly (its bytes
+# from the compression cache), beside "" (identity) and a sidecar's coding.
+FLY = "~"
 
 
 def _placeholder(now: float) -> Plan:
@@ -160,6 +171,21 @@ def _decide_file(
     return prepared
 
 
+def identity_fallback(prepared: Prepared, req: RequestFacts, cfg: Config, now: float) -> Plan:
+    """The identity answer of a request whose coding could not be made on
+    the fly (a saturated work pool; identity is always acceptable, RFC 9110
+    §12.5.3): streamed from the descriptor, or sliced from the bytes in
+    memory when the hop read them whole and closed it; 503 with neither."""
+    facts = prepared.facts
+    assert facts is not None
+    plan = decide_file(req, facts, cfg, now, vary=True, extra=prepared.extra)
+    if plan.needs_file and prepared.fd < 0:
+        if prepared.source is None:
+            return _unavailable(now)
+        plan = _slice_spans(prepared.source, plan)
+    return plan
+
+
 def _slice_spans(data: bytes, plan: Plan) -> Plan:
     """The plan with its file spans replaced by slices of the whole file's ``data``."""
     return replace(
@@ -232,8 +258,8 @@ def _choose(
         if known.cached is not None:
             sidecars[c] = known.cached
     coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
-    if not from_sidecar and not entry.whole:
-        return None  # identity or on-the-fly: both need the file's bytes
+    if not from_sidecar and not entry.whole and not coding:
+        return None  # identity needs the file's bytes
     rep = sidecars[coding] if from_sidecar else entry
     depends = choice_depends_on(req, wanted, coding, from_sidecar)
     return coding, rep, tuple(entry.sidecars[c] for c in depends)
@@ -296,19 +322,40 @@ def serve_cached(
     return Prepared(plan, facts=rep.facts, coding=hit.coding, served="/" + hit.key)
 
 
+def needs_compressed(hit: CacheCandidate) -> bool:
+    """Can ``hit`` be answered only from the compression cache?  A coding
+    made on the fly from an entry that does not keep the file's bytes (too
+    large): the caller uses such a candidate only while the compression
+    cache holds its bytes, checked with no await before the answer."""
+    return not hit.entry.whole and hit.rep is hit.entry
+
+
 def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: float) -> Prepared:
     # From the compression cache (a follow-up on the trio side).  No
     # descriptor: on a miss there, the job compresses the cached bytes.
+    # A plain request's finished answer is memoised like serve_cached's,
+    # under (method, FLY + coding): the follow-up makes it (memo_key), the
+    # caller stores it, and the rest of the second is answered here.
     facts = hit.entry.facts
-    pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
-    if pre is not None:
-        return Prepared(pre, served="/" + hit.key)
+    memo_key: tuple[bytes, str] | None = None
+    if req.method in _PLAIN_METHODS and depends_on_method_only(req):
+        memo_key = (req.method, FLY + hit.coding)
+        memo = hit.entry.plain.get(memo_key)
+        if memo is not None and memo[0] == int(now):
+            return Prepared(
+                memo[1], facts=facts, coding=hit.coding, body=memo[2], served="/" + hit.key
+            )
+    else:
+        pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
+        if pre is not None:
+            return Prepared(pre, served="/" + hit.key)
     return Prepared(
         _placeholder(now),
         -1,
         facts,
         compress=hit.coding,
         extra=hit.extra,
-        source=hit.entry.data,
+        source=hit.entry.data if hit.entry.whole else None,
         served="/" + hit.key,
+        memo_key=memo_key,
     )

@@ -51,6 +51,7 @@ from ..fs.opener import ContainedRoot
 from ..fs.readme import Readme, read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.decide import identity_fallback
 from ..http.listing import (
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
@@ -63,7 +64,7 @@ from ..http.negotiate import parse_query, prefers_json, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, with_readme
 from ..http.reasons import reason_status
 from ..http.select import digest_applies
-from ..model import Identity, Reason, errno_reason
+from ..model import Body, Identity, Reason, errno_reason
 from ..observe.stats import Stats
 
 if TYPE_CHECKING:
@@ -274,11 +275,7 @@ class ContentService:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
                 self.stats.content.compress_fallbacks += 1
-                facts = prepared.facts
-                assert facts is not None
-                prepared.plan = decide_file(
-                    req, facts, self.config, now, vary=True, extra=prepared.extra
-                )
+                prepared.plan = identity_fallback(prepared, req, self.config, now)
                 prepared.compress = ""
         if prepared.digest:
             if digest_applies(prepared.plan):
@@ -310,6 +307,14 @@ class ContentService:
         prepared.coding = coding
         prepared.data = data  # the representation a digest must describe
         prepared.compress = ""
+        memo_key = prepared.memo_key
+        if memo_key is not None:
+            # A plain request answered from the warm-file cache: the same
+            # answer serves the rest of this second (serverio.http.decide,
+            # serve_cached); the handler stores the memo in the entry.
+            plan = prepared.plan = replace(prepared.plan, shared=True)
+            body = prepared.body = Body.of(plan)
+            prepared.memo = (memo_key, (int(now), plan, body))
 
     def _start_etag_hash(self, prepared: Prepared) -> None:
         """Start hashing a large file for its ETag, without waiting (one job

@@ -52,7 +52,7 @@ from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
-from ..http.decide import cache_candidate, decide, serve_cached
+from ..http.decide import cache_candidate, decide, needs_compressed, serve_cached
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
@@ -233,7 +233,7 @@ class Handler:
             # Inline hits are revalidated by a stat every time: no trust
             # window, so no clock reading (UNTIMED).
             hit = cache_candidate(files, req, self.config) if files is not None else None
-            if hit is not None:
+            if hit is not None and (hit.entry.whole or self._answerable(hit)):
                 assert files is not None
                 if hit.learned:
                     _remember_choice(hit, req)
@@ -248,8 +248,8 @@ class Handler:
                         hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
                     if not prepared.needs_followup:
                         return prepared  # the warm path, without another call
-                    return self._followups(prepared, req, now)
-                hit = None  # stale: resolve afresh (the miss is counted there)
+                    return _memoised(hit, self._followups(prepared, req, now))
+            hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
             res = resolve(
                 req, self.config, self._opener(), now, files, UNTIMED, self.content.hashes, hit
             )
@@ -259,6 +259,8 @@ class Handler:
             return self._followups(prepared, req, now)
         mono = trio.current_time()
         hit = cache_candidate(files, req, self.config) if files is not None else None
+        if hit is not None and not (hit.entry.whole or self._answerable(hit)):
+            hit = None
         if hit is not None:
             assert files is not None
             if hit.learned:
@@ -272,12 +274,20 @@ class Handler:
                 memo = prepared.memo
                 if memo is not None:
                     hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
-                return self._followups(prepared, req, now)
+                return _memoised(hit, self._followups(prepared, req, now))
 
         async def pooled(_: Prepared | None) -> Prepared:
             return await self._pooled(req, now, boundary, files, mono, hit)
 
         return Deferred(pooled)
+
+    def _answerable(self, hit: CacheCandidate) -> bool:
+        """Can the candidate of an entry without the file's bytes answer now?
+        Only a sidecar's bytes, or a coding made on the fly that the
+        compression cache holds (checked with no await before the answer)."""
+        if not needs_compressed(hit):
+            return True
+        return self.content.compressed.get((hit.entry.facts.key, hit.coding)) is not None
 
     # ------------------------------------------------------------ steps
 
@@ -355,6 +365,10 @@ class Handler:
     ) -> Prepared:
         """Pooled mode past the window: wait for the shared revalidation of
         an expired entry (a stampede of hops becomes one stat), or hop."""
+        if hit is not None and needs_compressed(hit):
+            # Its bytes would have to outlive the waits below in the
+            # compression cache: resolve the file instead.
+            hit = None
         if hit is not None:
             assert files is not None
             valid = self.config.files.fs_cache_valid
@@ -437,6 +451,16 @@ class Handler:
             done.set()
 
 
+def _memoised(hit: CacheCandidate, answer: Prepared | Deferred) -> Prepared | Deferred:
+    """``answer``, with the memo its follow-up made from the caches (a coding
+    made on the fly: ``Prepared.memo_key``) stored in ``hit``'s entry."""
+    if type(answer) is Prepared:
+        memo = answer.memo
+        if memo is not None:
+            hit.entry.plain[memo[0]] = memo[1]
+    return answer
+
+
 def _remember_choice(hit: CacheCandidate, req: RequestFacts) -> None:
     """Memoise in its entry a coding choice the decision made afresh
     (``hit.learned``), at most :data:`~serverio.model.CHOICES_KEPT` per
@@ -482,6 +506,8 @@ def prepare(
     from the warm-file cache after one ``stat`` when it can answer, else
     from the filesystem.  The steps :class:`Handler` orders, without pools."""
     hit = cache_candidate(cache, req, cfg) if cache is not None else None
+    if hit is not None and needs_compressed(hit):
+        hit = None  # no compression cache here: the file is resolved
     if hit is not None and hit.learned:
         _remember_choice(hit, req)
     res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
