@@ -727,7 +727,14 @@ class ProxyPolicy:
 
     proxy: tuple[str, ...] = ()  # --proxy PREFIX=URL
     proxy_routes: tuple[ProxyRoute, ...] = ()  # [[proxy]] tables
-    proxy_max_inflight: int = 64  # requests per upstream at once; past it 503
+    proxy_max_inflight: int = 64  # requests per upstream at once; past it they wait
+    # Past --proxy-max-inflight a request waits for a slot, first come first
+    # served: at most proxy_queue of them per upstream, each at most
+    # proxy_queue_timeout seconds; then 503.  Bounded both ways, so a burst
+    # (a page's 500 modules from a dev server, 512 clients) is absorbed and
+    # a stuck upstream still answers 503 within the timeout.
+    proxy_queue: int = 1024
+    proxy_queue_timeout: float = 10.0
     proxy_connect_timeout: float = 5.0
     proxy_head_timeout: float = 60.0  # request sent -> response head
     proxy_idle_timeout: float = 60.0  # between two response body chunks
@@ -737,7 +744,9 @@ class ProxyPolicy:
     # keep-alives run every 30 s or so), a dead peer is noticed in minutes.
     proxy_tunnel_idle: float = 300.0
     proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
-    proxy_keepalive: int = 16  # idle keep-alive connections kept per upstream
+    # Idle keep-alive connections kept per upstream: as many as may be in
+    # flight, so that a steady load never opens and closes connections.
+    proxy_keepalive: int = 64
     # --proxy-fallback URL: what no reserved path, route or file answers
     # (a GET/HEAD the files answer 404, any other method outside a route).
     proxy_fallback: str | None = None
@@ -747,10 +756,11 @@ class ProxyPolicy:
     fallback: ProxyRoute | None = field(default=None, compare=False)
 
     def validate(self) -> ProxyPolicy:
-        _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0)))
+        _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0), ("proxy_queue", 0)))
         _check_seconds(
             self,
             (
+                "proxy_queue_timeout",
                 "proxy_connect_timeout",
                 "proxy_head_timeout",
                 "proxy_idle_timeout",

@@ -246,8 +246,8 @@ async def test_a_client_that_leaves_closes_the_upstream_connection(root: Path) -
         assert pool.opened == 0 and pool.inflight == 0
 
 
-async def test_past_max_inflight_is_a_503_at_once(root: Path) -> None:
-    async with proxied(root, proxy_max_inflight=1) as (up, srv, client):
+async def test_past_max_inflight_without_a_queue_is_a_503_at_once(root: Path) -> None:
+    async with proxied(root, proxy_max_inflight=1, proxy_queue=0) as (up, srv, client):
         await client.send_raw(b"GET /api/never HTTP/1.1\r\nHost: t\r\n\r\n")
         with trio.fail_after(5):
             await up.started.wait()
@@ -257,6 +257,23 @@ async def test_past_max_inflight_is_a_503_at_once(root: Path) -> None:
         await second.stream.aclose()
         assert r.status == 503 and srv.stats.proxy.busy == 1
         assert len(up.seen) == 1  # the second never reached the upstream
+
+
+async def test_past_max_inflight_a_request_waits_for_the_slot(root: Path) -> None:
+    # The default --proxy-queue: the second request waits (no 503) and is
+    # sent once the first's slot is free.
+    async with proxied(root, proxy_max_inflight=1) as (up, srv, client):
+        await client.send_raw(b"GET /api/slow?delay=0.3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            await up.started.wait()
+        second = await connect(srv.addresses()[0][1])
+        with trio.fail_after(5):
+            r = await second.get("/api/json")
+            first = await client.read_response()
+        await second.stream.aclose()
+        assert first.status == 200 and first.body == b"slow"
+        assert r.status == 200 and srv.stats.proxy.queued == 1 and srv.stats.proxy.busy == 0
+        assert [s.target for s in up.seen] == ["/api/slow?delay=0.3", "/api/json"]
 
 
 def _basic() -> str:

@@ -2,8 +2,9 @@
 
 One exchange, as :meth:`ProxyService.forward` runs it:
 
-1. the route's in-flight slot (:meth:`Pool.try_acquire`; none free: 503 at
-   once, nothing queued);
+1. the route's in-flight slot (:meth:`Pool.try_acquire`, no wait; none
+   free: :meth:`Pool.acquire` waits in the route's bounded queue,
+   ``--proxy-queue`` / ``--proxy-queue-timeout``, then 503);
 2. a connection: a pooled keep-alive one, or a new one within
    ``--proxy-connect-timeout`` (refused: 502; too slow: 504);
 3. the request, re-serialised by h11 from the checked target and the
@@ -90,7 +91,12 @@ class ProxyService:
         # may also be a route's).
         self.pools = {
             _key(r, policy.fallback): Pool(
-                r, policy.proxy_max_inflight, policy.proxy_keepalive, stats, connect
+                r,
+                policy.proxy_max_inflight,
+                policy.proxy_keepalive,
+                stats,
+                connect,
+                policy.proxy_queue,
             )
             for r in every
         }
@@ -136,7 +142,7 @@ class ProxyService:
         # its bytes after the head belong to the new protocol.
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
         fields = self._fields(route, req, head, content, client, upgrade)
-        if not pool.try_acquire():
+        if not pool.try_acquire() and not await pool.acquire(self._policy.proxy_queue_timeout):
             raise HTTPError(503, "upstream busy")
         total = trio.current_time() + self._policy.proxy_total_timeout
         try:
