@@ -795,6 +795,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Routes",
         "VIA",
         "forwarded_for",
+        "mount_prefixes",
         "request_fields",
         "response_fields",
         "upgrade_token",

@@ -403,3 +403,35 @@ async def test_the_fallback_comes_after_the_access_rules(root: Path, tmp_path: P
 def test_spa_and_the_fallback_are_refused_together(root: Path) -> None:
     with pytest.raises(ConfigError, match="--spa and --proxy-fallback"):
         make_config(root, spa="index.html", proxy_fallback="http://127.0.0.1:3000")
+
+
+async def test_a_longer_mount_takes_its_paths_from_a_proxy_route(root: Path) -> None:
+    # The precedence rule (docs/features.md): the longest prefix among
+    # routes and mounts wins; --proxy /api and --mount /api/docs=DIR: the
+    # mount serves /api/docs/..., the upstream everything else under /api.
+    docs = root.parent / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("from the mount\n")
+    async with proxied(root, mounts=(("/api/docs", str(docs)),)) as (up, _srv, client):
+        r = await client.get("/api/docs/a.txt")
+        assert r.status == 200 and r.body == b"from the mount\n"
+        r = await client.get("/api/json")
+        assert r.status == 200 and json.loads(r.body)["target"] == "/api/json"
+        r = await client.get("/hello.txt")  # -d DIR at / (shorter than /api)
+        assert r.status == 200 and r.body == b"hello world\n"
+        assert [s.target for s in up.seen] == ["/api/json"]
+
+
+async def test_a_route_prefix_outranks_a_root_proxy_route(root: Path) -> None:
+    # --proxy /=URL --route-prefix /app: /app/... are the files (a longer
+    # prefix), everything else goes upstream.
+    async with proxied(root, proxy=("/=http://127.0.0.1:{port}",), route_prefix="/app") as (
+        up,
+        _srv,
+        client,
+    ):
+        r = await client.get("/app/hello.txt")
+        assert r.status == 200 and r.body == b"hello world\n"
+        r = await client.get("/api/json")
+        assert r.status == 200 and json.loads(r.body)["target"] == "/api/json"
+        assert [s.target for s in up.seen] == ["/api/json"]

@@ -65,7 +65,14 @@ from .client import (
     only_cancelled,
     open_upstream,
 )
-from .routes import Routes, request_fields, response_fields, upgrade_token, upstream_target
+from .routes import (
+    Routes,
+    mount_prefixes,
+    request_fields,
+    response_fields,
+    upgrade_token,
+    upstream_target,
+)
 from .tunnel import TunnelGauge, UpstreamTunnel
 
 __all__ = ["Downstream", "ProxyService"]
@@ -83,7 +90,9 @@ class ProxyService:
         policy = self._policy = config.proxy
         self._stats = stats
         self._networks = config.site.proxy_networks
-        self.routes = Routes(policy.routes)
+        files = config.files
+        mounts = mount_prefixes((route for route, _ in files.mounts), files.route_prefix)
+        self.routes = Routes(policy.routes, mounts)
         self._fallback = policy.fallback
         self.tunnels = TunnelGauge()  # open now (/metrics)
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
