@@ -352,11 +352,12 @@ class Downstream:
     It owns the upstream connection and the pool slot until the end of the
     message (pooled) or :meth:`close` / a failure (closed)."""
 
-    __slots__ = ("_conn", "_idle", "_pool", "_stats", "_total", "done")
+    __slots__ = ("_conn", "_held", "_idle", "_pool", "_stats", "_total", "done")
 
     def __init__(
         self, pool: Pool, conn: UpstreamConn, stats: ProxyStats, idle: float, total: float
     ) -> None:
+        self._held: h11.Event | None = None  # an event ready_chunk took but did not use
         self._pool = pool
         self._conn = conn
         self._stats = stats
@@ -378,7 +379,9 @@ class Downstream:
             try:
                 # What was already read needs no wait, so no deadline scope
                 # (a small response's head, body and end come in one read).
-                event = self._conn.buffered_event()
+                event, self._held = self._held, None
+                if event is None:
+                    event = self._conn.buffered_event()
                 if event is None:
                     event = await self._receive()
             except UpstreamError as exc:
@@ -396,6 +399,29 @@ class Downstream:
             self._end(False)  # ConnectionClosed mid-body: h11 raised already, or this
             _count(stats, "reset")
             raise BodyCut("upstream closed")
+
+    def ready_chunk(self) -> bytes | None:
+        """The next chunk if the bytes already read hold it (no I/O, no
+        checkpoint: the transport sends it with the head in one write),
+        ``b""`` at the end, None when a read is needed or the next event
+        is anything else (:meth:`next_chunk` then deals with it)."""
+        if self.done:
+            return b""
+        try:
+            event = self._conn.buffered_event()
+        except UpstreamError:
+            return None  # h11 stays in ERROR: next_chunk raises it again as a cut
+        if isinstance(event, h11.Data) and event.data:
+            self._stats.bytes_down += len(event.data)
+            return bytes(event.data)
+        if isinstance(event, h11.EndOfMessage):
+            self._end(True)
+            return b""
+        if event is not None:
+            # Not a body chunk (an empty Data, a close): handled as the
+            # next pull, with its accounting.
+            self._held = event
+        return None
 
     async def _receive(self) -> h11.Event:
         """The next event, read within the idle and total deadlines
