@@ -635,7 +635,9 @@ class ProxyRoute:
     ``unix`` the socket path of ``unix:/path`` (then host is "" and port 0).
     ``set_up``/``remove_up``: request fields set/removed before sending
     upstream; ``set_down``/``remove_down``: response fields, on the way
-    back.  Upstreams come from configuration only, never from a request."""
+    back; the ``*_timeout`` fields override the ``--proxy-*-timeout``
+    options for this route.  Upstreams come from configuration only,
+    never from a request."""
 
     prefix: str  # "/api": no trailing slash ("/" for everything)
     upstream: str  # as written, for messages and --print-config
@@ -648,6 +650,12 @@ class ProxyRoute:
     remove_up: tuple[str, ...] = ()
     set_down: tuple[tuple[str, str], ...] = ()
     remove_down: tuple[str, ...] = ()
+    # This route's own deadlines ([[proxy]] connect-timeout, head-timeout,
+    # idle-timeout, total-timeout); None: the --proxy-*-timeout option's.
+    connect_timeout: float | None = None
+    head_timeout: float | None = None
+    idle_timeout: float | None = None
+    total_timeout: float | None = None
 
     @property
     def loopback(self) -> bool:

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from serverio.config import Config
+from serverio.config import Config, proxy_route
 from serverio.errors import HTTPError
 from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
@@ -24,7 +24,8 @@ from serverio.proxy.service import ProxyService
 
 class Harness:
     def __init__(self, root: Path, **kw: object) -> None:
-        cfg = Config.of(directory=str(root), proxy=("/api=http://127.0.0.1:9",), **kw).validate()
+        kw.setdefault("proxy", ("/api=http://127.0.0.1:9",))
+        cfg = Config.of(directory=str(root), **kw).validate()
         self.ends: list[trio.abc.Stream] = []
         self.stats = ProxyStats()
         self.connect_delay = 0.0
@@ -351,3 +352,33 @@ async def test_a_waiter_cancelled_leaves_the_queue_holding_no_slot(
         assert h.pool.waiting == 0 and h.pool.inflight == 1
         await _answer_one(h.ends[0], b"ok")
     assert done == [b"a"] and h.pool.inflight == 0 and h.pool.waiting == 0
+
+
+async def test_a_routes_own_deadlines_override_the_options(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A [[proxy]] table's head-timeout (2 s) and idle-timeout (3 s) beat
+    # --proxy-head-timeout / --proxy-idle-timeout (60 s each) for that route.
+    route = proxy_route("/api", "http://127.0.0.1:9", "t", head_timeout=2.0, idle_timeout=3.0)
+    h = Harness(root, proxy=(), proxy_routes=(route,))
+    start = trio.current_time()
+    with pytest.raises(HTTPError) as err:
+        await h.forward()
+    assert err.value.status == 504 and trio.current_time() - start == pytest.approx(2.0)
+    assert h.stats.timeouts_head == 1
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while len(h.ends) < 2:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            conn = await read_request(h.ends[1])
+            head = h11.Response(status_code=200, headers=[(b"content-length", b"9")])
+            await h.ends[1].send_all(conn.send(head))  # then nothing
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        start = trio.current_time()
+        with pytest.raises(BodyCut):
+            await body.source.next_chunk()
+        assert trio.current_time() - start == pytest.approx(3.0)
+    assert h.stats.timeouts_idle == 1 and h.pool.inflight == 0

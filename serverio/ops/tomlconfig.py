@@ -292,6 +292,10 @@ _PROXY_KEYS = (
     "remove-request-headers",
     "set-response-headers",
     "remove-response-headers",
+    "connect-timeout",
+    "head-timeout",
+    "idle-timeout",
+    "total-timeout",
 )
 
 
@@ -317,6 +321,11 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
         strip = item.get("strip-prefix", False)
         if type(strip) is not bool:
             raise ConfigError(f"{where} key 'strip-prefix' must be true or false")
+        deadlines = {
+            f"{key.split('-')[0]}_timeout": _route_seconds(item, key, where)
+            for key in ("connect-timeout", "head-timeout", "idle-timeout", "total-timeout")
+            if key in item
+        }
         out.append(
             proxy_route(
                 _str(item, "prefix", where),
@@ -327,9 +336,18 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
                 remove_up=_names(item, "remove-request-headers", where),
                 set_down=_fields_table(item, "set-response-headers", where),
                 remove_down=_names(item, "remove-response-headers", where),
+                **deadlines,
             )
         )
     return tuple(out)
+
+
+def _route_seconds(item: dict[str, object], key: str, where: str) -> float:
+    """A [[proxy]] table's deadline: a positive number of seconds."""
+    value = item[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"{where} key {key!r} must be a positive number of seconds")
+    return float(value)
 
 
 TableReader = Callable[[object, str], Sequence[object]]
@@ -400,6 +418,14 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         ]
         if r.strip_prefix:
             lines.append("strip-prefix = true")
+        for key, seconds in (
+            ("connect-timeout", r.connect_timeout),
+            ("head-timeout", r.head_timeout),
+            ("idle-timeout", r.idle_timeout),
+            ("total-timeout", r.total_timeout),
+        ):
+            if seconds is not None:
+                lines.append(f"{key} = {seconds!r}")
         for key, sets in (("set-request-headers", r.set_up), ("set-response-headers", r.set_down)):
             if sets:
                 pairs = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sets)

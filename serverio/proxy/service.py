@@ -47,7 +47,7 @@ from collections.abc import Callable
 import h11
 import trio
 
-from ..config import Config, ProxyRoute
+from ..config import Config, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
@@ -84,7 +84,16 @@ _BODILESS = frozenset({204, 304})
 class ProxyService:
     """The configured routes, one :class:`Pool` per route."""
 
-    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes", "tunnels")
+    __slots__ = (
+        "_deadlines",
+        "_fallback",
+        "_networks",
+        "_policy",
+        "_stats",
+        "pools",
+        "routes",
+        "tunnels",
+    )
 
     def __init__(self, config: Config, stats: ProxyStats, connect: Connect = open_upstream) -> None:
         policy = self._policy = config.proxy
@@ -109,6 +118,8 @@ class ProxyService:
             )
             for r in every
         }
+        # Each route's deadlines: its [[proxy]] table's, else the options'.
+        self._deadlines = {_key(r, policy.fallback): Deadlines.of(r, policy) for r in every}
 
     def match(self, req: RequestFacts) -> ProxyRoute | None:
         """The route of ``req``'s path; else, with ``--proxy-fallback``, the
@@ -145,7 +156,9 @@ class ProxyService:
         connection is closed (never pooled) and the slot given back.
         """
         assert isinstance(route, ProxyRoute)
-        pool = self.pools[_key(route, self._fallback)]
+        key = _key(route, self._fallback)
+        pool = self.pools[key]
+        deadlines = self._deadlines[key]
         target = upstream_target(route, req.target)  # 400 for a backslash
         # A protocol switch (a WebSocket) is asked for only without content:
         # its bytes after the head belong to the new protocol.
@@ -153,9 +166,10 @@ class ProxyService:
         fields = self._fields(route, req, head, content, client, upgrade)
         if not pool.try_acquire() and not await pool.acquire(self._policy.proxy_queue_timeout):
             raise HTTPError(503, "upstream busy")
-        total = trio.current_time() + self._policy.proxy_total_timeout
+        total = trio.current_time() + deadlines.total
         try:
-            conn, response = await self._exchange(pool, req, target, fields, content, total)
+            up = (req, target, fields, content)
+            conn, response = await self._exchange(pool, up, deadlines, total)
         except BaseException:
             pool.release()
             raise
@@ -164,7 +178,8 @@ class ProxyService:
             if response.status_code == 101:
                 return self._tunnel(pool, route, conn, response)
         # From here the Downstream owns the connection and the slot.
-        plan, body = await self._answer(pool, route, req, head.version, conn, response, total)
+        down = Downstream(pool, conn, self._stats, deadlines.idle, total)
+        plan, body = await self._answer(down, route, req, head.version, response)
         if upgrade is not None and not plan.close:
             # Declined (RFC 9110 §7.8: the upstream answered as if no
             # Upgrade was sent): the answer is passed on, and the client's
@@ -223,15 +238,14 @@ class ProxyService:
     async def _exchange(
         self,
         pool: Pool,
-        req: RequestFacts,
-        target: bytes,
-        fields: list[tuple[bytes, bytes]],
-        content: Upload | None,
+        up: tuple[RequestFacts, bytes, list[tuple[bytes, bytes]], Upload | None],
+        deadlines: Deadlines,
         total: float,
     ) -> tuple[UpstreamConn, h11.Response | h11.InformationalResponse]:
-        """Steps 2-4: a connection, the request sent, the response head."""
+        """Steps 2-4: a connection, the request (its facts, the target and
+        fields to send, its content) sent, the response head."""
+        req, target, fields, content = up
         stats = self._stats
-        policy = self._policy
         for attempt in (0, 1):
             conn: UpstreamConn | None = None
             head_by: float | None = None
@@ -243,7 +257,7 @@ class ProxyService:
                 with trio.move_on_at(total) as whole:
                     conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
-                        with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
+                        with trio.move_on_after(deadlines.connect) as connecting:
                             conn = await pool.checkout(fresh=True)
                         if conn is None:
                             assert connecting.cancelled_caught
@@ -252,15 +266,14 @@ class ProxyService:
                     stats.requests += 1
                     if content is None:
                         await conn.send_request(req.method, target, fields, None, stats)
-                        head_by = trio.current_time() + policy.proxy_head_timeout
+                        head_by = trio.current_time() + deadlines.head
                         if head_by < total:
                             whole.deadline = head_by
                         return conn, await conn.read_head()
                     # With content: sent while the head is read (an early
                     # answer stops it); exchange keeps its own head deadline.
-                    up = (req.method, target, fields)
-                    timeout = policy.proxy_head_timeout
-                    head = await exchange(conn, up, content, stats, timeout)
+                    sent = (req.method, target, fields)
+                    head = await exchange(conn, sent, content, stats, deadlines.head)
                     if head is not None:
                         return conn, head
                     stats.timeouts_head += 1
@@ -296,18 +309,16 @@ class ProxyService:
 
     async def _answer(
         self,
-        pool: Pool,
+        down: Downstream,
         route: ProxyRoute,
         req: RequestFacts,
         version: bytes,
-        conn: UpstreamConn,
         response: h11.Response | h11.InformationalResponse,
-        total: float,
     ) -> tuple[Plan, Body]:
-        """Step 5: the plan and its streamed body (the slot goes with it)."""
+        """Step 5: the plan and its streamed body (``down`` owns the
+        connection and the slot)."""
         fields, length = response_fields(route, response.headers)
         status = response.status_code
-        down = Downstream(pool, conn, self._stats, self._policy.proxy_idle_timeout, total)
         if req.method == b"HEAD" or status in _BODILESS:
             # No content (h11 knows it too): read to the end of the message
             # so that the connection can be pooled.
@@ -330,6 +341,31 @@ class ProxyService:
 
 
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Deadlines:
+    """One route's deadlines in seconds: connect, response head, idle
+    between body chunks, the whole exchange."""
+
+    connect: float
+    head: float
+    idle: float
+    total: float
+
+    @classmethod
+    def of(cls, route: ProxyRoute, policy: ProxyPolicy) -> Deadlines:
+        """The route's own ([[proxy]] table) where set, else the options'."""
+
+        def pick(own: float | None, default: float) -> float:
+            return default if own is None else own
+
+        return cls(
+            pick(route.connect_timeout, policy.proxy_connect_timeout),
+            pick(route.head_timeout, policy.proxy_head_timeout),
+            pick(route.idle_timeout, policy.proxy_idle_timeout),
+            pick(route.total_timeout, policy.proxy_total_timeout),
+        )
 
 
 def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
