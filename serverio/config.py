@@ -652,6 +652,9 @@ class ProxyRoute:
     remove_down: tuple[str, ...] = ()
     # This route's own deadlines ([[proxy]] connect-timeout, head-timeout,
     # idle-timeout, total-timeout); None: the --proxy-*-timeout option's.
+    # The Host sent upstream for this route ([[proxy]] host = "pass" or
+    # "upstream"); None: --proxy-host's.
+    host_mode: str | None = None
     connect_timeout: float | None = None
     head_timeout: float | None = None
     idle_timeout: float | None = None
@@ -781,6 +784,8 @@ class ProxyPolicy:
         routes = tuple(parse_proxy_spec(s) for s in self.proxy) + self.proxy_routes
         seen: set[str] = set()
         for r in routes:
+            if r.host_mode is not None and r.host_mode not in PROXY_HOST_MODES:
+                raise ConfigError(f"[[proxy]] {r.prefix}: host must be pass or upstream")
             if r.prefix in seen:
                 raise ConfigError(f"--proxy: the prefix {r.prefix} is routed twice")
             seen.add(r.prefix)

@@ -19,7 +19,7 @@ from serverio.config import proxy_route
 from serverio.errors import ConfigError
 from serverio.site.passwords import hash_password
 from tests.conftest import HTTPClient, connect, make_config, reset, running_server
-from tests.proxy_upstream import Upstream, upstream
+from tests.proxy_upstream import Upstream, unix_upstream, upstream
 
 PASSWORD = "correct horse"
 
@@ -435,3 +435,37 @@ async def test_a_route_prefix_outranks_a_root_proxy_route(root: Path) -> None:
         r = await client.get("/api/json")
         assert r.status == 200 and json.loads(r.body)["target"] == "/api/json"
         assert [s.target for s in up.seen] == ["/api/json"]
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no Unix sockets here")
+async def test_a_unix_socket_upstream_is_proxied_and_pooled(root: Path, tmp_path: Path) -> None:
+    path = str(tmp_path / "app.sock")
+    async with unix_upstream(path) as up:
+        cfg = make_config(root, proxy=(f"/u=unix:{path}",), proxy_host="upstream")
+        async with running_server(cfg) as (srv, port):
+            client = await connect(port)
+            try:
+                for _ in range(2):
+                    r = await client.get("/u/json?x=1")
+                    assert r.status == 200 and json.loads(r.body)["target"] == "/u/json?x=1"
+            finally:
+                await client.stream.aclose()
+            assert srv.stats.proxy.connects == 1 and srv.stats.proxy.reuses == 1
+    assert [s.header("host") for s in up.seen] == ["localhost", "localhost"]
+    assert up.connections == 1
+
+
+async def test_the_host_sent_upstream_is_decided_per_route(root: Path) -> None:
+    # --proxy-host pass (the default) for /api; a [[proxy]] table with
+    # host = "upstream" for /up: the upstream's own authority there.
+    async with upstream() as up:
+        route = proxy_route("/up", f"http://127.0.0.1:{up.port}", "t", host_mode="upstream")
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",), proxy_routes=(route,))
+        async with running_server(cfg) as (_srv, port):
+            client = await connect(port)
+            try:
+                assert (await client.get("/api/json")).status == 200
+                assert (await client.get("/up/json")).status == 200
+            finally:
+                await client.stream.aclose()
+    assert [s.header("host") for s in up.seen] == ["t", f"127.0.0.1:{up.port}"]

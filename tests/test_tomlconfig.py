@@ -271,6 +271,7 @@ def test_proxy_tables_with_their_own_deadlines_load_and_round_trip(
         'prefix = "/api"\n'
         'upstream = "http://127.0.0.1:3000"\n'
         "strip-prefix = true\n"
+        'host = "upstream"\n'
         "head-timeout = 2.5\n"
         "total-timeout = 20\n"
         'set-request-headers = { "X-Api-Key" = "dev" }\n'
@@ -289,7 +290,7 @@ def test_proxy_tables_with_their_own_deadlines_load_and_round_trip(
         2.5,
         20.0,
     )
-    assert api.connect_timeout is None and api.idle_timeout is None
+    assert api.connect_timeout is None and api.idle_timeout is None and api.host_mode == "upstream"
     assert api.set_up == (("X-Api-Key", "dev"),) and api.remove_down == ("Server",)
     assert ws.unix == "/run/app.sock" and ws.head_timeout is None
     assert cfg.proxy.proxy_head_timeout == 30.0  # the option: routes without their own
@@ -309,3 +310,10 @@ def test_a_proxy_tables_deadline_must_be_positive_seconds(tmp_path: Path, value:
         config_from_args(parse_with_config(build_parser(), ["--config", str(conf)]))
     if isinstance(err.value, ConfigError):
         assert "'idle-timeout' must be a positive number of seconds" in str(err.value)
+
+
+def test_a_proxy_tables_host_must_be_pass_or_upstream(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text('[[proxy]]\nprefix = "/a"\nupstream = "http://127.0.0.1:1"\nhost = "x"\n')
+    with pytest.raises(ConfigError, match="key 'host' must be"):
+        config_from_args(parse_with_config(build_parser(), ["--config", str(conf)]))

@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import parse_proxy_spec, proxy_route
+from ..config import PROXY_HOST_MODES, parse_proxy_spec, proxy_route
 from ..errors import ConfigError
 from ..site.rules import merge_header_lines
 from .options import OPTIONS, Toggle, by_dest
@@ -292,6 +292,7 @@ _PROXY_KEYS = (
     "remove-request-headers",
     "set-response-headers",
     "remove-response-headers",
+    "host",
     "connect-timeout",
     "head-timeout",
     "idle-timeout",
@@ -321,6 +322,9 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
         strip = item.get("strip-prefix", False)
         if type(strip) is not bool:
             raise ConfigError(f"{where} key 'strip-prefix' must be true or false")
+        host_mode = item.get("host")
+        if host_mode is not None and host_mode not in PROXY_HOST_MODES:
+            raise ConfigError(f'{where} key \'host\' must be "pass" or "upstream"')
         deadlines = {
             f"{key.split('-')[0]}_timeout": _route_seconds(item, key, where)
             for key in ("connect-timeout", "head-timeout", "idle-timeout", "total-timeout")
@@ -336,6 +340,7 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
                 remove_up=_names(item, "remove-request-headers", where),
                 set_down=_fields_table(item, "set-response-headers", where),
                 remove_down=_names(item, "remove-response-headers", where),
+                host_mode=host_mode,
                 **deadlines,
             )
         )
@@ -418,6 +423,8 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         ]
         if r.strip_prefix:
             lines.append("strip-prefix = true")
+        if r.host_mode is not None:
+            lines.append(f"host = {_toml_str(r.host_mode)}")
         for key, seconds in (
             ("connect-timeout", r.connect_timeout),
             ("head-timeout", r.head_timeout),

@@ -229,7 +229,7 @@ class ProxyService:
             peer=peer,
             trusted=trusted,
             tls=req.tls,
-            rewrite_host=self._policy.proxy_host == "upstream",
+            rewrite_host=(route.host_mode or self._policy.proxy_host) == "upstream",
             length=content.declared if content is not None else None,
             has_content=content is not None,
             upgrade=upgrade,
