@@ -743,7 +743,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.ops.workers": ("CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"),
     "serverio.pipeline": None,
     "serverio.pipeline.content": ("ContentService", "OwnedFd"),
-    "serverio.pipeline.handler": ("BodyStep", "Content", "Deferred", "Handler", "prepare"),
+    "serverio.pipeline.handler": (
+        "BodyStep",
+        "Content",
+        "Deferred",
+        "Handler",
+        "prepare",
+        "watch_client",
+    ),
     "serverio.pipeline.hooks": (
         "Admit",
         "EventSource",

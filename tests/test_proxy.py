@@ -469,3 +469,35 @@ async def test_the_host_sent_upstream_is_decided_per_route(root: Path) -> None:
             finally:
                 await client.stream.aclose()
     assert [s.header("host") for s in up.seen] == ["t", f"127.0.0.1:{up.port}"]
+
+
+class _Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+async def test_a_quick_pooled_exchange_spawns_no_watcher_task(root: Path) -> None:
+    # The client is watched (a helper task) only when the proxy is about
+    # to wait for long (pipeline.handler.watch_client): a pooled exchange
+    # answered within WATCH_GRACE spawns no task at all.
+    async with proxied(root) as (_up, srv, client):
+        assert (await client.get("/api/json")).status == 200  # connects: watched
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            for _ in range(5):
+                assert (await client.get("/api/json")).status == 200
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert spawns.spawned == 0 and srv.stats.proxy.reuses == 5
+        # A slow answer still gets its watcher (the grace passed).
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            r = await client.get("/api/slow?delay=0.2")
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert r.status == 200 and spawns.spawned == 1

@@ -53,6 +53,7 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
+from ..pipeline.handler import watch_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
@@ -164,8 +165,10 @@ class ProxyService:
         # its bytes after the head belong to the new protocol.
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
         fields = self._fields(route, req, head, content, client, upgrade)
-        if not pool.try_acquire() and not await pool.acquire(self._policy.proxy_queue_timeout):
-            raise HTTPError(503, "upstream busy")
+        if not pool.try_acquire():
+            watch_client()  # a wait for a slot: a client that leaves meanwhile is let go
+            if not await pool.acquire(self._policy.proxy_queue_timeout):
+                raise HTTPError(503, "upstream busy")
         total = trio.current_time() + deadlines.total
         try:
             up = (req, target, fields, content)
@@ -257,6 +260,7 @@ class ProxyService:
                 with trio.move_on_at(total) as whole:
                     conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
+                        watch_client()  # a connect may take up to its deadline
                         with trio.move_on_after(deadlines.connect) as connecting:
                             conn = await pool.checkout(fresh=True)
                         if conn is None:
@@ -269,9 +273,10 @@ class ProxyService:
                         head_by = trio.current_time() + deadlines.head
                         if head_by < total:
                             whole.deadline = head_by
-                        return conn, await conn.read_head()
+                        return conn, await _read_head(conn)
                     # With content: sent while the head is read (an early
                     # answer stops it); exchange keeps its own head deadline.
+                    watch_client()  # an upload takes as long as the client
                     sent = (req.method, target, fields)
                     head = await exchange(conn, sent, content, stats, deadlines.head)
                     if head is not None:
@@ -341,6 +346,22 @@ class ProxyService:
 
 
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
+
+# How long an upstream may take to answer before the client is watched
+# (pipeline.handler.watch_client: a helper task that notices a client that
+# goes away).  Most answers come sooner and never pay for the watcher; a
+# client gone during the first WATCH_GRACE is noticed WATCH_GRACE late.
+WATCH_GRACE = 0.05
+
+
+async def _read_head(conn: UpstreamConn) -> h11.Response | h11.InformationalResponse:
+    """The response head; past :data:`WATCH_GRACE` with the client watched.
+    Cancellation handling: a read cut by the grace loses nothing (trio's
+    ``receive_some`` is cancel-safe: no bytes are taken) and goes on."""
+    with trio.move_on_after(WATCH_GRACE):
+        return await conn.read_head()
+    watch_client()
+    return await conn.read_head()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
