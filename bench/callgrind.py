@@ -12,6 +12,12 @@ instead (``bench/pair.py --churn C``: a whole server on a loopback
 listener, C in-process clients, one ``Connection: close`` request per
 connection), client and server together.
 
+``--proxy`` measures instructions per *proxied* 1 KiB keep-alive GET
+instead (``bench/pair.py --proxy``: serverio with ``--proxy /=UPSTREAM``
+over the socketpair; the upstream runs in a process of its own, which
+valgrind does not follow, so its work is not counted), client and server
+together.
+
 ``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
 instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
 over the socketpair, N streams on it, ``--streams M`` in flight at a time,
@@ -64,11 +70,13 @@ def total_ir(out_file: Path) -> int:
     return int(m[1])
 
 
-def mode_args(churn: int = 0, h2_streams: int = 0) -> list[str]:
-    """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, or the warm
-    HTTP/1.1 GET (neither)."""
-    if churn and h2_streams:
-        raise CallgrindError("--churn and --h2 are different workloads: choose one")
+def mode_args(churn: int = 0, h2_streams: int = 0, proxy: bool = False) -> list[str]:
+    """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, a proxied
+    GET, or the warm HTTP/1.1 GET (none)."""
+    if (bool(churn) + bool(h2_streams) + proxy) > 1:
+        raise CallgrindError("--churn, --h2 and --proxy are different workloads: choose one")
+    if proxy:
+        return ["--proxy"]
     if churn:
         return ["--churn", str(churn)]
     if h2_streams:
@@ -190,6 +198,12 @@ def add_parser(sub: Any) -> None:
         metavar="M",
         help="with --h2: streams in flight at a time (default 1)",
     )
+    cg.add_argument(
+        "--proxy",
+        action="store_true",
+        help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
+        "trio+h11 loop in a process of its own, is not counted)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     h2_streams = args.streams if args.h2 else 0
     try:
-        mode = mode_args(churn, h2_streams)
+        mode = mode_args(churn, h2_streams, args.proxy)
     except CallgrindError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
@@ -235,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/connection (churn, {churn} clients)"
     elif h2_streams:
         unit = f"Ir/stream (h2, {h2_streams} in flight)"
+    elif args.proxy:
+        unit = "Ir/proxied request"
     else:
         unit = "Ir/request"
     print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")
