@@ -19,6 +19,12 @@ workload's Accept-Encoding: the compression cache's br) and ``identity``
 (no sidecars, ``Accept-Encoding: identity``); ``plain`` against
 ``identity`` is the negotiated warm path's premium.
 
+``--proxy`` measures instructions per *proxied* 1 KiB keep-alive GET
+instead (``bench/pair.py --proxy``: serverio with ``--proxy /=UPSTREAM``
+over the socketpair; the upstream runs in a process of its own, which
+valgrind does not follow, so its work is not counted), client and server
+together.
+
 ``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
 instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
 over the socketpair, N streams on it, ``--streams M`` in flight at a time,
@@ -71,13 +77,20 @@ def total_ir(out_file: Path) -> int:
     return int(m[1])
 
 
-def mode_args(churn: int = 0, h2_streams: int = 0, assets: str = "") -> list[str]:
+def mode_args(
+    churn: int = 0, h2_streams: int = 0, assets: str = "", proxy: bool = False
+) -> list[str]:
     """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, the many
-    assets (``assets``: its variant), or the warm HTTP/1.1 GET (none)."""
-    if sum(map(bool, (churn, h2_streams, assets))) > 1:
-        raise CallgrindError("--churn, --h2 and --assets are different workloads: choose one")
+    assets (``assets``: its variant), a proxied GET, or the warm HTTP/1.1
+    GET (none)."""
+    if sum(map(bool, (churn, h2_streams, assets, proxy))) > 1:
+        raise CallgrindError(
+            "--churn, --h2, --assets and --proxy are different workloads: choose one"
+        )
     if assets:
         return ["--assets", "--variant", assets]
+    if proxy:
+        return ["--proxy"]
     if churn:
         return ["--churn", str(churn)]
     if h2_streams:
@@ -208,6 +221,12 @@ def add_parser(sub: Any) -> None:
         metavar="M",
         help="with --h2: streams in flight at a time (default 1)",
     )
+    cg.add_argument(
+        "--proxy",
+        action="store_true",
+        help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
+        "trio+h11 loop in a process of its own, is not counted)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -228,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     h2_streams = args.streams if args.h2 else 0
     try:
-        mode = mode_args(churn, h2_streams, args.assets)
+        mode = mode_args(churn, h2_streams, args.assets, args.proxy)
     except CallgrindError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
@@ -255,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/stream (h2, {h2_streams} in flight)"
     elif args.assets:
         unit = f"Ir/request (assets, {args.assets})"
+    elif args.proxy:
+        unit = "Ir/proxied request"
     else:
         unit = "Ir/request"
     print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")

@@ -33,6 +33,11 @@ connections in all: the per-connection work (accept, socket wrapping,
 task start, one request, close) on top of the request.  trio's
 batch-order coin is seeded so that two runs schedule alike.
 
+``--proxy`` (serverio only) measures a proxied ``GET /1k.bin`` instead:
+serverio with ``--proxy /=UPSTREAM`` on the socketpair, the upstream the
+bare loop above serving the same file in a process of its own (valgrind
+does not follow it, so its work is not counted).
+
 ``--h2`` (serverio only) measures a warm 1 KiB HTTP/2 stream instead: one
 h2c connection (prior knowledge) over the socketpair, N ``GET /1k.bin``
 streams on it, ``--streams M`` at a time (default 1: each stream is
@@ -53,8 +58,12 @@ from __future__ import annotations
 
 import argparse
 import socket
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import trio
@@ -177,16 +186,20 @@ async def run_h2(n: int, streams: int, root: Path) -> float:
     return await stream_loop(n, streams, size, root, "/1k.bin")
 
 
-async def run(server: str, n: int, root: Path) -> float:
+async def run(server: str, n: int, root: Path, upstream: str | None = None) -> float:
     a, b = socket.socketpair()
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
     client = trio.socket.from_stdlib_socket(a)
     body = (root / "1k.bin").read_bytes()
-    srv = Server(Config.of(directory=str(root), access_log="off", max_requests=10**9).validate())
+    proxy = (f"/={upstream}",) if upstream else ()
+    cfg = Config.of(directory=str(root), access_log="off", max_requests=10**9, proxy=proxy)
+    srv = Server(cfg.validate())
     async with trio.open_nursery() as nursery:
         if server == "serverio":
             nursery.start_soon(ConnectionTask(srv.env, stream).run)
-            expect = 1200  # head + body, at least
+            # head + body, at least (a proxied head is shorter: no ETag,
+            # Last-Modified or Accept-Ranges of serverio's own)
+            expect = 1100 if upstream else 1200
         else:
             nursery.start_soon(handle, stream, body)
             expect = 1024 + 40
@@ -200,6 +213,28 @@ async def run(server: str, n: int, root: Path) -> float:
         nursery.cancel_scope.cancel()
     client.close()
     return elapsed / n * 1e6
+
+
+@contextmanager
+def bare_upstream(root: Path) -> Iterator[str]:
+    """The bare trio+h11 loop serving ``root/1k.bin`` in a process of its
+    own (valgrind does not follow it: its work is not counted); its URL."""
+    script = Path(__file__).resolve().parent / "baselines" / "bare_trio_h11.py"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(root / "1k.bin"), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "Serving ... at http://127.0.0.1:PORT/": it listens
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 def freeze_wall_clock() -> float:
@@ -241,6 +276,9 @@ def main() -> None:
     )
     p.add_argument("--h2", action="store_true", help="HTTP/2 streams on one h2c connection")
     p.add_argument(
+        "--proxy", action="store_true", help="serverio --proxy /=UPSTREAM (a bare upstream)"
+    )
+    p.add_argument(
         "--streams",
         type=int,
         default=1,
@@ -281,6 +319,11 @@ def main() -> None:
                 f"serverio h2: {us:.1f} us per stream, {args.streams} in flight "
                 "(client and server, one process)"
             )
+            return
+        if args.proxy:
+            with bare_upstream(root) as url:
+                us = trio.run(run, "serverio", args.n, root, url)
+            print(f"serverio proxy: {us:.1f} us per proxied request (upstream not counted)")
             return
         us = trio.run(run, args.server, args.n, root)
     print(f"{args.server}: {us:.1f} us per request (client and server, one process)")

@@ -646,7 +646,9 @@ class ProxyRoute:
     ``unix`` the socket path of ``unix:/path`` (then host is "" and port 0).
     ``set_up``/``remove_up``: request fields set/removed before sending
     upstream; ``set_down``/``remove_down``: response fields, on the way
-    back.  Upstreams come from configuration only, never from a request."""
+    back; the ``*_timeout`` fields override the ``--proxy-*-timeout``
+    options for this route.  Upstreams come from configuration only,
+    never from a request."""
 
     prefix: str  # "/api": no trailing slash ("/" for everything)
     upstream: str  # as written, for messages and --print-config
@@ -659,6 +661,15 @@ class ProxyRoute:
     remove_up: tuple[str, ...] = ()
     set_down: tuple[tuple[str, str], ...] = ()
     remove_down: tuple[str, ...] = ()
+    # This route's own deadlines ([[proxy]] connect-timeout, head-timeout,
+    # idle-timeout, total-timeout); None: the --proxy-*-timeout option's.
+    # The Host sent upstream for this route ([[proxy]] host = "pass" or
+    # "upstream"); None: --proxy-host's.
+    host_mode: str | None = None
+    connect_timeout: float | None = None
+    head_timeout: float | None = None
+    idle_timeout: float | None = None
+    total_timeout: float | None = None
 
     @property
     def loopback(self) -> bool:
@@ -738,7 +749,14 @@ class ProxyPolicy:
 
     proxy: tuple[str, ...] = ()  # --proxy PREFIX=URL
     proxy_routes: tuple[ProxyRoute, ...] = ()  # [[proxy]] tables
-    proxy_max_inflight: int = 64  # requests per upstream at once; past it 503
+    proxy_max_inflight: int = 64  # requests per upstream at once; past it they wait
+    # Past --proxy-max-inflight a request waits for a slot, first come first
+    # served: at most proxy_queue of them per upstream, each at most
+    # proxy_queue_timeout seconds; then 503.  Bounded both ways, so a burst
+    # (a page's 500 modules from a dev server, 512 clients) is absorbed and
+    # a stuck upstream still answers 503 within the timeout.
+    proxy_queue: int = 1024
+    proxy_queue_timeout: float = 10.0
     proxy_connect_timeout: float = 5.0
     proxy_head_timeout: float = 60.0  # request sent -> response head
     proxy_idle_timeout: float = 60.0  # between two response body chunks
@@ -748,7 +766,9 @@ class ProxyPolicy:
     # keep-alives run every 30 s or so), a dead peer is noticed in minutes.
     proxy_tunnel_idle: float = 300.0
     proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
-    proxy_keepalive: int = 16  # idle keep-alive connections kept per upstream
+    # Idle keep-alive connections kept per upstream: as many as may be in
+    # flight, so that a steady load never opens and closes connections.
+    proxy_keepalive: int = 64
     # --proxy-fallback URL: what no reserved path, route or file answers
     # (a GET/HEAD the files answer 404, any other method outside a route).
     proxy_fallback: str | None = None
@@ -758,10 +778,11 @@ class ProxyPolicy:
     fallback: ProxyRoute | None = field(default=None, compare=False)
 
     def validate(self) -> ProxyPolicy:
-        _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0)))
+        _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0), ("proxy_queue", 0)))
         _check_seconds(
             self,
             (
+                "proxy_queue_timeout",
                 "proxy_connect_timeout",
                 "proxy_head_timeout",
                 "proxy_idle_timeout",
@@ -774,6 +795,8 @@ class ProxyPolicy:
         routes = tuple(parse_proxy_spec(s) for s in self.proxy) + self.proxy_routes
         seen: set[str] = set()
         for r in routes:
+            if r.host_mode is not None and r.host_mode not in PROXY_HOST_MODES:
+                raise ConfigError(f"[[proxy]] {r.prefix}: host must be pass or upstream")
             if r.prefix in seen:
                 raise ConfigError(f"--proxy: the prefix {r.prefix} is routed twice")
             seen.add(r.prefix)

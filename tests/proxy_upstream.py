@@ -233,3 +233,19 @@ async def upstream() -> AsyncIterator[Upstream]:
             yield up
         finally:
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def unix_upstream(path: str) -> AsyncIterator[Upstream]:
+    """The same upstream on a Unix socket at ``path``."""
+    up = Upstream()
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen(16)
+    listener = trio.SocketListener(sock)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, lambda s: _serve(up, s), [listener])
+        try:
+            yield up
+        finally:
+            nursery.cancel_scope.cancel()

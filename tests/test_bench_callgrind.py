@@ -56,6 +56,9 @@ def test_mode_arguments_of_pair_py() -> None:
     assert callgrind.mode_args(churn=8) == ["--churn", "8"]
     assert callgrind.mode_args(h2_streams=1) == ["--h2", "--streams", "1"]
     assert callgrind.mode_args(assets="plain") == ["--assets", "--variant", "plain"]
+    assert callgrind.mode_args(proxy=True) == ["--proxy"]
+    with pytest.raises(callgrind.CallgrindError):
+        callgrind.mode_args(churn=8, proxy=True)
     with pytest.raises(callgrind.CallgrindError):
         callgrind.mode_args(churn=8, h2_streams=1)
     with pytest.raises(callgrind.CallgrindError):

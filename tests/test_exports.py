@@ -755,7 +755,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.ops.workers": ("CRASH_LIMIT", "CRASH_WINDOW", "supervise", "worker_main"),
     "serverio.pipeline": None,
     "serverio.pipeline.content": ("ContentService", "OwnedFd"),
-    "serverio.pipeline.handler": ("BodyStep", "Content", "Deferred", "Handler", "prepare"),
+    "serverio.pipeline.handler": (
+        "BodyStep",
+        "Content",
+        "Deferred",
+        "Handler",
+        "prepare",
+        "watch_client",
+    ),
     "serverio.pipeline.hooks": (
         "Admit",
         "EventSource",
@@ -807,6 +814,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Routes",
         "VIA",
         "forwarded_for",
+        "mount_prefixes",
         "request_fields",
         "response_fields",
         "upgrade_token",

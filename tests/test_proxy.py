@@ -19,7 +19,7 @@ from serverio.config import proxy_route
 from serverio.errors import ConfigError
 from serverio.site.passwords import hash_password
 from tests.conftest import HTTPClient, connect, make_config, reset, running_server
-from tests.proxy_upstream import Upstream, upstream
+from tests.proxy_upstream import Upstream, unix_upstream, upstream
 
 PASSWORD = "correct horse"
 
@@ -246,8 +246,8 @@ async def test_a_client_that_leaves_closes_the_upstream_connection(root: Path) -
         assert pool.opened == 0 and pool.inflight == 0
 
 
-async def test_past_max_inflight_is_a_503_at_once(root: Path) -> None:
-    async with proxied(root, proxy_max_inflight=1) as (up, srv, client):
+async def test_past_max_inflight_without_a_queue_is_a_503_at_once(root: Path) -> None:
+    async with proxied(root, proxy_max_inflight=1, proxy_queue=0) as (up, srv, client):
         await client.send_raw(b"GET /api/never HTTP/1.1\r\nHost: t\r\n\r\n")
         with trio.fail_after(5):
             await up.started.wait()
@@ -257,6 +257,23 @@ async def test_past_max_inflight_is_a_503_at_once(root: Path) -> None:
         await second.stream.aclose()
         assert r.status == 503 and srv.stats.proxy.busy == 1
         assert len(up.seen) == 1  # the second never reached the upstream
+
+
+async def test_past_max_inflight_a_request_waits_for_the_slot(root: Path) -> None:
+    # The default --proxy-queue: the second request waits (no 503) and is
+    # sent once the first's slot is free.
+    async with proxied(root, proxy_max_inflight=1) as (up, srv, client):
+        await client.send_raw(b"GET /api/slow?delay=0.3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            await up.started.wait()
+        second = await connect(srv.addresses()[0][1])
+        with trio.fail_after(5):
+            r = await second.get("/api/json")
+            first = await client.read_response()
+        await second.stream.aclose()
+        assert first.status == 200 and first.body == b"slow"
+        assert r.status == 200 and srv.stats.proxy.queued == 1 and srv.stats.proxy.busy == 0
+        assert [s.target for s in up.seen] == ["/api/slow?delay=0.3", "/api/json"]
 
 
 def _basic() -> str:
@@ -386,3 +403,101 @@ async def test_the_fallback_comes_after_the_access_rules(root: Path, tmp_path: P
 def test_spa_and_the_fallback_are_refused_together(root: Path) -> None:
     with pytest.raises(ConfigError, match="--spa and --proxy-fallback"):
         make_config(root, spa="index.html", proxy_fallback="http://127.0.0.1:3000")
+
+
+async def test_a_longer_mount_takes_its_paths_from_a_proxy_route(root: Path) -> None:
+    # The precedence rule (docs/features.md): the longest prefix among
+    # routes and mounts wins; --proxy /api and --mount /api/docs=DIR: the
+    # mount serves /api/docs/..., the upstream everything else under /api.
+    docs = root.parent / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("from the mount\n")
+    async with proxied(root, mounts=(("/api/docs", str(docs)),)) as (up, _srv, client):
+        r = await client.get("/api/docs/a.txt")
+        assert r.status == 200 and r.body == b"from the mount\n"
+        r = await client.get("/api/json")
+        assert r.status == 200 and json.loads(r.body)["target"] == "/api/json"
+        r = await client.get("/hello.txt")  # -d DIR at / (shorter than /api)
+        assert r.status == 200 and r.body == b"hello world\n"
+        assert [s.target for s in up.seen] == ["/api/json"]
+
+
+async def test_a_route_prefix_outranks_a_root_proxy_route(root: Path) -> None:
+    # --proxy /=URL --route-prefix /app: /app/... are the files (a longer
+    # prefix), everything else goes upstream.
+    async with proxied(root, proxy=("/=http://127.0.0.1:{port}",), route_prefix="/app") as (
+        up,
+        _srv,
+        client,
+    ):
+        r = await client.get("/app/hello.txt")
+        assert r.status == 200 and r.body == b"hello world\n"
+        r = await client.get("/api/json")
+        assert r.status == 200 and json.loads(r.body)["target"] == "/api/json"
+        assert [s.target for s in up.seen] == ["/api/json"]
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no Unix sockets here")
+async def test_a_unix_socket_upstream_is_proxied_and_pooled(root: Path, tmp_path: Path) -> None:
+    path = str(tmp_path / "app.sock")
+    async with unix_upstream(path) as up:
+        cfg = make_config(root, proxy=(f"/u=unix:{path}",), proxy_host="upstream")
+        async with running_server(cfg) as (srv, port):
+            client = await connect(port)
+            try:
+                for _ in range(2):
+                    r = await client.get("/u/json?x=1")
+                    assert r.status == 200 and json.loads(r.body)["target"] == "/u/json?x=1"
+            finally:
+                await client.stream.aclose()
+            assert srv.stats.proxy.connects == 1 and srv.stats.proxy.reuses == 1
+    assert [s.header("host") for s in up.seen] == ["localhost", "localhost"]
+    assert up.connections == 1
+
+
+async def test_the_host_sent_upstream_is_decided_per_route(root: Path) -> None:
+    # --proxy-host pass (the default) for /api; a [[proxy]] table with
+    # host = "upstream" for /up: the upstream's own authority there.
+    async with upstream() as up:
+        route = proxy_route("/up", f"http://127.0.0.1:{up.port}", "t", host_mode="upstream")
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",), proxy_routes=(route,))
+        async with running_server(cfg) as (_srv, port):
+            client = await connect(port)
+            try:
+                assert (await client.get("/api/json")).status == 200
+                assert (await client.get("/up/json")).status == 200
+            finally:
+                await client.stream.aclose()
+    assert [s.header("host") for s in up.seen] == ["t", f"127.0.0.1:{up.port}"]
+
+
+class _Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+async def test_a_quick_pooled_exchange_spawns_no_watcher_task(root: Path) -> None:
+    # The client is watched (a helper task) only when the proxy is about
+    # to wait for long (pipeline.handler.watch_client): a pooled exchange
+    # answered within WATCH_GRACE spawns no task at all.
+    async with proxied(root) as (_up, srv, client):
+        assert (await client.get("/api/json")).status == 200  # connects: watched
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            for _ in range(5):
+                assert (await client.get("/api/json")).status == 200
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert spawns.spawned == 0 and srv.stats.proxy.reuses == 5
+        # A slow answer still gets its watcher (the grace passed).
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            r = await client.get("/api/slow?delay=0.2")
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert r.status == 200 and spawns.spawned == 1

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from serverio.config import Config
+from serverio.config import Config, proxy_route
 from serverio.errors import HTTPError
 from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
@@ -24,7 +24,8 @@ from serverio.proxy.service import ProxyService
 
 class Harness:
     def __init__(self, root: Path, **kw: object) -> None:
-        cfg = Config.of(directory=str(root), proxy=("/api=http://127.0.0.1:9",), **kw).validate()
+        kw.setdefault("proxy", ("/api=http://127.0.0.1:9",))
+        cfg = Config.of(directory=str(root), **kw).validate()
         self.ends: list[trio.abc.Stream] = []
         self.stats = ProxyStats()
         self.connect_delay = 0.0
@@ -253,10 +254,10 @@ async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one(
     assert h.pool.opened == 1  # the stale one closed, the new one pooled
 
 
-async def test_past_max_inflight_is_503_without_waiting(
+async def test_past_max_inflight_without_a_queue_is_503_without_waiting(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    h = Harness(root, proxy_max_inflight=1)
+    h = Harness(root, proxy_max_inflight=1, proxy_queue=0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(h.forward)
         await trio.sleep(0.5)
@@ -265,3 +266,119 @@ async def test_past_max_inflight_is_503_without_waiting(
         assert err.value.status == 503 and h.stats.busy == 1
         nursery.cancel_scope.cancel()
     assert h.pool.inflight == 0 and h.pool.opened == 0
+
+
+async def _answer_one(end: trio.abc.Stream, body: bytes) -> None:
+    """The upstream side: read one request, answer it with ``body``."""
+    conn = await read_request(end)
+    length = str(len(body)).encode()
+    head = h11.Response(status_code=200, headers=[(b"content-length", length)])
+    await end.send_all(conn.send(head))
+    await end.send_all(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+
+
+async def _finished(h: Harness, into: list[bytes], name: bytes) -> None:
+    """Forward one request and read its body to the end (the slot back)."""
+    _, body = await h.forward()
+    assert await body.source.next_chunk() == b"ok"
+    assert await body.source.next_chunk() == b""
+    into.append(name)
+
+
+async def test_past_max_inflight_requests_wait_in_order_for_the_slot(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # --proxy-max-inflight 1: the second and third wait (no 503), and take
+    # the slot first come first served as each exchange ends.
+    h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
+    done: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        for name in (b"a", b"b", b"c"):
+            nursery.start_soon(_finished, h, done, name)
+            await trio.sleep(0.1)
+        assert h.pool.inflight == 1 and h.pool.waiting == 2 and h.stats.queued == 2
+        assert len(h.ends) == 1  # one connection: the others wait, none opened
+        for _ in range(3):
+            await _answer_one(h.ends[0], b"ok")  # the pooled connection serves each in turn
+            await trio.sleep(0.1)
+    assert done == [b"a", b"b", b"c"] and h.stats.busy == 0
+    assert h.pool.inflight == 0 and h.pool.waiting == 0 and h.stats.connects == 1
+
+
+async def test_a_request_waits_at_most_the_queue_timeout_then_503(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_max_inflight=1, proxy_queue_timeout=3.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(h.forward)
+        await trio.sleep(0.5)
+        start = trio.current_time()
+        with pytest.raises(HTTPError) as err:
+            await h.forward()
+        assert err.value.status == 503 and trio.current_time() - start == pytest.approx(3.0)
+        assert h.stats.queued == 1 and h.stats.busy == 1 and h.pool.waiting == 0
+        nursery.cancel_scope.cancel()
+    assert h.pool.inflight == 0 and h.pool.opened == 0
+
+
+async def test_past_the_queue_a_request_is_503_at_once(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_max_inflight=1, proxy_queue=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(h.forward)
+        await trio.sleep(0.5)
+        nursery.start_soon(h.forward)  # waits: the queue's one place
+        await trio.sleep(0.5)
+        start = trio.current_time()
+        with pytest.raises(HTTPError) as err:
+            await h.forward()
+        assert err.value.status == 503 and trio.current_time() == start  # no wait
+        assert h.stats.queued == 1 and h.stats.busy == 1 and h.pool.waiting == 1
+        nursery.cancel_scope.cancel()
+    assert h.pool.inflight == 0 and h.pool.waiting == 0 and h.pool.opened == 0
+
+
+async def test_a_waiter_cancelled_leaves_the_queue_holding_no_slot(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
+    done: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_finished, h, done, b"a")
+        await trio.sleep(0.1)
+        with trio.move_on_after(1.0):  # the client goes away while it waits
+            await h.forward()
+        assert h.pool.waiting == 0 and h.pool.inflight == 1
+        await _answer_one(h.ends[0], b"ok")
+    assert done == [b"a"] and h.pool.inflight == 0 and h.pool.waiting == 0
+
+
+async def test_a_routes_own_deadlines_override_the_options(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A [[proxy]] table's head-timeout (2 s) and idle-timeout (3 s) beat
+    # --proxy-head-timeout / --proxy-idle-timeout (60 s each) for that route.
+    route = proxy_route("/api", "http://127.0.0.1:9", "t", head_timeout=2.0, idle_timeout=3.0)
+    h = Harness(root, proxy=(), proxy_routes=(route,))
+    start = trio.current_time()
+    with pytest.raises(HTTPError) as err:
+        await h.forward()
+    assert err.value.status == 504 and trio.current_time() - start == pytest.approx(2.0)
+    assert h.stats.timeouts_head == 1
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while len(h.ends) < 2:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            conn = await read_request(h.ends[1])
+            head = h11.Response(status_code=200, headers=[(b"content-length", b"9")])
+            await h.ends[1].send_all(conn.send(head))  # then nothing
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        start = trio.current_time()
+        with pytest.raises(BodyCut):
+            await body.source.next_chunk()
+        assert trio.current_time() - start == pytest.approx(3.0)
+    assert h.stats.timeouts_idle == 1 and h.pool.inflight == 0

@@ -77,10 +77,12 @@ async def test_a_pooled_exchange_opens_one_scope_and_a_buffered_body_none(
         after = _counting(monkeypatch, "move_on_after")
         at = _counting(monkeypatch, "move_on_at")
         _, body = await h.forward()  # pooled: one scope for the exchange
-        assert (len(after), len(at)) == (0, 1)
+        # ... and one for the watch grace of the head (serverio.proxy.service
+        # WATCH_GRACE: the client is watched only past it; no watcher task).
+        assert (len(after), len(at)) == (1, 1)
         await trio.sleep(0.1)  # the whole answer is in the connection's buffer
         assert await body.source.next_chunk() == b"two" and await body.source.next_chunk() == b""
-        assert (len(after), len(at)) == (0, 1)  # no deadline scope for buffered events
+        assert (len(after), len(at)) == (1, 1)  # no deadline scope for buffered events
         body.close()
     assert h.stats.reuses == 1 and h.pool.inflight == 0 and len(h.pool.idle) == 1
 
@@ -275,3 +277,51 @@ async def test_a_request_to_a_plain_socket_is_written_without_trio_send_all(
         conn.close()  # closes the socket: no fast path on a closed fd
         assert conn._sock is not None and conn._sock.fileno() == -1
         await theirs.aclose()
+
+
+async def test_ready_chunk_hands_over_what_was_read_and_never_waits(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The head, body and end in one write: the body is in hand (the
+    # transport sends it with the head), then the end, which pools the
+    # connection, all without an await.
+    h = Harness(root)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            await _answer(h.ends[0], None, b"one")
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+    source = body.source
+    assert source.ready_chunk() == b"one"  # type: ignore[attr-defined]
+    assert source.ready_chunk() == b"" and len(h.pool.idle) == 1  # type: ignore[attr-defined]
+    assert await source.next_chunk() == b"" and h.stats.bytes_down == 3
+    assert h.pool.inflight == 0
+
+
+async def test_ready_chunk_is_none_when_the_body_is_still_to_come(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    h = Harness(root)
+    async with trio.open_nursery() as nursery:
+
+        async def upstream_side() -> None:
+            while not h.ends:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+            conn = await read_request(h.ends[0])
+            head = h11.Response(status_code=200, headers=[("content-length", "3")])
+            await h.ends[0].send_all(conn.send(head))
+            await trio.sleep(1)
+            await h.ends[0].send_all(
+                conn.send(h11.Data(data=b"two")) + conn.send(h11.EndOfMessage())
+            )
+
+        nursery.start_soon(upstream_side)
+        _, body = await h.forward()
+        assert body.source.ready_chunk() is None  # type: ignore[attr-defined]
+        assert await body.source.next_chunk() == b"two"
+        assert await body.source.next_chunk() == b""
+    assert len(h.pool.idle) == 1 and h.pool.inflight == 0

@@ -9,7 +9,13 @@ import pytest
 from serverio.config import Config, parse_proxy_spec, proxy_route
 from serverio.errors import ConfigError, HTTPError
 from serverio.http.target import parse_target
-from serverio.proxy.routes import Routes, request_fields, response_fields, upstream_target
+from serverio.proxy.routes import (
+    Routes,
+    mount_prefixes,
+    request_fields,
+    response_fields,
+    upstream_target,
+)
 
 A = proxy_route("/api", "http://127.0.0.1:3000", "t")
 B = proxy_route("/api/v2", "http://[::1]:4000/base", "t", strip_prefix=True)
@@ -33,6 +39,39 @@ ROOT = proxy_route("/", "unix:/run/app.sock", "t")
 def test_the_longest_prefix_wins_on_segment_boundaries(path: bytes, want: object) -> None:
     routes = Routes([A, B])
     assert routes.match(parse_target(b"GET", path).segments) is want
+
+
+@pytest.mark.parametrize(
+    ("mounts", "prefix", "path", "want"),
+    [
+        # The one rule: the longest prefix among routes and mounts wins,
+        # a proxy route wins a tie.
+        (("/api/docs",), None, b"/api/docs/a.txt", None),  # the longer mount
+        (("/api/docs",), None, b"/api/docs", None),
+        (("/api/docs",), None, b"/api/docsx", A),  # segment boundaries
+        (("/api/docs",), None, b"/api/x", A),
+        (("/api",), None, b"/api/x", A),  # a tie: the route
+        (("/api/v2/files",), None, b"/api/v2/files/x", None),
+        (("/api/v2/files",), None, b"/api/v2/x", B),
+        (("/docs",), None, b"/x", ROOT),  # -d DIR at / ties with ROOT: the route
+        (("/docs",), None, b"/docs/x", None),  # the mount is longer than ROOT's /
+        ((), "/app", b"/app/x", None),  # -d DIR at the route prefix outranks /
+        ((), "/app", b"/x", ROOT),
+        ((), "/app", b"/api/x", A),  # proxy prefixes are absolute, not under the prefix
+        (("/docs",), "/app", b"/app/docs/x", None),
+    ],
+)
+def test_a_longer_mount_prefix_takes_the_request_from_a_route(
+    mounts: tuple[str, ...], prefix: str | None, path: bytes, want: object
+) -> None:
+    routes = Routes([A, B, ROOT], mount_prefixes(mounts, prefix))
+    assert routes.match(parse_target(b"GET", path).segments) is want
+
+
+def test_mount_prefixes_is_empty_for_the_one_root() -> None:
+    assert mount_prefixes((), None) == ()
+    assert mount_prefixes(("/docs",), None) == ((), ("docs",))
+    assert mount_prefixes(("/docs",), "/app") == (("app",), ("app", "docs"))
 
 
 def test_a_root_route_takes_everything() -> None:

@@ -27,6 +27,7 @@ ORDER = (
     "proxy_busy proxy_errors_connect proxy_errors_reset proxy_errors_framing "
     "proxy_timeouts_connect proxy_timeouts_head proxy_timeouts_idle proxy_timeouts_total "
     "proxy_cancelled proxy_bytes_up proxy_bytes_down proxy_tunnels proxy_timeouts_tunnel"
+    " proxy_queued"
 ).split()
 
 
@@ -62,7 +63,7 @@ def test_each_counter_lands_under_its_flat_name() -> None:
     assert " auth_failures=29 writes_files=30 writes_deletes=31 writes_bytes=32 " in line
     assert " writes_temps_removed=34 writes_directories=35 proxy_requests=36 " in line
     assert line.endswith(
-        " proxy_bytes_down=49 proxy_tunnels=50 proxy_timeouts_tunnel=51 cache_file_hits=7"
+        " proxy_tunnels=50 proxy_timeouts_tunnel=51 proxy_queued=52 cache_file_hits=7"
     )
 
 

@@ -421,3 +421,69 @@ async def test_an_archive_is_logged_and_counted_on_both_protocols(root: Path) ->
         assert r.ended and r.body.startswith(b"PK")
     rec = json.loads(out.getvalue().splitlines()[1])
     assert rec["version"] == "2.0" and rec["bytes"] == len(r.body) == size
+
+
+# ------------------------------------------------- a chunk already in hand
+
+
+class ReadySource(Source):
+    """A source that already holds its first chunk (as the proxy's
+    Downstream does when the upstream's head, body and end came in one
+    read): ``ready_chunk`` hands it over without an await."""
+
+    def __init__(self, first: bytes | None, script: list[bytes | float | BaseException]) -> None:
+        super().__init__(script)
+        self.first = first
+        self.ready_calls = 0
+
+    def ready_chunk(self) -> bytes | None:
+        self.ready_calls += 1
+        return self.first
+
+
+def _recording(server_end: trio.abc.Stream) -> list[bytes]:
+    """Record what the server writes on its end of a memory stream pair."""
+    sent: list[bytes] = []
+    real = server_end.send_all
+
+    async def send_all(data: bytes | bytearray | memoryview) -> None:
+        sent.append(bytes(data))
+        await real(data)
+
+    server_end.send_all = send_all  # type: ignore[method-assign]
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("first", "script", "length", "writes"),
+    [
+        # head + the chunk in hand in one write, then nothing (its length is met)
+        (b"z" * 10, [], 10, 1),
+        # chunked: head + the framed chunk in one write, the last-chunk after
+        (b"z" * 10, [], None, 2),
+        # the end already known (an empty body): the head alone, once
+        (b"", [], 0, 1),
+        # nothing in hand: the head first (an SSE head never waits for the
+        # first event), then the pulled chunk
+        (None, [b"z" * 10], 10, 2),
+    ],
+)
+async def test_a_chunk_in_hand_goes_with_the_head_in_one_write(
+    root: Path,
+    first: bytes | None,
+    script: list[bytes | float | BaseException],
+    length: int | None,
+    writes: int,
+) -> None:
+    src = ReadySource(first, script)
+    srv, out = _server(root, src, length)
+    async with memory_connection(srv.env.config, server=srv) as (client, _, _):
+        assert client.server_end is not None
+        sent = _recording(client.server_end)
+        raw = await _raw(client, GET_CLOSE)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    want = (first or b"") + b"".join(s for s in script if isinstance(s, bytes))
+    assert body == (want if length is not None else b"a\r\n" + want + b"\r\n0\r\n\r\n")
+    assert len(sent) == writes and b"".join(sent) == raw and src.ready_calls == 1
+    assert srv.stats.responses.bytes_sent == len(raw) and _log(out)["bytes"] == len(want)

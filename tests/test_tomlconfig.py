@@ -258,3 +258,62 @@ def test_admin_bind_never_the_public_address(root: Path) -> None:
     assert r.returncode == 2 and "must not be the public address" in r.stderr
     r = run_cli("9100", "-b", "0.0.0.0", "-d", str(root), "--admin-bind", "127.0.0.1:9100")
     assert r.returncode == 2 and "must not be the public address" in r.stderr
+
+
+def test_proxy_tables_with_their_own_deadlines_load_and_round_trip(
+    root: Path, tmp_path: Path
+) -> None:
+    conf = tmp_path / "proxy.toml"
+    conf.write_text(
+        f'directory = "{root}"\n'
+        "proxy-head-timeout = 30\n"
+        "[[proxy]]\n"
+        'prefix = "/api"\n'
+        'upstream = "http://127.0.0.1:3000"\n'
+        "strip-prefix = true\n"
+        'host = "upstream"\n'
+        "head-timeout = 2.5\n"
+        "total-timeout = 20\n"
+        'set-request-headers = { "X-Api-Key" = "dev" }\n'
+        'remove-response-headers = ["Server"]\n'
+        "[[proxy]]\n"
+        'prefix = "/ws"\n'
+        'upstream = "unix:/run/app.sock"\n'
+    )
+    parser = build_parser()
+    args = parse_with_config(parser, ["--config", str(conf)])
+    cfg = config_from_args(args)
+    api, ws = cfg.proxy.routes
+    assert (api.prefix, api.strip_prefix, api.head_timeout, api.total_timeout) == (
+        "/api",
+        True,
+        2.5,
+        20.0,
+    )
+    assert api.connect_timeout is None and api.idle_timeout is None and api.host_mode == "upstream"
+    assert api.set_up == (("X-Api-Key", "dev"),) and api.remove_down == ("Server",)
+    assert ws.unix == "/run/app.sock" and ws.head_timeout is None
+    assert cfg.proxy.proxy_head_timeout == 30.0  # the option: routes without their own
+    out = tmp_path / "out.toml"
+    out.write_text(dump(parser, args))
+    again = config_from_args(parse_with_config(build_parser(), ["--config", str(out)]))
+    assert again.proxy.routes == cfg.proxy.routes
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "true", '"5"', "inf"])
+def test_a_proxy_tables_deadline_must_be_positive_seconds(tmp_path: Path, value: str) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text(
+        f'[[proxy]]\nprefix = "/api"\nupstream = "http://127.0.0.1:1"\nidle-timeout = {value}\n'
+    )
+    with pytest.raises((ConfigError, SystemExit)) as err:
+        config_from_args(parse_with_config(build_parser(), ["--config", str(conf)]))
+    if isinstance(err.value, ConfigError):
+        assert "'idle-timeout' must be a positive number of seconds" in str(err.value)
+
+
+def test_a_proxy_tables_host_must_be_pass_or_upstream(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text('[[proxy]]\nprefix = "/a"\nupstream = "http://127.0.0.1:1"\nhost = "x"\n')
+    with pytest.raises(ConfigError, match="key 'host' must be"):
+        config_from_args(parse_with_config(build_parser(), ["--config", str(conf)]))

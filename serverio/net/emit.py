@@ -354,26 +354,39 @@ class Emitter:
         within = None if body.bounded else self._timeout
         sent = self.progress = 0
         wrote = 0  # bytes on the wire: head, framing and body
+        # A chunk the source already holds (a small proxied answer: its
+        # head, body and end came in one read) goes with the head in one
+        # writev; otherwise the head goes first, before any wait for the
+        # body (an SSE stream's head must not wait for its first event).
+        ready = getattr(source, "ready_chunk", None)
+        chunk = ready() if ready is not None else None
         try:
-            await self.send(head)
-            wrote = len(head)
-            while chunk := await self._pull(source, within):
+            if chunk is None:
+                await self.send(head)
+                wrote, head = len(head), b""
+                chunk = await self._pull(source, within)
+            while chunk:
                 if length is not None and sent + len(chunk) > length:
                     raise Abort  # past the declared length: never written
+                pieces = [head] if head else []
                 if framed:
                     size = b"%x\r\n" % len(chunk)
-                    await self.send_pieces([size, chunk, b"\r\n"])
+                    pieces += (size, chunk, b"\r\n")
                     wrote += len(size) + 2
                 else:
-                    await self.send(chunk)
+                    pieces.append(chunk)
+                await (self.send(chunk) if len(pieces) == 1 else self.send_pieces(pieces))
+                wrote += len(head) + len(chunk)
+                head = b""
                 sent += len(chunk)
-                wrote += len(chunk)
                 self.progress = body.sent = sent
+                chunk = await self._pull(source, within)
             if length is not None and sent != length:
                 raise Abort  # ended short of its Content-Length: a cut
-            if framed:
-                await self.send(b"0\r\n\r\n")
-                wrote += 5
+            end = head + b"0\r\n\r\n" if framed else head  # the head of an empty body
+            if end:
+                await self.send(end)
+                wrote += len(end)
         finally:
             self._stats.bytes_sent += wrote
         return sent

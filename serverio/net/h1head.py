@@ -293,8 +293,10 @@ class HeadReader:
 
         One helper task (the watcher) reads the socket while this task
         waits, so a client that hangs up is noticed now, not when the work
-        is done.  Pipelined bytes go to the parser's buffer; past one head's
-        worth the watcher stops reading (backpressure).  It never writes.
+        is done (``watch_late``, the proxy: only once the step calls
+        :func:`~serverio.pipeline.handler.watch_client`, before a long wait).
+        Pipelined bytes go to the parser's buffer; past one head's worth
+        the watcher stops reading (backpressure).  It never writes.
 
         Only a reset (or a closed stream) means the client is gone.  EOF is
         a half-close: ``nc -N``, socat and scripted HTTP/1.0 clients send
@@ -336,12 +338,24 @@ class HeadReader:
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch, nursery.cancel_scope)
+                watching = [False]
+
+                def start() -> None:  # now (or the step's watch_client())
+                    if not watching[0]:
+                        watching[0] = True
+                        nursery.start_soon(watch, nursery.cancel_scope)
+
+                if not deferred.watch_late:
+                    start()
                 try:
-                    result = await deferred.run()
+                    if deferred.watch_late:
+                        result = await deferred.run_watched(start)
+                    else:
+                        result = await deferred.run()
                 except Exception as exc:  # PoolSaturated and friends: re-raised below
                     error = exc
-                nursery.cancel_scope.cancel()
+                if watching[0]:
+                    nursery.cancel_scope.cancel()
         finally:
             deferred.close()
         if gone:

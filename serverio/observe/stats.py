@@ -123,7 +123,7 @@ class ProxyStats:
     requests: int = 0  # requests forwarded upstream (a head sent)
     connects: int = 0  # upstream connections opened
     reuses: int = 0  # requests sent on a pooled keep-alive connection
-    busy: int = 0  # 503: --proxy-max-inflight requests in flight to the upstream
+    busy: int = 0  # 503: no slot (--proxy-queue full, or --proxy-queue-timeout)
     errors_connect: int = 0  # refused / unreachable: 502
     errors_reset: int = 0  # the upstream closed or reset the connection mid-exchange
     errors_framing: int = 0  # a response h11 refuses (bad framing, bad head): 502 or cut
@@ -136,6 +136,7 @@ class ProxyStats:
     bytes_down: int = 0  # response body bytes received from upstreams
     tunnels: int = 0  # WebSocket/Upgrade tunnels opened (an upstream 101 passed on)
     timeouts_tunnel: int = 0  # --proxy-tunnel-idle: a tunnel closed for carrying nothing
+    queued: int = 0  # waited for a slot (--proxy-max-inflight in flight; --proxy-queue)
 
 
 # Every counter's flat name, group and field, in the order /metrics and the

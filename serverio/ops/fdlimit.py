@@ -63,7 +63,8 @@ def fd_reserve(cfg: Config) -> int:
     (``--watch-max-streams``: streams are admitted apart from
     ``--max-connections``), plus, for the reverse proxy, the upstream
     sockets each upstream may hold: ``--proxy-max-inflight`` in use and
-    ``--proxy-keepalive`` idle."""
+    ``--proxy-keepalive`` idle (a request waiting in ``--proxy-queue``
+    holds none: its client socket is a connection's)."""
     streams = cfg.live.watch_max_streams if cfg.live.watch else 0
     proxy = cfg.proxy
     upstreams = len(proxy.routes) + (proxy.fallback is not None)

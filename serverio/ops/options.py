@@ -1064,10 +1064,26 @@ _UPSTREAMS = (
     _O(
         "proxy_max_inflight",
         ("--proxy-max-inflight",),
-        "requests in flight to one upstream at once (past it: 503)",
+        "requests in flight to one upstream at once (past it they wait: --proxy-queue)",
         "Upstreams",
         metavar="N",
         parse=int,
+    ),
+    _O(
+        "proxy_queue",
+        ("--proxy-queue",),
+        "requests that may wait for an in-flight slot per upstream (past it: 503; 0: never wait)",
+        "Upstreams",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "proxy_queue_timeout",
+        ("--proxy-queue-timeout",),
+        "seconds a request waits for an in-flight slot (then 503)",
+        "Upstreams",
+        metavar="S",
+        parse=_seconds,
     ),
     _O(
         "proxy_keepalive",

@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import parse_proxy_spec, proxy_route
+from ..config import PROXY_HOST_MODES, parse_proxy_spec, proxy_route
 from ..errors import ConfigError
 from ..site.rules import merge_header_lines
 from .options import OPTIONS, Toggle, by_dest
@@ -292,6 +292,11 @@ _PROXY_KEYS = (
     "remove-request-headers",
     "set-response-headers",
     "remove-response-headers",
+    "host",
+    "connect-timeout",
+    "head-timeout",
+    "idle-timeout",
+    "total-timeout",
 )
 
 
@@ -317,6 +322,14 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
         strip = item.get("strip-prefix", False)
         if type(strip) is not bool:
             raise ConfigError(f"{where} key 'strip-prefix' must be true or false")
+        host_mode = item.get("host")
+        if host_mode is not None and host_mode not in PROXY_HOST_MODES:
+            raise ConfigError(f'{where} key \'host\' must be "pass" or "upstream"')
+        deadlines = {
+            f"{key.split('-')[0]}_timeout": _route_seconds(item, key, where)
+            for key in ("connect-timeout", "head-timeout", "idle-timeout", "total-timeout")
+            if key in item
+        }
         out.append(
             proxy_route(
                 _str(item, "prefix", where),
@@ -327,9 +340,19 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
                 remove_up=_names(item, "remove-request-headers", where),
                 set_down=_fields_table(item, "set-response-headers", where),
                 remove_down=_names(item, "remove-response-headers", where),
+                host_mode=host_mode,
+                **deadlines,
             )
         )
     return tuple(out)
+
+
+def _route_seconds(item: dict[str, object], key: str, where: str) -> float:
+    """A [[proxy]] table's deadline: a positive number of seconds."""
+    value = item[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"{where} key {key!r} must be a positive number of seconds")
+    return float(value)
 
 
 TableReader = Callable[[object, str], Sequence[object]]
@@ -400,6 +423,16 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         ]
         if r.strip_prefix:
             lines.append("strip-prefix = true")
+        if r.host_mode is not None:
+            lines.append(f"host = {_toml_str(r.host_mode)}")
+        for key, seconds in (
+            ("connect-timeout", r.connect_timeout),
+            ("head-timeout", r.head_timeout),
+            ("idle-timeout", r.idle_timeout),
+            ("total-timeout", r.total_timeout),
+        ):
+            if seconds is not None:
+                lines.append(f"{key} = {seconds!r}")
         for key, sets in (("set-request-headers", r.set_up), ("set-response-headers", r.set_down)):
             if sets:
                 pairs = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sets)

@@ -42,6 +42,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Protocol
 
 import trio
@@ -57,7 +58,7 @@ from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, 
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 
-__all__ = ["BodyStep", "Content", "Deferred", "Handler", "prepare"]
+__all__ = ["BodyStep", "Content", "Deferred", "Handler", "prepare", "watch_client"]
 
 log = logging.getLogger("serverio")
 
@@ -96,22 +97,56 @@ class Content(Protocol):
 BodyStep = Callable[[RequestFacts, Content, float], Awaitable[Plan | None]]
 
 
+# The transport's "start watching the client now" while a late-watched
+# Deferred runs (HTTP/1.1's disconnect watcher, started on demand); None
+# elsewhere (HTTP/2 needs none: RST_STREAM cancels the stream's task).
+_WATCH: ContextVar[Callable[[], None] | None] = ContextVar("serverio_watch", default=None)
+
+
+def watch_client() -> None:
+    """Ask the transport to watch the client from now on (idempotent; a
+    no-op outside a late-watched :class:`Deferred`).  A step that is about
+    to wait for long calls it first, so that a client that goes away
+    during the wait cancels the step."""
+    start = _WATCH.get()
+    if start is not None:
+        start()
+
+
 class Deferred:
     """The part of a response that has to wait; await :meth:`run` once.
 
     It owns the ``Prepared`` it was created with (if any) until ``run``
     takes it over; :meth:`close` releases it if ``run`` is never called.
+
+    ``watch_late``: the step says itself when the client must be watched
+    (:func:`watch_client`, before any long wait) instead of the transport
+    watching from the start.  A helper task per request costs more than a
+    short step (the proxy's pooled exchange: ~290 K instructions of
+    ~1.37 M, docs/performance.md "Reverse proxy"); a step that waits
+    briefly never pays it.
     """
 
-    __slots__ = ("_held", "_step")
+    __slots__ = ("_held", "_step", "watch_late")
 
     def __init__(
         self,
         step: Callable[[Prepared | None], Awaitable[Prepared]],
         held: Prepared | None = None,
+        *,
+        watch_late: bool = False,
     ) -> None:
         self._step = step
         self._held = held
+        self.watch_late = watch_late
+
+    async def run_watched(self, start: Callable[[], None]) -> Prepared:
+        """:meth:`run` with ``start`` as this task's :func:`watch_client`."""
+        token = _WATCH.set(start)
+        try:
+            return await self.run()
+        finally:
+            _WATCH.reset(token)
 
     async def run(self) -> Prepared:
         """The finished response.  Raises :class:`~serverio.HTTPError` (such

@@ -491,7 +491,10 @@ async def _forward(
         return Prepared(got[0][0])  # the plan alone; the body stays in ``got``
 
     try:
-        if await wait(Deferred(step)) is None:
+        # The proxy asks for the client to be watched itself, before a wait
+        # that may be long (serverio.proxy.service): a pooled exchange
+        # answered at once costs no watcher task.
+        if await wait(Deferred(step, watch_late=True)) is None:
             return None  # the client went away (the body, if any, is closed below)
         plan, body = got.pop()
     finally:

@@ -8,8 +8,10 @@ short of its Content-Length) is an :class:`UpstreamError` of kind
 ``framing``; a connection that fails or closes under it is ``reset``.
 
 :class:`Pool` is one upstream's connections: at most ``max_inflight``
-exchanges at once (:meth:`Pool.try_acquire` is a test, never a wait: past
-it the caller answers 503), and up to ``keep`` idle keep-alive connections,
+exchanges at once (:meth:`Pool.acquire`: past it a request waits, first
+come first served, at most ``queue`` of them and each at most
+``--proxy-queue-timeout``; a request that cannot wait is answered 503 by
+the caller), and up to ``keep`` idle keep-alive connections,
 each put back only after a complete exchange whose both sides h11 says are
 DONE (:meth:`Pool.checkin`).  A connection is never pooled mid-response:
 anything else closes it (:meth:`UpstreamConn.close`, synchronous, so that a
@@ -340,17 +342,38 @@ async def exchange(
 class Pool:
     """One upstream's connections and its in-flight budget."""
 
-    __slots__ = ("_connect", "_live", "_stats", "idle", "inflight", "keep", "max_inflight", "route")
+    __slots__ = (
+        "_connect",
+        "_live",
+        "_lot",
+        "_stats",
+        "idle",
+        "inflight",
+        "keep",
+        "max_inflight",
+        "queue",
+        "route",
+    )
 
     def __init__(
-        self, route: ProxyRoute, max_inflight: int, keep: int, stats: ProxyStats, connect: Connect
+        self,
+        route: ProxyRoute,
+        max_inflight: int,
+        keep: int,
+        stats: ProxyStats,
+        connect: Connect,
+        queue: int = 0,
     ) -> None:
         self.route = route
         self.max_inflight = max_inflight
         self.keep = keep
+        self.queue = queue  # requests that may wait for a slot at once
         self._stats = stats
         self._connect = connect
         self.inflight = 0
+        # The requests waiting for a slot, oldest first (a freed slot is
+        # handed to the oldest: no newcomer overtakes a waiter).
+        self._lot = trio.lowlevel.ParkingLot()
         self.idle: list[UpstreamConn] = []
         self._live: set[UpstreamConn] = set()  # open, idle or in use
 
@@ -359,17 +382,48 @@ class Pool:
         """Connections open now, idle or in use."""
         return len(self._live)
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot now."""
+        return len(self._lot)
+
     def try_acquire(self) -> bool:
-        """Take an in-flight slot; False at ``max_inflight`` (the caller
-        answers 503, nothing waits)."""
+        """Take an in-flight slot if one is free (no wait, no checkpoint)."""
         if self.inflight >= self.max_inflight:
-            self._stats.busy += 1
             return False
         self.inflight += 1
         return True
 
+    async def acquire(self, patience: float) -> bool:
+        """Take an in-flight slot: at once if one is free; else wait for
+        one, behind the requests already waiting, at most ``patience``
+        seconds (``--proxy-queue-timeout``).  False (the caller's 503) when
+        ``queue`` requests already wait or the time is up.  A slot handed over (:meth:`release`) is
+        the caller's even if a deadline expires as it is handed.
+
+        Cancellation handling: cancelled while waiting, the request leaves
+        the queue holding no slot; cancelled once the slot was handed over
+        (the wake-up already scheduled), it returns True and the caller's
+        ``release`` gives the slot on."""
+        if self.inflight < self.max_inflight:
+            self.inflight += 1
+            return True
+        if len(self._lot) >= self.queue:
+            self._stats.busy += 1
+            return False
+        self._stats.queued += 1
+        with trio.move_on_after(patience):
+            await self._lot.park()
+            return True  # release() handed its slot over: inflight unchanged
+        self._stats.busy += 1
+        return False
+
     def release(self) -> None:
-        self.inflight -= 1
+        """Give a slot back: to the oldest waiting request, else free."""
+        if self._lot:
+            self._lot.unpark()
+        else:
+            self.inflight -= 1
 
     def reuse(self) -> UpstreamConn | None:
         """The most recently pooled idle connection, or None (no wait)."""

@@ -4,7 +4,8 @@ No I/O and no event loop: a request's facts and a route in, fields out
 (table-tested in ``tests/test_proxy_routes.py``).
 
 * :class:`Routes`: the longest matching prefix, on segment boundaries
-  (``/api`` takes ``/api`` and ``/api/x``, never ``/apix``), over the
+  (``/api`` takes ``/api`` and ``/api/x``, never ``/apix``), unless a
+  longer mount prefix matches (the precedence rule), over the
   request's *decoded, checked* segments (:func:`serverio.http.target.parse_target`
   has already refused ``..``, encoded dot segments, NUL and a segment that
   decodes to ``/``): what is matched, what the site's access rules saw and
@@ -38,6 +39,7 @@ __all__ = [
     "VIA",
     "Routes",
     "forwarded_for",
+    "mount_prefixes",
     "request_fields",
     "response_fields",
     "upgrade_token",
@@ -77,25 +79,56 @@ VIA: Final = b"1.1 serverio"
 
 
 class Routes:
-    """The configured routes, longest prefix first."""
+    """The configured routes, longest prefix first, and the mounts they
+    share the path space with.
+
+    The routing precedence (docs/features.md "Reverse proxy", one rule for
+    both): the longest matching prefix among the proxy routes and the
+    mounts wins, a proxy route winning a tie.  ``mounts`` are the mounts'
+    absolute routes as segment tuples (``-d DIR`` at ``--route-prefix``,
+    ``()`` without one, and each ``--mount`` below it: :func:`mount_prefixes`);
+    a mount longer than the proxy route that matched takes the request
+    (:meth:`match` says None: the files answer it)."""
 
     __slots__ = ("_by_length",)
 
-    def __init__(self, routes: Iterable[ProxyRoute]) -> None:
+    def __init__(
+        self, routes: Iterable[ProxyRoute], mounts: Iterable[tuple[str, ...]] = ()
+    ) -> None:
         keyed = [(tuple(s for s in r.prefix.split("/") if s), r) for r in routes]
         keyed.sort(key=lambda kr: len(kr[0]), reverse=True)
-        self._by_length = tuple(keyed)
+        shadows = sorted(set(mounts), key=len, reverse=True)
+        # Each route with the mounts longer than its prefix (usually none:
+        # the plain case pays nothing for mounts).
+        self._by_length = tuple(
+            (prefix, route, tuple(m for m in shadows if len(m) > len(prefix)))
+            for prefix, route in keyed
+        )
 
     def __bool__(self) -> bool:
         return bool(self._by_length)
 
     def match(self, segments: Sequence[str]) -> ProxyRoute | None:
-        """The route with the longest prefix ``segments`` starts with."""
-        for prefix, route in self._by_length:
+        """The route with the longest prefix ``segments`` starts with; None
+        when none does, or when a longer mount prefix does (the mount wins)."""
+        for prefix, route, longer in self._by_length:
             n = len(prefix)
             if len(segments) >= n and tuple(segments[:n]) == prefix:
+                for mount in longer:
+                    if len(segments) >= len(mount) and tuple(segments[: len(mount)]) == mount:
+                        return None
                 return route
         return None
+
+
+def mount_prefixes(mounts: Iterable[str], route_prefix: str | None) -> tuple[tuple[str, ...], ...]:
+    """The mounts' absolute routes as segment tuples: ``-d DIR`` at
+    ``route_prefix`` (``()`` for ``/``) and each ``--mount`` route (already
+    normalised: ``/docs``) below it.  Empty without mounts or a prefix (the
+    one root at ``/`` never outranks a proxy route: a route wins a tie)."""
+    base = tuple(s for s in (route_prefix or "").split("/") if s)
+    table = [base + tuple(s for s in route.split("/") if s) for route in mounts]
+    return tuple([base, *table]) if base or table else ()
 
 
 def upstream_target(route: ProxyRoute, target: Target) -> bytes:

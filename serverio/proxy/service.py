@@ -2,8 +2,9 @@
 
 One exchange, as :meth:`ProxyService.forward` runs it:
 
-1. the route's in-flight slot (:meth:`Pool.try_acquire`; none free: 503 at
-   once, nothing queued);
+1. the route's in-flight slot (:meth:`Pool.try_acquire`, no wait; none
+   free: :meth:`Pool.acquire` waits in the route's bounded queue,
+   ``--proxy-queue`` / ``--proxy-queue-timeout``, then 503);
 2. a connection: a pooled keep-alive one, or a new one within
    ``--proxy-connect-timeout`` (refused: 502; too slow: 504);
 3. the request, re-serialised by h11 from the checked target and the
@@ -46,12 +47,13 @@ from collections.abc import Callable
 import h11
 import trio
 
-from ..config import Config, ProxyRoute
+from ..config import Config, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
+from ..pipeline.handler import watch_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
@@ -64,7 +66,14 @@ from .client import (
     only_cancelled,
     open_upstream,
 )
-from .routes import Routes, request_fields, response_fields, upgrade_token, upstream_target
+from .routes import (
+    Routes,
+    mount_prefixes,
+    request_fields,
+    response_fields,
+    upgrade_token,
+    upstream_target,
+)
 from .tunnel import TunnelGauge, UpstreamTunnel
 
 __all__ = ["Downstream", "ProxyService"]
@@ -76,13 +85,24 @@ _BODILESS = frozenset({204, 304})
 class ProxyService:
     """The configured routes, one :class:`Pool` per route."""
 
-    __slots__ = ("_fallback", "_networks", "_policy", "_stats", "pools", "routes", "tunnels")
+    __slots__ = (
+        "_deadlines",
+        "_fallback",
+        "_networks",
+        "_policy",
+        "_stats",
+        "pools",
+        "routes",
+        "tunnels",
+    )
 
     def __init__(self, config: Config, stats: ProxyStats, connect: Connect = open_upstream) -> None:
         policy = self._policy = config.proxy
         self._stats = stats
         self._networks = config.site.proxy_networks
-        self.routes = Routes(policy.routes)
+        files = config.files
+        mounts = mount_prefixes((route for route, _ in files.mounts), files.route_prefix)
+        self.routes = Routes(policy.routes, mounts)
         self._fallback = policy.fallback
         self.tunnels = TunnelGauge()  # open now (/metrics)
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
@@ -90,10 +110,17 @@ class ProxyService:
         # may also be a route's).
         self.pools = {
             _key(r, policy.fallback): Pool(
-                r, policy.proxy_max_inflight, policy.proxy_keepalive, stats, connect
+                r,
+                policy.proxy_max_inflight,
+                policy.proxy_keepalive,
+                stats,
+                connect,
+                policy.proxy_queue,
             )
             for r in every
         }
+        # Each route's deadlines: its [[proxy]] table's, else the options'.
+        self._deadlines = {_key(r, policy.fallback): Deadlines.of(r, policy) for r in every}
 
     def match(self, req: RequestFacts) -> ProxyRoute | None:
         """The route of ``req``'s path; else, with ``--proxy-fallback``, the
@@ -130,17 +157,22 @@ class ProxyService:
         connection is closed (never pooled) and the slot given back.
         """
         assert isinstance(route, ProxyRoute)
-        pool = self.pools[_key(route, self._fallback)]
+        key = _key(route, self._fallback)
+        pool = self.pools[key]
+        deadlines = self._deadlines[key]
         target = upstream_target(route, req.target)  # 400 for a backslash
         # A protocol switch (a WebSocket) is asked for only without content:
         # its bytes after the head belong to the new protocol.
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
         fields = self._fields(route, req, head, content, client, upgrade)
         if not pool.try_acquire():
-            raise HTTPError(503, "upstream busy")
-        total = trio.current_time() + self._policy.proxy_total_timeout
+            watch_client()  # a wait for a slot: a client that leaves meanwhile is let go
+            if not await pool.acquire(self._policy.proxy_queue_timeout):
+                raise HTTPError(503, "upstream busy")
+        total = trio.current_time() + deadlines.total
         try:
-            conn, response = await self._exchange(pool, req, target, fields, content, total)
+            up = (req, target, fields, content)
+            conn, response = await self._exchange(pool, up, deadlines, total)
         except BaseException:
             pool.release()
             raise
@@ -149,7 +181,8 @@ class ProxyService:
             if response.status_code == 101:
                 return self._tunnel(pool, route, conn, response)
         # From here the Downstream owns the connection and the slot.
-        plan, body = await self._answer(pool, route, req, head.version, conn, response, total)
+        down = Downstream(pool, conn, self._stats, deadlines.idle, total)
+        plan, body = await self._answer(down, route, req, head.version, response)
         if upgrade is not None and not plan.close:
             # Declined (RFC 9110 §7.8: the upstream answered as if no
             # Upgrade was sent): the answer is passed on, and the client's
@@ -199,7 +232,7 @@ class ProxyService:
             peer=peer,
             trusted=trusted,
             tls=req.tls,
-            rewrite_host=self._policy.proxy_host == "upstream",
+            rewrite_host=(route.host_mode or self._policy.proxy_host) == "upstream",
             length=content.declared if content is not None else None,
             has_content=content is not None,
             upgrade=upgrade,
@@ -208,15 +241,14 @@ class ProxyService:
     async def _exchange(
         self,
         pool: Pool,
-        req: RequestFacts,
-        target: bytes,
-        fields: list[tuple[bytes, bytes]],
-        content: Upload | None,
+        up: tuple[RequestFacts, bytes, list[tuple[bytes, bytes]], Upload | None],
+        deadlines: Deadlines,
         total: float,
     ) -> tuple[UpstreamConn, h11.Response | h11.InformationalResponse]:
-        """Steps 2-4: a connection, the request sent, the response head."""
+        """Steps 2-4: a connection, the request (its facts, the target and
+        fields to send, its content) sent, the response head."""
+        req, target, fields, content = up
         stats = self._stats
-        policy = self._policy
         for attempt in (0, 1):
             conn: UpstreamConn | None = None
             head_by: float | None = None
@@ -228,7 +260,8 @@ class ProxyService:
                 with trio.move_on_at(total) as whole:
                     conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
-                        with trio.move_on_after(policy.proxy_connect_timeout) as connecting:
+                        watch_client()  # a connect may take up to its deadline
+                        with trio.move_on_after(deadlines.connect) as connecting:
                             conn = await pool.checkout(fresh=True)
                         if conn is None:
                             assert connecting.cancelled_caught
@@ -237,15 +270,15 @@ class ProxyService:
                     stats.requests += 1
                     if content is None:
                         await conn.send_request(req.method, target, fields, None, stats)
-                        head_by = trio.current_time() + policy.proxy_head_timeout
+                        head_by = trio.current_time() + deadlines.head
                         if head_by < total:
                             whole.deadline = head_by
-                        return conn, await conn.read_head()
+                        return conn, await _read_head(conn)
                     # With content: sent while the head is read (an early
                     # answer stops it); exchange keeps its own head deadline.
-                    up = (req.method, target, fields)
-                    timeout = policy.proxy_head_timeout
-                    head = await exchange(conn, up, content, stats, timeout)
+                    watch_client()  # an upload takes as long as the client
+                    sent = (req.method, target, fields)
+                    head = await exchange(conn, sent, content, stats, deadlines.head)
                     if head is not None:
                         return conn, head
                     stats.timeouts_head += 1
@@ -281,18 +314,16 @@ class ProxyService:
 
     async def _answer(
         self,
-        pool: Pool,
+        down: Downstream,
         route: ProxyRoute,
         req: RequestFacts,
         version: bytes,
-        conn: UpstreamConn,
         response: h11.Response | h11.InformationalResponse,
-        total: float,
     ) -> tuple[Plan, Body]:
-        """Step 5: the plan and its streamed body (the slot goes with it)."""
+        """Step 5: the plan and its streamed body (``down`` owns the
+        connection and the slot)."""
         fields, length = response_fields(route, response.headers)
         status = response.status_code
-        down = Downstream(pool, conn, self._stats, self._policy.proxy_idle_timeout, total)
         if req.method == b"HEAD" or status in _BODILESS:
             # No content (h11 knows it too): read to the end of the message
             # so that the connection can be pooled.
@@ -316,6 +347,47 @@ class ProxyService:
 
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
 
+# How long an upstream may take to answer before the client is watched
+# (pipeline.handler.watch_client: a helper task that notices a client that
+# goes away).  Most answers come sooner and never pay for the watcher; a
+# client gone during the first WATCH_GRACE is noticed WATCH_GRACE late.
+WATCH_GRACE = 0.05
+
+
+async def _read_head(conn: UpstreamConn) -> h11.Response | h11.InformationalResponse:
+    """The response head; past :data:`WATCH_GRACE` with the client watched.
+    Cancellation handling: a read cut by the grace loses nothing (trio's
+    ``receive_some`` is cancel-safe: no bytes are taken) and goes on."""
+    with trio.move_on_after(WATCH_GRACE):
+        return await conn.read_head()
+    watch_client()
+    return await conn.read_head()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Deadlines:
+    """One route's deadlines in seconds: connect, response head, idle
+    between body chunks, the whole exchange."""
+
+    connect: float
+    head: float
+    idle: float
+    total: float
+
+    @classmethod
+    def of(cls, route: ProxyRoute, policy: ProxyPolicy) -> Deadlines:
+        """The route's own ([[proxy]] table) where set, else the options'."""
+
+        def pick(own: float | None, default: float) -> float:
+            return default if own is None else own
+
+        return cls(
+            pick(route.connect_timeout, policy.proxy_connect_timeout),
+            pick(route.head_timeout, policy.proxy_head_timeout),
+            pick(route.idle_timeout, policy.proxy_idle_timeout),
+            pick(route.total_timeout, policy.proxy_total_timeout),
+        )
+
 
 def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
     return "" if route is fallback else route.prefix
@@ -337,11 +409,12 @@ class Downstream:
     It owns the upstream connection and the pool slot until the end of the
     message (pooled) or :meth:`close` / a failure (closed)."""
 
-    __slots__ = ("_conn", "_idle", "_pool", "_stats", "_total", "done")
+    __slots__ = ("_conn", "_held", "_idle", "_pool", "_stats", "_total", "done")
 
     def __init__(
         self, pool: Pool, conn: UpstreamConn, stats: ProxyStats, idle: float, total: float
     ) -> None:
+        self._held: h11.Event | None = None  # an event ready_chunk took but did not use
         self._pool = pool
         self._conn = conn
         self._stats = stats
@@ -363,7 +436,9 @@ class Downstream:
             try:
                 # What was already read needs no wait, so no deadline scope
                 # (a small response's head, body and end come in one read).
-                event = self._conn.buffered_event()
+                event, self._held = self._held, None
+                if event is None:
+                    event = self._conn.buffered_event()
                 if event is None:
                     event = await self._receive()
             except UpstreamError as exc:
@@ -381,6 +456,29 @@ class Downstream:
             self._end(False)  # ConnectionClosed mid-body: h11 raised already, or this
             _count(stats, "reset")
             raise BodyCut("upstream closed")
+
+    def ready_chunk(self) -> bytes | None:
+        """The next chunk if the bytes already read hold it (no I/O, no
+        checkpoint: the transport sends it with the head in one write),
+        ``b""`` at the end, None when a read is needed or the next event
+        is anything else (:meth:`next_chunk` then deals with it)."""
+        if self.done:
+            return b""
+        try:
+            event = self._conn.buffered_event()
+        except UpstreamError:
+            return None  # h11 stays in ERROR: next_chunk raises it again as a cut
+        if isinstance(event, h11.Data) and event.data:
+            self._stats.bytes_down += len(event.data)
+            return bytes(event.data)
+        if isinstance(event, h11.EndOfMessage):
+            self._end(True)
+            return b""
+        if event is not None:
+            # Not a body chunk (an empty Data, a close): handled as the
+            # next pull, with its accounting.
+            self._held = event
+        return None
 
     async def _receive(self) -> h11.Event:
         """The next event, read within the idle and total deadlines
