@@ -48,6 +48,10 @@ window.ping = (text) => ws.send(text);
 """
 
 
+# The injected script's state: its event stream is open (in this document).
+STREAM_OPEN = "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
+
+
 def _page(n: int) -> str:
     return (
         "<!doctype html><html><head><link rel=stylesheet href=/style.css>"
@@ -86,8 +90,8 @@ async def test_fetch_and_a_websocket_through_the_proxy_across_edits(
             running_server(cfg) as (srv, port),
             _devtools(tmp_path / "profile-proxy") as tools,
         ):
-            proxy = srv.services.proxy
-            assert proxy is not None
+            proxy, live = srv.services.proxy, srv.live
+            assert proxy is not None and live is not None
             await tools.load(f"http://127.0.0.1:{port}/app.html")
             # fetch('/api/json') through the proxy: the upstream's JSON.
             await _until(tools, "window.__json !== null")
@@ -98,6 +102,13 @@ async def test_fetch_and_a_websocket_through_the_proxy_across_edits(
             await _echo(tools, "first")
             assert proxy.tunnels.open == 1
             # A stylesheet edit: swapped in place, the same socket echoes on.
+            # Only an edit made once the page's event stream is open can
+            # reach it (an edit before, while the script still waits for
+            # its Web Lock, is published to no one): the page says so once
+            # the stream's answer arrived, which the server sends after it
+            # subscribed the stream.
+            await _until(tools, STREAM_OPEN)
+            assert len(live.broadcast.subscribers) == 1
             await tools.evaluate("window.__sameDocument = 42")
             color = "getComputedStyle(document.getElementById('v')).color"
             (root / "style.css").write_text("p { color: rgb(0, 0, 255) }")
