@@ -59,6 +59,7 @@ from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
 from .client import (
     Connect,
+    Head,
     Pool,
     UpstreamConn,
     UpstreamError,
@@ -196,7 +197,7 @@ class ProxyService:
         pool: Pool,
         route: ProxyRoute,
         conn: UpstreamConn,
-        response: h11.Response | h11.InformationalResponse,
+        response: Head,
     ) -> tuple[Plan, Body]:
         """The upstream's 101: its filtered head, and the tunnel to run
         once it is sent (it owns the connection and the slot from here)."""
@@ -244,7 +245,7 @@ class ProxyService:
         up: tuple[RequestFacts, bytes, list[tuple[bytes, bytes]], Upload | None],
         deadlines: Deadlines,
         total: float,
-    ) -> tuple[UpstreamConn, h11.Response | h11.InformationalResponse]:
+    ) -> tuple[UpstreamConn, Head]:
         """Steps 2-4: a connection, the request (its facts, the target and
         fields to send, its content) sent, the response head."""
         req, target, fields, content = up
@@ -318,7 +319,7 @@ class ProxyService:
         route: ProxyRoute,
         req: RequestFacts,
         version: bytes,
-        response: h11.Response | h11.InformationalResponse,
+        response: Head,
     ) -> tuple[Plan, Body]:
         """Step 5: the plan and its streamed body (``down`` owns the
         connection and the slot)."""
@@ -354,7 +355,7 @@ _FILE_METHODS = frozenset({b"GET", b"HEAD"})
 WATCH_GRACE = 0.05
 
 
-async def _read_head(conn: UpstreamConn) -> h11.Response | h11.InformationalResponse:
+async def _read_head(conn: UpstreamConn) -> Head:
     """The response head; past :data:`WATCH_GRACE` with the client watched.
     Cancellation handling: a read cut by the grace loses nothing (trio's
     ``receive_some`` is cancel-safe: no bytes are taken) and goes on."""
@@ -414,7 +415,7 @@ class Downstream:
     def __init__(
         self, pool: Pool, conn: UpstreamConn, stats: ProxyStats, idle: float, total: float
     ) -> None:
-        self._held: h11.Event | None = None  # an event ready_chunk took but did not use
+        self._held: object = None  # an event ready_chunk took but did not use
         self._pool = pool
         self._conn = conn
         self._stats = stats
@@ -480,7 +481,7 @@ class Downstream:
             self._held = event
         return None
 
-    async def _receive(self) -> h11.Event:
+    async def _receive(self) -> object:
         """The next event, read within the idle and total deadlines
         (:class:`BodyCut` past one).  Cancellation handling: as :meth:`next_chunk`."""
         idle = trio.current_time() + self._idle
