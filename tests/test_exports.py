@@ -761,7 +761,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Deferred",
         "Handler",
         "prepare",
-        "watch_client",
+        "watching_client",
     ),
     "serverio.pipeline.hooks": (
         "Admit",

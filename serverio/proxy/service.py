@@ -53,7 +53,7 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.handler import watch_client
+from ..pipeline.handler import watching_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
@@ -167,8 +167,10 @@ class ProxyService:
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
         fields = self._fields(route, req, head, content, client, upgrade)
         if not pool.try_acquire():
-            watch_client()  # a wait for a slot: a client that leaves meanwhile is let go
-            if not await pool.acquire(self._policy.proxy_queue_timeout):
+            # A wait for a slot: a client that leaves meanwhile is let go.
+            async with watching_client():
+                acquired = await pool.acquire(self._policy.proxy_queue_timeout)
+            if not acquired:
                 raise HTTPError(503, "upstream busy")
         total = trio.current_time() + deadlines.total
         try:
@@ -261,9 +263,10 @@ class ProxyService:
                 with trio.move_on_at(total) as whole:
                     conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
-                        watch_client()  # a connect may take up to its deadline
-                        with trio.move_on_after(deadlines.connect) as connecting:
-                            conn = await pool.checkout(fresh=True)
+                        # A connect may take up to its deadline: watched.
+                        async with watching_client():
+                            with trio.move_on_after(deadlines.connect) as connecting:
+                                conn = await pool.checkout(fresh=True)
                         if conn is None:
                             assert connecting.cancelled_caught
                             stats.timeouts_connect += 1
@@ -277,9 +280,9 @@ class ProxyService:
                         return conn, await _read_head(conn)
                     # With content: sent while the head is read (an early
                     # answer stops it); exchange keeps its own head deadline.
-                    watch_client()  # an upload takes as long as the client
                     sent = (req.method, target, fields)
-                    head = await exchange(conn, sent, content, stats, deadlines.head)
+                    async with watching_client():  # an upload takes as long as the client
+                        head = await exchange(conn, sent, content, stats, deadlines.head)
                     if head is not None:
                         return conn, head
                     stats.timeouts_head += 1
@@ -349,8 +352,9 @@ class ProxyService:
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
 
 # How long an upstream may take to answer before the client is watched
-# (pipeline.handler.watch_client: a helper task that notices a client that
-# goes away).  Most answers come sooner and never pay for the watcher; a
+# (pipeline.handler.watching_client: a helper task that notices a client
+# that goes away, in a nursery of its own around the rest of the wait).
+# Most answers come sooner and never pay for the watcher or its nursery; a
 # client gone during the first WATCH_GRACE is noticed WATCH_GRACE late.
 WATCH_GRACE = 0.05
 
@@ -361,8 +365,8 @@ async def _read_head(conn: UpstreamConn) -> Head:
     ``receive_some`` is cancel-safe: no bytes are taken) and goes on."""
     with trio.move_on_after(WATCH_GRACE):
         return await conn.read_head()
-    watch_client()
-    return await conn.read_head()
+    async with watching_client():
+        return await conn.read_head()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
