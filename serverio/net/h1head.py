@@ -23,6 +23,7 @@ Three ways to a head, cheapest first; which one is the reader's business:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from collections.abc import Set as AbstractSet
@@ -372,32 +373,38 @@ class HeadReader:
         Cancellation handling: as :meth:`wait_watching`; an exception of
         the wrapped wait leaves its nursery bare (re-raised after it), so
         the step sees what it would have without the watch."""
-        watching = False
-
-        @asynccontextmanager
-        async def watched() -> AsyncIterator[None]:
-            nonlocal watching
-            if watching:
-                yield  # nested: already watched
-                return
-            watching = True
-            failure: BaseException | None = None
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(watch, step)
-                    try:
-                        yield
-                    except BaseException as exc:  # re-raised bare, below
-                        failure = exc
-                    nursery.cancel_scope.cancel()
-            finally:
-                watching = False
-            if failure is not None:
-                raise failure
-
         with trio.CancelScope() as step:
             try:
-                return await deferred.run_watched(watched), None
+                return await deferred.run_watched(
+                    functools.partial(_watched, [False], watch, step)
+                ), None
             except Exception as exc:  # PoolSaturated and friends: the caller's
                 return None, exc
         return None, None  # the watcher cancelled the step: the client went
+
+
+# The watcher's nursery around one wrapped wait (HeadReader._run_late);
+# decorated once here, bound per request with functools.partial (cheap).
+@asynccontextmanager
+async def _watched(
+    watching: list[bool],
+    watch: Callable[[trio.CancelScope], Awaitable[None]],
+    step: trio.CancelScope,
+) -> AsyncIterator[None]:
+    if watching[0]:
+        yield  # nested: already watched
+        return
+    watching[0] = True
+    failure: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, step)
+            try:
+                yield
+            except BaseException as exc:  # re-raised bare, below
+                failure = exc
+            nursery.cancel_scope.cancel()
+    finally:
+        watching[0] = False
+    if failure is not None:
+        raise failure
