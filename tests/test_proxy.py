@@ -524,3 +524,17 @@ async def test_a_client_that_leaves_while_queued_for_a_slot_is_let_go(root: Path
                 await trio.sleep(0.01)
         assert pool.inflight == 1  # still the first request's, nothing leaked
         assert len(up.seen) == 1  # the second never reached the upstream
+
+
+def test_peer_facts_are_canonical_and_trusted_only_inside_the_networks() -> None:
+    from ipaddress import ip_network
+
+    from serverio.proxy.service import _peer_facts
+
+    nets = (ip_network("192.0.2.0/24"), ip_network("2001:db8::/32"))
+    assert _peer_facts("::ffff:192.0.2.1", ()) == ("192.0.2.1", False)
+    assert _peer_facts("::ffff:192.0.2.1", nets) == ("192.0.2.1", True)
+    assert _peer_facts("2001:db8::1", nets) == ("2001:db8::1", True)
+    assert _peer_facts("198.51.100.1", nets) == ("198.51.100.1", False)
+    assert _peer_facts("-", nets) == ("-", False)  # not an address (a Unix socket)
+    assert _peer_facts("/run/s.sock", nets) == ("/run/s.sock", False)

@@ -41,13 +41,14 @@ upstream connection is never pooled mid-exchange.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 from collections.abc import Callable
 
 import h11
 import trio
 
-from ..config import Config, ProxyPolicy, ProxyRoute
+from ..config import Config, IPNetwork, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
@@ -218,13 +219,7 @@ class ProxyService:
         upgrade: bytes | None,
     ) -> list[tuple[bytes, bytes]]:
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
-        peer = normalize_address(peer_of())
-        trusted = False
-        if self._networks:
-            try:
-                trusted = trusts(self._networks, ipaddress.ip_address(peer))
-            except ValueError:
-                trusted = False  # not an address (a Unix socket's peer)
+        peer, trusted = _peer_facts(peer_of(), self._networks)
         host = head.authority
         if host is None:
             host = next((v for n, v in head.fields if n == b"host"), b"")
@@ -392,6 +387,20 @@ class Deadlines:
             pick(route.idle_timeout, policy.proxy_idle_timeout),
             pick(route.total_timeout, policy.proxy_total_timeout),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _peer_facts(peer: str, networks: tuple[IPNetwork, ...]) -> tuple[str, bool]:
+    """The peer's canonical address text, and whether it is a trusted
+    proxy (``--proxy-networks``); memoised: a pure function of a few
+    distinct peers, parsed once instead of per request."""
+    address = normalize_address(peer)
+    if not networks:
+        return address, False
+    try:
+        return address, trusts(networks, ipaddress.ip_address(address))
+    except ValueError:
+        return address, False  # not an address (a Unix socket's peer)
 
 
 def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
