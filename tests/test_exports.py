@@ -761,7 +761,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Deferred",
         "Handler",
         "prepare",
-        "watch_client",
+        "watching_client",
     ),
     "serverio.pipeline.hooks": (
         "Admit",
@@ -801,6 +801,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.proxy": ("ProxyService",),
     "serverio.proxy.client": (
         "Connect",
+        "Head",
         "Pool",
         "RECV_SIZE",
         "UpstreamConn",
@@ -919,6 +920,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "request_framing",
     ),
     "serverio.wire.fasthead": ("FastRequest", "HeadParser", "MAX_FIELDS", "parse_head"),
+    "serverio.wire.fastresponse": (
+        "DEFER",
+        "FastResponse",
+        "MAX_FIELDS",
+        "MAX_HEAD",
+        "ResponseReader",
+        "parse_response",
+    ),
     "serverio.wire.fields": (
         "EXTRA_FIELDS",
         "FACT_FIELDS",

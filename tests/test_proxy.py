@@ -481,7 +481,7 @@ class _Spawns(trio.abc.Instrument):
 
 async def test_a_quick_pooled_exchange_spawns_no_watcher_task(root: Path) -> None:
     # The client is watched (a helper task) only when the proxy is about
-    # to wait for long (pipeline.handler.watch_client): a pooled exchange
+    # to wait for long (pipeline.handler.watching_client): a pooled exchange
     # answered within WATCH_GRACE spawns no task at all.
     async with proxied(root) as (_up, srv, client):
         assert (await client.get("/api/json")).status == 200  # connects: watched
@@ -501,3 +501,40 @@ async def test_a_quick_pooled_exchange_spawns_no_watcher_task(root: Path) -> Non
         finally:
             trio.lowlevel.remove_instrument(spawns)
         assert r.status == 200 and spawns.spawned == 1
+
+
+async def test_a_client_that_leaves_while_queued_for_a_slot_is_let_go(root: Path) -> None:
+    # The wait for a slot is wrapped in watching_client: the watcher, in a
+    # nursery of its own around that wait only, notices the reset and
+    # cancels the whole step (the waiter leaves the queue holding no slot).
+    async with proxied(root, proxy_max_inflight=1) as (up, srv, client):
+        await client.send_raw(b"GET /api/never HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            await up.started.wait()
+        second = await connect(srv.addresses()[0][1])
+        await second.send_raw(b"GET /api/json HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert srv.env.handler.proxy is not None
+        pool = next(iter(srv.env.handler.proxy.pools.values()))  # type: ignore[attr-defined]
+        with trio.fail_after(5):
+            while pool.waiting == 0:  # noqa: ASYNC110 - state the server owns
+                await trio.sleep(0.01)
+        await reset(second)
+        with trio.fail_after(5):
+            while pool.waiting:  # noqa: ASYNC110 - state the server owns
+                await trio.sleep(0.01)
+        assert pool.inflight == 1  # still the first request's, nothing leaked
+        assert len(up.seen) == 1  # the second never reached the upstream
+
+
+def test_peer_facts_are_canonical_and_trusted_only_inside_the_networks() -> None:
+    from ipaddress import ip_network
+
+    from serverio.proxy.service import _peer_facts
+
+    nets = (ip_network("192.0.2.0/24"), ip_network("2001:db8::/32"))
+    assert _peer_facts("::ffff:192.0.2.1", ()) == ("192.0.2.1", False)
+    assert _peer_facts("::ffff:192.0.2.1", nets) == ("192.0.2.1", True)
+    assert _peer_facts("2001:db8::1", nets) == ("2001:db8::1", True)
+    assert _peer_facts("198.51.100.1", nets) == ("198.51.100.1", False)
+    assert _peer_facts("-", nets) == ("-", False)  # not an address (a Unix socket)
+    assert _peer_facts("/run/s.sock", nets) == ("/run/s.sock", False)

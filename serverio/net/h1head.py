@@ -23,8 +23,11 @@ Three ways to a head, cheapest first; which one is the reader's business:
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable
 from collections.abc import Set as AbstractSet
+from contextlib import asynccontextmanager
 from typing import Final
 
 import h11
@@ -293,8 +296,8 @@ class HeadReader:
 
         One helper task (the watcher) reads the socket while this task
         waits, so a client that hangs up is noticed now, not when the work
-        is done (``watch_late``, the proxy: only once the step calls
-        :func:`~serverio.pipeline.handler.watch_client`, before a long wait).
+        is done (``watch_late``, the proxy: only around the waits the step
+        wraps in :func:`~serverio.pipeline.handler.watching_client`).
         Pipelined bytes go to the parser's buffer; past one head's worth
         the watcher stops reading (backpressure).  It never writes.
 
@@ -337,24 +340,15 @@ class HeadReader:
             scope.cancel()
 
         try:
-            async with trio.open_nursery() as nursery:
-                watching = [False]
-
-                def start() -> None:  # now (or the step's watch_client())
-                    if not watching[0]:
-                        watching[0] = True
-                        nursery.start_soon(watch, nursery.cancel_scope)
-
-                if not deferred.watch_late:
-                    start()
-                try:
-                    if deferred.watch_late:
-                        result = await deferred.run_watched(start)
-                    else:
+            if deferred.watch_late:
+                result, error = await self._run_late(deferred, watch)
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, nursery.cancel_scope)
+                    try:
                         result = await deferred.run()
-                except Exception as exc:  # PoolSaturated and friends: re-raised below
-                    error = exc
-                if watching[0]:
+                    except Exception as exc:  # PoolSaturated and friends: re-raised below
+                        error = exc
                     nursery.cancel_scope.cancel()
         finally:
             deferred.close()
@@ -365,3 +359,52 @@ class HeadReader:
         if error is not None:
             raise error
         return result
+
+    async def _run_late(
+        self, deferred: Deferred, watch: Callable[[trio.CancelScope], Awaitable[None]]
+    ) -> tuple[Prepared | None, Exception | None]:
+        """``deferred`` (``watch_late``) in a plain cancel scope; the
+        watcher runs, in a nursery of its own, only around the waits the
+        step wraps in :func:`~serverio.pipeline.handler.watching_client`
+        (a nursery's exit is a scheduling round: an exchange that never
+        waits for long pays for none).  The watcher cancels the whole
+        step's scope when the client goes.
+
+        Cancellation handling: as :meth:`wait_watching`; an exception of
+        the wrapped wait leaves its nursery bare (re-raised after it), so
+        the step sees what it would have without the watch."""
+        with trio.CancelScope() as step:
+            try:
+                return await deferred.run_watched(
+                    functools.partial(_watched, [False], watch, step)
+                ), None
+            except Exception as exc:  # PoolSaturated and friends: the caller's
+                return None, exc
+        return None, None  # the watcher cancelled the step: the client went
+
+
+# The watcher's nursery around one wrapped wait (HeadReader._run_late);
+# decorated once here, bound per request with functools.partial (cheap).
+@asynccontextmanager
+async def _watched(
+    watching: list[bool],
+    watch: Callable[[trio.CancelScope], Awaitable[None]],
+    step: trio.CancelScope,
+) -> AsyncIterator[None]:
+    if watching[0]:
+        yield  # nested: already watched
+        return
+    watching[0] = True
+    failure: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, step)
+            try:
+                yield
+            except BaseException as exc:  # re-raised bare, below
+                failure = exc
+            nursery.cancel_scope.cancel()
+    finally:
+        watching[0] = False
+    if failure is not None:
+        raise failure

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -58,7 +58,7 @@ from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, 
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 
-__all__ = ["BodyStep", "Content", "Deferred", "Handler", "prepare", "watch_client"]
+__all__ = ["BodyStep", "Content", "Deferred", "Handler", "prepare", "watching_client"]
 
 log = logging.getLogger("serverio")
 
@@ -97,20 +97,29 @@ class Content(Protocol):
 BodyStep = Callable[[RequestFacts, Content, float], Awaitable[Plan | None]]
 
 
-# The transport's "start watching the client now" while a late-watched
-# Deferred runs (HTTP/1.1's disconnect watcher, started on demand); None
-# elsewhere (HTTP/2 needs none: RST_STREAM cancels the stream's task).
-_WATCH: ContextVar[Callable[[], None] | None] = ContextVar("serverio_watch", default=None)
+# The transport's "watch the client during this wait" while a late-watched
+# Deferred runs (HTTP/1.1's disconnect watcher, for the span of one wait);
+# None elsewhere (HTTP/2 needs none: RST_STREAM cancels the stream's task).
+_Watch = Callable[[], AbstractAsyncContextManager[None]]
+_WATCH: ContextVar[_Watch | None] = ContextVar("serverio_watch", default=None)
 
 
-def watch_client() -> None:
-    """Ask the transport to watch the client from now on (idempotent; a
+@asynccontextmanager
+async def watching_client() -> AsyncIterator[None]:
+    """The client is watched while the block runs (nested: watched once; a
     no-op outside a late-watched :class:`Deferred`).  A step that is about
-    to wait for long calls it first, so that a client that goes away
-    during the wait cancels the step."""
-    start = _WATCH.get()
-    if start is not None:
-        start()
+    to wait for long wraps the wait in it, so that a client that goes away
+    meanwhile cancels the step; a step that never waits for long never
+    pays for the watcher's task and nursery.
+
+    Cancellation handling: a client gone during the block cancels the
+    whole step (the transport's scope around it), not only the block."""
+    watch = _WATCH.get()
+    if watch is None:
+        yield
+        return
+    async with watch():
+        yield
 
 
 class Deferred:
@@ -120,11 +129,11 @@ class Deferred:
     takes it over; :meth:`close` releases it if ``run`` is never called.
 
     ``watch_late``: the step says itself when the client must be watched
-    (:func:`watch_client`, before any long wait) instead of the transport
-    watching from the start.  A helper task per request costs more than a
-    short step (the proxy's pooled exchange: ~290 K instructions of
-    ~1.37 M, docs/performance.md "Reverse proxy"); a step that waits
-    briefly never pays it.
+    (:func:`watching_client`, around each long wait) instead of the
+    transport watching from the start.  A helper task and its nursery per
+    request cost more than a short step (the proxy's pooled exchange,
+    docs/performance.md "Reverse proxy"); a step that waits briefly never
+    pays them.
     """
 
     __slots__ = ("_held", "_step", "watch_late")
@@ -140,9 +149,9 @@ class Deferred:
         self._held = held
         self.watch_late = watch_late
 
-    async def run_watched(self, start: Callable[[], None]) -> Prepared:
-        """:meth:`run` with ``start`` as this task's :func:`watch_client`."""
-        token = _WATCH.set(start)
+    async def run_watched(self, watch: _Watch) -> Prepared:
+        """:meth:`run` with ``watch`` behind this task's :func:`watching_client`."""
+        token = _WATCH.set(watch)
         try:
             return await self.run()
         finally:

@@ -32,10 +32,12 @@ import trio
 
 from ..config import ProxyRoute
 from ..observe.stats import ProxyStats
+from ..wire.fastresponse import DEFER, FastResponse, ResponseReader
 
 __all__ = [
     "RECV_SIZE",
     "Connect",
+    "Head",
     "Pool",
     "UpstreamConn",
     "UpstreamError",
@@ -48,6 +50,9 @@ RECV_SIZE: Final = 65536
 # Plain sockets take os.write on POSIX (the upstream send's fast path, as
 # the client side's in net/emit.py); elsewhere trio's send_all does it all.
 _FD_IO: Final = os.name == "posix"
+
+# A response head: from the fast reader or from h11.
+Head = h11.Response | h11.InformationalResponse | FastResponse
 
 # How the pool opens a connection to a route's upstream (tests hand in
 # memory streams).
@@ -130,7 +135,17 @@ def close_stream(stream: trio.abc.Stream) -> None:
 class UpstreamConn:
     """One upstream connection (one task uses it at a time)."""
 
-    __slots__ = ("_eof", "_sock", "closed", "h11", "once", "received", "reused", "stream")
+    __slots__ = (
+        "_eof",
+        "_fast",
+        "_sock",
+        "closed",
+        "h11",
+        "once",
+        "received",
+        "reused",
+        "stream",
+    )
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -143,6 +158,9 @@ class UpstreamConn:
         self.closed = False
         self.once = False  # never pooled (a request that asked to switch protocols)
         self._eof = False
+        # The response's fast reader (serverio.wire.fastresponse) until it
+        # defers to h11; None: h11 reads it all.
+        self._fast: ResponseReader | None = None
 
     async def _send(self, data: bytes) -> None:
         """``data`` to the upstream.  Fast path: one non-blocking write of a
@@ -173,13 +191,20 @@ class UpstreamConn:
         send leaves the connection half-written; the caller closes it."""
         conn = self.h11
         self.received = 0
+        self._fast = None
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=fields))
             if content is None:
                 # The head and the end (no bytes without content) in one
                 # send: trio's send_all of b"" would still be a checkpoint,
                 # a scheduling round per request.
-                await self._send(head + conn.send(h11.EndOfMessage()))
+                data = head + conn.send(h11.EndOfMessage())
+                if method != b"HEAD" and conn.our_state is h11.DONE:
+                    # A complete request whose answer h11 would frame by
+                    # its own fields (not HEAD, no protocol switch asked):
+                    # the fast reader's case.
+                    self._fast = ResponseReader()
+                await self._send(data)
                 return
             await self._send(head)
             async for chunk in content:
@@ -197,9 +222,15 @@ class UpstreamConn:
             # H2Body / H1Body check that first; this is the last guard).
             raise UpstreamError("framing", str(exc)) from None
 
-    def buffered_event(self) -> h11.Event | None:
+    def buffered_event(self) -> h11.Event | FastResponse | None:
         """The next h11 event of the response if the bytes already read hold
         it, else None (no I/O, no checkpoint)."""
+        fast = self._fast
+        if fast is not None:
+            event = fast.event()
+            if event is not DEFER:
+                return event  # type: ignore[return-value]  # FastResponse, Data, EndOfMessage, None
+            self._handoff(fast)
         conn = self.h11
         try:
             event = conn.next_event()
@@ -215,10 +246,17 @@ class UpstreamConn:
         assert not isinstance(event, type)
         return event
 
-    async def next_event(self) -> h11.Event:
-        """The next h11 event of the response, reading as needed.
+    def _handoff(self, fast: ResponseReader) -> None:
+        """The fast reader declined: h11 reads the rest (a fresh h11 for a
+        body's rest: the connection is then never reused)."""
+        self._fast = None
+        self.h11, fresh = fast.handoff(self.h11)
+        if fresh:
+            self.once = True
+
+    async def next_event(self) -> h11.Event | FastResponse:
+        """The next event of the response, reading as needed.
         Cancellation handling: as :meth:`send_request`."""
-        conn = self.h11
         while True:
             event = self.buffered_event()
             if event is not None:
@@ -230,16 +268,19 @@ class UpstreamConn:
             self.received += len(data)
             if not data:
                 self._eof = True
-            conn.receive_data(bytes(data))
+            if self._fast is not None:
+                self._fast.feed(bytes(data))
+            else:
+                self.h11.receive_data(bytes(data))
 
-    async def read_head(self) -> h11.Response | h11.InformationalResponse:
+    async def read_head(self) -> Head:
         """The final response head (1xx informational heads are skipped),
         or the ``101 Switching Protocols`` that accepts a protocol switch
         this connection's request asked for (h11 then holds both sides in
         SWITCHED_PROTOCOL: the bytes past the head are :attr:`trailing`)."""
         while True:
             event = await self.next_event()
-            if isinstance(event, h11.Response):
+            if isinstance(event, (h11.Response, FastResponse)):
                 return event
             if isinstance(event, h11.InformationalResponse):
                 if event.status_code == 101 and self.switched:
@@ -263,15 +304,29 @@ class UpstreamConn:
         and the request did not ask to switch protocols (an upstream that
         declined may still hold state for it: such a connection is used once)."""
         conn = self.h11
-        return not self.once and conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        if self.once or conn.our_state is not h11.DONE:
+            return False
+        fast = self._fast
+        if fast is None:
+            return conn.their_state is h11.DONE
+        # The fast reader read it all, nothing past its end, keep-alive.
+        head = fast.head
+        return fast.phase == 2 and not fast.leftover and head is not None and head.keep_alive
+
+    def next_cycle(self) -> None:
+        """Ready for the next exchange (after a :attr:`reusable` one): h11's
+        next cycle, or a new h11 when the fast reader read the response
+        (h11 never saw it)."""
+        if self._fast is not None:
+            self._fast = None
+            self.h11 = h11.Connection(h11.CLIENT)
+        else:
+            self.h11.start_next_cycle()
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             close_stream(self.stream)
-
-
-Head = h11.Response | h11.InformationalResponse
 
 
 async def exchange(
@@ -450,7 +505,7 @@ class Pool:
         """After the exchange: pooled when complete and keep-alive, and the
         pool has room; closed otherwise."""
         if not conn.closed and conn.reusable and len(self.idle) < self.keep:
-            conn.h11.start_next_cycle()
+            conn.next_cycle()
             self.idle.append(conn)
             return
         self.discard(conn)

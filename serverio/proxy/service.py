@@ -41,24 +41,26 @@ upstream connection is never pooled mid-exchange.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 from collections.abc import Callable
 
 import h11
 import trio
 
-from ..config import Config, ProxyPolicy, ProxyRoute
+from ..config import Config, IPNetwork, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.handler import watch_client
+from ..pipeline.handler import watching_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
 from .client import (
     Connect,
+    Head,
     Pool,
     UpstreamConn,
     UpstreamError,
@@ -166,8 +168,10 @@ class ProxyService:
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
         fields = self._fields(route, req, head, content, client, upgrade)
         if not pool.try_acquire():
-            watch_client()  # a wait for a slot: a client that leaves meanwhile is let go
-            if not await pool.acquire(self._policy.proxy_queue_timeout):
+            # A wait for a slot: a client that leaves meanwhile is let go.
+            async with watching_client():
+                acquired = await pool.acquire(self._policy.proxy_queue_timeout)
+            if not acquired:
                 raise HTTPError(503, "upstream busy")
         total = trio.current_time() + deadlines.total
         try:
@@ -196,7 +200,7 @@ class ProxyService:
         pool: Pool,
         route: ProxyRoute,
         conn: UpstreamConn,
-        response: h11.Response | h11.InformationalResponse,
+        response: Head,
     ) -> tuple[Plan, Body]:
         """The upstream's 101: its filtered head, and the tunnel to run
         once it is sent (it owns the connection and the slot from here)."""
@@ -215,13 +219,7 @@ class ProxyService:
         upgrade: bytes | None,
     ) -> list[tuple[bytes, bytes]]:
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
-        peer = normalize_address(peer_of())
-        trusted = False
-        if self._networks:
-            try:
-                trusted = trusts(self._networks, ipaddress.ip_address(peer))
-            except ValueError:
-                trusted = False  # not an address (a Unix socket's peer)
+        peer, trusted = _peer_facts(peer_of(), self._networks)
         host = head.authority
         if host is None:
             host = next((v for n, v in head.fields if n == b"host"), b"")
@@ -244,7 +242,7 @@ class ProxyService:
         up: tuple[RequestFacts, bytes, list[tuple[bytes, bytes]], Upload | None],
         deadlines: Deadlines,
         total: float,
-    ) -> tuple[UpstreamConn, h11.Response | h11.InformationalResponse]:
+    ) -> tuple[UpstreamConn, Head]:
         """Steps 2-4: a connection, the request (its facts, the target and
         fields to send, its content) sent, the response head."""
         req, target, fields, content = up
@@ -260,9 +258,10 @@ class ProxyService:
                 with trio.move_on_at(total) as whole:
                     conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
-                        watch_client()  # a connect may take up to its deadline
-                        with trio.move_on_after(deadlines.connect) as connecting:
-                            conn = await pool.checkout(fresh=True)
+                        # A connect may take up to its deadline: watched.
+                        async with watching_client():
+                            with trio.move_on_after(deadlines.connect) as connecting:
+                                conn = await pool.checkout(fresh=True)
                         if conn is None:
                             assert connecting.cancelled_caught
                             stats.timeouts_connect += 1
@@ -276,9 +275,9 @@ class ProxyService:
                         return conn, await _read_head(conn)
                     # With content: sent while the head is read (an early
                     # answer stops it); exchange keeps its own head deadline.
-                    watch_client()  # an upload takes as long as the client
                     sent = (req.method, target, fields)
-                    head = await exchange(conn, sent, content, stats, deadlines.head)
+                    async with watching_client():  # an upload takes as long as the client
+                        head = await exchange(conn, sent, content, stats, deadlines.head)
                     if head is not None:
                         return conn, head
                     stats.timeouts_head += 1
@@ -318,7 +317,7 @@ class ProxyService:
         route: ProxyRoute,
         req: RequestFacts,
         version: bytes,
-        response: h11.Response | h11.InformationalResponse,
+        response: Head,
     ) -> tuple[Plan, Body]:
         """Step 5: the plan and its streamed body (``down`` owns the
         connection and the slot)."""
@@ -348,20 +347,21 @@ class ProxyService:
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
 
 # How long an upstream may take to answer before the client is watched
-# (pipeline.handler.watch_client: a helper task that notices a client that
-# goes away).  Most answers come sooner and never pay for the watcher; a
+# (pipeline.handler.watching_client: a helper task that notices a client
+# that goes away, in a nursery of its own around the rest of the wait).
+# Most answers come sooner and never pay for the watcher or its nursery; a
 # client gone during the first WATCH_GRACE is noticed WATCH_GRACE late.
 WATCH_GRACE = 0.05
 
 
-async def _read_head(conn: UpstreamConn) -> h11.Response | h11.InformationalResponse:
+async def _read_head(conn: UpstreamConn) -> Head:
     """The response head; past :data:`WATCH_GRACE` with the client watched.
     Cancellation handling: a read cut by the grace loses nothing (trio's
     ``receive_some`` is cancel-safe: no bytes are taken) and goes on."""
     with trio.move_on_after(WATCH_GRACE):
         return await conn.read_head()
-    watch_client()
-    return await conn.read_head()
+    async with watching_client():
+        return await conn.read_head()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -389,6 +389,20 @@ class Deadlines:
         )
 
 
+@functools.lru_cache(maxsize=1024)
+def _peer_facts(peer: str, networks: tuple[IPNetwork, ...]) -> tuple[str, bool]:
+    """The peer's canonical address text, and whether it is a trusted
+    proxy (``--proxy-networks``); memoised: a pure function of a few
+    distinct peers, parsed once instead of per request."""
+    address = normalize_address(peer)
+    if not networks:
+        return address, False
+    try:
+        return address, trusts(networks, ipaddress.ip_address(address))
+    except ValueError:
+        return address, False  # not an address (a Unix socket's peer)
+
+
 def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
     return "" if route is fallback else route.prefix
 
@@ -414,7 +428,7 @@ class Downstream:
     def __init__(
         self, pool: Pool, conn: UpstreamConn, stats: ProxyStats, idle: float, total: float
     ) -> None:
-        self._held: h11.Event | None = None  # an event ready_chunk took but did not use
+        self._held: object = None  # an event ready_chunk took but did not use
         self._pool = pool
         self._conn = conn
         self._stats = stats
@@ -480,7 +494,7 @@ class Downstream:
             self._held = event
         return None
 
-    async def _receive(self) -> h11.Event:
+    async def _receive(self) -> object:
         """The next event, read within the idle and total deadlines
         (:class:`BodyCut` past one).  Cancellation handling: as :meth:`next_chunk`."""
         idle = trio.current_time() + self._idle
