@@ -850,10 +850,26 @@ async def _fsstall(server: ServerProcess, fs: Any, workers: int, queue: int, ext
     await get(server.port, "/hello.txt")
     fs.block()
     hung: list[trio.SocketStream] = []
-    for i in range(n):
+
+    async def hang(i: int) -> None:
         s = await trio.open_tcp_stream(HOST, server.port)
         await s.send_all(f"GET /f{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n".encode())
         hung.append(s)
+
+    # The first `workers` clients take the pool's threads before the rest
+    # are queued, so the clients that give up below (the first half)
+    # include requests whose threads are running: those threads are the
+    # ones abandoned and late-closed. Sent all at once, which requests get
+    # a thread depends on scheduling, and the first half could all be
+    # queued ones (cancelled while waiting, nothing to late-close).
+    for i in range(workers):
+        await hang(i)
+    with trio.move_on_after(20):
+        # Polls the FUSE layer's count: there is no event to wait on here.
+        while (await trio.to_thread.run_sync(fs.stats))["blocked"] < workers:  # noqa: ASYNC110
+            await trio.sleep(0.02)
+    for i in range(workers, n):
+        await hang(i)
 
     def saturated() -> bool:
         # A pool thread counts as running when it starts; it reaches the
