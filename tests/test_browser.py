@@ -100,6 +100,12 @@ async def test_listing_in_headless_chromium(root: Path, tmp_path: Path) -> None:
 # ------------------------------------------------ hostile names, clicked
 
 
+# The live-reload script's state (serverio/live/script.py): its event
+# stream is open in the current document. Browser tests that edit a file
+# wait for it: an edit before is published to no stream of that page.
+LIVE_STREAM_OPEN = "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
+
+
 class _DevTools:
     """A minimal Chrome DevTools Protocol client over ``--remote-debugging-pipe``
     (JSON messages separated by NUL on fds 3 and 4: no websocket needed)."""

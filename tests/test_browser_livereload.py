@@ -19,7 +19,7 @@ import trio
 from serverio.net.server import Server
 
 from .conftest import make_config, running_server, wait_until
-from .test_browser import CHROMIUM, _DevTools, _devtools
+from .test_browser import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,13 +41,9 @@ async def _reloaded(tools: _DevTools, limit: float = 5.0) -> None:
         await tools.event("Page.loadEventFired")
 
 
-# The injected script's state: its event stream is open (in this document).
-STREAM_OPEN = "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
-
-
 async def _until_open(tools: _DevTools, limit: float = 5.0) -> None:
     with trio.fail_after(limit):
-        while not await tools.evaluate(STREAM_OPEN):  # noqa: ASYNC110 - browser state, no event
+        while not await tools.evaluate(LIVE_STREAM_OPEN):  # noqa: ASYNC110 - browser state, no event
             await trio.sleep(0.02)
 
 

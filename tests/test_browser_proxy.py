@@ -28,7 +28,7 @@ import trio
 from tests.asgi_upstream import uvicorn_upstream
 
 from .conftest import make_config, running_server, wait_until
-from .test_browser import CHROMIUM, _DevTools, _devtools
+from .test_browser import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,10 +46,6 @@ ws.onopen = () => { window.__opened += 1; };
 ws.onmessage = (e) => { window.__echoes.push(e.data); };
 window.ping = (text) => ws.send(text);
 """
-
-
-# The injected script's state: its event stream is open (in this document).
-STREAM_OPEN = "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
 
 
 def _page(n: int) -> str:
@@ -107,7 +103,7 @@ async def test_fetch_and_a_websocket_through_the_proxy_across_edits(
             # its Web Lock, is published to no one): the page says so once
             # the stream's answer arrived, which the server sends after it
             # subscribed the stream.
-            await _until(tools, STREAM_OPEN)
+            await _until(tools, LIVE_STREAM_OPEN)
             assert len(live.broadcast.subscribers) == 1
             await tools.evaluate("window.__sameDocument = 42")
             color = "getComputedStyle(document.getElementById('v')).color"
