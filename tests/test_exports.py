@@ -816,6 +816,8 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "VIA",
         "forwarded_for",
         "mount_prefixes",
+        "plain_route",
+        "plain_value",
         "request_fields",
         "response_fields",
         "upgrade_token",

@@ -103,6 +103,23 @@ async def test_a_table_route_strips_its_prefix_and_edits_fields(root: Path) -> N
         assert r.header("cache-control") == "no-store" and r.header("server") is None
 
 
+async def test_a_configured_field_with_a_line_break_is_refused_by_h11(root: Path) -> None:
+    # Such a route is not plain (routes.plain_route): h11 checks every
+    # field of its requests, and the injection never reaches the upstream.
+    async with upstream() as up:
+        route = proxy_route(
+            "/svc", f"http://127.0.0.1:{up.port}", "test", set_up=(("X-Key", "k\r\nX-Evil: 1"),)
+        )
+        cfg = make_config(root, proxy_routes=(route,))
+        async with running_server(cfg) as (_, port):
+            client = await connect(port)
+            first = await client.get("/svc/json")
+            second = await client.get("/svc/json")  # the keep-alive client connection
+            await client.stream.aclose()
+        assert first.status == 502 and second.status == 502
+        assert up.seen == []
+
+
 async def test_an_unframed_upstream_body_is_streamed_chunked(root: Path) -> None:
     async with proxied(root) as (up, srv, client):
         r = await client.get("/api/stream?n=20&size=5000")
@@ -532,9 +549,11 @@ def test_peer_facts_are_canonical_and_trusted_only_inside_the_networks() -> None
     from serverio.proxy.service import _peer_facts
 
     nets = (ip_network("192.0.2.0/24"), ip_network("2001:db8::/32"))
-    assert _peer_facts("::ffff:192.0.2.1", ()) == ("192.0.2.1", False)
-    assert _peer_facts("::ffff:192.0.2.1", nets) == ("192.0.2.1", True)
-    assert _peer_facts("2001:db8::1", nets) == ("2001:db8::1", True)
-    assert _peer_facts("198.51.100.1", nets) == ("198.51.100.1", False)
-    assert _peer_facts("-", nets) == ("-", False)  # not an address (a Unix socket)
-    assert _peer_facts("/run/s.sock", nets) == ("/run/s.sock", False)
+    assert _peer_facts("::ffff:192.0.2.1", ()) == ("192.0.2.1", False, True)
+    assert _peer_facts("::ffff:192.0.2.1", nets) == ("192.0.2.1", True, True)
+    assert _peer_facts("2001:db8::1", nets) == ("2001:db8::1", True, True)
+    assert _peer_facts("198.51.100.1", nets) == ("198.51.100.1", False, True)
+    assert _peer_facts("-", nets) == ("-", False, True)  # not an address (a Unix socket)
+    assert _peer_facts("/run/s.sock", nets) == ("/run/s.sock", False, True)
+    # A peer text that is no plain field value (h11 then checks every field).
+    assert _peer_facts("/run/a b\nc", ()) == ("/run/a b\nc", False, False)

@@ -12,6 +12,8 @@ from serverio.http.target import parse_target
 from serverio.proxy.routes import (
     Routes,
     mount_prefixes,
+    plain_route,
+    plain_value,
     request_fields,
     response_fields,
     upstream_target,
@@ -248,3 +250,31 @@ def test_the_fd_reserve_counts_upstream_sockets() -> None:
         proxy_keepalive=4,
     ).validate()
     assert fd_reserve(cfg) == base + 3 * (10 + 4)
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        (b"", True),
+        (b"for=127.0.0.1;proto=http", True),
+        (b'"[::1]"', True),
+        (b"a b\tc", True),
+        (b" a", False),  # OWS is h11's to strip, never sent
+        (b"a ", False),
+        (b"a\r\nX-Injected: 1", False),
+        (b"a\nb", False),
+        (b"a\x00b", False),
+        (b"caf\xe9", False),  # obs-text: h11 accepts it, this check does not
+    ],
+)
+def test_a_plain_value_is_visible_ascii_words(value: bytes, plain: bool) -> None:
+    assert plain_value(value) is plain
+
+
+def test_a_route_whose_additions_are_not_plain_keeps_h11_checks() -> None:
+    assert plain_route(A) and plain_route(ROOT)
+    assert plain_route(proxy_route("/x", "http://127.0.0.1:1", "t", set_up=(("X-A", "b c"),)))
+    bad_value = proxy_route("/x", "http://127.0.0.1:1", "t", set_up=(("X-A", "b\r\nc: d"),))
+    bad_name = proxy_route("/x", "http://127.0.0.1:1", "t", set_up=(("X A", "b"),))
+    wide = proxy_route("/x", "http://127.0.0.1:1", "t", set_up=(("X-A", "\u2603"),))
+    assert not plain_route(bad_value) and not plain_route(bad_name) and not plain_route(wide)

@@ -185,27 +185,21 @@ class UpstreamConn:
         fields: list[tuple[bytes, bytes]],
         content: AsyncIterable[bytes] | None,
         stats: ProxyStats,
+        checked: bool = False,
     ) -> None:
         """The request head and its content, framed by h11 as ``fields`` say
         (Content-Length or chunked).  Cancellation handling: a cancelled
         send leaves the connection half-written; the caller closes it."""
+        if content is None:
+            rest = self.start_request(method, target, fields, checked)
+            if rest:
+                await self.send_rest(rest)
+            return
         conn = self.h11
         self.received = 0
         self._fast = None
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=fields))
-            if content is None:
-                # The head and the end (no bytes without content) in one
-                # send: trio's send_all of b"" would still be a checkpoint,
-                # a scheduling round per request.
-                data = head + conn.send(h11.EndOfMessage())
-                if method != b"HEAD" and conn.our_state is h11.DONE:
-                    # A complete request whose answer h11 would frame by
-                    # its own fields (not HEAD, no protocol switch asked):
-                    # the fast reader's case.
-                    self._fast = ResponseReader()
-                await self._send(data)
-                return
             await self._send(head)
             async for chunk in content:
                 out = conn.send(h11.Data(data=chunk))
@@ -221,6 +215,56 @@ class UpstreamConn:
             # The content did not match its declared length (the client's
             # H2Body / H1Body check that first; this is the last guard).
             raise UpstreamError("framing", str(exc)) from None
+
+    def start_request(
+        self,
+        method: bytes,
+        target: bytes,
+        fields: list[tuple[bytes, bytes]],
+        checked: bool = False,
+    ) -> bytes:
+        """A request without content, serialised by h11 (the head and its
+        end in one piece: one write) and written as far as the socket
+        takes it now, without a wait or a checkpoint; returns what is left
+        to send (``b""``: all of it, the usual case), for
+        :meth:`send_rest`.  Raises :class:`UpstreamError` (``reset``) when
+        the socket is gone.
+
+        ``checked``: every field name and value is known to match h11's
+        grammar (the caller's proof: parsed under it, or plain), so h11
+        skips its own field regexes (``_parsed``: what h11's reader does
+        with what it parsed); it still checks the method, the target and
+        the framing fields."""
+        conn = self.h11
+        self.received = 0
+        self._fast = None
+        try:
+            request = h11.Request(method=method, target=target, headers=fields, _parsed=checked)
+            data = conn.send(request) + conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise UpstreamError("framing", str(exc)) from None
+        if method != b"HEAD" and conn.our_state is h11.DONE:
+            # A complete request whose answer h11 would frame by its own
+            # fields (not HEAD, no protocol switch asked): the fast
+            # reader's case.
+            self._fast = ResponseReader()
+        if self._sock is None or (fd := self._sock.fileno()) < 0:  # -1 once closed
+            return data
+        try:
+            n = os.write(fd, data)
+        except BlockingIOError:
+            return data
+        except OSError as exc:
+            raise UpstreamError("reset", str(exc)) from None
+        return data[n:]
+
+    async def send_rest(self, data: bytes) -> None:
+        """What :meth:`start_request` left, with trio's waits.
+        Cancellation handling: as :meth:`send_request`."""
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise UpstreamError("reset", str(exc)) from None
 
     def buffered_event(self) -> h11.Event | FastResponse | None:
         """The next h11 event of the response if the bytes already read hold
@@ -261,8 +305,12 @@ class UpstreamConn:
             event = self.buffered_event()
             if event is not None:
                 return event
+            data: bytes | bytearray
             try:
-                data = await self.stream.receive_some(RECV_SIZE)
+                if self.received == 0 and self._sock is not None and not self._eof:
+                    data = await self._first_read(self._sock)
+                else:
+                    data = await self.stream.receive_some(RECV_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise UpstreamError("reset", str(exc)) from None
             self.received += len(data)
@@ -272,6 +320,25 @@ class UpstreamConn:
                 self._fast.feed(bytes(data))
             else:
                 self.h11.receive_data(bytes(data))
+
+    @staticmethod
+    async def _first_read(sock: trio.socket.SocketType) -> bytes:
+        """The first bytes of a response on a plain socket: a wait for them
+        (the request was just written: none are here yet), then one
+        ``os.read``; what trio's ``receive_some`` does, without its first
+        non-blocking try that fails and its wrapper layers.  Later reads
+        of the response use ``receive_some``, whose checkpoint on every
+        read keeps a long body from holding the event loop.
+        Cancellation handling: a cancelled wait takes no bytes."""
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            fd = sock.fileno()
+            if fd < 0:
+                raise trio.ClosedResourceError("the upstream socket was closed")
+            try:
+                return os.read(fd, RECV_SIZE)
+            except BlockingIOError:
+                continue  # a spurious wake-up
 
     async def read_head(self) -> Head:
         """The final response head (1xx informational heads are skipped),

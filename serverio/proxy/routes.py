@@ -26,6 +26,7 @@ No I/O and no event loop: a request's facts and a route in, fields out
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -40,6 +41,8 @@ __all__ = [
     "Routes",
     "forwarded_for",
     "mount_prefixes",
+    "plain_route",
+    "plain_value",
     "request_fields",
     "response_fields",
     "upgrade_token",
@@ -119,6 +122,33 @@ class Routes:
                         return None
                 return route
         return None
+
+
+# A field name (RFC 9110 §5.6.2 tchar) and a field value of visible ASCII
+# words with SP/HTAB runs inside: stricter than what h11 accepts (no
+# obs-text), so that what passes needs no second check by h11.
+_PLAIN_NAME: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+_PLAIN_VALUE: Final = re.compile(rb"(?:[!-~]++(?:[ \t]++[!-~]++)*+)?")
+
+
+def plain_value(value: bytes) -> bool:
+    """``value`` is a field value h11 would accept as it is (see above)."""
+    return _PLAIN_VALUE.fullmatch(value) is not None
+
+
+def plain_route(route: ProxyRoute) -> bool:
+    """What ``route`` adds to an upstream request by configuration (its
+    authority as Host, its set request fields) are plain field names and
+    values: the request fields need no second validation by h11 when
+    the client's were parsed under h11's grammar (the upstream client's
+    ``checked``).  Decided once per route, at start-up."""
+    try:
+        values = [route.authority.encode("ascii")]
+        values += [v.encode("latin-1") for _, v in route.set_up]
+        names = [n.encode("latin-1") for n, _ in route.set_up]
+    except UnicodeEncodeError:
+        return False
+    return all(map(plain_value, values)) and all(_PLAIN_NAME.fullmatch(n) for n in names)
 
 
 def mount_prefixes(mounts: Iterable[str], route_prefix: str | None) -> tuple[tuple[str, ...], ...]:

@@ -70,7 +70,10 @@ from .client import (
 )
 from .routes import (
     Routes,
+    forwarded_for,
     mount_prefixes,
+    plain_route,
+    plain_value,
     request_fields,
     response_fields,
     upgrade_token,
@@ -91,6 +94,7 @@ class ProxyService:
         "_deadlines",
         "_fallback",
         "_networks",
+        "_plain",
         "_policy",
         "_stats",
         "pools",
@@ -123,6 +127,8 @@ class ProxyService:
         }
         # Each route's deadlines: its [[proxy]] table's, else the options'.
         self._deadlines = {_key(r, policy.fallback): Deadlines.of(r, policy) for r in every}
+        # Each route's configured additions are plain (routes.plain_route).
+        self._plain = {_key(r, policy.fallback): plain_route(r) for r in every}
 
     def match(self, req: RequestFacts) -> ProxyRoute | None:
         """The route of ``req``'s path; else, with ``--proxy-fallback``, the
@@ -166,7 +172,12 @@ class ProxyService:
         # A protocol switch (a WebSocket) is asked for only without content:
         # its bytes after the head belong to the new protocol.
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
-        fields = self._fields(route, req, head, content, client, upgrade)
+        fields, checked = self._fields(route, req, head, content, client, upgrade)
+        # The fields need no second validation by h11 when the client's
+        # were parsed under h11's grammar (HTTP/1.1: serverio's fast head
+        # parser or h11 itself; HTTP/2's go through h11's checks) and what
+        # serverio adds is plain.
+        checked = checked and head.version != b"2" and self._plain[key]
         if not pool.try_acquire():
             # A wait for a slot: a client that leaves meanwhile is let go.
             async with watching_client():
@@ -175,7 +186,7 @@ class ProxyService:
                 raise HTTPError(503, "upstream busy")
         total = trio.current_time() + deadlines.total
         try:
-            up = (req, target, fields, content)
+            up = (req, target, fields, content, checked)
             conn, response = await self._exchange(pool, up, deadlines, total)
         except BaseException:
             pool.release()
@@ -217,13 +228,15 @@ class ProxyService:
         content: Upload | None,
         client: Callable[[], str],
         upgrade: bytes | None,
-    ) -> list[tuple[bytes, bytes]]:
+    ) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """The upstream request's fields, and whether the peer's address
+        (in Forwarded and X-Forwarded-For) is a plain field value."""
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
-        peer, trusted = _peer_facts(peer_of(), self._networks)
+        peer, trusted, plain = _peer_facts(peer_of(), self._networks)
         host = head.authority
         if host is None:
             host = next((v for n, v in head.fields if n == b"host"), b"")
-        return request_fields(
+        fields = request_fields(
             route,
             head.fields,
             host=host or route.authority.encode("ascii"),
@@ -235,28 +248,39 @@ class ProxyService:
             has_content=content is not None,
             upgrade=upgrade,
         )
+        return fields, plain
 
     async def _exchange(
         self,
         pool: Pool,
-        up: tuple[RequestFacts, bytes, list[tuple[bytes, bytes]], Upload | None],
+        up: tuple[RequestFacts, bytes, list[tuple[bytes, bytes]], Upload | None, bool],
         deadlines: Deadlines,
         total: float,
     ) -> tuple[UpstreamConn, Head]:
         """Steps 2-4: a connection, the request (its facts, the target and
         fields to send, its content) sent, the response head."""
-        req, target, fields, content = up
+        req, target, fields, content, checked = up
         stats = self._stats
         for attempt in (0, 1):
             conn: UpstreamConn | None = None
             head_by: float | None = None
             try:
+                conn = pool.reuse() if attempt == 0 else None
+                rest = b""
+                if conn is not None and content is None:
+                    # The usual case: a pooled connection, no content, and
+                    # a request the socket takes at once: one cancel scope
+                    # in all (_quick_head).
+                    stats.requests += 1
+                    rest = conn.start_request(req.method, target, fields, checked)
+                    if not rest:
+                        head_by = trio.current_time() + deadlines.head
+                        return conn, await _quick_head(conn, stats, head_by, total)
                 # One cancel scope for the exchange (each costs ~10 us on
                 # this path's budget): its deadline is the total's, moved
                 # earlier to the head timeout's once the request is sent; a
                 # pooled connection needs no connect deadline at all.
                 with trio.move_on_at(total) as whole:
-                    conn = pool.reuse() if attempt == 0 else None
                     if conn is None:
                         # A connect may take up to its deadline: watched.
                         async with watching_client():
@@ -266,13 +290,18 @@ class ProxyService:
                             assert connecting.cancelled_caught
                             stats.timeouts_connect += 1
                             raise HTTPError(504, "upstream connect timed out")
-                    stats.requests += 1
                     if content is None:
-                        await conn.send_request(req.method, target, fields, None, stats)
+                        if rest:
+                            await conn.send_rest(rest)  # its start_request went above
+                        else:
+                            stats.requests += 1
+                            method = req.method
+                            await conn.send_request(method, target, fields, None, stats, checked)
                         head_by = trio.current_time() + deadlines.head
                         if head_by < total:
                             whole.deadline = head_by
                         return conn, await _read_head(conn)
+                    stats.requests += 1
                     # With content: sent while the head is read (an early
                     # answer stops it); exchange keeps its own head deadline.
                     sent = (req.method, target, fields)
@@ -364,6 +393,31 @@ async def _read_head(conn: UpstreamConn) -> Head:
         return await conn.read_head()
 
 
+async def _quick_head(conn: UpstreamConn, stats: ProxyStats, head_by: float, total: float) -> Head:
+    """The response head to a request already sent, by ``head_by`` (the
+    head deadline) and ``total`` (the exchange's): 504 past the first of
+    them; past :data:`WATCH_GRACE` with the client watched.  One cancel
+    scope while the answer comes within the grace (its deadline the
+    grace's or the first deadline's), a second one only for an answer
+    that takes longer.
+
+    Cancellation handling: as :func:`_read_head`; the caller closes the
+    connection on a 504 or a cancellation."""
+    by = min(head_by, total)
+    grace = trio.current_time() + WATCH_GRACE
+    with trio.move_on_at(min(grace, by)):
+        return await conn.read_head()
+    if grace < by:  # the grace is over, the deadline is not
+        with trio.move_on_at(by):
+            async with watching_client():
+                return await conn.read_head()
+    if head_by <= total:
+        stats.timeouts_head += 1
+        raise HTTPError(504, "upstream response timed out")
+    stats.timeouts_total += 1
+    raise HTTPError(504, "upstream exchange timed out")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Deadlines:
     """One route's deadlines in seconds: connect, response head, idle
@@ -390,17 +444,19 @@ class Deadlines:
 
 
 @functools.lru_cache(maxsize=1024)
-def _peer_facts(peer: str, networks: tuple[IPNetwork, ...]) -> tuple[str, bool]:
-    """The peer's canonical address text, and whether it is a trusted
-    proxy (``--proxy-networks``); memoised: a pure function of a few
-    distinct peers, parsed once instead of per request."""
+def _peer_facts(peer: str, networks: tuple[IPNetwork, ...]) -> tuple[str, bool, bool]:
+    """The peer's canonical address text, whether it is a trusted proxy
+    (``--proxy-networks``), and whether its text is a plain field value
+    (:func:`~serverio.proxy.routes.plain_value`); memoised: a pure
+    function of a few distinct peers, parsed once instead of per request."""
     address = normalize_address(peer)
+    plain = plain_value(forwarded_for(address))
     if not networks:
-        return address, False
+        return address, False, plain
     try:
-        return address, trusts(networks, ipaddress.ip_address(address))
+        return address, trusts(networks, ipaddress.ip_address(address)), plain
     except ValueError:
-        return address, False  # not an address (a Unix socket's peer)
+        return address, False, plain  # not an address (a Unix socket's peer)
 
 
 def _key(route: ProxyRoute, fallback: ProxyRoute | None) -> str:
