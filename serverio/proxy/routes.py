@@ -26,6 +26,7 @@ No I/O and no event loop: a request's facts and a route in, fields out
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -79,6 +80,7 @@ _SET_UP: Final = frozenset(
     }
 )
 VIA: Final = b"1.1 serverio"
+_NOSNIFF_NAME: Final = NOSNIFF_FIELD[0]
 
 
 class Routes:
@@ -218,6 +220,8 @@ def forwarded_for(address: str) -> bytes:
 
 def _edit(out: Fields, remove: Sequence[str], sets: Sequence[tuple[str, str]]) -> Fields:
     """A route's own edits: removed names, then set fields (replacing)."""
+    if not remove and not sets:
+        return out  # the usual route edits nothing
     drop = {n.lower().encode("latin-1") for n in remove}
     drop.update(n.lower().encode("latin-1") for n, _ in sets)
     out = [(n, v) for n, v in out if n not in drop]
@@ -251,7 +255,8 @@ def request_fields(
     cookies: list[bytes] = []
     seen: dict[bytes, bytes] = {}
     for name, value in fields:
-        if _hop(name, named):
+        # _hop, inline (once per field of every proxied request)
+        if name in HOP_BY_HOP or name in named or name.startswith(b"proxy-"):
             continue
         if name in _SET_UP:
             if name not in seen:
@@ -265,10 +270,7 @@ def request_fields(
         out.append((name, value))
     if cookies:
         out.append((b"cookie", b"; ".join(cookies)))
-    proto = b"https" if tls else b"http"
-    me = forwarded_for(peer)
-    fwd = b"for=" + me + b";host=" + _token_or_quoted(host) + b";proto=" + proto
-    xff = me.strip(b'"').strip(b"[]")
+    fwd, xff, proto = _forwarding(peer, host, tls)
     if trusted:
         old = seen.get(b"forwarded")
         fwd = old + b", " + fwd if old else fwd
@@ -292,6 +294,16 @@ def request_fields(
     return _edit(out, route.remove_up, route.set_up)
 
 
+@functools.lru_cache(maxsize=1024)
+def _forwarding(peer: str, host: bytes, tls: bool) -> tuple[bytes, bytes, bytes]:
+    """This hop's Forwarded element, X-Forwarded-For and -Proto values;
+    memoised: a pure function of a few distinct (peer, Host, scheme)."""
+    proto = b"https" if tls else b"http"
+    me = forwarded_for(peer)
+    fwd = b"for=" + me + b";host=" + _token_or_quoted(host) + b";proto=" + proto
+    return fwd, me.strip(b'"').strip(b"[]"), proto
+
+
 def _token_or_quoted(value: bytes) -> bytes:
     """RFC 7239 §4: a host with ':' (a port, IPv6) is a quoted-string."""
     if all(c not in value for c in b':[]"\\ '):
@@ -313,13 +325,16 @@ def response_fields(
     # X-Content-Type-Options: nosniff on every response serverio sends
     # (docs/features.md), first as in every plan, unless the upstream chose
     # its own value (passed on as it is).
-    sniff = any(name == NOSNIFF_FIELD[0] for name, _ in fields)
-    out: Fields = [] if sniff else [NOSNIFF_FIELD]
+    sniff = False
+    out: Fields = [NOSNIFF_FIELD]
     length: int | None = None
     via: bytes | None = None
     for name, value in fields:
-        if _hop(name, named):
+        # _hop, inline (once per field of every proxied response)
+        if name in HOP_BY_HOP or name in named or name.startswith(b"proxy-"):
             continue
+        if name == _NOSNIFF_NAME:
+            sniff = True
         if name == b"content-length":
             length = int(value)  # h11 has checked it (one value, digits)
             continue
@@ -327,6 +342,8 @@ def response_fields(
             via = value if via is None else via + b", " + value
             continue
         out.append((name, value))
+    if sniff:
+        del out[0]  # the upstream's own, kept in its place
     out.append((b"via", via + b", " + VIA if via else VIA))
     if switched:
         upgrade = upgrade_token([(b"connection", b"upgrade"), *fields], b"1.1")
