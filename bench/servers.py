@@ -173,6 +173,19 @@ def _bare_plan(
     return LaunchPlan(argv=argv, cwd=workdir)
 
 
+def _relay_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if not spec.upstream:
+        return "the relay floor needs the proxy workloads' upstream"
+    if file is None:
+        return "the relay floor relays a single file; this workload requests several"
+    upstream = spec.upstream.removeprefix("http://")
+    path = "/" + file.relative_to(root).as_posix()
+    argv = [env.python, str(BASELINES / "relay_floor.py"), upstream, path, "0", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir)
+
+
 def _stdlib_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
@@ -470,6 +483,7 @@ def _granian_plan(
 KINDS: dict[str, Kind] = {
     "serverio": Kind(_serverio_unavailable, _serverio_plan),
     "bare": Kind(_module_unavailable("trio", "h11"), _bare_plan),
+    "relay-floor": Kind(_module_unavailable("trio"), _relay_plan),
     "http.server": Kind(lambda env: None, _stdlib_plan),
     "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
     "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
@@ -643,6 +657,14 @@ SERVERS: dict[str, ServerSpec] = {
             description="Caddy reverse_proxy UPSTREAM, default transport (proxy workloads only)",
             tags=frozenset({"proxy"}),
             only_workloads=frozenset(PROXY_WORKLOADS),
+        ),
+        ServerSpec(
+            "relay-floor",
+            "relay-floor",
+            description="a trio relay with no HTTP in it (bench/baselines/relay_floor.py): "
+            "the floor of a trio proxy (proxy-1k-c64 only)",
+            tags=frozenset({"proxy"}),
+            only_workloads=frozenset({"proxy-1k-c64"}),
         ),
         ServerSpec(
             "nginx-proxy",

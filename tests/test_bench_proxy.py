@@ -5,7 +5,9 @@ through serverio against the nginx upstream."""
 
 from __future__ import annotations
 
+import functools
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +42,62 @@ def test_the_server_lists_name_exactly_the_workloads_of_their_kind() -> None:
     assert PROXY_WORKLOADS == tuple(n for n, w in WORKLOADS.items() if w.kind == "proxy")
     assert NOSIDECAR_WORKLOADS == tuple(n for n in WORKLOADS if n.startswith("assets-nosidecar"))
     proxies = [s.name for s in SERVERS.values() if "proxy" in s.tags]
-    assert proxies == ["serverio-proxy", "serverio-proxy-wide", "caddy-proxy", "nginx-proxy"]
+    assert proxies == [
+        "serverio-proxy",
+        "serverio-proxy-wide",
+        "caddy-proxy",
+        "relay-floor",
+        "nginx-proxy",
+    ]
     for name in proxies:
-        assert SERVERS[name].only_workloads == frozenset(PROXY_WORKLOADS)
+        want = {"proxy-1k-c64"} if name == "relay-floor" else set(PROXY_WORKLOADS)
+        assert SERVERS[name].only_workloads == frozenset(want)
+
+
+async def test_the_relay_floor_relays_each_request_to_the_upstream() -> None:
+    import trio
+
+    body = b"x" * 1024
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + body
+    seen: list[bytes] = []
+
+    async def upstream(stream: trio.SocketStream) -> None:
+        buf = b""
+        while data := await stream.receive_some(65536):
+            buf += data
+            while b"\r\n\r\n" in buf:
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                seen.append(head.split(b"\r\n")[0])
+                await stream.send_all(answer[:30])  # the head in two pieces
+                await stream.send_all(answer[30:])
+
+    script = Path(__file__).parent.parent / "bench" / "baselines" / "relay_floor.py"
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, upstream, 0, host="127.0.0.1")
+        listeners = await nursery.start(serve)
+        port = listeners[0].socket.getsockname()[1]
+        argv = [sys.executable, str(script), f"127.0.0.1:{port}", "/1k.bin", "0"]
+        with trio.fail_after(20):
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+            try:
+                assert proc.stdout is not None
+                line = await proc.stdout.receive_some(200)
+                relay_port = int(line.split(b":")[2].split(b"/")[0])
+                client = await trio.open_tcp_stream("127.0.0.1", relay_port)
+                for _ in range(2):
+                    await client.send_all(b"GET /any HTTP/1.1\r\nHost: t\r\n\r\n")
+                    got = b""
+                    while len(got) < len(answer):
+                        got += await client.receive_some(65536)
+                    assert got == answer
+                await client.aclose()
+            finally:
+                proc.kill()
+                await proc.wait()
+                if proc.stdout is not None:
+                    await proc.stdout.aclose()
+        nursery.cancel_scope.cancel()
+    assert seen == [b"GET /1k.bin HTTP/1.1"] * 2
 
 
 def test_serverio_gets_the_upstream_as_a_proxy_route_of_everything() -> None:
