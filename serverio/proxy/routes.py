@@ -165,16 +165,27 @@ def mount_prefixes(mounts: Iterable[str], route_prefix: str | None) -> tuple[tup
 
 def upstream_target(route: ProxyRoute, target: Target) -> bytes:
     """The origin-form target sent upstream (RFC 9112 §3.2.1)."""
-    segments = target.segments
+    strip = route.prefix if route.strip_prefix else None
+    path = _path(route.base, strip, target.segments, target.slash)
+    if target.query is not None:
+        return path + b"?" + target.query.encode("ascii")
+    return path
+
+
+@functools.lru_cache(maxsize=256)
+def _path(base: str, strip: str | None, segments: tuple[str, ...], slash: bool) -> bytes:
+    """The path part of :func:`upstream_target`, memoised: a pure function
+    of the route's base and prefix and the request's checked segments, and
+    most requests ask for a few hot paths (the query is not part of the
+    key; 256 paths of at most a head's size bound the memory; the 400 is
+    raised again on every call: an exception is never cached)."""
     if any("\\" in s for s in segments):
         raise HTTPError(400, "a backslash in a proxied path")
-    if route.strip_prefix:
-        segments = segments[len([s for s in route.prefix.split("/") if s]) :]
-    path = route.base + "/" + "/".join(quote_segment(s) for s in segments)
-    if target.slash and segments and not path.endswith("/"):
+    if strip is not None:
+        segments = segments[len([s for s in strip.split("/") if s]) :]
+    path = base + "/" + "/".join(quote_segment(s) for s in segments)
+    if slash and segments and not path.endswith("/"):
         path += "/"
-    if target.query is not None:
-        path += "?" + target.query
     return path.encode("ascii")
 
 
