@@ -282,14 +282,7 @@ class ProxyService:
                 # pooled connection needs no connect deadline at all.
                 with trio.move_on_at(total) as whole:
                     if conn is None:
-                        # A connect may take up to its deadline: watched.
-                        async with watching_client():
-                            with trio.move_on_after(deadlines.connect) as connecting:
-                                conn = await pool.checkout(fresh=True)
-                        if conn is None:
-                            assert connecting.cancelled_caught
-                            stats.timeouts_connect += 1
-                            raise HTTPError(504, "upstream connect timed out")
+                        conn = await _connect(pool, stats, deadlines.connect)
                     if content is None:
                         if rest:
                             await conn.send_rest(rest)  # its start_request went above
@@ -312,11 +305,7 @@ class ProxyService:
                     stats.timeouts_head += 1
                     raise HTTPError(504, "upstream response timed out")
                 assert whole.cancelled_caught
-                if head_by is not None and head_by <= total:
-                    stats.timeouts_head += 1
-                    raise HTTPError(504, "upstream response timed out")
-                stats.timeouts_total += 1
-                raise HTTPError(504, "upstream exchange timed out")
+                raise _timed_out(stats, head_by, total)
             except UpstreamError as exc:
                 retry = (
                     exc.kind == "reset"
@@ -411,11 +400,29 @@ async def _quick_head(conn: UpstreamConn, stats: ProxyStats, head_by: float, tot
         with trio.move_on_at(by):
             async with watching_client():
                 return await conn.read_head()
-    if head_by <= total:
+    raise _timed_out(stats, head_by, total)
+
+
+def _timed_out(stats: ProxyStats, head_by: float | None, total: float) -> HTTPError:
+    """The 504 of an exchange whose deadline passed, counted: the head's
+    (``head_by``, set once the request was sent) if it came first, else
+    the whole exchange's."""
+    if head_by is not None and head_by <= total:
         stats.timeouts_head += 1
-        raise HTTPError(504, "upstream response timed out")
+        return HTTPError(504, "upstream response timed out")
     stats.timeouts_total += 1
-    raise HTTPError(504, "upstream exchange timed out")
+    return HTTPError(504, "upstream exchange timed out")
+
+
+async def _connect(pool: Pool, stats: ProxyStats, patience: float) -> UpstreamConn:
+    """A new connection within ``patience`` seconds (504 past it), the client
+    watched meanwhile.  Cancellation handling: a cancelled connect leaves
+    nothing open (:meth:`Pool.checkout`)."""
+    async with watching_client():
+        with trio.move_on_after(patience):
+            return await pool.checkout(fresh=True)
+    stats.timeouts_connect += 1
+    raise HTTPError(504, "upstream connect timed out")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
