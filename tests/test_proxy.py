@@ -241,6 +241,37 @@ async def test_a_slow_head_is_a_504(root: Path) -> None:
         assert srv.stats.proxy.timeouts_head == 1
 
 
+async def test_a_slow_head_on_a_pooled_connection_is_a_504_and_closes_it(root: Path) -> None:
+    # The pooled path (service._quick_head): its one scope's deadline is
+    # the grace, then the watched wait's is the head deadline.
+    async with proxied(root, proxy_head_timeout=0.2) as (_, srv, client):
+        assert (await client.get("/api/json")).status == 200  # pools a connection
+        with trio.fail_after(5):
+            r = await client.get("/api/slow?delay=3")
+        assert r.status == 504
+        stats = srv.stats.proxy
+        assert stats.reuses == 1 and stats.timeouts_head == 1 and stats.timeouts_total == 0
+        assert srv.env.handler.proxy is not None
+        pool = next(iter(srv.env.handler.proxy.pools.values()))  # type: ignore[attr-defined]
+        assert pool.opened == 0 and pool.inflight == 0  # never pooled mid-response
+
+
+async def test_a_client_that_leaves_a_pooled_exchange_closes_its_connection(root: Path) -> None:
+    async with proxied(root) as (up, srv, client):
+        assert (await client.get("/api/json")).status == 200  # pools a connection
+        await client.send_raw(b"GET /api/never HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            await up.started.wait()
+        await reset(client)
+        with trio.fail_after(5):
+            while up.closed_by_peer == 0:  # noqa: ASYNC110 - state the peer owns
+                await trio.sleep(0.01)
+        assert srv.stats.proxy.reuses == 1 and srv.stats.proxy.cancelled == 1
+        assert srv.env.handler.proxy is not None
+        pool = next(iter(srv.env.handler.proxy.pools.values()))  # type: ignore[attr-defined]
+        assert pool.opened == 0 and pool.inflight == 0
+
+
 async def test_an_idle_upstream_body_is_cut(root: Path) -> None:
     async with proxied(root, proxy_idle_timeout=0.2) as (_, srv, client):
         with trio.fail_after(5), pytest.raises((EOFError, h11.RemoteProtocolError)):
