@@ -4,6 +4,8 @@ memory stream pair, the test playing the upstream on the other end."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import h11
@@ -15,8 +17,9 @@ from serverio.config import Config, proxy_route
 from serverio.errors import HTTPError
 from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
-from serverio.model import BodyCut, StreamBody
+from serverio.model import BodyCut, Prepared, StreamBody
 from serverio.observe.stats import ProxyStats
+from serverio.pipeline.handler import ClientGone, Deferred
 from serverio.pipeline.hooks import RawHead
 from serverio.proxy.client import Pool
 from serverio.proxy.service import ProxyService
@@ -382,3 +385,56 @@ async def test_a_routes_own_deadlines_override_the_options(
             await body.source.next_chunk()
         assert trio.current_time() - start == pytest.approx(3.0)
     assert h.stats.timeouts_idle == 1 and h.pool.inflight == 0
+
+
+@asynccontextmanager
+async def _left_as_it_ended() -> AsyncIterator[None]:
+    """A transport's watch (Deferred.run_watched) whose client leaves just
+    as the watched wait ends: the wait's result is in, then ClientGone."""
+    yield
+    raise ClientGone
+
+
+async def _forward_watched(h: Harness) -> None:
+    async def step(_: object) -> Prepared:
+        await h.forward()
+        raise AssertionError("the step goes on after the client left")
+
+    await Deferred(step, watch_late=True).run_watched(_left_as_it_ended)
+
+
+async def test_a_connection_made_as_the_client_leaves_is_closed(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The new connection is in when ClientGone leaves the watched connect:
+    # it is closed, never left open in the pool, and the slot is free.
+    h = Harness(root)
+    with pytest.raises(ClientGone):
+        await _forward_watched(h)
+    assert h.stats.connects == 1 and h.pool.opened == 0 and h.pool.inflight == 0
+    assert h.stats.cancelled == 1
+    assert await saw_close(h.ends[0])
+
+
+async def test_a_slot_handed_over_as_the_client_leaves_is_given_back(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The queued request gets the slot as ClientGone leaves its watched
+    # wait: the slot goes on (here: free again), nothing reaches upstream.
+    h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
+    done: list[bytes] = []
+
+    async def second() -> None:
+        with pytest.raises(ClientGone):
+            await _forward_watched(h)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_finished, h, done, b"a")
+        await trio.sleep(0.1)
+        assert h.pool.inflight == 1
+        nursery.start_soon(second)
+        await trio.sleep(0.1)
+        assert h.pool.waiting == 1
+        await _answer_one(h.ends[0], b"ok")
+    assert done == [b"a"] and h.pool.inflight == 0 and h.pool.waiting == 0
+    assert len(h.ends) == 1  # the second never connected

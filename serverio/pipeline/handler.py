@@ -58,7 +58,15 @@ from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, 
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 
-__all__ = ["BodyStep", "Content", "Deferred", "Handler", "prepare", "watching_client"]
+__all__ = [
+    "BodyStep",
+    "ClientGone",
+    "Content",
+    "Deferred",
+    "Handler",
+    "prepare",
+    "watching_client",
+]
 
 log = logging.getLogger("serverio")
 
@@ -104,6 +112,19 @@ _Watch = Callable[[], AbstractAsyncContextManager[None]]
 _WATCH: ContextVar[_Watch | None] = ContextVar("serverio_watch", default=None)
 
 
+class ClientGone(BaseException):
+    """The client went away during a :func:`watching_client` block.
+
+    Raised out of the block (a BaseException, like a cancellation: the
+    ``except Exception`` of a step lets it through) and caught by the
+    transport around the whole step, which then answers nothing.  What a
+    step holds is closed by its ``finally`` and ``except BaseException``
+    clauses as for a cancellation; something a wait handed over just as
+    the client left (a pool slot, a new connection) is the block's
+    caller's to give back.
+    """
+
+
 @asynccontextmanager
 async def watching_client() -> AsyncIterator[None]:
     """The client is watched while the block runs (nested: watched once; a
@@ -113,7 +134,9 @@ async def watching_client() -> AsyncIterator[None]:
     pays for the watcher's task and nursery.
 
     Cancellation handling: a client gone during the block cancels the
-    whole step (the transport's scope around it), not only the block."""
+    block's wait and raises :class:`ClientGone` out of it, which ends the
+    whole step (the transport catches it around the step): no code after
+    the block runs.  The step needs no cancel scope of its own for that."""
     watch = _WATCH.get()
     if watch is None:
         yield

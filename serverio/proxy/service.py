@@ -54,7 +54,7 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.handler import watching_client
+from ..pipeline.handler import ClientGone, watching_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
@@ -180,8 +180,14 @@ class ProxyService:
         checked = checked and head.version != b"2" and self._plain[key]
         if not pool.try_acquire():
             # A wait for a slot: a client that leaves meanwhile is let go.
-            async with watching_client():
-                acquired = await pool.acquire(self._policy.proxy_queue_timeout)
+            acquired = False
+            try:
+                async with watching_client():
+                    acquired = await pool.acquire(self._policy.proxy_queue_timeout)
+            except ClientGone:
+                if acquired:  # handed over as the client left
+                    pool.release()
+                raise
             if not acquired:
                 raise HTTPError(503, "upstream busy")
         total = trio.current_time() + deadlines.total
@@ -324,7 +330,7 @@ class ProxyService:
             except BaseException as exc:
                 if conn is not None:
                     pool.discard(conn)
-                if only_cancelled(exc):
+                if isinstance(exc, ClientGone) or only_cancelled(exc):
                     stats.cancelled += 1
                 raise
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -418,9 +424,17 @@ async def _connect(pool: Pool, stats: ProxyStats, patience: float) -> UpstreamCo
     """A new connection within ``patience`` seconds (504 past it), the client
     watched meanwhile.  Cancellation handling: a cancelled connect leaves
     nothing open (:meth:`Pool.checkout`)."""
-    async with watching_client():
-        with trio.move_on_after(patience):
-            return await pool.checkout(fresh=True)
+    conn: UpstreamConn | None = None
+    try:
+        async with watching_client():
+            with trio.move_on_after(patience):
+                conn = await pool.checkout(fresh=True)
+    except ClientGone:
+        if conn is not None:  # connected as the client left
+            pool.discard(conn)
+        raise
+    if conn is not None:
+        return conn
     stats.timeouts_connect += 1
     raise HTTPError(504, "upstream connect timed out")
 
