@@ -186,6 +186,16 @@ def _relay_plan(
     return LaunchPlan(argv=argv, cwd=workdir)
 
 
+def _h11_floor_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if not spec.upstream:
+        return "the h11 proxy floor needs the proxy workloads' upstream"
+    upstream = spec.upstream.removeprefix("http://")
+    argv = [env.python, str(BASELINES / "h11_proxy_floor.py"), upstream, "0", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir)
+
+
 def _stdlib_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
@@ -484,6 +494,7 @@ KINDS: dict[str, Kind] = {
     "serverio": Kind(_serverio_unavailable, _serverio_plan),
     "bare": Kind(_module_unavailable("trio", "h11"), _bare_plan),
     "relay-floor": Kind(_module_unavailable("trio"), _relay_plan),
+    "h11-proxy-floor": Kind(_module_unavailable("trio", "h11"), _h11_floor_plan),
     "http.server": Kind(lambda env: None, _stdlib_plan),
     "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
     "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
@@ -663,6 +674,14 @@ SERVERS: dict[str, ServerSpec] = {
             "relay-floor",
             description="a trio relay with no HTTP in it (bench/baselines/relay_floor.py): "
             "the floor of a trio proxy (proxy-1k-c64 only)",
+            tags=frozenset({"proxy"}),
+            only_workloads=frozenset({"proxy-1k-c64"}),
+        ),
+        ServerSpec(
+            "h11-proxy-floor",
+            "h11-proxy-floor",
+            description="the least a trio proxy on h11 does per request "
+            "(bench/baselines/h11_proxy_floor.py; proxy-1k-c64 only)",
             tags=frozenset({"proxy"}),
             only_workloads=frozenset({"proxy-1k-c64"}),
         ),

@@ -47,10 +47,12 @@ def test_the_server_lists_name_exactly_the_workloads_of_their_kind() -> None:
         "serverio-proxy-wide",
         "caddy-proxy",
         "relay-floor",
+        "h11-proxy-floor",
         "nginx-proxy",
     ]
+    floors = {"relay-floor", "h11-proxy-floor"}
     for name in proxies:
-        want = {"proxy-1k-c64"} if name == "relay-floor" else set(PROXY_WORKLOADS)
+        want = {"proxy-1k-c64"} if name in floors else set(PROXY_WORKLOADS)
         assert SERVERS[name].only_workloads == frozenset(want)
 
 
@@ -219,3 +221,69 @@ def test_the_upstream_serves_the_fixture_and_serverio_proxies_it(tmp_path: Path)
         with running(spec, plan, tmp_path / "serverio.log", cpu=None) as proxy:
             assert probe(workload, proxy.port, tree).ok
             assert probe(WORKLOADS["proxy-8m-c16"], proxy.port, tree).ok
+
+
+async def test_the_h11_proxy_floor_rewrites_fields_and_relays_the_body() -> None:
+    import trio
+
+    body = b"y" * 1024
+    answer = (
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\n"
+        b"Content-Length: 1024\r\nX-End: 2\r\n\r\n" + body
+    )
+    seen: list[list[bytes]] = []
+
+    async def upstream(stream: trio.SocketStream) -> None:
+        buf = b""
+        while data := await stream.receive_some(65536):
+            buf += data
+            while b"\r\n\r\n" in buf:
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                seen.append(head.split(b"\r\n"))
+                await stream.send_all(answer[:40])  # the head in two pieces
+                await stream.send_all(answer[40:])
+
+    script = Path(__file__).parent.parent / "bench" / "baselines" / "h11_proxy_floor.py"
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, upstream, 0, host="127.0.0.1")
+        listeners = await nursery.start(serve)
+        port = listeners[0].socket.getsockname()[1]
+        argv = [sys.executable, str(script), f"127.0.0.1:{port}", "0"]
+        with trio.fail_after(20):
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+            try:
+                assert proc.stdout is not None
+                line = await proc.stdout.receive_some(200)
+                floor_port = int(line.split(b":")[2].split(b"/")[0])
+                client = await trio.open_tcp_stream("127.0.0.1", floor_port)
+                request = b"GET /a?b HTTP/1.1\r\nHost: t\r\nKeep-Alive: 5\r\nX-A: 1\r\n\r\n"
+                for _ in range(2):
+                    await client.send_all(request)
+                    got = b""
+                    while not got.endswith(body):
+                        got += await client.receive_some(65536)
+                    head = got[: -len(body)].split(b"\r\n")
+                    assert head[0] == b"HTTP/1.1 200 "
+                    # Connection and the X-Hop it names are hop-by-hop: removed.
+                    kept = [b"content-length: 1024", b"x-end: 2", b"via: 1.1 floor"]
+                    assert head[1:-2] == kept
+                await client.send_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx")
+                assert (await client.receive_some(65536)).startswith(b"HTTP/1.1 400 ")
+                await client.aclose()
+            finally:
+                proc.kill()
+                await proc.wait()
+                if proc.stdout is not None:
+                    await proc.stdout.aclose()
+        nursery.cancel_scope.cancel()
+    assert len(seen) == 2 and seen[0] == seen[1]
+    line, fields = seen[0][0], seen[0][1:]
+    assert line == b"GET /a?b HTTP/1.1"
+    assert fields[:2] == [b"host: t", b"x-a: 1"]  # keep-alive (hop-by-hop) removed
+    assert {f.split(b":")[0] for f in fields[2:]} == {
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"via",
+    }
