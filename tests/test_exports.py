@@ -757,6 +757,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.pipeline.content": ("ContentService", "OwnedFd"),
     "serverio.pipeline.handler": (
         "BodyStep",
+        "ClientGone",
         "Content",
         "Deferred",
         "Handler",

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -270,6 +272,39 @@ async def test_a_client_that_leaves_a_pooled_exchange_closes_its_connection(root
         assert srv.env.handler.proxy is not None
         pool = next(iter(srv.env.handler.proxy.pools.values()))  # type: ignore[attr-defined]
         assert pool.opened == 0 and pool.inflight == 0
+
+
+async def test_a_next_request_already_here_is_read_without_a_wait(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client sends its next request while the upstream still works on
+    # the first (within WATCH_GRACE: nothing reads the client meanwhile).
+    # Once the answer is written the connection lets the other tasks run
+    # once and then reads: the request is there, so the head reader never
+    # waits for readability (no epoll registration).  Each wait of the
+    # head reader is tagged with the requests the upstream has seen.
+    waits: list[int] = []
+    real = trio.lowlevel.wait_readable
+    seen: list[object] = []
+
+    async def counted(fd: int) -> None:
+        if sys._getframe(1).f_code.co_filename.endswith(os.path.join("net", "h1head.py")):
+            waits.append(len(seen))
+        await real(fd)
+
+    monkeypatch.setattr(trio.lowlevel, "wait_readable", counted)
+    async with proxied(root) as (up, _, client):
+        seen = up.seen  # type: ignore[assignment]
+        await client.send_raw(b"GET /api/slow?delay=0.02 HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            await up.started.wait()
+        await client.send_raw(b"GET /api/json HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            first = await client.read_response()
+            second = await client.read_response()
+    assert first.status == 200 and first.body == b"slow" and second.status == 200
+    assert [s.target for s in up.seen] == ["/api/slow?delay=0.02", "/api/json"]
+    assert 1 not in waits  # no wait between the first answer and the second request
 
 
 async def test_an_idle_upstream_body_is_cut(root: Path) -> None:

@@ -325,3 +325,37 @@ async def test_ready_chunk_is_none_when_the_body_is_still_to_come(
         assert await body.source.next_chunk() == b"two"
         assert await body.source.next_chunk() == b""
     assert len(h.pool.idle) == 1 and h.pool.inflight == 0
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the os.read fast path is POSIX's")
+async def test_a_first_read_takes_what_is_there_after_one_checkpoint_else_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The upstream answered while the other tasks ran: read without a wait
+    # for readability; nothing there yet: wait, then read.
+    waits: list[int] = []
+    real = trio.lowlevel.wait_readable
+
+    async def counted(sock: Any) -> None:
+        waits.append(1)
+        await real(sock)
+
+    monkeypatch.setattr(trio.lowlevel, "wait_readable", counted)
+    a, b = trio.socket.socketpair()
+    with a, b:
+        await b.send(b"HTTP/1.1 200 OK\r\n")
+        assert await UpstreamConn._first_read(a) == b"HTTP/1.1 200 OK\r\n"
+        assert waits == []
+        async with trio.open_nursery() as nursery:
+
+            async def later() -> None:
+                await trio.sleep(0.01)
+                await b.send(b"late")
+
+            nursery.start_soon(later)
+            with trio.fail_after(5):
+                assert await UpstreamConn._first_read(a) == b"late"
+        assert waits == [1]
+        a.close()
+        with pytest.raises(trio.ClosedResourceError):
+            await UpstreamConn._first_read(a)

@@ -214,11 +214,12 @@ class HeadReader:
             # over from the previous request (pipelining).  No cancel scope,
             # no trio socket machinery; one checkpoint keeps the loop fair to
             # other connections.  After a response to a client that waits
-            # for it, the next request is not here yet: trying a read first
-            # would only cost an EAGAIN syscall, so we go straight to
-            # waiting.  (A new connection's first read is the connection's
-            # unscoped step; when it did not bring the whole head, the head
-            # deadline starts at once, as below.)
+            # for it, the next request is not here yet: a read now would
+            # only cost an EAGAIN syscall, so _wait lets the other
+            # connections run first and reads then.  (A new connection's
+            # first read is the connection's unscoped step; when it did not
+            # bring the whole head, the head deadline starts at once, as
+            # below.)
             event = self.head_now()
             if event is None:
                 return None
@@ -248,17 +249,24 @@ class HeadReader:
         if event is h11.NEED_DATA and self.peer_eof:
             return None  # half-closed: no more requests can arrive
         order = self._order
-        # Between requests with many connections open, take our turn first
-        # (serverio.net.order) and only then read: a busy server comes back
-        # to a connection about one round later, and by then its next
-        # request is usually here, so no epoll registration is needed.
+        # Between requests, let the other ready connections run first and
+        # only then read: a busy server comes back to a connection about one
+        # round later, and by then its next request is usually here, so no
+        # epoll registration (trio's one-shot epoll_ctl) and no wake-up is
+        # needed; only a read that finds nothing waits.  With many
+        # connections open the turn is taken in order (serverio.net.order),
+        # otherwise one checkpoint.
         turn_first = keepalive and fd >= 0 and order is not None and order.engaged
+        tried = turn_first or not keepalive or fd < 0
         while event is h11.NEED_DATA:
             if fd >= 0:
                 if turn_first:
                     turn_first = False
                     assert order is not None
                     self._turn = await order.wait_turn(self._turn)
+                elif not tried:
+                    tried = True
+                    await trio.lowlevel.checkpoint()
                 else:
                     # Wait, then read once: trio's receive_some would first
                     # try a recv that we know returns EAGAIN.

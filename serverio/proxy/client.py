@@ -323,22 +323,26 @@ class UpstreamConn:
 
     @staticmethod
     async def _first_read(sock: trio.socket.SocketType) -> bytes:
-        """The first bytes of a response on a plain socket: a wait for them
-        (the request was just written: none are here yet), then one
-        ``os.read``; what trio's ``receive_some`` does, without its first
-        non-blocking try that fails and its wrapper layers.  Later reads
-        of the response use ``receive_some``, whose checkpoint on every
-        read keeps a long body from holding the event loop.
-        Cancellation handling: a cancelled wait takes no bytes."""
+        """The first bytes of a response on a plain socket.  The request was
+        just written without a checkpoint, so first one scheduling round
+        (the other ready connections run meanwhile: with many of them,
+        the upstream has usually answered by then), then one ``os.read``,
+        and only if nothing is there yet a wait for it.  Under load that
+        skips the epoll registration a wait costs (trio's one-shot
+        ``epoll_ctl``) and its wake-up; with one connection it costs one
+        read that finds nothing.  Later reads of the response use
+        ``receive_some``, whose checkpoint on every read keeps a long body
+        from holding the event loop.
+        Cancellation handling: a cancelled checkpoint or wait takes no bytes."""
+        await trio.lowlevel.checkpoint()
         while True:
-            await trio.lowlevel.wait_readable(sock)
             fd = sock.fileno()
             if fd < 0:
                 raise trio.ClosedResourceError("the upstream socket was closed")
             try:
                 return os.read(fd, RECV_SIZE)
             except BlockingIOError:
-                continue  # a spurious wake-up
+                await trio.lowlevel.wait_readable(sock)
 
     async def read_head(self) -> Head:
         """The final response head (1xx informational heads are skipped),
