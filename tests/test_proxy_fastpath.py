@@ -359,3 +359,98 @@ async def test_a_first_read_takes_what_is_there_after_one_checkpoint_else_waits(
         a.close()
         with pytest.raises(trio.ClosedResourceError):
             await UpstreamConn._first_read(a)
+
+
+class _SocketHarness(Harness):
+    """Harness whose upstream connections are socket pairs (the os.read
+    fast path of a plain POSIX socket)."""
+
+    async def _connect(self, route: object) -> trio.abc.Stream:
+        ours, theirs = trio.socket.socketpair()
+        self.ends.append(trio.SocketStream(theirs))
+        return trio.SocketStream(ours)
+
+    async def close(self) -> None:
+        self.svc.close_idle()
+        for end in self.ends:
+            await end.aclose()
+
+
+_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the os.read fast path is POSIX's")
+async def test_a_head_there_after_one_round_needs_no_cancel_scope(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pooled, and the answer is in the socket when the proxy reads after
+    # its one scheduling round (written here before the request, which
+    # the proxy does not notice): no deadline scope at all.  Half a head
+    # then: one scope (_quick_head) for the rest, as before.
+    h = _SocketHarness(root)
+    up = h.ends
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def first() -> None:
+                while not up:  # noqa: ASYNC110 - state the peer owns
+                    await trio.sleep(0.001)
+                await read_request(up[0])
+                await up[0].send_all(_OK + b"one")
+
+            nursery.start_soon(first)
+            _, body = await h.forward()
+            assert await body.source.next_chunk() == b"one"
+            assert await body.source.next_chunk() == b""
+        at = _counting(monkeypatch, "move_on_at")
+        await up[0].send_all(_OK + b"two")
+        _, body = await h.forward()
+        assert at == []  # no cancel scope: the head was there
+        assert await body.source.next_chunk() == b"two"
+        assert await body.source.next_chunk() == b""
+        await up[0].send_all(_OK[:20])
+        async with trio.open_nursery() as nursery:
+
+            async def rest() -> None:
+                await trio.sleep(0.01)
+                await up[0].send_all(_OK[20:] + b"end")
+
+            nursery.start_soon(rest)
+            _, body = await h.forward()
+        assert len(at) == 1  # _quick_head's, for the rest of the head
+        assert await body.source.next_chunk() == b"end"
+        assert await body.source.next_chunk() == b""
+    assert h.stats.reuses == 2 and len(h.ends) == 1 and h.pool.inflight == 0
+    await h.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the os.read fast path is POSIX's")
+async def test_a_pooled_connection_closed_before_the_round_is_retried(root: Path) -> None:
+    # The upstream closed its idle pooled connection: head_soon reads EOF
+    # before any byte, and the request goes once more on a new connection.
+    h = _SocketHarness(root)
+    up = h.ends
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def answers() -> None:
+                while not up:  # noqa: ASYNC110 - state the peer owns
+                    await trio.sleep(0.001)
+                await read_request(up[0])
+                await up[0].send_all(_OK + b"one")
+                await up[0].aclose()
+                while len(up) < 2:  # noqa: ASYNC110 - state the peer owns
+                    await trio.sleep(0.001)
+                await read_request(up[1])
+                await up[1].send_all(_OK + b"two")
+
+            nursery.start_soon(answers)
+            _, body = await h.forward()
+            assert await body.source.next_chunk() == b"one"
+            assert await body.source.next_chunk() == b""
+            await trio.sleep(0.01)  # the close is in
+            _, body = await h.forward()
+            assert await body.source.next_chunk() == b"two"
+            assert await body.source.next_chunk() == b""
+    assert h.stats.reuses == 1 and h.stats.connects == 2
+    await h.close()

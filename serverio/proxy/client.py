@@ -139,6 +139,7 @@ class UpstreamConn:
         "_eof",
         "_fast",
         "_sock",
+        "_tried",
         "closed",
         "h11",
         "once",
@@ -158,6 +159,7 @@ class UpstreamConn:
         self.closed = False
         self.once = False  # never pooled (a request that asked to switch protocols)
         self._eof = False
+        self._tried = False  # head_soon's read found nothing: the first read waits first
         # The response's fast reader (serverio.wire.fastresponse) until it
         # defers to h11; None: h11 reads it all.
         self._fast: ResponseReader | None = None
@@ -198,6 +200,7 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         self._fast = None
+        self._tried = False
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=fields))
             await self._send(head)
@@ -238,6 +241,7 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         self._fast = None
+        self._tried = False
         try:
             request = h11.Request(method=method, target=target, headers=fields, _parsed=checked)
             data = conn.send(request) + conn.send(h11.EndOfMessage())
@@ -308,21 +312,56 @@ class UpstreamConn:
             data: bytes | bytearray
             try:
                 if self.received == 0 and self._sock is not None and not self._eof:
-                    data = await self._first_read(self._sock)
+                    data = await self._first_read(self._sock, self._tried)
                 else:
                     data = await self.stream.receive_some(RECV_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise UpstreamError("reset", str(exc)) from None
-            self.received += len(data)
-            if not data:
-                self._eof = True
-            if self._fast is not None:
-                self._fast.feed(bytes(data))
-            else:
-                self.h11.receive_data(bytes(data))
+            self._take(data)
+
+    def _take(self, data: bytes | bytearray) -> None:
+        """Bytes read from the upstream (``b""``: its EOF), for the reader."""
+        self.received += len(data)
+        if not data:
+            self._eof = True
+        if self._fast is not None:
+            self._fast.feed(bytes(data))
+        else:
+            self.h11.receive_data(bytes(data))
+
+    async def head_soon(self) -> Head | None:
+        """The response head if it is here after one scheduling round (the
+        other ready connections run meanwhile; under load the upstream has
+        usually answered by then): one checkpoint and one non-blocking
+        ``os.read``, no wait.  None: not (all) here yet, or not a plain
+        POSIX socket; :meth:`read_head` then goes on from what was read,
+        under the caller's deadlines.  Nothing waits here, so no deadline
+        can be due: the caller needs no cancel scope for this step.
+        Raises :class:`UpstreamError` as :meth:`read_head` does.
+        Cancellation handling: a cancelled checkpoint reads nothing."""
+        sock = self._sock
+        if sock is None or self.received or self._eof:
+            return None
+        await trio.lowlevel.checkpoint()
+        fd = sock.fileno()
+        if fd < 0:
+            raise UpstreamError("reset", "the upstream socket was closed")
+        try:
+            data = os.read(fd, RECV_SIZE)
+        except BlockingIOError:
+            self._tried = True  # the first read waits first: no second try
+            return None
+        except OSError as exc:
+            raise UpstreamError("reset", str(exc)) from None
+        self._take(data)
+        while (event := self.buffered_event()) is not None:
+            head = self._final(event)
+            if head is not None:
+                return head
+        return None
 
     @staticmethod
-    async def _first_read(sock: trio.socket.SocketType) -> bytes:
+    async def _first_read(sock: trio.socket.SocketType, tried: bool = False) -> bytes:
         """The first bytes of a response on a plain socket.  The request was
         just written without a checkpoint, so first one scheduling round
         (the other ready connections run meanwhile: with many of them,
@@ -332,9 +371,13 @@ class UpstreamConn:
         ``epoll_ctl``) and its wake-up; with one connection it costs one
         read that finds nothing.  Later reads of the response use
         ``receive_some``, whose checkpoint on every read keeps a long body
-        from holding the event loop.
+        from holding the event loop.  ``tried``: :meth:`head_soon` did
+        the round and the read that found nothing: wait at once.
         Cancellation handling: a cancelled checkpoint or wait takes no bytes."""
-        await trio.lowlevel.checkpoint()
+        if tried:
+            await trio.lowlevel.wait_readable(sock)
+        else:
+            await trio.lowlevel.checkpoint()
         while True:
             fd = sock.fileno()
             if fd < 0:
@@ -350,14 +393,21 @@ class UpstreamConn:
         this connection's request asked for (h11 then holds both sides in
         SWITCHED_PROTOCOL: the bytes past the head are :attr:`trailing`)."""
         while True:
-            event = await self.next_event()
-            if isinstance(event, (h11.Response, FastResponse)):
+            head = self._final(await self.next_event())
+            if head is not None:
+                return head
+
+    def _final(self, event: h11.Event | FastResponse) -> Head | None:
+        """``event`` if it is the head :meth:`read_head` returns, None for
+        an informational head to skip; :class:`UpstreamError` for anything
+        else (the upstream closed, or sent no head)."""
+        if isinstance(event, (h11.Response, FastResponse)):
+            return event
+        if isinstance(event, h11.InformationalResponse):
+            if event.status_code == 101 and self.switched:
                 return event
-            if isinstance(event, h11.InformationalResponse):
-                if event.status_code == 101 and self.switched:
-                    return event
-                continue
-            raise UpstreamError("reset" if isinstance(event, h11.ConnectionClosed) else "framing")
+            return None
+        raise UpstreamError("reset" if isinstance(event, h11.ConnectionClosed) else "framing")
 
     @property
     def switched(self) -> bool:

@@ -275,11 +275,15 @@ class ProxyService:
                 rest = b""
                 if conn is not None and content is None:
                     # The usual case: a pooled connection, no content, and
-                    # a request the socket takes at once: one cancel scope
-                    # in all (_quick_head).
+                    # a request the socket takes at once: no cancel scope
+                    # when the head is there after one scheduling round
+                    # (head_soon: nothing waits), else one (_quick_head).
                     stats.requests += 1
                     rest = conn.start_request(req.method, target, fields, checked)
                     if not rest:
+                        head = await conn.head_soon()
+                        if head is not None:
+                            return conn, head
                         head_by = trio.current_time() + deadlines.head
                         return conn, await _quick_head(conn, stats, head_by, total)
                 # One cancel scope for the exchange (each costs ~10 us on
