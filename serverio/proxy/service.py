@@ -281,11 +281,7 @@ class ProxyService:
                     stats.requests += 1
                     rest = conn.start_request(req.method, target, fields, checked)
                     if not rest:
-                        head = await conn.head_soon()
-                        if head is not None:
-                            return conn, head
-                        head_by = trio.current_time() + deadlines.head
-                        return conn, await _quick_head(conn, stats, head_by, total)
+                        return conn, await _quick_head(conn, stats, deadlines.head, total)
                 # One cancel scope for the exchange (each costs ~10 us on
                 # this path's budget): its deadline is the total's, moved
                 # earlier to the head timeout's once the request is sent; a
@@ -392,16 +388,22 @@ async def _read_head(conn: UpstreamConn) -> Head:
         return await conn.read_head()
 
 
-async def _quick_head(conn: UpstreamConn, stats: ProxyStats, head_by: float, total: float) -> Head:
-    """The response head to a request already sent, by ``head_by`` (the
-    head deadline) and ``total`` (the exchange's): 504 past the first of
-    them; past :data:`WATCH_GRACE` with the client watched.  One cancel
-    scope while the answer comes within the grace (its deadline the
-    grace's or the first deadline's), a second one only for an answer
-    that takes longer.
+async def _quick_head(conn: UpstreamConn, stats: ProxyStats, head_in: float, total: float) -> Head:
+    """The response head to a request already sent, within ``head_in``
+    seconds (the head timeout, from now) and by ``total`` (the exchange's
+    deadline): 504 past the first of them; past :data:`WATCH_GRACE` with
+    the client watched.  No cancel scope when the head is there after one
+    scheduling round (:meth:`UpstreamConn.head_soon`: nothing waits, so no
+    deadline can be due), one while the answer comes within the grace
+    (its deadline the grace's or the first deadline's), a second one only
+    for an answer that takes longer.
 
     Cancellation handling: as :func:`_read_head`; the caller closes the
     connection on a 504 or a cancellation."""
+    head = await conn.head_soon()
+    if head is not None:
+        return head
+    head_by = trio.current_time() + head_in
     by = min(head_by, total)
     grace = trio.current_time() + WATCH_GRACE
     with trio.move_on_at(min(grace, by)):
