@@ -5,14 +5,17 @@ through serverio against the nginx upstream."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trio
 
 from bench import fixtures, proxyrun, report
 from bench.servers import (
@@ -38,6 +41,49 @@ def _plan(spec: ServerSpec, tmp_path: Path) -> LaunchPlan:
     return plan
 
 
+@contextlib.asynccontextmanager
+async def _baseline(
+    script: str, args: list[str], answer: bytes, split: int
+) -> AsyncIterator[tuple[trio.SocketStream, list[list[bytes]]]]:
+    """A bench baseline (``bench/baselines/SCRIPT``) in front of a loopback
+    upstream that answers every request head with ``answer``, its head in
+    two pieces (at ``split``): a client connected to the baseline, and the
+    request heads the upstream saw (their lines)."""
+    seen: list[list[bytes]] = []
+
+    async def upstream(stream: trio.SocketStream) -> None:
+        buf = b""
+        while data := await stream.receive_some(65536):
+            buf += data
+            while b"\r\n\r\n" in buf:
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                seen.append(head.split(b"\r\n"))
+                await stream.send_all(answer[:split])
+                await stream.send_all(answer[split:])
+
+    path = Path(__file__).parent.parent / "bench" / "baselines" / script
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, upstream, 0, host="127.0.0.1")
+        listeners = await nursery.start(serve)
+        port = listeners[0].socket.getsockname()[1]
+        argv = [sys.executable, str(path), f"127.0.0.1:{port}", *args, "0"]
+        with trio.fail_after(20):
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+            try:
+                assert proc.stdout is not None
+                line = await proc.stdout.receive_some(200)
+                own_port = int(line.split(b":")[2].split(b"/")[0])
+                client = await trio.open_tcp_stream("127.0.0.1", own_port)
+                async with client:
+                    yield client, seen
+            finally:
+                proc.kill()
+                await proc.wait()
+                if proc.stdout is not None:
+                    await proc.stdout.aclose()
+        nursery.cancel_scope.cancel()
+
+
 def test_the_server_lists_name_exactly_the_workloads_of_their_kind() -> None:
     assert PROXY_WORKLOADS == tuple(n for n, w in WORKLOADS.items() if w.kind == "proxy")
     assert NOSIDECAR_WORKLOADS == tuple(n for n in WORKLOADS if n.startswith("assets-nosidecar"))
@@ -57,49 +103,16 @@ def test_the_server_lists_name_exactly_the_workloads_of_their_kind() -> None:
 
 
 async def test_the_relay_floor_relays_each_request_to_the_upstream() -> None:
-    import trio
-
     body = b"x" * 1024
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + body
-    seen: list[bytes] = []
-
-    async def upstream(stream: trio.SocketStream) -> None:
-        buf = b""
-        while data := await stream.receive_some(65536):
-            buf += data
-            while b"\r\n\r\n" in buf:
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                seen.append(head.split(b"\r\n")[0])
-                await stream.send_all(answer[:30])  # the head in two pieces
-                await stream.send_all(answer[30:])
-
-    script = Path(__file__).parent.parent / "bench" / "baselines" / "relay_floor.py"
-    async with trio.open_nursery() as nursery:
-        serve = functools.partial(trio.serve_tcp, upstream, 0, host="127.0.0.1")
-        listeners = await nursery.start(serve)
-        port = listeners[0].socket.getsockname()[1]
-        argv = [sys.executable, str(script), f"127.0.0.1:{port}", "/1k.bin", "0"]
-        with trio.fail_after(20):
-            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
-            try:
-                assert proc.stdout is not None
-                line = await proc.stdout.receive_some(200)
-                relay_port = int(line.split(b":")[2].split(b"/")[0])
-                client = await trio.open_tcp_stream("127.0.0.1", relay_port)
-                for _ in range(2):
-                    await client.send_all(b"GET /any HTTP/1.1\r\nHost: t\r\n\r\n")
-                    got = b""
-                    while len(got) < len(answer):
-                        got += await client.receive_some(65536)
-                    assert got == answer
-                await client.aclose()
-            finally:
-                proc.kill()
-                await proc.wait()
-                if proc.stdout is not None:
-                    await proc.stdout.aclose()
-        nursery.cancel_scope.cancel()
-    assert seen == [b"GET /1k.bin HTTP/1.1"] * 2
+    async with _baseline("relay_floor.py", ["/1k.bin"], answer, 30) as (client, seen):
+        for _ in range(2):
+            await client.send_all(b"GET /any HTTP/1.1\r\nHost: t\r\n\r\n")
+            got = b""
+            while len(got) < len(answer):
+                got += await client.receive_some(65536)
+            assert got == answer
+    assert [head[0] for head in seen] == [b"GET /1k.bin HTTP/1.1"] * 2
 
 
 def test_serverio_gets_the_upstream_as_a_proxy_route_of_everything() -> None:
@@ -224,58 +237,25 @@ def test_the_upstream_serves_the_fixture_and_serverio_proxies_it(tmp_path: Path)
 
 
 async def test_the_h11_proxy_floor_rewrites_fields_and_relays_the_body() -> None:
-    import trio
-
     body = b"y" * 1024
     answer = (
         b"HTTP/1.1 200 OK\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\n"
         b"Content-Length: 1024\r\nX-End: 2\r\n\r\n" + body
     )
-    seen: list[list[bytes]] = []
-
-    async def upstream(stream: trio.SocketStream) -> None:
-        buf = b""
-        while data := await stream.receive_some(65536):
-            buf += data
-            while b"\r\n\r\n" in buf:
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                seen.append(head.split(b"\r\n"))
-                await stream.send_all(answer[:40])  # the head in two pieces
-                await stream.send_all(answer[40:])
-
-    script = Path(__file__).parent.parent / "bench" / "baselines" / "h11_proxy_floor.py"
-    async with trio.open_nursery() as nursery:
-        serve = functools.partial(trio.serve_tcp, upstream, 0, host="127.0.0.1")
-        listeners = await nursery.start(serve)
-        port = listeners[0].socket.getsockname()[1]
-        argv = [sys.executable, str(script), f"127.0.0.1:{port}", "0"]
-        with trio.fail_after(20):
-            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
-            try:
-                assert proc.stdout is not None
-                line = await proc.stdout.receive_some(200)
-                floor_port = int(line.split(b":")[2].split(b"/")[0])
-                client = await trio.open_tcp_stream("127.0.0.1", floor_port)
-                request = b"GET /a?b HTTP/1.1\r\nHost: t\r\nKeep-Alive: 5\r\nX-A: 1\r\n\r\n"
-                for _ in range(2):
-                    await client.send_all(request)
-                    got = b""
-                    while not got.endswith(body):
-                        got += await client.receive_some(65536)
-                    head = got[: -len(body)].split(b"\r\n")
-                    assert head[0] == b"HTTP/1.1 200 "
-                    # Connection and the X-Hop it names are hop-by-hop: removed.
-                    kept = [b"content-length: 1024", b"x-end: 2", b"via: 1.1 floor"]
-                    assert head[1:-2] == kept
-                await client.send_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx")
-                assert (await client.receive_some(65536)).startswith(b"HTTP/1.1 400 ")
-                await client.aclose()
-            finally:
-                proc.kill()
-                await proc.wait()
-                if proc.stdout is not None:
-                    await proc.stdout.aclose()
-        nursery.cancel_scope.cancel()
+    request = b"GET /a?b HTTP/1.1\r\nHost: t\r\nKeep-Alive: 5\r\nX-A: 1\r\n\r\n"
+    async with _baseline("h11_proxy_floor.py", [], answer, 40) as (client, seen):
+        for _ in range(2):
+            await client.send_all(request)
+            got = b""
+            while not got.endswith(body):
+                got += await client.receive_some(65536)
+            head = got[: -len(body)].split(b"\r\n")
+            assert head[0] == b"HTTP/1.1 200 "
+            # Connection and the X-Hop it names are hop-by-hop: removed.
+            kept = [b"content-length: 1024", b"x-end: 2", b"via: 1.1 floor"]
+            assert head[1:-2] == kept
+        await client.send_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx")
+        assert (await client.receive_some(65536)).startswith(b"HTTP/1.1 400 ")
     assert len(seen) == 2 and seen[0] == seen[1]
     line, fields = seen[0][0], seen[0][1:]
     assert line == b"GET /a?b HTTP/1.1"
