@@ -375,6 +375,15 @@ class _SocketHarness(Harness):
         for end in self.ends:
             await end.aclose()
 
+    async def answer(self, i: int, data: bytes) -> trio.abc.Stream:
+        """The ``i``-th upstream connection, once the proxy has made it and
+        sent its request on it, answered with ``data``."""
+        while len(self.ends) <= i:  # noqa: ASYNC110 - state the proxy owns
+            await trio.sleep(0.001)
+        await read_request(self.ends[i])
+        await self.ends[i].send_all(data)
+        return self.ends[i]
+
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"
 
@@ -391,14 +400,7 @@ async def test_a_head_there_after_one_round_needs_no_cancel_scope(
     up = h.ends
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-
-            async def first() -> None:
-                while not up:  # noqa: ASYNC110 - state the peer owns
-                    await trio.sleep(0.001)
-                await read_request(up[0])
-                await up[0].send_all(_OK + b"one")
-
-            nursery.start_soon(first)
+            nursery.start_soon(h.answer, 0, _OK + b"one")
             _, body = await h.forward()
             assert await body.source.next_chunk() == b"one"
             assert await body.source.next_chunk() == b""
@@ -429,20 +431,12 @@ async def test_a_pooled_connection_closed_before_the_round_is_retried(root: Path
     # The upstream closed its idle pooled connection: head_soon reads EOF
     # before any byte, and the request goes once more on a new connection.
     h = _SocketHarness(root)
-    up = h.ends
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
 
             async def answers() -> None:
-                while not up:  # noqa: ASYNC110 - state the peer owns
-                    await trio.sleep(0.001)
-                await read_request(up[0])
-                await up[0].send_all(_OK + b"one")
-                await up[0].aclose()
-                while len(up) < 2:  # noqa: ASYNC110 - state the peer owns
-                    await trio.sleep(0.001)
-                await read_request(up[1])
-                await up[1].send_all(_OK + b"two")
+                await (await h.answer(0, _OK + b"one")).aclose()
+                await h.answer(1, _OK + b"two")
 
             nursery.start_soon(answers)
             _, body = await h.forward()
