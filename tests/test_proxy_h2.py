@@ -131,3 +131,22 @@ async def test_an_h2_proxied_body_is_logged_and_counted_with_its_size(root: Path
         ("/api/reset", 10, True),
     ]
     assert all(r["version"] == "2.0" for r in records)
+
+
+async def test_an_h2_path_no_request_line_could_carry_is_a_400_and_never_goes_upstream(
+    root: Path,
+) -> None:
+    # HTTP/2 carries :path as a field value, so a space, a control byte or
+    # a non-ASCII byte can arrive in it where no HTTP/1.1 request line
+    # could carry one (RFC 9112 §3.2).  The HTTP/2 head reader refuses it
+    # (wire/h2head.py: visible ASCII only): a 400, and nothing reaches the
+    # upstream (without that check h11 refuses the upstream request: 502).
+    async with upstream() as up:
+        cfg = make_config(root, proxy=(f"/api=http://127.0.0.1:{up.port}",))
+        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+            for path in ("/api/json?a b", "/api/json?a\x01b", "/api/json?\u00e9", "/api/json?a\tb"):
+                r = await client.get(path)
+                assert r.status == 400, path
+            assert up.seen == []
+            r = await client.get('/api/json?a"b<')  # visible ASCII: forwarded as it is
+            assert r.status == 200 and json.loads(r.body)["target"] == '/api/json?a"b<'
