@@ -761,6 +761,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Content",
         "Deferred",
         "Handler",
+        "client_gone",
         "prepare",
         "watching_client",
     ),

@@ -587,10 +587,10 @@ async def test_a_quick_pooled_exchange_spawns_no_watcher_task(root: Path) -> Non
 
 
 async def test_a_client_that_leaves_while_queued_for_a_slot_is_let_go(root: Path) -> None:
-    # The wait for a slot is wrapped in watching_client: the watcher, in a
-    # nursery of its own around that wait only, notices the reset, cancels
-    # the wait and ends the whole step with ClientGone (the waiter leaves
-    # the queue holding no slot).
+    # The waiting task watches its client itself (client_gone: it reads
+    # the socket while it waits, no helper task), notices the reset and
+    # ends the whole step with ClientGone (the waiter leaves the queue
+    # holding no slot).
     async with proxied(root, proxy_max_inflight=1) as (up, srv, client):
         await client.send_raw(b"GET /api/never HTTP/1.1\r\nHost: t\r\n\r\n")
         with trio.fail_after(5):

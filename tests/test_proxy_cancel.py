@@ -419,22 +419,61 @@ async def test_a_connection_made_as_the_client_leaves_is_closed(
 async def test_a_slot_handed_over_as_the_client_leaves_is_given_back(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    # The queued request gets the slot as ClientGone leaves its watched
-    # wait: the slot goes on (here: free again), nothing reaches upstream.
+    # The queued request's client leaves in the same scheduling round as
+    # its slot is handed over (its watch's wait is over, so the hand-over's
+    # cancellation never reaches it): ClientGone ends the request, the
+    # slot goes on (here: free again) and nothing reaches the upstream.
     h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
-    done: list[bytes] = []
+    left = trio.Event()
+
+    async def step(_: object) -> Prepared:
+        await h.forward()
+        raise AssertionError("the step goes on after the client left")
 
     async def second() -> None:
         with pytest.raises(ClientGone):
-            await _forward_watched(h)
+            await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, left.wait)
 
+    assert h.pool.try_acquire()  # the one slot, held here
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_finished, h, done, b"a")
-        await trio.sleep(0.1)
-        assert h.pool.inflight == 1
         nursery.start_soon(second)
         await trio.sleep(0.1)
         assert h.pool.waiting == 1
-        await _answer_one(h.ends[0], b"ok")
-    assert done == [b"a"] and h.pool.inflight == 0 and h.pool.waiting == 0
-    assert len(h.ends) == 1  # the second never connected
+        left.set()  # the client goes ...
+        h.pool.release()  # ... as the slot is handed over, with no checkpoint between
+    assert h.pool.inflight == 0 and h.pool.waiting == 0
+    assert h.ends == []  # the second never connected
+    assert h.stats.cancelled == 0 and h.stats.connects == 0
+
+
+async def test_a_client_leaving_its_slot_wait_leaves_the_queue_at_once(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The waiting task watches its client itself (client_gone, no helper
+    # task): a client gone while queued leaves the queue then, not when
+    # a slot would have come, and the next waiter gets the slot.
+    h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
+    left = trio.Event()
+    order: list[str] = []
+
+    async def step(_: object) -> Prepared:
+        await h.forward()
+        raise AssertionError("the step goes on after the client left")
+
+    async def leaver() -> None:
+        with pytest.raises(ClientGone):
+            await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, left.wait)
+        order.append(f"left at {trio.current_time():.1f}")
+
+    assert h.pool.try_acquire()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leaver)
+        await trio.sleep(0.1)
+        assert h.pool.waiting == 1
+        await trio.sleep(1)
+        left.set()
+        await trio.sleep(0.1)
+        assert order == ["left at 1.1"] and h.pool.waiting == 0
+        assert h.pool.inflight == 1  # still held here; nothing was handed over
+    h.pool.release()
+    assert h.pool.inflight == 0 and h.ends == []

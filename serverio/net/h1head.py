@@ -332,7 +332,8 @@ class HeadReader:
         stream = self._emitter.stream
         reader = self
 
-        async def watch(scope: trio.CancelScope) -> None:
+        async def until_gone() -> None:
+            # Returns when the client is gone; never, after its EOF.
             nonlocal gone
             try:
                 while reader.fed <= limit and not reader.peer_eof:
@@ -345,11 +346,14 @@ class HeadReader:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
             gone = True
+
+        async def watch(scope: trio.CancelScope) -> None:
+            await until_gone()
             scope.cancel()
 
         try:
             if deferred.watch_late:
-                result, error = await self._run_late(deferred, watch)
+                result, error = await self._run_late(deferred, watch, until_gone)
             else:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(watch, nursery.cancel_scope)
@@ -369,7 +373,10 @@ class HeadReader:
         return result
 
     async def _run_late(
-        self, deferred: Deferred, watch: Callable[[trio.CancelScope], Awaitable[None]]
+        self,
+        deferred: Deferred,
+        watch: Callable[[trio.CancelScope], Awaitable[None]],
+        until_gone: Callable[[], Awaitable[None]],
     ) -> tuple[Prepared | None, Exception | None]:
         """``deferred`` (``watch_late``) with no cancel scope of its own;
         the watcher runs, in a nursery of its own, only around the waits
@@ -378,17 +385,38 @@ class HeadReader:
         exit ~5 us: an exchange that never waits for long pays for
         neither).  When the client goes, the watcher cancels that nursery
         and the block raises :class:`~serverio.pipeline.handler.ClientGone`,
-        which ends the step and is caught here.
+        which ends the step and is caught here.  A wait that something
+        else ends by cancelling it (a proxy slot handed over) watches in
+        its own task instead, with ``until_gone``
+        (:func:`~serverio.pipeline.handler.client_gone`: no helper task).
 
         Cancellation handling: as :meth:`wait_watching`; an exception of
         the wrapped wait leaves its nursery bare (re-raised after it), so
         the step sees what it would have without the watch."""
+        watching = [False]
+        block = functools.partial(_watched, watching, watch)
+        here = functools.partial(_gone_here, watching, until_gone)
         try:
-            return await deferred.run_watched(functools.partial(_watched, [False], watch)), None
+            return await deferred.run_watched(block, here), None
         except ClientGone:
             return None, None  # the watcher saw the client go (wait_watching's ``gone``)
         except Exception as exc:  # PoolSaturated and friends: the caller's
             return None, exc
+
+
+async def _gone_here(watching: list[bool], until_gone: Callable[[], Awaitable[None]]) -> None:
+    """The watch of :meth:`HeadReader._run_late` run in the waiting task
+    itself (the pipeline's ``client_gone``): returns when the client has
+    gone; sleeps until cancelled inside a watched block (its watcher
+    reads the socket: two readers would collide) or after the client's
+    EOF."""
+    if watching[0]:
+        await trio.sleep_forever()
+    watching[0] = True
+    try:
+        await until_gone()
+    finally:
+        watching[0] = False
 
 
 # The watcher's nursery around one wrapped wait (HeadReader._run_late);

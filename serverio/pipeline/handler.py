@@ -64,6 +64,7 @@ __all__ = [
     "Content",
     "Deferred",
     "Handler",
+    "client_gone",
     "prepare",
     "watching_client",
 ]
@@ -108,8 +109,10 @@ BodyStep = Callable[[RequestFacts, Content, float], Awaitable[Plan | None]]
 # The transport's "watch the client during this wait" while a late-watched
 # Deferred runs (HTTP/1.1's disconnect watcher, for the span of one wait);
 # None elsewhere (HTTP/2 needs none: RST_STREAM cancels the stream's task).
+# With it, the same watch run in the waiting task itself (client_gone).
 _Watch = Callable[[], AbstractAsyncContextManager[None]]
-_WATCH: ContextVar[_Watch | None] = ContextVar("serverio_watch", default=None)
+_Gone = Callable[[], Awaitable[None]]
+_WATCH: ContextVar[tuple[_Watch, _Gone | None] | None] = ContextVar("serverio_watch", default=None)
 
 
 class ClientGone(BaseException):
@@ -141,8 +144,29 @@ async def watching_client() -> AsyncIterator[None]:
     if watch is None:
         yield
         return
-    async with watch():
+    async with watch[0]():
         yield
+
+
+async def client_gone() -> None:
+    """Wait, in this task, until the client goes away, then raise
+    :class:`ClientGone`; never returns.  For a wait that another event
+    ends by cancelling it (a pool slot handed over by cancelling the
+    waiter's scope): the client is watched without the helper task and
+    nursery of :func:`watching_client`.  Where the client is not watched
+    (outside a late-watched :class:`Deferred`, HTTP/2) or is already
+    watched (inside a :func:`watching_client` block), it sleeps until
+    cancelled.
+
+    Cancellation handling: a cancellation ends the wait and reads nothing
+    more; bytes it already read (a pipelined request) stay with the
+    connection's parser."""
+    watch = _WATCH.get()
+    if watch is None or watch[1] is None:
+        await trio.sleep_forever()
+    else:
+        await watch[1]()
+    raise ClientGone
 
 
 class Deferred:
@@ -172,9 +196,11 @@ class Deferred:
         self._held = held
         self.watch_late = watch_late
 
-    async def run_watched(self, watch: _Watch) -> Prepared:
-        """:meth:`run` with ``watch`` behind this task's :func:`watching_client`."""
-        token = _WATCH.set(watch)
+    async def run_watched(self, watch: _Watch, gone: _Gone | None = None) -> Prepared:
+        """:meth:`run` with ``watch`` behind this task's :func:`watching_client`
+        and ``gone`` (returns when the client has gone; sleeps forever if
+        it cannot watch here) behind its :func:`client_gone`."""
+        token = _WATCH.set((watch, gone))
         try:
             return await self.run()
         finally:

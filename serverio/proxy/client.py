@@ -20,6 +20,7 @@ anything else closes it (:meth:`UpstreamConn.close`, synchronous, so that a
 
 from __future__ import annotations
 
+import collections
 import functools
 import ipaddress
 import os
@@ -515,14 +516,25 @@ async def exchange(
     return None  # the head deadline
 
 
+class _Waiter:
+    """A request waiting for a slot (:meth:`Pool.acquire`): its wait's
+    cancel scope, and whether :meth:`Pool.release` handed it one."""
+
+    __slots__ = ("granted", "scope")
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        self.granted = False
+
+
 class Pool:
     """One upstream's connections and its in-flight budget."""
 
     __slots__ = (
         "_connect",
         "_live",
-        "_lot",
         "_stats",
+        "_waiters",
         "idle",
         "inflight",
         "keep",
@@ -548,8 +560,11 @@ class Pool:
         self._connect = connect
         self.inflight = 0
         # The requests waiting for a slot, oldest first (a freed slot is
-        # handed to the oldest: no newcomer overtakes a waiter).
-        self._lot = trio.lowlevel.ParkingLot()
+        # handed to the oldest: no newcomer overtakes a waiter), each by
+        # its wait's cancel scope: release() hands a slot over by
+        # cancelling it, so a waiter can wait for something else meanwhile
+        # in its own task (the client going away: acquire's ``wait``).
+        self._waiters: collections.deque[_Waiter] = collections.deque()
         self.idle: list[UpstreamConn] = []
         self._live: set[UpstreamConn] = set()  # open, idle or in use
 
@@ -561,7 +576,7 @@ class Pool:
     @property
     def waiting(self) -> int:
         """Requests waiting for a slot now."""
-        return len(self._lot)
+        return len(self._waiters)
 
     def try_acquire(self) -> bool:
         """Take an in-flight slot if one is free (no wait, no checkpoint)."""
@@ -570,34 +585,54 @@ class Pool:
         self.inflight += 1
         return True
 
-    async def acquire(self, patience: float) -> bool:
+    async def acquire(
+        self, patience: float, wait: Callable[[], Awaitable[object]] = trio.sleep_forever
+    ) -> bool:
         """Take an in-flight slot: at once if one is free; else wait for
         one, behind the requests already waiting, at most ``patience``
         seconds (``--proxy-queue-timeout``).  False (the caller's 503) when
-        ``queue`` requests already wait or the time is up.  A slot handed over (:meth:`release`) is
-        the caller's even if a deadline expires as it is handed.
+        ``queue`` requests already wait or the time is up.  A slot handed
+        over (:meth:`release`) is the caller's even if the time is up as
+        it is handed.  ``wait`` runs in this task while the request waits
+        (the pipeline's ``client_gone``: it reads the client's socket and
+        raises when the client goes, with no helper task); it may raise,
+        and if it returns the request waits on without it.
 
-        Cancellation handling: cancelled while waiting, the request leaves
-        the queue holding no slot; cancelled once the slot was handed over
-        (the wake-up already scheduled), it returns True and the caller's
-        ``release`` gives the slot on."""
+        Cancellation handling: cancelled (or ``wait`` raising) while
+        waiting, the request leaves the queue holding no slot; if the slot
+        was handed over as that happened, it is given on here before the
+        exception goes on, so the caller never holds it."""
         if self.inflight < self.max_inflight:
             self.inflight += 1
             return True
-        if len(self._lot) >= self.queue:
+        if len(self._waiters) >= self.queue:
             self._stats.busy += 1
             return False
         self._stats.queued += 1
-        with trio.move_on_after(patience):
-            await self._lot.park()
+        waiter = _Waiter(trio.CancelScope(deadline=trio.current_time() + patience))
+        self._waiters.append(waiter)
+        try:
+            with waiter.scope:
+                await wait()
+                await trio.sleep_forever()
+        except BaseException:
+            if waiter.granted:
+                self.release()  # handed over as the request left: given on
+            else:
+                self._waiters.remove(waiter)
+            raise
+        if waiter.granted:
             return True  # release() handed its slot over: inflight unchanged
+        self._waiters.remove(waiter)
         self._stats.busy += 1
         return False
 
     def release(self) -> None:
         """Give a slot back: to the oldest waiting request, else free."""
-        if self._lot:
-            self._lot.unpark()
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.granted = True
+            waiter.scope.cancel()
         else:
             self.inflight -= 1
 

@@ -54,7 +54,7 @@ from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
-from ..pipeline.handler import ClientGone, watching_client
+from ..pipeline.handler import ClientGone, client_gone, watching_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
 from ..site.forwarded import normalize_address, trusts
@@ -179,16 +179,11 @@ class ProxyService:
         # serverio adds is plain.
         checked = checked and head.version != b"2" and self._plain[key]
         if not pool.try_acquire():
-            # A wait for a slot: a client that leaves meanwhile is let go.
-            acquired = False
-            try:
-                async with watching_client():
-                    acquired = await pool.acquire(self._policy.proxy_queue_timeout)
-            except ClientGone:
-                if acquired:  # handed over as the client left
-                    pool.release()
-                raise
-            if not acquired:
+            # A wait for a slot: a client that leaves meanwhile is let go
+            # (client_gone raises ClientGone; acquire gives on a slot
+            # handed over as it left).  The waiting task watches the
+            # client itself: no helper task per queued request.
+            if not await pool.acquire(self._policy.proxy_queue_timeout, client_gone):
                 raise HTTPError(503, "upstream busy")
         total = trio.current_time() + deadlines.total
         try:
