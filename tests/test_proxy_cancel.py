@@ -416,6 +416,20 @@ async def test_a_connection_made_as_the_client_leaves_is_closed(
     assert await saw_close(h.ends[0])
 
 
+async def _forward_until_left(h: Harness, left: trio.Event, times: list[float]) -> None:
+    """A proxied request whose transport watches its client with
+    ``left.wait`` (its client_gone): it must end with ClientGone, at the
+    time it appends to ``times``."""
+
+    async def step(_: object) -> Prepared:
+        await h.forward()
+        raise AssertionError("the step goes on after the client left")
+
+    with pytest.raises(ClientGone):
+        await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, left.wait)
+    times.append(trio.current_time())
+
+
 async def test_a_slot_handed_over_as_the_client_leaves_is_given_back(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -425,23 +439,15 @@ async def test_a_slot_handed_over_as_the_client_leaves_is_given_back(
     # slot goes on (here: free again) and nothing reaches the upstream.
     h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
     left = trio.Event()
-
-    async def step(_: object) -> Prepared:
-        await h.forward()
-        raise AssertionError("the step goes on after the client left")
-
-    async def second() -> None:
-        with pytest.raises(ClientGone):
-            await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, left.wait)
-
+    times: list[float] = []
     assert h.pool.try_acquire()  # the one slot, held here
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(second)
+        nursery.start_soon(_forward_until_left, h, left, times)
         await trio.sleep(0.1)
         assert h.pool.waiting == 1
         left.set()  # the client goes ...
         h.pool.release()  # ... as the slot is handed over, with no checkpoint between
-    assert h.pool.inflight == 0 and h.pool.waiting == 0
+    assert len(times) == 1 and h.pool.inflight == 0 and h.pool.waiting == 0
     assert h.ends == []  # the second never connected
     assert h.stats.cancelled == 0 and h.stats.connects == 0
 
@@ -450,30 +456,19 @@ async def test_a_client_leaving_its_slot_wait_leaves_the_queue_at_once(
     root: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     # The waiting task watches its client itself (client_gone, no helper
-    # task): a client gone while queued leaves the queue then, not when
-    # a slot would have come, and the next waiter gets the slot.
+    # task): a client gone while queued leaves the queue then, not when a
+    # slot would have come, and takes no slot with it.
     h = Harness(root, proxy_max_inflight=1, proxy_keepalive=1)
     left = trio.Event()
-    order: list[str] = []
-
-    async def step(_: object) -> Prepared:
-        await h.forward()
-        raise AssertionError("the step goes on after the client left")
-
-    async def leaver() -> None:
-        with pytest.raises(ClientGone):
-            await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, left.wait)
-        order.append(f"left at {trio.current_time():.1f}")
-
+    times: list[float] = []
     assert h.pool.try_acquire()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(leaver)
-        await trio.sleep(0.1)
+        nursery.start_soon(_forward_until_left, h, left, times)
+        await trio.sleep(1.1)
         assert h.pool.waiting == 1
-        await trio.sleep(1)
         left.set()
         await trio.sleep(0.1)
-        assert order == ["left at 1.1"] and h.pool.waiting == 0
+        assert times == [pytest.approx(1.1)] and h.pool.waiting == 0
         assert h.pool.inflight == 1  # still held here; nothing was handed over
     h.pool.release()
     assert h.pool.inflight == 0 and h.ends == []
