@@ -4,7 +4,7 @@ memory stream pair, the test playing the upstream on the other end."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -395,12 +395,16 @@ async def _left_as_it_ended() -> AsyncIterator[None]:
     raise ClientGone
 
 
-async def _forward_watched(h: Harness) -> None:
+async def _forward_watched(h: Harness, gone: Callable[[], Awaitable[None]] | None = None) -> None:
+    """A proxied request in a late-watched step whose client leaves as a
+    watched wait ends (and, with ``gone``, when ``gone`` returns, for a
+    wait that watches in its own task): the step must not go on."""
+
     async def step(_: object) -> Prepared:
         await h.forward()
         raise AssertionError("the step goes on after the client left")
 
-    await Deferred(step, watch_late=True).run_watched(_left_as_it_ended)
+    await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, gone)
 
 
 async def test_a_connection_made_as_the_client_leaves_is_closed(
@@ -417,16 +421,10 @@ async def test_a_connection_made_as_the_client_leaves_is_closed(
 
 
 async def _forward_until_left(h: Harness, left: trio.Event, times: list[float]) -> None:
-    """A proxied request whose transport watches its client with
-    ``left.wait`` (its client_gone): it must end with ClientGone, at the
-    time it appends to ``times``."""
-
-    async def step(_: object) -> Prepared:
-        await h.forward()
-        raise AssertionError("the step goes on after the client left")
-
+    """:func:`_forward_watched` whose client goes when ``left`` is set: it
+    must end with ClientGone, at the time it appends to ``times``."""
     with pytest.raises(ClientGone):
-        await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, left.wait)
+        await _forward_watched(h, left.wait)
     times.append(trio.current_time())
 
 

@@ -344,16 +344,13 @@ class UpstreamConn:
         if sock is None or self.received or self._eof:
             return None
         await trio.lowlevel.checkpoint()
-        fd = sock.fileno()
-        if fd < 0:
-            raise UpstreamError("reset", "the upstream socket was closed")
         try:
-            data = os.read(fd, RECV_SIZE)
-        except BlockingIOError:
+            data = self._read_now(sock)
+        except (trio.ClosedResourceError, OSError) as exc:
+            raise UpstreamError("reset", str(exc)) from None
+        if data is None:
             self._tried = True  # the first read waits first: no second try
             return None
-        except OSError as exc:
-            raise UpstreamError("reset", str(exc)) from None
         self._take(data)
         while (event := self.buffered_event()) is not None:
             head = self._final(event)
@@ -379,14 +376,22 @@ class UpstreamConn:
             await trio.lowlevel.wait_readable(sock)
         else:
             await trio.lowlevel.checkpoint()
-        while True:
-            fd = sock.fileno()
-            if fd < 0:
-                raise trio.ClosedResourceError("the upstream socket was closed")
-            try:
-                return os.read(fd, RECV_SIZE)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(sock)
+        while (data := UpstreamConn._read_now(sock)) is None:
+            await trio.lowlevel.wait_readable(sock)
+        return data
+
+    @staticmethod
+    def _read_now(sock: trio.socket.SocketType) -> bytes | None:
+        """One non-blocking ``os.read`` of a plain socket; None: nothing
+        there yet.  Raises ``trio.ClosedResourceError`` for a socket
+        closed under it, ``OSError`` for a reset."""
+        fd = sock.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("the upstream socket was closed")
+        try:
+            return os.read(fd, RECV_SIZE)
+        except BlockingIOError:
+            return None
 
     async def read_head(self) -> Head:
         """The final response head (1xx informational heads are skipped),
