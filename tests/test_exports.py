@@ -281,6 +281,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "TreeTooLarge",
         "copy_tree",
         "count_tree",
+        "list_tree",
         "lookup",
         "make_collection",
         "move_tree",

@@ -12,18 +12,33 @@ the lock guard on everything changed; then an existing destination is
 removed first unless a file replaces a file (one atomic rename, §9.8.4,
 §9.9.3), and the operation runs.  201 when the destination was new,
 204 when it existed, 207 with the members that failed.
+
+Members (issue 41): a tree operation touches every member of its
+collections, so before anything changes the members are listed (at most
+``--webdav-max-tree``, :func:`~serverio.fs.davtree.list_tree`) and the
+same access hook as a single file is asked on each — a COPY's source
+members as reads (the file or listing), a MOVE's and a DELETE's as
+``delete``, every member a COPY or MOVE makes at the destination as
+``put``, and an existing destination a collection replaces (or that is
+a collection) with every member as ``delete`` (a file replacing a file
+stays ``put``, as a PUT over it).  The first refusal answers the whole
+request (401 with its challenge, 403, 429, 503) and nothing is changed;
+the operation then touches only the members that were asked about (one
+made meanwhile is left alone and named in a 207).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 
-from ..fs.davtree import TreeJob, copy_tree, move_tree, remove_tree, write_props
+from ..fs.davtree import TreeJob, copy_tree, list_tree, move_tree, remove_tree, write_props
 from ..fs.writer import Placement, Refusal, WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
-from ..http.target import is_write_temp
+from ..http.target import Target, is_write_temp
 from ..pipeline.hooks import Admit, WriteContent
+from ..site.access import AccessTarget, Kind, served_target
 from ..upload.decide import errno_status, has_preconditions, precondition_status
 from .answers import multistatus_plan, status_plan
 from .common import DavBase, field, read_access, rel, write_access
@@ -32,6 +47,10 @@ from .ifheader import Depth, parse_depth, parse_destination, parse_overwrite
 from .xml import Response
 
 __all__ = ["copy_move", "create_empty", "delete"]
+
+# The members the access hook allowed, for each end of a tree operation
+# (None: no collection's members are touched there).
+Checked = tuple[frozenset[str] | None, frozenset[str] | None]
 
 
 def _failures(base: str, failed: list[tuple[str, int]], now: float) -> Plan:
@@ -57,6 +76,41 @@ async def _drop_props(svc: DavBase, segments: tuple[str, ...]) -> None:
         await svc.blocking(job, write_props, place, None)
     finally:
         svc.release(job)
+
+
+def _member_path(base: str, sub: str, is_dir: bool) -> str:
+    """The match path of member ``sub`` of collection ``base`` (a guard
+    path): ``/base/sub``, ``/base/sub/`` for a collection."""
+    path = f"/{base}/{sub}" if base else "/" + sub
+    return path + "/" if is_dir else path
+
+
+def _reading(path: str) -> AccessTarget:
+    return served_target(path)  # a file or a listing, as a GET of it
+
+
+def _deleting(path: str) -> AccessTarget:
+    return AccessTarget((path,), Kind.WRITE, "delete")
+
+
+def _putting(path: str) -> AccessTarget:
+    return AccessTarget((path,), Kind.WRITE, "put")
+
+
+async def _admit_members(
+    admit: Admit,
+    base: str,
+    members: list[tuple[str, bool]],
+    target: Callable[[str], AccessTarget],
+) -> Plan | None:
+    """The access hook on every member of collection ``base`` (as
+    ``target`` makes it): the first refusal, or None.  A rule passed once
+    is not checked again (the pipeline records it)."""
+    for sub, is_dir in members:
+        refusal = await admit(target(_member_path(base, sub, is_dir)))
+        if refusal is not None:
+            return refusal
+    return None
 
 
 async def delete(
@@ -104,7 +158,14 @@ async def delete(
         if status is not None:
             return error_plan(status, now)
         limit = svc.config.uploads.webdav_max_tree
-        failed = await svc.blocking(job, remove_tree, place, limit, job.stopped)
+        # Every member is removed: each needs the delete right on its own.
+        listed = await svc.blocking(job, list_tree, place.dir_fd, place.name, limit)
+        assert isinstance(listed, list)
+        refusal = await _admit_members(admit, path, listed, _deleting)
+        if refusal is not None:
+            return refusal
+        members = frozenset(sub for sub, _ in listed)
+        failed = await svc.blocking(job, remove_tree, place, limit, job.stopped, members)
     finally:
         svc.release(job)
     svc.changed(path, tree=True)
@@ -167,9 +228,9 @@ async def copy_move(
         existed = dst.current is not None
         if existed and not overwrite:
             return error_plan(412, now)  # §9.8.4, §10.6
-        plan = await _preconditions(svc, job, req, src, now)
-        if plan is not None:
-            return plan
+        checked = await _checks(svc, job, req, admit, src, dst, now)
+        if not isinstance(checked, tuple):
+            return checked
         # A COPY leaves its source as it is: only a MOVE's is changed (§9.8).
         paths = [dst_path, rel(dt.segments[:-1])]
         if move:
@@ -179,7 +240,7 @@ async def copy_move(
         refusal = await svc.guarded(req, paths, infinity, now, job, ends)
         if refusal is not None:
             return refusal
-        plan = await _run(svc, job, req, src, dst, dst_path, depth is Depth.INFINITY, now)
+        plan = await _run(svc, job, req, src, dst, depth is Depth.INFINITY, checked, now)
     finally:
         svc.release(job)
     svc.changed(src_path, dst_path, tree=True)
@@ -194,15 +255,63 @@ async def copy_move(
     return status_plan(201, now, dt.url_path(slash=_is_dir(src)))
 
 
-async def _preconditions(
-    svc: DavBase, job: TreeJob, req: RequestFacts, src: Placement, now: float
-) -> Plan | None:
-    """412 when the source's preconditions fail (RFC 9110 §13.1), as PUT."""
-    if not has_preconditions(req):
-        return None
-    facts = await svc.current_facts(job, src)
-    status = precondition_status(req, facts, now)
-    return None if status is None else error_plan(status, now)
+async def _checks(
+    svc: DavBase,
+    job: TreeJob,
+    req: RequestFacts,
+    admit: Admit,
+    src: Placement,
+    dst: Placement,
+    now: float,
+) -> Plan | Checked:
+    """412 when the source's preconditions fail (RFC 9110 §13.1), as PUT;
+    then the access hook on every member the operation touches (see the
+    module doc): the refusal, or the members allowed at each end."""
+    if has_preconditions(req):
+        facts = await svc.current_facts(job, src)
+        status = precondition_status(req, facts, now)
+        if status is not None:
+            return error_plan(status, now)
+    limit = svc.config.uploads.webdav_max_tree
+    dt = _destination(req)
+    dst_path = rel(dt.segments)
+    dst_members = src_members = None
+    if dst.current is not None and (_is_dir(src) or _is_dir(dst)):
+        # The destination is deleted first (§9.8.4, §9.9.3): removing an
+        # existing resource needs the delete right, not put's.
+        refusal = await write_access(admit, dt, "delete")
+        if refusal is None and _is_dir(dst):
+            listed = await svc.blocking(job, list_tree, dst.dir_fd, dst.name, limit)
+            assert isinstance(listed, list)
+            refusal = await _admit_members(admit, dst_path, listed, _deleting)
+            dst_members = frozenset(sub for sub, _ in listed)
+        if refusal is not None:
+            return refusal
+    depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
+    if _is_dir(src) and depth is Depth.INFINITY:
+        listed = await svc.blocking(job, list_tree, src.dir_fd, src.name, limit)
+        assert isinstance(listed, list)
+        src_path = rel(req.target.segments)
+        # A COPY reads each member, a MOVE removes it; both make it anew.
+        source = _deleting if req.method == b"MOVE" else _reading
+        refusal = await _admit_members(admit, src_path, listed, source)
+        if refusal is None:
+            refusal = await _admit_members(admit, dst_path, listed, _putting)
+        if refusal is not None:
+            return refusal
+        src_members = frozenset(sub for sub, _ in listed)
+    return src_members, dst_members
+
+
+def _destination(req: RequestFacts) -> Target:
+    """The Destination's target (``copy_move`` checked it is one)."""
+    dest = parse_destination(
+        field(req.extra.destination),
+        scheme="https" if req.tls else "http",
+        host=req.extra.host or "",
+    )
+    assert dest.target is not None
+    return dest.target
 
 
 async def _run(
@@ -211,23 +320,28 @@ async def _run(
     req: RequestFacts,
     src: Placement,
     dst: Placement,
-    dst_path: str,
     infinity: bool,
+    checked: Checked,
     now: float,
 ) -> Plan | None:
-    """Clear the destination when it must be, then copy or move; a 207
-    with the members that failed, or None."""
+    """Clear the destination when it must be, then copy or move (only
+    the members ``checked`` holds); a 207 with the members that failed,
+    or None."""
     limit = svc.config.uploads.webdav_max_tree
+    src_members, dst_members = checked
+    dst_path = rel(_destination(req).segments)
     if dst.current is not None and (_is_dir(src) or _is_dir(dst)):
-        failed = await svc.blocking(job, remove_tree, dst, limit, job.stopped)
+        failed = await svc.blocking(job, remove_tree, dst, limit, job.stopped, dst_members)
         assert isinstance(failed, list)
         if failed:
             return _failures(dst_path, failed, now)
         dst.current = None
     if req.method == b"MOVE":
-        failed = await svc.blocking(job, move_tree, src, dst, limit, job.stopped)
+        failed = await svc.blocking(job, move_tree, src, dst, limit, job.stopped, src_members)
     else:
-        failed = await svc.blocking(job, copy_tree, src, dst, infinity, limit, job.stopped)
+        failed = await svc.blocking(
+            job, copy_tree, src, dst, infinity, limit, job.stopped, src_members
+        )
     assert isinstance(failed, list)
     return _failures(dst_path, failed, now) if failed else None
 

@@ -41,7 +41,7 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -58,6 +58,7 @@ __all__ = [
     "TreeTooLarge",
     "copy_tree",
     "count_tree",
+    "list_tree",
     "lookup",
     "make_collection",
     "move_tree",
@@ -381,22 +382,78 @@ def count_tree(dir_fd: int, name: str, limit: int) -> int:
     return count
 
 
+def list_tree(dir_fd: int, name: str, limit: int) -> list[tuple[str, bool]]:
+    """The members under directory ``name`` as (path relative to it,
+    is a directory), parents before their members, not following
+    symlinks (a symlink or special file is a member that is no
+    directory); the dead-property store and write temporaries are no
+    members (not listed, but counted).  Raises :class:`TreeTooLarge`
+    past ``limit`` entries, counted as :func:`count_tree` counts them.
+
+    What the service asks the access hook about, member by member,
+    before a tree operation changes anything (``members`` of
+    :func:`copy_tree`, :func:`remove_tree`, :func:`move_tree`).
+    """
+    out: list[tuple[str, bool]] = []
+    count = 0
+    pending = [(_open_child(dir_fd, name), "")]
+    try:
+        while pending:
+            fd, prefix = pending.pop()
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        count += 1
+                        if count > limit:
+                            raise TreeTooLarge
+                        if entry.name.startswith(WRITE_TEMP_PREFIX):
+                            continue
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                        out.append((prefix + entry.name, is_dir))
+                        if is_dir:
+                            child = _open_child(fd, entry.name)
+                            pending.append((child, prefix + entry.name + "/"))
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in pending:
+            os.close(fd)
+    return out
+
+
 Failures = list[tuple[str, int]]
+# The members a tree operation may touch (paths relative to its
+# collection, as list_tree gives them), or None: every member.  A member
+# outside it (made after the access hook was asked) is left alone and
+# reported as failed (EACCES: 403 in the 207).
+Members = Container[str] | None
 
 
-def _remove_in(dir_fd: int, prefix: str, failed: Failures, stop: Callable[[], bool]) -> None:
-    """Remove every entry of ``dir_fd`` (post-order), recording failures."""
+def _refused(path: str, members: Members) -> bool:
+    return members is not None and path not in members
+
+
+def _remove_in(
+    dir_fd: int, prefix: str, failed: Failures, stop: Callable[[], bool], members: Members
+) -> None:
+    """Remove every entry of ``dir_fd`` (post-order), recording failures;
+    a member outside ``members`` stays (the store and temporaries go)."""
     with os.scandir(dir_fd) as it:
         names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
     for name, is_dir in names:
         if stop():
             raise OSError(errno.ECANCELED, "tree operation stopped")
         path = prefix + name
+        # The store and temporaries are no members: removed with their
+        # directory, whatever they hold.
+        housekeeping = name.startswith(WRITE_TEMP_PREFIX)
         try:
+            if not housekeeping and _refused(path, members):
+                raise OSError(errno.EACCES, "member not decided by the access hook")
             if is_dir:
                 fd = _open_child(dir_fd, name)
                 try:
-                    _remove_in(fd, path + "/", failed, stop)
+                    _remove_in(fd, path + "/", failed, stop, None if housekeeping else members)
                 finally:
                     os.close(fd)
                 os.rmdir(name, dir_fd=dir_fd)
@@ -409,18 +466,21 @@ def _remove_in(dir_fd: int, prefix: str, failed: Failures, stop: Callable[[], bo
                 failed.append((path + ("/" if is_dir else ""), exc.errno or errno.EIO))
 
 
-def remove_tree(place: Placement, limit: int, stop: Callable[[], bool]) -> Failures:
+def remove_tree(
+    place: Placement, limit: int, stop: Callable[[], bool], members: Members = None
+) -> Failures:
     """DELETE of ``place``'s resource (a file or a collection and all its
     members, at most ``limit``: :class:`TreeTooLarge` before anything is
     removed), its dead properties with it.  Returns the members that could
-    not be removed (relative path, errno); their ancestors stay too."""
+    not be removed (relative path, errno); their ancestors stay too.
+    ``members``: the members the access hook allowed (see :data:`Members`)."""
     cur = place.current
     failed: Failures = []
     if cur is not None and stat.S_ISDIR(cur.st_mode):
         count_tree(place.dir_fd, place.name, limit)
         fd = _open_child(place.dir_fd, place.name)
         try:
-            _remove_in(fd, "", failed, stop)
+            _remove_in(fd, "", failed, stop, members)
         finally:
             os.close(fd)
         if not failed:
@@ -466,48 +526,94 @@ def _copy_file(src_dir: int, name: str, dst_dir: int, dst_name: str) -> None:
         os.close(fd)
 
 
-def _copy_in(src: int, dst: int, prefix: str, failed: Failures, stop: Callable[[], bool]) -> None:
+def _copy_in(
+    src: int, dst: int, prefix: str, failed: Failures, stop: Callable[[], bool], members: Members
+) -> None:
     """Copy every member of directory ``src`` into directory ``dst``
-    (temporaries skipped, symlinks and special files skipped)."""
+    (temporaries skipped, symlinks and special files skipped), each
+    member's dead properties with it; a member outside ``members`` is
+    not read (a failure), nor are its dead properties."""
     with os.scandir(src) as it:
         entries = [
             (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it
         ]
-    for name, is_dir, is_file in entries:
-        if stop():
-            raise OSError(errno.ECANCELED, "tree operation stopped")
-        if name.startswith(WRITE_TEMP_PREFIX) and name != PROPS_DIR:
-            continue
-        path = prefix + name
-        try:
-            if is_dir:
-                try:
-                    os.mkdir(name, 0o777, dir_fd=dst)
-                except FileExistsError:
-                    pass
-                s, d = _open_child(src, name), _open_child(dst, name)
-                try:
-                    _copy_in(s, d, path + "/", failed, stop)
-                finally:
-                    os.close(s)
-                    os.close(d)
-            elif is_file:
-                _copy_file(src, name, dst, name)
-        except OSError as exc:
-            if exc.errno == errno.ECANCELED:
-                raise
-            failed.append((path, exc.errno or errno.EIO))
+    src_store = _open_props_dir(src)
+    dst_store = -1
+    try:
+        for name, is_dir, is_file in entries:
+            if stop():
+                raise OSError(errno.ECANCELED, "tree operation stopped")
+            if name.startswith(WRITE_TEMP_PREFIX):
+                continue  # the store is copied member by member, below
+            path = prefix + name
+            try:
+                if _refused(path, members):
+                    raise OSError(errno.EACCES, "member not decided by the access hook")
+                if is_dir:
+                    try:
+                        os.mkdir(name, 0o777, dir_fd=dst)
+                    except FileExistsError:
+                        pass
+                    s, d = _open_child(src, name), _open_child(dst, name)
+                    try:
+                        _copy_in(s, d, path + "/", failed, stop, members)
+                    finally:
+                        os.close(s)
+                        os.close(d)
+                elif is_file:
+                    _copy_file(src, name, dst, name)
+                else:
+                    continue
+                if src_store >= 0:
+                    dst_store = _copy_member_props(src_store, dst, dst_store, name)
+            except OSError as exc:
+                if exc.errno == errno.ECANCELED:
+                    raise
+                failed.append((path, exc.errno or errno.EIO))
+        if dst_store >= 0:
+            SYS.fsync(dst_store)
+    finally:
+        for fd in (src_store, dst_store):
+            if fd >= 0:
+                os.close(fd)
     SYS.fsync(dst)
 
 
+def _copy_member_props(src_store: int, dst: int, dst_store: int, name: str) -> int:
+    """Copy ``name``'s dead properties from ``src_store`` into ``dst``'s
+    store (made, and opened into ``dst_store``, on first use); returns
+    the store's descriptor (-1 while none was needed)."""
+    pname = props_name(name)
+    try:
+        st = os.stat(pname, dir_fd=src_store, follow_symlinks=False)
+    except FileNotFoundError:
+        return dst_store
+    if not stat.S_ISREG(st.st_mode):
+        return dst_store
+    if dst_store < 0:
+        try:
+            os.mkdir(PROPS_DIR, 0o777, dir_fd=dst)
+        except FileExistsError:
+            pass
+        dst_store = _open_child(dst, PROPS_DIR)
+    _copy_file(src_store, pname, dst_store, pname)
+    return dst_store
+
+
 def copy_tree(
-    src: Placement, dst: Placement, infinity: bool, limit: int, stop: Callable[[], bool]
+    src: Placement,
+    dst: Placement,
+    infinity: bool,
+    limit: int,
+    stop: Callable[[], bool],
+    members: Members = None,
 ) -> Failures:
     """COPY of ``src``'s resource to ``dst``'s name (which the caller has
     cleared, or which is a file a file copy replaces atomically), its
     dead properties with it.  A collection: its members too when
     ``infinity`` (at most ``limit``: :class:`TreeTooLarge` before anything
     is made), else the collection alone (Depth 0, RFC 4918 §9.8.3).
+    ``members``: those the access hook allowed (see :data:`Members`).
     Returns the members that could not be copied."""
     cur = src.current
     assert cur is not None
@@ -519,7 +625,7 @@ def copy_tree(
         if infinity:
             s, d = _open_child(src.dir_fd, src.name), _open_child(dst.dir_fd, dst.name)
             try:
-                _copy_in(s, d, "", failed, stop)
+                _copy_in(s, d, "", failed, stop, members)
             finally:
                 os.close(s)
                 os.close(d)
@@ -530,20 +636,23 @@ def copy_tree(
     return failed
 
 
-def move_tree(src: Placement, dst: Placement, limit: int, stop: Callable[[], bool]) -> Failures:
+def move_tree(
+    src: Placement, dst: Placement, limit: int, stop: Callable[[], bool], members: Members = None
+) -> Failures:
     """MOVE of ``src``'s resource to ``dst``'s name (cleared by the
     caller): one rename (atomic, the members and their dead properties
     move with the directory) and the resource's own dead properties;
-    across filesystems (EXDEV: a ``--mount``) a copy then a removal."""
+    across filesystems (EXDEV: a ``--mount``) a copy then a removal of
+    ``members`` (see :data:`Members`; the rename moves what is there)."""
     try:
         SYS.rename(src.name, dst.name, src_dir_fd=src.dir_fd, dst_dir_fd=dst.dir_fd)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-        failed = copy_tree(src, dst, True, limit, stop)
+        failed = copy_tree(src, dst, True, limit, stop, members)
         if failed:
             return failed
-        return remove_tree(src, limit, stop)
+        return remove_tree(src, limit, stop, members)
     _move_props(src, dst, keep=False)
     SYS.fsync(dst.dir_fd)
     if src.dir_fd != dst.dir_fd:

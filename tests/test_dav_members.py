@@ -1,0 +1,231 @@
+"""WebDAV tree operations decide on every member (security round 4,
+issue 41 items 2, 4 and 5), over HTTP/1.1 and HTTP/2.
+
+* COPY, MOVE and DELETE of a collection ask the access hook on each
+  member they touch (a COPY's source members as reads, a MOVE's and a
+  DELETE's as ``delete``, what they make as ``put``, an existing
+  destination's members as ``delete``): one refusal answers the whole
+  request (401 with its challenge) and nothing changes;
+* removing or replacing an existing collection needs the ``delete``
+  right, also as a COPY/MOVE destination (a put-only ``[[writable]]``
+  rule no longer empties a tree);
+* PROPFIND Depth 1 and Depth infinity list only the members a listing
+  would show this client;
+* an abandoned tree operation stops at its next member (the
+  ``TreeJob.stopped`` guarantee, checked by the number of files copied).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from serverio.config import Config
+from serverio.fs import davtree
+from serverio.site.passwords import hash_password
+
+from .conftest import make_config, memory_connection
+from .h2client import h2_memory
+from .test_dav import dav, h2_dav, hrefs, temps
+
+PASSWORD = "wonderland"
+ALICE = "Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+PROTOS = ["h1", "h2"]
+PATCH = (
+    b'<D:propertyupdate xmlns:D="DAV:"><D:set><D:prop><x xmlns="urn:t">SECRET-PROP</x>'
+    b"</D:prop></D:set></D:propertyupdate>"
+)
+ALLPROP = b'<?xml version="1.0"?><D:propfind xmlns:D="DAV:"><D:allprop/></D:propfind>'
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+@asynccontextmanager
+async def client_for(cfg: Config, proto: str) -> AsyncIterator[Callable[..., Awaitable[Answer]]]:
+    """``send(method, path, headers={}, body=b"")`` -> :class:`Answer`,
+    over HTTP/1.1 or HTTP/2 (memory streams, the real transports)."""
+    if proto == "h1":
+        async with memory_connection(cfg) as (client, _, _):
+
+            async def send1(
+                method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+            ) -> Answer:
+                extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+                r = await dav(client, method, path, extra, body)
+                return Answer(r.status, r.headers, bytes(r.body))
+
+            yield send1
+    else:
+        async with h2_memory(cfg) as (h2, _, _):
+
+            async def send2(
+                method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+            ) -> Answer:
+                fields = [(k.lower(), v) for k, v in (headers or {}).items()]
+                r = await h2_dav(h2, method, path, fields, body)
+                return Answer(r.status, dict(r.headers), bytes(r.body))
+
+            yield send2
+
+
+@pytest.fixture
+def users(tmp_path: Path) -> Path:
+    f = tmp_path / "users.htpasswd"
+    f.write_text(f"alice:{hash_password(PASSWORD, 1000)}\n")
+    return f
+
+
+def files_under(top: Path) -> dict[str, bytes]:
+    """Every regular file under ``top`` but the props store's."""
+    return {
+        str(p.relative_to(top)): p.read_bytes()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and davtree.PROPS_DIR not in p.parts
+    }
+
+
+def secret_tree(root: Path) -> None:
+    (root / "docs" / "secret").mkdir(parents=True)
+    (root / "docs" / "readme.txt").write_text("public\n")
+    (root / "docs" / "secret" / "plan.txt").write_text("TOP-SECRET\n")
+    (root / "team" / "alice").mkdir(parents=True)
+    (root / "team" / "bob.txt").write_text("bob\n")
+    (root / "team" / "alice" / "thesis.txt").write_text("THESIS\n")
+    (root / "pub").mkdir()
+    (root / "pubsrc" / "secret").mkdir(parents=True)
+    (root / "pubsrc" / "secret" / "a.txt").write_text("a\n")
+
+
+def secret_config(root: Path, users: Path) -> Config:
+    return make_config(
+        root,
+        webdav=True,
+        min_free_space=0,
+        auth=(
+            ("/docs/secret/**", str(users)),
+            ("/team/alice/**", str(users)),
+            ("/drop/secret/**", str(users)),
+        ),
+    )
+
+
+# ------------------------------------------------------------ item 2
+
+
+@pytest.mark.parametrize("proto", PROTOS)
+async def test_tree_operations_ask_the_access_hook_on_every_member(
+    root: Path, users: Path, proto: str
+) -> None:
+    secret_tree(root)
+    before = files_under(root)
+    async with client_for(secret_config(root, users), proto) as send:
+        # The protected member's dead properties (alice may set them).
+        r = await send("PROPPATCH", "/docs/secret/plan.txt", {"Authorization": ALICE}, PATCH)
+        assert r.status == 207
+        for method in ("COPY", "MOVE"):
+            r = await send(method, "/docs/", {"Destination": "/pub/leak/"})
+            assert r.status == 401, (method, r.status)
+            assert r.headers.get("www-authenticate", "").startswith("Basic")
+            assert not (root / "pub" / "leak").exists()
+            assert (root / "docs" / "secret" / "plan.txt").read_text() == "TOP-SECRET\n"
+        r = await send("GET", "/pub/leak/secret/plan.txt")
+        assert r.status == 404 and b"TOP-SECRET" not in r.body
+        # DELETE: every member needs the delete right; nothing is removed.
+        r = await send("DELETE", "/team/")
+        assert r.status == 401 and r.headers.get("www-authenticate")
+        assert files_under(root) == before
+        # An existing destination whose members are protected is not removed.
+        r = await send("COPY", "/pub/", {"Destination": "/team/", "Overwrite": "T"})
+        assert r.status == 401
+        # What a COPY would make at the destination needs put there.
+        r = await send("COPY", "/pubsrc/", {"Destination": "/drop/"})
+        assert r.status == 401 and not (root / "drop").exists()
+        assert files_under(root) == before
+        assert temps(root) == []
+        # The right credentials: each succeeds.
+        r = await send("COPY", "/docs/", {"Destination": "/pub/ok/", "Authorization": ALICE})
+        assert r.status == 201
+        assert (root / "pub" / "ok" / "secret" / "plan.txt").read_text() == "TOP-SECRET\n"
+        # The member's dead properties were copied with it (member by member).
+        r = await send(
+            "PROPFIND", "/pub/ok/secret/plan.txt", {"Depth": "0", "Authorization": ALICE}, ALLPROP
+        )
+        assert r.status == 207 and b"SECRET-PROP" in r.body
+        # A collection holding dead properties (its store is no member) goes whole.
+        r = await send("DELETE", "/pub/ok/", {"Authorization": ALICE})
+        assert r.status == 204 and not (root / "pub" / "ok").exists()
+        r = await send("MOVE", "/docs/", {"Destination": "/pub/moved/", "Authorization": ALICE})
+        assert r.status == 201 and (root / "pub" / "moved" / "secret" / "plan.txt").exists()
+        r = await send("DELETE", "/team/", {"Authorization": ALICE})
+        assert r.status == 204 and not (root / "team").exists()
+
+
+async def test_a_member_made_after_the_check_is_left_alone(root: Path, users: Path) -> None:
+    """The operation touches only the members the hook was asked about: one
+    that appears between the check and the copy is not read (a 207 names
+    it), nor are its dead properties copied."""
+    secret_tree(root)
+    real = davtree.list_tree
+
+    def listed_then_grown(dir_fd: int, name: str, limit: int) -> list[tuple[str, bool]]:
+        got = real(dir_fd, name, limit)
+        (root / "pub" / "late.txt").write_text("LATE\n")  # after the hook's answers
+        return got
+
+    cfg = make_config(root, webdav=True, min_free_space=0)
+    async with memory_connection(cfg) as (client, _, _):
+        (root / "pub" / "early.txt").write_text("early\n")
+        mp = pytest.MonkeyPatch()
+        mp.setattr("serverio.dav.methods.list_tree", listed_then_grown)
+        try:
+            r = await dav(client, "COPY", "/pub/", "Destination: /copy/\r\n")
+        finally:
+            mp.undo()
+        assert r.status == 207 and "/copy/late.txt" in hrefs(r.body)
+        assert (root / "copy" / "early.txt").exists() and not (root / "copy" / "late.txt").exists()
+
+
+# ------------------------------------------------------------ item 5
+
+
+@pytest.mark.parametrize("proto", PROTOS)
+async def test_a_put_only_rule_never_removes_a_tree(root: Path, proto: str) -> None:
+    (root / "incoming" / "empty").mkdir(parents=True)
+    keep = root / "incoming" / "keep"
+    keep.mkdir()
+    for i in range(5):
+        (keep / f"f{i}.txt").write_text(f"keep {i}\n")
+    (root / "incoming" / "a.txt").write_text("a\n")
+    (root / "incoming" / "b.txt").write_text("b\n")
+    cfg = make_config(root, webdav=True, min_free_space=0, writable=(("/incoming/**", ("put",)),))
+    async with client_for(cfg, proto) as send:
+        assert (await send("DELETE", "/incoming/keep/")).status == 403
+        for dest in ("/incoming/keep/", "/incoming/keep"):
+            r = await send("COPY", "/incoming/empty/", {"Destination": dest, "Overwrite": "T"})
+            assert r.status == 403, dest
+        # A file onto a collection removes it too.
+        r = await send("COPY", "/incoming/a.txt", {"Destination": "/incoming/keep"})
+        assert r.status == 403
+        assert sorted(p.name for p in keep.iterdir()) == [f"f{i}.txt" for i in range(5)]
+        # Putting a new collection is allowed, and a file over a file stays
+        # "put", as a PUT over it.
+        r = await send("COPY", "/incoming/empty/", {"Destination": "/incoming/new/"})
+        assert r.status == 201
+        r = await send("COPY", "/incoming/a.txt", {"Destination": "/incoming/b.txt"})
+        assert r.status == 204 and (root / "incoming" / "b.txt").read_text() == "a\n"
+    cfg = make_config(
+        root, webdav=True, min_free_space=0, writable=(("/incoming/**", ("put", "delete")),)
+    )
+    async with client_for(cfg, proto) as send:
+        r = await send("COPY", "/incoming/empty/", {"Destination": "/incoming/keep/"})
+        assert r.status == 204 and list(keep.iterdir()) == []
