@@ -229,3 +229,48 @@ async def test_a_put_only_rule_never_removes_a_tree(root: Path, proto: str) -> N
     async with client_for(cfg, proto) as send:
         r = await send("COPY", "/incoming/empty/", {"Destination": "/incoming/keep/"})
         assert r.status == 204 and list(keep.iterdir()) == []
+
+
+# ------------------------------------------------------------ item 4
+
+
+@pytest.mark.parametrize("proto", PROTOS)
+async def test_propfind_lists_only_what_a_listing_shows(
+    root: Path, users: Path, proto: str
+) -> None:
+    docs = root / "docs"
+    (docs / "private" / "deep").mkdir(parents=True)
+    (docs / "open").mkdir()
+    (docs / "secret.txt").write_text("SECRET\n")
+    (docs / "plain.txt").write_text("plain\n")
+    (docs / "private" / "deep" / "x.txt").write_text("X\n")
+    (docs / "open" / "y.txt").write_text("Y\n")
+    (docs / "open" / "z.key").write_text("Z\n")
+    cfg = make_config(
+        root,
+        webdav=True,
+        min_free_space=0,
+        webdav_depth_infinity=100,
+        auth=(
+            ("/docs/secret.txt", str(users)),
+            ("/docs/private/**", str(users)),
+            ("**/*.key", str(users)),
+        ),
+    )
+    async with client_for(cfg, proto) as send:
+        assert (await send("PROPFIND", "/docs/secret.txt", {"Depth": "0"})).status == 401
+        for depth in ("1", "infinity"):
+            r = await send("PROPFIND", "/docs/", {"Depth": depth}, ALLPROP)
+            assert r.status == 207, depth
+            got = hrefs(r.body)
+            assert "/docs/plain.txt" in got and "/docs/open/" in got, got
+            assert not [h for h in got if "secret" in h or "private" in h or ".key" in h], got
+            assert b"SECRET" not in r.body
+            if depth == "infinity":
+                assert "/docs/open/y.txt" in got
+        # Credentials verified for the rule (a GET with them): listed, as
+        # in a listing.
+        auth = {"Authorization": ALICE}
+        assert (await send("GET", "/docs/secret.txt", auth)).status == 200
+        r = await send("PROPFIND", "/docs/", {"Depth": "1", **auth}, ALLPROP)
+        assert "/docs/secret.txt" in hrefs(r.body)

@@ -47,6 +47,7 @@ from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
+from ..http.listing import Entry
 from ..http.target import is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
@@ -106,6 +107,7 @@ DAV_METHODS: Final = frozenset(
 PREFIX_METHODS: Final = DAV_METHODS | WRITE_METHODS
 _BATCH: Final = 256  # members per pool call of a PROPFIND listing
 
+Visible = Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]]
 Step = Callable[
     [RequestFacts, WriteContent, float, Admit], Awaitable["Plan | tuple[Plan, ChunkSource]"]
 ]
@@ -129,6 +131,10 @@ class DavService(DavBase):
         guard: LockGuard = NO_LOCKS,
     ) -> None:
         super().__init__(config, opener, files, uploads, guard)
+        # The site's access rules on listed names (Site.visible_entries,
+        # set by the server when it has auth rules): a PROPFIND lists the
+        # members a listing would show this client, no others.
+        self.visible: Visible | None = None
         self._steps: dict[bytes, Step] = {
             b"PROPFIND": self._propfind,
             b"PROPPATCH": self._proppatch,
@@ -278,7 +284,7 @@ class DavService(DavBase):
         if not is_dir or depth is Depth.ZERO:
             return multistatus_plan([first], now)
         limit = bound if depth is Depth.INFINITY else None
-        return stream_plan(now), _Listing(self, path, ask, first, limit, now)
+        return stream_plan(now), _Listing(self, req, ask, first, limit, now)
 
     def response(self, path: str, found: Found, ask: Propfind, now: float) -> Response:
         is_dir = stat.S_ISDIR(found.st.st_mode)
@@ -360,13 +366,15 @@ class _Listing:
     def __init__(
         self,
         svc: DavService,
-        path: str,
+        req: RequestFacts,
         ask: Propfind,
         first: Response,
         limit: int | None,
         now: float,
     ) -> None:
+        path = rel(req.target.segments)
         self.svc = svc
+        self.req = req
         self.ask = ask
         self.first: Response | None = first
         self.limit = limit
@@ -416,12 +424,16 @@ class _Listing:
                 return chunk
 
     def _responses(self, batch: list[Found]) -> list[bytes]:
-        """The batch's responses; with Depth infinity, its collections are
+        """The batch's responses: the members a listing of the directory
+        shows this client (the site's access rules on listed names, as
+        :meth:`~serverio.site.service.Site.visible_entries` decides for
+        listings and archives; a protected collection is not descended
+        into either); with Depth infinity, its collections are
         queued and nothing past ``limit`` resources is answered (the rest
         of the walk is dropped: the bound, ``--webdav-depth-infinity``)."""
         out = []
         base = self.scan_path
-        for found in batch:
+        for found in self._visible(batch):
             if self.limit is not None and self.count >= self.limit:
                 self.pending.clear()
                 self.batch_size = 0  # the scan ends at the next pull
@@ -432,6 +444,15 @@ class _Listing:
             if self.limit is not None and stat.S_ISDIR(found.st.st_mode):
                 self.pending.append(path)
         return out
+
+    def _visible(self, batch: list[Found]) -> list[Found]:
+        visible = self.svc.visible
+        if visible is None:
+            return batch
+        entries = [Entry(f.name, stat.S_ISDIR(f.st.st_mode), 0, None) for f in batch]
+        segments = tuple(self.scan_path.split("/")) if self.scan_path else ()
+        kept = {id(e) for e in visible(self.req, segments, entries)}
+        return [f for f, e in zip(batch, entries, strict=True) if id(e) in kept]
 
     def close(self) -> None:
         if self.job.release():

@@ -184,6 +184,8 @@ class Services:
         if site.rules.auth:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
+            if self.dav is not None:
+                self.dav.visible = site.visible_entries  # PROPFIND's members too
             if self.live is not None:
                 self.live.may_name = site.may_name
 
