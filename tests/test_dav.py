@@ -358,7 +358,9 @@ async def test_tree_methods_cancelled_at_every_checkpoint_leave_nothing(
 ) -> None:
     """The step's task cancelled at its k-th step, for every k until it
     completes: no temporary, no descriptor, no pool thread, and every
-    copied file whole (an abandoned pool thread stops at its next member)."""
+    copied file whole.  That an abandoned pool thread stops at its next
+    member is checked by the count of files copied in
+    tests/test_dav_members.py::test_an_abandoned_copy_stops_at_its_next_member."""
     cfg = dav_config(root)
     opener = RootOpener(str(root), follow_symlinks=False)
     files = FileCache(1 << 20, 65536)

@@ -18,20 +18,31 @@ issue 41 items 2, 4 and 5), over HTTP/1.1 and HTTP/2.
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trio
 
 from serverio.config import Config
+from serverio.dav.service import DavService
 from serverio.fs import davtree
+from serverio.fs.filecache import FileCache
+from serverio.fs.opener import RootOpener
+from serverio.http.core import ExtraFields, RequestFacts
+from serverio.http.target import parse_target
+from serverio.observe.stats import Stats
+from serverio.pipeline.request import NO_CONTENT
 from serverio.site.passwords import hash_password
+from serverio.upload.service import Uploads
 
 from .conftest import make_config, memory_connection
 from .h2client import h2_memory
 from .test_dav import dav, h2_dav, hrefs, temps
+from .test_upload_writer import allow
 
 PASSWORD = "wonderland"
 ALICE = "Basic " + base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
@@ -274,3 +285,55 @@ async def test_propfind_lists_only_what_a_listing_shows(
         assert (await send("GET", "/docs/secret.txt", auth)).status == 200
         r = await send("PROPFIND", "/docs/", {"Depth": "1", **auth}, ALLPROP)
         assert "/docs/secret.txt" in hrefs(r.body)
+
+
+# ------------------------------------------------------------ the guarantee
+
+
+async def test_an_abandoned_copy_stops_at_its_next_member(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COPY of 12 files whose caller is cancelled (its client left) while
+    its pool thread is inside the second file's copy ends there: two files
+    copied, not twelve (TreeJob.stopped, checked between members)."""
+    src = root / "src"
+    src.mkdir()
+    for i in range(12):
+        (src / f"f{i:02}.bin").write_bytes(bytes([i]) * 4096)
+    inside = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+    leave = threading.Event()
+    copied: list[str] = []
+    real = davtree._copy_file
+
+    def second_waits(src_dir: int, name: str, dst_dir: int, dst_name: str) -> None:
+        copied.append(name)
+        if len(copied) == 2:
+            token.run_sync_soon(inside.set)  # tell the test, on its loop
+            leave.wait(10)  # until the caller has been cancelled
+        real(src_dir, name, dst_dir, dst_name)
+
+    monkeypatch.setattr(davtree, "_copy_file", second_waits)
+    cfg = make_config(root, webdav=True, min_free_space=0)
+    opener = RootOpener(str(root), follow_symlinks=False)
+    files = FileCache(1 << 20, 65536)
+    uploads = Uploads(cfg, Stats(), lambda: opener, files)
+    svc = DavService(cfg, lambda: opener, files, uploads)
+    req = RequestFacts(
+        b"COPY", parse_target(b"COPY", b"/src"), extra=ExtraFields(destination="/dst")
+    )
+    try:
+        with trio.move_on_after(10) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(svc.write, req, NO_CONTENT, trio.current_time(), allow)
+                await inside.wait()
+                nursery.cancel_scope.cancel()  # the client left
+        assert not scope.cancelled_caught
+        leave.set()
+        assert await uploads.pool.wait_idle(trio.current_time() + 10) == 0
+    finally:
+        leave.set()
+        opener.close()
+    assert len(copied) == 2, copied
+    assert len(list((root / "dst").iterdir())) == 2
+    assert temps(root) == []
