@@ -14,7 +14,9 @@ Every method: the target (and a COPY/MOVE's ``Destination``, parsed by
 rules) refused when hidden or a write temporary; the access hook asked
 (``Kind.WRITE`` with action ``put`` for what creates or changes, ``delete``
 for what removes, so ``[[writable]]`` rules apply to every DAV write; a
-PROPFIND or a COPY's source as a read of a file or listing); the target
+PROPFIND or a COPY's source as a read of a file or listing; every member
+a tree operation touches as well, :mod:`serverio.dav.methods`; a
+PROPFIND's members through the listings' filter, :attr:`DavService.visible`); the target
 opened under the root's containment in the ``write`` pool
 (:func:`serverio.fs.writer.open_target`); the preconditions (If-Match,
 If-None-Match, If-Unmodified-Since: 412) and the lock guard
