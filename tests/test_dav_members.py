@@ -467,3 +467,18 @@ def test_no_protected_byte_moves_without_credentials(tmp_path: Path) -> None:
         trio.run(_run_case, case, top)
 
     check()
+
+
+@pytest.mark.parametrize("method", ["COPY", "MOVE"])
+async def test_a_collection_is_never_replaced_by_its_own_member(root: Path, method: str) -> None:
+    """COPY or MOVE of /a/b/ onto /a/ with Overwrite: T would remove the
+    destination first, the source with it (found by the property test):
+    403, as onto itself or into itself, and nothing removed."""
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "x.txt").write_text("x\n")
+    (root / "a" / "b" / "y.txt").write_text("y\n")
+    async with memory_connection(make_config(root, webdav=True, min_free_space=0)) as (c, _, _):
+        for dest in ("/a/", "/a"):
+            r = await dav(c, method, "/a/b/", f"Destination: {dest}\r\nOverwrite: T\r\n")
+            assert r.status == 403, (dest, r.status)
+    assert (root / "a" / "x.txt").exists() and (root / "a" / "b" / "y.txt").exists()

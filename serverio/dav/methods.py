@@ -200,6 +200,10 @@ async def copy_move(
     src_path, dst_path = rel(target.segments), rel(dt.segments)
     if dst_path == src_path or dst_path.startswith(src_path + "/"):
         return error_plan(403, now)  # onto itself, or into itself
+    if src_path.startswith(dst_path + "/"):
+        # Onto a collection that contains it: replacing the destination
+        # would remove the source first (Apache's mod_dav: 403 too).
+        return error_plan(403, now)
     depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
     if depth is Depth.ONE or (move and depth is not Depth.INFINITY):
         return error_plan(400, now)  # §9.8.3, §9.9.2
