@@ -1,0 +1,241 @@
+"""Rules decided on the resolved target of a symlink inside the root
+(security round 4, issue 41 item 7).
+
+``pub/link -> ../private`` with ``[[auth]] path = "/private/**"``: a GET,
+a listing, a PUT, a DELETE, a form upload, an archive member and a WebDAV
+request through the link need the credentials ``/private/**`` asks for,
+as the same requests for ``/private/...`` do; with them they work.  A
+link to an unprotected place works as before.  Every open that decides
+this goes through the contained opener's ``open_resolved`` (the same
+resolution as the open), under each containment strategy.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from serverio.fs.mounts import MountedRoot
+from serverio.fs.opener import RootOpener
+from serverio.site.access import resolved_path
+from serverio.site.passwords import hash_password
+
+from .conftest import make_config, memory_connection
+from .h2client import h2_memory
+
+PASSWORD = "wonderland"
+SECRET = b"TOP-SECRET\n"
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+
+
+def basic() -> str:
+    token = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    return f"Authorization: Basic {token}\r\n"
+
+
+@pytest.fixture
+def users(tmp_path: Path) -> Path:
+    f = tmp_path / "users.htpasswd"
+    f.write_text(f"alice:{hash_password(PASSWORD, 1000)}\n")
+    return f
+
+
+@pytest.fixture
+def site(root: Path) -> Path:
+    """``private/`` (protected), ``pub/`` with links into it and one to a
+    public place."""
+    (root / "private").mkdir()
+    (root / "private" / "secret.txt").write_bytes(SECRET)
+    (root / "open").mkdir()
+    (root / "open" / "free.txt").write_bytes(b"free\n")
+    (root / "pub").mkdir()
+    (root / "pub" / "plain.txt").write_bytes(b"plain\n")
+    os.symlink("../private", root / "pub" / "link")
+    os.symlink("../private/secret.txt", root / "pub" / "s.txt")
+    os.symlink("../open", root / "pub" / "free")
+    return root
+
+
+def _cfg(root: Path, users: Path, **kw: object) -> object:
+    return make_config(root, auth=(("/private/**", str(users)),), **kw)
+
+
+def _zip_files(body: bytes) -> dict[str, bytes]:
+    z = zipfile.ZipFile(io.BytesIO(body))
+    return {n: z.read(n) for n in z.namelist() if not n.endswith("/")}
+
+
+# ------------------------------------------------------------ reads
+
+
+async def test_get_through_a_link_needs_the_targets_credentials(site: Path, users: Path) -> None:
+    async with memory_connection(_cfg(site, users)) as (client, _, _):
+        for target in ("/pub/link/secret.txt", "/pub/s.txt"):
+            for method in ("GET", "HEAD"):
+                r = await client.get(target, method=method)
+                assert r.status == 401, (target, method, r.status)
+                assert SECRET not in r.body
+            r = await client.get(target, basic())
+            assert (r.status, r.body) == (200, SECRET), target
+            assert r.header("cache-control") == "private"
+        # The direct path, as before.
+        assert (await client.get("/private/secret.txt")).status == 401
+        # Twice: a file reached through a link is never answered from the
+        # warm-file cache without its resolved target's check.
+        for _ in range(2):
+            assert (await client.get("/pub/s.txt")).status == 401
+        # A link to an unprotected place, and a plain file: as before.
+        r = await client.get("/pub/free/free.txt")
+        assert (r.status, r.body) == (200, b"free\n")
+        assert r.header("cache-control") != "private"
+        assert (await client.get("/pub/plain.txt")).status == 200
+
+
+async def test_a_listing_through_a_link_needs_the_targets_credentials(
+    site: Path, users: Path
+) -> None:
+    async with memory_connection(_cfg(site, users)) as (client, _, _):
+        for target in ("/pub/link/", "/pub/link/?format=json"):
+            r = await client.get(target)
+            assert r.status == 401, target
+            assert b"secret.txt" not in r.body
+        # The listing's own check verifies the credentials; its protected
+        # names are shown to credentials verified within the window (as
+        # any listing's: "Listings leave protected names out").
+        r = await client.get("/pub/link/", basic())
+        assert r.status == 200 and r.header("cache-control") == "private"
+        r = await client.get("/pub/link/", basic())
+        assert r.status == 200 and b"secret.txt" in r.body
+        r = await client.get("/pub/free/")
+        assert r.status == 200 and b"free.txt" in r.body
+        # The listing of /pub/ leaves out the link to the protected file
+        # (its size and time are the protected file's) for a client that
+        # has not passed that rule; the linked directory's name is its own.
+        r = await client.get("/pub/")
+        assert r.status == 200 and b"plain.txt" in r.body and b"s.txt" not in r.body
+
+
+async def test_an_index_file_through_a_link_is_decided_on_its_target(
+    site: Path, users: Path
+) -> None:
+    (site / "private" / "index.html").write_bytes(b"PRIVATE-INDEX")
+    os.symlink("../private/index.html", site / "open" / "index.html")
+    async with memory_connection(_cfg(site, users)) as (client, _, _):
+        for target in ("/open/", "/pub/free/", "/pub/link/"):
+            r = await client.get(target)
+            assert r.status == 401 and b"PRIVATE-INDEX" not in r.body, target
+        r = await client.get("/open/", basic())
+        assert (r.status, r.body) == (200, b"PRIVATE-INDEX")
+
+
+async def test_a_sidecar_linked_elsewhere_is_not_served(site: Path, users: Path) -> None:
+    (site / "pub" / "page.html").write_bytes(b"<p>page</p>" * 20)
+    os.symlink("../private/secret.txt", site / "pub" / "page.html.gz")
+    async with memory_connection(_cfg(site, users)) as (client, _, _):
+        r = await client.get("/pub/page.html", "Accept-Encoding: gzip\r\n")
+        assert r.status == 200 and SECRET not in r.body
+        assert r.header("content-encoding") != "gzip" or b"page" not in r.body
+        # Asked for by name: the link's target rule.
+        assert (await client.get("/pub/page.html.gz")).status == 401
+
+
+async def test_the_resolved_target_is_decided_over_http2(site: Path, users: Path) -> None:
+    async with h2_memory(_cfg(site, users, archives=True)) as (client, _, _):
+        for target in ("/pub/link/secret.txt", "/pub/link/", "/pub/s.txt"):
+            r = await client.get(target)
+            assert r.status == 401 and SECRET not in r.body, target
+        (auth,) = [(k, v.strip()) for k, v in [basic().split(":", 1)]]
+        r = await client.get("/pub/link/secret.txt", [auth])
+        assert (r.status, bytes(r.body)) == (200, SECRET)
+        r = await client.get("/pub/?archive=zip")
+        assert r.status == 200 and SECRET not in bytes(r.body)
+        r = await client.get("/pub/free/free.txt")
+        assert r.status == 200
+
+
+async def test_an_archive_leaves_out_members_reached_through_a_link(
+    site: Path, users: Path
+) -> None:
+    async with memory_connection(_cfg(site, users, archives=True)) as (client, _, _):
+        anon = await client.get("/pub/?archive=zip")
+        assert anon.status == 200
+        files = _zip_files(anon.body)
+        assert SECRET not in anon.body, files.keys()
+        assert files["pub/plain.txt"] == b"plain\n"
+        assert files["pub/free/free.txt"] == b"free\n"  # an unprotected link: kept
+        assert not any("secret" in n or n == "pub/s.txt" for n in files), files.keys()
+        # The linked directory's own archive: its listing's rule (401).
+        assert (await client.get("/pub/link/?archive=zip")).status == 401
+        # Credentials verified (as for any protected member), then the
+        # same client's archive holds them.
+        assert (await client.get("/private/secret.txt", basic())).status == 200
+        authed = await client.get("/pub/?archive=zip", basic())
+        files = _zip_files(authed.body)
+        assert files["pub/link/secret.txt"] == SECRET
+        assert files["pub/s.txt"] == SECRET
+        r = await client.get("/pub/link/?archive=zip", basic())
+        assert _zip_files(r.body)["link/secret.txt"] == SECRET
+
+
+# ------------------------------------------------------------ the pure parts
+
+
+def test_resolved_path_is_the_match_path_of_a_resolved_path() -> None:
+    assert resolved_path("") == "/"
+    assert resolved_path("", True) == "/"
+    assert resolved_path("private/secret.txt") == "/private/secret.txt"
+    assert resolved_path("private", True) == "/private/"
+
+
+@pytest.mark.parametrize("strategy", ["walk", "windows", None])
+def test_open_resolved_names_where_a_link_led(site: Path, strategy: str | None) -> None:
+    os.symlink(str(site / "private"), site / "pub" / "abs")
+    for hidden in (False, True):
+        opener = RootOpener(str(site), follow_symlinks=False, hidden=hidden, strategy=strategy)
+        try:
+            for rel, want in (
+                ("pub/link/secret.txt", "private/secret.txt"),
+                ("pub/link", "private"),
+                ("pub/s.txt", "private/secret.txt"),
+                ("pub/abs/secret.txt", "private/secret.txt"),
+                ("pub/free/free.txt", "open/free.txt"),
+                ("pub/link/..", ""),
+                ("pub/plain.txt", None),
+                ("private/secret.txt", None),
+                (".", None),
+            ):
+                fd, got = opener.open_resolved(rel)
+                os.close(fd)
+                assert got == want, (strategy, hidden, rel, got)
+        finally:
+            opener.close()
+
+
+def test_open_resolved_with_follow_symlinks_and_mounts(site: Path, tmp_path: Path) -> None:
+    opener = RootOpener(str(site), follow_symlinks=True)
+    try:
+        for rel, want in (
+            ("pub/link/secret.txt", "private/secret.txt"),
+            ("pub/plain.txt", None),
+        ):
+            fd, got = opener.open_resolved(rel)
+            os.close(fd)
+            assert got == want, rel
+    finally:
+        opener.close()
+    mounted = MountedRoot(["docs", ""], [RootOpener(str(site), follow_symlinks=False)] * 2)
+    try:
+        fd, got = mounted.open_resolved("docs/pub/link/secret.txt")
+        os.close(fd)
+        assert got == "docs/private/secret.txt"
+        fd, got = mounted.open_resolved("pub/link")
+        os.close(fd)
+        assert got == "private"
+    finally:
+        mounted.openers[0].close()
