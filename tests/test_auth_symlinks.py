@@ -22,7 +22,6 @@ import pytest
 
 from serverio.fs.mounts import MountedRoot
 from serverio.fs.opener import RootOpener
-from serverio.site.access import resolved_path
 from serverio.site.passwords import hash_password
 
 from .conftest import make_config, memory_connection
@@ -187,6 +186,8 @@ async def test_an_archive_leaves_out_members_reached_through_a_link(
 
 
 def test_resolved_path_is_the_match_path_of_a_resolved_path() -> None:
+    from serverio.site.access import resolved_path
+
     assert resolved_path("") == "/"
     assert resolved_path("", True) == "/"
     assert resolved_path("private/secret.txt") == "/private/secret.txt"
@@ -239,3 +240,122 @@ def test_open_resolved_with_follow_symlinks_and_mounts(site: Path, tmp_path: Pat
         assert got == "private"
     finally:
         mounted.openers[0].close()
+
+
+# ------------------------------------------------------------ writes
+
+
+def _put(path: str, body: bytes, headers: str = "") -> bytes:
+    return (
+        f"PUT {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n{headers}\r\n"
+    ).encode() + body
+
+
+def _raw(method: str, path: str, headers: str = "") -> bytes:
+    return f"{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n{headers}\r\n".encode()
+
+
+async def _send(client: object, raw: bytes) -> int:
+    await client.send_raw(raw)  # type: ignore[attr-defined]
+    r = await client.read_response()  # type: ignore[attr-defined]
+    return int(r.status)
+
+
+async def test_put_and_delete_through_a_link_need_the_targets_credentials(
+    site: Path, users: Path
+) -> None:
+    cfg = _cfg(site, users, upload=True, min_free_space=0, allow_anonymous_writes=True)
+    async with memory_connection(cfg) as (client, _, _):
+        for path in ("/pub/link/secret.txt", "/pub/link/new.txt"):
+            assert await _send(client, _put(path, b"REPLACED")) == 401, path
+        assert await _send(client, _raw("DELETE", "/pub/link/secret.txt")) == 401
+        assert (site / "private" / "secret.txt").read_bytes() == SECRET
+        assert not (site / "private" / "new.txt").exists()
+        # With the credentials: written through the link, as asked.
+        assert await _send(client, _put("/pub/link/new.txt", b"NEW", basic())) == 201
+        assert (site / "private" / "new.txt").read_bytes() == b"NEW"
+        assert await _send(client, _raw("DELETE", "/pub/link/new.txt", basic())) == 204
+        assert not (site / "private" / "new.txt").exists()
+        # A link to an unprotected place: as before.
+        assert await _send(client, _put("/pub/free/up.txt", b"UP")) == 201
+        assert (site / "open" / "up.txt").read_bytes() == b"UP"
+
+
+async def test_a_writable_table_applies_to_the_resolved_target(site: Path, users: Path) -> None:
+    # [[writable]] /pub/** alone: a link out of /pub/ does not make its
+    # target writable, whatever the credentials.
+    cfg = make_config(
+        site,
+        upload=True,
+        min_free_space=0,
+        allow_anonymous_writes=True,
+        writable=(("/pub/**", ("put", "delete")),),
+    )
+    async with memory_connection(cfg) as (client, _, _):
+        assert await _send(client, _put("/pub/free/x.txt", b"X")) == 403
+        assert await _send(client, _raw("DELETE", "/pub/free/free.txt")) == 403
+        assert (site / "open" / "free.txt").exists() and not (site / "open" / "x.txt").exists()
+        assert await _send(client, _put("/pub/x.txt", b"X")) == 201
+
+
+async def test_a_form_upload_through_a_link_needs_the_targets_credentials(
+    site: Path, users: Path
+) -> None:
+    from .test_upload_form import BOUNDARY, form_body
+
+    body = form_body(("file", "secret.txt", b"FORM"))
+    cfg = _cfg(
+        site,
+        users,
+        upload=True,
+        min_free_space=0,
+        allow_anonymous_writes=True,
+        on_duplicate="overwrite",
+    )
+
+    def post(path: str, headers: str = "") -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: t\r\nOrigin: http://t\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+            f"Content-Length: {len(body)}\r\n{headers}\r\n"
+        ).encode() + body
+
+    async with memory_connection(cfg) as (client, _, _):
+        assert await _send(client, post("/pub/link/")) == 401
+        assert (site / "private" / "secret.txt").read_bytes() == SECRET
+        assert await _send(client, post("/pub/link/", basic())) == 303
+        assert (site / "private" / "secret.txt").read_bytes() == b"FORM"
+
+
+async def test_webdav_through_a_link_needs_the_targets_credentials(site: Path, users: Path) -> None:
+    cfg = _cfg(site, users, webdav=True, min_free_space=0, allow_anonymous_writes=True)
+    dest = "Destination: http://t/pub/leak.txt\r\n"
+    async with memory_connection(cfg) as (client, _, _):
+        assert await _send(client, _raw("COPY", "/pub/link/secret.txt", dest)) == 401
+        assert not (site / "pub" / "leak.txt").exists()
+        assert await _send(client, _raw("PROPFIND", "/pub/link/", "Depth: 1\r\n")) == 401
+        assert await _send(client, _raw("PROPFIND", "/pub/s.txt", "Depth: 0\r\n")) == 401
+        assert await _send(client, _raw("DELETE", "/pub/link/secret.txt")) == 401
+        assert await _send(client, _put("/pub/link/secret.txt", b"DAV")) == 401
+        into = "Destination: http://t/pub/link/copied.txt\r\n"
+        assert await _send(client, _raw("COPY", "/pub/plain.txt", into)) == 401
+        assert await _send(client, _raw("MKCOL", "/pub/link/newdir")) == 401
+        assert (site / "private" / "secret.txt").read_bytes() == SECRET
+        assert sorted(os.listdir(site / "private")) == ["secret.txt"]
+        # With the credentials, and through an unprotected link: allowed.
+        assert await _send(client, _raw("COPY", "/pub/link/secret.txt", dest + basic())) == 201
+        assert (site / "pub" / "leak.txt").read_bytes() == SECRET
+        r = await _send(client, _raw("PROPFIND", "/pub/free/", "Depth: 1\r\n"))
+        assert r == 207
+
+
+async def test_a_put_through_a_link_over_http2(site: Path, users: Path) -> None:
+    from .test_body_seam import send_body
+
+    cfg = _cfg(site, users, upload=True, min_free_space=0, allow_anonymous_writes=True)
+    async with h2_memory(cfg) as (client, _, _):
+        sid = client.request("/pub/link/secret.txt", "PUT", [], end_stream=False)
+        await send_body(client, sid, b"H2")
+        (r,) = await client.wait(sid)
+        assert r.status == 401
+        assert (site / "private" / "secret.txt").read_bytes() == SECRET

@@ -276,7 +276,7 @@ class RootOpener:
             return self._open_by_path(relpath)
         if self.follow_symlinks:
             fd = os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
-            return fd, self._real_below(relpath)
+            return fd, _real_below(self.root, self._root_parts, relpath)
         if self.strategy == "openat2":
             fd = self._openat2(relpath, self._how_resolved)
             if fd >= 0:
@@ -302,18 +302,6 @@ class RootOpener:
         if err != errno.EXDEV and err != errno.ELOOP:
             raise OSError(err, os.strerror(err))
         return -1
-
-    def _real_below(self, relpath: str) -> str | None:
-        """``--follow-symlinks``: the real path of ``relpath`` below the
-        root ("/"-separated), None when it is ``relpath`` itself or lies
-        outside the root."""
-        real = os.path.realpath(os.path.join(self.root, relpath))
-        parts = [p for p in _split_native(real) if p]
-        n = len(self._root_parts)
-        if [_fold(p) for p in parts[:n]] != [_fold(p) for p in self._root_parts]:
-            return None
-        below = "/".join(parts[n:])
-        return None if below == "/".join(p for p in relpath.split("/") if p and p != ".") else below
 
     def _walk(self, relpath: str) -> tuple[int, str | None]:
         """Open ``relpath`` one component at a time; never leaves the root.
@@ -441,7 +429,7 @@ class RootOpener:
         """
         if self.follow_symlinks:
             fd = self._open_by_path_following(relpath)
-            return fd, self._real_below(relpath)
+            return fd, _real_below(self.root, self._root_parts, relpath)
         final, parts, seen, links = self._walk_by_path(relpath)
         if final is None:  # the root, or a directory already resolved
             resolved = _followed(links, parts)
@@ -611,6 +599,19 @@ def _followed(links: int, names: list[str]) -> str | None:
     """The resolved path below the root ("/"-joined ``names``) when a
     resolution followed ``links`` symlinks; None when it followed none."""
     return "/".join(names) if links else None
+
+
+def _real_below(root: str, root_parts: tuple[str, ...], relpath: str) -> str | None:
+    """``--follow-symlinks``: the real path of ``relpath`` below ``root``
+    ("/"-separated; ``root_parts``: its components), None when it is
+    ``relpath`` itself or lies outside the root."""
+    real = os.path.realpath(os.path.join(root, relpath))
+    parts = [p for p in _split_native(real) if p]
+    n = len(root_parts)
+    if [_fold(p) for p in parts[:n]] != [_fold(p) for p in root_parts]:
+        return None
+    below = "/".join(parts[n:])
+    return None if below == "/".join(p for p in relpath.split("/") if p and p != ".") else below
 
 
 def _fold(name: str) -> str:

@@ -506,7 +506,7 @@ class _Hop(NamedTuple):
 def _sidecars(
     hop: _Hop,
     opener: ContainedRoot,
-    path: tuple[str, str | None],
+    file_path: tuple[str, str | None],
     st: os.stat_result,
     facts: FileFacts,
     entry: CachedFile | None,
@@ -520,7 +520,7 @@ def _sidecars(
     With auth rules a sidecar must resolve beside the file (the file's
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
-    relpath, real = path
+    relpath, real = file_path
     resolving = bool(hop.cfg.site.auth)
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted(hop.req, hop.cfg)
