@@ -359,3 +359,59 @@ async def test_a_put_through_a_link_over_http2(site: Path, users: Path) -> None:
         (r,) = await client.wait(sid)
         assert r.status == 401
         assert (site / "private" / "secret.txt").read_bytes() == SECRET
+
+
+# ------------------------------------------------------------ portability
+
+
+async def test_a_windows_link_target_is_decided_on_its_resolved_path(
+    site: Path, users: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The windows strategy given Windows' separators: a link target
+    # "..\\private" (a junction's or mklink's form) resolves to /private.
+    import re
+
+    from serverio.fs import opener as opener_mod
+
+    os.symlink("..\\private", site / "pub" / "wlink")
+    monkeypatch.setattr(opener_mod, "_SEPARATORS", re.compile(r"[\\/]"))
+    plain_init = RootOpener.__init__
+
+    def windows_init(self: RootOpener, root: str, **kw: object) -> None:
+        kw["strategy"] = "windows"
+        plain_init(self, root, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RootOpener, "__init__", windows_init)
+    opener = RootOpener(str(site), follow_symlinks=False)
+    try:
+        fd, got = opener.open_resolved("pub/wlink/secret.txt")
+        os.close(fd)
+        assert got == "private/secret.txt"
+    finally:
+        opener.close()
+    async with memory_connection(_cfg(site, users, archives=True)) as (client, _, _):
+        # (Not the listing /pub/wlink/: the strategy lists a directory by
+        # its real path, which Linux's realpath cannot make of "..\\private".)
+        for target in ("/pub/wlink/secret.txt", "/pub/link/secret.txt", "/pub/link/"):
+            r = await client.get(target)
+            assert r.status == 401 and SECRET not in r.body, target
+        r = await client.get("/pub/wlink/secret.txt", basic())
+        assert (r.status, r.body) == (200, SECRET)
+        r = await client.get("/pub/?archive=zip")
+        assert r.status == 200 and SECRET not in r.body
+
+
+def test_a_resolved_path_is_folded_on_a_case_insensitive_root() -> None:
+    # On a case-insensitive root a link spelled ../PRIVATE opens /private:
+    # its resolved path is matched folded, as a requested path is.
+    from serverio.site.access import AccessTarget, Kind, resolved_path, rule_for
+    from serverio.site.passwords import cost_profile
+    from serverio.site.rules import compile_rules
+
+    users = {"alice": hash_password(PASSWORD, 1000)}
+    auth = [("/private/**", users, cost_profile(users.values()))]
+    for fold, protected in ((True, True), (False, False)):
+        rules = compile_rules(auth=auth, fold=fold)
+        for real, is_dir in (("PRIVATE/Secret.TXT", False), ("Private", True)):
+            target = AccessTarget((resolved_path(real, is_dir),), Kind.FILE)
+            assert (rule_for(rules, target) is not None) is protected, (fold, real)
