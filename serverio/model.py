@@ -296,6 +296,10 @@ class Resolution:
     errno: int | None = None  # ERROR: the errno it came from, if any
     fd: int = -1  # LISTING: the directory
     relpath: str = ""  # FILE: the path served (an index file, the SPA file)
+    # FILE, LISTING: where the open led when it followed a symlink inside
+    # the root (RootOpener.open_resolved: "a/b", "" for the root), looked
+    # for only when the site has auth rules; None: no link was followed.
+    real: str | None = None
     ctype: str = ""  # FILE: its media type
     file: Rep | None = None  # FILE
     # FILE: the sidecars present and not older than the file, by coding.
@@ -460,6 +464,10 @@ class Prepared:
     # is "/"); None when nothing was resolved (an error, a redirect).  The site's access rules
     # are decided on it (serverio.site.service, "the resolved target").
     served: str | None = None
+    # Where ``served`` led through a symlink inside the root ("a/b", "" for
+    # the root; serverio.site.access.resolved_path makes its match path):
+    # its rules apply too.  None: no link (or no auth rule to look for one).
+    real: str | None = None
     # A plain memo the decision made and the caller is to store in the
     # cache entry's ``plain`` (the decision itself mutates no cache):
     # ((method, coding), (second, plan, body)).

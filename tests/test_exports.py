@@ -829,7 +829,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.proxy.service": ("Downstream", "ProxyService"),
     "serverio.proxy.tunnel": ("TunnelGauge", "UpstreamTunnel"),
     "serverio.site": None,
-    "serverio.site.access": ("AccessTarget", "Kind", "rule_for", "served_target", "write_allowed"),
+    "serverio.site.access": (
+        "AccessTarget",
+        "Kind",
+        "resolved_path",
+        "rule_for",
+        "served_target",
+        "write_allowed",
+    ),
     "serverio.site.authlimit": (
         "Attempt",
         "AuthLimiter",
@@ -913,6 +920,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "place_file",
         "post_form",
     ),
+    "serverio.upload.resolved": ("Resolving", "resolved_target"),
     "serverio.upload.service": ("CLEANUP_SECONDS", "CommitGate", "Uploads"),
     "serverio.wire": None,
     "serverio.wire.bodyframe": (

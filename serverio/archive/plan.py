@@ -46,6 +46,9 @@ class Member:
     is_dir: bool
     size: int
     mtime: float
+    # With auth rules, where the member leads (Entry.real, whose rules
+    # passed; False: not looked for), checked again when it is opened.
+    led: str | bool | None = False
 
 
 @dataclass(frozen=True, slots=True)

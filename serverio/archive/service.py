@@ -66,12 +66,19 @@ class Archives(ListingView):
             opener = self.opener()
             visible = self.content.visible
             members = await walk(
-                self.fs, opener, req, top, self.config.files.hidden, self.bounds, visible
+                self.fs,
+                opener,
+                req,
+                top,
+                self.config.files.hidden,
+                self.bounds,
+                visible,
+                prepared.real,
             )
             segments = req.target.segments
             name = archive_name(segments, self.root_name)
             plan = archive_plan(req, now, fmt, name, private=visible is not None)
-            answer = Prepared(plan, served=prepared.served)
+            answer = Prepared(plan, served=prepared.served, real=prepared.real)
             if plan.send_body:
                 answer.chunks = ArchiveStream(
                     self.fs, opener, members, fmt, name, "/".join(segments), self.bounds.size

@@ -64,6 +64,7 @@ async def walk(
     hidden: bool,
     bounds: Bounds,
     visible: Visible | None,
+    top_real: str | None = None,
 ) -> list[Member]:
     """The members under the requested directory (``top``: its descriptor,
     released here): each directory's entries (names sorted, directories
@@ -73,11 +74,17 @@ async def walk(
     left out.  Raises HTTPError: 413 past the bounds, the scan's status
     when the top directory cannot be scanned.
 
+    With auth rules (``visible``) every member's rules are decided on
+    where it leads too, a symlink inside the root followed (``top_real``:
+    where the top directory's own resolution led, None: no link), and
+    that target is checked again when the member is opened.
+
     Cancellation handling: each scan is a pooled call (abandoned threads
     close their own directory descriptors); ``top`` is released in every
     case.
     """
     base = req.target.segments
+    top_led: str | bool | None = False if visible is None else top_real
     members: list[Member] = []
     total = 0
     seen: set[tuple[int, int]] = set()
@@ -92,11 +99,14 @@ async def walk(
             if first:
                 first = False
                 try:
-                    scan = await run_blocking(fs, scan_listing, top, opener, relpath, hidden, left)
+                    scan = await run_blocking(
+                        fs, scan_listing, top, opener, relpath, hidden, left, top_led
+                    )
                 finally:
                     top.release()
             else:
-                scan = await run_blocking(fs, scan_at, opener, relpath, hidden, left)
+                resolving = visible is not None
+                scan = await run_blocking(fs, scan_at, opener, relpath, hidden, left, resolving)
         except OSError as exc:
             if not rel:
                 raise HTTPError(
@@ -113,11 +123,12 @@ async def walk(
         for entry in sorted(entries, key=lambda e: e.name):
             path = (*rel, entry.name)
             mtime = float(entry.mtime or 0)
+            led = False if visible is None else entry.real
             if entry.is_dir:
-                members.append(Member(path, True, 0, mtime))
+                members.append(Member(path, True, 0, mtime, led))
                 subdirs.append(path)
             else:
-                members.append(Member(path, False, entry.size, mtime))
+                members.append(Member(path, False, entry.size, mtime, led))
                 total += entry.size
         check_bounds(len(members), total, bounds)
         pending.extend(reversed(subdirs))
@@ -244,7 +255,7 @@ class ArchiveStream:
         relpath = "/".join(filter(None, (self._base, *member.segments)))
         try:
             opened = await run_blocking(
-                self._fs, open_member, self._opener, relpath, late_close=close_opened
+                self._fs, open_member, self._opener, relpath, member.led, late_close=close_opened
             )
         except OSError:
             return b""  # gone, or no longer a regular file, since the walk: left out

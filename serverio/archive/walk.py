@@ -17,6 +17,7 @@ before the thread started still holds the descriptor and closes it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -29,21 +30,29 @@ from ..fs.reads import pread
 __all__ = ["Opened", "Read", "close_opened", "close_read", "open_member", "read_span", "scan_at"]
 
 
-def scan_at(opener: ContainedRoot, relpath: str, hidden: bool, limit: int) -> Scan:
+def scan_at(
+    opener: ContainedRoot, relpath: str, hidden: bool, limit: int, resolving: bool = False
+) -> Scan:
     """Open ``relpath`` through the contained opener and scan it (blocking).
+    ``resolving`` (the site has auth rules): the entries say where a
+    symlink on their way leads (:func:`~serverio.fs.jobs.scan_directory`).
 
     Raises OSError (gone, refused, not a directory).
 
     Cancellation handling: runs in a worker thread; abandoned, it finishes
     and closes the directory itself (:func:`scan_listing` owns it)."""
-    fd = opener.open(relpath)
+    real: str | bool | None = False
+    if resolving:
+        fd, real = opener.open_resolved(relpath)
+    else:
+        fd = opener.open(relpath)
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             raise NotADirectoryError(relpath)
     except OSError:
         os.close(fd)
         raise
-    return scan_listing(OwnedFd(fd), opener, relpath, hidden, limit)
+    return scan_listing(OwnedFd(fd), opener, relpath, hidden, limit, real)
 
 
 class Opened(NamedTuple):
@@ -55,11 +64,21 @@ class Opened(NamedTuple):
     mode: int
 
 
-def open_member(opener: ContainedRoot, relpath: str) -> Opened:
+def open_member(opener: ContainedRoot, relpath: str, led: str | bool | None = False) -> Opened:
     """Open a regular file through the contained opener (blocking).
 
+    ``led``: False (no auth rules), or where the walk found the member
+    leads (its ``Entry.real``, the target its rules were decided on): the
+    open must lead there still (a link swapped since: EXDEV).
+
     Raises OSError (gone, refused, no longer a regular file)."""
-    fd = opener.open(relpath)
+    if led is False:
+        fd = opener.open(relpath)
+    else:
+        fd, real = opener.open_resolved(relpath)
+        if real != led:
+            os.close(fd)
+            raise OSError(errno.EXDEV, "leads elsewhere than when it was walked")
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -54,6 +54,7 @@ from ..http.target import is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..upload.decide import REFUSAL_STATUS, errno_status
+from ..upload.resolved import Resolving
 from ..upload.service import CommitGate, Uploads
 from . import methods
 from .answers import (
@@ -169,6 +170,10 @@ class DavService(DavBase):
         """
         if self.top and not self.at_dav(req.target.segments):
             return await self.uploads.write(req, content, now, admit)
+        # Every method's targets (source and destination) are decided on
+        # where a symlink inside the root leads too (serverio.upload.resolved).
+        uploads = self.uploads
+        admit = Resolving.wrap(admit, uploads.pool, self.opener, now, uploads.resolving)
         if req.method == b"OPTIONS":
             return options_plan(self.guard.classes, now)
         target = req.target

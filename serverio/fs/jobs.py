@@ -205,7 +205,12 @@ def _listable_name(name: str, *, hidden: bool, at_root: bool) -> bool:
 
 
 def scan_directory(
-    owned: OwnedFd, opener: ContainedRoot, relpath: str, hidden: bool, limit: int
+    owned: OwnedFd,
+    opener: ContainedRoot,
+    relpath: str,
+    hidden: bool,
+    limit: int,
+    real: str | bool | None = False,
 ) -> tuple[list[Entry], bool]:
     """Scan one directory (blocking): the entries a client could fetch.
 
@@ -221,6 +226,12 @@ def scan_directory(
     is listed by path: the opener resolves ``relpath`` again under the same
     containment and checks it is still the directory ``owned`` holds.
 
+    ``real``: False (no auth rules), or where the directory's own open led
+    through a symlink (its resolved path, None: no link): each entry then
+    carries where it leads, if a link is on its way
+    (:attr:`~serverio.http.listing.Entry.real`; a link entry's target
+    through ``open_resolved``), for the rules of the resolved target.
+
     Cancellation handling: runs in a worker thread; if the requester is
     cancelled the thread finishes the scan, closes the directory descriptor
     it owns, and the result is dropped.
@@ -228,6 +239,8 @@ def scan_directory(
     fd = owned.claim()
     if fd < 0:
         return [], False
+    resolving = real is not False
+    base = real if isinstance(real, str) else None
     at_root = relpath == "."
     prefix = "" if at_root else relpath + "/"
     entries: list[Entry] = []
@@ -241,8 +254,12 @@ def scan_directory(
                     continue
                 try:
                     st = de.stat(follow_symlinks=False)
+                    led = None if base is None else f"{base}/{name}" if base else name
                     if stat.S_ISLNK(st.st_mode):
-                        link_fd = opener.open(prefix + name)
+                        if resolving:
+                            link_fd, led = opener.open_resolved(prefix + name)
+                        else:
+                            link_fd = opener.open(prefix + name)
                         try:
                             st = os.fstat(link_fd)
                         finally:
@@ -259,7 +276,8 @@ def scan_directory(
                     truncated = True
                     break
                 mtime = http_seconds(st.st_mtime_ns)
-                entries.append(Entry(name, is_dir, -1 if is_dir else st.st_size, mtime))
+                size = -1 if is_dir else st.st_size
+                entries.append(Entry(name, is_dir, size, mtime, led))
     finally:
         os.close(fd)
     return entries, truncated
@@ -277,9 +295,15 @@ class Scan:
 
 
 def scan_listing(
-    owned: OwnedFd, opener: ContainedRoot, relpath: str, hidden: bool, limit: int
+    owned: OwnedFd,
+    opener: ContainedRoot,
+    relpath: str,
+    hidden: bool,
+    limit: int,
+    real: str | bool | None = False,
 ) -> Scan:
-    """Scan one directory (blocking) and digest what was found.
+    """Scan one directory (blocking) and digest what was found (``real``:
+    see :func:`scan_directory`).
 
     Cancellation handling: as :func:`scan_directory`.
     """
@@ -291,7 +315,7 @@ def scan_listing(
     except OSError:
         os.close(fd)
         raise
-    entries, truncated = scan_directory(OwnedFd(fd), opener, relpath, hidden, limit)
+    entries, truncated = scan_directory(OwnedFd(fd), opener, relpath, hidden, limit, real)
     return Scan(entries, truncated, st.st_dev, st.st_ino, entries_digest(entries, truncated))
 
 

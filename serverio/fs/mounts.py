@@ -112,6 +112,19 @@ class MountedRoot:
         opener, rest = self._pick(relpath)
         return opener.open(rest)
 
+    def open_resolved(self, relpath: str) -> tuple[int, str | None]:
+        """RootOpener.open_resolved under the mount ``relpath`` names; the
+        resolved path is given in the request's space (the mount's route
+        before the path inside it)."""
+        found = match_mount(self.routes, relpath)
+        if found is None:
+            raise _missing()
+        fd, resolved = self.openers[found[0]].open_resolved(found[1])
+        route = self.routes[found[0]]
+        if resolved is None or not route:
+            return fd, resolved
+        return fd, f"{route}/{resolved}" if resolved else route
+
     def stat(self, relpath: str) -> os.stat_result:
         """``os.stat`` of ``relpath`` under its mount (RootOpener.stat)."""
         opener, rest = self._pick(relpath)

@@ -146,6 +146,8 @@ class ContainedRoot(Protocol):
 
     def open(self, relpath: str, /) -> int: ...
 
+    def open_resolved(self, relpath: str, /) -> tuple[int, str | None]: ...
+
     def stat(self, relpath: str, /) -> os.stat_result: ...
 
     def lstat(self, relpath: str, /) -> os.stat_result: ...
@@ -194,6 +196,9 @@ class RootOpener:
         self.root_fd = -1
         self._root_parts = tuple(p for p in _split_native(self.root) if p)
         resolve = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
+        # open_resolved never lets the kernel follow a link: a path with
+        # one goes to the walk, which knows where it led.
+        self._how_resolved = _OpenHow(OPEN_FLAGS, 0, resolve | _RESOLVE_NO_SYMLINKS)
         if not hidden:
             resolve |= _RESOLVE_NO_SYMLINKS
         self._how = _OpenHow(OPEN_FLAGS, 0, resolve)
@@ -242,30 +247,66 @@ class RootOpener:
         "missing inside the root" (nothing outside was looked at).
         """
         if self.strategy == "windows":
-            return self._open_by_path(relpath)
+            return self._open_by_path(relpath)[0]
         if self.follow_symlinks:
             return os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
         if self.strategy == "openat2":
-            assert _syscall is not None
-            fd = _syscall(
-                _SYS_OPENAT2,
-                self.root_fd,
-                relpath.encode("utf-8", "surrogateescape"),
-                ctypes.byref(self._how),
-                _HOW_SIZE,
-            )
+            fd = self._openat2(relpath, self._how)
             if fd >= 0:
-                return int(fd)
-            err = ctypes.get_errno()
-            # EXDEV: an escape, or an absolute symlink that may point back
-            # inside.  ELOOP: a symlink (RESOLVE_NO_SYMLINKS), or a loop.
-            # The walk decides both without leaving the root.
-            if err != errno.EXDEV and err != errno.ELOOP:
-                raise OSError(err, os.strerror(err))
+                return fd
+        return self._walk(relpath)[0]
+
+    def open_resolved(self, relpath: str) -> tuple[int, str | None]:
+        """:meth:`open`, and where the resolution led: the path below the
+        root (``"a/b"``, ``""`` for the root itself) when it followed a
+        symlink, None when it followed none (``relpath`` is then the path
+        opened).  The site's rules are decided on that path too
+        (:func:`serverio.site.access.resolved_path`).
+
+        The same resolution as the open, so the answer names what the
+        descriptor is (no second lookup a swapped link could fool).  A path
+        without links costs what :meth:`open` costs (one ``openat2`` with
+        ``RESOLVE_NO_SYMLINKS``, even with ``--hidden``); one with a link is
+        resolved by the walk.  With ``--follow-symlinks`` the kernel follows
+        the links and the path is the real path of the opened name, looked
+        up again by name (the operator trusts the tree's links there); None
+        when it lies outside the root (no rule matches the outside).
+        """
+        if self.strategy == "windows":
+            return self._open_by_path(relpath)
+        if self.follow_symlinks:
+            fd = os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
+            return fd, _real_below(self.root, self._root_parts, relpath)
+        if self.strategy == "openat2":
+            fd = self._openat2(relpath, self._how_resolved)
+            if fd >= 0:
+                return fd, None
         return self._walk(relpath)
 
-    def _walk(self, relpath: str) -> int:
+    def _openat2(self, relpath: str, how: _OpenHow) -> int:
+        """One ``openat2`` under the root: the descriptor, or -1 when the
+        walk must decide (EXDEV: an escape, or an absolute symlink that may
+        point back inside; ELOOP: a symlink under ``RESOLVE_NO_SYMLINKS``,
+        or a loop).  Any other error is raised."""
+        assert _syscall is not None
+        fd = _syscall(
+            _SYS_OPENAT2,
+            self.root_fd,
+            relpath.encode("utf-8", "surrogateescape"),
+            ctypes.byref(how),
+            _HOW_SIZE,
+        )
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err != errno.EXDEV and err != errno.ELOOP:
+            raise OSError(err, os.strerror(err))
+        return -1
+
+    def _walk(self, relpath: str) -> tuple[int, str | None]:
         """Open ``relpath`` one component at a time; never leaves the root.
+        Returns the descriptor and, when a symlink was followed, the path it
+        resolved to below the root (see :meth:`open_resolved`).
 
         Each component is opened with ``openat(dir_fd, name, O_NOFOLLOW |
         O_NONBLOCK | O_CLOEXEC)`` (plus ``O_DIRECTORY`` for all but the
@@ -288,6 +329,7 @@ class RootOpener:
         """
         pending = [p for p in reversed(relpath.split("/")) if p and p != "."]
         dirs: list[int] = []  # descriptors opened below the root (owned), deepest last
+        names: list[str] = []  # the name of each of ``dirs`` (the resolved path)
         links = 0
         try:
             while pending:
@@ -296,6 +338,7 @@ class RootOpener:
                     if not dirs:
                         raise _escape()
                     os.close(dirs.pop())
+                    names.pop()
                     continue
                 if name == "." or not name:
                     continue
@@ -321,18 +364,21 @@ class RootOpener:
                         rest = self._inside(target)
                         while dirs:
                             os.close(dirs.pop())
+                        names.clear()
                         pending.extend(reversed(rest))
                     else:
                         pending.extend(p for p in reversed(target.split("/")) if p and p != ".")
                     continue
                 if last:
-                    return fd
+                    return fd, _followed(links, [*names, name])
                 dirs.append(fd)
+                names.append(name)
             # The path resolved to a directory already on the stack (or the
             # root): hand over its descriptor, or open the root afresh.
+            resolved = _followed(links, names)
             if dirs:
-                return dirs.pop()
-            return os.open(".", OPEN_FLAGS | _DIRECTORY, dir_fd=self.root_fd)
+                return dirs.pop(), resolved
+            return os.open(".", OPEN_FLAGS | _DIRECTORY, dir_fd=self.root_fd), resolved
         finally:
             for d in dirs:
                 os.close(d)
@@ -355,8 +401,10 @@ class RootOpener:
     def _lstat_by_path(self, relpath: str) -> os.stat_result:
         return os.lstat(os.path.join(self.root, relpath))
 
-    def _open_by_path(self, relpath: str) -> int:
-        """Resolve ``relpath`` by name under the root, open it, verify the handle.
+    def _open_by_path(self, relpath: str) -> tuple[int, str | None]:
+        """Resolve ``relpath`` by name under the root, open it, verify the
+        handle; with the resolved path when a link was followed (see
+        :meth:`open_resolved`).
 
         The ``windows`` strategy, for platforms whose ``os.open`` takes no
         ``dir_fd``.  Resolution follows :meth:`_walk`'s rules with
@@ -380,18 +428,22 @@ class RootOpener:
         before being refused, which ``openat2`` and the walk rule out.
         """
         if self.follow_symlinks:
-            return self._open_by_path_following(relpath)
-        final, parts, seen = self._walk_by_path(relpath)
+            fd = self._open_by_path_following(relpath)
+            return fd, _real_below(self.root, self._root_parts, relpath)
+        final, parts, seen, links = self._walk_by_path(relpath)
         if final is None:  # the root, or a directory already resolved
+            resolved = _followed(links, parts)
             path = os.path.join(self.root, *parts)
             final = (path, os.lstat(path) if parts else os.stat(path))
             if parts:
                 parts.pop()
                 seen.pop()
+        else:
+            resolved = _followed(links, [*parts, os.path.basename(final[0])])
         ancestors = [
             (os.path.join(self.root, *parts[: i + 1]), ident) for i, ident in enumerate(seen)
         ]
-        return self._open_verified(final[0], final[1], ancestors)
+        return self._open_verified(final[0], final[1], ancestors), resolved
 
     def _open_by_path_following(self, relpath: str) -> int:
         """``--follow-symlinks`` under the ``windows`` strategy: the names are
@@ -404,11 +456,11 @@ class RootOpener:
 
     def _walk_by_path(
         self, relpath: str
-    ) -> tuple[tuple[str, os.stat_result] | None, list[str], list[tuple[int, int]]]:
+    ) -> tuple[tuple[str, os.stat_result] | None, list[str], list[tuple[int, int]], int]:
         """:meth:`_walk`'s rules by name: the final component's path and
         ``lstat`` (None when ``relpath`` ends at a directory already
-        resolved), the resolved components below the root and the identity
-        of each directory among them."""
+        resolved), the resolved components below the root, the identity
+        of each directory among them and how many links were followed."""
         # The request's own segments are split on "/" only: a "\\" inside
         # one (an encoded %5C) is part of that name, which
         # windows_name_problem then refuses.  Split on the native
@@ -449,7 +501,7 @@ class RootOpener:
                 seen.append((st.st_dev, st.st_ino))
                 continue
             final = (path, st)
-        return final, parts, seen
+        return final, parts, seen, links
 
     def _push_link_target(
         self, target: str, pending: list[str], parts: list[str], seen: list[tuple[int, int]]
@@ -533,7 +585,7 @@ class RootOpener:
 
         Resolved again with the same containment, and its identity compared
         with ``fd``'s: EXDEV if the name now leads elsewhere."""
-        check = self._open_by_path(relpath)
+        check = self._open_by_path(relpath)[0]
         try:
             a, b = os.fstat(check), os.fstat(fd)
         finally:
@@ -541,6 +593,30 @@ class RootOpener:
         if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
             raise _swapped()
         return _resolved_path(self, relpath)
+
+
+def _followed(links: int, names: list[str]) -> str | None:
+    """The resolved path below the root ("/"-joined ``names``) when a
+    resolution followed ``links`` symlinks; None when it followed none."""
+    return "/".join(names) if links else None
+
+
+def _real_below(root: str, root_parts: tuple[str, ...], relpath: str) -> str | None:
+    """``--follow-symlinks``: the real path of ``relpath`` below ``root``
+    ("/"-separated; ``root_parts``: its components), None when it is
+    ``relpath`` itself or lies outside the root."""
+    real = os.path.realpath(os.path.join(root, relpath))
+    parts = [p for p in _split_native(real) if p]
+    n = len(root_parts)
+    if [_fold(p) for p in parts[:n]] != [_fold(p) for p in root_parts]:
+        return None
+    below = "/".join(parts[n:])
+    return None if below == "/".join(p for p in relpath.split("/") if p and p != ".") else below
+
+
+def _fold(name: str) -> str:
+    # Windows compares the root's components case-insensitively.
+    return name.casefold() if _WINDOWS else name
 
 
 def _resolved_path(opener: RootOpener, relpath: str) -> str:

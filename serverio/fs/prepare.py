@@ -95,10 +95,22 @@ log = logging.getLogger("serverio")
 _ABSENT = frozenset({Reason.NOT_FOUND, Reason.FORBIDDEN_NAME, Reason.DENIED})
 
 
-def _open_file(opener: ContainedRoot, rel: str) -> tuple[int, os.stat_result] | None:
-    """Open ``rel`` if it is a regular file; None if it is missing or not one."""
+def _open(opener: ContainedRoot, rel: str, resolving: bool) -> tuple[int, str | None]:
+    """Open ``rel`` under containment; with ``resolving`` (the site has auth
+    rules), also where a symlink on the way led (``open_resolved``), whose
+    rules the access hook then decides on as well."""
+    if resolving:
+        return opener.open_resolved(rel)
+    return opener.open(rel), None
+
+
+def _open_file(
+    opener: ContainedRoot, rel: str, resolving: bool = False
+) -> tuple[int, os.stat_result, str | None] | None:
+    """Open ``rel`` if it is a regular file (its descriptor, ``fstat`` and
+    resolved path, see :func:`_open`); None if it is missing or not one."""
     try:
-        fd = opener.open(rel)
+        fd, real = _open(opener, rel, resolving)
     except OSError as exc:
         if errno_reason(exc.errno) in _ABSENT:
             return None
@@ -111,7 +123,7 @@ def _open_file(opener: ContainedRoot, rel: str) -> tuple[int, os.stat_result] | 
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         return None
-    return fd, st
+    return fd, st, real
 
 
 class _Shrank(Exception):
@@ -258,8 +270,14 @@ def resolve(
     is stored there; ``mono`` (trio clock) stamps the revalidation for
     pooled mode's trust window (:data:`~serverio.fs.filecache.UNTIMED`:
     none).  ``hashes`` keeps the content hashes ETags are made of.
+
+    With auth rules, each open also says where a symlink inside the root
+    led (:attr:`~serverio.model.Resolution.real`), so that the rules of
+    the resolved target are decided too; such a file is not put in the
+    warm-file cache (whose hits are decided on their path alone).
     """
     target = req.target
+    resolving = bool(cfg.site.auth)
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -268,7 +286,7 @@ def resolve(
     fd = -1
     try:
         try:
-            fd = opener.open(target.relpath)
+            fd, real = _open(opener, target.relpath, resolving)
         except OSError as exc:
             # SPA fallback: only for a path that is really missing (not one
             # refused by containment: EXDEV, ELOOP), and only if the SPA
@@ -280,27 +298,29 @@ def resolve(
             assert cfg.content.spa is not None
             # Under mounts, the SPA file of the mount that matched.
             spa = opener.spa_path(target.relpath, cfg.content.spa)
-            opened = None if spa is None else _open_file(opener, spa)
+            opened = None if spa is None else _open_file(opener, spa, resolving)
             if opened is None or spa is None:
                 raise
-            spa_fd, spa_st = opened  # ownership moves to _resolve_file
-            return _resolve_file(req, cfg, opener, now, spa_fd, spa_st, spa, hashes=hashes)
+            spa_fd, spa_st, spa_real = opened  # ownership moves to _resolve_file
+            return _resolve_file(
+                req, cfg, opener, now, spa_fd, spa_st, (spa, spa_real), hashes=hashes
+            )
         st = winstat.fstat(fd)
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
                 return Resolution(DIRECTORY)
-            index = _index_file(opener, cfg, target.relpath if target.segments else "")
+            index = _index_file(opener, cfg, target.relpath if target.segments else "", resolving)
             if index is None:
                 if not cfg.content.listing:
                     return Resolution(DIRECTORY)
                 # The scan runs in the work pool (serverio.pipeline.content); the
                 # directory descriptor goes with it.
-                listing = Resolution(LISTING, fd=fd)
+                listing = Resolution(LISTING, fd=fd, real=real)
                 fd = -1
                 return listing
             close_fd(fd)
-            fd, st, relpath = index
+            fd, st, relpath, real = index
         elif not stat.S_ISREG(st.st_mode):
             # FIFO, socket, device: never served (opened O_NONBLOCK, so the
             # open itself could not hang).
@@ -310,7 +330,9 @@ def resolve(
             # resolution would have said ENOTDIR for "file.txt/.").
             return Resolution(ERROR, Reason.NOT_FOUND)
         file_fd, fd = fd, -1  # ownership moves to _resolve_file
-        return _resolve_file(req, cfg, opener, now, file_fd, st, relpath, cache, mono, hashes)
+        return _resolve_file(
+            req, cfg, opener, now, file_fd, st, (relpath, real), cache, mono, hashes
+        )
     except OSError as exc:
         return _failed(exc)
     finally:
@@ -319,15 +341,16 @@ def resolve(
 
 
 def _index_file(
-    opener: ContainedRoot, cfg: Config, directory: str
-) -> tuple[int, os.stat_result, str] | None:
+    opener: ContainedRoot, cfg: Config, directory: str, resolving: bool
+) -> tuple[int, os.stat_result, str, str | None] | None:
     """The first of ``--index`` present as a regular file in ``directory``
-    ("" for the root): its descriptor (the caller's), facts and path."""
+    ("" for the root): its descriptor (the caller's), facts, path and
+    resolved path (:func:`_open`)."""
     for index in cfg.files.index:
         rel = f"{directory}/{index}" if directory else index
-        opened = _open_file(opener, rel)
+        opened = _open_file(opener, rel, resolving)
         if opened is not None:
-            return opened[0], opened[1], rel
+            return opened[0], opened[1], rel, opened[2]
     return None
 
 
@@ -338,13 +361,14 @@ def _resolve_file(
     now: float,
     fd: int,
     st: os.stat_result,
-    relpath: str,
+    path: tuple[str, str | None],
     cache: FileCache | None = None,
     mono: float = UNTIMED,
     hashes: HashStore | None = None,
 ) -> Resolution:
     """The facts of the regular file open on ``fd`` (which this owns) and of
-    the sidecars this request could be answered with.
+    the sidecars this request could be answered with.  ``path``: the
+    file's path and where a symlink led (:func:`_open`).
 
     With ``cache``, a small settled file named directly by the target is
     read whole and stored (serverio.fs.filecache) with the state of every
@@ -354,6 +378,7 @@ def _resolve_file(
     travel on the resolution: the decision does not compute them again.
     """
     reps: list[Rep] = []  # owned here until the resolution is returned
+    relpath, real = path
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
         extra, vary = file_headers(req, cfg, relpath, ctype)
@@ -362,7 +387,12 @@ def _resolve_file(
         entry: CachedFile | None = None
         try:
             facts, data = _facts(st, ctype, cfg, hashes, now, fd)
-            if cache is not None and not digest and _cacheable(req, relpath, st, now):
+            if (
+                cache is not None
+                and not digest
+                and real is None
+                and _cacheable(req, relpath, st, now)
+            ):
                 # (A digest job reads from a descriptor: not from the cache.)
                 entry, data = _cache_entry(cache, fd, st, facts, data, mono, negotiated)
         except _Shrank:
@@ -381,7 +411,7 @@ def _resolve_file(
         sidecars: dict[str, Rep] = {}
         if negotiated:
             hop = _Hop(req, cfg, now, cache, mono, hashes, ctype)
-            sidecars = _sidecars(hop, opener, relpath, st, facts, entry)
+            sidecars = _sidecars(hop, opener, path, st, facts, entry)
             reps.extend(sidecars.values())
         if entry is not None and (
             entry.whole
@@ -395,6 +425,7 @@ def _resolve_file(
         resolution = Resolution(
             FILE,
             relpath=relpath,
+            real=real,
             ctype=ctype,
             file=main,
             sidecars=sidecars,
@@ -475,7 +506,7 @@ class _Hop(NamedTuple):
 def _sidecars(
     hop: _Hop,
     opener: ContainedRoot,
-    relpath: str,
+    file_path: tuple[str, str | None],
     st: os.stat_result,
     facts: FileFacts,
     entry: CachedFile | None,
@@ -484,7 +515,13 @@ def _sidecars(
     with its facts (and its bytes when small); their states go to
     ``entry`` (a state not recorded makes a later request that wants it
     resolve the file again).  The caller owns what is returned; on an
-    error, what this opened is closed before it propagates."""
+    error, what this opened is closed before it propagates.
+
+    With auth rules a sidecar must resolve beside the file (the file's
+    resolved path plus its suffix): one a symlink leads elsewhere is
+    ignored, as its bytes are decided on the file's rules."""
+    relpath, real = file_path
+    resolving = bool(hop.cfg.site.auth)
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted(hop.req, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,
@@ -493,14 +530,17 @@ def _sidecars(
     try:
         for c in wanted:
             path = relpath + SIDECAR_SUFFIX[c]
-            opened = _open_file(opener, path)
+            opened = _open_file(opener, path, resolving)
+            if opened is not None and resolving and not _beside(opened[2], real, relpath, c):
+                close_fd(opened[0])  # a link to elsewhere: not this file's coding
+                opened = None
             if opened is None:
                 if entry is not None:
                     entry.sidecars[c] = Sidecar(
                         path, None, None, stamp if _no_entry(opener, path) else None
                     )
                 continue
-            side_fd, side_st = opened
+            side_fd, side_st, _ = opened
             if side_st.st_mtime_ns < st.st_mtime_ns:
                 close_fd(side_fd)  # stale: older than the file
                 if entry is not None:
@@ -515,6 +555,15 @@ def _sidecars(
             rep.close()
         raise
     return sidecars
+
+
+def _beside(side_real: str | None, real: str | None, relpath: str, coding: str) -> bool:
+    """Does a sidecar that resolved to ``side_real`` lie where the file
+    (``relpath``, resolved to ``real``) has its ``coding`` sidecar?"""
+    if side_real is None and real is None:
+        return True  # no link on either path
+    expected = (relpath if real is None else real) + SIDECAR_SUFFIX[coding]
+    return (relpath + SIDECAR_SUFFIX[coding] if side_real is None else side_real) == expected
 
 
 def _directory_stamp(

@@ -112,7 +112,7 @@ def decide(
         # directory descriptor goes with it.
         fd, res.fd = res.fd, -1
         served = "/" + req.target.relpath + "/" if req.target.segments else "/"
-        return Prepared(_placeholder(now), fd, listing=True, served=served)
+        return Prepared(_placeholder(now), fd, listing=True, served=served, real=res.real)
     if kind == UNAVAILABLE:
         return Prepared(_unavailable(now))
     assert kind != CACHED and res.file is not None
@@ -121,6 +121,7 @@ def decide(
     finally:
         res.close()  # whatever was not handed on
     prepared.served = "/" + res.relpath
+    prepared.real = res.real
     return prepared
 
 

@@ -64,6 +64,11 @@ class Entry:
     is_dir: bool
     size: int
     mtime: int | None  # seconds since the epoch
+    # Where the entry leads when a symlink inside the root is on its way
+    # (the entry itself, or the listed directory): its path below the root
+    # ("a/b"), looked for only when the site has auth rules, whose rules
+    # then apply to it too (serverio.site.service.Site.visible_entries).
+    real: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,7 +146,7 @@ class PageScript:
         if coding:
             pre = injected_precondition(req, plan, mtime, now, coding)
             if pre is not None:
-                return Prepared(pre, served=prepared.served)
+                return Prepared(pre, served=prepared.served, real=prepared.real)
             coded = await self._compress(prepared, coding, injected)
             if coded is None:
                 stats.content.compress_fallbacks += 1
@@ -157,6 +157,7 @@ class PageScript:
         return Prepared(
             decide_injected(req, plan, body, mtime, now, self.assets, coding=coding),
             served=prepared.served,
+            real=prepared.real,
         )
 
     async def _compress(self, prepared: Prepared, coding: str, injected: bytes) -> bytes | None:

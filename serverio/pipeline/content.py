@@ -448,6 +448,9 @@ class ContentService:
                 req.target.relpath,
                 cfg.files.hidden,
                 cfg.content.listing_max_entries,
+                # With auth rules: where each entry leads through a link
+                # (the directory's own, from its resolution), decided too.
+                False if self.visible is None else prepared.real,
             )
         except OSError as exc:
             # The directory went away, or we ran out of descriptors: a

@@ -58,7 +58,7 @@ from ..model import ChunkSource, Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
-from ..site.access import AccessTarget, served_target
+from ..site.access import AccessTarget, resolved_path, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
@@ -514,22 +514,29 @@ async def _admitted(
     deps: Deps, prepared: Prepared, ticket: Ticket, now: float, client: Callable[[], str]
 ) -> Answer:
     """The answer for ``prepared`` once the access hook (:func:`access`)
-    allows what it resolved; else the refusal, and ``prepared`` is closed
-    unsent.
+    allows what it resolved (and, when that was reached through a symlink
+    inside the root, its resolved target); else the refusal, and
+    ``prepared`` is closed unsent.
 
     Cancellation handling: ``prepared`` is closed if the check is cancelled.
     """
     site = deps.site
     served = prepared.served
     if served is not None:
-        try:
-            refusal = await access(deps, served_target(served), ticket, now, client)
-        except BaseException:
-            prepared.close()
-            raise
-        if refusal is not None:
-            prepared.close()
-            return _finished(site, refusal, -1, ticket)
+        targets = [served_target(served)]
+        if prepared.real is not None:
+            # Reached through a symlink inside the root: the resolved
+            # target's rules apply too (both must pass).
+            targets.append(served_target(resolved_path(prepared.real, served.endswith("/"))))
+        for target in targets:
+            try:
+                refusal = await access(deps, target, ticket, now, client)
+            except BaseException:
+                prepared.close()
+                raise
+            if refusal is not None:
+                prepared.close()
+                return _finished(site, refusal, -1, ticket)
     fd, prepared.fd = prepared.fd, -1
     return _finished(site, prepared.plan, fd, ticket, None, prepared.take_chunks())
 

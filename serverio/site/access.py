@@ -13,6 +13,11 @@ clean-URL or SPA file, a sidecar's own name.  The matcher folds them
 (:meth:`~serverio.site.rules.SiteRules.canonical`) on a case-insensitive
 root, and maps a precompressed sidecar to its file
 (:func:`~serverio.site.rules.access_paths`).
+
+A target reached through a symlink inside the root is decided on its
+resolved path too (:func:`resolved_path`): the request path's rules and
+the resolved path's must both pass, so ``pub/link -> ../private`` needs
+the credentials ``/private/**`` asks for.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from dataclasses import dataclass
 
 from .rules import AuthRule, SiteRules, access_paths
 
-__all__ = ["AccessTarget", "Kind", "rule_for", "served_target", "write_allowed"]
+__all__ = [
+    "AccessTarget",
+    "Kind",
+    "resolved_path",
+    "rule_for",
+    "served_target",
+    "write_allowed",
+]
 
 
 class Kind(enum.Enum):
@@ -71,6 +83,20 @@ def served_target(path: str) -> AccessTarget:
     if len(access_paths(path)) > 1:
         return AccessTarget((path,), Kind.SIDECAR)
     return AccessTarget((path,), Kind.FILE)
+
+
+def resolved_path(resolved: str, is_dir: bool = False) -> str:
+    """The match path of a path the contained opener resolved below the
+    root (:meth:`~serverio.fs.opener.RootOpener.open_resolved`: ``"a/b"``,
+    ``""`` for the root): ``/a/b``, ``/a/b/`` for a directory, ``/`` for
+    the root.  The rules that match it apply besides the requested path's
+    (a symlink never reaches what its target's rules protect).  Folding for
+    a case-insensitive root is the matcher's (:func:`rule_for`), as for a
+    requested path: a link target spelled ``../PRIVATE`` is ``/private``
+    there."""
+    if not resolved:
+        return "/"
+    return "/" + resolved + ("/" if is_dir else "")
 
 
 def rule_for(rules: SiteRules, target: AccessTarget) -> AuthRule | None:

@@ -55,7 +55,7 @@ from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.hooks import Router
-from .access import AccessTarget, Kind, write_allowed
+from .access import AccessTarget, Kind, resolved_path, write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
 from .gate import Gate
@@ -334,13 +334,20 @@ class Site:
         """The entries of a listing this client may see: a name an auth rule
         protects is listed only to a client whose credentials (sent with
         this request) were verified for that rule within the verification
-        window, as the request for the listing itself does."""
+        window, as the request for the listing itself does.  An entry that
+        leads through a symlink inside the root (``Entry.real``) must pass
+        its resolved target's rules too."""
         base = "/" + "/".join(segments) + "/" if segments else "/"
         kept: list[Entry] = []
         for entry in entries:
             path = base + entry.name + ("/" if entry.is_dir else "")
-            if self.access_now(AccessTarget((path,), Kind.ENTRY), req).allowed:
-                kept.append(entry)
+            if not self.access_now(AccessTarget((path,), Kind.ENTRY), req).allowed:
+                continue
+            if entry.real is not None:
+                real = resolved_path(entry.real, entry.is_dir)
+                if not self.access_now(AccessTarget((real,), Kind.ENTRY), req).allowed:
+                    continue
+            kept.append(entry)
         return kept
 
     def _write_methods(self, target: Target) -> bytes:

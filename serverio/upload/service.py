@@ -66,6 +66,7 @@ from .decide import (
     replaced_plan,
 )
 from .form import post_form
+from .resolved import Resolving
 
 __all__ = ["CLEANUP_SECONDS", "CommitGate", "Uploads"]
 
@@ -121,6 +122,8 @@ class Uploads:
         site = config.site
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
+        # Rules a symlink's resolved target is decided on too (serverio.upload.resolved).
+        self.resolving = bool(site.auth or site.writable)
 
     # ------------------------------------------------------------ start-up
 
@@ -163,6 +166,8 @@ class Uploads:
         neither a temporary file nor a descriptor, and commits nothing
         it had not committed already.
         """
+        # The rules of where a symlink inside the root leads apply too.
+        admit = Resolving.wrap(admit, self.pool, self.opener, now, self.resolving)
         target = req.target
         if (not target.segments or target.slash) and req.method != b"POST":
             return error_plan(409, now)  # a collection: not a file to write

@@ -1,0 +1,138 @@
+"""The access hook of a write step, on the resolved target too (issue 41 item 7).
+
+A write names its target by the request path; a symlink inside the root
+on the way (``pub/link -> ../private``) would let a PUT, a DELETE, a form
+upload or a WebDAV method change (or read) what ``[[auth]]`` and
+``[[writable]]`` rules protect under the link's target.  :class:`Resolving`
+wraps the pipeline's :data:`~serverio.pipeline.hooks.Admit` for one
+request: each target it is asked about is decided as asked, then, when a
+link was followed to reach it, once more on where it led
+(:func:`serverio.site.access.resolved_path`): both must pass.  Without
+``[[auth]]`` or ``[[writable]]`` rules the hook is used as it is.
+
+Where the target led is asked of the same contained opener the write then
+places through (:meth:`~serverio.fs.opener.RootOpener.open_resolved`, in
+the ``write`` pool): the directory a write lands in (the target's parent,
+and the name below it; a form's folder itself), or for a read (a WebDAV
+source, a PROPFIND) the target itself, else its parent.  That is a resolution of its own, before
+the write's placement: a link that a local user swaps in between is not
+seen by it (an HTTP client cannot make links: neither uploads nor WebDAV
+create them).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..fs.opener import ContainedRoot
+from ..http.core import Plan, error_plan
+from ..pipeline.hooks import Admit
+from ..site.access import AccessTarget, Kind, resolved_path
+from .decide import errno_status
+
+__all__ = ["Resolving", "resolved_target"]
+
+# What the resolution may meet that the write itself then answers (404,
+# 409, 403): nothing there, or a path containment refuses.
+_NOT_THERE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EXDEV, errno.ELOOP})
+
+
+def _resolve(opener: ContainedRoot, relpath: str) -> str | None:
+    """Where ``relpath`` leads (``open_resolved``), the descriptor closed."""
+    fd, real = opener.open_resolved(relpath)
+    os.close(fd)
+    return real
+
+
+def resolved_target(opener: ContainedRoot, path: str, itself: bool) -> str | None:
+    """The match path ``path`` (``/a/b``, ``/a/`` for a directory) leads to
+    through a symlink inside the root, or None when no link is on its way
+    (or nothing is there: the write answers that itself).  ``itself``:
+    follow the last name too (a read); else only the directory the name
+    is in (a write never writes through a link at the name: 409), unless
+    ``path`` names a directory (a form's folder, a collection).
+
+    Blocking: run in the ``write`` pool.  Raises OSError for anything but
+    a missing or refused path.
+    """
+    segments = [s for s in path.split("/") if s]
+    if not segments:
+        return None  # the root: no link on the way
+    is_dir = path.endswith("/")
+    if itself or is_dir:
+        try:
+            real = _resolve(opener, "/".join(segments))
+        except OSError as exc:
+            if exc.errno not in _NOT_THERE:
+                raise
+        else:
+            return None if real is None else resolved_path(real, is_dir)
+    try:
+        parent = _resolve(opener, "/".join(segments[:-1]) or ".")
+    except OSError as exc:
+        if exc.errno not in _NOT_THERE:
+            raise
+        return None
+    if parent is None:
+        return None
+    return resolved_path(f"{parent}/{segments[-1]}" if parent else segments[-1], is_dir)
+
+
+class Resolving:
+    """An :data:`~serverio.pipeline.hooks.Admit` that decides a target's
+    resolved target too (see the module doc).
+
+    Cancellation handling: the resolution is a pooled call (an abandoned
+    thread closes its own descriptor); a cancelled check decides nothing.
+    """
+
+    __slots__ = ("_admit", "_now", "_opener", "_pool")
+
+    def __init__(
+        self, admit: Admit, pool: Pool, opener: Callable[[], ContainedRoot], now: float
+    ) -> None:
+        self._admit = admit
+        self._pool = pool
+        self._opener = opener
+        self._now = now
+
+    @classmethod
+    def wrap(
+        cls,
+        admit: Admit,
+        pool: Pool,
+        opener: Callable[[], ContainedRoot],
+        now: float,
+        rules: bool,
+    ) -> Admit:
+        """``admit`` deciding resolved targets too; itself without
+        ``rules`` (no ``[[auth]]`` nor ``[[writable]]`` table), or when it
+        already does."""
+        if not rules or isinstance(admit, Resolving):
+            return admit
+        return cls(admit, pool, opener, now)
+
+    async def __call__(self, target: AccessTarget) -> Plan | None:
+        refusal = await self._admit(target)
+        if refusal is not None:
+            return refusal
+        itself = target.kind is not Kind.WRITE
+        led: list[str] = []
+        try:
+            for path in target.paths:
+                real = await run_blocking(self._pool, resolved_target, self._opener(), path, itself)
+                if real is not None:
+                    led.append(real)
+        except PoolSaturated:
+            return error_plan(503, self._now, close=True)
+        except OSError as exc:
+            return error_plan(errno_status(exc.errno), self._now)
+        for real in led:  # each on its own: every rule that matches must pass
+            refusal = await self._admit(replace(target, paths=(real,)))
+            if refusal is not None:
+                return refusal
+        return None
