@@ -828,7 +828,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.proxy.service": ("Downstream", "ProxyService"),
     "serverio.proxy.tunnel": ("TunnelGauge", "UpstreamTunnel"),
     "serverio.site": None,
-    "serverio.site.access": ("AccessTarget", "Kind", "rule_for", "served_target", "write_allowed"),
+    "serverio.site.access": (
+        "AccessTarget",
+        "Kind",
+        "rule_for",
+        "rules_below",
+        "served_target",
+        "write_allowed",
+    ),
     "serverio.site.authlimit": (
         "Attempt",
         "AuthLimiter",
@@ -880,6 +887,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "cors_headers",
         "decide_route",
         "error_page_key",
+        "glob_below",
         "header_ops",
         "map_header_values",
         "match_path",

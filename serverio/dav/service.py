@@ -14,7 +14,9 @@ Every method: the target (and a COPY/MOVE's ``Destination``, parsed by
 rules) refused when hidden or a write temporary; the access hook asked
 (``Kind.WRITE`` with action ``put`` for what creates or changes, ``delete``
 for what removes, so ``[[writable]]`` rules apply to every DAV write; a
-PROPFIND or a COPY's source as a read of a file or listing); the target
+PROPFIND or a COPY's source as a read of a file or listing; a new
+depth-infinity LOCK also as a tree write, ``AccessTarget(tree=True)``:
+every rule that can reach a member); the target
 opened under the root's containment in the ``write`` pool
 (:func:`serverio.fs.writer.open_target`); the preconditions (If-Match,
 If-None-Match, If-Unmodified-Since: 412) and the lock guard
@@ -33,6 +35,7 @@ from typing import Final
 
 from ..concurrency.blocking import PoolSaturated, run_blocking
 from ..config import Config
+from ..errors import HTTPError
 from ..fs.davtree import (
     DirScan,
     Found,
@@ -47,9 +50,11 @@ from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
-from ..http.target import is_write_temp
+from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
+from ..site.access import AccessTarget, Kind
+from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.service import CommitGate, Uploads
 from . import methods
@@ -322,6 +327,16 @@ class DavService(DavBase):
         if refusal is not None:
             return refusal
         body = await read_body(content)
+        if body.strip() and _infinite(req):
+            # A new depth-infinity lock covers every member, existing or not
+            # (RFC 4918 §7.4): the client must be able to write each itself
+            # (every auth rule and [[writable]] table that can reach below),
+            # or it would lock their owners out (issue 41).
+            refusal = await admit(
+                AccessTarget((_collection(target),), Kind.WRITE, "put", tree=True)
+            )
+            if refusal is not None:
+                return refusal
         path = rel(target.segments)
         small = self.config.files.small_file_size
         found = await run_blocking(self.pool, lookup, self.opener(), path, small)
@@ -344,6 +359,22 @@ class DavService(DavBase):
         if refusal is not None:
             return refusal
         return await self.guard.unlock(req, rel(req.target.segments), now)
+
+
+def _infinite(req: RequestFacts) -> bool:
+    """Does the LOCK ask for depth infinity (the default, §9.10.3)?  A
+    malformed Depth is the guard's 400."""
+    try:
+        return parse_depth(field(req.extra.depth), Depth.INFINITY) is Depth.INFINITY
+    except HTTPError:
+        return False
+
+
+def _collection(target: Target) -> str:
+    """``target``'s match path as a collection's (``/a/b/``): what a
+    depth-infinity lock covers is below it."""
+    path = match_path(target)
+    return path if path.endswith("/") else path + "/"
 
 
 class _Listing:
