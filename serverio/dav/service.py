@@ -255,6 +255,7 @@ class DavService(DavBase):
             refusal = await self.guarded(req, [path, parent], False, now, job, [(path, place)])
             if refusal is not None:
                 return refusal
+            await self.room(job, place, 0)
             await self.blocking(job, make_collection, place)
         finally:
             self.release(job)
@@ -311,7 +312,9 @@ class DavService(DavBase):
             dead = load_dead(stored if isinstance(stored, bytes) else None)
             new, stats = apply_patch(dead, ops)
             if new is not None:
-                await self.blocking(job, write_props, place, dump_dead(new))
+                data = dump_dead(new)
+                await self.room(job, place, len(data or b""))
+                await self.blocking(job, write_props, place, data)
             is_dir = stat.S_ISDIR(place.current.st_mode)
         finally:
             self.release(job)
