@@ -603,6 +603,12 @@ class UploadPolicy:
     # LOCK past it: 507), and the longest timeout granted, seconds.
     webdav_max_locks: int = 4096
     webdav_lock_timeout_max: int = 86400
+    # ... at most this many taken by one client address (IPv6: its /64),
+    # at most this many covering one resource (each is listed in its
+    # lockdiscovery), and a lock without credentials held this long at most.
+    webdav_max_locks_per_client: int = 64
+    webdav_max_locks_per_resource: int = 16
+    webdav_anonymous_lock_timeout_max: int = 3600
 
     def validate(self) -> UploadPolicy:
         """Check the bounds (ConfigError naming the option); ``--webdav``
@@ -617,6 +623,9 @@ class UploadPolicy:
                 ("webdav_max_tree", 1),
                 ("webdav_max_locks", 1),
                 ("webdav_lock_timeout_max", 1),
+                ("webdav_max_locks_per_client", 1),
+                ("webdav_max_locks_per_resource", 1),
+                ("webdav_anonymous_lock_timeout_max", 1),
             ),
         )
         if self.on_duplicate not in ON_DUPLICATE:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import HTTPError
-from ..fs.davtree import TreeJob, root_place
+from ..fs.davtree import TreeJob, copy_room, root_place
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
-from ..fs.writer import Placement, WriteRefused, current_bytes, open_target
+from ..fs.writer import Placement, WriteRefused, current_bytes, open_target, require_free
 from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent
@@ -150,6 +150,27 @@ class DavBase:
             # operations need directory descriptors (docs/features.md).
             raise HTTPError(501, "WebDAV needs directory descriptors")
         return got
+
+    async def room(self, job: TreeJob, place: Placement, need: int) -> None:
+        """``--min-free-space`` before a DAV write of ``need`` bytes into
+        ``place``'s filesystem (a dead-property file; 0 for a new
+        collection or an empty file: the reserve alone):
+        :class:`~serverio.fs.writer.WriteRefused` ``NO_SPACE`` (507) when
+        it would leave less free.  Nothing is looked at without a reserve."""
+        reserve = self.config.uploads.min_free_space
+        if reserve:
+            await self.blocking(job, require_free, place, reserve + need)
+
+    async def copy_room(
+        self, job: TreeJob, src: Placement, dst: Placement, move: bool, infinity: bool
+    ) -> None:
+        """:meth:`room` for a COPY (or a MOVE across filesystems) of
+        ``src`` to ``dst``: the bytes of the file or of the tree
+        (:func:`serverio.fs.davtree.copy_room`)."""
+        reserve = self.config.uploads.min_free_space
+        if reserve:
+            limit = self.config.uploads.webdav_max_tree
+            await self.blocking(job, copy_room, src, dst, move, infinity, limit, reserve)
 
     @staticmethod
     def release(job: TreeJob) -> None:

@@ -11,7 +11,9 @@ have its own (docs/features.md "Locking").
 Principal: the user name of the request's Basic credentials when it has
 them (the site's auth rules checked them before the guard is asked), else
 None: without authentication every client is the same principal, as
-RFC 4918 §6.4 allows a server to treat them.
+RFC 4918 §6.4 allows a server to treat them.  Client: the key of the
+request's address (:func:`serverio.site.gate.client_key` of
+``RequestFacts.client``), which the table's per-client bound counts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import trio
 
 from ..errors import HTTPError
 from ..http.core import Plan, RequestFacts, error_plan
+from ..site.gate import client_key
 from ..site.rules import parse_basic
 from .guard import Done, no_etag
 from .ifheader import Depth, IfField, parse_depth, parse_if, parse_timeout
@@ -275,11 +278,12 @@ class TableLocks:
                 timeouts=timeouts,
                 principal=principal,
                 now=now,
+                client=client_key(req.client),
             )
         except LockRefused as exc:
-            if exc.refusal is LockRefusal.FULL:
-                return full_plan(now)
-            return conflict_plan(exc.lock, now)
+            if exc.refusal is LockRefusal.CONFLICT:
+                return conflict_plan(exc.lock, now)
+            return full_plan(now)  # the table, the client's share, or the resource's
         return await self._made(new, exists, now, create)
 
     async def _made(

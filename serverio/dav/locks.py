@@ -27,8 +27,14 @@ Bounds: at most ``max_locks`` live locks (a full table refuses with
 :attr:`LockRefusal.FULL`: the caller answers 507 Insufficient Storage,
 §11.5, "unable to store the representation needed to complete the
 request": expired locks are dropped first, so a full table is one that
-holds that many live locks); a timeout never exceeds ``timeout_max``
-(``Infinite`` included, §6.6: the server need not honour a request).
+holds that many live locks); at most ``per_client`` of them taken by one
+client (:attr:`Lock.client`, its address: one client cannot fill the
+table, :attr:`LockRefusal.CLIENT_FULL`); at most ``per_resource`` locks
+covering any one resource (shared locks stack, and each is listed in
+every lockdiscovery of it, §15.8: :attr:`LockRefusal.RESOURCE_FULL`); a
+timeout never exceeds ``timeout_max`` (``Infinite`` included, §6.6: the
+server need not honour a request), nor ``anonymous_timeout_max`` for a
+lock without a principal (no credentials: anyone's lock).
 
 Principals: a lock remembers the principal that took it (the
 authenticated user, or None when no auth rule names one: then every
@@ -92,6 +98,7 @@ class Lock:
     principal: str | None
     timeout: int  # seconds granted by the last LOCK or refresh
     expires: float  # ``now`` + timeout at that time
+    client: str = ""  # the key of the client that took it (per_client)
 
     def covers(self, path: LockPath) -> bool:
         """The lock applies to ``path``: its root, or a member of it at any
@@ -115,6 +122,8 @@ class LockRefusal(enum.Enum):
 
     CONFLICT = "conflicting lock"  # 423 DAV:no-conflicting-lock, §9.10.6
     FULL = "lock table full"  # 507, §11.5
+    CLIENT_FULL = "too many locks of this client"  # 507, per_client
+    RESOURCE_FULL = "too many locks on the resource"  # 507, per_resource
     NO_LOCK = "no such lock on the resource"  # UNLOCK: 409, §9.11.1
     NOT_OWNER = "lock of another principal"  # 403, §9.11.1
 
@@ -136,16 +145,46 @@ class LockTable:
     a later one drops the expired locks (one pass) and sets it again.
     """
 
-    __slots__ = ("_by_root", "_by_token", "_soonest", "max_locks", "timeout_max", "tokens")
+    __slots__ = (
+        "_by_client",
+        "_by_root",
+        "_by_token",
+        "_soonest",
+        "anonymous_timeout_max",
+        "max_locks",
+        "per_client",
+        "per_resource",
+        "timeout_max",
+        "tokens",
+    )
 
-    def __init__(self, *, max_locks: int, timeout_max: int, tokens: Callable[[], str]) -> None:
-        if max_locks < 1 or timeout_max < 1:
-            raise ValueError("max_locks and timeout_max must be positive")
+    def __init__(
+        self,
+        *,
+        max_locks: int,
+        timeout_max: int,
+        tokens: Callable[[], str],
+        per_client: int | None = None,
+        per_resource: int | None = None,
+        anonymous_timeout_max: int | None = None,
+    ) -> None:
+        """``per_client``, ``per_resource`` and ``anonymous_timeout_max``
+        default to no bound of their own (``max_locks``, ``timeout_max``)."""
         self.max_locks = max_locks
         self.timeout_max = timeout_max
+        self.per_client = max_locks if per_client is None else per_client
+        self.per_resource = max_locks if per_resource is None else per_resource
+        self.anonymous_timeout_max = (
+            timeout_max if anonymous_timeout_max is None else anonymous_timeout_max
+        )
+        if min(max_locks, timeout_max, self.per_client, self.per_resource) < 1:
+            raise ValueError("lock bounds must be positive")
+        if self.anonymous_timeout_max < 1:
+            raise ValueError("lock bounds must be positive")
         self.tokens = tokens
         self._by_token: dict[str, Lock] = {}
         self._by_root: dict[LockPath, dict[str, Lock]] = {}
+        self._by_client: dict[str, int] = {}  # live locks per Lock.client
         self._soonest = float("inf")
 
     def __len__(self) -> int:
@@ -221,15 +260,21 @@ class LockTable:
         timeouts: Sequence[int | None],
         principal: str | None,
         now: float,
+        client: str = "",
     ) -> Lock:
-        """A new lock (§9.10.1).  Raises :class:`LockRefused` CONFLICT (with
-        the conflicting lock) or FULL."""
+        """A new lock (§9.10.1) taken by ``client`` (its key).  Raises
+        :class:`LockRefused` CONFLICT (with the conflicting lock), FULL,
+        CLIENT_FULL or RESOURCE_FULL."""
         other = self.conflicting(path, info.scope, infinite, now)
         if other is not None:
             raise LockRefused(LockRefusal.CONFLICT, other)
         if len(self._by_token) >= self.max_locks:
             raise LockRefused(LockRefusal.FULL)
-        timeout = choose_timeout(timeouts, self.timeout_max)
+        if self._by_client.get(client, 0) >= self.per_client:
+            raise LockRefused(LockRefusal.CLIENT_FULL)
+        if self._stacked(path, infinite, now) >= self.per_resource:
+            raise LockRefused(LockRefusal.RESOURCE_FULL)
+        timeout = choose_timeout(timeouts, self._timeout_max(principal))
         lock = Lock(
             token=self.tokens(),
             root=path,
@@ -240,9 +285,29 @@ class LockTable:
             principal=principal,
             timeout=timeout,
             expires=now + timeout,
+            client=client,
         )
         self._add(lock)
         return lock
+
+    def _timeout_max(self, principal: str | None) -> int:
+        """The longest timeout for a lock of ``principal``: a lock without
+        one (no credentials) is capped lower, so a lock anyone could take
+        cannot hold a resource for long unrefreshed."""
+        if principal is None:
+            return min(self.timeout_max, self.anonymous_timeout_max)
+        return self.timeout_max
+
+    def _stacked(self, path: LockPath, infinite: bool, now: float) -> int:
+        """The most locks that cover one resource a new lock on ``path``
+        would cover: ``path`` itself and, for depth infinity, the roots of
+        the locks below it (every other member is covered by no more than
+        the nearest of those, or ``path``)."""
+        most = len(self.covering(path, now))
+        if infinite:
+            for root in {lock.root for lock in self.below(path, now)}:
+                most = max(most, len(self.covering(root, now)))
+        return most
 
     def refresh(
         self,
@@ -261,7 +326,7 @@ class LockTable:
         out: list[Lock] = []
         for lock in self.covering(path, now):
             if lock.token in wanted and lock.principal == principal:
-                timeout = choose_timeout(timeouts, self.timeout_max)
+                timeout = choose_timeout(timeouts, self._timeout_max(principal))
                 fresh = replace(lock, timeout=timeout, expires=now + timeout)
                 self._add(fresh)
                 out.append(fresh)
@@ -302,12 +367,19 @@ class LockTable:
             self._remove(lock)
 
     def _add(self, lock: Lock) -> None:
+        if lock.token not in self._by_token:  # a refresh replaces its lock
+            self._by_client[lock.client] = self._by_client.get(lock.client, 0) + 1
         self._by_token[lock.token] = lock
         self._by_root.setdefault(lock.root, {})[lock.token] = lock
         self._soonest = min(self._soonest, lock.expires)
 
     def _remove(self, lock: Lock) -> None:
-        self._by_token.pop(lock.token, None)
+        if self._by_token.pop(lock.token, None) is not None:
+            left = self._by_client[lock.client] - 1
+            if left:
+                self._by_client[lock.client] = left
+            else:
+                del self._by_client[lock.client]
         locks = self._by_root.get(lock.root)
         if locks is not None:
             locks.pop(lock.token, None)

@@ -244,6 +244,7 @@ async def copy_move(
         refusal = await svc.guarded(req, paths, infinity, now, job, ends)
         if refusal is not None:
             return refusal
+        await svc.copy_room(job, src, dst, move, depth is Depth.INFINITY)  # --min-free-space
         plan = await _run(svc, job, req, src, dst, depth is Depth.INFINITY, checked, now)
     finally:
         svc.release(job)
@@ -361,6 +362,7 @@ async def create_empty(svc: DavBase, req: RequestFacts, now: float) -> int:
             return 409 if exc.refusal is Refusal.NO_PARENT else 403
         if place.current is not None:
             return 200
+        await svc.room(job, place, 0)  # --min-free-space
         await svc.blocking(job, _create, place)
     finally:
         svc.release(job)

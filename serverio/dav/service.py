@@ -16,7 +16,9 @@ rules) refused when hidden or a write temporary; the access hook asked
 for what removes, so ``[[writable]]`` rules apply to every DAV write; a
 PROPFIND or a COPY's source as a read of a file or listing; every member
 a tree operation touches as well, :mod:`serverio.dav.methods`; a
-PROPFIND's members through the listings' filter, :attr:`DavService.visible`); the target
+PROPFIND's members through the listings' filter, :attr:`DavService.visible`;
+a new depth-infinity LOCK as a tree write, ``AccessTarget(tree=True)``:
+every rule that can reach a member); the target
 opened under the root's containment in the ``write`` pool
 (:func:`serverio.fs.writer.open_target`); the preconditions (If-Match,
 If-None-Match, If-Unmodified-Since: 412) and the lock guard
@@ -35,6 +37,7 @@ from typing import Final
 
 from ..concurrency.blocking import PoolSaturated, run_blocking
 from ..config import Config
+from ..errors import HTTPError
 from ..fs.davtree import (
     DirScan,
     Found,
@@ -50,9 +53,11 @@ from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.listing import Entry
-from ..http.target import is_write_temp
+from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
+from ..site.access import AccessTarget, Kind
+from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.resolved import Resolving
 from ..upload.service import CommitGate, Uploads
@@ -263,6 +268,7 @@ class DavService(DavBase):
             refusal = await self.guarded(req, [path, parent], False, now, job, [(path, place)])
             if refusal is not None:
                 return refusal
+            await self.room(job, place, 0)
             await self.blocking(job, make_collection, place)
         finally:
             self.release(job)
@@ -319,7 +325,9 @@ class DavService(DavBase):
             dead = load_dead(stored if isinstance(stored, bytes) else None)
             new, stats = apply_patch(dead, ops)
             if new is not None:
-                await self.blocking(job, write_props, place, dump_dead(new))
+                data = dump_dead(new)
+                await self.room(job, place, len(data or b""))
+                await self.blocking(job, write_props, place, data)
             is_dir = stat.S_ISDIR(place.current.st_mode)
         finally:
             self.release(job)
@@ -335,6 +343,16 @@ class DavService(DavBase):
         if refusal is not None:
             return refusal
         body = await read_body(content)
+        if body.strip() and _infinite(req):
+            # A new depth-infinity lock covers every member, existing or not
+            # (RFC 4918 §7.4): the client must be able to write each itself
+            # (every auth rule and [[writable]] table that can reach below),
+            # or it would lock their owners out (issue 41).
+            refusal = await admit(
+                AccessTarget((_collection(target),), Kind.WRITE, "put", tree=True)
+            )
+            if refusal is not None:
+                return refusal
         path = rel(target.segments)
         small = self.config.files.small_file_size
         found = await run_blocking(self.pool, lookup, self.opener(), path, small)
@@ -357,6 +375,22 @@ class DavService(DavBase):
         if refusal is not None:
             return refusal
         return await self.guard.unlock(req, rel(req.target.segments), now)
+
+
+def _infinite(req: RequestFacts) -> bool:
+    """Does the LOCK ask for depth infinity (the default, §9.10.3)?  A
+    malformed Depth is the guard's 400."""
+    try:
+        return parse_depth(field(req.extra.depth), Depth.INFINITY) is Depth.INFINITY
+    except HTTPError:
+        return False
+
+
+def _collection(target: Target) -> str:
+    """``target``'s match path as a collection's (``/a/b/``): what a
+    depth-infinity lock covers is below it."""
+    path = match_path(target)
+    return path if path.endswith("/") else path + "/"
 
 
 class _Listing:

@@ -83,6 +83,7 @@ XML_NS: Final = "http://www.w3.org/XML/1998/namespace"
 MAX_XML_BYTES: Final = 1 << 20
 MAX_XML_DEPTH: Final = 64
 MAX_XML_NODES: Final = 20000
+_MAX_OWNER_BYTES: Final = 1024  # a LOCK's DAV:owner, serialised
 # Between a namespace URI and a local name in expat's names: a character
 # XML 1.0 forbids in any name or URI, so the split is never ambiguous.
 _SEP: Final = "\x01"
@@ -346,7 +347,12 @@ def parse_lockinfo(body: bytes) -> LockInfo | None:
         raise HTTPError(400, "LOCK needs one lockscope: exclusive or shared")
     if type_el is None or type_el.find(_dav("write")) is None:
         raise HTTPError(400, "LOCK needs locktype write")
-    return LockInfo(scopes[0], root.find(_dav("owner")))
+    owner = root.find(_dav("owner"))
+    if owner is not None and len(serialize(owner).encode("utf-8")) > _MAX_OWNER_BYTES:
+        # Kept as long as the lock and sent in every lockdiscovery of what
+        # it covers (§14.17 leaves its size to the server): a name, a URL.
+        raise HTTPError(400, "DAV:owner too large")
+    return LockInfo(scopes[0], owner)
 
 
 # ------------------------------------------------------------ serialising

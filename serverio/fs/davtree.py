@@ -48,7 +48,7 @@ from typing import Any, Final, TypeVar
 from ..http.core import content_digest
 from ..http.target import WRITE_TEMP_PREFIX
 from .opener import ContainedRoot
-from .writer import SYS, Placement
+from .writer import SYS, Placement, require_free
 
 __all__ = [
     "PROPS_DIR",
@@ -56,6 +56,7 @@ __all__ = [
     "Found",
     "TreeJob",
     "TreeTooLarge",
+    "copy_room",
     "copy_tree",
     "count_tree",
     "list_tree",
@@ -658,6 +659,62 @@ def move_tree(
     if src.dir_fd != dst.dir_fd:
         SYS.fsync(src.dir_fd)
     return []
+
+
+def _tree_bytes(dir_fd: int, name: str, limit: int) -> int:
+    """The bytes of every regular file under directory ``name`` (hidden
+    ones and dead properties too, not following symlinks), at most
+    ``limit`` members (:class:`TreeTooLarge`, as :func:`count_tree`)."""
+    count = total = 0
+    pending = [_open_child(dir_fd, name)]
+    try:
+        while pending:
+            fd = pending.pop()
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        count += 1
+                        if count > limit:
+                            raise TreeTooLarge
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(_open_child(fd, entry.name))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+            finally:
+                os.close(fd)
+    finally:
+        for fd in pending:
+            os.close(fd)
+    return total
+
+
+def copy_room(
+    src: Placement, dst: Placement, move: bool, infinity: bool, limit: int, min_free: int
+) -> None:
+    """``--min-free-space`` before a COPY of ``src``'s resource to ``dst``
+    (or a MOVE, which writes only across filesystems: a rename needs no
+    room): :class:`~serverio.fs.writer.WriteRefused` ``NO_SPACE`` when
+    ``dst``'s filesystem would keep less than ``min_free`` free after the
+    bytes the copy writes (the file's, or every file's of the tree with
+    ``infinity``, at most ``limit`` members, and the dead properties).
+    Blocking; nothing is held after it."""
+    cur = src.current
+    assert cur is not None
+    if not min_free or (move and os.fstat(dst.dir_fd).st_dev == cur.st_dev):
+        return
+    if not stat.S_ISDIR(cur.st_mode):
+        size = cur.st_size
+    else:
+        size = _tree_bytes(src.dir_fd, src.name, limit) if infinity else 0
+    store = _open_props_dir(src.dir_fd)
+    if store >= 0:
+        try:
+            size += os.stat(props_name(src.name), dir_fd=store, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(store)
+    require_free(dst, min_free + size)
 
 
 class TreeJob:

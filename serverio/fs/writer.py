@@ -60,6 +60,7 @@ __all__ = [
     "delete_file",
     "make_directory",
     "open_target",
+    "require_free",
     "sweep",
     "writable_current",
 ]
@@ -82,6 +83,9 @@ _CREATE: Final = (
     | _flag("O_NOINHERIT")
 )
 _READ: Final = os.O_RDONLY | _flag("O_NOFOLLOW") | _flag("O_CLOEXEC") | _flag("O_NONBLOCK")
+# A write whose size was not known up front (a chunked PUT, a form's file)
+# looks at the free space again after at most this many bytes.
+_FREE_EVERY: Final = 1 << 20
 
 
 class Refusal(enum.Enum):
@@ -159,6 +163,19 @@ def _free_bytes(place: Placement) -> int:
 SYS: Final = Sys()
 
 
+def require_free(place: Placement, min_free: int) -> None:
+    """``--min-free-space``: :class:`WriteRefused` ``NO_SPACE`` when fewer
+    than ``min_free`` bytes are free on ``place``'s filesystem (the
+    reserve plus what the caller is about to write); blocking (one
+    ``statvfs``).
+
+    Cancellation handling: blocking, run in the ``write`` pool; it holds
+    nothing.
+    """
+    if min_free and SYS.free(place) < min_free:
+        raise WriteRefused(Refusal.NO_SPACE)
+
+
 def _lstat(place: Placement, name: str) -> os.stat_result | None:
     path, kw = place.at(name)
     try:
@@ -207,8 +224,7 @@ def open_target(
             place.dir_path = opener.directory_path(parent or ".", fd)
             place.close()
         place.current = _lstat(place, name)
-        if min_free and SYS.free(place) < min_free:
-            raise WriteRefused(Refusal.NO_SPACE)
+        require_free(place, min_free)
     except BaseException:
         place.close()
         raise
@@ -282,8 +298,20 @@ class WriteJob:
     so the temporary never outlives the thread that may still write it.
     """
 
-    def __init__(self, place: Placement, *, sync: bool = True, hash_max: int | None = None) -> None:
+    def __init__(
+        self,
+        place: Placement,
+        *,
+        sync: bool = True,
+        hash_max: int | None = None,
+        min_free: int = 0,
+    ) -> None:
         self.place = place
+        # --min-free-space while the content arrives (0: no check): a write
+        # that would leave less free is refused (NO_SPACE), the free space
+        # looked at again after every _FREE_EVERY bytes (:meth:`_room`).
+        self.min_free = min_free
+        self._room_until = 0  # ``written`` up to which the last look allows
         # False (--no-fsync): commit renames without fsync of the file or
         # its directory: still atomic, not durable across a power loss.
         self.sync = sync
@@ -342,8 +370,21 @@ class WriteJob:
             return
         raise OSError(errno.EEXIST, "no free temporary name")
 
+    def _room(self, n: int) -> None:
+        """Refuse (``NO_SPACE``) ``n`` more bytes that would leave less than
+        ``min_free`` free; one ``statvfs`` per :data:`_FREE_EVERY` bytes
+        (or sooner when the last look left less room than that)."""
+        if not self.min_free or self.written + n <= self._room_until:
+            return
+        free = SYS.free(self.place)
+        if free < self.min_free + n:
+            raise WriteRefused(Refusal.NO_SPACE)
+        self._room_until = self.written + max(n, min(free - self.min_free, _FREE_EVERY))
+
     def write(self, data: bytes) -> None:
-        """Append ``data`` (all of it: a short write is continued)."""
+        """Append ``data`` (all of it: a short write is continued); refused
+        with ``NO_SPACE`` first when it would eat into ``min_free``."""
+        self._room(len(data))
         view = memoryview(data)
         while view:
             n = SYS.write(self.fd, view)  # type: ignore[arg-type]

@@ -147,6 +147,10 @@ class RequestFacts:
     # The request came over TLS (HTTPS, or HTTP/2 over TLS): read by the
     # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
     tls: bool = False
+    # The client's address (the peer, or the one --trusted-proxies names),
+    # set only for a write step (serverio.pipeline.request.complete_write):
+    # the key of per-client budgets there (WebDAV locks); "" elsewhere.
+    client: str = ""
     # The fields one feature each reads (CORS, uploads, --trusted-proxies),
     # apart so that this class stays small; the shared NO_EXTRA when the
     # request has none of them (every plain GET).

@@ -126,6 +126,9 @@ class Services:
                     max_locks=pol.webdav_max_locks,
                     timeout_max=pol.webdav_lock_timeout_max,
                     tokens=new_token,
+                    per_client=pol.webdav_max_locks_per_client,
+                    per_resource=pol.webdav_max_locks_per_resource,
+                    anonymous_timeout_max=pol.webdav_anonymous_lock_timeout_max,
                 )
                 locks = TableLocks(table)
                 self.dav = dav = DavService(

@@ -1039,6 +1039,30 @@ _UPLOADS = (
         metavar="SECONDS",
         parse=int,
     ),
+    _O(
+        "webdav_max_locks_per_client",
+        ("--webdav-max-locks-per-client",),
+        "most WebDAV locks one client address holds at once (IPv6: its /64); past it 507",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_max_locks_per_resource",
+        ("--webdav-max-locks-per-resource",),
+        "most WebDAV locks covering one resource (shared locks stack); past it 507",
+        "Uploads",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "webdav_anonymous_lock_timeout_max",
+        ("--webdav-anonymous-lock-timeout-max",),
+        "longest WebDAV lock timeout granted to a client without credentials, in seconds",
+        "Uploads",
+        metavar="SECONDS",
+        parse=int,
+    ),
 )
 
 _UPSTREAMS = (

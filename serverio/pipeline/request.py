@@ -43,6 +43,7 @@ exists the handler owns what it holds (see docs/cancellation.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -370,6 +371,7 @@ async def complete_write(
     """
     step = deps.handler.write
     assert step is not None
+    req = dataclasses.replace(req, client=client())  # per-client budgets (RequestFacts.client)
     site = deps.site
     ticket = Ticket(None, req) if site is not None else None
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .rules import AuthRule, SiteRules, access_paths
+from .rules import AuthRule, SiteRules, access_paths, glob_below
 
 __all__ = [
     "AccessTarget",
     "Kind",
     "resolved_path",
     "rule_for",
+    "rules_below",
     "served_target",
     "write_allowed",
 ]
@@ -73,6 +74,10 @@ class AccessTarget:
     # Kind.WRITE only: what the write does ("put", "delete"), which the
     # [[writable]] tables allow per path.
     action: str = ""
+    # Kind.WRITE only: the write also reaches every path below the
+    # collection ``paths`` names, existing or not (a depth-infinity LOCK,
+    # RFC 4918 §7.4): every rule that can match below applies too.
+    tree: bool = False
 
 
 def served_target(path: str) -> AccessTarget:
@@ -111,14 +116,44 @@ def rule_for(rules: SiteRules, target: AccessTarget) -> AuthRule | None:
     return None
 
 
+def rules_below(rules: SiteRules, collection: str) -> tuple[AuthRule, ...]:
+    """The auth rules whose glob can match a path strictly below
+    ``collection`` (a match path ending in ``/``; :func:`~serverio.site.rules.glob_below`),
+    in order: what a client must pass to change every member of it,
+    including members not made yet.  A rule that an earlier one shadows is
+    named too (asking for more than the first match needs is the safe side)."""
+    path = rules.canonical(collection)
+    return tuple(
+        rule
+        for rule in rules.auth
+        if rule.match is None or glob_below(rules.canonical(rule.pattern), path)
+    )
+
+
 def write_allowed(rules: SiteRules, target: AccessTarget) -> bool:
     """May ``target`` (a :attr:`Kind.WRITE`) be written as its ``action``
     says?  Without ``[[writable]]`` tables the whole root may (``--upload``);
-    with them, the first table whose glob matches decides."""
+    with them, the first table whose glob matches decides.  For a
+    :attr:`~AccessTarget.tree` target, also every table that decides some
+    path below it (a ``PREFIX/**`` glob reaching below that no earlier
+    table's prefix covers): a path no table matches is written by nobody,
+    so a lock over it keeps nobody out."""
     if not rules.writable:
         return True
     paths = [rules.canonical(p) for p in target.paths]
+    allowed = False
     for rule in rules.writable:
         if rule.match is None or any(rule.match.fullmatch(p) for p in paths):
-            return target.action in rule.allow
-    return False
+            allowed = target.action in rule.allow
+            break
+    if not allowed or not target.tree:
+        return allowed
+    prefixes: list[str] = []  # of the tables before: what they decide is theirs
+    for rule in rules.writable:
+        prefix = rules.canonical(rule.prefix) + "/"
+        shadowed = any(prefix.startswith(p) for p in prefixes)
+        below = any(glob_below(rules.canonical(rule.pattern), p) for p in paths)
+        if below and not shadowed and target.action not in rule.allow:
+            return False
+        prefixes.append(prefix)
+    return True

@@ -25,7 +25,7 @@ import trio
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..http.access import ALLOWED, Access, Verdict
 from ..observe.stats import Stats
-from .access import AccessTarget, Kind, rule_for, write_allowed
+from .access import AccessTarget, Kind, rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
 from .rules import AuthRule, SiteRules, parse_basic
@@ -98,6 +98,8 @@ class Gate:
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
+        if target.tree:
+            return self._tree_now(target, authorization, granted)
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
@@ -138,7 +140,32 @@ class Gate:
             return pending
         creds = parse_basic(authorization)
         assert creds is not None
-        return await self._check(self.rules.auth[pending.rule], creds, peer)
+        got = await self._check(self.rules.auth[pending.rule], creds, peer)
+        if target.tree and got.verdict is Verdict.ALLOW:
+            # A tree's next rule (each passed one is granted from now on).
+            return await self.decide(target, authorization, granted | {got.rule}, peer)
+        return got
+
+    def _tree_now(
+        self, target: AccessTarget, authorization: str | None, granted: frozenset[int]
+    ) -> Access:
+        """:meth:`decide_now` for a :attr:`~serverio.site.access.AccessTarget.tree`
+        target: the rule of its own paths and every rule that can match
+        below them (:func:`~serverio.site.access.rules_below`), each as a
+        target of its own would be; the first that does not allow decides
+        (401 while credentials could pass it), else allowed under the first
+        rule.  Not memoised: a tree target is rare (a depth-infinity LOCK)."""
+        found = rule_for(self.rules, target)
+        rules = {} if found is None else {found.index: found}
+        for path in target.paths:
+            rules.update((r.index, r) for r in rules_below(self.rules, path))
+        for rule in rules.values():
+            if rule.index in granted:
+                continue
+            if parse_basic(authorization) is None:
+                return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+            return Access(Verdict.PENDING, rule.index, rule.realm)
+        return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
 
     async def _check(
         self, rule: AuthRule, creds: tuple[str, str], peer: Callable[[], str]

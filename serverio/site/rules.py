@@ -53,6 +53,7 @@ __all__ = [
     "cors_headers",
     "decide_route",
     "error_page_key",
+    "glob_below",
     "header_ops",
     "map_header_values",
     "match_path",
@@ -149,6 +150,31 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
                 piece.append(re.escape(c))
         out.append("".join(piece))
     return re.compile("".join(out))
+
+
+def glob_below(pattern: str, collection: str) -> bool:
+    """Can the glob ``pattern`` match a path strictly below ``collection``
+    (a match path, ``/`` or ``/a/b/``): a member at any depth, existing or
+    not, whose names are anyone's to choose?  Decided on the glob's
+    segments (a regular expression cannot be asked whether some
+    continuation of a prefix matches): the collection's names must match
+    the glob's first segments until a ``**``, which reaches below
+    whatever follows it; a glob that goes on past the collection's names
+    reaches a member, unless all that is left is its trailing slash (the
+    collection itself).  A glob of a case-insensitive root is compared
+    folded, with ``collection`` folded too (the caller's, as for matching)."""
+    if pattern.startswith("**"):
+        pattern = "/" + pattern
+    globs = pattern[1:].split("/")
+    names = [s for s in collection.split("/") if s]
+    for i, glob in enumerate(globs):
+        if glob == "**":
+            return True  # any number of segments: the rest can follow a member
+        if i == len(names):
+            return globs[i:] != [""]  # more segments: a member; "" alone: the collection
+        if not compile_glob("/" + glob).fullmatch("/" + names[i]):
+            return False
+    return False  # the glob ends at or above the collection
 
 
 def match_path(target: Target) -> str:

@@ -177,7 +177,7 @@ class _Form:
             min_free,
             late_close=Placement.close,
         )
-        job = self.job = WriteJob(place, sync=not pol.no_fsync)
+        job = self.job = WriteJob(place, sync=not pol.no_fsync, min_free=min_free)
         self.overwrite = place.current is not None
         refusal = writable_current(place.current)
         if refusal is not None:

@@ -260,6 +260,8 @@ class Uploads:
             sync=not self.config.uploads.no_fsync,
             # Past this size the ETag carries no content hash (EtagPolicy).
             hash_max=None if files.etag == "content" else files.small_file_size,
+            # --min-free-space as the body grows (a chunked one declares nothing).
+            min_free=self.config.uploads.min_free_space,
         )
         committed = False
         try:
