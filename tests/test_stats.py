@@ -1,9 +1,9 @@
 """The engine counters: groups of at most 20 fields, one flat table outside.
 
-``Stats`` keeps its 29 counters in groups (``conns``, ``responses``,
-``timeouts``, ``content``, ``h2``, ``site``); ``/metrics``, the snapshots
-merged across workers and the exit summary see them as one flat table in
-the order they always had (``FLAT``).
+``Stats`` keeps its counters in groups (``conns``, ``responses``,
+``timeouts``, ``content``, ``h2``, ``site``, ``writes``, ``proxy``,
+``log``); ``/metrics``, the snapshots merged across workers and the exit
+summary see them as one flat table in the order they always had (``FLAT``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ ORDER = (
     "proxy_busy proxy_errors_connect proxy_errors_reset proxy_errors_framing "
     "proxy_timeouts_connect proxy_timeouts_head proxy_timeouts_idle proxy_timeouts_total "
     "proxy_cancelled proxy_bytes_up proxy_bytes_down proxy_tunnels proxy_timeouts_tunnel"
-    " proxy_queued"
+    " proxy_queued log_lines_dropped log_messages_dropped"
 ).split()
 
 
@@ -63,7 +63,8 @@ def test_each_counter_lands_under_its_flat_name() -> None:
     assert " auth_failures=29 writes_files=30 writes_deletes=31 writes_bytes=32 " in line
     assert " writes_temps_removed=34 writes_directories=35 proxy_requests=36 " in line
     assert line.endswith(
-        " proxy_tunnels=50 proxy_timeouts_tunnel=51 proxy_queued=52 cache_file_hits=7"
+        " proxy_tunnels=50 proxy_timeouts_tunnel=51 proxy_queued=52"
+        " log_lines_dropped=53 log_messages_dropped=54 cache_file_hits=7"
     )
 
 

@@ -26,9 +26,14 @@ then runs the shutdown order:
    ``shutdown_timeout``;
 4. cancel the connection nursery: whatever remains is cut;
 5. wait for pool threads until the same deadline; threads still stuck in a
-   syscall are abandoned (logged with their count) and we return anyway.
+   syscall are abandoned (logged with their count) and we return anyway;
+6. flush the log pipes (:mod:`serverio.observe.logpipe`) for at most
+   ``FLUSH_SECONDS`` and stop their writers: a write stuck on a stalled
+   log reader is abandoned like a pool thread, and the lines still
+   buffered are counted as dropped.
 
-A second :meth:`Lifecycle.abort` (second signal) skips to step 4 at once.
+A second :meth:`Lifecycle.abort` (second signal) skips to step 4 at once
+(step 6 still runs: it is bounded on its own).
 
 Cancellation handling: cancelling :meth:`Lifecycle.serve` from outside
 cancels the whole tree at once (accept loops, connections) without the
@@ -90,9 +95,19 @@ class Lifecycle:
 
     async def serve(self, started: Callable[[], None]) -> None:
         """Serve until shutdown, then stop in order and return; ``started``
-        is called once the accept loops are started."""
+        is called once the accept loops are started.
+
+        The log pipes' writers run around everything else (6.): they take
+        the lines of every step, the last warnings included, and are
+        flushed, bounded, and stopped last.
+        """
         services = self._services
         await self._listeners.open()
+        async with services.logging():
+            await self._serve(started)
+
+    async def _serve(self, started: Callable[[], None]) -> None:
+        services = self._services
         _ = services.opener  # open the root once, before accepting anything
         self._acceptor.open_spare()
         # Set by _stop; an abort can cut _stop short (the connections

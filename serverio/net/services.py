@@ -37,6 +37,7 @@ from ..http.core import RequestFacts
 from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
+from ..observe.logpipe import LogPipe
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
@@ -70,6 +71,15 @@ class Services:
         self.response_times = Histogram()
         self.access_log = access_log or AccessLog(
             "off" if config.log.quiet else config.log.access_log, path=config.log.access_log_file
+        )
+        # The log pipes (serverio.observe.logpipe): the access log's, and
+        # the one for messages on stderr (warnings, the draining line),
+        # shared when the access log goes to stderr too (one order, one
+        # writer).  Their drops are counted with the other counters.
+        log_pipe = self.access_log.pipe
+        log_pipe.counts = self.stats.log
+        self.messages = (
+            log_pipe if log_pipe.on_stderr else LogPipe(name="stderr", counts=self.stats.log)
         )
         self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
         self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
@@ -200,6 +210,19 @@ class Services:
             # One RootOpener, or one per mount (serverio.fs.mounts).
             self._opener = open_root(self.config)
         return self._opener
+
+    @asynccontextmanager
+    async def logging(self) -> AsyncIterator[None]:
+        """The log pipes' writer tasks while the body runs; then each is
+        flushed (bounded: :data:`~serverio.observe.logpipe.FLUSH_SECONDS`)
+        and stopped.
+
+        Cancellation handling: the writers are this context's tasks; a
+        write stuck in the kernel when the flush runs out of time is
+        abandoned (docs/cancellation.md, "Graceful shutdown order").
+        """
+        async with self.access_log.pipe.running(), self.messages.running():
+            yield
 
     def close_root(self) -> None:
         """Close the root descriptor, unless an abandoned thread may still

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from .logpipe import LogPipe, open_append
+
 __all__ = ["AccessLog", "AccessRecord"]
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -65,26 +67,37 @@ class AccessLog:
     The timestamp string is memoised per second.  ``fmt`` is one of
     ``common``, ``combined``, ``json``; ``off`` makes :meth:`write` a no-op.
 
+    Lines go through :attr:`pipe` (:class:`~serverio.observe.logpipe.LogPipe`):
+    while the server serves, its writer task writes them in a thread, and
+    a log reader that stalls (a full stderr pipe) costs dropped lines,
+    counted in ``lines_dropped`` (``serverio_log_lines_dropped_total``),
+    never a blocked event loop.  Without a running writer (no ``serve()``)
+    a line is written at once, as before.
+
     ``path`` (``--access-log-file``): append to that file instead of
     ``stream``; :meth:`reopen` (SIGHUP) reopens it by name, so logrotate can
     move the old file away first.  Several ``--workers`` processes may share
-    one file: it is opened with O_APPEND and every line is written by a
-    single ``write`` (line buffering), so lines do not interleave.
+    one file: it is opened with O_APPEND and written by whole lines, so
+    lines do not interleave.
     """
 
     def __init__(self, fmt: str, stream: TextIO | None = None, *, path: str | None = None) -> None:
         self.fmt = fmt
         self.path = path
         self.enabled = fmt != "off"
+        self.pipe = LogPipe(stream, name="log")
         if path is not None and self.enabled:
-            stream = self._open(path)
+            target = open_append(path)
+            self.pipe.retarget(target)
         self.stream = stream if stream is not None else sys.stderr
         self._sec = -1
         self._stamp = ""
 
-    @staticmethod
-    def _open(path: str) -> TextIO:
-        return open(path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")
+    @property
+    def lines_dropped(self) -> int:
+        """Lines dropped: the reader stalled with the buffer full, or the
+        stream failed."""
+        return self.pipe.counts.lines_dropped
 
     def reopen(self) -> None:
         """Reopen ``path`` (after logrotate moved it).  No-op without a path.
@@ -95,20 +108,16 @@ class AccessLog:
         if self.path is None or self.fmt == "off":
             return
         try:
-            new = self._open(self.path)
+            target = open_append(self.path)
         except OSError as exc:
             print(f"serverio: error: cannot reopen access log: {exc}", file=sys.stderr)
             return
-        old, self.stream = self.stream, new
+        self.pipe.retarget(target)  # the old file is closed once no write uses it
         self.enabled = True
-        try:
-            old.close()
-        except OSError:
-            pass
 
     def close(self) -> None:
-        if self.path is not None and self.stream is not sys.stderr:
-            self.stream.close()
+        """Close the log file (not stderr, not a caller's stream)."""
+        self.pipe.close()
 
     def _clf_time(self, now: float) -> str:
         sec = int(now)
@@ -151,10 +160,10 @@ class AccessLog:
         return line
 
     def write(self, r: AccessRecord, now: float) -> None:
-        if not self.enabled:
-            return
-        try:
-            self.stream.write(self.format(r, now) + "\n")
-        except (OSError, ValueError):
-            # A closed or broken log stream must not take the server down.
-            self.enabled = False
+        """Hand the line to :attr:`pipe`: never blocks while the server serves.
+
+        Cancellation handling: nothing here waits; a line the pipe cannot
+        take (buffer full, stream stuck or broken) is dropped and counted.
+        """
+        if self.enabled:
+            self.pipe.put(self.format(r, now))

@@ -4,8 +4,9 @@ The counters are kept in groups, one small slotted dataclass each, by what
 they count: ``stats.conns`` (sockets and connections), ``stats.responses``
 (what was sent), ``stats.timeouts`` (which deadline fired),
 ``stats.content`` (listings, codings, digests), ``stats.h2`` (HTTP/2
-connections and streams), ``stats.site`` (site rules) and
-``stats.writes`` (uploads).  A hot path binds
+connections and streams), ``stats.site`` (site rules),
+``stats.writes`` (uploads), ``stats.proxy`` (the reverse proxy) and
+``stats.log`` (log lines dropped).  A hot path binds
 the group it counts in once (``responses = stats.responses`` where a
 connection or a request starts), so grouping costs no attribute hop per
 increment.
@@ -28,6 +29,7 @@ __all__ = [
     "ConnectionStats",
     "ContentStats",
     "H2Stats",
+    "LogStats",
     "ProxyStats",
     "ResponseStats",
     "SiteStats",
@@ -139,6 +141,16 @@ class ProxyStats:
     queued: int = 0  # waited for a slot (--proxy-max-inflight in flight; --proxy-queue)
 
 
+@dataclass(slots=True)
+class LogStats:
+    """Log lines dropped, never written (serverio.observe.logpipe): the log's
+    reader stalled and the buffer was full, or the log stream failed; flat
+    names ``log_<field>``."""
+
+    lines_dropped: int = 0  # access-log lines
+    messages_dropped: int = 0  # stderr messages: warnings, the draining line
+
+
 # Every counter's flat name, group and field, in the order /metrics and the
 # summary line have always listed them (tests/test_metrics.py pins the text).
 FLAT: Final[tuple[tuple[str, str, str], ...]] = (
@@ -178,6 +190,8 @@ FLAT: Final[tuple[tuple[str, str, str], ...]] = (
     ("writes_temps_removed", "writes", "temps_removed"),
     ("writes_directories", "writes", "directories"),
     *((f"proxy_{f}", "proxy", f) for f in ProxyStats.__dataclass_fields__),
+    ("log_lines_dropped", "log", "lines_dropped"),
+    ("log_messages_dropped", "log", "messages_dropped"),
 )
 
 
@@ -194,6 +208,7 @@ class Stats:
     site: SiteStats = field(default_factory=SiteStats)
     writes: WriteStats = field(default_factory=WriteStats)
     proxy: ProxyStats = field(default_factory=ProxyStats)
+    log: LogStats = field(default_factory=LogStats)
 
     def as_dict(self) -> dict[str, int]:
         """Every counter under its flat name, in :data:`FLAT` order."""

@@ -17,6 +17,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..net.activation import systemd_fds
 from ..net.tls import make_ssl_context
+from ..observe.logpipe import PipeHandler
 from ..site.passwords import DEFAULT_ITERATIONS, hash_password
 from ..site.service import load_site
 from .check import check_url
@@ -322,8 +323,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as exc:
         print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)
         return 2
+    # A stderr handler that takes the server's log pipe while it serves
+    # (serverio.observe.logpipe): a warning never blocks the event loop.
     logging.basicConfig(
-        level=cfg.log.log_level.upper(), format="serverio: %(levelname)s: %(message)s"
+        level=cfg.log.log_level.upper(),
+        format="serverio: %(levelname)s: %(message)s",
+        handlers=[PipeHandler()],
     )
     # Before any worker starts: they inherit the raised limit and the config.
     cfg, note = fit_fd_limit(cfg)

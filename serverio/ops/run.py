@@ -43,6 +43,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
 from ..net.server import Server, public_addresses
+from ..observe.logpipe import route_logging
 from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
 from .notify import notify
@@ -150,7 +151,9 @@ async def run_server(
         else None
     )
 
-    with trio.open_signal_receiver(*SIGNALS) as signals:
+    # Warnings logged while serving take the server's stderr pipe: never
+    # a blocking write on the event loop (serverio.observe.logpipe).
+    with route_logging(server.services.messages), trio.open_signal_receiver(*SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
 
             async def run(task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
@@ -174,11 +177,11 @@ async def run_server(
                     server.access_log.reopen()
                     continue
                 stop.request()
-    server.access_log.close()
-    if on_exit is not None:
-        on_exit(server)
-    else:
-        _summary(server, trio.current_time() - started)
+        server.access_log.close()
+        if on_exit is not None:
+            on_exit(server)
+        else:
+            _summary(server, trio.current_time() - started)
     return 0
 
 
@@ -220,11 +223,16 @@ def _ready(server: Server, admin: trio.SocketListener | None, nursery: trio.Nurs
 
 
 def _summary(server: Server, uptime: float) -> None:
-    """The exit line; every counter too with ``-v``."""
+    """The exit line; every counter too with ``-v``.
+
+    Through the stderr pipe: written at once if its last flush finished,
+    dropped if a write to stderr is stuck (the process must still exit).
+    """
     stats = server.stats.as_dict()
-    print(summary_line(stats, uptime), file=sys.stderr, flush=True)
+    say = server.services.messages.put
+    say(summary_line(stats, uptime), True)
     if server.config.log.verbose:
-        print(counters_line(stats, caches_of(server)), file=sys.stderr, flush=True)
+        say(counters_line(stats, caches_of(server)), True)
 
 
 def in_flight(server: Server) -> int:
@@ -258,18 +266,25 @@ def _duration(seconds: float) -> str:
 
 
 def summary_line(stats: Mapping[str, int], uptime: float) -> str:
-    """The exit line: requests answered, errors (4xx + 5xx), bytes, uptime.
+    """The exit line: requests answered, errors (4xx + 5xx), bytes, uptime,
+    and the log lines dropped (a stalled log reader) if any.
 
     The ~30 counters behind it are in ``/metrics`` and, with ``-v``, in
     :func:`counters_line`.
     """
     errors = stats.get("client_errors", 0) + stats.get("server_errors", 0)
     requests = stats.get("completed", 0)
-    return (
+    line = (
         f"serverio: stopped: {requests} request{'' if requests == 1 else 's'}, "
         f"{errors} error{'' if errors == 1 else 's'}, {_size(stats.get('bytes_sent', 0))} sent, "
         f"up {_duration(uptime)}"
     )
+    # Log lines a stalled reader cost (serverio.observe.logpipe); said only
+    # when there were some.
+    dropped = stats.get("log_lines_dropped", 0) + stats.get("log_messages_dropped", 0)
+    if dropped:
+        line += f", {dropped} log line{'' if dropped == 1 else 's'} dropped"
+    return line
 
 
 def counters_line(stats: Mapping[str, int], caches: Mapping[str, Mapping[str, int]]) -> str:
@@ -352,14 +367,17 @@ class _Stop:
 
     def request(self) -> None:
         self.count += 1
+        # Said through the stderr pipe: a stalled stderr must not stop the
+        # stop itself.
+        say = self.server.services.messages.put
         if self.count == 1:
             if self.announce:
-                print(draining_line(in_flight(self.server)), file=sys.stderr, flush=True)
+                say(draining_line(in_flight(self.server)), True)
                 notify("STOPPING=1")
             self.server.shutdown()
         else:
             if self.announce:
-                print("serverio: stopping now", file=sys.stderr, flush=True)
+                say("serverio: stopping now", True)
             self.server.abort()
 
     def admin_request(self, path: str) -> tuple[int, str, bytes]:

@@ -59,6 +59,7 @@ from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
 from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
+from ..observe.logpipe import LogPipe, PipeHandler, route_logging
 from .lan import network_urls
 from .metrics import Snapshot, counters_only, family, merge, render, snapshot
 from .notify import notify
@@ -207,6 +208,10 @@ class _Supervisor:
         self.started = False  # every worker was ready once
         self.stopped = trio.Event()  # set once by stop()
         self.start_time = 0.0
+        # The supervisor's own stderr lines (draining, a worker's crash, the
+        # summary): through a log pipe, so that a stalled stderr reader
+        # cannot stop it forwarding a signal (serverio.observe.logpipe).
+        self.messages = LogPipe(name="stderr")
 
     async def run(self) -> int:
         cfg = self.cfg
@@ -226,27 +231,37 @@ class _Supervisor:
             )
             shutil.rmtree(sockdir, ignore_errors=True)
             return bind_exit_status(exc) if isinstance(exc, OSError) else 2
-        try:
-            with trio.open_signal_receiver(*SIGNALS) as signals:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._signals, signals)
-                    if admin is not None:
-                        await nursery.start(serve_admin, admin, self._admin)
-                    async with trio.open_nursery() as workers:
-                        for slot in self.slots:
-                            workers.start_soon(self._keep_running, slot)
-                        nursery.start_soon(self._announce, admin)
-                    nursery.cancel_scope.cancel()
-        finally:
-            shutil.rmtree(sockdir, ignore_errors=True)
-        if self.started:
-            # One line for all workers (each handed its counters over on exit).
-            stats = self.retired["stats"]
-            uptime = trio.current_time() - self.start_time
-            print(summary_line(stats, uptime), file=sys.stderr, flush=True)
-            if cfg.log.verbose:
-                print(counters_line(stats, self.retired["caches"]), file=sys.stderr, flush=True)
+        with route_logging(self.messages):
+            try:
+                with trio.open_signal_receiver(*SIGNALS) as signals:
+                    async with self.messages.running(), trio.open_nursery() as nursery:
+                        nursery.start_soon(self._signals, signals)
+                        if admin is not None:
+                            await nursery.start(serve_admin, admin, self._admin)
+                        async with trio.open_nursery() as workers:
+                            for slot in self.slots:
+                                workers.start_soon(self._keep_running, slot)
+                            nursery.start_soon(self._announce, admin)
+                        nursery.cancel_scope.cancel()
+            finally:
+                shutil.rmtree(sockdir, ignore_errors=True)
+            if self.started:
+                # One line for all workers (each handed its counters over on exit).
+                stats = self._own(self.retired["stats"])
+                uptime = trio.current_time() - self.start_time
+                self.say(summary_line(stats, uptime))
+                if cfg.log.verbose:
+                    self.say(counters_line(stats, self.retired["caches"]))
         return self.exit_code
+
+    def say(self, line: str) -> None:
+        """One line on stderr, never blocking (dropped and counted if stuck)."""
+        self.messages.put(line, True)
+
+    def _own(self, stats: dict[str, int]) -> dict[str, int]:
+        """The workers' counters plus the supervisor's own dropped lines."""
+        own = self.messages.counts.messages_dropped
+        return {**stats, "log_messages_dropped": stats.get("log_messages_dropped", 0) + own}
 
     async def _announce(self, admin: trio.SocketListener | None) -> None:
         for slot in self.slots:
@@ -286,9 +301,9 @@ class _Supervisor:
                 continue
             self.signals += 1
             if self.signals == 1 and self.started:
-                print(draining_line(len(self.slots), "worker"), file=sys.stderr, flush=True)
+                self.say(draining_line(len(self.slots), "worker"))
             elif self.signals == 2:
-                print("serverio: stopping now", file=sys.stderr, flush=True)
+                self.say("serverio: stopping now")
             self.stop()
             if self.signals > 1:
                 self._send_all(signal.SIGTERM)  # the worker's second signal: abort
@@ -325,18 +340,16 @@ class _Supervisor:
             if not self.started:
                 # Failing before the first start completed is a set-up
                 # problem (bind, certificate): retrying will not fix it.
-                print(
-                    f"serverio: error: worker {slot.index} exited with status {rc} at start-up",
-                    file=sys.stderr,
+                self.say(
+                    f"serverio: error: worker {slot.index} exited with status {rc} at start-up"
                 )
                 self.exit_code = rc if rc and rc > 0 else 1
                 self.stop()
                 return
             if len(self.crashes) > CRASH_LIMIT:
-                print(
+                self.say(
                     f"serverio: error: workers keep crashing ({len(self.crashes)} crashes "
-                    f"within {CRASH_WINDOW:g} s); giving up",
-                    file=sys.stderr,
+                    f"within {CRASH_WINDOW:g} s); giving up"
                 )
                 self.exit_code = 1
                 self.stop()
@@ -465,6 +478,7 @@ class _Supervisor:
             if snap is not None:
                 snaps.append((slot, snap))
         total = merge([self.retired, *(s for _, s in snaps)])
+        total["stats"] = self._own(total["stats"])
         extra = [
             *family(
                 "serverio_workers",
@@ -521,6 +535,7 @@ def worker_main() -> None:
     logging.basicConfig(
         level=cfg.log.log_level.upper(),
         format=f"serverio[{os.getpid()}]: %(levelname)s: %(message)s",
+        handlers=[PipeHandler()],  # the worker's log pipe while it serves
     )
     try:
         ssl_context = make_ssl_context(cfg)
