@@ -15,8 +15,10 @@ One exchange, as :meth:`ProxyService.forward` runs it:
    the sending and the connection is not pooled);
 4. the response head within ``--proxy-head-timeout`` of the request's
    end (504), h11-parsed
-   (whatever h11 refuses: 502 with serverio's error page, never passed on;
-   the upstream gone before the head: 502);
+   (whatever h11 refuses, and a head with both Content-Length and
+   Transfer-Encoding, RFC 9112 §6.3: 502 with serverio's error page,
+   never passed on, the connection closed; the upstream gone before the
+   head: 502);
 5. the answer: the plan (status, filtered fields) and a
    :class:`~serverio.model.StreamBody` whose source, :class:`Downstream`,
    pulls the upstream body one h11 event at a time as the transport sends
