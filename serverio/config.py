@@ -670,6 +670,14 @@ class ProxyRoute:
     head_timeout: float | None = None
     idle_timeout: float | None = None
     total_timeout: float | None = None
+    # [[proxy]] pass-authorization: send the client's Authorization on even
+    # when serverio checked it (an [[auth]] rule applied and passed); by
+    # default such credentials, meant for serverio, are not forwarded.
+    pass_authorization: bool = False
+    # [[proxy]] case-insensitive: the upstream reads paths without regard
+    # to case (IIS, some frameworks), so the [[auth]] rules match the paths
+    # under this prefix case-insensitively too (serverio.site.access).
+    case_insensitive: bool = False
 
     @property
     def loopback(self) -> bool:

@@ -1460,7 +1460,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "proxy",
         "proxy_routes",
-        "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and remove",
+        "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and "
+        "remove, host, deadlines, pass-authorization, case-insensitive",
     ),
 )
 

@@ -160,8 +160,11 @@ class ProxyService:
         content: Upload | None,
         now: float,
         client: Callable[[], str],
+        authed: bool = False,
     ) -> tuple[Plan, Body]:
-        """The upstream's answer to ``req`` (see the module docstring).
+        """The upstream's answer to ``req`` (see the module docstring);
+        ``authed``: serverio checked its credentials (an auth rule applied
+        and passed: they are not sent on, :func:`request_fields`).
 
         Cancellation handling: cancelled before it returns, the upstream
         connection is closed (never pooled) and the slot given back.
@@ -174,7 +177,7 @@ class ProxyService:
         # A protocol switch (a WebSocket) is asked for only without content:
         # its bytes after the head belong to the new protocol.
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
-        fields, checked = self._fields(route, req, head, content, client, upgrade)
+        fields, checked = self._fields(route, req, head, content, client, upgrade, authed)
         # The fields need no second validation by h11 when the client's
         # were parsed under h11's grammar (HTTP/1.1: serverio's fast head
         # parser or h11 itself; HTTP/2's go through h11's checks) and what
@@ -231,11 +234,19 @@ class ProxyService:
         content: Upload | None,
         client: Callable[[], str],
         upgrade: bytes | None,
+        authed: bool,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
         """The upstream request's fields, and whether the peer's address
         (in Forwarded and X-Forwarded-For) is a plain field value."""
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
         peer, trusted, plain = _peer_facts(peer_of(), self._networks)
+        real_ip = None
+        if trusted:
+            # X-Real-IP: the client the trusted proxy names, as serverio
+            # itself decides it (site.forwarded.client_address: the access
+            # log's client), never a value the client sent.
+            real_ip = forwarded_for(normalize_address(client())).strip(b'"').strip(b"[]")
+            plain = plain and plain_value(real_ip)
         host = head.authority
         if host is None:
             host = next((v for n, v in head.fields if n == b"host"), b"")
@@ -250,6 +261,8 @@ class ProxyService:
             length=content.declared if content is not None else None,
             has_content=content is not None,
             upgrade=upgrade,
+            real_ip=real_ip,
+            authenticated=authed,
         )
         return fields, plain
 
