@@ -251,8 +251,10 @@ def test_the_fd_reserve_counts_upstream_sockets() -> None:
         proxy_fallback="http://127.0.0.1:3",
         proxy_max_inflight=10,
         proxy_keepalive=4,
+        proxy_max_tunnels=7,
     ).validate()
-    assert fd_reserve(cfg) == base + 3 * (10 + 4)
+    # Per upstream its in-flight and idle sockets; the tunnels' apart.
+    assert fd_reserve(cfg) == base + 3 * (10 + 4) + 7
 
 
 @pytest.mark.parametrize(

@@ -112,7 +112,8 @@ class ProxyService:
         mounts = mount_prefixes((route for route, _ in files.mounts), files.route_prefix)
         self.routes = Routes(policy.routes, mounts)
         self._fallback = policy.fallback
-        self.tunnels = TunnelGauge()  # open now (/metrics)
+        # Open now (/metrics), and the tunnels' own budget.
+        self.tunnels = TunnelGauge(policy.proxy_max_tunnels, policy.proxy_max_tunnels_per_client)
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
         # One pool per route; the fallback's is keyed "" (its prefix "/"
         # may also be a route's).
@@ -183,27 +184,37 @@ class ProxyService:
         # parser or h11 itself; HTTP/2's go through h11's checks) and what
         # serverio adds is plain.
         checked = checked and head.version != b"2" and self._plain[key]
-        if not pool.try_acquire():
-            # A wait for a slot: a client that leaves meanwhile is let go
-            # (client_gone raises ClientGone; acquire gives on a slot
-            # handed over as it left).  The waiting task watches the
-            # client itself: no helper task per queued request.
-            if not await pool.acquire(self._policy.proxy_queue_timeout, client_gone):
-                raise HTTPError(503, "upstream busy")
-        total = trio.current_time() + deadlines.total
+        # A request that asks to switch takes a place in the tunnels' own
+        # budget first (503 at once past it), held until its tunnel ends,
+        # or until now when it fails or the upstream declines.
+        place = self._reserve(client) if upgrade is not None else None
         try:
-            up = (req, target, fields, content, checked)
-            conn, response = await self._exchange(pool, up, deadlines, total)
-        except BaseException:
-            pool.release()
-            raise
-        if upgrade is not None:
-            conn.once = True  # never pooled after a request that asked to switch
-            if response.status_code == 101:
-                return self._tunnel(pool, route, conn, response)
-        # From here the Downstream owns the connection and the slot.
-        down = Downstream(pool, conn, self._stats, deadlines.idle, total)
-        plan, body = await self._answer(down, route, req, head.version, response)
+            if not pool.try_acquire():
+                # A wait for a slot: a client that leaves meanwhile is let go
+                # (client_gone raises ClientGone; acquire gives on a slot
+                # handed over as it left).  The waiting task watches the
+                # client itself: no helper task per queued request.
+                if not await pool.acquire(self._policy.proxy_queue_timeout, client_gone):
+                    raise HTTPError(503, "upstream busy")
+            total = trio.current_time() + deadlines.total
+            try:
+                up = (req, target, fields, content, checked)
+                conn, response = await self._exchange(pool, up, deadlines, total)
+            except BaseException:
+                pool.release()
+                raise
+            if place is not None:
+                conn.once = True  # never pooled after a request that asked to switch
+                if response.status_code == 101:
+                    answer = self._tunnel(pool, route, conn, response, place)
+                    place = None  # the tunnel holds it now
+                    return answer
+            # From here the Downstream owns the connection and the slot.
+            down = Downstream(pool, conn, self._stats, deadlines.idle, total)
+            plan, body = await self._answer(down, route, req, head.version, response)
+        finally:
+            if place is not None:
+                self.tunnels.release(place)
         if upgrade is not None and not plan.close:
             # Declined (RFC 9110 §7.8: the upstream answered as if no
             # Upgrade was sent): the answer is passed on, and the client's
@@ -212,18 +223,30 @@ class ProxyService:
             plan = dataclasses.replace(plan, close=True)
         return plan, body
 
+    def _reserve(self, client: Callable[[], str]) -> str:
+        """A place in the tunnels' budget for ``client`` (its key), or 503."""
+        place, refused = self.tunnels.reserve(client())
+        if refused is not None:
+            self._stats.busy += 1
+            raise HTTPError(503, refused)
+        return place
+
     def _tunnel(
         self,
         pool: Pool,
         route: ProxyRoute,
         conn: UpstreamConn,
         response: Head,
+        place: str,
     ) -> tuple[Plan, Body]:
         """The upstream's 101: its filtered head, and the tunnel to run
-        once it is sent (it owns the connection and the slot from here)."""
+        once it is sent (it owns the connection and the tunnel's ``place``
+        from here).  The request slot goes back now: a tunnel, idle for
+        minutes, must not keep ordinary requests waiting."""
         fields, _ = response_fields(route, response.headers, switched=True)
         idle = self._policy.proxy_tunnel_idle
-        tunnel = UpstreamTunnel(pool, conn, self._stats, idle, self.tunnels)
+        tunnel = UpstreamTunnel(pool, conn, self._stats, idle, self.tunnels, place)
+        pool.release()
         return Plan(101, tuple(fields), (), send_body=False), TunnelBody(tunnel)
 
     def _fields(

@@ -95,7 +95,7 @@ def _folded(prefixes: tuple[str, ...], paths: tuple[str, ...]) -> list[str]:
     """The canonical forms of ``paths`` below one of ``prefixes`` (canonical
     too; the prefix itself compared case-insensitively: folding more paths
     only ever protects more)."""
-    out = []
+    out: list[str] = []
     for path in paths:
         low = canonical(path)
         if any(p == "/" or low == p or low.startswith(p + "/") for p in prefixes):

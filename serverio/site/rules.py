@@ -534,7 +534,7 @@ def _compile_auth(
 ) -> tuple[AuthRule, ...]:
     """``--auth-file`` / ``[[auth]]``: (glob, users, cost profile) per rule;
     ``folded``: each glob also over canonical paths (``AuthRule.folded``)."""
-    out = []
+    out: list[AuthRule] = []
     for i, (pattern, users, dummy) in enumerate(auth):
         where = f"{source}: [[auth]] #{i + 1} key 'path'"
         every = pattern in ("/**", "**")
