@@ -192,6 +192,9 @@ async def test_a_declined_or_failed_switch_gives_its_place_back(
             await f.forward(WS_HEAD, "127.0.0.1")
         assert caught.value.status == 504
         assert f.svc.tunnels.held == 0 and f.pool.inflight == 0
+        with trio.move_on_after(1):  # the client goes away during the handshake
+            await f.forward(WS_HEAD, "127.0.0.1")
+        assert f.svc.tunnels.held == 0 and f.pool.inflight == 0 and f.pool.opened == 0
 
 
 def test_no_tunnels_at_all_and_the_bounds_of_the_settings(root: Path) -> None:

@@ -6,7 +6,8 @@ fields (never bytes copied from the client), the response is parsed by
 h11, and whatever h11 refuses (bad framing, a bad head, a body that ends
 short of its Content-Length), and a head with both Content-Length and
 Transfer-Encoding (RFC 9112 §6.3: an error for a proxy), is an
-:class:`UpstreamError` of kind ``framing``; a connection that fails or closes under it is ``reset``.
+:class:`UpstreamError` of kind ``framing``; a connection that fails or
+closes under it is ``reset``.
 
 :class:`Pool` is one upstream's connections: at most ``max_inflight``
 exchanges at once (:meth:`Pool.acquire`: past it a request waits, first

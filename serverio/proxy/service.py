@@ -168,7 +168,8 @@ class ProxyService:
         and passed: they are not sent on, :func:`request_fields`).
 
         Cancellation handling: cancelled before it returns, the upstream
-        connection is closed (never pooled) and the slot given back.
+        connection is closed (never pooled), the slot given back, and so is
+        the tunnels' place a request that asks to switch took.
         """
         assert isinstance(route, ProxyRoute)
         key = _key(route, self._fallback)
