@@ -679,6 +679,14 @@ class ProxyRoute:
     head_timeout: float | None = None
     idle_timeout: float | None = None
     total_timeout: float | None = None
+    # [[proxy]] pass-authorization: send the client's Authorization on even
+    # when serverio checked it (an [[auth]] rule applied and passed); by
+    # default such credentials, meant for serverio, are not forwarded.
+    pass_authorization: bool = False
+    # [[proxy]] case-insensitive: the upstream reads paths without regard
+    # to case (IIS, some frameworks), so the [[auth]] rules match the paths
+    # under this prefix case-insensitively too (serverio.site.access).
+    case_insensitive: bool = False
 
     @property
     def loopback(self) -> bool:
@@ -774,6 +782,12 @@ class ProxyPolicy:
     # closed; WebSocket peers ping far more often (browsers' and vite's
     # keep-alives run every 30 s or so), a dead peer is noticed in minutes.
     proxy_tunnel_idle: float = 300.0
+    # WebSocket/Upgrade tunnels have their own budget, apart from the
+    # request slots (an idle tunnel must not starve requests): at most
+    # this many at once, every upstream together, and a per-client share
+    # of them, so that one client cannot take them all.
+    proxy_max_tunnels: int = 256
+    proxy_max_tunnels_per_client: int = 32
     proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
     # Idle keep-alive connections kept per upstream: as many as may be in
     # flight, so that a steady load never opens and closes connections.
@@ -787,7 +801,16 @@ class ProxyPolicy:
     fallback: ProxyRoute | None = field(default=None, compare=False)
 
     def validate(self) -> ProxyPolicy:
-        _check_ints(self, (("proxy_max_inflight", 1), ("proxy_keepalive", 0), ("proxy_queue", 0)))
+        _check_ints(
+            self,
+            (
+                ("proxy_max_inflight", 1),
+                ("proxy_keepalive", 0),
+                ("proxy_queue", 0),
+                ("proxy_max_tunnels", 0),
+                ("proxy_max_tunnels_per_client", 1),
+            ),
+        )
         _check_seconds(
             self,
             (

@@ -10,6 +10,9 @@ what it did *not* send.  Routes (the path after any prefix):
 * ``/slow?delay=D``: the head after D seconds;
 * ``/reset``: a head with Content-Length 100000, 10 bytes, then a TCP reset;
 * ``/badframe``: a response with two different Content-Lengths (h11 refuses it);
+* ``/clte``: a head with both Content-Length: 5 and Transfer-Encoding: chunked,
+  a 2-byte chunked body, then waits on the connection (a request that
+  arrives on it counts in ``Upstream.after_clte``);
 * ``/never``: reads the request and never answers;
 * ``/status?code=C``: status C with a short text body (or none for 204/304);
 * anything else: 404 with ``upstream 404``.
@@ -55,6 +58,7 @@ class Upstream:
     closed_by_peer: int = 0  # the proxy closed (EOF or reset) — not us
     open_now: int = 0
     started: trio.Event = field(default_factory=trio.Event)  # a /never or /slow request arrived
+    after_clte: int = 0  # requests sent on a connection after its /clte answer
 
 
 def _reset_close(stream: trio.SocketStream) -> None:
@@ -189,6 +193,18 @@ async def _respond(
         await stream.send_all(
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"
         )
+        return False
+    if path == "clte":
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"2\r\nab\r\n0\r\n\r\n"
+        )
+        try:
+            if await stream.receive_some(65536):
+                up.after_clte += 1  # the proxy reused the connection
+        except trio.BrokenResourceError:
+            pass
+        up.closed_by_peer += 1
         return False
     if path == "never":
         up.started.set()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import AsyncIterator
 
 import h11
 import pytest
@@ -409,4 +410,56 @@ async def test_what_h11_rejects_is_a_framing_error(answer: bytes) -> None:
         while not isinstance(await conn.next_event(), h11.EndOfMessage):
             pass
     assert caught.value.kind == "framing"
+    assert not conn.reusable
+
+
+CLTE = [
+    OK + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+    OK + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+    OK + b"Content-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("answer", CLTE)
+def test_both_framings_are_deferred_to_h11_which_reads_them_chunked(answer: bytes) -> None:
+    """Content-Length with Transfer-Encoding: the fast path never accepts
+    it (it defers; the judge and it agree), and h11 reads the body by the
+    chunked coding with the Content-Length still among the fields (RFC
+    9112 §6.3 item 3): why the upstream client refuses such a head."""
+    assert parse_response(answer) is None
+    rng = random.Random(5)
+    heads, _ = _agree(answer, rng)
+    assert heads == 0  # never the fast path's own
+    head, body, end = by_h11([answer], False)
+    assert body == b"ab" and end == "end"
+    assert isinstance(head, tuple)
+    names = [name for name, _ in head[2]]
+    assert b"content-length" in names and b"transfer-encoding" in names
+
+
+async def _content() -> AsyncIterator[bytes]:
+    yield b"abc"
+
+
+@pytest.mark.parametrize("answer", CLTE)
+@pytest.mark.parametrize("method", [b"GET", b"POST", b"HEAD"])
+async def test_both_framings_are_a_framing_error_never_pooled(answer: bytes, method: bytes) -> None:
+    """GET: read by the fast reader, which defers to h11; POST (content):
+    by h11 from the start; HEAD: h11's too.  Each refuses the head
+    (UpstreamError ``framing``: the proxy's 502) and the connection is
+    never reused."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    conn = UpstreamConn(ours)
+    fields = [(b"host", b"up")]
+    content = None
+    if method == b"POST":
+        fields.append((b"content-length", b"3"))
+        content = _content()
+    await conn.send_request(method, b"/", fields, content, ProxyStats())
+    await theirs.receive_some(65536)
+    await theirs.send_all(answer)
+    with pytest.raises(UpstreamError) as caught:
+        await conn.read_head()
+    assert caught.value.kind == "framing"
+    assert "Transfer-Encoding" in str(caught.value)
     assert not conn.reusable

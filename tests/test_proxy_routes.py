@@ -4,6 +4,8 @@ configuration's one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from serverio.config import Config, parse_proxy_spec, proxy_route
@@ -147,6 +149,7 @@ def test_hop_by_hop_fields_and_what_connection_names_are_removed_upstream() -> N
         b"x-forwarded-for",
         b"x-forwarded-proto",
         b"x-forwarded-host",
+        b"x-real-ip",
         b"via",
     }
     assert got[b"host"] == [b"example.test"]
@@ -248,8 +251,10 @@ def test_the_fd_reserve_counts_upstream_sockets() -> None:
         proxy_fallback="http://127.0.0.1:3",
         proxy_max_inflight=10,
         proxy_keepalive=4,
+        proxy_max_tunnels=7,
     ).validate()
-    assert fd_reserve(cfg) == base + 3 * (10 + 4)
+    # Per upstream its in-flight and idle sockets; the tunnels' apart.
+    assert fd_reserve(cfg) == base + 3 * (10 + 4) + 7
 
 
 @pytest.mark.parametrize(
@@ -278,3 +283,29 @@ def test_a_route_whose_additions_are_not_plain_keeps_h11_checks() -> None:
     bad_name = proxy_route("/x", "http://127.0.0.1:1", "t", set_up=(("X A", "b"),))
     wide = proxy_route("/x", "http://127.0.0.1:1", "t", set_up=(("X-A", "\u2603"),))
     assert not plain_route(bad_value) and not plain_route(bad_name) and not plain_route(wide)
+
+
+def test_credentials_serverio_checked_and_x_real_ip_upstream() -> None:
+    sent = [(b"authorization", b"Basic YTpi"), (b"x-real-ip", b"10.6.6.6")]
+    assert _up(sent)[b"authorization"] == [b"Basic YTpi"]  # not serverio's: passed on
+    got = _up(sent, authenticated=True)
+    assert b"authorization" not in got  # checked by serverio: consumed
+    assert got[b"x-real-ip"] == [b"192.0.2.7"]  # the peer, never the client's value
+    passing = dataclasses.replace(A, pass_authorization=True)
+    out = request_fields(
+        passing,
+        sent,
+        host=b"h",
+        peer="2001:db8::1",
+        trusted=True,
+        tls=False,
+        rewrite_host=False,
+        length=None,
+        has_content=False,
+        real_ip=b"203.0.113.9",
+        authenticated=True,
+    )
+    assert (b"authorization", b"Basic YTpi") in out
+    assert [v for n, v in out if n == b"x-real-ip"] == [b"203.0.113.9"]
+    got = _up([], trusted=True, peer="2001:db8::1")  # trusted, no client named
+    assert got[b"x-real-ip"] == [b"2001:db8::1"]

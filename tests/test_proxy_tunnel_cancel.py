@@ -98,9 +98,11 @@ async def test_the_upstreams_first_bytes_and_the_clients_come_first(
         assert await up.receive_some(100) == b"ping"
         await up.send_all(b"pong")
         assert await client.receive_some(100) == b"pong"
-        assert h.svc.tunnels.open == 1 and h.pool.inflight == 1
+        # The tunnel holds its own place, not a request slot.
+        assert h.svc.tunnels.open == 1 and h.svc.tunnels.held == 1 and h.pool.inflight == 0
         await up.aclose()  # the upstream closes: the tunnel ends
     assert h.svc.tunnels.open == 0 and h.pool.inflight == 0 and h.pool.opened == 0
+    assert h.svc.tunnels.held == 0
     assert h.stats.tunnels == 1 and h.stats.timeouts_tunnel == 0
 
 
@@ -140,6 +142,7 @@ async def test_a_cancelled_tunnel_closes_the_upstream_and_gives_the_slot_back(
     with trio.move_on_after(5):  # shutdown's cut, an abort
         await tunnel.run(ours, b"")
     assert h.pool.opened == 0 and h.pool.inflight == 0 and h.svc.tunnels.open == 0
+    assert h.svc.tunnels.held == 0
     assert await up.receive_some(10) == b""  # the upstream saw the close
 
 
@@ -151,10 +154,10 @@ async def test_a_tunnel_never_run_is_closed_with_its_body(
         nursery.start_soon(_upstream_101, h)
         _, body = await h.forward()
     assert isinstance(body, TunnelBody)
-    assert h.pool.inflight == 1
+    assert h.pool.inflight == 0 and h.svc.tunnels.held == 1 and h.pool.opened == 1
     body.close()  # e.g. the 101 head could not be written
     body.close()
-    assert h.pool.opened == 0 and h.pool.inflight == 0
+    assert h.pool.opened == 0 and h.pool.inflight == 0 and h.svc.tunnels.held == 0
 
 
 async def test_a_declined_switch_is_passed_on_closes_and_is_never_pooled(
@@ -184,7 +187,7 @@ async def test_a_declined_switch_is_passed_on_closes_and_is_never_pooled(
     assert await body.source.next_chunk() == b"no" and await body.source.next_chunk() == b""
     body.close()
     assert not h.pool.idle and h.pool.opened == 0 and h.pool.inflight == 0
-    assert h.stats.tunnels == 0
+    assert h.stats.tunnels == 0 and h.svc.tunnels.held == 0  # declined: the place back
 
 
 # ------------------------------------------------------------ pure fields

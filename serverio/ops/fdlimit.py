@@ -64,11 +64,14 @@ def fd_reserve(cfg: Config) -> int:
     ``--max-connections``), plus, for the reverse proxy, the upstream
     sockets each upstream may hold: ``--proxy-max-inflight`` in use and
     ``--proxy-keepalive`` idle (a request waiting in ``--proxy-queue``
-    holds none: its client socket is a connection's)."""
+    holds none: its client socket is a connection's), and the tunnels'
+    (``--proxy-max-tunnels``, every upstream together, apart from those)."""
     streams = cfg.live.watch_max_streams if cfg.live.watch else 0
     proxy = cfg.proxy
     upstreams = len(proxy.routes) + (proxy.fallback is not None)
     sockets = upstreams * (proxy.proxy_max_inflight + proxy.proxy_keepalive)
+    if upstreams:
+        sockets += proxy.proxy_max_tunnels
     return FD_RESERVE + 2 * (cfg.pools.fs_workers + cfg.pools.work_workers) + streams + sockets
 
 

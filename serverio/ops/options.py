@@ -1158,6 +1158,23 @@ _UPSTREAMS = (
         parse=_seconds,
     ),
     _O(
+        "proxy_max_tunnels",
+        ("--proxy-max-tunnels",),
+        "WebSocket/Upgrade tunnels open at once, every upstream together, apart from "
+        "--proxy-max-inflight (past it: 503; 0: no tunnels)",
+        "Upstreams",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "proxy_max_tunnels_per_client",
+        ("--proxy-max-tunnels-per-client",),
+        "tunnels one client (address, IPv6 /64) may hold open at once (past it: 503)",
+        "Upstreams",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
         "proxy_host",
         ("--proxy-host",),
         "the Host sent upstream: the client's (pass) or the upstream's own (upstream)",
@@ -1484,7 +1501,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "proxy",
         "proxy_routes",
-        "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and remove",
+        "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and "
+        "remove, host, deadlines, pass-authorization, case-insensitive",
     ),
 )
 

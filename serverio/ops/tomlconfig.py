@@ -297,6 +297,8 @@ _PROXY_KEYS = (
     "head-timeout",
     "idle-timeout",
     "total-timeout",
+    "pass-authorization",
+    "case-insensitive",
 )
 
 
@@ -319,9 +321,10 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
     for i, item in enumerate(_table_list(value, "proxy", path)):
         where = f"{path}: [[proxy]] #{i + 1}"
         _only(item, _PROXY_KEYS, where)
-        strip = item.get("strip-prefix", False)
-        if type(strip) is not bool:
-            raise ConfigError(f"{where} key 'strip-prefix' must be true or false")
+        strip, passes, fold = (
+            _flag(item, key, where)
+            for key in ("strip-prefix", "pass-authorization", "case-insensitive")
+        )
         host_mode = item.get("host")
         if host_mode is not None and host_mode not in PROXY_HOST_MODES:
             raise ConfigError(f'{where} key \'host\' must be "pass" or "upstream"')
@@ -341,10 +344,20 @@ def _read_proxy(value: object, path: str) -> tuple[object, ...]:
                 set_down=_fields_table(item, "set-response-headers", where),
                 remove_down=_names(item, "remove-response-headers", where),
                 host_mode=host_mode,
+                pass_authorization=passes,
+                case_insensitive=fold,
                 **deadlines,
             )
         )
     return tuple(out)
+
+
+def _flag(item: dict[str, object], key: str, where: str) -> bool:
+    """A [[proxy]] table's true/false key (false when absent)."""
+    value = item.get(key, False)
+    if type(value) is not bool:
+        raise ConfigError(f"{where} key {key!r} must be true or false")
+    return value
 
 
 def _route_seconds(item: dict[str, object], key: str, where: str) -> float:
@@ -423,6 +436,10 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         ]
         if r.strip_prefix:
             lines.append("strip-prefix = true")
+        if r.pass_authorization:
+            lines.append("pass-authorization = true")
+        if r.case_insensitive:
+            lines.append("case-insensitive = true")
         if r.host_mode is not None:
             lines.append(f"host = {_toml_str(r.host_mode)}")
         for key, seconds in (

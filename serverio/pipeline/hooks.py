@@ -233,10 +233,12 @@ class Proxy(Protocol):
         content: Upload | None,
         now: float,
         client: Callable[[], str],
+        authed: bool = False,
     ) -> tuple[Plan, Body]:
         """The upstream's answer (``head``: the request as received): its
         plan (status and fields, already filtered) and a body the transport
-        owns and closes.  Raises an
+        owns and closes.  ``authed``: the access hook checked the request's
+        credentials on its path (an auth rule applied and passed).  Raises an
         :class:`~serverio.errors.HTTPError` (502, 503, 504) when there is
         no upstream answer to pass on.
 

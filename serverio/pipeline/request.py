@@ -487,9 +487,11 @@ async def _forward(
     proxy = deps.handler.proxy
     assert proxy is not None  # only a matched request gets here
 
+    authed = ticket is not None and ticket.authed
+
     async def step(_: Prepared | None) -> Prepared:
         req, head, content = up
-        got.append(await proxy.forward(matched, req, head, content, now, client))
+        got.append(await proxy.forward(matched, req, head, content, now, client, authed))
         return Prepared(got[0][0])  # the plan alone; the body stays in ``got``
 
     try:

@@ -4,8 +4,10 @@ One :class:`UpstreamConn` is one upstream connection and its own
 ``h11.Connection`` (client role): the request is serialised by h11 from
 fields (never bytes copied from the client), the response is parsed by
 h11, and whatever h11 refuses (bad framing, a bad head, a body that ends
-short of its Content-Length) is an :class:`UpstreamError` of kind
-``framing``; a connection that fails or closes under it is ``reset``.
+short of its Content-Length), and a head with both Content-Length and
+Transfer-Encoding (RFC 9112 §6.3: an error for a proxy), is an
+:class:`UpstreamError` of kind ``framing``; a connection that fails or
+closes under it is ``reset``.
 
 :class:`Pool` is one upstream's connections: at most ``max_inflight``
 exchanges at once (:meth:`Pool.acquire`: past it a request waits, first
@@ -25,7 +27,7 @@ import functools
 import ipaddress
 import os
 import socket
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from typing import Final
 
 import h11
@@ -408,6 +410,16 @@ class UpstreamConn:
         an informational head to skip; :class:`UpstreamError` for anything
         else (the upstream closed, or sent no head)."""
         if isinstance(event, (h11.Response, FastResponse)):
+            if type(event) is h11.Response and _both_framings(event.headers):
+                # RFC 9112 §6.3 item 3: Transfer-Encoding overrides
+                # Content-Length, and such a message "ought to be handled as
+                # an error" (a sign of response splitting).  h11 reads it by
+                # the chunked coding; passed on, the Content-Length would
+                # frame a body of another length downstream.  502, and the
+                # connection is closed, never pooled (the caller discards it
+                # on this error).  The fast reader never accepts both (it
+                # defers to h11), so only h11's heads are looked at.
+                raise UpstreamError("framing", "Content-Length with Transfer-Encoding")
             return event
         if isinstance(event, h11.InformationalResponse):
             if event.status_code == 101 and self.switched:
@@ -454,6 +466,12 @@ class UpstreamConn:
         if not self.closed:
             self.closed = True
             close_stream(self.stream)
+
+
+def _both_framings(fields: Iterable[tuple[bytes, bytes]]) -> bool:
+    """A response head has both Content-Length and Transfer-Encoding."""
+    names = {name for name, _ in fields}
+    return b"content-length" in names and b"transfer-encoding" in names
 
 
 async def exchange(

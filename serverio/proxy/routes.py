@@ -20,7 +20,11 @@ No I/O and no event loop: a request's facts and a route in, fields out
   Trailer, Transfer-Encoding, Upgrade, Proxy-*) are removed both ways; Via
   is appended (§7.6.3); Forwarded (RFC 7239) and X-Forwarded-For/-Proto/-Host
   name the client, appended to what arrived only when the peer is a
-  ``--trusted-proxies`` network, replaced otherwise; framing is the proxy's
+  ``--trusted-proxies`` network, replaced otherwise; X-Real-IP is always
+  serverio's own (the client it logs: the peer, or the client a trusted
+  proxy names), never the client's; Authorization is dropped when serverio
+  itself checked it (an ``[[auth]]`` rule applied and passed) unless the
+  route's ``pass-authorization`` says otherwise; framing is the proxy's
   own (Content-Length or chunked, chosen from the content, never copied).
 """
 
@@ -76,6 +80,7 @@ _SET_UP: Final = frozenset(
         b"x-forwarded-for",
         b"x-forwarded-proto",
         b"x-forwarded-host",
+        b"x-real-ip",
         b"via",
     }
 )
@@ -252,6 +257,8 @@ def request_fields(
     length: int | None,
     has_content: bool,
     upgrade: bytes | None = None,
+    real_ip: bytes | None = None,
+    authenticated: bool = False,
 ) -> Fields:
     """The fields of the upstream request.  ``host``: the client's Host (or
     HTTP/2 :authority); ``peer``: the address of the connection's other
@@ -260,7 +267,13 @@ def request_fields(
     declared length (Content-Length upstream) or None (chunked, when
     ``has_content``); ``upgrade``: the protocol the client asks to switch
     to (:func:`upgrade_token`), kept with ``Connection: upgrade`` (a
-    tunnel), every other hop-by-hop field still removed."""
+    tunnel), every other hop-by-hop field still removed; ``real_ip``: the
+    X-Real-IP value when the peer is trusted (the client it names, by
+    :func:`serverio.site.forwarded.client_address`), else the peer's
+    address is; ``authenticated``: serverio checked the request's
+    credentials (an auth rule applied and passed), so its Authorization
+    was for serverio and is not sent on, unless the route passes it
+    (``pass-authorization``)."""
     named = _named_by_connection(fields)
     out: Fields = [(b"host", route.authority.encode("ascii") if rewrite_host else host)]
     cookies: list[bytes] = []
@@ -281,7 +294,7 @@ def request_fields(
         out.append((name, value))
     if cookies:
         out.append((b"cookie", b"; ".join(cookies)))
-    fwd, xff, proto = _forwarding(peer, host, tls)
+    fwd, xff, proto, real = _forwarding(peer, host, tls)
     if trusted:
         old = seen.get(b"forwarded")
         fwd = old + b", " + fwd if old else fwd
@@ -289,12 +302,20 @@ def request_fields(
         xff = old + b", " + xff if old else xff
         proto = seen.get(b"x-forwarded-proto", proto)
         host = seen.get(b"x-forwarded-host", host)
+        if real_ip is not None:
+            real = (b"x-real-ip", real_ip)
+    if authenticated and not route.pass_authorization:
+        # The credentials were serverio's to check (RFC 9110 §11.6.2: for
+        # the origin that asked for them); the upstream gets no copy.
+        # Only on this path: an unprotected request's list is not rebuilt.
+        out = [(n, v) for n, v in out if n != b"authorization"]
     via = seen.get(b"via")
     out += [
         (b"forwarded", fwd),
         (b"x-forwarded-for", xff),
         (b"x-forwarded-proto", proto),
         (b"x-forwarded-host", host),
+        real,
         (b"via", via + b", " + VIA if via else VIA),
         *_tunnel_fields(upgrade),
     ]
@@ -306,13 +327,18 @@ def request_fields(
 
 
 @functools.lru_cache(maxsize=1024)
-def _forwarding(peer: str, host: bytes, tls: bool) -> tuple[bytes, bytes, bytes]:
-    """This hop's Forwarded element, X-Forwarded-For and -Proto values;
-    memoised: a pure function of a few distinct (peer, Host, scheme)."""
+def _forwarding(
+    peer: str, host: bytes, tls: bool
+) -> tuple[bytes, bytes, bytes, tuple[bytes, bytes]]:
+    """This hop's Forwarded element, X-Forwarded-For and -Proto values,
+    and the peer's X-Real-IP field; memoised: a pure function of a few
+    distinct (peer, Host, scheme), so the usual request allocates none
+    of them."""
     proto = b"https" if tls else b"http"
     me = forwarded_for(peer)
     fwd = b"for=" + me + b";host=" + _token_or_quoted(host) + b";proto=" + proto
-    return fwd, me.strip(b'"').strip(b"[]"), proto
+    address = me.strip(b'"').strip(b"[]")
+    return fwd, address, proto, (b"x-real-ip", address)
 
 
 def _token_or_quoted(value: bytes) -> bytes:

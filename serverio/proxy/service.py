@@ -15,8 +15,10 @@ One exchange, as :meth:`ProxyService.forward` runs it:
    the sending and the connection is not pooled);
 4. the response head within ``--proxy-head-timeout`` of the request's
    end (504), h11-parsed
-   (whatever h11 refuses: 502 with serverio's error page, never passed on;
-   the upstream gone before the head: 502);
+   (whatever h11 refuses, and a head with both Content-Length and
+   Transfer-Encoding, RFC 9112 §6.3: 502 with serverio's error page,
+   never passed on, the connection closed; the upstream gone before the
+   head: 502);
 5. the answer: the plan (status, filtered fields) and a
    :class:`~serverio.model.StreamBody` whose source, :class:`Downstream`,
    pulls the upstream body one h11 event at a time as the transport sends
@@ -110,7 +112,8 @@ class ProxyService:
         mounts = mount_prefixes((route for route, _ in files.mounts), files.route_prefix)
         self.routes = Routes(policy.routes, mounts)
         self._fallback = policy.fallback
-        self.tunnels = TunnelGauge()  # open now (/metrics)
+        # Open now (/metrics), and the tunnels' own budget.
+        self.tunnels = TunnelGauge(policy.proxy_max_tunnels, policy.proxy_max_tunnels_per_client)
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
         # One pool per route; the fallback's is keyed "" (its prefix "/"
         # may also be a route's).
@@ -158,11 +161,15 @@ class ProxyService:
         content: Upload | None,
         now: float,
         client: Callable[[], str],
+        authed: bool = False,
     ) -> tuple[Plan, Body]:
-        """The upstream's answer to ``req`` (see the module docstring).
+        """The upstream's answer to ``req`` (see the module docstring);
+        ``authed``: serverio checked its credentials (an auth rule applied
+        and passed: they are not sent on, :func:`request_fields`).
 
         Cancellation handling: cancelled before it returns, the upstream
-        connection is closed (never pooled) and the slot given back.
+        connection is closed (never pooled), the slot given back, and so is
+        the tunnels' place a request that asks to switch took.
         """
         assert isinstance(route, ProxyRoute)
         key = _key(route, self._fallback)
@@ -172,33 +179,43 @@ class ProxyService:
         # A protocol switch (a WebSocket) is asked for only without content:
         # its bytes after the head belong to the new protocol.
         upgrade = upgrade_token(head.fields, head.version) if content is None else None
-        fields, checked = self._fields(route, req, head, content, client, upgrade)
+        fields, checked = self._fields(route, req, head, content, client, upgrade, authed)
         # The fields need no second validation by h11 when the client's
         # were parsed under h11's grammar (HTTP/1.1: serverio's fast head
         # parser or h11 itself; HTTP/2's go through h11's checks) and what
         # serverio adds is plain.
         checked = checked and head.version != b"2" and self._plain[key]
-        if not pool.try_acquire():
-            # A wait for a slot: a client that leaves meanwhile is let go
-            # (client_gone raises ClientGone; acquire gives on a slot
-            # handed over as it left).  The waiting task watches the
-            # client itself: no helper task per queued request.
-            if not await pool.acquire(self._policy.proxy_queue_timeout, client_gone):
-                raise HTTPError(503, "upstream busy")
-        total = trio.current_time() + deadlines.total
+        # A request that asks to switch takes a place in the tunnels' own
+        # budget first (503 at once past it), held until its tunnel ends,
+        # or until now when it fails or the upstream declines.
+        place = self._reserve(client) if upgrade is not None else None
         try:
-            up = (req, target, fields, content, checked)
-            conn, response = await self._exchange(pool, up, deadlines, total)
-        except BaseException:
-            pool.release()
-            raise
-        if upgrade is not None:
-            conn.once = True  # never pooled after a request that asked to switch
-            if response.status_code == 101:
-                return self._tunnel(pool, route, conn, response)
-        # From here the Downstream owns the connection and the slot.
-        down = Downstream(pool, conn, self._stats, deadlines.idle, total)
-        plan, body = await self._answer(down, route, req, head.version, response)
+            if not pool.try_acquire():
+                # A wait for a slot: a client that leaves meanwhile is let go
+                # (client_gone raises ClientGone; acquire gives on a slot
+                # handed over as it left).  The waiting task watches the
+                # client itself: no helper task per queued request.
+                if not await pool.acquire(self._policy.proxy_queue_timeout, client_gone):
+                    raise HTTPError(503, "upstream busy")
+            total = trio.current_time() + deadlines.total
+            try:
+                up = (req, target, fields, content, checked)
+                conn, response = await self._exchange(pool, up, deadlines, total)
+            except BaseException:
+                pool.release()
+                raise
+            if place is not None:
+                conn.once = True  # never pooled after a request that asked to switch
+                if response.status_code == 101:
+                    answer = self._tunnel(pool, route, conn, response, place)
+                    place = None  # the tunnel holds it now
+                    return answer
+            # From here the Downstream owns the connection and the slot.
+            down = Downstream(pool, conn, self._stats, deadlines.idle, total)
+            plan, body = await self._answer(down, route, req, head.version, response)
+        finally:
+            if place is not None:
+                self.tunnels.release(place)
         if upgrade is not None and not plan.close:
             # Declined (RFC 9110 §7.8: the upstream answered as if no
             # Upgrade was sent): the answer is passed on, and the client's
@@ -207,18 +224,30 @@ class ProxyService:
             plan = dataclasses.replace(plan, close=True)
         return plan, body
 
+    def _reserve(self, client: Callable[[], str]) -> str:
+        """A place in the tunnels' budget for ``client`` (its key), or 503."""
+        place, refused = self.tunnels.reserve(client())
+        if refused is not None:
+            self._stats.busy += 1
+            raise HTTPError(503, refused)
+        return place
+
     def _tunnel(
         self,
         pool: Pool,
         route: ProxyRoute,
         conn: UpstreamConn,
         response: Head,
+        place: str,
     ) -> tuple[Plan, Body]:
         """The upstream's 101: its filtered head, and the tunnel to run
-        once it is sent (it owns the connection and the slot from here)."""
+        once it is sent (it owns the connection and the tunnel's ``place``
+        from here).  The request slot goes back now: a tunnel, idle for
+        minutes, must not keep ordinary requests waiting."""
         fields, _ = response_fields(route, response.headers, switched=True)
         idle = self._policy.proxy_tunnel_idle
-        tunnel = UpstreamTunnel(pool, conn, self._stats, idle, self.tunnels)
+        tunnel = UpstreamTunnel(pool, conn, self._stats, idle, self.tunnels, place)
+        pool.release()
         return Plan(101, tuple(fields), (), send_body=False), TunnelBody(tunnel)
 
     def _fields(
@@ -229,11 +258,19 @@ class ProxyService:
         content: Upload | None,
         client: Callable[[], str],
         upgrade: bytes | None,
+        authed: bool,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
         """The upstream request's fields, and whether the peer's address
         (in Forwarded and X-Forwarded-For) is a plain field value."""
         peer_of = client.peer if isinstance(client, ForwardedClient) else client
         peer, trusted, plain = _peer_facts(peer_of(), self._networks)
+        real_ip = None
+        if trusted:
+            # X-Real-IP: the client the trusted proxy names, as serverio
+            # itself decides it (site.forwarded.client_address: the access
+            # log's client), never a value the client sent.
+            real_ip = forwarded_for(normalize_address(client())).strip(b'"').strip(b"[]")
+            plain = plain and plain_value(real_ip)
         host = head.authority
         if host is None:
             host = next((v for n, v in head.fields if n == b"host"), b"")
@@ -248,6 +285,8 @@ class ProxyService:
             length=content.declared if content is not None else None,
             has_content=content is not None,
             upgrade=upgrade,
+            real_ip=real_ip,
+            authenticated=authed,
         )
         return fields, plain
 

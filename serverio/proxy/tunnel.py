@@ -25,8 +25,16 @@ Bytes already read past either head are delivered first: what the upstream
 sent right after its 101 (h11's ``trailing_data``) to the client, what the
 client sent past its request head to the upstream.
 
-The tunnel holds its route's in-flight slot (``--proxy-max-inflight``) and
-its upstream connection, never pooled, until it ends.
+Tunnels have their own budget (:class:`TunnelGauge`), apart from the
+routes' request slots (``--proxy-max-inflight``): idle WebSockets must not
+starve ordinary requests.  A request that asks to switch reserves a place
+before it goes upstream: at most ``--proxy-max-tunnels`` at once, every
+route together, and ``--proxy-max-tunnels-per-client`` of them per client
+(the access log's client, an IPv6 one by its /64); past either, 503 at
+once (counted ``proxy_busy``).  The handshake itself holds a request slot
+like any exchange; at the upstream's 101 that slot is given back and the
+tunnel keeps its place and its upstream connection, never pooled, until
+it ends.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import trio
 
 from ..observe.stats import ProxyStats
+from ..site.gate import client_key
 from .client import RECV_SIZE, Pool, UpstreamConn
 
 __all__ = ["TunnelGauge", "UpstreamTunnel"]
@@ -42,27 +51,64 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
 class TunnelGauge:
-    """The tunnels open now (``serverio_proxy_tunnels_open`` in /metrics)."""
+    """The tunnels open now (``serverio_proxy_tunnels_open`` in /metrics)
+    and their budget (module docstring): ``limit`` places at once,
+    ``per_client`` of them per client.  A place is held from the request
+    that asks to switch (:meth:`reserve`) to the end of its tunnel, or of
+    its exchange when the upstream declines (:meth:`release`)."""
 
-    __slots__ = ("open",)
+    __slots__ = ("_by_client", "held", "limit", "open", "per_client")
 
-    def __init__(self) -> None:
-        self.open = 0
+    def __init__(self, limit: int = 256, per_client: int = 32) -> None:
+        self.open = 0  # tunnels running now
+        self.held = 0  # places held: handshakes under way and tunnels
+        self.limit = limit
+        self.per_client = per_client
+        self._by_client: dict[str, int] = {}  # places held per client key
+
+    def reserve(self, client: str) -> tuple[str, str | None]:
+        """A place for ``client`` (its address): its key for :meth:`release`,
+        and None, or the refusal's reason (nothing is then held)."""
+        key = client_key(client)
+        mine = self._by_client.get(key, 0)
+        if self.held >= self.limit:
+            return key, "too many tunnels (--proxy-max-tunnels)"
+        if mine >= self.per_client:
+            return key, "too many tunnels from this client (--proxy-max-tunnels-per-client)"
+        self.held += 1
+        self._by_client[key] = mine + 1
+        return key, None
+
+    def release(self, key: str) -> None:
+        """Give back a place :meth:`reserve` gave ``key`` (once per place)."""
+        self.held -= 1
+        left = self._by_client[key] - 1
+        if left:
+            self._by_client[key] = left
+        else:
+            del self._by_client[key]  # the table holds only clients with a place
 
 
 class UpstreamTunnel:
     """One switched exchange (:class:`serverio.pipeline.hooks.Tunnel`)."""
 
-    __slots__ = ("_conn", "_gauge", "_idle", "_pool", "_stats", "done", "sent")
+    __slots__ = ("_conn", "_gauge", "_idle", "_key", "_pool", "_stats", "done", "sent")
 
     def __init__(
-        self, pool: Pool, conn: UpstreamConn, stats: ProxyStats, idle: float, gauge: TunnelGauge
+        self,
+        pool: Pool,
+        conn: UpstreamConn,
+        stats: ProxyStats,
+        idle: float,
+        gauge: TunnelGauge,
+        key: str,
     ) -> None:
         self._pool = pool
         self._conn = conn
         self._stats = stats
         self._idle = idle
         self._gauge = gauge
+        self._key = key  # the client's place in ``gauge`` (TunnelGauge.reserve)
         self.done = False
         self.sent = 0  # bytes sent to the client
 
@@ -71,8 +117,8 @@ class UpstreamTunnel:
         docstring); the bytes sent to the client.
 
         Cancellation handling: cancelled, the upstream connection is closed
-        and the slot given back before it propagates; ``client`` is the
-        caller's to close.
+        and the tunnel's place given back before it propagates; ``client``
+        is the caller's to close.
         """
         stats = self._stats
         stats.tunnels += 1
@@ -136,8 +182,9 @@ class UpstreamTunnel:
         done.cancel()
 
     def close(self) -> None:
-        """Close the upstream connection and give the slot back (once)."""
+        """Close the upstream connection and give the tunnel's place back
+        (once; the request slot went back at the 101)."""
         if not self.done:
             self.done = True
             self._pool.discard(self._conn)
-            self._pool.release()
+            self._gauge.release(self._key)

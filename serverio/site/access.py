@@ -12,7 +12,10 @@ Paths are match paths (``/a/b``, ``/d/`` for a directory; see
 clean-URL or SPA file, a sidecar's own name.  The matcher folds them
 (:meth:`~serverio.site.rules.SiteRules.canonical`) on a case-insensitive
 root, and maps a precompressed sidecar to its file
-(:func:`~serverio.site.rules.access_paths`).
+(:func:`~serverio.site.rules.access_paths`).  Below the prefix of a
+case-insensitive proxy route (``[[proxy]] case-insensitive = true``: an
+upstream that reads ``/api/Admin`` as ``/api/admin``) a rule also matches
+the canonical path: a rule protects every spelling the upstream serves.
 
 A target reached through a symlink inside the root is decided on its
 resolved path too (:func:`resolved_path`): the request path's rules and
@@ -25,7 +28,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .rules import AuthRule, SiteRules, access_paths, glob_below
+from .rules import AuthRule, SiteRules, access_paths, canonical, glob_below
 
 __all__ = [
     "AccessTarget",
@@ -110,9 +113,12 @@ def rule_for(rules: SiteRules, target: AccessTarget) -> AuthRule | None:
     if not rules.auth:
         return None
     every = [a for p in target.paths for a in access_paths(rules.canonical(p))]
+    loose = _folded(rules.fold_under, target.paths) if rules.fold_under else ()
     for rule in rules.auth:
         if rule.match is None or any(rule.match.fullmatch(p) for p in every):
             return rule
+        if loose and rule.folded is not None and any(rule.folded.fullmatch(p) for p in loose):
+            return rule  # a spelling a case-insensitive upstream reads as a protected path
     return None
 
 
@@ -128,6 +134,18 @@ def rules_below(rules: SiteRules, collection: str) -> tuple[AuthRule, ...]:
         for rule in rules.auth
         if rule.match is None or glob_below(rules.canonical(rule.pattern), path)
     )
+
+
+def _folded(prefixes: tuple[str, ...], paths: tuple[str, ...]) -> list[str]:
+    """The canonical forms of ``paths`` below one of ``prefixes`` (canonical
+    too; the prefix itself compared case-insensitively: folding more paths
+    only ever protects more)."""
+    out: list[str] = []
+    for path in paths:
+        low = canonical(path)
+        if any(p == "/" or low == p or low.startswith(p + "/") for p in prefixes):
+            out += access_paths(low)
+    return out
 
 
 def write_allowed(rules: SiteRules, target: AccessTarget) -> bool:

@@ -263,6 +263,10 @@ class AuthRule:
     # the work every check does, known user or not.
     dummy: str
     index: int = 0
+    # The glob over canonical (case-folded) paths, for the paths under a
+    # case-insensitive proxy route ([[proxy]] case-insensitive); None when
+    # there is none, or when ``match`` already folds (a case-insensitive root).
+    folded: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +292,10 @@ class SiteRules:
     # [[writable]] (with --upload): the paths a write may change and how;
     # empty: the whole root, for every write.
     writable: tuple[WritableRule, ...] = ()
+    # The canonical prefixes ("/api") of the case-insensitive proxy routes:
+    # the auth rules match the paths under them case-insensitively too
+    # (serverio.site.access.rule_for), as their upstream reads them.
+    fold_under: tuple[str, ...] = ()
 
     def canonical(self, path: str) -> str:
         return canonical(path) if self.fold else path
@@ -409,10 +417,12 @@ def compile_rules(
     hsts: int | None = None,
     hsts_subdomains: bool = False,
     writable: Sequence[tuple[str, Sequence[str]]] = (),
+    fold_under: Sequence[str] = (),
 ) -> SiteRules:
     """Validate and compile, one table at a time.  ``auth`` is (glob, users,
     cost profile) per rule (the users already read and checked by the
-    caller).  Raises ConfigError (one line naming ``source`` and the key)."""
+    caller); ``fold_under``: the prefixes of the case-insensitive proxy
+    routes.  Raises ConfigError (one line naming ``source`` and the key)."""
     # In this order, so that the first error reported stays the same.
     hrules = _compile_header_rules(headers, header_rules, source, fold)
     cors_policy = _compile_cors(cors, cors_origins, credentials=bool(auth), writes=cors_writes)
@@ -421,7 +431,8 @@ def compile_rules(
     if trailing_slash not in ("add", "remove", "keep"):
         raise ConfigError(f"--trailing-slash must be add, remove or keep, got {trailing_slash!r}")
     pages = _compile_error_pages(error_pages, source)
-    arules = _compile_auth(auth, source, fold)
+    under = () if fold else tuple(canonical(p) for p in fold_under)  # fold: all paths fold
+    arules = _compile_auth(auth, source, fold, bool(under))
     sts = _hsts_value(hsts, hsts_subdomains)
     wrules = compile_writable(writable, source, fold)
     return SiteRules(
@@ -437,6 +448,7 @@ def compile_rules(
         fold,
         sts,
         wrules,
+        under,
     )
 
 
@@ -541,22 +553,21 @@ def _compile_error_pages(error_pages: Sequence[tuple[str, str]], source: str) ->
 
 
 def _compile_auth(
-    auth: Sequence[tuple[str, Mapping[str, str], str]], source: str, fold: bool
+    auth: Sequence[tuple[str, Mapping[str, str], str]],
+    source: str,
+    fold: bool,
+    folded: bool = False,
 ) -> tuple[AuthRule, ...]:
-    """``--auth-file`` / ``[[auth]]``: (glob, users, cost profile) per rule."""
-    return tuple(
-        AuthRule(
-            pattern,
-            None
-            if pattern in ("/**", "**")
-            else _glob(pattern, f"{source}: [[auth]] #{i + 1} key 'path'", fold),
-            users,
-            "serverio",
-            dummy,
-            i,
-        )
-        for i, (pattern, users, dummy) in enumerate(auth)
-    )
+    """``--auth-file`` / ``[[auth]]``: (glob, users, cost profile) per rule;
+    ``folded``: each glob also over canonical paths (``AuthRule.folded``)."""
+    out: list[AuthRule] = []
+    for i, (pattern, users, dummy) in enumerate(auth):
+        where = f"{source}: [[auth]] #{i + 1} key 'path'"
+        every = pattern in ("/**", "**")
+        match = None if every else _glob(pattern, where, fold)
+        loose = _glob(pattern, where, True) if folded and not every else None
+        out.append(AuthRule(pattern, match, users, "serverio", dummy, i, loose))
+    return tuple(out)
 
 
 WRITE_ACTIONS: Final = frozenset(("put", "delete"))

@@ -167,6 +167,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         hsts=cfg.tls.hsts,
         hsts_subdomains=cfg.tls.hsts_include_subdomains,
         writable=cfg.site.writable if cfg.uploads.upload else (),
+        fold_under=tuple(r.prefix for r in cfg.proxy.routes if r.case_insensitive),
     )
     if rules.empty:
         return None
