@@ -8,7 +8,8 @@ read path makes no call for it (an attribute test).
 One write, in order: the target is resolved from the request path; the
 access hook is asked on it (``Kind.WRITE``: the writable paths, then the
 auth rules) before a byte of content is read (so a refused upload sends
-no ``100 Continue``); the ``--max-uploads`` budget (503); the declared
+no ``100 Continue``); a PUT with ``Content-Range`` is 400 (RFC 9110
+§9.3.4: no partial PUT); the ``--max-uploads`` budget (503); the declared
 size (413); the target's directory is opened under containment and its
 current file looked at (409, 403, 507 for too little free space); the
 preconditions are decided on that file (412); then the content streams
@@ -182,6 +183,13 @@ class Uploads:
             if action == "put":
                 self.stats.writes.aborted += 1
             return refusal
+        if req.extra.content_range is not None and req.method == b"PUT":
+            # RFC 9110 §9.3.4: a server that allows PUT but not partial
+            # PUT MUST answer 400 to one with Content-Range (``curl -C``):
+            # else the part would replace the whole file.  Nothing read.
+            log.info("PUT %s refused: Content-Range (no partial PUT)", target.relpath)
+            self.stats.writes.aborted += 1
+            return error_plan(400, now)
         if self.in_flight >= self.config.uploads.max_uploads:
             return error_plan(503, now, close=True)
         self.in_flight += 1
