@@ -157,7 +157,8 @@ class Uploads:
         ``write`` hook).  A POST must name a directory (405 otherwise), pass
         the CSRF rule (:func:`~serverio.upload.decide.cross_site`, 403) and
         the access hook on the directory (``Kind.WRITE``, ``"put"``); then
-        :func:`serverio.upload.form.post_form` writes it.  ``gate``: asked
+        :func:`serverio.upload.form.post_form` writes it (asking the hook
+        again on each file's own path).  ``gate``: asked
         right before a PUT's or DELETE's commit (WebDAV's locks).
 
         Cancellation handling: see the class; a cancelled write leaves
@@ -195,7 +196,7 @@ class Uploads:
         self.in_flight += 1
         try:
             if form:
-                return await post_form(self, req, content, now)
+                return await post_form(self, req, content, now, admit)
             if action == "put":
                 return await self._put(req, content, now, gate)
             return await self._delete(req, now, gate)
