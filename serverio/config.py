@@ -24,6 +24,7 @@ from .errors import ConfigError
 
 __all__ = [
     "ACCESS_LOG_FORMATS",
+    "ACTIVE_MODES",
     "ETAG_MODES",
     "FIELD_GROUP",
     "LOG_LEVELS",
@@ -60,6 +61,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
 # --on-duplicate (serverio.writes.names.OnDuplicate's values).
 ON_DUPLICATE = ("error", "rename", "overwrite")
+# --upload-active and [[writable]] active: how an active file (HTML, SVG,
+# XML, JavaScript) under a writable path is served (serverio.http.active).
+ACTIVE_MODES = ("sandbox", "attachment", "inline")
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -529,6 +533,8 @@ class WatchPolicy:
 
 
 HeaderRule = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
+# A [[writable]] table: (path glob, allowed methods) or (..., active mode).
+WritableTable = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,9 +557,11 @@ class SitePolicy:
     trailing_slash: str = "keep"
     error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
-    # [[writable]]: (path glob, allowed methods "put" / "delete"); with
-    # --upload, empty means the whole root is writable.
-    writable: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # [[writable]]: (path glob, allowed methods "put" / "delete"[, active]);
+    # with --upload, empty means the whole root is writable.  ``active``
+    # (one of ACTIVE_MODES, "" or left out: --upload-active) is how active
+    # files under it are served (serverio.http.active).
+    writable: tuple[WritableTable, ...] = ()
     auth_file: str | None = None  # --auth-file: the whole site
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
@@ -582,6 +590,10 @@ class UploadPolicy:
     # --on-duplicate: a form upload's file whose name is taken is refused
     # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
     on_duplicate: str = "error"
+    # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
+    # writable path is served with CSP sandbox, as an attachment, or inline
+    # (serverio.http.active; a [[writable]] table's ``active`` overrides).
+    upload_active: str = "sandbox"
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
     # --no-fsync: a PUT's or form upload's file is renamed into place without
@@ -623,6 +635,11 @@ class UploadPolicy:
             raise ConfigError(
                 f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
                 f"got {self.on_duplicate!r}"
+            )
+        if self.upload_active not in ACTIVE_MODES:
+            raise ConfigError(
+                f"--upload-active must be one of {', '.join(ACTIVE_MODES)}, "
+                f"got {self.upload_active!r}"
             )
         if self.webdav_prefix is not None:
             prefix = normal_route(self.webdav_prefix, "--webdav-prefix") or None
@@ -997,7 +1014,7 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
     if not public or site.auth_file is not None:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
-    writable = [_glob_prefix(g) for g, _ in site.writable] or [""]
+    writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]
     for w in writable:
         if w is None:
             continue  # not a writable glob at all: compile_writable refuses it

@@ -122,6 +122,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.concurrency.flight": ("FlightStats", "SingleFlightCache"),
     "serverio.config": (
         "ACCESS_LOG_FORMATS",
+        "ACTIVE_MODES",
         "Config",
         "ConnectionPolicy",
         "ContentPolicy",
@@ -342,6 +343,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.http": None,
     "serverio.http.access": ("ALLOWED", "Access", "Verdict", "access_plan"),
+    "serverio.http.active": (
+        "ACTIVE_TYPES",
+        "CSP_SANDBOX",
+        "active_fields",
+        "active_mode",
+        "is_active",
+    ),
     "serverio.http.codecs": ("CODECS", "compress_bytes"),
     "serverio.http.core": (
         "CONDITIONAL_FIELDS",

@@ -153,7 +153,7 @@ async def test_h2_a_delete_if_match_whose_target_is_replaced_before_the_removal_
     removal step starts in the pool."""
     target = root / "doc.txt"
     target.write_bytes(b"v1")
-    real = upload_service.delete_file
+    real = writer.delete_file  # what serverio.upload.service calls
 
     def racing(place: writer.Placement, checked: bool, expect: Any) -> None:
         replace_with(target, b"v2")

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from ..config import (
     ACCESS_LOG_FORMATS,
+    ACTIVE_MODES,
     ETAG_MODES,
     LOG_LEVELS,
     ON_DUPLICATE,
@@ -972,6 +973,14 @@ _UPLOADS = (
         "'name (1).ext', or overwrite the existing file",
         "Uploads",
         choices=ON_DUPLICATE,
+    ),
+    _O(
+        "upload_active",
+        ("--upload-active",),
+        "how an HTML, SVG, XML or JavaScript file under a writable path is served: with a "
+        "CSP sandbox, as an attachment, or inline (a [[writable]] table's active overrides it)",
+        "Uploads",
+        choices=ACTIVE_MODES,
     ),
     _O(
         "allow_anonymous_writes",

@@ -199,9 +199,9 @@ class _Form:
             # --on-duplicate picked it): as a PUT of it would be asked.
             # The job holds the directory, so a refusal settles it.
             path = "/" + "/".join((*self.req.target.segments, place.name))
-            refusal = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
-            if refusal is not None:
-                raise _FileRefused(refusal)
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            if denied is not None:
+                raise _FileRefused(denied)
         self.overwrite = place.current is not None
         refusal = writable_current(place.current)
         if refusal is not None:
@@ -245,9 +245,9 @@ class _Form:
         if self.admit is not None:
             # The new folder's own rule, as a MKCOL of it would be asked.
             path = "/" + "/".join((*self.req.target.segments, name)) + "/"
-            refusal = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
-            if refusal is not None:
-                raise _FileRefused(refusal)
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            if denied is not None:
+                raise _FileRefused(denied)
         await run_blocking(
             self.kit.pool,
             make_directory,
