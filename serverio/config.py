@@ -586,6 +586,12 @@ class UploadPolicy:
     upload: bool = False  # --upload: PUT and DELETE enabled (off: read-only)
     max_upload_size: int = 1024 * _MiB  # 413 past it (declared or streamed)
     max_uploads: int = 16  # writes in flight; 503 past it
+    # --max-uploads-per-client: writes one client may have in flight (503
+    # past it); 0: half of max_uploads, at least 1 (serverio.upload.slots).
+    max_uploads_per_client: int = 0
+    # --min-upload-rate: bytes per second an upload's body must keep up once
+    # the client was waited for RATE_GRACE seconds (408 below it); 0: off.
+    min_upload_rate: int = 1024
     min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
     # --on-duplicate: a form upload's file whose name is taken is refused
     # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
@@ -624,6 +630,8 @@ class UploadPolicy:
             (
                 ("max_upload_size", 0),
                 ("max_uploads", 1),
+                ("max_uploads_per_client", 0),
+                ("min_upload_rate", 0),
                 ("min_free_space", 0),
                 ("webdav_depth_infinity", 0),
                 ("webdav_max_tree", 1),

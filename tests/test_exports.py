@@ -787,6 +787,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "Tunnel",
         "TunnelBody",
         "Upload",
+        "WRITE_CLIENT",
         "WRITE_METHODS",
         "WriteContent",
         "WriteStep",
@@ -921,6 +922,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "post_form",
     ),
     "serverio.upload.service": ("CLEANUP_SECONDS", "CommitGate", "Uploads"),
+    "serverio.upload.slots": ("RATE_GRACE", "ClientSlots", "PacedContent", "client_share"),
     "serverio.wire": None,
     "serverio.wire.bodyframe": (
         "ChunkState",

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -65,6 +66,7 @@ from ..site.access import AccessTarget
 __all__ = [
     "NO_HEAD",
     "NO_HOOKS",
+    "WRITE_CLIENT",
     "WRITE_METHODS",
     "Admit",
     "EventSource",
@@ -157,6 +159,15 @@ Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
 WriteStep = Callable[
     [RequestFacts, WriteContent, float, Admit], Awaitable["Plan | tuple[Plan, ChunkSource]"]
 ]
+
+# Who sent the write the step is answering (the access log's and the auth
+# limiter's client: the peer, or the one a trusted proxy names), called
+# only when asked: set by serverio.pipeline.request.complete_write around
+# the step, in the request's own task, read by the uploads' per-client
+# share of --max-uploads (serverio.upload.slots).  None outside a write.
+WRITE_CLIENT: ContextVar[Callable[[], str] | None] = ContextVar(
+    "serverio_write_client", default=None
+)
 
 # The methods the uploads' write step answers (every other goes the read
 # path); a step declares its own in Hooks.write_methods.  POST: the upload

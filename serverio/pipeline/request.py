@@ -62,7 +62,7 @@ from ..site.access import AccessTarget, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
-from .hooks import NO_HEAD, RawHead, Upload, WriteContent
+from .hooks import NO_HEAD, WRITE_CLIENT, RawHead, Upload, WriteContent
 
 __all__ = [
     "Answer",
@@ -377,10 +377,13 @@ async def complete_write(
         return await access(deps, target, ticket, now, client)
 
     chunks: ChunkSource | None = None
+    token = WRITE_CLIENT.set(client)  # for the per-client share of --max-uploads
     try:
         got = await step(req, content, now, admit)
     except HTTPError as exc:
         got = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+    finally:
+        WRITE_CLIENT.reset(token)
     if type(got) is tuple:
         plan, chunks = got
     else:

@@ -9,9 +9,11 @@ One write, in order: the target is resolved from the request path; the
 access hook is asked on it (``Kind.WRITE``: the writable paths, then the
 auth rules) before a byte of content is read (so a refused upload sends
 no ``100 Continue``); a PUT with ``Content-Range`` is 400 (RFC 9110
-§9.3.4: no partial PUT); the ``--max-uploads`` budget (503); the declared
-size (413); the target's directory is opened under containment and its
-current file looked at (409, 403, 507 for too little free space); the
+§9.3.4: no partial PUT); the ``--max-uploads`` budget and the client's
+share of it (503; :mod:`serverio.upload.slots`, which also holds the
+content to ``--min-upload-rate``: 408); the declared size (413); the
+target's directory is opened under containment and its current file
+looked at (409, 403, 507 for too little free space); the
 preconditions are decided on that file (412); then the content streams
 into a temporary file, chunk by chunk, hashed as it goes (413 past
 ``--max-upload-size``, 400 for a ``Content-Digest`` / ``Repr-Digest``
@@ -51,7 +53,7 @@ from ..http.core import ALLOW_WRITES, FileFacts, Plan, RequestFacts, content_dig
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import is_write_temp
 from ..observe.stats import Stats
-from ..pipeline.hooks import Admit, WriteContent
+from ..pipeline.hooks import WRITE_CLIENT, Admit, WriteContent
 from ..site.access import AccessTarget, Kind
 from ..site.rules import match_path
 from ..writes.digest import DigestVerifier, parse_digests
@@ -67,6 +69,7 @@ from .decide import (
     replaced_plan,
 )
 from .form import post_form
+from .slots import ClientSlots, PacedContent, client_share
 
 __all__ = ["CLEANUP_SECONDS", "CommitGate", "Uploads"]
 
@@ -119,6 +122,8 @@ class Uploads:
         pol = config.uploads
         self.pool = Pool("write", min(_WORKERS, pol.max_uploads), pol.max_uploads)
         self.in_flight = 0
+        # The per-client share of --max-uploads (serverio.upload.slots).
+        self.clients = ClientSlots(client_share(pol.max_uploads, pol.max_uploads_per_client))
         site = config.site
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
@@ -191,8 +196,15 @@ class Uploads:
             log.info("PUT %s refused: Content-Range (no partial PUT)", target.relpath)
             self.stats.writes.aborted += 1
             return error_plan(400, now)
-        if self.in_flight >= self.config.uploads.max_uploads:
+        pol = self.config.uploads
+        if self.in_flight >= pol.max_uploads:
             return error_plan(503, now, close=True)
+        key = self.clients.take(WRITE_CLIENT.get())
+        if key is None:  # this client holds its share of the slots already
+            log.info("write to %s refused: --max-uploads-per-client", target.relpath)
+            return error_plan(503, now, close=True)
+        if pol.min_upload_rate and content.declared != 0:
+            content = PacedContent(content, pol.min_upload_rate)  # 408 when slower
         self.in_flight += 1
         try:
             if form:
@@ -209,6 +221,7 @@ class Uploads:
             return error_plan(status, now)
         finally:
             self.in_flight -= 1
+            self.clients.give(key)
 
     async def _open(self, req: RequestFacts, need: int) -> Placement:
         pol = self.config.uploads
