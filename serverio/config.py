@@ -24,6 +24,7 @@ from .errors import ConfigError
 
 __all__ = [
     "ACCESS_LOG_FORMATS",
+    "ACTIVE_MODES",
     "ETAG_MODES",
     "FIELD_GROUP",
     "LOG_LEVELS",
@@ -60,6 +61,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
 # --on-duplicate (serverio.writes.names.OnDuplicate's values).
 ON_DUPLICATE = ("error", "rename", "overwrite")
+# --upload-active and [[writable]] active: how an active file (HTML, SVG,
+# XML, JavaScript) under a writable path is served (serverio.http.active).
+ACTIVE_MODES = ("sandbox", "attachment", "inline")
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -529,6 +533,8 @@ class WatchPolicy:
 
 
 HeaderRule = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
+# A [[writable]] table: (path glob, allowed methods) or (..., active mode).
+WritableTable = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,9 +557,11 @@ class SitePolicy:
     trailing_slash: str = "keep"
     error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
-    # [[writable]]: (path glob, allowed methods "put" / "delete"); with
-    # --upload, empty means the whole root is writable.
-    writable: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # [[writable]]: (path glob, allowed methods "put" / "delete"[, active]);
+    # with --upload, empty means the whole root is writable.  ``active``
+    # (one of ACTIVE_MODES, "" or left out: --upload-active) is how active
+    # files under it are served (serverio.http.active).
+    writable: tuple[WritableTable, ...] = ()
     auth_file: str | None = None  # --auth-file: the whole site
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
@@ -578,10 +586,20 @@ class UploadPolicy:
     upload: bool = False  # --upload: PUT and DELETE enabled (off: read-only)
     max_upload_size: int = 1024 * _MiB  # 413 past it (declared or streamed)
     max_uploads: int = 16  # writes in flight; 503 past it
+    # --max-uploads-per-client: writes one client may have in flight (503
+    # past it); 0: half of max_uploads, at least 1 (serverio.upload.slots).
+    max_uploads_per_client: int = 0
+    # --min-upload-rate: bytes per second an upload's body must keep up once
+    # the client was waited for RATE_GRACE seconds (408 below it); 0: off.
+    min_upload_rate: int = 1024
     min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
     # --on-duplicate: a form upload's file whose name is taken is refused
     # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
     on_duplicate: str = "error"
+    # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
+    # writable path is served with CSP sandbox, as an attachment, or inline
+    # (serverio.http.active; a [[writable]] table's ``active`` overrides).
+    upload_active: str = "sandbox"
     # Serve writes on a non-loopback address without an auth rule over them.
     allow_anonymous_writes: bool = False
     # --no-fsync: a PUT's or form upload's file is renamed into place without
@@ -618,6 +636,8 @@ class UploadPolicy:
             (
                 ("max_upload_size", 0),
                 ("max_uploads", 1),
+                ("max_uploads_per_client", 0),
+                ("min_upload_rate", 0),
                 ("min_free_space", 0),
                 ("webdav_depth_infinity", 0),
                 ("webdav_max_tree", 1),
@@ -632,6 +652,11 @@ class UploadPolicy:
             raise ConfigError(
                 f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
                 f"got {self.on_duplicate!r}"
+            )
+        if self.upload_active not in ACTIVE_MODES:
+            raise ConfigError(
+                f"--upload-active must be one of {', '.join(ACTIVE_MODES)}, "
+                f"got {self.upload_active!r}"
             )
         if self.webdav_prefix is not None:
             prefix = normal_route(self.webdav_prefix, "--webdav-prefix") or None
@@ -1029,7 +1054,7 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
     if not public or site.auth_file is not None:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
-    writable = [_glob_prefix(g) for g, _ in site.writable] or [""]
+    writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]
     for w in writable:
         if w is None:
             continue  # not a writable glob at all: compile_writable refuses it

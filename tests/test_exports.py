@@ -122,6 +122,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     "serverio.concurrency.flight": ("FlightStats", "SingleFlightCache"),
     "serverio.config": (
         "ACCESS_LOG_FORMATS",
+        "ACTIVE_MODES",
         "Config",
         "ConnectionPolicy",
         "ContentPolicy",
@@ -345,6 +346,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.http": None,
     "serverio.http.access": ("ALLOWED", "Access", "Verdict", "access_plan"),
+    "serverio.http.active": (
+        "ACTIVE_TYPES",
+        "CSP_SANDBOX",
+        "active_fields",
+        "active_mode",
+        "is_active",
+    ),
     "serverio.http.codecs": ("CODECS", "compress_bytes"),
     "serverio.http.core": (
         "CONDITIONAL_FIELDS",
@@ -936,6 +944,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.upload.resolved": ("Resolving", "resolved_target"),
     "serverio.upload.service": ("CLEANUP_SECONDS", "CommitGate", "Uploads"),
+    "serverio.upload.slots": ("RATE_GRACE", "ClientSlots", "PacedContent", "client_share"),
     "serverio.wire": None,
     "serverio.wire.bodyframe": (
         "ChunkState",

@@ -196,6 +196,16 @@ async def test_without_upload_writes_are_405_and_the_read_path_has_no_step(root:
         assert status == 405 and hs["allow"] == "GET, HEAD, OPTIONS, PUT, DELETE, POST"
 
 
+async def test_a_put_of_a_name_with_a_bidi_control_is_refused(root: Path) -> None:
+    """As a control character in the name is (403: check_name refuses it)."""
+    async with memory_connection(upload_config(root)) as (client, _srv, _):
+        for name in ("invoice%E2%80%AEfdp.exe", "bell%07.txt"):
+            put = f"PUT /{name} HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx"
+            await client.send_raw(put.encode())
+            assert (await client.read_response()).status == 403, name
+    assert not (root / "invoice\u202efdp.exe").exists()
+
+
 # ================================================================ HTTP/2
 
 

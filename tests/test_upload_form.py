@@ -191,6 +191,8 @@ REFUSED = [
     "x" * 256,
     "\u00e9" * 128,  # 256 bytes of UTF-8
     "dir/",
+    "invoice\u202efdp.exe",  # bidi override: would display as invoiceexe.pdf
+    "a\u2066b\u2069.txt",  # bidi isolates
 ]
 
 
@@ -214,7 +216,7 @@ async def test_hostile_file_names_are_400_and_write_nothing(rig: Rig, raw: str) 
     await clean(rig, fds)
 
 
-@pytest.mark.parametrize("raw", ["..", ".x", "a/b", "con", "bad\x01", ""])
+@pytest.mark.parametrize("raw", ["..", ".x", "a/b", "con", "bad\x01", "", "rtl\u202e"])
 async def test_hostile_directory_names_are_400(rig: Rig, raw: str) -> None:
     fds = open_fd_count()
     before = sorted(str(p) for p in rig.root.rglob("*"))

@@ -27,7 +27,12 @@ ACCEPTED: list[tuple[str, str]] = [
     ("a b.txt", "a b.txt"),
     ("caf\u0065\u0301.txt", "caf\u00e9.txt"),  # NFD in, NFC out
     ("caf\u00e9.txt", "caf\u00e9.txt"),
-    ("\u202egnp.exe", "\u202egnp.exe"),  # bidi is shown visibly by listings, not refused
+    ("\U0001f469\u200d\U0001f4bb.txt", "\U0001f469\u200d\U0001f4bb.txt"),  # ZWJ (Cf, not bidi)
+    (
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+    ),  # ZWNJ
+    ("soft\u00adhyphen", "soft\u00adhyphen"),
     ("file~", "file~"),  # a "~" is fine unless the root is on Windows
     ("x" * MAX_NAME_BYTES, "x" * MAX_NAME_BYTES),
     ("\u00e9" * (MAX_NAME_BYTES // 2), "\u00e9" * (MAX_NAME_BYTES // 2)),  # 254 bytes
@@ -47,6 +52,18 @@ REFUSED: list[tuple[str, NameProblem]] = [
     ("line\nbreak", NameProblem.CONTROL),
     ("del\x7f", NameProblem.CONTROL),
     ("c1\x85", NameProblem.CONTROL),
+    # Bidirectional formatting characters (UAX #9), refused as controls
+    # are: "invoice\u202efdp.exe" displays as "invoiceexe.pdf".
+    ("invoice\u202efdp.exe", NameProblem.CONTROL),  # RLO
+    ("\u202dx", NameProblem.CONTROL),  # LRO
+    ("a\u202ab\u202c", NameProblem.CONTROL),  # LRE, PDF
+    ("a\u202bb", NameProblem.CONTROL),  # RLE
+    ("a\u2066b\u2069", NameProblem.CONTROL),  # LRI, PDI
+    ("a\u2067b", NameProblem.CONTROL),  # RLI
+    ("a\u2068b", NameProblem.CONTROL),  # FSI
+    ("a\u200eb", NameProblem.CONTROL),  # LRM
+    ("a\u200fb", NameProblem.CONTROL),  # RLM
+    ("a\u061cb", NameProblem.CONTROL),  # ALM
     ("\udcff", NameProblem.NOT_UTF8),
     (".env", NameProblem.HIDDEN),
     (".htaccess", NameProblem.HIDDEN),

@@ -93,6 +93,9 @@ class ExtraFields:
     # boundary) and Sec-Fetch-Site; the CSRF rule also reads ``host`` below.
     content_type: str | None = None
     sec_fetch_site: str | None = None
+    # ... and a PUT's Content-Range: a partial PUT, refused with 400
+    # (RFC 9110 §9.3.4; serverio does not apply partial updates).
+    content_range: str | None = None
     # Site rules (serverio.site.rules): CORS (the Fetch standard).
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..config import Config
+from .active import active_fields
 from .codecs import CODECS
 from .core import Plan, RequestFacts
 from .disposition import content_disposition, download_matches
@@ -58,9 +59,12 @@ def file_headers(req: RequestFacts, cfg: Config, relpath: str, ctype: str) -> tu
     """The extra headers of a file response, and whether its coding varies.
 
     ``?download`` or a ``--download`` glob adds Content-Disposition
-    (RFC 6266).  Every response for a resource whose coding is negotiated
-    carries ``Vary: Accept-Encoding``, identity included (RFC 9110 §12.5.5),
-    so a shared cache never hands gzip bytes to a client that did not ask.
+    (RFC 6266).  With writes on, an active file (HTML, SVG ...) under a
+    writable path gets ``Content-Security-Policy: sandbox`` or
+    ``Content-Disposition: attachment`` (:mod:`serverio.http.active`).
+    Every response for a resource whose coding is negotiated carries
+    ``Vary: Accept-Encoding``, identity included (RFC 9110 §12.5.5), so a
+    shared cache never hands gzip bytes to a client that did not ask.
     Without a query the result depends on the file alone (the warm-file
     cache memoises it per entry).
     """
@@ -70,6 +74,8 @@ def file_headers(req: RequestFacts, cfg: Config, relpath: str, ctype: str) -> tu
         cfg.content.download and download_matches(name, relpath, cfg.content.download)
     ):
         extra = ((b"content-disposition", content_disposition(name)),)
+    if cfg.uploads.upload:  # read-only servers never ask (one attribute test)
+        extra += active_fields(cfg, relpath, ctype, bool(extra))
     vary = is_compressible(ctype) and (
         cfg.content.precompressed or cfg.content.compress_max_size > 0
     )

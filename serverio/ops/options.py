@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from ..config import (
     ACCESS_LOG_FORMATS,
+    ACTIVE_MODES,
     ETAG_MODES,
     LOG_LEVELS,
     ON_DUPLICATE,
@@ -958,6 +959,25 @@ _UPLOADS = (
         parse=int,
     ),
     _O(
+        "max_uploads_per_client",
+        ("--max-uploads-per-client",),
+        "writes one client may have in flight at once (its share of the write slots); past "
+        "it 503; 0: half of them",
+        "Uploads",
+        metavar="N",
+        parse=int,
+        default_text="0, half",
+    ),
+    _O(
+        "min_upload_rate",
+        ("--min-upload-rate",),
+        "bytes per second an upload must keep up after its first 10 seconds of waiting "
+        "for the client; slower is cut with 408; 0: no minimum",
+        "Uploads",
+        metavar="BYTES",
+        parse=_bytes,
+    ),
+    _O(
         "min_free_space",
         ("--min-free-space",),
         "refuse a write (507) that would leave less free space on the disk",
@@ -972,6 +992,14 @@ _UPLOADS = (
         "'name (1).ext', or overwrite the existing file",
         "Uploads",
         choices=ON_DUPLICATE,
+    ),
+    _O(
+        "upload_active",
+        ("--upload-active",),
+        "how an HTML, SVG, XML or JavaScript file under a writable path is served: with a "
+        "CSP sandbox, as an attachment, or inline (a [[writable]] table's active overrides it)",
+        "Uploads",
+        choices=ACTIVE_MODES,
     ),
     _O(
         "allow_anonymous_writes",

@@ -260,14 +260,19 @@ def _read_auth(value: object, path: str) -> tuple[object, ...]:
 
 
 def _read_writable(value: object, path: str) -> tuple[object, ...]:
-    out = []
+    out: list[object] = []
     for i, item in enumerate(_table_list(value, "writable", path)):
         where = f"{path}: [[writable]] #{i + 1}"
-        _only(item, ("path", "allow"), where)
+        _only(item, ("path", "allow", "active"), where)
         allow = item.get("allow", ["put", "delete"])
         if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
             raise ConfigError(f"{where} key 'allow' must be a list of strings")
-        out.append((_str(item, "path", where), tuple(allow)))
+        if "active" in item:
+            # How active files under it are served (serverio.http.active);
+            # the value is checked with the table (site.rules.compile_writable).
+            out.append((_str(item, "path", where), tuple(allow), _str(item, "active", where)))
+        else:
+            out.append((_str(item, "path", where), tuple(allow)))
     return tuple(out)
 
 
@@ -412,13 +417,14 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
         lines += ["", "[[rewrites]]", f"from = {_toml_str(src)}", f"to = {_toml_str(to)}"]
     for glob, users in getattr(args, "auth", ()):
         lines += ["", "[[auth]]", f"path = {_toml_str(glob)}", f"users-file = {_toml_str(users)}"]
-    for glob, allow in getattr(args, "writable", ()):
+    for glob, allow, *active in getattr(args, "writable", ()):
         lines += [
             "",
             "[[writable]]",
             f"path = {_toml_str(glob)}",
             f"allow = {_toml_value(list(allow))}",
         ]
+        lines += [f"active = {_toml_str(a)}" for a in active]
     for route, directory in getattr(args, "mount", None) or ():
         # Absolute: a relative dir in a file is relative to the file, on
         # the command line to the working directory.

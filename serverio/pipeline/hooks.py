@@ -158,6 +158,7 @@ WriteStep = Callable[
     [RequestFacts, WriteContent, float, Admit], Awaitable["Plan | tuple[Plan, ChunkSource]"]
 ]
 
+
 # The methods the uploads' write step answers (every other goes the read
 # path); a step declares its own in Hooks.write_methods.  POST: the upload
 # form (a multipart/form-data POST to a directory).

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from ..config import ACTIVE_MODES
 from ..errors import ConfigError
 from ..http.core import RequestFacts
 from ..http.negotiate import SIDECAR_SUFFIX
@@ -248,6 +249,9 @@ class WritableRule:
     match: re.Pattern[str] | None
     allow: frozenset[str]
     prefix: str
+    # How active files under it are served ("" : --upload-active;
+    # serverio.http.active, which reads the tables from the Config).
+    active: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +420,7 @@ def compile_rules(
     source: str = "--config",
     hsts: int | None = None,
     hsts_subdomains: bool = False,
-    writable: Sequence[tuple[str, Sequence[str]]] = (),
+    writable: Sequence[WritableSpec] = (),
     fold_under: Sequence[str] = (),
 ) -> SiteRules:
     """Validate and compile, one table at a time.  ``auth`` is (glob, users,
@@ -571,16 +575,19 @@ def _compile_auth(
 
 
 WRITE_ACTIONS: Final = frozenset(("put", "delete"))
+# A [[writable]] table as given: (glob, allowed methods) or (..., active).
+WritableSpec = tuple[str, Sequence[str]] | tuple[str, Sequence[str], str]
 
 
 def compile_writable(
-    writable: Sequence[tuple[str, Sequence[str]]], source: str, fold: bool = False
+    writable: Sequence[WritableSpec], source: str, fold: bool = False
 ) -> tuple[WritableRule, ...]:
-    """``[[writable]]``: (glob, allowed methods) per table.  The glob is a
-    directory prefix and everything below it, ``PREFIX/**`` (or ``/**``),
-    so a writable area is a subtree an ``[[auth]]`` rule can cover."""
+    """``[[writable]]``: (glob, allowed methods[, active]) per table.  The
+    glob is a directory prefix and everything below it, ``PREFIX/**`` (or
+    ``/**``), so a writable area is a subtree an ``[[auth]]`` rule can
+    cover; ``active`` is one of ``ACTIVE_MODES`` or "" (``--upload-active``)."""
     out = []
-    for i, (pattern, allow) in enumerate(writable):
+    for i, (pattern, allow, *rest) in enumerate(writable):
         where = f"{source}: [[writable]] #{i + 1}"
         if not (pattern.startswith("/") and pattern.endswith("/**")):
             raise ConfigError(f"{where} key 'path' must be PREFIX/** or /**, got {pattern!r}")
@@ -592,8 +599,13 @@ def compile_writable(
             raise ConfigError(
                 f'{where} key \'allow\' must list "put" and/or "delete", got {list(allow)!r}'
             )
+        active = rest[0] if rest else ""
+        if active and active not in ACTIVE_MODES:
+            raise ConfigError(
+                f"{where} key 'active' must be one of {', '.join(ACTIVE_MODES)}, got {active!r}"
+            )
         match = None if pattern == "/**" else _glob(pattern, f"{where} key 'path'", fold)
-        out.append(WritableRule(pattern, match, frozenset(allow), prefix))
+        out.append(WritableRule(pattern, match, frozenset(allow), prefix, active))
     return tuple(out)
 
 

@@ -11,13 +11,18 @@ origin, the access hook on the directory and the writes-in-flight budget):
   base name (:func:`serverio.writes.names.reduce_name`: no directory part,
   no ``..``, no control character, NFC, the Windows rules; 400 otherwise),
   the duplicate policy picks where it goes (``--on-duplicate``:
-  :func:`serverio.writes.names.pick_name`), and its content streams into
+  :func:`serverio.writes.names.pick_name`), the access hook is asked on
+  that final path (``Kind.WRITE``, ``"put"``: the ``[[writable]]`` tables,
+  then the ``[[auth]]`` rules, exactly as for a PUT of that file; a
+  refusal ends the form with it, 401 / 403, before a byte of the file is
+  written: the directory's rule alone is not the file's), and its content streams into
   a temporary file of its own in the directory, committed atomically (fsync,
   no-replace or replacing rename, fsync of the directory) when its part
   ends; a part with an empty ``filename`` (a form sent with no file
   chosen) is skipped;
 * a ``mkdir`` field makes a directory of that name
-  (:func:`serverio.fs.writer.make_directory`);
+  (:func:`serverio.fs.writer.make_directory`), once the access hook
+  allows its own path (``/dir/name/``, ``"put"``, as a MKCOL);
 * other fields are read and ignored (each at most :data:`MAX_FIELD_BYTES`).
 
 Each file is atomic: a reader sees it whole or not at all.  The request is
@@ -57,7 +62,8 @@ from ..fs.writer import (
 )
 from ..http.core import Plan, RequestFacts, error_plan
 from ..observe.stats import Stats
-from ..pipeline.hooks import WriteContent
+from ..pipeline.hooks import Admit, WriteContent
+from ..site.access import AccessTarget, Kind
 from ..writes.multipart import MultipartParser, PartData, PartEnd, PartStart, boundary_of
 from ..writes.names import OnDuplicate, UnsafeName, check_name, pick_name, reduce_name
 from .decide import REFUSAL_STATUS, form_answer
@@ -71,6 +77,15 @@ MAX_FIELD_BYTES: Final = 1024
 _WINDOWS: Final = sys.platform == "win32"
 
 log = logging.getLogger("serverio")
+
+
+class _FileRefused(Exception):
+    """A form file whose own path the access hook refused: ``plan`` is
+    the refusal to answer the form with (401 and its challenge, 403)."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan.status)
+        self.plan = plan
 
 
 class WriteKit(Protocol):
@@ -143,6 +158,7 @@ class _Form:
 
     kit: WriteKit
     req: RequestFacts
+    admit: Admit | None = None  # the access hook (None: no rules, tests)
     job: WriteJob | None = None
     overwrite: bool = False
     field_name: str | None = None
@@ -178,6 +194,14 @@ class _Form:
             late_close=Placement.close,
         )
         job = self.job = WriteJob(place, sync=not pol.no_fsync, min_free=min_free)
+        if self.admit is not None:
+            # The file's own rule, on the path it would land at (after
+            # --on-duplicate picked it): as a PUT of it would be asked.
+            # The job holds the directory, so a refusal settles it.
+            path = "/" + "/".join((*self.req.target.segments, place.name))
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            if denied is not None:
+                raise _FileRefused(denied)
         self.overwrite = place.current is not None
         refusal = writable_current(place.current)
         if refusal is not None:
@@ -218,6 +242,12 @@ class _Form:
             name = check_name(raw.decode("utf-8").strip(), hidden=hidden, windows=_WINDOWS)
         except (UnicodeDecodeError, UnsafeName):
             raise HTTPError(400, "unsafe directory name") from None
+        if self.admit is not None:
+            # The new folder's own rule, as a MKCOL of it would be asked.
+            path = "/" + "/".join((*self.req.target.segments, name)) + "/"
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            if denied is not None:
+                raise _FileRefused(denied)
         await run_blocking(
             self.kit.pool,
             make_directory,
@@ -230,10 +260,17 @@ class _Form:
         self.kit.stats.writes.directories += 1
 
 
-async def post_form(kit: WriteKit, req: RequestFacts, content: WriteContent, now: float) -> Plan:
+async def post_form(
+    kit: WriteKit,
+    req: RequestFacts,
+    content: WriteContent,
+    now: float,
+    admit: Admit | None = None,
+) -> Plan:
     """The answer to a form POST to the directory ``req`` names (see the
     module docstring): 303 See Other back to the listing, or 201 with a
     JSON summary when ``Accept`` asks for JSON (:func:`form_answer`).
+    ``admit``: the access hook, asked on each file's final path.
 
     Cancellation handling: see the module docstring; a cancelled form
     leaves no temporary and no descriptor; files whose part had ended
@@ -250,7 +287,7 @@ async def post_form(kit: WriteKit, req: RequestFacts, content: WriteContent, now
     if content.declared is not None and content.declared > limit:
         kit.stats.writes.aborted += 1
         return error_plan(413, now, close=True)
-    form = _Form(kit, req)
+    form = _Form(kit, req, admit)
     done = False
     try:
         total = 0
@@ -273,6 +310,11 @@ async def post_form(kit: WriteKit, req: RequestFacts, content: WriteContent, now
         # read to its end, so a 413 closes the connection.
         log.info("form upload to %s refused: %s", req.target.relpath, exc.detail)
         return error_plan(exc.status, now, close=exc.close or exc.status == 413)
+    except _FileRefused as exc:
+        log.info("form upload to %s refused: a file's own access rule", req.target.relpath)
+        if not form.touched:  # else the finally counts this form's abort
+            kit.stats.writes.aborted += 1
+        return exc.plan
     except WriteRefused as exc:
         if exc.refusal is Refusal.EXISTS:
             return error_plan(409, now)  # --on-duplicate error, or a name taken meanwhile

@@ -8,9 +8,12 @@ read path makes no call for it (an attribute test).
 One write, in order: the target is resolved from the request path; the
 access hook is asked on it (``Kind.WRITE``: the writable paths, then the
 auth rules) before a byte of content is read (so a refused upload sends
-no ``100 Continue``); the ``--max-uploads`` budget (503); the declared
-size (413); the target's directory is opened under containment and its
-current file looked at (409, 403, 507 for too little free space); the
+no ``100 Continue``); a PUT with ``Content-Range`` is 400 (RFC 9110
+§9.3.4: no partial PUT); the ``--max-uploads`` budget and the client's
+share of it (503; :mod:`serverio.upload.slots`, which also holds the
+content to ``--min-upload-rate``: 408); the declared size (413); the
+target's directory is opened under containment and its current file
+looked at (409, 403, 507 for too little free space); the
 preconditions are decided on that file (412); then the content streams
 into a temporary file, chunk by chunk, hashed as it goes (413 past
 ``--max-upload-size``, 400 for a ``Content-Digest`` / ``Repr-Digest``
@@ -67,6 +70,7 @@ from .decide import (
 )
 from .form import post_form
 from .resolved import Resolving
+from .slots import ClientSlots, PacedContent, client_share
 
 __all__ = ["CLEANUP_SECONDS", "CommitGate", "Uploads"]
 
@@ -119,6 +123,8 @@ class Uploads:
         pol = config.uploads
         self.pool = Pool("write", min(_WORKERS, pol.max_uploads), pol.max_uploads)
         self.in_flight = 0
+        # The per-client share of --max-uploads (serverio.upload.slots).
+        self.clients = ClientSlots(client_share(pol.max_uploads, pol.max_uploads_per_client))
         site = config.site
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
@@ -159,7 +165,8 @@ class Uploads:
         ``write`` hook).  A POST must name a directory (405 otherwise), pass
         the CSRF rule (:func:`~serverio.upload.decide.cross_site`, 403) and
         the access hook on the directory (``Kind.WRITE``, ``"put"``); then
-        :func:`serverio.upload.form.post_form` writes it.  ``gate``: asked
+        :func:`serverio.upload.form.post_form` writes it (asking the hook
+        again on each file's own path).  ``gate``: asked
         right before a PUT's or DELETE's commit (WebDAV's locks).
 
         Cancellation handling: see the class; a cancelled write leaves
@@ -187,12 +194,26 @@ class Uploads:
             if action == "put":
                 self.stats.writes.aborted += 1
             return refusal
-        if self.in_flight >= self.config.uploads.max_uploads:
+        if req.extra.content_range is not None and req.method == b"PUT":
+            # RFC 9110 §9.3.4: a server that allows PUT but not partial
+            # PUT MUST answer 400 to one with Content-Range (``curl -C``):
+            # else the part would replace the whole file.  Nothing read.
+            log.info("PUT %s refused: Content-Range (no partial PUT)", target.relpath)
+            self.stats.writes.aborted += 1
+            return error_plan(400, now)
+        pol = self.config.uploads
+        if self.in_flight >= pol.max_uploads:
             return error_plan(503, now, close=True)
+        key = self.clients.take(req.client)
+        if key is None:  # this client holds its share of the slots already
+            log.info("write to %s refused: --max-uploads-per-client", target.relpath)
+            return error_plan(503, now, close=True)
+        if pol.min_upload_rate and content.declared != 0:
+            content = PacedContent(content, pol.min_upload_rate)  # 408 when slower
         self.in_flight += 1
         try:
             if form:
-                return await post_form(self, req, content, now)
+                return await post_form(self, req, content, now, admit)
             if action == "put":
                 return await self._put(req, content, now, gate)
             return await self._delete(req, now, gate)
@@ -205,6 +226,7 @@ class Uploads:
             return error_plan(status, now)
         finally:
             self.in_flight -= 1
+            self.clients.give(key)
 
     async def _open(self, req: RequestFacts, need: int) -> Placement:
         pol = self.config.uploads

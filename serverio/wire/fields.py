@@ -45,6 +45,8 @@ EXTRA_FIELDS: dict[bytes, str] = {
     b"repr-digest": "digests",
     b"content-type": "content_type",
     b"sec-fetch-site": "sec_fetch_site",
+    # ... and a PUT's Content-Range (RFC 9110 §9.3.4: a partial PUT is 400).
+    b"content-range": "content_range",
     # Site rules: CORS (Fetch standard).
     b"origin": "origin",
     b"access-control-request-method": "cors_method",

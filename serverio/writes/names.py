@@ -12,8 +12,11 @@ Pure (no filesystem access).  Two entry points:
 
 The rules: NFC (so one name has one spelling on every filesystem: macOS
 stores NFD, Linux stores bytes), no ``/``, ``\\``, NUL or control
-character (Unicode category Cc), not ``.`` or ``..``, no leading dot unless
-hidden files are allowed (``--hidden``: reads refuse them the same way, see
+character (Unicode category Cc) and no bidirectional formatting character
+(U+202E and the other embeddings, overrides, isolates and marks of UAX
+#9: ``invoice<U+202E>fdp.exe`` would read as ``invoiceexe.pdf``), not
+``.`` or ``..``, no leading dot unless hidden files are allowed
+(``--hidden``: reads refuse them the same way, see
 :attr:`serverio.http.target.Target.hidden`), at most 255 bytes of UTF-8
 (NAME_MAX on Linux and the BSDs; NTFS allows 255 UTF-16 units, never
 fewer bytes), and everything :func:`serverio.fs.winpath.windows_name_problem`
@@ -56,6 +59,14 @@ __all__ = [
 
 # NAME_MAX (Linux, the BSDs, macOS): the longest file name, in bytes.
 MAX_NAME_BYTES: Final = 255
+# The bidirectional formatting characters (UAX #9: ALM, LRM, RLM, the
+# embeddings and overrides LRE..RLO, the isolates LRI..PDI), refused in a
+# name written as control characters are: a name that displays reversed
+# ("invoice<U+202E>fdp.exe" as "invoiceexe.pdf") is never created.  The same
+# set that listings show as <U+202E> (serverio.http.listing) for names
+# that exist already.  Other format characters (ZWJ in emoji, ZWNJ in
+# Persian names, the soft hyphen) are kept.
+_BIDI: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # "a (1).txt" .. "a (999).txt": past that the policy gives up (a 409).
 MAX_RENAME_TRIES: Final = 999
 
@@ -66,7 +77,7 @@ class NameProblem(enum.Enum):
     EMPTY = "empty name"
     DOT = "'.' or '..'"
     SEPARATOR = "'/' or '\\' in name"
-    CONTROL = "NUL or control character"
+    CONTROL = "NUL, control or bidirectional formatting character"
     NOT_UTF8 = "not valid UTF-8"
     HIDDEN = "leading dot (hidden file)"
     TOO_LONG = "longer than 255 bytes of UTF-8"
@@ -104,7 +115,7 @@ def check_name(name: str, *, hidden: bool = False, windows: bool = False) -> str
         raise UnsafeName(NameProblem.DOT, name)
     if "/" in nfc or "\\" in nfc:
         raise UnsafeName(NameProblem.SEPARATOR, name)
-    if any(unicodedata.category(c) == "Cc" for c in nfc):
+    if any(unicodedata.category(c) == "Cc" or c in _BIDI for c in nfc):
         raise UnsafeName(NameProblem.CONTROL, name)
     if nfc[0] == "." and (not hidden or nfc.startswith(WRITE_TEMP_PREFIX)):
         # An upload's temporary name is never a target, even with --hidden.
