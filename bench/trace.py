@@ -57,12 +57,13 @@ the caller is not counted).  :func:`summarize` is that computation, on
 plain data.
 
 The issue's figure (a warm GET "enters 17 packages, 93 calls, and climbs
-back to a package it had left 19 times") was followed by hand from
+back to a package it had left 19 times") was followed call by call from
 ``Handler.respond_now``; each request type therefore also reports
 ``respond_now``: the same measures over the steps from the call of
-``serverio.pipeline.handler.Handler.respond_now`` to its return (the first
-such call; ``null`` where the request never reaches it, or where the code
-has no such method).  docs/history/trace-6c7bf43.md relates the two.
+``serverio.pipeline.handler.Handler.respond_now`` up to its return, that
+return's step to the caller left out (the first such call; ``null`` where
+the request never reaches it, or where the code has no such method).
+docs/history/trace-6c7bf43.md relates the two.
 
 Only the thread running trio is profiled (``sys.setprofile`` is per
 thread): work handed to a pool thread (``run_blocking``) shows as the hop
@@ -227,15 +228,17 @@ class Recorder:
             below = frame.f_back
             while below is not None and self._package(below) is None:
                 below = below.f_back
-            self.steps.append(("return", None if below is None else self._package(below)))
             if frame is self._scope_frame:
+                # The scope: from the call of respond_now up to (not
+                # including) its return to the caller.
                 self.scope, self._scope_frame = (self._scope_start, len(self.steps)), None
+            self.steps.append(("return", None if below is None else self._package(below)))
 
     def summaries(self) -> dict[str, Any]:
         """The whole span's measures, with those of the scope under ``respond_now``."""
         out = summarize(self.steps).as_json()
-        lo, hi = self.scope if self.scope is not None else (0, 0)
-        out["respond_now"] = summarize(self.steps[lo:hi]).as_json() if self.scope else None
+        scoped = None if self.scope is None else self.steps[self.scope[0] : self.scope[1]]
+        out["respond_now"] = None if scoped is None else summarize(scoped).as_json()
         return out
 
 
@@ -316,6 +319,7 @@ async def trace_kind(kind: str, root: Path, warm: int, modules: bool) -> dict[st
 def child(argv: Sequence[str]) -> None:
     """The child process's work: trace the kinds named in ``argv``, print JSON."""
     p = argparse.ArgumentParser(prog="bench.trace child")
+    p.add_argument("--tree", type=Path, required=True)
     p.add_argument("--warm", type=int, required=True)
     p.add_argument("--modules", action="store_true")
     p.add_argument("kinds", nargs="+")
@@ -325,6 +329,11 @@ def child(argv: Sequence[str]) -> None:
     import serverio
     from bench import pair
 
+    # A tree without a serverio package would let the import fall through
+    # to this checkout's (the editable install): never trace the wrong code.
+    served_from = Path(serverio.__file__).resolve().parent
+    if served_from != (args.tree / "serverio").resolve():
+        raise SystemExit(f"serverio was imported from {served_from}, not from {args.tree}")
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="serverio-trace-") as tmp:
         root = Path(tmp)
@@ -338,12 +347,13 @@ def child(argv: Sequence[str]) -> None:
             # which types were traced before it.
             pair.seed_scheduler()
             out[kind] = trio.run(trace_kind, kind, root, args.warm, args.modules)
-    json.dump({"serverio": str(Path(serverio.__file__).parent), "kinds": out}, sys.stdout)
+    json.dump({"serverio": str(served_from), "kinds": out}, sys.stdout)
 
 
 def trace(tree: Path, kinds: Sequence[str], warm: int, modules: bool) -> dict[str, Any]:
     """Trace ``kinds`` against the serverio of ``tree`` in a child process."""
-    argv = [sys.executable, "-c", _CHILD, str(tree), str(commits.REPO), "--warm", str(warm)]
+    argv = [sys.executable, "-c", _CHILD, str(tree), str(commits.REPO), "--tree", str(tree)]
+    argv += ["--warm", str(warm)]
     argv += [*(["--modules"] if modules else []), *kinds]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     env.pop("PYTHONPATH", None)
@@ -355,9 +365,6 @@ def trace(tree: Path, kinds: Sequence[str], warm: int, modules: bool) -> dict[st
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise TraceError(f"exit {proc.returncode}: {tail[0][:200]}")
     result: dict[str, Any] = json.loads(proc.stdout)
-    served_from = Path(result["serverio"]).resolve()
-    if served_from != (tree / "serverio").resolve():
-        raise TraceError(f"the child imported serverio from {served_from}, not {tree}")
     return result
 
 
