@@ -388,6 +388,12 @@ def render(label: str, kinds: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def as_json(kinds: dict[str, Any]) -> str:
+    """One JSON object keyed by request type, one line per type (diffs read well)."""
+    rows = [f" {json.dumps(kind)}: {json.dumps(r)}" for kind, r in kinds.items()]
+    return "{\n" + ",\n".join(rows) + "\n}"
+
+
 def _kinds(value: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in KINDS]
@@ -442,7 +448,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"trace: {label}: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(result["kinds"], indent=1))
+        print(as_json(result["kinds"]))
     else:
         print(render(label, result["kinds"]))
     return 0
