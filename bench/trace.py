@@ -96,7 +96,10 @@ from typing import Any
 from bench import commits
 
 # name -> (the request's bytes, the Config settings of its server, the
-# statuses a right answer has).
+# statuses a right answer has).  ``get`` is bench/pair.py's REQUEST, written
+# out: this module is imported by bench/cli.py, before the child has chosen
+# which serverio to import (bench.pair imports serverio).  ``proxy``'s
+# setting is filled in by trace_kind with its upstream's address.
 KINDS: dict[str, tuple[bytes, dict[str, Any], tuple[int, ...]]] = {
     "get": (b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n", {}, (200,)),
     "404": (b"GET /missing.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n", {}, (404,)),
