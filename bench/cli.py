@@ -21,6 +21,7 @@ from bench import (
     peers,
     report,
     structure,
+    trace,
 )
 from bench.runner import execute
 from bench.servers import (
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     h2profile.add_parser(sub)
     h2floor.add_parser(sub)
     structure.add_parser(sub)
+    trace.add_parser(sub)
     davrun.add_parser(sub)
 
     ls = sub.add_parser("list", help="list servers and workloads and whether each can run here")
@@ -296,4 +298,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return structure.run(args)
     if args.command == "dav":
         return davrun.run(args)
+    if args.command == "trace":
+        return trace.run(args)
     return cmd_list(args)

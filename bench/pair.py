@@ -62,8 +62,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import trio
@@ -96,45 +96,69 @@ def _asset_requests(variant: str = "sidecars") -> list[bytes]:
     ]
 
 
-async def _read_response(client: trio.socket.SocketType) -> None:
-    """One whole response (head, then Content-Length bytes of body)."""
+async def read_response(client: trio.socket.SocketType) -> bytes:
+    """One whole response: its head (returned), then Content-Length bytes
+    of body (none without the field: a 204)."""
     buf = b""
     while b"\r\n\r\n" not in buf:
         buf += await client.recv(1 << 20)
     head, _, got = buf.partition(b"\r\n\r\n")
-    length = int(head.lower().split(b"\r\ncontent-length: ", 1)[1].split(b"\r\n", 1)[0])
+    _, found, rest = head.lower().partition(b"\r\ncontent-length: ")
+    length = int(rest.split(b"\r\n", 1)[0]) if found else 0
     received = len(got)
     while received < length:
         received += len(await client.recv(1 << 20))
+    return head
+
+
+@asynccontextmanager
+async def connected(cfg: Config) -> AsyncIterator[trio.socket.SocketType]:
+    """A serverio ConnectionTask of ``cfg`` on one end of a socketpair, in
+    this trio run, and the other end (the client's socket).
+
+    The handler's job nursery runs for the block: on-the-fly compression
+    (the first request of each file in the ``plain`` assets variant) and
+    the other cache jobs run there.  Leaving the block cancels the
+    connection task and closes the client's socket.
+    """
+    a, b = socket.socketpair()
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+    client = trio.socket.from_stdlib_socket(a)
+    srv = Server(cfg.validate())
+    try:
+        async with srv.handler.running(), trio.open_nursery() as nursery:
+            nursery.start_soon(ConnectionTask(srv.env, stream).run)
+            yield client
+            nursery.cancel_scope.cancel()
+    finally:
+        client.close()
+
+
+def seed_scheduler() -> None:
+    """Seed trio's batch-order coin: trio reverses each scheduling batch
+    at random, so tasks runnable together (reader, writer, stream or
+    client tasks) run in an order, and the work counted, that a fixed
+    seed makes repeat from run to run."""
+    trio_run = getattr(trio._core, "_run", None)
+    if trio_run is not None and hasattr(trio_run, "_r"):
+        trio_run._r.seed(0)
 
 
 async def run_assets(n: int, root: Path, variant: str = "sidecars") -> float:
     requests = _asset_requests(variant)
-    a, b = socket.socketpair()
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(b))
-    client = trio.socket.from_stdlib_socket(a)
-    srv = Server(Config.of(directory=str(root), access_log="off", max_requests=10**9).validate())
-    # The handler's job nursery: on-the-fly compression runs there (the
-    # first request of each file in the ``plain`` variant).
-    async with srv.handler.running(), trio.open_nursery() as nursery:
-        nursery.start_soon(ConnectionTask(srv.env, stream).run)
+    cfg = Config.of(directory=str(root), access_log="off", max_requests=10**9)
+    async with connected(cfg) as client:
         start = time.perf_counter()
         for i in range(n):
             await client.send(requests[i % len(requests)])
-            await _read_response(client)
+            await read_response(client)
         elapsed = time.perf_counter() - start
-        nursery.cancel_scope.cancel()
-    client.close()
     return elapsed / n * 1e6
 
 
 async def run_churn(n: int, clients: int, root: Path) -> float:
     """N connections of one request each (Connection: close), ``clients`` at a time."""
-    # trio reverses each scheduling batch at random; a fixed seed makes the
-    # order (and the instruction count) repeat from run to run.
-    trio_run = getattr(trio._core, "_run", None)
-    if trio_run is not None and hasattr(trio_run, "_r"):
-        trio_run._r.seed(0)
+    seed_scheduler()
     cfg = Config.of(
         directory=str(root), host="127.0.0.1", port=0, access_log="off", max_requests=10**9
     )
@@ -177,11 +201,8 @@ async def run_h2(n: int, streams: int, root: Path) -> float:
     from bench.h2profile import stream_loop
 
     # As for churn: the reader, writer and stream tasks can be runnable in
-    # one batch, whose order trio reverses at random; a fixed seed makes
-    # the order (and the instruction count) repeat from run to run.
-    trio_run = getattr(trio._core, "_run", None)
-    if trio_run is not None and hasattr(trio_run, "_r"):
-        trio_run._r.seed(0)
+    # one batch.
+    seed_scheduler()
     size = (root / "1k.bin").stat().st_size
     return await stream_loop(n, streams, size, root, "/1k.bin")
 
