@@ -13,6 +13,7 @@ import trio
 from h2.errors import ErrorCodes
 
 from serverio import AccessLog, Server
+from serverio.config import Config
 from serverio.proxy.client import Pool
 from serverio.proxy.service import ProxyService
 from tests.conftest import make_config, wait_until
@@ -163,6 +164,17 @@ async def test_an_h2_path_no_request_line_could_carry_is_a_400_and_never_goes_up
 # loopback upstream.
 
 
+def _one_slot(root: Path, port: int) -> Config:
+    """--proxy-max-inflight 1 and a 30 s queue timeout (a wait that ends
+    only by it shows as a fail_after of 5 s)."""
+    return make_config(
+        root,
+        proxy=(f"/api=http://127.0.0.1:{port}",),
+        proxy_max_inflight=1,
+        proxy_queue_timeout=30.0,
+    )
+
+
 def _pool(srv: Server) -> Pool:
     proxy = srv.env.handler.proxy
     assert isinstance(proxy, ProxyService)
@@ -175,13 +187,7 @@ async def test_a_freed_slot_goes_at_once_to_the_oldest_stream_still_waiting(root
     # the 30 s queue timeout) to C, the oldest stream still waiting, never
     # to B, which left.
     async with upstream() as up:
-        cfg = make_config(
-            root,
-            proxy=(f"/api=http://127.0.0.1:{up.port}",),
-            proxy_max_inflight=1,
-            proxy_queue_timeout=30.0,
-        )
-        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+        async with h2_memory(_one_slot(root, up.port)) as (client, srv, _), _closing(srv):
             pool = _pool(srv)
             a = client.request("/api/slow?delay=0.5")
             await client.flush()
@@ -217,13 +223,7 @@ async def test_a_slot_handed_to_a_stream_reset_as_it_is_handed_is_given_back(
     # as inflight 1 after a round, and every round ends with a working
     # request.
     async with upstream() as up:
-        cfg = make_config(
-            root,
-            proxy=(f"/api=http://127.0.0.1:{up.port}",),
-            proxy_max_inflight=1,
-            proxy_queue_timeout=30.0,
-        )
-        async with h2_memory(cfg) as (client, srv, _), _closing(srv):
+        async with h2_memory(_one_slot(root, up.port)) as (client, srv, _), _closing(srv):
             pool = _pool(srv)
             for round_ in range(24):
                 a = client.request("/api/never")
