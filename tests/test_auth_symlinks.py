@@ -372,6 +372,27 @@ async def test_put_and_delete_through_a_link_need_the_targets_credentials(
         assert (site / "open" / "up.txt").read_bytes() == b"UP"
 
 
+async def test_a_write_below_a_missing_name_through_a_link_tells_nothing(
+    site: Path, users: Path
+) -> None:
+    # As for reads: a write whose directory is missing below the link's
+    # protected target answers what one to an existing directory there
+    # does (401), not a 409/404 that tells which names exist.
+    (site / "private" / "sub").mkdir()
+    cfg = _cfg(site, users, upload=True, min_free_space=0, allow_anonymous_writes=True)
+    async with memory_connection(cfg) as (client, _, _):
+        for path in ("/private/missing/x.txt", "/pub/link/sub/x.txt", "/pub/link/missing/x.txt"):
+            assert await _send(client, _put(path, b"X")) == 401, path
+        for path in ("/pub/link/missing", "/pub/link/missing/x.txt", "/pub/link/secret.txt/x"):
+            assert await _send(client, _raw("DELETE", path)) == 401, path
+        # With the credentials, the writes' own answers.
+        assert await _send(client, _put("/pub/link/missing/x.txt", b"X", basic())) == 409
+        assert await _send(client, _raw("DELETE", "/pub/link/missing", basic())) == 404
+        # Through an unprotected link: as before.
+        assert await _send(client, _put("/pub/free/missing/x.txt", b"X")) == 409
+    assert sorted(os.listdir(site / "private")) == ["secret.txt", "sub"]
+
+
 async def test_a_writable_table_applies_to_the_resolved_target(site: Path, users: Path) -> None:
     # [[writable]] /pub/** alone: a link out of /pub/ does not make its
     # target writable, whatever the credentials.
