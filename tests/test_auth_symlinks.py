@@ -461,6 +461,20 @@ async def test_webdav_through_a_link_needs_the_targets_credentials(site: Path, u
         assert r == 207
 
 
+async def test_propfind_of_a_missing_protected_name_tells_nothing(site: Path, users: Path) -> None:
+    # PROPFIND answered 404 for a missing name below /private/ (directly or
+    # through the link) and 401 for an existing one: decided as a read of
+    # the path first, as a GET is.
+    cfg = _cfg(site, users, webdav=True, min_free_space=0, allow_anonymous_writes=True)
+    depth = "Depth: 0\r\n"
+    async with memory_connection(cfg) as (client, _, _):
+        for path in ("/private/missing", "/private/missing/x", "/pub/link/missing", "/pub/s.txt"):
+            assert await _send(client, _raw("PROPFIND", path, depth)) == 401, path
+        assert await _send(client, _raw("PROPFIND", "/private/missing", depth + basic())) == 404
+        assert await _send(client, _raw("PROPFIND", "/pub/missing", depth)) == 404
+        assert await _send(client, _raw("PROPFIND", "/pub/free/missing", depth)) == 404
+
+
 async def test_a_put_through_a_link_over_http2(site: Path, users: Path) -> None:
     from .test_body_seam import send_body
 
