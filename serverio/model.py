@@ -296,9 +296,11 @@ class Resolution:
     errno: int | None = None  # ERROR: the errno it came from, if any
     fd: int = -1  # LISTING: the directory
     relpath: str = ""  # FILE: the path served (an index file, the SPA file)
-    # FILE, LISTING: where the open led when it followed a symlink inside
-    # the root (RootOpener.open_resolved: "a/b", "" for the root), looked
-    # for only when the site has auth rules; None: no link was followed.
+    # FILE, LISTING, DIRECTORY: where the open led when it followed a
+    # symlink inside the root (RootOpener.open_resolved: "a/b", "" for the
+    # root); ERROR: how far such a resolution got (Unreached.path), or
+    # where the unservable name led.  Looked for only when the site has
+    # auth rules; None: no link was followed.
     real: str | None = None
     ctype: str = ""  # FILE: its media type
     file: Rep | None = None  # FILE
@@ -466,7 +468,10 @@ class Prepared:
     served: str | None = None
     # Where ``served`` led through a symlink inside the root ("a/b", "" for
     # the root; serverio.site.access.resolved_path makes its match path):
-    # its rules apply too.  None: no link (or no auth rule to look for one).
+    # its rules apply too.  With ``served`` None (an error, a directory's
+    # redirect): where the request's resolution led or stopped through a
+    # link (serverio.fs.opener.Unreached), whose rules decide that answer
+    # too.  None: no link (or no auth rule to look for one).
     real: str | None = None
     # A plain memo the decision made and the caller is to store in the
     # cache entry's ``plain`` (the decision itself mutates no cache):

@@ -13,6 +13,7 @@ resolution as the open), under each containment strategy.
 from __future__ import annotations
 
 import base64
+import errno
 import io
 import os
 import zipfile
@@ -182,6 +183,53 @@ async def test_an_archive_leaves_out_members_reached_through_a_link(
         assert _zip_files(r.body)["link/secret.txt"] == SECRET
 
 
+# ------------------------------------------------------------ existence
+
+
+# Names below the protected folder, reached through the link: each answer
+# must be the one a protected existing name gets (401), so that an
+# anonymous client cannot tell which names exist there.
+_BELOW_LINK = (
+    "/pub/link/missing",  # nothing there
+    "/pub/link/missing/deeper.txt",  # below a missing directory
+    "/pub/link/secret.txt/x",  # below a file (ENOTDIR)
+    "/pub/link/missing/",
+)
+
+
+async def test_a_missing_name_through_a_link_tells_nothing(site: Path, users: Path) -> None:
+    (site / "private" / "sub").mkdir()
+    async with memory_connection(_cfg(site, users)) as (client, _, _):
+        # The direct requests: the request path's rule answers first.
+        for target in ("/private/missing", "/private/secret.txt", "/private/sub"):
+            assert (await client.get(target)).status == 401, target
+        for target in (*_BELOW_LINK, "/pub/link/secret.txt", "/pub/link/sub"):
+            for method in ("GET", "HEAD"):
+                r = await client.get(target, method=method)
+                assert r.status == 401, (target, method, r.status)
+                assert r.header("www-authenticate") is not None
+        # With the credentials the answers are the files' own.
+        assert (await client.get("/pub/link/missing", basic())).status == 404
+        assert (await client.get("/pub/link/sub", basic())).status in (301, 308)
+        # A missing name through an unprotected link, or without a link: 404.
+        assert (await client.get("/pub/free/missing")).status == 404
+        assert (await client.get("/pub/missing")).status == 404
+        assert (await client.get("/pub/free/free.txt/x")).status == 404
+
+
+async def test_a_missing_name_through_a_link_tells_nothing_over_http2(
+    site: Path, users: Path
+) -> None:
+    async with h2_memory(_cfg(site, users)) as (client, _, _):
+        for target in (*_BELOW_LINK, "/pub/link/secret.txt"):
+            r = await client.get(target)
+            assert r.status == 401, (target, r.status)
+        (auth,) = [(k, v.strip()) for k, v in [basic().split(":", 1)]]
+        r = await client.get("/pub/link/missing", [auth])
+        assert r.status == 404
+        assert (await client.get("/pub/free/missing")).status == 404
+
+
 # ------------------------------------------------------------ the pure parts
 
 
@@ -242,6 +290,49 @@ def test_open_resolved_with_follow_symlinks_and_mounts(site: Path, tmp_path: Pat
         mounted.openers[0].close()
 
 
+@pytest.mark.parametrize("strategy", ["walk", "windows", None, "follow"])
+def test_open_resolved_says_how_far_a_failed_resolution_got(
+    site: Path, strategy: str | None
+) -> None:
+    from serverio.fs.opener import Unreached
+
+    follow = strategy == "follow"
+    opener = RootOpener(str(site), follow_symlinks=follow, strategy=None if follow else strategy)
+    try:
+        for rel, want in (
+            ("pub/link/missing", "private/missing"),
+            ("pub/link/missing/deeper.txt", "private/missing/deeper.txt"),
+            ("pub/link/secret.txt/x", "private/secret.txt/x"),
+            ("pub/free/missing", "open/missing"),
+        ):
+            with pytest.raises(Unreached) as got:
+                opener.open_resolved(rel)
+            assert got.value.path == want, (strategy, rel)
+            assert got.value.errno in (errno.ENOENT, errno.ENOTDIR), rel
+        # No link on the way: the plain error (the request path is that
+        # path), and open() never reports.
+        for rel in ("pub/missing", "private/missing"):
+            with pytest.raises(OSError) as plain:
+                opener.open_resolved(rel)
+            assert not isinstance(plain.value, Unreached), rel
+        with pytest.raises(OSError) as plain:
+            opener.open("pub/link/missing")
+        assert not isinstance(plain.value, Unreached)
+    finally:
+        opener.close()
+    # Under a mount, in the request's space.
+    mounted = MountedRoot(["docs", ""], [RootOpener(str(site), follow_symlinks=False)] * 2)
+    try:
+        with pytest.raises(Unreached) as got:
+            mounted.open_resolved("docs/pub/link/missing")
+        assert got.value.path == "docs/private/missing"
+        with pytest.raises(Unreached) as got:
+            mounted.open_resolved("pub/link/missing")
+        assert got.value.path == "private/missing"
+    finally:
+        mounted.openers[0].close()
+
+
 # ------------------------------------------------------------ writes
 
 
@@ -279,6 +370,27 @@ async def test_put_and_delete_through_a_link_need_the_targets_credentials(
         # A link to an unprotected place: as before.
         assert await _send(client, _put("/pub/free/up.txt", b"UP")) == 201
         assert (site / "open" / "up.txt").read_bytes() == b"UP"
+
+
+async def test_a_write_below_a_missing_name_through_a_link_tells_nothing(
+    site: Path, users: Path
+) -> None:
+    # As for reads: a write whose directory is missing below the link's
+    # protected target answers what one to an existing directory there
+    # does (401), not a 409/404 that tells which names exist.
+    (site / "private" / "sub").mkdir()
+    cfg = _cfg(site, users, upload=True, min_free_space=0, allow_anonymous_writes=True)
+    async with memory_connection(cfg) as (client, _, _):
+        for path in ("/private/missing/x.txt", "/pub/link/sub/x.txt", "/pub/link/missing/x.txt"):
+            assert await _send(client, _put(path, b"X")) == 401, path
+        for path in ("/pub/link/missing", "/pub/link/missing/x.txt", "/pub/link/secret.txt/x"):
+            assert await _send(client, _raw("DELETE", path)) == 401, path
+        # With the credentials, the writes' own answers.
+        assert await _send(client, _put("/pub/link/missing/x.txt", b"X", basic())) == 409
+        assert await _send(client, _raw("DELETE", "/pub/link/missing", basic())) == 404
+        # Through an unprotected link: as before.
+        assert await _send(client, _put("/pub/free/missing/x.txt", b"X")) == 409
+    assert sorted(os.listdir(site / "private")) == ["secret.txt", "sub"]
 
 
 async def test_a_writable_table_applies_to_the_resolved_target(site: Path, users: Path) -> None:
@@ -347,6 +459,20 @@ async def test_webdav_through_a_link_needs_the_targets_credentials(site: Path, u
         assert (site / "pub" / "leak.txt").read_bytes() == SECRET
         r = await _send(client, _raw("PROPFIND", "/pub/free/", "Depth: 1\r\n"))
         assert r == 207
+
+
+async def test_propfind_of_a_missing_protected_name_tells_nothing(site: Path, users: Path) -> None:
+    # PROPFIND answered 404 for a missing name below /private/ (directly or
+    # through the link) and 401 for an existing one: decided as a read of
+    # the path first, as a GET is.
+    cfg = _cfg(site, users, webdav=True, min_free_space=0, allow_anonymous_writes=True)
+    depth = "Depth: 0\r\n"
+    async with memory_connection(cfg) as (client, _, _):
+        for path in ("/private/missing", "/private/missing/x", "/pub/link/missing", "/pub/s.txt"):
+            assert await _send(client, _raw("PROPFIND", path, depth)) == 401, path
+        assert await _send(client, _raw("PROPFIND", "/private/missing", depth + basic())) == 404
+        assert await _send(client, _raw("PROPFIND", "/pub/missing", depth)) == 404
+        assert await _send(client, _raw("PROPFIND", "/pub/free/missing", depth)) == 404
 
 
 async def test_a_put_through_a_link_over_http2(site: Path, users: Path) -> None:

@@ -482,3 +482,46 @@ async def test_a_collection_is_never_replaced_by_its_own_member(root: Path, meth
             r = await dav(c, method, "/a/b/", f"Destination: {dest}\r\nOverwrite: T\r\n")
             assert r.status == 403, (dest, r.status)
     assert (root / "a" / "x.txt").exists() and (root / "a" / "b" / "y.txt").exists()
+
+
+def test_the_tree_walks_share_one_bounded_walk(tmp_path: Path) -> None:
+    # count_tree (--webdav-max-tree), list_tree (the members the access
+    # hook decides on) and _tree_bytes (a COPY's --min-free-space) walk
+    # the same way: every entry counted (hidden ones, temporaries, the
+    # props store), symlinks not followed, TreeTooLarge past the limit,
+    # and every descriptor closed however the walk ends.
+    import os
+
+    from serverio.http.target import WRITE_TEMP_PREFIX
+
+    top = tmp_path / "t"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "b" / "f.txt").write_bytes(b"x" * 10)
+    (top / ".hidden").write_bytes(b"y" * 3)
+    (top / (WRITE_TEMP_PREFIX + "1")).write_bytes(b"z" * 5)
+    (top / "outside").symlink_to(tmp_path)  # a member, never descended into
+    (tmp_path / "big").write_bytes(b"w" * 1000)
+    fds = Path("/proc/self/fd")
+    before = len(list(fds.iterdir())) if fds.exists() else 0
+    dir_fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert davtree.count_tree(dir_fd, "t", 100) == 6
+        listed = davtree.list_tree(dir_fd, "t", 100)
+        assert sorted(listed) == [
+            (".hidden", False),
+            ("a", True),
+            ("a/b", True),
+            ("a/b/f.txt", False),
+            ("outside", False),
+        ]
+        paths = [p for p, _ in listed]
+        assert paths.index("a") < paths.index("a/b") < paths.index("a/b/f.txt")
+        assert davtree._tree_bytes(dir_fd, "t", 100) == 10 + 3 + 5
+        for walk in (davtree.count_tree, davtree.list_tree, davtree._tree_bytes):
+            with pytest.raises(davtree.TreeTooLarge):
+                walk(dir_fd, "t", 5)
+            walk(dir_fd, "t", 6)  # the limit itself is allowed
+    finally:
+        os.close(dir_fd)
+    if fds.exists():
+        assert len(list(fds.iterdir())) == before

@@ -13,6 +13,9 @@ import trio
 from h2.errors import ErrorCodes
 
 from serverio import AccessLog, Server
+from serverio.config import Config
+from serverio.proxy.client import Pool
+from serverio.proxy.service import ProxyService
 from tests.conftest import make_config, wait_until
 from tests.h2client import h2_memory
 from tests.proxy_upstream import upstream
@@ -150,3 +153,91 @@ async def test_an_h2_path_no_request_line_could_carry_is_a_400_and_never_goes_up
             assert up.seen == []
             r = await client.get('/api/json?a"b<')  # visible ASCII: forwarded as it is
             assert r.status == 200 and json.loads(r.body)["target"] == '/api/json?a"b<'
+
+
+# ------------------------------------------------------ the slot hand-overs
+# The pool hands a freed slot to the oldest waiting request by cancelling
+# that request's wait (serverio.proxy.client.Pool.release), and a request
+# that leaves as the slot is handed to it gives it on (Pool.acquire).
+# tests/test_proxy_cancel.py checks both on memory streams under MockClock;
+# these check them from an HTTP/2 client's streams in front of a real
+# loopback upstream.
+
+
+def _one_slot(root: Path, port: int) -> Config:
+    """--proxy-max-inflight 1 and a 30 s queue timeout (a wait that ends
+    only by it shows as a fail_after of 5 s)."""
+    return make_config(
+        root,
+        proxy=(f"/api=http://127.0.0.1:{port}",),
+        proxy_max_inflight=1,
+        proxy_queue_timeout=30.0,
+    )
+
+
+def _pool(srv: Server) -> Pool:
+    proxy = srv.env.handler.proxy
+    assert isinstance(proxy, ProxyService)
+    return next(iter(proxy.pools.values()))
+
+
+async def test_a_freed_slot_goes_at_once_to_the_oldest_stream_still_waiting(root: Path) -> None:
+    # --proxy-max-inflight 1: stream A holds the slot, B then C wait; B is
+    # reset while it waits.  When A ends its slot goes at once (not after
+    # the 30 s queue timeout) to C, the oldest stream still waiting, never
+    # to B, which left.
+    async with upstream() as up:
+        async with h2_memory(_one_slot(root, up.port)) as (client, srv, _), _closing(srv):
+            pool = _pool(srv)
+            a = client.request("/api/slow?delay=0.5")
+            await client.flush()
+            with trio.fail_after(5):
+                await up.started.wait()
+            b = client.request("/api/json?b")
+            await client.flush()
+            await wait_until(lambda: pool.waiting == 1)
+            c = client.request("/api/json?c")
+            await client.flush()
+            await wait_until(lambda: pool.waiting == 2)
+            client.conn.reset_stream(b, ErrorCodes.CANCEL)
+            await client.flush()
+            await wait_until(lambda: pool.waiting == 1)
+            with trio.fail_after(5):  # well before the queue timeout
+                ra, rc = await client.wait(a, c)
+            assert (ra.status, bytes(ra.body)) == (200, b"slow")
+            assert rc.status == 200 and json.loads(rc.body)["target"] == "/api/json?c"
+            assert [s.target for s in up.seen] == ["/api/slow?delay=0.5", "/api/json?c"]
+            assert srv.stats.proxy.queued == 2 and srv.stats.proxy.busy == 0
+            assert pool.inflight == 0 and pool.waiting == 0
+
+
+async def test_a_slot_handed_to_a_stream_reset_as_it_is_handed_is_given_back(
+    root: Path,
+) -> None:
+    # Stream A holds the only slot (its upstream never answers), B waits;
+    # one write resets both.  The server cancels both streams in one step;
+    # when A's task unwinds first it hands its slot to B, whose own reset
+    # then ends its wait: B must give the slot on (Pool.acquire), or it is
+    # lost for good.  Which of the two tasks runs first is trio's choice
+    # (it shuffles each batch), so the round is repeated: a lost slot shows
+    # as inflight 1 after a round, and every round ends with a working
+    # request.
+    async with upstream() as up:
+        async with h2_memory(_one_slot(root, up.port)) as (client, srv, _), _closing(srv):
+            pool = _pool(srv)
+            for round_ in range(24):
+                a = client.request("/api/never")
+                await client.flush()
+                await wait_until(lambda: pool.inflight == 1 and pool.opened == 1)
+                b = client.request("/api/json")
+                await client.flush()
+                await wait_until(lambda: pool.waiting == 1)
+                client.conn.reset_stream(a, ErrorCodes.CANCEL)
+                client.conn.reset_stream(b, ErrorCodes.CANCEL)
+                await client.flush()
+                await wait_until(lambda: pool.waiting == 0 and pool.opened == 0)
+                assert pool.inflight == 0, round_
+                with trio.fail_after(5):
+                    r = await client.get("/api/json")
+                assert r.status == 200, round_
+            assert srv.stats.proxy.queued == 24 and srv.stats.proxy.busy == 0

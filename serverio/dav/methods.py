@@ -159,8 +159,7 @@ async def delete(
             return error_plan(status, now)
         limit = svc.config.uploads.webdav_max_tree
         # Every member is removed: each needs the delete right on its own.
-        listed = await svc.blocking(job, list_tree, place.dir_fd, place.name, limit)
-        assert isinstance(listed, list)
+        listed = await _listed(svc, job, place)
         refusal = await _admit_members(admit, path, listed, _deleting)
         if refusal is not None:
             return refusal
@@ -232,20 +231,21 @@ async def copy_move(
         existed = dst.current is not None
         if existed and not overwrite:
             return error_plan(412, now)  # §9.8.4, §10.6
-        checked = await _checks(svc, job, req, admit, src, dst, now)
+        infinity = depth is Depth.INFINITY
+        checked = await _checks(svc, job, req, admit, (src, dst), dt, infinity, now)
         if not isinstance(checked, tuple):
             return checked
         # A COPY leaves its source as it is: only a MOVE's is changed (§9.8).
         paths = [dst_path, rel(dt.segments[:-1])]
         if move:
             paths += [src_path, rel(target.segments[:-1])]
-        infinity = _is_dir(src) or _is_dir(dst)
+        tree = _is_dir(src) or _is_dir(dst)
         ends = [(src_path, src), (dst_path, dst)]
-        refusal = await svc.guarded(req, paths, infinity, now, job, ends)
+        refusal = await svc.guarded(req, paths, tree, now, job, ends)
         if refusal is not None:
             return refusal
-        await svc.copy_room(job, src, dst, move, depth is Depth.INFINITY)  # --min-free-space
-        plan = await _run(svc, job, req, src, dst, depth is Depth.INFINITY, checked, now)
+        await svc.copy_room(job, src, dst, move, infinity)  # --min-free-space
+        plan = await _run(svc, job, req, (src, dst), dst_path, infinity, checked, now)
     finally:
         svc.release(job)
     svc.changed(src_path, dst_path, tree=True)
@@ -265,20 +265,23 @@ async def _checks(
     job: TreeJob,
     req: RequestFacts,
     admit: Admit,
-    src: Placement,
-    dst: Placement,
+    ends: tuple[Placement, Placement],
+    dt: Target,
+    infinity: bool,
     now: float,
 ) -> Plan | Checked:
     """412 when the source's preconditions fail (RFC 9110 §13.1), as PUT;
     then the access hook on every member the operation touches (see the
-    module doc): the refusal, or the members allowed at each end."""
+    module doc): the refusal, or the members allowed at each end.
+    ``ends``: the source and destination placed; ``dt``: the
+    Destination's target (parsed once, by :func:`copy_move`);
+    ``infinity``: Depth infinity (a collection's members are copied)."""
+    src, dst = ends
     if has_preconditions(req):
         facts = await svc.current_facts(job, src)
         status = precondition_status(req, facts, now)
         if status is not None:
             return error_plan(status, now)
-    limit = svc.config.uploads.webdav_max_tree
-    dt = _destination(req)
     dst_path = rel(dt.segments)
     dst_members = src_members = None
     if dst.current is not None and (_is_dir(src) or _is_dir(dst)):
@@ -286,16 +289,13 @@ async def _checks(
         # existing resource needs the delete right, not put's.
         refusal = await write_access(admit, dt, "delete")
         if refusal is None and _is_dir(dst):
-            listed = await svc.blocking(job, list_tree, dst.dir_fd, dst.name, limit)
-            assert isinstance(listed, list)
+            listed = await _listed(svc, job, dst)
             refusal = await _admit_members(admit, dst_path, listed, _deleting)
             dst_members = frozenset(sub for sub, _ in listed)
         if refusal is not None:
             return refusal
-    depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
-    if _is_dir(src) and depth is Depth.INFINITY:
-        listed = await svc.blocking(job, list_tree, src.dir_fd, src.name, limit)
-        assert isinstance(listed, list)
+    if _is_dir(src) and infinity:
+        listed = await _listed(svc, job, src)
         src_path = rel(req.target.segments)
         # A COPY reads each member, a MOVE removes it; both make it anew.
         source = _deleting if req.method == b"MOVE" else _reading
@@ -308,33 +308,32 @@ async def _checks(
     return src_members, dst_members
 
 
-def _destination(req: RequestFacts) -> Target:
-    """The Destination's target (``copy_move`` checked it is one)."""
-    dest = parse_destination(
-        field(req.extra.destination),
-        scheme="https" if req.tls else "http",
-        host=req.extra.host or "",
-    )
-    assert dest.target is not None
-    return dest.target
+async def _listed(svc: DavBase, job: TreeJob, place: Placement) -> list[tuple[str, bool]]:
+    """The members of the collection at ``place``
+    (:func:`~serverio.fs.davtree.list_tree`, in the job's pool call), at
+    most ``--webdav-max-tree``."""
+    limit = svc.config.uploads.webdav_max_tree
+    listed = await svc.blocking(job, list_tree, place.dir_fd, place.name, limit)
+    assert isinstance(listed, list)
+    return listed
 
 
 async def _run(
     svc: DavBase,
     job: TreeJob,
     req: RequestFacts,
-    src: Placement,
-    dst: Placement,
+    ends: tuple[Placement, Placement],
+    dst_path: str,
     infinity: bool,
     checked: Checked,
     now: float,
 ) -> Plan | None:
     """Clear the destination when it must be, then copy or move (only
-    the members ``checked`` holds); a 207 with the members that failed,
-    or None."""
+    the members ``checked`` holds); a 207 with the members that failed
+    (named below ``dst_path``, the destination's path), or None."""
     limit = svc.config.uploads.webdav_max_tree
+    src, dst = ends
     src_members, dst_members = checked
-    dst_path = rel(_destination(req).segments)
     if dst.current is not None and (_is_dir(src) or _is_dir(dst)):
         failed = await svc.blocking(job, remove_tree, dst, limit, job.stopped, dst_members)
         assert isinstance(failed, list)

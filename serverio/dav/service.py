@@ -288,7 +288,11 @@ class DavService(DavBase):
         small = self.config.files.small_file_size
         found = await run_blocking(self.pool, lookup, self.opener(), path, small)
         if found is None:
-            return error_plan(404, now)
+            # Nothing there: still decided as a read of that path first (and
+            # of where a link on the way led), so a 404 below a protected
+            # path tells no more than a 401 does (as for a GET).
+            refusal = await read_access(admit, req.target, req.target.slash)
+            return refusal if refusal is not None else error_plan(404, now)
         is_dir = stat.S_ISDIR(found.st.st_mode)
         refusal = await read_access(admit, req.target, is_dir)
         if refusal is not None:

@@ -41,7 +41,8 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -359,28 +360,51 @@ def _open_child(dir_fd: int, name: str) -> int:
     return os.open(name, _DIR, dir_fd=dir_fd)
 
 
-def count_tree(dir_fd: int, name: str, limit: int) -> int:
-    """Members under directory ``name`` (every entry, hidden ones too, not
-    following symlinks); raises :class:`TreeTooLarge` past ``limit``."""
+def _tree_entries(
+    dir_fd: int, name: str, limit: int, skip: str = ""
+) -> Generator[tuple[str, os.DirEntry[str], bool], None, None]:
+    """The one bounded walk of a tree: every entry under directory
+    ``name`` as (its path relative to it, its scan entry, is it a
+    directory), parents before their members, symlinks not followed
+    (neither descended into nor counted as directories).  Every entry is
+    counted, hidden ones, write temporaries and the dead-property store
+    too; :class:`TreeTooLarge` past ``limit``.  ``skip``: a name prefix
+    whose entries are counted but neither given nor descended into.
+
+    Blocking.  The directories still to scan are open descriptors, each
+    closed once scanned, all of them if the walk stops early (an error,
+    or the caller closing the generator)."""
     count = 0
-    pending = [_open_child(dir_fd, name)]
+    pending = [(_open_child(dir_fd, name), "")]
     try:
         while pending:
-            fd = pending.pop()
+            fd, prefix = pending.pop()
             try:
                 with os.scandir(fd) as it:
                     for entry in it:
                         count += 1
                         if count > limit:
                             raise TreeTooLarge
-                        if entry.is_dir(follow_symlinks=False):
-                            pending.append(_open_child(fd, entry.name))
+                        if skip and entry.name.startswith(skip):
+                            continue
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                        yield prefix + entry.name, entry, is_dir
+                        if is_dir:
+                            child = _open_child(fd, entry.name)
+                            pending.append((child, prefix + entry.name + "/"))
             finally:
                 os.close(fd)
     finally:
-        for fd in pending:
+        for fd, _ in pending:
             os.close(fd)
-    return count
+
+
+def count_tree(dir_fd: int, name: str, limit: int) -> int:
+    """Members under directory ``name`` (every entry, hidden ones too, not
+    following symlinks); raises :class:`TreeTooLarge` past ``limit``."""
+    walk = _tree_entries(dir_fd, name, limit)
+    with closing(walk):
+        return sum(1 for _ in walk)
 
 
 def list_tree(dir_fd: int, name: str, limit: int) -> list[tuple[str, bool]]:
@@ -395,31 +419,9 @@ def list_tree(dir_fd: int, name: str, limit: int) -> list[tuple[str, bool]]:
     before a tree operation changes anything (``members`` of
     :func:`copy_tree`, :func:`remove_tree`, :func:`move_tree`).
     """
-    out: list[tuple[str, bool]] = []
-    count = 0
-    pending = [(_open_child(dir_fd, name), "")]
-    try:
-        while pending:
-            fd, prefix = pending.pop()
-            try:
-                with os.scandir(fd) as it:
-                    for entry in it:
-                        count += 1
-                        if count > limit:
-                            raise TreeTooLarge
-                        if entry.name.startswith(WRITE_TEMP_PREFIX):
-                            continue
-                        is_dir = entry.is_dir(follow_symlinks=False)
-                        out.append((prefix + entry.name, is_dir))
-                        if is_dir:
-                            child = _open_child(fd, entry.name)
-                            pending.append((child, prefix + entry.name + "/"))
-            finally:
-                os.close(fd)
-    finally:
-        for fd, _ in pending:
-            os.close(fd)
-    return out
+    walk = _tree_entries(dir_fd, name, limit, WRITE_TEMP_PREFIX)
+    with closing(walk):
+        return [(path, is_dir) for path, _, is_dir in walk]
 
 
 Failures = list[tuple[str, int]]
@@ -665,27 +667,13 @@ def _tree_bytes(dir_fd: int, name: str, limit: int) -> int:
     """The bytes of every regular file under directory ``name`` (hidden
     ones and dead properties too, not following symlinks), at most
     ``limit`` members (:class:`TreeTooLarge`, as :func:`count_tree`)."""
-    count = total = 0
-    pending = [_open_child(dir_fd, name)]
-    try:
-        while pending:
-            fd = pending.pop()
-            try:
-                with os.scandir(fd) as it:
-                    for entry in it:
-                        count += 1
-                        if count > limit:
-                            raise TreeTooLarge
-                        if entry.is_dir(follow_symlinks=False):
-                            pending.append(_open_child(fd, entry.name))
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-            finally:
-                os.close(fd)
-    finally:
-        for fd in pending:
-            os.close(fd)
-    return total
+    walk = _tree_entries(dir_fd, name, limit)
+    with closing(walk):
+        return sum(
+            entry.stat(follow_symlinks=False).st_size
+            for _, entry, is_dir in walk
+            if not is_dir and entry.is_file(follow_symlinks=False)
+        )
 
 
 def copy_room(

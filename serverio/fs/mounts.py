@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 
 from ..config import Config
-from .opener import RootOpener
+from .opener import RootOpener, Unreached
 
 __all__ = ["MountedRoot", "match_mount", "mount_table", "open_root"]
 
@@ -114,13 +114,19 @@ class MountedRoot:
 
     def open_resolved(self, relpath: str) -> tuple[int, str | None]:
         """RootOpener.open_resolved under the mount ``relpath`` names; the
-        resolved path is given in the request's space (the mount's route
-        before the path inside it)."""
+        resolved path (and an :class:`~serverio.fs.opener.Unreached`'s) is
+        given in the request's space (the mount's route before the path
+        inside it)."""
         found = match_mount(self.routes, relpath)
         if found is None:
             raise _missing()
-        fd, resolved = self.openers[found[0]].open_resolved(found[1])
         route = self.routes[found[0]]
+        try:
+            fd, resolved = self.openers[found[0]].open_resolved(found[1])
+        except Unreached as exc:
+            if not route:
+                raise
+            raise Unreached(exc.errno, exc.strerror, f"{route}/{exc.path}".rstrip("/")) from None
         if resolved is None or not route:
             return fd, resolved
         return fd, f"{route}/{resolved}" if resolved else route

@@ -35,6 +35,9 @@ file type with ``fstat``.  No flag is looked up unconditionally at import
 time: Windows lacks most of them.
 Refusals are :class:`OSError` with ``EXDEV`` (leaves the root, or reaches a
 hidden name), ``ELOOP`` (too many links); callers answer 404 for both.
+``open_resolved`` raises :class:`Unreached` (an OSError with the same
+errno) when it fails after following a symlink: how far it got, so the
+site's rules on that place decide the error answer too.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Any, Final, Protocol
 from . import winstat
 from .winpath import may_be_short_name, windows_name_problem
 
-__all__ = ["MAX_SYMLINKS", "STRATEGIES", "ContainedRoot", "RootOpener"]
+__all__ = ["MAX_SYMLINKS", "STRATEGIES", "ContainedRoot", "RootOpener", "Unreached"]
 
 
 def _flag(name: str) -> int:
@@ -123,6 +126,43 @@ if _PLATFORM.startswith("linux"):
         _syscall = None
 
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
+
+
+class Unreached(OSError):
+    """:meth:`RootOpener.open_resolved` failed (any errno: ENOENT, ENOTDIR,
+    EXDEV, ELOOP, ...) after following a symlink.  ``path``: how far the
+    resolution got, below the root ("/"-separated): the real path of the
+    deepest directory it reached, then the names it did not resolve
+    (``"private/missing"`` for ``pub/link/missing`` with ``pub/link ->
+    ../private``), made lexically (a ``..`` among them drops the name
+    before it).
+
+    The access hook decides the error answer on that path too
+    (:func:`serverio.pipeline.request._admitted`): a missing name below a
+    protected directory reached through a link answers what a protected
+    existing name does, not a 404 that tells which names exist there.
+    Not raised when no link was followed: the request path, checked
+    before any open, is then that path.  Callers that look at ``errno``
+    alone see the error the resolution met (the built-in subclass, such
+    as FileNotFoundError, is not kept).
+    """
+
+    def __init__(self, errno_: int | None, strerror: str | None, path: str) -> None:
+        super().__init__(errno_, strerror)
+        self.path = path
+
+    @classmethod
+    def of(cls, exc: OSError, reached: list[str], rest: list[str]) -> Unreached:
+        """``exc`` (raised below the directories ``reached``, with the
+        names ``rest`` not resolved) as an Unreached."""
+        names = list(reached)
+        for name in rest:
+            if name == "..":
+                if names:
+                    names.pop()
+            elif name and name != ".":
+                names.append(name)
+        return cls(exc.errno, exc.strerror, "/".join(names))
 
 
 def _escape() -> OSError:
@@ -271,17 +311,26 @@ class RootOpener:
         the links and the path is the real path of the opened name, looked
         up again by name (the operator trusts the tree's links there); None
         when it lies outside the root (no rule matches the outside).
+
+        A failure after following a link raises :class:`Unreached` with
+        how far the resolution got (under every strategy; never without a
+        link, and :meth:`open` never does), so that a missing name below
+        a protected directory reached through a link is refused like an
+        existing one.
         """
         if self.strategy == "windows":
-            return self._open_by_path(relpath)
+            return self._open_by_path(relpath, report=True)
         if self.follow_symlinks:
-            fd = os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
+            try:
+                fd = os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
+            except OSError as exc:
+                raise _unreached_following(exc, self.root, self._root_parts, relpath) from None
             return fd, _real_below(self.root, self._root_parts, relpath)
         if self.strategy == "openat2":
             fd = self._openat2(relpath, self._how_resolved)
             if fd >= 0:
                 return fd, None
-        return self._walk(relpath)
+        return self._walk(relpath, report=True)
 
     def _openat2(self, relpath: str, how: _OpenHow) -> int:
         """One ``openat2`` under the root: the descriptor, or -1 when the
@@ -303,10 +352,12 @@ class RootOpener:
             raise OSError(err, os.strerror(err))
         return -1
 
-    def _walk(self, relpath: str) -> tuple[int, str | None]:
+    def _walk(self, relpath: str, report: bool = False) -> tuple[int, str | None]:
         """Open ``relpath`` one component at a time; never leaves the root.
         Returns the descriptor and, when a symlink was followed, the path it
-        resolved to below the root (see :meth:`open_resolved`).
+        resolved to below the root (see :meth:`open_resolved`).  With
+        ``report``, a failure after a link is raised as :class:`Unreached`
+        (the directories resolved, then the names still pending).
 
         Each component is opened with ``openat(dir_fd, name, O_NOFOLLOW |
         O_NONBLOCK | O_CLOEXEC)`` (plus ``O_DIRECTORY`` for all but the
@@ -379,6 +430,10 @@ class RootOpener:
             if dirs:
                 return dirs.pop(), resolved
             return os.open(".", OPEN_FLAGS | _DIRECTORY, dir_fd=self.root_fd), resolved
+        except OSError as exc:
+            if not report or not links:
+                raise
+            raise Unreached.of(exc, names, [name, *reversed(pending)]) from None
         finally:
             for d in dirs:
                 os.close(d)
@@ -401,10 +456,11 @@ class RootOpener:
     def _lstat_by_path(self, relpath: str) -> os.stat_result:
         return os.lstat(os.path.join(self.root, relpath))
 
-    def _open_by_path(self, relpath: str) -> tuple[int, str | None]:
+    def _open_by_path(self, relpath: str, report: bool = False) -> tuple[int, str | None]:
         """Resolve ``relpath`` by name under the root, open it, verify the
         handle; with the resolved path when a link was followed (see
-        :meth:`open_resolved`).
+        :meth:`open_resolved`; ``report``: a failure after a link is
+        raised as :class:`Unreached`).
 
         The ``windows`` strategy, for platforms whose ``os.open`` takes no
         ``dir_fd``.  Resolution follows :meth:`_walk`'s rules with
@@ -428,9 +484,14 @@ class RootOpener:
         before being refused, which ``openat2`` and the walk rule out.
         """
         if self.follow_symlinks:
-            fd = self._open_by_path_following(relpath)
+            try:
+                fd = self._open_by_path_following(relpath)
+            except OSError as exc:
+                if not report:
+                    raise
+                raise _unreached_following(exc, self.root, self._root_parts, relpath) from None
             return fd, _real_below(self.root, self._root_parts, relpath)
-        final, parts, seen, links = self._walk_by_path(relpath)
+        final, parts, seen, links = self._walk_by_path(relpath, report)
         if final is None:  # the root, or a directory already resolved
             resolved = _followed(links, parts)
             path = os.path.join(self.root, *parts)
@@ -443,7 +504,12 @@ class RootOpener:
         ancestors = [
             (os.path.join(self.root, *parts[: i + 1]), ident) for i, ident in enumerate(seen)
         ]
-        return self._open_verified(final[0], final[1], ancestors), resolved
+        try:
+            return self._open_verified(final[0], final[1], ancestors), resolved
+        except OSError as exc:
+            if not report or resolved is None:
+                raise
+            raise Unreached.of(exc, [], resolved.split("/")) from None
 
     def _open_by_path_following(self, relpath: str) -> int:
         """``--follow-symlinks`` under the ``windows`` strategy: the names are
@@ -455,12 +521,13 @@ class RootOpener:
         return self._open_verified(path, os.stat(path), [])
 
     def _walk_by_path(
-        self, relpath: str
+        self, relpath: str, report: bool = False
     ) -> tuple[tuple[str, os.stat_result] | None, list[str], list[tuple[int, int]], int]:
         """:meth:`_walk`'s rules by name: the final component's path and
         ``lstat`` (None when ``relpath`` ends at a directory already
         resolved), the resolved components below the root, the identity
-        of each directory among them and how many links were followed."""
+        of each directory among them and how many links were followed.
+        ``report``: as :meth:`_walk`'s."""
         # The request's own segments are split on "/" only: a "\\" inside
         # one (an encoded %5C) is part of that name, which
         # windows_name_problem then refuses.  Split on the native
@@ -472,35 +539,40 @@ class RootOpener:
         seen: list[tuple[int, int]] = []  # identity of each directory in parts
         links = 0
         final: tuple[str, os.stat_result] | None = None
-        while pending:
-            name = pending.pop()
-            if name == "..":
-                if not parts:
-                    raise _escape()
-                parts.pop()
-                seen.pop()
-                continue
-            if name == "." or not name:
-                continue
-            if not self.hidden and name[0] == "." and (parts or name != ".well-known"):
-                raise _hidden_name()
-            parent = os.path.join(self.root, *parts)
-            _check_windows_name(parent, name)
-            path = os.path.join(parent, name)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) & _REPARSE:
-                links += 1
-                if links > MAX_SYMLINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-                self._push_link_target(os.readlink(path), pending, parts, seen)
-                continue
-            if pending:
-                if not stat.S_ISDIR(st.st_mode):
-                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-                parts.append(name)
-                seen.append((st.st_dev, st.st_ino))
-                continue
-            final = (path, st)
+        try:
+            while pending:
+                name = pending.pop()
+                if name == "..":
+                    if not parts:
+                        raise _escape()
+                    parts.pop()
+                    seen.pop()
+                    continue
+                if name == "." or not name:
+                    continue
+                if not self.hidden and name[0] == "." and (parts or name != ".well-known"):
+                    raise _hidden_name()
+                parent = os.path.join(self.root, *parts)
+                _check_windows_name(parent, name)
+                path = os.path.join(parent, name)
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) & _REPARSE:
+                    links += 1
+                    if links > MAX_SYMLINKS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                    self._push_link_target(os.readlink(path), pending, parts, seen)
+                    continue
+                if pending:
+                    if not stat.S_ISDIR(st.st_mode):
+                        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                    parts.append(name)
+                    seen.append((st.st_dev, st.st_ino))
+                    continue
+                final = (path, st)
+        except OSError as exc:
+            if not report or not links:
+                raise
+            raise Unreached.of(exc, parts, [name, *reversed(pending)]) from None
         return final, parts, seen, links
 
     def _push_link_target(
@@ -612,6 +684,19 @@ def _real_below(root: str, root_parts: tuple[str, ...], relpath: str) -> str | N
         return None
     below = "/".join(parts[n:])
     return None if below == "/".join(p for p in relpath.split("/") if p and p != ".") else below
+
+
+def _unreached_following(
+    exc: OSError, root: str, root_parts: tuple[str, ...], relpath: str
+) -> OSError:
+    """``--follow-symlinks``: ``exc`` as :class:`Unreached` when a link on
+    the way led elsewhere inside the root (the real path of the part that
+    exists, then the names that do not, as ``os.path.realpath`` makes it);
+    else ``exc`` itself."""
+    below = _real_below(root, root_parts, relpath)
+    if below is None:
+        return exc
+    return Unreached(exc.errno, exc.strerror, below)
 
 
 def _fold(name: str) -> str:

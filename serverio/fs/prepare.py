@@ -82,7 +82,7 @@ from .filecache import (
     identity,
     settled,
 )
-from .opener import ContainedRoot
+from .opener import ContainedRoot, Unreached
 from .reads import read_all
 
 __all__ = ["resolve", "stat_facts"]
@@ -240,7 +240,11 @@ def _failed(exc: OSError) -> Resolution:
         log.error(
             "filesystem error %s while preparing a response", errno.errorcode.get(exc.errno or 0)
         )
-    return Resolution(ERROR, reason, exc.errno)
+    # Failed past a symlink (auth rules only): where it got, whose rules
+    # decide the error answer too (a missing name below a protected
+    # directory tells nothing).
+    real = exc.path if isinstance(exc, Unreached) else None
+    return Resolution(ERROR, reason, exc.errno, real=real)
 
 
 def _wants_bytes(req: RequestFacts) -> bool:
@@ -309,11 +313,11 @@ def resolve(
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
-                return Resolution(DIRECTORY)
+                return Resolution(DIRECTORY, real=real)
             index = _index_file(opener, cfg, target.relpath if target.segments else "", resolving)
             if index is None:
                 if not cfg.content.listing:
-                    return Resolution(DIRECTORY)
+                    return Resolution(DIRECTORY, real=real)
                 # The scan runs in the work pool (serverio.pipeline.content); the
                 # directory descriptor goes with it.
                 listing = Resolution(LISTING, fd=fd, real=real)
@@ -324,11 +328,11 @@ def resolve(
         elif not stat.S_ISREG(st.st_mode):
             # FIFO, socket, device: never served (opened O_NONBLOCK, so the
             # open itself could not hang).
-            return Resolution(ERROR, Reason.NOT_REGULAR)
+            return Resolution(ERROR, Reason.NOT_REGULAR, real=real)
         elif target.slash:
             # "/file.txt/" names a directory that does not exist (POSIX
             # resolution would have said ENOTDIR for "file.txt/.").
-            return Resolution(ERROR, Reason.NOT_FOUND)
+            return Resolution(ERROR, Reason.NOT_FOUND, real=real)
         file_fd, fd = fd, -1  # ownership moves to _resolve_file
         return _resolve_file(
             req, cfg, opener, now, file_fd, st, (relpath, real), cache, mono, hashes

@@ -104,9 +104,10 @@ def decide(
     kind = res.kind
     head = req.method == b"HEAD"
     if kind == ERROR:
-        return Prepared(error_plan(REASON_STATUS[res.reason], now, head_only=head))
+        plan = error_plan(REASON_STATUS[res.reason], now, head_only=head)
+        return Prepared(plan, real=res.real)  # real: past a link, decided there too
     if kind == DIRECTORY:
-        return Prepared(decide_directory(req, cfg, now))
+        return Prepared(decide_directory(req, cfg, now), real=res.real)
     if kind == LISTING:
         # The scan runs in the work pool (serverio.pipeline.content); the
         # directory descriptor goes with it.

@@ -59,7 +59,7 @@ from ..model import ChunkSource, Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
-from ..site.access import AccessTarget, resolved_path, served_target
+from ..site.access import AccessTarget, Kind, resolved_path, served_target
 from ..site.forwarded import client_address
 from ..site.service import Site, Ticket
 from .handler import Content, Deferred, Handler
@@ -520,27 +520,39 @@ async def _admitted(
     """The answer for ``prepared`` once the access hook (:func:`access`)
     allows what it resolved (and, when that was reached through a symlink
     inside the root, its resolved target); else the refusal, and
-    ``prepared`` is closed unsent.
+    ``prepared`` is closed unsent.  An answer that resolved nothing (an
+    error, a directory's redirect) whose resolution went through a link
+    is decided on where it led or stopped (``prepared.real``, e.g.
+    ``/private/missing`` for ``/pub/link/missing``): the answer a direct
+    request for that path gets, so a missing name tells no more than an
+    existing one (no link, or no auth rules: no check, no cost).
 
     Cancellation handling: ``prepared`` is closed if the check is cancelled.
     """
     site = deps.site
     served = prepared.served
+    targets: tuple[AccessTarget, ...] = ()
     if served is not None:
-        targets = [served_target(served)]
+        targets = (served_target(served),)
         if prepared.real is not None:
             # Reached through a symlink inside the root: the resolved
             # target's rules apply too (both must pass).
-            targets.append(served_target(resolved_path(prepared.real, served.endswith("/"))))
-        for target in targets:
-            try:
-                refusal = await access(deps, target, ticket, now, client)
-            except BaseException:
-                prepared.close()
-                raise
-            if refusal is not None:
-                prepared.close()
-                return _finished(site, refusal, -1, ticket)
+            real = resolved_path(prepared.real, served.endswith("/"))
+            targets = (*targets, served_target(real))
+    elif prepared.real is not None:
+        # Nothing served, past a link: the rules of where it led or
+        # stopped, as the request path's were decided (the answer a direct
+        # request for that path gets).
+        targets = (AccessTarget((resolved_path(prepared.real),), Kind.REQUEST),)
+    for target in targets:
+        try:
+            refusal = await access(deps, target, ticket, now, client)
+        except BaseException:
+            prepared.close()
+            raise
+        if refusal is not None:
+            prepared.close()
+            return _finished(site, refusal, -1, ticket)
     fd, prepared.fd = prepared.fd, -1
     return _finished(site, prepared.plan, fd, ticket, None, prepared.take_chunks())
 

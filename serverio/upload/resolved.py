@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
-from ..fs.opener import ContainedRoot
+from ..fs.opener import ContainedRoot, Unreached
 from ..http.core import Plan, error_plan
 from ..pipeline.hooks import Admit
 from ..site.access import AccessTarget, Kind, resolved_path
@@ -56,6 +56,11 @@ def resolved_target(opener: ContainedRoot, path: str, itself: bool) -> str | Non
     is in (a write never writes through a link at the name: 409), unless
     ``path`` names a directory (a form's folder, a collection).
 
+    A resolution that fails past a link
+    (:class:`~serverio.fs.opener.Unreached`) gives how far it got (with
+    the name, for a write's parent), whatever the error: a missing name
+    below a protected directory is decided like an existing one.
+
     Blocking: run in the ``write`` pool.  Raises OSError for anything but
     a missing or refused path.
     """
@@ -66,6 +71,11 @@ def resolved_target(opener: ContainedRoot, path: str, itself: bool) -> str | Non
     if itself or is_dir:
         try:
             real = _resolve(opener, "/".join(segments))
+        except Unreached as exc:
+            # Failed past a link: decided on how far it got (a missing name
+            # below a protected directory tells nothing); the write itself
+            # then answers the error.
+            return resolved_path(exc.path, is_dir)
         except OSError as exc:
             if exc.errno not in _NOT_THERE:
                 raise
@@ -73,6 +83,8 @@ def resolved_target(opener: ContainedRoot, path: str, itself: bool) -> str | Non
             return None if real is None else resolved_path(real, is_dir)
     try:
         parent = _resolve(opener, "/".join(segments[:-1]) or ".")
+    except Unreached as exc:
+        return resolved_path(f"{exc.path}/{segments[-1]}", is_dir)
     except OSError as exc:
         if exc.errno not in _NOT_THERE:
             raise
