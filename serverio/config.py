@@ -16,6 +16,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -566,17 +567,42 @@ class SitePolicy:
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
+    # --allowed-hosts: the Host names served besides the expected ones
+    # (serverio.http.hosts): "name", ".name" (it and below), "*.name"
+    # (below only), "*" (no check at all).
+    allowed_hosts: tuple[str, ...] = ()
     rules_source: str = ""  # the file the tables came from (for messages)
     # Derived by validate() from trusted_proxies.
     proxy_networks: tuple[IPNetwork, ...] = field(default=(), compare=False)
+    # Derived by Config.validate(): is the Host of every request checked
+    # (serverio.http.hosts)?  With writes or the proxy on, or --allowed-hosts
+    # given; never with --allowed-hosts '*'.
+    check_hosts: bool = field(default=False, compare=False)
 
-    def validate(self) -> SitePolicy:
-        """Parse the trusted proxies; a copy with proxy_networks filled in."""
+    def validate(self, writes_or_proxy: bool = False) -> SitePolicy:
+        """Parse the trusted proxies and the allowed hosts; a copy with
+        proxy_networks and check_hosts filled in.  ``writes_or_proxy``:
+        --upload, --webdav or a proxy route is on (the Host check's default)."""
         try:
             networks = parse_networks(self.trusted_proxies)
         except ValueError as exc:
             raise ConfigError(f"--trusted-proxies: {exc}") from None
-        return dataclasses.replace(self, proxy_networks=networks)
+        names = self.allowed_hosts
+        for name in names:
+            if name != "*" and _ALLOWED_HOST.fullmatch(name) is None:
+                raise ConfigError(
+                    f"--allowed-hosts: {name!r} is not a host name (NAME, .NAME or *.NAME; "
+                    "no scheme, port or path), nor '*'"
+                )
+        check = (writes_or_proxy or bool(names)) and "*" not in names
+        return dataclasses.replace(self, proxy_networks=networks, check_hosts=check)
+
+
+# One --allowed-hosts value: a DNS name (letters, digits, '-', '_', dots;
+# RFC 1123 §2.1 loosely, '_' as some LAN names have it) with an optional
+# leading "." or "*." (a domain and its subdomains / its subdomains only),
+# an IPv4 address, or an IPv6 one in brackets.
+_ALLOWED_HOST = re.compile(r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -963,6 +989,7 @@ class Config:
             raise ConfigError("--webdav cannot be used with --workers > 1 (locks are per process)")
         if uploads.upload and not uploads.allow_anonymous_writes:
             _check_write_auth(listeners, self.site)
+        proxy = self.proxy.validate()
         if content.spa is not None and self.proxy.proxy_fallback is not None:
             # Both answer "what nothing else answers": one must decide.
             raise ConfigError("--spa and --proxy-fallback cannot be used together")
@@ -981,9 +1008,9 @@ class Config:
             tls=tls,
             log=log,
             live=self.live.validate(root),
-            site=self.site.validate(),
+            site=self.site.validate(uploads.upload or proxy.enabled),
             uploads=uploads,
-            proxy=self.proxy.validate(),
+            proxy=proxy,
             root=root,
             source_date_epoch=int(epoch) if epoch.isdigit() else None,
         )

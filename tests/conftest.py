@@ -133,8 +133,18 @@ def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     return name
 
 
+# The Host values the suite's raw requests send ("Host: t", "a", "b", "x").
+# With writes or the proxy on, serverio answers only for expected hosts
+# (serverio.http.hosts); make_config admits these unless a test names its
+# own --allowed-hosts (tests/test_hosts.py does, to test the rule itself).
+SUITE_HOSTS = ("t", "a", "b", "x")
+
+
 def make_config(root: Path, **kw: object) -> Config:
-    return Config.of(directory=str(root), access_log="off").evolve(**kw).validate()
+    cfg = Config.of(directory=str(root), access_log="off").evolve(**kw).validate()
+    if "allowed_hosts" not in kw and cfg.site.check_hosts:
+        cfg = cfg.evolve(allowed_hosts=SUITE_HOSTS).validate()
+    return cfg
 
 
 @dataclass

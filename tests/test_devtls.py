@@ -99,7 +99,8 @@ def test_cli_loose_key_is_one_line_exit_2(
     d = tmp_path / "dev"
     devtls.ensure_dev_tls(str(d), NAMES, clock=lambda: NOW)
     os.chmod(d / "ca-key.pem", 0o640)
-    assert main(["--dev-tls", "--dev-tls-dir", str(d), "-d", str(tmp_path)]) == 2
+    (site := tmp_path / "site").mkdir()
+    assert main(["--dev-tls", "--dev-tls-dir", str(d), "-d", str(site)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ca-key.pem" in err
 
@@ -118,10 +119,49 @@ def test_without_cryptography_one_line_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "cryptography", None)  # import raises ImportError
-    args = ["--dev-tls", "--dev-tls-dir", str(tmp_path / "d"), "-d", str(tmp_path)]
+    (site := tmp_path / "site").mkdir()
+    args = ["--dev-tls", "--dev-tls-dir", str(tmp_path / "d"), "-d", str(site)]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'serverio[dev-tls]'" in err
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG data directory")
+@pytest.mark.parametrize("xdg", [False, True])
+def test_cli_dev_tls_directory_inside_the_served_root_is_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    xdg: bool,
+) -> None:
+    """``-d ~ --hidden --dev-tls`` would serve ~/.local/share/serverio/dev-tls/ca-key.pem:
+    refused before anything is made there, whatever --hidden says; a
+    --mount of it too; serving a sibling directory starts."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    if xdg:
+        monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    else:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    made = home / ("data" if xdg else ".local/share") / "serverio" / "dev-tls"
+    assert devtls.default_dir() == str(made)
+    monkeypatch.setattr(trio, "run", lambda *a: 0)  # a start that passes serves nothing
+    for argv in (
+        ["--dev-tls", "--hidden", "-d", str(home)],
+        ["--dev-tls", "-d", str(home)],
+        ["--dev-tls", "-d", str(tmp_path), "--mount", f"/h={home}"],
+        ["--dev-tls", "--dev-tls-dir", str(tmp_path / "in"), "-d", str(tmp_path)],
+    ):
+        assert main(argv, environ={}) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "inside the served root" in err, err
+        assert "--dev-tls" in err
+        assert not made.exists() and not (tmp_path / "in").exists()
+    # Outside the root: starts (the run itself replaced), the CA made there.
+    (site := home / "site").mkdir()
+    assert main(["--dev-tls", "--hidden", "-d", str(site)], environ={}) == 0
+    assert (made / "ca-key.pem").exists()
 
 
 def test_dir_from_env_and_platform_strategy(tmp_path: Path) -> None:

@@ -414,6 +414,13 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.http.disposition": ("ascii_fallback", "content_disposition", "download_matches"),
     "serverio.http.errorpage": ("ERROR_CSP", "error_html", "negotiated_error", "text_body"),
+    "serverio.http.hosts": (
+        "HostRule",
+        "host_allowed",
+        "host_name",
+        "host_rule",
+        "misdirected_plan",
+    ),
     "serverio.http.listing": (
         "Entry",
         "FILTER_MAX",
@@ -824,6 +831,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "complete_write",
         "failed",
         "finish",
+        "misdirected",
         "record",
         "start",
     ),
@@ -927,7 +935,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "rewrite_for",
         "slash_redirect",
     ),
-    "serverio.site.service": ("FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site"),
+    "serverio.site.service": (
+        "FAILURE_BUDGET",
+        "FAILURE_WINDOW",
+        "Site",
+        "Ticket",
+        "load_site",
+        "served_inside",
+    ),
     "serverio.upload": None,
     "serverio.upload.decide": (
         "REFUSAL_STATUS",

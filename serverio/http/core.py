@@ -110,7 +110,8 @@ class ExtraFields:
     # service (serverio.dav.ifheader).  ``host`` (the Host field or HTTP/2's
     # :authority) is kept only when another field of this class is (a
     # Destination, §10.3: is it this server?; an Origin or Content-Type for
-    # the upload form's CSRF rule), so a plain request still gets NO_EXTRA.
+    # the upload form's CSRF rule), so a plain request still gets NO_EXTRA;
+    # on every request when the Host is checked (serverio.http.hosts).
     depth: str | None = None
     destination: str | None = None
     overwrite: str | None = None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import ConfigError
+from ..site.service import served_inside
 from .lan import interface_addresses
 
 if TYPE_CHECKING:
@@ -414,7 +415,9 @@ def trust_instructions(ca_file: str) -> str:
 def apply_dev_tls(cfg: Config, clock: Clock | None = None) -> Config:
     """``cfg`` serving the --dev-tls leaf (unchanged without --dev-tls);
     says on stderr where the CA is and how to trust it, and warns that
-    --hsts pins every development server on localhost.
+    --hsts pins every development server on localhost.  ConfigError when
+    the directory lies inside the served root or a mount (the CA key
+    would be served).
 
     Cancellation handling: blocking, like :func:`ensure_dev_tls`; called at
     start-up before the event loop runs.
@@ -422,7 +425,15 @@ def apply_dev_tls(cfg: Config, clock: Clock | None = None) -> Config:
     tls = cfg.tls
     if not tls.dev_tls:
         return cfg
-    made = ensure_dev_tls(tls.dev_tls_dir or default_dir(), clock=clock)
+    directory = tls.dev_tls_dir or default_dir()
+    if served_inside(cfg, directory):
+        # The CA's private key would be one GET away (``-d ~ --hidden``):
+        # refused before anything is made there, whatever --hidden says.
+        raise ConfigError(
+            f"--dev-tls: its directory {directory} (the CA's private key) is inside the "
+            "served root or a --mount; serve another directory or set --dev-tls-dir elsewhere"
+        )
+    made = ensure_dev_tls(directory, clock=clock)
     check_key_mode(made.keyfile)
     check_key_mode(os.path.join(made.directory, CA_KEY))
     if made.created_ca:

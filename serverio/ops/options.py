@@ -932,6 +932,18 @@ _SITE = (
         metavar="FILE",
         default_text="none",
     ),
+    _O(
+        "allowed_hosts",
+        ("--allowed-hosts",),
+        "with --upload, --webdav or a proxy route, also answer for these Host names "
+        "(repeatable or comma-separated; .NAME or *.NAME for subdomains, '*' for any); "
+        "other unexpected hosts get 421 (DNS rebinding)",
+        "Site rules",
+        kind="list",
+        metavar="NAME",
+        split=",",
+        default_text="loopback names, IP addresses, the bound names",
+    ),
 )
 
 _UPLOADS = (
@@ -1542,6 +1554,8 @@ NOT_SETTABLE: dict[str, str] = {
     "root": "derived by Config.validate: the real path of the directory",
     "source_date_epoch": "derived by Config.validate from $SOURCE_DATE_EPOCH",
     "proxy_networks": "derived by Config.validate from --trusted-proxies",
+    "check_hosts": "derived by Config.validate from --upload, --webdav, the proxy routes "
+    "and --allowed-hosts",
     "routes": "derived by Config.validate from --proxy and [[proxy]]",
     "fallback": "derived by Config.validate from --proxy-fallback",
 }

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
@@ -54,6 +55,7 @@ from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
 from ..http.decide import cache_candidate, decide, needs_compressed, serve_cached
+from ..http.hosts import host_rule
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
@@ -252,6 +254,9 @@ class Handler:
         self.write_methods = hooks.write_methods  # the methods ``write`` answers
         self.write_takes = hooks.write_takes  # and where (None: everywhere)
         self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
+        # The Host names answered (serverio.http.hosts; None: any, no call):
+        # with writes or the proxy on, the DNS-rebinding rule.
+        self.hosts = host_rule(config, socket.gethostname())
         self._transform = hooks.transform
         self._listing_view = hooks.listing
         self._opener = opener

@@ -4,6 +4,10 @@ An HTTP/1.1 connection and an HTTP/2 stream both turn their request head
 into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
 :mod:`serverio.wire.fields`) and then call the same functions here:
 
+0. the Host stage (:func:`misdirected`, first in :func:`start` and
+   :func:`complete_body`): with writes or the proxy on, a request whose
+   ``Host`` this server does not answer for gets 421 before anything else
+   (:mod:`serverio.http.hosts`, the DNS-rebinding rule);
 1. :func:`start` (synchronous): without site rules, the hooks' router of
    reserved paths (:attr:`serverio.pipeline.hooks.Hooks.route`), routing
    (:func:`serverio.http.core.route`) and the handler's immediate answer
@@ -55,6 +59,7 @@ from ..fs.body import NO_BODY, Body
 from ..http.access import access_plan
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
+from ..http.hosts import misdirected_plan
 from ..model import ChunkSource, Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
@@ -79,6 +84,7 @@ __all__ = [
     "complete_write",
     "failed",
     "finish",
+    "misdirected",
     "record",
     "start",
 ]
@@ -158,7 +164,36 @@ class ForwardedClient:
 
 
 def start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
-    """As much of the answer as can be had without awaiting."""
+    """As much of the answer as can be had without awaiting: first the
+    Host stage (:func:`misdirected`), then :func:`_start`."""
+    hosts = deps.handler.hosts
+    if hosts is not None and (refused := misdirected(deps, req, now)) is not None:
+        return refused
+    return _start(deps, req, now)
+
+
+def misdirected(deps: Deps, req: RequestFacts, now: float) -> Answer | None:
+    """The Host stage, before anything else looks at ``req`` (routing,
+    access, a write, a proxy route): None when its ``Host`` (HTTP/2:
+    ``:authority``) is one this server answers for, else the 421 to send
+    (the pure decision: :func:`serverio.http.hosts.misdirected_plan`; the
+    rule is the handler's, None when Host is not checked).  The site's
+    header rules apply to the refusal, not its error pages: its one line
+    names the option that admits the host."""
+    rule = deps.handler.hosts
+    if rule is None:
+        return None
+    plan = misdirected_plan(rule, req, now)
+    if plan is None:
+        return None
+    site = deps.site
+    if site is not None:
+        plan = site.finish(plan, Ticket(None, req), pages=False)
+    return plan, Body.of(plan), None
+
+
+def _start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
+    """:func:`start` past the Host stage."""
     if deps.site is not None:
         return Waiting(req, None)  # the site's routing may wait (authentication)
     handler = deps.handler
@@ -317,11 +352,13 @@ async def complete_body(
     or resets the stream (HTTP/2).
     """
     handler = deps.handler
+    if handler.hosts is not None and (refused := misdirected(deps, req, now)) is not None:
+        return refused  # the content is left unread (the transport drains or closes)
     if handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, content, now, client)
     step = handler.receive
     if step is None:
-        got = start(deps, req, now)
+        got = _start(deps, req, now)
         if type(got) is Waiting:
             return await complete(deps, got, now, client, wait, content, head)
         assert type(got) is tuple
@@ -342,7 +379,7 @@ async def complete_body(
     if plan is not None:
         return _finished(site, plan, -1, ticket, req)
     if site is None:
-        got = start(deps, req, now)
+        got = _start(deps, req, now)
         if type(got) is Waiting:
             return await complete(deps, got, now, client, wait)
         assert type(got) is tuple

@@ -71,7 +71,7 @@ from .rules import (
     preflight_fields,
 )
 
-__all__ = ["FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site"]
+__all__ = ["FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site", "served_inside"]
 
 log = logging.getLogger("serverio")
 
@@ -128,6 +128,16 @@ def _inside(root: str, path: str, paths: ModuleType = os.path) -> bool:
         return False  # another drive, or one relative and one absolute
 
 
+def served_inside(cfg: Config, path: str) -> bool:
+    """Does ``path`` (resolved) lie inside what ``cfg`` serves: the root or
+    a ``--mount`` directory?  Whatever ``--hidden`` says: a secret there is
+    one flag (or one rule change) away from being served, so the callers
+    refuse to start instead (a users file, the ``--dev-tls`` directory)."""
+    served = [cfg.root] if cfg.root else []
+    served += [directory for _, directory in cfg.files.mounts]  # --mount: served too
+    return any(_inside(top, path) for top in served)
+
+
 def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     """Compile the site rules of ``cfg`` (reading users files and error
     pages); None when there are none.  Raises ConfigError."""
@@ -142,9 +152,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         )
         # A missing file is reported as missing (by _read_users), not as
         # "inside the served root": the fix is to create it, wherever.
-        served = [cfg.root] if cfg.root else []
-        served += [directory for _, directory in cfg.files.mounts]  # --mount: served too
-        if os.path.exists(path) and any(_inside(top, path) for top in served):
+        if os.path.exists(path) and served_inside(cfg, path):
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
         auth.append((pattern, users, cost_profile(users.values())))

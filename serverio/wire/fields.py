@@ -94,14 +94,20 @@ def check_host(value: bytes) -> None:
         raise HTTPError(400, "invalid Host", close=True)
 
 
-def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None = None) -> Fields:
+def scan_fields(
+    headers: Iterable[tuple[bytes, bytes]], authority: bytes | None = None, keep_host: bool = False
+) -> Fields:
     """One pass over the (lower-case) header list.  ``authority``:
     HTTP/2's ``:authority`` (HTTP/1.1 has a Host line instead); kept in
-    ``extra.host`` (with the Host line's value) only when another extra
-    field is present: a Destination (WebDAV COPY / MOVE), an Origin or a
-    Content-Type (the upload form's CSRF rule).
+    ``extra.host`` (with the Host line's value) when another extra field
+    is present (a Destination for WebDAV COPY / MOVE, an Origin or a
+    Content-Type for the upload form's CSRF rule), or always with
+    ``keep_host`` (the Host check, :mod:`serverio.http.hosts`, reads it
+    on every request).
 
-    Raises :class:`HTTPError` 400 for an invalid Host.
+    Raises :class:`HTTPError` 400 for an invalid Host, and for a Host line
+    that names another host than ``:authority`` (RFC 9113 §8.3.1: such a
+    request is malformed; the two must not be checked and used apart).
     """
     host = authority
     values: dict[str, str] = {}
@@ -116,6 +122,8 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None 
         elif name == b"host":
             if HOST_RE.fullmatch(value) is None:
                 raise HTTPError(400, "invalid Host", close=True)
+            if authority is not None and value.lower() != authority.lower():
+                raise HTTPError(400, "Host differs from :authority", close=True)
             host = value
         elif name == b"connection":
             c = out.connection
@@ -136,7 +144,7 @@ def scan_fields(headers: Iterable[tuple[bytes, bytes]], authority: bytes | None 
             v = value.decode("latin-1")
             old = extra.get(key)
             extra[key] = v if old is None else f"{old}, {v}"
-    if extra:
+    if extra or (keep_host and host is not None):
         if host is not None:
             # WebDAV's Destination and the upload form's CSRF rule compare with it.
             extra["host"] = host.decode("latin-1")
