@@ -230,7 +230,7 @@ async def test_shutdown_request_only_where_the_admin_listener_allows_it(root: Pa
                     data += chunk
             return data
 
-    post = b"POST /shutdown HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+    post = b"POST /shutdown HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
     handler = make_admin_handler(srv, lambda: False)
     async with trio.open_nursery() as nursery:
         without = await open_admin_listener("127.0.0.1:0")
@@ -241,4 +241,18 @@ async def test_shutdown_request_only_where_the_admin_listener_allows_it(root: Pa
         await nursery.start(functools.partial(serve_admin, on_post=on_post), with_post, handler)
         answer = await exchange(with_post.socket.getsockname()[1], post)
         assert answer.startswith(b"HTTP/1.1 202 ") and posts == ["/shutdown"]
+        # What a web page can send never stops it: a cross-origin or
+        # same-origin form POST (Origin, Sec-Fetch-*), a rebinding Host.
+        port = with_post.socket.getsockname()[1]
+        for extra in (
+            b"Origin: https://attacker.example\r\n",
+            b"Origin: null\r\n",
+            b"Sec-Fetch-Site: cross-site\r\n",
+            b"Host: attacker.example\r\n",
+        ):
+            head = post.replace(b"Host: 127.0.0.1\r\n", b"") if b"Host" in extra else post
+            head = head.replace(b"\r\n\r\n", b"\r\n" + extra + b"\r\n", 1)
+            answer = await exchange(port, head)
+            assert answer.startswith(b"HTTP/1.1 403 "), (extra, answer[:40])
+        assert posts == ["/shutdown"]
         nursery.cancel_scope.cancel()

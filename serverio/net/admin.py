@@ -14,6 +14,13 @@ connection holds a slot only until someone needs it), and only when every
 slot is busy answering does the newcomer get a 503.  So idle connections
 cannot lock a health checker out: it gets in as long as it sends its
 request within the head deadline.
+
+``POST /shutdown`` stops the server, so it is refused (403) to anything a
+web page could send: a request that carries ``Origin`` or a
+``Sec-Fetch-*`` field (browsers send them with every cross-origin and
+same-origin ``POST``, including a ``no-cors`` form post), or whose ``Host``
+is not an IP literal or a loopback name (a DNS-rebinding page).  A script,
+curl or a service manager sends none of them.
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import h11
 import trio
 
 from ..config import parse_host_port
 from ..http.core import Plan, common_fields, error_plan
+from ..http.hosts import HostRule, host_allowed
 from ..wire.h1 import Canned, head_bytes
 from .admission import reject_at_once as _reject_at_once
 from .listen import _bind
@@ -219,6 +227,9 @@ async def _exchange(
     method = event.method
     path = event.target.split(b"?", 1)[0].decode("ascii", "replace")
     if method == b"POST" and on_post is not None:
+        if _from_a_page(event.headers):
+            await _send(stream, _FORBIDDEN.at(time.time()))
+            return
         # The request body, if any, is not read: the answer ends the exchange.
         status, ctype, body = on_post(path)
         await _respond(stream, status, ctype, body, False)
@@ -231,10 +242,27 @@ async def _exchange(
     await _respond(stream, status, ctype, body, method == b"HEAD")
 
 
+def _from_a_page(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Could a web page have sent this POST (module doc)?  ``Origin`` or a
+    ``Sec-Fetch-*`` field (the Fetch standard's request metadata), or a
+    ``Host`` other than an IP literal or a loopback name."""
+    host: str | None = None
+    for name, value in headers:
+        if name == b"origin" or name.startswith(b"sec-fetch-"):
+            return True
+        if name == b"host":
+            host = value.decode("latin-1")
+    return not host_allowed(_LOOPBACK_ONLY, host)
+
+
+# No names besides IP literals and localhost (serverio.http.hosts).
+_LOOPBACK_ONLY = HostRule()
+
 # The endpoint's own errors, from the pure layer's error plan (the common
 # fields included), serialised once.  The 405 names what this endpoint
 # allows (RFC 9110 §15.5.6), which is not the file server's list.
 _BAD_REQUEST = Canned(error_plan(400, 0.0, close=True))
+_FORBIDDEN = Canned(error_plan(403, 0.0, close=True))
 _NOT_ALLOWED = Canned(error_plan(405, 0.0, close=True, allow=b"GET, HEAD"))
 # Where POST /shutdown is served (a loopback --admin-bind).
 _NOT_ALLOWED_POST = Canned(error_plan(405, 0.0, close=True, allow=b"GET, HEAD, POST"))
