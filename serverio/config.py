@@ -555,6 +555,11 @@ class SitePolicy:
     # --upload, empty means the whole root is writable.
     writable: tuple[tuple[str, tuple[str, ...]], ...] = ()
     auth_file: str | None = None  # --auth-file: the whole site
+    # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
+    # the whole site, beside --auth-file's; off loopback only with TLS or
+    # --allow-plain-auth (_check_plain_auth).
+    auth_users: tuple[str, ...] = ()
+    allow_plain_auth: bool = False
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
@@ -906,6 +911,8 @@ class Config:
             raise ConfigError("--webdav cannot be used with --workers > 1 (locks are per process)")
         if uploads.upload and not uploads.allow_anonymous_writes:
             _check_write_auth(listeners, self.site)
+        if self.site.auth_users and not self.site.allow_plain_auth:
+            _check_plain_auth(listeners, tls)
         if content.spa is not None and self.proxy.proxy_fallback is not None:
             # Both answer "what nothing else answers": one must decide.
             raise ConfigError("--spa and --proxy-fallback cannot be used together")
@@ -984,17 +991,38 @@ def _glob_prefix(pattern: str) -> str | None:
     return prefix
 
 
-def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
-    """``--upload`` on an address other than loopback: every writable
-    prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
-    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+def _public_hosts(listeners: ListenPolicy) -> list[str]:
+    """The listening addresses other machines may reach ("*": a wildcard)."""
     hosts = [listeners.host] if not (listeners.listen or listeners.listen_tls) else []
     hosts += [parse_listen(a, "--listen")[0] for a in listeners.listen]
     hosts += [parse_listen(a, "--listen-tls")[0] for a in listeners.listen_tls]
     public = [h or "*" for h in hosts if not _loopback(h)]
     if listeners.fds:
         public.append("an inherited socket")
-    if not public or site.auth_file is not None:
+    return public
+
+
+def _check_plain_auth(listeners: ListenPolicy, tls: TlsPolicy) -> None:
+    """``--auth USER:PASS`` off loopback needs TLS (RFC 7617 §4: basic
+    credentials are cleartext), unless ``--allow-plain-auth``."""
+    if tls.certfile is not None or tls.dev_tls:
+        plain = [parse_listen(a, "--listen")[0] for a in listeners.listen]
+        public = [h or "*" for h in plain if not _loopback(h)]
+    else:
+        public = _public_hosts(listeners)
+    if public:
+        raise ConfigError(
+            f"--auth on {public[0]} without TLS: the password would cross the network "
+            "readable (add --certfile or --dev-tls, or --allow-plain-auth)"
+        )
+
+
+def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
+    """``--upload`` on an address other than loopback: every writable
+    prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
+    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+    public = _public_hosts(listeners)
+    if not public or site.auth_file is not None or site.auth_users:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
     writable = [_glob_prefix(g) for g, _ in site.writable] or [""]

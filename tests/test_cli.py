@@ -294,38 +294,3 @@ def test_http2_on_by_default_and_switched_off() -> None:
     assert on.h2.http2 and on.h2.h2_max_streams == 7
     assert config_from_args(parser.parse_args(["-d", "."])).h2.http2
     assert not config_from_args(parser.parse_args(["-d", ".", "--no-http2"])).h2.http2
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (
-            ["--port", "9000"],
-            "unrecognized arguments: --port (the port is positional: "
-            "serverio 9000, or --listen HOST:9000)",
-        ),
-        (
-            ["-q", "--port=8081"],
-            "unrecognized arguments: --port=8081 (the port is positional: "
-            "serverio 8081, or --listen HOST:8081)",
-        ),
-        (
-            ["--port"],
-            "unrecognized arguments: --port (the port is positional: "
-            "serverio 8080, or --listen HOST:8080)",
-        ),
-        (["--bogus"], "unrecognized arguments: --bogus"),  # no hint where none helps
-    ],
-)
-def test_port_as_an_option_gets_a_hint(
-    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """http-server, serve and miniserve take --port; serverio the positional
-    port of http.server (issue 28): the usage error says so, exit 2."""
-    from serverio.ops.cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(argv, environ={})
-    assert info.value.code == 2
-    out, err = capsys.readouterr()
-    assert (out, err) == ("", f"serverio: error: {expected}\n")

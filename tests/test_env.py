@@ -384,9 +384,9 @@ def test_every_documented_flag_is_an_option_and_every_option_is_documented() -> 
     assert parser_flags - documented == set(), "an option without a row in docs/cli.md"
 
 
-# Flags docs/cli.md names that are not serverio's on purpose: http-server's
-# --port (refused with a hint), and --x / --no-x (the pattern of a toggle).
-_NOT_OURS = {"--port", "--x", "--no-x"}
+# Flags docs/cli.md names that are not serverio's on purpose: --x / --no-x
+# (the pattern of a toggle).
+_NOT_OURS = {"--x", "--no-x"}
 
 
 def test_every_flag_docs_cli_md_names_anywhere_exists() -> None:

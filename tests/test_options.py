@@ -167,7 +167,7 @@ def test_names_are_unique_and_derived() -> None:
     assert all(re.fullmatch(r"SERVERIO_[A-Z0-9_]+", e) for e in envs)
     by_flag = {f: o for o in OPTIONS for f in o.flags}
     assert by_flag["--max-connections"].env == "SERVERIO_MAX_CONNECTIONS"
-    assert by_flag["port"].env == "SERVERIO_PORT" and by_flag["-b"].key == "bind"
+    assert by_flag["--port"].env == "SERVERIO_PORT" and by_flag["-b"].key == "bind"
     assert by_flag["--http2"].key == "http2" and by_flag["--no-http2"] is by_flag["--http2"]
     assert by_flag["--config"].env is None and by_flag["--check"].key is None
     for opt in OPTIONS:

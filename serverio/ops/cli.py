@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import getpass
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import trio
 
@@ -18,7 +20,7 @@ from ..errors import ConfigError
 from ..net.activation import systemd_fds
 from ..net.tls import make_ssl_context
 from ..site.passwords import DEFAULT_ITERATIONS, hash_password
-from ..site.service import load_site
+from ..site.service import load_site, plain_auth_warning
 from .check import check_url
 from .completions import completions_main
 from .devtls import apply_dev_tls
@@ -30,7 +32,9 @@ from .options import (
     GROUPS,
     OPTIONS,
     PORT_ENV,
+    POSITIONALS,
     Option,
+    PortOrProtocol,
     add_option,
     blame_env,
     by_dest,
@@ -56,34 +60,90 @@ _EQUALS_ALIASES = tuple(
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (``--auth`` is not ``--auth-file``),
+    with one-line errors that suggest the flag meant, and the positional
+    ``[DIR] [PORT]`` sorted by what each value is."""
+
     _argv: Sequence[str] = ()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if not isinstance(action, PortOrProtocol):  # -p 8080: the action decides
+            super()._check_value(action, value)
 
     def error(self, message: str) -> NoReturn:
         # One clear line and exit status 2, like every other invalid input.
-        self.exit(2, f"serverio: error: {message}{_hint(message, self._argv)}\n")
+        self.exit(2, f"serverio: error: {message}{_hint(self, message, self._argv)}\n")
 
     def parse_known_args(  # type: ignore[override]  # same signature, narrower types
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         argv = sys.argv[1:] if args is None else list(args)
         self._argv = argv
-        return super().parse_known_args(_respell(argv), namespace)
+        ns, extra = super().parse_known_args(_respell(argv), namespace)
+        # An unknown flag is the error to report (its value was taken for a
+        # positional): parse_args says "unrecognized arguments" and the hint.
+        if hasattr(ns, POSITIONALS[0]) and not extra:
+            _place_positionals(self, ns)
+        return ns, extra
 
 
-def _hint(message: str, argv: Sequence[str]) -> str:
-    """What to type instead, for the usage errors people make from other
-    servers' habits: ``--port 8080`` (http-server, serve, miniserve) where
-    serverio takes http.server's positional port."""
+def _place_positionals(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """``serverio [DIR] [PORT]``: each positional value is the port if it is
+    a number, else the directory if one exists there (either order; the
+    same as ``-d`` and ``--port``, which must not be given too)."""
+    values = [getattr(ns, d) for d in POSITIONALS if getattr(ns, d) is not None]
+    for dest in POSITIONALS:
+        setattr(ns, dest, None)  # placed once: a second parse sees none
+    port: str | None = None
+    directory: str | None = None
+    for value in values:
+        if value.isascii() and value.isdigit():
+            if port is not None:
+                parser.error(f"two ports given: {port} and {value}")
+            port = value
+        elif os.path.isdir(value):
+            if directory is not None:
+                parser.error(f"two directories given: {directory!r} and {value!r}")
+            directory = value
+        elif os.path.exists(value):
+            parser.error(f"{value!r} is not a directory (serverio serves directories)")
+        else:
+            parser.error(f"{value!r} is neither a port (0-65535) nor an existing directory")
+    if port is not None:
+        given = getattr(ns, "_given_port", None)
+        if given is not None:
+            parser.error(f"the port is given twice: {port} and {given} {ns.port}")
+        ns.port = int(port)
+    if directory is not None:
+        given = getattr(ns, "_given_directory", None)
+        if given is not None:
+            parser.error(
+                f"the directory is given twice: {directory!r} and {given} {ns.directory!r}"
+            )
+        ns.directory = directory
+
+
+def _hint(parser: argparse.ArgumentParser, message: str, argv: Sequence[str]) -> str:
+    """The flag probably meant, for an unknown one (``--uplaod``: did you
+    mean --upload?), from the parser's own flags (difflib)."""
     if not message.startswith("unrecognized arguments"):
         return ""
-    for i, arg in enumerate(argv):
+    flags = [f for a in parser._actions for f in a.option_strings]
+    for arg in argv:
         if arg == "--":
             break
-        if arg != "--port" and not arg.startswith("--port="):
+        name = arg.partition("=")[0]
+        if not name.startswith("-") or name in flags:
             continue
-        value = arg.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
-        port = value if value.isdigit() else "8080"
-        return f" (the port is positional: serverio {port}, or --listen HOST:{port})"
+        # An abbreviation (refused: --auth must not become --auth-file)
+        # names what it abbreviates; a typo, the closest flag.
+        close = [f for f in flags if f.startswith(name) and name.startswith("--")][:3]
+        close = close or difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+        if close:
+            return f" (did you mean {' or '.join(close)}?)"
     return ""
 
 
@@ -144,7 +204,12 @@ Every option is also a key of the --config TOML file; docs/cli.md explains each.
 
 
 class _Formatter(argparse.HelpFormatter):
-    """argparse's wrapping, except for indented lines (the epilog's lists)."""
+    """argparse's wrapping, except for indented lines (the epilog's lists),
+    and never inside a flag (``--auth-`` / ``file``)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        return textwrap.wrap(text, width, break_on_hyphens=False)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         blocks = []
@@ -325,6 +390,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     logging.basicConfig(
         level=cfg.log.log_level.upper(), format="serverio: %(levelname)s: %(message)s"
     )
+    warning = plain_auth_warning(cfg)  # once, here: not from each compile of the rules
+    if warning is not None:
+        logging.getLogger("serverio").warning("%s", warning)
     # Before any worker starts: they inherit the raised limit and the config.
     cfg, note = fit_fd_limit(cfg)
     if note is not None:

@@ -117,8 +117,6 @@ def flags_of(options: Sequence[Option] = OPTIONS) -> list[Flag]:
     with ``-h/--help`` (argparse's own) first."""
     out = [Flag(("-h", "--help"), "show the help and exit", "none")]
     for opt in options:
-        if opt.kind == "positional":
-            continue
         if opt.switch is not None:
             flag, _, text = opt.switch
             out.append(Flag((flag,), _summary(text), "none"))

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from .completions import SUBCOMMANDS, Flag
-from .options import ENV_PREFIX, GROUPS, OPTIONS, PORT_ENV, Option
+from .options import ENV_PREFIX, GROUPS, OPTIONS, PORT_ENV, POSITIONAL_HELP, Option
 
 __all__ = ["manpage", "manpage_main", "roff_text"]
 
@@ -55,8 +55,9 @@ def _option_items(opt: Option) -> list[str]:
     if opt.switch is not None:
         flag, _, text = opt.switch
         out += _item((flag,), None, f"{text} (default: off)")
-    if opt.kind == "positional":
-        return [*out, ".TP", "\\fI" + roff_text(opt.dest) + "\\fR", roff_text(opt.full_help())]
+    if opt.kind == "positional":  # serverio [DIR] [PORT], then --port
+        where = [".TP", "\\fI[DIR] [PORT]\\fR", roff_text(POSITIONAL_HELP)]
+        return [*out, *where, *_item(opt.flags, opt.metavar, opt.full_help())]
     if opt.kind == "version":
         return out + _item(opt.flags, None, opt.help)
     metavar = None

@@ -5,8 +5,8 @@ the declarations of :mod:`serverio.ops.options`, so an option declared
 there gets its TOML key automatically:
 
 * the key is the long option name without its leading dashes
-  (``--max-connections`` -> ``max-connections``; the positional ``port`` is
-  ``port``);
+  (``--max-connections`` -> ``max-connections``; the port, ``--port`` or
+  positional, is ``port``);
 * the TOML type follows the option: flags are booleans, ``type=int``
   options integers, repeatable options arrays, other typed options (seconds)
   numbers or strings passed through the option's own converter, the rest
@@ -35,7 +35,7 @@ from typing import Any
 from ..config import PROXY_HOST_MODES, parse_proxy_spec, proxy_route
 from ..errors import ConfigError
 from ..site.rules import merge_header_lines
-from .options import OPTIONS, Toggle, by_dest
+from .options import OPTIONS, POSITIONALS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
 __all__ = [
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 # Options about the configuration itself (and help) have no TOML key.
-CLI_ONLY = frozenset({"help"} | {o.dest for o in OPTIONS if not o.toml})
+CLI_ONLY = frozenset({"help", *POSITIONALS} | {o.dest for o in OPTIONS if not o.toml})
 
 
 def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
