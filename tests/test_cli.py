@@ -252,9 +252,11 @@ def test_bind_refused_otherwise_exit_2(root: Path) -> None:
 
 
 def test_help_mentions_safe_default() -> None:
-    r = run_cli("--help")
+    r = run_cli("--help-all")
     text = " ".join(r.stdout.split())  # argparse wraps the description
     assert r.returncode == 0 and "127.0.0.1" in text and "all interfaces" in text
+    short = " ".join(run_cli("--help").stdout.split())
+    assert "Binds 127.0.0.1 unless told otherwise (-b 0.0.0.0 serves the network)" in short
 
 
 def test_console_script_is_declared() -> None:

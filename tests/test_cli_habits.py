@@ -23,7 +23,9 @@ import pytest
 
 from serverio.config import Config
 from serverio.errors import ConfigError
-from serverio.ops.cli import build_parser, config_from_args, main
+from serverio.ops.cli import COMMON, build_parser, config_from_args, main
+from serverio.ops.completions import SUBCOMMANDS
+from serverio.ops.options import OPTIONS
 from serverio.ops.tomlconfig import parse_with_config
 from serverio.site import service as site_mod
 from serverio.site.passwords import hash_password, verify
@@ -256,3 +258,47 @@ def test_the_plain_http_auth_warning_is_printed_once(root: Path, tmp_path: Path)
             proc.communicate()
     assert err.count("plain HTTP") == 1, err
     assert "serverio: WARNING: basic authentication over plain HTTP on 0.0.0.0" in err
+
+
+# ---------------------------------------------------------------- --help and --help-all
+
+
+def _page(flag: str, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main([flag], environ={})
+    out, err = capsys.readouterr()
+    assert info.value.code == 0 and err == ""
+    return out
+
+
+def test_help_is_a_short_page_that_says_where_the_rest_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    page = _page("--help", capsys)
+    lines = page.splitlines()
+    assert lines[0] == "usage: serverio [DIR] [PORT] [options]" and lines[1] == ""
+    assert len(lines) <= 80, len(lines)  # it was 455, with 44 lines of usage
+    flat = " ".join(page.split())
+    for flag in COMMON:
+        assert f" {flag}" in flat, flag
+    assert 10 <= len(COMMON) <= 20
+    for sub in SUBCOMMANDS:  # hash-password, completions, manpage
+        assert f"serverio {sub.name}" in page, sub.name
+    assert "serverio --help-all" in flat and "serverio manpage | man -l -" in flat
+    assert "docs/cli.md" in flat
+    assert "(default:" not in page  # the long page states those
+    assert _page("-h", capsys) == page
+
+
+def test_help_all_is_generated_from_the_declarations(capsys: pytest.CaptureFixture[str]) -> None:
+    page = _page("--help-all", capsys)
+    assert page == build_parser().format_help()
+    assert page.splitlines()[0] == "usage: serverio [DIR] [PORT] [options]"
+    flat = " ".join(page.split())
+    for opt in OPTIONS:
+        for flag in opt.flags:
+            assert flag in flat, flag
+        text = opt.help if opt.kind == "version" else opt.full_help()
+        assert " ".join(text.split()) in flat, opt.flags
+    for sub in SUBCOMMANDS:
+        assert f"serverio {sub.name}" in page, sub.name

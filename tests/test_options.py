@@ -29,7 +29,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 def _help_text(capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as info:
-        main(["--help"])
+        main(["--help-all"])
     assert info.value.code == 0
     return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
 

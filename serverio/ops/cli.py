@@ -22,7 +22,7 @@ from ..net.tls import make_ssl_context
 from ..site.passwords import DEFAULT_ITERATIONS, hash_password
 from ..site.service import load_site, plain_auth_warning
 from .check import check_url
-from .completions import completions_main
+from .completions import SUBCOMMANDS, completions_main
 from .devtls import apply_dev_tls
 from .fdlimit import fit_fd_limit
 from .manpage import manpage_main
@@ -32,6 +32,7 @@ from .options import (
     GROUPS,
     OPTIONS,
     PORT_ENV,
+    POSITIONAL_HELP,
     POSITIONALS,
     Option,
     PortOrProtocol,
@@ -184,12 +185,22 @@ _DESCRIPTION = (
     "default - safer than http.server, which listens on all interfaces; pass "
     "-b 0.0.0.0 (or -b ::) to serve the network."
 )
+USAGE = "serverio [DIR] [PORT] [options]"
+
+
+def _subcommands_text() -> str:
+    """Every subcommand with its summary (the list completions know too)."""
+    lines = ["subcommands:"]
+    for sub in SUBCOMMANDS:
+        arg = " " + "|".join(sub.argument) if sub.argument else ""
+        lines.append(f"  serverio {sub.name}{arg}")
+        lines += [f"{'':24}{line}" for line in textwrap.wrap(sub.summary, 54)]
+    lines.append(f"{'':24}('serverio SUBCOMMAND --help' for more)")
+    return "\n".join(lines)
+
+
 # Indented lines are kept as written (see _Formatter); the rest is wrapped.
-_EPILOG = f"""subcommands:
-  serverio hash-password [--user NAME] [--iterations N]
-                        print a password hash (a users-file line with --user)
-                        for --auth-file and [[auth]]; 'serverio hash-password
-                        --help' for more
+_EPILOG = f"""{_subcommands_text()}
 
 environment:
   {ENV_PREFIX}<OPTION>     every option with a TOML key, as shown [env: ...]
@@ -221,11 +232,104 @@ class _Formatter(argparse.HelpFormatter):
         return "\n\n".join(blocks)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line, generated from :data:`serverio.ops.options.OPTIONS`."""
-    p = _Parser(
-        prog="serverio", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter
+# The short --help: the options most first runs use (issue 45), by their
+# first flag; the page itself is generated from their declarations.
+COMMON = (
+    "--port",
+    "-b",
+    "-d",
+    "--upload",
+    "--webdav",
+    "--auth",
+    "--auth-file",
+    "--spa-file",
+    "--cors",
+    "-H",
+    "--watch",
+    "--open",
+    "--certfile",
+    "--dev-tls",
+    "--proxy",
+    "-q",
+    "--config",
+)
+_SHORT_DESCRIPTION = (
+    "Serve a directory over HTTP/1.1 and HTTP/2. Binds 127.0.0.1 unless told otherwise "
+    "(-b 0.0.0.0 serves the network)."
+)
+
+
+def _more_text(total: int) -> str:
+    return (
+        f"More: serverio --help-all (all {total} options, grouped, with defaults and "
+        "variables), the manual page (serverio manpage | man -l -) and docs/cli.md."
     )
+
+
+class _ShortHelp(argparse._HelpAction):
+    """``-h/--help``: the short page (:func:`short_help`), then exit 0."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser._print_message(short_help(parser), sys.stdout)
+        parser.exit()
+
+
+def short_help(parser: argparse.ArgumentParser) -> str:
+    """The short ``--help`` page: usage, the positional rule, the
+    :data:`COMMON` options (their declarations' help, without defaults),
+    every subcommand and where the rest is."""
+    p = argparse.ArgumentParser(
+        prog="serverio",
+        usage=USAGE,
+        description=_SHORT_DESCRIPTION,
+        epilog=f"{_subcommands_text()}\n\n{_more_text(_option_count(parser))}",
+        formatter_class=_Formatter,
+        add_help=False,
+    )
+    p.add_argument("DIR", nargs="?", help=POSITIONAL_HELP.rsplit(" (default", 1)[0])
+    p.add_argument("PORT", nargs="?", help="the port (default 8000); also --port or -p PORT")
+    common = p.add_argument_group("common options")
+    common.add_argument("-h", "--help", action="store_true", help="this page")
+    common.add_argument("--help-all", action="store_true", help="every option")
+    by_flag = {f: o for o in OPTIONS for f in o.flags}
+    for flag in COMMON:
+        opt = by_flag[flag]
+        flags = [f for f in opt.flags if f != "-p"]  # -p: --port's alias, told above
+        if opt.switch is not None:
+            common.add_argument(opt.switch[0], action="store_true", help=opt.switch[2])
+        text = opt.help.replace("%", "%%")
+        if opt.kind in ("flag", "toggle"):
+            common.add_argument(*flags, action="store_true", help=text)
+        else:
+            common.add_argument(*flags, metavar=opt.metavar or opt.dest.upper(), help=text)
+    return p.format_help()
+
+
+def _option_count(parser: argparse.ArgumentParser) -> int:
+    return sum(1 for a in parser._actions if a.option_strings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, generated from :data:`serverio.ops.options.OPTIONS`;
+    its ``format_help()`` is the long page (``--help-all``)."""
+    p = _Parser(
+        prog="serverio",
+        usage=USAGE,
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=_Formatter,
+        add_help=False,
+    )
+    # dest=SUPPRESS: no namespace attribute, so no TOML key or variable.
+    short, every = "show the short help and exit", "show this page (every option) and exit"
+    p.add_argument("-h", "--help", action=_ShortHelp, dest=argparse.SUPPRESS, help=short)
+    p.add_argument("--help-all", action="help", dest=argparse.SUPPRESS, help=every)
     groups = {title: p.add_argument_group(title) for title in GROUPS}
     for opt in OPTIONS:
         add_option(groups[opt.group], opt)

@@ -104,7 +104,7 @@ _EXIT_STATUSES: tuple[tuple[str, str], ...] = (
     (
         "0",
         "stopped on request (SIGINT, SIGTERM, POST /shutdown on the admin endpoint) "
-        "after the drain; --help, --version, --print-config; --check URL answered 2xx",
+        "after the drain; --help, --help-all, --version, --print-config; --check URL answered 2xx",
     ),
     (
         "1",
@@ -164,7 +164,8 @@ def manpage(
             continue
         lines.append(f'.SS "{roff_text(group)}"')
         if group == groups[0]:
-            lines += _item(("-h", "--help"), None, "show the help and exit")
+            lines += _item(("-h", "--help"), None, "show the short help and exit")
+            lines += _item(("--help-all",), None, "show every option and exit")
         for opt in members:
             lines += _option_items(opt)
     lines.append(".SH SUBCOMMANDS")

@@ -49,7 +49,9 @@ __all__ = [
 ]
 
 # Options about the configuration itself (and help) have no TOML key.
-CLI_ONLY = frozenset({"help", *POSITIONALS} | {o.dest for o in OPTIONS if not o.toml})
+CLI_ONLY = frozenset(
+    {"help", argparse.SUPPRESS, *POSITIONALS} | {o.dest for o in OPTIONS if not o.toml}
+)
 
 
 def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
