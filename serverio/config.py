@@ -910,7 +910,9 @@ class Config:
             # Dead properties and (class 2) locks live in one process.
             raise ConfigError("--webdav cannot be used with --workers > 1 (locks are per process)")
         if uploads.upload and not uploads.allow_anonymous_writes:
-            _check_write_auth(listeners, self.site)
+            # Named as given: --webdav (or --webdav-prefix) implies --upload.
+            flag = "--webdav" if uploads.webdav else "--upload"
+            _check_write_auth(listeners, self.site, flag)
         if self.site.auth_users and not self.site.allow_plain_auth:
             _check_plain_auth(listeners, tls)
         if content.spa is not None and self.proxy.proxy_fallback is not None:
@@ -1017,7 +1019,7 @@ def _check_plain_auth(listeners: ListenPolicy, tls: TlsPolicy) -> None:
         )
 
 
-def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
+def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--upload") -> None:
     """``--upload`` on an address other than loopback: every writable
     prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
     ``--auth-file``), unless ``--allow-anonymous-writes``."""
@@ -1031,7 +1033,7 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
             continue  # not a writable glob at all: compile_writable refuses it
         if not any(w == a or w.startswith(a + "/") or a == "" for a in covers):
             raise ConfigError(
-                f"--upload on {public[0]}: writable path {w}/** is under no "
+                f"{flag} on {public[0]}: writable path {w}/** is under no "
                 "[[auth]] rule PREFIX/** (add one, or --auth-file, or --allow-anonymous-writes)"
             )
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,14 +74,23 @@ def test_serving_line_and_sigterm_exit_0(root: Path) -> None:
         url = line.split(" at ", 1)[1].strip()
         with urllib.request.urlopen(url + "hello.txt", timeout=10) as resp:
             assert resp.read() == b"hello world\n"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(url + "missing.txt", timeout=10)
+        assert missing.value.code == 404
+        missing.value.close()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0
     assert out == ""  # exactly one stdout line, already read
     assert "Traceback" not in err
+    assert "draining" not in err  # nothing was in flight: no "draining 0 responses"
     # One short exit line; the counters only with -v (test_verbose_exit_counters).
+    # A 404 is the client's error, told apart from the server's (issue 45).
     [stopped] = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
-    summary = r"serverio: stopped: 1 request, 0 errors, \d+ B sent, up \d+\.\d s"
+    summary = (
+        r"serverio: stopped: 2 requests, 1 client error \(4xx\), 0 server errors \(5xx\), "
+        r"\d+ B sent, up \d+\.\d s"
+    )
     assert re.fullmatch(summary, stopped), stopped
     assert "accepted=" not in err
 
@@ -99,10 +109,11 @@ def test_verbose_exit_counters(root: Path) -> None:
         _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0
     lines = err.splitlines()
-    assert lines[0] == "serverio: draining 0 responses (Ctrl-C again to stop now)"
-    assert lines[1].startswith("serverio: stopped: 1 request, 0 errors, ")
-    assert lines[2].startswith("serverio: counters: accepted=1 rejected=0 completed=1 ")
-    assert "cache_file_hits=" in lines[2] and len(lines) == 3
+    assert lines[0].startswith(
+        "serverio: stopped: 1 request, 0 client errors (4xx), 0 server errors (5xx), "
+    )
+    assert lines[1].startswith("serverio: counters: accepted=1 rejected=0 completed=1 ")
+    assert "cache_file_hits=" in lines[1] and len(lines) == 2
 
 
 @pytest.mark.skipif(
@@ -126,7 +137,9 @@ def test_signal_during_transfer_says_draining(root: Path) -> None:
     assert proc.returncode == 0
     lines = err.splitlines()
     assert lines[0] == "serverio: stopping now"
-    assert lines[-1].startswith("serverio: stopped: 0 requests, 0 errors, ")
+    assert lines[-1].startswith(
+        "serverio: stopped: 0 requests, 0 client errors (4xx), 0 server errors (5xx), "
+    )
     assert len(lines[-1]) < 100
 
 

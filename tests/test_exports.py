@@ -951,7 +951,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "check_host",
         "scan_fields",
     ),
-    "serverio.wire.h1": ("Canned", "SHARED_HEADS", "SHARED_HEADS_MAX", "head_bytes", "shared_head"),
+    "serverio.wire.h1": (
+        "Canned",
+        "SHARED_HEADS",
+        "SHARED_HEADS_MAX",
+        "head_bytes",
+        "keep_spellings",
+        "shared_head",
+    ),
     "serverio.wire.h2head": (
         "CONNECTION_SPECIFIC",
         "MalformedRequest",

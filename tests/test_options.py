@@ -240,6 +240,10 @@ def _sample_argv(opt: Option) -> list[str]:
         # --mount ROUTE=DIR (written back as [[mount]] tables)
         # (absolute: a file's relative dir is relative to the file)
         return [opt.flags[-1], '/a=/d "b" \\ c', opt.flags[-1], "/z=/y"]
+    elif opt.fs_path:
+        # Absolute: --print-config writes a path absolute (a file's relative
+        # path is relative to the file, the command line's to the cwd).
+        value = '/a "b" \\ c'
     else:
         value = 'a "b" \\ c'  # quoting and escapes survive the TOML round trip
     if opt.kind == "positional":

@@ -44,6 +44,7 @@ from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..proxy.service import ProxyService
 from ..site.service import load_site
 from ..upload.service import Uploads
+from ..wire.h1 import keep_spellings
 from .connection import ConnectionTask
 from .env import ConnectionEnv
 from .h2conn import H2Connection
@@ -171,6 +172,10 @@ class Services:
         self.env.site = site = load_site(self.config, self.stats)
         if site is None:
             return
+        # The names -H and [[headers]] set go out over HTTP/1.1 as spelled.
+        given = [line.partition(":")[0].strip() for line in self.config.site.headers]
+        given += [name for _, sets, _ in self.config.site.header_rules for name, _ in sets]
+        keep_spellings(given)
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
         if self.proxy is not None:

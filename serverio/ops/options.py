@@ -134,6 +134,7 @@ class Option:
     default_text: str | None = None  # how --help states a default that is None/computed
     name: str | None = None  # the namespace attribute, where the flag's own is taken
     port_alias: bool = False  # "-p 8080": an integer value of the short flag is the port
+    fs_path: bool = False  # a filesystem path: in a --config file, relative to the file
 
     @property
     def dest(self) -> str:
@@ -646,6 +647,7 @@ _WHERE = (
         metavar="DIR",
         default_factory=os.getcwd,
         default_text="the current directory",
+        fs_path=True,
     ),
     _O(
         None,
@@ -1034,6 +1036,7 @@ _SITE = (
         "Site rules",
         metavar="FILE",
         default_text="none",
+        fs_path=True,
     ),
     _O(
         "auth_users",
@@ -1400,6 +1403,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="off",
+        fs_path=True,
     ),
     _O(
         "keyfile",
@@ -1408,6 +1412,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="the certfile",
+        fs_path=True,
     ),
     _O(
         "keyfile_password_file",
@@ -1416,6 +1421,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="none",
+        fs_path=True,
     ),
     _O(
         "keyfile_password_env",
@@ -1457,6 +1463,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="the user's data directory",
+        fs_path=True,
     ),
 )
 
@@ -1538,6 +1545,7 @@ _OPERATIONS = (
         "Logs",
         metavar="PATH",
         default_text="stderr",
+        fs_path=True,
     ),
     _O("log_level", ("--log-level",), "error log level (stderr)", "Logs", choices=LOG_LEVELS),
     _O(

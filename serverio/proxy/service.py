@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
+import logging
 from collections.abc import Callable
 
 import h11
@@ -83,6 +84,8 @@ from .tunnel import TunnelGauge, UpstreamTunnel
 
 __all__ = ["Downstream", "ProxyService"]
 
+log = logging.getLogger("serverio")
+
 # Statuses that never have content (RFC 9110 §6.4.1).
 _BODILESS = frozenset({204, 304})
 
@@ -96,6 +99,7 @@ class ProxyService:
         "_networks",
         "_plain",
         "_policy",
+        "_reported",
         "_stats",
         "pools",
         "routes",
@@ -111,6 +115,7 @@ class ProxyService:
         self.routes = Routes(policy.routes, mounts)
         self._fallback = policy.fallback
         self.tunnels = TunnelGauge()  # open now (/metrics)
+        self._reported: dict[str, float] = {}  # upstream -> when a failure was last logged
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
         # One pool per route; the fallback's is keyed "" (its prefix "/"
         # may also be a route's).
@@ -321,6 +326,7 @@ class ProxyService:
                 if retry:
                     continue  # a stale keep-alive connection: once more, on a new one
                 _count(stats, exc.kind)
+                self._report(pool.route, exc)
                 raise HTTPError(502, f"upstream {exc.kind}") from None
             except BaseException as exc:
                 if conn is not None:
@@ -329,6 +335,18 @@ class ProxyService:
                     stats.cancelled += 1
                 raise
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _report(self, route: ProxyRoute, exc: UpstreamError) -> None:
+        """A 502 for a failed upstream says why on stderr, beside its access
+        line: the route, the upstream and the reason, at most once per
+        second per upstream (a refusing upstream under load is one line a
+        second, not one per request; the counters are on /metrics)."""
+        now = trio.current_time()
+        last = self._reported.get(route.upstream)
+        if last is not None and now - last < _REPORT_INTERVAL:
+            return
+        self._reported[route.upstream] = now
+        log.warning("--proxy %s: upstream %s: %s (502)", route.prefix, route.upstream, exc)
 
     async def _answer(
         self,
@@ -364,6 +382,7 @@ class ProxyService:
 
 
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
+_REPORT_INTERVAL = 1.0  # seconds between two failure lines about one upstream
 
 # How long an upstream may take to answer before the client is watched
 # (pipeline.handler.watching_client: a helper task that notices a client
