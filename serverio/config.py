@@ -53,6 +53,7 @@ __all__ = [
     "parse_proxy_spec",
     "parse_upstream",
     "proxy_route",
+    "wants_site_rules",
 ]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
@@ -991,6 +992,31 @@ def _glob_prefix(pattern: str) -> str | None:
     if any(c in prefix for c in "*?[]{}"):
         return None
     return prefix
+
+
+def wants_site_rules(cfg: Config) -> bool:
+    """Does ``cfg`` set anything the site rules (serverio.site) compile?
+    When not, the rules are never compiled nor imported (a plain static
+    start: docs/performance.md "Start-up"); when it does and they compile
+    to nothing (``-H 'X:'`` alone), load_site says None.  A superset of
+    :attr:`serverio.site.rules.SiteRules.empty`'s test, on the settings."""
+    site = cfg.site
+    return bool(
+        site.headers
+        or site.header_rules
+        or site.cors
+        or site.cors_origins
+        or site.redirects
+        or site.rewrites
+        or site.clean_urls
+        or site.trailing_slash != "keep"
+        or site.error_pages
+        or site.auth
+        or site.auth_file is not None
+        or site.auth_users
+        or cfg.tls.hsts is not None
+        or (cfg.uploads.upload and site.writable)
+    )
 
 
 def _public_hosts(listeners: ListenPolicy) -> list[str]:

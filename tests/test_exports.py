@@ -151,6 +151,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "parse_proxy_spec",
         "parse_upstream",
         "proxy_route",
+        "wants_site_rules",
     ),
     "serverio.dav": None,
     "serverio.dav.answers": (
@@ -895,6 +896,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "rewrite_for",
         "slash_redirect",
     ),
+    "serverio.site.ticket": ("Ticket",),
     "serverio.site.service": (
         "FAILURE_BUDGET",
         "FAILURE_WINDOW",
@@ -1076,6 +1078,9 @@ def test_exported_names_exist_and_are_public(module: str) -> None:
 
 def test_top_level_namespace_is_exactly_all() -> None:
     assert EXPORTS["serverio"] == TOP_LEVEL
+    for name in serverio.__all__:  # imported on first use (PEP 562)
+        getattr(serverio, name)
+    assert set(dir(serverio)) >= set(serverio.__all__)
     public = {
         name
         for name, value in vars(serverio).items()

@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import functools
-import getpass
-import logging
 import os
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import trio
-
-from ..config import Config
 from ..errors import ConfigError
-from ..net.activation import systemd_fds
-from ..net.tls import make_ssl_context
-from ..site.passwords import DEFAULT_ITERATIONS, hash_password
-from ..site.service import load_site, plain_auth_warning
-from .check import check_url
 from .completions import SUBCOMMANDS, completions_main
-from .devtls import apply_dev_tls
-from .fdlimit import fit_fd_limit
-from .manpage import manpage_main
 from .options import (
     DEFAULTS,
     ENV_PREFIX,
@@ -44,9 +29,15 @@ from .options import (
     env_values,
     port_from_env,
 )
-from .qr import check_qr_available
-from .run import run_server
 from .tomlconfig import dump, load, parse_with_config
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+# Start-up (docs/performance.md "Start-up"): this module imports only what
+# parsing the command line needs, so that --version, --help, --print-config
+# and the subcommands never import trio, ssl or the server; what serving
+# needs is imported in main() once the command line asks for a server.
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -142,7 +133,10 @@ def _hint(parser: argparse.ArgumentParser, message: str, argv: Sequence[str]) ->
         # An abbreviation (refused: --auth must not become --auth-file)
         # names what it abbreviates; a typo, the closest flag.
         close = [f for f in flags if f.startswith(name) and name.startswith("--")][:3]
-        close = close or difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+        if not close:
+            import difflib
+
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
         if close:
             return f" (did you mean {' or '.join(close)}?)"
     return ""
@@ -348,12 +342,25 @@ def _check_combinations(args: argparse.Namespace) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """The validated Config of a parsed namespace (ConfigError: one line)."""
+    from ..config import Config
+
     _check_combinations(args)
     cfg = Config.of(**config_fields(args)).validate()
-    # Compile the site rules now, so a bad rule is a one-line error (exit 2)
-    # before anything is bound; the server compiles its own copy.
-    load_site(cfg)
+    if _has_site_rules(cfg):
+        from ..site.service import load_site
+
+        # Compile the site rules now, so a bad rule is a one-line error
+        # (exit 2) before anything is bound; the server compiles its own copy.
+        load_site(cfg)
     return cfg
+
+
+def _has_site_rules(cfg: Config) -> bool:
+    """Does anything ask for the site rules (serverio.site)?  A plain
+    static start does not import them (the server does the same test)."""
+    from ..config import wants_site_rules
+
+    return wants_site_rules(cfg)
 
 
 _HASH_DESCRIPTION = (
@@ -364,6 +371,8 @@ _HASH_DESCRIPTION = (
 
 
 def hash_password_main(argv: Sequence[str]) -> int:
+    from ..site.passwords import DEFAULT_ITERATIONS, hash_password
+
     """``serverio hash-password [--user NAME] [--iterations N]``: print a users-file hash.
 
     The password is read from a prompt on a terminal, else one line of
@@ -387,6 +396,8 @@ def hash_password_main(argv: Sequence[str]) -> int:
         print("serverio: error: --iterations must be from 1000 to 10000000", file=sys.stderr)
         return 2
     if sys.stdin.isatty():
+        import getpass
+
         password = getpass.getpass("Password: ")
         if getpass.getpass("Again: ") != password:
             print("serverio: error: the passwords differ", file=sys.stderr)
@@ -465,6 +476,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if argv[:1] == ["completions"]:
         return completions_main(argv[1:])
     if argv[:1] == ["manpage"]:
+        from .manpage import manpage_main
+
         return manpage_main(argv[1:], parser.description or "")
     variables: Mapping[str, str] = os.environ if environ is None else environ
     sources: dict[str, Option] = {}
@@ -475,8 +488,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         args = parse_with_config(parser, argv, env)
         sources = {**_env_sources(argv, env), **_file_sources(argv, args.config, env)}
         if args.check is not None:
+            from .check import check_url
+
             return check_url(args.check)
         if not args.fd and not args.print_config:
+            from ..net.activation import systemd_fds
+
             # systemd socket activation (consumes LISTEN_FDS/LISTEN_PID).
             args.fd = systemd_fds() or None
         _apply_port_env(args, port)
@@ -485,18 +502,34 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             sys.stdout.write(dump(parser, args))
             return 0
         if cfg.live.qr:
+            from .qr import check_qr_available
+
             check_qr_available()
-        cfg = apply_dev_tls(cfg)
-        ssl_context = make_ssl_context(cfg)
+        if cfg.tls.dev_tls:
+            from .devtls import apply_dev_tls
+
+            cfg = apply_dev_tls(cfg)
+        ssl_context = None
+        if cfg.tls.certfile is not None:  # ssl only when TLS is asked for
+            from ..net.tls import make_ssl_context
+
+            ssl_context = make_ssl_context(cfg)
     except ConfigError as exc:
         print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)
         return 2
+    import logging
+
     logging.basicConfig(
         level=cfg.log.log_level.upper(), format="serverio: %(levelname)s: %(message)s"
     )
-    warning = plain_auth_warning(cfg)  # once, here: not from each compile of the rules
-    if warning is not None:
-        logging.getLogger("serverio").warning("%s", warning)
+    if _has_site_rules(cfg):
+        from ..site.service import plain_auth_warning
+
+        warning = plain_auth_warning(cfg)  # once, here: not from each compile of the rules
+        if warning is not None:
+            logging.getLogger("serverio").warning("%s", warning)
+    from .fdlimit import fit_fd_limit
+
     # Before any worker starts: they inherit the raised limit and the config.
     cfg, note = fit_fd_limit(cfg)
     if note is not None:
@@ -505,6 +538,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from .workers import supervise
 
         return supervise(cfg)
+    return _serve(cfg, ssl_context)
+
+
+def _serve(cfg: Config, ssl_context: Any) -> int:
+    """One serving process: trio and the server, imported now."""
+    import functools
+
+    import trio
+
+    from .run import run_server
+
     return trio.run(functools.partial(run_server, cfg, ssl_context=ssl_context))
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -326,7 +325,7 @@ def _switch_env(opt: Option) -> str:
 def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
     """The argparse action(s) of one declaration."""
     if opt.kind == "version":
-        group.add_argument(*opt.flags, action="version", version=_version(), help=opt.help)
+        group.add_argument(*opt.flags, action=_Version, help=opt.help)
         return
     kw: dict[str, Any] = {"help": opt.full_help()}
     if opt.switch is not None:
@@ -580,10 +579,27 @@ def _workers(text: str) -> int:
 
 
 def _version() -> str:
+    import importlib.metadata  # ~20 ms (email, zipfile...): only for --version
+
     try:
         return "serverio " + importlib.metadata.version("serverio")
     except importlib.metadata.PackageNotFoundError:
         return "serverio unknown (not installed)"
+
+
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version, looked up when asked for (not
+    each time the parser is built)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = _version()
+        super().__call__(parser, namespace, values, option_string)
 
 
 # ---------------------------------------------------------------- declarations

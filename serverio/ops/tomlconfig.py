@@ -38,7 +38,6 @@ from typing import Any
 
 from ..config import PROXY_HOST_MODES, parse_proxy_spec, proxy_route
 from ..errors import ConfigError
-from ..site.rules import merge_header_lines
 from .options import OPTIONS, POSITIONALS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
@@ -532,6 +531,8 @@ def _merge_lists(
         layers = (from_file.get(dest), env.get(dest), getattr(args, dest, None))
         items = [item for layer in layers if isinstance(layer, list) for item in layer]
         if items:
+            from ..site.rules import merge_header_lines  # only with -H lists to add up
+
             setattr(args, dest, list(merge_header_lines(items)))
     return args
 

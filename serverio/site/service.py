@@ -38,7 +38,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import ModuleType
 
 from ..concurrency.blocking import Pool
@@ -70,26 +70,13 @@ from .rules import (
     match_path,
     preflight_fields,
 )
+from .ticket import Ticket
 
 __all__ = ["FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site", "plain_auth_warning"]
 
 log = logging.getLogger("serverio")
 
 _ROUTES_MAX = 4096
-
-
-@dataclass(slots=True)
-class Ticket:
-    """What :meth:`Site.route` decided: an answer (``plan``), or the request
-    to serve (possibly rewritten); ``protected``/``authed``: an auth rule
-    applied / the client passed it."""
-
-    plan: Plan | None
-    req: RequestFacts
-    protected: bool = False
-    authed: bool = False
-    # The auth rules (their indices) this request's credentials passed.
-    granted: frozenset[int] = frozenset()
 
 
 def _read_users(path: str, where: str) -> dict[str, str]:
