@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from serverio.config import Config
-from serverio.ops import cli
+from serverio.net import activation
 from serverio.ops.cli import build_parser, config_from_args, main
 from serverio.ops.completions import SUBCOMMANDS
 from serverio.ops.options import OPTIONS, env_bool, env_names
@@ -46,7 +46,8 @@ def _served(
         return 0
 
     monkeypatch.setattr(trio, "run", fake_run)  # what cli.main calls to serve
-    monkeypatch.setattr(cli, "systemd_fds", lambda: list(fds or []))
+    # cli imports it when it serves (start-up: docs/performance.md)
+    monkeypatch.setattr(activation, "systemd_fds", lambda: list(fds or []))
     assert main(argv, environ=environ) == 0
     [cfg] = seen
     return cfg

@@ -41,9 +41,10 @@ from testkit.wheelhouse import build_wheelhouse
 SOURCE = Path(__file__).resolve().parent.parent
 README = SOURCE / "README.md"
 SERVING = re.compile(r"^Serving (.+) at http://(.+):(\d+)/$")
-# Up to its last step, then a small selection instead of the whole suite.
-CMD2_TAIL = ".venv/bin/python -m pytest"
-CMD2_INSTEAD = ".venv/bin/python -m pytest -q -n 0 -p no:cacheprovider tests/test_exports.py"
+# Up to its first pytest, then a small selection instead of the whole suite
+# (the parallel run, then the serial one).
+CMD2_TAIL = ".venv/bin/python -m pytest -n auto && .venv/bin/python -m pytest -n 0 -m serial"
+CMD2_INSTEAD = ".venv/bin/python -m pytest -q -n 2 -p no:cacheprovider tests/test_exports.py"
 ANY_LISTING = mock.ANY
 NETNS = ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
 
@@ -236,3 +237,35 @@ def test_readme_command_2_verbatim_installs_then_runs_one_test_file_not_the_suit
     report = _run_inside("tests", clone, wheelhouse, timeout=700)
     assert report["rc"] == 0, report
     assert re.search(r"\d+ passed", str(report["out"])), report
+
+
+class _Item:
+    def __init__(self, serial: bool) -> None:
+        self.serial = serial
+        self.added: list[pytest.MarkDecorator] = []
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "serial" and self.serial else None
+
+    def add_marker(self, mark: pytest.MarkDecorator) -> None:
+        self.added.append(mark)
+
+
+def test_serial_tests_are_skipped_by_xdist_workers_and_run_by_the_second_invocation() -> None:
+    """The README's command: the parallel run skips the ``serial`` tests
+    (saying where they run), the ``-n 0 -m serial`` run runs them."""
+    from types import SimpleNamespace
+
+    from . import conftest
+
+    items = [_Item(True), _Item(False)]
+    worker = SimpleNamespace(workerinput={"workerid": "gw0"})
+    conftest.pytest_collection_modifyitems(worker, items)  # type: ignore[arg-type]
+    assert [m.mark.kwargs.get("reason") for m in items[0].added] == [conftest.SERIAL_SKIP]
+    assert items[1].added == []
+    alone = [_Item(True)]
+    conftest.pytest_collection_modifyitems(SimpleNamespace(), alone)  # type: ignore[arg-type]
+    assert alone[0].added == []
+    assert "-m serial" in readme_commands()[1] and "-n auto" in readme_commands()[1]
+    marked = (SOURCE / "tests" / "test_reliability.py").read_text(encoding="utf-8")
+    assert "pytestmark = pytest.mark.serial" in marked
