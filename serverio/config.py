@@ -55,6 +55,7 @@ __all__ = [
     "parse_proxy_spec",
     "parse_upstream",
     "proxy_route",
+    "wants_site_rules",
 ]
 
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
@@ -564,6 +565,11 @@ class SitePolicy:
     # files under it are served (serverio.http.active).
     writable: tuple[WritableTable, ...] = ()
     auth_file: str | None = None  # --auth-file: the whole site
+    # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
+    # the whole site, beside --auth-file's; off loopback only with TLS or
+    # --allow-plain-auth (_check_plain_auth).
+    auth_users: tuple[str, ...] = ()
+    allow_plain_auth: bool = False
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
@@ -988,7 +994,11 @@ class Config:
             # Dead properties and (class 2) locks live in one process.
             raise ConfigError("--webdav cannot be used with --workers > 1 (locks are per process)")
         if uploads.upload and not uploads.allow_anonymous_writes:
-            _check_write_auth(listeners, self.site)
+            # Named as given: --webdav (or --webdav-prefix) implies --upload.
+            flag = "--webdav" if uploads.webdav else "--upload"
+            _check_write_auth(listeners, self.site, flag)
+        if self.site.auth_users and not self.site.allow_plain_auth:
+            _check_plain_auth(listeners, tls)
         proxy = self.proxy.validate()
         if content.spa is not None and self.proxy.proxy_fallback is not None:
             # Both answer "what nothing else answers": one must decide.
@@ -1068,17 +1078,63 @@ def _glob_prefix(pattern: str) -> str | None:
     return prefix
 
 
-def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
-    """``--upload`` on an address other than loopback: every writable
-    prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
-    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+def wants_site_rules(cfg: Config) -> bool:
+    """Does ``cfg`` set anything the site rules (serverio.site) compile?
+    When not, the rules are never compiled nor imported (a plain static
+    start: docs/performance.md "Start-up"); when it does and they compile
+    to nothing (``-H 'X:'`` alone), load_site says None.  A superset of
+    :attr:`serverio.site.rules.SiteRules.empty`'s test, on the settings."""
+    site = cfg.site
+    return bool(
+        site.headers
+        or site.header_rules
+        or site.cors
+        or site.cors_origins
+        or site.redirects
+        or site.rewrites
+        or site.clean_urls
+        or site.trailing_slash != "keep"
+        or site.error_pages
+        or site.auth
+        or site.auth_file is not None
+        or site.auth_users
+        or cfg.tls.hsts is not None
+        or (cfg.uploads.upload and site.writable)
+    )
+
+
+def _public_hosts(listeners: ListenPolicy) -> list[str]:
+    """The listening addresses other machines may reach ("*": a wildcard)."""
     hosts = [listeners.host] if not (listeners.listen or listeners.listen_tls) else []
     hosts += [parse_listen(a, "--listen")[0] for a in listeners.listen]
     hosts += [parse_listen(a, "--listen-tls")[0] for a in listeners.listen_tls]
     public = [h or "*" for h in hosts if not _loopback(h)]
     if listeners.fds:
         public.append("an inherited socket")
-    if not public or site.auth_file is not None:
+    return public
+
+
+def _check_plain_auth(listeners: ListenPolicy, tls: TlsPolicy) -> None:
+    """``--auth USER:PASS`` off loopback needs TLS (RFC 7617 §4: basic
+    credentials are cleartext), unless ``--allow-plain-auth``."""
+    if tls.certfile is not None or tls.dev_tls:
+        plain = [parse_listen(a, "--listen")[0] for a in listeners.listen]
+        public = [h or "*" for h in plain if not _loopback(h)]
+    else:
+        public = _public_hosts(listeners)
+    if public:
+        raise ConfigError(
+            f"--auth on {public[0]} without TLS: the password would cross the network "
+            "readable (add --certfile or --dev-tls, or --allow-plain-auth)"
+        )
+
+
+def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--upload") -> None:
+    """``--upload`` on an address other than loopback: every writable
+    prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
+    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+    public = _public_hosts(listeners)
+    if not public or site.auth_file is not None or site.auth_users:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
     writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]
@@ -1087,7 +1143,7 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy) -> None:
             continue  # not a writable glob at all: compile_writable refuses it
         if not any(w == a or w.startswith(a + "/") or a == "" for a in covers):
             raise ConfigError(
-                f"--upload on {public[0]}: writable path {w}/** is under no "
+                f"{flag} on {public[0]}: writable path {w}/** is under no "
                 "[[auth]] rule PREFIX/** (add one, or --auth-file, or --allow-anonymous-writes)"
             )
 

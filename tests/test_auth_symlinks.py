@@ -18,9 +18,11 @@ import io
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from serverio.config import Config
 from serverio.fs.mounts import MountedRoot
 from serverio.fs.opener import RootOpener
 from serverio.site.passwords import hash_password
@@ -62,7 +64,7 @@ def site(root: Path) -> Path:
     return root
 
 
-def _cfg(root: Path, users: Path, **kw: object) -> object:
+def _cfg(root: Path, users: Path, **kw: Any) -> Config:
     return make_config(root, auth=(("/private/**", str(users)),), **kw)
 
 

@@ -67,7 +67,7 @@ def test_every_option_of_the_parser_is_in_each_script(shell: str) -> None:
 
 
 def test_values_complete_from_the_declarations() -> None:
-    kinds = {o.flags[-1]: value_kind(o) for o in OPTIONS if o.kind != "positional"}
+    kinds = {f: value_kind(o) for o in OPTIONS if o.kind != "positional" for f in o.flags}
     assert kinds["--etag"] == "choices"
     assert kinds["--directory"] == "dir"
     assert kinds["--tls-cert"] == kinds["--auth-file"] == kinds["--config"] == "file"

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from serverio.config import Config
-from serverio.ops import cli
+from serverio.net import activation
 from serverio.ops.cli import build_parser, config_from_args, main
 from serverio.ops.completions import SUBCOMMANDS
 from serverio.ops.options import OPTIONS, env_bool, env_names
@@ -46,7 +46,8 @@ def _served(
         return 0
 
     monkeypatch.setattr(trio, "run", fake_run)  # what cli.main calls to serve
-    monkeypatch.setattr(cli, "systemd_fds", lambda: list(fds or []))
+    # cli imports it when it serves (start-up: docs/performance.md)
+    monkeypatch.setattr(activation, "systemd_fds", lambda: list(fds or []))
     assert main(argv, environ=environ) == 0
     [cfg] = seen
     return cfg
@@ -384,9 +385,9 @@ def test_every_documented_flag_is_an_option_and_every_option_is_documented() -> 
     assert parser_flags - documented == set(), "an option without a row in docs/cli.md"
 
 
-# Flags docs/cli.md names that are not serverio's on purpose: http-server's
-# --port (refused with a hint), and --x / --no-x (the pattern of a toggle).
-_NOT_OURS = {"--port", "--x", "--no-x"}
+# Flags docs/cli.md names that are not serverio's on purpose: --x / --no-x
+# (the pattern of a toggle).
+_NOT_OURS = {"--x", "--no-x"}
 
 
 def test_every_flag_docs_cli_md_names_anywhere_exists() -> None:

@@ -152,6 +152,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "parse_proxy_spec",
         "parse_upstream",
         "proxy_route",
+        "wants_site_rules",
     ),
     "serverio.dav": None,
     "serverio.dav.answers": (
@@ -743,10 +744,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "DEFAULTS",
         "ENV_PREFIX",
         "GROUPS",
+        "Given",
         "NOT_SETTABLE",
         "OPTIONS",
         "Option",
         "PORT_ENV",
+        "POSITIONALS",
+        "POSITIONAL_HELP",
+        "PortOrProtocol",
         "TABLES",
         "Table",
         "Toggle",
@@ -935,12 +940,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "rewrite_for",
         "slash_redirect",
     ),
+    "serverio.site.ticket": ("Ticket",),
     "serverio.site.service": (
         "FAILURE_BUDGET",
         "FAILURE_WINDOW",
         "Site",
         "Ticket",
         "load_site",
+        "plain_auth_warning",
         "served_inside",
     ),
     "serverio.upload": None,
@@ -993,7 +1000,14 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "check_host",
         "scan_fields",
     ),
-    "serverio.wire.h1": ("Canned", "SHARED_HEADS", "SHARED_HEADS_MAX", "head_bytes", "shared_head"),
+    "serverio.wire.h1": (
+        "Canned",
+        "SHARED_HEADS",
+        "SHARED_HEADS_MAX",
+        "head_bytes",
+        "keep_spellings",
+        "shared_head",
+    ),
     "serverio.wire.h2head": (
         "CONNECTION_SPECIFIC",
         "MalformedRequest",
@@ -1111,6 +1125,9 @@ def test_exported_names_exist_and_are_public(module: str) -> None:
 
 def test_top_level_namespace_is_exactly_all() -> None:
     assert EXPORTS["serverio"] == TOP_LEVEL
+    for name in serverio.__all__:  # imported on first use (PEP 562)
+        getattr(serverio, name)
+    assert set(dir(serverio)) >= set(serverio.__all__)
     public = {
         name
         for name, value in vars(serverio).items()

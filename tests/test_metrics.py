@@ -283,7 +283,9 @@ async def test_shutdown_summary_reports_cache_counters(
     # -v: the short summary line, then every counter on one line.
     lines = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
     assert len(lines) == 1
-    assert lines[0].startswith("serverio: stopped: 5 requests, 0 errors, ")
+    assert lines[0].startswith(
+        "serverio: stopped: 5 requests, 0 client errors (4xx), 0 server errors (5xx), "
+    )
     counters = [ln for ln in err.splitlines() if ln.startswith("serverio: counters:")]
     assert len(counters) == 1
     fields = dict(kv.split("=", 1) for kv in counters[0].split()[2:])

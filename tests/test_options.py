@@ -29,7 +29,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 def _help_text(capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as info:
-        main(["--help"])
+        main(["--help-all"])
     assert info.value.code == 0
     return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
 
@@ -167,7 +167,7 @@ def test_names_are_unique_and_derived() -> None:
     assert all(re.fullmatch(r"SERVERIO_[A-Z0-9_]+", e) for e in envs)
     by_flag = {f: o for o in OPTIONS for f in o.flags}
     assert by_flag["--max-connections"].env == "SERVERIO_MAX_CONNECTIONS"
-    assert by_flag["port"].env == "SERVERIO_PORT" and by_flag["-b"].key == "bind"
+    assert by_flag["--port"].env == "SERVERIO_PORT" and by_flag["-b"].key == "bind"
     assert by_flag["--http2"].key == "http2" and by_flag["--no-http2"] is by_flag["--http2"]
     assert by_flag["--config"].env is None and by_flag["--check"].key is None
     for opt in OPTIONS:
@@ -240,6 +240,10 @@ def _sample_argv(opt: Option) -> list[str]:
         # --mount ROUTE=DIR (written back as [[mount]] tables)
         # (absolute: a file's relative dir is relative to the file)
         return [opt.flags[-1], '/a=/d "b" \\ c', opt.flags[-1], "/z=/y"]
+    elif opt.fs_path:
+        # Absolute: --print-config writes a path absolute (a file's relative
+        # path is relative to the file, the command line's to the cwd).
+        value = '/a "b" \\ c'
     else:
         value = 'a "b" \\ c'  # quoting and escapes survive the TOML round trip
     if opt.kind == "positional":

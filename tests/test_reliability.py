@@ -28,6 +28,10 @@ from testkit.fuzzing import Case, CaseFailure, make_case, make_env, run_case
 
 from .conftest import connect, make_config, running_server
 
+# Timing against stalled threads and transfers in flight: not beside another
+# worker (tests/conftest.py, SERIAL_SKIP).
+pytestmark = pytest.mark.serial
+
 
 def check(fig: dict[str, Any]) -> dict[str, Any]:
     assert fig["problems"] == [], json.dumps(fig, indent=1, default=str)

@@ -159,7 +159,9 @@ def test_connections_spread_across_processes(root: Path) -> None:
     assert "Traceback" not in err
     assert "serverio: draining 2 workers (Ctrl-C again to stop now)" in err.splitlines()
     [stopped] = [ln for ln in err.splitlines() if ln.startswith("serverio: stopped:")]
-    assert stopped.startswith("serverio: stopped: 200 requests, 0 errors, "), stopped
+    assert stopped.startswith(
+        "serverio: stopped: 200 requests, 0 client errors (4xx), 0 server errors (5xx), "
+    ), stopped
 
 
 def test_crashed_worker_is_restarted(root: Path) -> None:

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import html
 import importlib
+import importlib.util
 from collections.abc import Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -38,18 +39,21 @@ from ..errors import HTTPError
 from .target import parse_target, quote_segment
 
 
-def _optional(name: str) -> Any:
-    """A module of the optional extra, or None.  Imported by name, so that
-    type-checking never depends on whether the extra is installed (its
-    objects are ``Any`` here either way)."""
+def _installed(name: str) -> bool:
+    """Is the optional extra's module there?  Found, not imported: it is
+    imported by the first README rendered (start-up, docs/performance.md)."""
     try:
-        return importlib.import_module(name)
-    except ImportError:  # pragma: no cover - the fallback is tested by patching MARKDOWN
-        return None
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # pragma: no cover
+        return False
 
 
-_MARKDOWN_IT: Any = _optional("markdown_it")  # the optional extra: serverio[markdown]
-_TOKENS: Any = _optional("markdown_it.token") if _MARKDOWN_IT is not None else None
+def _module(name: str) -> Any:
+    """A module of the optional extra, imported by name on first use, so
+    that type-checking never depends on whether the extra is installed (its
+    objects are ``Any`` here either way)."""
+    return importlib.import_module(name)
+
 
 __all__ = ["MARKDOWN", "README_MAX", "README_NAMES", "checked_url", "render_readme", "with_readme"]
 
@@ -57,7 +61,7 @@ __all__ = ["MARKDOWN", "README_MAX", "README_NAMES", "checked_url", "render_read
 README_NAMES: Final = ("README.md", "README")
 README_MAX: Final = 256 * 1024
 # Is the Markdown renderer installed?  (Tests turn it off to see the fallback.)
-MARKDOWN: bool = _MARKDOWN_IT is not None
+MARKDOWN: bool = _installed("markdown_it")  # the optional extra: serverio[markdown]
 
 _SCHEMES: Final = frozenset({"http", "https", "mailto"})
 
@@ -133,7 +137,7 @@ def _image(tok: Any, segments: Sequence[str], hidden: bool, *, inside_link: bool
     parts = urlsplit(src) if checked_url(src, segments, hidden=hidden) else None
     if parts is not None and not parts.scheme:
         return [tok]  # relative and contained: shown (img-src 'self')
-    token = _TOKENS.Token
+    token = _module("markdown_it.token").Token
     text = token("text", "", 0, content=alt)
     if parts is None or inside_link:
         return [text]
@@ -151,7 +155,7 @@ def _image(tok: Any, segments: Sequence[str], hidden: bool, *, inside_link: bool
 @functools.lru_cache(maxsize=16)
 def _markdown(text: str, segments: tuple[str, ...], hidden: bool) -> str:
     # One parser per render (0.2 ms): nothing shared between worker threads.
-    md = _MARKDOWN_IT.MarkdownIt(
+    md = _module("markdown_it").MarkdownIt(
         "commonmark", {"html": False, "linkify": False, "typographer": False}
     )
     md.enable(["table", "strikethrough"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -22,8 +22,10 @@ from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.handler import Handler
-from ..site.service import Site
 from .order import ServeOrder
+
+if TYPE_CHECKING:  # the site rules are imported only when configured
+    from ..site.service import Site
 
 __all__ = ["ConnectionEnv", "SwitchFactory", "Switched"]
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -43,7 +44,6 @@ from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
-from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
@@ -56,6 +56,9 @@ from .env import ConnectionEnv
 from .lifecycle import Lifecycle
 from .listen import Listeners, bind_public, public_addresses
 from .services import Services
+
+if TYPE_CHECKING:  # imported by --watch only (net.services)
+    from ..live.service import LiveReload
 
 __all__ = ["Server", "bind_public", "public_addresses"]
 

@@ -23,18 +23,16 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING
 
-from ..archive.service import Archives
+import trio
+
 from ..concurrency.blocking import Pool
-from ..config import Config
-from ..dav.lockguard import TableLocks, new_token
-from ..dav.locks import LockTable
-from ..dav.service import DAV_METHODS, PREFIX_METHODS, DavService
+from ..config import Config, wants_site_rules
 from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
-from ..live.service import LiveReload
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.logpipe import LogPipe
@@ -42,13 +40,21 @@ from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
-from ..proxy.service import ProxyService
-from ..site.service import load_site
-from ..upload.service import Uploads
+from ..wire.h1 import keep_spellings
 from .connection import ConnectionTask
-from .env import ConnectionEnv
-from .h2conn import H2Connection
+from .env import ConnectionEnv, Switched
 from .order import ServeOrder
+
+if TYPE_CHECKING:
+    from ..dav.service import DavService
+    from ..live.service import LiveReload
+    from ..proxy.service import ProxyService
+    from ..upload.service import Uploads
+
+# Start-up (docs/performance.md "Start-up"): each optional feature (live
+# reload, uploads, WebDAV, archives, the proxy, the site rules, HTTP/2) is
+# imported where its option turns it on, so a plain static start imports
+# none of them; HTTP/2 on the first connection that speaks it.
 
 __all__ = ["Services"]
 
@@ -98,7 +104,7 @@ class Services:
             self.stats,
             self.access_log,
             self.response_times,
-            http2=H2Connection if http2 else None,
+            http2=_h2_connection if http2 else None,
             order=ServeOrder(connections),
         )
         self._site()
@@ -107,6 +113,8 @@ class Services:
         config = self.config
         self.hooks: Hooks = NO_HOOKS
         if config.live.watch:
+            from ..live.service import LiveReload
+
             # Development mode: a watcher with a pool of its own (1 thread),
             # plugged into the pipeline's hooks (serverio.pipeline.hooks).
             watch = Pool("watch", 1, 1)
@@ -116,6 +124,8 @@ class Services:
         self.uploads: Uploads | None = None
         self.dav: DavService | None = None
         if config.uploads.upload:
+            from ..upload.service import Uploads
+
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
             self.pools.append(self.uploads.pool)
@@ -128,44 +138,16 @@ class Services:
                 running=_both(self.hooks.running, self.uploads.running),
             )
             if config.uploads.webdav:
-                # --webdav: the DAV step answers its methods, PUT and DELETE
-                # included (a file's through the uploads' step); class 2: the
-                # lock table of this process (serverio.dav.lockguard).
-                pol = config.uploads
-                table = LockTable(
-                    max_locks=pol.webdav_max_locks,
-                    timeout_max=pol.webdav_lock_timeout_max,
-                    tokens=new_token,
-                    per_client=pol.webdav_max_locks_per_client,
-                    per_resource=pol.webdav_max_locks_per_resource,
-                    anonymous_timeout_max=pol.webdav_anonymous_lock_timeout_max,
-                )
-                locks = TableLocks(table)
-                self.dav = dav = DavService(
-                    config, lambda: self.opener, self.files, self.uploads, locks
-                )
-                if pol.webdav_prefix is None:
-                    self.hooks = dataclasses.replace(
-                        self.hooks, write=dav.write, write_methods=DAV_METHODS
-                    )
-                    # No upload form with --webdav: its POST is not one of the
-                    # DAV methods, so WebDAV's locks would not guard it.
-                    self.content.writable = None
-                else:
-                    # --webdav-prefix: the DAV methods under it, the uploads'
-                    # (and their form) elsewhere (DavService.takes).
-                    self.hooks = dataclasses.replace(
-                        self.hooks,
-                        write=dav.write,
-                        write_methods=PREFIX_METHODS,
-                        write_takes=dav.takes,
-                    )
-                    self.content.writable = _outside(dav, _always)
+                self._webdav(config, self.uploads)
         if config.content.archives:
+            from ..archive.service import Archives
+
             # Folder archives: the listing's other form, read in the fs pool.
             archives = Archives(config, self.fs, self.content, lambda: self.opener)
             self.hooks = dataclasses.replace(self.hooks, listing=archives)
         if config.proxy.enabled:
+            from ..proxy.service import ProxyService
+
             # The reverse proxy (serverio.proxy), on the pipeline's proxy hook.
             self.proxy = ProxyService(config, self.stats.proxy)
             self.hooks = dataclasses.replace(self.hooks, proxy=self.proxy)
@@ -178,12 +160,56 @@ class Services:
             hooks=self.hooks,
         )
 
+    def _webdav(self, config: Config, uploads: Uploads) -> None:
+        """``--webdav`` (with ``--upload``'s step): the DAV hooks."""
+        from ..dav.lockguard import TableLocks, new_token
+        from ..dav.locks import LockTable
+        from ..dav.service import DAV_METHODS, PREFIX_METHODS, DavService
+
+        # --webdav: the DAV step answers its methods, PUT and DELETE
+        # included (a file's through the uploads' step); class 2: the
+        # lock table of this process (serverio.dav.lockguard).
+        pol = config.uploads
+        table = LockTable(
+            max_locks=pol.webdav_max_locks,
+            timeout_max=pol.webdav_lock_timeout_max,
+            tokens=new_token,
+            per_client=pol.webdav_max_locks_per_client,
+            per_resource=pol.webdav_max_locks_per_resource,
+            anonymous_timeout_max=pol.webdav_anonymous_lock_timeout_max,
+        )
+        locks = TableLocks(table)
+        self.dav = dav = DavService(config, lambda: self.opener, self.files, uploads, locks)
+        if pol.webdav_prefix is None:
+            self.hooks = dataclasses.replace(self.hooks, write=dav.write, write_methods=DAV_METHODS)
+            # No upload form with --webdav: its POST is not one of the
+            # DAV methods, so WebDAV's locks would not guard it.
+            self.content.writable = None
+        else:
+            # --webdav-prefix: the DAV methods under it, the uploads'
+            # (and their form) elsewhere (DavService.takes).
+            self.hooks = dataclasses.replace(
+                self.hooks,
+                write=dav.write,
+                write_methods=PREFIX_METHODS,
+                write_takes=dav.takes,
+            )
+            self.content.writable = _outside(dav, _always)
+
     def _site(self) -> None:
         """Site rules, compiled once; ``env.site`` stays None (never
         consulted) when there are none."""
+        if not wants_site_rules(self.config):
+            return  # none configured: not even imported
+        from ..site.service import load_site
+
         self.env.site = site = load_site(self.config, self.stats)
         if site is None:
             return
+        # The names -H and [[headers]] set go out over HTTP/1.1 as spelled.
+        given = [line.partition(":")[0].strip() for line in self.config.site.headers]
+        given += [name for _, sets, _ in self.config.site.header_rules for name, _ in sets]
+        keep_spellings(given)
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
         if self.proxy is not None:
@@ -240,6 +266,16 @@ class Services:
             self._opener.close()
         self._opener = None
         self.handler.forget_root()
+
+
+def _h2_connection(
+    env: ConnectionEnv, stream: trio.abc.Stream, client: Callable[[], str], initial: bytes
+) -> Switched:
+    """The HTTP/2 side of a connection that speaks it (a SwitchFactory);
+    serverio.net.h2conn and h2 are imported by the first one."""
+    from .h2conn import H2Connection
+
+    return H2Connection(env, stream, client, initial)
 
 
 Running = Callable[[], AbstractAsyncContextManager[None]]

@@ -3,35 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import functools
-import getpass
-import logging
 import os
 import sys
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import trio
-
-from ..config import Config
 from ..errors import ConfigError
-from ..net.activation import systemd_fds
-from ..net.tls import make_ssl_context
-from ..observe.logpipe import PipeHandler
-from ..site.passwords import DEFAULT_ITERATIONS, hash_password
-from ..site.service import load_site
-from .check import check_url
-from .completions import completions_main
-from .devtls import apply_dev_tls
-from .fdlimit import fit_fd_limit
-from .manpage import manpage_main
+from .completions import SUBCOMMANDS, completions_main
 from .options import (
     DEFAULTS,
     ENV_PREFIX,
     GROUPS,
     OPTIONS,
     PORT_ENV,
+    POSITIONAL_HELP,
+    POSITIONALS,
     Option,
+    PortOrProtocol,
     add_option,
     blame_env,
     by_dest,
@@ -40,9 +29,15 @@ from .options import (
     env_values,
     port_from_env,
 )
-from .qr import check_qr_available
-from .run import run_server
 from .tomlconfig import dump, load, parse_with_config
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+# Start-up (docs/performance.md "Start-up"): this module imports only what
+# parsing the command line needs, so that --version, --help, --print-config
+# and the subcommands never import trio, ssl or the server; what serving
+# needs is imported in main() once the command line asks for a server.
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -57,34 +52,93 @@ _EQUALS_ALIASES = tuple(
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (``--auth`` is not ``--auth-file``),
+    with one-line errors that suggest the flag meant, and the positional
+    ``[DIR] [PORT]`` sorted by what each value is."""
+
     _argv: Sequence[str] = ()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if not isinstance(action, PortOrProtocol):  # -p 8080: the action decides
+            super()._check_value(action, value)
 
     def error(self, message: str) -> NoReturn:
         # One clear line and exit status 2, like every other invalid input.
-        self.exit(2, f"serverio: error: {message}{_hint(message, self._argv)}\n")
+        self.exit(2, f"serverio: error: {message}{_hint(self, message, self._argv)}\n")
 
     def parse_known_args(  # type: ignore[override]  # same signature, narrower types
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         argv = sys.argv[1:] if args is None else list(args)
         self._argv = argv
-        return super().parse_known_args(_respell(argv), namespace)
+        ns, extra = super().parse_known_args(_respell(argv), namespace)
+        # An unknown flag is the error to report (its value was taken for a
+        # positional): parse_args says "unrecognized arguments" and the hint.
+        if hasattr(ns, POSITIONALS[0]) and not extra:
+            _place_positionals(self, ns)
+        return ns, extra
 
 
-def _hint(message: str, argv: Sequence[str]) -> str:
-    """What to type instead, for the usage errors people make from other
-    servers' habits: ``--port 8080`` (http-server, serve, miniserve) where
-    serverio takes http.server's positional port."""
+def _place_positionals(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """``serverio [DIR] [PORT]``: each positional value is the port if it is
+    a number, else the directory if one exists there (either order; the
+    same as ``-d`` and ``--port``, which must not be given too)."""
+    values = [getattr(ns, d) for d in POSITIONALS if getattr(ns, d) is not None]
+    for dest in POSITIONALS:
+        setattr(ns, dest, None)  # placed once: a second parse sees none
+    port: str | None = None
+    directory: str | None = None
+    for value in values:
+        if value.isascii() and value.isdigit():
+            if port is not None:
+                parser.error(f"two ports given: {port} and {value}")
+            port = value
+        elif os.path.isdir(value):
+            if directory is not None:
+                parser.error(f"two directories given: {directory!r} and {value!r}")
+            directory = value
+        elif os.path.exists(value):
+            parser.error(f"{value!r} is not a directory (serverio serves directories)")
+        else:
+            parser.error(f"{value!r} is neither a port (0-65535) nor an existing directory")
+    if port is not None:
+        given = getattr(ns, "_given_port", None)
+        if given is not None:
+            parser.error(f"the port is given twice: {port} and {given} {ns.port}")
+        ns.port = int(port)
+    if directory is not None:
+        given = getattr(ns, "_given_directory", None)
+        if given is not None:
+            parser.error(
+                f"the directory is given twice: {directory!r} and {given} {ns.directory!r}"
+            )
+        ns.directory = directory
+
+
+def _hint(parser: argparse.ArgumentParser, message: str, argv: Sequence[str]) -> str:
+    """The flag probably meant, for an unknown one (``--uplaod``: did you
+    mean --upload?), from the parser's own flags (difflib)."""
     if not message.startswith("unrecognized arguments"):
         return ""
-    for i, arg in enumerate(argv):
+    flags = [f for a in parser._actions for f in a.option_strings]
+    for arg in argv:
         if arg == "--":
             break
-        if arg != "--port" and not arg.startswith("--port="):
+        name = arg.partition("=")[0]
+        if not name.startswith("-") or name in flags:
             continue
-        value = arg.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
-        port = value if value.isdigit() else "8080"
-        return f" (the port is positional: serverio {port}, or --listen HOST:{port})"
+        # An abbreviation (refused: --auth must not become --auth-file)
+        # names what it abbreviates; a typo, the closest flag.
+        close = [f for f in flags if f.startswith(name) and name.startswith("--")][:3]
+        if not close:
+            import difflib
+
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+        if close:
+            return f" (did you mean {' or '.join(close)}?)"
     return ""
 
 
@@ -125,12 +179,22 @@ _DESCRIPTION = (
     "default - safer than http.server, which listens on all interfaces; pass "
     "-b 0.0.0.0 (or -b ::) to serve the network."
 )
+USAGE = "serverio [DIR] [PORT] [options]"
+
+
+def _subcommands_text() -> str:
+    """Every subcommand with its summary (the list completions know too)."""
+    lines = ["subcommands:"]
+    for sub in SUBCOMMANDS:
+        arg = " " + "|".join(sub.argument) if sub.argument else ""
+        lines.append(f"  serverio {sub.name}{arg}")
+        lines += [f"{'':24}{line}" for line in textwrap.wrap(sub.summary, 54)]
+    lines.append(f"{'':24}('serverio SUBCOMMAND --help' for more)")
+    return "\n".join(lines)
+
+
 # Indented lines are kept as written (see _Formatter); the rest is wrapped.
-_EPILOG = f"""subcommands:
-  serverio hash-password [--user NAME] [--iterations N]
-                        print a password hash (a users-file line with --user)
-                        for --auth-file and [[auth]]; 'serverio hash-password
-                        --help' for more
+_EPILOG = f"""{_subcommands_text()}
 
 environment:
   {ENV_PREFIX}<OPTION>     every option with a TOML key, as shown [env: ...]
@@ -145,7 +209,12 @@ Every option is also a key of the --config TOML file; docs/cli.md explains each.
 
 
 class _Formatter(argparse.HelpFormatter):
-    """argparse's wrapping, except for indented lines (the epilog's lists)."""
+    """argparse's wrapping, except for indented lines (the epilog's lists),
+    and never inside a flag (``--auth-`` / ``file``)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        return textwrap.wrap(text, width, break_on_hyphens=False)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         blocks = []
@@ -157,11 +226,104 @@ class _Formatter(argparse.HelpFormatter):
         return "\n\n".join(blocks)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line, generated from :data:`serverio.ops.options.OPTIONS`."""
-    p = _Parser(
-        prog="serverio", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter
+# The short --help: the options most first runs use (issue 45), by their
+# first flag; the page itself is generated from their declarations.
+COMMON = (
+    "--port",
+    "-b",
+    "-d",
+    "--upload",
+    "--webdav",
+    "--auth",
+    "--auth-file",
+    "--spa-file",
+    "--cors",
+    "-H",
+    "--watch",
+    "--open",
+    "--certfile",
+    "--dev-tls",
+    "--proxy",
+    "-q",
+    "--config",
+)
+_SHORT_DESCRIPTION = (
+    "Serve a directory over HTTP/1.1 and HTTP/2. Binds 127.0.0.1 unless told otherwise "
+    "(-b 0.0.0.0 serves the network)."
+)
+
+
+def _more_text(total: int) -> str:
+    return (
+        f"More: serverio --help-all (all {total} options, grouped, with defaults and "
+        "variables), the manual page (serverio manpage | man -l -) and docs/cli.md."
     )
+
+
+class _ShortHelp(argparse._HelpAction):
+    """``-h/--help``: the short page (:func:`short_help`), then exit 0."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser._print_message(short_help(parser), sys.stdout)
+        parser.exit()
+
+
+def short_help(parser: argparse.ArgumentParser) -> str:
+    """The short ``--help`` page: usage, the positional rule, the
+    :data:`COMMON` options (their declarations' help, without defaults),
+    every subcommand and where the rest is."""
+    p = argparse.ArgumentParser(
+        prog="serverio",
+        usage=USAGE,
+        description=_SHORT_DESCRIPTION,
+        epilog=f"{_subcommands_text()}\n\n{_more_text(_option_count(parser))}",
+        formatter_class=_Formatter,
+        add_help=False,
+    )
+    p.add_argument("DIR", nargs="?", help=POSITIONAL_HELP.rsplit(" (default", 1)[0])
+    p.add_argument("PORT", nargs="?", help="the port (default 8000); also --port or -p PORT")
+    common = p.add_argument_group("common options")
+    common.add_argument("-h", "--help", action="store_true", help="this page")
+    common.add_argument("--help-all", action="store_true", help="every option")
+    by_flag = {f: o for o in OPTIONS for f in o.flags}
+    for flag in COMMON:
+        opt = by_flag[flag]
+        flags = [f for f in opt.flags if f != "-p"]  # -p: --port's alias, told above
+        if opt.switch is not None:
+            common.add_argument(opt.switch[0], action="store_true", help=opt.switch[2])
+        text = opt.help.replace("%", "%%")
+        if opt.kind in ("flag", "toggle"):
+            common.add_argument(*flags, action="store_true", help=text)
+        else:
+            common.add_argument(*flags, metavar=opt.metavar or opt.dest.upper(), help=text)
+    return p.format_help()
+
+
+def _option_count(parser: argparse.ArgumentParser) -> int:
+    return sum(1 for a in parser._actions if a.option_strings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, generated from :data:`serverio.ops.options.OPTIONS`;
+    its ``format_help()`` is the long page (``--help-all``)."""
+    p = _Parser(
+        prog="serverio",
+        usage=USAGE,
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=_Formatter,
+        add_help=False,
+    )
+    # dest=SUPPRESS: no namespace attribute, so no TOML key or variable.
+    short, every = "show the short help and exit", "show this page (every option) and exit"
+    p.add_argument("-h", "--help", action=_ShortHelp, dest=argparse.SUPPRESS, help=short)
+    p.add_argument("--help-all", action="help", dest=argparse.SUPPRESS, help=every)
     groups = {title: p.add_argument_group(title) for title in GROUPS}
     for opt in OPTIONS:
         add_option(groups[opt.group], opt)
@@ -180,12 +342,25 @@ def _check_combinations(args: argparse.Namespace) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """The validated Config of a parsed namespace (ConfigError: one line)."""
+    from ..config import Config
+
     _check_combinations(args)
     cfg = Config.of(**config_fields(args)).validate()
-    # Compile the site rules now, so a bad rule is a one-line error (exit 2)
-    # before anything is bound; the server compiles its own copy.
-    load_site(cfg)
+    if _has_site_rules(cfg):
+        from ..site.service import load_site
+
+        # Compile the site rules now, so a bad rule is a one-line error
+        # (exit 2) before anything is bound; the server compiles its own copy.
+        load_site(cfg)
     return cfg
+
+
+def _has_site_rules(cfg: Config) -> bool:
+    """Does anything ask for the site rules (serverio.site)?  A plain
+    static start does not import them (the server does the same test)."""
+    from ..config import wants_site_rules
+
+    return wants_site_rules(cfg)
 
 
 _HASH_DESCRIPTION = (
@@ -196,6 +371,8 @@ _HASH_DESCRIPTION = (
 
 
 def hash_password_main(argv: Sequence[str]) -> int:
+    from ..site.passwords import DEFAULT_ITERATIONS, hash_password
+
     """``serverio hash-password [--user NAME] [--iterations N]``: print a users-file hash.
 
     The password is read from a prompt on a terminal, else one line of
@@ -219,6 +396,8 @@ def hash_password_main(argv: Sequence[str]) -> int:
         print("serverio: error: --iterations must be from 1000 to 10000000", file=sys.stderr)
         return 2
     if sys.stdin.isatty():
+        import getpass
+
         password = getpass.getpass("Password: ")
         if getpass.getpass("Again: ") != password:
             print("serverio: error: the passwords differ", file=sys.stderr)
@@ -297,6 +476,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if argv[:1] == ["completions"]:
         return completions_main(argv[1:])
     if argv[:1] == ["manpage"]:
+        from .manpage import manpage_main
+
         return manpage_main(argv[1:], parser.description or "")
     variables: Mapping[str, str] = os.environ if environ is None else environ
     sources: dict[str, Option] = {}
@@ -307,8 +488,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         args = parse_with_config(parser, argv, env)
         sources = {**_env_sources(argv, env), **_file_sources(argv, args.config, env)}
         if args.check is not None:
+            from .check import check_url
+
             return check_url(args.check)
         if not args.fd and not args.print_config:
+            from ..net.activation import systemd_fds
+
             # systemd socket activation (consumes LISTEN_FDS/LISTEN_PID).
             args.fd = systemd_fds() or None
         _apply_port_env(args, port)
@@ -317,19 +502,40 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             sys.stdout.write(dump(parser, args))
             return 0
         if cfg.live.qr:
+            from .qr import check_qr_available
+
             check_qr_available()
-        cfg = apply_dev_tls(cfg)
-        ssl_context = make_ssl_context(cfg)
+        if cfg.tls.dev_tls:
+            from .devtls import apply_dev_tls
+
+            cfg = apply_dev_tls(cfg)
+        ssl_context = None
+        if cfg.tls.certfile is not None:  # ssl only when TLS is asked for
+            from ..net.tls import make_ssl_context
+
+            ssl_context = make_ssl_context(cfg)
     except ConfigError as exc:
         print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)
         return 2
+    import logging
+
     # A stderr handler that takes the server's log pipe while it serves
     # (serverio.observe.logpipe): a warning never blocks the event loop.
+    from ..observe.logpipe import PipeHandler
+
     logging.basicConfig(
         level=cfg.log.log_level.upper(),
         format="serverio: %(levelname)s: %(message)s",
         handlers=[PipeHandler()],
     )
+    if _has_site_rules(cfg):
+        from ..site.service import plain_auth_warning
+
+        warning = plain_auth_warning(cfg)  # once, here: not from each compile of the rules
+        if warning is not None:
+            logging.getLogger("serverio").warning("%s", warning)
+    from .fdlimit import fit_fd_limit
+
     # Before any worker starts: they inherit the raised limit and the config.
     cfg, note = fit_fd_limit(cfg)
     if note is not None:
@@ -338,6 +544,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from .workers import supervise
 
         return supervise(cfg)
+    return _serve(cfg, ssl_context)
+
+
+def _serve(cfg: Config, ssl_context: Any) -> int:
+    """One serving process: trio and the server, imported now."""
+    import functools
+
+    import trio
+
+    from .run import run_server
+
     return trio.run(functools.partial(run_server, cfg, ssl_context=ssl_context))
 
 

@@ -115,10 +115,11 @@ def _summary(text: str) -> str:
 def flags_of(options: Sequence[Option] = OPTIONS) -> list[Flag]:
     """Every option spelling of the main command, in declaration order,
     with ``-h/--help`` (argparse's own) first."""
-    out = [Flag(("-h", "--help"), "show the help and exit", "none")]
+    out = [
+        Flag(("-h", "--help"), "show the short help and exit", "none"),
+        Flag(("--help-all",), "show every option and exit", "none"),
+    ]
     for opt in options:
-        if opt.kind == "positional":
-            continue
         if opt.switch is not None:
             flag, _, text = opt.switch
             out.append(Flag((flag,), _summary(text), "none"))

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from .completions import SUBCOMMANDS, Flag
-from .options import ENV_PREFIX, GROUPS, OPTIONS, PORT_ENV, Option
+from .options import ENV_PREFIX, GROUPS, OPTIONS, PORT_ENV, POSITIONAL_HELP, Option
 
 __all__ = ["manpage", "manpage_main", "roff_text"]
 
@@ -55,8 +55,9 @@ def _option_items(opt: Option) -> list[str]:
     if opt.switch is not None:
         flag, _, text = opt.switch
         out += _item((flag,), None, f"{text} (default: off)")
-    if opt.kind == "positional":
-        return [*out, ".TP", "\\fI" + roff_text(opt.dest) + "\\fR", roff_text(opt.full_help())]
+    if opt.kind == "positional":  # serverio [DIR] [PORT], then --port
+        where = [".TP", "\\fI[DIR] [PORT]\\fR", roff_text(POSITIONAL_HELP)]
+        return [*out, *where, *_item(opt.flags, opt.metavar, opt.full_help())]
     if opt.kind == "version":
         return out + _item(opt.flags, None, opt.help)
     metavar = None
@@ -103,7 +104,7 @@ _EXIT_STATUSES: tuple[tuple[str, str], ...] = (
     (
         "0",
         "stopped on request (SIGINT, SIGTERM, POST /shutdown on the admin endpoint) "
-        "after the drain; --help, --version, --print-config; --check URL answered 2xx",
+        "after the drain; --help, --help-all, --version, --print-config; --check URL answered 2xx",
     ),
     (
         "1",
@@ -163,7 +164,8 @@ def manpage(
             continue
         lines.append(f'.SS "{roff_text(group)}"')
         if group == groups[0]:
-            lines += _item(("-h", "--help"), None, "show the help and exit")
+            lines += _item(("-h", "--help"), None, "show the short help and exit")
+            lines += _item(("--help-all",), None, "show every option and exit")
         for opt in members:
             lines += _option_items(opt)
     lines.append(".SH SUBCOMMANDS")

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -65,8 +64,12 @@ __all__ = [
     "NOT_SETTABLE",
     "OPTIONS",
     "PORT_ENV",
+    "POSITIONALS",
+    "POSITIONAL_HELP",
     "TABLES",
+    "Given",
     "Option",
+    "PortOrProtocol",
     "Table",
     "Toggle",
     "add_option",
@@ -129,10 +132,15 @@ class Option:
     default: Any = MISSING  # only for options without a field
     default_factory: Callable[[], Any] | None = None  # computed at parse time (the cwd)
     default_text: str | None = None  # how --help states a default that is None/computed
+    name: str | None = None  # the namespace attribute, where the flag's own is taken
+    port_alias: bool = False  # "-p 8080": an integer value of the short flag is the port
+    fs_path: bool = False  # a filesystem path: in a --config file, relative to the file
 
     @property
     def dest(self) -> str:
-        """The argparse namespace attribute (argparse's own rule)."""
+        """The argparse namespace attribute (argparse's own rule, unless ``name``)."""
+        if self.name is not None:
+            return self.name
         longs = [f for f in self.flags if f.startswith("--")]
         name = longs[0][2:] if longs else self.flags[-1].lstrip("-")
         return name.replace("-", "_")
@@ -242,6 +250,69 @@ class Toggle(argparse.Action):
         setattr(namespace, self.dest, not flag.startswith("--no-"))
 
 
+class PortOrProtocol(argparse.Action):
+    """``-p``: an integer is the port (miniserve, dufs, SWS, http-server),
+    ``HTTP/1.0`` or ``HTTP/1.1`` http.server's protocol; the value tells
+    them apart.  ``--protocol`` takes the protocol only."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        # Kept as choices for the file's check (ops.tomlconfig); the parser
+        # skips argparse's own check for this action (ops.cli._Parser).
+        self.protocols = tuple(str(c) for c in self.choices or ())
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        text = str(values)
+        if text in self.protocols:
+            setattr(namespace, self.dest, text)
+            return
+        short = option_string is not None and not option_string.startswith("--")
+        if short and text.isascii() and text.isdigit():
+            namespace.port = int(text)
+            namespace._given_port = option_string
+            return
+        # argparse's own words for a bad choice (SERVERIO_PROTOCOL's message too).
+        choices = ", ".join(map(repr, self.protocols))
+        port = "a port number, or " if short else ""
+        raise argparse.ArgumentError(
+            self, f"invalid choice: {text!r} ({port}choose from {choices})"
+        )
+
+
+class Given(argparse._StoreAction):
+    """A plain value option that also notes, on the namespace, that the
+    command line gave it (``_given_port``): the positional DIR and PORT must
+    not repeat what ``-d`` or ``--port`` say."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, f"_given_{self.dest}", option_string)
+
+
+# The positional arguments, ``serverio [DIR] [PORT]``: two slots, each
+# value sorted by what it is (serverio.ops.cli resolves them); command-line
+# only, so not options of their own.
+POSITIONALS = ("first_positional", "second_positional")
+POSITIONAL_HELP = (
+    "an existing directory to serve, the same as -d; DIR and PORT may come in either "
+    "order: a number is the port, an existing directory the directory "
+    "(default: the current directory)"
+)
+_PORT_HELP = "the port, the same as --port; 0 = any free port (default: 8000, or $PORT)"
+
+
 def _switch_dest(opt: Option) -> str:
     assert opt.switch is not None
     return opt.switch[0].lstrip("-").replace("-", "_")
@@ -255,7 +326,7 @@ def _switch_env(opt: Option) -> str:
 def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
     """The argparse action(s) of one declaration."""
     if opt.kind == "version":
-        group.add_argument(*opt.flags, action="version", version=_version(), help=opt.help)
+        group.add_argument(*opt.flags, action=_Version, help=opt.help)
         return
     kw: dict[str, Any] = {"help": opt.full_help()}
     if opt.switch is not None:
@@ -273,14 +344,21 @@ def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
         kw["type"] = opt.parse
     if opt.choices is not None:
         kw["choices"] = opt.choices
+    if opt.name is not None:
+        kw["dest"] = opt.name
+    if opt.port_alias:
+        kw.update(action=PortOrProtocol, metavar="PORT|" + "|".join(opt.choices or ()))
     if opt.kind == "positional":
-        group.add_argument(opt.dest, nargs="?", **kw)
+        # serverio [DIR] [PORT] (see POSITIONALS), and the port's own flag.
+        group.add_argument(POSITIONALS[0], nargs="?", metavar="DIR", help=POSITIONAL_HELP)
+        group.add_argument(POSITIONALS[1], nargs="?", metavar="PORT", help=_PORT_HELP)
+        group.add_argument(*opt.flags, action=Given, **kw)
     elif opt.kind == "list":
         group.add_argument(*opt.flags, action="append", **kw)
     elif opt.kind == "extend":
         group.add_argument(*opt.flags, nargs="+", action="extend", **kw)
     else:
-        group.add_argument(*opt.flags, **kw)
+        group.add_argument(*opt.flags, **({"action": Given} | kw))
 
 
 def config_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -470,6 +548,27 @@ def _cidr(text: str) -> str:
     return str(net)
 
 
+_HASHED: dict[str, str] = {}
+
+
+def _inline_user(text: str) -> str:
+    """``--auth USER:PASS`` -> the users-file line ``USER:HASH``: the
+    password is hashed here (PBKDF2, serverio.site.passwords), so no Config,
+    ``--print-config`` or log line ever holds it.  One hash per distinct
+    value per process: the command line is parsed more than once."""
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password:
+        raise argparse.ArgumentTypeError("must be USER:PASS (both not empty)")
+    if any(c in user for c in "\r\n") or any(c in password for c in "\r\n"):
+        raise argparse.ArgumentTypeError("USER:PASS must be on one line")
+    line = _HASHED.get(text)
+    if line is None:
+        from ..site.passwords import hash_password
+
+        line = _HASHED[text] = f"{user}:{hash_password(password)}"
+    return line
+
+
 def _workers(text: str) -> int:
     """``N`` or ``auto`` (one per CPU this process may use)."""
     if text.strip().lower() == "auto":
@@ -481,10 +580,27 @@ def _workers(text: str) -> int:
 
 
 def _version() -> str:
+    import importlib.metadata  # ~20 ms (email, zipfile...): only for --version
+
     try:
         return "serverio " + importlib.metadata.version("serverio")
     except importlib.metadata.PackageNotFoundError:
         return "serverio unknown (not installed)"
+
+
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version, looked up when asked for (not
+    each time the parser is built)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = _version()
+        super().__call__(parser, namespace, values, option_string)
 
 
 # ---------------------------------------------------------------- declarations
@@ -517,10 +633,12 @@ _O = Option
 _WHERE = (
     _O(
         "port",
-        ("port",),
-        "port to listen on; 0 = any free port; $PORT when no port, --listen or --fd is given",
+        ("--port",),
+        "port to listen on (also the positional PORT, or -p PORT); 0 = any free port; $PORT "
+        "when no port, --listen or --fd is given",
         "Where and what",
         kind="positional",
+        metavar="PORT",
         parse=int,
     ),
     _O(
@@ -540,20 +658,24 @@ _WHERE = (
     ),
     _O(
         "directory",
-        ("-d", "--directory"),
-        "directory to serve",
+        ("-d", "--directory", "--root"),
+        "directory to serve (also the positional DIR)",
         "Where and what",
+        metavar="DIR",
         default_factory=os.getcwd,
         default_text="the current directory",
+        fs_path=True,
     ),
     _O(
         None,
         ("-p", "--protocol"),
-        "accepted for http.server compatibility; serverio answers HTTP/1.0 and HTTP/1.1 "
-        "clients alike, and HTTP/2 unless --no-http2",
+        "-p with a number is the port (as in miniserve, dufs and SWS); -p/--protocol "
+        "HTTP/1.0 or HTTP/1.1 is accepted for http.server compatibility: serverio answers "
+        "HTTP/1.0 and HTTP/1.1 clients alike, and HTTP/2 unless --no-http2",
         "Where and what",
         choices=("HTTP/1.0", "HTTP/1.1"),
         default="HTTP/1.1",
+        port_alias=True,
     ),
 )
 
@@ -931,6 +1053,29 @@ _SITE = (
         "Site rules",
         metavar="FILE",
         default_text="none",
+        fs_path=True,
+    ),
+    _O(
+        "auth_users",
+        ("--auth",),
+        "basic authentication for the whole site with this user and password (repeatable; "
+        "hashed in memory at once; other local users see it in ps: --auth-file for "
+        "anything else); off loopback it needs TLS or --allow-plain-auth",
+        "Site rules",
+        kind="list",
+        metavar="USER:PASS",
+        parse=_inline_user,
+        toml=False,
+        name="auth_users",
+        default_text="none",
+    ),
+    _O(
+        "allow_plain_auth",
+        ("--allow-plain-auth",),
+        "allow --auth on a non-loopback address without TLS (the password then crosses "
+        "the network readable)",
+        "Site rules",
+        kind="flag",
     ),
     _O(
         "allowed_hosts",
@@ -1355,6 +1500,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="off",
+        fs_path=True,
     ),
     _O(
         "keyfile",
@@ -1363,6 +1509,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="the certfile",
+        fs_path=True,
     ),
     _O(
         "keyfile_password_file",
@@ -1371,6 +1518,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="none",
+        fs_path=True,
     ),
     _O(
         "keyfile_password_env",
@@ -1412,6 +1560,7 @@ _TLS = (
         "TLS",
         metavar="PATH",
         default_text="the user's data directory",
+        fs_path=True,
     ),
 )
 
@@ -1493,6 +1642,7 @@ _OPERATIONS = (
         "Logs",
         metavar="PATH",
         default_text="stderr",
+        fs_path=True,
     ),
     _O("log_level", ("--log-level",), "error log level (stderr)", "Logs", choices=LOG_LEVELS),
     _O(

@@ -7,7 +7,7 @@ the supervisor, a watch on the supervisor's pipe).
 Start and stop (docs/features.md "Starting and stopping"): once listening,
 the ``Serving`` lines, sd_notify ``READY=1`` (:mod:`serverio.ops.notify`)
 and ``--open``; on the first stop request one line on stderr (``draining N
-responses (Ctrl-C again to stop now)``) and ``STOPPING=1``; at exit one
+responses (Ctrl-C again to stop now)``, when N is not 0) and ``STOPPING=1``; at exit one
 :func:`summary_line` (every counter too with ``-v``).  A ``--workers``
 process runs with ``announce`` off and hands its counters over instead
 (``on_exit``): the supervisor says all of that once for all workers.
@@ -34,11 +34,11 @@ import ipaddress
 import signal
 import ssl
 import sys
-import webbrowser
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
+from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import ConfigError
 from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
@@ -265,19 +265,23 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def summary_line(stats: Mapping[str, int], uptime: float) -> str:
-    """The exit line: requests answered, errors (4xx + 5xx), bytes, uptime,
+    """The exit line: requests answered, client errors (4xx: a 404 is the
+    client's, not the server's) and server errors (5xx) apart, bytes, uptime,
     and the log lines dropped (a stalled log reader) if any.
 
     The ~30 counters behind it are in ``/metrics`` and, with ``-v``, in
     :func:`counters_line`.
     """
-    errors = stats.get("client_errors", 0) + stats.get("server_errors", 0)
-    requests = stats.get("completed", 0)
     line = (
-        f"serverio: stopped: {requests} request{'' if requests == 1 else 's'}, "
-        f"{errors} error{'' if errors == 1 else 's'}, {_size(stats.get('bytes_sent', 0))} sent, "
-        f"up {_duration(uptime)}"
+        f"serverio: stopped: {_count(stats.get('completed', 0), 'request')}, "
+        f"{_count(stats.get('client_errors', 0), 'client error')} (4xx), "
+        f"{_count(stats.get('server_errors', 0), 'server error')} (5xx), "
+        f"{_size(stats.get('bytes_sent', 0))} sent, up {_duration(uptime)}"
     )
     # Log lines a stalled reader cost (serverio.observe.logpipe); said only
     # when there were some.
@@ -348,10 +352,14 @@ async def browse(url: str) -> None:
     """``--open``: show ``url`` in the user's web browser (webbrowser.open).
 
     Cancellation handling: webbrowser.open may wait for the browser it
-    starts (a text-mode one runs in the foreground), so it runs in a thread
+    starts (a text-mode one runs in the foreground), so it runs through
+    :func:`~serverio.concurrency.blocking.run_blocking` in a pool of its own
+    (one thread, named ``serverio-browser``; never trio's default limiter),
     abandoned on cancellation: stopping the server never waits for it.
     """
-    opened = await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
+    import webbrowser  # only --open needs it
+
+    opened = await run_blocking(Pool("browser", 1, 0), webbrowser.open, url)
     if not opened:
         print(f"serverio: --open: no web browser found for {url}", file=sys.stderr, flush=True)
 
@@ -372,7 +380,9 @@ class _Stop:
         say = self.server.services.messages.put
         if self.count == 1:
             if self.announce:
-                say(draining_line(in_flight(self.server)), True)
+                waiting = in_flight(self.server)
+                if waiting:  # nothing in flight: the stop is immediate, nothing to say
+                    say(draining_line(waiting), True)
                 notify("STOPPING=1")
             self.server.shutdown()
         else:

@@ -5,15 +5,18 @@ the declarations of :mod:`serverio.ops.options`, so an option declared
 there gets its TOML key automatically:
 
 * the key is the long option name without its leading dashes
-  (``--max-connections`` -> ``max-connections``; the positional ``port`` is
-  ``port``);
+  (``--max-connections`` -> ``max-connections``; the port, ``--port`` or
+  positional, is ``port``);
 * the TOML type follows the option: flags are booleans, ``type=int``
   options integers, repeatable options arrays, other typed options (seconds)
   numbers or strings passed through the option's own converter, the rest
   strings (checked against ``choices``);
 * a ``--x`` / ``--no-x`` pair (:class:`~serverio.ops.options.Toggle`) is
   one boolean key ``x``; ``no-x = true`` is read too (files written before
-  the pair existed) and means ``x = false``.
+  the pair existed) and means ``x = false``;
+* a filesystem path (``directory``, ``certfile``, ``auth-file``...: the
+  options declared ``fs_path``; ``[[mount]] dir``, ``users-file``) is
+  relative to the file's directory.
 
 Precedence: file values (overridden by the environment's, when given)
 become the parser's defaults and the command line is parsed again, so only
@@ -28,14 +31,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import PROXY_HOST_MODES, parse_proxy_spec, proxy_route
 from ..errors import ConfigError
-from ..site.rules import merge_header_lines
-from .options import OPTIONS, Toggle, by_dest
+from .options import OPTIONS, POSITIONALS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
 
 __all__ = [
@@ -49,7 +52,9 @@ __all__ = [
 ]
 
 # Options about the configuration itself (and help) have no TOML key.
-CLI_ONLY = frozenset({"help"} | {o.dest for o in OPTIONS if not o.toml})
+CLI_ONLY = frozenset(
+    {"help", argparse.SUPPRESS, *POSITIONALS} | {o.dest for o in OPTIONS if not o.toml}
+)
 
 
 def option_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -165,7 +170,40 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
         if action is None:
             raise ConfigError(f"{path}: unknown key {key!r}")
         out[action.dest] = _typed(action, key, value, path)
+        opt = by_dest(action.dest)
+        if opt is not None and opt.fs_path and isinstance(out[action.dest], str):
+            out[action.dest] = _file_relative(str(out[action.dest]), path, key)
     return out
+
+
+_WARNED: set[tuple[str, str, str]] = set()
+
+
+def _file_relative(value: str, path: str, key: str) -> str:
+    """A path a file names, relative to the file's directory, like
+    ``[[mount]] dir`` and ``users-file`` (docs/cli.md "Configuration file").
+
+    A file written for the old rule (``directory`` relative to the working
+    directory) keeps working for now: when only the working-directory
+    reading exists, it is used, with one warning line saying what to write.
+    """
+    if os.path.isabs(value):
+        return value
+    here = os.path.join(os.path.dirname(os.path.abspath(path)), value)
+    old = os.path.abspath(value)
+    if not os.path.exists(here) and os.path.exists(old) and here != old:
+        if (path, key, value) not in _WARNED:  # the file is read more than once
+            _WARNED.add((path, key, value))
+            print(
+                f"serverio: WARNING: {path}: key {key!r} = {value!r} is read relative to the "
+                f"file ({here}), which does not exist; using {old}, relative to the working "
+                "directory, as before. Write a path relative to the file or an absolute one: "
+                "a later version will not look there.",
+                file=sys.stderr,
+                flush=True,
+            )
+        return old
+    return here
 
 
 # ---------------------------------------------------------------- site tables
@@ -516,6 +554,8 @@ def _merge_lists(
         layers = (from_file.get(dest), env.get(dest), getattr(args, dest, None))
         items = [item for layer in layers if isinstance(layer, list) for item in layer]
         if items:
+            from ..site.rules import merge_header_lines  # only with -H lists to add up
+
             setattr(args, dest, list(merge_header_lines(items)))
     return args
 
@@ -554,6 +594,13 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
+# A switch flag's attribute -> the valued option's that implies it
+# (``spa`` -> ``spa_file``).
+_SWITCHED = {
+    o.switch[0].lstrip("-").replace("-", "_"): o.dest for o in OPTIONS if o.switch is not None
+}
+
+
 def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The effective configuration (file + command line) as TOML."""
     lines = ["# serverio effective configuration (--print-config)"]
@@ -563,6 +610,9 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         value = getattr(args, action.dest, None)
         if _is_flag(action):
             value = value == action.const if action.const is not None else bool(value)
+            implied = _SWITCHED.get(action.dest)
+            if implied is not None and getattr(args, implied, None) is not None:
+                value = True  # --spa-file FILE implies --spa: say so (issue 45)
         opt = by_dest(action.dest)
         if value is None and _is_list(action) and opt is not None and opt.field_default:
             value = opt.field_default  # not given: the effective list is the default
@@ -571,6 +621,8 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
             # are written as [[proxy]] tables too (the same routes).
             lines.append("# proxy: see the [[proxy]] tables")
             continue
+        if opt is not None and opt.fs_path and isinstance(value, str):
+            value = os.path.abspath(value)  # read back the same wherever the file goes
         if value is None:
             lines.append(f"# {key} is not set")
         else:

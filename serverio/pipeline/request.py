@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -66,9 +66,12 @@ from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..site.access import AccessTarget, Kind, resolved_path, served_target
 from ..site.forwarded import client_address
-from ..site.service import Site, Ticket
+from ..site.ticket import Ticket
 from .handler import Content, Deferred, Handler
 from .hooks import NO_HEAD, RawHead, Upload, WriteContent
+
+if TYPE_CHECKING:  # the site rules are imported only when configured
+    from ..site.service import Site
 
 __all__ = [
     "Answer",

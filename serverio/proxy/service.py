@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
+import logging
 from collections.abc import Callable
 
 import h11
@@ -85,6 +86,8 @@ from .tunnel import TunnelGauge, UpstreamTunnel
 
 __all__ = ["Downstream", "ProxyService"]
 
+log = logging.getLogger("serverio")
+
 # Statuses that never have content (RFC 9110 §6.4.1).
 _BODILESS = frozenset({204, 304})
 
@@ -98,6 +101,7 @@ class ProxyService:
         "_networks",
         "_plain",
         "_policy",
+        "_reported",
         "_stats",
         "pools",
         "routes",
@@ -114,6 +118,7 @@ class ProxyService:
         self._fallback = policy.fallback
         # Open now (/metrics), and the tunnels' own budget.
         self.tunnels = TunnelGauge(policy.proxy_max_tunnels, policy.proxy_max_tunnels_per_client)
+        self._reported: dict[str, float] = {}  # upstream -> when a failure was last logged
         every = policy.routes + ((policy.fallback,) if policy.fallback is not None else ())
         # One pool per route; the fallback's is keyed "" (its prefix "/"
         # may also be a route's).
@@ -360,6 +365,7 @@ class ProxyService:
                 if retry:
                     continue  # a stale keep-alive connection: once more, on a new one
                 _count(stats, exc.kind)
+                self._report(pool.route, exc)
                 raise HTTPError(502, f"upstream {exc.kind}") from None
             except BaseException as exc:
                 if conn is not None:
@@ -368,6 +374,18 @@ class ProxyService:
                     stats.cancelled += 1
                 raise
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _report(self, route: ProxyRoute, exc: UpstreamError) -> None:
+        """A 502 for a failed upstream says why on stderr, beside its access
+        line: the route, the upstream and the reason, at most once per
+        second per upstream (a refusing upstream under load is one line a
+        second, not one per request; the counters are on /metrics)."""
+        now = trio.current_time()
+        last = self._reported.get(route.upstream)
+        if last is not None and now - last < _REPORT_INTERVAL:
+            return
+        self._reported[route.upstream] = now
+        log.warning("--proxy %s: upstream %s: %s (502)", route.prefix, route.upstream, exc)
 
     async def _answer(
         self,
@@ -403,6 +421,7 @@ class ProxyService:
 
 
 _FILE_METHODS = frozenset({b"GET", b"HEAD"})
+_REPORT_INTERVAL = 1.0  # seconds between two failure lines about one upstream
 
 # How long an upstream may take to answer before the client is watched
 # (pipeline.handler.watching_client: a helper task that notices a client

@@ -38,7 +38,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import ModuleType
 
 from ..concurrency.blocking import Pool
@@ -70,26 +70,21 @@ from .rules import (
     match_path,
     preflight_fields,
 )
+from .ticket import Ticket
 
-__all__ = ["FAILURE_BUDGET", "FAILURE_WINDOW", "Site", "Ticket", "load_site", "served_inside"]
+__all__ = [
+    "FAILURE_BUDGET",
+    "FAILURE_WINDOW",
+    "Site",
+    "Ticket",
+    "load_site",
+    "plain_auth_warning",
+    "served_inside",
+]
 
 log = logging.getLogger("serverio")
 
 _ROUTES_MAX = 4096
-
-
-@dataclass(slots=True)
-class Ticket:
-    """What :meth:`Site.route` decided: an answer (``plan``), or the request
-    to serve (possibly rewritten); ``protected``/``authed``: an auth rule
-    applied / the client passed it."""
-
-    plan: Plan | None
-    req: RequestFacts
-    protected: bool = False
-    authed: bool = False
-    # The auth rules (their indices) this request's credentials passed.
-    granted: frozenset[int] = frozenset()
 
 
 def _read_users(path: str, where: str) -> dict[str, str]:
@@ -146,6 +141,9 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     specs = list(cfg.site.auth)
     if cfg.site.auth_file is not None:
         specs.insert(0, ("/**", cfg.site.auth_file))
+    inline = _inline_users(cfg.site.auth_users)
+    if inline and cfg.site.auth_file is None:
+        auth.append(("/**", inline, cost_profile(inline.values())))
     for i, (pattern, path) in enumerate(specs):
         where = (
             "--auth-file" if cfg.site.auth_file is not None and i == 0 else f"{source}: [[auth]]"
@@ -155,6 +153,8 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         if os.path.exists(path) and served_inside(cfg, path):
             raise ConfigError(f"{where}: users file {path!r} is inside the served root")
         users = _read_users(path, where)
+        if inline and where == "--auth-file":
+            users = {**users, **inline}  # one whole-site rule: --auth-file's and --auth's users
         auth.append((pattern, users, cost_profile(users.values())))
     fold = bool(auth or cfg.site.header_rules) and case_insensitive(cfg.root)
     rules = compile_rules(
@@ -182,13 +182,34 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     if cfg.live.watch:
         rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
-    plain = cfg.tls.certfile is None and not cfg.tls.dev_tls
-    if rules.auth and not _is_loopback(cfg.listeners.host) and plain:
-        log.warning(
-            "basic authentication over plain HTTP on %s: passwords cross the network readable",
-            cfg.listeners.host,
-        )
     return Site(cfg, rules, pages, stats or Stats())
+
+
+def plain_auth_warning(cfg: Config) -> str | None:
+    """The one start-up warning for basic authentication served over plain
+    HTTP on a non-loopback address (RFC 7617 §4: the credentials are
+    cleartext), or None.  Said once by the command (serverio.ops.cli), not
+    by each compile of the rules (the check before binding, each worker)."""
+    has_auth = bool(cfg.site.auth or cfg.site.auth_file is not None or cfg.site.auth_users)
+    plain = cfg.tls.certfile is None and not cfg.tls.dev_tls
+    if not has_auth or not plain or _is_loopback(cfg.listeners.host):
+        return None
+    return (
+        f"basic authentication over plain HTTP on {cfg.listeners.host}: "
+        "passwords cross the network readable"
+    )
+
+
+def _inline_users(lines: tuple[str, ...]) -> dict[str, str]:
+    """``--auth``'s USER:HASH lines (hashed when parsed) as a users table."""
+    users: dict[str, str] = {}
+    for line in lines:
+        user, _, h = line.partition(":")
+        problem = check_hash(h)
+        if problem is not None:  # never the password: the hash's own problem
+            raise ConfigError(f"--auth {user}: {problem}")
+        users[user] = h
+    return users
 
 
 _CSP = b"content-security-policy"

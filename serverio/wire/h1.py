@@ -21,7 +21,14 @@ from ..errors import reason_phrase
 from ..http.core import Plan
 from ..http.dates import format_http_date
 
-__all__ = ["SHARED_HEADS", "SHARED_HEADS_MAX", "Canned", "head_bytes", "shared_head"]
+__all__ = [
+    "SHARED_HEADS",
+    "SHARED_HEADS_MAX",
+    "Canned",
+    "head_bytes",
+    "keep_spellings",
+    "shared_head",
+]
 
 _CANONICAL = {
     n.lower().encode(): n.encode()
@@ -66,6 +73,27 @@ _CANONICAL = {
         "Lock-Token",
     )
 }
+
+_BUILTIN: Final = frozenset(_CANONICAL)
+
+
+def keep_spellings(names: Iterable[str]) -> None:
+    """Write these field names as given (``-H 'X-Test: 1'`` goes out as
+    ``X-Test``, not ``x-test``), over HTTP/1.1; HTTP/2 sends every name
+    lower-case (RFC 9113 §8.2.1).  Field names are case-insensitive (RFC
+    9110 §5.1), but people read them and some clients still compare them
+    byte for byte.  A name serverio spells itself (above) keeps that
+    spelling; of two spellings of one name, the first given wins.  Called
+    with the names the site rules set when a server compiles them; the
+    table only grows, by the names a configuration gives.
+    """
+    for name in names:
+        if not name.isascii():
+            continue  # refused by the rules' own check, with its message
+        key = name.lower().encode("ascii")
+        if key not in _BUILTIN and key not in _CANONICAL:
+            _CANONICAL[key] = name.encode("ascii")
+
 
 # Nothing here adds a field: every field of a response, the common ones
 # (nosniff, Date: serverio.http.core.common_fields) included, is in the
