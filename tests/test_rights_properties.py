@@ -42,7 +42,7 @@ before and after each request:
   holder could write that path;
 * no answer is a 5xx and no upload temporary is left.
 
-Bounded: 40 examples by default (``SERVERIO_RIGHTS_EXAMPLES`` for a hunt),
+Bounded: 60 examples by default (``SERVERIO_RIGHTS_EXAMPLES`` for a hunt),
 at most five requests each, 20 s per example, memory streams.
 """
 
@@ -85,7 +85,7 @@ USER_SETS = {"alice": ("alice",), "bob": ("bob",), "both": ("alice", "bob")}
 
 # ------------------------------------------------------------ the universe
 
-_DIRS = ["a", "a/b", "b", "b/c", "c", "pub"]
+_DIRS = ["a", "a/b", "b", "b/c", "c", "pub", "out"]
 _FILES = [
     "a/x.txt",
     "a/y.key",
@@ -108,15 +108,18 @@ _LINKS = [
     ("c/lf", "../a/b/x.txt"),
 ]
 _AUTH_GLOBS = [
-    "/a/**",
-    "/a/b/**",
+    # Members first (hypothesis favours the first): a rule on some members
+    # of a collection and not on the collection itself is what a tree
+    # operation must look inside for.
     "**/*.key",
-    "/b/x.txt",
+    "/a/b/**",
     "/a/*/x.txt",
+    "/b/x.txt",
     "/b/c/**",
+    "/pub/la/**",
+    "/a/**",
     "/c/**",
     "/out/**",
-    "/pub/la/**",
 ]
 _WRITABLE = ["/**", "/a/**", "/b/**", "/c/**", "/out/**", "/pub/**"]
 _ALLOW = [("put",), ("delete",), ("put", "delete")]
@@ -179,14 +182,23 @@ class Case:
     ops: tuple[Op, ...]
 
 
-def _ops(mode: str) -> st.SearchStrategy[Op]:
+def _ops(mode: str, near: list[str]) -> st.SearchStrategy[Op]:
     """The requests of one server: WebDAV's with ``--webdav``, the upload
     form's with ``--upload`` (its POST is 405 under WebDAV); reads, PUT and
-    DELETE with both."""
+    DELETE with both.  Half of the URLs are ``near`` a protected file (it,
+    a collection above it, a link to either): where a request must look."""
     who = st.sampled_from(list(CREDS))
     any_url = st.sampled_from(_UNIVERSE)
     dirs = st.sampled_from(_COLLECTIONS + _NEW_COLLECTIONS[:1])
     files = st.sampled_from(_FILE_URLS + _NEW_FILES)
+    if near:
+        any_url = st.one_of(st.sampled_from(near), any_url)
+        near_dirs = [u for u in near if u.endswith("/")]
+        if near_dirs:
+            dirs = st.one_of(st.sampled_from(near_dirs), dirs)
+        near_files = [u for u in near if not u.endswith("/")]
+        if near_files:
+            files = st.one_of(st.sampled_from(near_files), files)
     both = [
         st.builds(Op, st.sampled_from(["GET", "HEAD"]), who, any_url),
         st.builds(Op, st.sampled_from(["ARCHIVE", "JSON"]), who, dirs),
@@ -197,43 +209,69 @@ def _ops(mode: str) -> st.SearchStrategy[Op]:
         names = st.sampled_from(["x.txt", "y.key", "n.txt"])
         return st.one_of(*both, st.builds(Op, st.just("POST"), who, dirs, names))
     dests = st.one_of(st.sampled_from(_NEW_FILES + _NEW_COLLECTIONS), any_url)
+    new_dirs = st.sampled_from(["/out/new/", "/out/", "/pub/new/", "/pub/la/new/"])
     tree = st.sampled_from(["COPY", "MOVE"])
     return st.one_of(
         *both,
         st.builds(Op, tree, who, any_url, dests, st.sampled_from(["T", "F"])),
-        st.builds(Op, tree, who, st.sampled_from(_COLLECTIONS), dests, st.just("T")),
+        # A collection to a new place, and DELETE of one: what reaches members.
+        st.builds(Op, tree, who, dirs, new_dirs, st.just("T")),
+        st.builds(Op, tree, who, dirs, new_dirs, st.just("T")),
+        st.builds(Op, st.just("DELETE"), who, dirs),
         st.builds(Op, st.just("PROPFIND"), who, any_url, st.just(""), st.sampled_from("01i")),
-        st.builds(Op, st.just("LOCK"), who, any_url, st.just(""), st.sampled_from("i0")),
+        st.builds(Op, st.just("LOCK"), who, dirs, st.just(""), st.sampled_from("ii0")),
     )
 
 
-def _cases() -> st.SearchStrategy[Case]:
-    return st.sampled_from(["dav", "upload"]).flatmap(_cases_of)
+# Where each directory link of _LINKS leads (as a collection URL).
+_LINKED_DIRS = {"/pub/la/": "/a/", "/pub/lb/": "/a/b/", "/a/lc/": "/c/", "/b/lab/": "/a/b/"}
 
 
-def _cases_of(mode: str) -> st.SearchStrategy[Case]:
-    return st.builds(
-        Case,
-        mode=st.just(mode),
-        proto=st.sampled_from(["h1", "h2"]),
-        files=st.lists(st.sampled_from(_FILES), min_size=1, max_size=8, unique=True).map(tuple),
-        links=st.lists(st.sampled_from(_LINKS), max_size=3, unique=True).map(tuple),
-        auth=st.lists(
+def _near(files: tuple[str, ...], links: tuple[tuple[str, str], ...], auth: list[str]) -> list[str]:
+    """The URLs near a file some rule protects: the file, the collections
+    above it, and the links (present) to either."""
+    guarded = ["/" + f for f in files if any(_oracle_match(g, "/" + f) for g in auth)]
+    out = [u for u in _COLLECTIONS if any(f.startswith(u) for f in guarded)]
+    present = {"/" + link for link, _ in links}
+    for link, real in _LINKED_DIRS.items():
+        if link.rstrip("/") in present and any(f.startswith(real) for f in guarded):
+            out.append(link)
+    for link, target in links:
+        real = os.path.normpath(os.path.join("/" + os.path.dirname(link), target))
+        if real in guarded:
+            out.append("/" + link)
+    return guarded + out
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> Case:
+    mode = draw(st.sampled_from(["dav", "upload"]))
+    files = tuple(draw(st.lists(st.sampled_from(_FILES), min_size=4, max_size=9, unique=True)))
+    links = tuple(draw(st.lists(st.sampled_from(_LINKS), max_size=3, unique=True)))
+    auth = draw(
+        st.lists(
             st.tuples(st.sampled_from(_AUTH_GLOBS), st.sampled_from(list(USER_SETS))),
+            min_size=1,
             max_size=3,
             unique_by=lambda r: r[0],
-        ).map(tuple),
-        writable=st.one_of(
-            st.just(()),  # --upload / --webdav alone: the whole root
+        )
+    )
+    writable = draw(
+        st.one_of(
+            st.just([]),  # --upload / --webdav alone: the whole root
+            st.just([]),
             st.lists(
                 st.tuples(st.sampled_from(_WRITABLE), st.sampled_from(_ALLOW)),
                 min_size=1,
                 max_size=2,
                 unique_by=lambda r: r[0],
-            ).map(tuple),
-        ),
-        ops=st.lists(_ops(mode), min_size=1, max_size=5).map(tuple),
+            ),
+        )
     )
+    near = _near(files, links, [g for g, _ in auth])
+    ops = draw(st.lists(_ops(mode, near), min_size=3, max_size=8))
+    proto = draw(st.sampled_from(["h1", "h2"]))
+    return Case(mode, proto, files, links, tuple(auth), tuple(writable), tuple(ops))
 
 
 # ------------------------------------------------------------ the oracle
@@ -518,7 +556,7 @@ async def _run(case: Case, top: Path) -> list[str]:
 
 
 def _examples() -> int:
-    return int(os.environ.get("SERVERIO_RIGHTS_EXAMPLES", "40"))
+    return int(os.environ.get("SERVERIO_RIGHTS_EXAMPLES", "60"))
 
 
 def test_no_protected_byte_is_read_written_moved_or_deleted_without_rights(
