@@ -634,3 +634,45 @@ async def test_a_lock_over_a_link_member_is_decided_on_its_target(tmp_path: Path
             statuses.append((await send(method, target, _headers(op), body)).status)
     srv.opener.close()
     assert statuses == [401, 401, 204, 204], statuses
+
+
+@pytest.mark.parametrize("proto", ["h1", "h2"])
+@pytest.mark.parametrize(
+    ("method", "src", "dst"),
+    [
+        ("MOVE", "/a/", "/pub/la/new/"),  # into itself through the link: was 500
+        ("COPY", "/a/", "/pub/la/new/"),  # was a 207 copy of /a/ into /a/new/
+        ("MOVE", "/a/b/x.txt", "/pub/la/b/"),  # onto its own collection: lost a/b, 500
+        ("COPY", "/a/b/x.txt", "/pub/la/b/"),
+        ("MOVE", "/pub/la/b/", "/a/"),  # onto a collection holding it
+        ("COPY", "/a/b/", "/pub/la/b/"),  # onto itself
+    ],
+)
+async def test_copy_and_move_compare_the_ends_where_links_lead(
+    tmp_path: Path, proto: str, method: str, src: str, dst: str
+) -> None:
+    """With ``pub/la -> ../a`` the destination URL ``/pub/la/new/`` lies
+    inside ``/a/``, and ``/pub/la/b/`` is ``/a/b/``: COPY and MOVE refuse
+    (403) onto itself, into itself and onto a collection holding the source
+    where the ends lie, as they do for the URLs, and nothing changes (found
+    by the property test above; no rule is needed)."""
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "pub").mkdir()
+    (root / "a" / "b" / "x.txt").write_bytes(b"X")
+    (root / "a" / "b" / "y.txt").write_bytes(b"Y")
+    (root / "a" / "z.txt").write_bytes(b"Z")
+    os.symlink("../a", root / "pub" / "la")
+    before = snapshot(root)
+    cfg = make_config(root, webdav=True, min_free_space=0)
+    srv = Server(cfg)
+    async with client_for(cfg, proto, srv) as send:
+        r = await send(method, src, {"Destination": dst, "Overwrite": "T"})
+        assert r.status == 403, r.status
+        # The link itself is a resource of its own: replacing it is allowed.
+        r = await send("COPY", "/a/b/", {"Destination": "/pub/lb/"})
+        assert r.status == 201
+    srv.opener.close()
+    after = snapshot(root)
+    assert {k: v for k, v in after.items() if not k.startswith("pub/lb")} == before
+    assert temps(root) == []
