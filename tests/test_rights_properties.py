@@ -320,12 +320,16 @@ class Oracle:
 
     def via_member_link(self, top: str, url: str) -> bool:
         """Does ``url`` (below collection ``top``) reach through a link
-        below ``top``?  A depth-infinity LOCK of ``top`` is not yet decided
-        on such a link's target (``test_a_lock_over_a_link_member_...``)."""
+        below ``top``, or is ``top`` a link to nothing (its target moved
+        away)?  A depth-infinity LOCK of ``top`` is not yet decided on such
+        a link's target (``test_a_lock_over_a_link_member_...``; a dangling
+        link has no target to decide on until one is made there)."""
         real_top = self.resolve(top)
         real = self.resolve(url)
         if real_top is None or real is None:
             return False
+        if real_top != top.strip("/") and not (self.root / real_top).is_dir():
+            return True
         tail = url[len(top.rstrip("/")) :].strip("/")
         return real != "/".join(p for p in (real_top, tail) if p)
 
