@@ -59,7 +59,7 @@ async def dav(
     await client.send_raw(
         f"{method} {target} HTTP/1.1\r\nHost: t\r\n{length}{headers}\r\n".encode() + body
     )
-    return await client.read_response()
+    return await client.read_response(head=method == "HEAD")
 
 
 def hrefs(body: bytes) -> list[str]:

@@ -29,6 +29,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serverio import Server
 from serverio.config import Config
 from serverio.dav.service import DavService
 from serverio.fs import davtree
@@ -64,11 +65,15 @@ class Answer:
 
 
 @asynccontextmanager
-async def client_for(cfg: Config, proto: str) -> AsyncIterator[Callable[..., Awaitable[Answer]]]:
+async def client_for(
+    cfg: Config, proto: str, server: Server | None = None
+) -> AsyncIterator[Callable[..., Awaitable[Answer]]]:
     """``send(method, path, headers={}, body=b"")`` -> :class:`Answer`,
-    over HTTP/1.1 or HTTP/2 (memory streams, the real transports)."""
+    over HTTP/1.1 or HTTP/2 (memory streams, the real transports).
+    ``server``: one connection more to that server (its lock table and
+    verified credentials kept; HTTP/1.1 closes its opener on exit)."""
     if proto == "h1":
-        async with memory_connection(cfg) as (client, _, _):
+        async with memory_connection(cfg, server=server) as (client, _, _):
 
             async def send1(
                 method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
@@ -79,7 +84,7 @@ async def client_for(cfg: Config, proto: str) -> AsyncIterator[Callable[..., Awa
 
             yield send1
     else:
-        async with h2_memory(cfg) as (h2, _, _):
+        async with h2_memory(cfg, server=server) as (h2, _, _):
 
             async def send2(
                 method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""

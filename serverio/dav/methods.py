@@ -34,12 +34,14 @@ import stat
 from collections.abc import Callable
 
 from ..fs.davtree import TreeJob, copy_tree, list_tree, move_tree, remove_tree, write_props
+from ..fs.opener import ContainedRoot
 from ..fs.writer import Placement, Refusal, WriteRefused
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import Target, is_write_temp
 from ..pipeline.hooks import Admit, WriteContent
 from ..site.access import AccessTarget, Kind, served_target
 from ..upload.decide import errno_status, has_preconditions, precondition_status
+from ..upload.resolved import resolved_target
 from .answers import multistatus_plan, status_plan
 from .common import DavBase, field, read_access, rel, write_access
 from .guard import path_href
@@ -228,6 +230,15 @@ async def copy_move(
         if not _is_dir(src) and not stat.S_ISREG(src.current.st_mode):
             return error_plan(403, now)  # a symlink or a special file is never copied
         dst = await svc.place(job, dt.segments)
+        # The same three refusals on where the ends lie: an in-root link on
+        # the way (pub/la -> ../a) can put the destination inside the source,
+        # or the source inside the destination, which the URLs do not show
+        # (a MOVE into itself was a 500; replacing a collection that holds
+        # the source removed the source, then failed).
+        real = await svc.blocking(job, _real_ends, svc.opener(), src_path, dst_path)
+        assert isinstance(real, tuple)
+        if _nested(*real):
+            return error_plan(403, now)
         existed = dst.current is not None
         if existed and not overwrite:
             return error_plan(412, now)  # §9.8.4, §10.6
@@ -258,6 +269,22 @@ async def copy_move(
     if existed:
         return status_plan(204, now)
     return status_plan(201, now, dt.url_path(slash=_is_dir(src)))
+
+
+def _real_ends(opener: ContainedRoot, src: str, dst: str) -> tuple[str, str]:
+    """Where a COPY's or MOVE's two ends lie below the root (``a/b``): each
+    end's directory resolved (an in-root link on the way followed), its
+    last name as it is, as the placements name them.  Blocking: the pool."""
+    out = []
+    for path in (src, dst):
+        real = resolved_target(opener, "/" + path, False)
+        out.append(path if real is None else real.strip("/"))
+    return out[0], out[1]
+
+
+def _nested(src: str, dst: str) -> bool:
+    """Onto itself, into itself, or onto a collection holding it."""
+    return dst == src or dst.startswith(src + "/") or src.startswith(dst + "/")
 
 
 async def _checks(
