@@ -963,11 +963,17 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
     ),
     "serverio.wire.fasthead": ("FastRequest", "HeadParser", "MAX_FIELDS", "parse_head"),
     "serverio.wire.fastresponse": (
+        "BODY",
         "DEFER",
+        "DEFERRED",
+        "DONE",
+        "FastPhase",
         "FastResponse",
+        "HEAD",
         "MAX_FIELDS",
         "MAX_HEAD",
         "ResponseReader",
+        "TRANSITIONS",
         "parse_response",
     ),
     "serverio.wire.fields": (
