@@ -568,6 +568,7 @@ EXPORTS: dict[str, tuple[str, ...] | None] = {
         "HANDSHAKE",
         "HEAD",
         "IDLE",
+        "LAST",
         "Lifetime",
         "Phase",
         "STREAM",
