@@ -459,7 +459,7 @@ class ConnectionTask:
                     life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
                 if req.has_body:  # a request with content (never the GET path)
                     content = _content(event, env, self.emitter, reader)
-                    self.life.lift()  # the body's own deadlines apply from here
+                    life.lift()  # the body's own deadlines apply from here
                     got: Answer | Waiting | None = await complete_body(
                         env, req, content, now, client, _run_deferred, _raw(event)
                     )
