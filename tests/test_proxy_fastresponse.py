@@ -24,8 +24,14 @@ import trio.testing
 from serverio.observe.stats import ProxyStats
 from serverio.proxy.client import UpstreamConn, UpstreamError
 from serverio.wire.fastresponse import (
+    BODY,
     DEFER,
+    DEFERRED,
+    DONE,
+    HEAD,
     MAX_HEAD,
+    TRANSITIONS,
+    FastPhase,
     FastResponse,
     ResponseReader,
     parse_response,
@@ -301,6 +307,76 @@ def test_a_big_chunk_is_streamed_as_it_arrives() -> None:
     cut = pieces[:10]
     assert by_fast(cut, True)[0] == by_h11(cut, True)
     assert by_h11(cut, True)[2] == "error"
+
+
+# ---------------------------------------------------------------- the phase machine
+
+
+def test_the_phase_table_has_a_row_per_phase_and_two_final_phases() -> None:
+    assert set(TRANSITIONS) == set(FastPhase)
+    assert [HEAD, BODY, DONE, DEFERRED] == list(FastPhase)
+    assert {p for p, nxt in TRANSITIONS.items() if not nxt} == {DONE, DEFERRED}
+    assert all(HEAD not in nxt for nxt in TRANSITIONS.values())  # one response per reader
+
+
+@pytest.mark.parametrize("old", list(FastPhase))
+@pytest.mark.parametrize("new", list(FastPhase))
+def test_a_transition_the_table_does_not_list_is_refused(old: FastPhase, new: FastPhase) -> None:
+    reader = ResponseReader()
+    reader.phase = old
+    if new in TRANSITIONS[old]:
+        reader._to(new)
+        assert reader.phase is new
+    else:
+        with pytest.raises(RuntimeError, match=f"{old.name} -> {new.name}"):
+            reader._to(new)
+        assert reader.phase is old
+
+
+def _phases(raw: bytes, eof: bool = False) -> list[FastPhase]:
+    """The phases a reader walks through for ``raw`` fed byte by byte."""
+    reader = ResponseReader()
+    seen = [reader.phase]
+    for i in range(len(raw) + eof):
+        reader.feed(raw[i : i + 1])
+        while True:
+            event = reader.event()
+            if reader.phase is not seen[-1]:
+                seen.append(reader.phase)
+            if event is None or event is DEFER or isinstance(event, h11.EndOfMessage):
+                break
+    return seen
+
+
+def test_the_phases_walked_and_when_the_connection_is_reusable() -> None:
+    sized = OK + b"Content-Length: 3\r\n\r\nabc"
+    assert _phases(sized) == [HEAD, BODY, DONE]
+    assert _phases(CHUNKED) == [HEAD, BODY, DONE]
+    assert _phases(b"HTTP/1.1 200 OK\r\n\r\n") == [HEAD, DEFERRED]  # no framing: h11's
+    assert _phases(OK + b"Content-Length: 3\r\n\r\nab", eof=True) == [HEAD, BODY, DEFERRED]
+    # After DONE nothing more is read; after DEFERRED every event is DEFER.
+    reader = ResponseReader()
+    reader.feed(sized)
+    assert isinstance(reader.event(), FastResponse)
+    assert reader.event() == h11.Data(data=b"abc")
+    assert isinstance(reader.event(), h11.EndOfMessage)
+    assert reader.phase is DONE and reader.event() is None and reader.reusable
+    deferred = ResponseReader()
+    deferred.feed(b"HTTP/1.0 200 OK\r\n\r\n")
+    assert deferred.event() is DEFER and deferred.event() is DEFER
+    assert deferred.phase is DEFERRED and not deferred.reusable
+    # Reusable: read to the end, nothing past it, keep-alive (RFC 9112 §9.3).
+    for raw, reusable in [
+        (sized, True),
+        (sized + b"HTTP/1.1", False),  # bytes past the end
+        (OK + b"Connection: close\r\nContent-Length: 3\r\n\r\nabc", False),
+        (OK + b"Content-Length: 3\r\n\r\nab", False),  # not at its end yet
+    ]:
+        reader = ResponseReader()
+        reader.feed(raw)
+        while (event := reader.event()) is not None and not isinstance(event, h11.EndOfMessage):
+            pass
+        assert reader.reusable is reusable, raw
 
 
 def test_random_mutations_agree() -> None:

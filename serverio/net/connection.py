@@ -16,8 +16,10 @@ One task per connection.  Its parts have one job each:
 * :class:`ConnectionTask` (here): the loop — the TLS handshake, the
   request steps of :mod:`serverio.pipeline.request` (shared with HTTP/2),
   the wait for a deferred answer while watching the client, keep-alive and
-  close, the live-reload event stream, the switch to HTTP/2, the hand-over
-  to a tunnel after a proxied 101 (:mod:`serverio.net.h1tunnel`).
+  close (transitions of the lifetime's phase: BUSY goes on to the next
+  request, LAST closes), the live-reload event stream, the switch to
+  HTTP/2, the hand-over to a tunnel after a proxied 101
+  (:mod:`serverio.net.h1tunnel`).
 
 It is the only task that reads or writes its socket (the disconnect
 watcher is its own child task) and it passes neither itself, its stream
@@ -49,7 +51,7 @@ import trio
 
 from ..errors import HTTPError
 from ..fs.body import Body, StreamBody
-from ..http.core import Plan
+from ..http.core import Plan, RequestFacts
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..pipeline.handler import Deferred
@@ -71,7 +73,7 @@ from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1body import H1Body
 from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
-from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, STREAM, SWITCHED, Lifetime
+from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, LAST, STREAM, SWITCHED, Lifetime
 from .h1tunnel import serve_tunnel
 from .reqbody import BodyState, body_policy
 
@@ -282,7 +284,8 @@ class ConnectionTask:
     def _busy(self) -> None:
         """A request head is in: the answering phase (its read deadline is
         lifted lazily, :meth:`Lifetime.lift`)."""
-        if self.life.phase != BUSY:
+        phase = self.life.phase
+        if phase is not BUSY and phase is not LAST:
             self.life.to(BUSY)
 
     async def _read_deadline_expired(self) -> None:
@@ -426,15 +429,21 @@ class ConnectionTask:
 
     async def _answer(self, event: Head, requests: int, peer: Callable[[], str]) -> bool:
         """Answer one request; False when the connection closes after it.
-        ``peer``: the connection's address lookup."""
+        ``peer``: the connection's address lookup.
+
+        Whether the connection outlives the answer is the lifetime's phase
+        (:mod:`serverio.net.h1state`): every reason to close moves BUSY to
+        LAST as it becomes known, a 101 moves to TUNNEL; still BUSY after
+        the response: keep-alive."""
         env = self.env
         cfg = env.config
         reader = self.reader
+        life = self.life
         started = trio.current_time()
         now = time.time()
         ka10 = False
         ua = referer = request_id = None
-        keep = False
+        req: RequestFacts | None = None
         body: Body | None = None
         content: H1Body | None = None
         client = peer
@@ -446,10 +455,11 @@ class ConnectionTask:
                 req, ka10, ua, referer, request_id = request_facts(event, cfg, self._tls)
                 if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                     client = client_for(cfg, client, req)
-                keep = req.keep_alive and requests < cfg.conn.max_requests
+                if not req.keep_alive or requests >= cfg.conn.max_requests:
+                    life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
                 if req.has_body:  # a request with content (never the GET path)
                     content = _content(event, env, self.emitter, reader)
-                    self.life.lift()  # the body's own deadlines apply from here
+                    life.lift()  # the body's own deadlines apply from here
                     got: Answer | Waiting | None = await complete_body(
                         env, req, content, now, client, _run_deferred, _raw(event)
                     )
@@ -457,7 +467,8 @@ class ConnectionTask:
                         env.stats.conns.cancelled += 1
                         return False  # the client went away while we waited
                     # Can the connection outlive the rest (RFC 9112 §9.3)?
-                    keep = keep and content.keepable()
+                    if not content.keepable():
+                        life.close_after()
                 else:
                     got = start(env, req, now)
                 if type(got) is Waiting:
@@ -470,6 +481,8 @@ class ConnectionTask:
                     assert type(got) is tuple
                     answer = got
             except HTTPError as exc:
+                if req is None:
+                    life.close_after()  # no request facts: the error is the last answer
                 answer = failed(env, exc, now, event.method == b"HEAD")
             plan, body, ticket = answer
             if plan.stream:
@@ -479,17 +492,21 @@ class ConnectionTask:
                 # Past --watch-max-streams: a 503 instead, sent and
                 # recorded like any other answer.
                 plan, body, _ = busy(env, ticket, now)
-            tunnel = type(body) is TunnelBody  # a 101: the stream is the tunnel's
-            close = tunnel or not keep or plan.close or env.draining
-            if reader.peer_eof and not reader.leftover:
-                close = True  # half-closed, nothing pipelined: this is the last
             chunked = event.http_version == b"1.1"
-            if type(body) is StreamBody and body.length is None and not chunked:
-                close = True  # a streamed body of unknown length to HTTP/1.0: close-delimited
+            if (
+                plan.close
+                or env.draining
+                # Half-closed, nothing pipelined: this is the last (RFC 9112 §9.6).
+                or (reader.peer_eof and not reader.leftover)
+                # A streamed body of unknown length to HTTP/1.0: close-delimited.
+                or (type(body) is StreamBody and body.length is None and not chunked)
+            ):
+                life.close_after()
             try:
-                if tunnel:
-                    sent = await serve_tunnel(self.emitter, self.life, plan, body, reader.leftover)
+                if type(body) is TunnelBody:  # a 101: BUSY or LAST -> TUNNEL
+                    sent = await serve_tunnel(self.emitter, life, plan, body, reader.leftover)
                 else:
+                    close = life.phase is LAST
                     sent = await self._send(plan, body, close, ka10 and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
@@ -499,9 +516,11 @@ class ConnectionTask:
             if body is not None:
                 body.close()
         _log(env, (client, event, plan.status, started, now, ua, referer, request_id), sent)
-        if content is not None and not close:
-            return await _drain(content, self.life, reader)
-        return not close
+        if life.phase is not BUSY:
+            return False  # LAST (close) or TUNNEL (the tunnel ended): no next request
+        if content is not None:
+            return await _drain(content, life, reader)
+        return True  # keep-alive
 
     async def _send(self, plan: Plan, body: Body, close: bool, ka10: bool, chunked: bool) -> int:
         """Write the answer; the bytes of its body sent."""

@@ -15,10 +15,14 @@ FIRST       new: its first request, before the lifetime     none (no scope yet; 
 HANDSHAKE   in its TLS handshake                            ``--head-timeout``
 IDLE        between requests, until the first byte          ``--keepalive-timeout``
 HEAD        receiving a request head                        ``--head-timeout``
-BUSY        answering a request (writes have their own      none (lifted lazily: see
-            deadline, ``--write-timeout``; a request body   :meth:`Lifetime.lift`)
-            the handler pulls has its own, ``--body-
-            timeout`` and ``--body-total-timeout``)
+BUSY        answering a request, keep-alive so far (writes  none (lifted lazily: see
+            have their own deadline, ``--write-timeout``;   :meth:`Lifetime.lift`)
+            a request body the handler pulls has its own,
+            ``--body-timeout`` and ``--body-total-
+            timeout``)
+LAST        answering the connection's last request:        as BUSY
+            keep-alive is off, it closes after the
+            response (:meth:`Lifetime.close_after`)
 DRAIN       after the response, reading and discarding      none (the drain's own
             the rest of a body the handler did not read,    bound: ``BodyPolicy.
             so that the connection can be kept              drain_timeout``)
@@ -31,6 +35,24 @@ CLOSED      over                                            —
 
 A deadline cancels the lifetime scope; the connection then answers 408
 (HEAD, HANDSHAKE: closes quietly) or closes quietly (IDLE).
+
+Keep-alive, close and upgrade are transitions of the table, not flags the
+connection carries (as h11 makes them state-triggered in ``_state.py``):
+
+* keep-alive: a request is answered in BUSY; when the response is out the
+  connection goes on to the next request (IDLE or HEAD, or DRAIN first
+  when the handler left some of the request's content unread);
+* close: anything that turns keep-alive off while a request is answered
+  moves BUSY to LAST (:meth:`Lifetime.close_after`): the request's
+  ``Connection: close`` or an HTTP/1.0 request without ``keep-alive``
+  (RFC 9112 §9.3), ``--max-requests`` reached, a head whose facts could
+  not be built, content that cannot be drained, an answer that closes,
+  the server draining, a client that half-closed with nothing pipelined
+  (RFC 9112 §9.6), a body of unknown length to HTTP/1.0 (ended by the
+  close, RFC 9112 §6.3).  The response then carries ``Connection: close``
+  and LAST leads only to CLOSED (or to STREAM or TUNNEL, which close too);
+* upgrade: a 101 the proxy relays hands the connection to its tunnel
+  (BUSY or LAST -> TUNNEL, RFC 9110 §7.8): no request is read after it.
 """
 
 from __future__ import annotations
@@ -49,6 +71,7 @@ __all__ = [
     "HANDSHAKE",
     "HEAD",
     "IDLE",
+    "LAST",
     "STREAM",
     "SWITCHED",
     "TRANSITIONS",
@@ -71,6 +94,7 @@ class Phase(enum.IntEnum):
     CLOSED = 7
     DRAIN = 8
     TUNNEL = 9
+    LAST = 10
 
 
 # The members as plain module constants: an Enum class attribute lookup
@@ -87,6 +111,7 @@ SWITCHED: Final = Phase.SWITCHED
 CLOSED: Final = Phase.CLOSED
 DRAIN: Final = Phase.DRAIN
 TUNNEL: Final = Phase.TUNNEL
+LAST: Final = Phase.LAST
 
 # Every allowed transition, from -> the phases it may go to.
 TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
@@ -104,7 +129,8 @@ TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
     # (RFC 9113 §3.3) on the first request; close.  A pipelined head that
     # is already whole is answered without leaving BUSY.  A request body
     # the handler left unread is drained first (DRAIN).  A 101 from the
-    # proxy hands the connection to its tunnel (TUNNEL).
+    # proxy hands the connection to its tunnel (TUNNEL).  Keep-alive
+    # turned off while answering: this request is the last (LAST).
     Phase.BUSY: frozenset(
         {
             Phase.IDLE,
@@ -114,8 +140,12 @@ TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
             Phase.CLOSED,
             Phase.DRAIN,
             Phase.TUNNEL,
+            Phase.LAST,
         }
     ),
+    # The last request's answer: an event stream and a tunnel end the
+    # connection too; no next request, no drain of unread content.
+    Phase.LAST: frozenset({Phase.STREAM, Phase.TUNNEL, Phase.CLOSED}),
     # The body is read to its end: back to the answering phase, which goes
     # on to the next head (pipelined bytes past the body included); or the
     # drain failed (too large, too slow, the client left): close.
@@ -130,7 +160,9 @@ TRANSITIONS: Final[dict[Phase, frozenset[Phase]]] = {
 # drain lets it finish instead of closing the connection under it (DRAIN:
 # the body drain is bounded by its own deadline).
 # TUNNEL: a tunnel is drained like a request, cut at --shutdown-timeout.
-_IN_FLIGHT: Final = frozenset({Phase.BUSY, Phase.DRAIN, Phase.STREAM, Phase.SWITCHED, Phase.TUNNEL})
+_IN_FLIGHT: Final = frozenset(
+    {Phase.BUSY, Phase.LAST, Phase.DRAIN, Phase.STREAM, Phase.SWITCHED, Phase.TUNNEL}
+)
 
 
 class Lifetime:
@@ -154,6 +186,14 @@ class Lifetime:
         if new not in TRANSITIONS[self.phase]:
             raise RuntimeError(f"HTTP/1.1 connection phase {self.phase.name} -> {new.name}")
         self.phase = new
+
+    def close_after(self) -> None:
+        """Keep-alive is off: the request being answered is the connection's
+        last (BUSY -> LAST; in LAST already, nothing).  The response then
+        says ``Connection: close`` and the connection closes after it
+        (RFC 9112 §9.6); h11 calls this event "keep-alive disabled"."""
+        if self.phase is not LAST:
+            self.to(LAST)
 
     @property
     def in_flight(self) -> bool:

@@ -18,6 +18,8 @@ that needs one, so the memory they hold is bounded by
 
 from __future__ import annotations
 
+__all__ = ["GROW_STEP", "SPARE_MAX", "OutBuffer"]
+
 GROW_STEP = 65536  # bytes: the capacity grows in steps of this
 SPARE_MAX = 16  # large buffers kept for reuse, process-wide
 

@@ -448,9 +448,7 @@ class UpstreamConn:
         fast = self._fast
         if fast is None:
             return conn.their_state is h11.DONE
-        # The fast reader read it all, nothing past its end, keep-alive.
-        head = fast.head
-        return fast.phase == 2 and not fast.leftover and head is not None and head.keep_alive
+        return fast.reusable  # read to its end, nothing past it, keep-alive
 
     def next_cycle(self) -> None:
         """Ready for the next exchange (after a :attr:`reusable` one): h11's

@@ -37,16 +37,43 @@ a fresh one is given a synthetic head with the same framing and, inside
 a chunk, a synthetic size line that puts its reader where this one is
 (:meth:`ResponseReader.handoff`), then the rest.  An EOF before the end is deferred the same
 way (h11 says whether it is an error).
+
+The reader's phase is one :class:`FastPhase`, changed only through the
+transitions :data:`TRANSITIONS` lists (as h11 keeps its states in
+``_state.py``); anything else is a bug, raised where it happens:
+
+==========  ===================================================  ===================
+phase       the reader ...                                       goes to
+==========  ===================================================  ===================
+HEAD        waits for the whole head                             BODY, DEFERRED
+BODY        gives the body as ``h11.Data``                       DONE, DEFERRED
+DONE        gave ``h11.EndOfMessage``: nothing more to read      —
+DEFERRED    declined: h11 reads the rest (:meth:`handoff`)       —
+==========  ===================================================  ===================
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Final
 
 import h11
 
-__all__ = ["DEFER", "MAX_FIELDS", "MAX_HEAD", "FastResponse", "ResponseReader", "parse_response"]
+__all__ = [
+    "BODY",
+    "DEFER",
+    "DEFERRED",
+    "DONE",
+    "HEAD",
+    "MAX_FIELDS",
+    "MAX_HEAD",
+    "TRANSITIONS",
+    "FastPhase",
+    "FastResponse",
+    "ResponseReader",
+    "parse_response",
+]
 
 MAX_FIELDS: Final = 32
 # h11's default max_incomplete_event_size (the upstream client's h11 uses it).
@@ -76,6 +103,36 @@ class _Defer:
 
 DEFER: Final = _Defer()
 _END: Final = h11.EndOfMessage()
+
+
+class FastPhase(enum.IntEnum):
+    # An IntEnum, as serverio.net.h1state.Phase: its members hash as ints
+    # (in C), so the table lookup of a transition is cheap.
+    HEAD = 0
+    BODY = 1
+    DONE = 2
+    DEFERRED = 3
+
+
+# The members as plain module constants: the reader compares its phase on
+# every event, and a module global is a fraction of an Enum class
+# attribute lookup (serverio.net.h1state).
+HEAD: Final = FastPhase.HEAD
+BODY: Final = FastPhase.BODY
+DONE: Final = FastPhase.DONE
+DEFERRED: Final = FastPhase.DEFERRED
+
+# Every allowed transition, from -> the phases it may go to.
+TRANSITIONS: Final[dict[FastPhase, frozenset[FastPhase]]] = {
+    # A head the fast path accepts starts its body; anything else is h11's.
+    FastPhase.HEAD: frozenset({FastPhase.BODY, FastPhase.DEFERRED}),
+    # The end of the body (Content-Length reached, the last chunk), or a
+    # byte, an EOF or a syntax the fast path leaves to h11.
+    FastPhase.BODY: frozenset({FastPhase.DONE, FastPhase.DEFERRED}),
+    # Both final: a reader is used for one response.
+    FastPhase.DONE: frozenset(),
+    FastPhase.DEFERRED: frozenset(),
+}
 
 
 class FastResponse:
@@ -157,8 +214,22 @@ class ResponseReader:
         self.head: FastResponse | None = None
         self._left = 0  # Content-Length bytes, or the chunk's data bytes, still to come
         self._footer = False  # a chunk's data read, its CRLF not yet
-        self.phase = 0  # 0 head, 1 body, 2 done, 3 deferred
+        self.phase = HEAD  # changed only by _to (the TRANSITIONS table)
         self.leftover = False  # bytes after the end (the connection is not reused)
+
+    def _to(self, new: FastPhase) -> None:
+        """Move to ``new``; a transition the table does not list is a bug."""
+        if new not in TRANSITIONS[self.phase]:
+            raise RuntimeError(f"fast response reader phase {self.phase.name} -> {new.name}")
+        self.phase = new
+
+    @property
+    def reusable(self) -> bool:
+        """The response read to its end by the fast path, nothing past it,
+        and keep-alive (RFC 9112 §9.3): its connection may carry the next
+        request."""
+        head = self.head
+        return self.phase is DONE and not self.leftover and head is not None and head.keep_alive
 
     def feed(self, data: bytes) -> None:
         if data:
@@ -168,11 +239,11 @@ class ResponseReader:
 
     def event(self) -> object:
         phase = self.phase
-        if phase == 1:
+        if phase is BODY:
             return self._body()
-        if phase == 0:
+        if phase is HEAD:
             return self._head()
-        if phase == 2:
+        if phase is DONE:
             return None
         return DEFER
 
@@ -192,7 +263,7 @@ class ResponseReader:
         self.head = head
         self._buf = buf[head.size :]
         self._left = head.length if head.length is not None else 0
-        self.phase = 1
+        self._to(BODY)
         return head
 
     def _body(self) -> object:
@@ -246,13 +317,13 @@ class ResponseReader:
         return self._body()
 
     def _end(self, rest: bytes) -> object:
-        self.phase = 2
+        self._to(DONE)
         self._buf = b""
         self.leftover = bool(rest)
         return _END
 
     def _defer(self) -> _Defer:
-        self.phase = 3
+        self._to(DEFERRED)
         return DEFER
 
     def handoff(self, conn: h11.Connection) -> tuple[h11.Connection, bool]:
