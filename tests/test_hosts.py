@@ -25,7 +25,7 @@ from serverio.errors import ConfigError, HTTPError
 from serverio.http.core import RequestFacts
 from serverio.http.hosts import HostRule, host_allowed, host_name, host_rule, misdirected_plan
 from serverio.http.target import parse_target
-from serverio.ops import cli
+from serverio.net import activation
 from serverio.ops.cli import main
 from serverio.wire.fields import scan_fields
 
@@ -155,7 +155,7 @@ def test_flag_comma_list_variable_and_toml_key(
         return 0
 
     monkeypatch.setattr(trio, "run", fake_run)
-    monkeypatch.setattr(cli, "systemd_fds", list)
+    monkeypatch.setattr(activation, "systemd_fds", list)
     base = ["-d", str(root), "--upload"]
     argv = [*base, "--allowed-hosts", "a.example,.b.example", "--allowed-hosts", "c"]
     conf = tmp_path / "s.toml"
