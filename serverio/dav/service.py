@@ -59,7 +59,7 @@ from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..site.access import AccessTarget, Kind
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
-from ..upload.resolved import Resolving
+from ..upload.resolved import Resolving, resolved_target
 from ..upload.service import CommitGate, Uploads
 from . import methods
 from .answers import (
@@ -428,6 +428,14 @@ class _Listing:
         self.count = 1
         self.scan: DirScan | None = None
         self.scan_path = path
+        # Where the target leads when an in-root link is on its way (a
+        # PROPFIND of /pub/la/ with pub/la -> ../a: "a"), found before the
+        # first scan: its members' rules are decided there too.  Members
+        # are never links (DirScan), so a member's real path is this plus
+        # its path below the target.
+        self.top = path
+        self.real_top: str | None = None
+        self.resolved = svc.visible is None  # no auth rules: nothing to decide
         self.job = TreeJob()
         self.ended = False
         self.batch_size = _BATCH  # 0 once the Depth infinity bound is reached
@@ -446,6 +454,12 @@ class _Listing:
                     return MULTISTATUS_TAIL
                 self.scan_path = path = self.pending.pop()
                 cfg = svc.config
+                if not self.resolved:
+                    real = await svc.blocking(
+                        self.job, resolved_target, svc.opener(), f"/{path}/", True
+                    )
+                    self.real_top = real.strip("/") if isinstance(real, str) else None
+                    self.resolved = True
                 scan = await svc.blocking(
                     self.job,
                     DirScan,
@@ -494,10 +508,28 @@ class _Listing:
         visible = self.svc.visible
         if visible is None:
             return batch
-        entries = [Entry(f.name, stat.S_ISDIR(f.st.st_mode), 0, None) for f in batch]
+        real = self._real(self.scan_path)
+        entries = [
+            Entry(
+                f.name,
+                stat.S_ISDIR(f.st.st_mode),
+                0,
+                None,
+                None if real is None else f"{real}/{f.name}" if real else f.name,
+            )
+            for f in batch
+        ]
         segments = tuple(self.scan_path.split("/")) if self.scan_path else ()
         kept = {id(e) for e in visible(self.req, segments, entries)}
         return [f for f, e in zip(batch, entries, strict=True) if id(e) in kept]
+
+    def _real(self, scan_path: str) -> str | None:
+        """Where the directory ``scan_path`` (the target or below it) lies
+        when the target was reached through a link, else None."""
+        if self.real_top is None:
+            return None
+        below = scan_path[len(self.top) :].strip("/")
+        return "/".join(p for p in (self.real_top, below) if p)
 
     def close(self) -> None:
         if self.job.release():
