@@ -473,7 +473,11 @@ def _check_answer(oracle: Oracle, op: Op, r: Answer, before: dict[str, Entry]) -
             if u.startswith(top) and u != top and not oracle.may_write(op.who, u):
                 if not oracle.via_member_link(top, u):  # the known gap (below)
                     bad.append(f"LOCK {op.url} granted over {u}")
-    if r.status == 423 and op.method == "PUT":
+    # (A PUT at a link's own name is 409 whatever its locks: a write never
+    # goes through the last name; a lock there keeps out only the link's
+    # own DELETE, MOVE.)
+    at_link = (oracle.root / op.url.strip("/")).is_symlink()
+    if r.status == 423 and op.method == "PUT" and not at_link:
         holders = [
             who
             for who, url, depth, _ in oracle.locks
