@@ -23,12 +23,12 @@ What it generates (:func:`_cases`):
   files and collections, through links too.  One server per example: the
   lock table and the verified credentials last across its requests.
 
-The oracle (:class:`Oracle`, :func:`_check_answer`, :func:`_check_changes`) matches globs with ``_oracle_match`` of
-tests/test_dav_members.py (by segments, not serverio's regular
-expressions) and resolves links with ``os.path.realpath``.  A path's
-rights are those of its first matching ``[[auth]]`` rule and its first
-matching ``[[writable]]`` table.  The tree is read (bytes, link targets)
-before and after each request:
+The oracle (:class:`Oracle`, :func:`_check_answer`, :func:`_check_changes`)
+matches globs with ``_oracle_match`` of tests/test_dav_members.py (by
+segments, not serverio's regular expressions) and resolves links with
+``os.path.realpath``.  A path's rights are those of its first matching
+``[[auth]]`` rule and its first matching ``[[writable]]`` table.  The tree
+is read (bytes, link targets) before and after each request:
 
 * a marker appears in an answer (a zip's members unpacked) only if the
   client may read some place that held it before;
