@@ -14,19 +14,21 @@ What it generates (:func:`_cases`):
   to two ``[[writable]]`` tables (``put``, ``delete`` or both);
 * the server: ``--webdav`` or ``--upload --on-duplicate overwrite``, with
   ``--archives``, over HTTP/1.1 or HTTP/2 (memory streams);
-* one to five requests, each anonymous, as alice, as bob or with a wrong
-  password: GET / HEAD of files and listings (HTML, JSON, ``?archive=zip``),
+* three to eight requests, each anonymous, as alice, as bob or with a
+  wrong password (the method drawn from a weighted list, half of the URLs
+  near a protected file: it, a collection above it, a link to either):
+  GET / HEAD of files and listings (HTML, JSON, ``?archive=zip``),
   PUT, DELETE, a form upload to a folder, COPY / MOVE (``Overwrite`` T or
   F), PROPFIND (Depth 0, 1, infinity) and LOCK (depth infinity or 0) of
   files and collections, through links too.  One server per example: the
   lock table and the verified credentials last across its requests.
 
-The oracle (:func:`_check`) matches globs with ``_oracle_match`` of
-tests/test_dav_members.py (by segments, not serverio's regular
-expressions) and resolves links with ``os.path.realpath``.  A path's
-rights are those of its first matching ``[[auth]]`` rule and its first
-matching ``[[writable]]`` table.  The tree is read (bytes, link targets)
-before and after each request:
+The oracle (:class:`Oracle`, :func:`_check_answer`, :func:`_check_changes`)
+matches globs with ``_oracle_match`` of tests/test_dav_members.py (by
+segments, not serverio's regular expressions) and resolves links with
+``os.path.realpath``.  A path's rights are those of its first matching
+``[[auth]]`` rule and its first matching ``[[writable]]`` table.  The tree
+is read (bytes, link targets) before and after each request:
 
 * a marker appears in an answer (a zip's members unpacked) only if the
   client may read some place that held it before;
@@ -42,8 +44,12 @@ before and after each request:
   holder could write that path;
 * no answer is a 5xx and no upload temporary is left.
 
-Bounded: 60 examples by default (``SERVERIO_RIGHTS_EXAMPLES`` for a hunt),
-at most five requests each, 20 s per example, memory streams.
+One known gap is exempted (:meth:`Oracle.via_member_link`) and held by a
+strict xfail: a LOCK is not decided on the targets of links below it.
+
+Bounded: 60 examples by default (``SERVERIO_RIGHTS_EXAMPLES`` for a hunt,
+with ``--hypothesis-seed``), at most eight requests each, 20 s per example,
+memory streams.  What it found is pinned by the tests after it.
 """
 
 from __future__ import annotations
@@ -473,7 +479,11 @@ def _check_answer(oracle: Oracle, op: Op, r: Answer, before: dict[str, Entry]) -
             if u.startswith(top) and u != top and not oracle.may_write(op.who, u):
                 if not oracle.via_member_link(top, u):  # the known gap (below)
                     bad.append(f"LOCK {op.url} granted over {u}")
-    if r.status == 423 and op.method == "PUT":
+    # (A PUT at a link's own name is 409 whatever its locks: a write never
+    # goes through the last name; a lock there keeps out only the link's
+    # own DELETE, MOVE.)
+    at_link = (oracle.root / op.url.strip("/")).is_symlink()
+    if r.status == 423 and op.method == "PUT" and not at_link:
         holders = [
             who
             for who, url, depth, _ in oracle.locks
