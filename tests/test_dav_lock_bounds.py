@@ -38,7 +38,7 @@ from serverio.site.passwords import hash_password
 from serverio.site.rules import compile_rules, glob_below
 
 from .conftest import HTTPClient, make_config
-from .test_dav_locking import CLIENTS, LOCKINFO
+from .test_dav_locking import CLIENTS, LOCKINFO, h1_caller
 
 SHARED = LOCKINFO.replace(b"<D:exclusive/>", b"<D:shared/>")
 ALICE = [("authorization", "Basic " + base64.b64encode(b"alice:pw").decode())]
@@ -192,24 +192,11 @@ async def _two_clients(root: Path, **cfg: object) -> AsyncIterator[tuple[Call, C
             for address in ("192.0.2.1", "192.0.2.2"):
                 mine, theirs = trio.testing.memory_stream_pair()
                 nursery.start_soon(ConnectionTask(srv.env, theirs, address).run)
-                calls.append(_caller(HTTPClient(mine, theirs)))
+                calls.append(h1_caller(HTTPClient(mine, theirs)))
             yield calls[0], calls[1]
             nursery.cancel_scope.cancel()
     finally:
         srv.opener.close()
-
-
-def _caller(client: HTTPClient) -> Call:
-    async def call(
-        method: str, path: str, headers: list[tuple[str, str]], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        fields = "".join(f"{k}: {v}\r\n" for k, v in [*headers, ("content-length", len(body))])
-        head = f"{method} {path} HTTP/1.1\r\nHost: t\r\n{fields}\r\n"
-        await client.send_raw(head.encode("latin-1") + body)
-        r = await client.read_response()
-        return r.status, r.headers, r.body
-
-    return call
 
 
 async def test_one_client_cannot_take_every_lock(root: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from .conftest import make_config, memory_connection
+from .conftest import HTTPClient, make_config, memory_connection
 from .h2client import h2_memory
 
 Call = Callable[
@@ -36,6 +36,21 @@ PROPFIND = (
 )
 
 
+def h1_caller(client: HTTPClient) -> Call:
+    """One request at a time over ``client``'s HTTP/1.1 connection."""
+
+    async def call(
+        method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        fields = "".join(f"{k}: {v}\r\n" for k, v in [*headers, ("content-length", len(body))])
+        head = f"{method} {path} HTTP/1.1\r\nHost: t\r\n{fields}\r\n"
+        await client.send_raw(head.encode("latin-1") + body)
+        r = await client.read_response()
+        return r.status, r.headers, r.body
+
+    return call
+
+
 @asynccontextmanager
 async def h1_calls(root: Path, **cfg: object) -> AsyncIterator[Call]:
     async with memory_connection(make_config(root, webdav=True, min_free_space=0, **cfg)) as (
@@ -43,17 +58,7 @@ async def h1_calls(root: Path, **cfg: object) -> AsyncIterator[Call]:
         _,
         _,
     ):
-
-        async def call(
-            method: str, path: str, headers: list[tuple[str, str]], body: bytes
-        ) -> tuple[int, dict[str, str], bytes]:
-            fields = "".join(f"{k}: {v}\r\n" for k, v in [*headers, ("content-length", len(body))])
-            head = f"{method} {path} HTTP/1.1\r\nHost: t\r\n{fields}\r\n"
-            await client.send_raw(head.encode("latin-1") + body)
-            r = await client.read_response()
-            return r.status, r.headers, r.body
-
-        yield call
+        yield h1_caller(client)
 
 
 @asynccontextmanager
