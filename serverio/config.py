@@ -573,6 +573,19 @@ class SitePolicy:
     # --secret-file: the key that signs session cookies, share links and
     # resumable-upload URLs (serverio.ops.secret; None: a per-user one).
     secret_file: str | None = None
+    # --trusted-user-header: the request field a --trusted-proxies peer
+    # names the signed-in user with (oauth2-proxy, Authelia, Caddy
+    # forward_auth); from any other peer it is ignored and stripped
+    # (serverio.login.identity).  None: no such field is read.
+    trusted_user_header: str | None = None
+    # --session-max-age: seconds a login page session lasts (the signed
+    # cookie's expiry; serverio.login).
+    session_max_age: int = 43200
+    # --share-max-age: the longest a share link may last (seconds); a
+    # request for longer is capped.  --share-deny-file: revoked share
+    # tokens, one per line (serverio.login.share).
+    share_max_age: int = 2592000
+    share_deny_file: str | None = None
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.site.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
@@ -587,6 +600,11 @@ class SitePolicy:
     # (serverio.http.hosts)?  With writes or the proxy on, or --allowed-hosts
     # given; never with --allowed-hosts '*'.
     check_hosts: bool = field(default=False, compare=False)
+    # Derived by validate(): the request fields that may name the user
+    # besides Authorization (lower-case): ``cookie`` when users exist (the
+    # login page's session), and --trusted-user-header's field.  Empty: the
+    # field scan reads neither (serverio.wire.fields.scan_fields).
+    identity_fields: tuple[bytes, ...] = field(default=(), compare=False)
 
     def validate(self, writes_or_proxy: bool = False) -> SitePolicy:
         """Parse the trusted proxies and the allowed hosts; a copy with
@@ -604,7 +622,14 @@ class SitePolicy:
                     "no scheme, port or path), nor '*'"
                 )
         check = (writes_or_proxy or bool(names)) and "*" not in names
-        return dataclasses.replace(self, proxy_networks=networks, check_hosts=check)
+        identity: tuple[bytes, ...] = ()
+        if self.auth or self.auth_file is not None or self.auth_users:
+            identity += (b"cookie",)
+        if self.trusted_user_header is not None:
+            identity += (self.trusted_user_header.lower().encode("ascii"),)
+        return dataclasses.replace(
+            self, proxy_networks=networks, check_hosts=check, identity_fields=identity
+        )
 
 
 # One --allowed-hosts value: a DNS name (letters, digits, '-', '_', dots;
@@ -1101,6 +1126,7 @@ def wants_site_rules(cfg: Config) -> bool:
         or site.auth
         or site.auth_file is not None
         or site.auth_users
+        or site.trusted_user_header is not None
         or cfg.tls.hsts is not None
         or (cfg.uploads.upload and site.writable)
     )

@@ -104,6 +104,12 @@ class ExtraFields:
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
+    # Read only when users exist (the login page's session cookie, RFC 6265
+    # §5.4; HTTP/2's split crumbs joined with "; ", RFC 9113 §8.2.3) and
+    # with --trusted-user-header (its field's value, honoured only from a
+    # --trusted-proxies peer): serverio.login.identity.
+    cookie: str | None = None
+    trusted_user: str | None = None
     # The reverse proxy (serverio.proxy): Upgrade (RFC 9110 §7.8).
     upgrade: str | None = None
     # WebDAV (serverio.dav, RFC 4918 §10): raw values, parsed by the DAV

@@ -80,7 +80,7 @@ class StreamAnswer:
             check_host(head.authority)
         if not path_bytes_ok(head.path):
             raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
-        f = scan_fields(head.fields, head.authority, cfg.site.check_hosts)
+        f = scan_fields(head.fields, head.authority, cfg.site.check_hosts, cfg.site.identity_fields)
         target = parse_target(head.method, head.path, max_size=cfg.conn.max_target_size)
         facts = RequestFacts(
             method=head.method,
@@ -128,6 +128,7 @@ class StreamAnswer:
                 handler.receive is not None
                 or handler.write is not None
                 or handler.proxy is not None
+                or (env.site is not None and env.site.login is not None)  # its forms
             ):
                 # A step may read the content; without one the content is
                 # left unread (the stream is reset NO_ERROR after the

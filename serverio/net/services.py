@@ -214,6 +214,12 @@ class Services:
         keep_spellings(given)
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
+        if site.rules.auth or self.config.site.trusted_user_header is not None:
+            from ..login.service import Login
+
+            # Users exist: the login page, sessions, the trusted header and
+            # share links (serverio.login), signed with the server's secret.
+            site.login = Login(self.config, site, self.signer)
         if self.proxy is not None:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.

@@ -494,6 +494,34 @@ def blame_env(message: str, sources: Mapping[str, Option]) -> str:
 # ---------------------------------------------------------------- parsers
 
 
+# A field name (RFC 9110 §5.1: a token), lower-cased as both protocols
+# deliver names; never one the server reads itself.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+_OWN_FIELDS = frozenset(
+    (
+        *("authorization", "cookie", "host", "content-length", "transfer-encoding"),
+        *("forwarded", "x-forwarded-for", "origin", "content-type", "user-agent", "referer"),
+    )
+)
+
+
+def _field_name(text: str) -> str:
+    name = text.strip().lower()
+    if _TOKEN.fullmatch(name) is None or name in _OWN_FIELDS or name.startswith(":"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a request field name one may trust")
+    return name
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         v = float(text)
@@ -1078,6 +1106,42 @@ _SITE = (
         "Site rules",
         metavar="FILE",
         default_text="generated",
+        fs_path=True,
+    ),
+    _O(
+        "trusted_user_header",
+        ("--trusted-user-header",),
+        "the request field (Remote-User, X-Forwarded-User) that names the signed-in "
+        "user, honoured only from --trusted-proxies peers (ignored and stripped from others)",
+        "Site rules",
+        metavar="NAME",
+        parse=_field_name,
+        default_text="none",
+    ),
+    _O(
+        "session_max_age",
+        ("--session-max-age",),
+        "seconds a sign-in through the login page lasts (the signed session cookie's expiry)",
+        "Site rules",
+        metavar="S",
+        parse=_positive_int,
+    ),
+    _O(
+        "share_max_age",
+        ("--share-max-age",),
+        "the longest a share link may last, in seconds (longer requests are capped)",
+        "Site rules",
+        metavar="S",
+        parse=_positive_int,
+    ),
+    _O(
+        "share_deny_file",
+        ("--share-deny-file",),
+        "revoked share links: a file of share tokens (or whole links), one per line, "
+        "re-read when it changes",
+        "Site rules",
+        metavar="FILE",
+        default_text="none",
         fs_path=True,
     ),
     _O(

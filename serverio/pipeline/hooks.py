@@ -72,6 +72,7 @@ __all__ = [
     "ListingView",
     "Proxy",
     "RawHead",
+    "Reserved",
     "Router",
     "Transform",
     "Tunnel",
@@ -133,6 +134,43 @@ class EventSource(Protocol):
         Cancellation handling: returns nothing owned; the subscription is
         dropped in every case.
         """
+        ...
+
+
+class Reserved(Protocol):
+    """A feature's reserved paths that take any method and content, and the
+    principal it vouches for (the login feature, :mod:`serverio.login`).
+    Installed on the site rules (``Site.login``): asked first, before the
+    site's routing, by :func:`serverio.pipeline.request.complete` and
+    :func:`~serverio.pipeline.request.complete_body`; its answers get the
+    site's header rules, not its error pages.  (A stage of its own once the
+    pipeline has stages; the same four calls.)"""
+
+    def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
+        """``req`` with the principal its cookie or trusted header names
+        (``req`` itself when none).  Synchronous, no I/O: every request."""
+        ...
+
+    def takes(self, req: RequestFacts) -> bool:
+        """Is ``req`` for one of the reserved paths?  Synchronous, pure."""
+        ...
+
+    async def step(
+        self,
+        req: RequestFacts,
+        content: WriteContent | None,
+        now: float,
+        client: Callable[[], str],
+    ) -> Plan | RequestFacts:
+        """The answer to a reserved path, or the request to serve instead
+        (a share link's real path, with its grant).  Raises HTTPError.
+
+        Cancellation handling: nothing is held across its waits.
+        """
+        ...
+
+    def finish(self, plan: Plan, req: RequestFacts) -> Plan:
+        """The answer to a request it rewrote, as its client should see it."""
         ...
 
 

@@ -68,7 +68,7 @@ from ..site.access import AccessTarget, Kind, resolved_path, served_target
 from ..site.forwarded import client_address
 from ..site.ticket import Ticket
 from .handler import Content, Deferred, Handler
-from .hooks import NO_HEAD, RawHead, Upload, WriteContent
+from .hooks import NO_HEAD, RawHead, Reserved, Upload, WriteContent
 
 if TYPE_CHECKING:  # the site rules are imported only when configured
     from ..site.service import Site
@@ -252,6 +252,11 @@ async def complete(
     req = waiting.req
     deferred = waiting.deferred
     handler = deps.handler
+    if deferred is None and site is not None and site.login is not None:
+        reserved = await _reserved(deps, site.login, req, None, now, client)
+        if not isinstance(reserved, RequestFacts):
+            return reserved
+        req = reserved
     if deferred is None and handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, NO_CONTENT, now, client)
     ticket: Ticket | None = None
@@ -296,6 +301,42 @@ async def complete(
         return await _admitted(deps, prepared, ticket, now, client)
     fd, prepared.fd = prepared.fd, -1
     return _finished(site, prepared.plan, fd, ticket, req, prepared.take_chunks())
+
+
+async def _reserved(
+    deps: Deps,
+    login: Reserved,
+    req: RequestFacts,
+    content: WriteContent | None,
+    now: float,
+    client: Callable[[], str],
+) -> Answer | RequestFacts:
+    """The login feature's turn (:class:`~serverio.pipeline.hooks.Reserved`):
+    the principal a cookie or trusted header names, attached to ``req``;
+    then, for its reserved paths, its answer (finished with the site's
+    header rules, not its error pages) or the request to serve instead.
+    Without a cookie, the header or a reserved path: ``req`` itself, no
+    await.
+
+    Cancellation handling: nothing is owned here (the step holds nothing
+    across its waits).
+    """
+    req = login.attach(req, client)
+    if not login.takes(req):
+        return req
+    try:
+        got = await login.step(req, content, now, client)
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        got = negotiated_error(plan, req.accept)
+    if type(got) is RequestFacts:
+        return got
+    assert isinstance(got, Plan)
+    site = deps.site
+    assert site is not None
+    ticket = Ticket(None, req)
+    plan = site.finish(got, ticket, pages=False)
+    return plan, Body.of(plan), ticket
 
 
 async def access(
@@ -357,6 +398,11 @@ async def complete_body(
     handler = deps.handler
     if handler.hosts is not None and (refused := misdirected(deps, req, now)) is not None:
         return refused  # the content is left unread (the transport drains or closes)
+    if deps.site is not None and deps.site.login is not None:
+        reserved = await _reserved(deps, deps.site.login, req, content, now, client)
+        if not isinstance(reserved, RequestFacts):
+            return reserved
+        req = reserved
     if handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, content, now, client)
     step = handler.receive

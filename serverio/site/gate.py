@@ -28,6 +28,7 @@ from ..observe.stats import Stats
 from .access import AccessTarget, Kind, rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
+from .principal import MARK, Principal, password_tag, principal_of, share_allows
 from .rules import AuthRule, SiteRules, parse_basic
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
@@ -98,12 +99,22 @@ class Gate:
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
+        who = principal_of(authorization) if authorization is not None else None
+        if who is not None and who.via == "share":
+            return self._share_now(target, who)
         if target.tree:
             return self._tree_now(target, authorization, granted)
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
         if kind is Kind.EVENT:
+            return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+        if who is not None:
+            # A user the login feature verified (session, trusted header):
+            # a rule accepts it when its users file names that user (with
+            # the same password hash, for a session).
+            if self._accepts(rule, who):
+                return Access(Verdict.ALLOW, rule.index)
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
         if kind is Kind.ENTRY:
             if self._verified_for(rule, authorization):
@@ -159,13 +170,94 @@ class Gate:
         rules = {} if found is None else {found.index: found}
         for path in target.paths:
             rules.update((r.index, r) for r in rules_below(self.rules, path))
+        who = principal_of(authorization)
         for rule in rules.values():
-            if rule.index in granted:
+            if rule.index in granted or (who is not None and self._accepts(rule, who)):
                 continue
             if parse_basic(authorization) is None:
                 return Access(Verdict.CHALLENGE, rule.index, rule.realm)
             return Access(Verdict.PENDING, rule.index, rule.realm)
         return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
+
+    def _accepts(self, rule: AuthRule, who: Principal) -> bool:
+        """Does ``rule`` accept a user the login feature verified?"""
+        stored = rule.users.get(who.user)
+        if stored is None:
+            return False
+        return who.via == "header" or password_tag(stored) == who.tag
+
+    def _share_now(self, target: AccessTarget, who: Principal) -> Access:
+        """A share link's grant (serverio.site.principal): exactly its
+        path and rights, whatever the rules say elsewhere; everything else
+        is 403 (never a challenge: no credentials can widen a link)."""
+        kind = target.kind
+        if kind is Kind.WRITE:
+            right = "upload" if target.action == "put" and not target.tree else ""
+        elif kind is Kind.LISTING or kind is Kind.ENTRY:
+            right = "list"
+        elif kind is Kind.FILE or kind is Kind.SIDECAR:
+            right = "read"
+        elif kind is Kind.REQUEST:
+            # The request path: what it serves is decided again (FILE or LISTING).
+            right = "list" if "list" in who.share_rights else "read"
+        else:
+            right = ""  # EVENT, RESERVED: never through a link
+        canon = self.rules.canonical
+        paths = tuple(canon(p) for p in target.paths)
+        if right and share_allows(who, paths, right, canon(who.share_path)):
+            return ALLOWED
+        return Access(Verdict.FORBID)
+
+    async def check_password(
+        self, user: str, password: str, peer: Callable[[], str]
+    ) -> tuple[Access, str]:
+        """A login page's password check: the same limiter, cache and
+        pool as Basic credentials, against the first auth rule whose users
+        file names ``user`` (the first rule when none does: an unknown
+        user costs the same work).  With the verdict, the password tag of
+        the hash it matched (:func:`~serverio.site.principal.password_tag`;
+        ``""`` unless allowed).
+
+        Cancellation handling: as :meth:`decide` (a cancelled check counts
+        as a failure).
+        """
+        rules = self.rules.auth
+        if not rules or user.startswith(MARK):
+            return Access(Verdict.FORBID), ""
+        rule = next((r for r in rules if user in r.users), rules[0])
+        got = await self._check(rule, (user, password), peer)
+        if got.verdict is not Verdict.ALLOW:
+            return got, ""
+        return got, password_tag(rule.users[user])
+
+    async def check_secret(
+        self, who: str, stored: str, password: str, peer: Callable[[], str]
+    ) -> Access:
+        """A password check of one stored hash (a share link's) under the
+        same limiter and pool as Basic credentials; ``who``: the limiter's
+        key for what is guessed (a link).  ALLOW, CHALLENGE (wrong),
+        THROTTLE or UNAVAILABLE.
+
+        Cancellation handling: as :meth:`decide` (a cancelled check counts
+        as a failure).
+        """
+        client = client_key(peer())
+        mono = trio.current_time()
+        attempt = self.limiter.reserve(client, who, mono)
+        if not isinstance(attempt, Attempt):
+            return Access(Verdict.THROTTLE, retry_after=retry_after(attempt))
+        failed = True
+        try:
+            failed = not await run_blocking(self.auth_pool, verify_padded, stored, password, stored)
+        except PoolSaturated:
+            failed = False
+            return Access(Verdict.UNAVAILABLE)
+        finally:
+            self.limiter.settle(attempt, failed=failed)
+        if failed:
+            self.stats.site.auth_failures += 1
+            return Access(Verdict.CHALLENGE)
+        return ALLOWED
 
     async def _check(
         self, rule: AuthRule, creds: tuple[str, str], peer: Callable[[], str]

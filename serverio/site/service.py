@@ -54,7 +54,7 @@ from ..live.script import live_assets
 from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
-from ..pipeline.hooks import Router
+from ..pipeline.hooks import Reserved, Router
 from .access import AccessTarget, Kind, resolved_path, write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
@@ -290,6 +290,9 @@ class Site:
         self.reserved_route: Router | None = None
         # The proxy hook's match (Hooks.proxy; the server sets it).
         self.proxied: Callable[[RequestFacts], object | None] | None = None
+        # The login feature (sessions, trusted header, share links; the
+        # server sets it when users exist): asked before route().
+        self.login: Reserved | None = None
 
     @property
     def auth_pool(self) -> Pool:
@@ -530,7 +533,12 @@ class Site:
         (:meth:`serverio.site.finish.Finisher.finish`)."""
         if ticket is None:
             return self.finisher.finish(plan, None, False, False, pages)
-        return self.finisher.finish(plan, ticket.req, ticket.protected, ticket.authed, pages)
+        req = ticket.req
+        plan = self.finisher.finish(plan, req, ticket.protected, ticket.authed, pages)
+        login = self.login
+        if login is not None and req.authorization is not None:
+            plan = login.finish(plan, req)  # a share link's answer, as the link shows it
+        return plan
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """The error pages' re-read while the server runs

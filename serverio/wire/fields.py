@@ -95,7 +95,10 @@ def check_host(value: bytes) -> None:
 
 
 def scan_fields(
-    headers: Iterable[tuple[bytes, bytes]], authority: bytes | None = None, keep_host: bool = False
+    headers: Iterable[tuple[bytes, bytes]],
+    authority: bytes | None = None,
+    keep_host: bool = False,
+    identity: tuple[bytes, ...] = (),
 ) -> Fields:
     """One pass over the (lower-case) header list.  ``authority``:
     HTTP/2's ``:authority`` (HTTP/1.1 has a Host line instead); kept in
@@ -104,6 +107,12 @@ def scan_fields(
     Content-Type for the upload form's CSRF rule), or always with
     ``keep_host`` (the Host check, :mod:`serverio.http.hosts`, reads it
     on every request).
+
+    ``identity``: the fields that may name the user besides Authorization
+    (``SitePolicy.identity_fields``): ``cookie`` (several lines, as HTTP/2
+    splits it, joined with ``"; "``, RFC 9113 §8.2.3) goes to
+    ``extra.cookie``, any other (``--trusted-user-header``'s) to
+    ``extra.trusted_user``; empty (the default), neither is read.
 
     Raises :class:`HTTPError` 400 for an invalid Host, and for a Host line
     that names another host than ``:authority`` (RFC 9113 §8.3.1: such a
@@ -144,6 +153,12 @@ def scan_fields(
             v = value.decode("latin-1")
             old = extra.get(key)
             extra[key] = v if old is None else f"{old}, {v}"
+        elif identity and name in identity:
+            v = value.decode("latin-1")
+            key = "cookie" if name == b"cookie" else "trusted_user"
+            old = extra.get(key)
+            sep = "; " if key == "cookie" else ", "
+            extra[key] = v if old is None else f"{old}{sep}{v}"
     if extra or (keep_host and host is not None):
         if host is not None:
             # WebDAV's Destination and the upload form's CSRF rule compare with it.

@@ -1,0 +1,156 @@
+"""Who a request speaks for, besides Basic credentials (trio thread only).
+
+:meth:`Identities.attach` runs on every request of a server with users,
+before the access hook: it turns a genuine session cookie (the login
+page's) or the ``--trusted-user-header`` of a ``--trusted-proxies`` peer
+into the verified principal the hook reads
+(:func:`serverio.site.principal.user_authorization`).  Everything it reads
+is attacker input:
+
+* a request with ``Authorization`` keeps it (Basic is checked by the hook;
+  an explicit credential wins over an ambient cookie);
+* the trusted header counts only when the connection's own peer (not an
+  address a forwarding field names) is inside ``--trusted-proxies``; from
+  any other peer it is ignored (and the reverse proxy drops it, so an
+  upstream never sees it as if vouched for).  A value that is empty,
+  longer than :data:`MAX_USER`, holds a control character or a comma (two
+  fields joined: which one is meant?) is ignored too;
+* a session cookie is a signed token (serverio.signing, purpose
+  ``session``): altered, expired, oversized, of another secret, or
+  naming a user whose password hash changed since: anonymous, never an
+  error.  Opened tokens are remembered (bounded, until they expire), so a
+  signed-in warm GET costs a dictionary lookup, not an HMAC.
+
+A request without a cookie or the header pays one attribute test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..config import IPNetwork
+from ..http.core import RequestFacts
+from ..signing import Signer, TokenError
+from ..site.forwarded import trusts
+from ..site.principal import MARK, user_authorization
+from .cookies import cookie_name, cookie_value
+
+__all__ = ["MAX_USER", "SESSION", "Identities", "peer_address", "session_digest"]
+
+SESSION = "serverio-session"
+MAX_USER = 256
+_OPENED_MAX = 4096
+
+
+def session_digest(token: str) -> str:
+    """What a signed-in page's CSRF token is bound to: a digest of the
+    session token (never the token itself in a page)."""
+    return hashlib.sha256(token.encode("ascii")).hexdigest()[:32]
+
+
+def peer_address(peer: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address of a connection's peer text (``host:port``,
+    ``[v6]:port`` or a bare address), or None (a Unix socket, ``-``)."""
+    host = peer
+    if host.startswith("["):
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
+def _usable_user(value: str) -> str | None:
+    user = value.strip()
+    if not user or len(user) > MAX_USER or "," in user or user.startswith(MARK):
+        return None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in user):
+        return None
+    return user
+
+
+class Identities:
+    """The session cookie and the trusted header of one server."""
+
+    def __init__(
+        self,
+        signer: Signer,
+        networks: tuple[IPNetwork, ...],
+        header: str | None,
+        now: Callable[[], float],
+    ) -> None:
+        self.signer = signer
+        self.networks = networks
+        self.header = header
+        self._now = now
+        # token -> (user, tag, expires): opened sessions, bounded.
+        self._opened: OrderedDict[str, tuple[str, str, int]] = OrderedDict()
+
+    def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
+        """``req`` with the principal its cookie or trusted header names
+        in its ``authorization`` slot; ``req`` itself when none does."""
+        extra = req.extra
+        if extra.cookie is None and extra.trusted_user is None:
+            return req  # the anonymous request: one test
+        auth = req.authorization
+        if auth is not None:
+            return req  # Basic (the hook checks it), or already attached
+        if extra.trusted_user is not None and self.header is not None:
+            user = self.trusted_user(extra.trusted_user, client)
+            if user is not None:
+                return replace(req, authorization=user_authorization(user, "header"))
+        token = cookie_value(extra.cookie, cookie_name(SESSION, req.tls))
+        if token is None:
+            return req
+        got = self.open_session(token)
+        if got is None:
+            return req
+        user, tag = got
+        return replace(req, authorization=user_authorization(user, "session", tag))
+
+    def trusted_user(self, value: str, client: Callable[[], str]) -> str | None:
+        """The user the trusted header names, if the connection's peer is a
+        trusted proxy (a :class:`~serverio.pipeline.request.ForwardedClient`
+        tells its own peer apart from the client it names)."""
+        if not self.networks:
+            return None
+        peer = getattr(client, "peer", client)
+        addr = peer_address(peer())
+        if addr is None or not trusts(self.networks, addr):
+            return None
+        return _usable_user(value)
+
+    def open_session(self, token: str) -> tuple[str, str] | None:
+        """(user, password tag) of a genuine, unexpired session token."""
+        now = self._now()
+        opened = self._opened
+        got = opened.get(token)
+        if got is not None:
+            if now < got[2]:
+                return got[0], got[1]
+            del opened[token]
+            return None
+        try:
+            fields = self.signer.open("session", token, now)
+        except TokenError:
+            return None
+        if len(fields.fields) != 2 or _usable_user(fields.fields[0]) is None:
+            return None
+        user, tag = fields.fields
+        opened[token] = (user, tag, fields.expires)
+        if len(opened) > _OPENED_MAX:
+            opened.popitem(last=False)
+        return user, tag
+
+    def new_session(self, user: str, tag: str, max_age: int) -> str:
+        """A session token for ``user`` (verified, its hash's ``tag``)."""
+        return self.signer.sign("session", (user, tag), int(self._now()) + max_age)

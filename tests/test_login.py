@@ -1,0 +1,506 @@
+"""The login page, session cookie, trusted user header and share links
+(issue 44): over HTTP/1.1 in memory and on real sockets, HTTP/2 too, with
+hostile cookies, forms and tokens."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import pytest
+
+from serverio.login.cookies import cookie_value, set_cookie
+from serverio.login.service import safe_next
+from serverio.login.share import open_share, share_token, token_of
+from serverio.signing import Signer, TokenError
+from serverio.site.passwords import hash_password
+from serverio.site.principal import MARK, principal_of, share_allows, share_authorization
+
+from .conftest import HTTPClient, Response, connect, make_config, memory_connection, running_server
+from .h2client import h2_memory
+
+PASSWORD = "wonderland"
+SECRET = b"s" * 40
+
+
+@pytest.fixture
+def users(tmp_path: Path) -> Path:
+    f = tmp_path / "users.htpasswd"
+    f.write_text(f"alice:{hash_password(PASSWORD, 1000)}\nbob:{hash_password('builder', 1000)}\n")
+    return f
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET)
+    return f
+
+
+@pytest.fixture
+def tree(root: Path) -> Path:
+    (root / "private").mkdir()
+    (root / "private" / "plan.txt").write_text("PLAN\n")
+    (root / "private" / "docs").mkdir()
+    (root / "private" / "docs" / "a.txt").write_text("DOC-A\n")
+    (root / "private" / "docs" / "sub").mkdir()
+    (root / "private" / "docs" / "sub" / "b.txt").write_text("DOC-B\n")
+    (root / "private" / "sibling.txt").write_text("SIBLING\n")
+    (root / "incoming").mkdir()
+    return root
+
+
+def config(root: Path, users: Path, secret: Path, **kw: object):  # type: ignore[no-untyped-def]
+    return make_config(
+        root, auth=(("/private/**", str(users)),), secret_file=str(secret), **kw
+    )
+
+
+def cookies_of(r: Response) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in r.raw_headers:
+        if name.lower() == b"set-cookie":
+            k, _, rest = value.decode().partition("=")
+            out[k] = rest.split(";", 1)[0]
+    return out
+
+
+async def sign_in(client: HTTPClient, user: str = "alice", password: str = PASSWORD) -> str:
+    """The browser's way in: the form (CSRF token, cookie), then its POST.
+    The session cookie's value."""
+    page = await client.get("/.serverio/login?next=/private/plan.txt")
+    assert page.status == 200
+    nonce = cookies_of(page)["serverio-login"]
+    csrf = re.search(rb'name="csrf" value="([^"]+)"', page.body)
+    assert csrf is not None
+    form = urlencode(
+        {"csrf": csrf.group(1).decode(), "user": user, "password": password, "next": "/private/"}
+    )
+    r = await post(client, "/.serverio/login", form, f"Cookie: serverio-login={nonce}\r\n")
+    assert r.status == 303, r.body
+    assert r.header("location") == "/private/"
+    return cookies_of(r)["serverio-session"]
+
+
+async def post(client: HTTPClient, target: str, form: str, headers: str = "") -> Response:
+    body = form.encode()
+    await client.send_raw(
+        (
+            f"POST {target} HTTP/1.1\r\nHost: t\r\n{headers}"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        + body
+    )
+    return await client.read_response()
+
+
+# ------------------------------------------------------------ pure pieces
+
+
+def test_cookie_values_are_read_bounded_and_checked() -> None:
+    assert cookie_value("a=1; serverio-session=tok.en; b=2", "serverio-session") == "tok.en"
+    assert cookie_value('serverio-session="q"', "serverio-session") == "q"
+    assert cookie_value("serverio-session=a b", "serverio-session") is None  # not cookie-octets
+    assert cookie_value("x" * 20000 + "; serverio-session=t", "serverio-session") is None
+    assert cookie_value(None, "n") is None
+    assert cookie_value("serverio-sessionx=1", "serverio-session") is None
+    name, value = set_cookie("__Host-s", "v", 60, secure=True)
+    assert value == b"__Host-s=v; Path=/; Max-Age=60; HttpOnly; SameSite=Lax; Secure"
+    with pytest.raises(ValueError):
+        set_cookie("s", "a;b", 1, secure=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "want"),
+    [
+        ("/private/", "/private/"),
+        ("//evil.example/", "/"),
+        ("/\\evil.example", "/"),
+        ("https://evil.example/", "/"),
+        ("/a\r\nSet-Cookie: x=1", "/"),
+        ("", "/"),
+        (None, "/"),
+        ("/ok?x=1", "/ok?x=1"),
+    ],
+)
+def test_sign_in_sends_the_browser_only_to_a_path_here(given: str | None, want: str) -> None:
+    assert safe_next(given) == want
+
+
+def test_share_tokens_grant_their_path_and_rights_only() -> None:
+    signer = Signer(SECRET)
+    now = time.time()
+    tok = share_token(signer, "/docs/", frozenset(("read", "list")), "", int(now) + 60)
+    share = open_share(signer, tok, now)
+    assert share.folder and share.rights == {"read", "list"}
+    with pytest.raises(TokenError) as exc:
+        open_share(signer, tok, now + 120)
+    assert exc.value.kind == "expired"
+    tampered = tok[:5] + ("A" if tok[5] != "A" else "B") + tok[6:]
+    with pytest.raises(TokenError) as exc:
+        open_share(signer, tampered, now)
+    assert exc.value.kind == "invalid"
+    # Another purpose's token (a session) is no share.
+    with pytest.raises(TokenError):
+        open_share(signer, signer.sign("session", ("alice", "x"), int(now) + 60), now)
+    who = principal_of(share_authorization("/docs/", frozenset(("read", "list")), tok))
+    assert who is not None and who.via == "share"
+    assert share_allows(who, ("/docs/a.txt",), "read")
+    assert share_allows(who, ("/docs/",), "list")
+    assert not share_allows(who, ("/docs-x/a.txt",), "read")  # a sibling sharing the prefix
+    assert not share_allows(who, ("/",), "list")  # the parent
+    assert not share_allows(who, ("/docs/a.txt",), "upload")
+    assert token_of("https://h/.serverio/s/abc.def/x.txt") == "abc.def"
+    assert MARK.startswith("Serverio-") and len(MARK) > 20
+
+
+# ------------------------------------------------------------ sign-in, HTTP/1.1
+
+
+async def test_sign_in_then_the_cookie_opens_what_basic_would(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        assert (await client.get("/private/plan.txt")).status == 401
+        session = await sign_in(client)
+        r = await client.get("/private/plan.txt", f"Cookie: serverio-session={session}\r\n")
+        assert (r.status, r.body) == (200, b"PLAN\n")
+        assert r.header("cache-control") == "private"
+        who = await client.get("/.serverio/whoami", f"Cookie: serverio-session={session}\r\n")
+        assert b'"user": "alice"' in who.body and b'"via": "session"' in who.body
+
+
+async def test_the_session_cookie_is_host_only_httponly_lax_and_secure_on_tls(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        page = await client.get("/.serverio/login")
+        csp = page.header("content-security-policy") or ""
+        assert "default-src 'none'" in csp and "script-src" not in csp
+        assert page.header("cache-control") == "no-store"
+        await sign_in(client)
+    # The attributes themselves (TLS adds Secure and the __Host- prefix).
+    _, value = set_cookie("__Host-serverio-session", "t", 5, secure=True)
+    assert b"Domain" not in value and b"HttpOnly" in value and b"SameSite=Lax" in value
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        "serverio-session=garbage",
+        "serverio-session=" + "A" * 5000 + ".B",
+        "serverio-session=" + "x" * 20000,
+        "serverio-session=a.b.c",
+        "serverio-session=\x01",
+        "serverio-session=",
+    ],
+)
+async def test_a_hostile_cookie_is_anonymous_never_an_error(
+    tree: Path, users: Path, secret: Path, cookie: str
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        r = await client.get("/private/plan.txt", f"Cookie: {cookie}\r\n")
+        # 431: past the head limit (--max-head-size), before any cookie is read.
+        assert r.status in (401, 431) and b"PLAN" not in r.body
+        if r.status == 401:
+            assert (await client.get("/hello.txt", f"Cookie: {cookie}\r\n")).status == 200
+
+
+async def test_expired_tampered_and_foreign_sessions_are_anonymous(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        session = await sign_in(client)
+        signer = Signer(SECRET)
+        user, tag = signer.open("session", session, time.time()).fields
+        expired = signer.sign("session", (user, tag), int(time.time()) - 1)
+        forged = Signer(b"o" * 40).sign("session", (user, tag), int(time.time()) + 60)
+        wrong_tag = signer.sign("session", (user, "0" * 20), int(time.time()) + 60)
+        as_bob = signer.sign("session", ("mallory", tag), int(time.time()) + 60)
+        share_as_session = signer.sign("share", ("/private/", "read,list", ""), 2**40)
+        tampered = session[:-3] + ("AAA" if not session.endswith("AAA") else "BBB")
+        for bad in (expired, forged, wrong_tag, as_bob, share_as_session, tampered):
+            r = await client.get("/private/plan.txt", f"Cookie: serverio-session={bad}\r\n")
+            assert r.status == 401, bad
+
+
+async def test_the_login_form_needs_its_csrf_token_and_cookie(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        page = await client.get("/.serverio/login")
+        nonce = cookies_of(page)["serverio-login"]
+        m = re.search(rb'name="csrf" value="([^"]+)"', page.body)
+        assert m is not None
+        csrf = m.group(1).decode()
+        good = {"user": "alice", "password": PASSWORD}
+        # No token, a token without its cookie, another cookie, another site.
+        for form, headers in (
+            (good, f"Cookie: serverio-login={nonce}\r\n"),
+            ({**good, "csrf": csrf}, ""),
+            ({**good, "csrf": csrf}, "Cookie: serverio-login=other\r\n"),
+            (
+                {**good, "csrf": csrf},
+                f"Cookie: serverio-login={nonce}\r\nOrigin: http://evil.example\r\n",
+            ),
+        ):
+            r = await post(client, "/.serverio/login", urlencode(form), headers)
+            assert r.status == 403, (form, headers)
+            assert "serverio-session" not in cookies_of(r)
+        r = await post(
+            client,
+            "/.serverio/login",
+            urlencode({**good, "password": "wrong", "csrf": csrf}),
+            f"Cookie: serverio-login={nonce}\r\n",
+        )
+        assert r.status == 403 and b"Wrong user or password" in r.body
+
+
+async def test_login_failures_share_basics_limiter(tree: Path, users: Path, secret: Path) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, srv, _):
+        page = await client.get("/.serverio/login")
+        nonce = cookies_of(page)["serverio-login"]
+        m = re.search(rb'name="csrf" value="([^"]+)"', page.body)
+        assert m is not None
+        form = urlencode({"user": "alice", "password": "no", "csrf": m.group(1).decode()})
+        statuses = []
+        for _ in range(12):
+            r = await post(client, "/.serverio/login", form, f"Cookie: serverio-login={nonce}\r\n")
+            statuses.append(r.status)
+        assert 429 in statuses
+        # ... and Basic from the same client is refused too, even right.
+        import base64
+
+        token = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+        r = await client.get("/private/plan.txt", f"Authorization: Basic {token}\r\n")
+        assert r.status == 429
+
+
+async def test_sign_out_clears_the_cookie_and_needs_csrf(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        session = await sign_in(client)
+        jar = f"Cookie: serverio-session={session}\r\n"
+        r = await post(client, "/.serverio/logout", "", jar)
+        assert r.status == 403
+        who = await client.get("/.serverio/whoami", jar)
+        csrf = re.search(rb'"csrf": "([^"]+)"', who.body)
+        assert csrf is not None
+        r = await post(client, "/.serverio/logout", urlencode({"csrf": csrf.group(1).decode()}), jar)
+        assert r.status == 303 and cookies_of(r)["serverio-session"] == ""
+
+
+# ------------------------------------------------------------ share links
+
+
+async def share(
+    client: HTTPClient, session: str, path: str, **fields: str
+) -> Response:
+    jar = f"Cookie: serverio-session={session}\r\n"
+    who = await client.get("/.serverio/whoami", jar)
+    m = re.search(rb'"csrf": "([^"]+)"', who.body)
+    assert m is not None
+    form = urlencode({"path": path, "csrf": m.group(1).decode(), **fields})
+    return await post(client, "/.serverio/share", form, jar)
+
+
+def link_of(r: Response) -> str:
+    import json
+
+    url = json.loads(r.body)["url"]
+    return "/" + url.split("/", 3)[3]
+
+
+async def test_a_folder_link_lists_and_reads_inside_and_nothing_beside(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        session = await sign_in(client)
+        r = await share(client, session, "/private/docs/")
+        assert r.status == 201, r.body
+        link = link_of(r)
+        assert link.startswith("/.serverio/s/") and link.endswith("/")
+        listing = await client.get(link)
+        assert listing.status == 200 and b"a.txt" in listing.body
+        assert listing.header("referrer-policy") == "no-referrer"
+        got = await client.get(link + "a.txt")
+        assert (got.status, got.body) == (200, b"DOC-A\n")
+        assert (await client.get(link + "sub/b.txt")).body == b"DOC-B\n"
+        # A folder without its slash: redirected to the link's own URL.
+        sub = await client.get(link + "sub")
+        assert sub.status == 301 and sub.header("location") == link + "sub/"
+        # No parent, no sibling, no writes, no WebDAV.
+        for target in (link + "../plan.txt", link + "..%2fplan.txt", link + "../sibling.txt"):
+            r = await client.get(target)
+            assert b"PLAN" not in r.body and b"SIBLING" not in r.body
+        for method in ("PUT", "DELETE", "PROPFIND", "POST"):
+            r = await client.get(link + "a.txt", "Content-Length: 0\r\n", method=method)
+            assert r.status == 405, method
+
+
+async def test_a_file_link_serves_that_file_only(tree: Path, users: Path, secret: Path) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        session = await sign_in(client)
+        link = link_of(await share(client, session, "/private/plan.txt", expires="60"))
+        assert link.endswith("/plan.txt")
+        assert (await client.get(link)).body == b"PLAN\n"
+        base = link.rsplit("/", 1)[0]
+        assert (await client.get(base + "/sibling.txt")).status == 404
+        assert (await client.get(base + "/")).body == b"PLAN\n"
+
+
+async def test_expired_altered_and_revoked_links_never_give_the_content(
+    tree: Path, users: Path, secret: Path, tmp_path: Path
+) -> None:
+    deny = tmp_path / "deny"
+    cfg = config(tree, users, secret, share_deny_file=str(deny))
+    signer = Signer(SECRET)
+    expired = share_token(signer, "/private/plan.txt", frozenset(("read",)), "", int(time.time()) - 1)
+    async with memory_connection(cfg) as (client, _, _):
+        r = await client.get(f"/.serverio/s/{expired}/plan.txt", "Accept: text/html\r\n")
+        assert r.status == 410 and b"PLAN" not in r.body and b"expired" in r.body
+        session = await sign_in(client)
+        link = link_of(await share(client, session, "/private/plan.txt"))
+        token = link.split("/")[3]
+        altered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+        r = await client.get(link.replace(token, altered))
+        assert r.status == 403 and b"PLAN" not in r.body
+        # A token for a sibling path, signed by another secret: 403.
+        other = share_token(Signer(b"z" * 40), "/private/sibling.txt", frozenset(("read",)), "", 2**40)
+        assert (await client.get(f"/.serverio/s/{other}/sibling.txt")).status == 403
+        assert (await client.get(link)).status == 200
+        deny.write_text(f"# revoked\nhttp://t{link}\n")
+        import trio
+
+        await trio.sleep(2.1)  # the deny file is looked at every 2 s
+        r = await client.get(link)
+        assert r.status == 403 and b"PLAN" not in r.body
+
+
+async def test_a_password_link_asks_for_it_first(tree: Path, users: Path, secret: Path) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        session = await sign_in(client)
+        link = link_of(await share(client, session, "/private/plan.txt", password="open sesame"))
+        r = await client.get(link)
+        assert r.status == 200 and b"PLAN" not in r.body and b"password" in r.body
+        r = await post(client, link, urlencode({"password": "nope"}))
+        assert r.status == 403 and b"PLAN" not in r.body
+        r = await post(client, link, urlencode({"password": "open sesame"}))
+        assert r.status == 303
+        jar = "; ".join(f"{k}={v}" for k, v in cookies_of(r).items())
+        got = await client.get(link, f"Cookie: {jar}\r\n")
+        assert got.body == b"PLAN\n"
+
+
+async def test_sharing_needs_a_user_and_the_rights_it_grants(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        r = await post(client, "/.serverio/share", urlencode({"path": "/hello.txt"}))
+        assert r.status == 401 and r.header("content-type") == "application/problem+json"
+        import base64
+
+        token = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+        basic = f"Authorization: Basic {token}\r\n"
+        r = await post(client, "/.serverio/share", urlencode({"path": "/private/plan.txt"}), basic)
+        assert r.status == 201, r.body
+        for bad in ("../etc/passwd", "/private/../x", "/.hidden", "relative", "/a\x00b"):
+            r = await post(client, "/.serverio/share", urlencode({"path": bad}), basic)
+            assert r.status == 400, bad
+        r = await post(
+            client, "/.serverio/share", urlencode({"path": "/hello.txt", "mode": "upload"}), basic
+        )
+        assert r.status == 400
+        r = await post(
+            client, "/.serverio/share", urlencode({"path": "/x", "expires": "soon"}), basic
+        )
+        assert r.status == 400
+        # Cookie sessions need the CSRF field.
+        session = await sign_in(client)
+        r = await post(
+            client,
+            "/.serverio/share",
+            urlencode({"path": "/private/plan.txt"}),
+            f"Cookie: serverio-session={session}\r\n",
+        )
+        assert r.status == 403
+
+
+async def test_a_drop_box_takes_uploads_and_shows_nothing(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    cfg = config(tree, users, secret, upload=True)
+    async with memory_connection(cfg) as (client, _, _):
+        session = await sign_in(client)
+        r = await share(client, session, "/private/docs/", mode="upload")
+        assert r.status == 201, r.body
+        link = link_of(r)
+        page = await client.get(link)
+        assert page.status == 200 and b"a.txt" not in page.body and b"multipart" in page.body
+        assert (await client.get(link + "a.txt")).status == 404
+        boundary = "XyZ"
+        body = (
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"new.txt\"\r\n"
+            f"Content-Type: text/plain\r\n\r\nDROPPED\r\n--{boundary}--\r\n"
+        ).encode()
+        await client.send_raw(
+            (
+                f"POST {link} HTTP/1.1\r\nHost: t\r\n"
+                f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
+        r = await client.read_response()
+        assert r.status == 303, (r.status, r.body)
+        assert r.header("location") == link
+        assert (tree / "private" / "docs" / "new.txt").read_text() == "DROPPED\n"
+
+
+# ------------------------------------------------------------ trusted header
+
+
+async def test_the_trusted_header_counts_only_from_a_trusted_proxy(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    trusted = config(
+        tree, users, secret, trusted_user_header="remote-user", trusted_proxies=("127.0.0.1",)
+    )
+    untrusted = config(
+        tree, users, secret, trusted_user_header="remote-user", trusted_proxies=("10.0.0.0/8",)
+    )
+    async with running_server(trusted) as (_, port):
+        c = await connect(port)
+        r = await c.get("/private/plan.txt", "Remote-User: alice\r\n")
+        assert (r.status, r.body) == (200, b"PLAN\n")
+        for hostile in ("mallory", "", "a" * 300, "alice, bob", "al\x7fice"):
+            r = await c.get("/private/plan.txt", f"Remote-User: {hostile}\r\n")
+            assert r.status == 401, hostile
+    async with running_server(untrusted) as (_, port):
+        c = await connect(port)
+        r = await c.get("/private/plan.txt", "Remote-User: alice\r\n")
+        assert r.status == 401 and b"PLAN" not in r.body
+
+
+# ------------------------------------------------------------ HTTP/2
+
+
+async def test_sign_in_and_a_share_link_over_http2(tree: Path, users: Path, secret: Path) -> None:
+    cfg = config(tree, users, secret)
+    async with memory_connection(cfg) as (client, srv, _):
+        session = await sign_in(client)
+        link = link_of(await share(client, session, "/private/docs/"))
+    async with h2_memory(cfg) as (h2, _, _):
+        r = await h2.get("/private/plan.txt", [("cookie", f"serverio-session={session}")])
+        assert r.status == 200 and r.body == b"PLAN\n"
+        # HTTP/2 splits cookies into crumbs (RFC 9113 §8.2.3).
+        crumbs = [("cookie", "a=1"), ("cookie", f"serverio-session={session}")]
+        assert (await h2.get("/private/plan.txt", crumbs)).status == 200
+        r = await h2.get(link + "a.txt")
+        assert r.status == 200 and r.body == b"DOC-A\n"
+        r = await h2.get(link + "../plan.txt")
+        assert b"PLAN" not in r.body
