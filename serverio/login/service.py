@@ -36,6 +36,7 @@ whose ``Origin`` names another site is refused as well.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
@@ -54,7 +55,6 @@ from ..http.target import Target
 from ..pipeline.hooks import WriteContent
 from ..signing import Signer, TokenError
 from ..site.access import AccessTarget, Kind
-from ..site.passwords import hash_password
 from ..site.principal import (
     MARK,
     principal_of,
@@ -64,7 +64,15 @@ from ..site.rules import parse_basic
 from . import pages
 from .cookies import clear_cookie, cookie_name, cookie_value, set_cookie
 from .identity import SESSION, Identities, session_digest
-from .share import LINK_PREFIX, DenyList, Share, open_share, share_token
+from .share import (
+    LINK_PREFIX,
+    DenyList,
+    Share,
+    open_share,
+    password_matches,
+    seal_password,
+    share_token,
+)
 
 if TYPE_CHECKING:
     from ..site.service import Site
@@ -378,7 +386,7 @@ class Login:
         if password:
             try:
                 stored = await run_blocking(
-                    self.site.auth_pool, hash_password, password, _SHARE_PBKDF2
+                    self.site.auth_pool, seal_password, self.signer, password, _SHARE_PBKDF2
                 )
             except PoolSaturated:
                 raise HTTPError(503, "the password pool is busy") from None
@@ -493,8 +501,9 @@ class Login:
         if req.method != b"POST" or kind != _FORM_TYPE:
             return pages.page_plan(200, now, pages.share_password_page(), head=head)
         form = await _read_form(req, content)
+        check = functools.partial(password_matches, self.signer, share.password)
         got = await self.site.gate.check_secret(
-            "share:" + digest, share.password, form.get("password", "")[:1024], client
+            "share:" + digest, check, form.get("password", "")[:1024], client
         )
         if got.verdict is Verdict.THROTTLE:
             retry = [(b"retry-after", b"%d" % got.retry_after)]

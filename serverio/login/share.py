@@ -8,8 +8,9 @@ signed token (serverio.signing, purpose ``share``) over:
 * the rights: ``read`` (a file), ``read,list`` (a folder, read-only
   listing), or ``upload`` (a folder as a drop box: files may be sent,
   nothing is shown);
-* the password hash (PBKDF2, :func:`serverio.site.passwords.hash_password`)
-  or ``""``.
+* the password, sealed (:func:`seal_password`: PBKDF2 under the
+  secret's MAC, so the link, which its holder can read, gives nothing to
+  guess offline), or ``""``.
 
 So a link is valid on every replica given the same ``--secret-file``,
 expires by itself, and grants exactly what it names (the access hook's
@@ -23,6 +24,9 @@ blocking pool (never on the event loop), looking at most every
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 from dataclasses import dataclass
 
@@ -37,6 +41,8 @@ __all__ = [
     "DenyList",
     "Share",
     "open_share",
+    "password_matches",
+    "seal_password",
     "share_token",
     "token_of",
 ]
@@ -149,3 +155,38 @@ class DenyList:
             if got is not None:
                 self._ident, self._tokens = got
         return token in self._tokens
+
+
+def seal_password(signer: Signer, password: str, iterations: int) -> str:
+    """What a link holds of its password: ``ITERATIONS$SALT$MAC``, the MAC
+    (the secret's, purpose ``share-password``) over PBKDF2-SHA256 of the
+    password (RFC 8018 §5.2).  The link is visible to whoever holds it, so
+    its password must not be guessable offline from it: without the
+    server's secret the field says nothing.  Pure CPU work: run it in a
+    pool."""
+    salt = os.urandom(12)
+    derived = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+    mac = signer.mac("share-password", derived)
+    return f"{iterations}${_b64(salt)}${_b64(mac)}"
+
+
+def password_matches(signer: Signer, sealed: str, password: str) -> bool:
+    """Does ``password`` match a link's sealed one?  (Constant time in the
+    MAC; the PBKDF2 work is the same for any guess.)"""
+    parts = sealed.split("$")
+    if len(parts) != 3 or not parts[0].isdigit() or not 1000 <= int(parts[0]) <= 10_000_000:
+        return False
+    try:
+        salt, want = _unb64(parts[1]), _unb64(parts[2])
+    except ValueError:
+        return False
+    derived = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, int(parts[0]))
+    return hmac.compare_digest(signer.mac("share-password", derived), want)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

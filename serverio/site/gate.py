@@ -231,12 +231,12 @@ class Gate:
         return got, password_tag(rule.users[user])
 
     async def check_secret(
-        self, who: str, stored: str, password: str, peer: Callable[[], str]
+        self, who: str, check: Callable[[str], bool], password: str, peer: Callable[[], str]
     ) -> Access:
-        """A password check of one stored hash (a share link's) under the
-        same limiter and pool as Basic credentials; ``who``: the limiter's
-        key for what is guessed (a link).  ALLOW, CHALLENGE (wrong),
-        THROTTLE or UNAVAILABLE.
+        """A password check other than a users file's (a share link's:
+        ``check`` is the pure, costly comparison) under the same limiter and
+        pool as Basic credentials; ``who``: the limiter's key for what is
+        guessed.  ALLOW, CHALLENGE (wrong), THROTTLE or UNAVAILABLE.
 
         Cancellation handling: as :meth:`decide` (a cancelled check counts
         as a failure).
@@ -248,7 +248,7 @@ class Gate:
             return Access(Verdict.THROTTLE, retry_after=retry_after(attempt))
         failed = True
         try:
-            failed = not await run_blocking(self.auth_pool, verify_padded, stored, password, stored)
+            failed = not await run_blocking(self.auth_pool, check, password)
         except PoolSaturated:
             failed = False
             return Access(Verdict.UNAVAILABLE)
