@@ -61,7 +61,7 @@ __all__ = [
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
-# --on-duplicate (serverio.writes.names.OnDuplicate's values).
+# --on-duplicate (serverio.fs.names.OnDuplicate's values).
 ON_DUPLICATE = ("error", "rename", "overwrite")
 # --upload-active and [[writable]] active: how an active file (HTML, SVG,
 # XML, JavaScript) under a writable path is served (serverio.http.active).

@@ -26,7 +26,7 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
-from serverio.http.decide import FLY
+from serverio.model.decide import FLY
 from serverio.model import CachedFile, Prepared
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask

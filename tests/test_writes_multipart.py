@@ -25,7 +25,7 @@ from serverio.writes.multipart import (
     PartStart,
     boundary_of,
 )
-from serverio.writes.names import UnsafeName, reduce_name
+from serverio.fs.names import UnsafeName, reduce_name
 
 B = b"----b0undary"
 

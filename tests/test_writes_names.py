@@ -1,4 +1,4 @@
-"""Client-supplied file names (serverio.writes.names): safe base names,
+"""Client-supplied file names (serverio.fs.names): safe base names,
 refusals with their reason, and the duplicate policy as a pure function."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from serverio.fs.winpath import windows_name_problem
-from serverio.writes.names import (
+from serverio.fs.names import (
     MAX_NAME_BYTES,
     MAX_RENAME_TRIES,
     NameProblem,

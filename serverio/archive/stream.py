@@ -26,7 +26,7 @@ from ..fs.jobs import OwnedFd, scan_listing
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..http.listing import Entry
-from ..http.reasons import reason_status
+from ..model.reasons import reason_status
 from ..model import BodyCut, errno_reason
 from .plan import Bounds, Member, check_bounds
 from .tarenc import TarEncoder

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from ..fs.winpath import may_be_short_name, windows_name_problem
+from .winpath import may_be_short_name, windows_name_problem
 from ..http.target import WRITE_TEMP_PREFIX
 
 __all__ = [
