@@ -571,7 +571,7 @@ class SitePolicy:
     auth_users: tuple[str, ...] = ()
     allow_plain_auth: bool = False
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
-    # client (serverio.site.forwarded); empty: trust no one.
+    # client (serverio.http.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
     # --allowed-hosts: the Host names served besides the expected ones
     # (serverio.http.hosts): "name", ".name" (it and below), "*.name"

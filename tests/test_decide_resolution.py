@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from serverio.config import Config
-from serverio.model import decide as decide_mod
 from serverio.http.core import FileSpan, Plan, RequestFacts
 from serverio.http.select import digest_algorithm, file_headers
 from serverio.model import (
@@ -28,6 +27,7 @@ from serverio.model import (
     Rep,
     Resolution,
 )
+from serverio.model import decide as decide_mod
 
 from .conftest import make_config, memory_connection
 from .core_tables import CFG, DATA, NOW, file_facts, header_map, request

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import serverio.fs.prepare
-from serverio.model.reasons import REASON_STATUS, reason_status
 from serverio.model import Reason, errno_reason
+from serverio.model.reasons import REASON_STATUS, reason_status
 
 from .conftest import make_config, memory_connection
 

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serverio.fs.winpath import windows_name_problem
 from serverio.fs.names import (
     MAX_NAME_BYTES,
     MAX_RENAME_TRIES,
@@ -21,6 +20,7 @@ from serverio.fs.names import (
     pick_name,
     reduce_name,
 )
+from serverio.fs.winpath import windows_name_problem
 
 ACCEPTED: list[tuple[str, str]] = [
     ("report.pdf", "report.pdf"),

@@ -100,7 +100,7 @@ class ExtraFields:
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
     cors_headers: str | None = None  # Access-Control-Request-Headers
-    # Read only with --trusted-proxies (serverio.site.forwarded): the client
+    # Read only with --trusted-proxies (serverio.http.forwarded): the client
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None

@@ -467,7 +467,7 @@ class Prepared:
     # are decided on it (serverio.site.service, "the resolved target").
     served: str | None = None
     # Where ``served`` led through a symlink inside the root ("a/b", "" for
-    # the root; serverio.site.access.resolved_path makes its match path):
+    # the root; serverio.http.access.resolved_path makes its match path):
     # its rules apply too.  With ``served`` None (an error, a directory's
     # redirect): where the request's resolution led or stopped through a
     # link (serverio.fs.opener.Unreached), whose rules decide that answer

@@ -51,7 +51,6 @@ from ..fs.opener import ContainedRoot
 from ..fs.readme import Readme, read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
-from ..model.decide import identity_fallback
 from ..http.listing import (
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
@@ -62,9 +61,10 @@ from ..http.listing import (
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, with_readme
-from ..model.reasons import reason_status
 from ..http.select import digest_applies
 from ..model import Body, Identity, Reason, errno_reason
+from ..model.decide import identity_fallback
+from ..model.reasons import reason_status
 from ..observe.stats import Stats
 
 if TYPE_CHECKING:

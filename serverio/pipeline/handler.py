@@ -54,9 +54,9 @@ from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
-from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
 from ..http.hosts import host_rule
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
+from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 

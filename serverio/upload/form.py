@@ -49,6 +49,7 @@ from typing import Any, Final, Protocol
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import HTTPError
+from ..fs.names import OnDuplicate, UnsafeName, check_name, pick_name, reduce_name
 from ..fs.opener import ContainedRoot
 from ..fs.writer import (
     SYS,
@@ -60,12 +61,11 @@ from ..fs.writer import (
     open_target,
     writable_current,
 )
+from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts, error_plan
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind
 from ..writes.multipart import MultipartParser, PartData, PartEnd, PartStart, boundary_of
-from ..fs.names import OnDuplicate, UnsafeName, check_name, pick_name, reduce_name
 from .decide import REFUSAL_STATUS, form_answer
 
 __all__ = ["MAX_FIELD_BYTES", "MKDIR_FIELD", "WriteKit", "place_file", "post_form"]
