@@ -571,7 +571,7 @@ class SitePolicy:
     auth_users: tuple[str, ...] = ()
     allow_plain_auth: bool = False
     # --secret-file: the key that signs session cookies, share links and
-    # resumable-upload URLs (serverio.ops.secret; None: a per-user one).
+    # resumable-upload URLs (serverio.secret; None: a per-user one).
     secret_file: str | None = None
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.http.forwarded); empty: trust no one.
