@@ -34,8 +34,8 @@ from dataclasses import replace
 
 from ..config import IPNetwork
 from ..http.core import RequestFacts
+from ..http.forwarded import trusts
 from ..signing import Signer, TokenError
-from ..site.forwarded import trusts
 from ..site.principal import MARK, user_authorization
 from .cookies import cookie_name, cookie_value
 

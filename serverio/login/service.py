@@ -49,12 +49,11 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from ..concurrency.blocking import PoolSaturated, run_blocking
 from ..config import Config
 from ..errors import HTTPError
-from ..http.access import Verdict
+from ..http.access import AccessTarget, Kind, Verdict
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import Target
 from ..pipeline.hooks import WriteContent
 from ..signing import Signer, TokenError
-from ..site.access import AccessTarget, Kind
 from ..site.principal import (
     MARK,
     principal_of,
