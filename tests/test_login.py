@@ -523,3 +523,36 @@ async def test_sign_in_and_a_share_link_over_http2(tree: Path, users: Path, secr
         assert r.status == 200 and r.body == b"DOC-A\n"
         r = await h2.get(link + "../plan.txt")
         assert b"PLAN" not in r.body
+
+
+def test_the_proxy_drops_the_untrusted_user_header_and_serverios_cookies() -> None:
+    from serverio.config import proxy_route
+    from serverio.proxy.routes import request_fields
+
+    route = proxy_route("/api", "http://127.0.0.1:3000", "t")
+    fields = [
+        (b"remote-user", b"admin"),
+        (b"cookie", b"theirs=1; serverio-session=TOKEN; __Host-serverio-session=T2"),
+        (b"cookie", b"serverio-login=N"),
+    ]
+
+    def upstream(trusted: bool) -> dict[bytes, bytes]:
+        out = request_fields(
+            route,
+            fields,
+            host=b"t",
+            peer="192.0.2.1",
+            trusted=trusted,
+            tls=False,
+            rewrite_host=False,
+            length=None,
+            has_content=False,
+            user_header=b"remote-user",
+            own_cookies=True,
+        )
+        return dict(out)
+
+    untrusted = upstream(False)
+    assert b"remote-user" not in untrusted
+    assert untrusted[b"cookie"] == b"theirs=1"
+    assert upstream(True)[b"remote-user"] == b"admin"
