@@ -556,3 +556,25 @@ def test_the_proxy_drops_the_untrusted_user_header_and_serverios_cookies() -> No
     assert b"remote-user" not in untrusted
     assert untrusted[b"cookie"] == b"theirs=1"
     assert upstream(True)[b"remote-user"] == b"admin"
+
+
+async def test_a_browser_401_links_to_the_sign_in_page_and_listings_show_the_corner(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        r = await client.get("/private/plan.txt?x=1", "Accept: text/html\r\n")
+        assert r.status == 401 and r.header("www-authenticate") is not None
+        assert b'href="/.serverio/login?next=/private/plan.txt%3Fx%3D1"' in r.body
+        plain = await client.get("/private/plan.txt")
+        assert plain.status == 401 and b"login" not in plain.body
+        listing = await client.get("/incoming/")
+        assert b'id="account"' in listing.body
+        csp = listing.header("content-security-policy") or ""
+        assert "connect-src 'self'" in csp
+        scripts = re.findall(rb"<script>(.*?)</script>", listing.body, re.S)
+        import base64
+        import hashlib
+
+        for script in scripts:  # every inline script is allowed by its hash
+            digest = base64.b64encode(hashlib.sha256(script).digest()).decode()
+            assert f"'sha256-{digest}'" in csp

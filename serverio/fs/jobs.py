@@ -329,6 +329,7 @@ def render_listing(
     hidden: bool = False,
     archives: bool = False,
     upload: bool = False,
+    account: bool = False,
 ) -> Listing:
     """Sort and render one listing (blocking: formatting ten thousand rows
     never holds the event loop): ``(body, content_type, etag)``."""
@@ -349,5 +350,6 @@ def render_listing(
         readme=section,
         archives=archives,
         upload=upload,
+        account=account,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)

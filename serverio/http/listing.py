@@ -42,6 +42,7 @@ __all__ = [
     "entries_digest",
     "filter_entries",
     "json_text",
+    "listing_csp",
     "listing_etag",
     "parse_listing_query",
     "render_html",
@@ -279,6 +280,8 @@ border-bottom:1px solid var(--line)}
 .readme code{font:13px ui-monospace,monospace;background:var(--row);padding:.1rem .3rem;\
 border-radius:4px}
 .readme pre code{padding:0;background:none}.readme img{max-width:100%}
+nav.account{float:right;margin:0}nav.account form{display:inline;margin:0 0 0 .5rem}
+nav.account button{font:inherit;padding:0 .4rem}
 .readme table{width:auto}.readme blockquote{margin:0;padding-left:1rem;color:var(--mute);\
 border-left:3px solid var(--line)}
 """
@@ -310,6 +313,24 @@ document.addEventListener("dragleave",e=>{if(!e.relatedTarget)b.classList.remove
 document.addEventListener("drop",e=>{e.preventDefault();b.classList.remove("dropping");
 const f=e.dataTransfer&&e.dataTransfer.files;if(!f||!f.length)return;
 i.files=f;u.requestSubmit?u.requestSubmit():u.submit();});})();
+"""
+
+# The account corner (a server with users: the login feature's
+# /.serverio/ paths): a sign-in link without script; with it, who is
+# signed in (the name set as text, never as markup) and a sign-out form
+# carrying the CSRF token /.serverio/whoami hands the page.
+_ACCOUNT: Final = '<nav class="account" id="account"><a href="/.serverio/login">Sign in</a></nav>\n'
+_ACCOUNT_SCRIPT: Final = """
+(()=>{const n=document.getElementById("account");if(!n||!window.fetch)return;
+fetch("/.serverio/whoami",{credentials:"same-origin",headers:{Accept:"application/json"}})
+.then(r=>r.ok?r.json():null).then(w=>{if(!w)return;const a=n.querySelector("a");
+if(!w.user){a.href="/.serverio/login?next="+encodeURIComponent(location.pathname+location.search);return;}
+a.remove();const s=document.createElement("span");s.id="signed-in";s.textContent=w.user;
+n.append("Signed in as ",s);if(w.via!=="session"||!w.csrf)return;
+const f=document.createElement("form");f.method="post";f.action="/.serverio/logout";
+const i=document.createElement("input");i.type="hidden";i.name="csrf";i.value=w.csrf;
+const b=document.createElement("button");b.type="submit";b.id="sign-out";b.textContent="Sign out";
+f.append(i,b);n.append(f);}).catch(()=>{});})();
 """
 
 # The upload form and the new-folder form: multipart POSTs to this page's
@@ -353,6 +374,18 @@ LISTING_UPLOAD_CSP: Final = LISTING_CSP.replace(
     + b" "
     + _sha256_source(_UPLOAD_SCRIPT).encode("ascii"),
 )
+
+
+def listing_csp(upload: bool, account: bool) -> bytes:
+    """The policy of a listing page: :data:`LISTING_CSP`, with the upload
+    script's hash (``upload``), and with the account corner's script and
+    the one fetch it makes to this origin (``account``)."""
+    csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
+    if not account:
+        return csp
+    extra = b" " + _sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
+    csp = csp.replace(b"; img-src", extra + b"; img-src", 1)
+    return csp.replace(b"default-src 'none';", b"default-src 'none'; connect-src 'self';", 1)
 
 
 def _query_tail(query: ListingQuery) -> str:
@@ -428,6 +461,7 @@ def render_html(
     readme: str = "",
     archives: bool = False,
     upload: bool = False,
+    account: bool = False,
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
@@ -440,7 +474,9 @@ def render_html(
     handler, and none is needed).  ``upload``: the directory is writable
     for this request (``--upload``, the access hook's ``Kind.WRITE``
     answer): the upload and new-folder forms and their drag-and-drop
-    script (send it with :data:`LISTING_UPLOAD_CSP`).
+    script (send it with :data:`LISTING_UPLOAD_CSP`).  ``account``: the
+    server has users: the account corner and its script (send the page
+    with :func:`listing_csp`).
     """
     esc = html.escape
     title = "/" + "".join(shown_name(s) + "/" for s in segments)
@@ -474,7 +510,7 @@ def render_html(
         '<meta name="color-scheme" content="light dark">\n'
         f"<title>Index of {esc(title)}</title>\n"
         f"<style>{_STYLE}</style></head>\n"
-        f"<body>\n<h1>Index of {esc(title)}</h1>\n"
+        f"<body>\n{_ACCOUNT if account else ''}<h1>Index of {esc(title)}</h1>\n"
         f'<nav aria-label="breadcrumb">{"".join(crumbs)}</nav>\n'
         f"{_UPLOAD_FORMS if upload else ''}{_filter_form(query)}{notice}"
         f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
@@ -483,6 +519,7 @@ def render_html(
         f'<a href="{json_href}">JSON</a>{download}</footer>\n'
         f"<script>{_SCRIPT}</script>\n"
         + (f"<script>{_UPLOAD_SCRIPT}</script>\n" if upload else "")
+        + (f"<script>{_ACCOUNT_SCRIPT}</script>\n" if account else "")
         + "</body></html>\n"
     )
     return page.encode("utf-8")

@@ -20,6 +20,7 @@ import html
 import json
 from collections.abc import Sequence
 from typing import Final
+from urllib.parse import quote
 
 from ..errors import reason_phrase
 from ..http.core import Plan, common_fields
@@ -34,6 +35,7 @@ __all__ = [
     "see_other",
     "share_password_page",
     "share_refused_page",
+    "sign_in_needed",
 ]
 
 _CSS: Final = """
@@ -149,6 +151,15 @@ def login_page(csrf: str, next_path: str, error: str = "") -> bytes:
         '<input id="password" name="password" type="password" '
         'autocomplete="current-password" required>\n'
         '<button type="submit">Sign in</button>\n</form>\n',
+    )
+
+
+def sign_in_needed(next_path: str) -> bytes:
+    """A 401's page for a browser: a link to the sign-in form."""
+    href = "/.serverio/login?next=" + quote(next_path, safe="/")
+    return _shell(
+        "Sign in needed",
+        f'<p>This page needs you signed in. <a href="{html.escape(href)}">Sign in</a></p>\n',
     )
 
 

@@ -51,6 +51,8 @@ from ..config import Config
 from ..errors import HTTPError
 from ..http.access import AccessTarget, Kind, Verdict
 from ..http.core import Plan, RequestFacts, error_plan
+from ..http.errorpage import error_html, text_body
+from ..http.negotiate import prefers_html
 from ..http.target import Target
 from ..pipeline.hooks import WriteContent
 from ..signing import Signer, TokenError
@@ -207,6 +209,8 @@ class Login:
         shared caches, no Referer leaks the token."""
         who = principal_of(req.authorization)
         if who is None or who.via != "share":
+            if plan.status == 401 and who is None:
+                return self._offer_login(plan, req)
             return plan
         real = Target(tuple(s for s in who.share_path.split("/") if s), True, None).url_path()
         if not who.share_path.endswith("/"):
@@ -224,6 +228,19 @@ class Login:
             out.append((name, value))
         out += [(b"cache-control", b"private, no-cache"), (b"referrer-policy", b"no-referrer")]
         return replace(plan, headers=tuple(out))
+
+    def _offer_login(self, plan: Plan, req: RequestFacts) -> Plan:
+        """A 401 for a browser (it prefers HTML) with the built-in page:
+        the page links to the sign-in form (its Basic challenge stays, for
+        the browser's own prompt; cancelled, the page shows)."""
+        if not self.users or not prefers_html(req.accept):
+            return plan
+        if plan.body != (error_html(401),) and plan.body != (text_body(401),):
+            return plan  # the site's own [errors] page
+        where = req.target.url_path() + (f"?{req.target.query}" if req.target.query else "")
+        body = pages.sign_in_needed(safe_next(where))
+        kept = [(n, v) for n, v in plan.headers if n in (b"www-authenticate", b"vary")]
+        return pages.page_plan(401, time.time(), body, kept, head=not plan.send_body)
 
     # ------------------------------------------------------------ sign-in
 

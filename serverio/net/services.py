@@ -220,6 +220,7 @@ class Services:
             # Users exist: the login page, sessions, the trusted header and
             # share links (serverio.login), signed with the server's secret.
             site.login = Login(self.config, site, self.signer)
+            self.content.account = bool(site.rules.auth)  # the listings' account corner
         if self.proxy is not None:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.

@@ -52,11 +52,10 @@ from ..fs.readme import Readme, read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
-    LISTING_CSP,
-    LISTING_UPLOAD_CSP,
     Entry,
     ListingQuery,
     entries_digest,
+    listing_csp,
     parse_listing_query,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
@@ -206,6 +205,9 @@ class ContentService:
         # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
         # page shows the upload form.  None: read-only, never asked.
         self.writable: Callable[[RequestFacts], bool] | None = None
+        # The server has users (the login feature): listings show the
+        # account corner (http.listing.render_html's ``account``).
+        self.account = False
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -485,6 +487,7 @@ class ContentService:
                 hidden=cfg.files.hidden,
                 archives=cfg.content.archives,
                 upload=upload,
+                account=self.account,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
@@ -502,5 +505,5 @@ class ContentService:
                 listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
-        csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
+        csp = listing_csp(upload, self.account)
         return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)

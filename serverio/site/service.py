@@ -535,8 +535,8 @@ class Site:
         req = ticket.req
         plan = self.finisher.finish(plan, req, ticket.protected, ticket.authed, pages)
         login = self.login
-        if login is not None and req.authorization is not None:
-            plan = login.finish(plan, req)  # a share link's answer, as the link shows it
+        if login is not None and (req.authorization is not None or plan.status == 401):
+            plan = login.finish(plan, req)  # a share link's answer; a 401's sign-in link
         return plan
 
     def running(self) -> AbstractAsyncContextManager[None]:
