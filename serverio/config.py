@@ -600,11 +600,6 @@ class SitePolicy:
     # (serverio.http.hosts)?  With writes or the proxy on, or --allowed-hosts
     # given; never with --allowed-hosts '*'.
     check_hosts: bool = field(default=False, compare=False)
-    # Derived by validate(): the request fields that may name the user
-    # besides Authorization (lower-case): ``cookie`` when users exist (the
-    # login page's session), and --trusted-user-header's field.  Empty: the
-    # field scan reads neither (serverio.wire.fields.scan_fields).
-    identity_fields: tuple[bytes, ...] = field(default=(), compare=False)
 
     def validate(self, writes_or_proxy: bool = False) -> SitePolicy:
         """Parse the trusted proxies and the allowed hosts; a copy with
@@ -622,14 +617,7 @@ class SitePolicy:
                     "no scheme, port or path), nor '*'"
                 )
         check = (writes_or_proxy or bool(names)) and "*" not in names
-        identity: tuple[bytes, ...] = ()
-        if self.auth or self.auth_file is not None or self.auth_users:
-            identity += (b"cookie",)
-        if self.trusted_user_header is not None:
-            identity += (self.trusted_user_header.lower().encode("ascii"),)
-        return dataclasses.replace(
-            self, proxy_networks=networks, check_hosts=check, identity_fields=identity
-        )
+        return dataclasses.replace(self, proxy_networks=networks, check_hosts=check)
 
 
 # One --allowed-hosts value: a DNS name (letters, digits, '-', '_', dots;

@@ -29,6 +29,9 @@ MAX_COOKIE_FIELD = 16384
 # semicolon or backslash.
 _OCTETS = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]{1,8192}")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Crumbs: ";" (RFC 6265 §4.2.1) and "," (lines joined by the field scan;
+# never inside a cookie-octet value).
+_CRUMBS = re.compile(r"[;,]")
 
 
 def cookie_name(base: str, tls: bool) -> str:
@@ -42,7 +45,7 @@ def cookie_value(field: str | None, name: str) -> str | None:
     (absent, oversized field, or not cookie-octets)."""
     if field is None or len(field) > MAX_COOKIE_FIELD:
         return None
-    for crumb in field.split(";"):
+    for crumb in _CRUMBS.split(field):
         key, eq, value = crumb.strip().partition("=")
         if eq and key == name:
             if len(value) >= 2 and value[0] == value[-1] == '"':

@@ -34,10 +34,12 @@ from dataclasses import replace
 
 from ..config import IPNetwork
 from ..http.core import RequestFacts
+from ..http.extra import request_field
 from ..http.forwarded import trusts
 from ..signing import Signer, TokenError
 from ..site.principal import MARK, user_authorization
 from .cookies import cookie_name, cookie_value
+from .fields import COOKIE
 
 __all__ = ["MAX_USER", "SESSION", "Identities", "peer_address", "session_digest"]
 
@@ -91,6 +93,8 @@ class Identities:
         self.signer = signer
         self.networks = networks
         self.header = header
+        # The trusted header's field, registered for the scan to keep.
+        self.field = request_field(header) if header is not None else None
         self._now = now
         # token -> (user, tag, expires): opened sessions, bounded.
         self._opened: OrderedDict[str, tuple[str, str, int]] = OrderedDict()
@@ -98,17 +102,17 @@ class Identities:
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
         """``req`` with the principal its cookie or trusted header names
         in its ``authorization`` slot; ``req`` itself when none does."""
-        extra = req.extra
-        if extra.cookie is None and extra.trusted_user is None:
-            return req  # the anonymous request: one test
-        auth = req.authorization
-        if auth is not None:
-            return req  # Basic (the hook checks it), or already attached
-        if extra.trusted_user is not None and self.header is not None:
-            user = self.trusted_user(extra.trusted_user, client)
+        if not req.extra or req.authorization is not None:
+            # No field a feature reads (every plain GET): one test; or
+            # Basic (the hook checks it), or already attached.
+            return req
+        field = self.field
+        if field is not None:
+            value = field.of(req)
+            user = self.trusted_user(value, client) if value is not None else None
             if user is not None:
                 return replace(req, authorization=user_authorization(user, "header"))
-        token = cookie_value(extra.cookie, cookie_name(SESSION, req.tls))
+        token = cookie_value(COOKIE.of(req), cookie_name(SESSION, req.tls))
         if token is None:
             return req
         got = self.open_session(token)

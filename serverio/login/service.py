@@ -52,6 +52,7 @@ from ..errors import HTTPError
 from ..http.access import AccessTarget, Kind, Verdict
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.errorpage import error_html, text_body
+from ..http.extra import HOST
 from ..http.negotiate import prefers_html
 from ..http.target import Target
 from ..pipeline.hooks import WriteContent
@@ -64,6 +65,7 @@ from ..site.principal import (
 from ..site.rules import parse_basic
 from . import pages
 from .cookies import clear_cookie, cookie_name, cookie_value, set_cookie
+from .fields import CONTENT_TYPE, COOKIE, ORIGIN, SEC_FETCH_SITE
 from .identity import SESSION, Identities, session_digest
 from .share import (
     LINK_PREFIX,
@@ -103,14 +105,13 @@ def _same_site(req: RequestFacts) -> bool:
     """Is a POST from this site?  ``Origin`` when sent (RFC 6454 §7) must
     name this host; else ``Sec-Fetch-Site`` must not say cross-site; a
     client that sends neither (curl) carries no ambient browser state."""
-    extra = req.extra
-    origin = extra.origin
+    origin = ORIGIN.of(req)
     if origin is not None:
         parts = urlsplit(origin.strip())
         want = "https" if req.tls else "http"
-        host = extra.host
+        host = HOST.of(req)
         return parts.scheme.lower() == want and host is not None and parts.netloc == host
-    site = extra.sec_fetch_site
+    site = SEC_FETCH_SITE.of(req)
     return site is None or site.strip().lower() in ("same-origin", "none")
 
 
@@ -119,7 +120,7 @@ async def _read_form(req: RequestFacts, content: WriteContent | None) -> dict[st
     :data:`MAX_FORM`, 415 for another content type, 400 for bad UTF-8."""
     if content is None or content.declared == 0:
         return {}
-    kind = (req.extra.content_type or "").partition(";")[0].strip().lower()
+    kind = (CONTENT_TYPE.of(req) or "").partition(";")[0].strip().lower()
     if kind != _FORM_TYPE:
         raise HTTPError(415, "a urlencoded form is expected")
     if content.declared is not None and content.declared > MAX_FORM:
@@ -257,7 +258,7 @@ class Login:
         if who is None or not who.user:
             return None
         if who.via == "session":
-            token = cookie_value(req.extra.cookie, cookie_name(SESSION, req.tls))
+            token = cookie_value(COOKIE.of(req), cookie_name(SESSION, req.tls))
             return None if token is None else "s:" + session_digest(token)
         return "u:" + who.user
 
@@ -288,7 +289,7 @@ class Login:
         self, req: RequestFacts, form: dict[str, str], now: float, client: Callable[[], str]
     ) -> Plan:
         nxt = safe_next(form.get("next"))
-        nonce = cookie_value(req.extra.cookie, cookie_name(LOGIN_COOKIE, req.tls))
+        nonce = cookie_value(COOKIE.of(req), cookie_name(LOGIN_COOKIE, req.tls))
         try:
             opened = self.signer.open("login", form.get("csrf", ""), time.time())
             fresh = nonce is not None and opened.fields == (nonce,)
@@ -410,7 +411,7 @@ class Login:
         token = share_token(self.signer, path, rights, stored, expires)
         name = "" if path.endswith("/") else quote(path.rsplit("/", 1)[1], safe="")
         link = f"{LINK_PREFIX}{token}/{name}"
-        host = req.extra.host
+        host = HOST.of(req)
         url = f"{'https' if req.tls else 'http'}://{host}{link}" if host else link
         data = {"url": url, "path": path, "rights": sorted(rights), "expires": expires}
         return pages.json_plan(201, now, data)
@@ -505,7 +506,7 @@ class Login:
         the password form, or (a POST of it) the check."""
         digest = hashlib.sha256(token.encode("ascii")).hexdigest()[:24]
         name = cookie_name("serverio-share-" + digest[:12], req.tls)
-        held = cookie_value(req.extra.cookie, name)
+        held = cookie_value(COOKIE.of(req), name)
         if held is not None:
             try:
                 if self.signer.open("share-pass", held, time.time()).fields == (digest,):
@@ -513,7 +514,7 @@ class Login:
             except TokenError:
                 pass
         head = req.method == b"HEAD"
-        kind = (req.extra.content_type or "").partition(";")[0].strip().lower()
+        kind = (CONTENT_TYPE.of(req) or "").partition(";")[0].strip().lower()
         if req.method != b"POST" or kind != _FORM_TYPE:
             return pages.page_plan(200, now, pages.share_password_page(), head=head)
         form = await _read_form(req, content)

@@ -89,8 +89,7 @@ def request_facts(
     target = parse_target(event.method, event.target, max_size=cfg.conn.max_target_size)
     # The field mapping is shared with HTTP/2 (serverio.wire.fields);
     # framing and Connection tokens are HTTP/1.1's own.
-    site = cfg.site
-    f = scan_fields(event.headers, keep_host=site.check_hosts, identity=site.identity_fields)
+    f = scan_fields(event.headers, keep_host=cfg.site.check_hosts)
     has_body = f.nonzero_length
     if f.chunked:
         if f.content_length:

@@ -80,7 +80,7 @@ class StreamAnswer:
             check_host(head.authority)
         if not path_bytes_ok(head.path):
             raise HTTPError(400, "invalid byte in :path")  # as h11 refuses it in HTTP/1.1
-        f = scan_fields(head.fields, head.authority, cfg.site.check_hosts, cfg.site.identity_fields)
+        f = scan_fields(head.fields, head.authority, cfg.site.check_hosts)
         target = parse_target(head.method, head.path, max_size=cfg.conn.max_target_size)
         facts = RequestFacts(
             method=head.method,

@@ -47,6 +47,7 @@ import functools
 import ipaddress
 import logging
 from collections.abc import Callable
+from typing import Final
 
 import h11
 import trio
@@ -55,6 +56,7 @@ from ..config import Config, IPNetwork, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
+from ..http.extra import request_field
 from ..http.forwarded import normalize_address, trusts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
@@ -88,6 +90,10 @@ __all__ = ["Downstream", "ProxyService"]
 
 log = logging.getLogger("serverio")
 
+# A request that asks to switch protocols (RFC 9110 §7.8: a WebSocket) is
+# --proxy-fallback's, not a file's.
+UPGRADE: Final = request_field("upgrade")
+
 # Statuses that never have content (RFC 9110 §6.4.1).
 _BODILESS = frozenset({204, 304})
 
@@ -118,7 +124,7 @@ class ProxyService:
         # from a trusted peer) and serverio's own cookies (never sent on).
         header = config.site.trusted_user_header
         self._user_header = header.lower().encode("ascii") if header is not None else None
-        self._own_cookies = b"cookie" in config.site.identity_fields
+        self._own_cookies = True  # the login feature's names: never an upstream's
         files = config.files
         mounts = mount_prefixes((route for route, _ in files.mounts), files.route_prefix)
         self.routes = Routes(policy.routes, mounts)
@@ -152,7 +158,7 @@ class ProxyService:
         server's hot-reload socket at ``/`` must not get ``index.html``)."""
         route = self.routes.match(req.target.segments)
         if route is None and self._fallback is not None:
-            if req.method not in _FILE_METHODS or req.extra.upgrade is not None:
+            if req.method not in _FILE_METHODS or UPGRADE.of(req) is not None:
                 return self._fallback
         return route
 
