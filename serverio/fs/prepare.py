@@ -14,7 +14,7 @@ for a cached entry, which coding it gets (:mod:`serverio.http.select`:
 ``sidecars_wanted``, ``choose_coding``).  It returns a
 :class:`~serverio.model.Resolution` of facts and open descriptors, with
 those answers; the response itself (status, validators, fields, ranges)
-is decided on the trio side after it, by :mod:`serverio.http.decide` over
+is decided on the trio side after it, by :mod:`serverio.model.decide` over
 :func:`serverio.http.core.decide_file`.  It is one call so that it costs one
 thread hop when it runs in the ``fs`` pool
 (:mod:`serverio.concurrency.blocking`); it is synchronous and never touches
@@ -24,7 +24,7 @@ a small settled file it read, and revalidates a candidate entry handed to it
 
 What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
 found, a name containment refused, not a regular file, an errno's), never
-an HTTP status; :data:`serverio.http.reasons.REASON_STATUS` maps reasons
+an HTTP status; :data:`serverio.model.reasons.REASON_STATUS` maps reasons
 to statuses, once.
 
 Whoever receives a ``Resolution`` owns its descriptors and must call
