@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -229,3 +231,36 @@ def test_module_name_check_finds_a_missing_module() -> None:
     }
     missing = sorted(n for n in found if _missing(n))
     assert missing == ["net/absent.py", "pipeline.site", "serverio.nowhere.x"]
+
+
+# Flags of other programs a reference page names in its prose (curl's,
+# rclone's); every other ``--flag`` must be one of serverio's.
+_FOREIGN_FLAGS = {"--http2-prior-knowledge", "--size-only"}
+
+
+def _serverio_flags() -> set[str]:
+    flags: set[str] = set()
+    for argv in (["--help-all"], ["hash-password", "--help"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "serverio", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            cwd=REPO,
+        ).stdout
+        flags.update(re.findall(r"--[a-z0-9][a-z0-9-]*", out))
+    return flags
+
+
+def test_every_flag_a_reference_page_names_exists() -> None:
+    known = _serverio_flags()
+    assert {"--webdav-max-locks", "--dev-tls", "--user"} <= known
+    unknown = [
+        f"{page.name}:{number}: {flag}"
+        for page in sorted((DOCS / "reference").glob("*.md"))
+        for number, line in prose_lines(page.read_text())
+        for flag in re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", line)
+        if flag not in known and flag not in _FOREIGN_FLAGS
+    ]
+    assert unknown == []
