@@ -62,11 +62,20 @@ class Principal:
     share_token: str = ""
 
 
+_TAGS: dict[str, str] = {}
+
+
 def password_tag(stored: str) -> str:
     """A short digest of a users file's hash for one user (never the hash
     itself in a cookie): a session names it, and is accepted only while the
-    users file holds that same hash."""
-    return hashlib.sha256(stored.encode("utf-8")).hexdigest()[:20]
+    users file holds that same hash.  Memoised (the users files' hashes:
+    bounded by what the server loaded)."""
+    tag = _TAGS.get(stored)
+    if tag is None:
+        tag = hashlib.sha256(stored.encode("utf-8")).hexdigest()[:20]
+        if len(_TAGS) < 65536:
+            _TAGS[stored] = tag
+    return tag
 
 
 def user_authorization(user: str, via: str, tag: str = "-") -> str:
@@ -87,10 +96,26 @@ def strip_forged(authorization: str | None) -> str | None:
     return authorization
 
 
+_SEEN: dict[str, Principal] = {}
+_SEEN_MAX = 4096
+
+
 def principal_of(authorization: str | None) -> Principal | None:
-    """What the login feature verified (None: Basic credentials, or nothing)."""
+    """What the login feature verified (None: Basic credentials, or nothing).
+    Parsed once per distinct value (bounded memo: a signed-in client's
+    requests all carry the same one)."""
     if authorization is None or not authorization.startswith(_PREFIX):
         return None
+    got = _SEEN.get(authorization)
+    if got is None:
+        got = _parse(authorization)
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN[authorization] = got
+    return got
+
+
+def _parse(authorization: str) -> Principal:
     kind, _, rest = authorization[len(_PREFIX) :].partition(" ")
     if kind == "user":
         via, _, rest = rest.partition(" ")
