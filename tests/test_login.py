@@ -325,7 +325,7 @@ async def test_a_folder_link_lists_and_reads_inside_and_nothing_beside(
         assert link.startswith("/.serverio/s/") and link.endswith("/")
         listing = await client.get(link)
         assert listing.status == 200 and b"a.txt" in listing.body
-        assert listing.header("referrer-policy") == "no-referrer"
+        assert listing.header("referrer-policy") == "same-origin"
         got = await client.get(link + "a.txt")
         assert (got.status, got.body) == (200, b"DOC-A\n")
         assert (await client.get(link + "sub/b.txt")).body == b"DOC-B\n"

@@ -7,8 +7,9 @@ no script at all, sent with :data:`PAGE_CSP` (the listing's rules:
 ``default-src 'none'``, ``form-action 'self'``, no framing, no base).
 Every answer here is ``Cache-Control: no-store`` (a sign-in form carries a
 CSRF token; a share's pages are per link) and ``Referrer-Policy:
-no-referrer`` (a share link's token must not leak to another site through
-``Referer``).  Errors for JSON clients are problem details (RFC 9457,
+same-origin`` (a share link's token must not leak to another site through
+``Referer``; ``no-referrer`` would make a browser send ``Origin: null``
+with the forms' POSTs, which the CSRF checks refuse).  Errors for JSON clients are problem details (RFC 9457,
 ``application/problem+json``).
 """
 
@@ -72,7 +73,7 @@ def _shell(title: str, body: str) -> bytes:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="referrer" content="no-referrer">'
+        '<meta name="referrer" content="same-origin">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
         f"<body><h1>{html.escape(title)}</h1>\n{body}</body></html>\n"
     ).encode()
@@ -93,7 +94,7 @@ def page_plan(
         (b"content-type", content_type),
         (b"content-length", b"%d" % len(body)),
         (b"cache-control", b"no-store"),
-        (b"referrer-policy", b"no-referrer"),
+        (b"referrer-policy", b"same-origin"),
     ]
     if content_type == _HTML:
         hs.append((b"content-security-policy", PAGE_CSP))

@@ -227,7 +227,7 @@ class Login:
                     rest = text[len(real.rstrip("/")) :].lstrip("/")
                     value = (link.rstrip("/") + "/" + rest).encode("latin-1")
             out.append((name, value))
-        out += [(b"cache-control", b"private, no-cache"), (b"referrer-policy", b"no-referrer")]
+        out += [(b"cache-control", b"private, no-cache"), (b"referrer-policy", b"same-origin")]
         return replace(plan, headers=tuple(out))
 
     def _offer_login(self, plan: Plan, req: RequestFacts) -> Plan:
