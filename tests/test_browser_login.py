@@ -35,8 +35,9 @@ async def _await(tools: _DevTools, expression: str) -> Any:
 
 
 async def _until(tools: _DevTools, expression: str, limit: float = 5.0) -> None:
+    """Poll the page (its state has no event to wait on), bounded."""
     with trio.fail_after(limit):
-        while not await tools.evaluate(expression):
+        while not await tools.evaluate(expression):  # noqa: ASYNC110 - the page's state
             await trio.sleep(0.05)
 
 
@@ -95,7 +96,8 @@ async def test_sign_in_upload_share_sign_out(tmp_path: Path) -> None:
                     tools,
                     "(async () => { const w = await (await fetch('/.serverio/whoami')).json();"
                     " const r = await fetch('/.serverio/share', {method: 'POST', body:"
-                    " new URLSearchParams({path: '/in/report.txt', csrf: w.csrf, expires: '600'})});"
+                    " new URLSearchParams({path: '/in/report.txt', csrf: w.csrf,"
+                    " expires: '600'})});"
                     " return [r.status, await r.json()]; })()",
                 )
                 assert made[0] == 201, made

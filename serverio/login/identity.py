@@ -112,10 +112,13 @@ class Identities:
         self._now = now
         # token -> (user, tag, authorization, expires): opened sessions, bounded.
         self._opened: OrderedDict[str, tuple[str, str, str, int]] = OrderedDict()
+        # A Cookie field as sent -> (its session's principal, expiry).
+        self._by_field: dict[str, tuple[str, int]] = {}
 
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
-        """``req`` with the principal its cookie or trusted header names
-        in its ``authorization`` slot; ``req`` itself when none does."""
+        """``req`` with the principal its trusted header names in its
+        ``authorization`` slot; ``req`` itself when none does (a session
+        cookie is read by :meth:`authorization`, when the hook asks)."""
         if not req.extra or req.authorization is not None:
             # No field a feature reads (every plain GET): one test; or
             # Basic (the hook checks it), or already attached.
@@ -126,13 +129,33 @@ class Identities:
             user = self.trusted_user(value, client) if value is not None else None
             if user is not None:
                 return _with_authorization(req, user_authorization(user, "header"))
-        token = cookie_value(COOKIE.of(req), cookie_name(SESSION, req.tls))
-        if token is None:
-            return req
-        got = self.open_session(token)
+        return req
+
+    def authorization(self, req: RequestFacts) -> str | None:
+        """What the access hook reads of ``req``: its ``authorization`` (Basic,
+        or a principal :meth:`attach` put there), else the principal its
+        session cookie names.  The cookie is resolved here, on each ask,
+        not copied into the request: a signed-in warm GET then costs two
+        dictionary lookups (the ``Cookie`` field as sent -> the principal,
+        memoised while the session lasts), no copy of the request."""
+        auth = req.authorization
+        if auth is not None or not req.extra:
+            return auth
+        field = COOKIE.of(req)
+        if field is None:
+            return None
+        cached = self._by_field.get(field)
+        if cached is not None and self._now() < cached[1]:
+            return cached[0]
+        token = cookie_value(field, cookie_name(SESSION, req.tls))
+        got = self.open_session(token) if token is not None else None
         if got is None:
-            return req
-        return _with_authorization(req, got[2])
+            return None
+        by_field = self._by_field
+        if len(by_field) >= _OPENED_MAX:
+            by_field.clear()
+        by_field[field] = (got[2], got[3])
+        return got[2]
 
     def trusted_user(self, value: str, client: Callable[[], str]) -> str | None:
         """The user the trusted header names, if the connection's peer is a
@@ -146,15 +169,15 @@ class Identities:
             return None
         return _usable_user(value)
 
-    def open_session(self, token: str) -> tuple[str, str, str] | None:
-        """(user, password tag, the principal's ``authorization``) of a
-        genuine, unexpired session token."""
+    def open_session(self, token: str) -> tuple[str, str, str, int] | None:
+        """(user, password tag, the principal's ``authorization``, expiry)
+        of a genuine, unexpired session token."""
         now = self._now()
         opened = self._opened
         got = opened.get(token)
         if got is not None:
             if now < got[3]:
-                return got[0], got[1], got[2]
+                return got
             del opened[token]
             return None
         try:
@@ -164,11 +187,11 @@ class Identities:
         if len(fields.fields) != 2 or _usable_user(fields.fields[0]) is None:
             return None
         user, tag = fields.fields
-        auth = user_authorization(user, "session", tag)
-        opened[token] = (user, tag, auth, fields.expires)
+        entry = (user, tag, user_authorization(user, "session", tag), fields.expires)
+        opened[token] = entry
         if len(opened) > _OPENED_MAX:
             opened.popitem(last=False)
-        return user, tag, auth
+        return entry
 
     def new_session(self, user: str, tag: str, max_age: int) -> str:
         """A session token for ``user`` (verified, its hash's ``tag``)."""

@@ -9,8 +9,8 @@ Every answer here is ``Cache-Control: no-store`` (a sign-in form carries a
 CSRF token; a share's pages are per link) and ``Referrer-Policy:
 same-origin`` (a share link's token must not leak to another site through
 ``Referer``; ``no-referrer`` would make a browser send ``Origin: null``
-with the forms' POSTs, which the CSRF checks refuse).  Errors for JSON clients are problem details (RFC 9457,
-``application/problem+json``).
+with the forms' POSTs, which the CSRF checks refuse).  Errors for JSON
+clients are problem details (RFC 9457, ``application/problem+json``).
 """
 
 from __future__ import annotations

@@ -154,12 +154,11 @@ class Login:
         self.session_age = pol.session_max_age
         self.share_age = pol.share_max_age
         self.users = bool(site.rules.auth)
+        # The hook's two per-request calls, bound once (no wrapper call).
+        self.attach = self.identities.attach
+        self.authorization = self.identities.authorization
 
     # ------------------------------------------------------------ adapter
-
-    def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
-        """The principal a cookie or trusted header names, in ``req``."""
-        return self.identities.attach(req, client)
 
     def takes(self, req: RequestFacts) -> bool:
         """Is ``req`` for one of the reserved paths?  (Pure, no I/O.)"""
@@ -208,7 +207,7 @@ class Login:
         """A share link's answer as the link shows it: a redirect to the
         real path goes to the link's own URL instead, nothing is stored by
         shared caches, no Referer leaks the token."""
-        who = principal_of(req.authorization)
+        who = principal_of(self.authorization(req))
         if who is None or who.via != "share":
             if plan.status == 401 and who is None:
                 return self._offer_login(plan, req)
@@ -254,7 +253,7 @@ class Login:
         return self.signer.sign("csrf", (binding,), int(time.time()) + self.session_age)
 
     def _binding(self, req: RequestFacts) -> str | None:
-        who = principal_of(req.authorization)
+        who = principal_of(self.authorization(req))
         if who is None or not who.user:
             return None
         if who.via == "session":
@@ -318,7 +317,7 @@ class Login:
         return pages.see_other(now, nxt, fields)
 
     def _logout(self, req: RequestFacts, form: dict[str, str], now: float) -> Plan:
-        if principal_of(req.authorization) is not None and not (
+        if principal_of(self.authorization(req)) is not None and not (
             self._csrf_ok(req, form) and _same_site(req)
         ):
             raise HTTPError(403, "missing or stale CSRF token")
@@ -326,7 +325,7 @@ class Login:
         return pages.see_other(now, "/", [clear])
 
     def _whoami(self, req: RequestFacts, now: float) -> Plan:
-        who = principal_of(req.authorization)
+        who = principal_of(self.authorization(req))
         user: str | None = who.user if who is not None and who.user else None
         via = who.via if user is not None and who is not None else None
         if user is None:
@@ -340,7 +339,7 @@ class Login:
 
     async def _sharer(self, req: RequestFacts, client: Callable[[], str]) -> str | Plan:
         """Who asks for a link (a verified user), or the refusal."""
-        who = principal_of(req.authorization)
+        who = principal_of(self.authorization(req))
         if who is not None and who.user:
             return who.user
         basic = parse_basic(req.authorization)
@@ -372,7 +371,7 @@ class Login:
         who = await self._sharer(req, client)
         if isinstance(who, Plan):
             return who
-        if principal_of(req.authorization) is not None and not self._csrf_ok(req, form):
+        if principal_of(self.authorization(req)) is not None and not self._csrf_ok(req, form):
             return pages.problem_plan(403, now, "missing or stale csrf field")
         path = _share_path(form.get("path", ""))
         if path is None:

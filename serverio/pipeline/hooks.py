@@ -151,6 +151,11 @@ class Reserved(Protocol):
         (``req`` itself when none).  Synchronous, no I/O: every request."""
         ...
 
+    def authorization(self, req: RequestFacts) -> str | None:
+        """The principal the access hook reads for ``req``: its own
+        ``authorization``, or what a cookie names.  Synchronous, no I/O."""
+        ...
+
     def takes(self, req: RequestFacts) -> bool:
         """Is ``req`` for one of the reserved paths?  Synchronous, pure."""
         ...

@@ -106,6 +106,11 @@ X_FORWARDED_FOR: Final = request_field("x-forwarded-for")
 PREFLIGHT: Final = request_field("access-control-request-method")
 
 
+# The first segment of the login feature's reserved paths (/.serverio/...):
+# a request elsewhere costs this one comparison.
+_RESERVED = (".serverio",)
+
+
 class SiteSteps(Protocol):
     """What the request steps ask of the site rules
     (:class:`serverio.site.service.Site` is one): named here, not imported,
@@ -292,11 +297,14 @@ async def complete(
     req = waiting.req
     deferred = waiting.deferred
     handler = deps.handler
-    if deferred is None and site is not None and site.login is not None:
-        reserved = await _reserved(deps, site.login, req, None, now, client)
-        if not isinstance(reserved, RequestFacts):
-            return reserved
-        req = reserved
+    if deferred is None and site is not None and (login := site.login) is not None:
+        if req.extra:  # a field the login feature may read (else: no call)
+            req = login.attach(req, client)
+        if req.target.segments[:1] == _RESERVED and login.takes(req):
+            reserved = await _reserved(deps, login, req, None, now, client)
+            if not isinstance(reserved, RequestFacts):
+                return reserved
+            req = reserved
     if deferred is None and handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, NO_CONTENT, now, client)
     ticket: Ticket | None = None
@@ -351,19 +359,15 @@ async def _reserved(
     now: float,
     client: Callable[[], str],
 ) -> Answer | RequestFacts:
-    """The login feature's turn (:class:`~serverio.pipeline.hooks.Reserved`):
-    the principal a cookie or trusted header names, attached to ``req``;
-    then, for its reserved paths, its answer (finished with the site's
-    header rules, not its error pages) or the request to serve instead.
-    Without a cookie, the header or a reserved path: ``req`` itself, no
-    await.
+    """The login feature's answer to one of its reserved paths
+    (:class:`~serverio.pipeline.hooks.Reserved`; the callers attach the
+    principal a trusted header names first, and ask ``takes``): finished
+    with the site's header rules, not its error pages; or the request to
+    serve instead (a share link's real path, with its grant).
 
     Cancellation handling: nothing is owned here (the step holds nothing
     across its waits).
     """
-    req = login.attach(req, client)
-    if not login.takes(req):
-        return req
     try:
         got = await login.step(req, content, now, client)
     except HTTPError as exc:
@@ -438,11 +442,14 @@ async def complete_body(
     handler = deps.handler
     if handler.hosts is not None and (refused := misdirected(deps, req, now)) is not None:
         return refused  # the content is left unread (the transport drains or closes)
-    if deps.site is not None and deps.site.login is not None:
-        reserved = await _reserved(deps, deps.site.login, req, content, now, client)
-        if not isinstance(reserved, RequestFacts):
-            return reserved
-        req = reserved
+    if deps.site is not None and (login := deps.site.login) is not None:
+        if req.extra:
+            req = login.attach(req, client)
+        if req.target.segments[:1] == _RESERVED and login.takes(req):
+            reserved = await _reserved(deps, login, req, content, now, client)
+            if not isinstance(reserved, RequestFacts):
+                return reserved
+            req = reserved
     if handler.write is not None and _writes(handler, req):
         return await complete_write(deps, req, content, now, client)
     step = handler.receive

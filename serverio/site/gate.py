@@ -28,7 +28,7 @@ from ..observe.stats import Stats
 from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
-from .principal import MARK, Principal, password_tag, principal_of, share_allows
+from .principal import MARK, PASSWORD_TAGS, Principal, password_tag, principal_of, share_allows
 from .rules import AuthRule, SiteRules, parse_basic
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
@@ -184,7 +184,9 @@ class Gate:
         stored = rule.users.get(who.user)
         if stored is None:
             return False
-        return who.via == "header" or password_tag(stored) == who.tag
+        if who.via == "header":
+            return True
+        return (PASSWORD_TAGS.get(stored) or password_tag(stored)) == who.tag
 
     def _share_now(self, target: AccessTarget, who: Principal) -> Access:
         """A share link's grant (serverio.site.principal): exactly its

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "MARK",
+    "PASSWORD_TAGS",
     "Principal",
     "password_tag",
     "principal_of",
@@ -62,7 +63,8 @@ class Principal:
     share_token: str = ""
 
 
-_TAGS: dict[str, str] = {}
+# The memo of password_tag (a users file hash -> its tag).
+PASSWORD_TAGS: dict[str, str] = {}
 
 
 def password_tag(stored: str) -> str:
@@ -70,11 +72,11 @@ def password_tag(stored: str) -> str:
     itself in a cookie): a session names it, and is accepted only while the
     users file holds that same hash.  Memoised (the users files' hashes:
     bounded by what the server loaded)."""
-    tag = _TAGS.get(stored)
+    tag = PASSWORD_TAGS.get(stored)
     if tag is None:
         tag = hashlib.sha256(stored.encode("utf-8")).hexdigest()[:20]
-        if len(_TAGS) < 65536:
-            _TAGS[stored] = tag
+        if len(PASSWORD_TAGS) < 65536:
+            PASSWORD_TAGS[stored] = tag
     return tag
 
 

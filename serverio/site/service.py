@@ -327,7 +327,11 @@ class Site:
         Cancellation handling: the password check is the only wait; it may
         be abandoned like any pooled call, and then counts as a failure.
         """
-        return await self.gate.decide(target, req.authorization, granted, client)
+        auth = req.authorization
+        login = self.login
+        if auth is None and login is not None and req.extra:
+            auth = login.authorization(req)  # a session cookie's principal
+        return await self.gate.decide(target, auth, granted, client)
 
     def access_now(self, target: AccessTarget, req: RequestFacts | None) -> Access:
         """The same decision, without waiting: final for the named kinds
@@ -335,7 +339,12 @@ class Site:
         ``Kind.EVENT``: only an unprotected path), ``Verdict.PENDING`` when
         a served kind needs the password check.  ``req`` None: a client
         without credentials."""
-        authorization = req.authorization if req is not None else None
+        authorization = None
+        if req is not None:
+            authorization = req.authorization
+            login = self.login
+            if authorization is None and login is not None and req.extra:
+                authorization = login.authorization(req)
         return self.gate.decide_now(target, authorization, frozenset())
 
     async def admit(
