@@ -50,7 +50,15 @@ def _tree(root: Path, rng: random.Random) -> dict[str, bytes]:
             body = f"SECRET-{d}-{i}-{rng.getrandbits(32):08x}\n".encode()
             (root / path.lstrip("/")).write_bytes(body)
             files[path] = body
+    # In-root symlinks out of a public and a protected folder into /c/ (bob's):
+    # the rules of where they lead apply, and no share link reaches past them.
+    (root / "pub" / "d" / "link.txt").symlink_to("../../c/f0.txt")
+    (root / "a" / "b" / "up").symlink_to("../../c")
     return files
+
+
+# Targets through the links above (they reach /c/f0.txt).
+LINKED = ("/pub/d/link.txt", "/a/b/up/f0.txt")
 
 
 def _may(who: Who, path: str) -> bool:
@@ -106,7 +114,7 @@ def _requests(who: Who, files: dict[str, bytes], rng: random.Random) -> list[tup
     listing, an escape, a name the link does not grant)."""
     paths = rng.sample(sorted(files), min(8, len(files)))
     if not who.link:
-        return [(p, p) for p in paths]
+        return [(p, p) for p in paths] + [(t, "") for t in LINKED]
     top = who.share[0] if who.share else "/"
     out: list[tuple[str, str]] = []
     for p in paths:
@@ -122,6 +130,7 @@ def _requests(who: Who, files: dict[str, bytes], rng: random.Random) -> list[tup
             out.append((who.link + name, top if name == top.rsplit("/", 1)[1] else ""))
             out.append((who.link + "../" + name, ""))
     out.append((who.link, "" if top.endswith("/") else top))
+    out += [(who.link + t[len(top) :], "") for t in LINKED if t.startswith(top)]
     return out
 
 
