@@ -154,6 +154,7 @@ class Login:
         self.session_age = pol.session_max_age
         self.share_age = pol.share_max_age
         self.users = bool(site.rules.auth)
+        self.attaches = pol.trusted_user_header is not None
         # The hook's two per-request calls, bound once (no wrapper call).
         self.attach = self.identities.attach
         self.authorization = self.identities.authorization

@@ -146,6 +146,10 @@ class Reserved(Protocol):
     site's header rules, not its error pages.  (A stage of its own once the
     pipeline has stages; the same four calls.)"""
 
+    # Does :meth:`attach` ever change a request (a trusted user header is
+    # configured)?  False: the pipeline does not call it.
+    attaches: bool
+
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
         """``req`` with the principal its cookie or trusted header names
         (``req`` itself when none).  Synchronous, no I/O: every request."""

@@ -298,7 +298,7 @@ async def complete(
     deferred = waiting.deferred
     handler = deps.handler
     if deferred is None and site is not None and (login := site.login) is not None:
-        if req.extra:  # a field the login feature may read (else: no call)
+        if req.extra and login.attaches:  # a trusted user header may name the user
             req = login.attach(req, client)
         if req.target.segments[:1] == _RESERVED and login.takes(req):
             reserved = await _reserved(deps, login, req, None, now, client)
@@ -443,7 +443,7 @@ async def complete_body(
     if handler.hosts is not None and (refused := misdirected(deps, req, now)) is not None:
         return refused  # the content is left unread (the transport drains or closes)
     if deps.site is not None and (login := deps.site.login) is not None:
-        if req.extra:
+        if req.extra and login.attaches:
             req = login.attach(req, client)
         if req.target.segments[:1] == _RESERVED and login.takes(req):
             reserved = await _reserved(deps, login, req, content, now, client)

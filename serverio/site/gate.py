@@ -28,7 +28,15 @@ from ..observe.stats import Stats
 from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
-from .principal import MARK, PASSWORD_TAGS, Principal, password_tag, principal_of, share_allows
+from .principal import (
+    MARK,
+    PASSWORD_TAGS,
+    SHARE_PREFIX,
+    Principal,
+    password_tag,
+    principal_of,
+    share_allows,
+)
 from .rules import AuthRule, SiteRules, parse_basic
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
@@ -99,9 +107,10 @@ class Gate:
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
-        who = principal_of(authorization) if authorization is not None else None
-        if who is not None and who.via == "share":
-            return self._share_now(target, who)
+        if authorization is not None and authorization.startswith(SHARE_PREFIX):
+            who = principal_of(authorization)
+            assert who is not None
+            return self._share_now(target, who)  # a share link: its grant, nothing else
         if target.tree:
             return self._tree_now(target, authorization, granted)
         rule = self.rule(target)
@@ -109,6 +118,9 @@ class Gate:
             return ALLOWED
         if kind is Kind.EVENT:
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+        if rule.index in granted and kind is not Kind.ENTRY:
+            return Access(Verdict.ALLOW, rule.index)  # passed by this request already
+        who = principal_of(authorization) if authorization is not None else None
         if who is not None:
             # A user the login feature verified (session, trusted header):
             # a rule accepts it when its users file names that user (with

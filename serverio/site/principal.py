@@ -32,6 +32,7 @@ from dataclasses import dataclass
 __all__ = [
     "MARK",
     "PASSWORD_TAGS",
+    "SHARE_PREFIX",
     "Principal",
     "password_tag",
     "principal_of",
@@ -47,6 +48,8 @@ __all__ = [
 # with it anyway has it dropped (strip_forged).
 MARK = "Serverio-" + secrets.token_hex(12)
 _PREFIX = MARK + " "
+# How a share link's grant starts (the hook tells it apart with one test).
+SHARE_PREFIX = _PREFIX + "share "
 
 SHARE_RIGHTS = ("read", "list", "upload")
 
