@@ -662,6 +662,13 @@ class UploadPolicy:
     webdav_max_locks_per_client: int = 64
     webdav_max_locks_per_resource: int = 16
     webdav_anonymous_lock_timeout_max: int = 3600
+    # Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md):
+    # --upload-expiry: seconds an incomplete upload lives after it was
+    # created (then the sweeper removes its temporary); --max-incomplete-
+    # per-client: bytes of incomplete uploads (declared lengths, or what
+    # arrived when none was declared) one client may hold; 0: no quota.
+    upload_expiry: float = 86400.0
+    max_incomplete_per_client: int = 8 * 1024 * _MiB
 
     def validate(self) -> UploadPolicy:
         """Check the bounds (ConfigError naming the option); ``--webdav``
@@ -681,8 +688,13 @@ class UploadPolicy:
                 ("webdav_max_locks_per_client", 1),
                 ("webdav_max_locks_per_resource", 1),
                 ("webdav_anonymous_lock_timeout_max", 1),
+                ("max_incomplete_per_client", 0),
             ),
         )
+        if not 1.0 <= self.upload_expiry <= 366 * 86400.0:
+            raise ConfigError(
+                f"--upload-expiry must be between 1 second and 366 days, got {self.upload_expiry}"
+            )
         if self.on_duplicate not in ON_DUPLICATE:
             raise ConfigError(
                 f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "

@@ -119,6 +119,19 @@ class ExtraFields:
     lock_token: str | None = None
     timeout: str | None = None
     host: str | None = None
+    # Resumable uploads (serverio.resumable): the IETF draft's fields
+    # (draft-ietf-httpbis-resumable-upload: Upload-Complete, -Offset,
+    # -Length, Upload-Draft-Interop-Version), tus 1.0's (Tus-Resumable,
+    # Upload-Metadata, Upload-Checksum) and Repr-Digest apart from
+    # Content-Digest (a part's content is not the whole representation).
+    repr_digest: str | None = None
+    upload_complete: str | None = None
+    upload_offset: str | None = None
+    upload_length: str | None = None
+    upload_interop: str | None = None
+    tus_resumable: str | None = None
+    upload_metadata: str | None = None
+    upload_checksum: str | None = None
 
 
 NO_EXTRA: Final = ExtraFields()

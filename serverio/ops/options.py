@@ -1154,6 +1154,25 @@ _UPLOADS = (
         parse=_bytes,
     ),
     _O(
+        "upload_expiry",
+        ("--upload-expiry",),
+        "seconds an incomplete resumable upload (IETF draft or tus) may live; then its "
+        "temporary is removed",
+        "Uploads",
+        metavar="S",
+        parse=_seconds,
+        default_text="86400 (24 h)",
+    ),
+    _O(
+        "max_incomplete_per_client",
+        ("--max-incomplete-per-client",),
+        "bytes of incomplete resumable uploads one client may hold at once (their declared "
+        "lengths); past it 507; 0: no quota",
+        "Uploads",
+        metavar="BYTES",
+        parse=_bytes,
+    ),
+    _O(
         "on_duplicate",
         ("--on-duplicate",),
         "a file of the upload form whose name is taken: refuse it (409), rename it "

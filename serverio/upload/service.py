@@ -274,8 +274,10 @@ class Uploads:
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
             return error_plan(413, now, close=True)
-        value = req.extra.digests
-        expected = {} if value is None else parse_digests([value.encode("latin-1")])
+        # Content-Digest and Repr-Digest (RFC 9530) name the same bytes
+        # here: a PUT's content is sent without a content coding.
+        values = [v.encode("latin-1") for v in (req.extra.digests, req.extra.repr_digest) if v]
+        expected = parse_digests(values) if values else {}
         files = self.config.files
         job = WriteJob(
             await self._open(req, declared or 0),

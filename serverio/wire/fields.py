@@ -42,7 +42,7 @@ FACT_FIELDS: dict[bytes, str] = {
 EXTRA_FIELDS: dict[bytes, str] = {
     # Uploads (serverio.upload): the digests a PUT's content must match (RFC 9530).
     b"content-digest": "digests",
-    b"repr-digest": "digests",
+    b"repr-digest": "repr_digest",
     b"content-type": "content_type",
     b"sec-fetch-site": "sec_fetch_site",
     # ... and a PUT's Content-Range (RFC 9110 §9.3.4: a partial PUT is 400).
@@ -66,6 +66,14 @@ EXTRA_FIELDS: dict[bytes, str] = {
     b"if": "dav_if",
     b"lock-token": "lock_token",
     b"timeout": "timeout",
+    # Resumable uploads (serverio.resumable): the IETF draft's and tus 1.0's.
+    b"upload-complete": "upload_complete",
+    b"upload-offset": "upload_offset",
+    b"upload-length": "upload_length",
+    b"upload-draft-interop-version": "upload_interop",
+    b"tus-resumable": "tus_resumable",
+    b"upload-metadata": "upload_metadata",
+    b"upload-checksum": "upload_checksum",
 }
 
 # uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP
