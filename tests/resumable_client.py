@@ -45,6 +45,8 @@ async def h1_request(
     the connection (None returned)."""
     hs = {"host": "127.0.0.1", "content-length": str(len(body))}
     hs.update(headers or {})
+    if "transfer-encoding" in hs:
+        del hs["content-length"]
     conn = h11.Connection(h11.CLIENT)
     with trio.fail_after(30):
         stream = await trio.open_tcp_stream("127.0.0.1", port)

@@ -34,7 +34,8 @@ SIZE = 64 << 20
 # The client: uploads chunk by chunk, printing the offset after each;
 # resumable through its URL storage (tuspy's FileStorage, keyed by the
 # file's fingerprint).
-CLIENT = r"""
+CLIENT = (
+    r"""
 import sys
 from tusclient import client
 from tusclient.storage.filestorage import FileStorage
@@ -47,7 +48,9 @@ while up.offset < min(stop_at, up.get_file_size()):
     up.upload_chunk()
     print("offset", up.offset, flush=True)
 print("done", flush=True)
-""" % CHUNK
+"""
+    % CHUNK
+)
 
 
 def _secret(tmp_path: Path) -> Path:

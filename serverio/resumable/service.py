@@ -29,6 +29,7 @@ passes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,7 +55,6 @@ from ..upload.service import Uploads
 from .flows import Flows
 from .protocol import (
     PURPOSE,
-    RESOURCE_PREFIX,
     TUS_VERSION,
     Ask,
     Op,
@@ -108,7 +108,7 @@ class Resumable(Flows):
 
     def takes(self, req: RequestFacts) -> bool:
         """Does the wrapped hook answer ``req`` (one of :attr:`methods`)?"""
-        if req.target.segments[:2] == RESOURCE_PREFIX or classify(req) is not None:
+        if classify(req) is not None:
             return True
         if req.method not in self.inner_methods:
             return False
@@ -128,6 +128,14 @@ class Resumable(Flows):
             return refusal_plan(Refuse(412, "tus version"), True, self.policy, now)
         if ask.op is Op.OPTIONS:
             return options_plan(self.policy, now)
+        plan = await self._answer(req, ask, content, now, admit)
+        if req.method == b"HEAD" and plan.send_body:
+            plan = dataclasses.replace(plan, send_body=False)  # RFC 9110 §9.3.2
+        return plan
+
+    async def _answer(
+        self, req: RequestFacts, ask: Ask, content: WriteContent, now: float, admit: Admit
+    ) -> Plan:
         admit = Resolving.wrap(admit, self.uploads.pool, self.opener, now, self.uploads.resolving)
         try:
             if ask.op is Op.CREATE:
