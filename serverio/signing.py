@@ -3,7 +3,7 @@
 Session cookies, share links and resumable-upload URLs carry what the
 server needs to trust them (who, which path, which rights, until when)
 in the token itself, authenticated with an HMAC of the server's secret
-(``--secret-file``; serverio.ops.secret).  Any replica given the same
+(``--secret-file``; serverio.secret).  Any replica given the same
 secret accepts what another issued; nothing is kept in memory, and a
 secret rotated revokes every token at once.
 

@@ -1,4 +1,4 @@
-"""Signed tokens (serverio.signing) and the secret they use (serverio.ops.secret)."""
+"""Signed tokens (serverio.signing) and the secret they use (serverio.secret)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from serverio.errors import ConfigError
-from serverio.ops.secret import resolve_secret
+from serverio.secret import resolve_secret
 from serverio.signing import MAX_TOKEN, Signer, TokenError
 
 KEY = b"k" * 32

@@ -265,11 +265,11 @@ class Services:
     @property
     def signer(self) -> Signer:
         """The server's token signer (serverio.signing), made on first use
-        from ``--secret-file`` (serverio.ops.secret): a feature that signs
+        from ``--secret-file`` (serverio.secret): a feature that signs
         links, sessions or upload URLs asks for it while the server is
         assembled, before anything is served (the read is a start-up read)."""
         if self._signer is None:
-            from ..ops.secret import resolve_secret
+            from ..secret import resolve_secret
             from ..signing import Signer
 
             self._signer = Signer(resolve_secret(self.config.site.secret_file))

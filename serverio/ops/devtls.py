@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import ConfigError
+from ..secret import data_dir
 from ..site.service import served_inside
 from .lan import interface_addresses
-from .secret import data_dir
 
 if TYPE_CHECKING:
     from cryptography import x509

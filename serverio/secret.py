@@ -28,8 +28,8 @@ import logging
 import os
 import sys
 
-from ..errors import ConfigError
-from ..signing import MIN_SECRET
+from .errors import ConfigError
+from .signing import MIN_SECRET
 
 __all__ = ["data_dir", "resolve_secret"]
 
