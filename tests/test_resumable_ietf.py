@@ -22,7 +22,7 @@ from serverio.http.target import WRITE_TEMP_PREFIX
 from serverio.resumable.protocol import INTEROP_VERSION
 from serverio.site.passwords import hash_password
 
-from .conftest import make_config, running_server
+from .conftest import make_config, running_server, wait_until
 from .resumable_client import Answer, h1_request, h2_request
 
 Request = Callable[..., Awaitable[Answer]]
@@ -193,9 +193,7 @@ async def test_expired_uploads_are_swept_and_their_urls_refused(root: Path, tmp_
         a = await h1(port, "PUT", "/e.bin", {"upload-complete": "?0"}, b"x" * 10)
         assert a.headers["upload-limit"].endswith("max-age=1")
         assert len(temps(root)) == 2
-        with trio.fail_after(10):
-            while temps(root):  # the sweeper (every expiry / 4)
-                await trio.sleep(0.1)
+        await wait_until(lambda: not temps(root), 10)  # the sweeper (every expiry / 4)
         assert (await h1(port, "HEAD", a.headers["location"])).status == 404
         assert not (root / "e.bin").exists()
 

@@ -34,23 +34,20 @@ SIZE = 64 << 20
 # The client: uploads chunk by chunk, printing the offset after each;
 # resumable through its URL storage (tuspy's FileStorage, keyed by the
 # file's fingerprint).
-CLIENT = (
-    r"""
+CLIENT = r"""
 import sys
 from tusclient import client
 from tusclient.storage.filestorage import FileStorage
 url, path, store, stop_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 c = client.TusClient(url)
-up = c.uploader(path, chunk_size=%d, store_url=True, url_storage=FileStorage(store),
+up = c.uploader(path, chunk_size=@CHUNK@, store_url=True, url_storage=FileStorage(store),
                 metadata={"filename": "big.bin"}, upload_checksum=True, retries=0)
 print("start", up.offset, flush=True)
 while up.offset < min(stop_at, up.get_file_size()):
     up.upload_chunk()
     print("offset", up.offset, flush=True)
 print("done", flush=True)
-"""
-    % CHUNK
-)
+""".replace("@CHUNK@", str(CHUNK))
 
 
 def _secret(tmp_path: Path) -> Path:

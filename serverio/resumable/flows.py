@@ -29,11 +29,11 @@ import trio
 from ..concurrency.blocking import run_blocking
 from ..config import Config
 from ..fs.prepare import stat_facts
+from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts, common_fields
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent, interim_of
 from ..signing import Signer
-from ..site.access import AccessTarget, Kind
 from ..site.rules import match_path
 from ..upload.decide import created_plan as file_created
 from ..upload.decide import has_preconditions, is_create_only, replaced_plan

@@ -43,11 +43,11 @@ from ..config import Config
 from ..fs.mounts import mount_table
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
+from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import Target, is_write_temp
 from ..pipeline.hooks import Admit, WriteContent, WriteStep
 from ..signing import Signer, TokenError
-from ..site.access import AccessTarget, Kind
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.resolved import Resolving
