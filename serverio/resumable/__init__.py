@@ -12,5 +12,3 @@ and tus 1.0, on one on-disk upload state (docs/reference/resumable-uploads.md).
   plugs both into today's write hook (``Hooks.write``) in front of the
   uploads' step.
 """
-
-__all__: list[str] = []
