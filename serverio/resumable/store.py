@@ -121,11 +121,13 @@ class Info:
         return info
 
 
-def _try_lock(fd: int) -> bool:
-    """An exclusive lock on ``fd`` without waiting; False when held elsewhere."""
-    if sys.platform == "win32":
-        import msvcrt
+if sys.platform == "win32":  # pragma: no cover - Windows only
+    import msvcrt
 
+    def _try_lock(fd: int) -> bool:
+        """An exclusive lock on ``fd`` without waiting; False when held
+        elsewhere: a byte-range lock on one byte far past the data (so it
+        never blocks a read or write of it), released when ``fd`` closes."""
         pos = os.lseek(fd, 0, os.SEEK_CUR)
         os.lseek(fd, _LOCK_AT, os.SEEK_SET)
         try:
@@ -135,15 +137,20 @@ def _try_lock(fd: int) -> bool:
         finally:
             os.lseek(fd, pos, os.SEEK_SET)
         return True
+
+else:
     import fcntl
 
-    try:
-        # flock: per open file description, so two descriptors of one
-        # process exclude each other too (an abandoned thread's holds).
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
+    def _try_lock(fd: int) -> bool:
+        """An exclusive lock on ``fd`` without waiting; False when held
+        elsewhere.  ``flock``: per open file description, so two
+        descriptors of one process exclude each other too (an abandoned
+        thread's holds); released when ``fd`` closes."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
