@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -66,6 +66,9 @@ from .store import Held, Info, create_upload
 from .transfer import Holding, TooMuch, receive
 
 __all__ = ["Flows", "Quota"]
+
+# A creation's 104 (Upload Resumption Supported), sent once it is held.
+Announce = Callable[[], Awaitable[None]]
 
 log = logging.getLogger("serverio")
 
@@ -174,16 +177,17 @@ class Flows:
         token = self.signer.sign(PURPOSE, ("/".join(segments), held.upload_id), int(expires))
         location = resource_path(token)
         send = interim_of(content)
-        if (
-            not tus
-            and send is not None
-            and content.declared != 0
-            and ask.interop in ACCEPTED_INTEROP
-        ):
-            assert ask.interop is not None
-            await send(104, interim_fields(location, ask.interop, self.policy, expires, now))
+        announce: Announce | None = None
+        interop = ask.interop
+        if not tus and send is not None and content.declared != 0 and interop in ACCEPTED_INTEROP:
+            assert interop is not None
+            fields = interim_fields(location, interop, self.policy, expires, now)
+
+            async def announce() -> None:
+                await send(104, fields)
+
         state = State(0, go.length, expires, tus)
-        return await self._transfer(req, ask, content, now, held, go, state, location)
+        return await self._transfer(req, ask, content, now, held, go, state, location, announce)
 
     async def _blocking(self, fn: Callable[..., Held], *args: object) -> Held:
         held: Held = await run_blocking(self.uploads.pool, fn, *args, late_close=Held.close)
@@ -218,8 +222,10 @@ class Flows:
         go: Go,
         state: State,
         location: str,
+        announce: Announce | None = None,
     ) -> Plan:
-        """The content into ``held`` (creation or append), then the answer."""
+        """The content into ``held`` (creation or append), then the answer;
+        ``announce``: the creation's 104, sent first (held meanwhile)."""
         holding = Holding(held, self.uploads.pool)
         upload_id = held.upload_id
         checksum = parse_checksum(req.extra.upload_checksum) if ask.tus else None
@@ -231,6 +237,8 @@ class Flows:
         with trio.CancelScope() as scope:
             self.holders[upload_id] = scope
             try:
+                if announce is not None:
+                    await announce()
                 return await self._receive(req, ask, content, now, holding, go, state, location)
             except TooMuch:
                 await holding.step(held.remove)

@@ -125,10 +125,18 @@ async def receive(holding: Holding, content: WriteContent, room: int) -> int:
     while True:
         try:
             chunk = await content.next_chunk()
-        except (trio.BrokenResourceError, HTTPError):
-            # The client left (or was too slow): what arrived is kept.
+        except BaseException:
+            # The client left, was too slow, or a newer request for the
+            # upload cancelled this one: what arrived is kept (the draft:
+            # "append as much of the patch document as possible"), in one
+            # shielded, bounded step.
             if batch:
-                await holding.step(holding.held.write, batch)
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + SETTLE_SECONDS
+                    try:
+                        await holding.step(holding.held.write, batch)
+                    except (PoolSaturated, OSError) as exc:
+                        log.warning("resumable upload: the last part was not kept: %s", exc)
             raise
         if chunk is None:
             break
