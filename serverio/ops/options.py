@@ -1161,7 +1161,7 @@ _UPLOADS = (
         "Uploads",
         metavar="S",
         parse=_seconds,
-        default_text="86400 (24 h)",
+        default_text="86400, 24 h",
     ),
     _O(
         "max_incomplete_per_client",
