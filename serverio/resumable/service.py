@@ -45,6 +45,7 @@ from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts, error_plan
+from ..model import ChunkSource
 from ..http.target import Target, is_write_temp
 from ..pipeline.hooks import Admit, WriteContent, WriteStep
 from ..signing import Signer, TokenError
@@ -52,6 +53,7 @@ from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.resolved import Resolving
 from ..upload.service import Uploads
+from ..upload.slots import PacedContent
 from .flows import Flows
 from .protocol import (
     PURPOSE,
@@ -116,13 +118,12 @@ class Resumable(Flows):
 
     async def write(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
-    ) -> Plan:
-        """The answer to a resumable request, or the inner step's."""
+    ) -> Plan | tuple[Plan, ChunkSource]:
+        """The answer to a resumable request, or the inner step's (a plan,
+        or WebDAV's streamed 207)."""
         ask = classify(req)
         if ask is None:
-            got = await self.inner(req, content, now, admit)
-            assert isinstance(got, Plan)  # the uploads' step answers plans
-            return got
+            return await self.inner(req, content, now, admit)
         if ask.tus and ask.op is not Op.OPTIONS and req.extra.tus_resumable != TUS_VERSION:
             # tus 1.0 core: an unsupported Tus-Resumable is 412 with Tus-Version.
             return refusal_plan(Refuse(412, "tus version"), True, self.policy, now)
@@ -218,6 +219,9 @@ class Resumable(Flows):
         key = uploads.clients.take(req.client)
         if key is None:
             return error_plan(503, now, close=True)
+        rate = self.config.uploads.min_upload_rate
+        if rate and content.declared != 0:
+            content = PacedContent(content, rate)  # 408 when slower (--min-upload-rate)
         uploads.in_flight += 1
         try:
             return await run(req, ask, content, now, admit)
