@@ -25,7 +25,7 @@ import trio.testing
 
 from serverio.fs import writer
 from serverio.http.access import AccessTarget
-from serverio.http.core import ExtraFields, Plan, RequestFacts
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
 from serverio.net.server import Server
 from serverio.resumable.protocol import PURPOSE
@@ -60,12 +60,13 @@ class Content:
         return self.chunks[n]
 
 
+_NAMES = {"upload_interop": "upload-draft-interop-version"}
+
+
 def facts(method: bytes, path: str, **extra: str) -> RequestFacts:
+    fields = tuple((_NAMES.get(k, k.replace("_", "-")), v) for k, v in extra.items())
     return RequestFacts(
-        method,
-        parse_target(method, path.encode()),
-        extra=ExtraFields(**extra),
-        client="203.0.113.9",
+        method, parse_target(method, path.encode()), extra=fields, client="203.0.113.9"
     )
 
 

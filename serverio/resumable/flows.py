@@ -42,6 +42,9 @@ from ..writes.digest import parse_digests
 from .protocol import (
     ACCEPTED_INTEROP,
     PURPOSE,
+    REPR_DIGEST,
+    UPLOAD_CHECKSUM,
+    UPLOAD_METADATA,
     Ask,
     Go,
     Op,
@@ -126,7 +129,7 @@ class Flows:
         tus = ask.tus
         segments = req.target.segments
         if tus:
-            meta = parse_metadata(req.extra.upload_metadata)
+            meta = parse_metadata(UPLOAD_METADATA.of(req))
             name = None if meta is None else meta.get("filename")
             try:
                 filename = None if name is None else name.decode("utf-8")
@@ -153,7 +156,7 @@ class Flows:
         expires = now + self.policy.expiry
         info = Info("", go.length, now, expires, tus, req.client)
         if not tus:
-            info.repr_digest = req.extra.repr_digest
+            info.repr_digest = REPR_DIGEST.of(req)
             info.create_only = is_create_only(req)
         size = self._size(info)
         if not self.quota.take(req.client, size):
@@ -228,7 +231,7 @@ class Flows:
         ``announce``: the creation's 104, sent first (held meanwhile)."""
         holding = Holding(held, self.uploads.pool)
         upload_id = held.upload_id
-        checksum = parse_checksum(req.extra.upload_checksum) if ask.tus else None
+        checksum = parse_checksum(UPLOAD_CHECKSUM.of(req)) if ask.tus else None
         if isinstance(checksum, Refuse):
             await holding.settle()
             return refusal_plan(checksum, True, self.policy, now)
@@ -268,7 +271,7 @@ class Flows:
         await receive(holding, content, go.room)
         offset = await holding.step(held.durable)
         if held.hasher is not None:
-            checksum = parse_checksum(req.extra.upload_checksum)
+            checksum = parse_checksum(UPLOAD_CHECKSUM.of(req))
             assert isinstance(checksum, tuple)
             if held.hasher.digest() != checksum[1]:
                 # tus checksum: the part is not appended (460).

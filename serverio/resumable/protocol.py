@@ -41,16 +41,39 @@ from typing import Final
 
 from ..http.core import Plan, RequestFacts, common_fields, error_plan
 from ..http.dates import format_http_date
+from ..http.extra import request_field
+
+# The request fields read here (serverio.http.extra: the scan keeps them):
+# the draft's (§"State", §"Draft Version Identification"), tus 1.0's, the
+# media type of an append, and the Repr-Digest of a creation (RFC 9530).
+UPLOAD_COMPLETE: Final = request_field("upload-complete")
+UPLOAD_OFFSET: Final = request_field("upload-offset")
+UPLOAD_LENGTH: Final = request_field("upload-length")
+UPLOAD_INTEROP: Final = request_field("upload-draft-interop-version")
+TUS_RESUMABLE: Final = request_field("tus-resumable")
+UPLOAD_METADATA: Final = request_field("upload-metadata")
+UPLOAD_CHECKSUM: Final = request_field("upload-checksum")
+CONTENT_TYPE: Final = request_field("content-type")
+REPR_DIGEST: Final = request_field("repr-digest")
 
 __all__ = [
     "ACCEPTED_INTEROP",
+    "CONTENT_TYPE",
     "DRAFT",
     "INTEROP_VERSION",
     "PURPOSE",
+    "REPR_DIGEST",
     "RESOURCE_PREFIX",
     "TUS_CHECKSUMS",
     "TUS_EXTENSIONS",
+    "TUS_RESUMABLE",
     "TUS_VERSION",
+    "UPLOAD_CHECKSUM",
+    "UPLOAD_COMPLETE",
+    "UPLOAD_INTEROP",
+    "UPLOAD_LENGTH",
+    "UPLOAD_METADATA",
+    "UPLOAD_OFFSET",
     "Ask",
     "Go",
     "Op",
@@ -206,8 +229,8 @@ def _media_type(value: str | None) -> str:
 def classify(req: RequestFacts) -> Ask | None:
     """The resumable request ``req`` is, or None: not one (a plain PUT,
     a form POST, a DELETE of a file: the uploads' step answers it)."""
-    extra = req.extra
-    tus = extra.tus_resumable is not None
+    extra = dict(req.extra)  # the registered fields (FIELDS), raw
+    tus = "tus-resumable" in extra
     segs = req.target.segments
     method = req.method
     if segs[:2] == RESOURCE_PREFIX:
@@ -224,33 +247,34 @@ def classify(req: RequestFacts) -> Ask | None:
         }.get(method)
         if op is None:
             return None
-        return _parsed(Ask(op, tus, segs[2]), req)
-    if method == b"PUT" and extra.upload_complete is not None and not tus:
-        complete = _sf_bool(extra.upload_complete)
+        return _parsed(Ask(op, tus, segs[2]), extra)
+    if method == b"PUT" and "upload-complete" in extra and not tus:
+        complete = _sf_bool(extra["upload-complete"])
         if complete is None:
             return None  # ignored (the draft): a plain PUT
-        return _parsed(Ask(Op.CREATE, False, complete=complete), req)
+        return _parsed(Ask(Op.CREATE, False, complete=complete), extra)
     if tus and method == b"POST" and (not segs or req.target.slash):
-        return _parsed(Ask(Op.CREATE, True), req)
+        return _parsed(Ask(Op.CREATE, True), extra)
     if tus and method == b"OPTIONS":
         return Ask(Op.OPTIONS, True)
     return None
 
 
-def _parsed(ask: Ask, req: RequestFacts) -> Ask:
-    extra = req.extra
-    offset = _sf_int(extra.upload_offset)
-    length = _sf_int(extra.upload_length)
+def _parsed(ask: Ask, extra: dict[str, str]) -> Ask:
+    raw_offset = extra.get("upload-offset")
+    raw_length = extra.get("upload-length")
+    offset = _sf_int(raw_offset)
+    length = _sf_int(raw_length)
     bad = ""
     if ask.tus:
         # tus 1.0: a present but malformed number is a 400.
-        if extra.upload_offset is not None and offset is None:
+        if raw_offset is not None and offset is None:
             bad = "malformed Upload-Offset"
-        elif extra.upload_length is not None and length is None:
+        elif raw_length is not None and length is None:
             bad = "malformed Upload-Length"
     complete = ask.complete
     if not ask.tus and ask.op is Op.APPEND:
-        complete = _sf_bool(extra.upload_complete)
+        complete = _sf_bool(extra.get("upload-complete"))
     return Ask(
         ask.op,
         ask.tus,
@@ -258,8 +282,8 @@ def _parsed(ask: Ask, req: RequestFacts) -> Ask:
         complete,
         offset,
         length,
-        _sf_int(extra.upload_interop),
-        _media_type(extra.content_type),
+        _sf_int(extra.get("upload-draft-interop-version")),
+        _media_type(extra.get("content-type")),
         bad,
     )
 

@@ -45,8 +45,8 @@ from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts, error_plan
-from ..model import ChunkSource
 from ..http.target import Target, is_write_temp
+from ..model import ChunkSource
 from ..pipeline.hooks import Admit, WriteContent, WriteStep
 from ..signing import Signer, TokenError
 from ..site.rules import match_path
@@ -57,6 +57,7 @@ from ..upload.slots import PacedContent
 from .flows import Flows
 from .protocol import (
     PURPOSE,
+    TUS_RESUMABLE,
     TUS_VERSION,
     Ask,
     Op,
@@ -124,7 +125,7 @@ class Resumable(Flows):
         ask = classify(req)
         if ask is None:
             return await self.inner(req, content, now, admit)
-        if ask.tus and ask.op is not Op.OPTIONS and req.extra.tus_resumable != TUS_VERSION:
+        if ask.tus and ask.op is not Op.OPTIONS and TUS_RESUMABLE.of(req) != TUS_VERSION:
             # tus 1.0 core: an unsupported Tus-Resumable is 412 with Tus-Version.
             return refusal_plan(Refuse(412, "tus version"), True, self.policy, now)
         if ask.op is Op.OPTIONS:
