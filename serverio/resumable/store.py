@@ -189,11 +189,19 @@ class Held:
     def write(self, chunks: list[bytes]) -> None:
         """Append ``chunks`` (their bytes count toward the offset only once
         :meth:`durable` says so)."""
+        start = self.offset
         for data in chunks:
             _write_all(self.fd, data)
             self.offset += len(data)
             if self.hasher is not None:
                 self.hasher.update(data)
+        if self.sync and sys.platform == "linux" and self.offset > start:
+            # Start the writeback of what was just written (DONTNEED writes
+            # dirty pages back asynchronously, then drops them: upload data
+            # is not read again), so the part's closing fsync waits for
+            # little: the disk works while the next batch arrives, as it
+            # does for a single PUT's one fsync at the end.
+            os.posix_fadvise(self.fd, start, self.offset - start, os.POSIX_FADV_DONTNEED)
 
     def durable(self) -> int:
         """fsync (unless ``--no-fsync``) and the offset now on disk."""
