@@ -309,3 +309,21 @@ async def test_plain_puts_are_unchanged_and_partial_put_stays_400(
         assert got.status == 400
         assert (await h1(port, "HEAD", "/p.txt")).status == 200  # HEAD of a file: the read path
     assert (root / "p.txt").read_bytes() == b"plain"
+
+
+async def test_the_put_sweep_at_start_up_keeps_incomplete_uploads(
+    root: Path, tmp_path: Path
+) -> None:
+    from serverio.fs.writer import sweep
+
+    async with running_server(config(root, tmp_path)) as (_, port):
+        a = await h1(port, "PUT", "/keep.bin", {"upload-complete": "?0"}, b"kept")
+    (root / (WRITE_TEMP_PREFIX + "0123abcd")).write_bytes(b"an abandoned PUT's")
+    assert sweep(str(root), 0.0, now=4e9) == 1  # only the PUT's temporary
+    assert len(temps(root)) == 2
+    # A restarted server finds the upload and goes on from its offset.
+    async with running_server(config(root, tmp_path)) as (_, port):
+        assert (await h1(port, "HEAD", a.headers["location"])).headers["upload-offset"] == "4"
+        done = await h1(port, "PATCH", a.headers["location"], patch(4, True), b"!")
+        assert done.status == 201
+    assert (root / "keep.bin").read_bytes() == b"kept!"
