@@ -24,8 +24,9 @@ the ``SERVERIO_*`` variable), help, group, metavar, value parser, choices
 and bounds.  From it are derived: the choice and bound checks
 (:func:`check_declared`, called by each policy's ``validate``, with the
 one-line messages naming the flag), serverio.ops.options' command line
-(``--help``, ``--help-all``, the TOML keys, the environment), the man page
-and the shell completions.  The declaration sits on the field rather than on a
+(``--help``, ``--help-all``, the TOML keys, the environment), the man page,
+the shell completions and docs/cli.md's option tables (serverio.ops.clidocs;
+a test regenerates them and fails on drift).  The declaration sits on the field rather than on a
 separate option object so that there is one place to read and nothing to
 keep in step; :func:`setting` only packs its arguments (the command line's
 objects are built by serverio.ops.options), so importing this module stays
@@ -207,22 +208,22 @@ class Declared:
         return "" if hi is None else f"at most {_num(hi)}"
 
     def check(self, value: object) -> None:
-        """Raise ConfigError naming the flag unless ``value`` (not None)
-        is one of the choices and within the bounds."""
+        """Raise ConfigError naming the flag unless ``value`` (not None;
+        of a list setting, each item) is one of the choices and within the
+        bounds."""
         m = self.more
-        if value is None:
-            return
         choices = m.get("choices")
-        if choices is not None:
-            for v in value if isinstance(value, tuple) else (value,):
-                if v not in choices:
-                    raise ConfigError(f"{self.flag} must be one of {', '.join(choices)}, got {v!r}")
-        if not ("ge" in m or "le" in m or "gt" in m or "cap" in m):
-            return
-        if m.get("parse") in ("seconds", "float"):
-            self._check_seconds(value)
-        else:
-            self._check_int(value)
+        bounded = "ge" in m or "le" in m or "gt" in m or "cap" in m
+        seconds = m.get("parse") in ("seconds", "float")
+        for v in value if isinstance(value, tuple) else (value,):
+            if v is None:
+                continue
+            if choices is not None and v not in choices:
+                raise ConfigError(f"{self.flag} must be one of {', '.join(choices)}, got {v!r}")
+            if bounded and seconds:
+                self._check_seconds(v)
+            elif bounded:
+                self._check_int(v)
 
     def _check_seconds(self, v: object) -> None:
         m, flag = self.more, self.flag
@@ -344,6 +345,7 @@ class ListenPolicy:
         kind="list",
         metavar="N",
         parse="int",
+        ge=0,
     )
     # --listen / --listen-tls HOST:PORT (repeatable); replace host/port.
     listen: tuple[str, ...] = setting(
@@ -378,9 +380,6 @@ class ListenPolicy:
     def validate(self) -> ListenPolicy:
         """Check the addresses and process counts (ConfigError naming the option)."""
         check_declared(self)
-        for fd in self.fds:
-            if not isinstance(fd, int) or fd < 0:
-                raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
         if self.fds and self.workers > 1:
             # One inherited socket shared by N processes is exactly the unbalanced
             # set-up --workers exists to avoid (see docs/deployment.md).
@@ -487,7 +486,7 @@ class ConnectionPolicy:
         "Connections",
         metavar="BYTES",
         parse="int",
-        ge=256,
+        ge=8192,  # the fixed target size (max_target_size): 414 before 431
     )
     max_target_size: int = 8192
     # Request bodies (serverio.net.reqbody.BodyPolicy; docs/features.md
@@ -1335,6 +1334,7 @@ class SitePolicy:
         """Parse the trusted proxies and the allowed hosts; a copy with
         proxy_networks and check_hosts filled in.  ``writes_or_proxy``:
         --upload, --webdav or a proxy route is on (the Host check's default)."""
+        check_declared(self)
         try:
             networks = parse_networks(self.trusted_proxies)
         except ValueError as exc:

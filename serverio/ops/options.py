@@ -708,11 +708,13 @@ def _option(name: str, d: Declared) -> Option:
 
 def _options() -> tuple[Option, ...]:
     """Every option in --help's order: by group (GROUPS), within a group
-    the settings in field order (Config's own, then each policy's), then
-    the group's command options."""
+    the positional port first, then the settings in field order (Config's
+    own, then each policy's), then the group's command options."""
     settings = [_option(n, d) for cls in (Config, *POLICIES.values()) for n, d in declared(cls)]
     rank = {g: i for i, g in enumerate(GROUPS)}
-    return tuple(sorted((*settings, *_COMMANDS), key=lambda o: rank[o.group]))
+    # The positional port leads its group: the usage line's [DIR] [PORT].
+    order = {o: (rank[o.group], o.kind != "positional") for o in (*settings, *_COMMANDS)}
+    return tuple(sorted(order, key=order.__getitem__))
 
 
 OPTIONS: tuple[Option, ...] = _options()
