@@ -89,7 +89,7 @@ __all__ = [
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
-# --on-duplicate (serverio.writes.names.OnDuplicate's values).
+# --on-duplicate (serverio.fs.names.OnDuplicate's values).
 ON_DUPLICATE = ("error", "rename", "overwrite")
 # --upload-active and [[writable]] active: how an active file (HTML, SVG,
 # XML, JavaScript) under a writable path is served (serverio.http.active).
@@ -1294,8 +1294,21 @@ class SitePolicy:
         "Site rules",
         kind="flag",
     )
+    # --secret-file: the key that signs session cookies, share links and
+    # resumable-upload URLs (serverio.secret; None: a per-user one).
+    secret_file: str | None = setting(
+        None,
+        ("--secret-file",),
+        "sign session cookies, share links and resumable-upload URLs with this file's "
+        "content (at least 32 bytes; give every replica of a fleet the same file); "
+        "default: a key generated once in serverio's data directory",
+        "Site rules",
+        metavar="FILE",
+        default_text="generated",
+        fs_path=True,
+    )
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
-    # client (serverio.site.forwarded); empty: trust no one.
+    # client (serverio.http.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = setting(
         (),
         ("--trusted-proxies",),

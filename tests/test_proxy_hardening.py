@@ -16,9 +16,10 @@ import pytest
 from serverio import Server
 from serverio.config import proxy_route
 from serverio.errors import ConfigError
+from serverio.http.access import AccessTarget, Kind
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.tomlconfig import dump, parse_with_config
-from serverio.site.access import AccessTarget, Kind, rule_for
+from serverio.site.access import rule_for
 from serverio.site.passwords import hash_password
 from serverio.site.rules import compile_rules
 from tests.conftest import HTTPClient, connect, make_config, running_server
@@ -195,8 +196,8 @@ def test_the_new_proxy_table_keys_load_round_trip_and_are_checked(
 async def test_auth_rules_are_case_sensitive_unless_the_route_folds_case(
     root: Path, tmp_path: Path
 ) -> None:
-    """The default rule (docs/features.md): an [[auth]] glob matches the
-    path as spelt, so an upstream that ignores case serves /api/Admin/x
+    """The default rule (docs/reference/proxy.md, the case rule): an
+    [[auth]] glob matches the path as spelt, so an upstream that ignores case serves /api/Admin/x
     unprotected; ``case-insensitive = true`` on the route makes the rules
     match every spelling below its prefix."""
     async with routed(root, tmp_path) as (up, _, client):
