@@ -173,7 +173,6 @@ if TYPE_CHECKING:  # names for the type checker only: nothing to build at import
         default_factory: Callable[[], Any]
         default_text: str
         name: str
-        port_alias: bool
         fs_path: bool
 
 
@@ -2199,10 +2198,6 @@ def normal_route(route: str, option: str) -> str:
                 "or empty segments)"
             )
     return "/" + body
-
-
-def _opt(name: str) -> str:
-    return name.replace("_", "-")
 
 
 def _is_relative_path(v: str) -> bool:

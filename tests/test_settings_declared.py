@@ -9,6 +9,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,7 +127,8 @@ def test_the_command_line_declares_no_setting_of_its_own() -> None:
     """Every Option with a field is made from that field's declaration; the
     options declared in serverio.ops.options set no field."""
     decls = _declarations()
-    assert all(o.field is None for o in options._COMMANDS)
+    stray = [o.flags for o in options._COMMANDS if o.field is not None]
+    assert not stray, f"{stray}: declare a setting on its field with serverio.config.setting"
     fields = [o.field for o in OPTIONS if o.field is not None]
     assert sorted(fields) == sorted(decls)
     for opt in OPTIONS:
@@ -207,3 +209,12 @@ def test_setting_is_a_typed_field_default_that_carries_its_declaration() -> None
         check_declared(P(n=11))
     [(_, d)] = [(n, d) for n, d in declared(P) if n == "n"]
     assert d.flag == "--n-things" and d.range_text() == "1 to 10"
+
+
+def test_a_declaration_with_an_unknown_group_or_parser_is_refused() -> None:
+    """mypy --strict refuses both (SettingKw); an untyped caller gets a TypeError."""
+    with pytest.raises(TypeError, match="group 'Nope'"):
+        options._option("x", Declared(("--x",), "x", "Nope", {}))
+    bad: Any = {"parse": "bites"}
+    with pytest.raises(TypeError, match="parse 'bites'"):
+        options._option("x", Declared(("--x",), "x", "Connections", bad))

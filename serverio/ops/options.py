@@ -703,6 +703,9 @@ def _option(name: str, d: Declared) -> Option:
     for bound in ("ge", "le", "gt", "cap"):
         more.pop(bound, None)  # checked by the policies' validate()
     parse = more.pop("parse", None)
+    if d.group not in GROUPS or (parse is not None and parse not in _PARSERS):
+        # mypy --strict says so first (SettingKw); this is for untyped callers.
+        raise TypeError(f"setting {name!r}: group {d.group!r} or parse {parse!r} is unknown")
     return Option(name, d.flags, d.help, d.group, parse=_PARSERS.get(parse or ""), **more)
 
 
