@@ -1,4 +1,4 @@
-r"""Resolution: the only code that touches the filesystem per request.
+r"""Resolution: the filesystem work of answering a GET or HEAD of a file.
 
 :func:`resolve` opens what a :class:`~serverio.http.select.Lookup` names
 (the request as facts, made on the trio side by
