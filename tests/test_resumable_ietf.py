@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -327,3 +328,54 @@ async def test_the_put_sweep_at_start_up_keeps_incomplete_uploads(
         done = await h1(port, "PATCH", a.headers["location"], patch(4, True), b"!")
         assert done.status == 201
     assert (root / "keep.bin").read_bytes() == b"kept!"
+
+
+async def test_min_free_space_checks_the_declared_length_up_front(
+    root: Path, tmp_path: Path
+) -> None:
+    total, _, free = shutil.disk_usage(root)
+    # A reserve 64 MiB under what is free now: 256 MiB declared cannot fit,
+    # 100 bytes can (other writers on the disk have 64 MiB of slack).
+    cfg = config(root, tmp_path).evolve(min_free_space=free - (64 << 20)).validate()
+    async with running_server(cfg) as (_, port):
+        hs = {"upload-complete": "?0", "upload-length": str(256 << 20)}
+        assert (await h1(port, "PUT", "/big.bin", hs, b"")).status == 507
+        hs = {"upload-complete": "?0", "upload-length": "100"}
+        assert (await h1(port, "PUT", "/small.bin", hs, b"")).status == 201
+    assert total > 0
+
+
+@pytest.mark.parametrize(
+    ("naming", "name"),
+    [
+        ({"content-disposition": 'inline; filename="a b.bin"'}, "a b.bin"),
+        ({"content-disposition": "inline; filename*=UTF-8''caf%C3%A9.bin"}, "caf\u00e9.bin"),
+        ({"upload-metadata": "filename " + base64.b64encode(b"meta.bin").decode()}, "meta.bin"),
+    ],
+)
+async def test_creation_by_post_to_a_folder(
+    root: Path, tmp_path: Path, naming: dict[str, str], name: str
+) -> None:
+    (root / "in").mkdir()
+    data = os.urandom(5000)
+    async with running_server(config(root, tmp_path)) as (_, port):
+        a = await h1(port, "POST", "/in/", {"upload-complete": "?0", **IV, **naming}, data[:10])
+        assert a.status == 201 and [s for s, _ in a.interim] == [104]
+        done = await h1(port, "PATCH", a.headers["location"], patch(10, True), data[10:])
+        assert done.status == 201 and done.headers["upload-complete"] == "?1"
+    assert (root / "in" / name).read_bytes() == data
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    ["inline", 'inline; filename="../x"', "inline; filename*=UTF-8''%ff", "x" * 2000],
+)
+async def test_a_post_creation_without_a_usable_name_is_400(
+    root: Path, tmp_path: Path, disposition: str
+) -> None:
+    async with running_server(config(root, tmp_path)) as (_, port):
+        got = await h1(
+            port, "POST", "/", {"upload-complete": "?0", "content-disposition": disposition}
+        )
+        assert got.status == 400
+    assert temps(root) == []

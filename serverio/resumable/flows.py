@@ -41,6 +41,7 @@ from ..upload.service import Uploads
 from ..writes.digest import parse_digests
 from .protocol import (
     ACCEPTED_INTEROP,
+    CONTENT_DISPOSITION,
     PURPOSE,
     REPR_DIGEST,
     UPLOAD_CHECKSUM,
@@ -56,6 +57,7 @@ from .protocol import (
     completed,
     create_decision,
     created_plan,
+    disposition_filename,
     interim_fields,
     mismatch_plan,
     offset_plan,
@@ -128,24 +130,18 @@ class Flows:
         content if any; complete: committed at once."""
         tus = ask.tus
         segments = req.target.segments
-        if tus:
-            meta = parse_metadata(UPLOAD_METADATA.of(req))
-            name = None if meta is None else meta.get("filename")
-            try:
-                filename = None if name is None else name.decode("utf-8")
-            except UnicodeDecodeError:
-                filename = None
-            if not filename or "/" in filename or "\\" in filename or "\x00" in filename:
-                return refusal_plan(Refuse(400, "no usable filename"), True, self.policy, now)
+        if req.method == b"POST":
+            # tus, or the draft's creation by POST to a folder: the file's
+            # name from Upload-Metadata (tus) or Content-Disposition (the draft).
+            filename = _posted_name(req)
+            if filename is None:
+                return refusal_plan(Refuse(400, "no usable filename"), tus, self.policy, now)
             segments = (*segments, filename)
-            target = Target(segments, False, None)
-            refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, "put"))
-            if refusal is not None:
-                return refusal
-        else:
-            refusal = await admit(AccessTarget((match_path(req.target),), Kind.WRITE, "put"))
-            if refusal is not None:
-                return refusal
+        target = Target(segments, False, None)
+        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, "put"))
+        if refusal is not None:
+            return refusal
+        if not tus:
             if has_preconditions(req) and not is_create_only(req):
                 # Validators are decided on the file at completion only for
                 # If-None-Match: * (docs: "Preconditions").
@@ -340,3 +336,21 @@ class Flows:
             return offset_plan(state, self.policy, now)
         finally:
             await holding.settle()
+
+
+def _posted_name(req: RequestFacts) -> str | None:
+    """The name a creation by POST gives its file: ``filename`` of tus's
+    Upload-Metadata, else of Content-Disposition (the draft's §"Upload
+    Creation"); None when there is none or it is not one plain name (the
+    name rules of the write path judge it further: 403)."""
+    meta = parse_metadata(UPLOAD_METADATA.of(req))
+    raw = None if meta is None else meta.get("filename")
+    try:
+        name = None if raw is None else raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if name is None:
+        name = disposition_filename(CONTENT_DISPOSITION.of(req))
+    if not name or "/" in name or "\\" in name or "\x00" in name:
+        return None
+    return name

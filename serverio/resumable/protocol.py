@@ -38,6 +38,7 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import unquote
 
 from ..http.core import Plan, RequestFacts, common_fields, error_plan
 from ..http.dates import format_http_date
@@ -55,9 +56,11 @@ UPLOAD_METADATA: Final = request_field("upload-metadata")
 UPLOAD_CHECKSUM: Final = request_field("upload-checksum")
 CONTENT_TYPE: Final = request_field("content-type")
 REPR_DIGEST: Final = request_field("repr-digest")
+CONTENT_DISPOSITION: Final = request_field("content-disposition")
 
 __all__ = [
     "ACCEPTED_INTEROP",
+    "CONTENT_DISPOSITION",
     "CONTENT_TYPE",
     "DRAFT",
     "INTEROP_VERSION",
@@ -86,6 +89,7 @@ __all__ = [
     "completed",
     "create_decision",
     "created_plan",
+    "disposition_filename",
     "interim_fields",
     "limit_field",
     "mismatch_plan",
@@ -255,6 +259,13 @@ def classify(req: RequestFacts) -> Ask | None:
         return _parsed(Ask(Op.CREATE, False, complete=complete), extra)
     if tus and method == b"POST" and (not segs or req.target.slash):
         return _parsed(Ask(Op.CREATE, True), extra)
+    if method == b"POST" and "upload-complete" in extra and (not segs or req.target.slash):
+        # The draft's creation by POST to a folder (the file named by
+        # Content-Disposition, or Upload-Metadata as tus-js-client sends it).
+        complete = _sf_bool(extra["upload-complete"])
+        if complete is None:
+            return None
+        return _parsed(Ask(Op.CREATE, False, complete=complete), extra)
     if tus and method == b"OPTIONS":
         return Ask(Op.OPTIONS, True)
     return None
@@ -286,6 +297,35 @@ def _parsed(ask: Ask, extra: dict[str, str]) -> Ask:
         _media_type(extra.get("content-type")),
         bad,
     )
+
+
+_DISPOSITION_PARAM = re.compile(
+    r';\s*(filename\*?)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)', re.IGNORECASE
+)
+
+
+def disposition_filename(value: str | None) -> str | None:
+    """``filename*`` (RFC 8187: ``UTF-8''`` percent-encoded), else
+    ``filename`` of a Content-Disposition (RFC 6266); None when absent,
+    malformed or over 1 KiB (attacker input: the write path's name rules
+    judge what is returned)."""
+    if value is None or len(value) > 1024:
+        return None
+    found: dict[str, str] = {}
+    for key, raw in _DISPOSITION_PARAM.findall(value):
+        if raw.startswith('"'):
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        found.setdefault(key.lower(), raw)
+    ext = found.get("filename*")
+    if ext is not None:
+        charset, _, rest = ext.partition("'")
+        _, _, encoded = rest.partition("'")
+        if charset.lower() == "utf-8":
+            try:
+                return unquote(encoded, encoding="utf-8", errors="strict")
+            except UnicodeDecodeError:
+                return None
+    return found.get("filename")
 
 
 def parse_metadata(value: str | None) -> dict[str, bytes] | None:

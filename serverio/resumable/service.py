@@ -209,7 +209,7 @@ class Resumable(Flows):
         """``run`` under a write slot (``--max-uploads``) and the client's
         share of them (``--max-uploads-per-client``): 503 past either."""
         target = req.target
-        if ask.op is Op.CREATE and not ask.tus:
+        if ask.op is Op.CREATE and req.method == b"PUT":
             if not target.segments or target.slash:
                 return error_plan(409, now)  # a collection: not a file to write
             if (target.hidden and not self.config.files.hidden) or is_write_temp(target.segments):
