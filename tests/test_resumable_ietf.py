@@ -379,3 +379,37 @@ async def test_a_post_creation_without_a_usable_name_is_400(
         )
         assert got.status == 400
     assert temps(root) == []
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+async def test_curl_sees_the_104_then_the_100_continue(root: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(3 << 20))  # curl sends Expect: 100-continue past 1 MiB
+    async with running_server(config(root, tmp_path)) as (_, port):
+        with trio.fail_after(30):
+            done = await trio.run_process(
+                [
+                    "curl",
+                    "-sS",
+                    "-v",
+                    "-o",
+                    os.devnull,
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                    "Upload-Complete: ?1",
+                    "-H",
+                    "Upload-Draft-Interop-Version: 8",
+                    "-T",
+                    str(src),
+                    f"http://127.0.0.1:{port}/curl.bin",
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    log = done.stderr.decode("utf-8", "replace")
+    heads = [line for line in log.splitlines() if line.startswith("< HTTP/1.1 ")]
+    assert done.stdout == b"201", log[-2000:]
+    assert heads[:2] == ["< HTTP/1.1 104 Upload Resumption Supported", "< HTTP/1.1 100 Continue"]
+    assert (root / "curl.bin").read_bytes() == src.read_bytes()
