@@ -148,8 +148,9 @@ class Login:
         self.config = config
         self.site = site
         self.signer = signer
-        pol = config.site
-        self.identities = Identities(signer, pol.proxy_networks, pol.trusted_user_header, time.time)
+        pol = config.users
+        networks = config.site.proxy_networks
+        self.identities = Identities(signer, networks, pol.trusted_user_header, time.time)
         self.deny = DenyList(pol.share_deny_file, site.auth_pool)
         self.session_age = pol.session_max_age
         self.share_age = pol.share_max_age

@@ -122,7 +122,7 @@ class ProxyService:
         self._networks = config.site.proxy_networks
         # The login feature's fields: the trusted user header (sent on only
         # from a trusted peer) and serverio's own cookies (never sent on).
-        header = config.site.trusted_user_header
+        header = config.users.trusted_user_header
         self._user_header = header.lower().encode("ascii") if header is not None else None
         self._own_cookies = True  # the login feature's names: never an upstream's
         files = config.files
