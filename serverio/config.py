@@ -1293,6 +1293,11 @@ class UsersPolicy:
         fs_path=True,
     )
 
+    def validate(self) -> UsersPolicy:
+        """Check the declared bounds (the login feature's ages)."""
+        check_declared(self)
+        return self
+
 
 @dataclass(frozen=True, slots=True)
 class SitePolicy:
@@ -2089,6 +2094,7 @@ class Config:
             log=log,
             live=self.live.validate(root),
             site=self.site.validate(uploads.upload or proxy.enabled),
+            users=self.users.validate(),
             uploads=uploads,
             proxy=proxy,
             root=root,
