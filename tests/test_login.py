@@ -4,9 +4,11 @@ hostile cookies, forms and tokens."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -578,3 +580,53 @@ async def test_a_browser_401_links_to_the_sign_in_page_and_listings_show_the_cor
         for script in scripts:  # every inline script is allowed by its hash
             digest = base64.b64encode(hashlib.sha256(script).digest()).decode()
             assert f"'sha256-{digest}'" in csp
+
+
+async def test_the_sign_in_form_and_a_share_over_http2(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    cfg = config(tree, users, secret)
+    async with h2_memory(cfg) as (h2, _, _):
+        page = await h2.get("/.serverio/login")
+        assert page.status == 200
+        set_cookie_value = dict(page.header_list)[b"set-cookie"].decode()
+        nonce = set_cookie_value.split(";", 1)[0].split("=", 1)[1]
+        m = re.search(rb'name="csrf" value="([^"]+)"', bytes(page.body))
+        assert m is not None
+
+        async def post_h2(path: str, form: str, extra: list[tuple[str, str]]) -> Any:
+            body = form.encode()
+            headers = [
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("content-length", str(len(body))),
+                *extra,
+            ]
+            sid = h2.request(path, "POST", headers, end_stream=False)
+            h2.conn.send_data(sid, body, end_stream=True)
+            await h2.flush()
+            (r,) = await h2.wait(sid)
+            return r
+
+        form = urlencode(
+            {
+                "csrf": m.group(1).decode(),
+                "user": "alice",
+                "password": PASSWORD,
+                "next": "/private/",
+            }
+        )
+        r = await post_h2("/.serverio/login", form, [("cookie", f"serverio-login={nonce}")])
+        assert r.status == 303, bytes(r.body)
+        sets = [v.decode() for n, v in r.header_list if n == b"set-cookie"]
+        [session] = [v.split(";", 1)[0].split("=", 1)[1] for v in sets if "serverio-session" in v]
+        jar = [("cookie", f"serverio-session={session}")]
+        who = await h2.get("/.serverio/whoami", jar)
+        csrf = json.loads(bytes(who.body))["csrf"]
+        assert json.loads(bytes(who.body))["user"] == "alice", bytes(who.body)
+        r = await post_h2(
+            "/.serverio/share", urlencode({"path": "/private/plan.txt", "csrf": csrf}), jar
+        )
+        assert r.status == 201, bytes(r.body)
+        link = "/" + json.loads(bytes(r.body))["url"].split("/", 3)[3]
+        got = await h2.get(link)
+        assert got.status == 200 and bytes(got.body) == b"PLAN\n"
