@@ -117,6 +117,7 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "SitePolicy",
         "TlsPolicy",
         "UploadPolicy",
+        "UsersPolicy",
         "WatchPolicy",
         "check_declared",
         "declared",
