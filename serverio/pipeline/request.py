@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 import trio
 
@@ -67,6 +67,7 @@ from ..http.access import (
 )
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
+from ..http.extra import request_field
 from ..http.forwarded import client_address
 from ..http.hosts import misdirected_plan
 from ..model import ChunkSource, Prepared
@@ -95,6 +96,14 @@ __all__ = [
     "record",
     "start",
 ]
+
+# The fields the steps read themselves: the client a trusted proxy names
+# (--trusted-proxies, RFC 7239 §4; the de-facto X-Forwarded-For), and a
+# CORS preflight's method (Fetch §4.8: a preflight is the site's, never
+# a write).
+FORWARDED: Final = request_field("forwarded")
+X_FORWARDED_FOR: Final = request_field("x-forwarded-for")
+PREFLIGHT: Final = request_field("access-control-request-method")
 
 
 class SiteSteps(Protocol):
@@ -163,7 +172,7 @@ def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Ca
     trusted proxy names (:func:`serverio.http.forwarded.client_address`),
     looked up once and only when asked (a :class:`ForwardedClient`)."""
     networks = config.site.proxy_networks
-    if not networks or (req.extra.forwarded is None and req.extra.x_forwarded_for is None):
+    if not networks or (FORWARDED.of(req) is None and X_FORWARDED_FOR.of(req) is None):
         return peer
     return ForwardedClient(peer, req, networks)
 
@@ -187,7 +196,7 @@ class ForwardedClient:
         if self._got is None:
             req = self._req
             self._got = client_address(
-                self.peer(), req.extra.forwarded, req.extra.x_forwarded_for, self._networks
+                self.peer(), FORWARDED.of(req), X_FORWARDED_FOR.of(req), self._networks
             )
         return self._got
 
@@ -499,7 +508,7 @@ def _writes(handler: Handler, req: RequestFacts) -> bool:
     but a CORS preflight (the site's) and a request a proxy route takes."""
     if req.method not in handler.write_methods:
         return False
-    if req.method == b"OPTIONS" and req.extra.cors_method is not None:
+    if req.method == b"OPTIONS" and PREFLIGHT.of(req) is not None:
         return False
     takes = handler.write_takes
     if takes is not None and not takes(req):
