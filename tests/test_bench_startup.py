@@ -21,14 +21,17 @@ def test_one_round_prints_the_first_answer_and_the_floor(
 ) -> None:
     assert _bench("startup", "-n", "1") == 0
     out = capsys.readouterr().out
-    m = re.search(r"^\| this checkout \| (\d+) ms \| (\d+\.\d\d)x \|$", out, re.MULTILINE)
+    row = r"^\| this checkout \| (\d+) ms \| (\d+\.\d\d)x \| (\d+) ms \| (\d+\.\d\d)x \|$"
+    m = re.search(row, out, re.MULTILINE)
     assert m is not None, out
-    floor = re.search(
-        r"^\| floor: `python -c 'import trio, h11'` \| (\d+) ms \| 1\.00x \|$", out, re.M
+    floor_row = (
+        r"^\| floor: `python -c 'import trio, h11'` \| (\d+) ms \| 1\.00x \| (\d+) ms \| 1\.00x \|$"
     )
+    floor = re.search(floor_row, out, re.MULTILINE)
     assert floor is not None, out
     # A real server answered: more than the floor's imports, within reason.
     assert 0 < int(floor[1]) < int(m[1]) < 60_000
+    assert 0 < int(floor[2]) < int(m[3])  # CPU too (Linux: wait4)
 
 
 def test_a_tree_that_never_serves_is_an_error(tmp_path: Path) -> None:
