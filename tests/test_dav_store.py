@@ -175,3 +175,39 @@ async def test_a_store_of_the_former_layout_is_moved_in(tree: Path) -> None:
         assert await ask(client, "/d/x.txt") == b"old"
         assert await ask(client, "/d/") == b"top"  # the root's former store is the new one
     assert stores(tree) == []
+
+
+def test_migration_keeps_the_new_stores_file_and_tolerates_a_racing_migrator(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from serverio.fs import davtree
+    from serverio.fs.writer import SYS
+
+    old = tree / "d" / PROPS_DIR
+    old.mkdir()
+    for name, text in (("x.txt", b"old-x"), ("e", b"old-e"), ("gone", b"old-gone")):
+        (old / props_name(name)).write_bytes(text)
+    node = tree / PROPS_DIR / node_key("d")
+    node.mkdir(parents=True)
+    (node / props_name("x.txt")).write_bytes(b"new-x")  # written since: it wins
+    real_rename = SYS.rename
+
+    def racing(src: str, dst: str, **kw: object) -> None:
+        if src == props_name("gone"):  # another request moved it first
+            real_rename(src, dst, **kw)
+            raise FileNotFoundError(src)
+        real_rename(src, dst, **kw)
+
+    monkeypatch.setattr(SYS, "rename", racing)
+    root_fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    dir_fd = os.open(tree / "d", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        davtree.migrate_old_store(dir_fd, root_fd, "d")
+        davtree.migrate_old_store(dir_fd, root_fd, "d")  # nothing left: a no-op
+    finally:
+        os.close(dir_fd)
+        os.close(root_fd)
+    assert not old.exists()
+    assert (node / props_name("x.txt")).read_bytes() == b"new-x"
+    assert (node / props_name("e")).read_bytes() == b"old-e"
+    assert (node / props_name("gone")).read_bytes() == b"old-gone"

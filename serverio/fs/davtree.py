@@ -181,7 +181,10 @@ def migrate_old_store(dir_fd: int, root_fd: int, real: str) -> None:
                 if name.endswith(".xml") and not name.startswith(WRITE_TEMP_PREFIX):
                     _move_file(old, name, node)
                 else:
-                    SYS.unlink(name, dir_fd=old)  # a temporary left by a crash
+                    try:
+                        SYS.unlink(name, dir_fd=old)  # a temporary left by a crash
+                    except FileNotFoundError:
+                        pass
             SYS.fsync(node)
         finally:
             os.close(node)
@@ -196,18 +199,23 @@ def migrate_old_store(dir_fd: int, root_fd: int, real: str) -> None:
 
 def _move_file(src_dir: int, name: str, dst_dir: int) -> None:
     """``name`` from ``src_dir`` into ``dst_dir`` unless already there
-    (then the source's copy is dropped); across filesystems a copy."""
+    (then the source's copy is dropped); across filesystems a copy.  A
+    source gone meanwhile (another request migrating the same store) is
+    no failure."""
     try:
-        os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
-    except FileNotFoundError:
         try:
-            SYS.rename(name, name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
-            return
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            _copy_file(src_dir, name, dst_dir, name)
-    SYS.unlink(name, dir_fd=src_dir)
+            os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
+        except FileNotFoundError:
+            try:
+                SYS.rename(name, name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                _copy_file(src_dir, name, dst_dir, name)
+        SYS.unlink(name, dir_fd=src_dir)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(slots=True)
