@@ -211,3 +211,28 @@ def test_migration_keeps_the_new_stores_file_and_tolerates_a_racing_migrator(
     assert (node / props_name("x.txt")).read_bytes() == b"new-x"
     assert (node / props_name("e")).read_bytes() == b"old-e"
     assert (node / props_name("gone")).read_bytes() == b"old-gone"
+
+
+def test_a_node_written_while_it_is_removed_is_no_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from serverio.fs import davtree
+    from serverio.fs.writer import SYS
+
+    node = tmp_path / "n"
+    node.mkdir()
+    (node / props_name("a")).write_bytes(b"a")
+    real_unlink = SYS.unlink
+
+    def and_a_write(name: str, **kw: object) -> None:
+        real_unlink(name, **kw)
+        (node / props_name("late")).write_bytes(b"late")  # a PROPPATCH meanwhile
+
+    monkeypatch.setattr(SYS, "unlink", and_a_write)
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        davtree._remove_node(parent, "n")  # ENOTEMPTY at the end: left, no error
+        davtree._remove_node(parent, "missing")
+    finally:
+        os.close(parent)
+    assert sorted(os.listdir(node)) == [props_name("late")]

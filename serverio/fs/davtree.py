@@ -473,7 +473,10 @@ def clear_props(place: Placement) -> None:
 
 
 def _remove_node(parent: int, key: str) -> None:
-    """Remove node ``key`` of ``parent`` and everything in it."""
+    """Remove node ``key`` of ``parent`` and everything in it.  What a
+    concurrent request removes first, or writes meanwhile (a node left
+    non-empty: properties of a resource that is gone, harmless), is no
+    failure of the removal that asked."""
     try:
         fd = _open_child(parent, key)
     except FileNotFoundError:
@@ -485,10 +488,17 @@ def _remove_node(parent: int, key: str) -> None:
             if is_dir:
                 _remove_node(fd, name)
             else:
-                SYS.unlink(name, dir_fd=fd)
+                try:
+                    SYS.unlink(name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
     finally:
         os.close(fd)
-    os.rmdir(key, dir_fd=parent)
+    try:
+        os.rmdir(key, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            raise
 
 
 def _move_props(src: Placement, dst: Placement, keep: bool) -> None:
