@@ -255,7 +255,7 @@ class Services:
             from ..secret import resolve_secret
             from ..signing import Signer
 
-            self._signer = Signer(resolve_secret(self.config.site.secret_file))
+            self._signer = Signer(resolve_secret(self.config.users.secret_file))
         return self._signer
 
     @asynccontextmanager
