@@ -292,9 +292,18 @@ class FilesPolicy:
     # ("/docs/" is "/docs").  --route-prefix: the whole site under it.
     mounts: tuple[tuple[str, str], ...] = ()
     route_prefix: str | None = None
+    # --hide GLOB (repeatable; TOML hide = [...]): names left out of
+    # listings, searches, archives and WebDAV listings (serverio.fs.hide).
+    # Not an access rule: a hidden name is still served by its URL.
+    hide: tuple[str, ...] = ()
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
+        for glob in self.hide:
+            if not glob or "\x00" in glob or glob.startswith("/") or len(glob) > 1024:
+                raise ConfigError(f"--hide {glob!r} must be a non-empty relative glob")
+        if len(self.hide) > 256:
+            raise ConfigError(f"--hide: at most 256 globs, got {len(self.hide)}")
         if self.etag not in ETAG_MODES:
             raise ConfigError(f"--etag must be one of {', '.join(ETAG_MODES)}, got {self.etag!r}")
         _check_ints(self, (("small_file_size", 0), ("max_ranges", 1), ("file_cache_size", 0)))
@@ -369,6 +378,12 @@ class ContentPolicy:
     archives: bool = False
     archive_max_entries: int = 100_000
     archive_max_bytes: int = 16 * 1024 * _MiB
+    # --title: the listing's heading and window title, before the path.
+    title: str = ""
+    # ?q= (a recursive search below a listed folder, serverio.fs.search):
+    # at most this many entries visited, and this long, per search.
+    search_max_entries: int = 100_000
+    search_time: float = 5.0
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
@@ -381,8 +396,12 @@ class ContentPolicy:
                 ("compress_cache_size", 0),
                 ("archive_max_entries", 1),
                 ("archive_max_bytes", 1),
+                ("search_max_entries", 1),
             ),
         )
+        _check_seconds(self, ("search_time",))
+        if len(self.title) > 200 or not self.title.isprintable():
+            raise ConfigError("--title must be at most 200 printable characters")
         if self.listing_max_entries > _MAX_LISTING_ENTRIES:
             raise ConfigError(
                 f"--listing-max-entries {self.listing_max_entries} is absurd "
@@ -631,6 +650,9 @@ class UploadPolicy:
     # --on-duplicate: a form upload's file whose name is taken is refused
     # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
     on_duplicate: str = "error"
+    # --upload-mkdirs: a PUT or form upload below a missing folder creates
+    # its parents (as dufs does) instead of 409 (RFC 4918 §9.7.1's default).
+    upload_mkdirs: bool = False
     # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
     # writable path is served with CSP sandbox, as an attachment, or inline
     # (serverio.http.active; a [[writable]] table's ``active`` overrides).

@@ -827,6 +827,15 @@ _FILES = (
     ),
     _O("hidden", ("--hidden",), "serve dotfiles and dot-directories", "Files", kind="flag"),
     _O(
+        "hide",
+        ("--hide",),
+        "leave matching names out of listings, search, archives and WebDAV listings "
+        "(repeatable; '*.tmp', 'private/*'); still served by URL: not an access rule",
+        "Files",
+        kind="list",
+        metavar="GLOB",
+    ),
+    _O(
         "follow_symlinks",
         ("--follow-symlinks",),
         "allow symlinks that leave the root",
@@ -977,6 +986,29 @@ _CONTENT = (
         "offer listed directories as ?archive=zip and ?archive=tar.gz downloads (streamed)",
         "Content options",
         kind="flag",
+    ),
+    _O(
+        "title",
+        ("--title",),
+        "the listing page's heading and window title (before the path)",
+        "Content options",
+        metavar="TEXT",
+    ),
+    _O(
+        "search_max_entries",
+        ("--search-max-entries",),
+        "entries one recursive search (?q=) visits at most; the answer says it was cut",
+        "Content options",
+        metavar="N",
+        parse=int,
+    ),
+    _O(
+        "search_time",
+        ("--search-time",),
+        "seconds one recursive search (?q=) runs at most; the answer says it was cut",
+        "Content options",
+        metavar="SECONDS",
+        parse=float,
     ),
     _O(
         "archive_max_entries",
@@ -1160,6 +1192,13 @@ _UPLOADS = (
         "'name (1).ext', or overwrite the existing file",
         "Uploads",
         choices=ON_DUPLICATE,
+    ),
+    _O(
+        "upload_mkdirs",
+        ("--upload-mkdirs",),
+        "a PUT or form upload below a missing folder creates the folders (else 409)",
+        "Uploads",
+        kind="flag",
     ),
     _O(
         "upload_active",

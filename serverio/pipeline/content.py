@@ -59,7 +59,7 @@ from ..http.listing import (
     parse_listing_query,
     render_listing,
 )
-from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.negotiate import parse_query, prefers_json, prefers_text, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, Readme, with_readme
 from ..http.select import digest_applies
 from ..model import Body, Identity, Reason, errno_reason
@@ -416,7 +416,7 @@ class ContentService:
         """The README below an HTML listing: only one the listing shows (so
         the hidden policy, the containment and the access rules have passed
         it), read in the work pool (requester-owned, like the scan)."""
-        if query.json:
+        if query.json or query.text:
             return None
         names = {e.name for e in entries if not e.is_dir}
         name = next((n for n in README_NAMES if n in names), None)
@@ -434,7 +434,9 @@ class ContentService:
         cfg = self.config
         work = self.work
         query = parse_listing_query(
-            parse_query(req.target.query), accept_json=prefers_json(req.accept)
+            parse_query(req.target.query),
+            accept_json=prefers_json(req.accept),
+            accept_text=prefers_text(req.accept),
         )
         # The directory descriptor moves to the scan: the thread closes it.
         owned = OwnedFd(prepared.fd)
@@ -469,9 +471,13 @@ class ContentService:
         readme = await self._readme(req, entries, query)
         if readme is not None:
             digest = with_readme(digest, readme.digest)
-        upload = self.writable is not None and not query.json and self.writable(req)
+        page = not (query.json or query.text)
+        upload = self.writable is not None and page and self.writable(req)
         if upload:
-            digest += b"+upload"  # the page with the form is a render of its own
+            # The page with the form is a render of its own.  Writable (the
+            # access hook's answer for --upload) is also delete and move
+            # here: the rows' actions cell and the toolbar's selection slot.
+            digest += b"+upload"
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
@@ -485,6 +491,8 @@ class ContentService:
                 hidden=cfg.files.hidden,
                 archives=cfg.content.archives,
                 upload=upload,
+                actions=upload,
+                title=cfg.content.title,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
