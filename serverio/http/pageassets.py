@@ -66,7 +66,8 @@ h1{{font-size:1.25rem;font-weight:600;margin:0 0 .5rem;overflow-wrap:anywhere}}
 a{{color:var(--link);text-decoration:none}}a:hover{{text-decoration:underline}}
 :focus-visible{{outline:2px solid var(--link);outline-offset:2px;border-radius:2px}}
 nav ol{{display:flex;flex-wrap:wrap;list-style:none;margin:0 0 .75rem;padding:0;color:var(--mute)}}
-nav li+li::before{{content:"/";margin:0 .3rem}}
+nav li+li::before{{content:"\\203a";margin:0 .4rem}}
+.sr{{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}}
 .bar{{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:0 0 .75rem}}
 .bar form{{display:flex;flex-wrap:wrap;gap:.5rem;flex:1 1 16rem;margin:0}}
 .bar .links{{display:flex;flex-wrap:wrap;gap:.25rem .75rem;align-items:center}}
@@ -78,7 +79,7 @@ table{{width:100%;border-collapse:collapse;table-layout:auto}}
 th,td{{padding:.35rem .5rem;text-align:left;border-bottom:1px solid var(--line);vertical-align:top}}
 th{{font-weight:600;color:var(--mute);white-space:nowrap}}
 tbody tr:hover{{background:var(--row)}}
-td.name{{width:100%;overflow-wrap:break-word;word-break:normal}}
+td.name{{width:100%;overflow-wrap:anywhere;word-break:normal}}
 td.name a{{display:inline}}
 .i{{width:1.1em;height:1.1em;vertical-align:-.2em;margin-right:.4em;fill:none;\
 stroke:var(--mute);stroke-width:1.6}}
@@ -101,6 +102,7 @@ body.dropping .upload{{border-color:var(--link);background:var(--row)}}
 border-radius:6px;overflow-wrap:anywhere}}
 .readme h2{{font-size:1rem;margin:0 -1.25rem 1rem;padding:.5rem 1.25rem;\
 border-bottom:1px solid var(--line)}}
+.readme a{{text-decoration:underline}}
 .readme pre{{white-space:pre-wrap;font:13px/1.45 ui-monospace,monospace}}
 .readme code{{font:13px ui-monospace,monospace;background:var(--row);padding:.1rem .3rem;\
 border-radius:4px}}
@@ -130,6 +132,7 @@ const r=await fetch(u,{...o,headers:h});if(r.ok)return r;let p={};
 try{p=await r.json()}catch(e){}const m=p.detail||p.title||r.status+" "+r.statusText;
 S.say(m,true);throw Object.assign(new Error(m),{problem:p,status:r.status})};
 const R=d.documentElement,tb=d.getElementById("theme"),K="serverio-theme",M=["auto","light","dark"];
+if(tb)tb.hidden=false;
 const show=m=>{if(m==="auto")delete R.dataset.theme;else R.dataset.theme=m;
 if(tb){tb.textContent="Theme: "+m;tb.setAttribute("aria-label","Colour theme: "+m+". Change")}};
 show(R.dataset.theme||"auto");
