@@ -26,9 +26,9 @@ import pytest
 import trio
 
 __all__ = [
+    "ARTIFACTS",
     "AXE_JS",
     "CHROMIUM",
-    "ARTIFACTS",
     "axe_violations",
     "in_browser",
     "needs_browser",
@@ -83,11 +83,12 @@ def _run(work: Callable[[Any], T]) -> T:
             browser.close()
 
 
-async def in_browser(work: Callable[[Any], T], timeout: float = 120) -> T:
+async def in_browser(work: Callable[[Any], T], limit: float = 120) -> T:
     """Run ``work(browser)`` (a Playwright ``Browser``) in a worker thread;
-    the trio loop keeps serving meanwhile."""
-    with trio.fail_after(timeout):
-        return await trio.to_thread.run_sync(_run, work)
+    the trio loop keeps serving meanwhile.  Past ``limit`` seconds the test
+    fails (the thread is abandoned; Playwright's own 30 s step timeouts end it)."""
+    with trio.fail_after(limit):
+        return await trio.to_thread.run_sync(_run, work, abandon_on_cancel=True)
 
 
 def shot(page: Any, name: str) -> Path:
