@@ -99,6 +99,7 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "Config",
         "ConnectionPolicy",
         "ContentPolicy",
+        "Declared",
         "ETAG_MODES",
         "FIELD_GROUP",
         "FilesPolicy",
@@ -112,10 +113,13 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "PoolPolicy",
         "ProxyPolicy",
         "ProxyRoute",
+        "SETTING",
         "SitePolicy",
         "TlsPolicy",
         "UploadPolicy",
         "WatchPolicy",
+        "check_declared",
+        "declared",
         "field_path",
         "listener_http2",
         "normal_route",
@@ -125,9 +129,10 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "parse_proxy_spec",
         "parse_upstream",
         "proxy_route",
+        "setting",
         "wants_site_rules",
     ),
-    "serverio.errors": ("ConfigError", "HTTPError", "reason_phrase"),
+    "serverio.errors": ("ConfigError", "HTTPError", "Problem", "reason_phrase"),
 }
 
 # Packages whose every module is public (a new module there is pinned too).

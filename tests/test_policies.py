@@ -112,7 +112,7 @@ def test_each_policy_validates_itself() -> None:
         ConnectionPolicy(max_requests=0).validate()
     with pytest.raises(ConfigError, match=r"^--index 'a/b' must be a plain file name$"):
         FilesPolicy(index=("a/b",)).validate()
-    with pytest.raises(ConfigError, match=r"^port must be between 0 and 65535, got 70000$"):
+    with pytest.raises(ConfigError, match=r"^--port must be from 0 to 65535, got 70000$"):
         ListenPolicy(port=70000).validate()
     with pytest.raises(ConfigError, match=r"^--trusted-proxies: "):
         SitePolicy(trusted_proxies=("x",)).validate()

@@ -126,7 +126,7 @@ class Services:
         self.uploads: Uploads | None = None
         self.dav: DavService | None = None
         if config.uploads.upload:
-            from ..upload.service import Uploads
+            from ..upload.service import Uploads, allow_writes
 
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
@@ -137,6 +137,7 @@ class Services:
             self.hooks = dataclasses.replace(
                 self.hooks,
                 write=self.uploads.write,
+                allow=allow_writes,
                 running=_both(self.hooks.running, self.uploads.running),
             )
             if config.uploads.webdav:
@@ -183,7 +184,9 @@ class Services:
         locks = TableLocks(table)
         self.dav = dav = DavService(config, lambda: self.opener, self.files, uploads, locks)
         if pol.webdav_prefix is None:
-            self.hooks = dataclasses.replace(self.hooks, write=dav.write, write_methods=DAV_METHODS)
+            self.hooks = dataclasses.replace(
+                self.hooks, write=dav.write, write_methods=DAV_METHODS, allow=dav.allow
+            )
             # No upload form with --webdav: its POST is not one of the
             # DAV methods, so WebDAV's locks would not guard it.
             self.content.writable = None
@@ -195,6 +198,7 @@ class Services:
                 write=dav.write,
                 write_methods=PREFIX_METHODS,
                 write_takes=dav.takes,
+                allow=dav.allow,
             )
             self.content.writable = _outside(dav, _always)
 
@@ -214,6 +218,8 @@ class Services:
         keep_spellings(given)
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
+        if self.hooks.allow is not None:
+            site.allow = self.hooks.allow  # the write feature's methods in Allow
         if self.proxy is not None:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.

@@ -45,7 +45,7 @@ from ..concurrency.blocking import Pool
 from ..config import Config
 from ..errors import ConfigError
 from ..http.access import Access, AccessTarget, Kind, Ticket, Verdict, access_plan, resolved_path
-from ..http.core import Plan, RequestFacts, error_plan, route
+from ..http.core import Allow, Plan, RequestFacts, error_plan, read_only, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
 from ..http.target import Target
@@ -289,6 +289,9 @@ class Site:
         self.reserved_route: Router | None = None
         # The proxy hook's match (Hooks.proxy; the server sets it).
         self.proxied: Callable[[RequestFacts], object | None] | None = None
+        # The methods a path allows (Hooks.allow, the write feature's; the
+        # server sets it): the core's OPTIONS and 405 name them.
+        self.allow: Allow = read_only
 
     @property
     def auth_pool(self) -> Pool:
@@ -424,7 +427,7 @@ class Site:
         plan = reserved(req, now) if reserved is not None else None
         if plan is None and (self.proxied is None or self.proxied(req) is None):
             # A proxied path is no file: the core's 405/404 do not apply.
-            plan = route(req, self.config, now)
+            plan = route(req, self.config, now, self.allow)
         # The reserved live-reload paths go through the rules like any
         # other path: an [[auth]] rule that matches them protects them.
         if plan is not None and not self._is_reserved(req.target):
