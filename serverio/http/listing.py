@@ -64,6 +64,7 @@ __all__ = [
     "render_html",
     "render_json",
     "render_listing",
+    "render_search",
     "render_text",
     "shown_name",
     "sort_entries",
@@ -343,7 +344,10 @@ def listing_etag(body: bytes) -> str:
 
 
 def _query_tail(query: ListingQuery) -> str:
-    """``&filter=...`` for a link that keeps the page's filter (or nothing)."""
+    """``&filter=...`` (or ``&q=...``) for a link that keeps the page's
+    filter or search (or nothing)."""
+    if query.q:
+        return f"&q={quote_segment(query.q)}"
     return f"&filter={quote_segment(query.filter)}" if query.filter else ""
 
 
@@ -586,6 +590,95 @@ def render_json(
 
 # body, content type, weak ETag
 Listing = tuple[bytes, bytes, str]
+
+# One search result: its path below the searched folder (decoded names,
+# the last is the entry's) and the entry.
+Hit = tuple[tuple[str, ...], Entry]
+
+
+def _hit_href(rel: tuple[str, ...], is_dir: bool) -> str:
+    return "./" + "/".join(quote_segment(s) for s in rel) + ("/" if is_dir else "")
+
+
+def _hit_row(rel: tuple[str, ...], e: Entry) -> str:
+    shown = html.escape("/".join(shown_name(s) for s in rel)) + ("/" if e.is_dir else "")
+    if e.is_dir:
+        size = '<td class="size">\u2014</td>'
+    else:
+        size = f'<td class="size" title="{e.size} bytes">{human_size(e.size)}</td>'
+    return (
+        f'<tr class="entry {"dir" if e.is_dir else "file"}"><td class="name">'
+        f'<svg class="i" aria-hidden="true"><use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
+        f'<a href="{_hit_href(rel, e.is_dir)}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
+    )
+
+
+def render_search(
+    segments: tuple[str, ...],
+    hits: Sequence[Hit],
+    query: ListingQuery,
+    *,
+    truncated: bool,
+    visited: int,
+    archives: bool = False,
+    title: str = "",
+) -> Listing:
+    """The answer to ``?q=`` below the folder at ``segments``: the hits in
+    natural order of their paths, as the query's format asks (HTML: the
+    listing's page, with a notice when the search was cut by its bounds;
+    JSON: ``{"path", "q", "truncated", "visited", "entries"}`` whose
+    entries are the listing's with ``name`` the path below the folder;
+    text: one path per line, folders with a trailing ``/``)."""
+    ordered = sorted(hits, key=lambda h: [natural_key(s) for s in h[0]])
+    if query.json:
+        doc = {
+            "path": "/" + "".join(json_text(s) + "/" for s in segments),
+            "q": query.q,
+            "truncated": truncated,
+            "visited": visited,
+            "entries": [
+                {
+                    "name": "/".join(json_text(s) for s in rel),
+                    "type": "dir" if e.is_dir else "file",
+                    "size": None if e.is_dir else e.size,
+                    "mtime": e.mtime,
+                    "href": _hit_href(rel, e.is_dir),
+                }
+                for rel, e in ordered
+            ],
+        }
+        body = json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+        return body, b"application/json", listing_etag(body)
+    if query.text:
+        lines = (
+            "/".join(text_line(s) for s in rel) + ("/\n" if e.is_dir else "\n")
+            for rel, e in ordered
+        )
+        body = "".join(lines).encode("utf-8")
+        return body, b"text/plain; charset=utf-8", listing_etag(body)
+    esc = html.escape
+    path = "/" + "".join(shown_name(s) + "/" for s in segments)
+    heading = f"{esc(title)} \u2014 {esc(path)}" if title else f"Index of {esc(path)}"
+    found = f"{len(ordered)} {'match' if len(ordered) == 1 else 'matches'}"
+    notice = ""
+    if truncated:
+        notice = (
+            '<p class="notice" role="status">The search stopped at its bounds '
+            f"({visited} entries looked at): there may be more matches.</p>\n"
+        )
+    page = (
+        page_head(f"Search: {esc(query.q)} \u2014 {heading}")
+        + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
+        f"{_toolbar(query, archives, False)}"
+        f'<p id="status" role="status" aria-live="polite">{found} for '
+        f"\u201c{esc(query.q)}\u201d below this folder.</p>\n{notice}"
+        f"<table>\n<thead><tr>{_header_cells(query, False)}</tr></thead>\n<tbody>\n"
+        + "\n".join(_hit_row(rel, e) for rel, e in ordered)
+        + f'\n</tbody></table>\n<footer>{found} \u00b7 <span id="tz">times in UTC</span>'
+        "</footer>\n" + page_tail(False)
+    )
+    body = page.encode("utf-8")
+    return body, b"text/html; charset=utf-8", listing_etag(body)
 
 
 def render_listing(

@@ -37,6 +37,7 @@ from ..concurrency.flight import SingleFlightCache
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.filecache import HashStore
+from ..fs.hide import HideRules
 from ..fs.jobs import (
     OwnedFd,
     compress_file,
@@ -66,6 +67,7 @@ from ..model import Body, Identity, Reason, errno_reason
 from ..model.decide import identity_fallback
 from ..model.reasons import reason_status
 from ..observe.stats import Stats
+from .search import search
 
 if TYPE_CHECKING:
     from ..model import Prepared
@@ -206,6 +208,8 @@ class ContentService:
         # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
         # page shows the upload form.  None: read-only, never asked.
         self.writable: Callable[[RequestFacts], bool] | None = None
+        # --hide: names left out of listings and searches (serverio.fs.hide).
+        self.hide = HideRules(config.files.hide)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -438,6 +442,16 @@ class ContentService:
             accept_json=prefers_json(req.accept),
             accept_text=prefers_text(req.accept),
         )
+        if query.q:
+            # ?q=: the recursive search (serverio.pipeline.search) walks from
+            # the folder by path, under the same containment.
+            os.close(prepared.fd)
+            prepared.fd = -1
+            body, ctype, etag = await search(
+                work, self.opener(), cfg, req, query, self.visible, self.hide
+            )
+            csp = LISTING_CSP
+            return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
         # The directory descriptor moves to the scan: the thread closes it.
         owned = OwnedFd(prepared.fd)
         prepared.fd = -1
@@ -462,6 +476,13 @@ class ContentService:
             owned.release()  # queued and cancelled, or refused: never claimed
         segments = req.target.segments
         entries, digest = scan.entries, scan.digest
+        hide = self.hide
+        if hide.active:
+            # --hide: left out of the listing (still served by URL).
+            parent = req.target.relpath
+            kept = [e for e in entries if not hide.hides(parent, e.name)]
+            if len(kept) != len(entries):
+                entries, digest = kept, entries_digest(kept, scan.truncated)
         if self.visible is not None:
             # Names the client may not see are left out; the digest of what
             # is left keys the shared render (each visible set its own).
