@@ -114,3 +114,26 @@ async def test_the_search_stops_at_its_entry_bound_and_says_so(tmp_path: Path) -
     async with memory_connection(make_config(root)) as (client, _, _):
         doc = json.loads((await client.get("/?q=file&format=json")).body)
         assert doc["truncated"] is False and len(doc["entries"]) == 400
+
+
+async def test_hide_applies_to_archives_and_propfind_members(tmp_path: Path) -> None:
+    import io
+    import zipfile
+
+    root = tmp_path / "www"
+    (root / "d" / "build").mkdir(parents=True)
+    (root / "d" / "keep.txt").write_text("k")
+    (root / "d" / "junk.tmp").write_text("j")
+    (root / "d" / "build" / "out.o").write_text("o")
+    cfg = make_config(root, hide=("*.tmp", "d/build"), archives=True, webdav=True, min_free_space=0)
+    async with memory_connection(cfg) as (client, _, _):
+        z = await client.get("/d/?archive=zip")
+        assert z.status == 200
+        names = zipfile.ZipFile(io.BytesIO(z.body)).namelist()
+        assert names == ["d/keep.txt"], names
+        r = await client.get("/d/", "Depth: 1\r\n", method="PROPFIND")
+        assert r.status == 207
+        assert b"keep.txt" in r.body and b"junk.tmp" not in r.body and b"build" not in r.body
+        # Not an access rule: each is still served by its URL.
+        assert (await client.get("/d/junk.tmp")).status == 200
+        assert (await client.get("/d/build/out.o")).status == 200

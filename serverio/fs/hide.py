@@ -13,11 +13,12 @@ by its URL.  Access is the access hook's ([[auth]], [[access]]).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["NO_HIDE", "HideRules"]
+__all__ = ["NO_HIDE", "HideRules", "hide_rules"]
 
 
 class HideRules:
@@ -44,3 +45,9 @@ class HideRules:
 
 
 NO_HIDE: Final = HideRules(())
+
+
+@functools.lru_cache(maxsize=8)
+def hide_rules(globs: tuple[str, ...]) -> HideRules:
+    """The compiled rules of ``--hide`` (a config's tuple), compiled once."""
+    return HideRules(globs) if globs else NO_HIDE

@@ -37,7 +37,7 @@ from ..concurrency.flight import SingleFlightCache
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.filecache import HashStore
-from ..fs.hide import HideRules
+from ..fs.hide import hide_rules
 from ..fs.jobs import (
     OwnedFd,
     compress_file,
@@ -209,7 +209,7 @@ class ContentService:
         # page shows the upload form.  None: read-only, never asked.
         self.writable: Callable[[RequestFacts], bool] | None = None
         # --hide: names left out of listings and searches (serverio.fs.hide).
-        self.hide = HideRules(config.files.hide)
+        self.hide = hide_rules(config.files.hide)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
