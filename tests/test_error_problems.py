@@ -189,3 +189,24 @@ async def test_a_fetch_asking_json_gets_a_problem_and_curl_keeps_plain_text(
         }
         curl = await client.get("/nope")
         assert curl.body == b"404 Not Found\n"
+
+
+async def test_upload_mkdirs_creates_the_missing_folders(site: tuple[Path, Path]) -> None:
+    root, _ = site
+    put = b"PUT /up/a/b/c.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\ndata"
+    async with memory_connection(make_config(root, upload=True)) as (client, _, _):
+        await client.send_raw(put)
+        assert (await client.read_response()).status == 409  # RFC 4918 §9.7.1
+    assert not (root / "up" / "a").exists()
+    async with memory_connection(make_config(root, upload=True, upload_mkdirs=True)) as (
+        client,
+        _,
+        _,
+    ):
+        await client.send_raw(put)
+        assert (await client.read_response()).status == 201
+        # A refused name among the folders is still refused, nothing made for it.
+        await client.send_raw(put.replace(b"/a/b/", b"/x/.git/"))
+        assert (await client.read_response()).status in (403, 409)
+    assert (root / "up" / "a" / "b" / "c.txt").read_bytes() == b"data"
+    assert not (root / "up" / "x" / ".git").exists()

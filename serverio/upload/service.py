@@ -45,6 +45,7 @@ from ..fs.writer import (
     WriteRefused,
     current_bytes,
     delete_file,
+    make_parents,
     open_target,
     sweep,
     writable_current,
@@ -245,6 +246,15 @@ class Uploads:
     async def _open(self, req: RequestFacts, need: int) -> Placement:
         pol = self.config.uploads
         min_free = pol.min_free_space + need if pol.min_free_space else 0
+        segments = req.target.segments
+        if pol.upload_mkdirs and len(segments) > 1:
+            # --upload-mkdirs: the missing folders first (as dufs does);
+            # without it a missing parent is 409 (RFC 4918 §9.7.1).
+            made = await run_blocking(
+                self.pool, make_parents, self.opener(), segments[:-1], self.config.files.hidden
+            )
+            if made:
+                self.changed("/".join(segments[:-1]))
         place: Placement = await run_blocking(
             self.pool,
             open_target,
