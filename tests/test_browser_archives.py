@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from .conftest import make_config, running_server
-from .test_browser import CHROMIUM, _devtools
+from .devtools_kit import CHROMIUM, _devtools
 
 pytestmark = [
     pytest.mark.slow,
