@@ -70,6 +70,7 @@ __all__ = [
     "SitePolicy",
     "TlsPolicy",
     "UploadPolicy",
+    "UsersPolicy",
     "WatchPolicy",
     "check_declared",
     "declared",
@@ -1239,6 +1240,63 @@ WritableTable = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], str]
 
 
 @dataclass(frozen=True, slots=True)
+class UsersPolicy:
+    """Who the users are and what proves it: the site-wide users (Basic
+    authentication, docs/reference/basic-auth.md) and the secret that signs
+    what a server hands out to be shown back (serverio.signing).  Per-path
+    users files are the site rules' ``[[auth]]`` tables (:class:`SitePolicy`)."""
+
+    # --auth-file: the whole site
+    auth_file: str | None = setting(
+        None,
+        ("--auth-file",),
+        "basic authentication for the whole site from this htpasswd-style file",
+        "Site rules",
+        metavar="FILE",
+        default_text="none",
+        fs_path=True,
+    )
+    # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
+    # the whole site, beside --auth-file's; off loopback only with TLS or
+    # --allow-plain-auth (_check_plain_auth).
+    auth_users: tuple[str, ...] = setting(
+        (),
+        ("--auth",),
+        "basic authentication for the whole site with this user and password (repeatable; "
+        "hashed in memory at once; other local users see it in ps: --auth-file for "
+        "anything else); off loopback it needs TLS or --allow-plain-auth",
+        "Site rules",
+        kind="list",
+        metavar="USER:PASS",
+        parse="user",
+        toml=False,
+        name="auth_users",
+        default_text="none",
+    )
+    allow_plain_auth: bool = setting(
+        False,
+        ("--allow-plain-auth",),
+        "allow --auth on a non-loopback address without TLS (the password then crosses "
+        "the network readable)",
+        "Site rules",
+        kind="flag",
+    )
+    # --secret-file: the key that signs session cookies, share links and
+    # resumable-upload URLs (serverio.secret; None: a per-user one).
+    secret_file: str | None = setting(
+        None,
+        ("--secret-file",),
+        "sign session cookies, share links and resumable-upload URLs with this file's "
+        "content (at least 32 bytes; give every replica of a fleet the same file); "
+        "default: a key generated once in serverio's data directory",
+        "Site rules",
+        metavar="FILE",
+        default_text="generated",
+        fs_path=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SitePolicy:
     """Site rules (serverio.site.rules; docs/features.md "Site rules"): the raw
     specifications, compiled once by serverio.site.service.load_site."""
@@ -1307,54 +1365,6 @@ class SitePolicy:
     # (one of ACTIVE_MODES, "" or left out: --upload-active) is how active
     # files under it are served (serverio.http.active).
     writable: tuple[WritableTable, ...] = ()
-    # --auth-file: the whole site
-    auth_file: str | None = setting(
-        None,
-        ("--auth-file",),
-        "basic authentication for the whole site from this htpasswd-style file",
-        "Site rules",
-        metavar="FILE",
-        default_text="none",
-        fs_path=True,
-    )
-    # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
-    # the whole site, beside --auth-file's; off loopback only with TLS or
-    # --allow-plain-auth (_check_plain_auth).
-    auth_users: tuple[str, ...] = setting(
-        (),
-        ("--auth",),
-        "basic authentication for the whole site with this user and password (repeatable; "
-        "hashed in memory at once; other local users see it in ps: --auth-file for "
-        "anything else); off loopback it needs TLS or --allow-plain-auth",
-        "Site rules",
-        kind="list",
-        metavar="USER:PASS",
-        parse="user",
-        toml=False,
-        name="auth_users",
-        default_text="none",
-    )
-    allow_plain_auth: bool = setting(
-        False,
-        ("--allow-plain-auth",),
-        "allow --auth on a non-loopback address without TLS (the password then crosses "
-        "the network readable)",
-        "Site rules",
-        kind="flag",
-    )
-    # --secret-file: the key that signs session cookies, share links and
-    # resumable-upload URLs (serverio.secret; None: a per-user one).
-    secret_file: str | None = setting(
-        None,
-        ("--secret-file",),
-        "sign session cookies, share links and resumable-upload URLs with this file's "
-        "content (at least 32 bytes; give every replica of a fleet the same file); "
-        "default: a key generated once in serverio's data directory",
-        "Site rules",
-        metavar="FILE",
-        default_text="generated",
-        fs_path=True,
-    )
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.http.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = setting(
@@ -1628,6 +1638,31 @@ class UploadPolicy:
         metavar="SECONDS",
         parse="int",
         ge=1,
+    )
+    # Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md):
+    # how long an incomplete upload lives after its creation (then the
+    # sweeper removes its temporary), and the bytes of incomplete uploads
+    # (declared lengths, else --max-upload-size) one client may hold.
+    upload_expiry: float = setting(
+        86400.0,
+        ("--upload-expiry",),
+        "seconds an incomplete resumable upload (IETF draft or tus) may live; then its "
+        "temporary is removed",
+        "Uploads",
+        metavar="S",
+        parse="seconds",
+        ge=1,
+        le=366 * 86400,
+    )
+    max_incomplete_per_client: int = setting(
+        8 * 1024 * _MiB,
+        ("--max-incomplete-per-client",),
+        "bytes of incomplete resumable uploads one client may hold at once (their declared "
+        "lengths); past it 507; 0: no quota",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
     )
 
     def validate(self) -> UploadPolicy:
@@ -1948,6 +1983,7 @@ Policy = (
     | TlsPolicy
     | LogPolicy
     | WatchPolicy
+    | UsersPolicy
     | SitePolicy
     | UploadPolicy
     | ProxyPolicy
@@ -1981,6 +2017,7 @@ class Config:
     tls: TlsPolicy = field(default_factory=TlsPolicy)
     log: LogPolicy = field(default_factory=LogPolicy)
     live: WatchPolicy = field(default_factory=WatchPolicy)
+    users: UsersPolicy = field(default_factory=UsersPolicy)
     site: SitePolicy = field(default_factory=SitePolicy)
     uploads: UploadPolicy = field(default_factory=UploadPolicy)
     proxy: ProxyPolicy = field(default_factory=ProxyPolicy)
@@ -2040,8 +2077,8 @@ class Config:
         if uploads.upload and not uploads.allow_anonymous_writes:
             # Named as given: --webdav (or --webdav-prefix) implies --upload.
             flag = "--webdav" if uploads.webdav else "--upload"
-            _check_write_auth(listeners, self.site, flag)
-        if self.site.auth_users and not self.site.allow_plain_auth:
+            _check_write_auth(listeners, self.site, self.users, flag)
+        if self.users.auth_users and not self.users.allow_plain_auth:
             _check_plain_auth(listeners, tls)
         proxy = self.proxy.validate()
         if content.spa is not None and self.proxy.proxy_fallback is not None:
@@ -2140,8 +2177,8 @@ def wants_site_rules(cfg: Config) -> bool:
         or site.trailing_slash != "keep"
         or site.error_pages
         or site.auth
-        or site.auth_file is not None
-        or site.auth_users
+        or cfg.users.auth_file is not None
+        or cfg.users.auth_users
         or cfg.tls.hsts is not None
         or (cfg.uploads.upload and site.writable)
     )
@@ -2173,12 +2210,14 @@ def _check_plain_auth(listeners: ListenPolicy, tls: TlsPolicy) -> None:
         )
 
 
-def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--upload") -> None:
+def _check_write_auth(
+    listeners: ListenPolicy, site: SitePolicy, users: UsersPolicy, flag: str = "--upload"
+) -> None:
     """``--upload`` on an address other than loopback: every writable
     prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
     ``--auth-file``), unless ``--allow-anonymous-writes``."""
     public = _public_hosts(listeners)
-    if not public or site.auth_file is not None or site.auth_users:
+    if not public or users.auth_file is not None or users.auth_users:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
     writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]

@@ -204,7 +204,8 @@ def test_setting_is_a_typed_field_default_that_carries_its_declaration() -> None
     }
     for field, (value, message) in cases.items():
         with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
-            check_declared(dataclasses.replace(P(), **{field: value}))
+            changed: dict[str, Any] = {field: value}
+            check_declared(dataclasses.replace(P(), **changed))
     with pytest.raises(ConfigError, match=r"^--n-things 11 is absurd \(max 10\)$"):
         check_declared(P(n=11))
     [(_, d)] = [(n, d) for n, d in declared(P) if n == "n"]

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..http.core import content_hasher
-from ..http.target import WRITE_TEMP_PREFIX
+from ..http.target import KEPT_TEMP_PREFIX, WRITE_TEMP_PREFIX
 from .names import UnsafeName, check_name
 from .opener import ContainedRoot
 
@@ -629,8 +629,10 @@ def sweep(root: str, older_than: float, *, now: float | None = None) -> int:
                 for entry in it:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
-                    elif entry.name.startswith(WRITE_TEMP_PREFIX) and entry.is_file(
-                        follow_symlinks=False
+                    elif (
+                        entry.name.startswith(WRITE_TEMP_PREFIX)
+                        and not entry.name.startswith(KEPT_TEMP_PREFIX)
+                        and entry.is_file(follow_symlinks=False)
                     ):
                         try:
                             if entry.stat(follow_symlinks=False).st_mtime < cutoff:

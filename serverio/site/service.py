@@ -138,14 +138,14 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     source = cfg.site.rules_source or "--config"
     auth: list[tuple[str, dict[str, str], str]] = []
     specs = list(cfg.site.auth)
-    if cfg.site.auth_file is not None:
-        specs.insert(0, ("/**", cfg.site.auth_file))
-    inline = _inline_users(cfg.site.auth_users)
-    if inline and cfg.site.auth_file is None:
+    if cfg.users.auth_file is not None:
+        specs.insert(0, ("/**", cfg.users.auth_file))
+    inline = _inline_users(cfg.users.auth_users)
+    if inline and cfg.users.auth_file is None:
         auth.append(("/**", inline, cost_profile(inline.values())))
     for i, (pattern, path) in enumerate(specs):
         where = (
-            "--auth-file" if cfg.site.auth_file is not None and i == 0 else f"{source}: [[auth]]"
+            "--auth-file" if cfg.users.auth_file is not None and i == 0 else f"{source}: [[auth]]"
         )
         # A missing file is reported as missing (by _read_users), not as
         # "inside the served root": the fix is to create it, wherever.
@@ -189,7 +189,7 @@ def plain_auth_warning(cfg: Config) -> str | None:
     HTTP on a non-loopback address (RFC 7617 §4: the credentials are
     cleartext), or None.  Said once by the command (serverio.ops.cli), not
     by each compile of the rules (the check before binding, each worker)."""
-    has_auth = bool(cfg.site.auth or cfg.site.auth_file is not None or cfg.site.auth_users)
+    has_auth = bool(cfg.site.auth or cfg.users.auth_file is not None or cfg.users.auth_users)
     plain = cfg.tls.certfile is None and not cfg.tls.dev_tls
     if not has_auth or not plain or _is_loopback(cfg.listeners.host):
         return None
