@@ -67,6 +67,7 @@ __all__ = [
     "PoolPolicy",
     "ProxyPolicy",
     "ProxyRoute",
+    "ResumablePolicy",
     "SitePolicy",
     "TlsPolicy",
     "UploadPolicy",
@@ -1429,6 +1430,44 @@ _ALLOWED_HOST = re.compile(r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[
 
 
 @dataclass(frozen=True, slots=True)
+class ResumablePolicy:
+    """Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md),
+    on when uploads are (``--upload``, ``--webdav``): their own limits beside
+    :class:`UploadPolicy`'s, which bound every upload."""
+
+    # Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md):
+    # how long an incomplete upload lives after its creation (then the
+    # sweeper removes its temporary), and the bytes of incomplete uploads
+    # (declared lengths, else --max-upload-size) one client may hold.
+    upload_expiry: float = setting(
+        86400.0,
+        ("--upload-expiry",),
+        "seconds an incomplete resumable upload (IETF draft or tus) may live; then its "
+        "temporary is removed",
+        "Uploads",
+        metavar="S",
+        parse="seconds",
+        ge=1,
+        le=366 * 86400,
+    )
+    max_incomplete_per_client: int = setting(
+        8 * 1024 * _MiB,
+        ("--max-incomplete-per-client",),
+        "bytes of incomplete resumable uploads one client may hold at once (their declared "
+        "lengths); past it 507; 0: no quota",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+
+    def validate(self) -> ResumablePolicy:
+        """Check the bounds (ConfigError naming the option)."""
+        check_declared(self)
+        return self
+
+
+@dataclass(frozen=True, slots=True)
 class UploadPolicy:
     """Writes: PUT and DELETE (serverio.upload; docs/features.md "Uploads")."""
 
@@ -1638,31 +1677,6 @@ class UploadPolicy:
         metavar="SECONDS",
         parse="int",
         ge=1,
-    )
-    # Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md):
-    # how long an incomplete upload lives after its creation (then the
-    # sweeper removes its temporary), and the bytes of incomplete uploads
-    # (declared lengths, else --max-upload-size) one client may hold.
-    upload_expiry: float = setting(
-        86400.0,
-        ("--upload-expiry",),
-        "seconds an incomplete resumable upload (IETF draft or tus) may live; then its "
-        "temporary is removed",
-        "Uploads",
-        metavar="S",
-        parse="seconds",
-        ge=1,
-        le=366 * 86400,
-    )
-    max_incomplete_per_client: int = setting(
-        8 * 1024 * _MiB,
-        ("--max-incomplete-per-client",),
-        "bytes of incomplete resumable uploads one client may hold at once (their declared "
-        "lengths); past it 507; 0: no quota",
-        "Uploads",
-        metavar="BYTES",
-        parse="bytes",
-        ge=0,
     )
 
     def validate(self) -> UploadPolicy:
@@ -1986,6 +2000,7 @@ Policy = (
     | UsersPolicy
     | SitePolicy
     | UploadPolicy
+    | ResumablePolicy
     | ProxyPolicy
 )
 
@@ -2020,6 +2035,7 @@ class Config:
     users: UsersPolicy = field(default_factory=UsersPolicy)
     site: SitePolicy = field(default_factory=SitePolicy)
     uploads: UploadPolicy = field(default_factory=UploadPolicy)
+    resumable: ResumablePolicy = field(default_factory=ResumablePolicy)
     proxy: ProxyPolicy = field(default_factory=ProxyPolicy)
 
     # Derived, filled by validate(): the absolute real path of the root, and
@@ -2101,6 +2117,7 @@ class Config:
             live=self.live.validate(root),
             site=self.site.validate(uploads.upload or proxy.enabled),
             uploads=uploads,
+            resumable=self.resumable.validate(),
             proxy=proxy,
             root=root,
             source_date_epoch=int(epoch) if epoch.isdigit() else None,

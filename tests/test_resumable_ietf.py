@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from serverio.config import Config
 from serverio.http.target import WRITE_TEMP_PREFIX
 from serverio.resumable.protocol import INTEROP_VERSION
 from serverio.site.passwords import hash_password
@@ -35,7 +36,7 @@ def temps(root: Path) -> list[str]:
     return [n for _, _, names in os.walk(root) for n in names if n.startswith(WRITE_TEMP_PREFIX)]
 
 
-def config(root: Path, tmp_path: Path, **kw: object) -> object:
+def config(root: Path, tmp_path: Path, **kw: object) -> Config:
     secret = tmp_path / "secret"
     if not secret.exists():
         secret.write_bytes(os.urandom(32).hex().encode())

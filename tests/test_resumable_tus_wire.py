@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from serverio.config import Config
 from serverio.http.target import WRITE_TEMP_PREFIX
 from serverio.resumable.protocol import parse_checksum, parse_metadata
 
@@ -40,7 +41,7 @@ def temps(root: Path) -> list[str]:
 
 
 @pytest.fixture
-def cfg(tmp_path: Path) -> object:
+def cfg(tmp_path: Path) -> Config:
     root = tmp_path / "www"
     (root / "in").mkdir(parents=True)
     secret = tmp_path / "secret"
@@ -50,7 +51,7 @@ def cfg(tmp_path: Path) -> object:
     )
 
 
-async def test_discovery_create_patch_terminate(cfg: object, tmp_path: Path) -> None:
+async def test_discovery_create_patch_terminate(cfg: Config, tmp_path: Path) -> None:
     root = tmp_path / "www"
     async with running_server(cfg) as (_, port):
         o = await h1(port, "OPTIONS", "/in/", TUS)
@@ -80,7 +81,7 @@ async def test_discovery_create_patch_terminate(cfg: object, tmp_path: Path) -> 
     assert temps(root) == [] and not (root / "in" / "a b.txt").exists()
 
 
-async def test_creation_with_upload_and_checksums(cfg: object, tmp_path: Path) -> None:
+async def test_creation_with_upload_and_checksums(cfg: Config, tmp_path: Path) -> None:
     root = tmp_path / "www"
     data = os.urandom(5000)
     async with running_server(cfg) as (_, port):
@@ -153,7 +154,7 @@ async def test_creation_with_upload_and_checksums(cfg: object, tmp_path: Path) -
     ],
 )
 async def test_hostile_file_names_are_refused(
-    cfg: object, tmp_path: Path, name: bytes, status: int
+    cfg: Config, tmp_path: Path, name: bytes, status: int
 ) -> None:
     root = tmp_path / "www"
     async with running_server(cfg) as (_, port):
@@ -164,7 +165,7 @@ async def test_hostile_file_names_are_refused(
     assert sorted(os.listdir(root)) == ["in"] and os.listdir(root / "in") == []
 
 
-async def test_versions_sizes_and_malformed_fields(cfg: object) -> None:
+async def test_versions_sizes_and_malformed_fields(cfg: Config) -> None:
     async with running_server(cfg) as (_, port):
         meta = f"filename {b64('v.bin')}"
         old = await h1(

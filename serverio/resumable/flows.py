@@ -112,7 +112,7 @@ class Flows:
         self.uploads = uploads
         self.signer = signer
         self.policy = policy
-        self.quota = Quota(config.uploads.max_incomplete_per_client)
+        self.quota = Quota(config.resumable.max_incomplete_per_client)
         # The requests of this process holding an upload: its id -> the
         # request's cancel scope (the draft's "terminate the previous request").
         self.holders: dict[str, trio.CancelScope] = {}

@@ -98,7 +98,9 @@ class Resumable(Flows):
         takes: Callable[[RequestFacts], bool] | None,
     ) -> None:
         pol = config.uploads
-        super().__init__(config, uploads, signer, Policy(pol.max_upload_size, pol.upload_expiry))
+        super().__init__(
+            config, uploads, signer, Policy(pol.max_upload_size, config.resumable.upload_expiry)
+        )
         self.inner = inner
         self.inner_methods = methods
         self.inner_takes = takes
