@@ -169,5 +169,3 @@ async def _devtools(profile: Path, *extra_flags: str) -> AsyncIterator[_DevTools
                 await proc.wait()
             await send.aclose()
             await recv.aclose()
-
-

@@ -23,7 +23,12 @@ pytestmark = needs_browser
 def _watch(page: Any) -> list[str]:
     """Dialogs (an alert a name managed to run) and script errors, collected."""
     seen: list[str] = []
-    page.on("dialog", lambda d: (seen.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def on_dialog(d: Any) -> None:
+        seen.append(f"dialog: {d.message}")
+        d.dismiss()
+
+    page.on("dialog", on_dialog)
     page.on("pageerror", lambda e: seen.append(f"error: {e}"))
     return seen
 
