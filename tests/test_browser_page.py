@@ -18,7 +18,7 @@ from .conftest import make_config, running_server
 
 pytestmark = needs_browser
 
-VIEWPORTS = {"phone": (390, 844), "laptop": (1280, 800)}
+VIEWPORTS = {"narrow": (320, 640), "phone": (390, 844), "laptop": (1280, 800)}
 
 
 def _tree(root: Path) -> None:
@@ -103,6 +103,8 @@ async def test_the_page_at_phone_and_laptop_widths(tmp_path: Path, viewport: str
         assert "local times" in page.locator("#tz").inner_text()
         if width < 500:
             assert page.locator("td.time .h").first.is_hidden()  # date only on a phone
+        if width <= 384:  # below 24rem: no Modified column at all
+            assert page.locator("th.time").is_hidden()
         # The toolbar is at the top with the archives and the theme toggle.
         assert page.locator(".bar a", has_text="Download zip").is_visible()
         assert page.locator("body > h1").inner_text() == "Team files \u2014 /shared/"
