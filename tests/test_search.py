@@ -137,3 +137,18 @@ async def test_hide_applies_to_archives_and_propfind_members(tmp_path: Path) -> 
         # Not an access rule: each is still served by its URL.
         assert (await client.get("/d/junk.tmp")).status == 200
         assert (await client.get("/d/build/out.o")).status == 200
+
+
+async def test_the_search_stops_at_its_time_bound_and_hostile_queries_stay_text(
+    tree: Path,
+) -> None:
+    async with memory_connection(make_config(tree, search_time=1e-6)) as (client, _, _):
+        doc = json.loads((await client.get("/?q=report&format=json")).body)
+        assert doc["truncated"] is True and doc["entries"] == []
+    async with memory_connection(make_config(tree)) as (client, _, _):
+        q = "%3Cscript%3Ealert(1)%3C%2Fscript%3E%22%27"
+        page = await client.get(f"/?q={q}", "Accept: text/html\r\n")
+        assert page.status == 200 and b"<script>alert" not in page.body
+        assert b"&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;" in page.body
+        doc = json.loads((await client.get(f"/?q={q}&format=json")).body)
+        assert doc["q"] == "<script>alert(1)</script>\"'" and doc["entries"] == []
