@@ -717,10 +717,27 @@ class FilesPolicy:
         metavar="PREFIX",
         default_text="none",
     )
+    # --hide GLOB (repeatable; TOML hide = [...]): names left out of
+    # listings, searches, archives and WebDAV listings (serverio.fs.hide).
+    # Not an access rule: a hidden name is still served by its URL.
+    hide: tuple[str, ...] = setting(
+        (),
+        ("--hide",),
+        "leave matching names out of listings, search, archives and WebDAV listings "
+        "(repeatable; '*.tmp', 'private/*'); still served by URL: not an access rule",
+        "Files",
+        kind="list",
+        metavar="GLOB",
+    )
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
         check_declared(self)
+        for glob in self.hide:
+            if not glob or "\x00" in glob or glob.startswith("/") or len(glob) > 1024:
+                raise ConfigError(f"--hide {glob!r} must be a non-empty relative glob")
+        if len(self.hide) > 256:
+            raise ConfigError(f"--hide: at most 256 globs, got {len(self.hide)}")
         for name in self.index:
             if not name or "/" in name or name in (".", "..") or "\x00" in name:
                 raise ConfigError(f"--index {name!r} must be a plain file name")
@@ -917,10 +934,42 @@ class ContentPolicy:
         parse="bytes",
         ge=1,
     )
+    # --title: the listing's heading and window title, before the path.
+    title: str = setting(
+        "",
+        ("--title",),
+        "the listing page's heading and window title (before the path)",
+        "Content options",
+        metavar="TEXT",
+        default_text="none",
+    )
+    # ?q= (a recursive search below a listed folder, serverio.fs.search):
+    # at most this many entries visited, and this long, per search.
+    search_max_entries: int = setting(
+        100_000,
+        ("--search-max-entries",),
+        "entries one recursive search (?q=) visits at most; the answer says it was cut",
+        "Content options",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    search_time: float = setting(
+        5.0,
+        ("--search-time",),
+        "seconds one recursive search (?q=) runs at most; the answer says it was cut",
+        "Content options",
+        metavar="SECONDS",
+        parse="float",
+        gt=0,
+        le=3600,
+    )
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
         check_declared(self)
+        if len(self.title) > 200 or not self.title.isprintable():
+            raise ConfigError("--title must be at most 200 printable characters")
         for glob in self.download:
             if not glob or "\x00" in glob or glob.startswith("/"):
                 raise ConfigError(f"--download {glob!r} must be a non-empty relative glob")
@@ -1560,6 +1609,15 @@ class UploadPolicy:
         "'name (1).ext', or overwrite the existing file",
         "Uploads",
         choices=ON_DUPLICATE,
+    )
+    # --upload-mkdirs: a PUT or form upload below a missing folder creates
+    # its parents (as dufs does) instead of 409 (RFC 4918 §9.7.1's default).
+    upload_mkdirs: bool = setting(
+        False,
+        ("--upload-mkdirs",),
+        "a PUT or form upload below a missing folder creates the folders (else 409)",
+        "Uploads",
+        kind="flag",
     )
     # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
     # writable path is served with CSP sandbox, as an attachment, or inline
