@@ -51,7 +51,7 @@ from ..config import Config
 from ..errors import HTTPError
 from ..http.access import AccessTarget, Kind, Verdict
 from ..http.core import Plan, RequestFacts, error_plan
-from ..http.errorpage import error_html, text_body
+from ..http.errorpage import ERROR_CSP, text_body
 from ..http.extra import HOST
 from ..http.negotiate import prefers_html
 from ..http.target import Target
@@ -237,7 +237,8 @@ class Login:
         the browser's own prompt; cancelled, the page shows)."""
         if not self.users or not prefers_html(req.accept):
             return plan
-        if plan.body != (error_html(401),) and plan.body != (text_body(401),):
+        builtin = (b"content-security-policy", ERROR_CSP) in plan.headers
+        if not builtin and plan.body != (text_body(401),):
             return plan  # the site's own [errors] page
         where = req.target.url_path() + (f"?{req.target.query}" if req.target.query else "")
         body = pages.sign_in_needed(safe_next(where))
