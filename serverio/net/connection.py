@@ -54,19 +54,11 @@ from ..fs.body import Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
+from ..pipeline.driver import Io, Wait, drive
+from ..pipeline.exchange import Final, Need, begin
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import RawHead, TunnelBody
-from ..pipeline.request import (
-    Answer,
-    Waiting,
-    busy,
-    client_for,
-    complete,
-    complete_body,
-    failed,
-    record,
-    start,
-)
+from ..pipeline.request import busy, client_for, failed, record
 from ..wire.bodyframe import request_framing
 from ..wire.h1 import head_bytes
 from .emit import Abort, Emitter
@@ -457,29 +449,27 @@ class ConnectionTask:
                     client = client_for(cfg, client, req)
                 if not req.keep_alive or requests >= cfg.conn.max_requests:
                     life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
+                wait: Wait | None = None
                 if req.has_body:  # a request with content (never the GET path)
                     content = _content(event, env, self.emitter, reader)
                     life.lift()  # the body's own deadlines apply from here
-                    got: Answer | Waiting | None = await complete_body(
-                        env, req, content, now, client, _run_deferred, _raw(event)
-                    )
-                    if got is None:
+                    state, out = begin(env, req, now, True)
+                    wait = _run_deferred
+                else:
+                    state, out = begin(env, req, now)
+                if type(out) is Final:
+                    answer = out
+                else:
+                    assert state is not None and isinstance(out, Need)
+                    io = Io(client, wait or reader.wait_watching, content, _raw(event))
+                    done = await drive(state, out, io)
+                    if done is None:
                         env.stats.conns.cancelled += 1
                         return False  # the client went away while we waited
-                    # Can the connection outlive the rest (RFC 9112 §9.3)?
-                    if not content.keepable():
-                        life.close_after()
-                else:
-                    got = start(env, req, now)
-                if type(got) is Waiting:
-                    wait = self.reader.wait_watching
-                    answer = await complete(env, got, now, client, wait, head=_raw(event))
-                    if answer is None:
-                        env.stats.conns.cancelled += 1
-                        return False  # the client went away while we waited
-                else:
-                    assert type(got) is tuple
-                    answer = got
+                    answer = done
+                # Can the connection outlive the rest (RFC 9112 §9.3)?
+                if content is not None and not content.keepable():
+                    life.close_after()
             except HTTPError as exc:
                 if req is None:
                     life.close_after()  # no request facts: the error is the last answer

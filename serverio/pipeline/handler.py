@@ -218,6 +218,11 @@ class Deferred:
         held, self._held = self._held, None
         return await self._step(held)
 
+    @property
+    def holds(self) -> bool:
+        """Does it hold something open (a resolved answer for a follow-up)?"""
+        return self._held is not None
+
     def close(self) -> None:
         """Release what :meth:`run` would have taken over (idempotent)."""
         held, self._held = self._held, None

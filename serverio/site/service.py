@@ -559,6 +559,10 @@ class _Chained(Deferred):
         finally:
             self._inner.close()
 
+    @property
+    def holds(self) -> bool:
+        return self._inner.holds or super().holds
+
     def close(self) -> None:
         super().close()
         self._inner.close()
