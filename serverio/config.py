@@ -128,7 +128,7 @@ def _check_seconds(policy: object, names: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ListenPolicy:
-    """Where the server listens and how many processes (serverio.net.server, ops)."""
+    """Where the server listens and how many processes (serverio.app.server, ops)."""
 
     host: str = "127.0.0.1"
     port: int = 8000

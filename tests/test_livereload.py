@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from serverio.app.server import Server
 from serverio.concurrency.broadcast import CREATED, GONE, MODIFIED, Broadcast, Debouncer
 from serverio.config import Config
 from serverio.errors import ConfigError
@@ -32,7 +33,6 @@ from serverio.live.protocol import (
     watch_csp,
 )
 from serverio.live.script import live_assets, sse_reload
-from serverio.net.server import Server
 from serverio.pipeline.exchange import Final, begin
 
 from .conftest import connect, make_config, memory_connection, running_server, wait_until

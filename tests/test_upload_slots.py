@@ -21,8 +21,8 @@ import pytest
 import trio
 import trio.testing
 
+from serverio.app.server import Server
 from serverio.errors import ConfigError, HTTPError
-from serverio.net.server import Server
 from serverio.upload.slots import RATE_GRACE, ClientSlots, PacedContent, client_share
 
 from .conftest import make_config, memory_connection, wait_until

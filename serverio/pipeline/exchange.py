@@ -70,6 +70,10 @@ if TYPE_CHECKING:  # the site rules are imported only when configured
     from ..site.service import Site
     from .handler import Deferred, Handler
 
+    # The site rules as the layers above the pipeline name them (the
+    # transports' shared environment holds them, and imports no feature).
+    SiteRules = Site
+
 __all__ = [
     "Admit",
     "Authenticate",

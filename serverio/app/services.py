@@ -33,6 +33,9 @@ from ..fs.filecache import FileCache
 from ..fs.mounts import open_root
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
+from ..net.connection import ConnectionTask
+from ..net.env import ConnectionEnv, Switched
+from ..net.order import ServeOrder
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.logpipe import LogPipe
@@ -41,9 +44,6 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..wire.h1 import keep_spellings
-from .connection import ConnectionTask
-from .env import ConnectionEnv, Switched
-from .order import ServeOrder
 
 if TYPE_CHECKING:
     from ..dav.service import DavService
@@ -273,7 +273,7 @@ def _h2_connection(
 ) -> Switched:
     """The HTTP/2 side of a connection that speaks it (a SwitchFactory);
     serverio.net.h2conn and h2 are imported by the first one."""
-    from .h2conn import H2Connection
+    from ..net.h2conn import H2Connection
 
     return H2Connection(env, stream, client, initial)
 

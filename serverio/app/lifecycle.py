@@ -50,9 +50,9 @@ from collections.abc import Callable
 
 import trio
 
-from .accept import Acceptor
-from .admission import Admission
-from .listen import Listeners
+from ..net.accept import Acceptor
+from ..net.admission import Admission
+from ..net.listen import Listeners
 from .services import Services
 
 __all__ = ["Lifecycle"]

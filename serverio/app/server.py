@@ -44,17 +44,17 @@ from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
+from ..net.accept import Acceptor
+from ..net.admission import Admission
+from ..net.connection import ConnectionTask
+from ..net.env import ConnectionEnv
+from ..net.listen import Listeners, bind_public, public_addresses
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
-from .accept import Acceptor
-from .admission import Admission
-from .connection import ConnectionTask
-from .env import ConnectionEnv
 from .lifecycle import Lifecycle
-from .listen import Listeners, bind_public, public_addresses
 from .services import Services
 
 if TYPE_CHECKING:  # imported by --watch only (net.services)
