@@ -3,8 +3,9 @@ await (issue 42 item 1's AST gate).
 
 Read from the source, not run:
 
-* the step module (``serverio/pipeline/exchange.py``) imports no trio and
-  defines no coroutine;
+* the step modules (``serverio/pipeline/exchange.py``, the exchange and
+  the files; ``serverio/pipeline/stages.py``, the stage list) import no
+  trio and define no coroutine;
 * every function the step functions reach inside ``serverio/pipeline/``
   (followed through calls, transitively: ``handler.respond_now``, the
   content service's cache lookups, ...) has no ``await``, no
@@ -25,10 +26,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import serverio
 
 PIPELINE = Path(serverio.__file__).resolve().parent / "pipeline"
-STEP_MODULE = "exchange.py"
+STEP_MODULES = ("exchange.py", "stages.py")
 
 # The pipeline's coroutines: the driver and the fulfillers it names.
 AWAITING = {
@@ -140,7 +143,7 @@ def _callees(key: str, func: Func, every: dict[str, tuple[str, Func]]) -> set[st
 def _reached() -> dict[str, tuple[str, Func]]:
     """The pipeline functions the step module's functions reach."""
     every = _pipeline()
-    todo = [key for key in every if key.startswith(STEP_MODULE + ":")]
+    todo = [key for key in every if key.partition(":")[0] in STEP_MODULES]
     seen = set(todo)
     while todo:
         key = todo.pop()
@@ -167,8 +170,9 @@ def _trio_uses(func: Func) -> set[str]:
     }
 
 
-def test_the_step_module_imports_no_trio_and_defines_no_coroutine() -> None:
-    tree = ast.parse((PIPELINE / STEP_MODULE).read_text())
+@pytest.mark.parametrize("module", STEP_MODULES)
+def test_the_step_modules_import_no_trio_and_define_no_coroutine(module: str) -> None:
+    tree = ast.parse((PIPELINE / module).read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -190,6 +194,7 @@ def test_what_the_step_reaches_in_the_pipeline_is_synchronous() -> None:
     assert "handler.py:Handler.respond_now" in reached
     assert "content.py:ContentService.finish_cached" in reached
     assert "handler.py:Handler._followups" in reached
+    assert "stages.py:SiteStage.step" in reached
     awaiting = sorted(key for key, (_, func) in reached.items() if _awaits(func))
     assert awaiting == []
     # Of trio: the clock, and the Event of a background revalidation the

@@ -33,7 +33,8 @@ from serverio.live.protocol import (
     watch_csp,
 )
 from serverio.live.script import live_assets, sse_reload
-from serverio.pipeline.exchange import Final, begin
+from serverio.pipeline.exchange import Final
+from serverio.pipeline.stages import begin
 
 from .conftest import connect, make_config, memory_connection, running_server, wait_until
 

@@ -55,10 +55,11 @@ from ..http.core import Plan, RequestFacts
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..pipeline.driver import Io, Wait, drive
-from ..pipeline.exchange import Final, Need, begin
+from ..pipeline.exchange import Final, Need
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import RawHead, TunnelBody
 from ..pipeline.request import busy, client_for, failed, record
+from ..pipeline.stages import begin
 from ..wire.bodyframe import request_framing
 from ..wire.h1 import head_bytes
 from .emit import Abort, Emitter

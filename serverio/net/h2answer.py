@@ -19,10 +19,11 @@ from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..model import Prepared
 from ..pipeline.driver import Io, drive
-from ..pipeline.exchange import Final, Need, begin
+from ..pipeline.exchange import Final, Need
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import RawHead
 from ..pipeline.request import client_for, failed
+from ..pipeline.stages import begin
 from ..wire.fields import Fields, check_host, scan_fields
 from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from ..errors import HTTPError
 from ..fs.body import Body
@@ -44,7 +44,7 @@ from .exchange import (
     step,
 )
 from .handler import Content, Deferred
-from .hooks import NO_HEAD, RawHead, Upload, WriteContent
+from .hooks import NO_HEAD, Proxy, RawHead, Upload, WriteContent
 
 if TYPE_CHECKING:
     from ..site.service import Site
@@ -119,7 +119,7 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
     kind = type(need)
     if kind is Resolve:
         assert isinstance(need, Resolve)
-        got = await io.wait(need.deferred)
+        got = await io.wait(cast(Deferred, need.deferred))
         return _GONE if got is None else got
     if kind is Authenticate:
         assert isinstance(need, Authenticate) and machine.site is not None
@@ -129,15 +129,14 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
         return await access(machine, need.target, need.ticket, state.now, io.client)
     if kind is Upstream:
         assert isinstance(need, Upstream)
-        return await _upstream(machine, need, state.now, io)
+        return await _upstream(need, state.now, io)
     if kind is Write:
         assert isinstance(need, Write)
         return await _write(machine, need, state.now, io)
     if kind is Receive:
         assert isinstance(need, Receive)
-        receive = machine.handler.receive
-        assert receive is not None and io.content is not None
-        return await receive(need.req, io.content, state.now)
+        assert io.content is not None
+        return await need.run(need.req, io.content, state.now)
     assert kind is FileSlot and io.slot is not None
     await io.slot()
     return None
@@ -184,8 +183,6 @@ async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
     cancellation propagates (:mod:`serverio.upload.service`); nothing is
     owned here.
     """
-    write = machine.handler.write
-    assert write is not None
     req = dataclasses.replace(need.req, client=io.client())  # per-client budgets
     ticket = need.ticket
     client = io.client
@@ -194,11 +191,11 @@ async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
         return await access(machine, target, ticket, now, client)
 
     content: WriteContent = NO_CONTENT if io.content is None else io.content
-    got: Plan | tuple[Plan, ChunkSource] = await write(req, content, now, admit)
+    got: Plan | tuple[Plan, ChunkSource] = await need.run(req, content, now, admit)
     return got
 
 
-async def _upstream(machine: Machine, need: Upstream, now: float, io: Io) -> object:
+async def _upstream(need: Upstream, now: float, io: Io) -> object:
     """A proxied request's answer (:meth:`serverio.pipeline.hooks.Proxy.forward`):
     ``(Plan, Body)``, or gone.  The exchange runs as a Deferred through the
     transport's ``wait``, so that a client that goes away cancels it as it
@@ -211,8 +208,7 @@ async def _upstream(machine: Machine, need: Upstream, now: float, io: Io) -> obj
     answer that arrived for a client already gone is closed here.
     """
     got: list[tuple[Plan, Body]] = []
-    proxy = machine.handler.proxy
-    assert proxy is not None
+    proxy = cast("Proxy", need.proxy)
     content: Upload | None = io.content
 
     async def forward(_: Prepared | None) -> Prepared:

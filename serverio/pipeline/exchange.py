@@ -54,21 +54,21 @@ once after emitting it (or failing to).
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
-from ..http.hosts import misdirected_plan
+from ..http.hosts import HostRule, misdirected_plan
 from ..model import ChunkSource, Prepared
 from ..site.access import AccessTarget, Kind, resolved_path, served_target
 from ..site.ticket import Ticket
 
 if TYPE_CHECKING:  # the site rules are imported only when configured
     from ..site.service import Site
-    from .handler import Deferred, Handler
 
     # The site rules as the layers above the pipeline name them (the
     # transports' shared environment holds them, and imports no feature).
@@ -83,25 +83,73 @@ __all__ = [
     "Final",
     "Machine",
     "Need",
+    "Pending",
     "Phase",
     "Receive",
     "Resolve",
+    "Stage",
+    "Step",
     "Upstream",
     "Write",
-    "begin",
+    "files",
     "finished",
     "misdirected",
     "step",
 ]
 
 
+class Pending(Protocol):
+    """A handler step still to run (:class:`serverio.pipeline.handler.Deferred`)."""
+
+    @property
+    def holds(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Fallback(Protocol):
+    """What the step asks of the proxy (:class:`serverio.pipeline.hooks.Proxy`)."""
+
+    def fallback(self, req: RequestFacts) -> object | None: ...
+
+
+# A write stage's step (serverio.pipeline.hooks.WriteStep), as data here.
+WriteRun = Callable[..., Awaitable[Any]]
+
+
+class Files(Protocol):
+    """What the step reads of the request handler
+    (:class:`serverio.pipeline.handler.Handler`)."""
+
+    # The Host names answered (None: any, no check).
+    hosts: HostRule | None
+    # The server's stage list, built from ``hooks`` on first use (None).
+    stages: tuple[Stage, ...] | None
+
+    @property
+    def hooks(self) -> Any: ...  # serverio.pipeline.hooks.Hooks
+
+    @property
+    def receive(self) -> Callable[[RequestFacts, Any, float], Awaitable[Plan | None]] | None: ...
+
+    @property
+    def proxy(self) -> Fallback | None: ...
+
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+
+
 class Machine(Protocol):
     """What the step reads of the server (a connection's shared
     environment, :class:`serverio.net.env.ConnectionEnv`, is one)."""
 
-    config: Config
-    handler: Handler
-    site: Site | None
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def handler(self) -> Files: ...
+
+    @property
+    def site(self) -> Site | None: ...
 
 
 class Final(NamedTuple):
@@ -134,31 +182,38 @@ class Authenticate(Need):
 class Receive(Need):
     """The handler's step for a request with content (event: Plan | None)."""
 
-    __slots__ = ("req",)
+    __slots__ = ("req", "run")
 
-    def __init__(self, req: RequestFacts) -> None:
+    def __init__(
+        self, req: RequestFacts, run: Callable[[RequestFacts, Any, float], Awaitable[Plan | None]]
+    ) -> None:
         self.req = req
+        self.run = run
 
 
 class Write(Need):
-    """The write stage's answer to ``req`` (event: a Plan, or a Plan and a
-    ChunkSource); it asks the access hook with ``ticket`` on the target it
-    resolves."""
+    """A write stage's answer to ``req`` (event: a Plan, or a Plan and a
+    ChunkSource): ``run``, the stage's
+    :data:`~serverio.pipeline.hooks.WriteStep`, asks the access hook with
+    ``ticket`` on the target it resolves."""
 
-    __slots__ = ("req", "ticket")
+    __slots__ = ("req", "run", "ticket")
 
-    def __init__(self, req: RequestFacts, ticket: Ticket | None) -> None:
+    def __init__(self, req: RequestFacts, ticket: Ticket | None, run: WriteRun) -> None:
         self.req = req
         self.ticket = ticket
+        self.run = run
 
 
 class Upstream(Need):
-    """The proxy's exchange for ``req`` on ``route`` (event: Plan, Body);
-    ``authed``: an auth rule applied to the request path and passed."""
+    """``proxy``'s exchange (a :class:`serverio.pipeline.hooks.Proxy`) for
+    ``req`` on ``route`` (event: Plan, Body); ``authed``: an auth rule
+    applied to the request path and passed."""
 
-    __slots__ = ("authed", "req", "route")
+    __slots__ = ("authed", "proxy", "req", "route")
 
-    def __init__(self, route: object, req: RequestFacts, authed: bool) -> None:
+    def __init__(self, proxy: object, route: object, req: RequestFacts, authed: bool) -> None:
+        self.proxy = proxy
         self.route = route
         self.req = req
         self.authed = authed
@@ -175,7 +230,7 @@ class Resolve(Need):
 
     __slots__ = ("deferred",)
 
-    def __init__(self, deferred: Deferred) -> None:
+    def __init__(self, deferred: Pending) -> None:
         self.deferred = deferred
 
 
@@ -204,13 +259,37 @@ class Failed:
 class Phase(enum.Enum):
     """Which need the exchange waits for (what its next event is)."""
 
-    ROUTED = "routed"  # Authenticate
-    RECEIVED = "received"  # Receive
-    WRITTEN = "written"  # Write
+    STAGE = "stage"  # the need of ``state.stage`` (its ``step`` takes the event)
     FORWARDED = "forwarded"  # Upstream
     SLOT = "slot"  # FileSlot
     RESOLVED = "resolved"  # Resolve
     ADMITTED = "admitted"  # Admit
+
+
+class Stage:
+    """One feature's place in the request machine: :mod:`serverio.pipeline.stages`
+    holds the list, its order and the built-in stages; subclass and
+    override.  All three are synchronous, with no I/O."""
+
+    __slots__ = ()
+
+    name = "stage"
+
+    def takes(self, req: RequestFacts, now: float) -> object | None:
+        """The stage's claim on ``req`` (handed to :meth:`enter`), or None:
+        the next stage is asked.  Pure: asked of every request that
+        reaches the stage."""
+        raise NotImplementedError
+
+    def enter(self, state: Exchange, claim: object) -> Step:
+        """The stage's first step on a request it claimed: a need (the
+        state's phase is :attr:`Phase.STAGE`, its ``stage`` this one), or
+        the :class:`Final` answer."""
+        raise NotImplementedError
+
+    def step(self, state: Exchange, event: object) -> Step:
+        """The stage's next step, from the event that met its need."""
+        raise NotImplementedError
 
 
 class Exchange(NamedTuple):
@@ -231,7 +310,11 @@ class Exchange(NamedTuple):
     # The access targets still to ask after the current one (ADMITTED).
     targets: tuple[AccessTarget, ...] = ()
     # A handler step waiting for a descriptor slot (SLOT).
-    deferred: Deferred | None = None
+    deferred: Pending | None = None
+    # The stage that took the request, and its place in the list (the
+    # stages after it are asked when it hands the request on).
+    stage: Stage | None = None
+    at: int = -1
 
     def close(self) -> None:
         """Release what the state holds (idempotent)."""
@@ -246,73 +329,49 @@ Step = tuple[Exchange, "Need | Final"]
 First = tuple["Exchange | None", "Need | Final"]
 
 
-# ------------------------------------------------------------------ begin
+# ------------------------------------------------------------------ the files
 
 
-def begin(
-    machine: Machine, req: RequestFacts, now: float, content: bool = False, slotless: bool = False
+def files(
+    machine: Machine,
+    req: RequestFacts,
+    now: float,
+    content: bool,
+    slotless: bool,
+    state: Exchange | None = None,
 ) -> First:
-    """The first step: ``(None, Final)`` when the answer can be had without
-    awaiting (the warm GET: no state object, no coroutine), else the state
-    and its first need.
-
-    The stages take a request in this order (the precedence rule):
-
-    1. the Host stage (:func:`misdirected`, 421);
-    2. the write stage (:attr:`~serverio.pipeline.hooks.Hooks.write`: its
-       methods where it answers, but a CORS preflight and a request a proxy
-       route takes), which decides access itself on what it resolves;
-    3. with site rules, the site (:class:`Authenticate`: CORS preflight,
-       reserved paths, the core's routing, access rules on the request
-       path, redirects and rewrites), then :func:`_after_site`;
-    4. without them: the handler's receive step for content, the reserved
-       paths (:attr:`~serverio.pipeline.hooks.Hooks.route`), the proxy
-       routes, the core's routing, the files (:func:`_plain`).
-    """
+    """The end of the stage list: what no stage took is the files'.
+    Without site rules the core's routing first (methods, hidden paths:
+    with them the site ran it), then the handler.  ``state``: the
+    exchange so far (None from :func:`~serverio.pipeline.stages.begin`:
+    the warm path makes none unless it must wait)."""
     handler = machine.handler
-    if handler.hosts is not None and (refused := misdirected(machine, req, now)) is not None:
-        return None, refused
-    if handler.write is not None and _writes(handler, req):
-        ticket = Ticket(None, req) if machine.site is not None else None
-        state = Exchange(machine, req, now, Phase.WRITTEN, ticket, content, slotless)
-        return state, Write(req, ticket)
     if machine.site is not None:
-        state = Exchange(machine, req, now, Phase.ROUTED, None, content, slotless)
-        return state, Authenticate(req)
-    if content and handler.receive is not None:
-        return Exchange(machine, req, now, Phase.RECEIVED, None, content, slotless), Receive(req)
-    return _plain(machine, req, now, content, slotless)
-
-
-def _plain(machine: Machine, req: RequestFacts, now: float, content: bool, slotless: bool) -> First:
-    """Without site rules: the reserved paths, the proxy routes, the core's
-    routing, then the files."""
-    handler = machine.handler
-    router = handler.router  # the hooks' router of reserved paths (None: no call)
-    if router is None or (plan := router(req, now)) is None:
-        proxy = handler.proxy  # the proxy hook (None: no call)
-        if proxy is not None and (matched := proxy.match(req)) is not None:
-            state = Exchange(machine, req, now, Phase.FORWARDED, None, content, slotless)
-            return state, Upstream(matched, req, False)
-        plan = route(req, machine.config, now)
+        assert state is not None  # the site stage took the request first
+        return _respond(state._replace(stage=None, at=-1))
+    plan = route(req, machine.config, now)
     if plan is not None:
         if plan.status >= 400:
             plan = negotiated_error(plan, req.accept)
-        return None, Final(plan, NO_BODY if plan.stream else Body.of(plan), None)
+        return state, Final(plan, NO_BODY if plan.stream else Body.of(plan), None)
     try:
         got = handler.respond_now(req, now)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
         plan = negotiated_error(plan, req.accept)
-        return None, Final(plan, Body.of(plan), None)
+        return state, Final(plan, Body.of(plan), None)
     if type(got) is Prepared:
         # The warm path: a 200 pays one comparison (and a descriptor test
         # where the transport caps them).
         if got.plan.status < 400 and not (slotless and got.fd >= 0):
-            return None, Final(got.plan, got.take_body(), None)
-        return _resolved(Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless), got)
+            return state, Final(got.plan, got.take_body(), None)
+        if state is None:
+            state = Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless)
+        return _resolved(state._replace(phase=Phase.RESOLVED, stage=None), got)
     assert not isinstance(got, Prepared)
-    return _deferred(Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless), got)
+    if state is None:
+        state = Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless)
+    return _deferred(state._replace(stage=None), got)
 
 
 # ------------------------------------------------------------------ step
@@ -332,56 +391,6 @@ def step(state: Exchange, event: object) -> Step:
         return _STEPS[state.phase](state, event)
     except HTTPError as exc:
         return state, _failed(state, exc)
-
-
-def _routed(state: Exchange, ticket: object) -> Step:
-    """The site's routing answered: its own answer, or on to the stages
-    after it."""
-    assert type(ticket) is Ticket
-    state = state._replace(ticket=ticket, req=ticket.req)
-    plan = ticket.plan
-    if plan is not None:
-        if plan.stream:
-            return state, Final(plan, NO_BODY, ticket)  # the transport's own branch
-        return state, finished(state.machine.site, plan, -1, ticket, ticket.req)
-    if state.content and state.machine.handler.receive is not None:
-        return state._replace(phase=Phase.RECEIVED), Receive(state.req)
-    return _after_site(state)
-
-
-def _after_site(state: Exchange) -> Step:
-    """The site's rules (CORS, access on the request path, redirects,
-    rewrites) have passed: a proxied path goes upstream now, else the
-    files answer."""
-    proxy = state.machine.handler.proxy
-    if proxy is not None and (matched := proxy.match(state.req)) is not None:
-        ticket = state.ticket
-        authed = ticket is not None and ticket.authed
-        return state._replace(phase=Phase.FORWARDED), Upstream(matched, state.req, authed)
-    return _respond(state)
-
-
-def _received(state: Exchange, plan: object) -> Step:
-    """The handler's receive step answered, or declined (None)."""
-    if plan is not None:
-        assert isinstance(plan, Plan)
-        return state, finished(state.machine.site, plan, -1, state.ticket, state.req)
-    if state.machine.site is not None:
-        return _after_site(state)
-    then, out = _plain(state.machine, state.req, state.now, state.content, state.slotless)
-    return (state if then is None else then), out
-
-
-def _written(state: Exchange, got: object) -> Step:
-    """The write stage's answer, finished by the site (its routing does not
-    apply: a write names the file it writes)."""
-    chunks: ChunkSource | None = None
-    if type(got) is tuple:
-        plan, chunks = got
-    else:
-        assert isinstance(got, Plan)
-        plan = got
-    return state, finished(state.machine.site, plan, -1, state.ticket, state.req, chunks)
 
 
 def _forwarded(state: Exchange, got: object) -> Step:
@@ -418,13 +427,12 @@ def _respond(state: Exchange) -> Step:
         got = site.respond_now(machine.handler, req, state.now)
     else:
         got = machine.handler.respond_now(req, state.now)
-    if type(got) is Prepared:
+    if isinstance(got, Prepared):
         return _resolved(state._replace(phase=Phase.RESOLVED), got)
-    assert not isinstance(got, Prepared)
     return _deferred(state._replace(phase=Phase.RESOLVED), got)
 
 
-def _deferred(state: Exchange, deferred: Deferred) -> Step:
+def _deferred(state: Exchange, deferred: Pending) -> Step:
     """The handler must wait: a slot first where the transport caps
     descriptors (the step keeps what it holds meanwhile only if it holds
     nothing open), then :class:`Resolve`."""
@@ -449,11 +457,14 @@ def _resolved(state: Exchange, prepared: object) -> Step:
     machine = state.machine
     req = state.req
     if prepared.plan.status >= 400:
-        fallback = _fallback(machine.handler, prepared, req)
+        proxy = machine.handler.proxy
+        fallback = _fallback(proxy, prepared, req)
         if fallback is not None:  # the files answered 404: --proxy-fallback
+            assert proxy is not None
             ticket = state.ticket
             authed = ticket is not None and ticket.authed
-            return state._replace(phase=Phase.FORWARDED), Upstream(fallback, req, authed)
+            need = Upstream(proxy, fallback, req, authed)
+            return state._replace(phase=Phase.FORWARDED), need
     ticket = state.ticket
     if machine.site is None or ticket is None:
         if prepared.plan.status >= 400:
@@ -515,10 +526,14 @@ def _failed(state: Exchange, exc: HTTPError) -> Final:
     return finished(state.machine.site, plan, -1, state.ticket, req)
 
 
+def _staged(state: Exchange, event: object) -> Step:
+    stage = state.stage
+    assert stage is not None
+    return stage.step(state, event)
+
+
 _STEPS = {
-    Phase.ROUTED: _routed,
-    Phase.RECEIVED: _received,
-    Phase.WRITTEN: _written,
+    Phase.STAGE: _staged,
     Phase.FORWARDED: _forwarded,
     Phase.SLOT: _slot,
     Phase.RESOLVED: _resolved,
@@ -549,27 +564,9 @@ def misdirected(machine: Machine, req: RequestFacts, now: float) -> Final | None
     return Final(plan, Body.of(plan), None)
 
 
-def _writes(handler: Handler, req: RequestFacts) -> bool:
-    """Does the write stage answer ``req`` (asked only when one is
-    installed)?  Its methods (:attr:`~serverio.pipeline.hooks.Hooks.write_methods`)
-    where its :attr:`~serverio.pipeline.hooks.Hooks.write_takes` says so,
-    but a CORS preflight (the site's) and a request a proxy route takes
-    (a write under a proxy prefix goes upstream)."""
-    if req.method not in handler.write_methods:
-        return False
-    if req.method == b"OPTIONS" and req.extra.cors_method is not None:
-        return False
-    takes = handler.write_takes
-    if takes is not None and not takes(req):
-        return False
-    proxy = handler.proxy
-    return proxy is None or proxy.match(req) is None
-
-
-def _fallback(handler: Handler, prepared: Prepared, req: RequestFacts) -> object | None:
+def _fallback(proxy: Fallback | None, prepared: Prepared, req: RequestFacts) -> object | None:
     """The ``--proxy-fallback`` route for a 404 the files gave ``req``
     (``prepared`` is then closed), or None."""
-    proxy = handler.proxy
     if proxy is None or prepared.plan.status != 404:
         return None
     route = proxy.fallback(req)

@@ -44,7 +44,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -278,7 +278,22 @@ class Handler:
         self._boundary_counter = 0
         # The step for requests with content (None: answered as any other
         # request); see BodyStep.
-        self.receive: BodyStep | None = None
+        self._receive: BodyStep | None = None
+        # The stage list (serverio.pipeline.stages), built from the hooks on
+        # the first request (None until then, and again when ``receive``
+        # changes).
+        # (serverio.pipeline.exchange.Stage: the exchange names the handler.)
+        self.stages: tuple[Any, ...] | None = None
+
+    @property
+    def receive(self) -> BodyStep | None:
+        """The step for requests with content (None: none)."""
+        return self._receive
+
+    @receive.setter
+    def receive(self, step: BodyStep | None) -> None:
+        self._receive = step
+        self.stages = None  # rebuilt with (or without) its stage
 
     def _opened(self) -> ContainedRoot:
         """The contained root (opened on first use by the server), kept."""

@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import trio
 
@@ -308,6 +308,10 @@ class Hooks:
     # every one (asked only for those methods: a GET pays nothing).  WebDAV
     # under a prefix answers its methods there only (--webdav-prefix).
     write_takes: Callable[[RequestFacts], bool] | None = None
+    # The features' own stages (serverio.pipeline.exchange.Stage subclasses;
+    # typed loosely: the exchange imports this module's names), in order:
+    # after the reserved paths, before the proxy routes.
+    stages: tuple[Any, ...] = ()
 
 
 NO_HOOKS = Hooks()

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from types import ModuleType
+from typing import Any, Protocol
 
 from ..concurrency.blocking import Pool
 from ..config import Config
@@ -53,7 +54,7 @@ from ..live.protocol import csp_blocks_scripts, watch_csp
 from ..live.script import live_assets
 from ..model import Prepared
 from ..observe.stats import Stats
-from ..pipeline.handler import Deferred, Handler
+from ..pipeline.handler import Deferred
 from ..pipeline.hooks import Router
 from .access import AccessTarget, Kind, resolved_path, write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
@@ -75,6 +76,7 @@ from .ticket import Ticket
 __all__ = [
     "FAILURE_BUDGET",
     "FAILURE_WINDOW",
+    "Responder",
     "Site",
     "Ticket",
     "load_site",
@@ -83,6 +85,15 @@ __all__ = [
 ]
 
 log = logging.getLogger("serverio")
+
+
+class Responder(Protocol):
+    """What :meth:`Site.respond_now` asks of the request handler
+    (:class:`serverio.pipeline.handler.Handler`): its answer now, a
+    Prepared or a Deferred."""
+
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+
 
 _ROUTES_MAX = 4096
 
@@ -466,7 +477,7 @@ class Site:
 
     # ------------------------------------------------------------ step 2
 
-    def respond_now(self, handler: Handler, req: RequestFacts, now: float) -> Prepared | Deferred:
+    def respond_now(self, handler: Responder, req: RequestFacts, now: float) -> Prepared | Deferred:
         """The handler's answer, retried with the alternative target when
         clean URLs or ``--trailing-slash remove`` call for one."""
         answer = handler.respond_now(req, now)
@@ -478,8 +489,9 @@ class Site:
             if alt is None:
                 return answer
             answer.close()
-            return handler.respond_now(alt, now)
-        first = answer
+            retried: Prepared | Deferred = handler.respond_now(alt, now)
+            return retried
+        first: Deferred = answer
 
         async def step(_: Prepared | None) -> Prepared:
             prepared = await first.run()
@@ -487,7 +499,7 @@ class Site:
             if alt is None:
                 return prepared
             prepared.close()
-            again = handler.respond_now(alt, now)
+            again: Prepared | Deferred = handler.respond_now(alt, now)
             if isinstance(again, Prepared):
                 return again
             try:
