@@ -27,10 +27,10 @@ import trio.lowlevel
 from serverio.fs import writer
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
+from serverio.http.access import AccessTarget
 from serverio.http.core import ExtraFields, Plan, RequestFacts
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
 from serverio.observe.stats import Stats
-from serverio.site.access import AccessTarget
 from serverio.upload.service import Uploads
 
 from .conftest import make_config, open_fd_count, wait_until

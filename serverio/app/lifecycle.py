@@ -114,7 +114,7 @@ class Lifecycle:
         # nursery absorbs that cancellation), and then step 5 needs none.
         deadline = trio.current_time()
         try:
-            site = services.env.site
+            site = services.site
             async with (
                 services.handler.running(),
                 site.running() if site is not None else contextlib.nullcontext(),

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from ..dav.service import DavService
     from ..live.service import LiveReload
     from ..proxy.service import ProxyService
+    from ..signing import Signer
+    from ..site.service import Site
     from ..upload.service import Uploads
 
 # Start-up (docs/performance.md "Start-up"): each optional feature (live
@@ -91,11 +93,15 @@ class Services:
         self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
         self._opener: ContainedRoot | None = None
+        self._signer: Signer | None = None
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
         self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
         self.pools = [self.fs, self.work]
         self.live: LiveReload | None = None
+        # The site rules (None: none configured); connections see them
+        # through env.site, as the pipeline names them.
+        self.site: Site | None = None
         self.proxy: ProxyService | None = None
         self.handler = self._handler()
         self.env = ConnectionEnv(
@@ -203,7 +209,7 @@ class Services:
             return  # none configured: not even imported
         from ..site.service import load_site
 
-        self.env.site = site = load_site(self.config, self.stats)
+        self.site = self.env.site = site = load_site(self.config, self.stats)
         if site is None:
             return
         # The names -H and [[headers]] set go out over HTTP/1.1 as spelled.
@@ -236,6 +242,19 @@ class Services:
             # One RootOpener, or one per mount (serverio.fs.mounts).
             self._opener = open_root(self.config)
         return self._opener
+
+    @property
+    def signer(self) -> Signer:
+        """The server's token signer (serverio.signing), made on first use
+        from ``--secret-file`` (serverio.secret): a feature that signs
+        links, sessions or upload URLs asks for it while the server is
+        assembled, before anything is served (the read is a start-up read)."""
+        if self._signer is None:
+            from ..secret import resolve_secret
+            from ..signing import Signer
+
+            self._signer = Signer(resolve_secret(self.config.site.secret_file))
+        return self._signer
 
     @asynccontextmanager
     async def logging(self) -> AsyncIterator[None]:

@@ -19,10 +19,10 @@ from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
 from ..fs.writer import Placement, WriteRefused, current_bytes, open_target, require_free
+from ..http.access import AccessTarget, Kind, served_target
 from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind, served_target
 from ..site.rules import match_path
 from ..upload.service import Uploads
 from .answers import condition_plan

@@ -36,10 +36,10 @@ from collections.abc import Callable
 from ..fs.davtree import TreeJob, copy_tree, list_tree, move_tree, remove_tree, write_props
 from ..fs.opener import ContainedRoot
 from ..fs.writer import Placement, Refusal, WriteRefused
+from ..http.access import AccessTarget, Kind, served_target
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import Target, is_write_temp
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind, served_target
 from ..upload.decide import errno_status, has_preconditions, precondition_status
 from ..upload.resolved import resolved_target
 from .answers import multistatus_plan, status_plan

@@ -51,12 +51,12 @@ from ..fs.davtree import (
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
+from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.listing import Entry
 from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
-from ..site.access import AccessTarget, Kind
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.resolved import Resolving, resolved_target

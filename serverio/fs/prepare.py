@@ -8,7 +8,7 @@ made of) and, for a small body, reads the whole file.  It decides nothing
 about the response: it returns a :class:`~serverio.model.Resolution` of
 facts and open descriptors (with the file's headers, Vary and the digest
 asked for, which it needs to know which sidecars to open and which
-descriptors to keep), and the pure decision (:mod:`serverio.http.decide`, over
+descriptors to keep), and the pure decision (:mod:`serverio.model.decide`, over
 :mod:`serverio.http.select` and :func:`serverio.http.core.decide_file`)
 runs on the trio side after it.  It is one call so that it costs one
 thread hop when it runs in the ``fs`` pool
@@ -19,7 +19,7 @@ a small settled file it read, and revalidates a candidate entry handed to it
 
 What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
 found, a name containment refused, not a regular file, an errno's), never
-an HTTP status; :data:`serverio.http.reasons.REASON_STATUS` maps reasons
+an HTTP status; :data:`serverio.model.reasons.REASON_STATUS` maps reasons
 to statuses, once.
 
 Whoever receives a ``Resolution`` owns its descriptors and must call

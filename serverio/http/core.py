@@ -100,7 +100,7 @@ class ExtraFields:
     origin: str | None = None
     cors_method: str | None = None  # Access-Control-Request-Method
     cors_headers: str | None = None  # Access-Control-Request-Headers
-    # Read only with --trusted-proxies (serverio.site.forwarded): the client
+    # Read only with --trusted-proxies (serverio.http.forwarded): the client
     # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
     forwarded: str | None = None
     x_forwarded_for: str | None = None
@@ -234,7 +234,7 @@ class Plan:
     send_body: bool = True
     close: bool = False
     # The plan is memoised and shared by the requests of one second
-    # (serverio.http.decide.serve_cached, Site.finish): a transport may
+    # (serverio.model.decide.serve_cached, Site.finish): a transport may
     # cache what it serialises from it, keyed by the plan's identity
     # (serverio.wire.h1.shared_head).  A pure value: no wire bytes here.
     shared: bool = False
@@ -782,7 +782,7 @@ def depends_on_method_only(req: RequestFacts) -> bool:
     True when the request carries no precondition, no Range and no query:
     then, for one file, coding, policy and second of ``now`` (the Date
     header), every such request gets the same plan.  The edge memoises
-    those (serverio.http.decide.serve_cached); keep this beside decide_file
+    those (serverio.model.decide.serve_cached); keep this beside decide_file
     so that a new input to the decision cannot be missed here.
     """
     return (

@@ -3,7 +3,7 @@
 The blocking layer (:func:`serverio.fs.prepare.resolve`) gathers facts —
 the file, the precompressed sidecars it was told to look for, what the
 warm-file cache holds — and the decision after it
-(:mod:`serverio.http.decide`, on the trio side) asks these functions
+(:mod:`serverio.model.decide`, on the trio side) asks these functions
 what they mean.  Every rule about *which*
 representation is served lives here, once:
 

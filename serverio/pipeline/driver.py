@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import NamedTuple, cast
 
 from ..errors import HTTPError
 from ..fs.body import Body
-from ..http.access import access_plan
+from ..http.access import AccessTarget, Ticket, access_plan
 from ..http.core import Plan
 from ..model import ChunkSource, Prepared
-from ..site.access import AccessTarget
-from ..site.ticket import Ticket
 from .exchange import (
     Admit,
     Authenticate,
@@ -45,9 +43,6 @@ from .exchange import (
 )
 from .handler import Content, Deferred
 from .hooks import NO_HEAD, Proxy, RawHead, Upload, WriteContent
-
-if TYPE_CHECKING:
-    from ..site.service import Site
 
 __all__ = ["NO_CONTENT", "Io", "Wait", "access", "drive"]
 
@@ -166,7 +161,7 @@ async def access(
     site's ``auth`` pool, abandoned like any pooled call); the caller
     closes whatever it resolved if this is cancelled.
     """
-    site: Site | None = machine.site
+    site = machine.site
     if site is None or ticket is None:
         return None
     got = await site.admit(target, ticket, client)

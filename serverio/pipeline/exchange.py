@@ -19,7 +19,7 @@ The needs, and what their event is:
 =================  ====================================================
 :class:`Authenticate` the site's routing (CORS preflight, access rules on
                    the request path, redirects, rewrites; it may wait for
-                   a password check): a :class:`~serverio.site.ticket.Ticket`
+                   a password check): a :class:`~serverio.http.access.Ticket`
 :class:`Receive`   the handler's step for a request with content: a Plan,
                    or None (answer it as any other request)
 :class:`Write`     the write stage (uploads, WebDAV): a Plan, or a Plan
@@ -55,24 +55,23 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
+from ..http.access import (
+    Access,
+    AccessTarget,
+    Kind,
+    Ticket,
+    resolved_path,
+    served_target,
+)
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
 from ..http.hosts import HostRule, misdirected_plan
 from ..model import ChunkSource, Prepared
-from ..site.access import AccessTarget, Kind, resolved_path, served_target
-from ..site.ticket import Ticket
-
-if TYPE_CHECKING:  # the site rules are imported only when configured
-    from ..site.service import Site
-
-    # The site rules as the layers above the pipeline name them (the
-    # transports' shared environment holds them, and imports no feature).
-    SiteRules = Site
 
 __all__ = [
     "Admit",
@@ -87,6 +86,8 @@ __all__ = [
     "Phase",
     "Receive",
     "Resolve",
+    "SiteRules",
+    "SiteSteps",
     "Stage",
     "Step",
     "Upstream",
@@ -138,6 +139,28 @@ class Files(Protocol):
     def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
 
 
+class SiteSteps(Protocol):
+    """What the exchange asks of the site rules
+    (:class:`serverio.site.service.Site` is one): named here, not imported,
+    so that the pipeline stays below the features that plug into it (and a
+    plain static start never imports the site rules)."""
+
+    async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket: ...
+
+    async def admit(
+        self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
+    ) -> Access: ...
+
+    def respond_now(self, handler: Files, req: RequestFacts, now: float) -> Prepared | Pending: ...
+
+    def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan: ...
+
+
+# The site rules as the layers above the pipeline name them (the
+# transports' shared environment holds them, and imports no feature).
+SiteRules = SiteSteps
+
+
 class Machine(Protocol):
     """What the step reads of the server (a connection's shared
     environment, :class:`serverio.net.env.ConnectionEnv`, is one)."""
@@ -149,7 +172,7 @@ class Machine(Protocol):
     def handler(self) -> Files: ...
 
     @property
-    def site(self) -> Site | None: ...
+    def site(self) -> SiteSteps | None: ...
 
 
 class Final(NamedTuple):
@@ -576,7 +599,7 @@ def _fallback(proxy: Fallback | None, prepared: Prepared, req: RequestFacts) -> 
 
 
 def finished(
-    site: Site | None,
+    site: SiteSteps | None,
     plan: Plan,
     fd: int,
     ticket: Ticket | None,

@@ -12,7 +12,7 @@ order of the steps lives here and nowhere else:
    costs one ``stat`` instead), otherwise from the warm-file cache when its
    entry is inside the validity window (no syscall), otherwise through one
    hop into the ``fs`` pool (which also revalidates a candidate);
-2. **decide** (:mod:`serverio.http.decide`, pure, here on the trio
+2. **decide** (:mod:`serverio.model.decide`, pure, here on the trio
    thread after the hop); what it returns to memoise (``Prepared.memo``)
    is stored in the warm-file cache entry here, and the hit counted here;
 3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
@@ -54,9 +54,9 @@ from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
-from ..http.decide import cache_candidate, decide, needs_compressed, serve_cached
 from ..http.hosts import host_rule
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
+from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 

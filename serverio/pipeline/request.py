@@ -34,29 +34,27 @@ exists the exchange owns what it holds (see docs/cancellation.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 
 from ..config import Config, IPNetwork
 from ..errors import HTTPError
+from ..http.access import Ticket
 from ..http.core import Plan, RequestFacts, http_error_plan
+from ..http.forwarded import client_address
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
-from ..site.forwarded import client_address
-from ..site.ticket import Ticket
 from .driver import NO_CONTENT, access
-from .exchange import Final, finished, misdirected
+from .exchange import Final, SiteSteps, finished, misdirected
 from .handler import Handler
-
-if TYPE_CHECKING:  # the site rules are imported only when configured
-    from ..site.service import Site
 
 __all__ = [
     "NO_CONTENT",
     "Deps",
     "ForwardedClient",
+    "SiteSteps",
     "access",
     "busy",
     "client_for",
@@ -73,7 +71,10 @@ class Deps(Protocol):
 
     config: Config
     handler: Handler
-    site: Site | None
+
+    @property
+    def site(self) -> SiteSteps | None: ...
+
     stats: Stats
     access_log: AccessLog
     response_times: Histogram
@@ -82,7 +83,7 @@ class Deps(Protocol):
 def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Callable[[], str]:
     """Who sent ``req``, for the access log and the auth limiter: ``peer``
     itself without ``--trusted-proxies`` (no work at all), else the client a
-    trusted proxy names (:func:`serverio.site.forwarded.client_address`),
+    trusted proxy names (:func:`serverio.http.forwarded.client_address`),
     looked up once and only when asked (a :class:`ForwardedClient`)."""
     networks = config.site.proxy_networks
     if not networks or (req.extra.forwarded is None and req.extra.x_forwarded_for is None):

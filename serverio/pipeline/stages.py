@@ -51,9 +51,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..fs.body import NO_BODY, Body
+from ..http.access import Ticket
 from ..http.core import Plan, RequestFacts
 from ..http.errorpage import negotiated_error
-from ..site.ticket import Ticket
 from .exchange import (
     Authenticate,
     Exchange,

@@ -55,12 +55,12 @@ from ..config import Config, IPNetwork, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
+from ..http.forwarded import normalize_address, trusts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
 from ..pipeline.handler import ClientGone, client_gone, watching_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
-from ..site.forwarded import normalize_address, trusts
 from .client import (
     Connect,
     Head,
@@ -272,7 +272,7 @@ class ProxyService:
         real_ip = None
         if trusted:
             # X-Real-IP: the client the trusted proxy names, as serverio
-            # itself decides it (site.forwarded.client_address: the access
+            # itself decides it (http.forwarded.client_address: the access
             # log's client), never a value the client sent.
             real_ip = forwarded_for(normalize_address(client())).strip(b'"').strip(b"[]")
             plain = plain and plain_value(real_ip)

@@ -27,11 +27,12 @@ from ..config import Config
 from ..errors import ConfigError
 from ..fs.opener import RootOpener
 from ..fs.reads import pread
+from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts
 from ..http.errorpage import negotiated_error
 from ..http.mime import guess_type
 from ..http.plans import NO_OPS, HeaderOps, apply_headers, page_plan
-from .access import AccessTarget, Kind, rule_for
+from .access import rule_for
 from .rules import (
     SiteRules,
     cors_headers,

@@ -32,7 +32,6 @@ from typing import Final
 from ..config import ACTIVE_MODES
 from ..errors import ConfigError
 from ..http.core import RequestFacts
-from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.plans import NO_OPS, HeaderOps
 from ..http.target import Target, quote_query, quote_segment
 
@@ -46,7 +45,6 @@ __all__ = [
     "Rewrite",
     "SiteRules",
     "WritableRule",
-    "access_paths",
     "canonical",
     "compile_glob",
     "compile_rules",
@@ -858,7 +856,7 @@ class RouteDecision:
 
     ``paths``: the paths whose access rules apply (the request path, and
     the paths a rewrite or clean URL would serve: the access hook's
-    target, :class:`serverio.site.access.AccessTarget`); ``redirect``:
+    target, :class:`serverio.http.access.AccessTarget`); ``redirect``:
     (status, Location); ``rewritten``: the target to serve instead;
     ``not_found``: the rewrite names a hidden path that ``--hidden`` does
     not serve (a 404, as that path itself would get).
@@ -912,23 +910,6 @@ def error_page_key(rules: SiteRules, status: int) -> str | None:
 
 
 # ------------------------------------------------------------------ auth
-
-
-_SIDECAR_SUFFIXES: Final = tuple(SIDECAR_SUFFIX.values())
-
-
-def access_paths(path: str) -> tuple[str, ...]:
-    """Every path whose auth rule protects the bytes at ``path``.
-
-    A precompressed sidecar (``/r/q3.html.gz``) holds the same content as
-    the file it is a coding of (``/r/q3.html``): a rule that protects the
-    file protects its sidecars, whether they are negotiated or requested
-    (or listed) by their own names.
-    """
-    for suffix in _SIDECAR_SUFFIXES:
-        if path.endswith(suffix) and len(path) > len(suffix) + 1 and path[-len(suffix) - 1] != "/":
-            return (path, path[: -len(suffix)])
-    return (path,)
 
 
 def parse_basic(value: str | None) -> tuple[str, str] | None:

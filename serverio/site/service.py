@@ -23,7 +23,7 @@ Every access question — a request path, a resolved file, a listing, a
 sidecar, the reserved live-reload paths, a listed name, a path an event
 names — is one call, :meth:`Site.access` (or :meth:`Site.access_now`,
 the same decision without waiting), on an
-:class:`~serverio.site.access.AccessTarget`; :class:`serverio.site.gate.Gate`
+:class:`~serverio.http.access.AccessTarget`; :class:`serverio.site.gate.Gate`
 decides it.  The rules return decisions (an :class:`~serverio.http.access.Access`,
 a redirect's status and Location, the fields of a preflight, a page);
 the plans come from the pure layer (:mod:`serverio.http.access`,
@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..errors import ConfigError
-from ..http.access import Access, Verdict, access_plan
+from ..http.access import Access, AccessTarget, Kind, Ticket, Verdict, access_plan, resolved_path
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
@@ -56,7 +56,7 @@ from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import Router
-from .access import AccessTarget, Kind, resolved_path, write_allowed
+from .access import write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
 from .gate import Gate
@@ -71,7 +71,6 @@ from .rules import (
     match_path,
     preflight_fields,
 )
-from .ticket import Ticket
 
 __all__ = [
     "FAILURE_BUDGET",

@@ -49,12 +49,12 @@ from ..fs.writer import (
     sweep,
     writable_current,
 )
+from ..http.access import AccessTarget, Kind
 from ..http.core import ALLOW_WRITES, FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import is_write_temp
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind
 from ..site.rules import match_path
 from ..writes.digest import DigestVerifier, parse_digests
 from .decide import (

@@ -51,7 +51,7 @@ EXTRA_FIELDS: dict[bytes, str] = {
     b"origin": "origin",
     b"access-control-request-method": "cors_method",
     b"access-control-request-headers": "cors_headers",
-    # The client behind a trusted reverse proxy (serverio.site.forwarded):
+    # The client behind a trusted reverse proxy (serverio.http.forwarded):
     # kept raw; parsed only when the peer is a --trusted-proxies address.
     b"forwarded": "forwarded",
     b"x-forwarded-for": "x_forwarded_for",
