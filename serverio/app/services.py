@@ -30,7 +30,7 @@ import trio
 from ..concurrency.blocking import Pool
 from ..config import Config, wants_site_rules
 from ..fs.filecache import FileCache
-from ..fs.mounts import open_root
+from ..fs.mounts import LazyRoot
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..net.connection import ConnectionTask
@@ -92,11 +92,13 @@ class Services:
         self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
         self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
-        self._opener: ContainedRoot | None = None
+        # The contained root, opened on first use (one RootOpener, or one
+        # per mount: serverio.fs.mounts); every feature gets this callable.
+        self._root = LazyRoot(config)
         self._signer: Signer | None = None
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
-        self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
+        self.content = ContentService(config, self.stats, self.work, self._root)
         self.pools = [self.fs, self.work]
         self.live: LiveReload | None = None
         # The site rules (None: none configured); connections see them
@@ -133,7 +135,7 @@ class Services:
             from ..upload.service import Uploads
 
             # --upload: the write step, with a pool of its own.
-            self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
+            self.uploads = Uploads(config, self.stats, self._root, self.files)
             self.pools.append(self.uploads.pool)
             # The listing shows the upload form (without site rules the
             # whole root is writable; _site() puts the access hook here).
@@ -149,7 +151,7 @@ class Services:
             from ..archive.service import Archives
 
             # Folder archives: the listing's other form, read in the fs pool.
-            archives = Archives(config, self.fs, self.content, lambda: self.opener)
+            archives = Archives(config, self.fs, self.content, self._root)
             self.hooks = dataclasses.replace(self.hooks, listing=archives)
         if config.proxy.enabled:
             from ..proxy.service import ProxyService
@@ -159,7 +161,7 @@ class Services:
             self.hooks = dataclasses.replace(self.hooks, proxy=self.proxy)
         return Handler(
             config,
-            lambda: self.opener,
+            self._root,
             fs=self.fs,
             files=self.files,
             content=self.content,
@@ -185,7 +187,7 @@ class Services:
             anonymous_timeout_max=pol.webdav_anonymous_lock_timeout_max,
         )
         locks = TableLocks(table)
-        self.dav = dav = DavService(config, lambda: self.opener, self.files, uploads, locks)
+        self.dav = dav = DavService(config, self._root, self.files, uploads, locks)
         if pol.webdav_prefix is None:
             self.hooks = dataclasses.replace(self.hooks, write=dav.write, write_methods=DAV_METHODS)
             # No upload form with --webdav: its POST is not one of the
@@ -238,10 +240,7 @@ class Services:
     def opener(self) -> ContainedRoot:
         """The contained root, opened on first use (``serve`` opens it
         before accepting anything)."""
-        if self._opener is None:
-            # One RootOpener, or one per mount (serverio.fs.mounts).
-            self._opener = open_root(self.config)
-        return self._opener
+        return self._root()
 
     @property
     def signer(self) -> Signer:
@@ -272,7 +271,8 @@ class Services:
     def close_root(self) -> None:
         """Close the root descriptor, unless an abandoned thread may still
         use it."""
-        if self._opener is None:
+        opened = self._root.opened
+        if opened is None:
             return
         writer = self.uploads.pool.running if self.uploads is not None else 0
         if self.fs.running or self.work.running or writer:
@@ -282,8 +282,8 @@ class Services:
             # or finish on the real root, and process exit closes it.
             log.warning("keeping the root directory fd open for abandoned threads")
         else:
-            self._opener.close()
-        self._opener = None
+            opened.close()
+        self._root.forget()
         self.handler.forget_root()
 
 

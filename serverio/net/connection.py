@@ -54,7 +54,7 @@ from ..fs.body import Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
-from ..pipeline.driver import Io, Wait, drive
+from ..pipeline.driver import Io, drive
 from ..pipeline.exchange import Final, Need
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import RawHead, TunnelBody
@@ -450,19 +450,22 @@ class ConnectionTask:
                     client = client_for(cfg, client, req)
                 if not req.keep_alive or requests >= cfg.conn.max_requests:
                     life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
-                wait: Wait | None = None
+                io: Io | None = None
                 if req.has_body:  # a request with content (never the GET path)
                     content = _content(event, env, self.emitter, reader)
+                    # The content is read without the disconnect watcher
+                    # (it would read the content as the next head).
+                    io = Io(client, _run_deferred, content, _raw(event))
                     life.lift()  # the body's own deadlines apply from here
                     state, out = begin(env, req, now, True)
-                    wait = _run_deferred
                 else:
                     state, out = begin(env, req, now)
                 if type(out) is Final:
                     answer = out
                 else:
                     assert state is not None and isinstance(out, Need)
-                    io = Io(client, wait or reader.wait_watching, content, _raw(event))
+                    if io is None:
+                        io = Io(client, reader.wait_watching, None, _raw(event))
                     done = await drive(state, out, io)
                     if done is None:
                         env.stats.conns.cancelled += 1

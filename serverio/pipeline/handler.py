@@ -271,6 +271,10 @@ class Handler:
         self._root: ContainedRoot | None = None
         self.fs = fs
         self.files = files
+        # Read once (both fixed at construction): the warm path then tests
+        # two attributes instead of calling into fs/ and concurrency/.
+        self._cache = files if files.enabled else None
+        self._inline = fs.inline
         self.content = content
         self._refreshes: dict[str, trio.Event] = {}
         self._jobs: trio.Nursery | None = None
@@ -346,8 +350,8 @@ class Handler:
             if deferred is not None:
                 return deferred
         boundary = self._boundary() if req.range is not None else ""
-        files = self.files if self.files.enabled else None
-        if self.fs.inline:
+        files = self._cache
+        if self._inline:
             # Inline hits are revalidated by a stat every time: no trust
             # window, so no clock reading (UNTIMED).
             hit = cache_candidate(files, req, self.config) if files is not None else None
@@ -368,9 +372,8 @@ class Handler:
                         return prepared  # the warm path, without another call
                     return _memoised(hit, self._followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
-            res = resolve(
-                req, self.config, self._opener(), now, files, UNTIMED, self.content.hashes, hit
-            )
+            root = self._root if self._root is not None else self._opened()
+            res = resolve(req, self.config, root, now, files, UNTIMED, self.content.hashes, hit)
             prepared = decide(res, req, self.config, now, boundary)
             if not prepared.needs_followup:
                 return prepared
@@ -513,7 +516,7 @@ class Handler:
             resolve,
             req,
             self.config,
-            self._opener(),
+            self._root if self._root is not None else self._opened(),
             now,
             files,
             mono,
