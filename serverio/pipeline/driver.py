@@ -29,10 +29,12 @@ from ..model import ChunkSource, Prepared
 from .exchange import (
     Admit,
     Authenticate,
+    Coding,
     Exchange,
     Failed,
     FileSlot,
     Final,
+    Listing,
     Machine,
     Need,
     Receive,
@@ -112,8 +114,10 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
     place, under the pool or limiter of what it asks)."""
     machine = state.machine
     kind = type(need)
-    if kind is Resolve:
-        assert isinstance(need, Resolve)
+    if kind is Resolve or kind is Coding or kind is Listing:
+        # The handler's deferred part (its pool hop, a listing, a coding),
+        # awaited the transport's way (HTTP/1.1 watches its socket).
+        assert isinstance(need, Resolve | Coding | Listing)
         got = await io.wait(cast(Deferred, need.deferred))
         return _GONE if got is None else got
     if kind is Authenticate:

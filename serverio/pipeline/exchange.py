@@ -1,10 +1,11 @@
 """One request's exchange as data: an immutable state and a synchronous step.
 
-Answering a request is a small state machine.  :func:`begin` takes the
-request facts and returns either the :class:`Final` answer (the warm path:
-a warm-file cache hit, a route's redirect, an error; no state object, no
-await) or the first :class:`Need` with the :class:`Exchange` state it was
-raised in.  Everything after that is :func:`step`::
+Answering a request is a small state machine.
+:func:`serverio.pipeline.stages.begin` takes the request facts and
+returns either the :class:`Final` answer (the warm path: a warm-file
+cache hit, a route's redirect, an error; no state object, no await) or
+the first :class:`Need` with the :class:`Exchange` state it was raised
+in.  Everything after that is :func:`step`::
 
     step(state, event) -> (state, Need | Final)
 
@@ -12,7 +13,7 @@ where ``event`` is what the last need produced.  Every need is plain data
 naming what must be awaited; the one driver (:func:`serverio.pipeline.driver.drive`)
 fulfils it under the server's pools and limiters and feeds the result
 back.  Nothing here awaits, and nothing here imports trio (a test holds
-both, tests/test_exchange.py).
+both, tests/test_exchange_sync.py).
 
 The needs, and what their event is:
 
@@ -27,9 +28,13 @@ The needs, and what their event is:
 :class:`Upstream`  the reverse proxy's exchange: ``(Plan, Body)``
 :class:`FileSlot`  an HTTP/2 connection's descriptor slot
                    (``--h2-max-open-files``): None
-:class:`Resolve`   the handler's deferred part (a pool hop, a listing scan,
-                   a coding or digest to produce, a transform): the
-                   finished :class:`~serverio.model.Prepared`
+:class:`Resolve`   the handler's deferred part (a pool hop, a shared
+                   revalidation, live reload's transform): the finished
+                   :class:`~serverio.model.Prepared`
+:class:`Listing`   a resolved directory's listing to scan and render (or
+                   its archive form): the finished Prepared
+:class:`Coding`    a content coding to produce and/or a Repr-Digest for a
+                   resolved file: the finished Prepared
 :class:`Admit`     the one access hook on a resolved target: None (allowed)
                    or the refusal's Plan
 =================  ====================================================
@@ -41,8 +46,8 @@ its error answer; a client that went away ends the exchange in the driver
 (the step never sees it).
 
 The order in which the stages take a request (the routing precedence) is
-the order of :func:`begin` and :func:`_after_site`, documented once in
-docs/architecture.md ("The request machine").
+the order of the stage list (:mod:`serverio.pipeline.stages`), documented
+once there and in docs/architecture.md ("The request machine").
 
 Ownership: a state holds at most one open thing (``held``, a resolved
 answer waiting for the access hook, or ``deferred``, a handler step
@@ -76,10 +81,12 @@ from ..model import ChunkSource, Prepared
 __all__ = [
     "Admit",
     "Authenticate",
+    "Coding",
     "Exchange",
     "Failed",
     "FileSlot",
     "Final",
+    "Listing",
     "Machine",
     "Need",
     "Pending",
@@ -250,6 +257,28 @@ class FileSlot(Need):
 
 class Resolve(Need):
     """The handler's deferred part (event: the finished Prepared)."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred: Pending) -> None:
+        self.deferred = deferred
+
+
+class Listing(Need):
+    """A resolved directory's listing to scan and render, or its other form
+    (a folder archive): the handler's follow-up (event: the finished
+    Prepared)."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred: Pending) -> None:
+        self.deferred = deferred
+
+
+class Coding(Need):
+    """A content coding to produce on the fly and/or a representation
+    digest for a resolved file: the handler's follow-up (event: the
+    finished Prepared)."""
 
     __slots__ = ("deferred",)
 
@@ -437,7 +466,7 @@ def _slot(state: Exchange, _: object) -> Step:
     state = state._replace(slotless=False)
     deferred = state.deferred
     if deferred is not None:
-        return state._replace(phase=Phase.RESOLVED, deferred=None), Resolve(deferred)
+        return state._replace(phase=Phase.RESOLVED, deferred=None), _waits_for(deferred)
     return _respond(state)
 
 
@@ -464,7 +493,16 @@ def _deferred(state: Exchange, deferred: Pending) -> Step:
             deferred.close()  # asked again once the slot is held
             return state._replace(phase=Phase.SLOT), FileSlot()
         return state._replace(phase=Phase.SLOT, deferred=deferred), FileSlot()
-    return state._replace(phase=Phase.RESOLVED), Resolve(deferred)
+    return state._replace(phase=Phase.RESOLVED), _waits_for(deferred)
+
+
+def _waits_for(deferred: Pending) -> Need:
+    """What a handler step that must wait is: a follow-up on a resolved
+    answer (a listing, or a coding), or the resolution itself."""
+    listing = getattr(deferred, "listing", None)  # a FollowUp's
+    if listing is None:
+        return Resolve(deferred)
+    return Listing(deferred) if listing else Coding(deferred)
 
 
 def _resolved(state: Exchange, prepared: object) -> Step:

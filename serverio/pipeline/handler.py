@@ -65,6 +65,7 @@ __all__ = [
     "ClientGone",
     "Content",
     "Deferred",
+    "FollowUp",
     "Handler",
     "client_gone",
     "prepare",
@@ -228,6 +229,25 @@ class Deferred:
         held, self._held = self._held, None
         if held is not None:
             held.close()
+
+
+class FollowUp(Deferred):
+    """The follow-up a resolved answer still needs (a Deferred that holds
+    it): ``listing``, a directory listing to scan and render (or its other
+    form, a folder archive); else a coding to produce on the fly and/or a
+    representation digest (:class:`~serverio.pipeline.content.ContentService`)."""
+
+    __slots__ = ("listing",)
+
+    def __init__(
+        self,
+        step: Callable[[Prepared | None], Awaitable[Prepared]],
+        held: Prepared,
+        *,
+        listing: bool,
+    ) -> None:
+        super().__init__(step, held)
+        self.listing = listing
 
 
 class Handler:
@@ -453,7 +473,7 @@ class Handler:
                 assert held is not None
                 return await view.answer(req, held, now)
 
-            return Deferred(viewed, prepared)
+            return FollowUp(viewed, prepared, listing=True)
         try:
             if self.content.finish_cached(prepared, req, now):
                 return prepared
@@ -465,7 +485,10 @@ class Handler:
             assert held is not None
             return await self._finish(held, req, now)
 
-        return Deferred(finish, prepared)
+        # What is left: a listing to scan and render, or a coding (and a
+        # digest) to produce: the exchange names which (its Listing or
+        # Coding need).
+        return FollowUp(finish, prepared, listing=prepared.listing)
 
     async def _finish(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
         try:
