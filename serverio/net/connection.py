@@ -483,8 +483,9 @@ class ConnectionTask:
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
                 if await self._stream(plan, log):
                     return False
-                # Past --watch-max-streams: a 503 instead, sent and
-                # recorded like any other answer.
+                # Past --watch-max-streams (decided by the reserved-paths
+                # stage, serverio.pipeline.stages.streamed; this is its
+                # safety net): a 503, sent and recorded like any other.
                 plan, body, _ = busy(env, ticket, now)
             chunked = event.http_version == b"1.1"
             if (

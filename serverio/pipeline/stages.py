@@ -87,6 +87,7 @@ __all__ = [
     "begin",
     "onward",
     "stages_of",
+    "streamed",
 ]
 
 
@@ -195,7 +196,7 @@ class SiteStage(Stage):
         if plan is None:
             return onward(state)
         if plan.stream:
-            return state, Final(plan, NO_BODY, event)  # the transport's own branch
+            return state, streamed(state.machine, plan, event, state.now)
         return state, finished(state.machine.site, plan, -1, event, event.req)
 
 
@@ -241,9 +242,11 @@ class ReservedStage(Stage):
     def enter(self, state: Exchange, claim: object) -> Step:
         assert isinstance(claim, Plan)
         plan = claim
+        if plan.stream:
+            return state, streamed(state.machine, plan, None, state.now)
         if plan.status >= 400:
             plan = negotiated_error(plan, state.req.accept)
-        return state, Final(plan, NO_BODY if plan.stream else Body.of(plan), None)
+        return state, Final(plan, Body.of(plan), None)
 
 
 class ProxyStage(Stage):
@@ -263,6 +266,22 @@ class ProxyStage(Stage):
         authed = ticket is not None and ticket.authed
         need = Upstream(self.proxy, claim, state.req, authed)
         return state._replace(phase=Phase.FORWARDED), need
+
+
+def streamed(machine: Machine, plan: Plan, ticket: Ticket | None, now: float) -> Final:
+    """The answer to an event stream (a plan with ``stream`` set, from the
+    reserved paths): handed back unfinished, for the transport's own
+    branch, which takes one of the event source's slots for as long as it
+    streams; past the budget (``--watch-max-streams``) the busy 503 instead,
+    decided here (the transports keep the same test as a safety net: no
+    await lies between this answer and their taking the slot)."""
+    events = machine.handler.hooks.events
+    if events is not None and plan.send_body:
+        slots = events.slots
+        if slots.open >= slots.limit:
+            slots.refused += 1
+            return finished(machine.site, events.busy_plan(now), -1, ticket)
+    return Final(plan, NO_BODY, ticket)
 
 
 def stages_of(handler: Files, *, site: bool) -> tuple[Stage, ...]:
