@@ -29,6 +29,7 @@ from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
 from serverio.fs.prepare import resolve
 from serverio.http.core import RequestFacts
+from serverio.http.select import lookup
 from serverio.http.target import parse_target
 from serverio.model import FILE
 from serverio.model.decide import cache_candidate, serve_cached
@@ -139,7 +140,8 @@ def test_the_decision_does_not_recompute_what_the_hop_found(
     opener = RootOpener(str(site), follow_symlinks=False)
     try:
         req = replace(_get("/app.js", "gzip"), want_repr_digest="sha-256=1")
-        res = resolve(req, cfg.evolve(digest=True), opener, LATER)
+        digesting = cfg.evolve(digest=True)
+        res = resolve(lookup(req, digesting), digesting, opener, LATER)
         assert res.kind == FILE and res.vary and res.digest == "sha-256"
 
         def recomputed(*args: object) -> object:

@@ -17,6 +17,7 @@ each package may import only the packages listed before it.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -177,3 +178,23 @@ def test_package_graph_sees_a_cycle_no_module_cycle_shows(tmp_path: Path) -> Non
     assert find_cycles(packages) == [["a", "b"]]
     assert why[("b", "a")] == ["pkg.b.w -> pkg.a", "pkg.b.w -> pkg.a.z"]
     assert packages.edges["b"]["a"] == {"function"}
+
+
+def test_fs_takes_facts_not_requests_and_renders_no_html() -> None:
+    # The blocking layer is handed what to open (serverio.http.select.Lookup),
+    # never a request, and renders nothing: a listing's page and a README's
+    # HTML are http/'s (run in the work pool by the pipeline).
+    rendering = {"serverio.http.errorpage", "serverio.http.plans"}
+    for path in sorted((PACKAGE / "fs").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = {a.name for a in node.names}
+                module = node.module or ""
+                assert "RequestFacts" not in names, f"fs/{path.name} imports RequestFacts"
+                assert not any(n.startswith("render") for n in names), f"fs/{path.name}: {names}"
+                assert f"serverio.{module.lstrip('.')}" not in rendering, f"fs/{path.name}"
+            elif isinstance(node, ast.Import):
+                assert "html" not in {a.name for a in node.names}, f"fs/{path.name} imports html"
+            elif isinstance(node, ast.Name):
+                assert node.id != "RequestFacts", f"fs/{path.name} names RequestFacts"

@@ -162,5 +162,5 @@ def test_a_write_stage_adapter_takes_its_methods_where_it_answers(root: Path) ->
     assert only_dav.takes(_req("/d/x", b"DELETE"), 0.0) is None  # not its method
     preflight = _req("/d/x", b"OPTIONS")
     assert WriteStage(_write, frozenset((b"OPTIONS",))).takes(preflight, 0.0)
-    cors = replace(preflight, extra=replace(preflight.extra, cors_method="PUT"))
+    cors = replace(preflight, extra=(("access-control-request-method", "PUT"),))
     assert WriteStage(_write, frozenset((b"OPTIONS",))).takes(cors, 0.0) is None

@@ -26,6 +26,7 @@ from ..pipeline.hooks import Admit, WriteContent
 from ..site.rules import match_path
 from ..upload.service import Uploads
 from .answers import condition_plan
+from .fields import DAV_IF
 from .guard import LockGuard, path_href
 from .props import Locks
 from .xml import MAX_XML_BYTES
@@ -225,7 +226,7 @@ class DavBase:
         """The current ETags of ``places`` when the request has an ``If``
         field (else none: nothing compares them)."""
         known: dict[str, str | None] = {}
-        if req.extra.dav_if is not None and job is not None:
+        if DAV_IF.of(req) is not None and job is not None:
             for path, place in places:
                 facts = await self.current_facts(job, place)
                 known[path] = None if facts is None else facts.etag or None

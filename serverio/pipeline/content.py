@@ -38,29 +38,29 @@ from ..config import Config
 from ..errors import HTTPError
 from ..fs.filecache import HashStore
 from ..fs.jobs import (
-    Listing,
     OwnedFd,
     compress_file,
     hash_bytes,
     hash_file,
     hash_for_etag,
-    render_listing,
     scan_listing,
 )
 from ..fs.opener import ContainedRoot
-from ..fs.readme import Readme, read_readme
+from ..fs.readme import read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
     Entry,
+    Listing,
     ListingQuery,
     entries_digest,
     parse_listing_query,
+    render_listing,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
-from ..http.readme import README_MAX, README_NAMES, with_readme
+from ..http.readme import README_MAX, README_NAMES, Readme, with_readme
 from ..http.select import digest_applies
 from ..model import Body, Identity, Reason, errno_reason
 from ..model.decide import identity_fallback

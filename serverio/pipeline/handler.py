@@ -55,6 +55,7 @@ from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
 from ..http.hosts import host_rule
+from ..http.select import lookup
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
 from .content import ContentService
@@ -393,7 +394,16 @@ class Handler:
                     return _memoised(hit, self._followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
             root = self._root if self._root is not None else self._opened()
-            res = resolve(req, self.config, root, now, files, UNTIMED, self.content.hashes, hit)
+            res = resolve(
+                lookup(req, self.config),
+                self.config,
+                root,
+                now,
+                files,
+                UNTIMED,
+                self.content.hashes,
+                hit,
+            )
             prepared = decide(res, req, self.config, now, boundary)
             if not prepared.needs_followup:
                 return prepared
@@ -537,7 +547,7 @@ class Handler:
         res = await run_blocking(
             self.fs,
             resolve,
-            req,
+            lookup(req, self.config),
             self.config,
             self._root if self._root is not None else self._opened(),
             now,
@@ -654,7 +664,7 @@ def prepare(
         hit = None  # no compression cache here: the file is resolved
     if hit is not None and hit.learned:
         _remember_choice(hit, req)
-    res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
+    res = resolve(lookup(req, cfg), cfg, opener, now, cache, mono, hashes, hit)
     if res.kind == CACHED:
         assert cache is not None and hit is not None
         return _cached(cache, hit, req, cfg, now, boundary)

@@ -34,6 +34,7 @@ exists the exchange owns what it holds (see docs/cancellation.md).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final as Constant
 from typing import Protocol
 
 import trio
@@ -42,6 +43,7 @@ from ..config import Config, IPNetwork
 from ..errors import HTTPError
 from ..http.access import Ticket
 from ..http.core import Plan, RequestFacts, http_error_plan
+from ..http.extra import request_field
 from ..http.forwarded import client_address
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
@@ -65,6 +67,12 @@ __all__ = [
 ]
 
 
+# The fields read here: the client a trusted proxy names (--trusted-proxies,
+# RFC 7239 §4; the de-facto X-Forwarded-For).
+FORWARDED: Constant = request_field("forwarded")
+X_FORWARDED_FOR: Constant = request_field("x-forwarded-for")
+
+
 class Deps(Protocol):
     """What the request steps use; a connection's shared environment
     (:class:`serverio.net.env.ConnectionEnv`) is one."""
@@ -86,7 +94,7 @@ def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Ca
     trusted proxy names (:func:`serverio.http.forwarded.client_address`),
     looked up once and only when asked (a :class:`ForwardedClient`)."""
     networks = config.site.proxy_networks
-    if not networks or (req.extra.forwarded is None and req.extra.x_forwarded_for is None):
+    if not networks or (FORWARDED.of(req) is None and X_FORWARDED_FOR.of(req) is None):
         return peer
     return ForwardedClient(peer, req, networks)
 
@@ -110,7 +118,7 @@ class ForwardedClient:
         if self._got is None:
             req = self._req
             self._got = client_address(
-                self.peer(), req.extra.forwarded, req.extra.x_forwarded_for, self._networks
+                self.peer(), FORWARDED.of(req), X_FORWARDED_FOR.of(req), self._networks
             )
         return self._got
 

@@ -49,11 +49,13 @@ A feature written against the old hooks ports with an adapter:
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from typing import Final as Constant
 
 from ..fs.body import NO_BODY, Body
 from ..http.access import Ticket
 from ..http.core import Plan, RequestFacts
 from ..http.errorpage import negotiated_error
+from ..http.extra import request_field
 from .exchange import (
     Authenticate,
     Exchange,
@@ -89,6 +91,11 @@ __all__ = [
     "stages_of",
     "streamed",
 ]
+
+
+# A CORS preflight's method (Fetch §4.8): a preflight is the site's, never
+# a write's.
+PREFLIGHT: Constant = request_field("access-control-request-method")
 
 
 def begin(
@@ -151,7 +158,7 @@ class WriteStage(Stage):
     def takes(self, req: RequestFacts, now: float) -> object | None:
         if req.method not in self.methods:
             return None
-        if req.method == b"OPTIONS" and req.extra.cors_method is not None:
+        if req.method == b"OPTIONS" and PREFLIGHT.of(req) is not None:
             return None  # a CORS preflight is the site's
         where = self.where
         if where is not None and not where(req):

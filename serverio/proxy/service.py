@@ -47,6 +47,7 @@ import functools
 import ipaddress
 import logging
 from collections.abc import Callable
+from typing import Final
 
 import h11
 import trio
@@ -55,6 +56,7 @@ from ..config import Config, IPNetwork, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
+from ..http.extra import request_field
 from ..http.forwarded import normalize_address, trusts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
@@ -87,6 +89,10 @@ from .tunnel import TunnelGauge, UpstreamTunnel
 __all__ = ["Downstream", "ProxyService"]
 
 log = logging.getLogger("serverio")
+
+# A request that asks to switch protocols (RFC 9110 §7.8: a WebSocket) is
+# --proxy-fallback's, not a file's.
+UPGRADE: Final = request_field("upgrade")
 
 # Statuses that never have content (RFC 9110 §6.4.1).
 _BODILESS = frozenset({204, 304})
@@ -145,7 +151,7 @@ class ProxyService:
         server's hot-reload socket at ``/`` must not get ``index.html``)."""
         route = self.routes.match(req.target.segments)
         if route is None and self._fallback is not None:
-            if req.method not in _FILE_METHODS or req.extra.upgrade is not None:
+            if req.method not in _FILE_METHODS or UPGRADE.of(req) is not None:
                 return self._fallback
         return route
 

@@ -32,11 +32,15 @@ from typing import Final
 from ..config import ACTIVE_MODES
 from ..errors import ConfigError
 from ..http.core import RequestFacts
+from ..http.extra import request_field
 from ..http.plans import NO_OPS, HeaderOps
 from ..http.target import Target, quote_query, quote_segment
 
 __all__ = [
+    "CORS_HEADERS",
+    "CORS_METHOD",
     "FORBIDDEN_HEADERS",
+    "ORIGIN",
     "WRITE_ACTIONS",
     "AuthRule",
     "Cors",
@@ -617,6 +621,12 @@ def _hsts_value(max_age: int | None, subdomains: bool) -> bytes | None:
 
 # ------------------------------------------------------------------ headers
 
+# The request fields of CORS (the Fetch standard): Origin, and a preflight's
+# Access-Control-Request-Method and -Headers (serverio.http.extra).
+ORIGIN: Final = request_field("origin")
+CORS_METHOD: Final = request_field("access-control-request-method")
+CORS_HEADERS: Final = request_field("access-control-request-headers")
+
 
 def header_ops(
     rules: SiteRules, path: str, *, protected: bool = False, tls: bool = False
@@ -715,22 +725,23 @@ def preflight_fields(
     before authentication.  From an origin not allowed, the answer is a
     plain 204 without CORS fields: the browser then refuses the request.
     """
-    if req.method != b"OPTIONS" or req.extra.origin is None or req.extra.cors_method is None:
+    origin = ORIGIN.of(req)
+    if req.method != b"OPTIONS" or origin is None or CORS_METHOD.of(req) is None:
         return None
     methods = _CORS_METHODS + writes
     hs: list[tuple[bytes, bytes]] = [(b"allow", methods)]
-    allowed = cors.any_origin or req.extra.origin in cors.origins
+    allowed = cors.any_origin or origin in cors.origins
     if allowed:
         hs.append(
             (
                 b"access-control-allow-origin",
-                b"*" if cors.any_origin else req.extra.origin.encode("latin-1"),
+                b"*" if cors.any_origin else origin.encode("latin-1"),
             )
         )
         if cors.credentials and not cors.any_origin:
             hs.append((b"access-control-allow-credentials", b"true"))
         hs.append((b"access-control-allow-methods", methods))
-        asked = req.extra.cors_headers
+        asked = CORS_HEADERS.of(req)
         if asked:
             names = [n.strip() for n in asked.split(",") if n.strip()]
             if (

@@ -67,6 +67,7 @@ from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
 from ..writes.multipart import MultipartParser, PartData, PartEnd, PartStart, boundary_of
 from .decide import REFUSAL_STATUS, form_answer
+from .fields import CONTENT_TYPE
 
 __all__ = ["MAX_FIELD_BYTES", "MKDIR_FIELD", "WriteKit", "place_file", "post_form"]
 
@@ -276,7 +277,7 @@ async def post_form(
     leaves no temporary and no descriptor; files whose part had ended
     stay committed.
     """
-    ctype = req.extra.content_type
+    ctype = CONTENT_TYPE.of(req)
     if ctype is None:
         return error_plan(415, now)
     try:
