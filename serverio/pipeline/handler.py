@@ -1,10 +1,13 @@
 """The request handler: the one trio-side place that orders a response's steps.
 
-For a request that routing could not answer (``serverio.http.core.route``),
-the request steps both transports share (:mod:`serverio.pipeline.request`)
-call :meth:`Handler.respond_now`; they get back either a finished
-:class:`~serverio.model.Prepared`, or a :class:`Deferred` whose
-:meth:`Deferred.run` the transport awaits while it watches its client.  The
+For a request no stage took and routing could not answer
+(``serverio.http.core.route``), the exchange's files step
+(:func:`serverio.pipeline.exchange.files`, the same for both transports)
+calls :meth:`Handler.respond_now`; it gets back either a finished
+:class:`~serverio.model.Prepared`, or a :class:`Deferred` (a
+:class:`FollowUp` for a listing or a coding) that the driver hands to the
+transport's wait (a need of the exchange), which awaits :meth:`Deferred.run`
+while it watches its client.  The
 order of the steps lives here and nowhere else:
 
 1. **resolve** (:func:`serverio.fs.prepare.resolve`: facts and descriptors,
@@ -274,12 +277,11 @@ class Handler:
     ) -> None:
         self.config = config
         self.hooks = hooks
-        # Flat copies for the warm path: an absent hook costs one test.
-        self.router = hooks.route
+        # Flat copies: an absent hook costs one test (the stage list is
+        # built from the hooks themselves: serverio.pipeline.stages).
         self.write = hooks.write  # PUT and DELETE (None: read-only, no call)
         self.write_methods = hooks.write_methods  # the methods ``write`` answers
-        self.write_takes = hooks.write_takes  # and where (None: everywhere)
-        self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
+        self.proxy = hooks.proxy  # --proxy-fallback's (None: no call)
         # The Host names answered (serverio.http.hosts; None: any, no call):
         # with writes or the proxy on, the DNS-rebinding rule.
         self.hosts = host_rule(config, socket.gethostname())
