@@ -132,7 +132,7 @@ class Services:
         self.uploads: Uploads | None = None
         self.dav: DavService | None = None
         if config.uploads.upload:
-            from ..upload.service import Uploads
+            from ..upload.service import Uploads, allow_writes
 
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, self._root, self.files)
@@ -143,6 +143,7 @@ class Services:
             self.hooks = dataclasses.replace(
                 self.hooks,
                 write=self.uploads.write,
+                allow=allow_writes,
                 running=_both(self.hooks.running, self.uploads.running),
             )
             if config.uploads.webdav:
@@ -189,7 +190,9 @@ class Services:
         locks = TableLocks(table)
         self.dav = dav = DavService(config, self._root, self.files, uploads, locks)
         if pol.webdav_prefix is None:
-            self.hooks = dataclasses.replace(self.hooks, write=dav.write, write_methods=DAV_METHODS)
+            self.hooks = dataclasses.replace(
+                self.hooks, write=dav.write, write_methods=DAV_METHODS, allow=dav.allow
+            )
             # No upload form with --webdav: its POST is not one of the
             # DAV methods, so WebDAV's locks would not guard it.
             self.content.writable = None
@@ -201,6 +204,7 @@ class Services:
                 write=dav.write,
                 write_methods=PREFIX_METHODS,
                 write_takes=dav.takes,
+                allow=dav.allow,
             )
             self.content.writable = _outside(dav, _always)
 
@@ -220,6 +224,8 @@ class Services:
         keep_spellings(given)
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
+        if self.hooks.allow is not None:
+            site.allow = self.hooks.allow  # the write feature's methods in Allow
         if self.proxy is not None:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
@@ -252,7 +258,7 @@ class Services:
             from ..secret import resolve_secret
             from ..signing import Signer
 
-            self._signer = Signer(resolve_secret(self.config.site.secret_file))
+            self._signer = Signer(resolve_secret(self.config.users.secret_file))
         return self._signer
 
     @asynccontextmanager

@@ -73,7 +73,7 @@ from ..http.access import (
     resolved_path,
     served_target,
 )
-from ..http.core import Plan, RequestFacts, http_error_plan, route
+from ..http.core import Allow, Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
 from ..http.hosts import HostRule, misdirected_plan
 from ..model import ChunkSource, Prepared
@@ -133,6 +133,9 @@ class Files(Protocol):
     hosts: HostRule | None
     # The server's stage list, built from ``hooks`` on first use (None).
     stages: tuple[Stage, ...] | None
+    # The methods a path allows, for the core's OPTIONS and 405 (the write
+    # feature's: serverio.pipeline.hooks.Hooks.allow).
+    allow: Allow
 
     @property
     def hooks(self) -> Any: ...  # serverio.pipeline.hooks.Hooks
@@ -401,7 +404,7 @@ def files(
     if machine.site is not None:
         assert state is not None  # the site stage took the request first
         return _respond(state._replace(stage=None, at=-1))
-    plan = route(req, machine.config, now)
+    plan = route(req, machine.config, now, handler.allow)
     if plan is not None:
         if plan.status >= 400:
             plan = negotiated_error(plan, req.accept)

@@ -65,7 +65,7 @@ import trio
 
 from ..concurrency.broadcast import StreamSlots
 from ..http.access import AccessTarget
-from ..http.core import Plan, RequestFacts
+from ..http.core import Allow, Plan, RequestFacts
 from ..model import Body, ChunkSource, Prepared
 
 __all__ = [
@@ -316,6 +316,9 @@ class Hooks:
     # every one (asked only for those methods: a GET pays nothing).  WebDAV
     # under a prefix answers its methods there only (--webdav-prefix).
     write_takes: Callable[[RequestFacts], bool] | None = None
+    # The methods a path allows, for the core's OPTIONS and 405 (RFC 9110
+    # §10.2.1): the write feature's (None: read-only, GET, HEAD, OPTIONS).
+    allow: Allow | None = None
     # The features' own stages (serverio.pipeline.exchange.Stage subclasses;
     # typed loosely: the exchange imports this module's names), in order:
     # after the reserved paths, before the proxy routes.
