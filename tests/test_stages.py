@@ -22,7 +22,6 @@ from serverio.pipeline.exchange import (
     Authenticate,
     Exchange,
     Final,
-    Phase,
     Stage,
     Step,
     Upstream,
@@ -65,7 +64,8 @@ def test_a_write_under_a_proxy_prefix_is_the_proxys(root: Path) -> None:
     cfg = make_config(root, upload=True, proxy=("/api=http://127.0.0.1:9",))
     env = Server(cfg).env
     state, need = begin(env, _req("/api/x", b"PUT"), 0.0)
-    assert type(need) is Upstream and state is not None and state.phase is Phase.FORWARDED
+    assert type(need) is Upstream and state is not None and state.stage is not None
+    assert state.stage.name == "proxy"
     state, need = begin(env, _req("/x", b"PUT"), 0.0)
     assert type(need) is Write and state is not None and state.stage is not None
     assert state.stage.name == "write"

@@ -114,6 +114,9 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
     place, under the pool or limiter of what it asks)."""
     machine = state.machine
     kind = type(need)
+    if kind is Upstream:
+        assert isinstance(need, Upstream)
+        return await _upstream(need, state.now, io)
     if kind is Resolve or kind is Coding or kind is Listing:
         # The handler's deferred part (its pool hop, a listing, a coding),
         # awaited the transport's way (HTTP/1.1 watches its socket).
@@ -126,9 +129,6 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
     if kind is Admit:
         assert isinstance(need, Admit)
         return await access(machine, need.target, need.ticket, state.now, io.client)
-    if kind is Upstream:
-        assert isinstance(need, Upstream)
-        return await _upstream(need, state.now, io)
     if kind is Write:
         assert isinstance(need, Write)
         return await _write(machine, need, state.now, io)

@@ -101,6 +101,7 @@ __all__ = [
     "Write",
     "files",
     "finished",
+    "forwarded",
     "misdirected",
     "step",
 ]
@@ -448,7 +449,7 @@ def step(state: Exchange, event: object) -> Step:
         return state, _failed(state, exc)
 
 
-def _forwarded(state: Exchange, got: object) -> Step:
+def forwarded(state: Exchange, got: object) -> Step:
     """The upstream's answer, with the site's header rules and CORS fields
     (never an error page: the upstream's body is the answer)."""
     assert type(got) is tuple
@@ -598,7 +599,7 @@ def _staged(state: Exchange, event: object) -> Step:
 
 _STEPS = {
     Phase.STAGE: _staged,
-    Phase.FORWARDED: _forwarded,
+    Phase.FORWARDED: forwarded,
     Phase.SLOT: _slot,
     Phase.RESOLVED: _resolved,
     Phase.ADMITTED: _admit,

@@ -71,6 +71,7 @@ from .exchange import (
     Write,
     files,
     finished,
+    forwarded,
     misdirected,
 )
 
@@ -116,8 +117,10 @@ def begin(
     for at, stage in enumerate(stages):
         claim = stage.takes(req, now)
         if claim is not None:
-            state = Exchange(machine, req, now, Phase.STAGE, None, content, slotless, stage=stage)
-            return stage.enter(state._replace(at=at), claim)
+            state = Exchange(
+                machine, req, now, Phase.STAGE, None, content, slotless, stage=stage, at=at
+            )
+            return stage.enter(state, claim)
     return files(machine, req, now, content, slotless)
 
 
@@ -271,8 +274,10 @@ class ProxyStage(Stage):
     def enter(self, state: Exchange, claim: object) -> Step:
         ticket = state.ticket
         authed = ticket is not None and ticket.authed
-        need = Upstream(self.proxy, claim, state.req, authed)
-        return state._replace(phase=Phase.FORWARDED), need
+        return state, Upstream(self.proxy, claim, state.req, authed)
+
+    def step(self, state: Exchange, event: object) -> Step:
+        return forwarded(state, event)
 
 
 def streamed(machine: Machine, plan: Plan, ticket: Ticket | None, now: float) -> Final:
