@@ -113,6 +113,7 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "PoolPolicy",
         "ProxyPolicy",
         "ProxyRoute",
+        "ResumablePolicy",
         "SETTING",
         "SitePolicy",
         "TlsPolicy",

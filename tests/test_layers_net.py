@@ -17,7 +17,7 @@ import serverio
 
 from .importgraph import build_graph
 
-FEATURES = ("archive", "dav", "live", "proxy", "site", "upload", "writes")
+FEATURES = ("archive", "dav", "live", "proxy", "resumable", "site", "upload", "writes")
 PACKAGE = Path(serverio.__file__).resolve().parent
 
 

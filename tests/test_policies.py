@@ -37,7 +37,7 @@ def test_each_policy_is_small_and_frozen(cls: type) -> None:
 def test_config_holds_the_policies_and_the_root_fields_only() -> None:
     own = [f.name for f in dataclasses.fields(Config) if f.name not in POLICIES]
     assert own == ["directory", "root", "source_date_epoch"]
-    assert len(POLICIES) == 13
+    assert len(POLICIES) == 14
     for group, cls in POLICIES.items():
         assert isinstance(getattr(Config(), group), cls), group
 

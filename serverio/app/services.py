@@ -148,6 +148,7 @@ class Services:
             )
             if config.uploads.webdav:
                 self._webdav(config, self.uploads)
+            self._resumable(config, self.uploads)
         if config.content.archives:
             from ..archive.service import Archives
 
@@ -167,6 +168,28 @@ class Services:
             files=self.files,
             content=self.content,
             hooks=self.hooks,
+        )
+
+    def _resumable(self, config: Config, uploads: Uploads) -> None:
+        """Resumable uploads (the IETF draft and tus 1.0; serverio.resumable)
+        in front of the write step: its PATCH, the HEAD, DELETE and
+        OPTIONS of its upload resources, an IETF PUT with Upload-Complete,
+        a tus POST; every other write goes to the step it wraps.  Its
+        upload URLs are signed (Services.signer); its sweeper of expired
+        uploads runs with the handler."""
+        from ..resumable.service import Resumable
+
+        hooks = self.hooks
+        assert hooks.write is not None
+        resumable = Resumable(
+            config, uploads, self.signer, hooks.write, hooks.write_methods, hooks.write_takes
+        )
+        self.hooks = dataclasses.replace(
+            hooks,
+            write=resumable.write,
+            write_methods=resumable.methods,
+            write_takes=resumable.takes,
+            running=_both(hooks.running, resumable.running),
         )
 
     def _webdav(self, config: Config, uploads: Uploads) -> None:
