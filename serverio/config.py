@@ -314,7 +314,7 @@ def check_declared(policy: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ListenPolicy:
-    """Where the server listens and how many processes (serverio.net.server, ops)."""
+    """Where the server listens and how many processes (serverio.app.server, ops)."""
 
     host: str = setting(
         "127.0.0.1",
