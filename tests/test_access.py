@@ -25,7 +25,7 @@ from serverio.http.target import parse_target
 from serverio.live.service import LiveReload
 from serverio.observe.stats import Stats
 from serverio.pipeline import request as request_mod
-from serverio.site.access import AccessTarget, Kind, rule_for, served_target
+from serverio.site.access import AccessTarget, Kind, Right, rule_for, served_target
 from serverio.site.authlimit import FAILURE_BUDGET
 from serverio.site.gate import Gate
 from serverio.site.passwords import cost_profile, hash_password
@@ -33,6 +33,8 @@ from serverio.site.rules import SiteRules, compile_rules
 from serverio.site.service import Ticket
 
 from .conftest import make_config, memory_connection
+
+_RIGHT = {"put": Right.UPLOAD, "delete": Right.DELETE}
 
 NOW = 1_700_000_000.0
 PASSWORD = "wonderland"
@@ -285,12 +287,12 @@ def test_a_write_is_decided_on_the_writable_paths_then_the_auth_rules(
         writable=[("/p/**", ("put",)), ("/open/**", ("put", "delete"))],
     )
     gate = Gate(rules, Stats(), 1)
-    got = gate.decide_now(AccessTarget((path,), Kind.WRITE, action), auth, frozenset())
+    got = gate.decide_now(AccessTarget((path,), Kind.WRITE, _RIGHT[action]), auth, frozenset())
     assert got.verdict is verdict
     # Without [[writable]] tables (--upload alone) the whole root is writable.
     bare = Gate(_rules("/p/**"), Stats(), 1)
     anywhere = bare.decide_now(
-        AccessTarget(("/elsewhere.txt",), Kind.WRITE, action), None, frozenset()
+        AccessTarget(("/elsewhere.txt",), Kind.WRITE, _RIGHT[action]), None, frozenset()
     )
     assert anywhere.verdict is Verdict.ALLOW
 

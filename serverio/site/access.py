@@ -21,6 +21,14 @@ A target reached through a symlink inside the root is decided on its
 resolved path too (:func:`resolved_path`): the request path's rules and
 the resolved path's must both pass, so ``pub/link -> ../private`` needs
 the credentials ``/private/**`` asks for.
+
+Every target names the :class:`Right` it needs (the fixed vocabulary of
+``[[access]]`` rules, docs/reference/access.md): a read of a file, the
+list of a directory, an upload (a name that does not exist yet), an
+overwrite, a delete (also the source of a move), a mkdir, a lock, a
+share.  A caller that does not know yet which of two it needs (a PUT
+before its target is looked up) names both (``also``) and asks again once
+it knows.
 """
 
 from __future__ import annotations
@@ -31,8 +39,12 @@ from dataclasses import dataclass
 from .rules import AuthRule, SiteRules, access_paths, canonical, glob_below
 
 __all__ = [
+    "READS",
+    "RIGHTS",
+    "WRITES",
     "AccessTarget",
     "Kind",
+    "Right",
     "resolved_path",
     "rule_for",
     "rules_below",
@@ -63,24 +75,86 @@ class Kind(enum.Enum):
         return self is Kind.ENTRY or self is Kind.EVENT
 
 
+class Right(enum.Enum):
+    """The rights an ``[[access]]`` rule grants (docs/reference/access.md),
+    and the one each request needs; the value is the word rules use."""
+
+    READ = "read"  # a file's bytes: GET, HEAD, an archive's members, a COPY's source
+    LIST = "list"  # a directory's names: a listing, PROPFIND's members, search
+    UPLOAD = "upload"  # create a name that does not exist: PUT, form upload, COPY/MOVE target
+    OVERWRITE = "overwrite"  # replace an existing file (or its properties: PROPPATCH)
+    DELETE = "delete"  # remove a name: DELETE, a MOVE's source, what a COPY/MOVE replaces
+    MKDIR = "mkdir"  # create a directory: MKCOL, the form's new folder
+    LOCK = "lock"  # take a WebDAV lock
+    SHARE = "share"  # make a share link (the login feature's)
+
+    @property
+    def writes(self) -> bool:
+        """Does this right change the tree (what ``--upload`` and the
+        ``[[writable]]`` tables allow)?"""
+        return self in WRITES
+
+    @property
+    def action(self) -> str:
+        """The ``[[writable]]`` method a write right is ("delete" or "put")."""
+        return "delete" if self is Right.DELETE else "put"
+
+
+RIGHTS: frozenset[Right] = frozenset(Right)
+READS: frozenset[Right] = frozenset((Right.READ, Right.LIST))
+WRITES: frozenset[Right] = frozenset(
+    (Right.UPLOAD, Right.OVERWRITE, Right.DELETE, Right.MKDIR, Right.LOCK)
+)
+
+# The right a target needs when it names none: its kind's.
+_KIND_RIGHT = {Kind.LISTING: Right.LIST}
+
+
 @dataclass(frozen=True, slots=True)
 class AccessTarget:
-    """The paths (match paths, see the module doc) and kind of one target.
+    """The paths (match paths, see the module doc), kind and right of one target.
 
     Several paths when one request may reach several (the request path and
-    the path its rewrite or clean URL serves): the first rule that matches
-    any of them applies.
+    the path its rewrite or clean URL serves): each must allow it (an
+    ``[[auth]]`` rule: the first that matches any of them applies).
     """
 
     paths: tuple[str, ...]
     kind: Kind
-    # Kind.WRITE only: what the write does ("put", "delete"), which the
-    # [[writable]] tables allow per path.
-    action: str = ""
+    # The right asked for; None: the kind's (READ, LIST for a LISTING; a
+    # request path READ or LIST: what it serves decides which, after).
+    right: Right | None = None
     # Kind.WRITE only: the write also reaches every path below the
     # collection ``paths`` names, existing or not (a depth-infinity LOCK,
     # RFC 4918 §7.4): every rule that can match below applies too.
     tree: bool = False
+    # Either right will do for now (a PUT before it knows whether its file
+    # exists: UPLOAD also OVERWRITE); the caller asks again with the one.
+    also: Right | None = None
+
+    @property
+    def needs(self) -> Right:
+        """The right this target needs (its own or its kind's)."""
+        right = self.right
+        if right is not None:
+            return right
+        return _KIND_RIGHT.get(self.kind, Right.READ)
+
+    @property
+    def action(self) -> str:
+        """Kind.WRITE: the ``[[writable]]`` method ("put", "delete")."""
+        return self.needs.action
+
+    def rights(self) -> tuple[Right, ...]:
+        """The rights any one of which allows this target."""
+        needs = self.needs
+        if self.also is not None:
+            return (needs, self.also)
+        if self.kind is Kind.REQUEST or self.kind is Kind.RESERVED or self.kind is Kind.ENTRY:
+            # What a path serves is a file or a listing: either right lets
+            # the request through to the decision on what it resolves to.
+            return (Right.READ, Right.LIST)
+        return (needs,)
 
 
 def served_target(path: str) -> AccessTarget:

@@ -55,7 +55,7 @@ from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.hooks import Router
-from .access import AccessTarget, Kind, resolved_path, write_allowed
+from .access import AccessTarget, Kind, Right, resolved_path, write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
 from .gate import Gate
@@ -387,9 +387,9 @@ class Site:
         actual request still goes through the access hook in full."""
         paths = (match_path(target),)
         out = b""
-        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, "put")):
+        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, Right.UPLOAD)):
             out += b", PUT, POST"
-        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, "delete")):
+        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, Right.DELETE)):
             out += b", DELETE"
         return out
 
@@ -402,7 +402,7 @@ class Site:
         passed that check to be shown); never for a path no
         ``[[writable]]`` table allows, nor to a client without credentials
         under an auth rule."""
-        target = AccessTarget((match_path(req.target),), Kind.WRITE, "put")
+        target = AccessTarget((match_path(req.target),), Kind.WRITE, Right.UPLOAD)
         verdict = self.access_now(target, req).verdict
         return verdict is Verdict.ALLOW or verdict is Verdict.PENDING
 

@@ -54,7 +54,7 @@ from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import is_write_temp
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind
+from ..site.access import AccessTarget, Kind, Right
 from ..site.rules import match_path
 from ..writes.digest import DigestVerifier, parse_digests
 from .decide import (
@@ -189,7 +189,18 @@ class Uploads:
             if cross_site(req, self.write_origins):
                 return error_plan(403, now)  # the CSRF rule (docs/features.md "Uploads")
         action = "delete" if req.method == b"DELETE" else "put"
-        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
+        path = match_path(target)
+        if action == "delete":
+            asked = AccessTarget((path,), Kind.WRITE, Right.DELETE)
+        elif form:
+            # The folder a form posts to: each file and new folder is asked
+            # again on its own path (serverio.upload.form).
+            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.MKDIR)
+        else:
+            # Whether the file exists is known once it is placed (_put asks
+            # again with the one right it needs); either will do until then.
+            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
+        refusal = await admit(asked)
         if refusal is not None:
             if action == "put":
                 self.stats.writes.aborted += 1
@@ -215,7 +226,7 @@ class Uploads:
             if form:
                 return await post_form(self, req, content, now, admit)
             if action == "put":
-                return await self._put(req, content, now, gate)
+                return await self._put(req, content, now, gate, admit)
             return await self._delete(req, now, gate)
         except WriteRefused as exc:
             return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
@@ -267,7 +278,12 @@ class Uploads:
         return None if status is None else error_plan(status, now)
 
     async def _put(
-        self, req: RequestFacts, content: WriteContent, now: float, gate: CommitGate | None
+        self,
+        req: RequestFacts,
+        content: WriteContent,
+        now: float,
+        gate: CommitGate | None,
+        admit: Admit,
     ) -> Plan:
         limit = self.config.uploads.max_upload_size
         declared = content.declared
@@ -287,6 +303,13 @@ class Uploads:
         )
         committed = False
         try:
+            # The one right this PUT needs, now that its file is placed: a
+            # new name is an upload, an existing file an overwrite.
+            existing = job.place.current is not None
+            right = Right.OVERWRITE if existing else Right.UPLOAD
+            denied = await admit(AccessTarget((match_path(req.target),), Kind.WRITE, right))
+            if denied is not None:
+                return denied
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
