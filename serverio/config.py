@@ -537,6 +537,8 @@ class WatchPolicy:
 HeaderRule = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
 # A [[writable]] table: (path glob, allowed methods) or (..., active mode).
 WritableTable = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], str]
+# An [[access]] table: (path glob, ((principal, (right, ...)), ...)).
+AccessTable = tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,6 +566,13 @@ class SitePolicy:
     # (one of ACTIVE_MODES, "" or left out: --upload-active) is how active
     # files under it are served (serverio.http.active).
     writable: tuple[WritableTable, ...] = ()
+    # [[access]]: (path glob, ((principal, (right, ...)), ...)) per table;
+    # --allow: its one-line rules (serverio.site.rights.allow_spec);
+    # [[group]]: (name, (member, ...)).  With any, --auth-file / --auth
+    # name the users the rules give rights to (docs/reference/access.md).
+    access: tuple[AccessTable, ...] = ()
+    allow: tuple[str, ...] = ()
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
     auth_file: str | None = None  # --auth-file: the whole site
     # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
     # the whole site, beside --auth-file's; off loopback only with TLS or
@@ -1096,6 +1105,8 @@ def wants_site_rules(cfg: Config) -> bool:
         or site.trailing_slash != "keep"
         or site.error_pages
         or site.auth
+        or site.access
+        or site.allow
         or site.auth_file is not None
         or site.auth_users
         or cfg.tls.hsts is not None
@@ -1132,9 +1143,22 @@ def _check_plain_auth(listeners: ListenPolicy, tls: TlsPolicy) -> None:
 def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--upload") -> None:
     """``--upload`` on an address other than loopback: every writable
     prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
-    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+    ``--auth-file``), unless ``--allow-anonymous-writes``.  With
+    ``[[access]]`` / ``--allow`` rules: no rule may give ``anonymous`` a
+    write right (what reads allow does not matter: public reads, signed-in
+    writes), since every other write needs a signed-in user."""
     public = _public_hosts(listeners)
-    if not public or site.auth_file is not None or site.auth_users:
+    if not public:
+        return
+    if site.access or site.allow:
+        anonymous = _anonymous_write(site)
+        if anonymous is not None:
+            raise ConfigError(
+                f"{flag} on {public[0]}: {anonymous} gives anonymous clients a write right "
+                "(give it to authenticated, a group or users instead, or --allow-anonymous-writes)"
+            )
+        return
+    if site.auth_file is not None or site.auth_users:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
     writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]
@@ -1146,6 +1170,29 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--
                 f"{flag} on {public[0]}: writable path {w}/** is under no "
                 "[[auth]] rule PREFIX/** (add one, or --auth-file, or --allow-anonymous-writes)"
             )
+
+
+# The write rights (serverio.site.vocabulary.WRITES), spelt as rules spell them.
+_WRITE_RIGHTS = frozenset({"upload", "overwrite", "delete", "mkdir", "lock"})
+
+
+def _anonymous_write(site: SitePolicy) -> str | None:
+    """The first ``[[access]]`` table or ``--allow`` rule that gives
+    ``anonymous`` a write right (as the rule is named in messages), or None.
+    Read at the syntax level only: the rules themselves are checked when
+    compiled (serverio.site.rights)."""
+    source = site.rules_source or "--config"
+    for i, (_, grants) in enumerate(site.access):
+        for principal, rights in grants:
+            if principal == "anonymous" and _WRITE_RIGHTS & {r.strip().lower() for r in rights}:
+                return f"{source}: [[access]] #{i + 1}"
+    for line in site.allow:
+        principals, _, rest = line.partition(":")
+        words = rest.partition("@")[0]
+        names = {p.strip() for p in principals.split(",")}
+        if "anonymous" in names and _WRITE_RIGHTS & {r.strip().lower() for r in words.split(",")}:
+            return f"--allow {line!r}"
+    return None
 
 
 def _same_host(a: str, b: str) -> bool:

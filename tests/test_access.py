@@ -179,7 +179,9 @@ async def test_the_whole_decision_checks_the_password_once_then_trusts_it() -> N
     assert (await gate.decide(file, BAD, frozenset(), peer)).verdict is Verdict.CHALLENGE
     assert stats.site.auth_failures == 1
     assert gate.decide_now(entry, GOOD, frozenset()).verdict is Verdict.CHALLENGE
-    assert await gate.decide(file, GOOD, frozenset(), peer) == Access(Verdict.ALLOW, 0)
+    assert await gate.decide(file, GOOD, frozenset(), peer) == Access(
+        Verdict.ALLOW, 0, user="alice"
+    )
     # Verified now: a listed name is shown to the same credentials, no check.
     assert gate.decide_now(entry, GOOD, frozenset()) == Access(Verdict.ALLOW, 0)
     assert await gate.decide(AccessTarget(("/x",), Kind.FILE), None, frozenset(), peer) is ALLOWED
@@ -223,8 +225,14 @@ async def test_every_access_question_goes_through_the_hook(
     seen: list[tuple[Kind, tuple[str, ...], Verdict]] = []
     real = Gate.decide_now
 
-    def spy(self: Gate, target: AccessTarget, auth: str | None, granted: frozenset[int]) -> Access:
-        got = real(self, target, auth, granted)
+    def spy(
+        self: Gate,
+        target: AccessTarget,
+        auth: str | None,
+        granted: frozenset[int],
+        user: str | None = None,
+    ) -> Access:
+        got = real(self, target, auth, granted, user)
         seen.append((target.kind, target.paths, got.verdict))
         return got
 

@@ -27,8 +27,9 @@ class Verdict(enum.Enum):
     # 401 with a Basic challenge (RFC 9110 §11.6.1, §15.5.2; RFC 7617 §2):
     # no usable credentials, or credentials that did not verify.
     CHALLENGE = "challenge"
-    # 403 (RFC 9110 §15.5.4): understood, and refused whoever asks (no
-    # site rule says it yet; for the features that will, such as writes).
+    # 403 (RFC 9110 §15.5.4): understood, and refused: whoever asks (a
+    # path no [[writable]] table allows), or to the user who asks (a right
+    # no [[access]] rule gives them).
     FORBID = "forbid"
     # 429 with Retry-After (RFC 6585 §4): the client's failure budget is spent.
     THROTTLE = "throttle"
@@ -46,12 +47,18 @@ class Access:
     none); an allowed target with a rule is *protected* (its responses get
     ``Cache-Control: private``, the request may see protected error pages).
     ``realm``: the challenge's realm; ``retry_after``: whole seconds (429).
+    A 403 (``FORBID``) is also what a signed-in user gets for a right the
+    ``[[access]]`` rules do not give them (RFC 9110 §15.5.4: credentials
+    would not help).
     """
 
     verdict: Verdict
     rule: int = -1
     realm: str = ""
     retry_after: int = 0
+    # The signed-in user the decision knows (verified credentials), "" for
+    # an anonymous client: the access log's user field, per-user counters.
+    user: str = ""
 
     @property
     def allowed(self) -> bool:

@@ -1070,6 +1070,17 @@ _SITE = (
         default_text="none",
     ),
     _O(
+        "allow",
+        ("--allow",),
+        "give principals rights below a path: PRINCIPAL[,PRINCIPAL...]:RIGHT[,RIGHT...]@PATH "
+        "(repeatable; principals: anonymous, authenticated, a group, a user of --auth-file / "
+        "--auth; rights: read, list, upload, overwrite, delete, mkdir, lock, share)",
+        "Site rules",
+        kind="list",
+        metavar="RULE",
+        default_text="none",
+    ),
+    _O(
         "allow_plain_auth",
         ("--allow-plain-auth",),
         "allow --auth on a non-loopback address without TLS (the password then crosses "
@@ -1688,6 +1699,13 @@ TABLES: tuple[Table, ...] = (
     Table("errors", "error_pages", '[errors]: "404" or "5xx" = page below the root'),
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
     Table("writable", "writable", '[[writable]]: path glob (PREFIX/**), allow = ["put", "delete"]'),
+    Table(
+        "access",
+        "access",
+        '[[access]]: path glob, allow = { PRINCIPAL = ["read", "list", ...] } '
+        "(docs/reference/access.md)",
+    ),
+    Table("group", "groups", "[[group]]: name, members (users of --auth-file / --auth)"),
     Table(
         "proxy",
         "proxy_routes",

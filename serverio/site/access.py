@@ -37,6 +37,7 @@ import enum
 from dataclasses import dataclass
 
 from .rules import AuthRule, SiteRules, access_paths, canonical, glob_below
+from .vocabulary import READS, RIGHTS, WRITES, Right
 
 __all__ = [
     "READS",
@@ -74,37 +75,6 @@ class Kind(enum.Enum):
     def named(self) -> bool:
         return self is Kind.ENTRY or self is Kind.EVENT
 
-
-class Right(enum.Enum):
-    """The rights an ``[[access]]`` rule grants (docs/reference/access.md),
-    and the one each request needs; the value is the word rules use."""
-
-    READ = "read"  # a file's bytes: GET, HEAD, an archive's members, a COPY's source
-    LIST = "list"  # a directory's names: a listing, PROPFIND's members, search
-    UPLOAD = "upload"  # create a name that does not exist: PUT, form upload, COPY/MOVE target
-    OVERWRITE = "overwrite"  # replace an existing file (or its properties: PROPPATCH)
-    DELETE = "delete"  # remove a name: DELETE, a MOVE's source, what a COPY/MOVE replaces
-    MKDIR = "mkdir"  # create a directory: MKCOL, the form's new folder
-    LOCK = "lock"  # take a WebDAV lock
-    SHARE = "share"  # make a share link (the login feature's)
-
-    @property
-    def writes(self) -> bool:
-        """Does this right change the tree (what ``--upload`` and the
-        ``[[writable]]`` tables allow)?"""
-        return self in WRITES
-
-    @property
-    def action(self) -> str:
-        """The ``[[writable]]`` method a write right is ("delete" or "put")."""
-        return "delete" if self is Right.DELETE else "put"
-
-
-RIGHTS: frozenset[Right] = frozenset(Right)
-READS: frozenset[Right] = frozenset((Right.READ, Right.LIST))
-WRITES: frozenset[Right] = frozenset(
-    (Right.UPLOAD, Right.OVERWRITE, Right.DELETE, Right.MKDIR, Right.LOCK)
-)
 
 # The right a target needs when it names none: its kind's.
 _KIND_RIGHT = {Kind.LISTING: Right.LIST}

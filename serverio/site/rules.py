@@ -35,10 +35,12 @@ from ..http.core import RequestFacts
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.plans import NO_OPS, HeaderOps
 from ..http.target import Target, quote_query, quote_segment
+from .vocabulary import Right
 
 __all__ = [
     "FORBIDDEN_HEADERS",
     "WRITE_ACTIONS",
+    "AccessRule",
     "AuthRule",
     "Cors",
     "HeaderRule",
@@ -274,6 +276,42 @@ class AuthRule:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessRule:
+    """One compiled ``[[access]]`` rule (or several with the same glob)."""
+
+    pattern: str
+    match: re.Pattern[str] | None  # None: every path ("/**")
+    anonymous: frozenset[Right]
+    # Any signed-in user the rule does not name (``authenticated`` and
+    # ``anonymous``'s rights).
+    authenticated: frozenset[Right]
+    # Each user the rule names, directly or through a group: all the
+    # rights that user has here.
+    users: Mapping[str, frozenset[Right]]
+    # Where it was declared, for the log line of a refusal.
+    where: str
+    # The glob over canonical paths (a case-insensitive proxy route's).
+    folded: re.Pattern[str] | None = None
+
+    def rights_of(self, user: str | None) -> frozenset[Right]:
+        """The rights of ``user`` (None: an anonymous client) here."""
+        if user is None:
+            return self.anonymous
+        return self.users.get(user, self.authenticated)
+
+    def someone(self, rights: Sequence[Right]) -> bool:
+        """Can a signed-in user have one of ``rights`` here?"""
+        if any(r in self.authenticated for r in rights):
+            return True
+        return any(r in mine for mine in self.users.values() for r in rights)
+
+    def matches(self, path: str, loose: str | None = None) -> bool:
+        if self.match is None or self.match.fullmatch(path) is not None:
+            return True
+        return loose is not None and self.folded is not None and bool(self.folded.fullmatch(loose))
+
+
+@dataclass(frozen=True, slots=True)
 class SiteRules:
     """Every site rule of one server, compiled."""
 
@@ -300,6 +338,12 @@ class SiteRules:
     # the auth rules match the paths under them case-insensitively too
     # (serverio.site.access.rule_for), as their upstream reads them.
     fold_under: tuple[str, ...] = ()
+    # [[access]] / --allow (serverio.site.rights.AccessRule), most specific
+    # first; empty: the [[auth]] and [[writable]] rules alone decide.
+    access: tuple[AccessRule, ...] = ()
+    # With [[access]] rules: the users file (--auth-file, --auth) whose
+    # credentials name the user; its index follows the [[auth]] rules'.
+    users: AuthRule | None = None
 
     def canonical(self, path: str) -> str:
         return canonical(path) if self.fold else path
@@ -317,6 +361,7 @@ class SiteRules:
             or self.auth
             or self.hsts is not None
             or bool(self.writable)
+            or bool(self.access)
         )
 
 

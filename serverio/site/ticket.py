@@ -27,3 +27,6 @@ class Ticket:
     authed: bool = False
     # The auth rules (their indices) this request's credentials passed.
     granted: frozenset[int] = frozenset()
+    # The signed-in user the access hook knows for this request ("" for
+    # none): the access log's user field, the per-user counters.
+    user: str = ""
