@@ -594,6 +594,13 @@ class SitePolicy:
     # given; never with --allowed-hosts '*'.
     check_hosts: bool = field(default=False, compare=False)
 
+    @property
+    def path_rules(self) -> bool:
+        """Are there rules per path on who may have what (``[[auth]]``,
+        ``[[access]]``, ``--allow``)?  Then a symlink inside the root is
+        resolved, and its target's rules decided too."""
+        return bool(self.auth or self.access or self.allow)
+
     def validate(self, writes_or_proxy: bool = False) -> SitePolicy:
         """Parse the trusted proxies and the allowed hosts; a copy with
         proxy_networks and check_hosts filled in.  ``writes_or_proxy``:

@@ -281,7 +281,7 @@ def resolve(
     warm-file cache (whose hits are decided on their path alone).
     """
     target = req.target
-    resolving = bool(cfg.site.auth)
+    resolving = cfg.site.path_rules
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -525,7 +525,7 @@ def _sidecars(
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
     relpath, real = file_path
-    resolving = bool(hop.cfg.site.auth)
+    resolving = hop.cfg.site.path_rules
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted(hop.req, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,

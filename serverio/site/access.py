@@ -76,6 +76,10 @@ class Kind(enum.Enum):
         return self is Kind.ENTRY or self is Kind.EVENT
 
 
+_EITHER = (Right.READ, Right.LIST)
+_READ = (Right.READ,)
+_LIST = (Right.LIST,)
+
 # The right a target needs when it names none: its kind's.
 _KIND_RIGHT = {Kind.LISTING: Right.LIST}
 
@@ -120,10 +124,15 @@ class AccessTarget:
         needs = self.needs
         if self.also is not None:
             return (needs, self.also)
-        if self.kind is Kind.REQUEST or self.kind is Kind.RESERVED or self.kind is Kind.ENTRY:
+        kind = self.kind
+        if kind is Kind.REQUEST or kind is Kind.RESERVED:
             # What a path serves is a file or a listing: either right lets
             # the request through to the decision on what it resolves to.
-            return (Right.READ, Right.LIST)
+            return _EITHER
+        if kind is Kind.ENTRY and self.right is None:
+            # A listed name: a file to who may read it, a directory to who
+            # may list it (an archive takes a listed file's bytes).
+            return _LIST if self.paths and self.paths[0].endswith("/") else _READ
         return (needs,)
 
 

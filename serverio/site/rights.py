@@ -9,8 +9,9 @@ user who signed in), a group (``[[group]]``) or a user of the users file
 * the most specific rule whose glob matches the path decides, alone (one
   precedence rule, docs/reference/access.md): the longest literal start
   (the characters before the glob's first ``*`` or ``?``) wins; then the
-  most literal characters; then the rule declared last (the command
-  line's ``--allow`` after the file's ``[[access]]``);
+  most literal characters; then a glob without ``**``; then the rule
+  declared last (the command line's ``--allow`` after the file's
+  ``[[access]]``);
 * rules with the same glob are one rule (their grants add up);
 * in it, a client's rights are those of ``anonymous``, plus, once it
   signed in as a user, those of ``authenticated``, of the user and of each
@@ -86,11 +87,12 @@ def allow_spec(text: str) -> AccessSpec:
     return path, tuple((n, tuple(words)) for n in names), where
 
 
-def _rank(pattern: str) -> tuple[int, int]:
-    """How specific a glob is: its literal start, then its literal characters."""
+def _rank(pattern: str) -> tuple[int, int, int]:
+    """How specific a glob is: its literal start, then its literal
+    characters, then whether it stays within its segments (no ``**``)."""
     wild = _WILD.search(pattern)
     start = len(pattern) if wild is None else wild.start()
-    return start, len(_WILD.sub("", pattern))
+    return start, len(_WILD.sub("", pattern)), int("**" not in pattern)
 
 
 def compile_access(
@@ -122,7 +124,7 @@ def compile_access(
             given.setdefault(name, set()).update(parse_rights(words, f"{where} key 'allow'"))
         wheres.append(where)
         merged[pattern] = (given, wheres, order)  # the last declaration's place
-    out: list[tuple[tuple[int, int, int], AccessRule]] = []
+    out: list[tuple[tuple[int, int, int, int], AccessRule]] = []
     for pattern, (given, wheres, order) in merged.items():
         anon = frozenset(given.get(ANONYMOUS, ()))
         authed = anon | given.get(AUTHENTICATED, set())
@@ -140,8 +142,7 @@ def compile_access(
         rule = AccessRule(
             pattern, match, anon, frozenset(authed), per_user, " / ".join(wheres), loose
         )
-        start, literal = _rank(pattern)
-        out.append(((start, literal, order), rule))
+        out.append(((*_rank(pattern), order), rule))
     out.sort(key=lambda pair: pair[0], reverse=True)
     return tuple(rule for _, rule in out)
 

@@ -922,7 +922,7 @@ def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
     rewritten = rewrite_for(rules, target)
     path = match_path(target)
     paths = [path]
-    if rules.auth:
+    if rules.auth or rules.access:
         served = rewritten or target
         if rewritten is not None:
             paths.append(match_path(rewritten))

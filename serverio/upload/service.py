@@ -129,7 +129,7 @@ class Uploads:
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
         # Rules a symlink's resolved target is decided on too (serverio.upload.resolved).
-        self.resolving = bool(site.auth or site.writable)
+        self.resolving = site.path_rules or bool(site.writable)
 
     # ------------------------------------------------------------ start-up
 
