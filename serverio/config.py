@@ -61,7 +61,7 @@ __all__ = [
 ACCESS_LOG_FORMATS = ("off", "common", "combined", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 ETAG_MODES = ("auto", "content")  # the rule of each: serverio.http.core.EtagPolicy
-# --on-duplicate (serverio.writes.names.OnDuplicate's values).
+# --on-duplicate (serverio.fs.names.OnDuplicate's values).
 ON_DUPLICATE = ("error", "rename", "overwrite")
 # --upload-active and [[writable]] active: how an active file (HTML, SVG,
 # XML, JavaScript) under a writable path is served (serverio.http.active).
@@ -579,8 +579,11 @@ class SitePolicy:
     # --allow-plain-auth (_check_plain_auth).
     auth_users: tuple[str, ...] = ()
     allow_plain_auth: bool = False
+    # --secret-file: the key that signs session cookies, share links and
+    # resumable-upload URLs (serverio.secret; None: a per-user one).
+    secret_file: str | None = None
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
-    # client (serverio.site.forwarded); empty: trust no one.
+    # client (serverio.http.forwarded); empty: trust no one.
     trusted_proxies: tuple[str, ...] = ()
     # --allowed-hosts: the Host names served besides the expected ones
     # (serverio.http.hosts): "name", ".name" (it and below), "*.name"
@@ -1179,7 +1182,7 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--
             )
 
 
-# The write rights (serverio.site.vocabulary.WRITES), spelt as rules spell them.
+# The write rights (serverio.http.access.WRITES), spelt as rules spell them.
 _WRITE_RIGHTS = frozenset({"upload", "overwrite", "delete", "mkdir", "lock"})
 
 

@@ -324,3 +324,21 @@ def cert_files(ca: trustme.CA, tmp_path: Path) -> tuple[Path, Path]:
     leaf.cert_chain_pems[0].write_to_path(str(certfile))
     leaf.private_key_pem.write_to_path(str(keyfile))
     return certfile, keyfile
+
+
+# The request fields features register (serverio.http.extra), by the
+# keyword the tests name them with; a keyword not listed is its field name
+# with "_" for "-".
+_FIELD_NAMES = {
+    "dav_if": "if",
+    "cors_method": "access-control-request-method",
+    "cors_headers": "access-control-request-headers",
+    "digests": "content-digest",
+}
+
+
+def extra(**fields: str | None) -> tuple[tuple[str, str], ...]:
+    """``RequestFacts.extra`` holding ``fields`` (None: left out)."""
+    return tuple(
+        (_FIELD_NAMES.get(k, k.replace("_", "-")), v) for k, v in fields.items() if v is not None
+    )

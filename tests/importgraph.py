@@ -28,7 +28,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ImportGraph", "build_graph", "example_cycle", "find_cycles", "format_cycles"]
+__all__ = [
+    "ImportGraph",
+    "build_graph",
+    "example_cycle",
+    "find_cycles",
+    "format_cycles",
+    "package_graph",
+    "package_of",
+]
 
 # How an import statement is reached in its module.
 MODULE_LEVEL = "module"
@@ -159,6 +167,42 @@ def build_graph(*package_dirs: Path) -> ImportGraph:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         _Collector(graph, name, name in graph.packages).visit(tree)
     return graph
+
+
+def package_of(module: str, root: str) -> str:
+    """The package ``module`` belongs to: its first component under ``root``
+    (``serverio.http.core`` -> ``http``; a top-level module is its own
+    package, ``serverio.model`` -> ``model``); ``root`` itself for the
+    root package's ``__init__``."""
+    parts = module.split(".")
+    if parts[0] != root:
+        raise ValueError(f"{module} is not under {root}")
+    return parts[1] if len(parts) > 1 else root
+
+
+def package_graph(
+    graph: ImportGraph, root: str
+) -> tuple[ImportGraph, dict[tuple[str, str], list[str]]]:
+    """``graph`` (of the tree ``root``) with each module replaced by its
+    package (:func:`package_of`): an edge between two packages for every
+    import between their modules, with the kinds of those imports.  Also,
+    per package edge, the module imports that make it (``"a.b -> c.d"``),
+    sorted: what must move to remove it."""
+    out = ImportGraph(modules={package_of(m, root) for m in graph.modules})
+    out.packages = set(out.modules)
+    why: dict[tuple[str, str], list[str]] = {}
+    for src, targets in graph.edges.items():
+        a = package_of(src, root)
+        for dst, kinds in targets.items():
+            b = package_of(dst, root)
+            if a == b:
+                continue
+            for kind in kinds:
+                out.add(a, b, kind)
+            why.setdefault((a, b), []).append(f"{src} -> {dst}")
+    for imports in why.values():
+        imports.sort()
+    return out, why
 
 
 def find_cycles(graph: ImportGraph) -> list[list[str]]:

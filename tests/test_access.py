@@ -19,13 +19,22 @@ import pytest
 import trio
 
 from bench import structure
-from serverio.http.access import ALLOWED, Access, Verdict, access_plan
+from serverio.http.access import (
+    ALLOWED,
+    Access,
+    AccessTarget,
+    Kind,
+    Right,
+    Verdict,
+    access_plan,
+    served_target,
+)
 from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
 from serverio.live.service import LiveReload
 from serverio.observe.stats import Stats
 from serverio.pipeline import request as request_mod
-from serverio.site.access import AccessTarget, Kind, Right, rule_for, served_target
+from serverio.site.access import rule_for
 from serverio.site.authlimit import FAILURE_BUDGET
 from serverio.site.gate import Gate
 from serverio.site.passwords import cost_profile, hash_password

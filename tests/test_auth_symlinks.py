@@ -236,7 +236,7 @@ async def test_a_missing_name_through_a_link_tells_nothing_over_http2(
 
 
 def test_resolved_path_is_the_match_path_of_a_resolved_path() -> None:
-    from serverio.site.access import resolved_path
+    from serverio.http.access import resolved_path
 
     assert resolved_path("") == "/"
     assert resolved_path("", True) == "/"
@@ -532,7 +532,8 @@ async def test_a_windows_link_target_is_decided_on_its_resolved_path(
 def test_a_resolved_path_is_folded_on_a_case_insensitive_root() -> None:
     # On a case-insensitive root a link spelled ../PRIVATE opens /private:
     # its resolved path is matched folded, as a requested path is.
-    from serverio.site.access import AccessTarget, Kind, resolved_path, rule_for
+    from serverio.http.access import AccessTarget, Kind, resolved_path
+    from serverio.site.access import rule_for
     from serverio.site.passwords import cost_profile
     from serverio.site.rules import compile_rules
 

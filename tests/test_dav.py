@@ -27,13 +27,13 @@ from serverio.fs.davtree import PROPS_DIR, copy_tree, remove_tree
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
 from serverio.fs.writer import open_target
-from serverio.http.core import ExtraFields, Plan, RequestFacts
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
 from serverio.observe.stats import Stats
 from serverio.pipeline.request import NO_CONTENT
 from serverio.upload.service import Uploads
 
-from .conftest import HTTPClient, make_config, memory_connection, open_fd_count
+from .conftest import HTTPClient, extra, make_config, memory_connection, open_fd_count
 from .h2client import H2Client, h2_memory
 from .test_body_seam import send_body
 from .test_upload_writer import CancelAt, allow
@@ -366,7 +366,7 @@ async def test_tree_methods_cancelled_at_every_checkpoint_leave_nothing(
     files = FileCache(1 << 20, 65536)
     uploads = Uploads(cfg, Stats(), lambda: opener, files)
     svc = DavService(cfg, lambda: opener, files, uploads)
-    dest = ExtraFields(destination="/dst") if method != "DELETE" else ExtraFields()
+    dest = extra(destination="/dst") if method != "DELETE" else extra()
     req = RequestFacts(method.encode(), parse_target(method.encode(), b"/src"), extra=dest)
     fds = open_fd_count()
     k = 0
@@ -502,11 +502,11 @@ async def test_the_service_asks_the_lock_guard_before_every_write(root: Path) ->
     guard = RecordingGuard()
     svc = DavService(cfg, lambda: opener, files, uploads, guard)
 
-    async def run(method: str, path: str, **extra: str) -> Any:
+    async def run(method: str, path: str, **fields: str) -> Any:
         req = RequestFacts(
             method.encode(),
             parse_target(method.encode(), path.encode()),
-            extra=ExtraFields(**extra),
+            extra=extra(**fields),
         )
         got = await svc.write(req, NO_CONTENT, trio.current_time(), allow)
         return got if isinstance(got, Plan) else got[0]
@@ -535,9 +535,7 @@ async def test_the_service_asks_the_lock_guard_before_every_write(root: Path) ->
     assert (root / "hello.txt").exists() and not (root / "x.txt").exists()
     guard.refuse = None
     r = await svc.write(
-        RequestFacts(
-            b"PROPFIND", parse_target(b"PROPFIND", b"/hello.txt"), extra=ExtraFields(depth="0")
-        ),
+        RequestFacts(b"PROPFIND", parse_target(b"PROPFIND", b"/hello.txt"), extra=extra(depth="0")),
         NO_CONTENT,
         trio.current_time(),
         allow,

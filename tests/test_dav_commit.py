@@ -28,12 +28,13 @@ from serverio.dav.locks import LockTable
 from serverio.dav.service import DavService
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
-from serverio.http.core import ExtraFields, Plan, RequestFacts
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.target import parse_target
 from serverio.observe.stats import Stats
 from serverio.pipeline.request import NO_CONTENT
 from serverio.upload.service import Uploads
 
+from .conftest import extra
 from .test_dav import dav_config, temps
 from .test_dav_locking import CLIENTS, LOCKINFO
 from .test_upload_writer import allow
@@ -94,8 +95,8 @@ def service(root: Path) -> tuple[DavService, Stats, RootOpener]:
     return svc, stats, opener
 
 
-def request(method: bytes, path: bytes, **extra: str) -> RequestFacts:
-    return RequestFacts(method, parse_target(method, path), extra=ExtraFields(**extra))
+def request(method: bytes, path: bytes, **fields: str) -> RequestFacts:
+    return RequestFacts(method, parse_target(method, path), extra=extra(**fields))
 
 
 async def answer(svc: DavService, req: RequestFacts, content: Any = NO_CONTENT) -> Plan:

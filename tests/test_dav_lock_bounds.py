@@ -32,8 +32,9 @@ import trio.testing
 from serverio import Server
 from serverio.dav.locks import LockRefusal, LockRefused, LockTable
 from serverio.dav.xml import LockInfo, LockScope
+from serverio.http.access import AccessTarget, Kind, Right
 from serverio.net.connection import ConnectionTask
-from serverio.site.access import AccessTarget, Kind, Right, rules_below, write_allowed
+from serverio.site.access import rules_below, write_allowed
 from serverio.site.passwords import hash_password
 from serverio.site.rules import compile_rules, glob_below
 

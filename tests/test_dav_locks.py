@@ -39,8 +39,10 @@ from serverio.dav.locks import (
 )
 from serverio.dav.xml import DAV, Element, LockInfo, LockScope, QName, parse_xml, serialize
 from serverio.errors import HTTPError
-from serverio.http.core import NO_EXTRA, RequestFacts
+from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
+
+from .conftest import extra
 
 EX = LockInfo(LockScope.EXCLUSIVE)
 SH = LockInfo(LockScope.SHARED)
@@ -475,12 +477,8 @@ LOCKINFO = (
 )
 
 
-def request(method: bytes, path: bytes, **extra: str) -> RequestFacts:
-    from dataclasses import replace
-
-    return RequestFacts(
-        method=method, target=parse_target(method, path), extra=replace(NO_EXTRA, **extra)
-    )
+def request(method: bytes, path: bytes, **fields: str) -> RequestFacts:
+    return RequestFacts(method=method, target=parse_target(method, path), extra=extra(**fields))
 
 
 def test_guard_lock_refresh_unlock() -> None:

@@ -35,14 +35,14 @@ from serverio.dav.service import DavService
 from serverio.fs import davtree
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
-from serverio.http.core import ExtraFields, RequestFacts
+from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
 from serverio.observe.stats import Stats
 from serverio.pipeline.request import NO_CONTENT
 from serverio.site.passwords import hash_password
 from serverio.upload.service import Uploads
 
-from .conftest import make_config, memory_connection
+from .conftest import extra, make_config, memory_connection
 from .h2client import h2_memory
 from .test_dav import dav, h2_dav, hrefs, temps
 from .test_upload_writer import allow
@@ -326,9 +326,7 @@ async def test_an_abandoned_copy_stops_at_its_next_member(
     files = FileCache(1 << 20, 65536)
     uploads = Uploads(cfg, Stats(), lambda: opener, files)
     svc = DavService(cfg, lambda: opener, files, uploads)
-    req = RequestFacts(
-        b"COPY", parse_target(b"COPY", b"/src"), extra=ExtraFields(destination="/dst")
-    )
+    req = RequestFacts(b"COPY", parse_target(b"COPY", b"/src"), extra=extra(destination="/dst"))
     try:
         with trio.move_on_after(10) as scope:
             async with trio.open_nursery() as nursery:

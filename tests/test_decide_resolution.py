@@ -1,4 +1,4 @@
-"""The decision after resolution (serverio.http.decide.decide), as a
+"""The decision after resolution (serverio.model.decide.decide), as a
 table over hand-built Resolution facts: no event loop, no filesystem
 (descriptors are /dev/null, checked for who ends up owning them)."""
 
@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from serverio.config import Config
-from serverio.http import decide as decide_mod
 from serverio.http.core import FileSpan, Plan, RequestFacts
 from serverio.http.select import digest_algorithm, file_headers
 from serverio.model import (
@@ -28,6 +27,7 @@ from serverio.model import (
     Rep,
     Resolution,
 )
+from serverio.model import decide as decide_mod
 
 from .conftest import make_config, memory_connection
 from .core_tables import CFG, DATA, NOW, file_facts, header_map, request

@@ -3,7 +3,7 @@ kind of caller makes of them.
 
 The filesystem says why (serverio.model.errno_reason: an errno becomes a
 Reason, never a status); the HTTP layer says which status
-(serverio.http.reasons.REASON_STATUS).  A file lookup answers the table's
+(serverio.model.reasons.REASON_STATUS).  A file lookup answers the table's
 status; a listing skips an entry it cannot open; a sidecar that cannot be
 opened is absent (the file itself is served).
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import serverio.fs.prepare
-from serverio.http.reasons import REASON_STATUS, reason_status
 from serverio.model import Reason, errno_reason
+from serverio.model.reasons import REASON_STATUS, reason_status
 
 from .conftest import make_config, memory_connection
 

@@ -26,8 +26,8 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
-from serverio.http.decide import FLY
 from serverio.model import CachedFile, Prepared
+from serverio.model.decide import FLY
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args

@@ -16,11 +16,11 @@ import trio.testing
 from serverio import AccessLog, Server
 from serverio.config import parse_networks
 from serverio.errors import ConfigError
+from serverio.http.forwarded import MAX_HOPS, client_address, normalize_address
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.tomlconfig import parse_with_config
 from serverio.site import service as site_mod
-from serverio.site.forwarded import MAX_HOPS, client_address, normalize_address
 from serverio.site.passwords import hash_password
 
 from .conftest import HTTPClient, make_config

@@ -14,9 +14,9 @@ from serverio.fs.opener import RootOpener
 from serverio.http import negotiate as _negotiate
 from serverio.http import target as _target
 from serverio.http.core import RequestFacts
-from serverio.http.decide import cache_candidate, serve_cached
 from serverio.http.negotiate import parse_accept_encoding, select_coding
 from serverio.http.target import parse_target
+from serverio.model.decide import cache_candidate, serve_cached
 from serverio.pipeline.handler import prepare
 
 from .conftest import make_config, memory_connection

@@ -1,8 +1,8 @@
 """The model module and who may do what with it (issue 26, item 5).
 
-* ``serverio/model.py`` holds the value types fs produces and the decision
+* ``serverio/model/__init__.py`` holds the value types fs produces and the decision
   consumes, and imports nothing from ``fs/``, ``pipeline/`` or ``net/``;
-  the decision (``serverio/http/decide.py``) imports nothing from ``fs/``.
+  the decision (``serverio/model/decide.py``) imports nothing from ``fs/``.
 * The decision stores nothing in the warm-file cache: what it would
   memoise comes back to the caller (``Prepared.memo``,
   ``CacheCandidate.learned``), which stores it and counts the hit.
@@ -21,22 +21,24 @@ from pathlib import Path
 
 import pytest
 
-import serverio.http.decide as decide_mod
+import serverio
 import serverio.model
+import serverio.model.decide as decide_mod
 import serverio.pipeline.content
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
 from serverio.fs.prepare import resolve
 from serverio.http.core import RequestFacts
-from serverio.http.decide import cache_candidate, serve_cached
+from serverio.http.select import lookup
 from serverio.http.target import parse_target
 from serverio.model import FILE
+from serverio.model.decide import cache_candidate, serve_cached
 from serverio.pipeline.handler import prepare
 
 from .conftest import make_config
 
 LATER = float(int(time.time()) + 3600)  # every file is settled by then
-PACKAGE = Path(serverio.model.__file__).resolve().parent
+PACKAGE = Path(serverio.__file__).resolve().parent
 
 
 def _imports(path: Path) -> set[str]:
@@ -59,9 +61,9 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("model.py", ("serverio.fs", "serverio.pipeline", "serverio.net")),
-        ("http/decide.py", ("serverio.fs", "serverio.pipeline", "serverio.net")),
-        ("http/reasons.py", ("serverio.fs", "serverio.pipeline", "serverio.net")),
+        ("model/__init__.py", ("serverio.fs", "serverio.pipeline", "serverio.net")),
+        ("model/decide.py", ("serverio.fs", "serverio.pipeline", "serverio.net")),
+        ("model/reasons.py", ("serverio.fs", "serverio.pipeline", "serverio.net")),
     ],
 )
 def test_the_model_and_the_decision_import_no_edge(module: str, forbidden: tuple[str, ...]) -> None:
@@ -138,7 +140,8 @@ def test_the_decision_does_not_recompute_what_the_hop_found(
     opener = RootOpener(str(site), follow_symlinks=False)
     try:
         req = replace(_get("/app.js", "gzip"), want_repr_digest="sha-256=1")
-        res = resolve(req, cfg.evolve(digest=True), opener, LATER)
+        digesting = cfg.evolve(digest=True)
+        res = resolve(lookup(req, digesting), digesting, opener, LATER)
         assert res.kind == FILE and res.vary and res.digest == "sha-256"
 
         def recomputed(*args: object) -> object:

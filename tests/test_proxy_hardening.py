@@ -16,9 +16,10 @@ import pytest
 from serverio import Server
 from serverio.config import proxy_route
 from serverio.errors import ConfigError
+from serverio.http.access import AccessTarget, Kind
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.tomlconfig import dump, parse_with_config
-from serverio.site.access import AccessTarget, Kind, rule_for
+from serverio.site.access import rule_for
 from serverio.site.passwords import hash_password
 from serverio.site.rules import compile_rules
 from tests.conftest import HTTPClient, connect, make_config, running_server

@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from serverio.errors import ConfigError
-from serverio.http.core import ExtraFields, Plan, RequestFacts, error_plan
+from serverio.http.core import Plan, RequestFacts, error_plan
 from serverio.http.plans import apply_headers, no_content_plan
 from serverio.http.target import Target, parse_target
 from serverio.site.passwords import check_hash, dummy_like, hash_password, verify
@@ -27,6 +27,8 @@ from serverio.site.rules import (
     rewrite_for,
     slash_redirect,
 )
+
+from .conftest import extra
 
 NOW = 1_700_000_000.0
 
@@ -196,8 +198,8 @@ def test_cors_any_origin_and_listed_origins() -> None:
 
 
 def _preflight(origin: str, headers: str | None = None) -> RequestFacts:
-    extra = ExtraFields(origin=origin, cors_method="GET", cors_headers=headers)
-    return RequestFacts(b"OPTIONS", t("/x"), extra=extra)
+    fields = extra(origin=origin, cors_method="GET", cors_headers=headers)
+    return RequestFacts(b"OPTIONS", t("/x"), extra=fields)
 
 
 def test_preflight_answer() -> None:

@@ -19,12 +19,12 @@ import pytest
 import trio
 
 from serverio.fs import writer
-from serverio.http.core import ExtraFields, Plan, RequestFacts
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.target import parse_target
 from serverio.upload.decide import cross_site
 from serverio.writes.multipart import MultipartParser
 
-from .conftest import open_fd_count
+from .conftest import extra, open_fd_count
 from .test_upload_writer import CancelAt, Chunks, Rig, clean, header
 
 BOUNDARY = "----serverioFormBoundary7MA4YWxkTrZu0gW"
@@ -45,18 +45,18 @@ def form_body(*parts: tuple[str, str | None, bytes]) -> bytes:
     return b"".join(out) + f"--{BOUNDARY}--\r\n".encode()
 
 
-def post(path: str = "/", *, accept: str | None = None, **extra: Any) -> RequestFacts:
+def post(path: str = "/", *, accept: str | None = None, **given: Any) -> RequestFacts:
     fields: dict[str, Any] = {
         "content_type": f"multipart/form-data; boundary={BOUNDARY}",
         "origin": ORIGIN,
         "host": "t:8000",
     }
-    fields.update(extra)
+    fields.update(given)
     return RequestFacts(
         method=b"POST",
         target=parse_target(b"POST", path.encode()),
         accept=accept,
-        extra=ExtraFields(**fields),
+        extra=extra(**fields),
     )
 
 
@@ -384,7 +384,7 @@ def test_cross_site(
         method=b"POST",
         target=parse_target(b"POST", b"/"),
         tls=tls,
-        extra=ExtraFields(origin=origin, host=host, sec_fetch_site=fetch),
+        extra=extra(origin=origin, host=host, sec_fetch_site=fetch),
     )
     assert cross_site(req) is cross
 

@@ -27,13 +27,13 @@ import trio.lowlevel
 from serverio.fs import writer
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
-from serverio.http.core import ExtraFields, Plan, RequestFacts
+from serverio.http.access import AccessTarget
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
 from serverio.observe.stats import Stats
-from serverio.site.access import AccessTarget
 from serverio.upload.service import Uploads
 
-from .conftest import make_config, open_fd_count, wait_until
+from .conftest import extra, make_config, open_fd_count, wait_until
 
 
 class Chunks:
@@ -270,15 +270,15 @@ async def test_a_digest_mismatch_writes_nothing(rig: Rig) -> None:
     good = base64.b64encode(hashlib.sha256(b"payload").digest()).decode()
     bad = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
     refused = await rig.run(
-        put("/d.txt", extra=ExtraFields(digests=f"sha-256=:{bad}:")), Chunks([b"payload"])
+        put("/d.txt", extra=extra(digests=f"sha-256=:{bad}:")), Chunks([b"payload"])
     )
     assert refused.status == 400 and not (rig.root / "d.txt").exists()
     ok = await rig.run(
-        put("/d.txt", extra=ExtraFields(digests=f"sha-256=:{good}:")), Chunks([b"pay", b"load"])
+        put("/d.txt", extra=extra(digests=f"sha-256=:{good}:")), Chunks([b"pay", b"load"])
     )
     assert ok.status == 201 and (rig.root / "d.txt").read_bytes() == b"payload"
     with pytest.raises(Exception) as info:  # a malformed field: 400 from writes.digest
-        await rig.run(put("/e.txt", extra=ExtraFields(digests="sha-256=nope")), Chunks([b"x"]))
+        await rig.run(put("/e.txt", extra=extra(digests="sha-256=nope")), Chunks([b"x"]))
     assert getattr(info.value, "status", None) == 400
     await clean(rig, fds)
 

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serverio.errors import HTTPError
+from serverio.fs.names import UnsafeName, reduce_name
 from serverio.writes.multipart import (
     MAX_PART_HEADER_BYTES,
     Done,
@@ -25,7 +26,6 @@ from serverio.writes.multipart import (
     PartStart,
     boundary_of,
 )
-from serverio.writes.names import UnsafeName, reduce_name
 
 B = b"----b0undary"
 

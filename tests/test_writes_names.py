@@ -1,4 +1,4 @@
-"""Client-supplied file names (serverio.writes.names): safe base names,
+"""Client-supplied file names (serverio.fs.names): safe base names,
 refusals with their reason, and the duplicate policy as a pure function."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serverio.fs.winpath import windows_name_problem
-from serverio.writes.names import (
+from serverio.fs.names import (
     MAX_NAME_BYTES,
     MAX_RENAME_TRIES,
     NameProblem,
@@ -21,6 +20,7 @@ from serverio.writes.names import (
     pick_name,
     reduce_name,
 )
+from serverio.fs.winpath import windows_name_problem
 
 ACCEPTED: list[tuple[str, str]] = [
     ("report.pdf", "report.pdf"),

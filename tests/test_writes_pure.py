@@ -39,7 +39,15 @@ STDLIB_ALLOWED = frozenset(
     }
 )
 # serverio modules the pure packages may use, themselves pure (checked too).
-SERVERIO_ALLOWED = frozenset({"serverio.errors", "serverio.fs.winpath", "serverio.http.target"})
+SERVERIO_ALLOWED = frozenset(
+    {
+        "serverio.errors",
+        "serverio.fs.names",
+        "serverio.fs.winpath",
+        "serverio.http.extra",
+        "serverio.http.target",
+    }
+)
 
 
 def imports(module: str) -> set[str]:

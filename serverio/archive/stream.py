@@ -26,8 +26,8 @@ from ..fs.jobs import OwnedFd, scan_listing
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..http.listing import Entry
-from ..http.reasons import reason_status
 from ..model import BodyCut, errno_reason
+from ..model.reasons import reason_status
 from .plan import Bounds, Member, check_bounds
 from .tarenc import TarEncoder
 from .walk import close_opened, close_read, open_member, read_span, scan_at

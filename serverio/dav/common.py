@@ -19,13 +19,14 @@ from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
 from ..fs.writer import Placement, WriteRefused, current_bytes, open_target, require_free
+from ..http.access import AccessTarget, Kind, Right, served_target
 from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind, Right, served_target
 from ..site.rules import match_path
 from ..upload.service import Uploads
 from .answers import condition_plan
+from .fields import DAV_IF
 from .guard import LockGuard, path_href
 from .props import Locks
 from .xml import MAX_XML_BYTES
@@ -228,7 +229,7 @@ class DavBase:
         """The current ETags of ``places`` when the request has an ``If``
         field (else none: nothing compares them)."""
         known: dict[str, str | None] = {}
-        if req.extra.dav_if is not None and job is not None:
+        if DAV_IF.of(req) is not None and job is not None:
             for path, place in places:
                 facts = await self.current_facts(job, place)
                 known[path] = None if facts is None else facts.etag or None

@@ -44,6 +44,7 @@ from typing import Final, Protocol, TypeAlias
 from urllib.parse import unquote, urlsplit
 
 from ..http.core import Plan, RequestFacts, error_plan
+from .fields import DAV_IF
 from .ifheader import ResourceState, parse_if
 from .xml import Element, href_of
 
@@ -83,7 +84,7 @@ class LockGuard(Protocol):
         answer and the path it is about: 423 Locked with the path of the
         locked resource (the service answers with
         ``DAV:lock-token-submitted`` naming its href, §9.6.1, §6.4), or 412
-        Precondition Failed when the ``If`` field (``req.extra.dav_if``)
+        Precondition Failed when the ``If`` field (:data:`~serverio.dav.fields.DAV_IF`)
         does not hold (§10.4.1), with the request's own path."""
         ...
 
@@ -150,7 +151,7 @@ class LockGuard(Protocol):
 
     async def unlock(self, req: RequestFacts, path: str, now: float) -> Plan:
         """The answer to an UNLOCK of ``path`` (the ``Lock-Token`` field is
-        ``req.extra.lock_token``): 204, or 400 / 409 (§9.11).
+        the Lock-Token field): 204, or 400 / 409 (§9.11).
 
         Cancellation handling: it holds nothing across an await.
         """
@@ -173,7 +174,7 @@ class NoLocks:
         etag_of: Callable[[str], str | None],
         now: float,
     ) -> tuple[int, str] | None:
-        value = req.extra.dav_if
+        value = DAV_IF.of(req)
         if value is None:
             return None
         field = parse_if([value.encode("latin-1")])

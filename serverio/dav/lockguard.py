@@ -28,6 +28,7 @@ from ..errors import HTTPError
 from ..http.core import Plan, RequestFacts, error_plan
 from ..site.gate import client_key
 from ..site.rules import parse_basic
+from .fields import DAV_IF, DEPTH, LOCK_TOKEN, TIMEOUT
 from .guard import Done, no_etag
 from .ifheader import Depth, IfField, parse_depth, parse_if, parse_timeout
 from .lockplans import (
@@ -84,7 +85,7 @@ def _principal(req: RequestFacts) -> str | None:
 
 
 def _if_field(req: RequestFacts) -> IfField | None:
-    value = req.extra.dav_if
+    value = DAV_IF.of(req)
     return parse_if([value.encode("latin-1")]) if value is not None else None
 
 
@@ -239,8 +240,8 @@ class TableLocks:
         try:
             info = parse_lockinfo(body)
             field = _if_field(req)
-            timeouts = parse_timeout(_raw(req.extra.timeout))
-            depth = parse_depth(_raw(req.extra.depth), Depth.INFINITY)
+            timeouts = parse_timeout(_raw(TIMEOUT.of(req)))
+            depth = parse_depth(_raw(DEPTH.of(req)), Depth.INFINITY)
         except HTTPError as exc:
             return error_plan(exc.status, now)
         here = lock_path(path)
@@ -339,7 +340,7 @@ class TableLocks:
         none).
         """
         try:
-            token = parse_lock_token(_raw(req.extra.lock_token))
+            token = parse_lock_token(_raw(LOCK_TOKEN.of(req)))
         except HTTPError as exc:
             return error_plan(exc.status, now)
         try:

@@ -36,14 +36,16 @@ from collections.abc import Callable
 from ..fs.davtree import TreeJob, copy_tree, list_tree, move_tree, remove_tree, write_props
 from ..fs.opener import ContainedRoot
 from ..fs.writer import Placement, Refusal, WriteRefused
+from ..http.access import AccessTarget, Kind, Right, served_target
 from ..http.core import Plan, RequestFacts, error_plan
+from ..http.extra import HOST
 from ..http.target import Target, is_write_temp
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind, Right, served_target
 from ..upload.decide import errno_status, has_preconditions, precondition_status
 from ..upload.resolved import resolved_target
 from .answers import multistatus_plan, status_plan
 from .common import DavBase, field, read_access, rel, write_access
+from .fields import DEPTH, DESTINATION, OVERWRITE
 from .guard import path_href
 from .ifheader import Depth, parse_depth, parse_destination, parse_overwrite
 from .xml import Response
@@ -127,7 +129,7 @@ async def delete(
     target = req.target
     if svc.is_top(target.segments):
         return error_plan(403, now)  # the root (or --webdav-prefix's top) is never removed
-    if parse_depth(field(req.extra.depth), Depth.INFINITY) is not Depth.INFINITY:
+    if parse_depth(field(DEPTH.of(req)), Depth.INFINITY) is not Depth.INFINITY:
         return error_plan(400, now)
     refusal = await write_access(admit, target, Right.DELETE)
     if refusal is not None:
@@ -186,9 +188,9 @@ async def copy_move(
     move = req.method == b"MOVE"
     target = req.target
     dest = parse_destination(
-        field(req.extra.destination),
+        field(DESTINATION.of(req)),
         scheme="https" if req.tls else "http",
-        host=req.extra.host or "",
+        host=HOST.of(req) or "",
     )
     if dest.foreign or dest.target is None or not svc.at_dav(dest.target.segments):
         # §9.8.5, §9.9.4: another server, or another URL namespace (outside
@@ -207,10 +209,10 @@ async def copy_move(
         # Onto a collection that contains it: replacing the destination
         # would remove the source first (Apache's mod_dav: 403 too).
         return error_plan(403, now)
-    depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
+    depth = parse_depth(field(DEPTH.of(req)), Depth.INFINITY)
     if depth is Depth.ONE or (move and depth is not Depth.INFINITY):
         return error_plan(400, now)  # §9.8.3, §9.9.2
-    overwrite = parse_overwrite(field(req.extra.overwrite))
+    overwrite = parse_overwrite(field(OVERWRITE.of(req)))
     if move:
         refusal = await write_access(admit, target, Right.DELETE)
     else:

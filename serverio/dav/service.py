@@ -53,12 +53,12 @@ from ..fs.davtree import (
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.listing import Entry
 from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
-from ..site.access import AccessTarget, Kind, Right
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.resolved import Resolving, resolved_target
@@ -81,6 +81,7 @@ from .common import (
     rel,
     write_access,
 )
+from .fields import DAV_IF, DEPTH
 from .guard import NO_LOCKS, Done, LockGuard, path_href
 from .ifheader import Depth, parse_depth
 from .props import apply_patch, dump_dead, load_dead, propfind_response
@@ -213,7 +214,7 @@ class DavService(DavBase):
         job = TreeJob()
         try:
             places = []
-            if req.extra.dav_if is not None:  # its entity tags need the file's ETag
+            if DAV_IF.of(req) is not None:  # its entity tags need the file's ETag
                 places.append((path, await self.place(job, segments)))
             known = await self.known_etags(req, job, places)
             paths = [path, rel(segments[:-1])]
@@ -281,7 +282,7 @@ class DavService(DavBase):
     async def _propfind(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan | tuple[Plan, ChunkSource]:
-        depth = parse_depth(field(req.extra.depth), Depth.INFINITY)
+        depth = parse_depth(field(DEPTH.of(req)), Depth.INFINITY)
         bound = self.config.uploads.webdav_depth_infinity
         if depth is Depth.INFINITY and not bound:
             return condition_plan(403, "propfind-finite-depth", now)  # RFC 4918 §9.1
@@ -392,7 +393,7 @@ def _infinite(req: RequestFacts) -> bool:
     """Does the LOCK ask for depth infinity (the default, §9.10.3)?  A
     malformed Depth is the guard's 400."""
     try:
-        return parse_depth(field(req.extra.depth), Depth.INFINITY) is Depth.INFINITY
+        return parse_depth(field(DEPTH.of(req)), Depth.INFINITY) is Depth.INFINITY
     except HTTPError:
         return False
 

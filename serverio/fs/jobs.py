@@ -1,5 +1,8 @@
 """The blocking work of the content follow-ups: listing scans, compression, hashing.
 
+(A listing's page is rendered by :func:`serverio.http.listing.render_listing`,
+run in the same pool: fs reads and scans, it renders no HTML.)
+
 :class:`serverio.pipeline.content.ContentService` orchestrates the
 follow-ups on the trio side (caches, single flights, fallbacks); the
 functions here are what it runs in the ``work`` pool through
@@ -24,39 +27,23 @@ from typing import Any, Final
 from ..http.codecs import compress_bytes
 from ..http.core import content_hasher
 from ..http.dates import http_seconds
-from ..http.listing import (
-    Entry,
-    ListingQuery,
-    entries_digest,
-    filter_entries,
-    listing_etag,
-    render_html,
-    render_json,
-    sort_entries,
-)
-from ..http.readme import render_readme
+from ..http.listing import Entry, entries_digest
 from ..http.target import WRITE_TEMP_PREFIX
 from ..model import Identity
 from . import winstat
 from .opener import ContainedRoot
-from .readme import Readme
 from .reads import pread
 
 __all__ = [
-    "Listing",
     "OwnedFd",
     "Scan",
     "compress_file",
     "hash_bytes",
     "hash_file",
     "hash_for_etag",
-    "render_listing",
     "scan_directory",
     "scan_listing",
 ]
-
-# body, content type, weak ETag
-Listing = tuple[bytes, bytes, str]
 
 READ_CHUNK = 1 << 20
 
@@ -317,37 +304,3 @@ def scan_listing(
         raise
     entries, truncated = scan_directory(OwnedFd(fd), opener, relpath, hidden, limit, real)
     return Scan(entries, truncated, st.st_dev, st.st_ino, entries_digest(entries, truncated))
-
-
-def render_listing(
-    segments: tuple[str, ...],
-    entries: list[Entry],
-    query: ListingQuery,
-    truncated: bool,
-    limit: int,
-    readme: Readme | None = None,
-    hidden: bool = False,
-    archives: bool = False,
-    upload: bool = False,
-) -> Listing:
-    """Sort and render one listing (blocking: formatting ten thousand rows
-    never holds the event loop): ``(body, content_type, etag)``."""
-    ordered = sort_entries(filter_entries(entries, query.filter), query)
-    if query.json:
-        body = render_json(segments, ordered, truncated=truncated)
-        return body, b"application/json", listing_etag(body)
-    section = ""
-    if readme is not None:
-        section = render_readme(readme.name, readme.text, segments, hidden=hidden, size=readme.size)
-    body = render_html(
-        segments,
-        ordered,
-        query,
-        truncated=truncated,
-        limit=limit,
-        scanned=len(entries),
-        readme=section,
-        archives=archives,
-        upload=upload,
-    )
-    return body, b"text/html; charset=utf-8", listing_etag(body)

@@ -301,7 +301,7 @@ class RootOpener:
         root (``"a/b"``, ``""`` for the root itself) when it followed a
         symlink, None when it followed none (``relpath`` is then the path
         opened).  The site's rules are decided on that path too
-        (:func:`serverio.site.access.resolved_path`).
+        (:func:`serverio.http.access.resolved_path`).
 
         The same resolution as the open, so the answer names what the
         descriptor is (no second lookup a swapped link could fool).  A path

@@ -8,7 +8,7 @@ made of) and, for a small body, reads the whole file.  It decides nothing
 about the response: it returns a :class:`~serverio.model.Resolution` of
 facts and open descriptors (with the file's headers, Vary and the digest
 asked for, which it needs to know which sidecars to open and which
-descriptors to keep), and the pure decision (:mod:`serverio.http.decide`, over
+descriptors to keep), and the pure decision (:mod:`serverio.model.decide`, over
 :mod:`serverio.http.select` and :func:`serverio.http.core.decide_file`)
 runs on the trio side after it.  It is one call so that it costs one
 thread hop when it runs in the ``fs`` pool
@@ -19,7 +19,7 @@ a small settled file it read, and revalidates a candidate entry handed to it
 
 What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
 found, a name containment refused, not a regular file, an errno's), never
-an HTTP status; :data:`serverio.http.reasons.REASON_STATUS` maps reasons
+an HTTP status; :data:`serverio.model.reasons.REASON_STATUS` maps reasons
 to statuses, once.
 
 Whoever receives a ``Resolution`` owns its descriptors and must call
@@ -41,21 +41,13 @@ from ..config import Config
 from ..http.core import (
     EtagPolicy,
     FileFacts,
-    RequestFacts,
     content_digest,
     mtime_is_synthetic,
-    spa_fallback_applies,
     wants_content_hash,
 )
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
-from ..http.select import (
-    choose_coding,
-    digest_algorithm,
-    file_headers,
-    negotiates,
-    sidecars_wanted,
-)
+from ..http.select import Lookup, choose_coding_for, file_fields, sidecars_wanted_for
 from ..model import (
     CACHED,
     DIRECTORY,
@@ -247,16 +239,8 @@ def _failed(exc: OSError) -> Resolution:
     return Resolution(ERROR, reason, exc.errno, real=real)
 
 
-def _wants_bytes(req: RequestFacts) -> bool:
-    """Read a small body whole in the hop?  For a GET that probably sends
-    it: not for HEAD, nor for a revalidation (If-None-Match,
-    If-Modified-Since: usually a 304).  A hint only: a body that turns out
-    to be needed after all is streamed from the descriptor."""
-    return req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
-
-
 def resolve(
-    req: RequestFacts,
+    look: Lookup,
     cfg: Config,
     opener: ContainedRoot,
     now: float,
@@ -267,6 +251,12 @@ def resolve(
 ) -> Resolution:
     """Open, validate and gather facts.  Blocking; never raises for
     filesystem trouble (it becomes an ERROR resolution).
+
+    ``look``: what the request asks, as facts
+    (:func:`serverio.http.select.lookup`): the path, whether the ``--spa``
+    file may stand in for it, whether a small body is read whole (a hint:
+    a body needed after all is streamed from the descriptor), the codings
+    negotiable and the digest asked for.
 
     ``hit``: a warm-file cache candidate (found without a syscall by the
     caller); it is revalidated here with one ``stat`` and answered as
@@ -280,7 +270,7 @@ def resolve(
     the resolved target are decided too; such a file is not put in the
     warm-file cache (whose hits are decided on their path alone).
     """
-    target = req.target
+    target = look.target
     resolving = cfg.site.path_rules
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
@@ -297,7 +287,7 @@ def resolve(
             # file itself opens under the same containment.  The opener
             # never looks outside the root, so ENOENT/ENOTDIR from it means
             # missing inside: no further open is needed to tell.
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not spa_fallback_applies(req, cfg):
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not look.spa:
                 raise
             assert cfg.content.spa is not None
             # Under mounts, the SPA file of the mount that matched.
@@ -307,7 +297,7 @@ def resolve(
                 raise
             spa_fd, spa_st, spa_real = opened  # ownership moves to _resolve_file
             return _resolve_file(
-                req, cfg, opener, now, spa_fd, spa_st, (spa, spa_real), hashes=hashes
+                look, cfg, opener, now, spa_fd, spa_st, (spa, spa_real), hashes=hashes
             )
         st = winstat.fstat(fd)
         relpath = target.relpath
@@ -335,7 +325,7 @@ def resolve(
             return Resolution(ERROR, Reason.NOT_FOUND, real=real)
         file_fd, fd = fd, -1  # ownership moves to _resolve_file
         return _resolve_file(
-            req, cfg, opener, now, file_fd, st, (relpath, real), cache, mono, hashes
+            look, cfg, opener, now, file_fd, st, (relpath, real), cache, mono, hashes
         )
     except OSError as exc:
         return _failed(exc)
@@ -359,7 +349,7 @@ def _index_file(
 
 
 def _resolve_file(
-    req: RequestFacts,
+    look: Lookup,
     cfg: Config,
     opener: ContainedRoot,
     now: float,
@@ -385,9 +375,9 @@ def _resolve_file(
     relpath, real = path
     try:
         ctype = guess_type(relpath.rsplit("/", 1)[-1])
-        extra, vary = file_headers(req, cfg, relpath, ctype)
-        digest = digest_algorithm(req, cfg)
-        negotiated = negotiates(req, vary)
+        extra, vary = file_fields(look.download, cfg, relpath, ctype)
+        digest = look.digest
+        negotiated = look.negotiates(vary)
         entry: CachedFile | None = None
         try:
             facts, data = _facts(st, ctype, cfg, hashes, now, fd)
@@ -395,15 +385,15 @@ def _resolve_file(
                 cache is not None
                 and not digest
                 and real is None
-                and _cacheable(req, relpath, st, now)
+                and _cacheable(look, relpath, st, now)
             ):
                 # (A digest job reads from a descriptor: not from the cache.)
                 entry, data = _cache_entry(cache, fd, st, facts, data, mono, negotiated)
         except _Shrank:
             return Resolution(UNAVAILABLE)
-        if entry is not None and not req.target.query:
+        if entry is not None and not look.target.query:
             entry.headers = (extra, vary)  # computed once, here
-        if data is None and _wants_bytes(req) and st.st_size <= cfg.files.small_file_size:
+        if data is None and look.wants_bytes and st.st_size <= cfg.files.small_file_size:
             # Small body: read it now, in this same hop, and send it with the
             # head in one write.
             data = read_all(fd, st.st_size)
@@ -414,13 +404,13 @@ def _resolve_file(
         fd = -1
         sidecars: dict[str, Rep] = {}
         if negotiated:
-            hop = _Hop(req, cfg, now, cache, mono, hashes, ctype)
+            hop = _Hop(look, cfg, now, cache, mono, hashes, ctype)
             sidecars = _sidecars(hop, opener, path, st, facts, entry)
             reps.extend(sidecars.values())
         if entry is not None and (
             entry.whole
             or any(s.cached is not None for s in entry.sidecars.values())
-            or (negotiated and _flies(entry, req, cfg, sidecars))
+            or (negotiated and _flies(entry, look, cfg, sidecars))
         ):
             assert cache is not None
             cache.put(relpath, entry)
@@ -448,7 +438,7 @@ def _resolve_file(
             rep.close()
 
 
-def _flies(entry: CachedFile, req: RequestFacts, cfg: Config, sidecars: dict[str, Rep]) -> bool:
+def _flies(entry: CachedFile, look: Lookup, cfg: Config, sidecars: dict[str, Rep]) -> bool:
     """Is an entry without the file's bytes worth keeping for this request's
     choice, a coding made on the fly?  Its answers come from the compression
     cache (the handler uses it only while that holds them), so the entry
@@ -458,14 +448,14 @@ def _flies(entry: CachedFile, req: RequestFacts, cfg: Config, sidecars: dict[str
     identity: that needs the bytes, so the entry would never answer.)"""
     if entry.facts.hash_pending:
         return False
-    coding, from_sidecar = choose_coding(req, cfg, entry.facts.size, sidecars)
+    coding, from_sidecar = choose_coding_for(look, cfg, entry.facts.size, sidecars)
     return bool(coding) and not from_sidecar
 
 
-def _cacheable(req: RequestFacts, relpath: str, st: os.stat_result, now: float) -> bool:
+def _cacheable(look: Lookup, relpath: str, st: os.stat_result, now: float) -> bool:
     """May the warm-file cache keep this file?  Named directly by the target
     (not an index file or the SPA file), and settled (serverio.fs.filecache)."""
-    return relpath == req.target.relpath and not req.target.slash and settled(st, now)
+    return relpath == look.target.relpath and not look.target.slash and settled(st, now)
 
 
 def _cache_entry(
@@ -498,7 +488,7 @@ def _cache_entry(
 class _Hop(NamedTuple):
     """What every step of one file's resolution reads."""
 
-    req: RequestFacts
+    look: Lookup
     cfg: Config
     now: float
     cache: FileCache | None
@@ -527,7 +517,7 @@ def _sidecars(
     relpath, real = file_path
     resolving = hop.cfg.site.path_rules
     sidecars: dict[str, Rep] = {}
-    wanted = sidecars_wanted(hop.req, hop.cfg)
+    wanted = sidecars_wanted_for(hop.look, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,
     # "Absent sidecars"): a sidecar created after this changes it.
     stamp = _directory_stamp(opener, relpath, hop.now) if entry is not None and wanted else None
@@ -618,7 +608,7 @@ def _sidecar_facts(
             side = CachedFile(identity(side_st), side_facts, side_data, hop.mono)
             entry.sidecars[coding] = Sidecar(path, side.ident, side)
     small = hop.cfg.files.small_file_size
-    if side_data is None and _wants_bytes(hop.req) and side_st.st_size <= small:
+    if side_data is None and hop.look.wants_bytes and side_st.st_size <= small:
         side_data = read_all(side_fd, side_st.st_size)
         if side_data is None:
             rep.shrank = True

@@ -1,6 +1,7 @@
 """Read a directory's README for its listing (blocking).
 
-The one blocking step of :mod:`serverio.http.readme`: open the file the
+The one blocking step of :mod:`serverio.http.readme` (which renders what
+this reads, a :class:`~serverio.http.readme.Readme`): open the file the
 listing found through the root opener (the containment of a request:
 ``openat2(RESOLVE_BENEATH)`` or the component walk, symlinks as
 ``--follow-symlinks`` says), check it is a regular file, and read at most
@@ -13,22 +14,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
 
+from ..http.readme import Readme
 from .opener import ContainedRoot
 from .reads import pread
 
-__all__ = ["Readme", "read_readme"]
-
-
-@dataclass(frozen=True, slots=True)
-class Readme:
-    """What was read: ``text`` None when the file is over the bound."""
-
-    name: str
-    text: str | None
-    size: int
-    digest: bytes  # of the bytes read (or of the size, when too large)
+__all__ = ["read_readme"]
 
 
 def read_readme(opener: ContainedRoot, relpath: str, name: str, limit: int) -> Readme | None:

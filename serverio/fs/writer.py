@@ -5,7 +5,7 @@ Every write streams into a temporary file and becomes visible only whole:
 1. :func:`open_target` opens the target's directory through the root's
    containment (:meth:`serverio.fs.opener.RootOpener.open`: no symlink
    leading out, no hidden name unless ``--hidden``), checks the final name
-   with :func:`serverio.writes.names.check_name` (no dotfile unless
+   with :func:`serverio.fs.names.check_name` (no dotfile unless
    hidden, no Windows-reserved name, no upload temporary) and ``lstat``\\ s
    it there: the facts of the current file (for the preconditions), or
    the reason it cannot be written (a directory, a symlink, not a regular
@@ -46,7 +46,7 @@ from typing import Any, Final
 
 from ..http.core import content_hasher
 from ..http.target import WRITE_TEMP_PREFIX
-from ..writes.names import UnsafeName, check_name
+from .names import UnsafeName, check_name
 from .opener import ContainedRoot
 
 __all__ = [

@@ -35,7 +35,7 @@ __all__ = [
     "VARY_ACCEPT",
     "VARY_ACCEPT_ENCODING",
     "EtagPolicy",
-    "ExtraFields",
+    "Extra",
     "FileFacts",
     "FileSpan",
     "Plan",
@@ -81,47 +81,12 @@ VARY_ACCEPT_ENCODING: Final = b"Accept-Encoding"
 VARY_ACCEPT: Final = b"Accept"
 
 
-@dataclass(frozen=True, slots=True)
-class ExtraFields:
-    """Request fields read by one feature each (values as in :class:`RequestFacts`)."""
-
-    # Uploads (serverio.upload): Content-Digest and Repr-Digest (RFC 9530)
-    # of a PUT's content, one joined list (they name the same bytes: a PUT's
-    # content is sent without a content coding).
-    digests: str | None = None
-    # ... and the upload form (a multipart POST): its Content-Type (the
-    # boundary) and Sec-Fetch-Site; the CSRF rule also reads ``host`` below.
-    content_type: str | None = None
-    sec_fetch_site: str | None = None
-    # ... and a PUT's Content-Range: a partial PUT, refused with 400
-    # (RFC 9110 §9.3.4; serverio does not apply partial updates).
-    content_range: str | None = None
-    # Site rules (serverio.site.rules): CORS (the Fetch standard).
-    origin: str | None = None
-    cors_method: str | None = None  # Access-Control-Request-Method
-    cors_headers: str | None = None  # Access-Control-Request-Headers
-    # Read only with --trusted-proxies (serverio.site.forwarded): the client
-    # a trusted reverse proxy names (RFC 7239; the de-facto X-Forwarded-For).
-    forwarded: str | None = None
-    x_forwarded_for: str | None = None
-    # The reverse proxy (serverio.proxy): Upgrade (RFC 9110 §7.8).
-    upgrade: str | None = None
-    # WebDAV (serverio.dav, RFC 4918 §10): raw values, parsed by the DAV
-    # service (serverio.dav.ifheader).  ``host`` (the Host field or HTTP/2's
-    # :authority) is kept only when another field of this class is (a
-    # Destination, §10.3: is it this server?; an Origin or Content-Type for
-    # the upload form's CSRF rule), so a plain request still gets NO_EXTRA;
-    # on every request when the Host is checked (serverio.http.hosts).
-    depth: str | None = None
-    destination: str | None = None
-    overwrite: str | None = None
-    dav_if: str | None = None
-    lock_token: str | None = None
-    timeout: str | None = None
-    host: str | None = None
-
-
-NO_EXTRA: Final = ExtraFields()
+# The raw values of the request fields features registered
+# (serverio.http.extra: each feature names its own, none is named here),
+# as (lower-case name, value) pairs in the order first seen; the shared
+# empty NO_EXTRA when the request has none of them (every plain GET).
+Extra = tuple[tuple[str, str], ...]
+NO_EXTRA: Final[Extra] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +120,9 @@ class RequestFacts:
     # set only for a write step (serverio.pipeline.request.complete_write):
     # the key of per-client budgets there (WebDAV locks); "" elsewhere.
     client: str = ""
-    # The fields one feature each reads (CORS, uploads, --trusted-proxies),
-    # apart so that this class stays small; the shared NO_EXTRA when the
-    # request has none of them (every plain GET).
-    extra: ExtraFields = NO_EXTRA
+    # The fields a feature reads (WebDAV's Depth, CORS's Origin, ...): read
+    # with the feature's own serverio.http.extra.RequestField, never here.
+    extra: Extra = NO_EXTRA
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +198,7 @@ class Plan:
     send_body: bool = True
     close: bool = False
     # The plan is memoised and shared by the requests of one second
-    # (serverio.http.decide.serve_cached, Site.finish): a transport may
+    # (serverio.model.decide.serve_cached, Site.finish): a transport may
     # cache what it serialises from it, keyed by the plan's identity
     # (serverio.wire.h1.shared_head).  A pure value: no wire bytes here.
     shared: bool = False
@@ -782,7 +746,7 @@ def depends_on_method_only(req: RequestFacts) -> bool:
     True when the request carries no precondition, no Range and no query:
     then, for one file, coding, policy and second of ``now`` (the Date
     header), every such request gets the same plan.  The edge memoises
-    those (serverio.http.decide.serve_cached); keep this beside decide_file
+    those (serverio.model.decide.serve_cached); keep this beside decide_file
     so that a new input to the decision cannot be missed here.
     """
     return (

@@ -62,6 +62,7 @@ from typing import Final
 
 from ..config import Config, parse_listen
 from .core import Plan, RequestFacts, common_fields
+from .extra import HOST
 
 __all__ = ["HostRule", "host_allowed", "host_name", "host_rule", "misdirected_plan"]
 
@@ -149,7 +150,7 @@ def misdirected_plan(rule: HostRule, req: RequestFacts, now: float) -> Plan | No
     naming the option that admits the host.  The name is echoed only as
     the Host grammar lets it through (serverio.wire.fields: no space, no
     quote, no angle bracket), in a text/plain body with nosniff."""
-    authority = req.extra.host
+    authority = HOST.of(req)
     if host_allowed(rule, authority):
         return None
     assert authority is not None

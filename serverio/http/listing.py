@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from .readme import Readme, render_readme
 from .target import quote_segment
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "LISTING_UPLOAD_CSP",
     "SORT_KEYS",
     "Entry",
+    "Listing",
     "ListingQuery",
     "entries_digest",
     "filter_entries",
@@ -46,6 +48,7 @@ __all__ = [
     "parse_listing_query",
     "render_html",
     "render_json",
+    "render_listing",
     "shown_name",
     "sort_entries",
 ]
@@ -520,3 +523,42 @@ def render_json(
     }
     # ensure_ascii: the body is pure ASCII whatever the names are.
     return json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+# body, content type, weak ETag
+Listing = tuple[bytes, bytes, str]
+
+
+def render_listing(
+    segments: tuple[str, ...],
+    entries: list[Entry],
+    query: ListingQuery,
+    truncated: bool,
+    limit: int,
+    readme: Readme | None = None,
+    hidden: bool = False,
+    archives: bool = False,
+    upload: bool = False,
+) -> Listing:
+    """Sort and render one listing: ``(body, content_type, etag)``.  Pure,
+    but run in the ``work`` pool (:mod:`serverio.pipeline.content`):
+    formatting ten thousand rows never holds the event loop."""
+    ordered = sort_entries(filter_entries(entries, query.filter), query)
+    if query.json:
+        body = render_json(segments, ordered, truncated=truncated)
+        return body, b"application/json", listing_etag(body)
+    section = ""
+    if readme is not None:
+        section = render_readme(readme.name, readme.text, segments, hidden=hidden, size=readme.size)
+    body = render_html(
+        segments,
+        ordered,
+        query,
+        truncated=truncated,
+        limit=limit,
+        scanned=len(entries),
+        readme=section,
+        archives=archives,
+        upload=upload,
+    )
+    return body, b"text/html; charset=utf-8", listing_etag(body)

@@ -32,6 +32,7 @@ import html
 import importlib
 import importlib.util
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -55,7 +56,15 @@ def _module(name: str) -> Any:
     return importlib.import_module(name)
 
 
-__all__ = ["MARKDOWN", "README_MAX", "README_NAMES", "checked_url", "render_readme", "with_readme"]
+__all__ = [
+    "MARKDOWN",
+    "README_MAX",
+    "README_NAMES",
+    "Readme",
+    "checked_url",
+    "render_readme",
+    "with_readme",
+]
 
 # The names looked for, in this order (the first present is shown).
 README_NAMES: Final = ("README.md", "README")
@@ -164,6 +173,17 @@ def _markdown(text: str, segments: tuple[str, ...], hidden: bool) -> str:
     _sandbox(tokens, segments, hidden)
     rendered: str = md.renderer.render(tokens, md.options, env)
     return rendered
+
+
+@dataclass(frozen=True, slots=True)
+class Readme:
+    """A README as read (:func:`serverio.fs.readme.read_readme`): ``text``
+    None when the file is over the bound."""
+
+    name: str
+    text: str | None
+    size: int
+    digest: bytes  # of the bytes read (or of the size, when too large)
 
 
 def render_readme(

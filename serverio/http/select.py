@@ -3,7 +3,7 @@
 The blocking layer (:func:`serverio.fs.prepare.resolve`) gathers facts —
 the file, the precompressed sidecars it was told to look for, what the
 warm-file cache holds — and the decision after it
-(:mod:`serverio.http.decide`, on the trio side) asks these functions
+(:mod:`serverio.model.decide`, on the trio side) asks these functions
 what they mean.  Every rule about *which*
 representation is served lives here, once:
 
@@ -19,49 +19,73 @@ representation is served lives here, once:
   to the facts);
 * whether a ``Repr-Digest`` is computed (:func:`digest_algorithm`,
   :func:`digest_applies`).
+
+The blocking layer takes no request: :func:`lookup` turns one into the
+plain :class:`Lookup` resolution needs (the target, the ``--spa``
+fallback, the parsed Accept-Encoding when the coding is negotiable, the
+digest asked for), and the ``*_for`` functions answer the same questions
+from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from ..config import Config
 from .active import active_fields
 from .codecs import CODECS
-from .core import Plan, RequestFacts
+from .core import Plan, RequestFacts, spa_fallback_applies
 from .disposition import content_disposition, download_matches
 from .mime import is_compressible
 from .negotiate import (
     COMPRESS_MIN_SIZE,
+    AcceptEncoding,
     parse_accept_encoding,
     parse_query,
     select_coding,
     want_digest,
     wanted_codings,
 )
+from .target import Target
 
 __all__ = [
     "Headers",
+    "Lookup",
     "choice_depends_on",
     "choose_coding",
+    "choose_coding_for",
     "digest_algorithm",
     "digest_applies",
+    "file_fields",
     "file_headers",
+    "lookup",
     "negotiates",
     "on_the_fly",
     "sidecars_wanted",
+    "sidecars_wanted_for",
 ]
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
 
 def file_headers(req: RequestFacts, cfg: Config, relpath: str, ctype: str) -> tuple[Headers, bool]:
+    """The extra headers of a file response, and whether its coding varies
+    (:func:`file_fields`, ``?download`` read from ``req``'s query)."""
+    return file_fields(_asks_download(req.target), cfg, relpath, ctype)
+
+
+def _asks_download(target: Target) -> bool:
+    return target.query is not None and "download" in parse_query(target.query)
+
+
+def file_fields(download: bool, cfg: Config, relpath: str, ctype: str) -> tuple[Headers, bool]:
     """The extra headers of a file response, and whether its coding varies.
 
-    ``?download`` or a ``--download`` glob adds Content-Disposition
-    (RFC 6266).  With writes on, an active file (HTML, SVG ...) under a
-    writable path gets ``Content-Security-Policy: sandbox`` or
-    ``Content-Disposition: attachment`` (:mod:`serverio.http.active`).
+    ``download`` (``?download``) or a ``--download`` glob adds
+    Content-Disposition (RFC 6266).  With writes on, an active file (HTML,
+    SVG ...) under a writable path gets ``Content-Security-Policy: sandbox``
+    or ``Content-Disposition: attachment`` (:mod:`serverio.http.active`).
     Every response for a resource whose coding is negotiated carries
     ``Vary: Accept-Encoding``, identity included (RFC 9110 §12.5.5), so a
     shared cache never hands gzip bytes to a client that did not ask.
@@ -70,9 +94,7 @@ def file_headers(req: RequestFacts, cfg: Config, relpath: str, ctype: str) -> tu
     """
     extra: Headers = ()
     name = relpath.rsplit("/", 1)[-1]
-    if "download" in parse_query(req.target.query) or (
-        cfg.content.download and download_matches(name, relpath, cfg.content.download)
-    ):
+    if download or (cfg.content.download and download_matches(name, relpath, cfg.content.download)):
         extra = ((b"content-disposition", content_disposition(name)),)
     if cfg.uploads.upload:  # read-only servers never ask (one attribute test)
         extra += active_fields(cfg, relpath, ctype, bool(extra))
@@ -157,3 +179,63 @@ def digest_applies(plan: Plan) -> bool:
     """A Repr-Digest describes the selected representation's bytes, so only
     responses that carry (part of) them get one: 200 and 206, not 304/412."""
     return plan.status in (200, 206)
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What resolution opens and reads for one request, decided before the
+    blocking hop (:func:`lookup`): facts, no request.
+
+    ``target``: the path (its segments, slash and query); ``spa``: a
+    missing path may be answered with the ``--spa`` file
+    (:func:`~serverio.http.core.spa_fallback_applies`); ``wants_bytes``: a
+    small body is read whole in the hop (a GET that probably sends it: not
+    HEAD, nor a revalidation, usually a 304; a hint only); ``download``:
+    ``?download`` asks for Content-Disposition; ``accept``: the parsed
+    Accept-Encoding when the coding may be negotiated (None for a Range
+    request, which gets identity, or without the field: :func:`negotiates`);
+    ``digest``: the Repr-Digest algorithm to send, ``""`` for none.
+    """
+
+    target: Target
+    spa: bool = False
+    wants_bytes: bool = False
+    download: bool = False
+    accept: AcceptEncoding | None = None
+    digest: str = ""
+
+    def negotiates(self, vary: bool) -> bool:
+        """:func:`negotiates` for this lookup."""
+        return vary and self.accept is not None
+
+
+def lookup(req: RequestFacts, cfg: Config) -> Lookup:
+    """The :class:`Lookup` of ``req``."""
+    negotiable = req.range is None and req.accept_encoding is not None
+    return Lookup(
+        req.target,
+        spa=spa_fallback_applies(req, cfg),
+        wants_bytes=(
+            req.method == b"GET" and req.if_none_match is None and req.if_modified_since is None
+        ),
+        download=_asks_download(req.target),
+        accept=parse_accept_encoding(req.accept_encoding) if negotiable else None,
+        digest=digest_algorithm(req, cfg),
+    )
+
+
+def sidecars_wanted_for(look: Lookup, cfg: Config) -> list[str]:
+    """:func:`sidecars_wanted` from a :class:`Lookup` (call only when it
+    negotiates)."""
+    if not cfg.content.precompressed or look.accept is None:
+        return []
+    return wanted_codings(look.accept)
+
+
+def choose_coding_for(
+    look: Lookup, cfg: Config, size: int, sidecars: Collection[str]
+) -> tuple[str, bool]:
+    """:func:`choose_coding` from a :class:`Lookup` (call only when it
+    negotiates)."""
+    assert look.accept is not None
+    return select_coding(look.accept, sidecars, on_the_fly(size, cfg))

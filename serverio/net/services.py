@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ..dav.service import DavService
     from ..live.service import LiveReload
     from ..proxy.service import ProxyService
+    from ..signing import Signer
     from ..upload.service import Uploads
 
 # Start-up (docs/performance.md "Start-up"): each optional feature (live
@@ -91,6 +92,7 @@ class Services:
         self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
         self._opener: ContainedRoot | None = None
+        self._signer: Signer | None = None
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
         self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
@@ -236,6 +238,19 @@ class Services:
             # One RootOpener, or one per mount (serverio.fs.mounts).
             self._opener = open_root(self.config)
         return self._opener
+
+    @property
+    def signer(self) -> Signer:
+        """The server's token signer (serverio.signing), made on first use
+        from ``--secret-file`` (serverio.secret): a feature that signs
+        links, sessions or upload URLs asks for it while the server is
+        assembled, before anything is served (the read is a start-up read)."""
+        if self._signer is None:
+            from ..secret import resolve_secret
+            from ..signing import Signer
+
+            self._signer = Signer(resolve_secret(self.config.site.secret_file))
+        return self._signer
 
     @asynccontextmanager
     async def logging(self) -> AsyncIterator[None]:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import ConfigError
+from ..secret import data_dir
 from ..site.service import served_inside
 from .lan import interface_addresses
 
@@ -95,15 +96,7 @@ class DevTls:
 
 def default_dir(environ: dict[str, str] | None = None, platform: str = sys.platform) -> str:
     """The user's data directory for serverio's development TLS files."""
-    env = dict(os.environ) if environ is None else environ
-    home = os.path.expanduser("~")
-    if platform == "win32":
-        base = env.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
-        return os.path.join(base, "serverio", "dev-tls")
-    if platform == "darwin":
-        return os.path.join(home, "Library", "Application Support", "serverio", "dev-tls")
-    base = env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
-    return os.path.join(base, "serverio", "dev-tls")
+    return os.path.join(data_dir(environ, platform), "dev-tls")
 
 
 def _private_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

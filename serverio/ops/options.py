@@ -1081,6 +1081,17 @@ _SITE = (
         default_text="none",
     ),
     _O(
+        "secret_file",
+        ("--secret-file",),
+        "sign session cookies, share links and resumable-upload URLs with this file's "
+        "content (at least 32 bytes; give every replica of a fleet the same file); "
+        "default: a key generated once in serverio's data directory",
+        "Site rules",
+        metavar="FILE",
+        default_text="generated",
+        fs_path=True,
+    ),
+    _O(
         "allow_plain_auth",
         ("--allow-plain-auth",),
         "allow --auth on a non-loopback address without TLS (the password then crosses "

@@ -1,6 +1,6 @@
 """Content follow-ups: listings, on-the-fly compression, representation digests.
 
-The decision after the resolution hop (:mod:`serverio.http.decide`, over
+The decision after the resolution hop (:mod:`serverio.model.decide`, over
 the facts :mod:`serverio.fs.prepare` gathered in one round of syscalls)
 decides everything it can; what needs CPU or a directory scan it leaves as
 a follow-up on the :class:`~serverio.model.Prepared`.  This module
@@ -38,33 +38,33 @@ from ..config import Config
 from ..errors import HTTPError
 from ..fs.filecache import HashStore
 from ..fs.jobs import (
-    Listing,
     OwnedFd,
     compress_file,
     hash_bytes,
     hash_file,
     hash_for_etag,
-    render_listing,
     scan_listing,
 )
 from ..fs.opener import ContainedRoot
-from ..fs.readme import Readme, read_readme
+from ..fs.readme import read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
-from ..http.decide import identity_fallback
 from ..http.listing import (
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
     Entry,
+    Listing,
     ListingQuery,
     entries_digest,
     parse_listing_query,
+    render_listing,
 )
 from ..http.negotiate import parse_query, prefers_json, repr_digest_field
-from ..http.readme import README_MAX, README_NAMES, with_readme
-from ..http.reasons import reason_status
+from ..http.readme import README_MAX, README_NAMES, Readme, with_readme
 from ..http.select import digest_applies
 from ..model import Body, Identity, Reason, errno_reason
+from ..model.decide import identity_fallback
+from ..model.reasons import reason_status
 from ..observe.stats import Stats
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def _job_maker(
 
 def _errno_status(exc: OSError) -> int:
     """The status of a failed scan: the filesystem's reason, mapped by the
-    one table (serverio.http.reasons); an unexpected errno is logged."""
+    one table (serverio.model.reasons); an unexpected errno is logged."""
     reason = errno_reason(exc.errno)
     if reason is Reason.FAILED:
         log.error("directory scan failed: %s", errno.errorcode.get(exc.errno or 0, "?"))
@@ -310,7 +310,7 @@ class ContentService:
         memo_key = prepared.memo_key
         if memo_key is not None:
             # A plain request answered from the warm-file cache: the same
-            # answer serves the rest of this second (serverio.http.decide,
+            # answer serves the rest of this second (serverio.model.decide,
             # serve_cached); the handler stores the memo in the entry.
             plan = prepared.plan = replace(prepared.plan, shared=True)
             body = prepared.body = Body.of(plan)

@@ -12,7 +12,7 @@ order of the steps lives here and nowhere else:
    costs one ``stat`` instead), otherwise from the warm-file cache when its
    entry is inside the validity window (no syscall), otherwise through one
    hop into the ``fs`` pool (which also revalidates a candidate);
-2. **decide** (:mod:`serverio.http.decide`, pure, here on the trio
+2. **decide** (:mod:`serverio.model.decide`, pure, here on the trio
    thread after the hop); what it returns to memoise (``Prepared.memo``)
    is stored in the warm-file cache entry here, and the hit counted here;
 3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
@@ -54,9 +54,10 @@ from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
 from ..http.core import Plan, RequestFacts
-from ..http.decide import cache_candidate, decide, needs_compressed, serve_cached
 from ..http.hosts import host_rule
+from ..http.select import lookup
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
+from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
 from .content import ContentService
 from .hooks import NO_HOOKS, Hooks, Transform
 
@@ -349,7 +350,14 @@ class Handler:
                     return _memoised(hit, self._followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
             res = resolve(
-                req, self.config, self._opener(), now, files, UNTIMED, self.content.hashes, hit
+                lookup(req, self.config),
+                self.config,
+                self._opener(),
+                now,
+                files,
+                UNTIMED,
+                self.content.hashes,
+                hit,
             )
             prepared = decide(res, req, self.config, now, boundary)
             if not prepared.needs_followup:
@@ -491,7 +499,7 @@ class Handler:
         res = await run_blocking(
             self.fs,
             resolve,
-            req,
+            lookup(req, self.config),
             self.config,
             self._opener(),
             now,
@@ -608,7 +616,7 @@ def prepare(
         hit = None  # no compression cache here: the file is resolved
     if hit is not None and hit.learned:
         _remember_choice(hit, req)
-    res = resolve(req, cfg, opener, now, cache, mono, hashes, hit)
+    res = resolve(lookup(req, cfg), cfg, opener, now, cache, mono, hashes, hit)
     if res.kind == CACHED:
         assert cache is not None and hit is not None
         return _cached(cache, hit, req, cfg, now, boundary)

@@ -58,9 +58,9 @@ from typing import NamedTuple, Protocol
 import trio
 
 from ..concurrency.broadcast import StreamSlots
+from ..http.access import AccessTarget
 from ..http.core import Plan, RequestFacts
 from ..model import Body, ChunkSource, Prepared
-from ..site.access import AccessTarget
 
 __all__ = [
     "NO_HEAD",

@@ -49,34 +49,39 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Final, Protocol
 
 import trio
 
 from ..config import Config, IPNetwork
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body
-from ..http.access import access_plan
+from ..http.access import (
+    Access,
+    AccessTarget,
+    Kind,
+    Ticket,
+    access_plan,
+    resolved_path,
+    served_target,
+)
 from ..http.core import Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import negotiated_error
+from ..http.extra import request_field
+from ..http.forwarded import client_address
 from ..http.hosts import misdirected_plan
 from ..model import ChunkSource, Prepared
 from ..observe.accesslog import AccessLog, AccessRecord
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
-from ..site.access import AccessTarget, Kind, resolved_path, served_target
-from ..site.forwarded import client_address
-from ..site.ticket import Ticket
 from .handler import Content, Deferred, Handler
 from .hooks import NO_HEAD, RawHead, Upload, WriteContent
-
-if TYPE_CHECKING:  # the site rules are imported only when configured
-    from ..site.service import Site
 
 __all__ = [
     "Answer",
     "Deps",
     "ForwardedClient",
+    "SiteSteps",
     "Wait",
     "Waiting",
     "access",
@@ -92,6 +97,35 @@ __all__ = [
     "start",
 ]
 
+# The fields the steps read themselves: the client a trusted proxy names
+# (--trusted-proxies, RFC 7239 §4; the de-facto X-Forwarded-For), and a
+# CORS preflight's method (Fetch §4.8: a preflight is the site's, never
+# a write).
+FORWARDED: Final = request_field("forwarded")
+X_FORWARDED_FOR: Final = request_field("x-forwarded-for")
+PREFLIGHT: Final = request_field("access-control-request-method")
+
+
+class SiteSteps(Protocol):
+    """What the request steps ask of the site rules
+    (:class:`serverio.site.service.Site` is one): named here, not imported,
+    so that the pipeline stays below the features that plug into it (and a
+    plain static start never imports the site rules)."""
+
+    async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket: ...
+
+    async def admit(
+        self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
+    ) -> Access: ...
+
+    def respond_now(
+        self, handler: Handler, req: RequestFacts, now: float
+    ) -> Prepared | Deferred: ...
+
+    def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan: ...
+
+    def count(self, user: str, size: int) -> None: ...
+
 
 class Deps(Protocol):
     """What the request steps use; a connection's shared environment
@@ -99,7 +133,10 @@ class Deps(Protocol):
 
     config: Config
     handler: Handler
-    site: Site | None
+
+    @property
+    def site(self) -> SiteSteps | None: ...
+
     stats: Stats
     access_log: AccessLog
     response_times: Histogram
@@ -134,10 +171,10 @@ class Waiting:
 def client_for(config: Config, peer: Callable[[], str], req: RequestFacts) -> Callable[[], str]:
     """Who sent ``req``, for the access log and the auth limiter: ``peer``
     itself without ``--trusted-proxies`` (no work at all), else the client a
-    trusted proxy names (:func:`serverio.site.forwarded.client_address`),
+    trusted proxy names (:func:`serverio.http.forwarded.client_address`),
     looked up once and only when asked (a :class:`ForwardedClient`)."""
     networks = config.site.proxy_networks
-    if not networks or (req.extra.forwarded is None and req.extra.x_forwarded_for is None):
+    if not networks or (FORWARDED.of(req) is None and X_FORWARDED_FOR.of(req) is None):
         return peer
     return ForwardedClient(peer, req, networks)
 
@@ -161,7 +198,7 @@ class ForwardedClient:
         if self._got is None:
             req = self._req
             self._got = client_address(
-                self.peer(), req.extra.forwarded, req.extra.x_forwarded_for, self._networks
+                self.peer(), FORWARDED.of(req), X_FORWARDED_FOR.of(req), self._networks
             )
         return self._got
 
@@ -313,7 +350,7 @@ async def access(
     Every feature with a resolved target calls this instead of matching
     URLs itself: the pipeline for what the handler resolved (a file, a
     listing, a sidecar), and later a write, a proxy route, a mount or an
-    archive member, with an :class:`~serverio.site.access.AccessTarget` of
+    archive member, with an :class:`~serverio.http.access.AccessTarget` of
     its own kind.  The decision is :meth:`serverio.site.service.Site.admit`;
     a rule passed here is recorded in ``ticket`` (its responses are then
     private, its error pages shown).
@@ -473,7 +510,7 @@ def _writes(handler: Handler, req: RequestFacts) -> bool:
     but a CORS preflight (the site's) and a request a proxy route takes."""
     if req.method not in handler.write_methods:
         return False
-    if req.method == b"OPTIONS" and req.extra.cors_method is not None:
+    if req.method == b"OPTIONS" and PREFLIGHT.of(req) is not None:
         return False
     takes = handler.write_takes
     if takes is not None and not takes(req):
@@ -617,7 +654,7 @@ def finish(deps: Deps, plan: Plan, ticket: Ticket | None) -> Answer:
 
 
 def _finished(
-    site: Site | None,
+    site: SiteSteps | None,
     plan: Plan,
     fd: int,
     ticket: Ticket | None,
@@ -680,7 +717,7 @@ def record(
         elif status >= 400:
             stats.client_errors += 1
     if user and deps.site is not None:
-        deps.site.gate.count(user, size)
+        deps.site.count(user, size)
     log = deps.access_log
     if log.enabled:
         log.write(

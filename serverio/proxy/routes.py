@@ -269,7 +269,7 @@ def request_fields(
     to (:func:`upgrade_token`), kept with ``Connection: upgrade`` (a
     tunnel), every other hop-by-hop field still removed; ``real_ip``: the
     X-Real-IP value when the peer is trusted (the client it names, by
-    :func:`serverio.site.forwarded.client_address`), else the peer's
+    :func:`serverio.http.forwarded.client_address`), else the peer's
     address is; ``authenticated``: serverio checked the request's
     credentials (an auth rule applied and passed), so its Authorization
     was for serverio and is not sent on, unless the route passes it

@@ -47,6 +47,7 @@ import functools
 import ipaddress
 import logging
 from collections.abc import Callable
+from typing import Final
 
 import h11
 import trio
@@ -55,12 +56,13 @@ from ..config import Config, IPNetwork, ProxyPolicy, ProxyRoute
 from ..errors import HTTPError
 from ..fs.body import NO_BODY, Body, StreamBody
 from ..http.core import Plan, RequestFacts
+from ..http.extra import request_field
+from ..http.forwarded import normalize_address, trusts
 from ..model import BodyCut
 from ..observe.stats import ProxyStats
 from ..pipeline.handler import ClientGone, client_gone, watching_client
 from ..pipeline.hooks import RawHead, TunnelBody, Upload
 from ..pipeline.request import ForwardedClient
-from ..site.forwarded import normalize_address, trusts
 from .client import (
     Connect,
     Head,
@@ -87,6 +89,10 @@ from .tunnel import TunnelGauge, UpstreamTunnel
 __all__ = ["Downstream", "ProxyService"]
 
 log = logging.getLogger("serverio")
+
+# A request that asks to switch protocols (RFC 9110 §7.8: a WebSocket) is
+# --proxy-fallback's, not a file's.
+UPGRADE: Final = request_field("upgrade")
 
 # Statuses that never have content (RFC 9110 §6.4.1).
 _BODILESS = frozenset({204, 304})
@@ -145,7 +151,7 @@ class ProxyService:
         server's hot-reload socket at ``/`` must not get ``index.html``)."""
         route = self.routes.match(req.target.segments)
         if route is None and self._fallback is not None:
-            if req.method not in _FILE_METHODS or req.extra.upgrade is not None:
+            if req.method not in _FILE_METHODS or UPGRADE.of(req) is not None:
                 return self._fallback
         return route
 
@@ -272,7 +278,7 @@ class ProxyService:
         real_ip = None
         if trusted:
             # X-Real-IP: the client the trusted proxy names, as serverio
-            # itself decides it (site.forwarded.client_address: the access
+            # itself decides it (http.forwarded.client_address: the access
             # log's client), never a value the client sent.
             real_ip = forwarded_for(normalize_address(client())).strip(b'"').strip(b"[]")
             plain = plain and plain_value(real_ip)

@@ -27,12 +27,15 @@ from ..config import Config
 from ..errors import ConfigError
 from ..fs.opener import RootOpener
 from ..fs.reads import pread
+from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts
 from ..http.errorpage import negotiated_error
 from ..http.mime import guess_type
 from ..http.plans import NO_OPS, HeaderOps, apply_headers, page_plan
-from .access import AccessTarget, Kind, rule_for
+from .access import rule_for
 from .rules import (
+    CORS_METHOD,
+    ORIGIN,
     SiteRules,
     cors_headers,
     error_page_key,
@@ -139,7 +142,7 @@ class Finisher:
         # --hsts goes on TLS responses only (RFC 6797 §7.2): part of the key.
         tls = req.tls if req is not None else False
         ops = self._header_ops(req, path, protected, tls)
-        origin = req.extra.origin if req is not None else None
+        origin = ORIGIN.of(req) if req is not None else None
         memo_key: tuple[int, str | None, bool] | None = None
         if plan.shared and plan.status < 400:  # an error's page depends on Accept
             memo_key = (id(plan), origin if self._vary_origin else None, tls)
@@ -150,9 +153,7 @@ class Finisher:
             if self.pages:  # a site's [errors] page first: it keeps priority
                 plan = self._error_page(plan, authed)
             plan = negotiated_error(plan, req.accept if req is not None else None)
-        preflight = (
-            req is not None and req.method == b"OPTIONS" and req.extra.cors_method is not None
-        )
+        preflight = req is not None and req.method == b"OPTIONS" and CORS_METHOD.of(req) is not None
         extra = () if preflight else cors_headers(rules.cors, origin)
         if ops is NO_OPS and not extra and not self._vary_origin:
             out = plan

@@ -1,6 +1,6 @@
 """The credentials side of the access hook (trio thread only).
 
-:class:`Gate` turns an :class:`~serverio.site.access.AccessTarget` and the
+:class:`Gate` turns an :class:`~serverio.http.access.AccessTarget` and the
 request's credentials into an :class:`~serverio.http.access.Access`: the
 rule that protects the target (:func:`serverio.site.access.rule_for`, the
 one matcher), the Basic credentials (RFC 7617), the failure limiter
@@ -32,9 +32,9 @@ from dataclasses import replace
 import trio
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
-from ..http.access import ALLOWED, Access, Verdict
+from ..http.access import ALLOWED, Access, AccessTarget, Kind, Right, Verdict, access_paths
 from ..observe.stats import Stats
-from .access import AccessTarget, Kind, rule_for, rules_below, write_allowed
+from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
 from .rights import rule_at
@@ -42,12 +42,10 @@ from .rules import (
     AccessRule,
     AuthRule,
     SiteRules,
-    access_paths,
     canonical,
     glob_below,
     parse_basic,
 )
-from .vocabulary import Right
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
 
@@ -324,7 +322,7 @@ class Gate:
     def _tree_now(
         self, target: AccessTarget, authorization: str | None, granted: frozenset[int]
     ) -> Access:
-        """:meth:`decide_now` for a :attr:`~serverio.site.access.AccessTarget.tree`
+        """:meth:`decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
         target: the rule of its own paths and every rule that can match
         below them (:func:`~serverio.site.access.rules_below`), each as a
         target of its own would be; the first that does not allow decides

@@ -1,7 +1,7 @@
 """Rights per user and path: ``[[access]]`` rules and ``--allow`` (pure).
 
 A rule is a path glob and, per principal, a set of rights from the fixed
-vocabulary (:class:`~serverio.site.access.Right`).  A principal is
+vocabulary (:class:`~serverio.http.access.Right`).  A principal is
 ``anonymous`` (every client, signed in or not), ``authenticated`` (every
 user who signed in), a group (``[[group]]``) or a user of the users file
 (``--auth-file`` / ``--auth``).  What a client may do on a path:
@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ..errors import ConfigError
+from ..http.access import WRITES, Right
 from .rules import AccessRule, canonical, compile_glob
-from .vocabulary import WRITES, Right
 
 __all__ = [
     "ANONYMOUS",

@@ -31,14 +31,17 @@ from typing import Final
 
 from ..config import ACTIVE_MODES
 from ..errors import ConfigError
+from ..http.access import Right
 from ..http.core import RequestFacts
-from ..http.negotiate import SIDECAR_SUFFIX
+from ..http.extra import request_field
 from ..http.plans import NO_OPS, HeaderOps
 from ..http.target import Target, quote_query, quote_segment
-from .vocabulary import Right
 
 __all__ = [
+    "CORS_HEADERS",
+    "CORS_METHOD",
     "FORBIDDEN_HEADERS",
+    "ORIGIN",
     "WRITE_ACTIONS",
     "AccessRule",
     "AuthRule",
@@ -48,7 +51,6 @@ __all__ = [
     "Rewrite",
     "SiteRules",
     "WritableRule",
-    "access_paths",
     "canonical",
     "compile_glob",
     "compile_rules",
@@ -664,6 +666,12 @@ def _hsts_value(max_age: int | None, subdomains: bool) -> bytes | None:
 
 # ------------------------------------------------------------------ headers
 
+# The request fields of CORS (the Fetch standard): Origin, and a preflight's
+# Access-Control-Request-Method and -Headers (serverio.http.extra).
+ORIGIN: Final = request_field("origin")
+CORS_METHOD: Final = request_field("access-control-request-method")
+CORS_HEADERS: Final = request_field("access-control-request-headers")
+
 
 def header_ops(
     rules: SiteRules, path: str, *, protected: bool = False, tls: bool = False
@@ -762,22 +770,23 @@ def preflight_fields(
     before authentication.  From an origin not allowed, the answer is a
     plain 204 without CORS fields: the browser then refuses the request.
     """
-    if req.method != b"OPTIONS" or req.extra.origin is None or req.extra.cors_method is None:
+    origin = ORIGIN.of(req)
+    if req.method != b"OPTIONS" or origin is None or CORS_METHOD.of(req) is None:
         return None
     methods = _CORS_METHODS + writes
     hs: list[tuple[bytes, bytes]] = [(b"allow", methods)]
-    allowed = cors.any_origin or req.extra.origin in cors.origins
+    allowed = cors.any_origin or origin in cors.origins
     if allowed:
         hs.append(
             (
                 b"access-control-allow-origin",
-                b"*" if cors.any_origin else req.extra.origin.encode("latin-1"),
+                b"*" if cors.any_origin else origin.encode("latin-1"),
             )
         )
         if cors.credentials and not cors.any_origin:
             hs.append((b"access-control-allow-credentials", b"true"))
         hs.append((b"access-control-allow-methods", methods))
-        asked = req.extra.cors_headers
+        asked = CORS_HEADERS.of(req)
         if asked:
             names = [n.strip() for n in asked.split(",") if n.strip()]
             if (
@@ -903,7 +912,7 @@ class RouteDecision:
 
     ``paths``: the paths whose access rules apply (the request path, and
     the paths a rewrite or clean URL would serve: the access hook's
-    target, :class:`serverio.site.access.AccessTarget`); ``redirect``:
+    target, :class:`serverio.http.access.AccessTarget`); ``redirect``:
     (status, Location); ``rewritten``: the target to serve instead;
     ``not_found``: the rewrite names a hidden path that ``--hidden`` does
     not serve (a 404, as that path itself would get).
@@ -957,23 +966,6 @@ def error_page_key(rules: SiteRules, status: int) -> str | None:
 
 
 # ------------------------------------------------------------------ auth
-
-
-_SIDECAR_SUFFIXES: Final = tuple(SIDECAR_SUFFIX.values())
-
-
-def access_paths(path: str) -> tuple[str, ...]:
-    """Every path whose auth rule protects the bytes at ``path``.
-
-    A precompressed sidecar (``/r/q3.html.gz``) holds the same content as
-    the file it is a coding of (``/r/q3.html``): a rule that protects the
-    file protects its sidecars, whether they are negotiated or requested
-    (or listed) by their own names.
-    """
-    for suffix in _SIDECAR_SUFFIXES:
-        if path.endswith(suffix) and len(path) > len(suffix) + 1 and path[-len(suffix) - 1] != "/":
-            return (path, path[: -len(suffix)])
-    return (path,)
 
 
 def parse_basic(value: str | None) -> tuple[str, str] | None:

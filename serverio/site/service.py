@@ -23,7 +23,7 @@ Every access question — a request path, a resolved file, a listing, a
 sidecar, the reserved live-reload paths, a listed name, a path an event
 names — is one call, :meth:`Site.access` (or :meth:`Site.access_now`,
 the same decision without waiting), on an
-:class:`~serverio.site.access.AccessTarget`; :class:`serverio.site.gate.Gate`
+:class:`~serverio.http.access.AccessTarget`; :class:`serverio.site.gate.Gate`
 decides it.  The rules return decisions (an :class:`~serverio.http.access.Access`,
 a redirect's status and Location, the fields of a preflight, a page);
 the plans come from the pure layer (:mod:`serverio.http.access`,
@@ -44,7 +44,16 @@ from types import ModuleType
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..errors import ConfigError
-from ..http.access import Access, Verdict, access_plan
+from ..http.access import (
+    Access,
+    AccessTarget,
+    Kind,
+    Right,
+    Ticket,
+    Verdict,
+    access_plan,
+    resolved_path,
+)
 from ..http.core import Plan, RequestFacts, error_plan, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
@@ -55,7 +64,7 @@ from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred, Handler
 from ..pipeline.hooks import Router
-from .access import AccessTarget, Kind, Right, resolved_path, write_allowed
+from .access import write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
 from .gate import Gate
@@ -72,7 +81,6 @@ from .rules import (
     match_path,
     preflight_fields,
 )
-from .ticket import Ticket
 
 __all__ = [
     "FAILURE_BUDGET",
@@ -357,7 +365,7 @@ class Site:
         this request already passed (not checked again).  ``user``: a user
         the caller verified otherwise (a session cookie, a trusted proxy's
         header), decided on as a signed-in user.  The target's right
-        (:attr:`~serverio.site.access.AccessTarget.right`) is what the
+        (:attr:`~serverio.http.access.AccessTarget.right`) is what the
         ``[[access]]`` rules are asked about.  The result is a decision
         (``Access.user``: the signed-in user it knows);
         :func:`serverio.http.access.access_plan` makes a refusal's response.
@@ -377,6 +385,12 @@ class Site:
         without credentials."""
         authorization = req.authorization if req is not None else None
         return self.gate.decide_now(target, authorization, frozenset(), user)
+
+    def count(self, user: str, size: int) -> None:
+        """A response of ``size`` body bytes sent to signed-in ``user``
+        (the per-user counters of /metrics; a name no users file holds is
+        not counted)."""
+        self.gate.count(user, size)
 
     def may(self, right: Right, path: str, user: str | None) -> bool:
         """May ``user`` (verified by the caller; None: an anonymous client)

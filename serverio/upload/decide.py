@@ -21,8 +21,10 @@ from ..http.core import (
     evaluate_preconditions,
     sent_mtime,
 )
+from ..http.extra import HOST
 from ..http.negotiate import prefers_json
 from ..http.target import quote_segment
+from .fields import ORIGIN, SEC_FETCH_SITE
 
 __all__ = [
     "REFUSAL_STATUS",
@@ -152,20 +154,20 @@ def cross_site(req: RequestFacts, allowed: frozenset[str] = frozenset()) -> bool
     origins that may write (``--cors-origin`` with ``--cors-writes``),
     compared exactly as the CORS rules compare them.
     """
-    extra = req.extra
-    origin = extra.origin
+    origin = ORIGIN.of(req)
+    host = HOST.of(req)
     if origin is not None:
         if origin in allowed:
             return False
         parts = urlsplit(origin.strip())
         scheme = parts.scheme.lower()
         want = "https" if req.tls else "http"
-        if scheme != want or parts.path or parts.query or extra.host is None:
+        if scheme != want or parts.path or parts.query or host is None:
             return True
         theirs = _host_port(parts.netloc, scheme)
-        ours = _host_port(extra.host, want)
+        ours = _host_port(host, want)
         return theirs is None or theirs != ours
-    site = extra.sec_fetch_site
+    site = SEC_FETCH_SITE.of(req)
     return site is not None and site.strip().lower() not in _SAME_ORIGIN_FETCH
 
 

@@ -8,10 +8,10 @@ origin, the access hook on the directory and the writes-in-flight budget):
 * the body is parsed incrementally (:class:`serverio.writes.multipart.MultipartParser`,
   fed each chunk as it is pulled: never the whole body);
 * every part with a ``filename`` is a file: its name is reduced to a safe
-  base name (:func:`serverio.writes.names.reduce_name`: no directory part,
+  base name (:func:`serverio.fs.names.reduce_name`: no directory part,
   no ``..``, no control character, NFC, the Windows rules; 400 otherwise),
   the duplicate policy picks where it goes (``--on-duplicate``:
-  :func:`serverio.writes.names.pick_name`), the access hook is asked on
+  :func:`serverio.fs.names.pick_name`), the access hook is asked on
   that final path (``Kind.WRITE``, ``"put"``: the ``[[writable]]`` tables,
   then the ``[[auth]]`` rules, exactly as for a PUT of that file; a
   refusal ends the form with it, 401 / 403, before a byte of the file is
@@ -49,6 +49,7 @@ from typing import Any, Final, Protocol
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import HTTPError
+from ..fs.names import OnDuplicate, UnsafeName, check_name, pick_name, reduce_name
 from ..fs.opener import ContainedRoot
 from ..fs.writer import (
     SYS,
@@ -60,13 +61,13 @@ from ..fs.writer import (
     open_target,
     writable_current,
 )
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, error_plan
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind, Right
 from ..writes.multipart import MultipartParser, PartData, PartEnd, PartStart, boundary_of
-from ..writes.names import OnDuplicate, UnsafeName, check_name, pick_name, reduce_name
 from .decide import REFUSAL_STATUS, form_answer
+from .fields import CONTENT_TYPE
 
 __all__ = ["MAX_FIELD_BYTES", "MKDIR_FIELD", "WriteKit", "place_file", "post_form"]
 
@@ -278,7 +279,7 @@ async def post_form(
     leaves no temporary and no descriptor; files whose part had ended
     stay committed.
     """
-    ctype = req.extra.content_type
+    ctype = CONTENT_TYPE.of(req)
     if ctype is None:
         return error_plan(415, now)
     try:

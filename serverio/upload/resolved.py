@@ -7,7 +7,7 @@ upload or a WebDAV method change (or read) what ``[[auth]]`` and
 wraps the pipeline's :data:`~serverio.pipeline.hooks.Admit` for one
 request: each target it is asked about is decided as asked, then, when a
 link was followed to reach it, once more on where it led
-(:func:`serverio.site.access.resolved_path`): both must pass.  Without
+(:func:`serverio.http.access.resolved_path`): both must pass.  Without
 ``[[auth]]`` or ``[[writable]]`` rules the hook is used as it is.
 
 Where the target led is asked of the same contained opener the write then
@@ -29,9 +29,9 @@ from dataclasses import replace
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..fs.opener import ContainedRoot, Unreached
+from ..http.access import AccessTarget, Kind, resolved_path
 from ..http.core import Plan, error_plan
 from ..pipeline.hooks import Admit
-from ..site.access import AccessTarget, Kind, resolved_path
 from .decide import errno_status
 
 __all__ = ["Resolving", "resolved_target"]

@@ -49,12 +49,12 @@ from ..fs.writer import (
     sweep,
     writable_current,
 )
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import ALLOW_WRITES, FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import is_write_temp
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
-from ..site.access import AccessTarget, Kind, Right
 from ..site.rules import match_path
 from ..writes.digest import DigestVerifier, parse_digests
 from .decide import (
@@ -68,6 +68,7 @@ from .decide import (
     precondition_status,
     replaced_plan,
 )
+from .fields import CONTENT_RANGE, digests
 from .form import post_form
 from .resolved import Resolving
 from .slots import ClientSlots, PacedContent, client_share
@@ -205,7 +206,7 @@ class Uploads:
             if action == "put":
                 self.stats.writes.aborted += 1
             return refusal
-        if req.extra.content_range is not None and req.method == b"PUT":
+        if CONTENT_RANGE.of(req) is not None and req.method == b"PUT":
             # RFC 9110 §9.3.4: a server that allows PUT but not partial
             # PUT MUST answer 400 to one with Content-Range (``curl -C``):
             # else the part would replace the whole file.  Nothing read.
@@ -290,7 +291,7 @@ class Uploads:
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
             return error_plan(413, now, close=True)
-        value = req.extra.digests
+        value = digests(req)
         expected = {} if value is None else parse_digests([value.encode("latin-1")])
         files = self.config.files
         job = WriteJob(

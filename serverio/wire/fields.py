@@ -17,9 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from ..errors import HTTPError
-from ..http.core import NO_EXTRA, ExtraFields
+from ..http.core import NO_EXTRA, Extra
+from ..http.extra import HOST, KEPT
 
 __all__ = ["EXTRA_FIELDS", "FACT_FIELDS", "HOST_RE", "Fields", "check_host", "scan_fields"]
 
@@ -38,35 +40,9 @@ FACT_FIELDS: dict[bytes, str] = {
     b"authorization": "authorization",
 }
 
-# Fields one feature each reads, by ExtraFields attribute.
-EXTRA_FIELDS: dict[bytes, str] = {
-    # Uploads (serverio.upload): the digests a PUT's content must match (RFC 9530).
-    b"content-digest": "digests",
-    b"repr-digest": "digests",
-    b"content-type": "content_type",
-    b"sec-fetch-site": "sec_fetch_site",
-    # ... and a PUT's Content-Range (RFC 9110 §9.3.4: a partial PUT is 400).
-    b"content-range": "content_range",
-    # Site rules: CORS (Fetch standard).
-    b"origin": "origin",
-    b"access-control-request-method": "cors_method",
-    b"access-control-request-headers": "cors_headers",
-    # The client behind a trusted reverse proxy (serverio.site.forwarded):
-    # kept raw; parsed only when the peer is a --trusted-proxies address.
-    b"forwarded": "forwarded",
-    b"x-forwarded-for": "x_forwarded_for",
-    # The reverse proxy's --proxy-fallback (serverio.proxy): a request that
-    # asks to switch protocols (RFC 9110 §7.8, a WebSocket) is the
-    # fallback's, not a file's.
-    b"upgrade": "upgrade",
-    # WebDAV (serverio.dav, RFC 4918 §10).
-    b"depth": "depth",
-    b"destination": "destination",
-    b"overwrite": "overwrite",
-    b"if": "dav_if",
-    b"lock-token": "lock_token",
-    b"timeout": "timeout",
-}
+# The fields a feature reads are not named here: each feature registers its
+# own (serverio.http.extra.request_field), and the scan keeps what KEPT names.
+EXTRA_FIELDS: Final = KEPT
 
 # uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2.2), loosely: an IP
 # literal in brackets or reg-name characters.
@@ -78,7 +54,7 @@ class Fields:
     """What one scan of the header list found."""
 
     values: dict[str, str]  # RequestFacts keyword -> joined value
-    extra: ExtraFields = NO_EXTRA  # RequestFacts.extra
+    extra: Extra = NO_EXTRA  # RequestFacts.extra
     user_agent: str | None = None
     referer: str | None = None
     request_id: str | None = None  # X-Request-Id, for the access log only
@@ -99,11 +75,12 @@ def scan_fields(
 ) -> Fields:
     """One pass over the (lower-case) header list.  ``authority``:
     HTTP/2's ``:authority`` (HTTP/1.1 has a Host line instead); kept in
-    ``extra.host`` (with the Host line's value) when another extra field
-    is present (a Destination for WebDAV COPY / MOVE, an Origin or a
-    Content-Type for the upload form's CSRF rule), or always with
+    ``extra`` as :data:`~serverio.http.extra.HOST` (with the Host line's
+    value) when a registered field is present (a feature may compare with
+    it: WebDAV's Destination, the upload form's CSRF rule), or always with
     ``keep_host`` (the Host check, :mod:`serverio.http.hosts`, reads it
-    on every request).
+    on every request).  Every other field is kept only when a feature
+    registered it (:func:`serverio.http.extra.request_field`).
 
     Raises :class:`HTTPError` 400 for an invalid Host, and for a Host line
     that names another host than ``:authority`` (RFC 9113 §8.3.1: such a
@@ -146,7 +123,7 @@ def scan_fields(
             extra[key] = v if old is None else f"{old}, {v}"
     if extra or (keep_host and host is not None):
         if host is not None:
-            # WebDAV's Destination and the upload form's CSRF rule compare with it.
-            extra["host"] = host.decode("latin-1")
-        out.extra = ExtraFields(**extra)
+            # A feature's field may be compared with it (a WebDAV Destination).
+            extra[HOST.name] = host.decode("latin-1")
+        out.extra = tuple(extra.items())
     return out

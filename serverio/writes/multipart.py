@@ -28,7 +28,7 @@ fields per part are bounded too.  Refused with :class:`HTTPError`:
 
 The preamble and the epilogue are ignored (§5.1.1).  The ``filename`` is
 returned as sent (after quoted-string unescaping); the caller reduces it
-with :func:`serverio.writes.names.reduce_name`.  A ``filename*``
+with :func:`serverio.fs.names.reduce_name`.  A ``filename*``
 (RFC 5987 ext-value, UTF-8 or ISO-8859-1) is preferred over ``filename``
 when both are present, as RFC 6266 §4.3 asks of recipients; RFC 7578 §4.2
 says senders must not use it, but some libraries did.

@@ -9,7 +9,7 @@ and on-the-fly compression, digest eligibility; the file's headers, Vary
 and the digest asked for came computed with the resolution), the plan
 (:func:`serverio.http.core.decide_file` / ``decide_directory`` /
 ``error_plan``, a filesystem reason's status from
-:data:`serverio.http.reasons.REASON_STATUS`), and which descriptor the body
+:data:`serverio.model.reasons.REASON_STATUS`), and which descriptor the body
 keeps.  It only reads its arguments (and closes the descriptors it does not
 hand on), so it is tested as a table without an event loop, and it needs no
 second hop: a small body was read whole in the hop and is sliced here.
@@ -30,7 +30,26 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config import Config
-from ..model import (
+from ..http.core import (
+    FileSpan,
+    Plan,
+    RequestFacts,
+    decide_directory,
+    decide_file,
+    depends_on_method_only,
+    error_plan,
+    precondition_plan,
+)
+from ..http.select import (
+    choice_depends_on,
+    choose_coding,
+    digest_algorithm,
+    digest_applies,
+    file_headers,
+    negotiates,
+    sidecars_wanted,
+)
+from . import (
     CACHED,
     DIRECTORY,
     ERROR,
@@ -44,26 +63,7 @@ from ..model import (
     Resolution,
     Sidecar,
 )
-from .core import (
-    FileSpan,
-    Plan,
-    RequestFacts,
-    decide_directory,
-    decide_file,
-    depends_on_method_only,
-    error_plan,
-    precondition_plan,
-)
 from .reasons import REASON_STATUS
-from .select import (
-    choice_depends_on,
-    choose_coding,
-    digest_algorithm,
-    digest_applies,
-    file_headers,
-    negotiates,
-    sidecars_wanted,
-)
 
 __all__ = [
     "FLY",

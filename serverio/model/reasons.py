@@ -3,7 +3,7 @@
 The filesystem layer says why it cannot hand over what a request names
 (:class:`serverio.model.Reason`, from :func:`serverio.model.errno_reason`);
 this table says which status that is.  Every filesystem error that reaches a
-response goes through it: the resolution (:mod:`serverio.http.decide`) and
+response goes through it: the resolution (:mod:`serverio.model.decide`) and
 the listing scan (:mod:`serverio.pipeline.content`).  Callers that only ask
 "is it there?" (index files, sidecars, listing entries) treat a missing or
 refused name as absent instead, and never get here.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..model import Reason
+from . import Reason
 
 __all__ = ["REASON_STATUS", "reason_status"]
 

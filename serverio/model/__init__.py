@@ -2,7 +2,7 @@ r"""The value types of a response in the making: what fs finds, decide consumes.
 
 The blocking edge (:func:`serverio.fs.prepare.resolve`) gathers facts and
 descriptors into a :class:`Resolution`; the pure decision
-(:mod:`serverio.http.decide`, beside the core) turns it into a
+(:mod:`serverio.model.decide`, beside the core) turns it into a
 :class:`Prepared`; the transports send its :class:`Body`.  The warm-file
 cache keeps :class:`CachedFile` entries, and a :class:`CacheCandidate` names
 the one that may answer a request.  Every one of these is defined here, on
@@ -13,7 +13,7 @@ the filesystem layer (nothing here imports ``fs/``, ``pipeline/`` or
 The filesystem says *why* something cannot be served, never which HTTP
 status that is: a :class:`Reason` (and the errno, when one was raised),
 classified by :func:`errno_reason`.  The one reason -> status table is the
-HTTP layer's (:data:`serverio.http.reasons.REASON_STATUS`).
+HTTP layer's (:data:`serverio.model.reasons.REASON_STATUS`).
 
 Descriptors: a ``Rep``, a ``Resolution``, a ``Prepared`` and a ``Body`` each
 own the descriptors they hold until they hand them on, and close them with
@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from .http.core import FileFacts, FileSpan, Plan
+from ..http.core import FileFacts, FileSpan, Plan
 
 __all__ = [
     "CACHED",
@@ -69,7 +69,7 @@ def close_fd(fd: int) -> None:
 class Reason(enum.IntEnum):
     """Why the filesystem could not hand over what a request names.
 
-    Facts, not statuses: :data:`serverio.http.reasons.REASON_STATUS` maps
+    Facts, not statuses: :data:`serverio.model.reasons.REASON_STATUS` maps
     each to the status it is answered with."""
 
     NOT_FOUND = 1  # no such name (ENOENT, ENOTDIR, ENAMETOOLONG, EINVAL; "/file/")
@@ -369,7 +369,7 @@ class CachedFile:
     # Memos of the edge, not shared state of the cache: the response to a
     # plain GET/HEAD for the wall-clock second of its Date header, per
     # (method, coding served from a sidecar or ""), stored by the handler
-    # from what serverio.http.decide.serve_cached returns; and the (extra
+    # from what serverio.model.decide.serve_cached returns; and the (extra
     # headers, vary) of a request without a query, set by the resolution
     # that made the entry.
     plain: dict[tuple[bytes, str], PlainMemo] = field(default_factory=dict)
@@ -382,7 +382,7 @@ class CachedFile:
     whole: bool = True
     # Memo of the edge too: per Accept-Encoding value, the negotiated
     # (coding, representation, the sidecar states the choice depends on)
-    # that serverio.http.decide.cache_candidate made (``learned``), stored
+    # that serverio.model.decide.cache_candidate made (``learned``), stored
     # by the handler, at most CHOICES_KEPT of them.
     choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(default_factory=dict)
 
@@ -467,7 +467,7 @@ class Prepared:
     # are decided on it (serverio.site.service, "the resolved target").
     served: str | None = None
     # Where ``served`` led through a symlink inside the root ("a/b", "" for
-    # the root; serverio.site.access.resolved_path makes its match path):
+    # the root; serverio.http.access.resolved_path makes its match path):
     # its rules apply too.  With ``served`` None (an error, a directory's
     # redirect): where the request's resolution led or stopped through a
     # link (serverio.fs.opener.Unreached), whose rules decide that answer

@@ -42,8 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from ..fs.winpath import may_be_short_name, windows_name_problem
 from ..http.target import WRITE_TEMP_PREFIX
+from .winpath import may_be_short_name, windows_name_problem
 
 __all__ = [
     "MAX_NAME_BYTES",
