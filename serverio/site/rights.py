@@ -119,9 +119,10 @@ def compile_access(
         if not grants:
             raise ConfigError(f"{where} key 'allow': names no principal")
         given, wheres, _ = merged.get(pattern, ({}, [], 0))
+        key = where if where.startswith("--allow") else f"{where} key 'allow'"
         for name, words in grants:
             _principal(name, known, members, where)
-            given.setdefault(name, set()).update(parse_rights(words, f"{where} key 'allow'"))
+            given.setdefault(name, set()).update(parse_rights(words, key))
         wheres.append(where)
         merged[pattern] = (given, wheres, order)  # the last declaration's place
     out: list[tuple[tuple[int, int, int, int], AccessRule]] = []
