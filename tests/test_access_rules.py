@@ -226,6 +226,10 @@ def test_anonymous_writes_off_loopback_need_the_opt_in(tree: Path, users: Path) 
 # ------------------------------------------------------------ each feature's right
 
 
+def _files(top: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in top.rglob("*") if p.is_file()}
+
+
 def _rules(tree: Path, users: Path, **kw: object) -> Config:
     return make_config(
         tree,
@@ -268,11 +272,11 @@ async def test_each_method_asks_for_its_right(
     tree: Path, users: Path, method: str, path: str, who: str, status: int
 ) -> None:
     cfg = _rules(tree, users)
-    before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+    before = _files(tree)
     async with client_for(cfg, "h1") as send:
         r = await send(method, path, basic(who) if who else {}, b"new" if method == "PUT" else b"")
     assert r.status == status, (r.status, r.body)
-    after = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+    after = _files(tree)
     if status >= 400:
         assert after == before  # a refusal changes nothing
 
