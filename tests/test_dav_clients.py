@@ -179,7 +179,7 @@ async def test_davfs2_mounts_and_writes_through(tmp_path: Path) -> None:
     make a directory, move the file into it, read it back, unmount: the
     files are on serverio's disk.  (Listing a davfs2 directory fails with
     EINVAL on this kernel against any server, rclone's own included: not
-    asserted; docs/features.md "WebDAV".)"""
+    asserted; docs/reference/webdav.md, "Clients".)"""
     root, mnt = tmp_path / "dav", tmp_path / "mnt"
     for d in (root, mnt):
         d.mkdir()

@@ -361,8 +361,8 @@ _COLLECTIONS = ["a", "a/b", "b", "b/c", "c"]
 
 
 def _oracle_match(glob: str, path: str) -> bool:
-    """The glob rules of docs/features.md, by segments (not the server's
-    regular expressions): ``*`` within a segment, ``**`` any number of
+    """The glob rules of docs/reference/site-rules.md ("Globs"), by
+    segments (not the server's regular expressions): ``*`` within a segment, ``**`` any number of
     whole segments; a trailing ``/`` is an empty last segment."""
     if glob.startswith("**"):
         glob = "/" + glob

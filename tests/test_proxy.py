@@ -172,7 +172,7 @@ async def test_content_streams_up_with_its_framing(root: Path) -> None:
 
 
 async def test_with_uploads_on_a_write_under_a_proxy_prefix_goes_upstream(root: Path) -> None:
-    # The routing precedence (docs/features.md): a proxy route before the
+    # The routing precedence (docs/reference/proxy.md): a proxy route before the
     # files, so --upload writes only what no route takes.
     async with proxied(root, upload=True, min_free_space=0) as (up, _srv, client):
         await client.send_raw(b"PUT /api/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
@@ -489,7 +489,7 @@ def test_spa_and_the_fallback_are_refused_together(root: Path) -> None:
 
 
 async def test_a_longer_mount_takes_its_paths_from_a_proxy_route(root: Path) -> None:
-    # The precedence rule (docs/features.md): the longest prefix among
+    # The precedence rule (docs/reference/proxy.md): the longest prefix among
     # routes and mounts wins; --proxy /api and --mount /api/docs=DIR: the
     # mount serves /api/docs/..., the upstream everything else under /api.
     docs = root.parent / "docs"

@@ -196,8 +196,8 @@ def test_the_new_proxy_table_keys_load_round_trip_and_are_checked(
 async def test_auth_rules_are_case_sensitive_unless_the_route_folds_case(
     root: Path, tmp_path: Path
 ) -> None:
-    """The default rule (docs/features.md): an [[auth]] glob matches the
-    path as spelt, so an upstream that ignores case serves /api/Admin/x
+    """The default rule (docs/reference/proxy.md, the case rule): an
+    [[auth]] glob matches the path as spelt, so an upstream that ignores case serves /api/Admin/x
     unprotected; ``case-insensitive = true`` on the route makes the rules
     match every spelling below its prefix."""
     async with routed(root, tmp_path) as (up, _, client):

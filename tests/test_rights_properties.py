@@ -295,7 +295,8 @@ def _cases(draw: st.DrawFn) -> Case:
 
 
 def _mp(rel: str, is_dir: bool) -> str:
-    """The match path of a path relative to the root (docs/features.md)."""
+    """The match path of a path relative to the root
+    (docs/reference/basic-auth.md, "Through a symlink")."""
     if not rel:
         return "/"
     return "/" + rel + ("/" if is_dir else "")

@@ -1,16 +1,21 @@
-r"""Resolution: the only code that touches the filesystem per request.
+r"""Resolution: the filesystem work of answering a GET or HEAD of a file.
 
 :func:`resolve` opens what the request names under containment (the file,
 an index file, the ``--spa`` fallback, the precompressed sidecars the
 request could be answered with), ``fstat``\ s it, checks it is a regular
 file, computes its facts (with the content hash a small file's ETag is
-made of) and, for a small body, reads the whole file.  It decides nothing
-about the response: it returns a :class:`~serverio.model.Resolution` of
-facts and open descriptors (with the file's headers, Vary and the digest
-asked for, which it needs to know which sidecars to open and which
-descriptors to keep), and the pure decision (:mod:`serverio.model.decide`, over
-:mod:`serverio.http.select` and :func:`serverio.http.core.decide_file`)
-runs on the trio side after it.  It is one call so that it costs one
+made of) and, for a small body, reads the whole file.  To know what to
+open and keep it asks the pure layer a few questions, without deciding
+them itself: whether the ``--spa`` fallback applies
+(:func:`~serverio.http.core.spa_fallback_applies`), the file's headers,
+Vary and the digest asked for, which sidecars the request could use and,
+for a cached entry, which coding it gets (:mod:`serverio.http.select`:
+``file_headers``, ``digest_algorithm``, ``negotiates``,
+``sidecars_wanted``, ``choose_coding``).  It returns a
+:class:`~serverio.model.Resolution` of facts and open descriptors, with
+those answers; the response itself (status, validators, fields, ranges)
+is decided on the trio side after it, by :mod:`serverio.model.decide` over
+:func:`serverio.http.core.decide_file`.  It is one call so that it costs one
 thread hop when it runs in the ``fs`` pool
 (:mod:`serverio.concurrency.blocking`); it is synchronous and never touches
 trio.  It also fills the warm-file cache (:mod:`serverio.fs.filecache`) with

@@ -38,7 +38,10 @@ __all__ = ["REJECT", "Admission", "reject_at_once"]
 
 log = logging.getLogger("serverio")
 
-_MAX_REJECTORS = 256  # concurrent 503 writers; beyond this, excess is just closed
+# Concurrent 503 writers (each lingers up to 1 s); beyond this, the excess
+# still gets its 503, in one non-blocking write without a task
+# (reject_at_once), and is then closed.
+_MAX_REJECTORS = 256
 # The over-limit answer: the pure layer's 503 (Retry-After, close, the
 # common fields), serialised once; only its Date is per send.
 REJECT = Canned(error_plan(503, 0.0, close=True))
