@@ -412,5 +412,22 @@ def test_load_site_keeps_auth_file_for_users_only_with_rules(tree: Path, users: 
     assert site.may(Right.UPLOAD, "/incoming/x", "alice")
     assert not site.may(Right.OVERWRITE, "/incoming/x", "alice")
     assert site.may(Right.LIST, "/private/", "carol")
+    assert not site.may(Right.SHARE, "/private/s.txt", "carol")
+    shared = load_site(_rules(tree, users, writable=(("/incoming/**", ("put",)),)))
+    assert shared is not None and not shared.may(Right.DELETE, "/incoming/old.txt", "bob")
+    assert shared.may(Right.OVERWRITE, "/incoming/old.txt", "bob")
     bare = load_site(make_config(tree, auth_file=str(users)))
     assert bare is not None and len(bare.rules.auth) == 1  # the shorthand, as before
+
+
+def test_share_is_a_right_of_its_own(tree: Path, users: Path) -> None:
+    """``share`` (the login feature's links) is asked like any right, and
+    no [[writable]] table or --upload decides it."""
+    cfg = make_config(
+        tree, auth_file=str(users), allow=("anonymous:read@/", "alice:read,share@/private")
+    )
+    site = load_site(cfg)
+    assert site is not None
+    assert site.may(Right.SHARE, "/private/s.txt", "alice")
+    assert not site.may(Right.SHARE, "/private/s.txt", "bob")
+    assert not site.may(Right.SHARE, "/pub.txt", None)

@@ -402,10 +402,10 @@ class Site:
         knows whether it is on.  A path reached through a symlink is asked
         again on its resolved path (:func:`~serverio.site.access.resolved_path`)
         by the caller, as the pipeline does."""
-        if right is Right.LIST or right is Right.READ:
-            kind = Kind.LISTING if right is Right.LIST else Kind.FILE
+        if right.writes:
+            kind = Kind.WRITE  # the [[writable]] tables too
         else:
-            kind = Kind.WRITE
+            kind = Kind.LISTING if right is Right.LIST else Kind.FILE  # read, share
         return self.gate.allows(AccessTarget((path,), kind, right), user)
 
     async def admit(
