@@ -172,9 +172,6 @@ _EITHER = (Right.READ, Right.LIST)
 _READ = (Right.READ,)
 _LIST = (Right.LIST,)
 
-# The right a target needs when it names none: its kind's.
-_KIND_RIGHT = {Kind.LISTING: Right.LIST}
-
 
 @dataclass(frozen=True, slots=True)
 class AccessTarget:
@@ -212,7 +209,7 @@ class AccessTarget:
         right = self.right
         if right is not None:
             return right
-        return _KIND_RIGHT.get(self.kind, Right.READ)
+        return Right.LIST if self.kind is Kind.LISTING else Right.READ
 
     @property
     def action(self) -> str:

@@ -233,10 +233,14 @@ class Gate:
         user: str | None,
     ) -> Access:
         """The ``[[access]]`` rules' part of :meth:`decide_now` (the module doc)."""
-        rights = target.rights()
         found = self._decider(target.paths)
         if target.tree:
             found = found + self._below(target.paths)
+        elif _open_read(found, target):
+            # The warm path: a read anyone may (no rights tuple, no hashing).
+            known = user if user is not None else self._known(authorization, granted)
+            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+        rights = target.rights()
         if _all_allow(found, rights, None):
             # What anyone may: no credentials asked; a user already known
             # is still named (the log, the per-user counters).
@@ -418,6 +422,31 @@ def _basic_user(authorization: str | None) -> str:
     return "" if creds is None else creds[0]
 
 
+def _open_read(found: tuple[AccessRule | None, ...], target: AccessTarget) -> bool:
+    """Is ``target`` a read (a request path, a file, a listing) that every
+    rule of ``found`` lets an anonymous client have?  The common question,
+    answered from the flags the rules were compiled with; False: ask
+    :func:`_all_allow` (it may still allow)."""
+    if target.right is not None or target.also is not None:
+        return False
+    kind = target.kind
+    for rule in found:
+        if rule is None:
+            return False
+        if kind is Kind.FILE or kind is Kind.SIDECAR:
+            if not rule.anonymous_reads:
+                return False
+        elif kind is Kind.LISTING:
+            if not rule.anonymous_lists:
+                return False
+        elif kind is Kind.REQUEST or kind is Kind.RESERVED:
+            if not (rule.anonymous_reads or rule.anonymous_lists):
+                return False
+        else:
+            return False
+    return True
+
+
 def _all_allow(
     found: tuple[AccessRule | None, ...], rights: tuple[Right, ...], user: str | None
 ) -> bool:
@@ -425,8 +454,7 @@ def _all_allow(
     for rule in found:
         if rule is None:
             return False
-        mine = rule.rights_of(user)
-        if not any(r in mine for r in rights):
+        if rule.rights_of(user).isdisjoint(rights):
             return False
     return True
 

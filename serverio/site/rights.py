@@ -141,7 +141,15 @@ def compile_access(
         match = None if every else compile_glob(canonical(pattern) if fold else pattern)
         loose = compile_glob(canonical(pattern)) if folded and not every else None
         rule = AccessRule(
-            pattern, match, anon, frozenset(authed), per_user, " / ".join(wheres), loose
+            pattern,
+            match,
+            anon,
+            frozenset(authed),
+            per_user,
+            " / ".join(wheres),
+            loose,
+            anonymous_reads=Right.READ in anon,
+            anonymous_lists=Right.LIST in anon,
         )
         out.append(((*_rank(pattern), order), rule))
     out.sort(key=lambda pair: pair[0], reverse=True)

@@ -294,6 +294,10 @@ class AccessRule:
     where: str
     # The glob over canonical paths (a case-insensitive proxy route's).
     folded: re.Pattern[str] | None = None
+    # The warm path's questions, answered at start-up: may an anonymous
+    # client read here, list here (a request path: either)?
+    anonymous_reads: bool = False
+    anonymous_lists: bool = False
 
     def rights_of(self, user: str | None) -> frozenset[Right]:
         """The rights of ``user`` (None: an anonymous client) here."""
