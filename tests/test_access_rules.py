@@ -390,8 +390,9 @@ async def test_per_user_counters_in_metrics(tree: Path, users: Path) -> None:
 async def test_a_refusal_is_logged_with_its_rule_at_verbose(
     tree: Path, users: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = _rules(tree, users)
-    with caplog.at_level(logging.INFO, logger="serverio"):
+    """-v: at WARNING, so the default log level shows it (else at INFO)."""
+    cfg = _rules(tree, users, verbose=True)
+    with caplog.at_level(logging.WARNING, logger="serverio"):
         async with client_for(cfg, "h1") as send:
             assert (await send("PUT", "/incoming/old.txt", basic("alice"), b"x")).status == 403
     denied = [r.getMessage() for r in caplog.records if r.getMessage().startswith("denied")]

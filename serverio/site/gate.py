@@ -84,8 +84,13 @@ def client_key(peer: str) -> str:
 class Gate:
     """Access decisions for one server's auth rules."""
 
-    def __init__(self, rules: SiteRules, stats: Stats, processes: int) -> None:
+    def __init__(
+        self, rules: SiteRules, stats: Stats, processes: int, verbose: bool = False
+    ) -> None:
         self.rules = rules
+        # -v: each refusal is logged at WARNING (seen at the default level);
+        # else at INFO (--log-level info).
+        self._refusal_level = logging.WARNING if verbose else logging.INFO
         self.stats = stats
         self.auth_pool = Pool("auth", AUTH_WORKERS, AUTH_QUEUE)
         self._key = secrets.token_bytes(32)
@@ -188,8 +193,11 @@ class Gate:
         abandoned thread, so it counts against the budget.
         """
         pending = self.decide_now(target, authorization, granted, user)
-        if pending.verdict is not Verdict.PENDING:
-            if pending.verdict is Verdict.FORBID or pending.verdict is Verdict.CHALLENGE:
+        verdict = pending.verdict
+        if verdict is Verdict.ALLOW:
+            return pending
+        if verdict is not Verdict.PENDING:
+            if verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE:
                 self._refused(target, pending, user or _basic_user(authorization))
             return pending
         creds = parse_basic(authorization)
@@ -298,12 +306,13 @@ class Gate:
         counters = self.per_user.get(user) if user else None
         if counters is not None and access.verdict is Verdict.FORBID:
             counters[2] += 1
-        if not log.isEnabledFor(logging.INFO):
+        level = self._refusal_level
+        if not log.isEnabledFor(level):
             return
         right = target.needs.value
         who = user or "anonymous"
         path = target.paths[0] if target.paths else "/"
-        log.info("denied %s of %r to %s: %s", right, path, who, self._why(target, user))
+        log.log(level, "denied %s of %r to %s: %s", right, path, who, self._why(target, user))
 
     def _why(self, target: AccessTarget, user: str | None) -> str:
         """The rule that refused ``target`` to ``user``, for the log."""

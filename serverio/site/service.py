@@ -321,7 +321,7 @@ class Site:
         self.config = cfg
         self.rules = rules
         self.stats = stats
-        self.gate = Gate(rules, stats, cfg.listeners.workers)
+        self.gate = Gate(rules, stats, cfg.listeners.workers, verbose=cfg.log.verbose)
         self.finisher = Finisher(cfg, rules, pages)
         # Per request target: the rules' decision and its access target.
         self._routes: dict[Target, tuple[RouteDecision, AccessTarget]] = {}
