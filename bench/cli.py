@@ -20,6 +20,7 @@ from bench import (
     h2profile,
     peers,
     report,
+    startup,
     structure,
     trace,
 )
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     h2profile.add_parser(sub)
     h2floor.add_parser(sub)
     structure.add_parser(sub)
+    startup.add_parser(sub)
     trace.add_parser(sub)
     davrun.add_parser(sub)
 
@@ -298,6 +300,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return structure.run(args)
     if args.command == "dav":
         return davrun.run(args)
+    if args.command == "startup":
+        return startup.run(args)
     if args.command == "trace":
         return trace.run(args)
     return cmd_list(args)

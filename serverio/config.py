@@ -5,9 +5,32 @@ A :class:`Config` holds the policies (:class:`ListenPolicy`,
 fields; each is immutable and validated once, at start-up (each policy
 validates itself, :meth:`Config.validate` adds the rules between them).  The
 hot path reads attributes and never re-parses anything; code that needs one
-concern takes that policy, not the whole Config.  Each setting is one field
-of one policy (:data:`FIELD_GROUP`); serverio.ops.options declares its flag,
-TOML key and help.  Defaults are justified in docs/cli.md.
+concern takes that policy, not the whole Config.  Defaults are justified in
+docs/cli.md.
+
+Each setting is declared once, on its field (:data:`FIELD_GROUP` says which
+policy holds it)::
+
+    webdav_max_locks: int = setting(
+        4096, ("--webdav-max-locks",), "most WebDAV locks held at once", "Uploads",
+        metavar="N", parse="int", ge=1,
+    )
+
+:func:`setting` returns ``dataclasses.field(default=4096, metadata=...)``
+typed as its default, so the field stays an ``int`` for ``mypy --strict``
+and the default is written nowhere else.  The metadata (:class:`Declared`)
+holds the rest: the flags (the first long one is the TOML key and names
+the ``SERVERIO_*`` variable), help, group, metavar, value parser, choices
+and bounds.  From it are derived: the choice and bound checks
+(:func:`check_declared`, called by each policy's ``validate``, with the
+one-line messages naming the flag), serverio.ops.options' command line
+(``--help``, ``--help-all``, the TOML keys, the environment), the man page,
+the shell completions and docs/cli.md's option tables (serverio.ops.clidocs;
+a test regenerates them and fails on drift).  The declaration sits on the field rather than on a
+separate option object so that there is one place to read and nothing to
+keep in step; :func:`setting` only packs its arguments (the command line's
+objects are built by serverio.ops.options), so importing this module stays
+cheap.  Checks between settings stay in the ``validate`` methods.
 """
 
 from __future__ import annotations
@@ -17,9 +40,9 @@ import ipaddress
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack
 
 from .errors import ConfigError
 
@@ -31,9 +54,11 @@ __all__ = [
     "LOG_LEVELS",
     "ON_DUPLICATE",
     "POLICIES",
+    "SETTING",
     "Config",
     "ConnectionPolicy",
     "ContentPolicy",
+    "Declared",
     "FilesPolicy",
     "H2Policy",
     "ListenPolicy",
@@ -42,10 +67,14 @@ __all__ = [
     "PoolPolicy",
     "ProxyPolicy",
     "ProxyRoute",
+    "ResumablePolicy",
     "SitePolicy",
     "TlsPolicy",
     "UploadPolicy",
+    "UsersPolicy",
     "WatchPolicy",
+    "check_declared",
+    "declared",
     "field_path",
     "listener_http2",
     "normal_route",
@@ -55,6 +84,7 @@ __all__ = [
     "parse_proxy_spec",
     "parse_upstream",
     "proxy_route",
+    "setting",
     "wants_site_rules",
 ]
 
@@ -66,6 +96,8 @@ ON_DUPLICATE = ("error", "rename", "overwrite")
 # --upload-active and [[writable]] active: how an active file (HTML, SVG,
 # XML, JavaScript) under a writable path is served (serverio.http.active).
 ACTIVE_MODES = ("sandbox", "attachment", "inline")
+# --proxy-host and [[proxy]] host: the Host sent upstream.
+PROXY_HOST_MODES = ("pass", "upstream")
 
 # Sizes beyond these are refused as "absurd": they are certainly typos and
 # would let one knob exhaust the process (threads, memory, fds).
@@ -95,27 +127,170 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
     return tuple(out)
 
 
-def _seconds_ok(v: object, lo_open: bool = True, hi: float | None = None) -> bool:
-    """A finite number of seconds: > 0 (``lo_open``) or >= 0, and <= ``hi``."""
-    if not (isinstance(v, int | float) and math.isfinite(v)):
-        return False
-    if hi is not None and v > hi:
-        return False
-    return v > 0 if lo_open else v >= 0
+# ---------------------------------------------------------------- declarations
+#
+# Each setting is declared once, on its policy field: ``setting(default,
+# flags, help, group, **more)`` is the field's default *and* its
+# declaration (flags, metavar, value parser, bounds, choices, help, group),
+# kept in the field's metadata under SETTING.  The bound and choice checks
+# below, serverio.ops.options' command line (--help, TOML keys, SERVERIO_*
+# variables), the man page, the completions and docs/cli.md's option tables
+# all read it; nothing else states a default, a bound or a flag.
+# setting() only packs its arguments: the Option objects of the command line
+# are built by serverio.ops.options, the tables only when asked.
+
+T = TypeVar("T")
+
+SETTING = "serverio.setting"  # the metadata key of a field's Declared
+
+if TYPE_CHECKING:  # names for the type checker only: nothing to build at import
+    Kind = Literal["value", "flag", "toggle", "list", "extend", "positional", "version"]
+    # How the command line, the environment and the TOML file parse a value
+    # (serverio.ops.options maps each name to its converter).
+    Parse = Literal["int", "float", "seconds", "bytes", "mount", "cidr", "user", "workers"]
+
+    class SettingKw(TypedDict, total=False):
+        """What a declaration may add to its flags, help and group (see
+        serverio.ops.options.Option for each, and :func:`setting`)."""
+
+        kind: Kind
+        metavar: str
+        parse: Parse
+        choices: tuple[str, ...]
+        # Bounds, checked by validate() with a one-line ConfigError naming the
+        # flag, and shown in docs/cli.md: ge/le/gt as the names say, cap an
+        # upper bound past which a value is "absurd" (a typo, not a wish).
+        ge: float
+        le: float
+        gt: float
+        cap: float
+        invert: bool
+        split: str
+        switch: tuple[str, str, str]
+        sets: tuple[tuple[str, object], ...]
+        two_token: bool
+        merge: bool
+        equals_alias: str
+        toml: bool
+        default_factory: Callable[[], Any]
+        default_text: str
+        name: str
+        fs_path: bool
 
 
-def _check_ints(policy: object, minimums: tuple[tuple[str, int], ...]) -> None:
-    for name, lo in minimums:
-        v = getattr(policy, name)
-        if not isinstance(v, int) or v < lo:
-            raise ConfigError(f"--{_opt(name)} must be an integer >= {lo}, got {v!r}")
+class Declared:
+    """One setting's declaration, as :func:`setting` recorded it (a plain
+    slotted class: one is made per setting at import)."""
+
+    __slots__ = ("flags", "group", "help", "more")
+
+    def __init__(self, flags: tuple[str, ...], help: str, group: str, more: SettingKw) -> None:
+        self.flags = flags
+        self.help = help
+        self.group = group
+        self.more = more
+
+    @property
+    def flag(self) -> str:
+        """The flag messages name: the first long one."""
+        return next((f for f in self.flags if f.startswith("--")), self.flags[0])
+
+    def range_text(self) -> str:
+        """The bounds in words ("1 to 10000", "at least 0", "above 0"; "" for none)."""
+        m = self.more
+        lo, hi = m.get("ge"), m.get("le", m.get("cap"))
+        if m.get("gt") is not None:
+            low = f"above {_num(m['gt'])}"
+            return low if hi is None else f"{low}, at most {_num(hi)}"
+        if lo is not None and hi is not None:
+            return f"{_num(lo)} to {_num(hi)}"
+        if lo is not None:
+            return f"at least {_num(lo)}"
+        return "" if hi is None else f"at most {_num(hi)}"
+
+    def check(self, value: object) -> None:
+        """Raise ConfigError naming the flag unless ``value`` (not None;
+        of a list setting, each item) is one of the choices and within the
+        bounds."""
+        m = self.more
+        choices = m.get("choices")
+        bounded = "ge" in m or "le" in m or "gt" in m or "cap" in m
+        seconds = m.get("parse") in ("seconds", "float")
+        for v in value if isinstance(value, tuple) else (value,):
+            if v is None:
+                continue
+            if choices is not None and v not in choices:
+                raise ConfigError(f"{self.flag} must be one of {', '.join(choices)}, got {v!r}")
+            if bounded and seconds:
+                self._check_seconds(v)
+            elif bounded:
+                self._check_int(v)
+
+    def _check_seconds(self, v: object) -> None:
+        m, flag = self.more, self.flag
+        lo, hi, gt = m.get("ge"), m.get("le"), m.get("gt")
+        ok = (
+            isinstance(v, int | float)
+            and math.isfinite(v)
+            and (lo is None or v >= lo)
+            and (gt is None or v > gt)
+            and (hi is None or v <= hi)
+        )
+        if ok:
+            return
+        if gt == 0 and hi is None:
+            raise ConfigError(f"{flag} must be a positive number of seconds, got {v!r}")
+        if lo is not None and hi is not None:
+            raise ConfigError(
+                f"{flag} must be between {_num(lo)} and {_num(hi)} seconds, got {v!r}"
+            )
+        raise ConfigError(f"{flag} must be a number of seconds, {self.range_text()}, got {v!r}")
+
+    def _check_int(self, v: object) -> None:
+        m, flag = self.more, self.flag
+        lo, hi, cap = m.get("ge"), m.get("le"), m.get("cap")
+        if hi is not None:
+            if not isinstance(v, int) or (lo is not None and v < lo) or v > hi:
+                unit = "seconds " if self.more.get("metavar") in ("S", "SECONDS") else ""
+                raise ConfigError(
+                    f"{flag} must be {unit}from {_num(lo or 0)} to {_num(hi)}, got {v!r}"
+                )
+        elif lo is not None and (not isinstance(v, int) or v < lo):
+            raise ConfigError(f"{flag} must be an integer >= {_num(lo)}, got {v!r}")
+        if cap is not None and isinstance(v, int) and v > cap:
+            raise ConfigError(f"{flag} {v} is absurd (max {_num(cap)})")
 
 
-def _check_seconds(policy: object, names: tuple[str, ...]) -> None:
-    for name in names:
-        v = getattr(policy, name)
-        if not _seconds_ok(v):
-            raise ConfigError(f"--{_opt(name)} must be a positive number of seconds, got {v!r}")
+def _num(v: float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def setting(
+    default: T, flags: tuple[str, ...], help: str, group: str, /, **more: Unpack[SettingKw]
+) -> T:
+    """A policy field's default, declared as a setting: ``flags`` (the long
+    one first after any short one: it names the TOML key and the
+    ``SERVERIO_*`` variable), ``help`` (one line of ``--help``), ``group``
+    (a section of ``--help`` and docs/cli.md), and ``more``
+    (:class:`SettingKw`: metavar, parse, bounds ...).  Typed as the default,
+    so the field keeps its own type for ``mypy --strict``."""
+    return field(default=default, metadata={SETTING: Declared(flags, help, group, more)})
+
+
+def declared(cls: type[Any]) -> Iterator[tuple[str, Declared]]:
+    """(field name, declaration) of each declared setting of a policy class, in order."""
+    for f in dataclasses.fields(cls):
+        d = f.metadata.get(SETTING)
+        if d is not None:
+            yield f.name, d
+
+
+def check_declared(policy: object) -> None:
+    """Check every declared bound and choice of ``policy`` (ConfigError naming the flag)."""
+    for f in dataclasses.fields(policy):  # type: ignore[arg-type]  # a policy dataclass
+        d = f.metadata.get(SETTING)
+        if d is not None:
+            d.check(getattr(policy, f.name))
 
 
 # ---------------------------------------------------------------- policies
@@ -130,24 +305,82 @@ def _check_seconds(policy: object, names: tuple[str, ...]) -> None:
 class ListenPolicy:
     """Where the server listens and how many processes (serverio.net.server, ops)."""
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1  # processes, each with its own SO_REUSEPORT listener
-    fds: tuple[int, ...] = ()  # inherited listening sockets (--fd); replaces host/port
+    host: str = setting(
+        "127.0.0.1",
+        ("-b", "--bind"),
+        "bind address; -b 0.0.0.0 or -b :: serves the network",
+        "Where and what",
+        metavar="ADDRESS",
+    )
+    port: int = setting(
+        8000,
+        ("--port",),
+        "port to listen on (also the positional PORT, or -p PORT); 0 = any free port; $PORT "
+        "when no port, --listen or --fd is given",
+        "Where and what",
+        kind="positional",
+        metavar="PORT",
+        parse="int",
+        ge=0,
+        le=65535,
+    )
+    # processes, each with its own SO_REUSEPORT listener
+    workers: int = setting(
+        1,
+        ("--workers",),
+        "processes, each with its own SO_REUSEPORT listener; "
+        "auto = one per CPU available (affinity, cgroup quota)",
+        "Processes",
+        metavar="N",
+        parse="workers",
+        ge=1,
+        le=_MAX_PROCESSES,
+    )
+    # inherited listening sockets (--fd); replaces host/port
+    fds: tuple[int, ...] = setting(
+        (),
+        ("--fd",),
+        "serve on inherited listening socket N instead of binding (repeatable); "
+        "systemd's LISTEN_FDS is used automatically",
+        "Socket activation",
+        kind="list",
+        metavar="N",
+        parse="int",
+        ge=0,
+    )
     # --listen / --listen-tls HOST:PORT (repeatable); replace host/port.
-    listen: tuple[str, ...] = ()
-    listen_tls: tuple[str, ...] = ()
-    admin_bind: str | None = None  # HOST:PORT of /metrics and /healthz; off by default
+    listen: tuple[str, ...] = setting(
+        (),
+        ("--listen",),
+        "plaintext listener (repeatable; IPv6 as [::1]:8080; /h1 or /h2 after it picks "
+        "its protocol); replaces -b and the port",
+        "Processes",
+        kind="list",
+        metavar="HOST:PORT",
+        default_text="none; -b and the port apply",
+    )
+    listen_tls: tuple[str, ...] = setting(
+        (),
+        ("--listen-tls",),
+        "TLS listener with --certfile/--keyfile (repeatable; /h1 or /h2 as for --listen); "
+        "replaces -b and the port",
+        "Processes",
+        kind="list",
+        metavar="HOST:PORT",
+    )
+    # HOST:PORT of /metrics and /healthz; off by default
+    admin_bind: str | None = setting(
+        None,
+        ("--admin-bind",),
+        "serve GET /metrics and /healthz there (never the public port)",
+        "Metrics and health",
+        metavar="HOST:PORT",
+        default_text="off",
+    )
 
     def validate(self) -> ListenPolicy:
         """Check the addresses and process counts (ConfigError naming the option)."""
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be between 0 and 65535, got {self.port}")
-        if not isinstance(self.workers, int) or not 1 <= self.workers <= _MAX_PROCESSES:
-            raise ConfigError(f"--workers must be from 1 to {_MAX_PROCESSES}, got {self.workers!r}")
-        for fd in self.fds:
-            if not isinstance(fd, int) or fd < 0:
-                raise ConfigError(f"--fd must be a non-negative file descriptor, got {fd!r}")
+        check_declared(self)
         if self.fds and self.workers > 1:
             # One inherited socket shared by N processes is exactly the unbalanced
             # set-up --workers exists to avoid (see docs/deployment.md).
@@ -180,50 +413,122 @@ class ListenPolicy:
 class ConnectionPolicy:
     """Limits and deadlines of every connection (serverio.net: both transports)."""
 
-    max_connections: int = 1024
-    head_timeout: float = 10.0
-    keepalive_timeout: float = 5.0
-    write_timeout: float = 30.0
-    max_requests: int = 1000
-    shutdown_timeout: float = 10.0
+    max_connections: int = setting(
+        1024,
+        ("--max-connections",),
+        "open connections; past it a new one gets 503 and is closed",
+        "Connections",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    head_timeout: float = setting(
+        10.0,
+        ("--head-timeout",),
+        "seconds to receive one complete request head",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    keepalive_timeout: float = setting(
+        5.0,
+        ("--keepalive-timeout",),
+        "idle seconds between requests before a silent close",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    write_timeout: float = setting(
+        30.0,
+        ("--write-timeout",),
+        "seconds without send progress before aborting",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    max_requests: int = setting(
+        1000,
+        ("--max-requests",),
+        "requests per connection",
+        "Connections",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    shutdown_timeout: float = setting(
+        10.0,
+        ("--shutdown-timeout",),
+        "drain deadline on SIGINT/SIGTERM",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
     # Lame-duck period on SIGTERM: /healthz says 503 and every response
     # closes its connection, but the listeners keep accepting this long.
-    shutdown_delay: float = 0.0
-    max_head_size: int = 16384
+    shutdown_delay: float = setting(
+        0.0,
+        ("--shutdown-delay",),
+        "on SIGTERM, keep accepting S seconds with /healthz 503 and Connection: close "
+        "(lame duck for load balancers)",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        ge=0,
+        le=3600,
+    )
+    max_head_size: int = setting(
+        16384,
+        ("--max-head-size",),
+        "largest request head (request line + fields); larger gets 431",
+        "Connections",
+        metavar="BYTES",
+        parse="int",
+        ge=8192,  # the fixed target size (max_target_size): 414 before 431
+    )
     max_target_size: int = 8192
     # Request bodies (serverio.net.reqbody.BodyPolicy; docs/features.md
     # "Request bodies"): content bytes accepted (RFC 9110 §15.5.14: 413
     # past it), seconds one read of it may wait, seconds the whole of it.
-    max_body_size: int = _MiB
-    body_timeout: float = 30.0
-    body_total_timeout: float = 300.0
+    max_body_size: int = setting(
+        _MiB,
+        ("--max-body-size",),
+        "largest request body accepted (413 before reading when a larger one is declared; "
+        "cut off when more arrives)",
+        "Connections",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    body_timeout: float = setting(
+        30.0,
+        ("--body-timeout",),
+        "seconds one read of a request body may wait for the next bytes (then 408)",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    body_total_timeout: float = setting(
+        300.0,
+        ("--body-total-timeout",),
+        "seconds for a whole request body, from its first read (then 408)",
+        "Connections",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
 
     def validate(self) -> ConnectionPolicy:
         """Check the limits and deadlines (ConfigError naming the option)."""
-        d = self.shutdown_delay
-        if not _seconds_ok(d, lo_open=False, hi=3600):
-            raise ConfigError(f"--shutdown-delay must be between 0 and 3600 seconds, got {d!r}")
-        _check_seconds(
-            self,
-            (
-                "head_timeout",
-                "keepalive_timeout",
-                "write_timeout",
-                "shutdown_timeout",
-                "body_timeout",
-                "body_total_timeout",
-            ),
-        )
-        _check_ints(
-            self,
-            (
-                ("max_connections", 1),
-                ("max_requests", 1),
-                ("max_head_size", 256),
-                ("max_target_size", 16),
-                ("max_body_size", 0),
-            ),
-        )
+        check_declared(self)
+        if not isinstance(self.max_target_size, int) or self.max_target_size < 16:
+            raise ConfigError(
+                f"max_target_size must be an integer >= 16, got {self.max_target_size!r}"
+            )
         if self.max_target_size > self.max_head_size:
             raise ConfigError("--max-head-size must be at least the maximum target size (8192)")
         return self
@@ -233,39 +538,65 @@ class ConnectionPolicy:
 class H2Policy:
     """HTTP/2 (serverio.net.h2conn; docs/features.md "HTTP/2")."""
 
-    http2: bool = True
-    h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
+    http2: bool = setting(
+        True,
+        ("--http2", "--no-http2"),
+        "serve HTTP/2 (ALPN h2 over TLS, h2c prior knowledge in clear) or HTTP/1.1 only",
+        "HTTP/2",
+        kind="toggle",
+    )
+    # SETTINGS_MAX_CONCURRENT_STREAMS; REFUSED_STREAM past it
+    h2_max_streams: int = setting(
+        100,
+        ("--h2-max-streams",),
+        "concurrent streams per connection (REFUSED_STREAM past it)",
+        "HTTP/2",
+        metavar="N",
+        parse="int",
+        ge=1,
+        cap=_MAX_H2_STREAMS,
+    )
     # Per connection and second: stream resets by the client (rapid reset,
     # CVE-2023-44487) and control frames that deliver no request (PING,
     # SETTINGS, PRIORITY, empty DATA, WINDOW_UPDATEs no DATA earned); past
     # either, GOAWAY ENHANCE_YOUR_CALM.
-    h2_max_resets: int = 200
-    h2_max_control: int = 200
+    h2_max_resets: int = setting(
+        200,
+        ("--h2-max-resets",),
+        "stream resets per connection and second before GOAWAY ENHANCE_YOUR_CALM",
+        "HTTP/2",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    h2_max_control: int = setting(
+        200,
+        ("--h2-max-control",),
+        "PING/SETTINGS/PRIORITY/empty/unearned WINDOW_UPDATE frames per connection and "
+        "second before GOAWAY",
+        "HTTP/2",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
     # Body descriptors (files streamed from disk, over --small-file-size) one
     # HTTP/2 connection holds at once; a stream past it waits for one.  Part
     # of the open-file arithmetic (serverio.ops.fdlimit): 1 + this per
     # connection.
-    h2_max_open_files: int = 4
+    h2_max_open_files: int = setting(
+        4,
+        ("--h2-max-open-files",),
+        "file descriptors of streamed bodies one connection holds at once (a stream past it waits)",
+        "HTTP/2",
+        metavar="N",
+        parse="int",
+        ge=1,
+        cap=_MAX_H2_STREAMS,
+    )
 
     def validate(self) -> H2Policy:
         """Check the stream and flood budgets (ConfigError naming the option)."""
-        _check_ints(
-            self,
-            (
-                ("h2_max_streams", 1),
-                ("h2_max_resets", 1),
-                ("h2_max_control", 1),
-                ("h2_max_open_files", 1),
-            ),
-        )
-        if self.h2_max_streams > _MAX_H2_STREAMS:
-            raise ConfigError(
-                f"--h2-max-streams {self.h2_max_streams} is absurd (max {_MAX_H2_STREAMS})"
-            )
-        if self.h2_max_open_files > _MAX_H2_STREAMS:
-            raise ConfigError(
-                f"--h2-max-open-files {self.h2_max_open_files} is absurd (max {_MAX_H2_STREAMS})"
-            )
+        check_declared(self)
         return self
 
 
@@ -273,34 +604,112 @@ class H2Policy:
 class FilesPolicy:
     """Which files are served and how (serverio.fs, the file decisions of http.core)."""
 
-    index: tuple[str, ...] = ("index.html", "index.htm")  # as http.server
-    hidden: bool = False
-    follow_symlinks: bool = False
-    cache_control: str | None = None
-    small_file_size: int = 65536
-    sendfile: bool = True
+    # as http.server
+    index: tuple[str, ...] = setting(
+        ("index.html", "index.htm"),
+        ("--index",),
+        "index file name, repeatable or comma-separated",
+        "Files",
+        kind="list",
+        metavar="NAME",
+        split=",",
+    )
+    hidden: bool = setting(
+        False, ("--hidden",), "serve dotfiles and dot-directories", "Files", kind="flag"
+    )
+    follow_symlinks: bool = setting(
+        False, ("--follow-symlinks",), "allow symlinks that leave the root", "Files", kind="flag"
+    )
+    cache_control: str | None = setting(
+        None,
+        ("--cache-control",),
+        "Cache-Control value of 200/206/304 responses",
+        "Files",
+        metavar="VALUE",
+        default_text="none",
+    )
+    small_file_size: int = setting(
+        65536,
+        ("--small-file-size",),
+        "bodies up to this size are read and sent with the head",
+        "Files",
+        metavar="BYTES",
+        parse="int",
+        ge=0,
+    )
+    sendfile: bool = setting(
+        True,
+        ("--no-sendfile",),
+        "send file bodies through user space",
+        "Files",
+        kind="flag",
+        invert=True,
+    )
     # Warm-file cache (serverio.fs.filecache): bytes of small files kept in
     # memory; 0 = off.  In pooled mode an entry is trusted without a stat
     # for fs_cache_valid seconds after its last revalidation.
-    file_cache_size: int = 16 * _MiB
-    fs_cache_valid: float = 1.0
-    max_ranges: int = 16
+    file_cache_size: int = setting(
+        16 * _MiB,
+        ("--file-cache-size",),
+        "memory for small files' bytes, revalidated per request (0 = off)",
+        "Blocking work",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    fs_cache_valid: float = setting(
+        1.0,
+        ("--fs-cache-valid",),
+        "with --fs-workers: trust a cached file this long without a stat",
+        "Blocking work",
+        metavar="SECONDS",
+        parse="float",
+        ge=0,
+        le=3600,
+    )
+    max_ranges: int = setting(
+        16,
+        ("--max-ranges",),
+        "ranges in one Range header; more are answered with the whole file",
+        "Files",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
     # ETag rule (docs/features.md "Validators"): "auto" or "content".
-    etag: str = "auto"
+    etag: str = setting(
+        "auto",
+        ("--etag",),
+        "ETag rule: auto (content hash for small files and constant mtimes, else "
+        "size+mtime) or content (content hash for every file)",
+        "Files",
+        choices=ETAG_MODES,
+    )
     # --mount ROUTE=DIR / [[mount]] (docs/features.md "Mounts and a route
     # prefix"): (route, directory); validate() normalises the routes
     # ("/docs/" is "/docs").  --route-prefix: the whole site under it.
-    mounts: tuple[tuple[str, str], ...] = ()
-    route_prefix: str | None = None
+    mounts: tuple[tuple[str, str], ...] = setting(
+        (),
+        ("--mount",),
+        "serve DIR under ROUTE too (repeatable; the longest route wins; TOML: [[mount]] "
+        "tables with route and dir)",
+        "Files",
+        kind="list",
+        metavar="ROUTE=DIR",
+        parse="mount",
+    )
+    route_prefix: str | None = setting(
+        None,
+        ("--route-prefix",),
+        "serve the whole site (the directory and every mount) under PREFIX; 404 outside it",
+        "Files",
+        metavar="PREFIX",
+        default_text="none",
+    )
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
-        if self.etag not in ETAG_MODES:
-            raise ConfigError(f"--etag must be one of {', '.join(ETAG_MODES)}, got {self.etag!r}")
-        _check_ints(self, (("small_file_size", 0), ("max_ranges", 1), ("file_cache_size", 0)))
-        v = self.fs_cache_valid
-        if not _seconds_ok(v, lo_open=False, hi=3600):
-            raise ConfigError(f"--fs-cache-valid must be between 0 and 3600 seconds, got {v!r}")
+        check_declared(self)
         for name in self.index:
             if not name or "/" in name or name in (".", "..") or "\x00" in name:
                 raise ConfigError(f"--index {name!r} must be a plain file name")
@@ -330,23 +739,53 @@ class FilesPolicy:
 class PoolPolicy:
     """The blocking-work pools (serverio.concurrency; 0 workers = inline on the event loop)."""
 
-    fs_workers: int = 0
-    fs_queue: int = 0
-    work_workers: int = 2
-    work_queue: int = 64
+    fs_workers: int = setting(
+        0,
+        ("--fs-workers",),
+        "threads for filesystem preparation (0 = inline)",
+        "Blocking work",
+        metavar="N",
+        parse="int",
+        ge=0,
+        cap=_MAX_WORKERS,
+    )
+    fs_queue: int = setting(
+        0,
+        ("--fs-queue",),
+        "callers that may wait for an fs worker; past it 503 (needs --fs-workers > 0)",
+        "Blocking work",
+        metavar="N",
+        parse="int",
+        ge=0,
+        cap=_MAX_QUEUE,
+    )
+    work_workers: int = setting(
+        2,
+        ("--work-workers",),
+        "threads for listings, compression and hashing (0 = inline)",
+        "Blocking work",
+        metavar="N",
+        parse="int",
+        ge=0,
+        cap=_MAX_WORKERS,
+    )
+    work_queue: int = setting(
+        64,
+        ("--work-queue",),
+        "callers that may wait for a work thread",
+        "Blocking work",
+        metavar="N",
+        parse="int",
+        ge=0,
+        cap=_MAX_QUEUE,
+    )
 
     def validate(self) -> PoolPolicy:
         """Check the pool sizes (ConfigError naming the option)."""
-        _check_ints(
-            self, (("fs_workers", 0), ("fs_queue", 0), ("work_workers", 0), ("work_queue", 0))
-        )
+        check_declared(self)
         for pool in ("fs", "work"):
             workers = getattr(self, f"{pool}_workers")
             queue = getattr(self, f"{pool}_queue")
-            if workers > _MAX_WORKERS:
-                raise ConfigError(f"--{pool}-workers {workers} is absurd (max {_MAX_WORKERS})")
-            if queue > _MAX_QUEUE:
-                raise ConfigError(f"--{pool}-queue {queue} is absurd (max {_MAX_QUEUE})")
             if workers == 0 and queue > 0:
                 raise ConfigError(f"--{pool}-queue needs --{pool}-workers > 0 (0 workers = inline)")
         return self
@@ -356,38 +795,121 @@ class PoolPolicy:
 class ContentPolicy:
     """Content features (docs/features.md, "Content options" in docs/cli.md)."""
 
-    listing: bool = True
-    listing_max_entries: int = 10_000
-    listing_cache_size: int = 8 * _MiB  # rendered listings shared by identical requests
-    download: tuple[str, ...] = ()
-    spa: str | None = None  # None = off; else a file path relative to the root
-    precompressed: bool = True
-    compress_max_size: int = 8 * _MiB  # 0 = no on-the-fly compression
-    compress_cache_size: int = 64 * _MiB
-    digest: bool = False
+    listing: bool = setting(
+        True,
+        ("--no-listing",),
+        "404 for directories without an index file",
+        "Content options",
+        kind="flag",
+        invert=True,
+    )
+    listing_max_entries: int = setting(
+        10_000,
+        ("--listing-max-entries",),
+        "entries shown per listing; more are cut with a notice",
+        "Content options",
+        metavar="N",
+        parse="int",
+        ge=1,
+        cap=_MAX_LISTING_ENTRIES,
+    )
+    # rendered listings shared by identical requests
+    listing_cache_size: int = setting(
+        8 * _MiB,
+        ("--listing-cache-size",),
+        "memory for rendered listings, shared, LRU (0 = off)",
+        "Content options",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    download: tuple[str, ...] = setting(
+        (),
+        ("--download",),
+        "serve matching files as attachments (repeatable; '*.zip', 'releases/*')",
+        "Content options",
+        kind="list",
+        metavar="GLOB",
+    )
+    # None = off; else a file path relative to the root
+    spa: str | None = setting(
+        None,
+        ("--spa-file",),
+        "the file --spa answers with (implies --spa; --spa=FILE is the same)",
+        "Content options",
+        metavar="FILE",
+        default_text="off; index.html with --spa",
+        switch=(
+            "--spa",
+            "index.html",
+            "answer missing extension-less paths with index.html (or --spa-file)",
+        ),
+        equals_alias="--spa",
+    )
+    precompressed: bool = setting(
+        True,
+        ("--no-precompressed",),
+        "ignore FILE.br / FILE.zst / FILE.gz sidecars",
+        "Content options",
+        kind="flag",
+        invert=True,
+    )
+    # 0 = no on-the-fly compression
+    compress_max_size: int = setting(
+        8 * _MiB,
+        ("--compress-max-size",),
+        "largest file compressed on the fly (0 = never)",
+        "Content options",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    compress_cache_size: int = setting(
+        64 * _MiB,
+        ("--compress-cache-size",),
+        "memory for compressed results, LRU (0 = no caching)",
+        "Content options",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    digest: bool = setting(
+        False,
+        ("--digest",),
+        "send Repr-Digest (RFC 9530) with file responses",
+        "Content options",
+        kind="flag",
+    )
     # --archives: ?archive=zip|tar.gz on a listed directory (serverio.archive).
-    archives: bool = False
-    archive_max_entries: int = 100_000
-    archive_max_bytes: int = 16 * 1024 * _MiB
+    archives: bool = setting(
+        False,
+        ("--archives",),
+        "offer listed directories as ?archive=zip and ?archive=tar.gz downloads (streamed)",
+        "Content options",
+        kind="flag",
+    )
+    archive_max_entries: int = setting(
+        100_000,
+        ("--archive-max-entries",),
+        "members of one archive at most (more: 413)",
+        "Content options",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    archive_max_bytes: int = setting(
+        16 * 1024 * _MiB,
+        ("--archive-max-bytes",),
+        "file bytes of one archive at most (more: 413; passed while streaming: cut)",
+        "Content options",
+        metavar="BYTES",
+        parse="bytes",
+        ge=1,
+    )
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
-        _check_ints(
-            self,
-            (
-                ("listing_max_entries", 1),
-                ("listing_cache_size", 0),
-                ("compress_max_size", 0),
-                ("compress_cache_size", 0),
-                ("archive_max_entries", 1),
-                ("archive_max_bytes", 1),
-            ),
-        )
-        if self.listing_max_entries > _MAX_LISTING_ENTRIES:
-            raise ConfigError(
-                f"--listing-max-entries {self.listing_max_entries} is absurd "
-                f"(max {_MAX_LISTING_ENTRIES})"
-            )
+        check_declared(self)
         for glob in self.download:
             if not glob or "\x00" in glob or glob.startswith("/"):
                 raise ConfigError(f"--download {glob!r} must be a non-empty relative glob")
@@ -406,21 +928,87 @@ _MAX_HSTS = 2**31 - 1  # delta-seconds (RFC 6797 §6.1.1); caches cap at this
 class TlsPolicy:
     """Certificates and HSTS (serverio.net.tls, the TLS fields of the pure layer)."""
 
-    certfile: str | None = None
-    keyfile: str | None = None
-    keyfile_password_env: str | None = None  # the NAME of a variable, never the password
-    keyfile_password_file: str | None = None  # --tls-password-file: a file holding it
+    certfile: str | None = setting(
+        None,
+        ("--certfile", "--tls-cert"),
+        "PEM certificate chain; turns TLS on",
+        "TLS",
+        metavar="PATH",
+        default_text="off",
+        fs_path=True,
+    )
+    keyfile: str | None = setting(
+        None,
+        ("--keyfile", "--tls-key"),
+        "PEM private key",
+        "TLS",
+        metavar="PATH",
+        default_text="the certfile",
+        fs_path=True,
+    )
+    # the NAME of a variable, never the password
+    keyfile_password_env: str | None = setting(
+        None,
+        ("--keyfile-password-env",),
+        "environment variable holding the key's password (never pass it in argv)",
+        "TLS",
+        metavar="NAME",
+        default_text="none",
+    )
+    # --tls-password-file: a file holding it
+    keyfile_password_file: str | None = setting(
+        None,
+        ("--tls-password-file",),
+        "file holding the key's password (first line)",
+        "TLS",
+        metavar="PATH",
+        default_text="none",
+        fs_path=True,
+    )
     # --hsts SECONDS: Strict-Transport-Security on TLS responses (RFC 6797);
     # None = off.  --hsts-include-subdomains adds includeSubDomains.
-    hsts: int | None = None
-    hsts_include_subdomains: bool = False
+    hsts: int | None = setting(
+        None,
+        ("--hsts",),
+        "send Strict-Transport-Security: max-age=SECONDS on TLS responses "
+        "(never over plain HTTP; needs --certfile)",
+        "TLS",
+        metavar="SECONDS",
+        parse="int",
+        default_text="off",
+        ge=0,
+        le=_MAX_HSTS,
+    )
+    hsts_include_subdomains: bool = setting(
+        False,
+        ("--hsts-include-subdomains",),
+        "with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
+        "TLS",
+        kind="flag",
+    )
     # --dev-tls: a local CA and leaf made in dev_tls_dir (serverio.ops.devtls);
     # the CLI then fills certfile/keyfile with the leaf.
-    dev_tls: bool = False
-    dev_tls_dir: str | None = None
+    dev_tls: bool = setting(
+        False,
+        ("--dev-tls",),
+        "development HTTPS: a local CA (made once) and a certificate for localhost, the "
+        "hostname and the LAN addresses; prints how to trust the CA",
+        "TLS",
+        kind="flag",
+    )
+    dev_tls_dir: str | None = setting(
+        None,
+        ("--dev-tls-dir",),
+        "with --dev-tls: the directory of the CA and certificate",
+        "TLS",
+        metavar="PATH",
+        default_text="the user's data directory",
+        fs_path=True,
+    )
 
     def validate(self) -> TlsPolicy:
         """Check the files and their combinations (ConfigError naming the option)."""
+        check_declared(self)
         if self.dev_tls and self.certfile is not None:
             raise ConfigError("--dev-tls makes its own certificate: drop --certfile/--keyfile")
         if self.dev_tls_dir is not None and not self.dev_tls:
@@ -454,8 +1042,6 @@ class TlsPolicy:
             if self.hsts_include_subdomains:
                 raise ConfigError("--hsts-include-subdomains needs --hsts SECONDS")
             return
-        if not isinstance(self.hsts, int) or not 0 <= self.hsts <= _MAX_HSTS:
-            raise ConfigError(f"--hsts must be seconds from 0 to {_MAX_HSTS}, got {self.hsts!r}")
         if self.certfile is None and not self.dev_tls:
             # Sent on TLS responses only (RFC 6797 §7.2): without TLS it would
             # never go out.  Behind a TLS-terminating proxy, set it there.
@@ -466,26 +1052,50 @@ class TlsPolicy:
 class LogPolicy:
     """The access and error logs (serverio.observe)."""
 
-    access_log: str = "common"
-    quiet: bool = False
-    access_log_file: str | None = None  # reopened on SIGHUP; stderr when unset
-    log_level: str = "info"
-    verbose: bool = False  # -v: every counter at exit, not only the summary line
+    access_log: str = setting(
+        "common",
+        ("--access-log",),
+        "access log format, one line per response",
+        "Output",
+        choices=ACCESS_LOG_FORMATS,
+    )
+    quiet: bool = setting(
+        False,
+        ("-q", "--quiet"),
+        "no access log (same as --access-log off)",
+        "Output",
+        kind="flag",
+        sets=(("access_log", "off"),),
+    )
+    # reopened on SIGHUP; stderr when unset
+    access_log_file: str | None = setting(
+        None,
+        ("--access-log-file",),
+        "append the access log to PATH (reopened on SIGHUP)",
+        "Logs",
+        metavar="PATH",
+        default_text="stderr",
+        fs_path=True,
+    )
+    log_level: str = setting(
+        "info", ("--log-level",), "error log level (stderr)", "Logs", choices=LOG_LEVELS
+    )
+    # -v: every counter at exit, not only the summary line
+    verbose: bool = setting(
+        False,
+        ("-v", "--verbose"),
+        "at exit print every counter (as /metrics has them) after the one summary line",
+        "Output",
+        kind="flag",
+    )
 
     def validate(self) -> LogPolicy:
         """Check the formats and the log file's directory (ConfigError naming the option)."""
-        if self.access_log not in ACCESS_LOG_FORMATS:
-            raise ConfigError(
-                f"--access-log must be one of {', '.join(ACCESS_LOG_FORMATS)}, "
-                f"got {self.access_log!r}"
-            )
+        check_declared(self)
         if self.access_log_file is not None:
             parent = os.path.dirname(os.path.abspath(self.access_log_file))
             if not os.path.isdir(parent):
                 raise ConfigError(f"--access-log-file: directory {parent!r} does not exist")
-        if self.log_level not in LOG_LEVELS:
-            levels = ", ".join(LOG_LEVELS)
-            raise ConfigError(f"--log-level must be one of {levels}, got {self.log_level!r}")
         return self
 
 
@@ -497,18 +1107,60 @@ class WatchPolicy:
     """Development mode (docs/features.md "Live reload"): watch the root and
     reload browsers over Server-Sent Events under the reserved prefix."""
 
-    watch: bool = False
-    watch_prefix: str = "/.serverio"
-    watch_poll: bool = False  # force the polling watcher (network filesystems)
+    watch: bool = setting(
+        False,
+        ("--watch",),
+        "development mode: watch the directory and live-reload browsers on change "
+        "(injects a script into HTML; not for production)",
+        "Development",
+        kind="flag",
+    )
+    watch_prefix: str = setting(
+        "/.serverio",
+        ("--watch-prefix",),
+        "reserved path of the live-reload event stream and script",
+        "Development",
+        metavar="PATH",
+    )
+    # force the polling watcher (network filesystems)
+    watch_poll: bool = setting(
+        False,
+        ("--watch-poll",),
+        "with --watch: poll for changes instead of inotify (network filesystems)",
+        "Development",
+        kind="flag",
+    )
     # Event streams open at once (serverio.concurrency.broadcast.StreamSlots):
     # their own budget, outside --max-connections; past it, 503.
-    watch_max_streams: int = 32
-    open_browser: bool = False  # --open: the first URL in a browser once listening
-    qr: bool = False  # --qr: a QR code of the first LAN URL (serverio.ops.qr)
+    watch_max_streams: int = setting(
+        32,
+        ("--watch-max-streams",),
+        "with --watch: event streams open at once, apart from --max-connections (past it: 503)",
+        "Development",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    # --open: the first URL in a browser once listening
+    open_browser: bool = setting(
+        False,
+        ("--open",),
+        "open the first URL in the web browser once listening (Python's webbrowser)",
+        "Development",
+        kind="flag",
+    )
+    # --qr: a QR code of the first LAN URL (serverio.ops.qr)
+    qr: bool = setting(
+        False,
+        ("--qr",),
+        "print a QR code of the first network URL (the loopback one without) once listening",
+        "Development",
+        kind="flag",
+    )
 
     def validate(self, root: str) -> WatchPolicy:
         """Check the prefix against the served ``root`` (ConfigError naming the option)."""
-        _check_ints(self, (("watch_max_streams", 1),))
+        check_declared(self)
         if not self.watch:
             return self
         # One dot segment: routed before the hidden-path rule, and the watcher
@@ -542,23 +1194,148 @@ AccessTable = tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]
 
 
 @dataclass(frozen=True, slots=True)
+class UsersPolicy:
+    """Who the users are and what proves it: the site-wide users (Basic
+    authentication, docs/reference/basic-auth.md), what each may do where
+    (``[[access]]``, ``[[group]]``, ``--allow``: docs/reference/access.md)
+    and the secret that signs what a server hands out to be shown back
+    (serverio.signing).  Per-path
+    users files are the site rules' ``[[auth]]`` tables (:class:`SitePolicy`)."""
+
+    # --auth-file: the whole site
+    auth_file: str | None = setting(
+        None,
+        ("--auth-file",),
+        "basic authentication for the whole site from this htpasswd-style file",
+        "Site rules",
+        metavar="FILE",
+        default_text="none",
+        fs_path=True,
+    )
+    # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
+    # the whole site, beside --auth-file's; off loopback only with TLS or
+    # --allow-plain-auth (_check_plain_auth).
+    auth_users: tuple[str, ...] = setting(
+        (),
+        ("--auth",),
+        "basic authentication for the whole site with this user and password (repeatable; "
+        "hashed in memory at once; other local users see it in ps: --auth-file for "
+        "anything else); off loopback it needs TLS or --allow-plain-auth",
+        "Site rules",
+        kind="list",
+        metavar="USER:PASS",
+        parse="user",
+        toml=False,
+        name="auth_users",
+        default_text="none",
+    )
+    allow_plain_auth: bool = setting(
+        False,
+        ("--allow-plain-auth",),
+        "allow --auth on a non-loopback address without TLS (the password then crosses "
+        "the network readable)",
+        "Site rules",
+        kind="flag",
+    )
+    # --secret-file: the key that signs session cookies, share links and
+    # resumable-upload URLs (serverio.secret; None: a per-user one).
+    secret_file: str | None = setting(
+        None,
+        ("--secret-file",),
+        "sign session cookies, share links and resumable-upload URLs with this file's "
+        "content (at least 32 bytes; give every replica of a fleet the same file); "
+        "default: a key generated once in serverio's data directory",
+        "Site rules",
+        metavar="FILE",
+        default_text="generated",
+        fs_path=True,
+    )
+    # [[access]]: (path glob, ((principal, (right, ...)), ...)) per table;
+    # [[group]]: (name, (member, ...)).  With any rule (these or --allow),
+    # --auth-file / --auth name the users the rules give rights to
+    # (serverio.site.rights; docs/reference/access.md).
+    access: tuple[AccessTable, ...] = ()
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    allow: tuple[str, ...] = setting(
+        (),
+        ("--allow",),
+        "give principals rights below a path: PRINCIPAL[,PRINCIPAL...]:RIGHT[,RIGHT...]@PATH "
+        "(repeatable; principals: anonymous, authenticated, a group, a user of --auth-file / "
+        "--auth; rights: read, list, upload, overwrite, delete, mkdir, lock, share)",
+        "Site rules",
+        kind="list",
+        metavar="RULE",
+        default_text="none",
+    )
+
+    @property
+    def rights(self) -> bool:
+        """Are there ``[[access]]`` or ``--allow`` rules?"""
+        return bool(self.access or self.allow)
+
+
+@dataclass(frozen=True, slots=True)
 class SitePolicy:
     """Site rules (serverio.site.rules; docs/features.md "Site rules"): the raw
     specifications, compiled once by serverio.site.service.load_site."""
 
-    headers: tuple[str, ...] = ()  # --header "Name: value"
-    cors: bool = False
-    cors_origins: tuple[str, ...] = ()
+    # --header "Name: value"
+    headers: tuple[str, ...] = setting(
+        (),
+        ("-H", "--header"),
+        "add a header to every response (repeatable; added to the file's list, "
+        "'NAME:' with no value removes NAME; 'NAME VALUE' as two arguments, "
+        "http.server's form, works too)",
+        "Site rules",
+        kind="list",
+        metavar="'NAME: VALUE'",
+        two_token=True,
+        merge=True,
+    )
+    cors: bool = setting(
+        False,
+        ("--cors",),
+        "Access-Control-Allow-Origin: * on every response",
+        "Site rules",
+        kind="flag",
+    )
+    cors_origins: tuple[str, ...] = setting(
+        (),
+        ("--cors-origin",),
+        "allow this origin (repeatable; echoed with Vary: Origin)",
+        "Site rules",
+        kind="list",
+        metavar="ORIGIN",
+    )
     # --cors-writes: with --upload, the listed origins may also write
     # (preflights answer PUT, DELETE, POST on writable paths; the upload
     # form's CSRF rule accepts them).
-    cors_writes: bool = False
+    cors_writes: bool = setting(
+        False,
+        ("--cors-writes",),
+        "with --upload, let the --cors-origin origins write too (preflights of PUT, "
+        "DELETE and POST on writable paths; never with --cors)",
+        "Site rules",
+        kind="flag",
+    )
     # [[headers]]: (path glob, ((name, value), ...), (removed name, ...))
     header_rules: tuple[HeaderRule, ...] = ()
     redirects: tuple[tuple[str, str, int], ...] = ()  # [[redirects]]: (from, to, status)
     rewrites: tuple[tuple[str, str], ...] = ()  # [[rewrites]]: (from, to)
-    clean_urls: bool = False
-    trailing_slash: str = "keep"
+    clean_urls: bool = setting(
+        False,
+        ("--clean-urls",),
+        "serve /about from about.html and redirect /about.html to /about",
+        "Site rules",
+        kind="flag",
+    )
+    trailing_slash: str = setting(
+        "keep",
+        ("--trailing-slash",),
+        "add or remove a trailing slash by redirect (keep: directories get one)",
+        "Site rules",
+        choices=("add", "remove", "keep"),
+    )
     error_pages: tuple[tuple[str, str], ...] = ()  # [errors]: ("404" | "5xx", page)
     auth: tuple[tuple[str, str], ...] = ()  # [[auth]]: (path glob, users file)
     # [[writable]]: (path glob, allowed methods "put" / "delete"[, active]);
@@ -566,29 +1343,34 @@ class SitePolicy:
     # (one of ACTIVE_MODES, "" or left out: --upload-active) is how active
     # files under it are served (serverio.http.active).
     writable: tuple[WritableTable, ...] = ()
-    # [[access]]: (path glob, ((principal, (right, ...)), ...)) per table;
-    # --allow: its one-line rules (serverio.site.rights.allow_spec);
-    # [[group]]: (name, (member, ...)).  With any, --auth-file / --auth
-    # name the users the rules give rights to (docs/reference/access.md).
-    access: tuple[AccessTable, ...] = ()
-    allow: tuple[str, ...] = ()
-    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    auth_file: str | None = None  # --auth-file: the whole site
-    # --auth USER:PASS: users-file lines (USER:HASH, hashed when parsed) for
-    # the whole site, beside --auth-file's; off loopback only with TLS or
-    # --allow-plain-auth (_check_plain_auth).
-    auth_users: tuple[str, ...] = ()
-    allow_plain_auth: bool = False
-    # --secret-file: the key that signs session cookies, share links and
-    # resumable-upload URLs (serverio.secret; None: a per-user one).
-    secret_file: str | None = None
     # --trusted-proxies: peers whose Forwarded / X-Forwarded-For name the
     # client (serverio.http.forwarded); empty: trust no one.
-    trusted_proxies: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = setting(
+        (),
+        ("--trusted-proxies",),
+        "reverse proxies (addresses or networks) whose Forwarded / X-Forwarded-For "
+        "name the client, for the access log and the auth limiter",
+        "Reverse proxies",
+        kind="extend",
+        metavar="CIDR",
+        parse="cidr",
+        default_text="trust no one",
+    )
     # --allowed-hosts: the Host names served besides the expected ones
     # (serverio.http.hosts): "name", ".name" (it and below), "*.name"
     # (below only), "*" (no check at all).
-    allowed_hosts: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        ("--allowed-hosts",),
+        "with --upload, --webdav or a proxy route, also answer for these Host names "
+        "(repeatable or comma-separated; .NAME or *.NAME for subdomains, '*' for any); "
+        "other unexpected hosts get 421 (DNS rebinding)",
+        "Site rules",
+        kind="list",
+        metavar="NAME",
+        split=",",
+        default_text="loopback names, IP addresses, the bound names",
+    )
     rules_source: str = ""  # the file the tables came from (for messages)
     # Derived by validate() from trusted_proxies.
     proxy_networks: tuple[IPNetwork, ...] = field(default=(), compare=False)
@@ -597,17 +1379,11 @@ class SitePolicy:
     # given; never with --allowed-hosts '*'.
     check_hosts: bool = field(default=False, compare=False)
 
-    @property
-    def path_rules(self) -> bool:
-        """Are there rules per path on who may have what (``[[auth]]``,
-        ``[[access]]``, ``--allow``)?  Then a symlink inside the root is
-        resolved, and its target's rules decided too."""
-        return bool(self.auth or self.access or self.allow)
-
     def validate(self, writes_or_proxy: bool = False) -> SitePolicy:
         """Parse the trusted proxies and the allowed hosts; a copy with
         proxy_networks and check_hosts filled in.  ``writes_or_proxy``:
         --upload, --webdav or a proxy route is on (the Host check's default)."""
+        check_declared(self)
         try:
             networks = parse_networks(self.trusted_proxies)
         except ValueError as exc:
@@ -631,92 +1407,256 @@ _ALLOWED_HOST = re.compile(r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[
 
 
 @dataclass(frozen=True, slots=True)
+class ResumablePolicy:
+    """Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md),
+    on when uploads are (``--upload``, ``--webdav``): their own limits beside
+    :class:`UploadPolicy`'s, which bound every upload."""
+
+    # Resumable uploads (serverio.resumable; docs/reference/resumable-uploads.md):
+    # how long an incomplete upload lives after its creation (then the
+    # sweeper removes its temporary), and the bytes of incomplete uploads
+    # (declared lengths, else --max-upload-size) one client may hold.
+    upload_expiry: float = setting(
+        86400.0,
+        ("--upload-expiry",),
+        "seconds an incomplete resumable upload (IETF draft or tus) may live; then its "
+        "temporary is removed",
+        "Uploads",
+        metavar="S",
+        parse="seconds",
+        ge=1,
+        le=366 * 86400,
+    )
+    max_incomplete_per_client: int = setting(
+        8 * 1024 * _MiB,
+        ("--max-incomplete-per-client",),
+        "bytes of incomplete resumable uploads one client may hold at once (their declared "
+        "lengths); past it 507; 0: no quota",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+
+    def validate(self) -> ResumablePolicy:
+        """Check the bounds (ConfigError naming the option)."""
+        check_declared(self)
+        return self
+
+
+@dataclass(frozen=True, slots=True)
 class UploadPolicy:
     """Writes: PUT and DELETE (serverio.upload; docs/features.md "Uploads")."""
 
-    upload: bool = False  # --upload: PUT and DELETE enabled (off: read-only)
-    max_upload_size: int = 1024 * _MiB  # 413 past it (declared or streamed)
-    max_uploads: int = 16  # writes in flight; 503 past it
+    # --upload: PUT and DELETE enabled (off: read-only)
+    upload: bool = setting(
+        False,
+        ("--upload",),
+        "accept PUT (create or replace a file) and DELETE under the root; off: read-only",
+        "Uploads",
+        kind="flag",
+    )
+    # 413 past it (declared or streamed)
+    max_upload_size: int = setting(
+        1024 * _MiB,
+        ("--max-upload-size",),
+        "largest file a PUT may write (413 when declared larger or when more arrives)",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    # writes in flight; 503 past it
+    max_uploads: int = setting(
+        16,
+        ("--max-uploads",),
+        "writes in flight at once; past it 503",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        ge=1,
+        cap=_MAX_QUEUE,
+    )
     # --max-uploads-per-client: writes one client may have in flight (503
     # past it); 0: half of max_uploads, at least 1 (serverio.upload.slots).
-    max_uploads_per_client: int = 0
+    max_uploads_per_client: int = setting(
+        0,
+        ("--max-uploads-per-client",),
+        "writes one client may have in flight at once (its share of the write slots); past "
+        "it 503; 0: half of them",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        default_text="0, half",
+        ge=0,
+    )
     # --min-upload-rate: bytes per second an upload's body must keep up once
     # the client was waited for RATE_GRACE seconds (408 below it); 0: off.
-    min_upload_rate: int = 1024
-    min_free_space: int = 64 * _MiB  # 507 when a write would leave less free
+    min_upload_rate: int = setting(
+        1024,
+        ("--min-upload-rate",),
+        "bytes per second an upload must keep up after its first 10 seconds of waiting "
+        "for the client; slower is cut with 408; 0: no minimum",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
+    # 507 when a write would leave less free
+    min_free_space: int = setting(
+        64 * _MiB,
+        ("--min-free-space",),
+        "refuse a write (507) that would leave less free space on the disk",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=0,
+    )
     # --on-duplicate: a form upload's file whose name is taken is refused
     # (409), renamed "a (1).txt", or overwrites it (serverio.upload.form).
-    on_duplicate: str = "error"
+    on_duplicate: str = setting(
+        "error",
+        ("--on-duplicate",),
+        "a file of the upload form whose name is taken: refuse it (409), rename it "
+        "'name (1).ext', or overwrite the existing file",
+        "Uploads",
+        choices=ON_DUPLICATE,
+    )
     # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
     # writable path is served with CSP sandbox, as an attachment, or inline
     # (serverio.http.active; a [[writable]] table's ``active`` overrides).
-    upload_active: str = "sandbox"
+    upload_active: str = setting(
+        "sandbox",
+        ("--upload-active",),
+        "how an HTML, SVG, XML or JavaScript file under a writable path is served: with a "
+        "CSP sandbox, as an attachment, or inline (a [[writable]] table's active overrides it)",
+        "Uploads",
+        choices=ACTIVE_MODES,
+    )
     # Serve writes on a non-loopback address without an auth rule over them.
-    allow_anonymous_writes: bool = False
+    allow_anonymous_writes: bool = setting(
+        False,
+        ("--allow-anonymous-writes",),
+        "allow --upload on a non-loopback address without an [[auth]] rule over every "
+        "writable path",
+        "Uploads",
+        kind="flag",
+    )
     # --no-fsync: a PUT's or form upload's file is renamed into place without
     # fsync of the file or its directory (still atomic; not durable across a
     # power loss or kernel crash).  COPY, MOVE, MKCOL and PROPPATCH still sync.
-    no_fsync: bool = False
+    no_fsync: bool = setting(
+        False,
+        ("--no-fsync",),
+        "commit a PUT's or form upload's file without fsync (still atomic: a reader never "
+        "sees a partial file; a power loss may lose or empty it)",
+        "Uploads",
+        kind="flag",
+    )
     # --webdav: WebDAV class 1 and 2 on the whole root (serverio.dav; it implies
     # --upload: PUT and DELETE are its methods too).
-    webdav: bool = False
+    webdav: bool = setting(
+        False,
+        ("--webdav",),
+        "serve WebDAV class 1 and 2 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK) "
+        "on the whole root (or under --webdav-prefix); "
+        "implies --upload",
+        "Uploads",
+        kind="flag",
+    )
     # --webdav-prefix: WebDAV only at and under this route ("/dav"; it
     # implies --webdav); None: the whole root.  validate() normalises it.
-    webdav_prefix: str | None = None
+    webdav_prefix: str | None = setting(
+        None,
+        ("--webdav-prefix",),
+        "serve WebDAV only at PREFIX and under it; elsewhere the server answers as "
+        "without --webdav; implies --webdav",
+        "Uploads",
+        metavar="PREFIX",
+        default_text="the whole root",
+    )
     # PROPFIND Depth: infinity answers at most this many resources; 0 refuses
     # it (403 with DAV:propfind-finite-depth, RFC 4918 §9.1).
-    webdav_depth_infinity: int = 0
+    webdav_depth_infinity: int = setting(
+        0,
+        ("--webdav-depth-infinity",),
+        "answer PROPFIND Depth: infinity with at most N resources (0: refuse it, 403)",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        ge=0,
+    )
     # COPY, MOVE and DELETE of a collection: at most this many members.
-    webdav_max_tree: int = 10_000
+    webdav_max_tree: int = setting(
+        10_000,
+        ("--webdav-max-tree",),
+        "most members a COPY, MOVE or DELETE of a collection may touch",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
     # WebDAV locks (serverio.dav.locks): live locks per process at most (a
     # LOCK past it: 507), and the longest timeout granted, seconds.
-    webdav_max_locks: int = 4096
-    webdav_lock_timeout_max: int = 86400
+    webdav_max_locks: int = setting(
+        4096,
+        ("--webdav-max-locks",),
+        "most WebDAV locks held at once (per process, in memory); a LOCK past it gets 507",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    webdav_lock_timeout_max: int = setting(
+        86400,
+        ("--webdav-lock-timeout-max",),
+        "longest WebDAV lock timeout granted, in seconds (Timeout: Infinite gets this)",
+        "Uploads",
+        metavar="SECONDS",
+        parse="int",
+        ge=1,
+    )
     # ... at most this many taken by one client address (IPv6: its /64),
     # at most this many covering one resource (each is listed in its
     # lockdiscovery), and a lock without credentials held this long at most.
-    webdav_max_locks_per_client: int = 64
-    webdav_max_locks_per_resource: int = 16
-    webdav_anonymous_lock_timeout_max: int = 3600
+    webdav_max_locks_per_client: int = setting(
+        64,
+        ("--webdav-max-locks-per-client",),
+        "most WebDAV locks one client address holds at once (IPv6: its /64); past it 507",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    webdav_max_locks_per_resource: int = setting(
+        16,
+        ("--webdav-max-locks-per-resource",),
+        "most WebDAV locks covering one resource (shared locks stack); past it 507",
+        "Uploads",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    webdav_anonymous_lock_timeout_max: int = setting(
+        3600,
+        ("--webdav-anonymous-lock-timeout-max",),
+        "longest WebDAV lock timeout granted to a client without credentials, in seconds",
+        "Uploads",
+        metavar="SECONDS",
+        parse="int",
+        ge=1,
+    )
 
     def validate(self) -> UploadPolicy:
         """Check the bounds (ConfigError naming the option); ``--webdav``
         turns ``upload`` on."""
-        _check_ints(
-            self,
-            (
-                ("max_upload_size", 0),
-                ("max_uploads", 1),
-                ("max_uploads_per_client", 0),
-                ("min_upload_rate", 0),
-                ("min_free_space", 0),
-                ("webdav_depth_infinity", 0),
-                ("webdav_max_tree", 1),
-                ("webdav_max_locks", 1),
-                ("webdav_lock_timeout_max", 1),
-                ("webdav_max_locks_per_client", 1),
-                ("webdav_max_locks_per_resource", 1),
-                ("webdav_anonymous_lock_timeout_max", 1),
-            ),
-        )
-        if self.on_duplicate not in ON_DUPLICATE:
-            raise ConfigError(
-                f"--on-duplicate must be one of {', '.join(ON_DUPLICATE)}, "
-                f"got {self.on_duplicate!r}"
-            )
-        if self.upload_active not in ACTIVE_MODES:
-            raise ConfigError(
-                f"--upload-active must be one of {', '.join(ACTIVE_MODES)}, "
-                f"got {self.upload_active!r}"
-            )
+        check_declared(self)
         if self.webdav_prefix is not None:
             prefix = normal_route(self.webdav_prefix, "--webdav-prefix") or None
             if prefix != self.webdav_prefix or not self.webdav:
                 return dataclasses.replace(self, webdav_prefix=prefix, webdav=True).validate()
         if self.webdav and not self.upload:
             return dataclasses.replace(self, upload=True).validate()
-        if self.max_uploads > _MAX_QUEUE:
-            raise ConfigError(f"--max-uploads {self.max_uploads} is absurd (max {_MAX_QUEUE})")
         return self
 
 
@@ -840,66 +1780,162 @@ def proxy_route(prefix: str, url: str, where: str, **more: Any) -> ProxyRoute:
 class ProxyPolicy:
     """The reverse proxy (serverio.proxy; docs/features.md "Reverse proxy")."""
 
-    proxy: tuple[str, ...] = ()  # --proxy PREFIX=URL
+    # --proxy PREFIX=URL
+    proxy: tuple[str, ...] = setting(
+        (),
+        ("--proxy",),
+        "forward requests under PREFIX to an upstream, http://HOST:PORT or unix:/PATH "
+        "(repeatable; the longest prefix wins)",
+        "Upstreams",
+        kind="list",
+        metavar="PREFIX=URL",
+        default_text="none",
+    )
     proxy_routes: tuple[ProxyRoute, ...] = ()  # [[proxy]] tables
-    proxy_max_inflight: int = 64  # requests per upstream at once; past it they wait
+    # requests per upstream at once; past it they wait
+    proxy_max_inflight: int = setting(
+        64,
+        ("--proxy-max-inflight",),
+        "requests in flight to one upstream at once (past it they wait: --proxy-queue)",
+        "Upstreams",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
     # Past --proxy-max-inflight a request waits for a slot, first come first
     # served: at most proxy_queue of them per upstream, each at most
     # proxy_queue_timeout seconds; then 503.  Bounded both ways, so a burst
     # (a page's 500 modules from a dev server, 512 clients) is absorbed and
     # a stuck upstream still answers 503 within the timeout.
-    proxy_queue: int = 1024
-    proxy_queue_timeout: float = 10.0
-    proxy_connect_timeout: float = 5.0
-    proxy_head_timeout: float = 60.0  # request sent -> response head
-    proxy_idle_timeout: float = 60.0  # between two response body chunks
-    proxy_total_timeout: float = 3600.0  # the whole exchange
+    proxy_queue: int = setting(
+        1024,
+        ("--proxy-queue",),
+        "requests that may wait for an in-flight slot per upstream (past it: 503; 0: never wait)",
+        "Upstreams",
+        metavar="N",
+        parse="int",
+        ge=0,
+    )
+    proxy_queue_timeout: float = setting(
+        10.0,
+        ("--proxy-queue-timeout",),
+        "seconds a request waits for an in-flight slot (then 503)",
+        "Upstreams",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    proxy_connect_timeout: float = setting(
+        5.0,
+        ("--proxy-connect-timeout",),
+        "seconds to connect to an upstream (then 504)",
+        "Upstreams",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    # request sent -> response head
+    proxy_head_timeout: float = setting(
+        60.0,
+        ("--proxy-head-timeout",),
+        "seconds from the request sent to the upstream's response head (then 504)",
+        "Upstreams",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    # between two response body chunks
+    proxy_idle_timeout: float = setting(
+        60.0,
+        ("--proxy-idle-timeout",),
+        "seconds an upstream body may pause between chunks (then the response is cut)",
+        "Upstreams",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
+    # the whole exchange
+    proxy_total_timeout: float = setting(
+        3600.0,
+        ("--proxy-total-timeout",),
+        "seconds for a whole proxied exchange (504 before the head, cut after)",
+        "Upstreams",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
     # A tunnel (after a 101) with no byte either way for this long is
     # closed; WebSocket peers ping far more often (browsers' and vite's
     # keep-alives run every 30 s or so), a dead peer is noticed in minutes.
-    proxy_tunnel_idle: float = 300.0
+    proxy_tunnel_idle: float = setting(
+        300.0,
+        ("--proxy-tunnel-idle",),
+        "seconds a WebSocket/Upgrade tunnel may carry no byte either way (then it is closed)",
+        "Upstreams",
+        metavar="S",
+        parse="seconds",
+        gt=0,
+    )
     # WebSocket/Upgrade tunnels have their own budget, apart from the
     # request slots (an idle tunnel must not starve requests): at most
     # this many at once, every upstream together, and a per-client share
     # of them, so that one client cannot take them all.
-    proxy_max_tunnels: int = 256
-    proxy_max_tunnels_per_client: int = 32
-    proxy_host: str = "pass"  # pass | upstream: the Host sent upstream
+    proxy_max_tunnels: int = setting(
+        256,
+        ("--proxy-max-tunnels",),
+        "WebSocket/Upgrade tunnels open at once, every upstream together, apart from "
+        "--proxy-max-inflight (past it: 503; 0: no tunnels)",
+        "Upstreams",
+        metavar="N",
+        parse="int",
+        ge=0,
+    )
+    proxy_max_tunnels_per_client: int = setting(
+        32,
+        ("--proxy-max-tunnels-per-client",),
+        "tunnels one client (address, IPv6 /64) may hold open at once (past it: 503)",
+        "Upstreams",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    # pass | upstream: the Host sent upstream
+    proxy_host: str = setting(
+        "pass",
+        ("--proxy-host",),
+        "the Host sent upstream: the client's (pass) or the upstream's own (upstream)",
+        "Upstreams",
+        choices=PROXY_HOST_MODES,
+    )
     # Idle keep-alive connections kept per upstream: as many as may be in
     # flight, so that a steady load never opens and closes connections.
-    proxy_keepalive: int = 64
+    proxy_keepalive: int = setting(
+        64,
+        ("--proxy-keepalive",),
+        "idle keep-alive connections kept per upstream",
+        "Upstreams",
+        metavar="N",
+        parse="int",
+        ge=0,
+    )
     # --proxy-fallback URL: what no reserved path, route or file answers
     # (a GET/HEAD the files answer 404, any other method outside a route).
-    proxy_fallback: str | None = None
+    proxy_fallback: str | None = setting(
+        None,
+        ("--proxy-fallback",),
+        "forward what nothing else answers (a GET/HEAD no file answers, any other method "
+        "outside a --proxy prefix) to this upstream; not with --spa",
+        "Upstreams",
+        metavar="URL",
+        default_text="none",
+    )
     # Derived by validate(): the --proxy specs and the tables, parsed, and
     # the fallback as a route of prefix "/".
     routes: tuple[ProxyRoute, ...] = field(default=(), compare=False)
     fallback: ProxyRoute | None = field(default=None, compare=False)
 
     def validate(self) -> ProxyPolicy:
-        _check_ints(
-            self,
-            (
-                ("proxy_max_inflight", 1),
-                ("proxy_keepalive", 0),
-                ("proxy_queue", 0),
-                ("proxy_max_tunnels", 0),
-                ("proxy_max_tunnels_per_client", 1),
-            ),
-        )
-        _check_seconds(
-            self,
-            (
-                "proxy_queue_timeout",
-                "proxy_connect_timeout",
-                "proxy_head_timeout",
-                "proxy_idle_timeout",
-                "proxy_total_timeout",
-                "proxy_tunnel_idle",
-            ),
-        )
-        if self.proxy_host not in PROXY_HOST_MODES:
-            raise ConfigError(f"--proxy-host must be pass or upstream, got {self.proxy_host!r}")
+        check_declared(self)
         routes = tuple(parse_proxy_spec(s) for s in self.proxy) + self.proxy_routes
         seen: set[str] = set()
         for r in routes:
@@ -919,9 +1955,6 @@ class ProxyPolicy:
         return bool(self.routes) or self.fallback is not None
 
 
-PROXY_HOST_MODES = ("pass", "upstream")
-
-
 Policy = (
     ListenPolicy
     | ConnectionPolicy
@@ -932,8 +1965,10 @@ Policy = (
     | TlsPolicy
     | LogPolicy
     | WatchPolicy
+    | UsersPolicy
     | SitePolicy
     | UploadPolicy
+    | ResumablePolicy
     | ProxyPolicy
 )
 
@@ -946,7 +1981,16 @@ class Config:
     policy) or from the policies, then call :meth:`validate`.
     """
 
-    directory: str = "."
+    directory: str = setting(
+        ".",
+        ("-d", "--directory", "--root"),
+        "directory to serve (also the positional DIR)",
+        "Where and what",
+        metavar="DIR",
+        default_factory=os.getcwd,
+        default_text="the current directory",
+        fs_path=True,
+    )
     listeners: ListenPolicy = field(default_factory=ListenPolicy)
     conn: ConnectionPolicy = field(default_factory=ConnectionPolicy)
     h2: H2Policy = field(default_factory=H2Policy)
@@ -956,8 +2000,10 @@ class Config:
     tls: TlsPolicy = field(default_factory=TlsPolicy)
     log: LogPolicy = field(default_factory=LogPolicy)
     live: WatchPolicy = field(default_factory=WatchPolicy)
+    users: UsersPolicy = field(default_factory=UsersPolicy)
     site: SitePolicy = field(default_factory=SitePolicy)
     uploads: UploadPolicy = field(default_factory=UploadPolicy)
+    resumable: ResumablePolicy = field(default_factory=ResumablePolicy)
     proxy: ProxyPolicy = field(default_factory=ProxyPolicy)
 
     # Derived, filled by validate(): the absolute real path of the root, and
@@ -1015,8 +2061,8 @@ class Config:
         if uploads.upload and not uploads.allow_anonymous_writes:
             # Named as given: --webdav (or --webdav-prefix) implies --upload.
             flag = "--webdav" if uploads.webdav else "--upload"
-            _check_write_auth(listeners, self.site, flag)
-        if self.site.auth_users and not self.site.allow_plain_auth:
+            _check_write_auth(listeners, self.site, self.users, flag)
+        if self.users.auth_users and not self.users.allow_plain_auth:
             _check_plain_auth(listeners, tls)
         proxy = self.proxy.validate()
         if content.spa is not None and self.proxy.proxy_fallback is not None:
@@ -1039,6 +2085,7 @@ class Config:
             live=self.live.validate(root),
             site=self.site.validate(uploads.upload or proxy.enabled),
             uploads=uploads,
+            resumable=self.resumable.validate(),
             proxy=proxy,
             root=root,
             source_date_epoch=int(epoch) if epoch.isdigit() else None,
@@ -1115,10 +2162,10 @@ def wants_site_rules(cfg: Config) -> bool:
         or site.trailing_slash != "keep"
         or site.error_pages
         or site.auth
-        or site.access
-        or site.allow
-        or site.auth_file is not None
-        or site.auth_users
+        or cfg.users.access
+        or cfg.users.allow
+        or cfg.users.auth_file is not None
+        or cfg.users.auth_users
         or cfg.tls.hsts is not None
         or (cfg.uploads.upload and site.writable)
     )
@@ -1150,7 +2197,9 @@ def _check_plain_auth(listeners: ListenPolicy, tls: TlsPolicy) -> None:
         )
 
 
-def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--upload") -> None:
+def _check_write_auth(
+    listeners: ListenPolicy, site: SitePolicy, users: UsersPolicy, flag: str = "--upload"
+) -> None:
     """``--upload`` on an address other than loopback: every writable
     prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
     ``--auth-file``), unless ``--allow-anonymous-writes``.  With
@@ -1160,15 +2209,15 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--
     public = _public_hosts(listeners)
     if not public:
         return
-    if site.access or site.allow:
-        anonymous = _anonymous_write(site)
+    if users.access or users.allow:
+        anonymous = _anonymous_write(users, site.rules_source)
         if anonymous is not None:
             raise ConfigError(
                 f"{flag} on {public[0]}: {anonymous} gives anonymous clients a write right "
                 "(give it to authenticated, a group or users instead, or --allow-anonymous-writes)"
             )
         return
-    if site.auth_file is not None or site.auth_users:
+    if users.auth_file is not None or users.auth_users:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
     writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]
@@ -1186,17 +2235,17 @@ def _check_write_auth(listeners: ListenPolicy, site: SitePolicy, flag: str = "--
 _WRITE_RIGHTS = frozenset({"upload", "overwrite", "delete", "mkdir", "lock"})
 
 
-def _anonymous_write(site: SitePolicy) -> str | None:
+def _anonymous_write(users: UsersPolicy, rules_source: str) -> str | None:
     """The first ``[[access]]`` table or ``--allow`` rule that gives
     ``anonymous`` a write right (as the rule is named in messages), or None.
     Read at the syntax level only: the rules themselves are checked when
     compiled (serverio.site.rights)."""
-    source = site.rules_source or "--config"
-    for i, (_, grants) in enumerate(site.access):
+    source = rules_source or "--config"
+    for i, (_, grants) in enumerate(users.access):
         for principal, rights in grants:
             if principal == "anonymous" and _WRITE_RIGHTS & {r.strip().lower() for r in rights}:
                 return f"{source}: [[access]] #{i + 1}"
-    for line in site.allow:
+    for line in users.allow:
         principals, _, rest = line.partition(":")
         words = rest.partition("@")[0]
         names = {p.strip() for p in principals.split(",")}
@@ -1269,10 +2318,6 @@ def normal_route(route: str, option: str) -> str:
                 "or empty segments)"
             )
     return "/" + body
-
-
-def _opt(name: str) -> str:
-    return name.replace("_", "-")
 
 
 def _is_relative_path(v: str) -> bool:

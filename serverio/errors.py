@@ -33,6 +33,10 @@ class ConfigError(ValueError):
 
 
 _REASONS: dict[int, bytes] = {s.value: s.phrase.encode("ascii") for s in HTTPStatus}
+# Codes newer than Python's table: 104 (draft-ietf-httpbis-resumable-upload
+# §"Status Code 104"), 460 (tus 1.0 checksum extension).
+_REASONS.setdefault(104, b"Upload Resumption Supported")
+_REASONS.setdefault(460, b"Checksum Mismatch")
 
 
 def reason_phrase(status: int) -> bytes:

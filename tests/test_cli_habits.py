@@ -116,8 +116,8 @@ def test_no_abbreviations_auth_is_not_auth_file(
     """``--auth alice:pw`` was taken as ``--auth-file alice:pw`` (argparse's
     abbreviations): now it is the inline user, and a prefix is refused."""
     cfg = _parsed(["--auth", "alice:pw"])
-    assert cfg.site.auth_file is None
-    [line] = cfg.site.auth_users
+    assert cfg.users.auth_file is None
+    [line] = cfg.users.auth_users
     user, _, h = line.partition(":")
     assert user == "alice" and verify(h, "pw") and "pw" not in h.split("$")
     line = _usage_error(["--direct", "www"], capsys)
@@ -163,7 +163,7 @@ def test_auth_inline_off_loopback_needs_tls_or_allow_plain_auth(
         with pytest.raises(ConfigError, match=r"^--auth on .* without TLS: .*--allow-plain-auth"):
             _parsed(argv)
     else:
-        assert _parsed(argv).site.auth_users
+        assert _parsed(argv).users.auth_users
 
 
 def test_auth_inline_with_tls_is_allowed(here: Path, cert_files: tuple[Path, Path]) -> None:
@@ -171,7 +171,7 @@ def test_auth_inline_with_tls_is_allowed(here: Path, cert_files: tuple[Path, Pat
     cfg = _parsed(
         ["--auth", "a:b", "-b", "0.0.0.0", "--certfile", str(cert), "--keyfile", str(key)]
     )
-    assert cfg.site.auth_users and site_mod.plain_auth_warning(cfg) is None
+    assert cfg.users.auth_users and site_mod.plain_auth_warning(cfg) is None
 
 
 async def test_auth_inline_guards_the_whole_site(root: Path, tmp_path: Path) -> None:
@@ -189,7 +189,7 @@ async def test_auth_inline_guards_the_whole_site(root: Path, tmp_path: Path) -> 
             assert ok.status == 200 and ok.body == b"hello world\n"
             bad = base64.b64encode(b"alice:nope").decode()
             assert (await client.get("/hello.txt", f"Authorization: Basic {bad}\r\n")).status == 401
-            if cfg.site.auth_file is not None:
+            if cfg.users.auth_file is not None:
                 bob = base64.b64encode(b"bob:bob-pw").decode()
                 r = await client.get("/hello.txt", f"Authorization: Basic {bob}\r\n")
                 assert r.status == 200

@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from serverio.fs.davtree import PROPS_DIR
+
 from .conftest import make_config, running_server
 
 RCLONE = shutil.which("rclone")
@@ -148,7 +150,9 @@ async def test_cadaver_scripted_session(tmp_path: Path) -> None:
     assert out.count("succeeded") >= 9, out
     assert "Value of color is: blue" in out, out
     assert back.read_bytes() == src.read_bytes()
-    assert sorted(os.listdir(root / "cdir")) == [".serverio-tmp-props", "c.txt"]
+    # The property lives in the root's one store, not beside c.txt.
+    assert sorted(os.listdir(root / "cdir")) == ["c.txt"]
+    assert (root / PROPS_DIR).is_dir()
     assert (root / "cdir" / "c.txt").read_bytes() == src.read_bytes()
 
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from serverio.errors import ConfigError
-from serverio.http.core import ALLOW_WRITES
+from serverio.upload.service import ALLOW_WRITES
 
 from .conftest import make_config
 from .test_dav_locking import CLIENTS, LOCKINFO
@@ -30,6 +30,24 @@ PROPFIND = (
 
 def hrefs(body: bytes) -> list[str]:
     return re.findall(r"<D:href>([^<]*)</D:href>", body.decode())
+
+
+@pytest.mark.parametrize("proto", CLIENTS)
+async def test_the_allow_under_and_outside_the_prefix_with_site_rules(
+    root: Path, proto: str
+) -> None:
+    # With site rules the core's OPTIONS and 405 are reached through
+    # Site.route: the write feature's Allow (the pipeline's allow hook,
+    # which the core no longer computes from --webdav) reaches them too.
+    (root / "dav").mkdir()
+    with trio.fail_after(30):
+        async with CLIENTS[proto](root, webdav_prefix="/dav/", headers=["X-Site: 1"]) as call:
+            status, hs, _ = await call("OPTIONS", "/hello.txt", [], b"")
+            assert status == 204 and hs["allow"] == PLAIN and hs["x-site"] == "1"
+            status, hs, _ = await call("PROPFIND", "/hello.txt", [], b"")
+            assert status == 405 and hs["allow"] == PLAIN
+            status, hs, _ = await call("POST", "/dav/", [], b"")
+            assert status == 405 and "PROPFIND" in hs["allow"] and hs["x-site"] == "1"
 
 
 @pytest.mark.parametrize("proto", CLIENTS)

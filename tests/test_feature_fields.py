@@ -174,3 +174,21 @@ def test_a_field_name_that_is_no_token_or_the_hosts_is_refused() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} registered")
+
+
+def test_the_core_reads_no_features_settings_and_computes_no_features_allow() -> None:
+    # The Allow of OPTIONS and 405 is the write feature's (route's ``allow``,
+    # the pipeline's hook): the core reads the files and content policies only.
+    tree = _modules()["serverio.http.core"]
+    policies = {
+        node.value.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "cfg"
+    }
+    assert policies <= {"files", "content"}, policies
+    assert not hasattr(serverio.http.core, "webdav_at")
+    assert not hasattr(serverio.http.core, "ALLOW_DAV")
+    assert not hasattr(serverio.http.core, "ALLOW_WRITES")

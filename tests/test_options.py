@@ -134,7 +134,11 @@ def test_every_settable_config_field_has_exactly_one_declaration() -> None:
     twice = sorted({f for f in declared if declared.count(f) > 1})
     assert not twice, f"declared more than once: {twice}"
     missing = sorted(fields - set(declared) - set(NOT_SETTABLE))
-    assert not missing, f"undeclared Config fields (declare, or NOT_SETTABLE): {missing}"
+    assert not missing, (
+        f"undeclared Config fields: {missing}; declare each on its field, "
+        "name: T = serverio.config.setting(default, flags, help, group, ...), or list it in "
+        "NOT_SETTABLE"
+    )
     assert not set(declared) & set(NOT_SETTABLE)
     assert set(declared) | set(NOT_SETTABLE) == fields
     for opt in OPTIONS:

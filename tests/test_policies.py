@@ -37,7 +37,7 @@ def test_each_policy_is_small_and_frozen(cls: type) -> None:
 def test_config_holds_the_policies_and_the_root_fields_only() -> None:
     own = [f.name for f in dataclasses.fields(Config) if f.name not in POLICIES]
     assert own == ["directory", "root", "source_date_epoch"]
-    assert len(POLICIES) == 12
+    assert len(POLICIES) == 14
     for group, cls in POLICIES.items():
         assert isinstance(getattr(Config(), group), cls), group
 
@@ -112,7 +112,7 @@ def test_each_policy_validates_itself() -> None:
         ConnectionPolicy(max_requests=0).validate()
     with pytest.raises(ConfigError, match=r"^--index 'a/b' must be a plain file name$"):
         FilesPolicy(index=("a/b",)).validate()
-    with pytest.raises(ConfigError, match=r"^port must be between 0 and 65535, got 70000$"):
+    with pytest.raises(ConfigError, match=r"^--port must be from 0 to 65535, got 70000$"):
         ListenPolicy(port=70000).validate()
     with pytest.raises(ConfigError, match=r"^--trusted-proxies: "):
         SitePolicy(trusted_proxies=("x",)).validate()

@@ -340,6 +340,7 @@ async def test_past_max_inflight_without_a_queue_is_a_503_at_once(root: Path) ->
         await second.stream.aclose()
         assert r.status == 503 and srv.stats.proxy.busy == 1
         assert len(up.seen) == 1  # the second never reached the upstream
+        await reset(client)  # the first ends too: no 10 s drain at the server's stop
 
 
 async def test_past_max_inflight_a_request_waits_for_the_slot(root: Path) -> None:
@@ -608,6 +609,7 @@ async def test_a_client_that_leaves_while_queued_for_a_slot_is_let_go(root: Path
                 await trio.sleep(0.01)
         assert pool.inflight == 1  # still the first request's, nothing leaked
         assert len(up.seen) == 1  # the second never reached the upstream
+        await reset(client)  # the first ends too: no 10 s drain at the server's stop
 
 
 def test_peer_facts_are_canonical_and_trusted_only_inside_the_networks() -> None:

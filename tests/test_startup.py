@@ -63,6 +63,8 @@ NOT_FOR_STATIC = (
     "markdown_it",
     "serverio.ops.devtls",
     "webbrowser",
+    "serverio.ops.completions",
+    "encodings.idna",
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..http.core import ALLOW_DAV, Plan, common_fields
+from ..http.core import Plan, common_fields
 from .xml import DAV, Element, QName, Response, multistatus, serialize
 
 __all__ = [
@@ -21,6 +21,10 @@ __all__ = [
     "status_plan",
     "stream_plan",
 ]
+
+# With --webdav: its methods too (RFC 4918 §9; class 2 adds LOCK and UNLOCK
+# in the DAV service's own OPTIONS, :func:`options_plan`).
+ALLOW_DAV: Final = b"OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
 
 XML_TYPE: Final = b"application/xml; charset=utf-8"
 

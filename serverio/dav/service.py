@@ -54,7 +54,7 @@ from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.access import AccessTarget, Kind, Right
-from ..http.core import Plan, RequestFacts, error_plan
+from ..http.core import ALLOW, Plan, RequestFacts, error_plan
 from ..http.listing import Entry
 from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
@@ -62,7 +62,7 @@ from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
 from ..upload.resolved import Resolving, resolved_target
-from ..upload.service import CommitGate, Uploads
+from ..upload.service import ALLOW_WRITES, CommitGate, Uploads
 from . import methods
 from .answers import (
     ALLOW_DAV,
@@ -157,6 +157,15 @@ class DavService(DavBase):
             b"LOCK": self._lock,
             b"UNLOCK": self._unlock,
         }
+
+    def allow(self, target: Target) -> bytes:
+        """The methods ``target`` allows, for the core's OPTIONS and 405
+        (the pipeline's ``allow`` hook, RFC 9110 §10.2.1): WebDAV's at or
+        under ``--webdav-prefix`` (everywhere without one), the uploads'
+        elsewhere."""
+        if self.at_dav(target.segments):
+            return ALLOW_DAV
+        return ALLOW_WRITES if self.config.uploads.upload else ALLOW
 
     def takes(self, req: RequestFacts) -> bool:
         """Does :meth:`write` answer ``req`` (one of :data:`PREFIX_METHODS`;

@@ -15,11 +15,23 @@ opened under the root's containment, its checked name, what is there):
   removed, as a link, by DELETE), each file copy is a temporary made with
   ``O_EXCL`` then fsync'ed and renamed into place (a reader never sees a
   partial copy), every directory changed is fsync'ed (POSIX);
-* the dead-property store: :data:`PROPS_DIR` in each directory holds one
-  file per member (:func:`props_name`), written atomically through the
-  same temporary + rename, and moved, copied and removed with its
-  resource.  Its name starts with the write-temporary prefix, so
-  listings, GETs and every write refuse it even with ``--hidden``.
+* the dead-property store: ONE directory, :data:`PROPS_DIR` at the root,
+  beside the files and not among them (issue 45: other tools saw one in
+  every directory).  It is a shadow tree keyed by the real path below the
+  root: the node of directory ``a/b`` is ``PROPS_DIR/key(a)/key(b)``
+  (:func:`node_key`: fixed-length hashes, any name), and holds one file per
+  member (:func:`props_name`, ``key + ".xml"``, never a node's name);
+  the root's own properties are ``props_name("")`` in the top node.  Each
+  file is written atomically through the same temporary + rename; a
+  resource's properties (and, for a collection, its node: its members')
+  are moved, copied and removed with it.  In the tree, not in a state
+  directory elsewhere: replicas serving one shared directory share the
+  properties, and a copy or backup of the tree keeps them.  Its name
+  starts with the write-temporary prefix, so listings, archives, GETs,
+  PROPFIND and every write refuse it even with ``--hidden``.  A store of
+  the former layout (one ``PROPS_DIR`` in each directory) is moved into
+  its node the first time a request touches that directory's properties
+  (:func:`migrate_old_store`).
 
 Nothing here returns an HTTP status: failures are ``OSError`` (per member
 of a tree: a list of ``(relative path, errno)``), refusals
@@ -57,13 +69,16 @@ __all__ = [
     "Found",
     "TreeJob",
     "TreeTooLarge",
+    "clear_props",
     "copy_room",
     "copy_tree",
     "count_tree",
     "list_tree",
     "lookup",
     "make_collection",
+    "migrate_old_store",
     "move_tree",
+    "node_key",
     "props_name",
     "read_props",
     "remove_tree",
@@ -77,8 +92,8 @@ def _flag(name: str) -> int:
     return value
 
 
-# The dead-property store of a directory's members (and, in the root, of
-# the root itself).  Hidden everywhere: it starts with WRITE_TEMP_PREFIX.
+# The dead-property store, at the root (see the module docstring).  Hidden
+# everywhere: it starts with WRITE_TEMP_PREFIX.
 PROPS_DIR: Final = WRITE_TEMP_PREFIX + "props"
 _READ: Final = os.O_RDONLY | _flag("O_NOFOLLOW") | _flag("O_CLOEXEC") | _flag("O_NONBLOCK")
 _DIR: Final = _READ | _flag("O_DIRECTORY")
@@ -99,12 +114,108 @@ class TreeTooLarge(Exception):
     """A collection with more members than the operation may touch."""
 
 
-def props_name(name: str) -> str:
-    """The file in :data:`PROPS_DIR` holding ``name``'s dead properties
-    (a hash: fixed length, any name; ``""`` is the directory itself, used
-    for the root)."""
+def node_key(name: str) -> str:
+    """The store's name for the node of directory member ``name`` (a hash:
+    fixed length, any name)."""
     raw = name.encode("utf-8", "surrogateescape")
-    return hashlib.blake2b(raw, digest_size=16).hexdigest() + ".xml"
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def props_name(name: str) -> str:
+    """The file in its directory's node holding ``name``'s dead properties
+    (``""`` is the directory itself, used for the root)."""
+    return node_key(name) + ".xml"
+
+
+def _open_node(root_fd: int, real: str, create: bool = False) -> int:
+    """The store's node of directory ``real`` (below the root, ``""`` the
+    root), opened; -1 when there is none (made, with the store, when
+    ``create``).  Never follows a symlink."""
+    if root_fd < 0:
+        return -1
+    fd = root_fd
+    try:
+        for name in (PROPS_DIR, *(node_key(s) for s in real.split("/") if s)):
+            try:
+                nxt = os.open(name, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    return -1
+                try:
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nxt = os.open(name, _DIR, dir_fd=fd)
+            except OSError:
+                if create:
+                    raise
+                return -1
+            if fd != root_fd:
+                os.close(fd)
+            fd = nxt
+        node, fd = fd, root_fd
+        return node
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+
+
+def migrate_old_store(dir_fd: int, root_fd: int, real: str) -> None:
+    """Move a store of the former layout (``PROPS_DIR`` inside directory
+    ``real`` itself, opened as ``dir_fd``) into that directory's node; a
+    file the node already has wins.  The root's former store is the new
+    store's top node: nothing to move.  Blocking; one failed ``openat``
+    when there is nothing to move."""
+    if not real or root_fd < 0:
+        return
+    try:
+        old = os.open(PROPS_DIR, _DIR, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        node = _open_node(root_fd, real, create=True)
+        try:
+            with os.scandir(old) as it:
+                names = [e.name for e in it if e.is_file(follow_symlinks=False)]
+            for name in names:
+                if name.endswith(".xml") and not name.startswith(WRITE_TEMP_PREFIX):
+                    _move_file(old, name, node)
+                else:
+                    try:
+                        SYS.unlink(name, dir_fd=old)  # a temporary left by a crash
+                    except FileNotFoundError:
+                        pass
+            SYS.fsync(node)
+        finally:
+            os.close(node)
+    finally:
+        os.close(old)
+    try:
+        os.rmdir(PROPS_DIR, dir_fd=dir_fd)
+        SYS.fsync(dir_fd)
+    except OSError:
+        pass  # something else inside it: left for the next time
+
+
+def _move_file(src_dir: int, name: str, dst_dir: int) -> None:
+    """``name`` from ``src_dir`` into ``dst_dir`` unless already there
+    (then the source's copy is dropped); across filesystems a copy.  A
+    source gone meanwhile (another request migrating the same store) is
+    no failure."""
+    try:
+        try:
+            os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
+        except FileNotFoundError:
+            try:
+                SYS.rename(name, name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                _copy_file(src_dir, name, dst_dir, name)
+        SYS.unlink(name, dir_fd=src_dir)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(slots=True)
@@ -154,13 +265,6 @@ def _hash_of(fd: int, st: os.stat_result, small: int) -> bytes | None:
     return None if data is None else content_digest(data)
 
 
-def _open_props_dir(dir_fd: int) -> int:
-    try:
-        return os.open(PROPS_DIR, _DIR, dir_fd=dir_fd)
-    except OSError:
-        return -1
-
-
 def lookup(opener: ContainedRoot, relpath: str, small: int) -> Found | None:
     """The request target's :class:`Found` (opened as a GET opens it), or
     None when it does not exist (or containment refuses it).  ``small``:
@@ -179,12 +283,14 @@ def lookup(opener: ContainedRoot, relpath: str, small: int) -> Found | None:
     parent, _, name = relpath.rpartition("/")
     props = None
     try:
-        pfd = opener.open(parent or ".") if relpath else opener.open(".")
+        pfd, resolved = opener.open_resolved(parent or ".")
     except OSError:
-        pfd = -1
+        pfd, resolved = -1, None
     if pfd >= 0:
         try:
-            store = _open_props_dir(pfd)
+            real = _real(parent, resolved)
+            migrate_old_store(pfd, opener.root_fd, real)
+            store = _open_node(opener.root_fd, real)
             if store >= 0:
                 try:
                     props = _read_at(store, props_name(name), MAX_PROPS_BYTES)
@@ -193,6 +299,12 @@ def lookup(opener: ContainedRoot, relpath: str, small: int) -> Found | None:
         finally:
             os.close(pfd)
     return Found(name, st, digest, props)
+
+
+def _real(relpath: str, resolved: str | None) -> str:
+    """The store's key of a directory opened by ``open_resolved``."""
+    real = (relpath if resolved is None else resolved).strip("/")
+    return "" if real == "." else real
 
 
 def _shown(name: str, hidden: bool) -> bool:
@@ -213,11 +325,19 @@ class DirScan:
     """
 
     def __init__(self, opener: ContainedRoot, relpath: str, hidden: bool, small: int) -> None:
-        self.fd = opener.open(relpath or ".")
-        self.hidden = hidden
-        self.small = small
-        self.store = _open_props_dir(self.fd)
-        self._it: Iterator[os.DirEntry[str]] | None = os.scandir(self.fd)
+        self.fd, resolved = opener.open_resolved(relpath or ".")
+        self.store = -1
+        self._it: Iterator[os.DirEntry[str]] | None = None
+        try:
+            real = _real(relpath, resolved)
+            migrate_old_store(self.fd, opener.root_fd, real)
+            self.hidden = hidden
+            self.small = small
+            self.store = _open_node(opener.root_fd, real)
+            self._it = os.scandir(self.fd)
+        except BaseException:
+            self.close()
+            raise
 
     def batch(self, n: int) -> list[Found]:
         """Up to ``n`` members (fewer only at the end)."""
@@ -266,15 +386,22 @@ def root_place(opener: ContainedRoot) -> Placement:
     """The root as a :class:`Placement` (its own directory, name ``""``),
     for the root's dead properties."""
     fd = opener.open(".")
-    return Placement(fd, "", "", os.fstat(fd))
+    return Placement(fd, "", "", os.fstat(fd), "", opener.root_fd)
 
 
 # ------------------------------------------------------------ dead properties
 
 
+def _node_of(place: Placement, create: bool = False) -> int:
+    """The node of ``place``'s directory (see :func:`_open_node`), a store
+    of the former layout there moved in first."""
+    migrate_old_store(place.dir_fd, place.root_fd, place.real)
+    return _open_node(place.root_fd, place.real, create)
+
+
 def read_props(place: Placement) -> bytes | None:
     """The stored dead properties of ``place``'s resource, or None."""
-    store = _open_props_dir(place.dir_fd)
+    store = _node_of(place)
     if store < 0:
         return None
     try:
@@ -313,7 +440,7 @@ def write_props(place: Placement, data: bytes | None) -> None:
     """Store ``data`` as the dead properties of ``place``'s resource
     (atomically), or remove them (``data`` None)."""
     if data is None:
-        store = _open_props_dir(place.dir_fd)
+        store = _node_of(place)
         if store >= 0:
             try:
                 SYS.unlink(props_name(place.name), dir_fd=store)
@@ -322,26 +449,87 @@ def write_props(place: Placement, data: bytes | None) -> None:
             finally:
                 os.close(store)
         return
-    try:
-        os.mkdir(PROPS_DIR, 0o777, dir_fd=place.dir_fd)
-    except FileExistsError:
-        pass
-    store = _open_props_dir(place.dir_fd)
-    if store < 0:
-        raise OSError(errno.ENOTDIR, "dead-property store is not a directory")
+    if place.root_fd < 0:
+        raise OSError(errno.ENOTSUP, "no dead-property store without the root's descriptor")
+    store = _node_of(place, create=True)
     try:
         _atomic_write(store, props_name(place.name), data)
     finally:
         os.close(store)
 
 
+def clear_props(place: Placement) -> None:
+    """Remove the dead properties of ``place``'s resource and, were it a
+    collection, of everything below it (its node): a name made anew
+    starts with none."""
+    write_props(place, None)
+    store = _node_of(place)
+    if store < 0:
+        return
+    try:
+        _remove_node(store, node_key(place.name))
+    finally:
+        os.close(store)
+
+
+def _remove_node(parent: int, key: str) -> None:
+    """Remove node ``key`` of ``parent`` and everything in it.  What a
+    concurrent request removes first, or writes meanwhile (a node left
+    non-empty: properties of a resource that is gone, harmless), is no
+    failure of the removal that asked."""
+    try:
+        fd = _open_child(parent, key)
+    except FileNotFoundError:
+        return
+    try:
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for name, is_dir in entries:
+            if is_dir:
+                _remove_node(fd, name)
+            else:
+                try:
+                    SYS.unlink(name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(key, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            raise
+
+
 def _move_props(src: Placement, dst: Placement, keep: bool) -> None:
     """The props of ``src``'s resource become ``dst``'s (copied when
-    ``keep``); ``dst``'s old ones are gone either way."""
+    ``keep``); ``dst``'s old ones are gone either way.  Not ``keep``: a
+    collection's node (its members' props) moves too (one rename)."""
     data = read_props(src)
     write_props(dst, data)
-    if not keep and data is not None:
+    if keep:
+        return
+    if data is not None:
         write_props(src, None)
+    src_node = _node_of(src)
+    if src_node < 0:
+        return
+    try:
+        key = node_key(src.name)
+        try:
+            os.stat(key, dir_fd=src_node, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        dst_node = _node_of(dst, create=True)
+        try:
+            _remove_node(dst_node, node_key(dst.name))
+            SYS.rename(key, node_key(dst.name), src_dir_fd=src_node, dst_dir_fd=dst_node)
+            SYS.fsync(dst_node)
+        finally:
+            os.close(dst_node)
+        SYS.fsync(src_node)
+    finally:
+        os.close(src_node)
 
 
 # ------------------------------------------------------------ collections
@@ -350,8 +538,8 @@ def _move_props(src: Placement, dst: Placement, keep: bool) -> None:
 def make_collection(place: Placement) -> None:
     """MKCOL: ``mkdir`` of ``place``'s name (FileExistsError when taken),
     fsync of its directory; any dead properties a former resource of that
-    name left are removed first."""
-    write_props(place, None)
+    name left (its own, its former members') are removed first."""
+    clear_props(place)
     os.mkdir(place.name, 0o777, dir_fd=place.dir_fd)
     SYS.fsync(place.dir_fd)
 
@@ -436,32 +624,67 @@ def _refused(path: str, members: Members) -> bool:
     return members is not None and path not in members
 
 
+def _child_node(node: int, name: str) -> int:
+    """The node of directory member ``name`` in ``node``, or -1."""
+    if node < 0:
+        return -1
+    try:
+        return _open_child(node, node_key(name))
+    except OSError:
+        return -1
+
+
+def _drop_member_props(node: int, name: str, is_dir: bool) -> None:
+    """A removed member's dead properties (and a collection's node) go."""
+    if node < 0:
+        return
+    try:
+        SYS.unlink(props_name(name), dir_fd=node)
+    except FileNotFoundError:
+        pass
+    if is_dir:
+        _remove_node(node, node_key(name))
+
+
 def _remove_in(
-    dir_fd: int, prefix: str, failed: Failures, stop: Callable[[], bool], members: Members
+    dir_fd: int,
+    prefix: str,
+    failed: Failures,
+    stop: Callable[[], bool],
+    members: Members,
+    node: int = -1,
 ) -> None:
     """Remove every entry of ``dir_fd`` (post-order), recording failures;
-    a member outside ``members`` stays (the store and temporaries go)."""
+    a member outside ``members`` stays (temporaries, and a store of the
+    former layout, go).  ``node``: the directory's store node (-1: none):
+    each removed member's dead properties go with it."""
     with os.scandir(dir_fd) as it:
         names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
     for name, is_dir in names:
         if stop():
             raise OSError(errno.ECANCELED, "tree operation stopped")
         path = prefix + name
-        # The store and temporaries are no members: removed with their
-        # directory, whatever they hold.
+        # Temporaries (and a former-layout store) are no members: removed
+        # with their directory, whatever they hold.
         housekeeping = name.startswith(WRITE_TEMP_PREFIX)
         try:
             if not housekeeping and _refused(path, members):
                 raise OSError(errno.EACCES, "member not decided by the access hook")
             if is_dir:
                 fd = _open_child(dir_fd, name)
+                sub = -1 if housekeeping else _child_node(node, name)
                 try:
-                    _remove_in(fd, path + "/", failed, stop, None if housekeeping else members)
+                    kept = None if housekeeping else members
+                    _remove_in(fd, path + "/", failed, stop, kept, sub)
                 finally:
                     os.close(fd)
+                    if sub >= 0:
+                        os.close(sub)
                 os.rmdir(name, dir_fd=dir_fd)
             else:
                 SYS.unlink(name, dir_fd=dir_fd)
+            if not housekeeping:
+                _drop_member_props(node, name, is_dir)
         except OSError as exc:
             if exc.errno == errno.ECANCELED:
                 raise
@@ -475,23 +698,29 @@ def remove_tree(
     """DELETE of ``place``'s resource (a file or a collection and all its
     members, at most ``limit``: :class:`TreeTooLarge` before anything is
     removed), its dead properties with it.  Returns the members that could
-    not be removed (relative path, errno); their ancestors stay too.
+    not be removed (relative path, errno); their ancestors stay too, and
+    so do their dead properties.
     ``members``: the members the access hook allowed (see :data:`Members`)."""
     cur = place.current
     failed: Failures = []
     if cur is not None and stat.S_ISDIR(cur.st_mode):
         count_tree(place.dir_fd, place.name, limit)
         fd = _open_child(place.dir_fd, place.name)
+        parent = _node_of(place)
+        node = _child_node(parent, place.name)
         try:
-            _remove_in(fd, "", failed, stop, members)
+            _remove_in(fd, "", failed, stop, members, node)
         finally:
             os.close(fd)
+            for held in (node, parent):
+                if held >= 0:
+                    os.close(held)
         if not failed:
             os.rmdir(place.name, dir_fd=place.dir_fd)
     else:
         SYS.unlink(place.name, dir_fd=place.dir_fd)
     if not failed:
-        write_props(place, None)
+        clear_props(place)
     SYS.fsync(place.dir_fd)
     return failed
 
@@ -529,78 +758,124 @@ def _copy_file(src_dir: int, name: str, dst_dir: int, dst_name: str) -> None:
         os.close(fd)
 
 
+class _DstNode:
+    """A copy's destination node, made (its parents first) and opened on
+    first use: a tree without dead properties makes none."""
+
+    def __init__(self, parent: _DstNode | None, key: str, make: Callable[[], int] | None = None):
+        self.parent, self.key, self.make, self.fd = parent, key, make, -1
+
+    def get(self) -> int:
+        if self.fd < 0:
+            if self.parent is None:
+                assert self.make is not None
+                self.fd = self.make()
+            else:
+                up = self.parent.get()
+                try:
+                    os.mkdir(self.key, 0o777, dir_fd=up)
+                except FileExistsError:
+                    pass
+                self.fd = _open_child(up, self.key)
+        return self.fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                SYS.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _copy_member_props(src_node: int, dst_node: _DstNode, name: str) -> None:
+    """Copy ``name``'s dead properties from ``src_node`` into ``dst_node``."""
+    if src_node < 0:
+        return
+    pname = props_name(name)
+    try:
+        st = os.stat(pname, dir_fd=src_node, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        _copy_file(src_node, pname, dst_node.get(), pname)
+
+
 def _copy_in(
-    src: int, dst: int, prefix: str, failed: Failures, stop: Callable[[], bool], members: Members
+    src: int,
+    dst: int,
+    prefix: str,
+    failed: Failures,
+    stop: Callable[[], bool],
+    members: Members,
+    nodes: tuple[int, _DstNode],
 ) -> None:
     """Copy every member of directory ``src`` into directory ``dst``
     (temporaries skipped, symlinks and special files skipped), each
-    member's dead properties with it; a member outside ``members`` is
+    member's dead properties with it (``nodes``: the source's store node,
+    -1 for none, and the destination's); a member outside ``members`` is
     not read (a failure), nor are its dead properties."""
+    src_node, dst_node = nodes
     with os.scandir(src) as it:
         entries = [
             (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it
         ]
-    src_store = _open_props_dir(src)
-    dst_store = -1
-    try:
-        for name, is_dir, is_file in entries:
-            if stop():
-                raise OSError(errno.ECANCELED, "tree operation stopped")
-            if name.startswith(WRITE_TEMP_PREFIX):
-                continue  # the store is copied member by member, below
-            path = prefix + name
-            try:
-                if _refused(path, members):
-                    raise OSError(errno.EACCES, "member not decided by the access hook")
-                if is_dir:
-                    try:
-                        os.mkdir(name, 0o777, dir_fd=dst)
-                    except FileExistsError:
-                        pass
-                    s, d = _open_child(src, name), _open_child(dst, name)
-                    try:
-                        _copy_in(s, d, path + "/", failed, stop, members)
-                    finally:
-                        os.close(s)
-                        os.close(d)
-                elif is_file:
-                    _copy_file(src, name, dst, name)
-                else:
-                    continue
-                if src_store >= 0:
-                    dst_store = _copy_member_props(src_store, dst, dst_store, name)
-            except OSError as exc:
-                if exc.errno == errno.ECANCELED:
-                    raise
-                failed.append((path, exc.errno or errno.EIO))
-        if dst_store >= 0:
-            SYS.fsync(dst_store)
-    finally:
-        for fd in (src_store, dst_store):
-            if fd >= 0:
-                os.close(fd)
+    for name, is_dir, is_file in entries:
+        if stop():
+            raise OSError(errno.ECANCELED, "tree operation stopped")
+        if name.startswith(WRITE_TEMP_PREFIX):
+            continue  # temporaries (and a former-layout store) are no members
+        path = prefix + name
+        try:
+            if _refused(path, members):
+                raise OSError(errno.EACCES, "member not decided by the access hook")
+            if is_dir:
+                try:
+                    os.mkdir(name, 0o777, dir_fd=dst)
+                except FileExistsError:
+                    pass
+                s, d = _open_child(src, name), _open_child(dst, name)
+                sub = (_child_node(src_node, name), _DstNode(dst_node, node_key(name)))
+                try:
+                    _copy_in(s, d, path + "/", failed, stop, members, sub)
+                finally:
+                    os.close(s)
+                    os.close(d)
+                    if sub[0] >= 0:
+                        os.close(sub[0])
+                    sub[1].close()
+            elif is_file:
+                _copy_file(src, name, dst, name)
+            else:
+                continue
+            _copy_member_props(src_node, dst_node, name)
+        except OSError as exc:
+            if exc.errno == errno.ECANCELED:
+                raise
+            failed.append((path, exc.errno or errno.EIO))
     SYS.fsync(dst)
 
 
-def _copy_member_props(src_store: int, dst: int, dst_store: int, name: str) -> int:
-    """Copy ``name``'s dead properties from ``src_store`` into ``dst``'s
-    store (made, and opened into ``dst_store``, on first use); returns
-    the store's descriptor (-1 while none was needed)."""
-    pname = props_name(name)
+def _copy_members(
+    src: Placement, dst: Placement, failed: Failures, stop: Callable[[], bool], members: Members
+) -> None:
+    """The members of collection ``src`` into the new collection ``dst``,
+    with their dead properties (the collections' store nodes)."""
+    s, d = _open_child(src.dir_fd, src.name), _open_child(dst.dir_fd, dst.name)
+    src_parent = _node_of(src)
+    src_node = _child_node(src_parent, src.name)
+    top = _DstNode(None, "", lambda: _node_of(dst, create=True))
+    dst_node = _DstNode(top, node_key(dst.name))
     try:
-        st = os.stat(pname, dir_fd=src_store, follow_symlinks=False)
-    except FileNotFoundError:
-        return dst_store
-    if not stat.S_ISREG(st.st_mode):
-        return dst_store
-    if dst_store < 0:
-        try:
-            os.mkdir(PROPS_DIR, 0o777, dir_fd=dst)
-        except FileExistsError:
-            pass
-        dst_store = _open_child(dst, PROPS_DIR)
-    _copy_file(src_store, pname, dst_store, pname)
-    return dst_store
+        _copy_in(s, d, "", failed, stop, members, (src_node, dst_node))
+    finally:
+        os.close(s)
+        os.close(d)
+        for held in (src_node, src_parent):
+            if held >= 0:
+                os.close(held)
+        dst_node.close()
+        top.close()
 
 
 def copy_tree(
@@ -626,12 +901,7 @@ def copy_tree(
             count_tree(src.dir_fd, src.name, limit)
         os.mkdir(dst.name, 0o777, dir_fd=dst.dir_fd)
         if infinity:
-            s, d = _open_child(src.dir_fd, src.name), _open_child(dst.dir_fd, dst.name)
-            try:
-                _copy_in(s, d, "", failed, stop, members)
-            finally:
-                os.close(s)
-                os.close(d)
+            _copy_members(src, dst, failed, stop, members)
     else:
         _copy_file(src.dir_fd, src.name, dst.dir_fd, dst.name)
     _move_props(src, dst, keep=True)
@@ -694,7 +964,7 @@ def copy_room(
         size = cur.st_size
     else:
         size = _tree_bytes(src.dir_fd, src.name, limit) if infinity else 0
-    store = _open_props_dir(src.dir_fd)
+    store = _node_of(src)
     if store >= 0:
         try:
             size += os.stat(props_name(src.name), dir_fd=store, follow_symlinks=False).st_size

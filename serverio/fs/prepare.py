@@ -1,26 +1,27 @@
 r"""Resolution: the filesystem work of answering a GET or HEAD of a file.
 
-:func:`resolve` opens what the request names under containment (the file,
-an index file, the ``--spa`` fallback, the precompressed sidecars the
-request could be answered with), ``fstat``\ s it, checks it is a regular
-file, computes its facts (with the content hash a small file's ETag is
-made of) and, for a small body, reads the whole file.  To know what to
-open and keep it asks the pure layer a few questions, without deciding
-them itself: whether the ``--spa`` fallback applies
-(:func:`~serverio.http.core.spa_fallback_applies`), the file's headers,
-Vary and the digest asked for, which sidecars the request could use and,
-for a cached entry, which coding it gets (:mod:`serverio.http.select`:
-``file_headers``, ``digest_algorithm``, ``negotiates``,
-``sidecars_wanted``, ``choose_coding``).  It returns a
-:class:`~serverio.model.Resolution` of facts and open descriptors, with
-those answers; the response itself (status, validators, fields, ranges)
-is decided on the trio side after it, by :mod:`serverio.model.decide` over
-:func:`serverio.http.core.decide_file`.  It is one call so that it costs one
-thread hop when it runs in the ``fs`` pool
-(:mod:`serverio.concurrency.blocking`); it is synchronous and never touches
-trio.  It also fills the warm-file cache (:mod:`serverio.fs.filecache`) with
-a small settled file it read, and revalidates a candidate entry handed to it
-(one ``stat``) so that the pooled path stays at one hop.
+:func:`resolve` opens what a :class:`~serverio.http.select.Lookup` names
+(the request as facts, made on the trio side by
+:func:`~serverio.http.select.lookup`: fs never sees a request) under
+containment: the file, an index file, the ``--spa`` fallback, the
+precompressed sidecars the request could be answered with.  It ``fstat``\ s
+each, checks it is a regular file, computes its facts (with the content
+hash a small file's ETag is made of) and, for a GET that probably sends
+it (:attr:`~serverio.http.select.Lookup.wants_bytes`), reads a small body
+whole.  Which sidecars to open and which descriptors to keep it asks
+:mod:`serverio.http.select` (the file's headers, Vary, the codings worth
+a sidecar, whether an on-the-fly coding makes a cache entry worth
+keeping); those selection facts travel on the
+:class:`~serverio.model.Resolution` it returns, with the open descriptors.
+It makes no plan and no status: the decision
+(:mod:`serverio.model.decide`, over :mod:`serverio.http.select` and
+:func:`serverio.http.core.decide_file`) runs on the trio side after it.
+It is one call so that it costs one thread hop when it runs in the ``fs``
+pool (:mod:`serverio.concurrency.blocking`); it is synchronous and never
+touches trio.  It also fills the warm-file cache
+(:mod:`serverio.fs.filecache`) with a small settled file it read, and
+revalidates a candidate entry handed to it (one ``stat``) so that the
+pooled path stays at one hop.
 
 What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
 found, a name containment refused, not a regular file, an errno's), never
@@ -276,7 +277,7 @@ def resolve(
     warm-file cache (whose hits are decided on their path alone).
     """
     target = look.target
-    resolving = cfg.site.path_rules
+    resolving = bool(cfg.site.auth) or cfg.users.rights
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -520,7 +521,7 @@ def _sidecars(
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
     relpath, real = file_path
-    resolving = hop.cfg.site.path_rules
+    resolving = bool(hop.cfg.site.auth) or hop.cfg.users.rights
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted_for(hop.look, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,

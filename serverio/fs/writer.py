@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..http.core import content_hasher
-from ..http.target import WRITE_TEMP_PREFIX
+from ..http.target import KEPT_TEMP_PREFIX, WRITE_TEMP_PREFIX
 from .names import UnsafeName, check_name
 from .opener import ContainedRoot
 
@@ -139,6 +139,12 @@ class Placement:
     dir_path: str
     name: str
     current: os.stat_result | None
+    # Where the directory lies below the root, as resolved ("a/b", "" for
+    # the root; an in-root link's target, not its name), and the root's
+    # descriptor (not owned): the WebDAV dead-property store is keyed by
+    # that path at that root (serverio.fs.davtree).
+    real: str = ""
+    root_fd: int = -1
 
     def at(self, name: str) -> tuple[str, dict[str, Any]]:
         """``name`` in the directory: the path and the ``dir_fd`` keyword."""
@@ -209,14 +215,15 @@ def open_target(
         raise WriteRefused(Refusal.NAME)  # not NFC: another name than the one asked for
     parent = "/".join(segments[:-1])
     try:
-        fd = opener.open(parent or ".")
+        fd, resolved = opener.open_resolved(parent or ".")
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             raise WriteRefused(Refusal.NO_PARENT) from None
         if exc.errno in (errno.EXDEV, errno.ELOOP):
             raise WriteRefused(Refusal.NAME) from None
         raise
-    place = Placement(fd, "", name, None)
+    real = (parent if resolved is None else resolved).strip("/")
+    place = Placement(fd, "", name, None, "" if real == "." else real, opener.root_fd)
     try:
         if not stat.S_ISDIR(SYS.fstat(fd).st_mode):
             raise WriteRefused(Refusal.NO_PARENT)
@@ -606,8 +613,10 @@ def sweep(root: str, older_than: float, *, now: float | None = None) -> int:
                 for entry in it:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
-                    elif entry.name.startswith(WRITE_TEMP_PREFIX) and entry.is_file(
-                        follow_symlinks=False
+                    elif (
+                        entry.name.startswith(WRITE_TEMP_PREFIX)
+                        and not entry.name.startswith(KEPT_TEMP_PREFIX)
+                        and entry.is_file(follow_symlinks=False)
                     ):
                         try:
                             if entry.stat(follow_symlinks=False).st_mtime < cutoff:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -27,6 +27,7 @@ from .dates import format_http_date, http_seconds, parse_http_date
 from .target import Target, is_write_temp, quote_query
 
 __all__ = [
+    "ALLOW",
     "CONDITIONAL_FIELDS",
     "ETAG_MODES",
     "NOSNIFF_FIELD",
@@ -34,6 +35,7 @@ __all__ = [
     "UNSATISFIABLE",
     "VARY_ACCEPT",
     "VARY_ACCEPT_ENCODING",
+    "Allow",
     "EtagPolicy",
     "Extra",
     "FileFacts",
@@ -56,20 +58,17 @@ __all__ = [
     "parse_etag_list",
     "parse_range",
     "precondition_plan",
+    "read_only",
     "route",
     "sent_mtime",
     "spa_fallback_applies",
     "wants_content_hash",
-    "webdav_at",
     "without_conditions",
 ]
 
+# The methods a read-only server allows (RFC 9110 §10.2.1); a write
+# feature adds its own (:data:`Allow`).
 ALLOW: Final = b"GET, HEAD, OPTIONS"
-# With --upload (serverio.upload): PUT, DELETE and the form POST too (RFC 9110 §10.2.1).
-ALLOW_WRITES: Final = b"GET, HEAD, OPTIONS, PUT, DELETE, POST"
-# With --webdav (serverio.dav): its methods too (RFC 4918 §9; class 2 adds
-# LOCK and UNLOCK in the DAV service's own OPTIONS).
-ALLOW_DAV: Final = b"OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE"
 # The fields every response carries, whatever its status or protocol (the
 # one header policy: added here, in the pure layer, by :func:`common_fields`;
 # the wire modules only serialise).  "Do not sniff" (WHATWG Fetch §3.5.1): a
@@ -546,29 +545,21 @@ def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> P
     return error_plan(exc.status, now, close=exc.close, head_only=head_only)
 
 
-def webdav_at(cfg: Config, segments: tuple[str, ...]) -> bool:
-    """Is WebDAV served at the path ``segments`` (``--webdav``: everywhere;
-    with ``--webdav-prefix``: at the prefix and under it, on segment
-    boundaries)?"""
-    uploads = cfg.uploads
-    if not uploads.webdav:
-        return False
-    prefix = uploads.webdav_prefix
-    if prefix is None:
-        return True
-    top = prefix[1:].split("/")
-    return segments[: len(top)] == tuple(top)
+# The methods a path allows (RFC 9110 §10.2.1), for the Allow field of an
+# OPTIONS answer and a 405: a write feature contributes its own (the uploads',
+# WebDAV's under its prefix) through the pipeline's hooks; without one, the
+# read-only ALLOW.
+Allow = Callable[[Target], bytes]
 
 
-def _allow(cfg: Config, target: Target) -> bytes:
-    """The methods a path allows (RFC 9110 §10.2.1), as the writes configured."""
-    if cfg.uploads.webdav and webdav_at(cfg, target.segments):
-        return ALLOW_DAV
-    return ALLOW_WRITES if cfg.uploads.upload else ALLOW
+def read_only(target: Target) -> bytes:
+    """The :data:`Allow` of a server without writes: GET, HEAD, OPTIONS."""
+    return ALLOW
 
 
-def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
+def route(req: RequestFacts, cfg: Config, now: float, allow: Allow = read_only) -> Plan | None:
     """Decisions that need no filesystem: method and hidden paths.
+    ``allow``: the methods the request's path allows (the write feature's).
 
     (The asterisk-form reaches here only with OPTIONS: parse_target refuses
     it for every other method.)
@@ -578,12 +569,12 @@ def route(req: RequestFacts, cfg: Config, now: float) -> Plan | None:
     method = req.method
     if method == b"OPTIONS":
         # §9.3.7: 204 with Allow; a 204 carries no Content-Length (§8.6).
-        allow = _allow(cfg, req.target)
-        return Plan(204, (*common_fields(now), (b"allow", allow)), (), send_body=False)
+        methods = allow(req.target)
+        return Plan(204, (*common_fields(now), (b"allow", methods)), (), send_body=False)
     if method not in (b"GET", b"HEAD"):
         # A request body is the transport's to drain or not (RFC 9112 §9.3:
         # the connection is kept only when the body can be read past).
-        return error_plan(405, now, allow=_allow(cfg, req.target))
+        return error_plan(405, now, allow=allow(req.target))
     # Reserved paths (live reload's, which are dot paths) were answered
     # before this, by the pipeline's router (serverio.pipeline.hooks).
     if req.target.hidden and (not cfg.files.hidden or is_write_temp(req.target.segments)):

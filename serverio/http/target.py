@@ -55,6 +55,11 @@ from ..errors import HTTPError
 # (serverio.fs.writer): never served, listed or written by name, even with
 # --hidden (a half-written upload is nobody's representation).
 WRITE_TEMP_PREFIX = ".serverio-tmp-"
+# Write temporaries that outlive their request and the process (a
+# resumable upload's data and state): hidden like every write temporary,
+# but the start-up sweep of abandoned temporaries keeps them; their owner
+# removes them when they expire.
+KEPT_TEMP_PREFIX = WRITE_TEMP_PREFIX + "up-"
 
 
 def is_write_temp(segments: tuple[str, ...]) -> bool:
@@ -64,6 +69,7 @@ def is_write_temp(segments: tuple[str, ...]) -> bool:
 
 
 __all__ = [
+    "KEPT_TEMP_PREFIX",
     "MAX_SEGMENTS",
     "WRITE_TEMP_PREFIX",
     "Target",

@@ -44,7 +44,7 @@ handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import h11
 import trio
@@ -68,7 +68,7 @@ from ..pipeline.request import (
     start,
 )
 from ..wire.bodyframe import request_framing
-from ..wire.h1 import head_bytes
+from ..wire.h1 import head_bytes, interim_bytes
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1body import H1Body
@@ -113,13 +113,22 @@ def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadRead
     watcher meanwhile (:func:`_run_deferred`): the bytes it would read are
     the content; a client that leaves is noticed by the next pull or write."""
     framing = request_framing(event.headers, event.http_version)
-    return H1Body(
+    body = H1Body(
         framing,
         body_policy(env.config),
         emitter.stream.receive_some,
         reader.leftover,
         send_continue=emitter.send,
     )
+    if event.http_version == b"1.1":  # RFC 9110 §15.2: no 1xx to an HTTP/1.0 client
+
+        async def interim(status: int, fields: Sequence[tuple[bytes, bytes]]) -> None:
+            # Before the final response's head (the step still runs): the
+            # connection's one writer is idle, nothing interleaves.
+            await emitter.send(interim_bytes(status, fields))
+
+        body.interim = interim
+    return body
 
 
 async def _drain(content: H1Body, life: Lifetime, reader: HeadReader) -> bool:

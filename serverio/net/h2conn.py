@@ -89,7 +89,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import h2.events
@@ -368,6 +368,7 @@ class H2Connection:
                 lambda n: self._acknowledge(sid, n),
                 window=conn.local_settings.initial_window_size,
             )
+            st.body.interim = partial(self._interim, st)
         self._streams[sid] = st
         assert self._nursery is not None
         self._nursery.start_soon(self._serve_stream, st)
@@ -419,6 +420,14 @@ class H2Connection:
         self._writer.cancel(st)
 
     # ------------------------------------------------------------ streams
+
+    async def _interim(
+        self, st: Stream, status: int, fields: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        """The stream's interim responses (RFC 9110 §15.2), sent by the
+        writer task like every frame; a checkpoint for the caller."""
+        self._writer.interim(st, status, fields)
+        await trio.lowlevel.checkpoint()
 
     async def _serve_stream(self, st: Stream) -> None:
         env = self.env

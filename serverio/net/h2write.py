@@ -198,6 +198,19 @@ class Writer:
         self.sending.pop(st.sid, None)
         st.scope.cancel()
 
+    def interim(self, st: Stream, status: int, fields: Sequence[tuple[bytes, bytes]]) -> None:
+        """An interim (1xx) response on ``st`` before its final one: a
+        HEADERS frame without END_STREAM (RFC 9113 §8.1: a response may
+        start with any number of 1xx field blocks).  Nothing when the
+        stream is stopped or the connection is going away."""
+        if st.state in STOPPED or self.closed:
+            return
+        try:
+            self.frames.headers(st.sid, response_fields(status, fields), False)
+        except h2.exceptions.ProtocolError:
+            return  # the stream was closed meanwhile
+        self.pull()
+
     async def respond(self, st: Stream, plan: Plan, source: Body) -> bool:
         """HEADERS now; the body through the queue, with the stream's own
         deadline (:meth:`await_body`).  True when the connection's bodies

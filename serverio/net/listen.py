@@ -177,8 +177,13 @@ async def _bind(host: str, port: int, *, reuse_port: bool = False) -> trio.Socke
     own listening socket on the same port and the kernel balances between
     them.
     """
+    # An ASCII host (an address literal, a plain name) as bytes: a str
+    # is encoded with the "idna" codec first, whose import (with
+    # stringprep) was a measurable part of start-up; for ASCII the
+    # encoding is the same bytes.
+    name: str | bytes = host.encode("ascii") if host.isascii() else host
     infos = await trio.socket.getaddrinfo(
-        host, port, type=_stdsocket.SOCK_STREAM, flags=_stdsocket.AI_PASSIVE
+        name, port, type=_stdsocket.SOCK_STREAM, flags=_stdsocket.AI_PASSIVE
     )
     if not infos:  # pragma: no cover - getaddrinfo raises instead
         raise OSError(f"cannot resolve {host!r}")

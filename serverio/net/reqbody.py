@@ -38,6 +38,7 @@ from __future__ import annotations
 import abc
 import enum
 import math
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -45,6 +46,10 @@ from h2.errors import ErrorCodes
 
 from ..config import Config
 from ..errors import ConfigError, HTTPError
+
+# An interim response's sender: status (100-199) and fields; once the final
+# response started it is no longer called.
+Interim = Callable[[int, Sequence[tuple[bytes, bytes]]], Awaitable[None]]
 
 __all__ = [
     "BodyError",
@@ -54,6 +59,7 @@ __all__ = [
     "BodyTimeout",
     "BodyTooLarge",
     "ClientGone",
+    "Interim",
     "RequestBody",
     "body_policy",
 ]
@@ -182,10 +188,15 @@ class RequestBody(abc.ABC):
     that nobody received, so it cannot be drained or reused.
     """
 
-    __slots__ = ("_deadline", "_error", "declared", "policy", "received", "state")
+    __slots__ = ("_deadline", "_error", "declared", "interim", "policy", "received", "state")
 
     def __init__(self, policy: BodyPolicy, declared: int | None) -> None:
         self.policy = policy
+        # The transport's "send an interim (1xx) response now" (RFC 9110
+        # §15.2), set by the connection that made this body; None where it
+        # cannot (an HTTP/1.0 client, RFC 9110 §15.2: no 1xx to it).  The
+        # shape of serverio.pipeline.hooks.Interim.
+        self.interim: Interim | None = None
         self.declared = declared  # the declared length, when the request gave one
         self.received = 0  # content bytes handed out (or discarded by a drain)
         self.state = BodyState.NOT_STARTED

@@ -126,7 +126,7 @@ class Services:
         self.uploads: Uploads | None = None
         self.dav: DavService | None = None
         if config.uploads.upload:
-            from ..upload.service import Uploads
+            from ..upload.service import Uploads, allow_writes
 
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
@@ -137,10 +137,12 @@ class Services:
             self.hooks = dataclasses.replace(
                 self.hooks,
                 write=self.uploads.write,
+                allow=allow_writes,
                 running=_both(self.hooks.running, self.uploads.running),
             )
             if config.uploads.webdav:
                 self._webdav(config, self.uploads)
+            self._resumable(config, self.uploads)
         if config.content.archives:
             from ..archive.service import Archives
 
@@ -160,6 +162,28 @@ class Services:
             files=self.files,
             content=self.content,
             hooks=self.hooks,
+        )
+
+    def _resumable(self, config: Config, uploads: Uploads) -> None:
+        """Resumable uploads (the IETF draft and tus 1.0; serverio.resumable)
+        in front of the write step: its PATCH, the HEAD, DELETE and
+        OPTIONS of its upload resources, an IETF PUT with Upload-Complete,
+        a tus POST; every other write goes to the step it wraps.  Its
+        upload URLs are signed (Services.signer); its sweeper of expired
+        uploads runs with the handler."""
+        from ..resumable.service import Resumable
+
+        hooks = self.hooks
+        assert hooks.write is not None
+        resumable = Resumable(
+            config, uploads, self.signer, hooks.write, hooks.write_methods, hooks.write_takes
+        )
+        self.hooks = dataclasses.replace(
+            hooks,
+            write=resumable.write,
+            write_methods=resumable.methods,
+            write_takes=resumable.takes,
+            running=_both(hooks.running, resumable.running),
         )
 
     def _webdav(self, config: Config, uploads: Uploads) -> None:
@@ -183,7 +207,9 @@ class Services:
         locks = TableLocks(table)
         self.dav = dav = DavService(config, lambda: self.opener, self.files, uploads, locks)
         if pol.webdav_prefix is None:
-            self.hooks = dataclasses.replace(self.hooks, write=dav.write, write_methods=DAV_METHODS)
+            self.hooks = dataclasses.replace(
+                self.hooks, write=dav.write, write_methods=DAV_METHODS, allow=dav.allow
+            )
             # No upload form with --webdav: its POST is not one of the
             # DAV methods, so WebDAV's locks would not guard it.
             self.content.writable = None
@@ -195,6 +221,7 @@ class Services:
                 write=dav.write,
                 write_methods=PREFIX_METHODS,
                 write_takes=dav.takes,
+                allow=dav.allow,
             )
             self.content.writable = _outside(dav, _always)
 
@@ -214,6 +241,8 @@ class Services:
         keep_spellings(given)
         # The reserved paths go through the site's access rules.
         site.reserved_route = self.hooks.route
+        if self.hooks.allow is not None:
+            site.allow = self.hooks.allow  # the write feature's methods in Allow
         if self.proxy is not None:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
@@ -249,7 +278,7 @@ class Services:
             from ..secret import resolve_secret
             from ..signing import Signer
 
-            self._signer = Signer(resolve_secret(self.config.site.secret_file))
+            self._signer = Signer(resolve_secret(self.config.users.secret_file))
         return self._signer
 
     @asynccontextmanager

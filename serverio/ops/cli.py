@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import ConfigError
-from .completions import SUBCOMMANDS, completions_main
 from .options import (
     DEFAULTS,
     ENV_PREFIX,
@@ -64,6 +63,11 @@ class _Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: object) -> None:
         if not isinstance(action, PortOrProtocol):  # -p 8080: the action decides
             super()._check_value(action, value)
+
+    def format_help(self) -> str:
+        if self.epilog is None and self.prog == "serverio":
+            self.epilog = _epilog()  # made on demand (see _epilog)
+        return super().format_help()
 
     def error(self, message: str) -> NoReturn:
         # One clear line and exit status 2, like every other invalid input.
@@ -184,6 +188,8 @@ USAGE = "serverio [DIR] [PORT] [options]"
 
 def _subcommands_text() -> str:
     """Every subcommand with its summary (the list completions know too)."""
+    from .completions import SUBCOMMANDS  # a help page only (start-up)
+
     lines = ["subcommands:"]
     for sub in SUBCOMMANDS:
         arg = " " + "|".join(sub.argument) if sub.argument else ""
@@ -193,10 +199,16 @@ def _subcommands_text() -> str:
     return "\n".join(lines)
 
 
-# Indented lines are kept as written (see _Formatter); the rest is wrapped.
-_EPILOG = f"""{_subcommands_text()}
+def _epilog() -> str:
+    """The long page's epilog, made when a help page is (start-up: a
+    server's start imports no completions)."""
+    return f"""{_subcommands_text()}
 
-environment:
+{_EPILOG_REST}"""
+
+
+# Indented lines are kept as written (see _Formatter); the rest is wrapped.
+_EPILOG_REST = f"""environment:
   {ENV_PREFIX}<OPTION>     every option with a TOML key, as shown [env: ...]
                         after its help; lists comma-separated, flags and
                         --x/--no-x pairs 1/0, true/false, yes/no or on/off
@@ -316,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="serverio",
         usage=USAGE,
         description=_DESCRIPTION,
-        epilog=_EPILOG,
+        epilog=None,  # _Parser.format_help makes it
         formatter_class=_Formatter,
         add_help=False,
     )
@@ -474,6 +486,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if argv[:1] == ["hash-password"]:
         return hash_password_main(argv[1:])
     if argv[:1] == ["completions"]:
+        from .completions import completions_main
+
         return completions_main(argv[1:])
     if argv[:1] == ["manpage"]:
         from .manpage import manpage_main

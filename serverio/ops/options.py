@@ -1,10 +1,10 @@
-"""Every setting of the command line, declared once.
+"""Every setting of the command line, derived from its one declaration.
 
-One :class:`Option` per setting holds what used to be edited in three
-places (the :class:`~serverio.config.Config` field, ``build_parser`` and
-``config_from_args``): the field it sets, its flags, metavar, value parser,
-help text and group (the sections of docs/cli.md).  Everything else is
-derived from it:
+A setting is declared on its :class:`~serverio.config.Config` field, with
+:func:`serverio.config.setting` (flags, help, group, metavar, value parser,
+choices, bounds: see serverio.config's docstring).  This module turns each
+declaration into one :class:`Option` (:data:`OPTIONS`, in ``--help``'s
+order) and derives the rest from it:
 
 * where the field lives: :attr:`Option.path` (``"files.index"``), looked up
   in :data:`serverio.config.FIELD_GROUP` (each setting is one field of one
@@ -29,33 +29,34 @@ error), a plain flag that switches a valued setting on (``switch``:
 ``-q`` turns the access log off), comma-separated lists (``split``) and
 http.server's two-token ``-H NAME VALUE`` (``two_token``).
 
-The TOML-only site tables ([[headers]], [[auth]] ...) are :data:`TABLES`;
-the Config fields no user sets are :data:`NOT_SETTABLE`, each with why.
+The options that set no field (``--version``, ``-p``, ``--check``,
+``--config``, ``--print-config``) are declared here (``_COMMANDS``).  The
+TOML-only site tables ([[headers]], [[auth]] ...) are :data:`TABLES`; the
+Config fields no user sets are :data:`NOT_SETTABLE`, each with why.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..config import (
-    ACCESS_LOG_FORMATS,
-    ACTIVE_MODES,
-    ETAG_MODES,
-    LOG_LEVELS,
-    ON_DUPLICATE,
     POLICIES,
     Config,
+    Declared,
+    declared,
     field_path,
     parse_networks,
 )
 from ..errors import ConfigError
 from .cpus import available_cpus
+
+if TYPE_CHECKING:
+    from ..config import Kind
 
 __all__ = [
     "DEFAULTS",
@@ -98,8 +99,6 @@ DEFAULTS: dict[str, Any] = {
     if f.default is not dataclasses.MISSING
 }
 
-Kind = Literal["value", "flag", "toggle", "list", "extend", "positional", "version"]
-
 
 class _Missing:
     def __repr__(self) -> str:
@@ -109,9 +108,13 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Option:
-    """One setting: where it lives in Config and how the command line spells it."""
+    """One setting: where it lives in Config and how the command line spells it.
+
+    Not frozen and compared by identity: one is built per option at import,
+    and a frozen dataclass's per-field ``object.__setattr__`` and generated
+    ``__eq__``/``__hash__`` were start-up cost; nothing assigns to one."""
 
     field: str | None  # the setting (a policy field); None: about the command itself
     flags: tuple[str, ...]  # option strings, the long name first after any short one
@@ -219,7 +222,7 @@ class Option:
         return raw
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Table:
     """A TOML-only site table ([[headers]] ...); its reader is in ops/tomlconfig.py."""
 
@@ -630,17 +633,10 @@ GROUPS = (
 
 _O = Option
 
-_WHERE = (
-    _O(
-        "port",
-        ("--port",),
-        "port to listen on (also the positional PORT, or -p PORT); 0 = any free port; $PORT "
-        "when no port, --listen or --fd is given",
-        "Where and what",
-        kind="positional",
-        metavar="PORT",
-        parse=int,
-    ),
+# The options that set no field: they are about the command itself.  Each
+# comes after the settings of its group (a setting is declared on its
+# field: serverio.config.setting).
+_COMMANDS = (
     _O(
         None,
         ("--version",),
@@ -648,23 +644,6 @@ _WHERE = (
         "Where and what",
         kind="version",
         toml=False,
-    ),
-    _O(
-        "host",
-        ("-b", "--bind"),
-        "bind address; -b 0.0.0.0 or -b :: serves the network",
-        "Where and what",
-        metavar="ADDRESS",
-    ),
-    _O(
-        "directory",
-        ("-d", "--directory", "--root"),
-        "directory to serve (also the positional DIR)",
-        "Where and what",
-        metavar="DIR",
-        default_factory=os.getcwd,
-        default_text="the current directory",
-        fs_path=True,
     ),
     _O(
         None,
@@ -677,976 +656,6 @@ _WHERE = (
         default="HTTP/1.1",
         port_alias=True,
     ),
-)
-
-_CONNECTIONS = (
-    _O(
-        "max_connections",
-        ("--max-connections",),
-        "open connections; past it a new one gets 503 and is closed",
-        "Connections",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "head_timeout",
-        ("--head-timeout",),
-        "seconds to receive one complete request head",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "keepalive_timeout",
-        ("--keepalive-timeout",),
-        "idle seconds between requests before a silent close",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "write_timeout",
-        ("--write-timeout",),
-        "seconds without send progress before aborting",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "max_requests",
-        ("--max-requests",),
-        "requests per connection",
-        "Connections",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "shutdown_timeout",
-        ("--shutdown-timeout",),
-        "drain deadline on SIGINT/SIGTERM",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "shutdown_delay",
-        ("--shutdown-delay",),
-        "on SIGTERM, keep accepting S seconds with /healthz 503 and Connection: close "
-        "(lame duck for load balancers)",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "max_head_size",
-        ("--max-head-size",),
-        "largest request head (request line + fields); larger gets 431",
-        "Connections",
-        metavar="BYTES",
-        parse=int,
-    ),
-    _O(
-        "max_body_size",
-        ("--max-body-size",),
-        "largest request body accepted (413 before reading when a larger one is declared; "
-        "cut off when more arrives)",
-        "Connections",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "body_timeout",
-        ("--body-timeout",),
-        "seconds one read of a request body may wait for the next bytes (then 408)",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "body_total_timeout",
-        ("--body-total-timeout",),
-        "seconds for a whole request body, from its first read (then 408)",
-        "Connections",
-        metavar="S",
-        parse=_seconds,
-    ),
-)
-
-_HTTP2 = (
-    _O(
-        "http2",
-        ("--http2", "--no-http2"),
-        "serve HTTP/2 (ALPN h2 over TLS, h2c prior knowledge in clear) or HTTP/1.1 only",
-        "HTTP/2",
-        kind="toggle",
-    ),
-    _O(
-        "h2_max_streams",
-        ("--h2-max-streams",),
-        "concurrent streams per connection (REFUSED_STREAM past it)",
-        "HTTP/2",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "h2_max_resets",
-        ("--h2-max-resets",),
-        "stream resets per connection and second before GOAWAY ENHANCE_YOUR_CALM",
-        "HTTP/2",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "h2_max_control",
-        ("--h2-max-control",),
-        "PING/SETTINGS/PRIORITY/empty/unearned WINDOW_UPDATE frames per connection and "
-        "second before GOAWAY",
-        "HTTP/2",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "h2_max_open_files",
-        ("--h2-max-open-files",),
-        "file descriptors of streamed bodies one connection holds at once (a stream past it waits)",
-        "HTTP/2",
-        metavar="N",
-        parse=int,
-    ),
-)
-
-_FILES = (
-    _O(
-        "index",
-        ("--index",),
-        "index file name, repeatable or comma-separated",
-        "Files",
-        kind="list",
-        metavar="NAME",
-        split=",",
-    ),
-    _O("hidden", ("--hidden",), "serve dotfiles and dot-directories", "Files", kind="flag"),
-    _O(
-        "follow_symlinks",
-        ("--follow-symlinks",),
-        "allow symlinks that leave the root",
-        "Files",
-        kind="flag",
-    ),
-    _O(
-        "cache_control",
-        ("--cache-control",),
-        "Cache-Control value of 200/206/304 responses",
-        "Files",
-        metavar="VALUE",
-        default_text="none",
-    ),
-    _O(
-        "small_file_size",
-        ("--small-file-size",),
-        "bodies up to this size are read and sent with the head",
-        "Files",
-        metavar="BYTES",
-        parse=int,
-    ),
-    _O(
-        "max_ranges",
-        ("--max-ranges",),
-        "ranges in one Range header; more are answered with the whole file",
-        "Files",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "etag",
-        ("--etag",),
-        "ETag rule: auto (content hash for small files and constant mtimes, else "
-        "size+mtime) or content (content hash for every file)",
-        "Files",
-        choices=ETAG_MODES,
-    ),
-    _O(
-        "sendfile",
-        ("--no-sendfile",),
-        "send file bodies through user space",
-        "Files",
-        kind="flag",
-        invert=True,
-    ),
-    _O(
-        "mounts",
-        ("--mount",),
-        "serve DIR under ROUTE too (repeatable; the longest route wins; TOML: [[mount]] "
-        "tables with route and dir)",
-        "Files",
-        kind="list",
-        metavar="ROUTE=DIR",
-        parse=_mount,
-    ),
-    _O(
-        "route_prefix",
-        ("--route-prefix",),
-        "serve the whole site (the directory and every mount) under PREFIX; 404 outside it",
-        "Files",
-        metavar="PREFIX",
-        default_text="none",
-    ),
-)
-
-_CONTENT = (
-    _O(
-        "listing",
-        ("--no-listing",),
-        "404 for directories without an index file",
-        "Content options",
-        kind="flag",
-        invert=True,
-    ),
-    _O(
-        "listing_max_entries",
-        ("--listing-max-entries",),
-        "entries shown per listing; more are cut with a notice",
-        "Content options",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "listing_cache_size",
-        ("--listing-cache-size",),
-        "memory for rendered listings, shared, LRU (0 = off)",
-        "Content options",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "download",
-        ("--download",),
-        "serve matching files as attachments (repeatable; '*.zip', 'releases/*')",
-        "Content options",
-        kind="list",
-        metavar="GLOB",
-    ),
-    _O(
-        "spa",
-        ("--spa-file",),
-        "the file --spa answers with (implies --spa; --spa=FILE is the same)",
-        "Content options",
-        metavar="FILE",
-        default_text="off; index.html with --spa",
-        switch=(
-            "--spa",
-            "index.html",
-            "answer missing extension-less paths with index.html (or --spa-file)",
-        ),
-        equals_alias="--spa",
-    ),
-    _O(
-        "precompressed",
-        ("--no-precompressed",),
-        "ignore FILE.br / FILE.zst / FILE.gz sidecars",
-        "Content options",
-        kind="flag",
-        invert=True,
-    ),
-    _O(
-        "compress_max_size",
-        ("--compress-max-size",),
-        "largest file compressed on the fly (0 = never)",
-        "Content options",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "compress_cache_size",
-        ("--compress-cache-size",),
-        "memory for compressed results, LRU (0 = no caching)",
-        "Content options",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "digest",
-        ("--digest",),
-        "send Repr-Digest (RFC 9530) with file responses",
-        "Content options",
-        kind="flag",
-    ),
-    _O(
-        "archives",
-        ("--archives",),
-        "offer listed directories as ?archive=zip and ?archive=tar.gz downloads (streamed)",
-        "Content options",
-        kind="flag",
-    ),
-    _O(
-        "archive_max_entries",
-        ("--archive-max-entries",),
-        "members of one archive at most (more: 413)",
-        "Content options",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "archive_max_bytes",
-        ("--archive-max-bytes",),
-        "file bytes of one archive at most (more: 413; passed while streaming: cut)",
-        "Content options",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-)
-
-_SITE = (
-    _O(
-        "headers",
-        ("-H", "--header"),
-        "add a header to every response (repeatable; added to the file's list, "
-        "'NAME:' with no value removes NAME; 'NAME VALUE' as two arguments, "
-        "http.server's form, works too)",
-        "Site rules",
-        kind="list",
-        metavar="'NAME: VALUE'",
-        two_token=True,
-        merge=True,
-    ),
-    _O(
-        "cors",
-        ("--cors",),
-        "Access-Control-Allow-Origin: * on every response",
-        "Site rules",
-        kind="flag",
-    ),
-    _O(
-        "cors_origins",
-        ("--cors-origin",),
-        "allow this origin (repeatable; echoed with Vary: Origin)",
-        "Site rules",
-        kind="list",
-        metavar="ORIGIN",
-    ),
-    _O(
-        "cors_writes",
-        ("--cors-writes",),
-        "with --upload, let the --cors-origin origins write too (preflights of PUT, "
-        "DELETE and POST on writable paths; never with --cors)",
-        "Site rules",
-        kind="flag",
-    ),
-    _O(
-        "clean_urls",
-        ("--clean-urls",),
-        "serve /about from about.html and redirect /about.html to /about",
-        "Site rules",
-        kind="flag",
-    ),
-    _O(
-        "trailing_slash",
-        ("--trailing-slash",),
-        "add or remove a trailing slash by redirect (keep: directories get one)",
-        "Site rules",
-        choices=("add", "remove", "keep"),
-    ),
-    _O(
-        "auth_file",
-        ("--auth-file",),
-        "basic authentication for the whole site from this htpasswd-style file",
-        "Site rules",
-        metavar="FILE",
-        default_text="none",
-        fs_path=True,
-    ),
-    _O(
-        "auth_users",
-        ("--auth",),
-        "basic authentication for the whole site with this user and password (repeatable; "
-        "hashed in memory at once; other local users see it in ps: --auth-file for "
-        "anything else); off loopback it needs TLS or --allow-plain-auth",
-        "Site rules",
-        kind="list",
-        metavar="USER:PASS",
-        parse=_inline_user,
-        toml=False,
-        name="auth_users",
-        default_text="none",
-    ),
-    _O(
-        "allow",
-        ("--allow",),
-        "give principals rights below a path: PRINCIPAL[,PRINCIPAL...]:RIGHT[,RIGHT...]@PATH "
-        "(repeatable; principals: anonymous, authenticated, a group, a user of --auth-file / "
-        "--auth; rights: read, list, upload, overwrite, delete, mkdir, lock, share)",
-        "Site rules",
-        kind="list",
-        metavar="RULE",
-        default_text="none",
-    ),
-    _O(
-        "secret_file",
-        ("--secret-file",),
-        "sign session cookies, share links and resumable-upload URLs with this file's "
-        "content (at least 32 bytes; give every replica of a fleet the same file); "
-        "default: a key generated once in serverio's data directory",
-        "Site rules",
-        metavar="FILE",
-        default_text="generated",
-        fs_path=True,
-    ),
-    _O(
-        "allow_plain_auth",
-        ("--allow-plain-auth",),
-        "allow --auth on a non-loopback address without TLS (the password then crosses "
-        "the network readable)",
-        "Site rules",
-        kind="flag",
-    ),
-    _O(
-        "allowed_hosts",
-        ("--allowed-hosts",),
-        "with --upload, --webdav or a proxy route, also answer for these Host names "
-        "(repeatable or comma-separated; .NAME or *.NAME for subdomains, '*' for any); "
-        "other unexpected hosts get 421 (DNS rebinding)",
-        "Site rules",
-        kind="list",
-        metavar="NAME",
-        split=",",
-        default_text="loopback names, IP addresses, the bound names",
-    ),
-)
-
-_UPLOADS = (
-    _O(
-        "upload",
-        ("--upload",),
-        "accept PUT (create or replace a file) and DELETE under the root; off: read-only",
-        "Uploads",
-        kind="flag",
-    ),
-    _O(
-        "max_upload_size",
-        ("--max-upload-size",),
-        "largest file a PUT may write (413 when declared larger or when more arrives)",
-        "Uploads",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "max_uploads",
-        ("--max-uploads",),
-        "writes in flight at once; past it 503",
-        "Uploads",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "max_uploads_per_client",
-        ("--max-uploads-per-client",),
-        "writes one client may have in flight at once (its share of the write slots); past "
-        "it 503; 0: half of them",
-        "Uploads",
-        metavar="N",
-        parse=int,
-        default_text="0, half",
-    ),
-    _O(
-        "min_upload_rate",
-        ("--min-upload-rate",),
-        "bytes per second an upload must keep up after its first 10 seconds of waiting "
-        "for the client; slower is cut with 408; 0: no minimum",
-        "Uploads",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "min_free_space",
-        ("--min-free-space",),
-        "refuse a write (507) that would leave less free space on the disk",
-        "Uploads",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "on_duplicate",
-        ("--on-duplicate",),
-        "a file of the upload form whose name is taken: refuse it (409), rename it "
-        "'name (1).ext', or overwrite the existing file",
-        "Uploads",
-        choices=ON_DUPLICATE,
-    ),
-    _O(
-        "upload_active",
-        ("--upload-active",),
-        "how an HTML, SVG, XML or JavaScript file under a writable path is served: with a "
-        "CSP sandbox, as an attachment, or inline (a [[writable]] table's active overrides it)",
-        "Uploads",
-        choices=ACTIVE_MODES,
-    ),
-    _O(
-        "allow_anonymous_writes",
-        ("--allow-anonymous-writes",),
-        "allow --upload on a non-loopback address without an [[auth]] rule over every "
-        "writable path",
-        "Uploads",
-        kind="flag",
-    ),
-    _O(
-        "no_fsync",
-        ("--no-fsync",),
-        "commit a PUT's or form upload's file without fsync (still atomic: a reader never "
-        "sees a partial file; a power loss may lose or empty it)",
-        "Uploads",
-        kind="flag",
-    ),
-    _O(
-        "webdav",
-        ("--webdav",),
-        "serve WebDAV class 1 and 2 (PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK) "
-        "on the whole root (or under --webdav-prefix); "
-        "implies --upload",
-        "Uploads",
-        kind="flag",
-    ),
-    _O(
-        "webdav_prefix",
-        ("--webdav-prefix",),
-        "serve WebDAV only at PREFIX and under it; elsewhere the server answers as "
-        "without --webdav; implies --webdav",
-        "Uploads",
-        metavar="PREFIX",
-        default_text="the whole root",
-    ),
-    _O(
-        "webdav_depth_infinity",
-        ("--webdav-depth-infinity",),
-        "answer PROPFIND Depth: infinity with at most N resources (0: refuse it, 403)",
-        "Uploads",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "webdav_max_tree",
-        ("--webdav-max-tree",),
-        "most members a COPY, MOVE or DELETE of a collection may touch",
-        "Uploads",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "webdav_max_locks",
-        ("--webdav-max-locks",),
-        "most WebDAV locks held at once (per process, in memory); a LOCK past it gets 507",
-        "Uploads",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "webdav_lock_timeout_max",
-        ("--webdav-lock-timeout-max",),
-        "longest WebDAV lock timeout granted, in seconds (Timeout: Infinite gets this)",
-        "Uploads",
-        metavar="SECONDS",
-        parse=int,
-    ),
-    _O(
-        "webdav_max_locks_per_client",
-        ("--webdav-max-locks-per-client",),
-        "most WebDAV locks one client address holds at once (IPv6: its /64); past it 507",
-        "Uploads",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "webdav_max_locks_per_resource",
-        ("--webdav-max-locks-per-resource",),
-        "most WebDAV locks covering one resource (shared locks stack); past it 507",
-        "Uploads",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "webdav_anonymous_lock_timeout_max",
-        ("--webdav-anonymous-lock-timeout-max",),
-        "longest WebDAV lock timeout granted to a client without credentials, in seconds",
-        "Uploads",
-        metavar="SECONDS",
-        parse=int,
-    ),
-)
-
-_UPSTREAMS = (
-    _O(
-        "proxy",
-        ("--proxy",),
-        "forward requests under PREFIX to an upstream, http://HOST:PORT or unix:/PATH "
-        "(repeatable; the longest prefix wins)",
-        "Upstreams",
-        kind="list",
-        metavar="PREFIX=URL",
-        default_text="none",
-    ),
-    _O(
-        "proxy_fallback",
-        ("--proxy-fallback",),
-        "forward what nothing else answers (a GET/HEAD no file answers, any other method "
-        "outside a --proxy prefix) to this upstream; not with --spa",
-        "Upstreams",
-        metavar="URL",
-        default_text="none",
-    ),
-    _O(
-        "proxy_max_inflight",
-        ("--proxy-max-inflight",),
-        "requests in flight to one upstream at once (past it they wait: --proxy-queue)",
-        "Upstreams",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "proxy_queue",
-        ("--proxy-queue",),
-        "requests that may wait for an in-flight slot per upstream (past it: 503; 0: never wait)",
-        "Upstreams",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "proxy_queue_timeout",
-        ("--proxy-queue-timeout",),
-        "seconds a request waits for an in-flight slot (then 503)",
-        "Upstreams",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "proxy_keepalive",
-        ("--proxy-keepalive",),
-        "idle keep-alive connections kept per upstream",
-        "Upstreams",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "proxy_connect_timeout",
-        ("--proxy-connect-timeout",),
-        "seconds to connect to an upstream (then 504)",
-        "Upstreams",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "proxy_head_timeout",
-        ("--proxy-head-timeout",),
-        "seconds from the request sent to the upstream's response head (then 504)",
-        "Upstreams",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "proxy_idle_timeout",
-        ("--proxy-idle-timeout",),
-        "seconds an upstream body may pause between chunks (then the response is cut)",
-        "Upstreams",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "proxy_total_timeout",
-        ("--proxy-total-timeout",),
-        "seconds for a whole proxied exchange (504 before the head, cut after)",
-        "Upstreams",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "proxy_tunnel_idle",
-        ("--proxy-tunnel-idle",),
-        "seconds a WebSocket/Upgrade tunnel may carry no byte either way (then it is closed)",
-        "Upstreams",
-        metavar="S",
-        parse=_seconds,
-    ),
-    _O(
-        "proxy_max_tunnels",
-        ("--proxy-max-tunnels",),
-        "WebSocket/Upgrade tunnels open at once, every upstream together, apart from "
-        "--proxy-max-inflight (past it: 503; 0: no tunnels)",
-        "Upstreams",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "proxy_max_tunnels_per_client",
-        ("--proxy-max-tunnels-per-client",),
-        "tunnels one client (address, IPv6 /64) may hold open at once (past it: 503)",
-        "Upstreams",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "proxy_host",
-        ("--proxy-host",),
-        "the Host sent upstream: the client's (pass) or the upstream's own (upstream)",
-        "Upstreams",
-        choices=("pass", "upstream"),
-    ),
-)
-
-_WORK = (
-    _O(
-        "fs_workers",
-        ("--fs-workers",),
-        "threads for filesystem preparation (0 = inline)",
-        "Blocking work",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "fs_queue",
-        ("--fs-queue",),
-        "callers that may wait for an fs worker; past it 503 (needs --fs-workers > 0)",
-        "Blocking work",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "file_cache_size",
-        ("--file-cache-size",),
-        "memory for small files' bytes, revalidated per request (0 = off)",
-        "Blocking work",
-        metavar="BYTES",
-        parse=_bytes,
-    ),
-    _O(
-        "fs_cache_valid",
-        ("--fs-cache-valid",),
-        "with --fs-workers: trust a cached file this long without a stat",
-        "Blocking work",
-        metavar="SECONDS",
-        parse=float,
-    ),
-    _O(
-        "work_workers",
-        ("--work-workers",),
-        "threads for listings, compression and hashing (0 = inline)",
-        "Blocking work",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "work_queue",
-        ("--work-queue",),
-        "callers that may wait for a work thread",
-        "Blocking work",
-        metavar="N",
-        parse=int,
-    ),
-)
-
-_OUTPUT = (
-    _O(
-        "access_log",
-        ("--access-log",),
-        "access log format, one line per response",
-        "Output",
-        choices=ACCESS_LOG_FORMATS,
-    ),
-    _O(
-        "quiet",
-        ("-q", "--quiet"),
-        "no access log (same as --access-log off)",
-        "Output",
-        kind="flag",
-        sets=(("access_log", "off"),),
-    ),
-    _O(
-        "verbose",
-        ("-v", "--verbose"),
-        "at exit print every counter (as /metrics has them) after the one summary line",
-        "Output",
-        kind="flag",
-    ),
-)
-
-_DEVELOPMENT = (
-    _O(
-        "watch",
-        ("--watch",),
-        "development mode: watch the directory and live-reload browsers on change "
-        "(injects a script into HTML; not for production)",
-        "Development",
-        kind="flag",
-    ),
-    _O(
-        "watch_prefix",
-        ("--watch-prefix",),
-        "reserved path of the live-reload event stream and script",
-        "Development",
-        metavar="PATH",
-    ),
-    _O(
-        "watch_poll",
-        ("--watch-poll",),
-        "with --watch: poll for changes instead of inotify (network filesystems)",
-        "Development",
-        kind="flag",
-    ),
-    _O(
-        "watch_max_streams",
-        ("--watch-max-streams",),
-        "with --watch: event streams open at once, apart from --max-connections (past it: 503)",
-        "Development",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "open_browser",
-        ("--open",),
-        "open the first URL in the web browser once listening (Python's webbrowser)",
-        "Development",
-        kind="flag",
-    ),
-    _O(
-        "qr",
-        ("--qr",),
-        "print a QR code of the first network URL (the loopback one without) once listening",
-        "Development",
-        kind="flag",
-    ),
-)
-
-# --tls-cert / --tls-key / --tls-password-file: http.server's names (3.14).
-_TLS = (
-    _O(
-        "certfile",
-        ("--certfile", "--tls-cert"),
-        "PEM certificate chain; turns TLS on",
-        "TLS",
-        metavar="PATH",
-        default_text="off",
-        fs_path=True,
-    ),
-    _O(
-        "keyfile",
-        ("--keyfile", "--tls-key"),
-        "PEM private key",
-        "TLS",
-        metavar="PATH",
-        default_text="the certfile",
-        fs_path=True,
-    ),
-    _O(
-        "keyfile_password_file",
-        ("--tls-password-file",),
-        "file holding the key's password (first line)",
-        "TLS",
-        metavar="PATH",
-        default_text="none",
-        fs_path=True,
-    ),
-    _O(
-        "keyfile_password_env",
-        ("--keyfile-password-env",),
-        "environment variable holding the key's password (never pass it in argv)",
-        "TLS",
-        metavar="NAME",
-        default_text="none",
-    ),
-    _O(
-        "hsts",
-        ("--hsts",),
-        "send Strict-Transport-Security: max-age=SECONDS on TLS responses "
-        "(never over plain HTTP; needs --certfile)",
-        "TLS",
-        metavar="SECONDS",
-        parse=int,
-        default_text="off",
-    ),
-    _O(
-        "hsts_include_subdomains",
-        ("--hsts-include-subdomains",),
-        "with --hsts: add includeSubDomains (every subdomain must serve HTTPS)",
-        "TLS",
-        kind="flag",
-    ),
-    _O(
-        "dev_tls",
-        ("--dev-tls",),
-        "development HTTPS: a local CA (made once) and a certificate for localhost, the "
-        "hostname and the LAN addresses; prints how to trust the CA",
-        "TLS",
-        kind="flag",
-    ),
-    _O(
-        "dev_tls_dir",
-        ("--dev-tls-dir",),
-        "with --dev-tls: the directory of the CA and certificate",
-        "TLS",
-        metavar="PATH",
-        default_text="the user's data directory",
-        fs_path=True,
-    ),
-)
-
-_PROCESSES = (
-    _O(
-        "workers",
-        ("--workers",),
-        "processes, each with its own SO_REUSEPORT listener; "
-        "auto = one per CPU available (affinity, cgroup quota)",
-        "Processes",
-        metavar="N",
-        parse=_workers,
-    ),
-    _O(
-        "listen",
-        ("--listen",),
-        "plaintext listener (repeatable; IPv6 as [::1]:8080; /h1 or /h2 after it picks "
-        "its protocol); replaces -b and the port",
-        "Processes",
-        kind="list",
-        metavar="HOST:PORT",
-        default_text="none; -b and the port apply",
-    ),
-    _O(
-        "listen_tls",
-        ("--listen-tls",),
-        "TLS listener with --certfile/--keyfile (repeatable; /h1 or /h2 as for --listen); "
-        "replaces -b and the port",
-        "Processes",
-        kind="list",
-        metavar="HOST:PORT",
-    ),
-)
-
-_OPERATIONS = (
-    _O(
-        "trusted_proxies",
-        ("--trusted-proxies",),
-        "reverse proxies (addresses or networks) whose Forwarded / X-Forwarded-For "
-        "name the client, for the access log and the auth limiter",
-        "Reverse proxies",
-        kind="extend",
-        metavar="CIDR",
-        parse=_cidr,
-        default_text="trust no one",
-    ),
-    _O(
-        "fds",
-        ("--fd",),
-        "serve on inherited listening socket N instead of binding (repeatable); "
-        "systemd's LISTEN_FDS is used automatically",
-        "Socket activation",
-        kind="list",
-        metavar="N",
-        parse=int,
-    ),
-    _O(
-        "admin_bind",
-        ("--admin-bind",),
-        "serve GET /metrics and /healthz there (never the public port)",
-        "Metrics and health",
-        metavar="HOST:PORT",
-        default_text="off",
-    ),
     _O(
         None,
         ("--check",),
@@ -1657,16 +666,6 @@ _OPERATIONS = (
         toml=False,
         default_text="off",
     ),
-    _O(
-        "access_log_file",
-        ("--access-log-file",),
-        "append the access log to PATH (reopened on SIGHUP)",
-        "Logs",
-        metavar="PATH",
-        default_text="stderr",
-        fs_path=True,
-    ),
-    _O("log_level", ("--log-level",), "error log level (stderr)", "Logs", choices=LOG_LEVELS),
     _O(
         None,
         ("--config",),
@@ -1686,22 +685,42 @@ _OPERATIONS = (
     ),
 )
 
-OPTIONS: tuple[Option, ...] = (
-    _WHERE
-    + _CONNECTIONS
-    + _HTTP2
-    + _FILES
-    + _CONTENT
-    + _SITE
-    + _UPLOADS
-    + _UPSTREAMS
-    + _WORK
-    + _OUTPUT
-    + _DEVELOPMENT
-    + _TLS
-    + _PROCESSES
-    + _OPERATIONS
-)
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "seconds": _seconds,
+    "bytes": _bytes,
+    "mount": _mount,
+    "cidr": _cidr,
+    "user": _inline_user,
+    "workers": _workers,
+}
+
+
+def _option(name: str, d: Declared) -> Option:
+    """The Option of the setting declared on field ``name``."""
+    more: dict[str, Any] = dict(d.more)
+    for bound in ("ge", "le", "gt", "cap"):
+        more.pop(bound, None)  # checked by the policies' validate()
+    parse = more.pop("parse", None)
+    if d.group not in GROUPS or (parse is not None and parse not in _PARSERS):
+        # mypy --strict says so first (SettingKw); this is for untyped callers.
+        raise TypeError(f"setting {name!r}: group {d.group!r} or parse {parse!r} is unknown")
+    return Option(name, d.flags, d.help, d.group, parse=_PARSERS.get(parse or ""), **more)
+
+
+def _options() -> tuple[Option, ...]:
+    """Every option in --help's order: by group (GROUPS), within a group
+    the positional port first, then the settings in field order (Config's
+    own, then each policy's), then the group's command options."""
+    settings = [_option(n, d) for cls in (Config, *POLICIES.values()) for n, d in declared(cls)]
+    rank = {g: i for i, g in enumerate(GROUPS)}
+    # The positional port leads its group: the usage line's [DIR] [PORT].
+    order = {o: (rank[o.group], o.kind != "positional") for o in (*settings, *_COMMANDS)}
+    return tuple(sorted(order, key=order.__getitem__))
+
+
+OPTIONS: tuple[Option, ...] = _options()
 
 TABLES: tuple[Table, ...] = (
     Table("headers", "header_rules", "[[headers]]: path glob, fields to set and remove"),

@@ -53,7 +53,7 @@ from ..config import Config
 from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import resolve
-from ..http.core import Plan, RequestFacts
+from ..http.core import Plan, RequestFacts, read_only
 from ..http.hosts import host_rule
 from ..http.select import lookup
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
@@ -254,6 +254,7 @@ class Handler:
         self.write = hooks.write  # PUT and DELETE (None: read-only, no call)
         self.write_methods = hooks.write_methods  # the methods ``write`` answers
         self.write_takes = hooks.write_takes  # and where (None: everywhere)
+        self.allow = hooks.allow or read_only  # the methods a path allows (Allow)
         self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
         # The Host names answered (serverio.http.hosts; None: any, no call):
         # with writes or the proxy on, the DNS-rebinding rule.

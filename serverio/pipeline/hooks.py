@@ -59,7 +59,7 @@ import trio
 
 from ..concurrency.broadcast import StreamSlots
 from ..http.access import AccessTarget
-from ..http.core import Plan, RequestFacts
+from ..http.core import Allow, Plan, RequestFacts
 from ..model import Body, ChunkSource, Prepared
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "Admit",
     "EventSource",
     "Hooks",
+    "Interim",
     "ListingView",
     "Proxy",
     "RawHead",
@@ -79,6 +80,7 @@ __all__ = [
     "Upload",
     "WriteContent",
     "WriteStep",
+    "interim_of",
 ]
 
 
@@ -144,6 +146,29 @@ class WriteContent(Protocol):
     received: int
 
     async def next_chunk(self) -> bytes | None: ...
+
+
+# The transport's "send an interim response now" (RFC 9110 §15.2): status
+# (1xx) and fields, before the final answer.  A request body offers it as
+# its ``interim`` attribute (serverio.net.reqbody.RequestBody) when its
+# transport can send one (HTTP/1.1 to a 1.1 client; HTTP/2); a write step
+# finds it with interim_of.  Generic: the transports know no feature that
+# uses it (104 Upload Resumption Supported, serverio.resumable).
+Interim = Callable[[int, Sequence[tuple[bytes, bytes]]], Awaitable[None]]
+
+
+def interim_of(content: object) -> Interim | None:
+    """The interim-response sender behind ``content`` (through wrappers
+    that keep theirs in ``content``: the paced content of --min-upload-rate),
+    or None when its transport has none."""
+    for _ in range(4):
+        got = getattr(content, "interim", None)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
+        content = getattr(content, "content", None)
+        if content is None:
+            return None
+    return None
 
 
 # The access hook as a write step sees it: None (allowed) or the refusal to
@@ -308,6 +333,9 @@ class Hooks:
     # every one (asked only for those methods: a GET pays nothing).  WebDAV
     # under a prefix answers its methods there only (--webdav-prefix).
     write_takes: Callable[[RequestFacts], bool] | None = None
+    # The methods a path allows, for the core's OPTIONS and 405 (RFC 9110
+    # §10.2.1): the write feature's (None: read-only, GET, HEAD, OPTIONS).
+    allow: Allow | None = None
 
 
 NO_HOOKS = Hooks()

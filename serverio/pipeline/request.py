@@ -244,7 +244,7 @@ def _start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
         proxy = handler.proxy  # the proxy hook (None: no call)
         if proxy is not None and (matched := proxy.match(req)) is not None:
             return Waiting(req, None, matched)
-        plan = route(req, deps.config, now)
+        plan = route(req, deps.config, now, handler.allow)
     if plan is not None:
         if plan.status >= 400:
             plan = negotiated_error(plan, req.accept)

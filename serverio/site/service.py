@@ -54,7 +54,7 @@ from ..http.access import (
     access_plan,
     resolved_path,
 )
-from ..http.core import Plan, RequestFacts, error_plan, route
+from ..http.core import Allow, Plan, RequestFacts, error_plan, read_only, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
 from ..http.target import Target
@@ -151,15 +151,15 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     specs = list(cfg.site.auth)
     # With [[access]] rules, --auth-file and --auth name the users the rules
     # give rights to (read below); without, they protect the whole site.
-    rights = bool(cfg.site.access or cfg.site.allow)
-    if cfg.site.auth_file is not None and not rights:
-        specs.insert(0, ("/**", cfg.site.auth_file))
-    inline = _inline_users(cfg.site.auth_users)
-    if inline and cfg.site.auth_file is None and not rights:
+    rights = cfg.users.rights
+    if cfg.users.auth_file is not None and not rights:
+        specs.insert(0, ("/**", cfg.users.auth_file))
+    inline = _inline_users(cfg.users.auth_users)
+    if inline and cfg.users.auth_file is None and not rights:
         auth.append(("/**", inline, cost_profile(inline.values())))
     for i, (pattern, path) in enumerate(specs):
         where = (
-            "--auth-file" if cfg.site.auth_file is not None and i == 0 else f"{source}: [[auth]]"
+            "--auth-file" if cfg.users.auth_file is not None and i == 0 else f"{source}: [[auth]]"
         )
         # A missing file is reported as missing (by _read_users), not as
         # "inside the served root": the fix is to create it, wherever.
@@ -206,7 +206,7 @@ def _with_access(cfg: Config, rules: SiteRules, inline: dict[str, str], source: 
     file they name users of (``--auth-file`` and ``--auth``) as the table
     Basic credentials are checked against."""
     users: dict[str, str] = {}
-    path = cfg.site.auth_file
+    path = cfg.users.auth_file
     if path is not None:
         if os.path.exists(path) and served_inside(cfg, path):
             raise ConfigError(f"--auth-file: users file {path!r} is inside the served root")
@@ -214,12 +214,12 @@ def _with_access(cfg: Config, rules: SiteRules, inline: dict[str, str], source: 
     users.update(inline)
     specs: list[AccessSpec] = [
         (glob, grants, f"{source}: [[access]] #{i + 1}")
-        for i, (glob, grants) in enumerate(cfg.site.access)
+        for i, (glob, grants) in enumerate(cfg.users.access)
     ]
-    specs += [allow_spec(line) for line in cfg.site.allow]
+    specs += [allow_spec(line) for line in cfg.users.allow]
     under = () if rules.fold else rules.fold_under
     access = compile_access(
-        specs, list(users), cfg.site.groups, source, fold=rules.fold, folded=bool(under)
+        specs, list(users), cfg.users.groups, source, fold=rules.fold, folded=bool(under)
     )
     table = None
     if users:
@@ -233,7 +233,7 @@ def plain_auth_warning(cfg: Config) -> str | None:
     HTTP on a non-loopback address (RFC 7617 §4: the credentials are
     cleartext), or None.  Said once by the command (serverio.ops.cli), not
     by each compile of the rules (the check before binding, each worker)."""
-    has_auth = bool(cfg.site.auth or cfg.site.auth_file is not None or cfg.site.auth_users)
+    has_auth = bool(cfg.site.auth or cfg.users.auth_file is not None or cfg.users.auth_users)
     plain = cfg.tls.certfile is None and not cfg.tls.dev_tls
     if not has_auth or not plain or _is_loopback(cfg.listeners.host):
         return None
@@ -333,6 +333,9 @@ class Site:
         self.reserved_route: Router | None = None
         # The proxy hook's match (Hooks.proxy; the server sets it).
         self.proxied: Callable[[RequestFacts], object | None] | None = None
+        # The methods a path allows (Hooks.allow, the write feature's; the
+        # server sets it): the core's OPTIONS and 405 name them.
+        self.allow: Allow = read_only
 
     @property
     def auth_pool(self) -> Pool:
@@ -499,7 +502,7 @@ class Site:
         plan = reserved(req, now) if reserved is not None else None
         if plan is None and (self.proxied is None or self.proxied(req) is None):
             # A proxied path is no file: the core's 405/404 do not apply.
-            plan = route(req, self.config, now)
+            plan = route(req, self.config, now, self.allow)
         # The reserved live-reload paths go through the rules like any
         # other path: an [[auth]] rule that matches them protects them.
         if plan is not None and not self._is_reserved(req.target):

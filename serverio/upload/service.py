@@ -50,9 +50,9 @@ from ..fs.writer import (
     writable_current,
 )
 from ..http.access import AccessTarget, Kind, Right
-from ..http.core import ALLOW_WRITES, FileFacts, Plan, RequestFacts, content_digest, error_plan
+from ..http.core import ALLOW, FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
-from ..http.target import is_write_temp
+from ..http.target import Target, is_write_temp
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
 from ..site.rules import match_path
@@ -73,9 +73,19 @@ from .form import post_form
 from .resolved import Resolving
 from .slots import ClientSlots, PacedContent, client_share
 
-__all__ = ["CLEANUP_SECONDS", "CommitGate", "Uploads"]
+__all__ = ["ALLOW_WRITES", "CLEANUP_SECONDS", "CommitGate", "Uploads", "allow_writes"]
 
 log = logging.getLogger("serverio")
+
+# With --upload: PUT, DELETE and the form's POST too (RFC 9110 §10.2.1).
+ALLOW_WRITES: Final = ALLOW + b", PUT, DELETE, POST"
+
+
+def allow_writes(target: Target) -> bytes:
+    """The uploads' :data:`~serverio.http.core.Allow`: every path takes
+    PUT, DELETE and the form's POST (the step answers a wrong one)."""
+    return ALLOW_WRITES
+
 
 # How long a request's task waits, shielded, for its temporary file to be
 # removed (an unlink and two closes; a stuck disk makes the pool's thread
@@ -130,7 +140,7 @@ class Uploads:
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
         # Rules a symlink's resolved target is decided on too (serverio.upload.resolved).
-        self.resolving = site.path_rules or bool(site.writable)
+        self.resolving = bool(site.auth or site.writable) or config.users.rights
 
     # ------------------------------------------------------------ start-up
 

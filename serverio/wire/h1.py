@@ -26,6 +26,7 @@ __all__ = [
     "SHARED_HEADS_MAX",
     "Canned",
     "head_bytes",
+    "interim_bytes",
     "keep_spellings",
     "shared_head",
 ]
@@ -108,6 +109,16 @@ def _status_line(status: int) -> bytes:
         line = b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))
         _STATUS_LINES[status] = line
     return line
+
+
+def interim_bytes(status: int, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """An interim (1xx) response head (RFC 9110 §15.2, RFC 9112 §4): the
+    status line and the fields; no framing, it never has content."""
+    get = _CANONICAL.get
+    out = [_status_line(status)]
+    out += [get(name, name) + b": " + value + b"\r\n" for name, value in headers]
+    out.append(b"\r\n")
+    return b"".join(out)
 
 
 def head_bytes(
