@@ -203,9 +203,9 @@ def test_public_reads_with_signed_in_writes_start_off_loopback(tree: Path, users
     """Anonymous reads, writes for users only: accepted on 0.0.0.0 without
     an [[auth]] rule over the writable paths (which would lock the reads)."""
     cfg = _public(tree, users, "anonymous:read,list@/", "alice,bob:upload,overwrite@/incoming")
-    assert cfg.site.allow
+    assert cfg.users.allow
     cfg = _public(tree, users, "anonymous:read@/", "authenticated:delete@/")
-    assert cfg.site.allow
+    assert cfg.users.allow
 
 
 def test_anonymous_writes_off_loopback_need_the_opt_in(tree: Path, users: Path) -> None:
