@@ -432,3 +432,15 @@ def test_share_is_a_right_of_its_own(tree: Path, users: Path) -> None:
     assert site.may(Right.SHARE, "/private/s.txt", "alice")
     assert not site.may(Right.SHARE, "/private/s.txt", "bob")
     assert not site.may(Right.SHARE, "/pub.txt", None)
+
+
+async def test_the_access_log_names_the_user_of_an_auth_rule_too(tree: Path, users: Path) -> None:
+    """The shorthand [[auth]]: the user field was "-" after Basic passed."""
+    out = io.StringIO()
+    cfg = make_config(tree, auth=(("/private/**", str(users)),))
+    srv = Server(cfg, access_log=AccessLog("common", out))
+    async with memory_connection(cfg, server=srv) as (client, _, _):
+        hdr = "".join(f"{k}: {v}\r\n" for k, v in basic("carol").items())
+        assert (await client.get("/private/s.txt", hdr)).status == 200
+    srv.access_log.pipe.close()
+    assert " - carol [" in out.getvalue(), out.getvalue()
