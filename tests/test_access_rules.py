@@ -276,6 +276,13 @@ async def test_each_method_asks_for_its_right(
     async with client_for(cfg, "h1") as send:
         r = await send(method, path, basic(who) if who else {}, b"new" if method == "PUT" else b"")
     assert r.status == status, (r.status, r.body)
+    if status in (401, 403):
+        # The problem names the right (asked as JSON; never the rule).
+        async with client_for(cfg, "h1") as send:
+            asked = {**(basic(who) if who else {}), "Accept": "application/problem+json"}
+            again = await send(method, path, asked, b"new" if method == "PUT" else b"")
+        if again.status == status and again.body.startswith(b"{"):
+            assert json.loads(again.body).get("right") in {r.value for r in Right}, again.body
     after = _files(tree)
     if status >= 400:
         assert after == before  # a refusal changes nothing

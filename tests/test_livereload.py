@@ -194,9 +194,10 @@ async def test_a_header_rule_csp_is_sent_beside_the_listing_csp_and_lets_the_scr
     # script's hash) is not replaced; the rule's lets the script run too.
     assert len(csps) == 2
     assert csps[0].startswith("default-src 'none'; style-src 'sha256-")
-    # The listing's filter script keeps its hash; the live script's is added.
-    assert re.search(f"; script-src '[^' ]+' {re.escape(script)};", csps[0])
-    assert csps[0].endswith("; connect-src 'self'")
+    # The listing's two scripts keep their hashes; the live script's is
+    # added; the listing already allows connect-src 'self' (its fetches).
+    assert re.search(f"; script-src '[^' ]+' '[^' ]+' {re.escape(script)};", csps[0])
+    assert "; connect-src 'self';" in csps[0]
     assert csps[1] == f"default-src 'self'; script-src 'self' {script}"
     assert ASSETS.tag in listing.body and ASSETS.tag in page.body
     assert [v for n, v in page.raw_headers if n.lower() == b"content-security-policy"] == [

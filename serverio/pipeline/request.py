@@ -66,7 +66,7 @@ from ..http.access import (
     served_target,
 )
 from ..http.core import Plan, RequestFacts, http_error_plan, route
-from ..http.errorpage import negotiated_error
+from ..http.errorpage import error_for
 from ..http.extra import request_field
 from ..http.forwarded import client_address
 from ..http.hosts import misdirected_plan
@@ -247,20 +247,20 @@ def _start(deps: Deps, req: RequestFacts, now: float) -> Answer | Waiting:
         plan = route(req, deps.config, now, handler.allow)
     if plan is not None:
         if plan.status >= 400:
-            plan = negotiated_error(plan, req.accept)
+            plan = error_for(plan, req)
         return plan, NO_BODY if plan.stream else Body.of(plan), None
     try:
         got = handler.respond_now(req, now)
     except HTTPError as exc:
         plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
-        plan = negotiated_error(plan, req.accept)
+        plan = error_for(plan, req)
         return plan, Body.of(plan), None
     if type(got) is Prepared:
         if got.plan.status >= 400:  # errors only: the warm 200 pays one comparison
             fallback = _fallback(handler, got, req)
             if fallback is not None:
                 return Waiting(req, None, fallback)  # --proxy-fallback answers it
-            got.plan = negotiated_error(got.plan, req.accept)
+            got.plan = error_for(got.plan, req)
         return got.plan, got.take_body(), None
     assert isinstance(got, Deferred)
     return Waiting(req, got)
@@ -668,7 +668,7 @@ def _finished(
     source of the final plan (an error page replaces a body: the descriptor
     and a chunk source, ``chunks``, are then closed)."""
     if site is None and req is not None and plan.status >= 400:
-        plan = negotiated_error(plan, req.accept)
+        plan = error_for(plan, req)
     if site is not None:
         try:
             plan = site.finish(plan, ticket)

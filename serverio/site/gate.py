@@ -199,6 +199,9 @@ class Gate:
         if verdict is not Verdict.PENDING:
             if verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE:
                 self._refused(target, pending, user or _basic_user(authorization))
+                if self.rules.access:
+                    # The refusal's problem names the right it lacked.
+                    pending = replace(pending, right=target.needs.value)
             return pending
         creds = parse_basic(authorization)
         assert creds is not None
