@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from serverio.net.server import Server
+from serverio.app.server import Server
 
 from .conftest import make_config, running_server, wait_until
 from .devtools_kit import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools

@@ -708,7 +708,7 @@ async def test_password_spraying_saturates_only_the_auth_pool(
     cfg = make_config(site_root, auth=(("/private/**", str(users)),), work_workers=1)
     srv = Server(cfg)
     site = srv.env.site
-    assert site is not None and site.auth_pool is not srv.work
+    assert isinstance(site, site_mod.Site) and site.auth_pool is not srv.work
     stuck = gate_mod.AUTH_WORKERS + gate_mod.AUTH_QUEUE
     try:
         with trio.fail_after(20):

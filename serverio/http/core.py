@@ -117,7 +117,7 @@ class RequestFacts:
     # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
     tls: bool = False
     # The client's address (the peer, or the one --trusted-proxies names),
-    # set only for a write step (serverio.pipeline.request.complete_write):
+    # set only for a write step (serverio.pipeline.driver, the Write need):
     # the key of per-client budgets there (WebDAV locks); "" elsewhere.
     client: str = ""
     # The fields a feature reads (WebDAV's Depth, CORS's Origin, ...): read
