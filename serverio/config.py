@@ -1362,6 +1362,7 @@ class UsersPolicy:
         """Check the declared bounds (the login feature's ages)."""
         check_declared(self)
         return self
+
     # [[access]]: (path glob, ((principal, (right, ...)), ...)) per table;
     # [[group]]: (name, (member, ...)).  With any rule (these or --allow),
     # --auth-file / --auth name the users the rules give rights to

@@ -131,6 +131,12 @@ class Identities:
                 return _with_authorization(req, user_authorization(user, "header"))
         return req
 
+    def names(self, req: RequestFacts) -> bool:
+        """Does ``req`` carry the trusted header (and no credentials of its
+        own)?  Then :meth:`attach` may give it a user.  Pure."""
+        field = self.field
+        return field is not None and req.authorization is None and field.of(req) is not None
+
     def authorization(self, req: RequestFacts) -> str | None:
         """What the access hook reads of ``req``: its ``authorization`` (Basic,
         or a principal :meth:`attach` put there), else the principal its

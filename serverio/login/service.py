@@ -160,6 +160,7 @@ class Login:
         self.attaches = pol.trusted_user_header is not None
         # The hook's two per-request calls, bound once (no wrapper call).
         self.attach = self.identities.attach
+        self.names = self.identities.names
         self.authorization = self.identities.authorization
 
     # ------------------------------------------------------------ adapter

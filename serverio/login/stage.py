@@ -10,9 +10,11 @@ ahead of the write stage and the site rules: :attr:`serverio.pipeline.hooks.Hook
 * ``/.serverio/{login,logout,whoami,share,s}`` are its own: the sign-in
   form, sessions, share links.  Its turn awaits (a form's content, a
   password check in the site's ``auth`` pool), so it is a
-  :class:`~serverio.pipeline.exchange.Write` need: the driver's named
-  fulfiller awaits the feature's step with the request's content (none
-  for a GET) and the client; the stage's own functions stay synchronous.
+  :class:`~serverio.pipeline.exchange.Turn` need: the driver awaits the
+  feature's step with the request's content (none for a GET) and the
+  client; the stage's own functions stay synchronous.  A request that
+  carries the trusted header takes one turn too (whether its peer is a
+  trusted proxy is the connection's to say).
   A share link's step hands back the request to serve instead (the real
   path with the link's grant), which the stages after this one take as
   any other request (a drop box's POST is the upload form's).
@@ -25,8 +27,7 @@ from typing import TYPE_CHECKING
 from ..fs.body import Body
 from ..http.access import Ticket
 from ..http.core import Plan, RequestFacts
-from ..pipeline.driver import NO_CONTENT
-from ..pipeline.exchange import Exchange, Final, Stage, Step, Write
+from ..pipeline.exchange import Exchange, Final, Stage, Step, Turn, TurnRun
 from ..pipeline.hooks import Reserved, WriteContent
 from ..pipeline.stages import onward
 
@@ -43,46 +44,57 @@ _RESERVED = (".serverio",)
 class LoginStage(Stage):
     """The login feature's reserved paths and the trusted header's user."""
 
-    __slots__ = ("login", "run")
+    __slots__ = ("login", "turn", "vouch")
     name = "login"
 
     def __init__(self, login: Reserved) -> None:
         self.login = login
-
-        async def run(
-            req: RequestFacts, content: WriteContent, now: float, admit: object
-        ) -> Plan | RequestFacts:
-            # The driver's Write fulfiller: the content (NO_CONTENT: none)
-            # and the client's address in ``req.client``.
-            client: Callable[[], str] = lambda: req.client  # noqa: E731
-            body = None if content is NO_CONTENT else content
-            return await login.step(req, body, now, client)
-
-        self.run = run
+        # The two turns, bound once (takes hands one as its claim).
+        self.turn: TurnRun = self._step
+        self.vouch: TurnRun = self._attach
 
     def takes(self, req: RequestFacts, now: float) -> object | None:
         login = self.login
-        if req.extra and login.attaches:
-            attached = login.attach(req, lambda: req.client)
-            if attached is not req:
-                return attached  # handed on as the user's (enter)
         if req.target.segments[:1] == _RESERVED and login.takes(req):
-            return True
+            return self.turn
+        if req.extra and login.attaches and login.names(req):
+            return self.vouch  # the peer decides: the driver's client
         return None
 
     def enter(self, state: Exchange, claim: object) -> Step:
-        if type(claim) is RequestFacts:
-            state = state._replace(req=claim)
-            if not (claim.target.segments[:1] == _RESERVED and self.login.takes(claim)):
-                return onward(state)
-        return state, Write(state.req, None, self.run)
+        assert claim is self.turn or claim is self.vouch
+        return state, Turn(state.req, claim)
+
+    async def _step(
+        self, req: RequestFacts, content: WriteContent | None, now: float, client: Callable[[], str]
+    ) -> Plan | RequestFacts:
+        """The reserved path's turn (:meth:`Reserved.step`), the user a
+        trusted header names attached first.
+
+        Cancellation handling: as :meth:`Reserved.step` (nothing is held).
+        """
+        login = self.login
+        if req.extra and login.attaches:
+            req = login.attach(req, client)
+        return await login.step(req, content, now, client)
+
+    async def _attach(
+        self, req: RequestFacts, content: WriteContent | None, now: float, client: Callable[[], str]
+    ) -> RequestFacts:
+        """A request that carries the trusted header: the user it names
+        when the connection's peer is a trusted proxy, handed on.
+
+        Cancellation handling: nothing awaits.
+        """
+        return self.login.attach(req, client)
 
     def step(self, state: Exchange, event: object) -> Step:
         """Its answer, with the site's header rules but not its error pages
-        (a refusal's Failed event is the step's usual error answer)."""
+        (a refusal's Failed event is the step's usual error answer), or the
+        request to hand on (a share link's real path, a trusted user's)."""
         req = state.req
         if type(event) is RequestFacts:
-            return onward(state._replace(req=event))  # a share link's real path
+            return onward(state._replace(req=event))
         assert isinstance(event, Plan)
         plan = event
         site = state.machine.site

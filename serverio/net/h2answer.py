@@ -131,6 +131,7 @@ class StreamAnswer:
                 and handler.write is None
                 and handler.proxy is None
                 and not handler.hooks.stages  # a feature's stage may read it (a form)
+                and not handler.hooks.first
             ):
                 body = None  # no stage reads it
             slotless = not self._take_file_now(st)

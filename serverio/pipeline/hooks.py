@@ -150,11 +150,10 @@ class EventSource(Protocol):
 class Reserved(Protocol):
     """A feature's reserved paths that take any method and content, and the
     principal it vouches for (the login feature, :mod:`serverio.login`).
-    Installed on the site rules (``Site.login``): asked first, before the
-    site's routing, by :func:`serverio.pipeline.request.complete` and
-    :func:`~serverio.pipeline.request.complete_body`; its answers get the
-    site's header rules, not its error pages.  (A stage of its own once the
-    pipeline has stages; the same four calls.)"""
+    Its stage (:class:`serverio.login.stage.LoginStage`) comes first in
+    the stage list (:attr:`Hooks.first`); the site rules read the
+    principal a session cookie names (``authorization``) and finish its
+    answers (``finish``)."""
 
     # Does :meth:`attach` ever change a request (a trusted user header is
     # configured)?  False: the pipeline does not call it.
@@ -163,6 +162,10 @@ class Reserved(Protocol):
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
         """``req`` with the principal its cookie or trusted header names
         (``req`` itself when none).  Synchronous, no I/O: every request."""
+        ...
+
+    def names(self, req: RequestFacts) -> bool:
+        """Does ``req`` carry the trusted user header?  Synchronous, pure."""
         ...
 
     def authorization(self, req: RequestFacts) -> str | None:
