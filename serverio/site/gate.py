@@ -149,7 +149,7 @@ class Gate:
             # access log and the per-user counters name it from there).
             who = principal_of(authorization)
             if who is not None and authorization.startswith(SHARE_PREFIX):
-                return self._share_now(target, who)
+                return _share_now(self.rules.canonical, target, who)
             authorization = None
             if who is not None and user is None and self._vouched(who):
                 user = who.user
@@ -395,31 +395,6 @@ class Gate:
             return True
         return all((PASSWORD_TAGS.get(h) or password_tag(h)) == who.tag for h in stored)
 
-    def _share_now(self, target: AccessTarget, who: Principal) -> Access:
-        """A share link's grant (serverio.site.principal): exactly its
-        path and rights, whatever the rules say elsewhere; everything else
-        is 403 (never a challenge: no credentials can widen a link)."""
-        kind = target.kind
-        if kind is Kind.WRITE:
-            # A drop box uploads: a new file only (Right.UPLOAD; a PUT asks
-            # upload-or-overwrite before it knows, then the one it needs),
-            # never an overwrite, a delete, a folder or a lock.
-            right = "upload" if target.needs is Right.UPLOAD and not target.tree else ""
-        elif kind is Kind.LISTING or kind is Kind.ENTRY:
-            right = "list"
-        elif kind is Kind.FILE or kind is Kind.SIDECAR:
-            right = "read"
-        elif kind is Kind.REQUEST:
-            # The request path: what it serves is decided again (FILE or LISTING).
-            right = "list" if "list" in who.share_rights else "read"
-        else:
-            right = ""  # EVENT, RESERVED: never through a link
-        canon = self.rules.canonical
-        paths = tuple(canon(p) for p in target.paths)
-        if right and share_allows(who, paths, right, canon(who.share_path)):
-            return ALLOWED
-        return Access(Verdict.FORBID)
-
     async def check_password(
         self, user: str, password: str, peer: Callable[[], str]
     ) -> tuple[Access, str]:
@@ -598,3 +573,28 @@ def _user_names(rules: SiteRules) -> list[str]:
     for rule in rules.auth:
         names.update(dict.fromkeys(rule.users))
     return list(names)
+
+
+def _share_now(canon: Callable[[str], str], target: AccessTarget, who: Principal) -> Access:
+    """A share link's grant (serverio.site.principal): exactly its
+    path and rights, whatever the rules say elsewhere; everything else
+    is 403 (never a challenge: no credentials can widen a link)."""
+    kind = target.kind
+    if kind is Kind.WRITE:
+        # A drop box uploads: a new file only (Right.UPLOAD; a PUT asks
+        # upload-or-overwrite before it knows, then the one it needs),
+        # never an overwrite, a delete, a folder or a lock.
+        right = "upload" if target.needs is Right.UPLOAD and not target.tree else ""
+    elif kind is Kind.LISTING or kind is Kind.ENTRY:
+        right = "list"
+    elif kind is Kind.FILE or kind is Kind.SIDECAR:
+        right = "read"
+    elif kind is Kind.REQUEST:
+        # The request path: what it serves is decided again (FILE or LISTING).
+        right = "list" if "list" in who.share_rights else "read"
+    else:
+        right = ""  # EVENT, RESERVED: never through a link
+    paths = tuple(canon(p) for p in target.paths)
+    if right and share_allows(who, paths, right, canon(who.share_path)):
+        return ALLOWED
+    return Access(Verdict.FORBID)
