@@ -312,7 +312,7 @@ async def share(client: HTTPClient, session: str, path: str, **fields: str) -> R
 def link_of(r: Response) -> str:
     import json
 
-    url = json.loads(r.body)["url"]
+    url: str = json.loads(r.body)["url"]
     return "/" + url.split("/", 3)[3]
 
 

@@ -197,7 +197,7 @@ async def test_the_trusted_header_from_a_trusted_peer_reads_as_that_user(tmp_pat
     )
     (etc / "secret").write_bytes(SECRET)
     for trusted in ("127.0.0.1", "10.0.0.0/8"):
-        cfg = make_config(root, trusted_proxies=(trusted,), **common)  # type: ignore[arg-type]
+        cfg = make_config(root, trusted_proxies=(trusted,), **common)
         async with running_server(cfg) as (_, port):
             c = await connect(port)
             try:
