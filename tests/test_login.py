@@ -630,3 +630,104 @@ async def test_the_sign_in_form_and_a_share_over_http2(
         link = "/" + json.loads(bytes(r.body))["url"].split("/", 3)[3]
         got = await h2.get(link)
         assert got.status == 200 and bytes(got.body) == b"PLAN\n"
+
+
+# ------------------------------------------------------------ rights (issue 44)
+
+
+async def test_the_access_log_names_session_and_trusted_header_users(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    """A session's and a trusted header's user reach the access hook as its
+    verified ``user`` (Access.user): the log's user field names them."""
+    import io
+
+    import trio
+
+    from serverio import Server
+    from serverio.net.connection import ConnectionTask
+    from serverio.observe.accesslog import AccessLog
+
+    from .conftest import HTTPClient
+
+    out = io.StringIO()
+    cfg = config(
+        tree, users, secret, trusted_user_header="remote-user", trusted_proxies=("127.0.0.1",)
+    )
+    srv = Server(cfg, access_log=AccessLog("common", out))
+    client_end, server_end = trio.testing.memory_stream_pair()
+    conn = ConnectionTask(srv.env, server_end, "127.0.0.1")  # a trusted proxy's address
+    async with srv.handler.running(), trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        client = HTTPClient(client_end, server_end)
+        session = await sign_in(client)
+        r = await client.get("/private/plan.txt", f"Cookie: serverio-session={session}\r\n")
+        assert (r.status, r.body) == (200, b"PLAN\n")
+        r = await client.get("/private/sibling.txt", "Remote-User: bob\r\n")
+        assert (r.status, r.body) == (200, b"SIBLING\n")
+        nursery.cancel_scope.cancel()
+    srv.opener.close()
+    srv.access_log.pipe.close()
+    lines = out.getvalue().splitlines()
+    assert any(" - alice [" in line and "/private/plan.txt" in line for line in lines), lines
+    assert any(" - bob [" in line and "/private/sibling.txt" in line for line in lines), lines
+
+
+async def test_sharing_asks_the_share_right_of_access_rules(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    """With [[access]]/--allow rules, making a link asks Right.SHARE on its
+    path (besides the rights the link grants): reading is not enough."""
+    allow = ("alice:read,list@/private", "bob:read,list,share@/private")
+    cfg = make_config(tree, auth_file=str(users), allow=allow, secret_file=str(secret))
+    async with memory_connection(cfg) as (client, _, _):
+        import base64
+
+        for user, password, want in (("alice", PASSWORD, 403), ("bob", "builder", 201)):
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            basic = f"Authorization: Basic {token}\r\n"
+            r = await post(
+                client, "/.serverio/share", urlencode({"path": "/private/plan.txt"}), basic
+            )
+            assert r.status == want, (user, r.body)
+        # The link's own rights are asked too: bob may not share what he
+        # may not read.
+        r = await post(client, "/.serverio/share", urlencode({"path": "/hello.txt"}), basic)
+        assert r.status == 403, r.body
+
+
+async def test_a_drop_box_never_replaces_an_existing_file(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    """A drop box grants upload, not overwrite: a file already there (one
+    dropped before, or one of the folder's own) is not replaced, even where
+    the upload form would (--on-duplicate overwrite)."""
+    cfg = config(tree, users, secret, upload=True, min_free_space=0, on_duplicate="overwrite")
+    async with memory_connection(cfg) as (client, _, _):
+        session = await sign_in(client)
+        r = await share(client, session, "/private/docs/", mode="upload")
+        assert r.status == 201, r.body
+        link = link_of(r)
+
+        async def drop(name: str, data: str) -> Response:
+            body = (
+                f'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+                f"Content-Type: text/plain\r\n\r\n{data}\r\n--XyZ--\r\n"
+            ).encode()
+            await client.send_raw(
+                (
+                    f"POST {link} HTTP/1.1\r\nHost: t\r\n"
+                    "Content-Type: multipart/form-data; boundary=XyZ\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                + body
+            )
+            return await client.read_response()
+
+        assert (await drop("new.txt", "FIRST")).status == 303
+        r = await drop("new.txt", "SECOND")
+        assert r.status == 403, (r.status, r.body)
+        assert (tree / "private" / "docs" / "new.txt").read_text() == "FIRST"
+        r = await drop("a.txt", "REPLACED")
+        assert r.status == 403, (r.status, r.body)
+        assert (tree / "private" / "docs" / "a.txt").read_text() == "DOC-A\n"

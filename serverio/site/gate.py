@@ -408,7 +408,9 @@ class Gate:
         Cancellation handling: as :meth:`decide` (a cancelled check counts
         as a failure).
         """
-        rules = self.rules.auth
+        rules = list(self.rules.auth)
+        if self.rules.users is not None:
+            rules.append(self.rules.users)  # the users [[access]] rules name
         if not rules or user.startswith(MARK):
             return Access(Verdict.FORBID), ""
         rule = next((r for r in rules if user in r.users), rules[0])
