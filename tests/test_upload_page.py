@@ -42,7 +42,10 @@ def test_the_form_is_rendered_only_when_asked_and_its_script_is_allowed_by_hash(
     assert directives["script-src"].split() == [_sha(s) for s in scripts]
     assert directives["form-action"] == "'self'"  # the forms post to this origin only
     assert "on" + "drop=" not in page and "javascript:" not in page  # no inline handler
-    others = {k: v for k, v in directives.items() if k != "script-src"}
+    # The uploader fetches from this origin only (connect-src 'self'); the
+    # rest is the plain listing's policy.
+    assert directives["connect-src"] == "'self'"
+    others = {k: v for k, v in directives.items() if k not in ("script-src", "connect-src")}
     plain_directives = dict(d.strip().split(" ", 1) for d in LISTING_CSP.decode().split(";"))
     assert others == {k: v for k, v in plain_directives.items() if k != "script-src"}
 

@@ -32,6 +32,7 @@ from typing import Final
 
 from .readme import Readme, render_readme
 from .target import quote_segment
+from .uploader import UPLOADER_SCRIPT
 
 __all__ = [
     "FILTER_MAX",
@@ -301,19 +302,9 @@ f.addEventListener("input",run);})();
 """
 
 
-# The upload form's drag and drop (``--upload``, a writable directory):
-# files dropped anywhere on the page are set on the form's file input and
-# the form is submitted, as if chosen with it (the page works without it).
-_UPLOAD_SCRIPT: Final = """
-(()=>{const u=document.querySelector("form.files");if(!u)return;
-const i=u.querySelector("input[type=file]"),b=document.body;
-const on=e=>{e.preventDefault();b.classList.add("dropping");};
-document.addEventListener("dragenter",on);document.addEventListener("dragover",on);
-document.addEventListener("dragleave",e=>{if(!e.relatedTarget)b.classList.remove("dropping");});
-document.addEventListener("drop",e=>{e.preventDefault();b.classList.remove("dropping");
-const f=e.dataTransfer&&e.dataTransfer.files;if(!f||!f.length)return;
-i.files=f;u.requestSubmit?u.requestSubmit():u.submit();});})();
-"""
+# The upload form's script (``--upload``, a writable directory): the
+# resumable uploader (serverio.http.uploader; the page works without it).
+_UPLOAD_SCRIPT: Final = UPLOADER_SCRIPT
 
 # The upload form and the new-folder form: multipart POSTs to this page's
 # directory ("./"), answered 303 back here (serverio.upload.form).  The
@@ -347,15 +338,16 @@ LISTING_CSP: Final = (
     "form-action 'self'; "
     "frame-ancestors 'none'"
 ).encode("ascii")
-# The same for a listing with the upload form: its drag-and-drop script too
-# (form-action 'self' already lets the forms post to this origin).
+# The same for a listing with the upload form: its uploader script too,
+# which may fetch from this origin only (connect-src; form-action 'self'
+# already lets the forms post to it).
 LISTING_UPLOAD_CSP: Final = LISTING_CSP.replace(
     b"script-src " + _sha256_source(_SCRIPT).encode("ascii"),
     b"script-src "
     + _sha256_source(_SCRIPT).encode("ascii")
     + b" "
     + _sha256_source(_UPLOAD_SCRIPT).encode("ascii"),
-)
+).replace(b"; base-uri", b"; connect-src 'self'; base-uri")
 
 
 def _query_tail(query: ListingQuery) -> str:

@@ -179,10 +179,12 @@ class State:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The limits of resumable uploads (``--max-upload-size``, ``--upload-expiry``)."""
+    """The limits of resumable uploads (``--max-upload-size``,
+    ``--upload-expiry``, ``--upload-chunk-size``: 0 announces none)."""
 
     max_size: int
     expiry: float
+    max_append: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,10 +446,12 @@ def append_decision(
 
 
 def limit_field(policy: Policy, expires: float | None, now: float) -> tuple[bytes, bytes]:
-    """``Upload-Limit`` (§"Limits"): max-size, and max-age of this upload
-    (its remaining lifetime; the policy's for one not made yet)."""
+    """``Upload-Limit`` (§"Limits"): max-size, max-append-size (the part
+    size clients should keep under: a hint, not enforced), and max-age of
+    this upload (its remaining lifetime; the policy's for one not made yet)."""
     age = policy.expiry if expires is None else max(0.0, expires - now)
-    return b"upload-limit", b"max-size=%d, max-age=%d" % (policy.max_size, int(age))
+    append = b", max-append-size=%d" % policy.max_append if policy.max_append else b""
+    return b"upload-limit", b"max-size=%d%s, max-age=%d" % (policy.max_size, append, int(age))
 
 
 def tus_fields(expires: float | None = None) -> list[tuple[bytes, bytes]]:
