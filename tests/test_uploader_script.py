@@ -63,3 +63,26 @@ async def test_upload_limit_announces_the_chunk_size(tmp_path: Path) -> None:
         h = await h1_request(port, "HEAD", a.headers["location"])
         assert h is not None and "max-append-size=262144" in h.headers["upload-limit"]
         assert h.headers["upload-limit"].startswith("max-size=")
+
+
+async def test_the_completing_append_says_its_offset(tmp_path: Path) -> None:
+    """The last PATCH's answer (the PUT's 201, Upload-Complete ?1) carries
+    the final Upload-Offset too: tus-js-client's draft setting reads it
+    from every append's answer (tests/test_browser_tus_clients.py)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    cfg = make_config(root, upload=True, min_free_space=0, secret_file=str(secret))
+    async with running_server(cfg) as (_, port):
+        a = await h1_request(port, "PUT", "/f.bin", {"upload-complete": "?0"}, b"abc")
+        assert a is not None and a.status == 201
+        headers = {
+            "upload-offset": "3",
+            "upload-complete": "?1",
+            "content-type": "application/partial-upload",
+        }
+        b = await h1_request(port, "PATCH", a.headers["location"], headers, b"defg")
+        assert b is not None and b.status == 201 and b.headers["upload-complete"] == "?1"
+        assert b.headers["upload-offset"] == "7"
+    assert (root / "f.bin").read_bytes() == b"abcdefg"

@@ -528,10 +528,16 @@ def appended_plan(state: State, policy: Policy, now: float) -> Plan:
     return Plan(204, plan.headers, (), send_body=False) if plan.status != 204 else plan
 
 
-def completed(plan: Plan, tus: bool, expires: float | None = None) -> Plan:
+def completed(
+    plan: Plan, tus: bool, expires: float | None = None, offset: int | None = None
+) -> Plan:
     """The target's answer (the PUT's) as the upload's last answer: with
-    ``Upload-Complete: ?1`` (IETF §"Upload Append"), or tus's fields."""
+    ``Upload-Complete: ?1`` (IETF §"Upload Append"), or tus's fields.
+    ``offset``: the upload's final offset, sent as ``Upload-Offset`` too
+    (tus-js-client's draft setting reads it from every append's answer)."""
     extra = tus_fields() if tus else [(b"upload-complete", b"?1")]
+    if offset is not None:
+        extra.append((b"upload-offset", b"%d" % offset))
     return Plan(plan.status, plan.headers + tuple(extra), plan.body, plan.send_body, plan.close)
 
 
