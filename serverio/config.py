@@ -178,17 +178,28 @@ if TYPE_CHECKING:  # names for the type checker only: nothing to build at import
         fs_path: bool
 
 
-class Declared:
-    """One setting's declaration, as :func:`setting` recorded it (a plain
-    slotted class: one is made per setting at import)."""
+class Declared(tuple[tuple[str, ...], str, str, "SettingKw"]):
+    """One setting's declaration, as :func:`setting` recorded it:
+    ``(flags, help, group, more)``.  A tuple, made in C: one is built per
+    setting at import, with no Python frame."""
 
-    __slots__ = ("flags", "group", "help", "more")
+    __slots__ = ()
 
-    def __init__(self, flags: tuple[str, ...], help: str, group: str, more: SettingKw) -> None:
-        self.flags = flags
-        self.help = help
-        self.group = group
-        self.more = more
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return self[0]
+
+    @property
+    def help(self) -> str:
+        return self[1]
+
+    @property
+    def group(self) -> str:
+        return self[2]
+
+    @property
+    def more(self) -> SettingKw:
+        return self[3]
 
     @property
     def flag(self) -> str:
@@ -274,7 +285,7 @@ def setting(
     (a section of ``--help`` and docs/cli.md), and ``more``
     (:class:`SettingKw`: metavar, parse, bounds ...).  Typed as the default,
     so the field keeps its own type for ``mypy --strict``."""
-    return field(default=default, metadata={SETTING: Declared(flags, help, group, more)})
+    return field(default=default, metadata={SETTING: Declared((flags, help, group, more))})
 
 
 def declared(cls: type[Any]) -> Iterator[tuple[str, Declared]]:
@@ -303,7 +314,7 @@ def check_declared(policy: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ListenPolicy:
-    """Where the server listens and how many processes (serverio.net.server, ops)."""
+    """Where the server listens and how many processes (serverio.app.server, ops)."""
 
     host: str = setting(
         "127.0.0.1",
@@ -706,10 +717,27 @@ class FilesPolicy:
         metavar="PREFIX",
         default_text="none",
     )
+    # --hide GLOB (repeatable; TOML hide = [...]): names left out of
+    # listings, searches, archives and WebDAV listings (serverio.fs.hide).
+    # Not an access rule: a hidden name is still served by its URL.
+    hide: tuple[str, ...] = setting(
+        (),
+        ("--hide",),
+        "leave matching names out of listings, search, archives and WebDAV listings "
+        "(repeatable; '*.tmp', 'private/*'); still served by URL: not an access rule",
+        "Files",
+        kind="list",
+        metavar="GLOB",
+    )
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
         check_declared(self)
+        for glob in self.hide:
+            if not glob or "\x00" in glob or glob.startswith("/") or len(glob) > 1024:
+                raise ConfigError(f"--hide {glob!r} must be a non-empty relative glob")
+        if len(self.hide) > 256:
+            raise ConfigError(f"--hide: at most 256 globs, got {len(self.hide)}")
         for name in self.index:
             if not name or "/" in name or name in (".", "..") or "\x00" in name:
                 raise ConfigError(f"--index {name!r} must be a plain file name")
@@ -906,10 +934,42 @@ class ContentPolicy:
         parse="bytes",
         ge=1,
     )
+    # --title: the listing's heading and window title, before the path.
+    title: str = setting(
+        "",
+        ("--title",),
+        "the listing page's heading and window title (before the path)",
+        "Content options",
+        metavar="TEXT",
+        default_text="none",
+    )
+    # ?q= (a recursive search below a listed folder, serverio.fs.search):
+    # at most this many entries visited, and this long, per search.
+    search_max_entries: int = setting(
+        100_000,
+        ("--search-max-entries",),
+        "entries one recursive search (?q=) visits at most; the answer says it was cut",
+        "Content options",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    search_time: float = setting(
+        5.0,
+        ("--search-time",),
+        "seconds one recursive search (?q=) runs at most; the answer says it was cut",
+        "Content options",
+        metavar="SECONDS",
+        parse="float",
+        gt=0,
+        le=3600,
+    )
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
         check_declared(self)
+        if len(self.title) > 200 or not self.title.isprintable():
+            raise ConfigError("--title must be at most 200 printable characters")
         for glob in self.download:
             if not glob or "\x00" in glob or glob.startswith("/"):
                 raise ConfigError(f"--download {glob!r} must be a non-empty relative glob")
@@ -1364,7 +1424,7 @@ class SitePolicy:
             raise ConfigError(f"--trusted-proxies: {exc}") from None
         names = self.allowed_hosts
         for name in names:
-            if name != "*" and _ALLOWED_HOST.fullmatch(name) is None:
+            if name != "*" and re.fullmatch(_ALLOWED_HOST, name) is None:
                 raise ConfigError(
                     f"--allowed-hosts: {name!r} is not a host name (NAME, .NAME or *.NAME; "
                     "no scheme, port or path), nor '*'"
@@ -1376,8 +1436,10 @@ class SitePolicy:
 # One --allowed-hosts value: a DNS name (letters, digits, '-', '_', dots;
 # RFC 1123 §2.1 loosely, '_' as some LAN names have it) with an optional
 # leading "." or "*." (a domain and its subdomains / its subdomains only),
-# an IPv4 address, or an IPv6 one in brackets.
-_ALLOWED_HOST = re.compile(r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]")
+# an IPv4 address, or an IPv6 one in brackets.  A pattern, compiled (and
+# cached by re) only when --allowed-hosts is given: ~1M instructions that a
+# start without it need not spend at import.
+_ALLOWED_HOST = r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -1511,6 +1573,15 @@ class UploadPolicy:
         "'name (1).ext', or overwrite the existing file",
         "Uploads",
         choices=ON_DUPLICATE,
+    )
+    # --upload-mkdirs: a PUT or form upload below a missing folder creates
+    # its parents (as dufs does) instead of 409 (RFC 4918 §9.7.1's default).
+    upload_mkdirs: bool = setting(
+        False,
+        ("--upload-mkdirs",),
+        "a PUT or form upload below a missing folder creates the folders (else 409)",
+        "Uploads",
+        kind="flag",
     )
     # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
     # writable path is served with CSP sandbox, as an attachment, or inline

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import trio
 
+from .browser_kit import axe_violations, shot
 from .conftest import make_config, running_server
 from .upload_relay_kit import Relay, browser_marks, in_chromium
 
@@ -92,6 +93,10 @@ async def test_three_files_survive_a_dropped_network_and_a_reload(tmp_path: Path
             # Mid-way: nothing at any target name, the parts on disk hidden.
             seen["early"] = sorted(p.name for p in target.iterdir())
             seen["progress"] = {n: _progress_of(page, n) for n in files}
+            # The upload panel mid-way (rows, bars, buttons): axe-core finds
+            # nothing serious or critical; a screenshot for the artefacts.
+            seen["axe"] = axe_violations(page)
+            shot(page, "uploader-mid-way")
             # Leave mid-upload (beforeunload asks; accepted), then come back.
             page.goto("about:blank")
             trio.from_thread.run_sync(relay.restore)
@@ -124,6 +129,7 @@ async def test_three_files_survive_a_dropped_network_and_a_reload(tmp_path: Path
     assert not [n for n in seen["early"] if not n.startswith(".")], seen["early"]
     assert any(n.startswith(".serverio-tmp-up-") for n in seen["early"])
     assert 0 < seen["progress"]["big.bin"] < len(files["big.bin"])
+    assert seen["axe"] == [], seen["axe"]
     assert "beforeunload" in seen["dialogs"]
     assert any("big.bin" in p for p in seen["pending"]), seen["pending"]
     for name, data in files.items():
@@ -189,7 +195,7 @@ async def test_a_folder_picked_and_a_folder_dropped_make_their_subfolders(tmp_pa
             page = browser.new_page()
             page.on("dialog", lambda d: d.accept())
             page.goto(url)
-            page.set_input_files("form.files input[webkitdirectory]", str(tree))
+            page.set_input_files(".upload input[webkitdirectory]", str(tree))
             _wait(
                 lambda: all(
                     (target / "album" / r).is_file()

@@ -49,6 +49,7 @@ from ..fs.davtree import (
     write_props,
 )
 from ..fs.filecache import FileCache
+from ..fs.hide import hide_rules
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
 from ..http.access import AccessTarget, Kind
@@ -488,6 +489,9 @@ class _Listing:
                 self.scan.close()
                 self.scan = None
                 continue
+            hide = hide_rules(svc.config.files.hide)
+            if hide.active:  # --hide: not a member of a listing (still served by URL)
+                batch = [f for f in batch if not hide.hides(self.scan_path, f.name)]
             chunk = b"".join(self._responses(batch))
             if chunk:  # never b"" before the end: that would end the body
                 return chunk

@@ -25,6 +25,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
+from ..errors import Problem
 from .core import Plan, RequestFacts, error_plan
 from .negotiate import SIDECAR_SUFFIX
 
@@ -74,6 +75,10 @@ class Access:
     rule: int = -1
     realm: str = ""
     retry_after: int = 0
+    # The right the request lacked ("upload", "delete", "list" ...), named
+    # in the refusal's problem (never the rule that refused it): "" when
+    # the hook does not say.
+    right: str = ""
 
     @property
     def allowed(self) -> bool:
@@ -84,6 +89,17 @@ class Access:
 ALLOWED: Final = Access(Verdict.ALLOW)
 
 
+def _needs(access: Access, status: int) -> Problem:
+    """What a 401 or 403 tells the client: the right it lacks, never the
+    rule's contents (who else has it, which paths it covers)."""
+    right = access.right
+    members: tuple[tuple[str, str | int], ...] = (("right", right),) if right else ()
+    what = f"the {right} right" if right else "permission"
+    if status == 401:
+        return Problem(f"Sign in as a user with {what} here.", members)
+    return Problem(f"Your user does not have {what} here.", members)
+
+
 def access_plan(access: Access, now: float, *, head: bool) -> Plan:
     """The response for a refusal (every verdict but ALLOW and PENDING)."""
     verdict = access.verdict
@@ -92,12 +108,12 @@ def access_plan(access: Access, now: float, *, head: bool) -> Plan:
         # answer another client's retry with this challenge.
         value = f'Basic realm="{access.realm}", charset="UTF-8"'.encode("ascii")
         headers = [(b"www-authenticate", value), (b"cache-control", b"no-store")]
-        return error_plan(401, now, headers=headers, head_only=head)
+        return error_plan(401, now, headers=headers, head_only=head, problem=_needs(access, 401))
     if verdict is Verdict.THROTTLE:
         headers = [(b"retry-after", b"%d" % access.retry_after)]
         return error_plan(429, now, headers=headers, head_only=head)
     if verdict is Verdict.FORBID:
-        return error_plan(403, now, head_only=head)
+        return error_plan(403, now, head_only=head, problem=_needs(access, 403))
     if verdict is Verdict.UNAVAILABLE:
         return error_plan(503, now, head_only=head)
     raise ValueError(f"{verdict.name} is not a refusal")

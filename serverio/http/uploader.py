@@ -157,7 +157,7 @@ add([...pick.files].map(f=>[f,f.name]));pick.value=""});
 /* The folder picker: webkitdirectory gives each file its relative path. */
 const fl=el("input");fl.type="file";fl.multiple=true;fl.webkitdirectory=true;fl.hidden=true;
 fl.setAttribute("aria-label","Folder to upload");const fb=el("button",null,"Upload folder");
-fb.type="button";form.append(fl,fb);fb.addEventListener("click",()=>fl.click());
+fb.type="button";form.after(fb,fl);fb.addEventListener("click",()=>fl.click());
 fl.addEventListener("change",()=>{add([...fl.files].map(f=>[f,f.webkitRelativePath||f.name]));
 fl.value=""});
 /* Drops: files and folders (webkitGetAsEntry, directories walked). */

@@ -456,7 +456,9 @@ class H2Connection:
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
-                    plan, body, _ = busy(env, ticket, now)  # past --watch-max-streams
+                    # Past --watch-max-streams (the stage decides it first,
+                    # pipeline.stages.streamed; this is the safety net).
+                    plan, body, _ = busy(env, ticket, now)
                 if type(body) is StreamBody:  # an archive, a proxied response
                     stalled = await send_stream(
                         writer, st, plan, body, env.stats, env.config.conn.write_timeout

@@ -26,7 +26,7 @@ from ..fs.filecache import FileCache
 from ..observe.histogram import BUCKETS, Histogram
 
 if TYPE_CHECKING:
-    from ..net.server import Server
+    from ..app.server import Server
 
 __all__ = [
     "BUCKETS",

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from types import ModuleType
+from typing import Any, Protocol
 
 from ..concurrency.blocking import Pool
 from ..config import Config
@@ -53,7 +54,7 @@ from ..live.protocol import csp_blocks_scripts, watch_csp
 from ..live.script import live_assets
 from ..model import Prepared
 from ..observe.stats import Stats
-from ..pipeline.handler import Deferred, Handler
+from ..pipeline.handler import Deferred
 from ..pipeline.hooks import Router
 from .access import write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
@@ -74,6 +75,7 @@ from .rules import (
 __all__ = [
     "FAILURE_BUDGET",
     "FAILURE_WINDOW",
+    "Responder",
     "Site",
     "Ticket",
     "load_site",
@@ -82,6 +84,15 @@ __all__ = [
 ]
 
 log = logging.getLogger("serverio")
+
+
+class Responder(Protocol):
+    """What :meth:`Site.respond_now` asks of the request handler
+    (:class:`serverio.pipeline.handler.Handler`): its answer now, a
+    Prepared or a Deferred."""
+
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+
 
 _ROUTES_MAX = 4096
 
@@ -468,7 +479,7 @@ class Site:
 
     # ------------------------------------------------------------ step 2
 
-    def respond_now(self, handler: Handler, req: RequestFacts, now: float) -> Prepared | Deferred:
+    def respond_now(self, handler: Responder, req: RequestFacts, now: float) -> Prepared | Deferred:
         """The handler's answer, retried with the alternative target when
         clean URLs or ``--trailing-slash remove`` call for one."""
         answer = handler.respond_now(req, now)
@@ -480,8 +491,9 @@ class Site:
             if alt is None:
                 return answer
             answer.close()
-            return handler.respond_now(alt, now)
-        first = answer
+            retried: Prepared | Deferred = handler.respond_now(alt, now)
+            return retried
+        first: Deferred = answer
 
         async def step(_: Prepared | None) -> Prepared:
             prepared = await first.run()
@@ -489,7 +501,7 @@ class Site:
             if alt is None:
                 return prepared
             prepared.close()
-            again = handler.respond_now(alt, now)
+            again: Prepared | Deferred = handler.respond_now(alt, now)
             if isinstance(again, Prepared):
                 return again
             try:
@@ -560,6 +572,10 @@ class _Chained(Deferred):
             return await super().run()
         finally:
             self._inner.close()
+
+    @property
+    def holds(self) -> bool:
+        return self._inner.holds or super().holds
 
     def close(self) -> None:
         super().close()

@@ -45,6 +45,7 @@ from ..fs.writer import (
     WriteRefused,
     current_bytes,
     delete_file,
+    make_parents,
     open_target,
     sweep,
     writable_current,
@@ -66,7 +67,9 @@ from .decide import (
     has_preconditions,
     is_create_only,
     precondition_status,
+    refusal_problem,
     replaced_plan,
+    too_large_problem,
 )
 from .fields import CONTENT_RANGE, digests
 from .form import post_form
@@ -229,7 +232,8 @@ class Uploads:
                 return await self._put(req, content, now, gate)
             return await self._delete(req, now, gate)
         except WriteRefused as exc:
-            return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
+            value = exc.refusal.value
+            return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
         except OSError as exc:
             status = errno_status(exc.errno)
             if status == 500:
@@ -242,6 +246,15 @@ class Uploads:
     async def _open(self, req: RequestFacts, need: int) -> Placement:
         pol = self.config.uploads
         min_free = pol.min_free_space + need if pol.min_free_space else 0
+        segments = req.target.segments
+        if pol.upload_mkdirs and len(segments) > 1:
+            # --upload-mkdirs: the missing folders first (as dufs does);
+            # without it a missing parent is 409 (RFC 4918 §9.7.1).
+            made = await run_blocking(
+                self.pool, make_parents, self.opener(), segments[:-1], self.config.files.hidden
+            )
+            if made:
+                self.changed("/".join(segments[:-1]))
         place: Placement = await run_blocking(
             self.pool,
             open_target,
@@ -270,7 +283,8 @@ class Uploads:
         precondition, else None."""
         refusal = writable_current(job.place.current)
         if refusal is not None:
-            return error_plan(REFUSAL_STATUS[refusal.value], now)
+            value = refusal.value
+            return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
         if job.place.current is not None and is_create_only(req):
             return error_plan(412, now)
         current = await self._current(req, job)
@@ -284,7 +298,7 @@ class Uploads:
         declared = content.declared
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
-            return error_plan(413, now, close=True)
+            return error_plan(413, now, close=True, problem=too_large_problem(limit))
         value = digests(req)
         expected = {} if value is None else parse_digests([value.encode("latin-1")])
         files = self.config.files
@@ -310,7 +324,7 @@ class Uploads:
             pending = 0
             while (chunk := await content.next_chunk()) is not None:
                 if job.written + pending + len(chunk) > limit:
-                    return error_plan(413, now, close=True)
+                    return error_plan(413, now, close=True, problem=too_large_problem(limit))
                 batch.append(chunk)
                 pending += len(chunk)
                 if pending >= _WRITE_BATCH:
