@@ -245,3 +245,55 @@ async def test_an_empty_file_is_uploaded_too(tmp_path: Path, size: int) -> None:
 
         await in_chromium(drive)
     assert (root / "empty.txt").read_bytes() == b"" * size
+
+
+async def test_pause_all_holds_the_offset_and_resume_all_finishes(tmp_path: Path) -> None:
+    root = tmp_path / "www"
+    root.mkdir()
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    src = tmp_path / "paused.bin"
+    src.write_bytes(data)
+    cfg = make_config(root, upload=True, min_free_space=0, upload_chunk_size=_CHUNK)
+    async with running_server(cfg) as (_, port), trio.open_nursery() as nursery:
+        relay = Relay(port, rate=512 * 1024)
+        await nursery.start(relay.serve)
+
+        def temp_size() -> int:
+            return sum(
+                p.stat().st_size
+                for p in root.iterdir()
+                if p.name.startswith(".serverio-tmp-up-") and not p.name.endswith(".info")
+            )
+
+        def drive(browser: Any) -> dict[str, Any]:
+            seen: dict[str, Any] = {}
+            page = browser.new_page()
+            page.on("dialog", lambda d: d.accept())
+            page.goto(f"http://127.0.0.1:{relay.port}/")
+            page.set_input_files("form.files input[name=file]", str(src))
+            page.click("form.files button[type=submit]")
+            _wait(lambda: _progress_of(page, "paused.bin") > 512 * 1024, what="a first part")
+            page.click("text=Pause all")
+            page.wait_for_selector(".uploads li[data-state=paused]")
+            time.sleep(0.5)  # what was in flight settles on the server
+            seen["held"] = temp_size()
+            time.sleep(1.0)
+            seen["still"] = temp_size()
+            seen["target_then"] = (root / "paused.bin").exists()
+            trio.from_thread.run_sync(relay.restore)  # unpaced from here
+            page.click("text=Resume all")
+            _wait(
+                lambda: (
+                    (root / "paused.bin").is_file()
+                    and (root / "paused.bin").stat().st_size == len(data)
+                ),
+                what="the resumed file",
+            )
+            return seen
+
+        seen = await in_chromium(drive)
+        relay.cut()
+        nursery.cancel_scope.cancel()
+    assert 0 < seen["held"] == seen["still"] < len(data)  # paused: nothing more arrives
+    assert not seen["target_then"]
+    assert (root / "paused.bin").read_bytes() == data
