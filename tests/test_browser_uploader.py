@@ -159,6 +159,13 @@ _DROP = """async spec => {
 }"""
 
 
+# Markup in a name: the server's name rules refuse it (403); the page shows
+# it as text on the failed row.  The other name is accepted: its "&", "'",
+# "#", "%41" and "+" must survive the URL encoding.
+_MARKUP = "<img src=x onerror=alert(1)>.txt"
+_HOSTILE = "&amp; 'q' #1 %41 + \u00e9.txt"
+
+
 def _pattern(seed: int, n: int) -> bytes:
     return bytes((i * 31 + seed * 7 + (i >> 8)) & 255 for i in range(n))
 
@@ -185,13 +192,19 @@ async def test_a_folder_picked_and_a_folder_dropped_make_their_subfolders(tmp_pa
             ],
         },
         {"name": "loose.bin", "seed": 3, "size": 5000},
+        # Hostile names: markup is a name like any other (shown as text);
+        # a dot segment is refused on the page, nothing is sent for it.
+        {"name": _HOSTILE, "seed": 5, "size": 77},
+        {"name": _MARKUP, "seed": 7, "size": 7},
+        {"name": "..", "kids": [{"name": "escaped.txt", "seed": 6, "size": 10}]},
     ]
     cfg = make_config(root, upload=True, min_free_space=0, upload_chunk_size=_CHUNK)
     async with running_server(cfg) as (_, port):
         url = f"http://127.0.0.1:{port}/in/"
         target = root / "in"
 
-        def drive(browser: Any) -> None:
+        def drive(browser: Any) -> dict[str, Any]:
+            seen: dict[str, Any] = {}
             page = browser.new_page()
             page.on("dialog", lambda d: d.accept())
             page.goto(url)
@@ -207,7 +220,12 @@ async def test_a_folder_picked_and_a_folder_dropped_make_their_subfolders(tmp_pa
             page.wait_for_load_state()
             page.goto(url)
             page.evaluate(_DROP, drop)
-            want = {"dropped/x.bin": 600_000, "dropped/inner/y.txt": 1234, "loose.bin": 5000}
+            want = {
+                "dropped/x.bin": 600_000,
+                "dropped/inner/y.txt": 1234,
+                "loose.bin": 5000,
+                _HOSTILE: 77,
+            }
             _wait(
                 lambda: all(
                     (target / r).is_file() and (target / r).stat().st_size == n
@@ -216,8 +234,21 @@ async def test_a_folder_picked_and_a_folder_dropped_make_their_subfolders(tmp_pa
                 what="the dropped tree",
             )
             _wait(lambda: (target / "dropped" / "empty").is_dir(), what="the empty folder")
+            page.wait_for_function(
+                "document.querySelectorAll('.uploads li[data-state=failed]').length === 2"
+            )
+            seen["imgs"] = page.evaluate("document.querySelectorAll('.uploads img').length")
+            seen["refused"] = page.eval_on_selector_all(
+                ".uploads li[data-state=failed]", "els => els.map(e => e.textContent)"
+            )
+            return seen
 
-        await in_chromium(drive)
+        seen = await in_chromium(drive)
+    assert seen["imgs"] == 0
+    assert any("../escaped.txt" in r and "not a safe name" in r for r in seen["refused"])
+    assert any(r.startswith(_MARKUP) and "failed" in r for r in seen["refused"]), seen["refused"]
+    assert not (root / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
+    assert (target / _HOSTILE).read_bytes() == _pattern(5, 77)
     for rel, data in content.items():
         assert (target / "album" / rel).read_bytes() == data, rel
     assert (target / "dropped" / "x.bin").read_bytes() == _pattern(1, 600_000)

@@ -60,6 +60,8 @@ return s&&typeof s==="object"?s:{}}catch(e){return{}}};
 const keep=(k,v)=>{const s=load();if(v)s[k]=v;else delete s[k];
 try{localStorage.setItem(KEY,JSON.stringify(s))}catch(e){}};
 const enc=p=>p.split("/").map(encodeURIComponent).join("/");
+const ours=u=>typeof u==="string"&&u.startsWith(location.origin+"/.serverio/uploads/");
+const bad=r=>r.split("/").some(s=>s===""||s==="."||s==="..");
 const why=async r=>{let m=r.status+" "+r.statusText;try{const p=JSON.parse(await r.text());
 m=p.detail||p.title||m}catch(e){}return m};
 const limit=(h,t)=>{const m=/max-append-size=(\\d+)/.exec(h||"");if(m&&+m[1]>0)t.chunk=+m[1]};
@@ -126,7 +128,8 @@ const pump=()=>{while(active<PAR){const t=tasks.find(t=>t.st==="queued");if(!t)b
 active++;t.st="running";show(t);run(t).finally(()=>{active--;pump();finished()})}};
 const finished=()=>{if(tasks.length&&tasks.every(t=>t.st==="done")){sum.textContent+=
 " \\u00b7 all done";setTimeout(()=>location.reload(),800)}};
-const toggle=t=>{if(t.st==="paused"||t.st==="failed"){t.st="queued";t.err="";show(t);pump()}
+const toggle=t=>{if(t.bad)return;
+if(t.st==="paused"||t.st==="failed"){t.st="queued";t.err="";show(t);pump()}
 else if(t.st!=="done"){t.st="paused";if(t.xhr)t.xhr.abort();show(t)}};
 pa.addEventListener("click",()=>{for(const t of tasks)if(t.st!=="done"&&t.st!=="failed"&&
 t.st!=="paused")toggle(t)});
@@ -136,7 +139,8 @@ if(t.url)fetch(t.url,{method:"DELETE"}).catch(()=>{});keep(t.key,null);t.row.rem
 tasks.splice(tasks.indexOf(t),1);total();if(was!=="done")pump()};
 /* Interrupted uploads of this folder, from an earlier visit. */
 const pending=()=>{lost.replaceChildren();const s=load();for(const[k,v]of Object.entries(s)){
-if(!v||typeof v.p!=="string"||!v.p.startsWith(base)||tasks.some(t=>t.key===k))continue;
+if(!v||!ours(v.u)||typeof v.p!=="string"||!v.p.startsWith(base)||tasks.some(t=>t.key===k))
+continue;
 box.hidden=false;const li=el("li",lost,"Interrupted: "+v.n+" ("+hs(+v.s||0)+
 ") \\u2014 choose or drop this file again to continue ");li.dataset.key=k;
 const b=el("button",li,"Discard");b.type="button";b.addEventListener("click",()=>{
@@ -145,13 +149,14 @@ const add=items=>{box.hidden=false;const s=load();for(const[file,rel]of items){
 const target=base+enc(rel),key=target+"\\n"+file.size+"\\n"+file.lastModified;
 if(tasks.some(t=>t.key===key&&t.st!=="done"))continue;const old=s[key];const t={file,rel,target,key,
 size:file.size,off:0,sent:0,chunk:CHUNK,st:"queued",err:"",xhr:null,
-url:old&&typeof old.u==="string"?old.u:null,
+url:old&&ours(old.u)?old.u:null,
 dir:rel.includes("/")?rel.slice(0,rel.lastIndexOf("/")):""};
 t.row=el("li",list);el("span",t.row,rel+" ");t.bar=el("progress",t.row);
 t.bar.setAttribute("aria-label","Upload of "+rel);t.info=el("span",t.row);
 t.pb=el("button",t.row);t.cb=el("button",t.row,"Cancel");t.pb.type=t.cb.type="button";
 t.pb.addEventListener("click",()=>toggle(t));t.cb.addEventListener("click",()=>cancel(t));
-tasks.push(t);show(t)}pending();pump()};
+if(bad(rel)){t.st="failed";t.err="not a safe name";t.bad=1}tasks.push(t);show(t)}
+pending();pump()};
 form.addEventListener("submit",e=>{e.preventDefault();
 add([...pick.files].map(f=>[f,f.name]));pick.value=""});
 /* The folder picker: webkitdirectory gives each file its relative path. */
