@@ -257,7 +257,7 @@ class Services:
             self.content.writable = site.may_write  # the form only where writes are allowed
         elif self.dav is not None and self.config.uploads.webdav_prefix is not None:
             self.content.writable = _outside(self.dav, site.may_write)
-        if site.rules.auth:
+        if site.rules.auth or site.rules.access:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
             if self.dav is not None:

@@ -164,10 +164,11 @@ def _is_preface(event: Head, requests: int) -> bool:
 _LogFields = tuple[Callable[[], str], Head, int, float, float, str | None, str | None, str | None]
 
 
-def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
-    """Log (and count, unless ``kind`` says not) a response that did not end
-    the ordinary way: cut off mid-body (``cut=True``: its bytes sent) or an
-    event stream that ended (``counted=False``)."""
+def _log(env: ConnectionEnv, f: _LogFields, size: int, user: str = "", **kind: bool) -> None:
+    """Log (and count, unless ``kind`` says not) a response: also one that
+    did not end the ordinary way: cut off mid-body (``cut=True``: its bytes
+    sent) or an event stream that ended (``counted=False``).  ``user``: the
+    signed-in user the access hook named ("" for none)."""
     client, event, status, started, now, ua, referer, request_id = f
     record(
         env,
@@ -182,6 +183,7 @@ def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
         ua,
         referer,
         request_id,
+        user=user,
         **kind,
     )
 
@@ -514,12 +516,13 @@ class ConnectionTask:
                     sent = await self._send(plan, body, close, ka10 and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
-                _log(env, log, self.emitter.progress, cut=True)
+                _log(env, log, self.emitter.progress, ticket.user if ticket else "", cut=True)
                 raise
         finally:
             if body is not None:
                 body.close()
-        _log(env, (client, event, plan.status, started, now, ua, referer, request_id), sent)
+        log = (client, event, plan.status, started, now, ua, referer, request_id)
+        _log(env, log, sent, ticket.user if ticket else "")
         if life.phase is not BUSY:
             return False  # LAST (close) or TUNNEL (the tunnel ended): no next request
         if content is not None:

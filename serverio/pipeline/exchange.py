@@ -166,6 +166,8 @@ class SiteSteps(Protocol):
 
     def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan: ...
 
+    def count(self, user: str, size: int) -> None: ...
+
 
 # The site rules as the layers above the pipeline name them (the
 # transports' shared environment holds them, and imports no feature).

@@ -158,13 +158,16 @@ def record(
     *,
     counted: bool = True,
     cut: bool = False,
+    user: str = "",
 ) -> None:
     """Count a response that was sent, observe its duration, log it.
 
     ``cut``: the response was cut off after its head (``size`` is the body
     bytes sent); it is logged with the marker but not counted as
     completed.  ``counted=False``: log only (an event stream, counted as
-    it ended).
+    it ended).  ``user``: the signed-in user the access hook named for it
+    (the log's user field; its per-user counters, for a user of the users
+    files).
     """
     elapsed = trio.current_time() - started
     if counted and not cut:
@@ -175,6 +178,8 @@ def record(
             stats.server_errors += 1
         elif status >= 400:
             stats.client_errors += 1
+    if user and deps.site is not None:
+        deps.site.count(user, size)
     log = deps.access_log
     if log.enabled:
         log.write(
@@ -190,6 +195,7 @@ def record(
                 referer=referer,
                 request_id=request_id,
                 cut=cut,
+                user=user or None,
             ),
             now,
         )

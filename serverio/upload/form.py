@@ -61,7 +61,7 @@ from ..fs.writer import (
     open_target,
     writable_current,
 )
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, error_plan
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
@@ -208,15 +208,17 @@ class _Form:
             late_close=Placement.close,
         )
         job = self.job = WriteJob(place, sync=not pol.no_fsync, min_free=min_free)
+        self.overwrite = place.current is not None
         if self.admit is not None:
             # The file's own rule, on the path it would land at (after
-            # --on-duplicate picked it): as a PUT of it would be asked.
+            # --on-duplicate picked it): as a PUT of it would be asked, an
+            # upload of a new name or an overwrite of an existing file.
             # The job holds the directory, so a refusal settles it.
             path = "/" + "/".join((*self.req.target.segments, place.name))
-            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            right = Right.OVERWRITE if self.overwrite else Right.UPLOAD
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, right))
             if denied is not None:
                 raise _FileRefused(denied)
-        self.overwrite = place.current is not None
         refusal = writable_current(place.current)
         if refusal is not None:
             raise WriteRefused(refusal)  # a directory or special file of that name
@@ -264,7 +266,7 @@ class _Form:
         if self.admit is not None:
             # The new folder's own rule, as a MKCOL of it would be asked.
             path = "/" + "/".join((*self.req.target.segments, name)) + "/"
-            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, Right.MKDIR))
             if denied is not None:
                 raise _FileRefused(denied)
         await run_blocking(

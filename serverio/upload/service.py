@@ -50,7 +50,7 @@ from ..fs.writer import (
     sweep,
     writable_current,
 )
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import ALLOW, FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import Target, is_write_temp
@@ -143,7 +143,7 @@ class Uploads:
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
         # Rules a symlink's resolved target is decided on too (serverio.upload.resolved).
-        self.resolving = bool(site.auth or site.writable)
+        self.resolving = bool(site.auth or site.writable) or config.users.rights
 
     # ------------------------------------------------------------ start-up
 
@@ -203,7 +203,18 @@ class Uploads:
             if cross_site(req, self.write_origins):
                 return error_plan(403, now)  # the CSRF rule (docs/features.md "Uploads")
         action = "delete" if req.method == b"DELETE" else "put"
-        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
+        path = match_path(target)
+        if action == "delete":
+            asked = AccessTarget((path,), Kind.WRITE, Right.DELETE)
+        elif form:
+            # The folder a form posts to: each file and new folder is asked
+            # again on its own path (serverio.upload.form).
+            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.MKDIR)
+        else:
+            # Whether the file exists is known once it is placed (_put asks
+            # again with the one right it needs); either will do until then.
+            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
+        refusal = await admit(asked)
         if refusal is not None:
             if action == "put":
                 self.stats.writes.aborted += 1
@@ -229,7 +240,7 @@ class Uploads:
             if form:
                 return await post_form(self, req, content, now, admit)
             if action == "put":
-                return await self._put(req, content, now, gate)
+                return await self._put(req, content, now, gate, admit)
             return await self._delete(req, now, gate)
         except WriteRefused as exc:
             value = exc.refusal.value
@@ -292,7 +303,12 @@ class Uploads:
         return None if status is None else error_plan(status, now)
 
     async def _put(
-        self, req: RequestFacts, content: WriteContent, now: float, gate: CommitGate | None
+        self,
+        req: RequestFacts,
+        content: WriteContent,
+        now: float,
+        gate: CommitGate | None,
+        admit: Admit,
     ) -> Plan:
         limit = self.config.uploads.max_upload_size
         declared = content.declared
@@ -312,6 +328,13 @@ class Uploads:
         )
         committed = False
         try:
+            # The one right this PUT needs, now that its file is placed: a
+            # new name is an upload, an existing file an overwrite.
+            existing = job.place.current is not None
+            right = Right.OVERWRITE if existing else Right.UPLOAD
+            denied = await admit(AccessTarget((match_path(req.target),), Kind.WRITE, right))
+            if denied is not None:
+                return denied
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
