@@ -1553,6 +1553,22 @@ class ResumablePolicy:
         ge=0,
     )
 
+    # --upload-chunk-size: the largest part of a resumable upload a client
+    # should send, kept under what a proxy in front accepts in one request
+    # (Cloudflare: 100 MB).  Announced as Upload-Limit max-append-size (the
+    # draft's §"Limits"); the listing's uploader sends parts of this size.
+    # A hint, not enforced: a larger part from another client is taken.
+    upload_chunk_size: int = setting(
+        50 * _MiB,
+        ("--upload-chunk-size",),
+        "largest part of a resumable upload the listing's uploader sends (announced to "
+        "IETF clients as Upload-Limit max-append-size)",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=1024,
+    )
+
     def validate(self) -> ResumablePolicy:
         """Check the bounds (ConfigError naming the option)."""
         check_declared(self)
