@@ -15,6 +15,7 @@ streams, MockClock where time matters."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Callable
@@ -108,9 +109,13 @@ def _server(
     out = io.StringIO()
     cfg = make_config(root, **kw)
     srv = Server(cfg, access_log=AccessLog("json", out))
-    srv.handler.proxy = FakeProxy(
-        lambda: (_plan(length), StreamBody(source, length, bounded=bounded))
-    )
+    # The proxy hook a server's stage list is built from (on its first
+    # request: serverio.pipeline.stages.stages_of).
+    fake = FakeProxy(lambda: (_plan(length), StreamBody(source, length, bounded=bounded)))
+    handler = srv.handler
+    handler.hooks = dataclasses.replace(handler.hooks, proxy=fake)
+    handler.proxy = fake
+    handler.stages = None
     return srv, out
 
 
