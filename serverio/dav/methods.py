@@ -185,10 +185,10 @@ async def copy_move(
     """COPY (§9.8) or MOVE (§9.9) of the target to its Destination."""
     move = req.method == b"MOVE"
     target = req.target
-    ends = _destination(svc, req, move, now)
-    if not isinstance(ends, tuple):
-        return ends
-    dt, depth = ends
+    asked = _destination(svc, req, move, now)
+    if not isinstance(asked, tuple):
+        return asked
+    dt, depth = asked
     src_path, dst_path = rel(target.segments), rel(dt.segments)
     overwrite = parse_overwrite(field(OVERWRITE.of(req)))
     if move:
