@@ -178,17 +178,28 @@ if TYPE_CHECKING:  # names for the type checker only: nothing to build at import
         fs_path: bool
 
 
-class Declared:
-    """One setting's declaration, as :func:`setting` recorded it (a plain
-    slotted class: one is made per setting at import)."""
+class Declared(tuple[tuple[str, ...], str, str, "SettingKw"]):
+    """One setting's declaration, as :func:`setting` recorded it:
+    ``(flags, help, group, more)``.  A tuple, made in C: one is built per
+    setting at import, with no Python frame."""
 
-    __slots__ = ("flags", "group", "help", "more")
+    __slots__ = ()
 
-    def __init__(self, flags: tuple[str, ...], help: str, group: str, more: SettingKw) -> None:
-        self.flags = flags
-        self.help = help
-        self.group = group
-        self.more = more
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return self[0]
+
+    @property
+    def help(self) -> str:
+        return self[1]
+
+    @property
+    def group(self) -> str:
+        return self[2]
+
+    @property
+    def more(self) -> SettingKw:
+        return self[3]
 
     @property
     def flag(self) -> str:
@@ -274,7 +285,7 @@ def setting(
     (a section of ``--help`` and docs/cli.md), and ``more``
     (:class:`SettingKw`: metavar, parse, bounds ...).  Typed as the default,
     so the field keeps its own type for ``mypy --strict``."""
-    return field(default=default, metadata={SETTING: Declared(flags, help, group, more)})
+    return field(default=default, metadata={SETTING: Declared((flags, help, group, more))})
 
 
 def declared(cls: type[Any]) -> Iterator[tuple[str, Declared]]:
@@ -1364,7 +1375,7 @@ class SitePolicy:
             raise ConfigError(f"--trusted-proxies: {exc}") from None
         names = self.allowed_hosts
         for name in names:
-            if name != "*" and _ALLOWED_HOST.fullmatch(name) is None:
+            if name != "*" and re.fullmatch(_ALLOWED_HOST, name) is None:
                 raise ConfigError(
                     f"--allowed-hosts: {name!r} is not a host name (NAME, .NAME or *.NAME; "
                     "no scheme, port or path), nor '*'"
@@ -1376,8 +1387,10 @@ class SitePolicy:
 # One --allowed-hosts value: a DNS name (letters, digits, '-', '_', dots;
 # RFC 1123 §2.1 loosely, '_' as some LAN names have it) with an optional
 # leading "." or "*." (a domain and its subdomains / its subdomains only),
-# an IPv4 address, or an IPv6 one in brackets.
-_ALLOWED_HOST = re.compile(r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]")
+# an IPv4 address, or an IPv6 one in brackets.  A pattern, compiled (and
+# cached by re) only when --allowed-hosts is given: ~1M instructions that a
+# start without it need not spend at import.
+_ALLOWED_HOST = r"(?:\*?\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]"
 
 
 @dataclass(frozen=True, slots=True)

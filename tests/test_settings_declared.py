@@ -215,7 +215,7 @@ def test_setting_is_a_typed_field_default_that_carries_its_declaration() -> None
 def test_a_declaration_with_an_unknown_group_or_parser_is_refused() -> None:
     """mypy --strict refuses both (SettingKw); an untyped caller gets a TypeError."""
     with pytest.raises(TypeError, match="group 'Nope'"):
-        options._option("x", Declared(("--x",), "x", "Nope", {}))
+        options._option("x", Declared((("--x",), "x", "Nope", {})))
     bad: Any = {"parse": "bites"}
     with pytest.raises(TypeError, match="parse 'bites'"):
-        options._option("x", Declared(("--x",), "x", "Connections", bad))
+        options._option("x", Declared((("--x",), "x", "Connections", bad)))
