@@ -25,6 +25,15 @@ over the socketpair; the upstream runs in a process of its own, which
 valgrind does not follow, so its work is not counted), client and server
 together.
 
+``--rules MODE`` measures the warm GET under site rules given the same
+way to every commit: ``bench/rulespair.py`` (this checkout's, copied out
+of the tree) runs each tree's own ``pair.py`` with ``plain`` (no rule),
+``auth`` (an ``[[auth]]`` rule over ``/incoming/**``: a public site with
+a protected area, as it was written before rights rules) or ``access``
+(``--allow 'anonymous:read,list@/'`` and a user's upload below
+``/incoming``: the same site with rights rules; a tree before them
+refuses the option, so compare ``access`` here with ``auth`` there).
+
 ``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
 instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
 over the socketpair, N streams on it, ``--streams M`` in flight at a time,
@@ -61,6 +70,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import commits
+
+# bench/rulespair.py's modes (--rules), and the marker of that workload.
+RULES = ("plain", "auth", "access")
+_RULES_DRIVER = "@rulespair"
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
@@ -126,6 +139,18 @@ def _argv(
     if not script.exists():
         raise CallgrindError(f"{subject.label} has no bench/pair.py")
     out = workdir / f"callgrind.{subject.label.replace('/', '_')}.{server}.{n}"
+    if mode and mode[0] == _RULES_DRIVER:
+        driver = workdir / "rulespair.py"
+        return [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            python,
+            str(driver),
+            mode[1],
+            "-n",
+            str(n),
+        ], out
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -282,6 +307,15 @@ def add_parser(sub: Any) -> None:
         help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
         "trio+h11 loop in a process of its own, is not counted)",
     )
+    cg.add_argument(
+        "--rules",
+        choices=RULES,
+        default="",
+        help="the warm GET under site rules, the same for every commit (bench/rulespair.py, "
+        "this checkout's, runs each tree's own pair.py): plain (none), auth (an [[auth]] "
+        "rule over /incoming/**), access (--allow anonymous:read,list@/ and a user's "
+        "upload below /incoming)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -308,8 +342,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # The bare trio+h11 loop speaks one HTTP/1.1 connection only.
     servers = ["serverio", *(["bare"] if args.bare and not mode else [])]
+    if args.rules and (mode or args.bare):
+        print("callgrind: --rules is the warm HTTP/1.1 GET: no other workload", file=sys.stderr)
+        return 2
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serverio-callgrind-") as tmp:
+        if args.rules:
+            # A copy outside any tree: its directory (first on sys.path)
+            # holds nothing but it, whichever tree it runs in.
+            shutil.copy(commits.REPO / "bench" / "rulespair.py", Path(tmp) / "rulespair.py")
+            mode = [_RULES_DRIVER, args.rules]
         for subject in subs:
             precompile(subject, sys.executable)
             for server in servers:
@@ -332,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/request (assets, {args.assets})"
     elif args.proxy:
         unit = "Ir/proxied request"
+    elif args.rules:
+        unit = f"Ir/request (rules: {args.rules})"
     else:
         unit = "Ir/request"
     print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")

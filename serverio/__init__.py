@@ -11,6 +11,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    from .app.server import Server
     from .concurrency.blocking import Pool, PoolSaturated, PoolStats, run_blocking
     from .config import Config
     from .errors import ConfigError, HTTPError
@@ -31,7 +32,6 @@ if _typing.TYPE_CHECKING:
     from .model import Prepared
     from .net.connection import ConnectionTask
     from .net.env import ConnectionEnv
-    from .net.server import Server
     from .observe.accesslog import AccessLog, AccessRecord
     from .observe.stats import Stats
     from .ops.cli import main
@@ -62,7 +62,7 @@ _WHERE = {
     "Prepared": ".model",
     "ConnectionTask": ".net.connection",
     "ConnectionEnv": ".net.env",
-    "Server": ".net.server",
+    "Server": ".app.server",
     "AccessLog": ".observe.accesslog",
     "AccessRecord": ".observe.accesslog",
     "Stats": ".observe.stats",

@@ -314,7 +314,7 @@ def check_declared(policy: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ListenPolicy:
-    """Where the server listens and how many processes (serverio.net.server, ops)."""
+    """Where the server listens and how many processes (serverio.app.server, ops)."""
 
     host: str = setting(
         "127.0.0.1",
@@ -717,10 +717,27 @@ class FilesPolicy:
         metavar="PREFIX",
         default_text="none",
     )
+    # --hide GLOB (repeatable; TOML hide = [...]): names left out of
+    # listings, searches, archives and WebDAV listings (serverio.fs.hide).
+    # Not an access rule: a hidden name is still served by its URL.
+    hide: tuple[str, ...] = setting(
+        (),
+        ("--hide",),
+        "leave matching names out of listings, search, archives and WebDAV listings "
+        "(repeatable; '*.tmp', 'private/*'); still served by URL: not an access rule",
+        "Files",
+        kind="list",
+        metavar="GLOB",
+    )
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
         check_declared(self)
+        for glob in self.hide:
+            if not glob or "\x00" in glob or glob.startswith("/") or len(glob) > 1024:
+                raise ConfigError(f"--hide {glob!r} must be a non-empty relative glob")
+        if len(self.hide) > 256:
+            raise ConfigError(f"--hide: at most 256 globs, got {len(self.hide)}")
         for name in self.index:
             if not name or "/" in name or name in (".", "..") or "\x00" in name:
                 raise ConfigError(f"--index {name!r} must be a plain file name")
@@ -917,10 +934,42 @@ class ContentPolicy:
         parse="bytes",
         ge=1,
     )
+    # --title: the listing's heading and window title, before the path.
+    title: str = setting(
+        "",
+        ("--title",),
+        "the listing page's heading and window title (before the path)",
+        "Content options",
+        metavar="TEXT",
+        default_text="none",
+    )
+    # ?q= (a recursive search below a listed folder, serverio.fs.search):
+    # at most this many entries visited, and this long, per search.
+    search_max_entries: int = setting(
+        100_000,
+        ("--search-max-entries",),
+        "entries one recursive search (?q=) visits at most; the answer says it was cut",
+        "Content options",
+        metavar="N",
+        parse="int",
+        ge=1,
+    )
+    search_time: float = setting(
+        5.0,
+        ("--search-time",),
+        "seconds one recursive search (?q=) runs at most; the answer says it was cut",
+        "Content options",
+        metavar="SECONDS",
+        parse="float",
+        gt=0,
+        le=3600,
+    )
 
     def validate(self) -> ContentPolicy:
         """Check the content options (ConfigError naming the option)."""
         check_declared(self)
+        if len(self.title) > 200 or not self.title.isprintable():
+            raise ConfigError("--title must be at most 200 printable characters")
         for glob in self.download:
             if not glob or "\x00" in glob or glob.startswith("/"):
                 raise ConfigError(f"--download {glob!r} must be a non-empty relative glob")
@@ -1200,13 +1249,17 @@ class WatchPolicy:
 HeaderRule = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]
 # A [[writable]] table: (path glob, allowed methods) or (..., active mode).
 WritableTable = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], str]
+# An [[access]] table: (path glob, ((principal, (right, ...)), ...)).
+AccessTable = tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]
 
 
 @dataclass(frozen=True, slots=True)
 class UsersPolicy:
     """Who the users are and what proves it: the site-wide users (Basic
-    authentication, docs/reference/basic-auth.md) and the secret that signs
-    what a server hands out to be shown back (serverio.signing).  Per-path
+    authentication, docs/reference/basic-auth.md), what each may do where
+    (``[[access]]``, ``[[group]]``, ``--allow``: docs/reference/access.md)
+    and the secret that signs what a server hands out to be shown back
+    (serverio.signing).  Per-path
     users files are the site rules' ``[[auth]]`` tables (:class:`SitePolicy`)."""
 
     # --auth-file: the whole site
@@ -1257,6 +1310,28 @@ class UsersPolicy:
         default_text="generated",
         fs_path=True,
     )
+    # [[access]]: (path glob, ((principal, (right, ...)), ...)) per table;
+    # [[group]]: (name, (member, ...)).  With any rule (these or --allow),
+    # --auth-file / --auth name the users the rules give rights to
+    # (serverio.site.rights; docs/reference/access.md).
+    access: tuple[AccessTable, ...] = ()
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    allow: tuple[str, ...] = setting(
+        (),
+        ("--allow",),
+        "give principals rights below a path: PRINCIPAL[,PRINCIPAL...]:RIGHT[,RIGHT...]@PATH "
+        "(repeatable; principals: anonymous, authenticated, a group, a user of --auth-file / "
+        "--auth; rights: read, list, upload, overwrite, delete, mkdir, lock, share)",
+        "Site rules",
+        kind="list",
+        metavar="RULE",
+        default_text="none",
+    )
+
+    @property
+    def rights(self) -> bool:
+        """Are there ``[[access]]`` or ``--allow`` rules?"""
+        return bool(self.access or self.allow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1508,6 +1583,15 @@ class UploadPolicy:
         "'name (1).ext', or overwrite the existing file",
         "Uploads",
         choices=ON_DUPLICATE,
+    )
+    # --upload-mkdirs: a PUT or form upload below a missing folder creates
+    # its parents (as dufs does) instead of 409 (RFC 4918 §9.7.1's default).
+    upload_mkdirs: bool = setting(
+        False,
+        ("--upload-mkdirs",),
+        "a PUT or form upload below a missing folder creates the folders (else 409)",
+        "Uploads",
+        kind="flag",
     )
     # --upload-active: an active file (HTML, SVG, XML, JavaScript) under a
     # writable path is served with CSP sandbox, as an attachment, or inline
@@ -2149,6 +2233,8 @@ def wants_site_rules(cfg: Config) -> bool:
         or site.trailing_slash != "keep"
         or site.error_pages
         or site.auth
+        or cfg.users.access
+        or cfg.users.allow
         or cfg.users.auth_file is not None
         or cfg.users.auth_users
         or cfg.tls.hsts is not None
@@ -2187,9 +2273,22 @@ def _check_write_auth(
 ) -> None:
     """``--upload`` on an address other than loopback: every writable
     prefix must lie under an ``[[auth]]`` rule ``PREFIX/**`` (or
-    ``--auth-file``), unless ``--allow-anonymous-writes``."""
+    ``--auth-file``), unless ``--allow-anonymous-writes``.  With
+    ``[[access]]`` / ``--allow`` rules: no rule may give ``anonymous`` a
+    write right (what reads allow does not matter: public reads, signed-in
+    writes), since every other write needs a signed-in user."""
     public = _public_hosts(listeners)
-    if not public or users.auth_file is not None or users.auth_users:
+    if not public:
+        return
+    if users.access or users.allow:
+        anonymous = _anonymous_write(users, site.rules_source)
+        if anonymous is not None:
+            raise ConfigError(
+                f"{flag} on {public[0]}: {anonymous} gives anonymous clients a write right "
+                "(give it to authenticated, a group or users instead, or --allow-anonymous-writes)"
+            )
+        return
+    if users.auth_file is not None or users.auth_users:
         return
     covers = [p for p in (_glob_prefix(g) for g, _ in site.auth) if p is not None]
     writable = [_glob_prefix(g) for g, *_ in site.writable] or [""]
@@ -2201,6 +2300,29 @@ def _check_write_auth(
                 f"{flag} on {public[0]}: writable path {w}/** is under no "
                 "[[auth]] rule PREFIX/** (add one, or --auth-file, or --allow-anonymous-writes)"
             )
+
+
+# The write rights (serverio.http.access.WRITES), spelt as rules spell them.
+_WRITE_RIGHTS = frozenset({"upload", "overwrite", "delete", "mkdir", "lock"})
+
+
+def _anonymous_write(users: UsersPolicy, rules_source: str) -> str | None:
+    """The first ``[[access]]`` table or ``--allow`` rule that gives
+    ``anonymous`` a write right (as the rule is named in messages), or None.
+    Read at the syntax level only: the rules themselves are checked when
+    compiled (serverio.site.rights)."""
+    source = rules_source or "--config"
+    for i, (_, grants) in enumerate(users.access):
+        for principal, rights in grants:
+            if principal == "anonymous" and _WRITE_RIGHTS & {r.strip().lower() for r in rights}:
+                return f"{source}: [[access]] #{i + 1}"
+    for line in users.allow:
+        principals, _, rest = line.partition(":")
+        words = rest.partition("@")[0]
+        names = {p.strip() for p in principals.split(",")}
+        if "anonymous" in names and _WRITE_RIGHTS & {r.strip().lower() for r in words.split(",")}:
+            return f"--allow {line!r}"
+    return None
 
 
 def _same_host(a: str, b: str) -> bool:

@@ -8,24 +8,44 @@ are fixed per status so nothing about the filesystem or the exception leaks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from http import HTTPStatus
 
-__all__ = ["ConfigError", "HTTPError", "reason_phrase"]
+__all__ = ["ConfigError", "HTTPError", "Problem", "reason_phrase"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """What a client is told about why its request failed: RFC 9457's
+    ``detail`` (one sentence for a person) and extension members
+    (``members``: machine-readable facts, such as the name that is taken,
+    the limit that was passed, the option that would help, the right that
+    is missing).  Only facts the client may know: never a path outside the
+    request, an exception's text or a rule's contents.  The text may hold a
+    name the client sent: every page that shows it encodes it
+    (:mod:`serverio.http.errorpage`)."""
+
+    detail: str
+    members: tuple[tuple[str, str | int], ...] = ()
 
 
 class HTTPError(Exception):
     """A request that must be answered with ``status``.
 
-    ``detail`` is for the error log only; it never reaches the client.
+    ``detail`` is for the error log only; it never reaches the client;
+    ``problem`` is what the client is told (:class:`Problem`).
     ``close`` says whether the connection must be closed after the answer
     (protocol errors: the byte stream can no longer be trusted).
     """
 
-    def __init__(self, status: int, detail: str = "", *, close: bool = False) -> None:
+    def __init__(
+        self, status: int, detail: str = "", *, close: bool = False, problem: Problem | None = None
+    ) -> None:
         super().__init__(detail or str(status))
         self.status = status
         self.detail = detail
         self.close = close
+        self.problem = problem
 
 
 class ConfigError(ValueError):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from serverio.net.server import Server
+from serverio.app.server import Server
 from serverio.ops import cli as _cli
 from serverio.ops import run as _run
 

@@ -24,6 +24,7 @@ from serverio.http.access import (
     Access,
     AccessTarget,
     Kind,
+    Right,
     Verdict,
     access_plan,
     served_target,
@@ -41,6 +42,8 @@ from serverio.site.rules import SiteRules, compile_rules
 from serverio.site.service import Ticket
 
 from .conftest import make_config, memory_connection
+
+_RIGHT = {"put": Right.UPLOAD, "delete": Right.DELETE}
 
 NOW = 1_700_000_000.0
 PASSWORD = "wonderland"
@@ -185,7 +188,9 @@ async def test_the_whole_decision_checks_the_password_once_then_trusts_it() -> N
     assert (await gate.decide(file, BAD, frozenset(), peer)).verdict is Verdict.CHALLENGE
     assert stats.site.auth_failures == 1
     assert gate.decide_now(entry, GOOD, frozenset()).verdict is Verdict.CHALLENGE
-    assert await gate.decide(file, GOOD, frozenset(), peer) == Access(Verdict.ALLOW, 0)
+    assert await gate.decide(file, GOOD, frozenset(), peer) == Access(
+        Verdict.ALLOW, 0, user="alice"
+    )
     # Verified now: a listed name is shown to the same credentials, no check.
     assert gate.decide_now(entry, GOOD, frozenset()) == Access(Verdict.ALLOW, 0)
     assert await gate.decide(AccessTarget(("/x",), Kind.FILE), None, frozenset(), peer) is ALLOWED
@@ -229,8 +234,14 @@ async def test_every_access_question_goes_through_the_hook(
     seen: list[tuple[Kind, tuple[str, ...], Verdict]] = []
     real = Gate.decide_now
 
-    def spy(self: Gate, target: AccessTarget, auth: str | None, granted: frozenset[int]) -> Access:
-        got = real(self, target, auth, granted)
+    def spy(
+        self: Gate,
+        target: AccessTarget,
+        auth: str | None,
+        granted: frozenset[int],
+        user: str | None = None,
+    ) -> Access:
+        got = real(self, target, auth, granted, user)
         seen.append((target.kind, target.paths, got.verdict))
         return got
 
@@ -293,12 +304,12 @@ def test_a_write_is_decided_on_the_writable_paths_then_the_auth_rules(
         writable=[("/p/**", ("put",)), ("/open/**", ("put", "delete"))],
     )
     gate = Gate(rules, Stats(), 1)
-    got = gate.decide_now(AccessTarget((path,), Kind.WRITE, action), auth, frozenset())
+    got = gate.decide_now(AccessTarget((path,), Kind.WRITE, _RIGHT[action]), auth, frozenset())
     assert got.verdict is verdict
     # Without [[writable]] tables (--upload alone) the whole root is writable.
     bare = Gate(_rules("/p/**"), Stats(), 1)
     anywhere = bare.decide_now(
-        AccessTarget(("/elsewhere.txt",), Kind.WRITE, action), None, frozenset()
+        AccessTarget(("/elsewhere.txt",), Kind.WRITE, _RIGHT[action]), None, frozenset()
     )
     assert anywhere.verdict is Verdict.ALLOW
 

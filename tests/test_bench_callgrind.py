@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import trio
 
-from bench import callgrind, cli, pair
+from bench import callgrind, cli, commits, pair
 from bench.h2profile import stream_loop
 
 
@@ -82,3 +84,27 @@ def test_callgrind_h2_prints_instructions_per_stream(capsys: pytest.CaptureFixtu
     # A warm stream costs some hundred thousand instructions here (client and
     # server); the bounds catch a mode that measures nothing or start-up.
     assert 50_000 < int(m[1].replace(",", "")) < 5_000_000
+
+
+@pytest.mark.parametrize("mode", ["plain", "auth", "access"])
+def test_the_rules_driver_serves_the_warm_get_in_each_mode(tmp_path: Path, mode: str) -> None:
+    """bench/rulespair.py (``callgrind --rules``), run as callgrind runs it:
+    a copy outside the tree, the tree as working directory; the GET is
+    served whole (pair.run waits for the 1 KiB body) under each rule set."""
+    driver = tmp_path / "rulespair.py"
+    shutil.copy(Path(commits.REPO) / "bench" / "rulespair.py", driver)
+    proc = subprocess.run(
+        [sys.executable, str(driver), mode, "-n", "20"],
+        cwd=commits.REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"serverio ({mode}):" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_rules_with_another_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _bench("callgrind", "--rules", "access", "--h2") == 2
+    assert "--rules is the warm HTTP/1.1 GET" in capsys.readouterr().err

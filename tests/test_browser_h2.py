@@ -21,7 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from .conftest import make_config, running_server
-from .test_browser import CHROMIUM, _devtools
+from .devtools_kit import CHROMIUM, _devtools
 
 pytestmark = [
     pytest.mark.slow,

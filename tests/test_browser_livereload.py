@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import trio
 
-from serverio.net.server import Server
+from serverio.app.server import Server
 
 from .conftest import make_config, running_server, wait_until
-from .test_browser import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools
+from .devtools_kit import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools
 
 pytestmark = [
     pytest.mark.slow,

@@ -28,7 +28,7 @@ import trio
 from tests.asgi_upstream import uvicorn_upstream
 
 from .conftest import make_config, running_server, wait_until
-from .test_browser import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools
+from .devtools_kit import CHROMIUM, LIVE_STREAM_OPEN, _DevTools, _devtools
 
 pytestmark = [
     pytest.mark.slow,

@@ -32,7 +32,7 @@ import trio.testing
 from serverio import Server
 from serverio.dav.locks import LockRefusal, LockRefused, LockTable
 from serverio.dav.xml import LockInfo, LockScope
-from serverio.http.access import AccessTarget, Kind
+from serverio.http.access import AccessTarget, Kind, Right
 from serverio.net.connection import ConnectionTask
 from serverio.site.access import rules_below, write_allowed
 from serverio.site.passwords import hash_password
@@ -154,12 +154,12 @@ def test_rules_below_and_a_tree_write_on_compiled_rules() -> None:
     assert rules_below(rules, "/pub/sub/") == ()
 
     def tree(path: str) -> bool:
-        return write_allowed(rules, AccessTarget((path,), Kind.WRITE, "put", tree=True))
+        return write_allowed(rules, AccessTarget((path,), Kind.WRITE, Right.LOCK, tree=True))
 
     assert not tree("/")  # /ro/ below refuses put
     assert tree("/pub/")
     assert tree("/x/")  # "/**" decides /x/ before "/x/**" (the first table matching)
-    assert write_allowed(rules, AccessTarget(("/",), Kind.WRITE, "put"))  # not a tree
+    assert write_allowed(rules, AccessTarget(("/",), Kind.WRITE, Right.LOCK))  # not a tree
 
 
 # ------------------------------------------------------------ item 12

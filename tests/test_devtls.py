@@ -20,7 +20,7 @@ from serverio.ops import devtls
 from serverio.ops.cli import main
 
 from .conftest import make_config, running_server
-from .test_browser import CHROMIUM, _devtools
+from .devtools_kit import CHROMIUM, _devtools
 from .test_browser_h2 import _spki_pin
 
 NAMES = (["localhost", "devbox"], ["127.0.0.1", "::1", "192.168.1.20"])

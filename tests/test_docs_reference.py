@@ -125,7 +125,9 @@ _CITATION = re.compile(
 def citations(text: str) -> Iterator[tuple[int, str]]:
     """The lines of a page that cite a test, a module or a date."""
     packages = "|".join(sorted(_packages() - {"http"}))
-    files = r"(?!(?:toml|md|py|html|txt|json|htpasswd)\b)"  # site.toml is a file
+    # site.toml and app.js are files, app.localhost a host name (app/ is a
+    # package).
+    files = r"(?!(?:toml|md|py|html|js|css|txt|json|htpasswd|localhost)\b)"
     in_code = re.compile(
         rf"`[^`]*\b(?:(?:{packages})\.{files}[a-z_]+|http\.(?!server\b){files}[a-z_]+)[^`]*`"
     )

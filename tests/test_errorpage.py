@@ -175,7 +175,16 @@ async def test_both_protocols_choose_alike_without_site_rules(tree: Path) -> Non
         assert _ctype(a) == b"text/html; charset=utf-8", name
         assert dict(a.fields)[b"content-security-policy"] == ERROR_CSP
         assert b"Accept" in dict(a.fields)[b"vary"].split(b", ")  # 416: Accept-Encoding too
-        assert a.body == error_html(a.status)
+        # The page names the requested path (escaped) and links its parent.
+        segments = {
+            "hostile path": ("<script>alert(1)<", "script>\"'>"),
+            "hidden 404": (".secret",),
+        }
+        path = segments.get(name, ("missing.txt",) if "404" in name else ("hello.txt",))
+        assert a.body == error_html(a.status, None, path), name
+    assert (
+        b"&lt;script&gt;" in by["hostile path"].body and b"<script" not in by["hostile path"].body
+    )
     for name in ("404 curl", "404 no accept"):
         assert _ctype(by[name]) == b"text/plain; charset=utf-8"
         assert by[name].body == b"404 Not Found\n"
@@ -187,11 +196,14 @@ async def test_both_protocols_choose_alike_without_site_rules(tree: Path) -> Non
     assert b"content-security-policy" not in ok and ok[b"content-type"].startswith(b"text/plain")
 
 
-async def test_hostile_path_is_never_echoed(tree: Path) -> None:
+async def test_hostile_path_is_shown_only_as_escaped_text(tree: Path) -> None:
+    # The page names the requested path (issue 46): as text, HTML-escaped;
+    # its parent link percent-encoded; never markup.
     h1, h2 = await _run(make_config(tree), PLAIN_ROWS[4:5])
     for a in (h1[0], h2[0]):
-        assert b"script" not in a.body.lower() and b"alert" not in a.body
-        assert b"%3C" not in a.body
+        assert b"<script" not in a.body.lower() and b"alert(1)<" not in a.body
+        assert b"<code>/&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;&gt;</code>" in a.body
+        assert b'<a href="/%3Cscript%3Ealert%281%29%3C/">' in a.body
 
 
 SITE_ROWS = [
@@ -211,7 +223,7 @@ async def test_site_error_pages_keep_priority(tree: Path) -> None:
         assert a.body == b"<h1>custom 404</h1>\n"
         assert b"content-security-policy" not in dict(a.fields)
     assert _ctype(builtin) == b"text/html; charset=utf-8"
-    assert builtin.body == error_html(405)
+    assert builtin.body == error_html(405, None, ("hello.txt",))
     fields = dict(builtin.fields)
     assert fields[b"content-security-policy"] == ERROR_CSP
     assert fields[b"x-frame-options"] == b"DENY"  # the header rules still apply
@@ -229,4 +241,4 @@ async def test_a_header_rules_csp_is_sent_beside_the_pages(tree: Path) -> None:
     assert differences(rows, h1, h2) == []
     csp = [v for k, v in h1[0].fields if k == b"content-security-policy"]
     assert csp == [ERROR_CSP, mine.encode()]
-    assert h1[0].body == error_html(405)
+    assert h1[0].body == error_html(405, None, ("hello.txt",))

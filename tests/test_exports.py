@@ -134,7 +134,7 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "setting",
         "wants_site_rules",
     ),
-    "serverio.errors": ("ConfigError", "HTTPError", "reason_phrase"),
+    "serverio.errors": ("ConfigError", "HTTPError", "Problem", "reason_phrase"),
 }
 
 # Packages whose every module is public (a new module there is pinned too).

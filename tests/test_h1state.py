@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from serverio.app.server import Server
 from serverio.config import Config
 from serverio.http.core import Plan, RequestFacts
 from serverio.model import Body
@@ -30,7 +31,6 @@ from serverio.net.h1state import (
     Lifetime,
     Phase,
 )
-from serverio.net.server import Server
 from serverio.pipeline.handler import Handler, watching_client
 from serverio.pipeline.hooks import Hooks, RawHead, TunnelBody, Upload
 

@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import serverio
+from serverio.app.server import Server
 from serverio.config import Config
 from serverio.http.core import Plan, RequestFacts, common_fields
 from serverio.http.target import parse_target
 from serverio.model import Prepared
-from serverio.net.server import Server
 from serverio.pipeline.handler import Handler
 from serverio.pipeline.hooks import NO_HOOKS, Hooks
 
@@ -164,4 +164,4 @@ def test_live_reload_is_reached_only_through_the_hooks() -> None:
     # its view of it); the site rules' CSP
     # lets its script through.  Not http/ (the core), pipeline/ or the
     # transports.
-    assert reaches == ["serverio.net.server", "serverio.net.services", "serverio.site.service"]
+    assert reaches == ["serverio.app.server", "serverio.app.services", "serverio.site.service"]

@@ -208,7 +208,7 @@ async def test_shutdown_request_only_where_the_admin_listener_allows_it(root: Pa
     """POST /shutdown is served only with an ``on_post`` handler, which
     run_server passes for a loopback admin address only; elsewhere, and for
     any other path, nothing stops."""
-    from serverio.net.admin import open_admin_listener, serve_admin
+    from serverio.app.admin import open_admin_listener, serve_admin
     from serverio.ops.run import _is_loopback
 
     assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("127.8.9.10")

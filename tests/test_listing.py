@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from serverio.http.listing import (
-    _SCRIPT,
     FILTER_MAX,
     LISTING_CSP,
     Entry,
@@ -23,6 +22,7 @@ from serverio.http.listing import (
     render_json,
     sort_entries,
 )
+from serverio.http.pageassets import HEAD_SCRIPT, SCRIPT
 from serverio.ops.metrics import caches_of
 from testkit import simulation
 from testkit.reliability import MiB, ServerProcess
@@ -111,7 +111,7 @@ def test_html_escapes_names_and_encodes_links() -> None:
     assert "<script>alert" not in page
     p = _Collect()
     p.feed(page)
-    assert p.tags.count("script") == 1  # the page's own (the filter); none from a name
+    assert p.tags.count("script") == 2  # the page's own (theme, page); none from a name
     assert "./d%C3%A9j%C3%A0/" in p.links
     # Every byte outside RFC 3986 unreserved is encoded, ( ) ' & included.
     assert "./%3Cscript%3Ealert%281%29%3C%2Fscript%3E.txt" in p.links
@@ -131,8 +131,10 @@ def test_html_self_contained_and_dark_mode() -> None:
     page = render_html((), ENTRIES, ListingQuery()).decode()
     assert "prefers-color-scheme:dark" in page and "color-scheme" in page
     assert "http://" not in page and "https://" not in page and "<link" not in page
-    # One script, the constant filter script the CSP allows by its hash.
-    assert page.count("<script") == 1 and f"<script>{_SCRIPT}</script>" in page
+    # Two scripts, constants the CSP allows by their hashes: the theme's
+    # (in the head, before the first paint) and the page's.
+    assert page.count("<script") == 2 and f"<script>{SCRIPT}</script>" in page
+    assert f"<script>{HEAD_SCRIPT}</script>" in page
     assert "../" not in page  # no parent link at the root
 
 
@@ -305,7 +307,7 @@ def test_html_filter_form_escapes_the_query_and_links_keep_it() -> None:
     assert "<script>alert" not in page
     p = _Collect()
     p.feed(page)
-    assert p.tags.count("script") == 1
+    assert p.tags.count("script") == 2
     # The box shows the text as typed, in an attribute, escaped.
     assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;&amp;x=1"' in page
     assert f'maxlength="{FILTER_MAX}"' in page
@@ -316,7 +318,8 @@ def test_html_filter_form_escapes_the_query_and_links_keep_it() -> None:
     assert '<input type="hidden" name="order" value="desc">' in page
     assert "0 of 4 entries match" in page
     rows = render_html((), sort_entries(FILTERED, ListingQuery()), ListingQuery()).decode()
-    assert 'data-name="report-2026.pdf"' in rows and 'data-name="evil&lt;u+202e&gt;txt.exe"' in rows
+    # The script filters on each row's shown name (its link's text).
+    assert ">Report-2026.PDF</a>" in rows and ">evil&lt;U+202E&gt;txt.exe</a>" in rows
 
 
 async def test_the_server_filters_and_keys_the_cache_and_validator_by_the_filter(

@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from serverio.app.server import Server
 from serverio.concurrency.broadcast import CREATED, GONE, MODIFIED, Broadcast, Debouncer
 from serverio.config import Config
 from serverio.errors import ConfigError
@@ -32,8 +33,8 @@ from serverio.live.protocol import (
     watch_csp,
 )
 from serverio.live.script import live_assets, sse_reload
-from serverio.net.server import Server
-from serverio.pipeline.request import start
+from serverio.pipeline.exchange import Final
+from serverio.pipeline.stages import begin
 
 from .conftest import connect, make_config, memory_connection, running_server, wait_until
 
@@ -194,9 +195,10 @@ async def test_a_header_rule_csp_is_sent_beside_the_listing_csp_and_lets_the_scr
     # script's hash) is not replaced; the rule's lets the script run too.
     assert len(csps) == 2
     assert csps[0].startswith("default-src 'none'; style-src 'sha256-")
-    # The listing's filter script keeps its hash; the live script's is added.
-    assert re.search(f"; script-src '[^' ]+' {re.escape(script)};", csps[0])
-    assert csps[0].endswith("; connect-src 'self'")
+    # The listing's two scripts keep their hashes; the live script's is
+    # added; the listing already allows connect-src 'self' (its fetches).
+    assert re.search(f"; script-src '[^' ]+' '[^' ]+' {re.escape(script)};", csps[0])
+    assert "; connect-src 'self';" in csps[0]
     assert csps[1] == f"default-src 'self'; script-src 'self' {script}"
     assert ASSETS.tag in listing.body and ASSETS.tag in page.body
     assert [v for n, v in page.raw_headers if n.lower() == b"content-security-policy"] == [
@@ -279,9 +281,9 @@ async def test_broadcast_queue_is_bounded_and_a_slow_reader_gets_reload() -> Non
 
 def _routed(cfg: Config, req: RequestFacts) -> Plan:
     # The pipeline's first step: the hooks' router, then the core's route.
-    got = start(Server(cfg).env, req, 0.0)
-    assert type(got) is tuple
-    return got[0]
+    _, got = begin(Server(cfg).env, req, 0.0)
+    assert type(got) is Final
+    return got.plan
 
 
 def test_reserved_paths_are_routed_before_the_hidden_rule(root: Path) -> None:

@@ -10,8 +10,8 @@ import trio
 import trio.testing
 from h2.errors import ErrorCodes
 
+from serverio.app.server import Server
 from serverio.live.script import SSE_KEEPALIVE, SSE_PREAMBLE, sse_reload
-from serverio.net.server import Server
 
 from .conftest import make_config
 from .h2client import H2Client, H2Response, h2_memory

@@ -13,8 +13,8 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from serverio import Server
+from serverio.app.admin import open_admin_listener, serve_admin
 from serverio.fs import filecache as _filecache
-from serverio.net.admin import open_admin_listener, serve_admin
 from serverio.ops.metrics import BUCKETS, Histogram, counters_only, merge, render, snapshot
 from serverio.ops.run import make_admin_handler, run_server
 
@@ -318,7 +318,7 @@ async def test_admin_bind_off_loopback_warns_once_at_start(
 ) -> None:
     # The listener itself is bound on loopback whatever the address asked
     # for (no test listens off loopback): only the warning is under test.
-    import serverio.net.admin as admin_mod
+    import serverio.app.admin as admin_mod
     from serverio.net.listen import _bind as real_bind
 
     async def loopback_bind(_host: str, port: int) -> trio.SocketListener:

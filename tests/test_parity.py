@@ -34,6 +34,7 @@ from serverio.http.core import NOSNIFF_FIELD
 from serverio.net.connection import ConnectionTask
 from serverio.site.authlimit import AuthLimiter
 from serverio.site.passwords import hash_password
+from serverio.site.service import Site
 
 from .conftest import HTTPClient, make_config
 from .h2client import h2_memory
@@ -76,8 +77,9 @@ class Row:
 
 def _fresh_limiter(srv: Server) -> None:
     # One failed attempt per (client, user) allowed: the next is 429.
-    assert srv.env.site is not None
-    srv.env.site.gate.limiter = AuthLimiter(budget=1)
+    site = srv.env.site
+    assert isinstance(site, Site)
+    site.gate.limiter = AuthLimiter(budget=1)
 
 
 def _fill_event_slots(srv: Server) -> None:

@@ -7,7 +7,10 @@ validator and cache key following the README's bytes.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import subprocess
+import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,15 +19,10 @@ import pytest
 
 from serverio.fs.opener import RootOpener
 from serverio.fs.readme import read_readme
-from serverio.http import readme as readme_mod
 from serverio.http.readme import README_MAX, checked_url, render_readme
 from serverio.site.passwords import hash_password
 
 from .conftest import make_config, memory_connection
-
-needs_markdown = pytest.mark.skipif(
-    not readme_mod.MARKDOWN, reason="markdown-it-py (the markdown extra) is not installed"
-)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +110,6 @@ ALLOWED_TAGS = {
 }  # fmt: skip
 
 
-@needs_markdown
 def test_hostile_markdown_renders_no_markup_and_no_unsafe_url() -> None:
     out = render_readme("README.md", HOSTILE_MD, ())
     p = _Tags()
@@ -136,7 +133,6 @@ def test_hostile_markdown_renders_no_markup_and_no_unsafe_url() -> None:
     assert "<table>" in out and "<del>" not in out
 
 
-@needs_markdown
 def test_markdown_is_bounded_in_time_on_pathological_input() -> None:
     # Linear in the input (markdown-it: 100-200 KB/s on these), so a slice
     # of each shape is enough to see no blow-up; nesting is capped at 20.
@@ -153,14 +149,26 @@ def test_markdown_is_bounded_in_time_on_pathological_input() -> None:
     assert time.perf_counter() - start < 0.5
 
 
-def test_plain_text_readme_and_fallback_without_the_extra(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_plain_text_readme_and_markdown_on_every_install() -> None:
     plain = render_readme("README", "<script>alert(1)</script>\n[x](javascript:y)", ())
     assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;\n[x](javascript:y)</pre>" in plain
-    monkeypatch.setattr(readme_mod, "MARKDOWN", False)
+    # markdown-it-py is a regular dependency (issue 46): a README.md is
+    # never shown as its raw "# ..." source.
     md = render_readme("README.md", "# Title\n<b>x</b>", ())
-    assert "<pre># Title\n&lt;b&gt;x&lt;/b&gt;</pre>" in md and "<h1>" not in md
+    assert "<h1>Title</h1>" in md and "<pre>" not in md and "<b>" not in md
+    requires = importlib.metadata.requires("serverio") or []
+    assert any(r.startswith("markdown-it-py") and "extra" not in r for r in requires)
+
+
+def test_markdown_is_imported_only_when_a_readme_is_rendered() -> None:
+    code = (
+        "import sys, serverio.http.listing, serverio.pipeline.content\n"
+        "assert 'markdown_it' not in sys.modules\n"
+        "from serverio.http.readme import render_readme\n"
+        "render_readme('README.md', '# x', ())\n"
+        "assert 'markdown_it' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_too_large_readme_is_a_link() -> None:
@@ -205,7 +213,7 @@ async def test_the_listing_shows_the_readme_and_its_validator_follows_it(tmp_pat
     async with memory_connection(make_config(tmp_path)) as (client, _, _):
         first = await client.get("/")
         assert first.status == 200 and b'<section class="readme"' in first.body
-        assert (b"<h1>One</h1>" if readme_mod.MARKDOWN else b"<pre># One\n</pre>") in first.body
+        assert b"<h1>One</h1>" in first.body
         assert first.body.index(b"</table>") < first.body.index(b'class="readme"')
         # Same size, same mtime, same inode: only the bytes differ.
         fd = os.open(readme, os.O_WRONLY)

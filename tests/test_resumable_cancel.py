@@ -23,11 +23,11 @@ import pytest
 import trio
 import trio.testing
 
+from serverio.app.server import Server
 from serverio.fs import writer
 from serverio.http.access import AccessTarget
 from serverio.http.core import Plan, RequestFacts
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
-from serverio.net.server import Server
 from serverio.resumable.protocol import PURPOSE
 from serverio.resumable.service import Resumable
 

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from serverio import Server
-from serverio.net import services as _services
+from serverio.app import services as _services
 from serverio.net.connection import ConnectionTask
 from serverio.net.order import ORDER_MIN_CONNECTIONS, ServeOrder
 

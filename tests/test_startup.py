@@ -139,7 +139,7 @@ def test_a_plain_static_start_imports_no_optional_feature(root: Path) -> None:
             proc.communicate()
     assert proc.returncode == 0, err[-2000:]
     names = imported(err)
-    assert {"trio", "h11", "serverio.net.server"} <= names
+    assert {"trio", "h11", "serverio.app.server"} <= names
     assert _hits(names, NOT_FOR_STATIC) == []
 
 

@@ -323,7 +323,7 @@ async def test_tls12_client_with_cbc_suites_only_is_refused(
 async def test_hsts_on_tls_responses_only_over_http1_and_http2(
     root: Path, ca: trustme.CA, cert_files: tuple[Path, Path]
 ) -> None:
-    from serverio.net.server import Server
+    from serverio.app.server import Server
 
     from .h2client import H2Client
 

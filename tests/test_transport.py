@@ -32,8 +32,8 @@ import trio
 import trio.testing
 
 from serverio import Config
-from serverio.net.admin import AdminBudget, open_admin_listener, serve_admin, text
-from serverio.net.admin import _one as _admin_one
+from serverio.app.admin import AdminBudget, open_admin_listener, serve_admin, text
+from serverio.app.admin import _one as _admin_one
 from serverio.ops.fdlimit import per_connection
 from serverio.ops.run import make_admin_handler
 from testkit import reliability, simulation

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from serverio.app.server import Server
 from serverio.config import Config
 from serverio.errors import ConfigError
 from serverio.fs import prepare
 from serverio.http.target import WRITE_TEMP_PREFIX
-from serverio.net.server import Server
 from serverio.site.passwords import hash_password
 from serverio.site.rules import compile_writable
 

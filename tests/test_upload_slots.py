@@ -21,8 +21,8 @@ import pytest
 import trio
 import trio.testing
 
+from serverio.app.server import Server
 from serverio.errors import ConfigError, HTTPError
-from serverio.net.server import Server
 from serverio.upload.slots import RATE_GRACE, ClientSlots, PacedContent, client_share
 
 from .conftest import make_config, memory_connection, wait_until
@@ -79,7 +79,7 @@ def test_bad_settings_name_the_flag(root: Path) -> None:
 
 async def test_a_client_past_its_share_gets_503_and_another_client_a_slot(root: Path) -> None:
     """Through the write step: RequestFacts.client names the client, as
-    serverio.pipeline.request.complete_write sets it."""
+    the driver's Write need (serverio.pipeline.driver) sets it."""
     rig = Rig(root, max_uploads=4, min_upload_rate=0)  # share: 2
     gate = trio.Event()
 

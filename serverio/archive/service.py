@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ..concurrency.blocking import Pool
 from ..config import Config
+from ..fs.hide import hide_rules
 from ..fs.jobs import OwnedFd
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
@@ -74,6 +75,7 @@ class Archives(ListingView):
                 self.bounds,
                 visible,
                 prepared.real,
+                hide_rules(self.config.files.hide),
             )
             segments = req.target.segments
             name = archive_name(segments, self.root_name)

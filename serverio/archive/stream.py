@@ -22,6 +22,7 @@ from typing import Final
 
 from ..concurrency.blocking import Pool, run_blocking
 from ..errors import HTTPError
+from ..fs.hide import NO_HIDE, HideRules
 from ..fs.jobs import OwnedFd, scan_listing
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
@@ -65,6 +66,7 @@ async def walk(
     bounds: Bounds,
     visible: Visible | None,
     top_real: str | None = None,
+    hide: HideRules = NO_HIDE,
 ) -> list[Member]:
     """The members under the requested directory (``top``: its descriptor,
     released here): each directory's entries (names sorted, directories
@@ -119,6 +121,8 @@ async def walk(
         entries = scan.entries
         if visible is not None:
             entries = visible(req, segs, entries)
+        if hide.active:  # --hide: left out of archives (still served by URL)
+            entries = [e for e in entries if not hide.hides(relpath, e.name)]
         subdirs: list[tuple[str, ...]] = []
         for entry in sorted(entries, key=lambda e: e.name):
             path = (*rel, entry.name)

@@ -19,7 +19,7 @@ from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
 from ..fs.writer import Placement, WriteRefused, current_bytes, open_target, require_free
-from ..http.access import AccessTarget, Kind, served_target
+from ..http.access import AccessTarget, Kind, Right, served_target
 from ..http.core import FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent
@@ -64,9 +64,12 @@ async def read_body(content: WriteContent, limit: int = MAX_XML_BYTES) -> bytes:
     return b"".join(parts)
 
 
-async def write_access(admit: Admit, target: Target, action: str) -> Plan | None:
-    """The access hook on a write of ``target`` (``put`` or ``delete``)."""
-    return await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
+async def write_access(
+    admit: Admit, target: Target, right: Right, also: Right | None = None
+) -> Plan | None:
+    """The access hook on a write of ``target`` needing ``right`` (or
+    ``also``: either will do)."""
+    return await admit(AccessTarget((match_path(target),), Kind.WRITE, right, also=also))
 
 
 async def read_access(admit: Admit, target: Target, is_dir: bool) -> Plan | None:

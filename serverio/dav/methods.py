@@ -36,7 +36,7 @@ from collections.abc import Callable
 from ..fs.davtree import TreeJob, copy_tree, list_tree, move_tree, remove_tree, write_props
 from ..fs.opener import ContainedRoot
 from ..fs.writer import Placement, Refusal, WriteRefused
-from ..http.access import AccessTarget, Kind, served_target
+from ..http.access import AccessTarget, Kind, Right, served_target
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.extra import HOST
 from ..http.target import Target, is_write_temp
@@ -94,11 +94,13 @@ def _reading(path: str) -> AccessTarget:
 
 
 def _deleting(path: str) -> AccessTarget:
-    return AccessTarget((path,), Kind.WRITE, "delete")
+    return AccessTarget((path,), Kind.WRITE, Right.DELETE)
 
 
 def _putting(path: str) -> AccessTarget:
-    return AccessTarget((path,), Kind.WRITE, "put")
+    # A member made anew below a destination that did not exist, or whose
+    # old members were removed (the delete right asked for each first).
+    return AccessTarget((path,), Kind.WRITE, Right.UPLOAD)
 
 
 async def _admit_members(
@@ -129,7 +131,7 @@ async def delete(
         return error_plan(403, now)  # the root (or --webdav-prefix's top) is never removed
     if parse_depth(field(DEPTH.of(req)), Depth.INFINITY) is not Depth.INFINITY:
         return error_plan(400, now)
-    refusal = await write_access(admit, target, "delete")
+    refusal = await write_access(admit, target, Right.DELETE)
     if refusal is not None:
         return refusal
     path = rel(target.segments)
@@ -192,11 +194,13 @@ async def copy_move(
     src_path, dst_path = rel(target.segments), rel(dt.segments)
     overwrite = parse_overwrite(field(OVERWRITE.of(req)))
     if move:
-        refusal = await write_access(admit, target, "delete")
+        refusal = await write_access(admit, target, Right.DELETE)
     else:
         refusal = await read_access(admit, target, target.slash)
     if refusal is None:
-        refusal = await write_access(admit, dt, "put")
+        # The destination is made (UPLOAD) or replaced (OVERWRITE, and
+        # DELETE asked below when it is a collection or replaces one).
+        refusal = await write_access(admit, dt, Right.UPLOAD, Right.OVERWRITE)
     if refusal is not None:
         return refusal
     job = TreeJob()
@@ -224,6 +228,11 @@ async def copy_move(
         existed = dst.current is not None
         if existed and not overwrite:
             return error_plan(412, now)  # §9.8.4, §10.6
+        # Now that the destination is known: made anew, or replaced.
+        right = Right.OVERWRITE if existed else Right.UPLOAD
+        refusal = await write_access(admit, dt, right)
+        if refusal is not None:
+            return refusal
         infinity = depth is Depth.INFINITY
         checked = await _checks(svc, job, req, admit, (src, dst), dt, infinity, now)
         if not isinstance(checked, tuple):
@@ -332,7 +341,7 @@ async def _checks(
     if dst.current is not None and (_is_dir(src) or _is_dir(dst)):
         # The destination is deleted first (§9.8.4, §9.9.3): removing an
         # existing resource needs the delete right, not put's.
-        refusal = await write_access(admit, dt, "delete")
+        refusal = await write_access(admit, dt, Right.DELETE)
         if refusal is None and _is_dir(dst):
             listed = await _listed(svc, job, dst)
             refusal = await _admit_members(admit, dst_path, listed, _deleting)

@@ -12,8 +12,10 @@ read path, untouched: a plain GET pays one set-membership test.
 Every method: the target (and a COPY/MOVE's ``Destination``, parsed by
 :func:`serverio.dav.ifheader.parse_destination` with the reads' target
 rules) refused when hidden or a write temporary; the access hook asked
-(``Kind.WRITE`` with action ``put`` for what creates or changes, ``delete``
-for what removes, so ``[[writable]]`` rules apply to every DAV write; a
+(``Kind.WRITE`` with the right it needs: upload for what it creates,
+overwrite for what it changes, delete for what it removes, mkdir for
+MKCOL, lock for LOCK and UNLOCK, so ``[[access]]`` and ``[[writable]]``
+rules apply to every DAV write; a
 PROPFIND or a COPY's source as a read of a file or listing; every member
 a tree operation touches as well, :mod:`serverio.dav.methods`; a
 PROPFIND's members through the listings' filter, :attr:`DavService.visible`;
@@ -49,9 +51,10 @@ from ..fs.davtree import (
     write_props,
 )
 from ..fs.filecache import FileCache
+from ..fs.hide import hide_rules
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import ALLOW, Plan, RequestFacts, error_plan
 from ..http.listing import Entry
 from ..http.target import Target, is_write_temp
@@ -265,7 +268,7 @@ class DavService(DavBase):
             return error_plan(415, now)  # RFC 4918 §9.3.1: no MKCOL body is understood
         if not target.segments:
             return error_plan(405, now, allow=ALLOW_DAV)  # the root is always there
-        refusal = await write_access(admit, target, "put")
+        refusal = await write_access(admit, target, Right.MKDIR)
         if refusal is not None:
             return refusal
         job = TreeJob()
@@ -322,7 +325,7 @@ class DavService(DavBase):
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan:
         target = req.target
-        refusal = await write_access(admit, target, "put")
+        refusal = await write_access(admit, target, Right.OVERWRITE)
         if refusal is not None:
             return refusal
         ops = parse_proppatch(await read_body(content))
@@ -353,7 +356,7 @@ class DavService(DavBase):
         if self.guard.classes == b"1":
             return error_plan(405, now, allow=ALLOW_DAV)
         target = req.target
-        refusal = await write_access(admit, target, "put")
+        refusal = await write_access(admit, target, Right.LOCK)
         if refusal is not None:
             return refusal
         body = await read_body(content)
@@ -363,13 +366,18 @@ class DavService(DavBase):
             # (every auth rule and [[writable]] table that can reach below),
             # or it would lock their owners out (issue 41).
             refusal = await admit(
-                AccessTarget((_collection(target),), Kind.WRITE, "put", tree=True)
+                AccessTarget((_collection(target),), Kind.WRITE, Right.LOCK, tree=True)
             )
             if refusal is not None:
                 return refusal
         path = rel(target.segments)
         small = self.config.files.small_file_size
         found = await run_blocking(self.pool, lookup, self.opener(), path, small)
+        if found is None:
+            # A lock on an unmapped URL makes an empty file (RFC 4918 §7.3).
+            refusal = await write_access(admit, target, Right.UPLOAD)
+            if refusal is not None:
+                return refusal
 
         async def create() -> int:
             status: int = await methods.create_empty(self, req, now)
@@ -385,7 +393,7 @@ class DavService(DavBase):
     ) -> Plan:
         if self.guard.classes == b"1":
             return error_plan(405, now, allow=ALLOW_DAV)
-        refusal = await write_access(admit, req.target, "put")
+        refusal = await write_access(admit, req.target, Right.LOCK)
         if refusal is not None:
             return refusal
         return await self.guard.unlock(req, rel(req.target.segments), now)
@@ -488,6 +496,9 @@ class _Listing:
                 self.scan.close()
                 self.scan = None
                 continue
+            hide = hide_rules(svc.config.files.hide)
+            if hide.active:  # --hide: not a member of a listing (still served by URL)
+                batch = [f for f in batch if not hide.hides(self.scan_path, f.name)]
             chunk = b"".join(self._responses(batch))
             if chunk:  # never b"" before the end: that would end the body
                 return chunk

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from ..config import Config
 from .opener import RootOpener, Unreached
 
-__all__ = ["MountedRoot", "match_mount", "mount_table", "open_root"]
+__all__ = ["LazyRoot", "MountedRoot", "match_mount", "mount_table", "open_root"]
 
 
 def match_mount(routes: Sequence[str], relpath: str) -> tuple[int, str] | None:
@@ -180,3 +180,27 @@ def open_root(cfg: Config) -> RootOpener | MountedRoot:
             opener.close()
         raise
     return MountedRoot([route for route, _ in table], openers)
+
+
+class LazyRoot:
+    """The contained root of ``cfg``, opened (:func:`open_root`) on the first
+    call and kept; :meth:`forget` drops it (the caller closed it, or keeps
+    it open for abandoned threads), and the next call opens it again.  The
+    callable the features that open a request's path are handed (the
+    handler, the content service, uploads, WebDAV, archives): a server that
+    never serves never opens its root."""
+
+    __slots__ = ("_cfg", "opened")
+
+    def __init__(self, cfg: Config) -> None:
+        self._cfg = cfg
+        self.opened: RootOpener | MountedRoot | None = None
+
+    def __call__(self) -> RootOpener | MountedRoot:
+        opened = self.opened
+        if opened is None:
+            opened = self.opened = open_root(self._cfg)
+        return opened
+
+    def forget(self) -> None:
+        self.opened = None

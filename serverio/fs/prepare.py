@@ -277,7 +277,7 @@ def resolve(
     warm-file cache (whose hits are decided on their path alone).
     """
     target = look.target
-    resolving = bool(cfg.site.auth)
+    resolving = bool(cfg.site.auth) or cfg.users.rights
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -554,7 +554,7 @@ def _sidecars(
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
     relpath, real = file_path
-    resolving = bool(hop.cfg.site.auth)
+    resolving = bool(hop.cfg.site.auth) or hop.cfg.users.rights
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted_for(hop.look, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,

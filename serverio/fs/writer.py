@@ -59,6 +59,7 @@ __all__ = [
     "current_bytes",
     "delete_file",
     "make_directory",
+    "make_parents",
     "open_target",
     "require_free",
     "sweep",
@@ -578,6 +579,28 @@ def make_directory(
     finally:
         place.close()
     return st
+
+
+def make_parents(opener: ContainedRoot, directory: tuple[str, ...], hidden: bool) -> int:
+    """Create the missing folders of ``directory`` (``--upload-mkdirs``),
+    top down, each as :func:`make_directory` makes one (the same name
+    checks and containment; one that exists is kept); how many were made.
+    A file where a folder should be is left for the write to refuse
+    (``NO_PARENT``).  Blocking.
+
+    Cancellation handling: as :func:`make_directory`, per folder: nothing
+    is held between them; folders already made stay.
+    """
+    made = 0
+    for depth in range(1, len(directory) + 1):
+        try:
+            make_directory(opener, directory[:depth], hidden)
+        except WriteRefused as exc:
+            if exc.refusal is not Refusal.EXISTS:
+                raise
+            continue
+        made += 1
+    return made
 
 
 # Start-up sweep bounds: directories visited, temporaries removed, seconds.

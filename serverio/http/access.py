@@ -25,14 +25,19 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
+from ..errors import Problem
 from .core import Plan, RequestFacts, error_plan
 from .negotiate import SIDECAR_SUFFIX
 
 __all__ = [
     "ALLOWED",
+    "READS",
+    "RIGHTS",
+    "WRITES",
     "Access",
     "AccessTarget",
     "Kind",
+    "Right",
     "Ticket",
     "Verdict",
     "access_paths",
@@ -49,8 +54,9 @@ class Verdict(enum.Enum):
     # 401 with a Basic challenge (RFC 9110 §11.6.1, §15.5.2; RFC 7617 §2):
     # no usable credentials, or credentials that did not verify.
     CHALLENGE = "challenge"
-    # 403 (RFC 9110 §15.5.4): understood, and refused whoever asks (no
-    # site rule says it yet; for the features that will, such as writes).
+    # 403 (RFC 9110 §15.5.4): understood, and refused: whoever asks (a
+    # path no [[writable]] table allows), or to the user who asks (a right
+    # no [[access]] rule gives them).
     FORBID = "forbid"
     # 429 with Retry-After (RFC 6585 §4): the client's failure budget is spent.
     THROTTLE = "throttle"
@@ -68,12 +74,22 @@ class Access:
     none); an allowed target with a rule is *protected* (its responses get
     ``Cache-Control: private``, the request may see protected error pages).
     ``realm``: the challenge's realm; ``retry_after``: whole seconds (429).
+    A 403 (``FORBID``) is also what a signed-in user gets for a right the
+    ``[[access]]`` rules do not give them (RFC 9110 §15.5.4: credentials
+    would not help).
     """
 
     verdict: Verdict
     rule: int = -1
     realm: str = ""
     retry_after: int = 0
+    # The signed-in user the decision knows (verified credentials), "" for
+    # an anonymous client: the access log's user field, per-user counters.
+    user: str = ""
+    # The right the request lacked ("upload", "delete", "list" ...), named
+    # in the refusal's problem (never the rule that refused it): "" when
+    # the hook does not say.
+    right: str = ""
 
     @property
     def allowed(self) -> bool:
@@ -84,6 +100,17 @@ class Access:
 ALLOWED: Final = Access(Verdict.ALLOW)
 
 
+def _needs(access: Access, status: int) -> Problem:
+    """What a 401 or 403 tells the client: the right it lacks, never the
+    rule's contents (who else has it, which paths it covers)."""
+    right = access.right
+    members: tuple[tuple[str, str | int], ...] = (("right", right),) if right else ()
+    what = f"the {right} right" if right else "permission"
+    if status == 401:
+        return Problem(f"Sign in as a user with {what} here.", members)
+    return Problem(f"Your user does not have {what} here.", members)
+
+
 def access_plan(access: Access, now: float, *, head: bool) -> Plan:
     """The response for a refusal (every verdict but ALLOW and PENDING)."""
     verdict = access.verdict
@@ -92,12 +119,12 @@ def access_plan(access: Access, now: float, *, head: bool) -> Plan:
         # answer another client's retry with this challenge.
         value = f'Basic realm="{access.realm}", charset="UTF-8"'.encode("ascii")
         headers = [(b"www-authenticate", value), (b"cache-control", b"no-store")]
-        return error_plan(401, now, headers=headers, head_only=head)
+        return error_plan(401, now, headers=headers, head_only=head, problem=_needs(access, 401))
     if verdict is Verdict.THROTTLE:
         headers = [(b"retry-after", b"%d" % access.retry_after)]
         return error_plan(429, now, headers=headers, head_only=head)
     if verdict is Verdict.FORBID:
-        return error_plan(403, now, head_only=head)
+        return error_plan(403, now, head_only=head, problem=_needs(access, 403))
     if verdict is Verdict.UNAVAILABLE:
         return error_plan(503, now, head_only=head)
     raise ValueError(f"{verdict.name} is not a refusal")
@@ -125,24 +152,101 @@ class Kind(enum.Enum):
         return self is Kind.ENTRY or self is Kind.EVENT
 
 
+class Right(enum.Enum):
+    """The rights an ``[[access]]`` rule grants (docs/reference/access.md),
+    and the one each request needs; the value is the word rules use."""
+
+    READ = "read"  # a file's bytes: GET, HEAD, an archive's members, a COPY's source
+    LIST = "list"  # a directory's names: a listing, PROPFIND's members, search
+    UPLOAD = "upload"  # create a name that does not exist: PUT, form upload, COPY/MOVE target
+    OVERWRITE = "overwrite"  # replace an existing file (or its properties: PROPPATCH)
+    DELETE = "delete"  # remove a name: DELETE, a MOVE's source, what a COPY/MOVE replaces
+    MKDIR = "mkdir"  # create a directory: MKCOL, the form's new folder
+    LOCK = "lock"  # take a WebDAV lock
+    SHARE = "share"  # make a share link (the login feature's)
+
+    @property
+    def writes(self) -> bool:
+        """Does this right change the tree (what ``--upload`` and the
+        ``[[writable]]`` tables allow)?"""
+        return self in WRITES
+
+    @property
+    def action(self) -> str:
+        """The ``[[writable]]`` method a write right is ("delete" or "put")."""
+        return "delete" if self is Right.DELETE else "put"
+
+
+RIGHTS: frozenset[Right] = frozenset(Right)
+READS: frozenset[Right] = frozenset((Right.READ, Right.LIST))
+WRITES: frozenset[Right] = frozenset(
+    (Right.UPLOAD, Right.OVERWRITE, Right.DELETE, Right.MKDIR, Right.LOCK)
+)
+
+
+_EITHER = (Right.READ, Right.LIST)
+_READ = (Right.READ,)
+_LIST = (Right.LIST,)
+
+
 @dataclass(frozen=True, slots=True)
 class AccessTarget:
-    """The paths (match paths, see the module doc) and kind of one target.
+    """The paths (match paths, see the module doc), kind and right of one target.
 
     Several paths when one request may reach several (the request path and
-    the path its rewrite or clean URL serves): the first rule that matches
-    any of them applies.
+    the path its rewrite or clean URL serves): each must allow it (an
+    ``[[auth]]`` rule: the first that matches any of them applies).
+
+    Every target names the :class:`Right` it needs (the fixed vocabulary
+    of ``[[access]]`` rules, docs/reference/access.md): a read of a file,
+    the list of a directory, an upload (a name that does not exist yet),
+    an overwrite, a delete (also the source of a move), a mkdir, a lock, a
+    share.  A caller that does not know yet which of two it needs (a PUT
+    before its target is looked up) names both (``also``) and asks again
+    once it knows.
     """
 
     paths: tuple[str, ...]
     kind: Kind
-    # Kind.WRITE only: what the write does ("put", "delete"), which the
-    # [[writable]] tables allow per path.
-    action: str = ""
+    # The right asked for; None: the kind's (READ, LIST for a LISTING; a
+    # request path READ or LIST: what it serves decides which, after).
+    right: Right | None = None
     # Kind.WRITE only: the write also reaches every path below the
     # collection ``paths`` names, existing or not (a depth-infinity LOCK,
     # RFC 4918 §7.4): every rule that can match below applies too.
     tree: bool = False
+    # Either right will do for now (a PUT before it knows whether its file
+    # exists: UPLOAD also OVERWRITE); the caller asks again with the one.
+    also: Right | None = None
+
+    @property
+    def needs(self) -> Right:
+        """The right this target needs (its own or its kind's)."""
+        right = self.right
+        if right is not None:
+            return right
+        return Right.LIST if self.kind is Kind.LISTING else Right.READ
+
+    @property
+    def action(self) -> str:
+        """Kind.WRITE: the ``[[writable]]`` method ("put", "delete")."""
+        return self.needs.action
+
+    def rights(self) -> tuple[Right, ...]:
+        """The rights any one of which allows this target."""
+        needs = self.needs
+        if self.also is not None:
+            return (needs, self.also)
+        kind = self.kind
+        if kind is Kind.REQUEST or kind is Kind.RESERVED:
+            # What a path serves is a file or a listing: either right lets
+            # the request through to the decision on what it resolves to.
+            return _EITHER
+        if kind is Kind.ENTRY and self.right is None:
+            # A listed name: a file to who may read it, a directory to who
+            # may list it (an archive takes a listed file's bytes).
+            return _LIST if self.paths and self.paths[0].endswith("/") else _READ
+        return (needs,)
 
 
 def served_target(path: str) -> AccessTarget:
@@ -198,3 +302,6 @@ class Ticket:
     authed: bool = False
     # The auth rules (their indices) this request's credentials passed.
     granted: frozenset[int] = frozenset()
+    # The signed-in user the access hook knows for this request ("" for
+    # none): the access log's user field, the per-user counters.
+    user: str = ""

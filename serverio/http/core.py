@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..config import Config
-from ..errors import HTTPError, reason_phrase
+from ..errors import HTTPError, Problem, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
 from .target import Target, is_write_temp, quote_query
 
@@ -52,6 +52,7 @@ __all__ = [
     "decide_generated",
     "depends_on_method_only",
     "error_plan",
+    "error_text",
     "evaluate_preconditions",
     "make_etag",
     "mtime_is_synthetic",
@@ -116,7 +117,7 @@ class RequestFacts:
     # site rules only, for Strict-Transport-Security (RFC 6797 §7.2).
     tls: bool = False
     # The client's address (the peer, or the one --trusted-proxies names),
-    # set only for a write step (serverio.pipeline.request.complete_write):
+    # set only for a write step (serverio.pipeline.driver, the Write need):
     # the key of per-client budgets there (WebDAV locks); "" elsewhere.
     client: str = ""
     # The fields a feature reads (WebDAV's Depth, CORS's Origin, ...): read
@@ -204,6 +205,10 @@ class Plan:
     # A long-lived streaming body (the live-reload event stream): the
     # connection writes the head, then hands the socket to the stream.
     stream: bool = False
+    # An error's explanation for the client (error_plan's ``problem``): its
+    # plain text carries it, and serverio.http.errorpage renders it as a
+    # page or an RFC 9457 problem document.
+    problem: Problem | None = None
 
     @property
     def file_bytes(self) -> int:
@@ -518,17 +523,20 @@ def error_plan(
     headers: Sequence[tuple[bytes, bytes]] = (),
     head_only: bool = False,
     allow: bytes = ALLOW,
+    problem: Problem | None = None,
 ) -> Plan:
     """The one place an error status becomes a response.
 
     The body is a fixed text per status ("404 Not Found\\n"): no path, no
-    exception text ever reaches the client.  Every 503 (saturated pool, out
+    exception text ever reaches the client; with a ``problem`` (why, in
+    the client's terms: :class:`serverio.errors.Problem`) its detail is the
+    second line (:func:`error_text`).  Every 503 (saturated pool, out
     of descriptors, a file that shrank while read) says when to retry and
     closes the connection (a client should back off, not pipeline more);
     a 405 lists what is allowed (RFC 9110 §15.5.6): ``allow``, the file
     server's methods unless another endpoint (the admin one) says.
     """
-    body = b"%d %s\n" % (status, reason_phrase(status))
+    body = error_text(status, problem)
     hs = common_fields(now)
     hs.append((b"content-type", b"text/plain; charset=utf-8"))
     hs.append((b"content-length", b"%d" % len(body)))
@@ -538,11 +546,22 @@ def error_plan(
         hs.append((b"retry-after", b"1"))
         close = True
     hs.extend(headers)
-    return Plan(status, tuple(hs), (body,), send_body=not head_only, close=close)
+    return Plan(status, tuple(hs), (body,), send_body=not head_only, close=close, problem=problem)
+
+
+def error_text(status: int, problem: Problem | None = None) -> bytes:
+    """The built-in plain-text body: ``"409 Conflict\\n"``, then the
+    problem's detail on a line of its own (control characters, which a
+    name in it could carry, shown as ``?``: one line, whatever the name)."""
+    head = b"%d %s\n" % (status, reason_phrase(status))
+    if problem is None:
+        return head
+    detail = "".join(c if c.isprintable() else "?" for c in problem.detail)
+    return head + detail.encode("utf-8", "replace") + b"\n"
 
 
 def http_error_plan(exc: HTTPError, now: float, *, head_only: bool = False) -> Plan:
-    return error_plan(exc.status, now, close=exc.close, head_only=head_only)
+    return error_plan(exc.status, now, close=exc.close, head_only=head_only, problem=exc.problem)
 
 
 # The methods a path allows (RFC 9110 §10.2.1), for the Allow field of an

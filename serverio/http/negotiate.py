@@ -28,6 +28,8 @@ __all__ = [
     "parse_query",
     "prefers_html",
     "prefers_json",
+    "prefers_problem",
+    "prefers_text",
     "repr_digest_field",
     "select_coding",
     "want_digest",
@@ -225,6 +227,34 @@ def prefers_json(accept: str | None) -> bool:
     ranges = _parse_weighted(accept, media=True)
     q_json = _media_q(ranges, "application/json")
     return q_json > 0 and q_json > _media_q(ranges, "text/html")
+
+
+def prefers_text(accept: str | None) -> bool:
+    """True when Accept names ``text/plain`` itself with a weight above
+    ``text/html``'s and ``application/json``'s (a listing's plain-text form,
+    as Caddy's ``browse`` answers it).  ``*/*`` alone (curl) is no
+    preference: it keeps the HTML page."""
+    if accept is None or "text/plain" not in accept.lower():
+        return False
+    ranges = _parse_weighted(accept, media=True)
+    q_text = ranges.get("text/plain", 0.0)
+    return (
+        q_text > 0
+        and q_text > _media_q(ranges, "text/html")
+        and q_text > _media_q(ranges, "application/json")
+    )
+
+
+def prefers_problem(accept: str | None) -> bool:
+    """True when Accept names ``application/problem+json`` or
+    ``application/json`` itself (q > 0) at least as high as ``text/html``:
+    an error is then answered as a problem document (RFC 9457 §3; the
+    page's own fetch() calls send ``application/problem+json``)."""
+    if accept is None or "json" not in accept.lower():
+        return False
+    ranges = _parse_weighted(accept, media=True)
+    q_json = max(ranges.get("application/problem+json", 0.0), ranges.get("application/json", 0.0))
+    return q_json > 0 and q_json >= ranges.get("text/html", 0.0)
 
 
 def prefers_html(accept: str | None) -> bool:

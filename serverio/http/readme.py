@@ -5,9 +5,9 @@ Text in, an HTML fragment out; the file is read by :func:`serverio.fs.readme.rea
 README a client may not GET (hidden, or behind an ``[[auth]]`` rule that
 hides it from this client) is never rendered.
 
-* ``README.md`` is Markdown when the optional ``markdown`` extra
-  (markdown-it-py, ``pip install serverio[markdown]``) is installed; without
-  it, and for ``README``, the text is shown as it is, in ``<pre>``.
+* ``README.md`` is Markdown, rendered by markdown-it-py (a regular
+  dependency: every install renders it; imported by the first README
+  rendered, never at start-up); ``README`` is shown as it is, in ``<pre>``.
 * The Markdown is sandboxed: raw HTML is not HTML (markdown-it's ``html``
   option off: ``<script>`` is shown as text); every link and image URL goes
   through :func:`checked_url`: ``http``, ``https`` and ``mailto`` links, and
@@ -30,7 +30,6 @@ import functools
 import hashlib
 import html
 import importlib
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,24 +39,13 @@ from ..errors import HTTPError
 from .target import parse_target, quote_segment
 
 
-def _installed(name: str) -> bool:
-    """Is the optional extra's module there?  Found, not imported: it is
-    imported by the first README rendered (start-up, docs/performance.md)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # pragma: no cover
-        return False
-
-
 def _module(name: str) -> Any:
-    """A module of the optional extra, imported by name on first use, so
-    that type-checking never depends on whether the extra is installed (its
-    objects are ``Any`` here either way)."""
+    """A module of markdown-it-py, imported by name on first use (a README
+    below a listing): start-up never pays for it (docs/performance.md)."""
     return importlib.import_module(name)
 
 
 __all__ = [
-    "MARKDOWN",
     "README_MAX",
     "README_NAMES",
     "Readme",
@@ -69,8 +57,6 @@ __all__ = [
 # The names looked for, in this order (the first present is shown).
 README_NAMES: Final = ("README.md", "README")
 README_MAX: Final = 256 * 1024
-# Is the Markdown renderer installed?  (Tests turn it off to see the fallback.)
-MARKDOWN: bool = _installed("markdown_it")  # the optional extra: serverio[markdown]
 
 _SCHEMES: Final = frozenset({"http", "https", "mailto"})
 
@@ -206,7 +192,7 @@ def render_readme(
             f"{README_MAX // 1024} KiB: it is not shown here; "
             f'<a href="./{quote_segment(name)}">open it</a>.</p>'
         )
-    elif name.lower().endswith(".md") and MARKDOWN:
+    elif name.lower().endswith(".md"):
         body = f'<div class="markdown">{_markdown(text, tuple(segments), hidden)}</div>'
     else:
         body = f"<pre>{esc(text)}</pre>"

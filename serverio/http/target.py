@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ..errors import HTTPError
@@ -135,11 +135,14 @@ class Target:
     query: str | None
     asterisk: bool = False
     hidden: bool = False
+    # The path relative to the root, ``.`` for the root itself: made once
+    # with the target (read by the cache lookup, the resolution and the
+    # listing; an attribute, not a call on the warm path).
+    relpath: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def relpath(self) -> str:
-        """The path relative to the root, ``.`` for the root itself."""
-        return "/".join(self.segments) if self.segments else "."
+    def __post_init__(self) -> None:
+        segments = self.segments
+        object.__setattr__(self, "relpath", "/".join(segments) if segments else ".")
 
     def url_path(self, *, slash: bool | None = None) -> str:
         """The canonical, percent-encoded absolute path (for Location).

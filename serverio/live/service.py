@@ -29,7 +29,7 @@ event stream reads its own bounded queue.  Nothing here waits for a slow
 client.
 
 Shutdown order: graceful shutdown closes the event streams at once, with
-the idle connections (step 2 of :class:`serverio.net.server.Server`; an
+the idle connections (step 2 of :class:`serverio.app.server.Server`; an
 HTTP/2 one ends with END_STREAM before its connection's GOAWAY); the
 connection nursery ends; then the live nursery is cancelled (the watcher
 stops, its inotify descriptor is closed; a polling scan in flight is

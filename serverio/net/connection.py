@@ -54,19 +54,12 @@ from ..fs.body import Body, StreamBody
 from ..http.core import Plan, RequestFacts
 from ..model import Prepared
 from ..observe.accesslog import AccessRecord
+from ..pipeline.driver import Io, drive
+from ..pipeline.exchange import Final, Need
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import RawHead, TunnelBody
-from ..pipeline.request import (
-    Answer,
-    Waiting,
-    busy,
-    client_for,
-    complete,
-    complete_body,
-    failed,
-    record,
-    start,
-)
+from ..pipeline.request import busy, client_for, failed, record
+from ..pipeline.stages import begin
 from ..wire.bodyframe import request_framing
 from ..wire.h1 import head_bytes, interim_bytes
 from .emit import Abort, Emitter
@@ -171,10 +164,11 @@ def _is_preface(event: Head, requests: int) -> bool:
 _LogFields = tuple[Callable[[], str], Head, int, float, float, str | None, str | None, str | None]
 
 
-def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
-    """Log (and count, unless ``kind`` says not) a response that did not end
-    the ordinary way: cut off mid-body (``cut=True``: its bytes sent) or an
-    event stream that ended (``counted=False``)."""
+def _log(env: ConnectionEnv, f: _LogFields, size: int, user: str = "", **kind: bool) -> None:
+    """Log (and count, unless ``kind`` says not) a response: also one that
+    did not end the ordinary way: cut off mid-body (``cut=True``: its bytes
+    sent) or an event stream that ended (``counted=False``).  ``user``: the
+    signed-in user the access hook named ("" for none)."""
     client, event, status, started, now, ua, referer, request_id = f
     record(
         env,
@@ -189,6 +183,7 @@ def _log(env: ConnectionEnv, f: _LogFields, size: int, **kind: bool) -> None:
         ua,
         referer,
         request_id,
+        user=user,
         **kind,
     )
 
@@ -466,29 +461,30 @@ class ConnectionTask:
                     client = client_for(cfg, client, req)
                 if not req.keep_alive or requests >= cfg.conn.max_requests:
                     life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
+                io: Io | None = None
                 if req.has_body:  # a request with content (never the GET path)
                     content = _content(event, env, self.emitter, reader)
+                    # The content is read without the disconnect watcher
+                    # (it would read the content as the next head).
+                    io = Io(client, _run_deferred, content, _raw(event))
                     life.lift()  # the body's own deadlines apply from here
-                    got: Answer | Waiting | None = await complete_body(
-                        env, req, content, now, client, _run_deferred, _raw(event)
-                    )
-                    if got is None:
+                    state, out = begin(env, req, now, True)
+                else:
+                    state, out = begin(env, req, now)
+                if type(out) is Final:
+                    answer = out
+                else:
+                    assert state is not None and isinstance(out, Need)
+                    if io is None:
+                        io = Io(client, reader.wait_watching, None, _raw(event))
+                    done = await drive(state, out, io)
+                    if done is None:
                         env.stats.conns.cancelled += 1
                         return False  # the client went away while we waited
-                    # Can the connection outlive the rest (RFC 9112 §9.3)?
-                    if not content.keepable():
-                        life.close_after()
-                else:
-                    got = start(env, req, now)
-                if type(got) is Waiting:
-                    wait = self.reader.wait_watching
-                    answer = await complete(env, got, now, client, wait, head=_raw(event))
-                    if answer is None:
-                        env.stats.conns.cancelled += 1
-                        return False  # the client went away while we waited
-                else:
-                    assert type(got) is tuple
-                    answer = got
+                    answer = done
+                # Can the connection outlive the rest (RFC 9112 §9.3)?
+                if content is not None and not content.keepable():
+                    life.close_after()
             except HTTPError as exc:
                 if req is None:
                     life.close_after()  # no request facts: the error is the last answer
@@ -498,8 +494,9 @@ class ConnectionTask:
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
                 if await self._stream(plan, log):
                     return False
-                # Past --watch-max-streams: a 503 instead, sent and
-                # recorded like any other answer.
+                # Past --watch-max-streams (decided by the reserved-paths
+                # stage, serverio.pipeline.stages.streamed; this is its
+                # safety net): a 503, sent and recorded like any other.
                 plan, body, _ = busy(env, ticket, now)
             chunked = event.http_version == b"1.1"
             if (
@@ -519,12 +516,13 @@ class ConnectionTask:
                     sent = await self._send(plan, body, close, ka10 and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
                 log = (client, event, plan.status, started, now, ua, referer, request_id)
-                _log(env, log, self.emitter.progress, cut=True)
+                _log(env, log, self.emitter.progress, ticket.user if ticket else "", cut=True)
                 raise
         finally:
             if body is not None:
                 body.close()
-        _log(env, (client, event, plan.status, started, now, ua, referer, request_id), sent)
+        log = (client, event, plan.status, started, now, ua, referer, request_id)
+        _log(env, log, sent, ticket.user if ticket else "")
         if life.phase is not BUSY:
             return False  # LAST (close) or TUNNEL (the tunnel ended): no next request
         if content is not None:

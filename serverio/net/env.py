@@ -24,8 +24,8 @@ from ..observe.stats import Stats
 from ..pipeline.handler import Handler
 from .order import ServeOrder
 
-if TYPE_CHECKING:  # the site rules are imported only when configured
-    from ..site.service import Site
+if TYPE_CHECKING:  # the site rules, named by the pipeline (net/ imports no feature)
+    from ..pipeline.exchange import SiteRules
 
 __all__ = ["ConnectionEnv", "SwitchFactory", "Switched"]
 
@@ -60,7 +60,7 @@ class ConnectionEnv:
     # waiting for their first request; before, they are served.
     cut_fresh: bool = False
     http2: SwitchFactory | None = None
-    site: Site | None = None  # the site rules; None when none are configured
+    site: SiteRules | None = None  # the site rules; None when none are configured
     # The order ready keep-alive connections are served in (serverio.net.order);
     # None: trio's batch order.
     order: ServeOrder | None = None

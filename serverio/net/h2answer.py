@@ -18,17 +18,12 @@ from ..errors import HTTPError
 from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..model import Prepared
+from ..pipeline.driver import Io, drive
+from ..pipeline.exchange import Final, Need
 from ..pipeline.handler import Deferred
 from ..pipeline.hooks import RawHead
-from ..pipeline.request import (
-    Answer,
-    Waiting,
-    client_for,
-    complete,
-    complete_body,
-    failed,
-    start,
-)
+from ..pipeline.request import client_for, failed
+from ..pipeline.stages import begin
 from ..wire.fields import Fields, check_host, scan_fields
 from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv
@@ -95,20 +90,26 @@ class StreamAnswer:
 
     async def answer(
         self, st: Stream, now: float
-    ) -> tuple[Answer, Fields | None, Callable[[], str]]:
-        """The request steps under the connection's cap on body descriptors.
+    ) -> tuple[Final, Fields | None, Callable[[], str]]:
+        """The exchange (:func:`~serverio.pipeline.exchange.begin`, then
+        :func:`~serverio.pipeline.driver.drive`) under the connection's cap
+        on body descriptors.
 
         A body streamed from a file keeps its descriptor until it is sent,
         however long the client keeps its window closed, so a stream may
         hold one only with one of ``h2_max_open_files`` slots: what
         ``ops/fdlimit.py`` budgets, whatever the client does.  A free slot
         is taken up front and given back at once when the answer holds no
-        descriptor.  At the cap, :func:`start` (synchronous: no await, so
-        at most one such descriptor exists in the process) still answers
-        what needs none (a warm file, a small file, an error, a 304) without
-        waiting; an answer that holds one, or must wait for the handler,
-        is dropped (its descriptor closed) and asked again once a slot is
-        free.
+        descriptor.  At the cap the exchange runs ``slotless``: what needs
+        no descriptor (a warm file, a small file, an error, a 304, the
+        site's routing, a proxied or written answer) is answered without a
+        slot; before the handler's deferred part runs, or when an inline
+        answer would hold a descriptor (dropped: the step is synchronous,
+        so at most one such descriptor exists in the process), it raises
+        the :class:`~serverio.pipeline.exchange.FileSlot` need, which waits
+        for one.  A stream's content is read only where a stage may read
+        it (a receive step, a write, the proxy); otherwise it is left
+        unread (the stream is reset NO_ERROR after the answer).
 
         Cancellation handling: a reset while waiting for a slot cancels the
         wait with nothing held; the slot a stream holds is given back with
@@ -124,68 +125,31 @@ class StreamAnswer:
             if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
                 client = client_for(cfg, self._client, req)
             handler = env.handler
-            if st.body is not None and (
-                handler.receive is not None
-                or handler.write is not None
-                or handler.proxy is not None
+            body = st.body
+            if body is not None and (
+                handler.receive is None and handler.write is None and handler.proxy is None
             ):
-                # A step may read the content; without one the content is
-                # left unread (the stream is reset NO_ERROR after the
-                # answer) and the request takes the usual path below.
-                return await self._with_content(st, req, now, client), fields, client
-            if not self._take_file_now(st):
-                got = start(env, req, now)
-                if type(got) is tuple and got[1].fd < 0:
-                    return got, fields, client
-                if type(got) is Waiting and got.proxied is not None:
-                    # A proxied request holds no descriptor: no slot to wait for.
-                    answer = await complete(env, got, now, client, run_deferred, head=_raw(st))
-                    assert answer is not None  # run_deferred never gives None
-                    return answer, fields, client
-                if type(got) is tuple:
-                    got[1].close()
-                elif type(got) is Waiting and got.deferred is not None:
-                    got.deferred.close()
-                await self._files.acquire()
-                st.file_slot = True
-            got = start(env, req, now)
-            if type(got) is Waiting:
-                answer = await complete(env, got, now, client, run_deferred, head=_raw(st))
-                assert answer is not None  # run_deferred never gives None
+                body = None  # no stage reads it
+            slotless = not self._take_file_now(st)
+            state, out = begin(env, req, now, body is not None, slotless)
+            if type(out) is Final:
+                answer = out
             else:
-                assert type(got) is tuple
-                answer = got
+                assert state is not None and isinstance(out, Need)
+
+                async def slot() -> None:
+                    await self._files.acquire()
+                    st.file_slot = True
+
+                io = Io(client, run_deferred, body, _raw(st), slot)
+                done = await drive(state, out, io)
+                assert done is not None  # run_deferred never gives None
+                answer = done
         except HTTPError as exc:
             answer = failed(env, exc, now, st.head.method == b"HEAD")
-        if answer[1].fd < 0:
+        if answer.body.fd < 0:
             self.give_file(st)
         return answer, fields, client
-
-    async def _with_content(
-        self, st: Stream, req: RequestFacts, now: float, client: Callable[[], str]
-    ) -> Answer:
-        """The answer to a stream that carries content
-        (:func:`~serverio.pipeline.request.complete_body`: the handler's
-        receive step may pull ``st.body``), holding a descriptor slot first
-        since the answer may hold a descriptor.
-
-        Cancellation handling: a reset while waiting for the slot or the
-        body cancels with nothing held but the slot, given back by the
-        stream task's ``finally``.
-        """
-        env = self._env
-        assert st.body is not None
-        try:
-            if not self._take_file_now(st):
-                await self._files.acquire()
-                st.file_slot = True
-            got = await complete_body(env, req, st.body, now, client, run_deferred, _raw(st))
-            assert got is not None  # run_deferred never gives None
-        except HTTPError as exc:
-            got = failed(env, exc, now, req.method == b"HEAD")
-        if got[1].fd < 0:
-            self.give_file(st)
-        return got
 
     def _take_file_now(self, st: Stream) -> bool:
         try:

@@ -437,6 +437,7 @@ class H2Connection:
         body: Body | None = None
         fields: Fields | None = None
         client = self._client
+        user = ""  # the signed-in user the access hook named (the log's user field)
         try:
             with st.scope:
                 if st.state in STOPPED:
@@ -447,6 +448,7 @@ class H2Connection:
                 # cancels the wait for a Deferred.
                 answer, fields, client = await self._answers.answer(st, now)
                 plan, body, ticket = answer
+                user = ticket.user if ticket is not None else ""
                 if plan.stream:
                     # The client's address now: when the stream ends the
                     # connection may be gone, and its peer name with it.
@@ -456,7 +458,9 @@ class H2Connection:
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
                         return
-                    plan, body, _ = busy(env, ticket, now)  # past --watch-max-streams
+                    # Past --watch-max-streams (the stage decides it first,
+                    # pipeline.stages.streamed; this is the safety net).
+                    plan, body, _ = busy(env, ticket, now)
                 if type(body) is StreamBody:  # an archive, a proxied response
                     stalled = await send_stream(
                         writer, st, plan, body, env.stats, env.config.conn.write_timeout
@@ -487,13 +491,13 @@ class H2Connection:
             self._answers.give_file(st)
             self._stream_done(st)
         if st.state in DONE:
-            self._record(st, client, fields, started, now)
+            self._record(st, client, fields, started, now, user=user)
         elif st.status and (st.pieces or st.streaming):
             # Reset or failed mid-body (the client's RST_STREAM, the write
             # deadline, the abort): logged with the body bytes framed so
             # far and the "cut" marker, as HTTP/1.1 does.
             sent = st.streamed + sum(map(len, st.pieces[: st.index])) + st.offset
-            self._record(st, client, fields, started, now, sent, cut=True)
+            self._record(st, client, fields, started, now, sent, cut=True, user=user)
 
     def _stream_done(self, st: Stream) -> None:
         self._streams.pop(st.sid, None)
@@ -531,8 +535,10 @@ class H2Connection:
         *,
         cut: bool = False,
         counted: bool = True,
+        user: str = "",
     ) -> None:
-        """``size``: the body bytes sent (default: the whole body framed)."""
+        """``size``: the body bytes sent (default: the whole body framed);
+        ``user``: the signed-in user ("" for none)."""
         h = st.head
         record(
             self.env,
@@ -549,4 +555,5 @@ class H2Connection:
             fields.request_id if fields is not None else None,
             cut=cut,
             counted=counted,
+            user=user,
         )

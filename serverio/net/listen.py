@@ -10,7 +10,7 @@ has a context of its own, because ALPN offers ``h2`` there or not.
 Cancellation handling: :meth:`Listeners.open` and :func:`bind_public` bind
 one socket after another; cancelled (or failing) part-way, they close what
 they bound and re-raise.  Closing the listeners is the lifecycle's job
-(:class:`~serverio.net.lifecycle.Lifecycle`, step 1).
+(:class:`~serverio.app.lifecycle.Lifecycle`, step 1).
 """
 
 from __future__ import annotations

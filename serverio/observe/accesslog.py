@@ -22,6 +22,14 @@ __all__ = ["AccessLog", "AccessRecord"]
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
+def _user(value: str | None) -> str:
+    """The user field of a common/combined line: "-" for none; escaped as
+    the quoted fields are, and a space too (the field is not quoted)."""
+    if not value:
+        return "-"
+    return _escape(value).replace(" ", "\\x20")
+
+
 def _escape(value: str) -> str:
     # Values are latin-1 decodings of the wire bytes, so every non-printable
     # or non-ASCII character becomes \xNN: the exact byte the client sent,
@@ -53,6 +61,9 @@ class AccessRecord:
     # The response was cut off (client gone, write deadline, shutdown's
     # abort) after its head: ``size`` is the body bytes actually sent.
     cut: bool = False
+    # The signed-in user (verified credentials), None for none: the third
+    # field of the common format (RFC 1413's field, the second, stays "-").
+    user: str | None = None
 
 
 class AccessLog:
@@ -145,12 +156,14 @@ class AccessLog:
                     "user_agent": r.user_agent,
                     "referer": r.referer,
                     "request_id": r.request_id,
+                    **({"user": r.user} if r.user else {}),
                     **({"cut": True} if r.cut else {}),
                 },
                 ensure_ascii=True,
             )
         line = (
-            f'{r.client} - - [{self._clf_time(now)}] "{_escape(r.method)} {_escape(r.target)} '
+            f"{r.client} - {_user(r.user)} [{self._clf_time(now)}] "
+            f'"{_escape(r.method)} {_escape(r.target)} '
             f'HTTP/{r.version}" {r.status} {r.size if r.size else "-"}'
         )
         if self.fmt == "combined":

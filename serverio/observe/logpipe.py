@@ -27,7 +27,7 @@ interpreter's exit would abort on it.
 
 Modes of a pipe:
 
-* direct: no writer task runs (a :class:`~serverio.net.server.Server`
+* direct: no writer task runs (a :class:`~serverio.app.server.Server`
   driven without ``serve()``, a library user's tests over memory streams):
   :meth:`LogPipe.put` writes at once, on the caller's thread, as before;
 * buffered: while :meth:`LogPipe.running` runs the writer task;

@@ -41,7 +41,7 @@ __all__ = [
 
 @dataclass(slots=True)
 class ConnectionStats:
-    """Sockets and connections (serverio.net.server, serverio.net.connection)."""
+    """Sockets and connections (serverio.app.server, serverio.net.connection)."""
 
     accepted: int = 0  # sockets accepted (admitted or not)
     rejected: int = 0  # turned away by --max-connections (503)

@@ -26,7 +26,7 @@ from ..fs.filecache import FileCache
 from ..observe.histogram import BUCKETS, Histogram
 
 if TYPE_CHECKING:
-    from ..net.server import Server
+    from ..app.server import Server
 
 __all__ = [
     "BUCKETS",
@@ -75,6 +75,12 @@ _HELP = {
     "writes_directories": "Directories made (the upload form's new folder).",
 }
 _POOL_GAUGES = ("running", "queued", "workers", "queue")
+# Per-user counters (users of the users files only: the label set is bounded).
+_USER_HELP = {
+    "requests": "Responses to a signed-in user, by user.",
+    "bytes": "Body bytes sent to a signed-in user, by user.",
+    "denied": "Requests refused to a signed-in user (403), by user.",
+}
 _POOL_PEAKS = frozenset({"peak_queued", "peak_running"})
 
 # Cache numbers: every counter of a cache's stats dataclass is exported as
@@ -161,6 +167,23 @@ def snapshot(server: Server) -> Snapshot:
         "draining": int(server.draining),
         "abandoned_threads": server.abandoned_threads,
         "histogram": {"counts": list(hist.counts), "sum": hist.sum},
+        "users": _users_of(server),
+    }
+
+
+_USER_KEYS = ("requests", "bytes", "denied")
+
+
+def _users_of(server: Server) -> dict[str, dict[str, int]]:
+    """Per user of the users files: responses, their bytes, refusals (the
+    access hook's counters; only the names the files hold: bounded)."""
+    site = server.env.site
+    gate = getattr(site, "gate", None)  # the site rules' (serverio.site.gate.Gate)
+    if gate is None:
+        return {}
+    per_user: dict[str, list[int]] = gate.per_user
+    return {
+        name: dict(zip(_USER_KEYS, counters, strict=True)) for name, counters in per_user.items()
     }
 
 
@@ -190,6 +213,11 @@ def merge(snaps: Iterable[Snapshot]) -> Snapshot:
         for k in ("open_connections", "draining", "abandoned_threads"):
             out[k] += s[k]
         out["proxy_tunnels_open"] += s.get("proxy_tunnels_open", 0)
+        users = out.setdefault("users", {})
+        for name, us in s.get("users", {}).items():
+            dst = users.setdefault(name, {})
+            for k, v in us.items():
+                dst[k] = dst.get(k, 0) + v
         counts = out["histogram"]["counts"]
         for i, c in enumerate(s["histogram"]["counts"]):
             counts[i] += c
@@ -213,6 +241,7 @@ def counters_only(s: Snapshot) -> Snapshot:
         "draining": 0,
         "abandoned_threads": 0,
         "histogram": {"counts": list(s["histogram"]["counts"]), "sum": s["histogram"]["sum"]},
+        "users": {n: dict(us) for n, us in s.get("users", {}).items()},
     }
 
 
@@ -320,5 +349,13 @@ def render(s: Snapshot, extra: Iterable[str] = ()) -> str:
         w.sample(f"{name}_bucket", cumulative, {"le": _fmt(float(bound))})
     w.sample(f"{name}_sum", float(s["histogram"]["sum"]))
     w.sample(f"{name}_count", cumulative)
+    users: dict[str, dict[str, int]] = s.get("users", {})
+    for key, text in _USER_HELP.items():
+        if not users:
+            break
+        name = f"serverio_user_{key}_total"
+        w.family(name, "counter", text)
+        for user, us in sorted(users.items()):
+            w.sample(name, us.get(key, 0), {"user": user})
     w.lines.extend(extra)
     return "\n".join(w.lines) + "\n"

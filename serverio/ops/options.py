@@ -730,6 +730,13 @@ TABLES: tuple[Table, ...] = (
     Table("auth", "auth", "[[auth]]: path glob, users-file"),
     Table("writable", "writable", '[[writable]]: path glob (PREFIX/**), allow = ["put", "delete"]'),
     Table(
+        "access",
+        "access",
+        '[[access]]: path glob, allow = { PRINCIPAL = ["read", "list", ...] } '
+        "(docs/reference/access.md)",
+    ),
+    Table("group", "groups", "[[group]]: name, members (users of --auth-file / --auth)"),
+    Table(
         "proxy",
         "proxy_routes",
         "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and "

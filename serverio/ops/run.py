@@ -38,11 +38,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
+from ..app.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
+from ..app.server import Server, public_addresses
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import ConfigError
-from ..net.admin import PROMETHEUS_TYPE, AdminHandler, open_admin_listener, serve_admin, text
-from ..net.server import Server, public_addresses
 from ..observe.logpipe import route_logging
 from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot

@@ -314,6 +314,37 @@ def _read_writable(value: object, path: str) -> tuple[object, ...]:
     return tuple(out)
 
 
+def _read_access(value: object, path: str) -> tuple[object, ...]:
+    out: list[object] = []
+    for i, item in enumerate(_table_list(value, "access", path)):
+        where = f"{path}: [[access]] #{i + 1}"
+        _only(item, ("path", "allow"), where)
+        grants = item.get("allow")
+        if not isinstance(grants, dict) or not all(
+            isinstance(v, list) and all(isinstance(r, str) for r in v) for v in grants.values()
+        ):
+            raise ConfigError(
+                f"{where} key 'allow' must be a table of PRINCIPAL = [\"right\", ...]"
+            )
+        # The principals and rights are checked with the users file
+        # (serverio.site.rights.compile_access).
+        pairs = tuple((str(k), tuple(v)) for k, v in grants.items())
+        out.append((_str(item, "path", where), pairs))
+    return tuple(out)
+
+
+def _read_group(value: object, path: str) -> tuple[object, ...]:
+    out: list[object] = []
+    for i, item in enumerate(_table_list(value, "group", path)):
+        where = f"{path}: [[group]] #{i + 1}"
+        _only(item, ("name", "members"), where)
+        members = item.get("members", [])
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise ConfigError(f"{where} key 'members' must be a list of user names")
+        out.append((_str(item, "name", where), tuple(members)))
+    return tuple(out)
+
+
 def _read_mount(value: object, path: str) -> list[object]:
     out: list[object] = []
     for i, item in enumerate(_table_list(value, "mount", path)):
@@ -419,6 +450,8 @@ _READERS: dict[str, TableReader] = {
     "errors": _read_errors,
     "auth": _read_auth,
     "writable": _read_writable,
+    "access": _read_access,
+    "group": _read_group,
     "proxy": _read_proxy,
 }
 # Options whose TOML form is an array of tables: --mount ROUTE=DIR is
@@ -463,6 +496,12 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
             f"allow = {_toml_value(list(allow))}",
         ]
         lines += [f"active = {_toml_str(a)}" for a in active]
+    for glob, grants in getattr(args, "access", ()):
+        pairs = ", ".join(f"{_toml_str(k)} = {_toml_value(list(v))}" for k, v in grants)
+        lines += ["", "[[access]]", f"path = {_toml_str(glob)}", f"allow = {{ {pairs} }}"]
+    for name, members in getattr(args, "groups", ()):
+        lines += ["", "[[group]]", f"name = {_toml_str(name)}"]
+        lines.append(f"members = {_toml_value(list(members))}")
     for route, directory in getattr(args, "mount", None) or ():
         # Absolute: a relative dir in a file is relative to the file, on
         # the command line to the working directory.

@@ -54,10 +54,10 @@ from typing import Any
 
 import trio
 
+from ..app.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
+from ..app.server import Server, bind_public, public_addresses
 from ..config import Config
 from ..errors import ConfigError
-from ..net.admin import PROMETHEUS_TYPE, open_admin_listener, serve_admin, text
-from ..net.server import Server, bind_public, public_addresses
 from ..net.tls import make_ssl_context
 from ..observe.logpipe import LogPipe, PipeHandler, route_logging
 from .lan import network_urls

@@ -37,6 +37,7 @@ from ..concurrency.flight import SingleFlightCache
 from ..config import Config
 from ..errors import HTTPError
 from ..fs.filecache import HashStore
+from ..fs.hide import hide_rules
 from ..fs.jobs import (
     OwnedFd,
     compress_file,
@@ -59,13 +60,14 @@ from ..http.listing import (
     parse_listing_query,
     render_listing,
 )
-from ..http.negotiate import parse_query, prefers_json, repr_digest_field
+from ..http.negotiate import parse_query, prefers_json, prefers_text, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, Readme, with_readme
 from ..http.select import digest_applies
 from ..model import Body, Identity, Reason, errno_reason
 from ..model.decide import identity_fallback
 from ..model.reasons import reason_status
 from ..observe.stats import Stats
+from .search import search
 
 if TYPE_CHECKING:
     from ..model import Prepared
@@ -206,6 +208,8 @@ class ContentService:
         # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
         # page shows the upload form.  None: read-only, never asked.
         self.writable: Callable[[RequestFacts], bool] | None = None
+        # --hide: names left out of listings and searches (serverio.fs.hide).
+        self.hide = hide_rules(config.files.hide)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -416,7 +420,7 @@ class ContentService:
         """The README below an HTML listing: only one the listing shows (so
         the hidden policy, the containment and the access rules have passed
         it), read in the work pool (requester-owned, like the scan)."""
-        if query.json:
+        if query.json or query.text:
             return None
         names = {e.name for e in entries if not e.is_dir}
         name = next((n for n in README_NAMES if n in names), None)
@@ -434,8 +438,20 @@ class ContentService:
         cfg = self.config
         work = self.work
         query = parse_listing_query(
-            parse_query(req.target.query), accept_json=prefers_json(req.accept)
+            parse_query(req.target.query),
+            accept_json=prefers_json(req.accept),
+            accept_text=prefers_text(req.accept),
         )
+        if query.q:
+            # ?q=: the recursive search (serverio.pipeline.search) walks from
+            # the folder by path, under the same containment.
+            os.close(prepared.fd)
+            prepared.fd = -1
+            body, ctype, etag = await search(
+                work, self.opener(), cfg, req, query, self.visible, self.hide
+            )
+            csp = LISTING_CSP
+            return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
         # The directory descriptor moves to the scan: the thread closes it.
         owned = OwnedFd(prepared.fd)
         prepared.fd = -1
@@ -460,6 +476,13 @@ class ContentService:
             owned.release()  # queued and cancelled, or refused: never claimed
         segments = req.target.segments
         entries, digest = scan.entries, scan.digest
+        hide = self.hide
+        if hide.active:
+            # --hide: left out of the listing (still served by URL).
+            parent = req.target.relpath
+            kept = [e for e in entries if not hide.hides(parent, e.name)]
+            if len(kept) != len(entries):
+                entries, digest = kept, entries_digest(kept, scan.truncated)
         if self.visible is not None:
             # Names the client may not see are left out; the digest of what
             # is left keys the shared render (each visible set its own).
@@ -469,9 +492,13 @@ class ContentService:
         readme = await self._readme(req, entries, query)
         if readme is not None:
             digest = with_readme(digest, readme.digest)
-        upload = self.writable is not None and not query.json and self.writable(req)
+        page = not (query.json or query.text)
+        upload = self.writable is not None and page and self.writable(req)
         if upload:
-            digest += b"+upload"  # the page with the form is a render of its own
+            # The page with the form is a render of its own.  Writable (the
+            # access hook's answer for --upload) is also delete and move
+            # here: the rows' actions cell and the toolbar's selection slot.
+            digest += b"+upload"
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
@@ -485,6 +512,8 @@ class ContentService:
                 hidden=cfg.files.hidden,
                 archives=cfg.content.archives,
                 upload=upload,
+                actions=upload,
+                title=cfg.content.title,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:

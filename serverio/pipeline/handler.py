@@ -1,10 +1,13 @@
 """The request handler: the one trio-side place that orders a response's steps.
 
-For a request that routing could not answer (``serverio.http.core.route``),
-the request steps both transports share (:mod:`serverio.pipeline.request`)
-call :meth:`Handler.respond_now`; they get back either a finished
-:class:`~serverio.model.Prepared`, or a :class:`Deferred` whose
-:meth:`Deferred.run` the transport awaits while it watches its client.  The
+For a request no stage took and routing could not answer
+(``serverio.http.core.route``), the exchange's files step
+(:func:`serverio.pipeline.exchange.files`, the same for both transports)
+calls :meth:`Handler.respond_now`; it gets back either a finished
+:class:`~serverio.model.Prepared`, or a :class:`Deferred` (a
+:class:`FollowUp` for a listing or a coding) that the driver hands to the
+transport's wait (a need of the exchange), which awaits :meth:`Deferred.run`
+while it watches its client.  The
 order of the steps lives here and nowhere else:
 
 1. **resolve** (:func:`serverio.fs.prepare.resolve`: facts and descriptors,
@@ -44,7 +47,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -66,6 +69,7 @@ __all__ = [
     "ClientGone",
     "Content",
     "Deferred",
+    "FollowUp",
     "Handler",
     "client_gone",
     "prepare",
@@ -219,11 +223,35 @@ class Deferred:
         held, self._held = self._held, None
         return await self._step(held)
 
+    @property
+    def holds(self) -> bool:
+        """Does it hold something open (a resolved answer for a follow-up)?"""
+        return self._held is not None
+
     def close(self) -> None:
         """Release what :meth:`run` would have taken over (idempotent)."""
         held, self._held = self._held, None
         if held is not None:
             held.close()
+
+
+class FollowUp(Deferred):
+    """The follow-up a resolved answer still needs (a Deferred that holds
+    it): ``listing``, a directory listing to scan and render (or its other
+    form, a folder archive); else a coding to produce on the fly and/or a
+    representation digest (:class:`~serverio.pipeline.content.ContentService`)."""
+
+    __slots__ = ("listing",)
+
+    def __init__(
+        self,
+        step: Callable[[Prepared | None], Awaitable[Prepared]],
+        held: Prepared,
+        *,
+        listing: bool,
+    ) -> None:
+        super().__init__(step, held)
+        self.listing = listing
 
 
 class Handler:
@@ -249,13 +277,12 @@ class Handler:
     ) -> None:
         self.config = config
         self.hooks = hooks
-        # Flat copies for the warm path: an absent hook costs one test.
-        self.router = hooks.route
+        # Flat copies: an absent hook costs one test (the stage list is
+        # built from the hooks themselves: serverio.pipeline.stages).
         self.write = hooks.write  # PUT and DELETE (None: read-only, no call)
         self.write_methods = hooks.write_methods  # the methods ``write`` answers
-        self.write_takes = hooks.write_takes  # and where (None: everywhere)
         self.allow = hooks.allow or read_only  # the methods a path allows (Allow)
-        self.proxy = hooks.proxy  # read by pipeline.request (None: no call)
+        self.proxy = hooks.proxy  # --proxy-fallback's (None: no call)
         # The Host names answered (serverio.http.hosts; None: any, no call):
         # with writes or the proxy on, the DNS-rebinding rule.
         self.hosts = host_rule(config, socket.gethostname())
@@ -268,6 +295,10 @@ class Handler:
         self._root: ContainedRoot | None = None
         self.fs = fs
         self.files = files
+        # Read once (both fixed at construction): the warm path then tests
+        # two attributes instead of calling into fs/ and concurrency/.
+        self._cache = files if files.enabled else None
+        self._inline = fs.inline
         self.content = content
         self._refreshes: dict[str, trio.Event] = {}
         self._jobs: trio.Nursery | None = None
@@ -275,7 +306,22 @@ class Handler:
         self._boundary_counter = 0
         # The step for requests with content (None: answered as any other
         # request); see BodyStep.
-        self.receive: BodyStep | None = None
+        self._receive: BodyStep | None = None
+        # The stage list (serverio.pipeline.stages), built from the hooks on
+        # the first request (None until then, and again when ``receive``
+        # changes).
+        # (serverio.pipeline.exchange.Stage: the exchange names the handler.)
+        self.stages: tuple[Any, ...] | None = None
+
+    @property
+    def receive(self) -> BodyStep | None:
+        """The step for requests with content (None: none)."""
+        return self._receive
+
+    @receive.setter
+    def receive(self, step: BodyStep | None) -> None:
+        self._receive = step
+        self.stages = None  # rebuilt with (or without) its stage
 
     def _opened(self) -> ContainedRoot:
         """The contained root (opened on first use by the server), kept."""
@@ -328,8 +374,8 @@ class Handler:
             if deferred is not None:
                 return deferred
         boundary = self._boundary() if req.range is not None else ""
-        files = self.files if self.files.enabled else None
-        if self.fs.inline:
+        files = self._cache
+        if self._inline:
             # Inline hits are revalidated by a stat every time: no trust
             # window, so no clock reading (UNTIMED).
             hit = cache_candidate(files, req, self.config) if files is not None else None
@@ -350,10 +396,11 @@ class Handler:
                         return prepared  # the warm path, without another call
                     return _memoised(hit, self._followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
+            root = self._root if self._root is not None else self._opened()
             res = resolve(
                 lookup(req, self.config),
                 self.config,
-                self._opener(),
+                root,
                 now,
                 files,
                 UNTIMED,
@@ -439,7 +486,7 @@ class Handler:
                 assert held is not None
                 return await view.answer(req, held, now)
 
-            return Deferred(viewed, prepared)
+            return FollowUp(viewed, prepared, listing=True)
         try:
             if self.content.finish_cached(prepared, req, now):
                 return prepared
@@ -451,7 +498,10 @@ class Handler:
             assert held is not None
             return await self._finish(held, req, now)
 
-        return Deferred(finish, prepared)
+        # What is left: a listing to scan and render, or a coding (and a
+        # digest) to produce: the exchange names which (its Listing or
+        # Coding need).
+        return FollowUp(finish, prepared, listing=prepared.listing)
 
     async def _finish(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
         try:
@@ -502,7 +552,7 @@ class Handler:
             resolve,
             lookup(req, self.config),
             self.config,
-            self._opener(),
+            self._root if self._root is not None else self._opened(),
             now,
             files,
             mono,

@@ -1,8 +1,13 @@
 """The pipeline's hooks: where a vertical feature plugs into a request.
 
-A feature package (live reload, :mod:`serverio.live`) registers what it
-needs here; :mod:`serverio.pipeline.request` and
-:class:`~serverio.pipeline.handler.Handler` call it, nobody subclasses the
+A feature package (live reload, :mod:`serverio.live`) offers what it
+needs as one of these hooks, and the composition root
+(:mod:`serverio.app.services`) hands the :class:`Hooks` to the
+:class:`~serverio.pipeline.handler.Handler`.  The request-routing hooks
+(``route``, ``write``, ``proxy``) and the features' own :attr:`Hooks.stages`
+become the stage list (:func:`serverio.pipeline.stages.stages_of`: its
+order is the precedence rule); ``transform`` and ``listing`` are seams of
+the files stage, ``events`` of the transports.  Nobody subclasses the
 handler and ``http/`` knows nothing of the feature.  Every hook is
 optional, and an absent one costs an attribute test and no call: the warm
 GET of a server without hooks makes exactly the calls it made before.
@@ -43,8 +48,9 @@ GET of a server without hooks makes exactly the calls it made before.
   of :attr:`Hooks.write_methods` (uploads, ``--upload``: PUT, DELETE and
   the upload form's POST, :data:`WRITE_METHODS`; WebDAV, ``--webdav``: its methods too,
   :mod:`serverio.dav.service`), with or without content, called by
-  :mod:`serverio.pipeline.request` with the access hook (:data:`Admit`)
-  to ask on the target it resolves.  A CORS preflight (an OPTIONS with
+  :mod:`serverio.pipeline.driver` (the write stage's ``Write`` need)
+  with the access hook (:data:`Admit`) to ask on the target it
+  resolves.  A CORS preflight (an OPTIONS with
   ``Access-Control-Request-Method``) is the site's, never the step's.
 """
 
@@ -53,7 +59,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import trio
 
@@ -117,8 +123,10 @@ class EventSource(Protocol):
     """A long-lived event stream (an answer whose ``plan.stream`` is set).
 
     The transport takes a slot of :attr:`slots` (the stream budget) before
-    it streams and gives it back after; past the budget it sends
-    :meth:`busy_plan` instead (``serverio.pipeline.request.busy``).
+    it streams and gives it back after; past the budget the stage that
+    answers the stream sends :meth:`busy_plan` instead
+    (``serverio.pipeline.stages.streamed``; the transports keep the test,
+    ``serverio.pipeline.request.busy``, as a safety net).
     """
 
     @property
@@ -172,7 +180,7 @@ def interim_of(content: object) -> Interim | None:
 
 
 # The access hook as a write step sees it: None (allowed) or the refusal to
-# send (serverio.pipeline.request.access, on the step's resolved target).
+# send (serverio.pipeline.driver.access, on the step's resolved target).
 Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
 
 # The answer to a write (PUT, DELETE; WebDAV's methods): the step resolves
@@ -336,6 +344,10 @@ class Hooks:
     # The methods a path allows, for the core's OPTIONS and 405 (RFC 9110
     # §10.2.1): the write feature's (None: read-only, GET, HEAD, OPTIONS).
     allow: Allow | None = None
+    # The features' own stages (serverio.pipeline.exchange.Stage subclasses;
+    # typed loosely: the exchange imports this module's names), in order:
+    # after the reserved paths, before the proxy routes.
+    stages: tuple[Any, ...] = ()
 
 
 NO_HOOKS = Hooks()

@@ -29,7 +29,7 @@ import trio
 from ..concurrency.blocking import run_blocking
 from ..config import Config
 from ..fs.prepare import stat_facts
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, common_fields
 from ..http.target import Target
 from ..pipeline.hooks import Admit, WriteContent, interim_of
@@ -138,7 +138,9 @@ class Flows:
                 return refusal_plan(Refuse(400, "no usable filename"), tus, self.policy, now)
             segments = (*segments, filename)
         target = Target(segments, False, None)
-        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, "put"))
+        refusal = await admit(
+            AccessTarget((match_path(target),), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
+        )
         if refusal is not None:
             return refusal
         if not tus:

@@ -43,7 +43,7 @@ from ..config import Config
 from ..fs.mounts import mount_table
 from ..fs.opener import ContainedRoot
 from ..fs.writer import WriteRefused
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
@@ -171,7 +171,9 @@ class Resumable(Flows):
             status = 410 if expired and ask.tus else 404
             return refusal_plan(Refuse(status, "upload token"), ask.tus, self.policy, now)
         target = Target(tuple(relpath.split("/")), False, None)
-        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, "put"))
+        refusal = await admit(
+            AccessTarget((match_path(target),), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
+        )
         if refusal is not None:
             return refusal
         if ask.op is Op.APPEND:

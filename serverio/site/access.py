@@ -23,6 +23,11 @@ A target reached through a symlink inside the root is decided on its
 resolved path too (:func:`~serverio.http.access.resolved_path`): the request path's rules and
 the resolved path's must both pass, so ``pub/link -> ../private`` needs
 the credentials ``/private/**`` asks for.
+
+Every target names the :class:`~serverio.http.access.Right` it needs;
+the ``[[access]]`` rules (:mod:`serverio.site.rights`) are decided on it
+by the gate (:class:`serverio.site.gate.Gate`), this matcher's rules and
+the ``[[writable]]`` tables besides.
 """
 
 from __future__ import annotations

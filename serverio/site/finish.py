@@ -29,7 +29,7 @@ from ..fs.opener import RootOpener
 from ..fs.reads import pread
 from ..http.access import AccessTarget, Kind
 from ..http.core import Plan, RequestFacts
-from ..http.errorpage import negotiated_error
+from ..http.errorpage import error_for
 from ..http.mime import guess_type
 from ..http.plans import NO_OPS, HeaderOps, apply_headers, page_plan
 from .access import rule_for
@@ -152,7 +152,7 @@ class Finisher:
         if plan.status >= 400 and pages:
             if self.pages:  # a site's [errors] page first: it keeps priority
                 plan = self._error_page(plan, authed)
-            plan = negotiated_error(plan, req.accept if req is not None else None)
+            plan = error_for(plan, req)
         preflight = req is not None and req.method == b"OPTIONS" and CORS_METHOD.of(req) is not None
         extra = () if preflight else cors_headers(rules.cors, origin)
         if ops is NO_OPS and not extra and not self._vary_origin:

@@ -9,6 +9,13 @@ credentials (keyed by an HMAC with a per-process key, never the password
 itself) and the password check, in its own small pool (``auth``):
 password spraying saturates that pool (503), not the filesystem or work
 pools, and never the event loop.
+
+With ``[[access]]`` rules (:mod:`serverio.site.rights`) the target's right
+is decided first on them: what an anonymous client may do needs no
+credentials; anything else needs a signed-in user (Basic credentials
+checked against the users file, or a user the caller verified otherwise:
+``user``) who has the right there, else 401 without credentials and 403
+with them.  The ``[[auth]]`` rules then apply as before (both must pass).
 """
 
 from __future__ import annotations
@@ -16,19 +23,29 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 
 import trio
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
-from ..http.access import ALLOWED, Access, AccessTarget, Kind, Verdict
+from ..http.access import ALLOWED, Access, AccessTarget, Kind, Right, Verdict, access_paths
 from ..observe.stats import Stats
 from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
-from .rules import AuthRule, SiteRules, parse_basic
+from .rights import rule_at
+from .rules import (
+    AccessRule,
+    AuthRule,
+    SiteRules,
+    canonical,
+    glob_below,
+    parse_basic,
+)
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
 
@@ -37,6 +54,8 @@ AUTH_QUEUE = 32
 _VERIFIED_MAX = 1024  # recently verified credentials kept
 _VERIFIED_TTL = 300.0  # seconds a verification is trusted
 _RULES_MAX = 4096  # memoised rule per target (targets are client input)
+
+log = logging.getLogger("serverio")
 
 
 def client_key(peer: str) -> str:
@@ -65,8 +84,13 @@ def client_key(peer: str) -> str:
 class Gate:
     """Access decisions for one server's auth rules."""
 
-    def __init__(self, rules: SiteRules, stats: Stats, processes: int) -> None:
+    def __init__(
+        self, rules: SiteRules, stats: Stats, processes: int, verbose: bool = False
+    ) -> None:
         self.rules = rules
+        # -v: each refusal is logged at WARNING (seen at the default level);
+        # else at INFO (--log-level info).
+        self._refusal_level = logging.WARNING if verbose else logging.INFO
         self.stats = stats
         self.auth_pool = Pool("auth", AUTH_WORKERS, AUTH_QUEUE)
         self._key = secrets.token_bytes(32)
@@ -74,6 +98,11 @@ class Gate:
         # Failed basic-auth attempts: per (client, user), per user, in flight.
         self.limiter = AuthLimiter(processes=processes)
         self._rules: dict[AccessTarget, AuthRule | None] = {}
+        # [[access]]: the rules that decide each path of a target (memoised).
+        self._deciders: dict[tuple[str, ...], tuple[AccessRule | None, ...]] = {}
+        # Per user of the users files: [requests, bytes, denied] (/metrics);
+        # bounded: the names the files hold, nothing a client sends.
+        self.per_user: dict[str, list[int]] = {u: [0, 0, 0] for u in _user_names(rules)}
 
     def rule(self, target: AccessTarget) -> AuthRule | None:
         """:func:`~serverio.site.access.rule_for`, memoised (bounded)."""
@@ -89,15 +118,40 @@ class Gate:
         return found
 
     def decide_now(
-        self, target: AccessTarget, authorization: str | None, granted: frozenset[int]
+        self,
+        target: AccessTarget,
+        authorization: str | None,
+        granted: frozenset[int],
+        user: str | None = None,
     ) -> Access:
         """The decision without waiting: ``Verdict.PENDING`` when a served
         target needs the limiter and the password check; never for a named
         kind (an ENTRY is shown to credentials verified within the window,
-        an EVENT only when no rule protects its path)."""
+        an EVENT only when no rule protects its path).  ``user``: a user
+        the caller has verified (not by Basic credentials: a session, a
+        trusted proxy's header); None: only ``authorization`` may name one."""
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
+        if not self.rules.access:
+            return self._auth_now(target, authorization, granted, user)
+        got = self._rights_now(target, authorization, granted, user)
+        if got.verdict is not Verdict.ALLOW or not self.rules.auth:
+            return got
+        rest = self._auth_now(target, authorization, granted, user)
+        if rest.verdict is not Verdict.ALLOW:
+            return rest
+        return got if rest.rule < 0 else replace(rest, user=rest.user or got.user)
+
+    def _auth_now(
+        self,
+        target: AccessTarget,
+        authorization: str | None,
+        granted: frozenset[int],
+        user: str | None,
+    ) -> Access:
+        """The ``[[auth]]`` rules' part of :meth:`decide_now`."""
+        kind = target.kind
         if target.tree:
             return self._tree_now(target, authorization, granted)
         rule = self.rule(target)
@@ -105,12 +159,14 @@ class Gate:
             return ALLOWED
         if kind is Kind.EVENT:
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+        if user is not None and user in rule.users:
+            return Access(Verdict.ALLOW, rule.index, user=user)
         if kind is Kind.ENTRY:
             if self._verified_for(rule, authorization):
                 return Access(Verdict.ALLOW, rule.index)
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
         if rule.index in granted:
-            return Access(Verdict.ALLOW, rule.index)
+            return Access(Verdict.ALLOW, rule.index, user=_basic_user(authorization))
         if parse_basic(authorization) is None:
             # No (usable) credentials: the first step of every login, not a failure.
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
@@ -122,6 +178,7 @@ class Gate:
         authorization: str | None,
         granted: frozenset[int],
         peer: Callable[[], str],
+        user: str | None = None,
     ) -> Access:
         """The whole decision: :meth:`decide_now`, then for a pending one
         the limiter, the cache of verified credentials and the password
@@ -135,16 +192,148 @@ class Gate:
         away) is settled as a failure: its hash may still run in the
         abandoned thread, so it counts against the budget.
         """
-        pending = self.decide_now(target, authorization, granted)
-        if pending.verdict is not Verdict.PENDING:
+        pending = self.decide_now(target, authorization, granted, user)
+        verdict = pending.verdict
+        if verdict is Verdict.ALLOW:
+            return pending
+        if verdict is not Verdict.PENDING:
+            if verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE:
+                self._refused(target, pending, user or _basic_user(authorization))
+                if self.rules.access:
+                    # The refusal's problem names the right it lacked.
+                    pending = replace(pending, right=target.needs.value)
             return pending
         creds = parse_basic(authorization)
         assert creds is not None
-        got = await self._check(self.rules.auth[pending.rule], creds, peer)
-        if target.tree and got.verdict is Verdict.ALLOW:
-            # A tree's next rule (each passed one is granted from now on).
-            return await self.decide(target, authorization, granted | {got.rule}, peer)
+        users = self.rules.users
+        verifying = users is not None and pending.rule == users.index
+        rule = users if users is not None and verifying else self.rules.auth[pending.rule]
+        got = await self._check(rule, creds, peer)
+        if got.verdict is Verdict.ALLOW and (target.tree or verifying):
+            # Credentials verified: the rights of that user (a tree: its
+            # next rule; each passed one is granted from now on).
+            return await self.decide(target, authorization, granted | {got.rule}, peer, user)
         return got
+
+    # ------------------------------------------------------------ [[access]]
+
+    def _decider(self, paths: tuple[str, ...]) -> tuple[AccessRule | None, ...]:
+        """The ``[[access]]`` rule that decides each of ``paths`` (and the
+        file each sidecar is a coding of), memoised (bounded)."""
+        memo = self._deciders
+        try:
+            return memo[paths]
+        except KeyError:
+            pass
+        rules = self.rules
+        out: list[AccessRule | None] = []
+        for path in paths:
+            for p in access_paths(rules.canonical(path)):
+                loose = canonical(p) if rules.fold_under and _under(rules.fold_under, p) else None
+                out.append(rule_at(rules.access, p, loose))
+        if len(memo) >= _RULES_MAX:
+            memo.clear()  # bounded: paths are client input
+        found = memo[paths] = tuple(out)
+        return found
+
+    def _rights_now(
+        self,
+        target: AccessTarget,
+        authorization: str | None,
+        granted: frozenset[int],
+        user: str | None,
+    ) -> Access:
+        """The ``[[access]]`` rules' part of :meth:`decide_now` (the module doc)."""
+        found = self._decider(target.paths)
+        if target.tree:
+            found = found + self._below(target.paths)
+        elif _open_read(found, target):
+            # The warm path: a read anyone may (no rights tuple, no hashing).
+            known = user if user is not None else self._known(authorization, granted)
+            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+        rights = target.rights()
+        if _all_allow(found, rights, None):
+            # What anyone may: no credentials asked; a user already known
+            # is still named (the log, the per-user counters).
+            known = user if user is not None else self._known(authorization, granted)
+            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+        users = self.rules.users
+        index = -1 if users is None else users.index
+        if target.kind is Kind.EVENT:
+            return Access(Verdict.CHALLENGE, index, "serverio")
+        if not all(r is not None and r.someone(rights) for r in found):
+            return Access(Verdict.FORBID, index)  # nobody may, signed in or not
+        if user is None and target.kind is Kind.ENTRY:
+            user = self._known(authorization, granted)
+        if user is None and users is not None and users.index in granted:
+            user = _basic_user(authorization) or None
+        if user is not None:
+            if _all_allow(found, rights, user):
+                return Access(Verdict.ALLOW, index, user=user)
+            return Access(Verdict.FORBID, index, user=user)
+        if users is None or target.kind is Kind.ENTRY:
+            return Access(Verdict.CHALLENGE if users else Verdict.FORBID, index, "serverio")
+        if parse_basic(authorization) is None:
+            return Access(Verdict.CHALLENGE, index, users.realm)
+        return Access(Verdict.PENDING, index, users.realm)
+
+    def _below(self, paths: tuple[str, ...]) -> tuple[AccessRule | None, ...]:
+        """The ``[[access]]`` rules that can decide a path below the
+        collections ``paths`` names (a depth-infinity LOCK reaches members
+        not made yet): each must allow too."""
+        rules = self.rules
+        out: list[AccessRule | None] = []
+        for path in paths:
+            top = rules.canonical(path)
+            out += [r for r in rules.access if r.match is None or glob_below(r.pattern, top)]
+        return tuple(out)
+
+    def _known(self, authorization: str | None, granted: frozenset[int]) -> str | None:
+        """The user of ``authorization`` when already verified (this request,
+        or within the verification window); never a password check."""
+        users = self.rules.users
+        if users is None or authorization is None:
+            return None
+        if users.index in granted or self._verified_for(users, authorization):
+            return _basic_user(authorization) or None
+        return None
+
+    def allows(self, target: AccessTarget, user: str | None) -> bool:
+        """Would ``user`` (verified by the caller; None: anonymous) be
+        allowed ``target``, by the ``[[access]]`` and ``[[auth]]`` rules
+        and the ``[[writable]]`` tables?  No credentials, no wait."""
+        return self.decide_now(target, None, frozenset(), user).allowed
+
+    def _refused(self, target: AccessTarget, access: Access, user: str | None) -> None:
+        """Count and log (at -v) a refusal, naming the rule that decided it."""
+        counters = self.per_user.get(user) if user else None
+        if counters is not None and access.verdict is Verdict.FORBID:
+            counters[2] += 1
+        level = self._refusal_level
+        if not log.isEnabledFor(level):
+            return
+        right = target.needs.value
+        who = user or "anonymous"
+        path = target.paths[0] if target.paths else "/"
+        log.log(level, "denied %s of %r to %s: %s", right, path, who, self._why(target, user))
+
+    def _why(self, target: AccessTarget, user: str | None) -> str:
+        """The rule that refused ``target`` to ``user``, for the log."""
+        kind = target.kind
+        if kind is Kind.WRITE and not write_allowed(self.rules, target):
+            return "no [[writable]] table allows it"
+        if self.rules.access:
+            rights = target.rights()
+            found = self._decider(target.paths)
+            if target.tree:
+                found = found + self._below(target.paths)
+            for rule in found:
+                if rule is None:
+                    return "no [[access]] rule matches"
+                if not any(r in rule.rights_of(user) for r in rights):
+                    return f"{rule.where} (path {rule.pattern!r})"
+        auth = self.rule(target)
+        return "an [[auth]] rule" if auth is None else f"[[auth]] path {auth.pattern!r}"
 
     def _tree_now(
         self, target: AccessTarget, authorization: str | None, granted: frozenset[int]
@@ -189,7 +378,7 @@ class Gate:
         seen = self._verified.get(key)
         if seen is not None and mono - seen < _VERIFIED_TTL:
             self._verified.move_to_end(key)
-            return Access(Verdict.ALLOW, rule.index)
+            return Access(Verdict.ALLOW, rule.index, user=user)
         attempt = limiter.reserve(client, who, mono)
         if not isinstance(attempt, Attempt):
             return Access(Verdict.THROTTLE, rule.index, retry_after=retry_after(attempt))
@@ -210,9 +399,17 @@ class Gate:
             self._verified[key] = mono
             if len(self._verified) > _VERIFIED_MAX:
                 self._verified.popitem(last=False)
-            return Access(Verdict.ALLOW, rule.index)
+            return Access(Verdict.ALLOW, rule.index, user=user)
         self.stats.site.auth_failures += 1
         return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+
+    def count(self, user: str, size: int) -> None:
+        """One response to ``user`` of ``size`` bytes (a user of the users
+        files; any other name is not counted: the labels stay bounded)."""
+        counters = self.per_user.get(user)
+        if counters is not None:
+            counters[0] += 1
+            counters[1] += size
 
     def _credentials_key(self, rule: AuthRule, user: str, password: str) -> bytes:
         return hmac.new(
@@ -229,3 +426,60 @@ class Gate:
             return False
         seen = self._verified.get(self._credentials_key(rule, *creds))
         return seen is not None and trio.current_time() - seen < _VERIFIED_TTL
+
+
+def _basic_user(authorization: str | None) -> str:
+    """The user name of Basic credentials ("" without)."""
+    creds = parse_basic(authorization)
+    return "" if creds is None else creds[0]
+
+
+def _open_read(found: tuple[AccessRule | None, ...], target: AccessTarget) -> bool:
+    """Is ``target`` a read (a request path, a file, a listing) that every
+    rule of ``found`` lets an anonymous client have?  The common question,
+    answered from the flags the rules were compiled with; False: ask
+    :func:`_all_allow` (it may still allow)."""
+    if target.right is not None or target.also is not None:
+        return False
+    kind = target.kind
+    for rule in found:
+        if rule is None:
+            return False
+        if kind is Kind.FILE or kind is Kind.SIDECAR:
+            if not rule.anonymous_reads:
+                return False
+        elif kind is Kind.LISTING:
+            if not rule.anonymous_lists:
+                return False
+        elif kind is Kind.REQUEST or kind is Kind.RESERVED:
+            if not (rule.anonymous_reads or rule.anonymous_lists):
+                return False
+        else:
+            return False
+    return True
+
+
+def _all_allow(
+    found: tuple[AccessRule | None, ...], rights: tuple[Right, ...], user: str | None
+) -> bool:
+    """Does every rule of ``found`` give ``user`` one of ``rights``?"""
+    for rule in found:
+        if rule is None:
+            return False
+        if rule.rights_of(user).isdisjoint(rights):
+            return False
+    return True
+
+
+def _under(prefixes: tuple[str, ...], path: str) -> bool:
+    low = canonical(path)
+    return any(p == "/" or low == p or low.startswith(p + "/") for p in prefixes)
+
+
+def _user_names(rules: SiteRules) -> list[str]:
+    names: dict[str, None] = {}
+    if rules.users is not None:
+        names.update(dict.fromkeys(rules.users.users))
+    for rule in rules.auth:
+        names.update(dict.fromkeys(rule.users))
+    return list(names)

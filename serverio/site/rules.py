@@ -31,6 +31,7 @@ from typing import Final
 
 from ..config import ACTIVE_MODES
 from ..errors import ConfigError
+from ..http.access import Right
 from ..http.core import RequestFacts
 from ..http.extra import request_field
 from ..http.plans import NO_OPS, HeaderOps
@@ -42,6 +43,7 @@ __all__ = [
     "FORBIDDEN_HEADERS",
     "ORIGIN",
     "WRITE_ACTIONS",
+    "AccessRule",
     "AuthRule",
     "Cors",
     "HeaderRule",
@@ -276,6 +278,46 @@ class AuthRule:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessRule:
+    """One compiled ``[[access]]`` rule (or several with the same glob)."""
+
+    pattern: str
+    match: re.Pattern[str] | None  # None: every path ("/**")
+    anonymous: frozenset[Right]
+    # Any signed-in user the rule does not name (``authenticated`` and
+    # ``anonymous``'s rights).
+    authenticated: frozenset[Right]
+    # Each user the rule names, directly or through a group: all the
+    # rights that user has here.
+    users: Mapping[str, frozenset[Right]]
+    # Where it was declared, for the log line of a refusal.
+    where: str
+    # The glob over canonical paths (a case-insensitive proxy route's).
+    folded: re.Pattern[str] | None = None
+    # The warm path's questions, answered at start-up: may an anonymous
+    # client read here, list here (a request path: either)?
+    anonymous_reads: bool = False
+    anonymous_lists: bool = False
+
+    def rights_of(self, user: str | None) -> frozenset[Right]:
+        """The rights of ``user`` (None: an anonymous client) here."""
+        if user is None:
+            return self.anonymous
+        return self.users.get(user, self.authenticated)
+
+    def someone(self, rights: Sequence[Right]) -> bool:
+        """Can a signed-in user have one of ``rights`` here?"""
+        if any(r in self.authenticated for r in rights):
+            return True
+        return any(r in mine for mine in self.users.values() for r in rights)
+
+    def matches(self, path: str, loose: str | None = None) -> bool:
+        if self.match is None or self.match.fullmatch(path) is not None:
+            return True
+        return loose is not None and self.folded is not None and bool(self.folded.fullmatch(loose))
+
+
+@dataclass(frozen=True, slots=True)
 class SiteRules:
     """Every site rule of one server, compiled."""
 
@@ -302,6 +344,12 @@ class SiteRules:
     # the auth rules match the paths under them case-insensitively too
     # (serverio.site.access.rule_for), as their upstream reads them.
     fold_under: tuple[str, ...] = ()
+    # [[access]] / --allow (serverio.site.rights.AccessRule), most specific
+    # first; empty: the [[auth]] and [[writable]] rules alone decide.
+    access: tuple[AccessRule, ...] = ()
+    # With [[access]] rules: the users file (--auth-file, --auth) whose
+    # credentials name the user; its index follows the [[auth]] rules'.
+    users: AuthRule | None = None
 
     def canonical(self, path: str) -> str:
         return canonical(path) if self.fold else path
@@ -319,6 +367,7 @@ class SiteRules:
             or self.auth
             or self.hsts is not None
             or bool(self.writable)
+            or bool(self.access)
         )
 
 
@@ -886,7 +935,7 @@ def decide_route(rules: SiteRules, target: Target) -> RouteDecision:
     rewritten = rewrite_for(rules, target)
     path = match_path(target)
     paths = [path]
-    if rules.auth:
+    if rules.auth or rules.access:
         served = rewritten or target
         if rewritten is not None:
             paths.append(match_path(rewritten))

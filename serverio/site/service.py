@@ -40,11 +40,21 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from types import ModuleType
+from typing import Any, Protocol
 
 from ..concurrency.blocking import Pool
 from ..config import Config
 from ..errors import ConfigError
-from ..http.access import Access, AccessTarget, Kind, Ticket, Verdict, access_plan, resolved_path
+from ..http.access import (
+    Access,
+    AccessTarget,
+    Kind,
+    Right,
+    Ticket,
+    Verdict,
+    access_plan,
+    resolved_path,
+)
 from ..http.core import Allow, Plan, RequestFacts, error_plan, read_only, route
 from ..http.listing import Entry
 from ..http.plans import no_content_plan, redirect_plan
@@ -53,14 +63,16 @@ from ..live.protocol import csp_blocks_scripts, watch_csp
 from ..live.script import live_assets
 from ..model import Prepared
 from ..observe.stats import Stats
-from ..pipeline.handler import Deferred, Handler
+from ..pipeline.handler import Deferred
 from ..pipeline.hooks import Router
 from .access import write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
 from .gate import Gate
 from .passwords import check_hash, cost_profile
+from .rights import AccessSpec, allow_spec, compile_access
 from .rules import (
+    AuthRule,
     RouteDecision,
     SiteRules,
     clean_url_alternative,
@@ -74,6 +86,7 @@ from .rules import (
 __all__ = [
     "FAILURE_BUDGET",
     "FAILURE_WINDOW",
+    "Responder",
     "Site",
     "Ticket",
     "load_site",
@@ -82,6 +95,15 @@ __all__ = [
 ]
 
 log = logging.getLogger("serverio")
+
+
+class Responder(Protocol):
+    """What :meth:`Site.respond_now` asks of the request handler
+    (:class:`serverio.pipeline.handler.Handler`): its answer now, a
+    Prepared or a Deferred."""
+
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+
 
 _ROUTES_MAX = 4096
 
@@ -138,10 +160,13 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
     source = cfg.site.rules_source or "--config"
     auth: list[tuple[str, dict[str, str], str]] = []
     specs = list(cfg.site.auth)
-    if cfg.users.auth_file is not None:
+    # With [[access]] rules, --auth-file and --auth name the users the rules
+    # give rights to (read below); without, they protect the whole site.
+    rights = cfg.users.rights
+    if cfg.users.auth_file is not None and not rights:
         specs.insert(0, ("/**", cfg.users.auth_file))
     inline = _inline_users(cfg.users.auth_users)
-    if inline and cfg.users.auth_file is None:
+    if inline and cfg.users.auth_file is None and not rights:
         auth.append(("/**", inline, cost_profile(inline.values())))
     for i, (pattern, path) in enumerate(specs):
         where = (
@@ -155,7 +180,7 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         if inline and where == "--auth-file":
             users = {**users, **inline}  # one whole-site rule: --auth-file's and --auth's users
         auth.append((pattern, users, cost_profile(users.values())))
-    fold = bool(auth or cfg.site.header_rules) and case_insensitive(cfg.root)
+    fold = bool(auth or rights or cfg.site.header_rules) and case_insensitive(cfg.root)
     rules = compile_rules(
         fold=fold,
         headers=cfg.site.headers,
@@ -176,12 +201,42 @@ def load_site(cfg: Config, stats: Stats | None = None) -> Site | None:
         writable=cfg.site.writable if cfg.uploads.upload else (),
         fold_under=tuple(r.prefix for r in cfg.proxy.routes if r.case_insensitive),
     )
+    if rights:
+        rules = _with_access(cfg, rules, inline, source)
     if rules.empty:
         return None
     if cfg.live.watch:
         rules = _live_reload_csp(rules, cfg)
     pages = read_error_pages(cfg, rules, source, strict=True)
     return Site(cfg, rules, pages, stats or Stats())
+
+
+def _with_access(cfg: Config, rules: SiteRules, inline: dict[str, str], source: str) -> SiteRules:
+    """``rules`` with the ``[[access]]`` tables and ``--allow`` rules
+    compiled (:func:`serverio.site.rights.compile_access`) and the users
+    file they name users of (``--auth-file`` and ``--auth``) as the table
+    Basic credentials are checked against."""
+    users: dict[str, str] = {}
+    path = cfg.users.auth_file
+    if path is not None:
+        if os.path.exists(path) and served_inside(cfg, path):
+            raise ConfigError(f"--auth-file: users file {path!r} is inside the served root")
+        users = _read_users(path, "--auth-file")
+    users.update(inline)
+    specs: list[AccessSpec] = [
+        (glob, grants, f"{source}: [[access]] #{i + 1}")
+        for i, (glob, grants) in enumerate(cfg.users.access)
+    ]
+    specs += [allow_spec(line) for line in cfg.users.allow]
+    under = () if rules.fold else rules.fold_under
+    access = compile_access(
+        specs, list(users), cfg.users.groups, source, fold=rules.fold, folded=bool(under)
+    )
+    table = None
+    if users:
+        index = len(rules.auth)  # after the [[auth]] rules' (Ticket.granted)
+        table = AuthRule("/**", None, users, "serverio", cost_profile(users.values()), index)
+    return replace(rules, access=access, users=table)
 
 
 def plain_auth_warning(cfg: Config) -> str | None:
@@ -277,7 +332,7 @@ class Site:
         self.config = cfg
         self.rules = rules
         self.stats = stats
-        self.gate = Gate(rules, stats, cfg.listeners.workers)
+        self.gate = Gate(rules, stats, cfg.listeners.workers, verbose=cfg.log.verbose)
         self.finisher = Finisher(cfg, rules, pages)
         # Per request target: the rules' decision and its access target.
         self._routes: dict[Target, tuple[RouteDecision, AccessTarget]] = {}
@@ -313,6 +368,7 @@ class Site:
         req: RequestFacts,
         client: Callable[[], str],
         granted: frozenset[int] = frozenset(),
+        user: str | None = None,
     ) -> Access:
         """THE access decision: may the client of ``req`` have ``target``?
 
@@ -320,23 +376,51 @@ class Site:
         pipeline's hook, :func:`serverio.pipeline.request.access`): the
         rule that protects its paths, then ``req``'s Basic credentials,
         the failure limiter and the password check.  ``granted``: rules
-        this request already passed (not checked again).  The result is a
-        decision; :func:`serverio.http.access.access_plan` makes a
-        refusal's response.
+        this request already passed (not checked again).  ``user``: a user
+        the caller verified otherwise (a session cookie, a trusted proxy's
+        header), decided on as a signed-in user.  The target's right
+        (:attr:`~serverio.http.access.AccessTarget.right`) is what the
+        ``[[access]]`` rules are asked about.  The result is a decision
+        (``Access.user``: the signed-in user it knows);
+        :func:`serverio.http.access.access_plan` makes a refusal's response.
 
         Cancellation handling: the password check is the only wait; it may
         be abandoned like any pooled call, and then counts as a failure.
         """
-        return await self.gate.decide(target, req.authorization, granted, client)
+        return await self.gate.decide(target, req.authorization, granted, client, user)
 
-    def access_now(self, target: AccessTarget, req: RequestFacts | None) -> Access:
+    def access_now(
+        self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
+    ) -> Access:
         """The same decision, without waiting: final for the named kinds
         (``Kind.ENTRY``: shown to credentials verified within the window;
         ``Kind.EVENT``: only an unprotected path), ``Verdict.PENDING`` when
         a served kind needs the password check.  ``req`` None: a client
         without credentials."""
         authorization = req.authorization if req is not None else None
-        return self.gate.decide_now(target, authorization, frozenset())
+        return self.gate.decide_now(target, authorization, frozenset(), user)
+
+    def count(self, user: str, size: int) -> None:
+        """A response of ``size`` body bytes sent to signed-in ``user``
+        (the per-user counters of /metrics; a name no users file holds is
+        not counted)."""
+        self.gate.count(user, size)
+
+    def may(self, right: Right, path: str, user: str | None) -> bool:
+        """May ``user`` (verified by the caller; None: an anonymous client)
+        have ``right`` on ``path`` (a match path: ``/a/b``, ``/d/`` for a
+        directory)?  The hook's decision, without credentials or a wait:
+        for what a page offers (an upload form, a delete button) and what a
+        share link may grant (``Right.SHARE`` to make one, the link's own
+        rights on its path).  Writes also need ``--upload``; the caller
+        knows whether it is on.  A path reached through a symlink is asked
+        again on its resolved path (:func:`~serverio.site.access.resolved_path`)
+        by the caller, as the pipeline does."""
+        if right.writes:
+            kind = Kind.WRITE  # the [[writable]] tables too
+        else:
+            kind = Kind.LISTING if right is Right.LIST else Kind.FILE  # read, share
+        return self.gate.allows(AccessTarget((path,), kind, right), user)
 
     async def admit(
         self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
@@ -358,6 +442,8 @@ class Site:
         if access.allowed and rule >= 0 and rule not in ticket.granted:
             ticket.granted = ticket.granted | {rule}
             ticket.protected = ticket.authed = True
+        if access.user:
+            ticket.user = access.user
         return access
 
     def visible_entries(
@@ -389,9 +475,9 @@ class Site:
         actual request still goes through the access hook in full."""
         paths = (match_path(target),)
         out = b""
-        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, "put")):
+        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, Right.UPLOAD)):
             out += b", PUT, POST"
-        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, "delete")):
+        if write_allowed(self.rules, AccessTarget(paths, Kind.WRITE, Right.DELETE)):
             out += b", DELETE"
         return out
 
@@ -404,7 +490,7 @@ class Site:
         passed that check to be shown); never for a path no
         ``[[writable]]`` table allows, nor to a client without credentials
         under an auth rule."""
-        target = AccessTarget((match_path(req.target),), Kind.WRITE, "put")
+        target = AccessTarget((match_path(req.target),), Kind.WRITE, Right.UPLOAD)
         verdict = self.access_now(target, req).verdict
         return verdict is Verdict.ALLOW or verdict is Verdict.PENDING
 
@@ -440,17 +526,19 @@ class Site:
             return Ticket(access_plan(access, now, head=head), req)
         protected = access.rule >= 0
         granted = frozenset((access.rule,)) if protected else frozenset()
+        user = access.user
         if plan is not None:
-            return Ticket(plan, req, protected, protected, granted)
+            return Ticket(plan, req, protected, protected, granted, user)
         if decision.redirect is not None:
             status, loc = decision.redirect
             plan = redirect_plan(status, loc, now, head=head)
-            return Ticket(plan, req, protected, protected, granted)
+            return Ticket(plan, req, protected, protected, granted, user)
         if decision.not_found:
-            return Ticket(error_plan(404, now, head_only=head), req, protected, protected, granted)
+            plan = error_plan(404, now, head_only=head)
+            return Ticket(plan, req, protected, protected, granted, user)
         if decision.rewritten is not None:
             req = replace(req, target=decision.rewritten)
-        return Ticket(None, req, protected, protected, granted)
+        return Ticket(None, req, protected, protected, granted, user)
 
     def _is_reserved(self, target: Target) -> bool:
         return self._reserved is not None and target.segments[:1] == self._reserved
@@ -468,7 +556,7 @@ class Site:
 
     # ------------------------------------------------------------ step 2
 
-    def respond_now(self, handler: Handler, req: RequestFacts, now: float) -> Prepared | Deferred:
+    def respond_now(self, handler: Responder, req: RequestFacts, now: float) -> Prepared | Deferred:
         """The handler's answer, retried with the alternative target when
         clean URLs or ``--trailing-slash remove`` call for one."""
         answer = handler.respond_now(req, now)
@@ -480,8 +568,9 @@ class Site:
             if alt is None:
                 return answer
             answer.close()
-            return handler.respond_now(alt, now)
-        first = answer
+            retried: Prepared | Deferred = handler.respond_now(alt, now)
+            return retried
+        first: Deferred = answer
 
         async def step(_: Prepared | None) -> Prepared:
             prepared = await first.run()
@@ -489,7 +578,7 @@ class Site:
             if alt is None:
                 return prepared
             prepared.close()
-            again = handler.respond_now(alt, now)
+            again: Prepared | Deferred = handler.respond_now(alt, now)
             if isinstance(again, Prepared):
                 return again
             try:
@@ -560,6 +649,10 @@ class _Chained(Deferred):
             return await super().run()
         finally:
             self._inner.close()
+
+    @property
+    def holds(self) -> bool:
+        return self._inner.holds or super().holds
 
     def close(self) -> None:
         super().close()

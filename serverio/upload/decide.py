@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
+from ..errors import Problem
 from ..http.core import (
     FileFacts,
     Plan,
@@ -31,12 +32,16 @@ __all__ = [
     "created_plan",
     "cross_site",
     "deleted_plan",
+    "duplicate_problem",
     "errno_status",
     "form_answer",
     "has_preconditions",
     "is_create_only",
+    "name_problem",
     "precondition_status",
+    "refusal_problem",
     "replaced_plan",
+    "too_large_problem",
 ]
 
 # The statuses of serverio.fs.writer.Refusal, by its value (fs gives reasons,
@@ -209,3 +214,63 @@ def form_answer(
         (b"content-length", b"%d" % len(data)),
     ]
     return Plan(201, tuple(hs), (data,))
+
+
+# ------------------------------------------------------------- problems
+#
+# What a refused write tells its client (serverio.errors.Problem): the
+# name, the limit, the rule or the option that would help; rendered as a
+# page, a problem document or the second line of the text by
+# serverio.http.errorpage.
+
+
+def duplicate_problem(name: str) -> Problem:
+    """409: a form upload's file whose name is taken (``--on-duplicate error``)."""
+    return Problem(
+        f"A file named \u201c{name}\u201d already exists here. The server keeps it "
+        "(--on-duplicate error); --on-duplicate rename keeps both, overwrite replaces it.",
+        (("name", name), ("option", "--on-duplicate")),
+    )
+
+
+def too_large_problem(limit: int) -> Problem:
+    """413: the upload is larger than ``--max-upload-size``."""
+    return Problem(
+        f"The upload is larger than this server accepts: at most {limit} bytes "
+        "(--max-upload-size).",
+        (("limit", limit), ("option", "--max-upload-size")),
+    )
+
+
+def name_problem(rule: str, name: str = "") -> Problem:
+    """400: a name the upload rules refuse; ``rule`` says which
+    (:class:`serverio.fs.names.NameProblem`'s text)."""
+    shown = f" \u201c{name}\u201d" if name else ""
+    return Problem(f"The name{shown} is refused: {rule}.", (("rule", rule),))
+
+
+_REFUSAL_DETAIL: Final[dict[str, tuple[str, tuple[tuple[str, str | int], ...]]]] = {
+    "parent directory missing": (
+        "The folder this would be written in does not exist. Create it first "
+        "(MKCOL, or New folder on the page), or start the server with --upload-mkdirs.",
+        (("option", "--upload-mkdirs"),),
+    ),
+    "target is a directory": ("A folder of that name is there: a file cannot replace it.", ()),
+    "target is not a regular file": (
+        "Something other than a regular file (a link, a device) has that name: it is never "
+        "replaced.",
+        (),
+    ),
+    "unsafe name": ("The name is refused: a hidden or reserved name.", (("rule", "unsafe name"),)),
+    "not enough free space": (
+        "The disk would be left with less free space than --min-free-space.",
+        (("option", "--min-free-space"),),
+    ),
+}
+
+
+def refusal_problem(refusal: str) -> Problem | None:
+    """The problem for a :class:`serverio.fs.writer.Refusal` (by value), or
+    None where the status says it all (412, 404)."""
+    got = _REFUSAL_DETAIL.get(refusal)
+    return None if got is None else Problem(got[0], got[1])

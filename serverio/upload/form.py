@@ -61,12 +61,19 @@ from ..fs.writer import (
     open_target,
     writable_current,
 )
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, error_plan
 from ..observe.stats import Stats
 from ..pipeline.hooks import Admit, WriteContent
 from ..writes.multipart import MultipartParser, PartData, PartEnd, PartStart, boundary_of
-from .decide import REFUSAL_STATUS, form_answer
+from .decide import (
+    REFUSAL_STATUS,
+    duplicate_problem,
+    form_answer,
+    name_problem,
+    refusal_problem,
+    too_large_problem,
+)
 from .fields import CONTENT_TYPE
 
 __all__ = ["MAX_FIELD_BYTES", "MKDIR_FIELD", "WriteKit", "place_file", "post_form"]
@@ -167,6 +174,7 @@ class _Form:
     files: list[tuple[str, int]] = field(default_factory=list)
     directories: list[str] = field(default_factory=list)
     touched: bool = False  # a temporary was made (an abort counts then)
+    naming: str = ""  # the file being placed (named by a 409's problem)
 
     async def start(self, ev: PartStart) -> None:
         cfg = self.kit.config
@@ -180,7 +188,12 @@ class _Form:
         try:
             name = reduce_name(ev.filename, hidden=hidden, windows=_WINDOWS)
         except UnsafeName as exc:
-            raise HTTPError(400, f"unsafe file name: {exc.problem.value}") from None
+            raise HTTPError(
+                400,
+                f"unsafe file name: {exc.problem.value}",
+                problem=name_problem(exc.problem.value, ev.filename),
+            ) from None
+        self.naming = name
         pol = cfg.uploads
         min_free = pol.min_free_space
         place: Placement = await run_blocking(
@@ -195,15 +208,17 @@ class _Form:
             late_close=Placement.close,
         )
         job = self.job = WriteJob(place, sync=not pol.no_fsync, min_free=min_free)
+        self.overwrite = place.current is not None
         if self.admit is not None:
             # The file's own rule, on the path it would land at (after
-            # --on-duplicate picked it): as a PUT of it would be asked.
+            # --on-duplicate picked it): as a PUT of it would be asked, an
+            # upload of a new name or an overwrite of an existing file.
             # The job holds the directory, so a refusal settles it.
             path = "/" + "/".join((*self.req.target.segments, place.name))
-            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            right = Right.OVERWRITE if self.overwrite else Right.UPLOAD
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, right))
             if denied is not None:
                 raise _FileRefused(denied)
-        self.overwrite = place.current is not None
         refusal = writable_current(place.current)
         if refusal is not None:
             raise WriteRefused(refusal)  # a directory or special file of that name
@@ -214,7 +229,8 @@ class _Form:
         job = self.job
         if job is not None:
             if job.written + len(ev.data) > self.kit.config.uploads.max_upload_size:
-                raise HTTPError(413, "file too large", close=True)
+                limit = self.kit.config.uploads.max_upload_size
+                raise HTTPError(413, "file too large", close=True, problem=too_large_problem(limit))
             await self.kit.step(job, job.write, ev.data)
         elif self.value is not None:
             if len(self.value) + len(ev.data) > MAX_FIELD_BYTES:
@@ -241,12 +257,16 @@ class _Form:
         hidden = self.kit.config.files.hidden
         try:
             name = check_name(raw.decode("utf-8").strip(), hidden=hidden, windows=_WINDOWS)
-        except (UnicodeDecodeError, UnsafeName):
-            raise HTTPError(400, "unsafe directory name") from None
+        except UnsafeName as exc:
+            problem = name_problem(exc.problem.value, raw.decode("utf-8", "replace").strip())
+            raise HTTPError(400, "unsafe directory name", problem=problem) from None
+        except UnicodeDecodeError:
+            problem = name_problem("not valid UTF-8")
+            raise HTTPError(400, "unsafe directory name", problem=problem) from None
         if self.admit is not None:
             # The new folder's own rule, as a MKCOL of it would be asked.
             path = "/" + "/".join((*self.req.target.segments, name)) + "/"
-            denied = await self.admit(AccessTarget((path,), Kind.WRITE, "put"))
+            denied = await self.admit(AccessTarget((path,), Kind.WRITE, Right.MKDIR))
             if denied is not None:
                 raise _FileRefused(denied)
         await run_blocking(
@@ -287,7 +307,7 @@ async def post_form(
     limit = kit.config.uploads.max_upload_size
     if content.declared is not None and content.declared > limit:
         kit.stats.writes.aborted += 1
-        return error_plan(413, now, close=True)
+        return error_plan(413, now, close=True, problem=too_large_problem(limit))
     form = _Form(kit, req, admit)
     done = False
     try:
@@ -295,7 +315,7 @@ async def post_form(
         while (chunk := await content.next_chunk()) is not None:
             total += len(chunk)
             if total > limit:
-                return error_plan(413, now, close=True)
+                return error_plan(413, now, close=True, problem=too_large_problem(limit))
             for ev in parser.feed(chunk):
                 if type(ev) is PartData:
                     await form.data(ev)
@@ -310,7 +330,8 @@ async def post_form(
         # the parser's (malformed 400, too many parts 413): the body is not
         # read to its end, so a 413 closes the connection.
         log.info("form upload to %s refused: %s", req.target.relpath, exc.detail)
-        return error_plan(exc.status, now, close=exc.close or exc.status == 413)
+        close = exc.close or exc.status == 413
+        return error_plan(exc.status, now, close=close, problem=exc.problem)
     except _FileRefused as exc:
         log.info("form upload to %s refused: a file's own access rule", req.target.relpath)
         if not form.touched:  # else the finally counts this form's abort
@@ -318,8 +339,10 @@ async def post_form(
         return exc.plan
     except WriteRefused as exc:
         if exc.refusal is Refusal.EXISTS:
-            return error_plan(409, now)  # --on-duplicate error, or a name taken meanwhile
-        return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
+            # --on-duplicate error, or a name taken meanwhile
+            return error_plan(409, now, problem=duplicate_problem(form.naming))
+        value = exc.refusal.value
+        return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
     finally:
         job, form.job = form.job, None
         if not done and form.touched:

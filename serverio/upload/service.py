@@ -45,11 +45,12 @@ from ..fs.writer import (
     WriteRefused,
     current_bytes,
     delete_file,
+    make_parents,
     open_target,
     sweep,
     writable_current,
 )
-from ..http.access import AccessTarget, Kind
+from ..http.access import AccessTarget, Kind, Right
 from ..http.core import ALLOW, FileFacts, Plan, RequestFacts, content_digest, error_plan
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import Target, is_write_temp
@@ -66,7 +67,9 @@ from .decide import (
     has_preconditions,
     is_create_only,
     precondition_status,
+    refusal_problem,
     replaced_plan,
+    too_large_problem,
 )
 from .fields import CONTENT_RANGE, digests
 from .form import post_form
@@ -140,7 +143,7 @@ class Uploads:
         # Origins the CSRF rule accepts besides this server's (--cors-writes).
         self.write_origins = frozenset(site.cors_origins if site.cors_writes else ())
         # Rules a symlink's resolved target is decided on too (serverio.upload.resolved).
-        self.resolving = bool(site.auth or site.writable)
+        self.resolving = bool(site.auth or site.writable) or config.users.rights
 
     # ------------------------------------------------------------ start-up
 
@@ -200,7 +203,18 @@ class Uploads:
             if cross_site(req, self.write_origins):
                 return error_plan(403, now)  # the CSRF rule (docs/features.md "Uploads")
         action = "delete" if req.method == b"DELETE" else "put"
-        refusal = await admit(AccessTarget((match_path(target),), Kind.WRITE, action))
+        path = match_path(target)
+        if action == "delete":
+            asked = AccessTarget((path,), Kind.WRITE, Right.DELETE)
+        elif form:
+            # The folder a form posts to: each file and new folder is asked
+            # again on its own path (serverio.upload.form).
+            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.MKDIR)
+        else:
+            # Whether the file exists is known once it is placed (_put asks
+            # again with the one right it needs); either will do until then.
+            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
+        refusal = await admit(asked)
         if refusal is not None:
             if action == "put":
                 self.stats.writes.aborted += 1
@@ -226,10 +240,11 @@ class Uploads:
             if form:
                 return await post_form(self, req, content, now, admit)
             if action == "put":
-                return await self._put(req, content, now, gate)
+                return await self._put(req, content, now, gate, admit)
             return await self._delete(req, now, gate)
         except WriteRefused as exc:
-            return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
+            value = exc.refusal.value
+            return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
         except OSError as exc:
             status = errno_status(exc.errno)
             if status == 500:
@@ -242,6 +257,15 @@ class Uploads:
     async def _open(self, req: RequestFacts, need: int) -> Placement:
         pol = self.config.uploads
         min_free = pol.min_free_space + need if pol.min_free_space else 0
+        segments = req.target.segments
+        if pol.upload_mkdirs and len(segments) > 1:
+            # --upload-mkdirs: the missing folders first (as dufs does);
+            # without it a missing parent is 409 (RFC 4918 §9.7.1).
+            made = await run_blocking(
+                self.pool, make_parents, self.opener(), segments[:-1], self.config.files.hidden
+            )
+            if made:
+                self.changed("/".join(segments[:-1]))
         place: Placement = await run_blocking(
             self.pool,
             open_target,
@@ -270,7 +294,8 @@ class Uploads:
         precondition, else None."""
         refusal = writable_current(job.place.current)
         if refusal is not None:
-            return error_plan(REFUSAL_STATUS[refusal.value], now)
+            value = refusal.value
+            return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
         if job.place.current is not None and is_create_only(req):
             return error_plan(412, now)
         current = await self._current(req, job)
@@ -278,13 +303,18 @@ class Uploads:
         return None if status is None else error_plan(status, now)
 
     async def _put(
-        self, req: RequestFacts, content: WriteContent, now: float, gate: CommitGate | None
+        self,
+        req: RequestFacts,
+        content: WriteContent,
+        now: float,
+        gate: CommitGate | None,
+        admit: Admit,
     ) -> Plan:
         limit = self.config.uploads.max_upload_size
         declared = content.declared
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
-            return error_plan(413, now, close=True)
+            return error_plan(413, now, close=True, problem=too_large_problem(limit))
         value = digests(req)
         expected = {} if value is None else parse_digests([value.encode("latin-1")])
         files = self.config.files
@@ -298,6 +328,13 @@ class Uploads:
         )
         committed = False
         try:
+            # The one right this PUT needs, now that its file is placed: a
+            # new name is an upload, an existing file an overwrite.
+            existing = job.place.current is not None
+            right = Right.OVERWRITE if existing else Right.UPLOAD
+            denied = await admit(AccessTarget((match_path(req.target),), Kind.WRITE, right))
+            if denied is not None:
+                return denied
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
@@ -310,7 +347,7 @@ class Uploads:
             pending = 0
             while (chunk := await content.next_chunk()) is not None:
                 if job.written + pending + len(chunk) > limit:
-                    return error_plan(413, now, close=True)
+                    return error_plan(413, now, close=True, problem=too_large_problem(limit))
                 batch.append(chunk)
                 pending += len(chunk)
                 if pending >= _WRITE_BATCH:

@@ -4,7 +4,10 @@ A separate listener (``--admin-bind``), never the public port: metrics tell
 an attacker how loaded the server is, and health checks must keep answering
 while the public listener is closed for a drain.  It is deliberately tiny:
 one request per connection, a short deadline, a small head limit, h11 for
-parsing; nothing here touches the filesystem or the pools.
+parsing; nothing here touches the filesystem or the pools.  It belongs to
+the composition root, not to the transports: what it answers (its paths,
+its 400 and 405, who may POST) is the application's decision, and the
+public transports (:mod:`serverio.net`) know nothing of it.
 
 Admission is its own: public connections never count against it (nor admin
 connections against ``--max-connections``).  The request head must arrive
@@ -36,9 +39,9 @@ import trio
 from ..config import parse_host_port
 from ..http.core import Plan, common_fields, error_plan
 from ..http.hosts import HostRule, host_allowed
+from ..net.admission import reject_at_once as _reject_at_once
+from ..net.listen import _bind
 from ..wire.h1 import Canned, head_bytes
-from .admission import reject_at_once as _reject_at_once
-from .listen import _bind
 
 __all__ = [
     "PROMETHEUS_TYPE",

@@ -30,9 +30,12 @@ import trio
 from ..concurrency.blocking import Pool
 from ..config import Config, wants_site_rules
 from ..fs.filecache import FileCache
-from ..fs.mounts import open_root
+from ..fs.mounts import LazyRoot
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
+from ..net.connection import ConnectionTask
+from ..net.env import ConnectionEnv, Switched
+from ..net.order import ServeOrder
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.logpipe import LogPipe
@@ -41,15 +44,13 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..wire.h1 import keep_spellings
-from .connection import ConnectionTask
-from .env import ConnectionEnv, Switched
-from .order import ServeOrder
 
 if TYPE_CHECKING:
     from ..dav.service import DavService
     from ..live.service import LiveReload
     from ..proxy.service import ProxyService
     from ..signing import Signer
+    from ..site.service import Site
     from ..upload.service import Uploads
 
 # Start-up (docs/performance.md "Start-up"): each optional feature (live
@@ -91,13 +92,18 @@ class Services:
         self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
         self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
-        self._opener: ContainedRoot | None = None
+        # The contained root, opened on first use (one RootOpener, or one
+        # per mount: serverio.fs.mounts); every feature gets this callable.
+        self._root = LazyRoot(config)
         self._signer: Signer | None = None
         # The caches and the request pipeline; connections get the handler
         # and the shared sinks (env), never the server.
-        self.content = ContentService(config, self.stats, self.work, lambda: self.opener)
+        self.content = ContentService(config, self.stats, self.work, self._root)
         self.pools = [self.fs, self.work]
         self.live: LiveReload | None = None
+        # The site rules (None: none configured); connections see them
+        # through env.site, as the pipeline names them.
+        self.site: Site | None = None
         self.proxy: ProxyService | None = None
         self.handler = self._handler()
         self.env = ConnectionEnv(
@@ -129,7 +135,7 @@ class Services:
             from ..upload.service import Uploads, allow_writes
 
             # --upload: the write step, with a pool of its own.
-            self.uploads = Uploads(config, self.stats, lambda: self.opener, self.files)
+            self.uploads = Uploads(config, self.stats, self._root, self.files)
             self.pools.append(self.uploads.pool)
             # The listing shows the upload form (without site rules the
             # whole root is writable; _site() puts the access hook here).
@@ -147,7 +153,7 @@ class Services:
             from ..archive.service import Archives
 
             # Folder archives: the listing's other form, read in the fs pool.
-            archives = Archives(config, self.fs, self.content, lambda: self.opener)
+            archives = Archives(config, self.fs, self.content, self._root)
             self.hooks = dataclasses.replace(self.hooks, listing=archives)
         if config.proxy.enabled:
             from ..proxy.service import ProxyService
@@ -157,7 +163,7 @@ class Services:
             self.hooks = dataclasses.replace(self.hooks, proxy=self.proxy)
         return Handler(
             config,
-            lambda: self.opener,
+            self._root,
             fs=self.fs,
             files=self.files,
             content=self.content,
@@ -205,7 +211,7 @@ class Services:
             anonymous_timeout_max=pol.webdav_anonymous_lock_timeout_max,
         )
         locks = TableLocks(table)
-        self.dav = dav = DavService(config, lambda: self.opener, self.files, uploads, locks)
+        self.dav = dav = DavService(config, self._root, self.files, uploads, locks)
         if pol.webdav_prefix is None:
             self.hooks = dataclasses.replace(
                 self.hooks, write=dav.write, write_methods=DAV_METHODS, allow=dav.allow
@@ -232,7 +238,7 @@ class Services:
             return  # none configured: not even imported
         from ..site.service import load_site
 
-        self.env.site = site = load_site(self.config, self.stats)
+        self.site = self.env.site = site = load_site(self.config, self.stats)
         if site is None:
             return
         # The names -H and [[headers]] set go out over HTTP/1.1 as spelled.
@@ -251,7 +257,7 @@ class Services:
             self.content.writable = site.may_write  # the form only where writes are allowed
         elif self.dav is not None and self.config.uploads.webdav_prefix is not None:
             self.content.writable = _outside(self.dav, site.may_write)
-        if site.rules.auth:
+        if site.rules.auth or site.rules.access:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
             if self.dav is not None:
@@ -263,10 +269,7 @@ class Services:
     def opener(self) -> ContainedRoot:
         """The contained root, opened on first use (``serve`` opens it
         before accepting anything)."""
-        if self._opener is None:
-            # One RootOpener, or one per mount (serverio.fs.mounts).
-            self._opener = open_root(self.config)
-        return self._opener
+        return self._root()
 
     @property
     def signer(self) -> Signer:
@@ -297,7 +300,8 @@ class Services:
     def close_root(self) -> None:
         """Close the root descriptor, unless an abandoned thread may still
         use it."""
-        if self._opener is None:
+        opened = self._root.opened
+        if opened is None:
             return
         writer = self.uploads.pool.running if self.uploads is not None else 0
         if self.fs.running or self.work.running or writer:
@@ -307,8 +311,8 @@ class Services:
             # or finish on the real root, and process exit closes it.
             log.warning("keeping the root directory fd open for abandoned threads")
         else:
-            self._opener.close()
-        self._opener = None
+            opened.close()
+        self._root.forget()
         self.handler.forget_root()
 
 
@@ -317,7 +321,7 @@ def _h2_connection(
 ) -> Switched:
     """The HTTP/2 side of a connection that speaks it (a SwitchFactory);
     serverio.net.h2conn and h2 are imported by the first one."""
-    from .h2conn import H2Connection
+    from ..net.h2conn import H2Connection
 
     return H2Connection(env, stream, client, initial)
 

@@ -6,13 +6,13 @@ Structure (docs/architecture.md, "The server", has the table)::
                                       shutdown, abort, addresses, counters)
       Listeners   (net.listen)        the bound sockets, their TLS contexts
                                       and protocols
-      Services    (net.services)      what connections use: stats and sinks,
+      Services    (app.services)      what connections use: stats and sinks,
                                       pools, caches, handler, site, root,
                                       the ConnectionEnv
       Admission   (net.admission)     connection slots, connection tasks,
                                       the over-limit 503
       Acceptor    (net.accept)        the accept loops, EMFILE, the spare fd
-      Lifecycle   (net.lifecycle)     serve, then the shutdown order
+      Lifecycle   (app.lifecycle)     serve, then the shutdown order
                                       (lame duck, stop accepting, drain,
                                       cancel, abandon stuck threads)
 
@@ -28,7 +28,7 @@ Task tree while serving::
                                       and outlive the connections
 
 Graceful shutdown (:meth:`Server.shutdown`, SIGINT/SIGTERM in the CLI) is
-:class:`~serverio.net.lifecycle.Lifecycle`'s order, steps 0-5; a second
+:class:`~serverio.app.lifecycle.Lifecycle`'s order, steps 0-5; a second
 :meth:`Server.abort` (second signal) skips to step 4 at once.
 """
 
@@ -44,20 +44,20 @@ from ..concurrency.blocking import Pool
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
+from ..net.accept import Acceptor
+from ..net.admission import Admission
+from ..net.connection import ConnectionTask
+from ..net.env import ConnectionEnv
+from ..net.listen import Listeners, bind_public, public_addresses
 from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
 from ..observe.stats import Stats
 from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
-from .accept import Acceptor
-from .admission import Admission
-from .connection import ConnectionTask
-from .env import ConnectionEnv
 from .lifecycle import Lifecycle
-from .listen import Listeners, bind_public, public_addresses
 from .services import Services
 
-if TYPE_CHECKING:  # imported by --watch only (net.services)
+if TYPE_CHECKING:  # imported by --watch only (app.services)
     from ..live.service import LiveReload
 
 __all__ = ["Server", "bind_public", "public_addresses"]

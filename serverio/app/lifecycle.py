@@ -50,9 +50,9 @@ from collections.abc import Callable
 
 import trio
 
-from .accept import Acceptor
-from .admission import Admission
-from .listen import Listeners
+from ..net.accept import Acceptor
+from ..net.admission import Admission
+from ..net.listen import Listeners
 from .services import Services
 
 __all__ = ["Lifecycle"]
@@ -114,7 +114,7 @@ class Lifecycle:
         # nursery absorbs that cancellation), and then step 5 needs none.
         deadline = trio.current_time()
         try:
-            site = services.env.site
+            site = services.site
             async with (
                 services.handler.running(),
                 site.running() if site is not None else contextlib.nullcontext(),

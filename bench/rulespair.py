@@ -1,0 +1,71 @@
+"""The warm 1 KiB GET of ``bench/pair.py`` under a site-rules configuration
+given by name, for any tree (``python -m bench.rulespair MODE -n N`` from the
+tree's root): ``plain`` (no rule), ``auth`` (an ``[[auth]]`` rule over
+``/incoming/**``, the file public: what a public site with a protected area
+was before ``[[access]]``), ``access`` (``--allow 'anonymous:read,list@/'
+--allow 'alice:upload,overwrite@/incoming'``: the same site with rights
+rules).  The tree's own ``pair.py`` runs it; only its ``Config.of`` is
+given the settings, so an older tree is measured on its own code (used by
+``bench callgrind``'s measurement of issue 44's target: the two configurations
+on two commits, the same instructions counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MODES", "main", "settings"]
+
+MODES = ("plain", "auth", "access")
+
+
+def settings(mode: str, users: Path) -> dict[str, Any]:
+    """The Config settings of ``mode`` (``users``: a users file to write)."""
+    if mode == "plain":
+        return {}
+    from serverio.site.passwords import hash_password
+
+    users.write_text(f"alice:{hash_password('bench-password', 1000)}\n")
+    if mode == "auth":
+        return {"auth": (("/incoming/**", str(users)),)}
+    return {
+        "auth_file": str(users),
+        "allow": ("anonymous:read,list@/", "alice:upload,overwrite@/incoming"),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=MODES)
+    p.add_argument("-n", type=int, default=20000)
+    args = p.parse_args()
+    sys.path.insert(0, os.getcwd())
+    import trio
+
+    from bench import pair
+    from serverio import Config
+
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as other:
+        extra = settings(args.mode, Path(other) / "users")
+        real = Config.of
+
+        def of(**kw: Any) -> Config:
+            return real(**{**kw, **extra})
+
+        Config.of = of  # type: ignore[method-assign]  # the class pair.py builds with
+        root = Path(tmp)
+        (root / "1k.bin").write_bytes(bytes(range(256)) * 4)
+        time.sleep(2.1)  # settled files only are cached (bench/pair.py)
+        pair.freeze_wall_clock()
+        us = trio.run(pair.run, "serverio", args.n, root)
+    print(f"serverio ({args.mode}): {us:.1f} us per request (client and server, one process)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""The one driver of an exchange: fulfils its needs, feeds the step.
+
+:func:`drive` is the only pipeline code that awaits for a request (with the
+fulfillers it names below): it takes the state and need
+:func:`~serverio.pipeline.exchange.begin` returned, awaits what the need
+names under the server's pools and limiters, hands the result to
+:func:`~serverio.pipeline.exchange.step`, and goes on until the step
+returns the :class:`~serverio.pipeline.exchange.Final` answer.  Both
+transports call it (HTTP/1.1's connection, HTTP/2's stream answer), with
+an :class:`Io`: what of the transport a need may use.
+
+Cancellation handling: a cancellation (the client gone on HTTP/2, a
+shutdown's cut) propagates out of the need's await; the state's held
+answer or deferred step is closed before it does, and a handler step
+handed to the transport's ``wait`` is closed by that wait in every case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple, cast
+
+from ..errors import HTTPError
+from ..fs.body import Body
+from ..http.access import AccessTarget, Ticket, access_plan
+from ..http.core import Plan
+from ..model import ChunkSource, Prepared
+from .exchange import (
+    Admit,
+    Authenticate,
+    Coding,
+    Exchange,
+    Failed,
+    FileSlot,
+    Final,
+    Listing,
+    Machine,
+    Need,
+    Receive,
+    Resolve,
+    Upstream,
+    Write,
+    step,
+)
+from .handler import Content, Deferred
+from .hooks import NO_HEAD, Proxy, RawHead, Upload, WriteContent
+
+__all__ = ["NO_CONTENT", "Io", "Wait", "access", "drive"]
+
+
+# How a transport waits for a handler step: the finished Prepared, or None
+# when its client went away meanwhile (the step is closed either way).
+Wait = Callable[[Deferred], Awaitable[Prepared | None]]
+
+
+class Io(NamedTuple):
+    """What a need may use of the transport: who the client is, how it
+    waits for a handler step (HTTP/1.1 watches its socket for a disconnect
+    meanwhile; HTTP/2 relies on RST_STREAM cancelling the stream), the
+    request's content (None: none, or left unread) and head as received
+    (for the proxy), and how it takes a descriptor slot (HTTP/2's
+    ``--h2-max-open-files``; None: no cap)."""
+
+    client: Callable[[], str]
+    wait: Wait
+    content: Content | None = None
+    head: RawHead = NO_HEAD
+    slot: Callable[[], Awaitable[None]] | None = None
+
+
+class _NoContent:
+    """The content of a write without a body (a DELETE, an empty PUT)."""
+
+    declared: int | None = 0
+    received = 0
+
+    async def next_chunk(self) -> bytes | None:
+        return None
+
+
+NO_CONTENT: WriteContent = _NoContent()
+
+# The client went away while a need was awaited: no answer.
+_GONE = object()
+
+
+async def drive(state: Exchange, need: Need, io: Io) -> Final | None:
+    """Fulfil ``need`` and the ones after it; the final answer, or None
+    when the client went away while a need was awaited.
+
+    Cancellation handling: see the module docstring.
+    """
+    try:
+        while True:
+            try:
+                event = await _fulfil(state, need, io)
+            except HTTPError as exc:
+                event = Failed(exc)
+            if event is _GONE:
+                return None
+            state, out = step(state, event)
+            if type(out) is Final:
+                return out
+            assert isinstance(out, Need)
+            need = out
+    except BaseException:
+        state.close()
+        raise
+
+
+async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
+    """The event that meets ``need`` (the fulfillers: each awaits in one
+    place, under the pool or limiter of what it asks)."""
+    machine = state.machine
+    kind = type(need)
+    if kind is Upstream:
+        assert isinstance(need, Upstream)
+        return await _upstream(need, state.now, io)
+    if kind is Resolve or kind is Coding or kind is Listing:
+        # The handler's deferred part (its pool hop, a listing, a coding),
+        # awaited the transport's way (HTTP/1.1 watches its socket).
+        assert isinstance(need, Resolve | Coding | Listing)
+        got = await io.wait(cast(Deferred, need.deferred))
+        return _GONE if got is None else got
+    if kind is Authenticate:
+        assert isinstance(need, Authenticate) and machine.site is not None
+        return await machine.site.route(need.req, state.now, io.client)
+    if kind is Admit:
+        assert isinstance(need, Admit)
+        return await access(machine, need.target, need.ticket, state.now, io.client)
+    if kind is Write:
+        assert isinstance(need, Write)
+        return await _write(machine, need, state.now, io)
+    if kind is Receive:
+        assert isinstance(need, Receive)
+        assert io.content is not None
+        return await need.run(need.req, io.content, state.now)
+    assert kind is FileSlot and io.slot is not None
+    await io.slot()
+    return None
+
+
+async def access(
+    machine: Machine,
+    target: AccessTarget,
+    ticket: Ticket | None,
+    now: float,
+    client: Callable[[], str],
+) -> Plan | None:
+    """THE access hook: may ``ticket``'s client have ``target``?  None when
+    it may (always, without site rules), else the refusal to send instead
+    (401 with its challenge, 403, 429 with Retry-After, 503), made by the
+    pure layer (:func:`serverio.http.access.access_plan`).
+
+    Every feature with a resolved target calls this instead of matching
+    URLs itself: the pipeline for what the handler resolved (a file, a
+    listing, a sidecar), a write, a proxy route, a mount or an archive
+    member, with an :class:`~serverio.site.access.AccessTarget` of its own
+    kind.  The decision is :meth:`serverio.site.service.Site.admit`; a rule
+    passed here is recorded in ``ticket`` (its responses are then private,
+    its error pages shown).
+
+    Cancellation handling: the password check is the only wait (in the
+    site's ``auth`` pool, abandoned like any pooled call); the caller
+    closes whatever it resolved if this is cancelled.
+    """
+    site = machine.site
+    if site is None or ticket is None:
+        return None
+    got = await site.admit(target, ticket, client)
+    if got.allowed:
+        return None
+    return access_plan(got, now, head=ticket.req.method == b"HEAD")
+
+
+async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
+    """The write stage (``--upload``, ``--webdav``), handed the access hook
+    to ask on the target it resolves before it reads a byte of the content.
+
+    Cancellation handling: the stage removes what it created before the
+    cancellation propagates (:mod:`serverio.upload.service`); nothing is
+    owned here.
+    """
+    req = dataclasses.replace(need.req, client=io.client())  # per-client budgets
+    ticket = need.ticket
+    client = io.client
+
+    async def admit(target: AccessTarget) -> Plan | None:
+        return await access(machine, target, ticket, now, client)
+
+    content: WriteContent = NO_CONTENT if io.content is None else io.content
+    got: Plan | tuple[Plan, ChunkSource] = await need.run(req, content, now, admit)
+    return got
+
+
+async def _upstream(need: Upstream, now: float, io: Io) -> object:
+    """A proxied request's answer (:meth:`serverio.pipeline.hooks.Proxy.forward`):
+    ``(Plan, Body)``, or gone.  The exchange runs as a Deferred through the
+    transport's ``wait``, so that a client that goes away cancels it as it
+    cancels any handler step (HTTP/1.1's disconnect watcher, HTTP/2's
+    RST_STREAM); the proxy asks for the client to be watched itself, before
+    a wait that may be long (``watch_late``: a pooled exchange answered at
+    once costs no watcher task).
+
+    Cancellation handling: the proxy closes what it holds if cancelled; an
+    answer that arrived for a client already gone is closed here.
+    """
+    got: list[tuple[Plan, Body]] = []
+    proxy = cast("Proxy", need.proxy)
+    content: Upload | None = io.content
+
+    async def forward(_: Prepared | None) -> Prepared:
+        answer = await proxy.forward(
+            need.route, need.req, io.head, content, now, io.client, need.authed
+        )
+        got.append(answer)
+        return Prepared(answer[0])  # the plan alone; the body stays in ``got``
+
+    try:
+        if await io.wait(Deferred(forward, watch_late=True)) is None:
+            return _GONE
+        return got.pop()
+    finally:
+        for _, left in got:
+            left.close()

@@ -1,0 +1,669 @@
+"""One request's exchange as data: an immutable state and a synchronous step.
+
+Answering a request is a small state machine.
+:func:`serverio.pipeline.stages.begin` takes the request facts and
+returns either the :class:`Final` answer (the warm path: a warm-file
+cache hit, a route's redirect, an error; no state object, no await) or
+the first :class:`Need` with the :class:`Exchange` state it was raised
+in.  Everything after that is :func:`step`::
+
+    step(state, event) -> (state, Need | Final)
+
+where ``event`` is what the last need produced.  Every need is plain data
+naming what must be awaited; the one driver (:func:`serverio.pipeline.driver.drive`)
+fulfils it under the server's pools and limiters and feeds the result
+back.  Nothing here awaits, and nothing here imports trio (a test holds
+both, tests/test_exchange_sync.py).
+
+The needs, and what their event is:
+
+=================  ====================================================
+:class:`Authenticate` the site's routing (CORS preflight, access rules on
+                   the request path, redirects, rewrites; it may wait for
+                   a password check): a :class:`~serverio.http.access.Ticket`
+:class:`Receive`   the handler's step for a request with content: a Plan,
+                   or None (answer it as any other request)
+:class:`Write`     the write stage (uploads, WebDAV): a Plan, or a Plan
+                   and a :class:`~serverio.model.ChunkSource`
+:class:`Upstream`  the reverse proxy's exchange: ``(Plan, Body)``
+:class:`FileSlot`  an HTTP/2 connection's descriptor slot
+                   (``--h2-max-open-files``): None
+:class:`Resolve`   the handler's deferred part (a pool hop, a shared
+                   revalidation, live reload's transform): the finished
+                   :class:`~serverio.model.Prepared`
+:class:`Listing`   a resolved directory's listing to scan and render (or
+                   its archive form): the finished Prepared
+:class:`Coding`    a content coding to produce and/or a Repr-Digest for a
+                   resolved file: the finished Prepared
+:class:`Admit`     the one access hook on a resolved target: None (allowed)
+                   or the refusal's Plan
+=================  ====================================================
+
+A need a fulfiller could not meet with an answer (an
+:class:`~serverio.errors.HTTPError`: a 502 from the upstream, a saturated
+pool) comes back as the event :class:`Failed`, which the step turns into
+its error answer; a client that went away ends the exchange in the driver
+(the step never sees it).
+
+The order in which the stages take a request (the routing precedence) is
+the order of the stage list (:mod:`serverio.pipeline.stages`), documented
+once there and in docs/architecture.md ("The request machine").
+
+Ownership: a state holds at most one open thing (``held``, a resolved
+answer waiting for the access hook, or ``deferred``, a handler step
+waiting for a descriptor slot); :meth:`Exchange.close` releases it.  A
+:class:`Final`'s body belongs to the transport, which closes it exactly
+once after emitting it (or failing to).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple, Protocol
+
+from ..config import Config
+from ..errors import HTTPError
+from ..fs.body import NO_BODY, Body
+from ..http.access import (
+    Access,
+    AccessTarget,
+    Kind,
+    Ticket,
+    resolved_path,
+    served_target,
+)
+from ..http.core import Allow, Plan, RequestFacts, http_error_plan, route
+from ..http.errorpage import error_for
+from ..http.hosts import HostRule, misdirected_plan
+from ..model import ChunkSource, Prepared
+
+__all__ = [
+    "Admit",
+    "Authenticate",
+    "Coding",
+    "Exchange",
+    "Failed",
+    "FileSlot",
+    "Final",
+    "Listing",
+    "Machine",
+    "Need",
+    "Pending",
+    "Phase",
+    "Receive",
+    "Resolve",
+    "SiteRules",
+    "SiteSteps",
+    "Stage",
+    "Step",
+    "Upstream",
+    "Write",
+    "files",
+    "finished",
+    "forwarded",
+    "misdirected",
+    "step",
+]
+
+
+class Pending(Protocol):
+    """A handler step still to run (:class:`serverio.pipeline.handler.Deferred`)."""
+
+    @property
+    def holds(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Fallback(Protocol):
+    """What the step asks of the proxy (:class:`serverio.pipeline.hooks.Proxy`)."""
+
+    def fallback(self, req: RequestFacts) -> object | None: ...
+
+
+# A write stage's step (serverio.pipeline.hooks.WriteStep), as data here.
+WriteRun = Callable[..., Awaitable[Any]]
+
+
+class Files(Protocol):
+    """What the step reads of the request handler
+    (:class:`serverio.pipeline.handler.Handler`)."""
+
+    # The Host names answered (None: any, no check).
+    hosts: HostRule | None
+    # The server's stage list, built from ``hooks`` on first use (None).
+    stages: tuple[Stage, ...] | None
+    # The methods a path allows, for the core's OPTIONS and 405 (the write
+    # feature's: serverio.pipeline.hooks.Hooks.allow).
+    allow: Allow
+
+    @property
+    def hooks(self) -> Any: ...  # serverio.pipeline.hooks.Hooks
+
+    @property
+    def receive(self) -> Callable[[RequestFacts, Any, float], Awaitable[Plan | None]] | None: ...
+
+    @property
+    def proxy(self) -> Fallback | None: ...
+
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+
+
+class SiteSteps(Protocol):
+    """What the exchange asks of the site rules
+    (:class:`serverio.site.service.Site` is one): named here, not imported,
+    so that the pipeline stays below the features that plug into it (and a
+    plain static start never imports the site rules)."""
+
+    async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket: ...
+
+    async def admit(
+        self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
+    ) -> Access: ...
+
+    def respond_now(self, handler: Files, req: RequestFacts, now: float) -> Prepared | Pending: ...
+
+    def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan: ...
+
+    def count(self, user: str, size: int) -> None: ...
+
+
+# The site rules as the layers above the pipeline name them (the
+# transports' shared environment holds them, and imports no feature).
+SiteRules = SiteSteps
+
+
+class Machine(Protocol):
+    """What the step reads of the server (a connection's shared
+    environment, :class:`serverio.net.env.ConnectionEnv`, is one)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def handler(self) -> Files: ...
+
+    @property
+    def site(self) -> SiteSteps | None: ...
+
+
+class Final(NamedTuple):
+    """The answer to send: its final plan, its body source (owned by whoever
+    emits it) and the site's ticket (None without site rules)."""
+
+    plan: Plan
+    body: Body
+    ticket: Ticket | None
+
+
+# ------------------------------------------------------------------ needs
+
+
+class Need:
+    """What the exchange waits for; plain data, fulfilled by the driver."""
+
+    __slots__ = ()
+
+
+class Authenticate(Need):
+    """The site's routing of ``req`` (event: a Ticket)."""
+
+    __slots__ = ("req",)
+
+    def __init__(self, req: RequestFacts) -> None:
+        self.req = req
+
+
+class Receive(Need):
+    """The handler's step for a request with content (event: Plan | None)."""
+
+    __slots__ = ("req", "run")
+
+    def __init__(
+        self, req: RequestFacts, run: Callable[[RequestFacts, Any, float], Awaitable[Plan | None]]
+    ) -> None:
+        self.req = req
+        self.run = run
+
+
+class Write(Need):
+    """A write stage's answer to ``req`` (event: a Plan, or a Plan and a
+    ChunkSource): ``run``, the stage's
+    :data:`~serverio.pipeline.hooks.WriteStep`, asks the access hook with
+    ``ticket`` on the target it resolves."""
+
+    __slots__ = ("req", "run", "ticket")
+
+    def __init__(self, req: RequestFacts, ticket: Ticket | None, run: WriteRun) -> None:
+        self.req = req
+        self.ticket = ticket
+        self.run = run
+
+
+class Upstream(Need):
+    """``proxy``'s exchange (a :class:`serverio.pipeline.hooks.Proxy`) for
+    ``req`` on ``route`` (event: Plan, Body); ``authed``: an auth rule
+    applied to the request path and passed."""
+
+    __slots__ = ("authed", "proxy", "req", "route")
+
+    def __init__(self, proxy: object, route: object, req: RequestFacts, authed: bool) -> None:
+        self.proxy = proxy
+        self.route = route
+        self.req = req
+        self.authed = authed
+
+
+class FileSlot(Need):
+    """One of the connection's descriptor slots (event: None)."""
+
+    __slots__ = ()
+
+
+class Resolve(Need):
+    """The handler's deferred part (event: the finished Prepared)."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred: Pending) -> None:
+        self.deferred = deferred
+
+
+class Listing(Need):
+    """A resolved directory's listing to scan and render, or its other form
+    (a folder archive): the handler's follow-up (event: the finished
+    Prepared)."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred: Pending) -> None:
+        self.deferred = deferred
+
+
+class Coding(Need):
+    """A content coding to produce on the fly and/or a representation
+    digest for a resolved file: the handler's follow-up (event: the
+    finished Prepared)."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred: Pending) -> None:
+        self.deferred = deferred
+
+
+class Admit(Need):
+    """The access hook on ``target`` (event: None, or the refusal's Plan)."""
+
+    __slots__ = ("target", "ticket")
+
+    def __init__(self, target: AccessTarget, ticket: Ticket) -> None:
+        self.target = target
+        self.ticket = ticket
+
+
+class Failed:
+    """The event of a need that ended in an :class:`HTTPError`."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: HTTPError) -> None:
+        self.error = error
+
+
+# ------------------------------------------------------------------ state
+
+
+class Phase(enum.Enum):
+    """Which need the exchange waits for (what its next event is)."""
+
+    STAGE = "stage"  # the need of ``state.stage`` (its ``step`` takes the event)
+    FORWARDED = "forwarded"  # Upstream
+    SLOT = "slot"  # FileSlot
+    RESOLVED = "resolved"  # Resolve
+    ADMITTED = "admitted"  # Admit
+
+
+class Stage:
+    """One feature's place in the request machine: :mod:`serverio.pipeline.stages`
+    holds the list, its order and the built-in stages; subclass and
+    override.  All three are synchronous, with no I/O."""
+
+    __slots__ = ()
+
+    name = "stage"
+
+    def takes(self, req: RequestFacts, now: float) -> object | None:
+        """The stage's claim on ``req`` (handed to :meth:`enter`), or None:
+        the next stage is asked.  Pure: asked of every request that
+        reaches the stage."""
+        raise NotImplementedError
+
+    def enter(self, state: Exchange, claim: object) -> Step:
+        """The stage's first step on a request it claimed: a need (the
+        state's phase is :attr:`Phase.STAGE`, its ``stage`` this one), or
+        the :class:`Final` answer."""
+        raise NotImplementedError
+
+    def step(self, state: Exchange, event: object) -> Step:
+        """The stage's next step, from the event that met its need."""
+        raise NotImplementedError
+
+
+class Exchange(NamedTuple):
+    """The state of one exchange between its needs (immutable: each step
+    returns a new one).  ``content``: the request carries content;
+    ``slotless``: the transport caps body descriptors and this exchange
+    holds no slot yet (HTTP/2 at ``--h2-max-open-files``)."""
+
+    machine: Machine
+    req: RequestFacts
+    now: float
+    phase: Phase
+    ticket: Ticket | None = None
+    content: bool = False
+    slotless: bool = False
+    # A resolved answer waiting for the access hook (ADMITTED).
+    held: Prepared | None = None
+    # The access targets still to ask after the current one (ADMITTED).
+    targets: tuple[AccessTarget, ...] = ()
+    # A handler step waiting for a descriptor slot (SLOT).
+    deferred: Pending | None = None
+    # The stage that took the request, and its place in the list (the
+    # stages after it are asked when it hands the request on).
+    stage: Stage | None = None
+    at: int = -1
+
+    def close(self) -> None:
+        """Release what the state holds (idempotent)."""
+        if self.held is not None:
+            self.held.close()
+        if self.deferred is not None:
+            self.deferred.close()
+
+
+Step = tuple[Exchange, "Need | Final"]
+# The first step: no state when the answer is had at once.
+First = tuple["Exchange | None", "Need | Final"]
+
+
+# ------------------------------------------------------------------ the files
+
+
+def files(
+    machine: Machine,
+    req: RequestFacts,
+    now: float,
+    content: bool,
+    slotless: bool,
+    state: Exchange | None = None,
+) -> First:
+    """The end of the stage list: what no stage took is the files'.
+    Without site rules the core's routing first (methods, hidden paths:
+    with them the site ran it), then the handler.  ``state``: the
+    exchange so far (None from :func:`~serverio.pipeline.stages.begin`:
+    the warm path makes none unless it must wait)."""
+    handler = machine.handler
+    if machine.site is not None:
+        assert state is not None  # the site stage took the request first
+        return _respond(state._replace(stage=None, at=-1))
+    plan = route(req, machine.config, now, handler.allow)
+    if plan is not None:
+        if plan.status >= 400:
+            plan = error_for(plan, req)
+        return state, Final(plan, NO_BODY if plan.stream else Body.of(plan), None)
+    try:
+        got = handler.respond_now(req, now)
+    except HTTPError as exc:
+        plan = http_error_plan(exc, now, head_only=req.method == b"HEAD")
+        plan = error_for(plan, req)
+        return state, Final(plan, Body.of(plan), None)
+    if type(got) is Prepared:
+        # The warm path: a 200 pays one comparison (and a descriptor test
+        # where the transport caps them).
+        if got.plan.status < 400 and not (slotless and got.fd >= 0):
+            return state, Final(got.plan, got.take_body(), None)
+        if state is None:
+            state = Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless)
+        return _resolved(state._replace(phase=Phase.RESOLVED, stage=None), got)
+    assert not isinstance(got, Prepared)
+    if state is None:
+        state = Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless)
+    return _deferred(state._replace(stage=None), got)
+
+
+# ------------------------------------------------------------------ step
+
+
+def step(state: Exchange, event: object) -> Step:
+    """The next state and what it needs (or the :class:`Final` answer),
+    from ``event``, the result of the need ``state`` waited for.
+
+    Synchronous and without I/O but the handler's own inline resolution
+    (``--fs-workers 0``).  An :class:`HTTPError` raised here becomes its
+    error answer; whatever ``state`` held is closed then.
+    """
+    if type(event) is Failed:
+        return state, _failed(state, event.error)
+    try:
+        return _STEPS[state.phase](state, event)
+    except HTTPError as exc:
+        return state, _failed(state, exc)
+
+
+def forwarded(state: Exchange, got: object) -> Step:
+    """The upstream's answer, with the site's header rules and CORS fields
+    (never an error page: the upstream's body is the answer)."""
+    assert type(got) is tuple
+    plan, body = got
+    site = state.machine.site
+    if site is not None:
+        try:
+            plan = site.finish(plan, state.ticket, pages=False)
+        except BaseException:
+            body.close()
+            raise
+    return state, Final(plan, body, state.ticket)
+
+
+def _slot(state: Exchange, _: object) -> Step:
+    """A descriptor slot is held: the handler's step that waited for it,
+    or the handler asked again (an inline answer dropped for the slot)."""
+    state = state._replace(slotless=False)
+    deferred = state.deferred
+    if deferred is not None:
+        return state._replace(phase=Phase.RESOLVED, deferred=None), _waits_for(deferred)
+    return _respond(state)
+
+
+def _respond(state: Exchange) -> Step:
+    """The handler's answer to the (routed) request."""
+    machine = state.machine
+    site = machine.site
+    req = state.req
+    if site is not None:
+        got = site.respond_now(machine.handler, req, state.now)
+    else:
+        got = machine.handler.respond_now(req, state.now)
+    if isinstance(got, Prepared):
+        return _resolved(state._replace(phase=Phase.RESOLVED), got)
+    return _deferred(state._replace(phase=Phase.RESOLVED), got)
+
+
+def _deferred(state: Exchange, deferred: Pending) -> Step:
+    """The handler must wait: a slot first where the transport caps
+    descriptors (the step keeps what it holds meanwhile only if it holds
+    nothing open), then :class:`Resolve`."""
+    if state.slotless:
+        if deferred.holds:
+            deferred.close()  # asked again once the slot is held
+            return state._replace(phase=Phase.SLOT), FileSlot()
+        return state._replace(phase=Phase.SLOT, deferred=deferred), FileSlot()
+    return state._replace(phase=Phase.RESOLVED), _waits_for(deferred)
+
+
+def _waits_for(deferred: Pending) -> Need:
+    """What a handler step that must wait is: a follow-up on a resolved
+    answer (a listing, or a coding), or the resolution itself."""
+    listing = getattr(deferred, "listing", None)  # a FollowUp's
+    if listing is None:
+        return Resolve(deferred)
+    return Listing(deferred) if listing else Coding(deferred)
+
+
+def _resolved(state: Exchange, prepared: object) -> Step:
+    """What the handler resolved: ``--proxy-fallback`` for a 404, else the
+    access hook on it (with site rules), else the answer."""
+    assert type(prepared) is Prepared
+    if state.slotless and (prepared.fd >= 0 or prepared.chunks is not None):
+        # An inline answer that holds a descriptor, with no slot: dropped,
+        # and asked again once a slot is free (at most one such descriptor
+        # exists meanwhile: this step is synchronous).
+        prepared.close()
+        return state._replace(phase=Phase.SLOT), FileSlot()
+    machine = state.machine
+    req = state.req
+    if prepared.plan.status >= 400:
+        proxy = machine.handler.proxy
+        fallback = _fallback(proxy, prepared, req)
+        if fallback is not None:  # the files answered 404: --proxy-fallback
+            assert proxy is not None
+            ticket = state.ticket
+            authed = ticket is not None and ticket.authed
+            need = Upstream(proxy, fallback, req, authed)
+            return state._replace(phase=Phase.FORWARDED), need
+    ticket = state.ticket
+    if machine.site is None or ticket is None:
+        if prepared.plan.status >= 400:
+            prepared.plan = error_for(prepared.plan, req)
+        return state, Final(prepared.plan, prepared.take_body(), None)
+    targets = _targets(prepared)
+    if not targets:
+        return state, _admitted(state, prepared)
+    state = state._replace(phase=Phase.ADMITTED, held=prepared, targets=targets[1:])
+    return state, Admit(targets[0], ticket)
+
+
+def _admit(state: Exchange, refusal: object) -> Step:
+    """The access hook's decision on one target of what was resolved."""
+    prepared = state.held
+    ticket = state.ticket
+    assert prepared is not None and ticket is not None
+    if refusal is not None:
+        assert isinstance(refusal, Plan)
+        prepared.close()
+        state = state._replace(held=None)
+        return state, finished(state.machine.site, refusal, -1, state.ticket)
+    if state.targets:
+        target, rest = state.targets[0], state.targets[1:]
+        return state._replace(targets=rest), Admit(target, ticket)
+    return state._replace(held=None), _admitted(state, prepared)
+
+
+def _admitted(state: Exchange, prepared: Prepared) -> Final:
+    fd, prepared.fd = prepared.fd, -1
+    chunks = prepared.take_chunks()
+    return finished(state.machine.site, prepared.plan, fd, state.ticket, None, chunks)
+
+
+def _targets(prepared: Prepared) -> tuple[AccessTarget, ...]:
+    """What the access hook decides for a resolved answer: what it serves
+    and, when that was reached through a symlink inside the root, its
+    resolved target (both must pass).  An answer that resolved nothing (an
+    error, a directory's redirect) whose resolution went through a link is
+    decided on where it led or stopped (``prepared.real``, e.g.
+    ``/private/missing`` for ``/pub/link/missing``): the answer a direct
+    request for that path gets, so a missing name tells no more than an
+    existing one (no link, or no auth rules: no check, no cost)."""
+    served = prepared.served
+    if served is not None:
+        if prepared.real is None:
+            return (served_target(served),)
+        real = resolved_path(prepared.real, served.endswith("/"))
+        return (served_target(served), served_target(real))
+    if prepared.real is not None:
+        return (AccessTarget((resolved_path(prepared.real),), Kind.REQUEST),)
+    return ()
+
+
+def _failed(state: Exchange, exc: HTTPError) -> Final:
+    state.close()
+    req = state.req
+    plan = http_error_plan(exc, state.now, head_only=req.method == b"HEAD")
+    return finished(state.machine.site, plan, -1, state.ticket, req)
+
+
+def _staged(state: Exchange, event: object) -> Step:
+    stage = state.stage
+    assert stage is not None
+    return stage.step(state, event)
+
+
+_STEPS = {
+    Phase.STAGE: _staged,
+    Phase.FORWARDED: forwarded,
+    Phase.SLOT: _slot,
+    Phase.RESOLVED: _resolved,
+    Phase.ADMITTED: _admit,
+}
+
+
+# ------------------------------------------------------------------ stages
+
+
+def misdirected(machine: Machine, req: RequestFacts, now: float) -> Final | None:
+    """The Host stage, before anything else looks at ``req`` (routing,
+    access, a write, a proxy route): None when its ``Host`` (HTTP/2:
+    ``:authority``) is one this server answers for, else the 421 to send
+    (the pure decision: :func:`serverio.http.hosts.misdirected_plan`; the
+    rule is the handler's, None when Host is not checked).  The site's
+    header rules apply to the refusal, not its error pages: its one line
+    names the option that admits the host."""
+    rule = machine.handler.hosts
+    if rule is None:
+        return None
+    plan = misdirected_plan(rule, req, now)
+    if plan is None:
+        return None
+    site = machine.site
+    if site is not None:
+        plan = site.finish(plan, Ticket(None, req), pages=False)
+    return Final(plan, Body.of(plan), None)
+
+
+def _fallback(proxy: Fallback | None, prepared: Prepared, req: RequestFacts) -> object | None:
+    """The ``--proxy-fallback`` route for a 404 the files gave ``req``
+    (``prepared`` is then closed), or None."""
+    if proxy is None or prepared.plan.status != 404:
+        return None
+    route = proxy.fallback(req)
+    if route is not None:
+        prepared.close()
+    return route
+
+
+def finished(
+    site: SiteSteps | None,
+    plan: Plan,
+    fd: int,
+    ticket: Ticket | None,
+    req: RequestFacts | None = None,
+    chunks: ChunkSource | None = None,
+) -> Final:
+    """The site's finishing rules (its error pages first, then the built-in
+    HTML page for a client that prefers it, then header rules), or without
+    site rules the built-in page alone (:func:`serverio.http.errorpage.error_for`,
+    for ``req``'s Accept; no request, no choice: plain text); then the body
+    source of the final plan (an error page replaces a body: the descriptor
+    and a chunk source, ``chunks``, are then closed)."""
+    if site is None and req is not None and plan.status >= 400:
+        plan = error_for(plan, req)
+    if site is not None:
+        try:
+            plan = site.finish(plan, ticket)
+        except BaseException:
+            Body((), fd).close()
+            if chunks is not None:
+                chunks.close()
+            raise
+    return Final(plan, Body.of(plan, fd, chunks), ticket)
