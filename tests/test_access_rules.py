@@ -451,3 +451,40 @@ async def test_the_access_log_names_the_user_of_an_auth_rule_too(tree: Path, use
         assert (await client.get("/private/s.txt", hdr)).status == 200
     srv.access_log.pipe.close()
     assert " - carol [" in out.getvalue(), out.getvalue()
+
+
+@pytest.mark.parametrize("proto", ["h1", "h2"])
+async def test_a_resumable_upload_needs_overwrite_to_replace_a_file(
+    tree: Path, users: Path, tmp_path: Path, proto: str
+) -> None:
+    # The IETF draft's creation (Upload-Complete) asks upload-or-overwrite
+    # first; without the overwrite right the upload is create-only: an
+    # existing target is refused at once, and a target that appears
+    # before the last byte is not replaced either.
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 40)
+    cfg = _rules(tree, users, secret_file=str(secret))
+    whole = {"Upload-Complete": "?1", "Content-Type": "application/octet-stream"}
+    async with client_for(cfg, proto) as send:
+        r = await send("PUT", "/incoming/old.txt", {**whole, **basic("alice")}, b"alice's")
+        assert r.status == 403
+        assert (tree / "incoming" / "old.txt").read_text() == "old"
+        r = await send("PUT", "/incoming/new.txt", {**whole, **basic("alice")}, b"alice's")
+        assert r.status == 201
+        r = await send("PUT", "/incoming/old.txt", {**whole, **basic("bob")}, b"bob's")
+        assert r.status in (200, 204)
+        assert (tree / "incoming" / "old.txt").read_text() == "bob's"
+        # Created while alice's upload is incomplete: her completion fails.
+        start = {"Upload-Complete": "?0", "Content-Type": "application/octet-stream"}
+        r = await send("PUT", "/incoming/late.txt", {**start, **basic("alice")}, b"ab")
+        assert r.status == 201, r.status
+        location = {k.lower(): v for k, v in r.headers.items()}["location"]
+        (tree / "incoming" / "late.txt").write_text("someone else's")
+        patch = {
+            "Upload-Complete": "?1",
+            "Upload-Offset": "2",
+            "Content-Type": "application/partial-upload",
+        }
+        r = await send("PATCH", location, {**patch, **basic("alice")}, b"cd")
+        assert r.status >= 400
+        assert (tree / "incoming" / "late.txt").read_text() == "someone else's"

@@ -29,6 +29,7 @@ import trio
 from ..concurrency.blocking import run_blocking
 from ..config import Config
 from ..fs.prepare import stat_facts
+from ..fs.writer import Refusal, WriteRefused
 from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, common_fields
 from ..http.target import Target
@@ -138,11 +139,15 @@ class Flows:
                 return refusal_plan(Refuse(400, "no usable filename"), tus, self.policy, now)
             segments = (*segments, filename)
         target = Target(segments, False, None)
-        refusal = await admit(
-            AccessTarget((match_path(target),), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
-        )
+        path = match_path(target)
+        refusal = await admit(AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE))
         if refusal is not None:
             return refusal
+        # Whether the upload may replace a file (the overwrite right), asked
+        # now: without it the upload is create-only, refused at once if the
+        # target exists and committed with no-replace, so a file that
+        # appears meanwhile is not overwritten either (docs: "Rights").
+        no_overwrite = await admit(AccessTarget((path,), Kind.WRITE, Right.OVERWRITE))
         if not tus:
             if has_preconditions(req) and not is_create_only(req):
                 # Validators are decided on the file at completion only for
@@ -156,6 +161,8 @@ class Flows:
         if not tus:
             info.repr_digest = REPR_DIGEST.of(req)
             info.create_only = is_create_only(req)
+        if no_overwrite is not None:
+            info.create_only = True
         size = self._size(info)
         if not self.quota.take(req.client, size):
             log.info("resumable upload refused: --max-incomplete-per-client")
@@ -172,6 +179,11 @@ class Flows:
                 info,
                 not pol.no_fsync,
             )
+        except WriteRefused as exc:
+            self.quota.release(req.client, size)
+            if no_overwrite is not None and exc.refusal is Refusal.EXISTS:
+                return no_overwrite  # the file exists and may not be replaced
+            raise
         except BaseException:
             self.quota.release(req.client, size)
             raise
