@@ -98,15 +98,17 @@ def total_ir(out_file: Path) -> int:
 
 
 def mode_args(
-    churn: int = 0, h2_streams: int = 0, assets: str = "", proxy: bool = False
+    churn: int = 0, h2_streams: int = 0, assets: str = "", proxy: bool = False, login: str = ""
 ) -> list[str]:
     """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, the many
     assets (``assets``: its variant), a proxied GET, or the warm HTTP/1.1
     GET (none)."""
-    if sum(map(bool, (churn, h2_streams, assets, proxy))) > 1:
+    if sum(map(bool, (churn, h2_streams, assets, proxy, login))) > 1:
         raise CallgrindError(
-            "--churn, --h2, --assets and --proxy are different workloads: choose one"
+            "--churn, --h2, --assets, --proxy and --login are different workloads: choose one"
         )
+    if login:
+        return ["--login", login]
     if assets:
         return ["--assets", "--variant", assets]
     if proxy:
@@ -302,6 +304,15 @@ def add_parser(sub: Any) -> None:
         help="with --h2: streams in flight at a time (default 1)",
     )
     cg.add_argument(
+        "--login",
+        choices=("anonymous", "cookie", "cookie-public"),
+        default="",
+        metavar="VARIANT",
+        help="instructions per warm 1 KiB GET on a server with users (an [[auth]] rule, "
+        "sessions): anonymous (the public file), cookie (the protected file with a session "
+        "cookie) or cookie-public (the public file with the cookie)",
+    )
+    cg.add_argument(
         "--proxy",
         action="store_true",
         help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
@@ -336,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     h2_streams = args.streams if args.h2 else 0
     try:
-        mode = mode_args(churn, h2_streams, args.assets, args.proxy)
+        mode = mode_args(churn, h2_streams, args.assets, args.proxy, args.login)
     except CallgrindError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
@@ -374,6 +385,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/request (assets, {args.assets})"
     elif args.proxy:
         unit = "Ir/proxied request"
+    elif args.login:
+        unit = f"Ir/request (login, {args.login})"
     elif args.rules:
         unit = f"Ir/request (rules: {args.rules})"
     else:

@@ -236,6 +236,47 @@ async def run(server: str, n: int, root: Path, upstream: str | None = None) -> f
     return elapsed / n * 1e6
 
 
+LOGIN_VARIANTS = ("anonymous", "cookie", "cookie-public")
+
+
+async def run_login(n: int, root: Path, variant: str) -> float:
+    """A warm 1 KiB GET on a server with users (an ``[[auth]]`` rule over
+    ``/private/**``, the sign-in page, sessions): ``anonymous``, the public
+    file without a cookie; ``cookie``, the protected copy with a valid
+    session cookie (what a signed-in browser sends); ``cookie-public``,
+    the public file with that cookie."""
+    from serverio.signing import Signer
+    from serverio.site.passwords import hash_password
+    from serverio.site.principal import password_tag
+
+    with tempfile.TemporaryDirectory() as etc:
+        users, secret = Path(etc) / "users", Path(etc) / "secret"
+        stored = hash_password("pw", 1000)
+        users.write_text(f"alice:{stored}\n")
+        secret.write_bytes(b"k" * 32)
+        token = Signer(b"k" * 32).sign("session", ("alice", password_tag(stored)), 2**40)
+        path = "/private/1k.bin" if variant == "cookie" else "/1k.bin"
+        cookie = f"Cookie: serverio-session={token}\r\n" if variant != "anonymous" else ""
+        request = (
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n{cookie}\r\n"
+        ).encode()
+        cfg = Config.of(
+            directory=str(root),
+            access_log="off",
+            max_requests=10**9,
+            auth=(("/private/**", str(users)),),
+            secret_file=str(secret),
+        )
+        async with connected(cfg) as client:
+            start = time.perf_counter()
+            for _ in range(n):
+                await client.send(request)
+                head = await read_response(client)
+                assert head.startswith(b"HTTP/1.1 200"), head
+            elapsed = time.perf_counter() - start
+    return elapsed / n * 1e6
+
+
 @contextmanager
 def bare_upstream(root: Path) -> Iterator[str]:
     """The bare trio+h11 loop serving ``root/1k.bin`` in a process of its
@@ -297,6 +338,13 @@ def main() -> None:
     )
     p.add_argument("--h2", action="store_true", help="HTTP/2 streams on one h2c connection")
     p.add_argument(
+        "--login",
+        choices=LOGIN_VARIANTS,
+        default="",
+        help="a server with users: the public file anonymously, the protected one with a "
+        "session cookie, or the public one with the cookie",
+    )
+    p.add_argument(
         "--proxy", action="store_true", help="serverio --proxy /=UPSTREAM (a bare upstream)"
     )
     p.add_argument(
@@ -325,6 +373,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "1k.bin").write_bytes(bytes(range(256)) * 4)
+        if args.login:  # the protected copy (run_login), settled like the other
+            (root / "private").mkdir()
+            (root / "private" / "1k.bin").write_bytes(bytes(range(256)) * 4)
         # serverio caches a file only once it has been unchanged for 2 s
         # (the "racy" rule of serverio.fs.filecache), as a served site's files
         # are; ctime cannot be back-dated, so wait that out.
@@ -333,6 +384,10 @@ def main() -> None:
         if args.churn:
             us = trio.run(run_churn, args.n, args.churn, root)
             print(f"serverio churn: {us:.1f} us per connection (client and server, one process)")
+            return
+        if args.login:
+            us = trio.run(run_login, args.n, root, args.login)
+            print(f"serverio login ({args.login}): {us:.1f} us per request (one process)")
             return
         if args.h2:
             us = trio.run(run_h2, args.n, args.streams, root)

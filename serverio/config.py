@@ -147,7 +147,7 @@ if TYPE_CHECKING:  # names for the type checker only: nothing to build at import
     Kind = Literal["value", "flag", "toggle", "list", "extend", "positional", "version"]
     # How the command line, the environment and the TOML file parse a value
     # (serverio.ops.options maps each name to its converter).
-    Parse = Literal["int", "float", "seconds", "bytes", "mount", "cidr", "user", "workers"]
+    Parse = Literal["int", "float", "seconds", "bytes", "mount", "cidr", "user", "workers", "field"]
 
     class SettingKw(TypedDict, total=False):
         """What a declaration may add to its flags, help and group (see
@@ -1310,6 +1310,59 @@ class UsersPolicy:
         default_text="generated",
         fs_path=True,
     )
+    # --trusted-user-header: the request field a --trusted-proxies peer
+    # names the signed-in user with (oauth2-proxy, Authelia, Caddy
+    # forward_auth); from any other peer it is ignored and stripped
+    # (serverio.login.identity).  None: no such field is read.
+    trusted_user_header: str | None = setting(
+        None,
+        ("--trusted-user-header",),
+        "the request field (Remote-User, X-Forwarded-User) that names the signed-in "
+        "user, honoured only from --trusted-proxies peers (ignored and stripped from others)",
+        "Site rules",
+        metavar="NAME",
+        parse="field",
+        default_text="none",
+    )
+    # --session-max-age: seconds a sign-in through the login page lasts
+    # (the signed session cookie's expiry; serverio.login).
+    session_max_age: int = setting(
+        43200,
+        ("--session-max-age",),
+        "seconds a sign-in through the login page lasts (the signed session cookie's expiry)",
+        "Site rules",
+        metavar="S",
+        parse="int",
+        ge=1,
+    )
+    # --share-max-age: the longest a share link may last (seconds; a longer
+    # request is capped); --share-deny-file: revoked share links, one per
+    # line (serverio.login.share).
+    share_max_age: int = setting(
+        2592000,
+        ("--share-max-age",),
+        "the longest a share link may last, in seconds (longer requests are capped)",
+        "Site rules",
+        metavar="S",
+        parse="int",
+        ge=1,
+    )
+    share_deny_file: str | None = setting(
+        None,
+        ("--share-deny-file",),
+        "revoked share links: a file of share tokens (or whole links), one per line, "
+        "re-read when it changes",
+        "Site rules",
+        metavar="FILE",
+        default_text="none",
+        fs_path=True,
+    )
+
+    def validate(self) -> UsersPolicy:
+        """Check the declared bounds (the login feature's ages)."""
+        check_declared(self)
+        return self
+
     # [[access]]: (path glob, ((principal, (right, ...)), ...)) per table;
     # [[group]]: (name, (member, ...)).  With any rule (these or --allow),
     # --auth-file / --auth name the users the rules give rights to
@@ -1498,6 +1551,22 @@ class ResumablePolicy:
         metavar="BYTES",
         parse="bytes",
         ge=0,
+    )
+
+    # --upload-chunk-size: the largest part of a resumable upload a client
+    # should send, kept under what a proxy in front accepts in one request
+    # (Cloudflare: 100 MB).  Announced as Upload-Limit max-append-size (the
+    # draft's §"Limits"); the listing's uploader sends parts of this size.
+    # A hint, not enforced: a larger part from another client is taken.
+    upload_chunk_size: int = setting(
+        50 * _MiB,
+        ("--upload-chunk-size",),
+        "largest part of a resumable upload the listing's uploader sends (announced to "
+        "IETF clients as Upload-Limit max-append-size)",
+        "Uploads",
+        metavar="BYTES",
+        parse="bytes",
+        ge=1024,
     )
 
     def validate(self) -> ResumablePolicy:
@@ -2155,6 +2224,7 @@ class Config:
             log=log,
             live=self.live.validate(root),
             site=self.site.validate(uploads.upload or proxy.enabled),
+            users=self.users.validate(),
             uploads=uploads,
             resumable=self.resumable.validate(),
             proxy=proxy,
@@ -2237,6 +2307,7 @@ def wants_site_rules(cfg: Config) -> bool:
         or cfg.users.allow
         or cfg.users.auth_file is not None
         or cfg.users.auth_users
+        or cfg.users.trusted_user_header is not None
         or cfg.tls.hsts is not None
         or (cfg.uploads.upload and site.writable)
     )

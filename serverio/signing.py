@@ -89,6 +89,11 @@ class Signer:
             self._keys[purpose] = key
         return key
 
+    def mac(self, purpose: str, data: bytes) -> bytes:
+        """HMAC-SHA256 of ``data`` with ``purpose``'s key: a value only a
+        holder of the secret can compute (a share password's pepper)."""
+        return hmac.new(self._key(purpose), data, hashlib.sha256).digest()
+
     def sign(self, purpose: str, fields: tuple[str, ...], expires: int) -> str:
         """A token for ``fields`` valid until ``expires`` (Unix seconds)."""
         if not 0 <= expires < 1 << 63:

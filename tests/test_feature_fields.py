@@ -65,6 +65,11 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+# Modules that also register one field whose name the configuration gives
+# (the login feature's --trusted-user-header): a call with a variable there.
+_CONFIGURED = frozenset(("serverio.login.identity",))
+
+
 def _registrations(modules: dict[str, ast.Module]) -> dict[str, dict[str, str]]:
     """module -> {constant: field name} of every ``request_field("...")``,
     and every call found anywhere (a call not assigned at module level is
@@ -75,6 +80,8 @@ def _registrations(modules: dict[str, ast.Module]) -> dict[str, dict[str, str]]:
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "request_field"):
                 continue
+            if name in _CONFIGURED and not isinstance(node.args[0], ast.Constant):
+                continue  # a field the configuration names (--trusted-user-header)
             assert node.args and isinstance(node.args[0], ast.Constant), ast.unparse(node)
             field = str(node.args[0].value).lower()
             stmt = top.get(id(node))

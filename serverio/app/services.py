@@ -249,6 +249,20 @@ class Services:
         site.reserved_route = self.hooks.route
         if self.hooks.allow is not None:
             site.allow = self.hooks.allow  # the write feature's methods in Allow
+        users = site.rules.auth or site.rules.users is not None
+        if users or self.config.users.trusted_user_header is not None:
+            from ..login.service import Login
+
+            # Users exist: the login page, sessions, the trusted header and
+            # share links (serverio.login), signed with the server's secret.
+            from ..login.stage import LoginStage
+
+            site.login = login = Login(self.config, site, self.signer)
+            # Its stage first in the list (serverio.pipeline.stages).
+            hooks = self.handler.hooks
+            hooks = dataclasses.replace(hooks, first=(*hooks.first, LoginStage(login)))
+            self.handler.hooks = self.hooks = hooks
+            self.content.account = bool(users)  # the listings' account corner
         if self.proxy is not None:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.

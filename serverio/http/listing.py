@@ -40,6 +40,7 @@ from .pageassets import (
     STYLE,
     UPLOAD_SCRIPT,
     icon_of,
+    sha256_source,
 )
 from .readme import Readme, render_readme
 from .target import quote_segment
@@ -56,6 +57,7 @@ __all__ = [
     "entries_digest",
     "filter_entries",
     "json_text",
+    "listing_csp",
     "listing_etag",
     "natural_key",
     "page_head",
@@ -458,6 +460,36 @@ _UPLOAD_FORMS: Final = (
 )
 
 
+# The account corner (a server with users: the login feature's
+# /.serverio/ paths): a sign-in link without script; with it, who is
+# signed in (the name set as text, never as markup) and a sign-out form
+# carrying the CSRF token /.serverio/whoami hands the page.
+_ACCOUNT: Final = '<nav class="account" id="account"><a href="/.serverio/login">Sign in</a></nav>\n'
+_ACCOUNT_SCRIPT: Final = """
+(()=>{const n=document.getElementById("account");if(!n||!window.fetch)return;
+fetch("/.serverio/whoami",{credentials:"same-origin",headers:{Accept:"application/json"}})
+.then(r=>r.ok?r.json():null).then(w=>{if(!w)return;const a=n.querySelector("a");
+if(!w.user){a.href="/.serverio/login?next="+encodeURIComponent(location.pathname+location.search);return;}
+a.remove();const s=document.createElement("span");s.id="signed-in";s.textContent=w.user;
+n.append("Signed in as ",s);if(w.via!=="session"||!w.csrf)return;
+const f=document.createElement("form");f.method="post";f.action="/.serverio/logout";
+const i=document.createElement("input");i.type="hidden";i.name="csrf";i.value=w.csrf;
+const b=document.createElement("button");b.type="submit";b.id="sign-out";b.textContent="Sign out";
+f.append(i,b);n.append(f);}).catch(()=>{});})();
+"""
+
+
+def listing_csp(upload: bool, account: bool) -> bytes:
+    """The policy of a listing page: :data:`LISTING_CSP`, with the upload
+    script's hash (``upload``) and the account corner's (``account``; its
+    one fetch, to this origin, is what ``connect-src 'self'`` allows)."""
+    csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
+    if not account:
+        return csp
+    extra = b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
+    return csp.replace(b"; img-src", extra + b"; img-src", 1)
+
+
 def page_head(title: str) -> str:
     """The page's ``<head>`` and the opening of its body (``title``
     already escaped): the style and the theme script, the icon sprite."""
@@ -506,6 +538,7 @@ def render_html(
     upload: bool = False,
     actions: bool = False,
     title: str = "",
+    account: bool = False,
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
@@ -522,6 +555,8 @@ def render_html(
     entries (delete, move): the toolbar's selection slot and a per-row
     actions cell, left empty for the write actions' script.  ``title``
     (``--title``): the heading and window title, before the path.
+    ``account``: the server has users: the account corner and its script
+    (send the page with :func:`listing_csp`).
     """
     esc = html.escape
     path = "/" + "".join(shown_name(s) + "/" for s in segments)
@@ -536,13 +571,17 @@ def render_html(
     if query.filter:
         count = f"{len(entries)} of {scanned if scanned >= 0 else len(entries)} entries match"
     page = (
-        page_head(heading) + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
+        page_head(heading)
+        + (_ACCOUNT if account else "")
+        + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
         f"{_toolbar(query, archives, actions)}{_UPLOAD_FORMS if upload else ''}"
         f'{notice}<p id="status" role="status" aria-live="polite"></p>\n'
         f"<table>\n<thead><tr>{_header_cells(query, actions)}</tr></thead>\n<tbody>\n"
         + "\n".join(_rows(segments, entries, actions))
         + f'\n</tbody></table>\n{readme}<footer>{count} \u00b7 <span id="tz">times in UTC</span>'
-        "</footer>\n" + page_tail(upload)
+        "</footer>\n"
+        + (f"<script>{_ACCOUNT_SCRIPT}</script>\n" if account else "")
+        + page_tail(upload)
     )
     return page.encode("utf-8")
 
@@ -693,6 +732,7 @@ def render_listing(
     upload: bool = False,
     actions: bool = False,
     title: str = "",
+    account: bool = False,
 ) -> Listing:
     """Sort and render one listing: ``(body, content_type, etag)``.  Pure,
     but run in the ``work`` pool (:mod:`serverio.pipeline.content`):
@@ -719,5 +759,6 @@ def render_listing(
         upload=upload,
         actions=actions,
         title=title,
+        account=account,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)

@@ -19,7 +19,8 @@ Content-Security-Policy (CSP Level 3 §8.4) and nothing else runs.
   times (the server writes UTC; the UTC time stays in the tooltip), the
   progressive filter, keyboard navigation (arrow keys between rows, Home
   and End; Enter follows the focused link natively).
-* :data:`UPLOAD_SCRIPT`: the upload form's drag and drop.
+* :data:`UPLOAD_SCRIPT`: the upload form's resumable uploader
+  (:mod:`serverio.http.uploader`).
 * :data:`SPRITE` and :func:`icon_of`: inline SVG icons by type (one
   ``<symbol>`` each, referenced by ``<use href="#...">``: same-document,
   nothing fetched).
@@ -30,6 +31,8 @@ from __future__ import annotations
 import base64
 import hashlib
 from typing import Final
+
+from .uploader import UPLOADER_SCRIPT
 
 __all__ = [
     "HEAD_SCRIPT",
@@ -112,6 +115,8 @@ border-left:3px solid var(--line)}}
 @media (max-width:40rem){{body{{padding:.75rem .5rem}}time .h{{display:none}}\
 th,td{{padding:.35rem .3rem}}}}
 @media (max-width:24rem){{.time{{display:none}}}}
+nav.account{{float:right;margin:0}}nav.account form{{display:inline;margin:0 0 0 .5rem}}
+nav.account button{{font:inherit;padding:0 .4rem}}
 """
 
 STYLE: Final = "\n" + _CSS  # the exact text of the page's <style> element
@@ -159,19 +164,9 @@ Math.max(0,Math.min(L.length-1,i+(k==="ArrowDown"?1:-1)));
 if(L[j])L[j].focus()})})();
 """
 
-# The upload form's drag and drop (``--upload``, a writable directory):
-# files dropped anywhere on the page are set on the form's file input and
-# the form is submitted, as if chosen with it (the page works without it).
-UPLOAD_SCRIPT: Final = """
-(()=>{const u=document.querySelector("form.files");if(!u)return;
-const i=u.querySelector("input[type=file]"),b=document.body;
-const on=e=>{e.preventDefault();b.classList.add("dropping");};
-document.addEventListener("dragenter",on);document.addEventListener("dragover",on);
-document.addEventListener("dragleave",e=>{if(!e.relatedTarget)b.classList.remove("dropping");});
-document.addEventListener("drop",e=>{e.preventDefault();b.classList.remove("dropping");
-const f=e.dataTransfer&&e.dataTransfer.files;if(!f||!f.length)return;
-i.files=f;u.requestSubmit?u.requestSubmit():u.submit();});})();
-"""
+# The upload form's script (``--upload``, a writable directory): the
+# resumable uploader (serverio.http.uploader; the page works without it).
+UPLOAD_SCRIPT: Final = UPLOADER_SCRIPT
 
 # Icons (24x24 strokes): folder, file, text, image, audio/video, archive.
 _ICONS: Final = {

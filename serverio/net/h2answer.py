@@ -127,7 +127,11 @@ class StreamAnswer:
             handler = env.handler
             body = st.body
             if body is not None and (
-                handler.receive is None and handler.write is None and handler.proxy is None
+                handler.receive is None
+                and handler.write is None
+                and handler.proxy is None
+                and not handler.hooks.stages  # a feature's stage may read it (a form)
+                and not handler.hooks.first
             ):
                 body = None  # no stage reads it
             slotless = not self._take_file_now(st)

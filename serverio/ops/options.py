@@ -685,6 +685,24 @@ _COMMANDS = (
     ),
 )
 
+# A field name (RFC 9110 §5.1: a token), lower-cased as both protocols
+# deliver names; never one the server reads itself.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+_OWN_FIELDS = frozenset(
+    (
+        *("authorization", "cookie", "host", "content-length", "transfer-encoding"),
+        *("forwarded", "x-forwarded-for", "origin", "content-type", "user-agent", "referer"),
+    )
+)
+
+
+def _field_name(text: str) -> str:
+    name = text.strip().lower()
+    if _TOKEN.fullmatch(name) is None or name in _OWN_FIELDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a request field name one may trust")
+    return name
+
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "int": int,
     "float": float,
@@ -694,6 +712,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "cidr": _cidr,
     "user": _inline_user,
     "workers": _workers,
+    "field": _field_name,
 }
 
 

@@ -52,11 +52,11 @@ from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
     LISTING_CSP,
-    LISTING_UPLOAD_CSP,
     Entry,
     Listing,
     ListingQuery,
     entries_digest,
+    listing_csp,
     parse_listing_query,
     render_listing,
 )
@@ -208,6 +208,9 @@ class ContentService:
         # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
         # page shows the upload form.  None: read-only, never asked.
         self.writable: Callable[[RequestFacts], bool] | None = None
+        # The server has users (the login feature): listings show the
+        # account corner (http.listing.render_html's ``account``).
+        self.account = False
         # --hide: names left out of listings and searches (serverio.fs.hide).
         self.hide = hide_rules(config.files.hide)
 
@@ -514,6 +517,7 @@ class ContentService:
                 upload=upload,
                 actions=upload,
                 title=cfg.content.title,
+                account=self.account,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
@@ -531,5 +535,5 @@ class ContentService:
                 listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
-        csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
+        csp = listing_csp(upload, self.account)
         return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)

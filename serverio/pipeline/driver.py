@@ -39,6 +39,7 @@ from .exchange import (
     Need,
     Receive,
     Resolve,
+    Turn,
     Upstream,
     Write,
     step,
@@ -132,6 +133,11 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
     if kind is Write:
         assert isinstance(need, Write)
         return await _write(machine, need, state.now, io)
+    if kind is Turn:
+        # A feature stage's own turn (the login feature's), its awaits in
+        # the feature (a password check in the site's auth pool).
+        assert isinstance(need, Turn)
+        return await need.run(need.req, io.content, state.now, io.client)
     if kind is Receive:
         assert isinstance(need, Receive)
         assert io.content is not None

@@ -37,6 +37,9 @@ The needs, and what their event is:
                    resolved file: the finished Prepared
 :class:`Admit`     the one access hook on a resolved target: None (allowed)
                    or the refusal's Plan
+:class:`Turn`      a feature stage's own await (the login feature's
+                   sign-in, share and trusted-header turns): what its
+                   ``run`` returns
 =================  ====================================================
 
 A need a fulfiller could not meet with an answer (an
@@ -97,6 +100,8 @@ __all__ = [
     "SiteSteps",
     "Stage",
     "Step",
+    "Turn",
+    "TurnRun",
     "Upstream",
     "Write",
     "files",
@@ -300,6 +305,24 @@ class Admit(Need):
     def __init__(self, target: AccessTarget, ticket: Ticket) -> None:
         self.target = target
         self.ticket = ticket
+
+
+# A feature stage's own turn: (req, content or None, now, client) -> its event.
+TurnRun = Callable[[RequestFacts, Any, float, Callable[[], str]], Awaitable[object]]
+
+
+class Turn(Need):
+    """A feature stage's own await (event: what ``run`` returns): the
+    driver calls ``run(req, content, now, client)`` with the request's
+    content (None: none, or left unread) and the connection's client (a
+    :class:`~serverio.pipeline.request.ForwardedClient` under
+    ``--trusted-proxies`` tells its own peer apart)."""
+
+    __slots__ = ("req", "run")
+
+    def __init__(self, req: RequestFacts, run: TurnRun) -> None:
+        self.req = req
+        self.run = run
 
 
 class Failed:

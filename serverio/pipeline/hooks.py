@@ -79,6 +79,7 @@ __all__ = [
     "ListingView",
     "Proxy",
     "RawHead",
+    "Reserved",
     "Router",
     "Transform",
     "Tunnel",
@@ -143,6 +144,55 @@ class EventSource(Protocol):
         Cancellation handling: returns nothing owned; the subscription is
         dropped in every case.
         """
+        ...
+
+
+class Reserved(Protocol):
+    """A feature's reserved paths that take any method and content, and the
+    principal it vouches for (the login feature, :mod:`serverio.login`).
+    Its stage (:class:`serverio.login.stage.LoginStage`) comes first in
+    the stage list (:attr:`Hooks.first`); the site rules read the
+    principal a session cookie names (``authorization``) and finish its
+    answers (``finish``)."""
+
+    # Does :meth:`attach` ever change a request (a trusted user header is
+    # configured)?  False: the pipeline does not call it.
+    attaches: bool
+
+    def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
+        """``req`` with the principal its cookie or trusted header names
+        (``req`` itself when none).  Synchronous, no I/O: every request."""
+        ...
+
+    def names(self, req: RequestFacts) -> bool:
+        """Does ``req`` carry the trusted user header?  Synchronous, pure."""
+        ...
+
+    def authorization(self, req: RequestFacts) -> str | None:
+        """The principal the access hook reads for ``req``: its own
+        ``authorization``, or what a cookie names.  Synchronous, no I/O."""
+        ...
+
+    def takes(self, req: RequestFacts) -> bool:
+        """Is ``req`` for one of the reserved paths?  Synchronous, pure."""
+        ...
+
+    async def step(
+        self,
+        req: RequestFacts,
+        content: WriteContent | None,
+        now: float,
+        client: Callable[[], str],
+    ) -> Plan | RequestFacts:
+        """The answer to a reserved path, or the request to serve instead
+        (a share link's real path, with its grant).  Raises HTTPError.
+
+        Cancellation handling: nothing is held across its waits.
+        """
+        ...
+
+    def finish(self, plan: Plan, req: RequestFacts) -> Plan:
+        """The answer to a request it rewrote, as its client should see it."""
         ...
 
 
@@ -348,6 +398,11 @@ class Hooks:
     # typed loosely: the exchange imports this module's names), in order:
     # after the reserved paths, before the proxy routes.
     stages: tuple[Any, ...] = ()
+    # The features' stages ahead of every other (after the Host check):
+    # the login feature's (a sign-in form's POST and a share link's
+    # request are its own before a write or the site rules judge them;
+    # a trusted header's user is attached before the site rules ask).
+    first: tuple[Any, ...] = ()
 
 
 NO_HOOKS = Hooks()

@@ -10,6 +10,9 @@ its order *is* the precedence rule:
 1. **host** (:class:`HostStage`): with writes or the proxy on, a request
    whose ``Host`` this server does not answer for gets 421 before anything
    else looks at it (:mod:`serverio.http.hosts`, the DNS-rebinding rule);
+   then the features' stages ahead of all others
+   (:attr:`serverio.pipeline.hooks.Hooks.first`: the login feature's
+   sign-in pages and share links, its trusted header's user);
 2. **write** (:class:`WriteStage`: uploads, ``--upload``; WebDAV,
    ``--webdav``, only under ``--webdav-prefix`` when one is set): its
    methods, but a CORS preflight (the site's) and a path a proxy route
@@ -301,7 +304,7 @@ def stages_of(handler: Files, *, site: bool) -> tuple[Stage, ...]:
     named hook slots) and whether site rules are on, in the order of the
     module docstring."""
     hooks: Hooks = handler.hooks
-    stages: list[Stage] = []
+    stages: list[Stage] = list(hooks.first)
     if hooks.write is not None:
         stages.append(WriteStage(hooks.write, hooks.write_methods, hooks.write_takes, hooks.proxy))
     if site:

@@ -46,6 +46,7 @@ __all__ = [
     "Routes",
     "forwarded_for",
     "mount_prefixes",
+    "own_cookie",
     "plain_route",
     "plain_value",
     "request_fields",
@@ -245,6 +246,13 @@ def _edit(out: Fields, remove: Sequence[str], sets: Sequence[tuple[str, str]]) -
     return out
 
 
+def own_cookie(crumb: bytes) -> bool:
+    """Is a ``Cookie`` crumb (``name=value``) one of serverio's own (the
+    login feature's ``serverio-*`` cookies, ``__Host-`` prefixed on TLS)?"""
+    name = crumb.strip().partition(b"=")[0]
+    return name.startswith((b"serverio-", b"__Host-serverio-"))
+
+
 def request_fields(
     route: ProxyRoute,
     fields: Sequence[tuple[bytes, bytes]],
@@ -259,6 +267,8 @@ def request_fields(
     upgrade: bytes | None = None,
     real_ip: bytes | None = None,
     authenticated: bool = False,
+    user_header: bytes | None = None,
+    own_cookies: bool = False,
 ) -> Fields:
     """The fields of the upstream request.  ``host``: the client's Host (or
     HTTP/2 :authority); ``peer``: the address of the connection's other
@@ -273,7 +283,12 @@ def request_fields(
     address is; ``authenticated``: serverio checked the request's
     credentials (an auth rule applied and passed), so its Authorization
     was for serverio and is not sent on, unless the route passes it
-    (``pass-authorization``)."""
+    (``pass-authorization``); ``user_header``: ``--trusted-user-header``'s
+    field, sent on only from a trusted peer (from any other it would reach
+    the upstream as if a proxy had vouched for it); ``own_cookies``:
+    serverio's own cookies (its session, sign-in and share-password
+    cookies, :func:`own_cookie`) are left out of ``Cookie``: an upstream
+    never sees a token it could replay here."""
     named = _named_by_connection(fields)
     out: Fields = [(b"host", route.authority.encode("ascii") if rewrite_host else host)]
     cookies: list[bytes] = []
@@ -289,7 +304,13 @@ def request_fields(
                 seen[name] += b", " + value
             continue
         if name == b"cookie":
+            if own_cookies:
+                value = b"; ".join(c.strip() for c in value.split(b";") if not own_cookie(c))
+                if not value:
+                    continue
             cookies.append(value)  # HTTP/2 may split it (RFC 9113 §8.2.3)
+            continue
+        if name == user_header and not trusted:
             continue
         out.append((name, value))
     if cookies:

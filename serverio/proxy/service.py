@@ -105,10 +105,12 @@ class ProxyService:
         "_deadlines",
         "_fallback",
         "_networks",
+        "_own_cookies",
         "_plain",
         "_policy",
         "_reported",
         "_stats",
+        "_user_header",
         "pools",
         "routes",
         "tunnels",
@@ -118,6 +120,11 @@ class ProxyService:
         policy = self._policy = config.proxy
         self._stats = stats
         self._networks = config.site.proxy_networks
+        # The login feature's fields: the trusted user header (sent on only
+        # from a trusted peer) and serverio's own cookies (never sent on).
+        header = config.users.trusted_user_header
+        self._user_header = header.lower().encode("ascii") if header is not None else None
+        self._own_cookies = True  # the login feature's names: never an upstream's
         files = config.files
         mounts = mount_prefixes((route for route, _ in files.mounts), files.route_prefix)
         self.routes = Routes(policy.routes, mounts)
@@ -298,6 +305,8 @@ class ProxyService:
             upgrade=upgrade,
             real_ip=real_ip,
             authenticated=authed,
+            user_header=self._user_header,
+            own_cookies=self._own_cookies,
         )
         return fields, plain
 

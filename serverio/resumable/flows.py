@@ -327,9 +327,9 @@ class Flows:
             return appended_plan(state, self.policy, now)
         facts = stat_facts(st, self.config, None)
         if existed:
-            return completed(replaced_plan(facts, now), False)
+            return completed(replaced_plan(facts, now), False, offset=held.offset)
         target = Target(tuple(relpath.split("/")), False, None)
-        return completed(file_created(facts, target.url_path(), now), False)
+        return completed(file_created(facts, target.url_path(), now), False, offset=held.offset)
 
     def _forget(self, held: Held) -> None:
         self.quota.release(held.info.client, self._size(held.info))

@@ -179,10 +179,12 @@ class State:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The limits of resumable uploads (``--max-upload-size``, ``--upload-expiry``)."""
+    """The limits of resumable uploads (``--max-upload-size``,
+    ``--upload-expiry``, ``--upload-chunk-size``: 0 announces none)."""
 
     max_size: int
     expiry: float
+    max_append: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,10 +446,12 @@ def append_decision(
 
 
 def limit_field(policy: Policy, expires: float | None, now: float) -> tuple[bytes, bytes]:
-    """``Upload-Limit`` (§"Limits"): max-size, and max-age of this upload
-    (its remaining lifetime; the policy's for one not made yet)."""
+    """``Upload-Limit`` (§"Limits"): max-size, max-append-size (the part
+    size clients should keep under: a hint, not enforced), and max-age of
+    this upload (its remaining lifetime; the policy's for one not made yet)."""
     age = policy.expiry if expires is None else max(0.0, expires - now)
-    return b"upload-limit", b"max-size=%d, max-age=%d" % (policy.max_size, int(age))
+    append = b", max-append-size=%d" % policy.max_append if policy.max_append else b""
+    return b"upload-limit", b"max-size=%d%s, max-age=%d" % (policy.max_size, append, int(age))
 
 
 def tus_fields(expires: float | None = None) -> list[tuple[bytes, bytes]]:
@@ -524,10 +528,16 @@ def appended_plan(state: State, policy: Policy, now: float) -> Plan:
     return Plan(204, plan.headers, (), send_body=False) if plan.status != 204 else plan
 
 
-def completed(plan: Plan, tus: bool, expires: float | None = None) -> Plan:
+def completed(
+    plan: Plan, tus: bool, expires: float | None = None, offset: int | None = None
+) -> Plan:
     """The target's answer (the PUT's) as the upload's last answer: with
-    ``Upload-Complete: ?1`` (IETF §"Upload Append"), or tus's fields."""
+    ``Upload-Complete: ?1`` (IETF §"Upload Append"), or tus's fields.
+    ``offset``: the upload's final offset, sent as ``Upload-Offset`` too
+    (tus-js-client's draft setting reads it from every append's answer)."""
     extra = tus_fields() if tus else [(b"upload-complete", b"?1")]
+    if offset is not None:
+        extra.append((b"upload-offset", b"%d" % offset))
     return Plan(plan.status, plan.headers + tuple(extra), plan.body, plan.send_body, plan.close)
 
 

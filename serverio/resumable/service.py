@@ -98,9 +98,9 @@ class Resumable(Flows):
         takes: Callable[[RequestFacts], bool] | None,
     ) -> None:
         pol = config.uploads
-        super().__init__(
-            config, uploads, signer, Policy(pol.max_upload_size, config.resumable.upload_expiry)
-        )
+        res = config.resumable
+        policy = Policy(pol.max_upload_size, res.upload_expiry, res.upload_chunk_size)
+        super().__init__(config, uploads, signer, policy)
         self.inner = inner
         self.inner_methods = methods
         self.inner_takes = takes

@@ -37,6 +37,15 @@ from ..observe.stats import Stats
 from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
+from .principal import (
+    MARK,
+    PASSWORD_TAGS,
+    SHARE_PREFIX,
+    Principal,
+    password_tag,
+    principal_of,
+    share_allows,
+)
 from .rights import rule_at
 from .rules import (
     AccessRule,
@@ -133,6 +142,17 @@ class Gate:
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
+        if authorization is not None and authorization.startswith(MARK):
+            # What the login feature verified (serverio.site.principal): a
+            # share link's grant decides alone; a session's or a trusted
+            # header's user is decided on as a signed-in ``user`` (the
+            # access log and the per-user counters name it from there).
+            who = principal_of(authorization)
+            if who is not None and authorization.startswith(SHARE_PREFIX):
+                return _share_now(self.rules.canonical, target, who)
+            authorization = None
+            if who is not None and user is None and self._vouched(who):
+                user = who.user
         if not self.rules.access:
             return self._auth_now(target, authorization, granted, user)
         got = self._rights_now(target, authorization, granted, user)
@@ -153,7 +173,7 @@ class Gate:
         """The ``[[auth]]`` rules' part of :meth:`decide_now`."""
         kind = target.kind
         if target.tree:
-            return self._tree_now(target, authorization, granted)
+            return self._tree_now(target, authorization, granted, user)
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
@@ -336,7 +356,11 @@ class Gate:
         return "an [[auth]] rule" if auth is None else f"[[auth]] path {auth.pattern!r}"
 
     def _tree_now(
-        self, target: AccessTarget, authorization: str | None, granted: frozenset[int]
+        self,
+        target: AccessTarget,
+        authorization: str | None,
+        granted: frozenset[int],
+        user: str | None = None,
     ) -> Access:
         """:meth:`decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
         target: the rule of its own paths and every rule that can match
@@ -349,12 +373,80 @@ class Gate:
         for path in target.paths:
             rules.update((r.index, r) for r in rules_below(self.rules, path))
         for rule in rules.values():
-            if rule.index in granted:
+            if rule.index in granted or (user is not None and user in rule.users):
                 continue
             if parse_basic(authorization) is None:
                 return Access(Verdict.CHALLENGE, rule.index, rule.realm)
             return Access(Verdict.PENDING, rule.index, rule.realm)
         return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
+
+    def _vouched(self, who: Principal) -> bool:
+        """Is a user the login feature verified still one of the users
+        files' (a session: with the password hash it was opened with, in
+        every file that names the user; a trusted header: named by one)?"""
+        rules = self.rules
+        files = [r.users for r in rules.auth]
+        if rules.users is not None:
+            files.append(rules.users.users)
+        stored = [f[who.user] for f in files if who.user in f]
+        if not stored:
+            return False
+        if who.via == "header":
+            return True
+        return all((PASSWORD_TAGS.get(h) or password_tag(h)) == who.tag for h in stored)
+
+    async def check_password(
+        self, user: str, password: str, peer: Callable[[], str]
+    ) -> tuple[Access, str]:
+        """A login page's password check: the same limiter, cache and
+        pool as Basic credentials, against the first auth rule whose users
+        file names ``user`` (the first rule when none does: an unknown
+        user costs the same work).  With the verdict, the password tag of
+        the hash it matched (:func:`~serverio.site.principal.password_tag`;
+        ``""`` unless allowed).
+
+        Cancellation handling: as :meth:`decide` (a cancelled check counts
+        as a failure).
+        """
+        rules = list(self.rules.auth)
+        if self.rules.users is not None:
+            rules.append(self.rules.users)  # the users [[access]] rules name
+        if not rules or user.startswith(MARK):
+            return Access(Verdict.FORBID), ""
+        rule = next((r for r in rules if user in r.users), rules[0])
+        got = await self._check(rule, (user, password), peer)
+        if got.verdict is not Verdict.ALLOW:
+            return got, ""
+        return got, password_tag(rule.users[user])
+
+    async def check_secret(
+        self, who: str, check: Callable[[str], bool], password: str, peer: Callable[[], str]
+    ) -> Access:
+        """A password check other than a users file's (a share link's:
+        ``check`` is the pure, costly comparison) under the same limiter and
+        pool as Basic credentials; ``who``: the limiter's key for what is
+        guessed.  ALLOW, CHALLENGE (wrong), THROTTLE or UNAVAILABLE.
+
+        Cancellation handling: as :meth:`decide` (a cancelled check counts
+        as a failure).
+        """
+        client = client_key(peer())
+        mono = trio.current_time()
+        attempt = self.limiter.reserve(client, who, mono)
+        if not isinstance(attempt, Attempt):
+            return Access(Verdict.THROTTLE, retry_after=retry_after(attempt))
+        failed = True
+        try:
+            failed = not await run_blocking(self.auth_pool, check, password)
+        except PoolSaturated:
+            failed = False
+            return Access(Verdict.UNAVAILABLE)
+        finally:
+            self.limiter.settle(attempt, failed=failed)
+        if failed:
+            self.stats.site.auth_failures += 1
+            return Access(Verdict.CHALLENGE)
+        return ALLOWED
 
     async def _check(
         self, rule: AuthRule, creds: tuple[str, str], peer: Callable[[], str]
@@ -483,3 +575,28 @@ def _user_names(rules: SiteRules) -> list[str]:
     for rule in rules.auth:
         names.update(dict.fromkeys(rule.users))
     return list(names)
+
+
+def _share_now(canon: Callable[[str], str], target: AccessTarget, who: Principal) -> Access:
+    """A share link's grant (serverio.site.principal): exactly its
+    path and rights, whatever the rules say elsewhere; everything else
+    is 403 (never a challenge: no credentials can widen a link)."""
+    kind = target.kind
+    if kind is Kind.WRITE:
+        # A drop box uploads: a new file only (Right.UPLOAD; a PUT asks
+        # upload-or-overwrite before it knows, then the one it needs),
+        # never an overwrite, a delete, a folder or a lock.
+        right = "upload" if target.needs is Right.UPLOAD and not target.tree else ""
+    elif kind is Kind.LISTING or kind is Kind.ENTRY:
+        right = "list"
+    elif kind is Kind.FILE or kind is Kind.SIDECAR:
+        right = "read"
+    elif kind is Kind.REQUEST:
+        # The request path: what it serves is decided again (FILE or LISTING).
+        right = "list" if "list" in who.share_rights else "read"
+    else:
+        right = ""  # EVENT, RESERVED: never through a link
+    paths = tuple(canon(p) for p in target.paths)
+    if right and share_allows(who, paths, right, canon(who.share_path)):
+        return ALLOWED
+    return Access(Verdict.FORBID)

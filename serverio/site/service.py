@@ -64,7 +64,7 @@ from ..live.script import live_assets
 from ..model import Prepared
 from ..observe.stats import Stats
 from ..pipeline.handler import Deferred
-from ..pipeline.hooks import Router
+from ..pipeline.hooks import Reserved, Router
 from .access import write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
 from .finish import ErrorPage, Finisher, read_error_pages
@@ -344,6 +344,10 @@ class Site:
         self.reserved_route: Router | None = None
         # The proxy hook's match (Hooks.proxy; the server sets it).
         self.proxied: Callable[[RequestFacts], object | None] | None = None
+        # The login feature (sessions, trusted header, share links; the
+        # server sets it when users exist): the principal a session cookie
+        # names, and its answers' finish.
+        self.login: Reserved | None = None
         # The methods a path allows (Hooks.allow, the write feature's; the
         # server sets it): the core's OPTIONS and 405 name them.
         self.allow: Allow = read_only
@@ -387,7 +391,11 @@ class Site:
         Cancellation handling: the password check is the only wait; it may
         be abandoned like any pooled call, and then counts as a failure.
         """
-        return await self.gate.decide(target, req.authorization, granted, client, user)
+        auth = req.authorization
+        login = self.login
+        if auth is None and login is not None and req.extra:
+            auth = login.authorization(req)  # a session cookie's principal
+        return await self.gate.decide(target, auth, granted, client, user)
 
     def access_now(
         self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
@@ -397,7 +405,12 @@ class Site:
         ``Kind.EVENT``: only an unprotected path), ``Verdict.PENDING`` when
         a served kind needs the password check.  ``req`` None: a client
         without credentials."""
-        authorization = req.authorization if req is not None else None
+        authorization = None
+        if req is not None:
+            authorization = req.authorization
+            login = self.login
+            if authorization is None and login is not None and req.extra:
+                authorization = login.authorization(req)  # a session cookie's principal
         return self.gate.decide_now(target, authorization, frozenset(), user)
 
     def count(self, user: str, size: int) -> None:
@@ -621,7 +634,12 @@ class Site:
         (:meth:`serverio.site.finish.Finisher.finish`)."""
         if ticket is None:
             return self.finisher.finish(plan, None, False, False, pages)
-        return self.finisher.finish(plan, ticket.req, ticket.protected, ticket.authed, pages)
+        req = ticket.req
+        plan = self.finisher.finish(plan, req, ticket.protected, ticket.authed, pages)
+        login = self.login
+        if login is not None and (req.authorization is not None or plan.status == 401):
+            plan = login.finish(plan, req)  # a share link's answer; a 401's sign-in link
+        return plan
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """The error pages' re-read while the server runs
