@@ -124,3 +124,12 @@ def test_serverio_today_is_reported_and_not_a_failure(capsys: pytest.CaptureFixt
     for part in ("server", "listen", "services", "admission", "accept", "lifecycle"):
         assert f"serverio/net/{part}.py:" not in out
     assert "serverio/observe/stats.py:" not in out
+
+
+def test_serverio_is_within_the_size_gates() -> None:
+    # `python -m bench structure --check` over the whole package, as part of
+    # the suite (issue 42's gate "bench structure clean"): no class over 450
+    # lines or 20 attributes, no function over 80 lines.
+    found = structure.report([structure.REPO / "serverio"])
+    assert not found, "over the size gates:\n" + "\n".join(f.describe() for f in found)
+    assert _bench("structure", "--check") == 0

@@ -187,31 +187,11 @@ async def copy_move(
     """COPY (§9.8) or MOVE (§9.9) of the target to its Destination."""
     move = req.method == b"MOVE"
     target = req.target
-    dest = parse_destination(
-        field(DESTINATION.of(req)),
-        scheme="https" if req.tls else "http",
-        host=HOST.of(req) or "",
-    )
-    if dest.foreign or dest.target is None or not svc.at_dav(dest.target.segments):
-        # §9.8.5, §9.9.4: another server, or another URL namespace (outside
-        # --webdav-prefix, where no DAV method is served).
-        return error_plan(502, now)
-    dt = dest.target
-    hidden = svc.config.files.hidden
-    if svc.is_top(target.segments) or svc.is_top(dt.segments):
-        return error_plan(403, now)  # the root (or the prefix's top) is never moved or replaced
-    if is_write_temp(dt.segments) or (dt.hidden and not hidden):
-        return error_plan(403, now)
+    asked = _destination(svc, req, move, now)
+    if not isinstance(asked, tuple):
+        return asked
+    dt, depth = asked
     src_path, dst_path = rel(target.segments), rel(dt.segments)
-    if dst_path == src_path or dst_path.startswith(src_path + "/"):
-        return error_plan(403, now)  # onto itself, or into itself
-    if src_path.startswith(dst_path + "/"):
-        # Onto a collection that contains it: replacing the destination
-        # would remove the source first (Apache's mod_dav: 403 too).
-        return error_plan(403, now)
-    depth = parse_depth(field(DEPTH.of(req)), Depth.INFINITY)
-    if depth is Depth.ONE or (move and depth is not Depth.INFINITY):
-        return error_plan(400, now)  # §9.8.3, §9.9.2
     overwrite = parse_overwrite(field(OVERWRITE.of(req)))
     if move:
         refusal = await write_access(admit, target, Right.DELETE)
@@ -280,6 +260,42 @@ async def copy_move(
     if existed:
         return status_plan(204, now)
     return status_plan(201, now, dt.url_path(slash=_is_dir(src)))
+
+
+def _destination(
+    svc: DavBase, req: RequestFacts, move: bool, now: float
+) -> Plan | tuple[Target, Depth]:
+    """A COPY's or MOVE's Destination and Depth, or the answer refusing
+    them: 502 for another server or namespace, 403 for the root, a
+    temporary or hidden name, or a destination onto, inside or holding
+    the source, 400 for a Depth the method does not take."""
+    target = req.target
+    dest = parse_destination(
+        field(DESTINATION.of(req)),
+        scheme="https" if req.tls else "http",
+        host=HOST.of(req) or "",
+    )
+    if dest.foreign or dest.target is None or not svc.at_dav(dest.target.segments):
+        # §9.8.5, §9.9.4: another server, or another URL namespace (outside
+        # --webdav-prefix, where no DAV method is served).
+        return error_plan(502, now)
+    dt = dest.target
+    hidden = svc.config.files.hidden
+    if svc.is_top(target.segments) or svc.is_top(dt.segments):
+        return error_plan(403, now)  # the root (or the prefix's top) is never moved or replaced
+    if is_write_temp(dt.segments) or (dt.hidden and not hidden):
+        return error_plan(403, now)
+    src_path, dst_path = rel(target.segments), rel(dt.segments)
+    if dst_path == src_path or dst_path.startswith(src_path + "/"):
+        return error_plan(403, now)  # onto itself, or into itself
+    if src_path.startswith(dst_path + "/"):
+        # Onto a collection that contains it: replacing the destination
+        # would remove the source first (Apache's mod_dav: 403 too).
+        return error_plan(403, now)
+    depth = parse_depth(field(DEPTH.of(req)), Depth.INFINITY)
+    if depth is Depth.ONE or (move and depth is not Depth.INFINITY):
+        return error_plan(400, now)  # §9.8.3, §9.9.2
+    return dt, depth
 
 
 def _real_ends(opener: ContainedRoot, src: str, dst: str) -> tuple[str, str]:

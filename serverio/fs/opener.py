@@ -20,7 +20,7 @@ once when the opener is created:
   See :meth:`RootOpener._walk`.
 * ``windows``, where ``os.open`` takes no ``dir_fd`` (Windows): the path is
   resolved by name under the root's real path, with the walk's rules, then
-  opened and the opened handle verified.  See :meth:`RootOpener._open_by_path`.
+  opened and the opened handle verified.  See :class:`_ByName`.
   On Linux this strategy runs only as a test-forced simulation.
 
 ``--follow-symlinks`` is a plain ``openat(root_fd, relpath)``: the relative
@@ -235,6 +235,9 @@ class RootOpener:
             strategy = "windows"
         self.root_fd = -1
         self._root_parts = tuple(p for p in _split_native(self.root) if p)
+        self._by_name = _ByName(
+            self.root, self._root_parts, follow_symlinks=follow_symlinks, hidden=hidden
+        )
         resolve = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
         # open_resolved never lets the kernel follow a link: a path with
         # one goes to the walk, which knows where it led.
@@ -251,8 +254,8 @@ class RootOpener:
         if strategy == "windows":
             if not os.path.isdir(self.root):
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
-            self.stat = self._stat_by_path
-            self.lstat = self._lstat_by_path
+            self.stat = self._by_name.stat
+            self.lstat = self._by_name.lstat
             self.strategy = strategy
             return
         self.root_fd = os.open(self.root, os.O_RDONLY | _DIRECTORY | _flag("O_CLOEXEC"))
@@ -287,7 +290,7 @@ class RootOpener:
         "missing inside the root" (nothing outside was looked at).
         """
         if self.strategy == "windows":
-            return self._open_by_path(relpath)[0]
+            return self._by_name.open(relpath)[0]
         if self.follow_symlinks:
             return os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
         if self.strategy == "openat2":
@@ -319,7 +322,7 @@ class RootOpener:
         existing one.
         """
         if self.strategy == "windows":
-            return self._open_by_path(relpath, report=True)
+            return self._by_name.open(relpath, report=True)
         if self.follow_symlinks:
             try:
                 fd = os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
@@ -400,25 +403,11 @@ class RootOpener:
                 try:
                     fd = os.open(name, _NOFOLLOW if last else _DIR_NOFOLLOW, dir_fd=cur)
                 except OSError as exc:
-                    if exc.errno not in _MAYBE_LINK and exc.errno != errno.ENOTDIR:
-                        raise
-                    try:
-                        target = os.readlink(name, dir_fd=cur)
-                    except OSError as rexc:
-                        if rexc.errno == errno.EINVAL:
-                            raise exc from None  # not a symlink: the open's own error
-                        raise
+                    target = _link_target(exc, name, cur)
                     links += 1
                     if links > MAX_SYMLINKS:
                         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
-                    if target.startswith("/"):
-                        rest = self._inside(target)
-                        while dirs:
-                            os.close(dirs.pop())
-                        names.clear()
-                        pending.extend(reversed(rest))
-                    else:
-                        pending.extend(p for p in reversed(target.split("/")) if p and p != ".")
+                    self._push_walk_target(target, pending, dirs, names)
                     continue
                 if last:
                     return fd, _followed(links, [*names, name])
@@ -438,32 +427,73 @@ class RootOpener:
             for d in dirs:
                 os.close(d)
 
-    def _inside(self, target: str) -> list[str]:
-        """The components of absolute ``target`` below the root; EXDEV if it
-        does not lie lexically under the root's real path."""
-        parts = [p for p in target.split("/") if p and p != "."]
-        n = len(self._root_parts)
-        if tuple(parts[:n]) != self._root_parts:
-            raise _escape()
-        return parts[n:]
+    def _push_walk_target(
+        self, target: str, pending: list[str], dirs: list[int], names: list[str]
+    ) -> None:
+        """Resolve a link's ``target`` next in :meth:`_walk`: an absolute one
+        from the root descriptor (the walk's ``dirs`` closed; EXDEV outside
+        the root), a relative one from the link's directory."""
+        if target.startswith("/"):
+            rest = _inside(target, self._root_parts)
+            while dirs:
+                os.close(dirs.pop())
+            names.clear()
+            pending.extend(reversed(rest))
+        else:
+            pending.extend(p for p in reversed(target.split("/")) if p and p != ".")
 
-    # ------------------------------------------------ windows: no dir_fd
+    def spa_path(self, relpath: str, spa: str) -> str | None:
+        """The ``--spa`` file answering a missing ``relpath``: ``spa`` itself
+        (one root; :class:`~serverio.fs.mounts.MountedRoot` picks the
+        matched mount's)."""
+        return spa
 
-    def _stat_by_path(self, relpath: str) -> os.stat_result:
+    def directory_path(self, relpath: str, fd: int) -> str:
+        """The path to list for the directory opened as ``fd`` from ``relpath``
+        (``windows`` strategy: no directory descriptor to scan).
+
+        Resolved again with the same containment, and its identity compared
+        with ``fd``'s: EXDEV if the name now leads elsewhere."""
+        check = self._by_name.open(relpath)[0]
+        try:
+            a, b = os.fstat(check), os.fstat(fd)
+        finally:
+            os.close(check)
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+            raise _swapped()
+        return _resolved_path(self, relpath)
+
+
+class _ByName:
+    """The ``windows`` strategy of :class:`RootOpener`, for platforms whose
+    ``os.open`` takes no ``dir_fd``: each path resolved by name under the
+    root's real path (``root``; ``root_parts``: its components) with the
+    walk's rules, then opened and the opened handle verified.  Keeps no
+    per-call state (thread-safe, as its opener)."""
+
+    def __init__(
+        self, root: str, root_parts: tuple[str, ...], *, follow_symlinks: bool, hidden: bool
+    ) -> None:
+        self.root = root
+        self._root_parts = root_parts
+        self.follow_symlinks = follow_symlinks
+        self.hidden = hidden
+
+    def stat(self, relpath: str) -> os.stat_result:
         # The change time as st_ctime_ns (winstat): the caches' identity.
         return winstat.stat(os.path.join(self.root, relpath))
 
-    def _lstat_by_path(self, relpath: str) -> os.stat_result:
+    def lstat(self, relpath: str) -> os.stat_result:
         return os.lstat(os.path.join(self.root, relpath))
 
-    def _open_by_path(self, relpath: str, report: bool = False) -> tuple[int, str | None]:
+    def open(self, relpath: str, report: bool = False) -> tuple[int, str | None]:
         """Resolve ``relpath`` by name under the root, open it, verify the
         handle; with the resolved path when a link was followed (see
-        :meth:`open_resolved`; ``report``: a failure after a link is
+        :meth:`RootOpener.open_resolved`; ``report``: a failure after a link is
         raised as :class:`Unreached`).
 
         The ``windows`` strategy, for platforms whose ``os.open`` takes no
-        ``dir_fd``.  Resolution follows :meth:`_walk`'s rules with
+        ``dir_fd``.  Resolution follows :meth:`RootOpener._walk`'s rules with
         ``os.lstat`` and ``os.readlink`` on full paths below the root's real
         path instead of descriptors: ``..`` at the root, absolute targets
         elsewhere and hidden names are refused (EXDEV), at most
@@ -485,13 +515,13 @@ class RootOpener:
         """
         if self.follow_symlinks:
             try:
-                fd = self._open_by_path_following(relpath)
+                fd = self._open_following(relpath)
             except OSError as exc:
                 if not report:
                     raise
                 raise _unreached_following(exc, self.root, self._root_parts, relpath) from None
             return fd, _real_below(self.root, self._root_parts, relpath)
-        final, parts, seen, links = self._walk_by_path(relpath, report)
+        final, parts, seen, links = self._walk(relpath, report)
         if final is None:  # the root, or a directory already resolved
             resolved = _followed(links, parts)
             path = os.path.join(self.root, *parts)
@@ -511,7 +541,7 @@ class RootOpener:
                 raise
             raise Unreached.of(exc, [], resolved.split("/")) from None
 
-    def _open_by_path_following(self, relpath: str) -> int:
+    def _open_following(self, relpath: str) -> int:
         """``--follow-symlinks`` under the ``windows`` strategy: the names are
         checked (each spelling as listed), the links followed by the system."""
         segs = [seg for seg in relpath.split("/") if seg and seg != "."]
@@ -520,14 +550,14 @@ class RootOpener:
         path = os.path.join(self.root, relpath)
         return self._open_verified(path, os.stat(path), [])
 
-    def _walk_by_path(
+    def _walk(
         self, relpath: str, report: bool = False
     ) -> tuple[tuple[str, os.stat_result] | None, list[str], list[tuple[int, int]], int]:
-        """:meth:`_walk`'s rules by name: the final component's path and
+        """:meth:`RootOpener._walk`'s rules by name: the final component's path and
         ``lstat`` (None when ``relpath`` ends at a directory already
         resolved), the resolved components below the root, the identity
         of each directory among them and how many links were followed.
-        ``report``: as :meth:`_walk`'s."""
+        ``report``: as :meth:`RootOpener._walk`'s."""
         # The request's own segments are split on "/" only: a "\\" inside
         # one (an encoded %5C) is part of that name, which
         # windows_name_problem then refuses.  Split on the native
@@ -612,10 +642,10 @@ class RootOpener:
         return fd
 
     def _inside_native(self, target: str) -> list[str]:
-        """:meth:`_inside` for native absolute targets (Windows: either
+        """:func:`_inside` for native absolute targets (Windows: either
         separator, ``\\\\?\\`` prefixes, case-insensitive drive and names)."""
         if not _WINDOWS:
-            return self._inside(target)
+            return _inside(target, self._root_parts)
         for prefix in ("\\\\?\\UNC\\", "\\??\\", "\\\\?\\"):
             if target.startswith(prefix):
                 target = target[len(prefix) :]
@@ -645,26 +675,31 @@ class RootOpener:
         want = [p.casefold() for p in _split_native(path) if p]
         return got == want
 
-    def spa_path(self, relpath: str, spa: str) -> str | None:
-        """The ``--spa`` file answering a missing ``relpath``: ``spa`` itself
-        (one root; :class:`~serverio.fs.mounts.MountedRoot` picks the
-        matched mount's)."""
-        return spa
 
-    def directory_path(self, relpath: str, fd: int) -> str:
-        """The path to list for the directory opened as ``fd`` from ``relpath``
-        (``windows`` strategy: no directory descriptor to scan).
+def _inside(target: str, root_parts: tuple[str, ...]) -> list[str]:
+    """The components of absolute ``target`` below the root (``root_parts``:
+    the components of its real path); EXDEV if it does not lie lexically
+    under it."""
+    parts = [p for p in target.split("/") if p and p != "."]
+    n = len(root_parts)
+    if tuple(parts[:n]) != root_parts:
+        raise _escape()
+    return parts[n:]
 
-        Resolved again with the same containment, and its identity compared
-        with ``fd``'s: EXDEV if the name now leads elsewhere."""
-        check = self._open_by_path(relpath)[0]
-        try:
-            a, b = os.fstat(check), os.fstat(fd)
-        finally:
-            os.close(check)
-        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
-            raise _swapped()
-        return _resolved_path(self, relpath)
+
+def _link_target(exc: OSError, name: str, dir_fd: int) -> str:
+    """The target of ``name`` in ``dir_fd``, whose ``O_NOFOLLOW`` open
+    failed with ``exc`` (:data:`_MAYBE_LINK`, or ENOTDIR under
+    ``O_DIRECTORY``); ``exc`` itself is raised when it is no symlink
+    (``readlinkat`` says EINVAL) or failed for another reason."""
+    if exc.errno not in _MAYBE_LINK and exc.errno != errno.ENOTDIR:
+        raise exc
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError as rexc:
+        if rexc.errno == errno.EINVAL:
+            raise exc from None  # not a symlink: the open's own error
+        raise
 
 
 def _followed(links: int, names: list[str]) -> str | None:

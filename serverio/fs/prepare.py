@@ -283,6 +283,24 @@ def resolve(
             return Resolution(CACHED)
         if target.segments and not target.slash:
             cache.miss()  # a path that names a file: looked up, answered from disk
+    return _resolve_path(look, cfg, opener, now, resolving, cache, mono, hashes)
+
+
+def _resolve_path(
+    look: Lookup,
+    cfg: Config,
+    opener: ContainedRoot,
+    now: float,
+    resolving: bool,
+    cache: FileCache | None,
+    mono: float,
+    hashes: HashStore | None,
+) -> Resolution:
+    """:func:`resolve` past the warm-file cache: open the target under
+    containment (or the ``--spa`` file standing in for a missing one) and
+    answer for what it is: a file, a directory's index file, a listing, or
+    why not.  ``resolving``: the site has auth rules (:func:`_open`)."""
+    target = look.target
     fd = -1
     try:
         try:
@@ -384,34 +402,18 @@ def _resolve_file(
         extra, vary = file_fields(look.download, cfg, relpath, ctype)
         digest = look.digest
         negotiated = look.negotiates(vary)
-        entry: CachedFile | None = None
-        try:
-            facts, data = _facts(st, ctype, cfg, hashes, now, fd)
-            if (
-                cache is not None
-                and not digest
-                and real is None
-                and _cacheable(look, relpath, st, now)
-            ):
-                # (A digest job reads from a descriptor: not from the cache.)
-                entry, data = _cache_entry(cache, fd, st, facts, data, mono, negotiated)
-        except _Shrank:
+        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype)
+        made = _main_rep(hop, fd, st, path, negotiated)
+        if made is None:
             return Resolution(UNAVAILABLE)
-        if entry is not None and not look.target.query:
-            entry.headers = (extra, vary)  # computed once, here
-        if data is None and look.wants_bytes and st.st_size <= cfg.files.small_file_size:
-            # Small body: read it now, in this same hop, and send it with the
-            # head in one write.
-            data = read_all(fd, st.st_size)
-            if data is None:
-                return Resolution(UNAVAILABLE)
-        main = Rep(fd, facts, data, _hash_settled(st, now))
+        main, entry = made
         reps.append(main)
         fd = -1
+        if entry is not None and not look.target.query:
+            entry.headers = (extra, vary)  # computed once, here
         sidecars: dict[str, Rep] = {}
         if negotiated:
-            hop = _Hop(look, cfg, now, cache, mono, hashes, ctype)
-            sidecars = _sidecars(hop, opener, path, st, facts, entry)
+            sidecars = _sidecars(hop, opener, path, st, main.facts, entry)
             reps.extend(sidecars.values())
         if entry is not None and (
             entry.whole
@@ -442,6 +444,37 @@ def _resolve_file(
             close_fd(fd)
         for rep in reps:
             rep.close()
+
+
+def _main_rep(
+    hop: _Hop, fd: int, st: os.stat_result, path: tuple[str, str | None], negotiated: bool
+) -> tuple[Rep, CachedFile | None] | None:
+    """The file's own representation on ``fd`` (its facts, its bytes when
+    read whole) and the warm-file cache entry it may be kept in; None when
+    the file is shorter than ``st`` says (it is being rewritten).  ``fd``
+    stays the caller's until the returned Rep holds it."""
+    look, cfg, cache = hop.look, hop.cfg, hop.cache
+    relpath, real = path
+    entry: CachedFile | None = None
+    try:
+        facts, data = _facts(st, hop.ctype, cfg, hop.hashes, hop.now, fd)
+        if (
+            cache is not None
+            and not look.digest
+            and real is None
+            and _cacheable(look, relpath, st, hop.now)
+        ):
+            # (A digest job reads from a descriptor: not from the cache.)
+            entry, data = _cache_entry(cache, fd, st, facts, data, hop.mono, negotiated)
+    except _Shrank:
+        return None
+    if data is None and look.wants_bytes and st.st_size <= cfg.files.small_file_size:
+        # Small body: read it now, in this same hop, and send it with the
+        # head in one write.
+        data = read_all(fd, st.st_size)
+        if data is None:
+            return None
+    return Rep(fd, facts, data, _hash_settled(st, hop.now)), entry
 
 
 def _flies(entry: CachedFile, look: Lookup, cfg: Config, sidecars: dict[str, Rep]) -> bool:

@@ -20,7 +20,7 @@ them, so a check made on the spelling would not be a check on the file:
   segment with a ``~`` only when the directory holds an entry spelled
   exactly so (see :func:`may_be_short_name`), and whatever the spelling, the
   opened handle's final path must be the resolved path itself
-  (:meth:`~serverio.fs.opener.RootOpener._open_by_path`).
+  (:class:`~serverio.fs.opener.RootOpener`, its ``windows`` strategy).
 """
 
 from __future__ import annotations

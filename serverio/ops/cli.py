@@ -531,6 +531,23 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as exc:
         print(f"serverio: error: {blame_env(str(exc), sources)}", file=sys.stderr)
         return 2
+    _start_logging(cfg)
+    from .fdlimit import fit_fd_limit
+
+    # Before any worker starts: they inherit the raised limit and the config.
+    cfg, note = fit_fd_limit(cfg)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
+    if cfg.listeners.workers > 1:
+        from .workers import supervise
+
+        return supervise(cfg)
+    return _serve(cfg, ssl_context)
+
+
+def _start_logging(cfg: Config) -> None:
+    """The server's log (``--log-level``) and, once, the start-up warning
+    for basic authentication served over plain HTTP (RFC 7617 §4)."""
     import logging
 
     # A stderr handler that takes the server's log pipe while it serves
@@ -548,17 +565,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         warning = plain_auth_warning(cfg)  # once, here: not from each compile of the rules
         if warning is not None:
             logging.getLogger("serverio").warning("%s", warning)
-    from .fdlimit import fit_fd_limit
-
-    # Before any worker starts: they inherit the raised limit and the config.
-    cfg, note = fit_fd_limit(cfg)
-    if note is not None:
-        print(note, file=sys.stderr, flush=True)
-    if cfg.listeners.workers > 1:
-        from .workers import supervise
-
-        return supervise(cfg)
-    return _serve(cfg, ssl_context)
 
 
 def _serve(cfg: Config, ssl_context: Any) -> int:
