@@ -448,8 +448,14 @@ class ContentService:
         if query.q:
             # ?q=: the recursive search (serverio.pipeline.search) walks from
             # the folder by path, under the same containment.
-            os.close(prepared.fd)
+            # The folder's descriptor is not needed: closed in the work pool
+            # (or here, if the close never got a thread: OwnedFd's rule).
+            owned = OwnedFd(prepared.fd)
             prepared.fd = -1
+            try:
+                await run_blocking(work, owned.release)
+            finally:
+                owned.release()
             body, ctype, etag = await search(
                 work, self.opener(), cfg, req, query, self.visible, self.hide
             )
