@@ -240,6 +240,8 @@ def _sample_argv(opt: Option) -> list[str]:
         value = "3k"
     elif getattr(opt.parse, "__name__", "") == "_cidr":
         value = "10.0.0.1/8"
+    elif getattr(opt.parse, "__name__", "") == "_field_name":
+        value = "X-Remote-User"  # a request field's name: a token (RFC 9110 §5.1)
     elif getattr(opt.parse, "__name__", "") == "_mount":
         # --mount ROUTE=DIR (written back as [[mount]] tables)
         # (absolute: a file's relative dir is relative to the file)

@@ -163,7 +163,7 @@ async def test_a_bug_in_one_connection_does_not_stop_the_server(
     root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from serverio.http.core import route as real
-    from serverio.pipeline import request as _request
+    from serverio.pipeline import exchange as _exchange
 
     calls = 0
 
@@ -174,7 +174,7 @@ async def test_a_bug_in_one_connection_does_not_stop_the_server(
             raise RuntimeError("injected bug")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_request, "route", flaky_route)
+    monkeypatch.setattr(_exchange, "route", flaky_route)
     async with running_server(make_config(root)) as (srv, port):
         broken = await connect(port)
         await broken.send_raw(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -158,9 +158,14 @@ def login_page(csrf: str, next_path: str, error: str = "") -> bytes:
 def sign_in_needed(next_path: str) -> bytes:
     """A 401's page for a browser: a link to the sign-in form."""
     href = "/.serverio/login?next=" + quote(next_path, safe="/")
+    # As every error page (docs/reference/errors.md): the requested path,
+    # escaped, and a link to its parent.
+    parent = next_path.rstrip("/").rsplit("/", 1)[0] + "/"
     return _shell(
         "Sign in needed",
-        f'<p>This page needs you signed in. <a href="{html.escape(href)}">Sign in</a></p>\n',
+        f'<p>This page needs you signed in. <a href="{html.escape(href)}">Sign in</a></p>\n'
+        f"<p>Requested: <code>{html.escape(next_path)}</code></p>\n"
+        f'<p><a href="{html.escape(quote(parent, safe="/"))}">Up to {html.escape(parent)}</a></p>\n',
     )
 
 
