@@ -161,11 +161,12 @@ def sign_in_needed(next_path: str) -> bytes:
     # As every error page (docs/reference/errors.md): the requested path,
     # escaped, and a link to its parent.
     parent = next_path.rstrip("/").rsplit("/", 1)[0] + "/"
+    up = html.escape(quote(parent, safe="/"))
     return _shell(
         "Sign in needed",
         f'<p>This page needs you signed in. <a href="{html.escape(href)}">Sign in</a></p>\n'
         f"<p>Requested: <code>{html.escape(next_path)}</code></p>\n"
-        f'<p><a href="{html.escape(quote(parent, safe="/"))}">Up to {html.escape(parent)}</a></p>\n',
+        f'<p><a href="{up}">Up to {html.escape(parent)}</a></p>\n',
     )
 
 
