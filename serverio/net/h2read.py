@@ -127,6 +127,7 @@ class FrameReader:
         "_conn",
         "_control",
         "_partial",
+        "_payload",
         "_sink",
         "_skip",
         "_stats",
@@ -155,6 +156,7 @@ class FrameReader:
         # bytes of the current frame still to skip (first the 24-byte
         # client preface), and a partial 9-byte frame header.
         self._skip = 24
+        self._payload = False  # is _skip a frame's payload (not the preface)?
         self._partial = b""
 
     def receive(self, data: bytes) -> None:
@@ -194,8 +196,14 @@ class FrameReader:
         sink.pull()
 
     def _count_frames(self, data: bytes) -> int:
-        """Complete frame headers in ``data`` (RFC 9113 §4.1: 24-bit length,
-        type, flags, stream id), carrying state across reads."""
+        """Frames whose last byte is in ``data`` (RFC 9113 §4.1: 24-bit
+        length, type, flags, stream id), carrying state across reads.
+
+        Counted where a frame ends, not where its header is: h2 reports a
+        frame once it is whole, so a DATA frame split across two reads is
+        one frame of the second read.  (Counted at its header, a large
+        upload's split frames each looked like a frame without an event and
+        spent the control budget: GOAWAY ENHANCE_YOUR_CALM mid-upload.)"""
         n = 0
         i = 0
         end = len(data)
@@ -204,6 +212,8 @@ class FrameReader:
                 take = min(self._skip, end - i)
                 self._skip -= take
                 i += take
+                if not self._skip and self._payload:
+                    n += 1
                 continue
             need = 9 - len(self._partial)
             head = self._partial + data[i : i + need]
@@ -213,7 +223,9 @@ class FrameReader:
                 break
             self._partial = b""
             self._skip = int.from_bytes(head[:3], "big")
-            n += 1
+            self._payload = True
+            if not self._skip:
+                n += 1  # no payload: whole with its header
         return n
 
     def _event(self, ev: h2.events.Event) -> None:
