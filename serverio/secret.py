@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 from .errors import ConfigError
 from .signing import MIN_SECRET
@@ -78,14 +79,24 @@ def resolve_secret(path: str | None, directory: str | None = None) -> bytes:
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         # O_EXCL: two servers starting at once create it once; the loser
-        # reads the winner's.
+        # reads the winner's, once the winner has written it (bounded).
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         fd = os.open(keyfile, flags, 0o600)
     except FileExistsError:
-        try:
-            return _read(keyfile)
-        except ConfigError:
-            pass
+        for _ in range(20):
+            time.sleep(0.05)
+            try:
+                return _read(keyfile)
+            except ConfigError:
+                pass
+        # Still short or unreadable (a write cut by a crash): say so, for
+        # this process only; removing the file makes a new one next start.
+        log.warning(
+            "%s is not a usable secret: signed links and sessions last only "
+            "as long as this process (remove it, or give --secret-file)",
+            keyfile,
+        )
+        return key
     except OSError as exc:
         log.warning(
             "no --secret-file and %s is not writable (%s): signed links and "
@@ -100,4 +111,3 @@ def resolve_secret(path: str | None, directory: str | None = None) -> bytes:
             f.flush()
             os.fsync(f.fileno())
         return key
-    return key

@@ -84,3 +84,16 @@ def test_without_a_file_a_key_is_generated_once_and_kept(tmp_path: object) -> No
     if sys.platform != "win32":
         mode = stat.S_IMODE(os.stat(os.path.join(d, "secret")).st_mode)
         assert mode == 0o600
+
+
+def test_an_unusable_generated_secret_is_said_and_not_trusted(
+    tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = os.path.join(str(tmp_path), "data")
+    os.makedirs(d)
+    with open(os.path.join(d, "secret"), "wb") as f:
+        f.write(b"cut")  # a write cut short by a crash
+    first = resolve_secret(None, d)
+    assert len(first) >= 32 and first != b"cut"
+    assert "not a usable secret" in caplog.text
+    assert resolve_secret(None, d) != first  # per process: never persisted over it
