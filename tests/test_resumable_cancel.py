@@ -90,9 +90,8 @@ def server(tmp_path: Path) -> Server:
 
 
 def step(server: Server) -> Resumable:
-    got = server.services.hooks.write
-    assert got is not None
-    owner = getattr(got, "__self__", None)
+    (route,) = server.services.hooks.write_ahead  # the stage ahead of the write step
+    owner = getattr(route.run, "__self__", None)
     assert isinstance(owner, Resumable)
     return owner
 
