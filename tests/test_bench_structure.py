@@ -137,7 +137,6 @@ KNOWN_OVER = {
     "serverio/pipeline/handler.py:Handler",
     "serverio/pipeline/content.py:ContentService._listing",
     "serverio/proxy/routes.py:request_fields",
-    "serverio/upload/service.py:Uploads.write",
 }
 
 

@@ -502,7 +502,9 @@ async def test_a_put_cancelled_at_any_checkpoint_leaves_old_or_new_never_a_tempo
             assert data == b"".join(parts)
 
     steps = await _cancelled_at_every_step(rig, make, check)
-    assert steps > 8  # every pull, every pool hop, the commit: each a checkpoint
+    # Every pull, every pool hop (the placement with its temporary, the
+    # last batch with the commit): each a checkpoint.
+    assert steps > 6
     assert rig.stats.writes.aborted >= steps - 2
 
 

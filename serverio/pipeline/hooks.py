@@ -76,11 +76,11 @@ from ..model import Body, ChunkSource, Prepared
 __all__ = [
     "NO_HEAD",
     "NO_HOOKS",
+    "NO_RULES",
     "WRITE_METHODS",
     "Admit",
     "EventSource",
     "Hooks",
-    "NO_RULES",
     "Interim",
     "ListingView",
     "Marks",
