@@ -136,7 +136,6 @@ KNOWN_OVER = {
     "serverio/ops/options.py:Option",
     "serverio/pipeline/handler.py:Handler",
     "serverio/pipeline/content.py:ContentService._listing",
-    "serverio/proxy/routes.py:request_fields",
 }
 
 
