@@ -320,9 +320,12 @@ class UpstreamConn:
         """The next event of the response, reading as needed.
         Cancellation handling: as :meth:`send_request`."""
         while True:
-            event = self.buffered_event()
-            if event is not None:
-                return event
+            # A fast reader that was handed nothing yet has no event to
+            # give (it is new with each exchange): straight to the read.
+            if self.received or self._eof or self._fast is None:
+                event = self.buffered_event()
+                if event is not None:
+                    return event
             data: bytes | bytearray
             try:
                 if self.received == 0 and self._sock is not None and not self._eof:
