@@ -62,6 +62,9 @@ AWAITING = {
     # The recursive search (?q=): part of the Listing need's fulfilment,
     # awaited by ContentService._listing only.
     "search.py": {"search"},
+    # The access hook a write step is handed without site rules
+    # (hooks.NO_RULES): the Admit coroutine's shape, deciding nothing.
+    "hooks.py": {"_no_rules"},
 }
 
 Func = ast.FunctionDef | ast.AsyncFunctionDef
