@@ -29,7 +29,7 @@ from ..http.core import RequestFacts
 from ..http.listing import Entry
 from ..model import BodyCut, errno_reason
 from ..model.reasons import reason_status
-from .plan import Bounds, Member, check_bounds
+from .plan import Bounds, Member, check_bounds, missing_name
 from .tarenc import TarEncoder
 from .walk import close_opened, close_read, open_member, read_span, scan_at
 from .zipenc import ZipEncoder, encode_name
@@ -57,6 +57,17 @@ class ArchiveCut(BodyCut):
     failed = True
 
 
+def _selected(entries: list[Entry], only: frozenset[str]) -> list[Entry]:
+    """The entries ``only`` names; a 404 for the first name (in sorted
+    order, so the answer is the same whatever the scan order) not among
+    them."""
+    kept = [e for e in entries if e.name in only]
+    if len(kept) != len(only):
+        missing = sorted(only - {e.name for e in kept})
+        raise missing_name(missing[0])
+    return kept
+
+
 async def walk(
     fs: Pool,
     opener: ContainedRoot,
@@ -67,6 +78,8 @@ async def walk(
     visible: Visible | None,
     top_real: str | None = None,
     hide: HideRules = NO_HIDE,
+    only: frozenset[str] | None = None,
+    top_limit: int = 0,
 ) -> list[Member]:
     """The members under the requested directory (``top``: its descriptor,
     released here): each directory's entries (names sorted, directories
@@ -80,6 +93,13 @@ async def walk(
     where it leads too, a symlink inside the root followed (``top_real``:
     where the top directory's own resolution led, None: no link), and
     that target is checked again when the member is opened.
+
+    ``only`` (a selection, :func:`~serverio.archive.plan.selected_names`):
+    the top directory's members are these names, each of which must be
+    an entry its listing shows this client (after the rules above; a 404
+    names the first that is not), a directory with everything below it;
+    the top scan then reads up to ``top_limit`` entries (the listing's
+    bound) so a selection in a folder larger than the archive bound works.
 
     Cancellation handling: each scan is a pooled call (abandoned threads
     close their own directory descriptors); ``top`` is released in every
@@ -99,6 +119,8 @@ async def walk(
         left = bounds.entries - len(members) + 1
         try:
             if first:
+                if only is not None:
+                    left = max(left, top_limit)
                 first = False
                 try:
                     scan = await run_blocking(
@@ -123,6 +145,8 @@ async def walk(
             entries = visible(req, segs, entries)
         if hide.active:  # --hide: left out of archives (still served by URL)
             entries = [e for e in entries if not hide.hides(relpath, e.name)]
+        if only is not None and not rel:
+            entries = _selected(entries, only)
         subdirs: list[tuple[str, ...]] = []
         for entry in sorted(entries, key=lambda e: e.name):
             path = (*rel, entry.name)
