@@ -126,17 +126,18 @@ def test_toolbar_on_top_with_archives_theme_and_title() -> None:
         'href="?archive=zip"'
     ) < page.index("<table>")
     assert 'id="theme"' in page and 'role="search"' in page
-    footer = page[page.index("<footer>") :]
+    footer = page[page.index("<footer>") : page.index("</footer>")]
     assert "archive" not in footer
 
 
-def test_actions_cell_and_slot_only_when_allowed() -> None:
+def test_actions_slot_only_when_allowed_and_no_empty_cells() -> None:
     entries = [Entry("x.txt", False, 1, 0), Entry("d", True, -1, 0)]
     plain = render_html(("s",), entries, ListingQuery()).decode()
     assert 'class="act"' not in plain and 'id="actions"' not in plain
     page = render_html(("s",), entries, ListingQuery(), upload=True, actions=True).decode()
-    assert page.count('<td class="act"></td>') == 3  # the parent row and each entry
-    assert 'id="actions"' in page and '<th class="act">' in page
+    assert 'id="actions"' in page
+    # The scripts add the rows' cells: nothing sent for them (page weight).
+    assert 'class="act"' not in page and "<td></td>" not in page
 
 
 def test_icons_are_inline_symbols_by_type() -> None:

@@ -43,6 +43,7 @@ from .pageassets import (
     sha256_source,
 )
 from .readme import Readme, render_readme
+from .selection import SELECT_SCRIPT, TOOLS_ASSET, TOOLS_QUERY
 from .target import quote_segment
 
 __all__ = [
@@ -108,6 +109,10 @@ class ListingQuery:
     # ?q= (or the search box's "Search subfolders"): a recursive search of
     # the tree below (serverio.fs.search), a name substring or glob.
     q: str = ""
+    # ?asset=tools: the script of the page's selection actions and text
+    # editor instead of the listing (serverio.http.selection: loaded when
+    # first used).
+    asset: bool = False
 
 
 # The longest ?filter= kept (characters; the rest is cut): a bound on the
@@ -149,6 +154,7 @@ def parse_listing_query(
         filter=needle,
         text=fmt == "text",
         q=q,
+        asset=params.get("asset") == TOOLS_QUERY,
     )
 
 
@@ -353,7 +359,7 @@ def _query_tail(query: ListingQuery) -> str:
     return f"&filter={quote_segment(query.filter)}" if query.filter else ""
 
 
-def _header_cells(query: ListingQuery, actions: bool) -> str:
+def _header_cells(query: ListingQuery) -> str:
     esc = html.escape
     heads = []
     for key, label, cls in (
@@ -368,12 +374,10 @@ def _header_cells(query: ListingQuery, actions: bool) -> str:
             sort = ' aria-sort="ascending"' if query.order == "asc" else ' aria-sort="descending"'
         href = esc(f"?sort={key}&order={order}{_query_tail(query)}")
         heads.append(f'<th class="{cls}"{sort}><a href="{href}">{label}</a>{arrow}</th>')
-    if actions:  # the write actions' column (filled by their script)
-        heads.append('<th class="act"><span class="sr">Actions</span></th>')
     return "".join(heads)
 
 
-def _row(e: Entry, act: str) -> str:
+def _row(e: Entry) -> str:
     if _PLAIN_NAME.fullmatch(e.name):
         href = "./" + e.name + ("/" if e.is_dir else "")
         shown = e.name + ("/" if e.is_dir else "")
@@ -389,20 +393,21 @@ def _row(e: Entry, act: str) -> str:
     return (
         f'<tr class="entry {kind}"><td class="name"><svg class="i" aria-hidden="true">'
         f'<use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
-        f'<a href="{href}">{shown}</a></td>{size}{_time_cell(e.mtime)}{act}</tr>'
+        f'<a href="{href}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
     )
 
 
-def _rows(segments: Sequence[str], entries: Sequence[Entry], actions: bool) -> list[str]:
-    act = '<td class="act"></td>' if actions else ""
+def _rows(segments: Sequence[str], entries: Sequence[Entry]) -> list[str]:
+    # The scripts add their cells (the selection's checkboxes, the write
+    # actions'): nothing sent for a row without script (the page weight).
     rows = []
     if segments:
         rows.append(
             '<tr class="dir up"><td class="name"><svg class="i" aria-hidden="true">'
             '<use href="#i-d"/></svg><a href="../">../</a></td>'
-            f'<td class="size"></td><td class="time"></td>{act}</tr>'
+            '<td class="size"></td><td class="time"></td></tr>'
         )
-    rows.extend(_row(e, act) for e in entries)
+    rows.extend(_row(e) for e in entries)
     return rows
 
 
@@ -504,11 +509,13 @@ def page_head(title: str) -> str:
     )
 
 
-def page_tail(upload: bool) -> str:
-    """The scripts at the end of the body and the closing tags."""
+def page_tail(upload: bool, select: bool = False) -> str:
+    """The scripts at the end of the body and the closing tags
+    (``select``: the selection's, :mod:`serverio.http.selection`)."""
     return (
         f"<script>{SCRIPT}</script>\n"
         + (f"<script>{UPLOAD_SCRIPT}</script>\n" if upload else "")
+        + (f"<script>{SELECT_SCRIPT}</script>\n" if select else "")
         + "</body></html>\n"
     )
 
@@ -552,8 +559,10 @@ def render_html(
     for this request (``--upload``, the access hook's answer): the upload
     and new-folder forms and their drag-and-drop script (send it with
     :data:`LISTING_UPLOAD_CSP`).  ``actions``: this request may change the
-    entries (delete, move): the toolbar's selection slot and a per-row
-    actions cell, left empty for the write actions' script.  ``title``
+    entries (delete, move): the toolbar's slot for the write actions.
+    With ``archives`` or ``actions``, the selection's script
+    (:mod:`serverio.http.selection`: its checkboxes and toolbar, the
+    editor's buttons).  ``title``
     (``--title``): the heading and window title, before the path.
     ``account``: the server has users: the account corner and its script
     (send the page with :func:`listing_csp`).
@@ -576,12 +585,12 @@ def render_html(
         + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
         f"{_toolbar(query, archives, actions)}{_UPLOAD_FORMS if upload else ''}"
         f'{notice}<p id="status" role="status" aria-live="polite"></p>\n'
-        f"<table>\n<thead><tr>{_header_cells(query, actions)}</tr></thead>\n<tbody>\n"
-        + "\n".join(_rows(segments, entries, actions))
+        f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
+        + "\n".join(_rows(segments, entries))
         + f'\n</tbody></table>\n{readme}<footer>{count} \u00b7 <span id="tz">times in UTC</span>'
         "</footer>\n"
         + (f"<script>{_ACCOUNT_SCRIPT}</script>\n" if account else "")
-        + page_tail(upload)
+        + page_tail(upload, archives or actions)
     )
     return page.encode("utf-8")
 
@@ -711,7 +720,7 @@ def render_search(
         f"{_toolbar(query, archives, False)}"
         f'<p id="status" role="status" aria-live="polite">{found} for '
         f"\u201c{esc(query.q)}\u201d below this folder.</p>\n{notice}"
-        f"<table>\n<thead><tr>{_header_cells(query, False)}</tr></thead>\n<tbody>\n"
+        f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
         + "\n".join(_hit_row(rel, e) for rel, e in ordered)
         + f'\n</tbody></table>\n<footer>{found} \u00b7 <span id="tz">times in UTC</span>'
         "</footer>\n" + page_tail(False)
@@ -736,7 +745,10 @@ def render_listing(
 ) -> Listing:
     """Sort and render one listing: ``(body, content_type, etag)``.  Pure,
     but run in the ``work`` pool (:mod:`serverio.pipeline.content`):
-    formatting ten thousand rows never holds the event loop."""
+    formatting ten thousand rows never holds the event loop.  With
+    ``query.asset``: the page's tools script (the same for every folder)."""
+    if query.asset:
+        return TOOLS_ASSET, b"text/javascript; charset=utf-8", listing_etag(TOOLS_ASSET)
     ordered = sort_entries(filter_entries(entries, query.filter), query)
     if query.json:
         body = render_json(segments, ordered, truncated=truncated)

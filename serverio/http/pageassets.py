@@ -32,6 +32,7 @@ import base64
 import hashlib
 from typing import Final
 
+from .selection import SELECT_CSS, SELECT_SOURCE, TOOLS_SOURCE, TOOLS_STYLE_SOURCE
 from .uploader import UPLOADER_SCRIPT
 
 __all__ = [
@@ -119,7 +120,9 @@ nav.account{{float:right;margin:0}}nav.account form{{display:inline;margin:0 0 0
 nav.account button{{font:inherit;padding:0 .4rem}}
 """
 
-STYLE: Final = "\n" + _CSS  # the exact text of the page's <style> element
+# The exact text of the page's <style> element: the page's, then the
+# selection's and the editor's (serverio.http.selection).
+STYLE: Final = "\n" + _CSS + SELECT_CSS
 
 HEAD_SCRIPT: Final = (
     '(()=>{try{const m=localStorage.getItem("serverio-theme");'
@@ -217,9 +220,14 @@ def sha256_source(text: str) -> str:
 # to this origin (the search box is a GET form to the page itself), images
 # load only from it (a README's relative images; serverio.http.readme);
 # fetch() from the page's scripts reaches only this origin.
-_SCRIPTS: Final = f"{sha256_source(HEAD_SCRIPT)} {sha256_source(SCRIPT)}"
+# The selection's script and its tools', which it inserts when first used
+# (serverio.http.selection), are allowed on every listing, as is the
+# tools' style.
+_SCRIPTS: Final = (
+    f"{sha256_source(HEAD_SCRIPT)} {sha256_source(SCRIPT)} {SELECT_SOURCE} {TOOLS_SOURCE}"
+)
 LISTING_CSP: Final = (
-    f"default-src 'none'; style-src {sha256_source(STYLE)}; "
+    f"default-src 'none'; style-src {sha256_source(STYLE)} {TOOLS_STYLE_SOURCE}; "
     f"script-src {_SCRIPTS}; img-src 'self'; connect-src 'self'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 ).encode("ascii")
