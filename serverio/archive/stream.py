@@ -68,6 +68,27 @@ def _selected(entries: list[Entry], only: frozenset[str]) -> list[Entry]:
     return kept
 
 
+def _add_members(
+    members: list[Member], rel: tuple[str, ...], entries: list[Entry], resolving: bool
+) -> tuple[list[tuple[str, ...]], int]:
+    """Append one directory's entries (names sorted) to ``members``; its
+    subdirectories and the bytes of its files.  ``resolving`` (auth
+    rules): each member keeps where it leads, checked again when opened."""
+    subdirs: list[tuple[str, ...]] = []
+    size = 0
+    for entry in sorted(entries, key=lambda e: e.name):
+        path = (*rel, entry.name)
+        mtime = float(entry.mtime or 0)
+        led = entry.real if resolving else False
+        if entry.is_dir:
+            members.append(Member(path, True, 0, mtime, led))
+            subdirs.append(path)
+        else:
+            members.append(Member(path, False, entry.size, mtime, led))
+            size += entry.size
+    return subdirs, size
+
+
 async def walk(
     fs: Pool,
     opener: ContainedRoot,
@@ -95,15 +116,12 @@ async def walk(
     that target is checked again when the member is opened.
 
     ``only`` (a selection, :func:`~serverio.archive.plan.selected_names`):
-    the top directory's members are these names, each of which must be
-    an entry its listing shows this client (after the rules above; a 404
-    names the first that is not), a directory with everything below it;
-    the top scan then reads up to ``top_limit`` entries (the listing's
-    bound) so a selection in a folder larger than the archive bound works.
+    the top members are these names, each an entry the listing shows this
+    client (else a 404), a folder with what it holds; the top scan reads
+    up to ``top_limit`` entries (the listing's bound) for them.
 
-    Cancellation handling: each scan is a pooled call (abandoned threads
-    close their own directory descriptors); ``top`` is released in every
-    case.
+    Cancellation handling: each scan is a pooled call (abandoned threads close
+    their own directory descriptors); ``top`` is released in every case.
     """
     base = req.target.segments
     top_led: str | bool | None = False if visible is None else top_real
@@ -119,9 +137,8 @@ async def walk(
         left = bounds.entries - len(members) + 1
         try:
             if first:
-                if only is not None:
-                    left = max(left, top_limit)
                 first = False
+                left = left if only is None else max(left, top_limit)
                 try:
                     scan = await run_blocking(
                         fs, scan_listing, top, opener, relpath, hidden, left, top_led
@@ -147,17 +164,8 @@ async def walk(
             entries = [e for e in entries if not hide.hides(relpath, e.name)]
         if only is not None and not rel:
             entries = _selected(entries, only)
-        subdirs: list[tuple[str, ...]] = []
-        for entry in sorted(entries, key=lambda e: e.name):
-            path = (*rel, entry.name)
-            mtime = float(entry.mtime or 0)
-            led = False if visible is None else entry.real
-            if entry.is_dir:
-                members.append(Member(path, True, 0, mtime, led))
-                subdirs.append(path)
-            else:
-                members.append(Member(path, False, entry.size, mtime, led))
-                total += entry.size
+        subdirs, size = _add_members(members, rel, entries, visible is not None)
+        total += size
         check_bounds(len(members), total, bounds)
         pending.extend(reversed(subdirs))
     return members
