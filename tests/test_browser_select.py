@@ -188,3 +188,30 @@ async def test_select_download_delete_and_edit(tmp_path: Path, viewport: str) ->
     assert z.testzip() is None
     got = {n: z.read(n) for n in z.namelist() if not n.endswith("/")}
     assert got == {f"shared/{n}": files[n] for n in ("a.txt", "b.txt", "c.txt")}
+
+
+async def test_only_what_the_reader_may_do(tmp_path: Path) -> None:
+    """Read-only with --archives: checkboxes and Download selected, no
+    Delete selected, no Edit; without --archives and --upload: nothing."""
+    root = tmp_path / "www"
+    _tree(root)
+
+    def drive(browser: Any) -> None:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{base}/shared/")
+        if archives:
+            _box(page, "a.txt").click()
+            assert page.locator("#sel button", has_text="Download selected").is_visible()
+            assert page.locator("#sel button", has_text="Delete selected").count() == 0
+        else:
+            assert page.locator("input[type=checkbox]").count() == 0
+            assert page.locator("#sel").count() == 0
+        assert page.locator("button.ed").count() == 0
+        assert errors == []
+
+    for archives in (True, False):
+        async with running_server(make_config(root, archives=archives)) as (_, port):
+            base = f"http://127.0.0.1:{port}"
+            await in_browser(drive)

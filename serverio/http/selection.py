@@ -94,14 +94,14 @@ S.tools[f](a)};for(const r of S.rows())if(r.querySelector('use[href="#i-t"]')&&
 r.querySelector(".size").title.split(" ")[0]<=1048576&&may(r,"overwrite"))
 E("button",r.cells[0],"Edit",{type:"button",className:"ed",onclick:G("edit",r)})
 .setAttribute("aria-label","Edit "+nm(r));
-const Z=d.querySelector('.bar a[href="?archive=zip"]');
-if(!Z&&!S.rows().some(r=>may(r,"delete")))return;
-const P=E("span",B,"",{id:"sel",hidden:true}),N=E("span",P),x=E("button",0,"Delete selected\\u2026",
-{type:"button",onclick:G("del")}),H=E("th",0,"",{className:"sel"}),all=E("input",H,"",{type:"checkbox"});
-if(Z)E("button",P,"Download selected",{type:"button",onclick:G("zip")});P.append(x);let last;
+const Z=d.querySelector('.bar a[href="?archive=zip"]'),Y=S.rows().some(r=>may(r,"delete"));
+if(!Z&&!Y)return;const P=E("span",B,"",{id:"sel",hidden:true}),N=E("span",P),
+H=E("th",0,"",{className:"sel"}),all=E("input",H,"",{type:"checkbox"});let last;
+if(Z)E("button",P,"Download selected",{type:"button",onclick:G("zip")});
+const x=Y&&E("button",P,"Delete selected\\u2026",{type:"button",onclick:G("del")});
 all.setAttribute("aria-label","Select all");T.tHead.rows[0].prepend(H);
 const up=S.up=()=>{const s=X();P.hidden=!s.length;N.textContent=s.length+" selected";
-x.hidden=!s.every(r=>may(r,"delete"));all.checked=s.length>0&&s.length===L().length};
+if(x)x.hidden=!s.every(r=>may(r,"delete"));all.checked=s.length>0&&s.length===L().length};
 for(const r of T.tBodies[0].rows){const c=E("td",0,"",{className:"sel"});r.prepend(c);
 if(!r.matches(".entry"))continue;
 const i=E("input",c,"",{type:"checkbox"});i.setAttribute("aria-label","Select "+nm(r));
