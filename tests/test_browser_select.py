@@ -140,6 +140,27 @@ async def test_select_download_delete_and_edit(tmp_path: Path, viewport: str) ->
         assert page.locator("#status").inner_text() == "Deleted 2 items"
         assert not (d / "b.txt").exists() and not (d / "d.txt").exists()
         assert (d / "a.txt").exists() and (d / "c.txt").exists()
+        # A folder in the selection: deleted last, and the question says so.
+        answers.append(False)
+        _box(page, "sub").click()
+        _box(page, "c.txt").click()
+        delete.click()
+        assert asked[-1] == (
+            "Delete 2 items: c.txt, sub (each folder with everything in it)? "
+            "This cannot be undone."
+        )
+
+        # A selection gone stale (a.txt deleted behind the page): the
+        # download says so instead of saving an error.
+        every.click()
+        every.click()
+        _box(page, "a.txt").click()
+        (d / "a.txt").unlink()
+        page.locator("#sel button", has_text="Download selected").click()
+        page.wait_for_function("() => document.querySelector('#status').className === 'bad'")
+        assert page.locator("#status").inner_text() == (
+            "Cannot download the selection (404 Not Found): reload the page"
+        )
 
         # The editor: only text files get an Edit button.
         assert page.locator('button[aria-label="Edit data.bin"]').count() == 0

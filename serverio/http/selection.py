@@ -130,16 +130,18 @@ TOOLS_SCRIPT: Final = (
 E("style",d.head,'"""
     + TOOLS_CSS
     + """');
-const zip=()=>{const s=S.X();let u="?archive=zip";
+const zip=async()=>{const s=S.X();let u="?archive=zip";
 if(s.length<S.rows().length||d.querySelector("p.notice"))
 u+=s.map(r=>"&name="+A(r).getAttribute("href").slice(2).replace(/\\/$/,"")).join("");
 if(u.length+location.pathname.length>8000)
 return S.say("Too many names for one download: select fewer",1);
+try{await S.fetch(u,{method:"HEAD"})}
+catch(e){return S.say("Cannot download the selection ("+e.message+"): reload the page",1)}
 const a=E("a",d.body,"",{href:u,download:""});a.click();a.remove()};
-const del=async()=>{const s=S.X(),n=s.map(S.nm);
-if(!confirm("Delete "+s.length+(s.length>1?" items: ":" item: ")+
-n.slice(0,20).join(", ")+(n.length>20?" and "+(n.length-20)+" more":"")+"? This cannot be undone."))
-return;
+const del=async()=>{const s=S.X().sort((a,b)=>a.matches(".dir")-b.matches(".dir")),n=s.map(S.nm),
+f=s.some(r=>r.matches(".dir"))?" (each folder with everything in it)":"";
+if(!confirm("Delete "+s.length+(s.length>1?" items: ":" item: ")+n.slice(0,20).join(", ")+
+(n.length>20?" and "+(n.length-20)+" more":"")+f+"? This cannot be undone."))return;
 let k=0;for(const r of s){try{await S.fetch(A(r).href,{method:"DELETE"})}catch(e){break}
 r.remove();k++}
 if(k===s.length)S.say("Deleted "+k+(k>1?" items":" item"));S.up()};
