@@ -146,8 +146,7 @@ async def test_select_download_delete_and_edit(tmp_path: Path, viewport: str) ->
         _box(page, "c.txt").click()
         delete.click()
         assert asked[-1] == (
-            "Delete 2 items: c.txt, sub (each folder with everything in it)? "
-            "This cannot be undone."
+            "Delete 2 items: c.txt, sub (each folder with everything in it)? This cannot be undone."
         )
 
         # A selection gone stale (a.txt deleted behind the page): the
