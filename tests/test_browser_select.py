@@ -214,10 +214,11 @@ async def test_only_what_the_reader_may_do(tmp_path: Path) -> None:
     """Read-only with --archives: checkboxes and Download selected, no
     Delete selected, no Edit; without --archives and --upload: nothing."""
     root = tmp_path / "www"
-    _tree(root)
+    files = _tree(root)
+    saved = tmp_path / "filtered.zip"
 
     def drive(browser: Any) -> None:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = browser.new_page(viewport={"width": 1280, "height": 800}, accept_downloads=True)
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{base}/shared/")
@@ -225,6 +226,13 @@ async def test_only_what_the_reader_may_do(tmp_path: Path) -> None:
             _box(page, "a.txt").click()
             assert page.locator("#sel button", has_text="Download selected").is_visible()
             assert page.locator("#sel button", has_text="Delete selected").count() == 0
+            # Every row of a filtered listing is not the whole folder.
+            page.goto(f"{base}/shared/?filter=a")
+            assert sorted(_shown(page)) == ["a.txt", "data.bin"]
+            page.locator('thead input[aria-label="Select all"]').click()
+            with page.expect_download() as info:
+                page.locator("#sel button", has_text="Download selected").click()
+            info.value.save_as(saved)
         else:
             assert page.locator("input[type=checkbox]").count() == 0
             assert page.locator("#sel").count() == 0
@@ -235,3 +243,6 @@ async def test_only_what_the_reader_may_do(tmp_path: Path) -> None:
         async with running_server(make_config(root, archives=archives)) as (_, port):
             base = f"http://127.0.0.1:{port}"
             await in_browser(drive)
+    z = zipfile.ZipFile(io.BytesIO(saved.read_bytes()))
+    got = {n: z.read(n) for n in z.namelist()}
+    assert got == {"shared/a.txt": files["a.txt"], "shared/data.bin": files["data.bin"]}

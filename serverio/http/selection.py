@@ -131,7 +131,8 @@ E("style",d.head,'"""
     + TOOLS_CSS
     + """');
 const zip=async()=>{const s=S.X();let u="?archive=zip";
-if(s.length<S.rows().length||d.querySelector("p.notice"))
+if(s.length<S.rows().length||d.querySelector("p.notice")||
+new URLSearchParams(location.search).get("filter"))
 u+=s.map(r=>"&name="+A(r).getAttribute("href").slice(2).replace(/\\/$/,"")).join("");
 if(u.length+location.pathname.length>8000)
 return S.say("Too many names for one download: select fewer",1);
