@@ -76,35 +76,33 @@ SELECT_CSS: Final = """\
 .ed{margin-left:.5rem;min-height:0;padding:0 .4rem;font-size:.85rem}
 """
 
-# E: make an element (appended to p when p is given); may(r,w): has the
-# reader right w on row r; C(r): its checkbox; L(): the rows the filter
-# shows; S.X(): those selected; G(f,a): a button's handler that runs the
-# lazily loaded tools' f.
+# Q: querySelector; E: make an element (appended to p when p is given);
+# may(r,w): has the reader right w on row r; C(r): its checkbox; L(): the
+# rows the filter shows; S.X(): those selected; G(f,a): a button's
+# handler that runs the lazily loaded tools' f.  Buttons outside a form
+# need no type; ariaLabel is the reflected aria-label (ARIA 1.2 ARIAMixin).
 SELECT_SCRIPT: Final = """
-(()=>{const d=document,S=self.serverio,T=d.querySelector("table"),B=d.querySelector(".bar");
-if(!S||!T||!B)return;const W=d.getElementById("actions")?"delete overwrite":"",
+(()=>{const d=document,S=self.serverio,Q=(s,e=d)=>e.querySelector(s),T=Q("table"),B=Q(".bar");
+if(!S||!T||!B)return;const R=S.rows,W=Q("#actions")?"delete overwrite":"",
 may=S.may=(r,w)=>(r.dataset.may??T.dataset.may??W).split(" ").includes(w),
 E=S.E=(t,p,x,a)=>{const e=Object.assign(d.createElement(t),a);if(x)e.textContent=x;
-p&&p.append(e);return e},
-nm=S.nm=r=>r.querySelector("td.name a").textContent.replace(/\\/$/,""),
-C=r=>r.querySelector(".sel input"),L=()=>S.rows().filter(r=>!r.hidden),
-X=S.X=()=>L().filter(r=>C(r).checked),
-G=(f,a)=>async()=>{await(S.tl=S.tl||fetch("?asset=tools").then(r=>r.text()).then(t=>E("script",d.body,t)));
-S.tools[f](a)};for(const r of S.rows())if(r.querySelector('use[href="#i-t"]')&&
-r.querySelector(".size").title.split(" ")[0]<=1048576&&may(r,"overwrite"))
-E("button",r.cells[0],"Edit",{type:"button",className:"ed",onclick:G("edit",r)})
-.setAttribute("aria-label","Edit "+nm(r));
-const Z=d.querySelector('.bar a[href="?archive=zip"]'),Y=S.rows().some(r=>may(r,"delete"));
-if(!Z&&!Y)return;const P=E("span",B,"",{id:"sel",hidden:true}),N=E("span",P),
-H=E("th",0,"",{className:"sel"}),all=E("input",H,"",{type:"checkbox"});let last;
-if(Z)E("button",P,"Download selected",{type:"button",onclick:G("zip")});
-const x=Y&&E("button",P,"Delete selected\\u2026",{type:"button",onclick:G("del")});
-all.setAttribute("aria-label","Select all");T.tHead.rows[0].prepend(H);
+p&&p.append(e);return e},nm=S.nm=r=>Q("td.name a",r).textContent.replace(/\\/$/,""),
+C=r=>Q(".sel input",r),L=()=>R().filter(r=>!r.hidden),X=S.X=()=>L().filter(r=>C(r).checked),
+G=(f,a)=>async()=>{await(S.tl=S.tl||fetch("?asset=tools").then(r=>r.text())
+.then(t=>E("script",d.body,t)));S.tools[f](a)};
+for(const r of R())if(Q('use[href="#i-t"]',r)&&
+parseInt(Q(".size",r).title)<=1048576&&may(r,"overwrite"))
+E("button",r.cells[0],"Edit",{className:"ed",onclick:G("edit",r),ariaLabel:"Edit "+nm(r)});
+const Z=Q('.bar a[href="?archive=zip"]'),Y=R().some(r=>may(r,"delete"));if(!Z&&!Y)return;
+const P=E("span",B,"",{id:"sel",hidden:true}),N=E("span",P),H=E("th",0,"",{className:"sel"}),
+all=E("input",H,"",{type:"checkbox",ariaLabel:"Select all"});let last;
+if(Z)E("button",P,"Download selected",{onclick:G("zip")});
+const x=Y&&E("button",P,"Delete selected\\u2026",{onclick:G("del")});T.tHead.rows[0].prepend(H);
 const up=S.up=()=>{const s=X();P.hidden=!s.length;N.textContent=s.length+" selected";
 if(x)x.hidden=!s.every(r=>may(r,"delete"));all.checked=s.length>0&&s.length===L().length};
 for(const r of T.tBodies[0].rows){const c=E("td",0,"",{className:"sel"});r.prepend(c);
 if(!r.matches(".entry"))continue;
-const i=E("input",c,"",{type:"checkbox"});i.setAttribute("aria-label","Select "+nm(r));
+const i=E("input",c,"",{type:"checkbox",ariaLabel:"Select "+nm(r)});
 i.onclick=e=>{const v=L(),j=v.indexOf(r),k=v.indexOf(last);if(e.shiftKey&&k>=0)
 for(const q of v.slice(Math.min(j,k),Math.max(j,k)+1))C(q).checked=i.checked;last=r;up()}}
 all.onclick=()=>{for(const r of L())C(r).checked=all.checked;up()}})();
