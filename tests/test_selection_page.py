@@ -17,6 +17,7 @@ from pathlib import Path
 from serverio.http.listing import (
     Entry,
     ListingQuery,
+    listing_csp,
     parse_listing_query,
     render_html,
     render_listing,
@@ -59,7 +60,13 @@ def test_the_selection_script_only_with_archives_or_actions() -> None:
 
 
 def test_every_script_and_style_is_allowed_by_its_hash_and_nothing_else() -> None:
-    csp = dict(d.strip().split(" ", 1) for d in LISTING_CSP.decode().split(";"))
+    # Only on a page that has the selection's script.
+    for source in (SELECT_SOURCE, TOOLS_SOURCE, TOOLS_STYLE_SOURCE):
+        assert source not in LISTING_CSP.decode()
+        assert source not in listing_csp(True, True).decode()
+    policy = listing_csp(False, False, select=True).decode()
+    assert listing_csp(True, True, select=True).decode().count(SELECT_SOURCE) == 1
+    csp = dict(d.strip().split(" ", 1) for d in policy.split(";"))
     assert SELECT_SOURCE == _source(SELECT_SCRIPT) and SELECT_SOURCE in csp["script-src"]
     assert TOOLS_SOURCE == _source(TOOLS_SCRIPT) and TOOLS_SOURCE in csp["script-src"]
     assert TOOLS_STYLE_SOURCE == _source(TOOLS_CSS) and TOOLS_STYLE_SOURCE in csp["style-src"]
@@ -101,6 +108,10 @@ async def test_the_tools_over_http_where_the_listing_is_readable(
         # The page's fetch asks for JSON first: still the script.
         j = await c.get("/d/?asset=tools", "Accept: application/problem+json\r\n")
         assert j.body == TOOLS_ASSET
+    async with memory_connection(make_config(tmp_path)) as (c, _, _):
+        page = await c.get("/d/")
+        assert SELECT_SCRIPT.encode() not in page.body
+        assert SELECT_SOURCE not in (page.header("content-security-policy") or "")
 
 
 async def test_the_editor_round_trip_and_a_stale_etag_is_412(tmp_path: Path) -> None:

@@ -43,7 +43,14 @@ from .pageassets import (
     sha256_source,
 )
 from .readme import Readme, render_readme
-from .selection import SELECT_SCRIPT, TOOLS_ASSET, TOOLS_QUERY
+from .selection import (
+    SELECT_SCRIPT,
+    SELECT_SOURCE,
+    TOOLS_ASSET,
+    TOOLS_QUERY,
+    TOOLS_SOURCE,
+    TOOLS_STYLE_SOURCE,
+)
 from .target import quote_segment
 
 __all__ = [
@@ -484,14 +491,23 @@ f.append(i,b);n.append(f);}).catch(()=>{});})();
 """
 
 
-def listing_csp(upload: bool, account: bool) -> bytes:
+def listing_csp(upload: bool, account: bool, select: bool = False) -> bytes:
     """The policy of a listing page: :data:`LISTING_CSP`, with the upload
-    script's hash (``upload``) and the account corner's (``account``; its
-    one fetch, to this origin, is what ``connect-src 'self'`` allows)."""
+    script's hash (``upload``), the account corner's (``account``; its
+    one fetch, to this origin, is what ``connect-src 'self'`` allows) and
+    the selection's (``select``: the page has archives or write actions;
+    its script, and the tools' script and style it inserts when first
+    used, :mod:`serverio.http.selection`)."""
     csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
-    if not account:
+    extra = b""
+    if account:
+        extra += b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
+    if select:
+        extra += f" {SELECT_SOURCE} {TOOLS_SOURCE}".encode("ascii")
+        style = f" {TOOLS_STYLE_SOURCE}; script-src".encode("ascii")
+        csp = csp.replace(b"; script-src", style, 1)
+    if not extra:
         return csp
-    extra = b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
     return csp.replace(b"; img-src", extra + b"; img-src", 1)
 
 

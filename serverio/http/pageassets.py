@@ -32,7 +32,7 @@ import base64
 import hashlib
 from typing import Final
 
-from .selection import SELECT_CSS, SELECT_SOURCE, TOOLS_SOURCE, TOOLS_STYLE_SOURCE
+from .selection import SELECT_CSS
 from .uploader import UPLOADER_SCRIPT
 
 __all__ = [
@@ -220,14 +220,9 @@ def sha256_source(text: str) -> str:
 # to this origin (the search box is a GET form to the page itself), images
 # load only from it (a README's relative images; serverio.http.readme);
 # fetch() from the page's scripts reaches only this origin.
-# The selection's script and its tools', which it inserts when first used
-# (serverio.http.selection), are allowed on every listing, as is the
-# tools' style.
-_SCRIPTS: Final = (
-    f"{sha256_source(HEAD_SCRIPT)} {sha256_source(SCRIPT)} {SELECT_SOURCE} {TOOLS_SOURCE}"
-)
+_SCRIPTS: Final = f"{sha256_source(HEAD_SCRIPT)} {sha256_source(SCRIPT)}"
 LISTING_CSP: Final = (
-    f"default-src 'none'; style-src {sha256_source(STYLE)} {TOOLS_STYLE_SOURCE}; "
+    f"default-src 'none'; style-src {sha256_source(STYLE)}; "
     f"script-src {_SCRIPTS}; img-src 'self'; connect-src 'self'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 ).encode("ascii")

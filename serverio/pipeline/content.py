@@ -541,5 +541,5 @@ class ContentService:
                 listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
-        csp = listing_csp(upload, self.account)
+        csp = listing_csp(upload, self.account, select=upload or cfg.content.archives)
         return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
