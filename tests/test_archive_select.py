@@ -38,6 +38,7 @@ def tree(tmp_path: Path) -> Path:
     (d / ".dot").write_bytes(b"dotfile")
     (d / "x.log").write_bytes(b"hidden by --hide")
     (d / "caf\u00e9 & \u201cquotes\u201d.txt").write_bytes(b"accent")
+    (d / "a&name=b+c%20#?.txt").write_bytes(b"query characters")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_bytes(b"OUTSIDE")
@@ -60,7 +61,8 @@ async def test_exactly_the_selected_names_byte_identical(tree: Path) -> None:
     d = tree / "d"
     accent = "caf\u00e9 & \u201cquotes\u201d.txt"
     async with memory_connection(make_config(tree, archives=True, hide=("*.log",))) as (c, _, _):
-        r = await c.get(_q("a.txt", "b.bin", accent, "a.txt"))  # a repeat counts once
+        odd = "a&name=b+c%20#?.txt"  # each character of a query's syntax, encoded
+        r = await c.get(_q("a.txt", "b.bin", accent, odd, "a.txt"))  # a repeat counts once
         assert r.status == 200 and r.header("content-type") == "application/zip"
         assert r.header("content-length") is None and r.header("transfer-encoding") == "chunked"
         assert r.header(
@@ -70,6 +72,7 @@ async def test_exactly_the_selected_names_byte_identical(tree: Path) -> None:
             "d/a.txt": b"alpha\n",
             "d/b.bin": (d / "b.bin").read_bytes(),
             f"d/{accent}": b"accent",
+            f"d/{odd}": b"query characters",
         }
         # A selected folder brings everything below it; tar.gz works too.
         r = await c.get(_q("sub", "a.txt"))
