@@ -71,7 +71,7 @@ TOOLS_QUERY: Final = "tools"
 
 # Its part of the page's style (appended to serverio.http.pageassets.STYLE).
 SELECT_CSS: Final = """\
-.sel{width:1.75rem}.sel input{min-height:0;width:1.25rem;height:1.25rem;margin:0}
+.sel{width:1.5rem;padding-right:0}.sel input{min-height:0;width:1.25rem;height:1.25rem;margin:0}
 #sel:not([hidden]){display:contents}.ed{margin-left:.5rem;min-height:0;padding:0 .4rem}
 """
 
