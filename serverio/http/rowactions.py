@@ -1,0 +1,96 @@
+"""The listing page's per-row actions: rename, move, delete, download (pure).
+
+A constant script (:data:`ACTIONS_SCRIPT`), allowed by its hash
+(:data:`ACTIONS_SOURCE`) under the listing's Content-Security-Policy (CSP
+Level 3 §8.4) like the page's other scripts; no name, path or header ever
+reaches its text.  The page sends it only when the reader may delete at
+least one of the listed names (the access hook's answer,
+:class:`serverio.http.listing.PageRights`); which rows it serves is read
+from the page: the table's ``data-may`` tokens (the folder's rights), or
+a row's own ``data-may`` where its delete right differs.
+
+What it does (docs/reference/listing.md, "Actions"):
+
+* a column of "Actions for NAME" buttons, one per row the reader may
+  delete, each opening one shared modal ``<dialog>`` (focus kept in it,
+  Escape closes) with the name, a ``download`` link (files), a rename
+  field, a move field (a folder path of this site, checked by its
+  ``pattern``; the folders of this page are offered) and Delete;
+* rename and move are one ``MOVE`` (RFC 4918 §9.9) with ``Destination``
+  and ``Overwrite: F`` (an existing name is never replaced: 412), delete
+  is ``DELETE`` after a confirmation naming what goes (a folder "and
+  everything in it"); the requests go through ``self.serverio.fetch``, so
+  a refusal's ``application/problem+json`` detail is the status line;
+* the Delete key on a focused row asks the same confirmation (the arrow
+  keys and Enter are the page's script's).
+
+It uses the page script's ``self.serverio`` (``say``, ``fetch``,
+``rows``) and needs ``connect-src 'self'``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Final
+
+__all__ = ["ACTIONS_CSS", "ACTIONS_SCRIPT", "ACTIONS_SOURCE"]
+
+# Its part of the page's style (appended to serverio.http.pageassets.STYLE).
+ACTIONS_CSS: Final = """\
+td.act{padding:.15rem 0;text-align:right}td.act button{min-height:1.75rem;padding:0 .5rem}
+dialog{color:var(--fg);background:var(--bg);border:1px solid var(--line);border-radius:8px;\
+width:min(26rem,calc(100% - 1rem))}dialog h2{font-size:1rem;margin:0 0 .75rem;\
+overflow-wrap:anywhere}dialog form,dialog p{display:flex;flex-wrap:wrap;gap:.5rem;margin:0 0 .75rem}
+dialog label{display:flex;flex-direction:column;flex:1 1 12rem}
+"""
+
+# E: make an element; ok(r): may the reader delete row r; seg(r): its
+# name's encoded segment (exact bytes, from the server's href); go: one
+# request, the status line says how it went.
+ACTIONS_SCRIPT: Final = """
+(()=>{const d=document,S=self.serverio,T=d.querySelector("table[data-may]");if(!S||!T)return;
+const E=(t,p,x,a)=>{const e=Object.assign(d.createElement(t),a);if(x)e.textContent=x;
+p.append(e);return e},A=r=>r.querySelector("td.name a"),
+ok=r=>(r.dataset.may??T.dataset.may).split(" ").includes("delete"),
+dir=r=>r.matches(".dir"),nm=r=>A(r).textContent.replace(/\\/$/,""),
+go=async(r,m,h,t)=>{try{await S.fetch(A(r).href,{method:m,headers:h});S.say(t);return 1}
+catch(e){}},mv=(r,u,t)=>go(r,"MOVE",{Destination:u+(dir(r)?"/":""),Overwrite:"F"},t),
+del=async r=>{const n=nm(r);confirm("Delete \u201c"+n+"\u201d"+(dir(r)?" and everything in it":
+"")+"? This cannot be undone.")&&await go(r,"DELETE",{},"Deleted "+n)&&r.remove()};let R,h="/";
+try{h=decodeURIComponent(location.pathname)}catch(e){}
+const D=E("dialog",d.body,"",{id:"act"}),H=E("h2",D,"",{id:"act-h"}),
+G=E("a",E("p",D),"Download",{download:""}),L=E("datalist",D,"",{id:"act-f"}),
+F=(x,b,p)=>{const f=E("form",D,"",{method:"dialog"}),
+i=E("input",E("label",f,x),"",{required:1,pattern:p,title:x});E("button",f,b);return[f,i]},
+[rf,ri]=F("New name (no /)","Rename","(?!\\\\.\\\\.?$)[^\\\\/]+"),
+[mf,mi]=F("Move to folder (/path/)","Move","(\\\\/(?!\\\\.\\\\.?(\\\\/|$))[^\\\\/]+)*\\\\/?"),
+B=E("p",D);
+D.setAttribute("aria-labelledby","act-h");mi.setAttribute("list","act-f");
+E("button",B,"Delete\\u2026",{type:"button",onclick:()=>{D.close();del(R)}});
+E("button",B,"Cancel",{type:"button",onclick:()=>D.close()});
+rf.onsubmit=async()=>{const r=R,n=ri.value,a=A(r),s=dir(r)?"/":"";
+await mv(r,new URL(encodeURIComponent(n),location).href,"Renamed to "+n)&&
+(a.href="./"+encodeURIComponent(n)+s,a.textContent=n+s)};
+mf.onsubmit=async()=>{const r=R,p=mi.value.replace(/\\/?$/,"/");
+await mv(r,location.origin+p.split("/").map(encodeURIComponent).join("/")+
+A(r).getAttribute("href").slice(2).replace(/\\/$/,""),"Moved "+nm(r)+" to "+p)&&r.remove()};
+E("span",E("th",T.tHead.rows[0],"",{className:"act"}),"Actions",{className:"sr"});
+for(const r of T.tBodies[0].rows){const c=E("td",r,"",{className:"act"});
+if(r.matches(".entry")&&ok(r))E("button",c,"\\u22ef",{type:"button",onclick:()=>{R=r;
+H.textContent=ri.value=nm(r);G.href=A(r).href;G.hidden=dir(r);mi.value=h;L.replaceChildren();
+for(const x of S.rows())dir(x)&&x!==r&&E("option",L,"",{value:h+nm(x)+"/"});
+h>"/"&&E("option",L,"",{value:h.replace(/[^/]+\\/$/,"")});D.showModal()}})
+.setAttribute("aria-label","Actions for "+nm(r))}
+d.addEventListener("keydown",e=>{const r=e.key=="Delete"&&d.activeElement.closest("tr.entry");
+r&&ok(r)&&(e.preventDefault(),del(r))})})();
+"""
+
+
+def _sha256_source(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+# The CSP hash-source that allows the script (its exact text).
+ACTIONS_SOURCE: Final = _sha256_source(ACTIONS_SCRIPT)
