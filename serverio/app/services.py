@@ -370,6 +370,6 @@ def _asked(site: Site, offer: Offer) -> Offer:
     from ..site.pagerights import page_rights
 
     def rights(req: RequestFacts, entries: list[Entry]) -> PageRights:
-        return page_rights(site.access_now, req, entries, offer(req, entries))
+        return page_rights(site, req, entries, offer(req, entries))
 
     return rights

@@ -10,49 +10,85 @@ asked when the ``MOVE`` is made).  Each answer is the one access hook's
 (:meth:`serverio.site.service.Site.access_now`), asked as the request
 itself would ask it (``Kind.WRITE``: the ``[[writable]]`` tables, the
 ``[[access]]`` rules, the ``[[auth]]`` rules), with this request's
-credentials or session, decided now: allowed, or pending the password
-check of Basic credentials this request sent (the listing, under the same
-rule, passed that check to be shown).  The server still decides every
+credentials, session or share link, decided now
+(:meth:`~serverio.site.service.Site.access_now`); Basic credentials that
+would need a password check are decided for the user they were verified
+as within the hook's window (:meth:`~serverio.site.service.Site.may`;
+the listing of a protected folder has just verified them), and give no
+control when they were not.  The server still decides every
 request the page makes; hiding a control is only what the page shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from ..http.access import Access, AccessTarget, Kind, Right, Verdict
 from ..http.core import RequestFacts
 from ..http.listing import Entry, PageRights
 from .rules import match_path
 
-__all__ = ["AccessNow", "page_rights"]
-
-# Site.access_now's shape: a target and the request whose credentials ask.
-AccessNow = Callable[[AccessTarget, RequestFacts], Access]
+__all__ = ["Hook", "page_rights"]
 
 
-def _may(access_now: AccessNow, req: RequestFacts, path: str, right: Right) -> bool:
-    verdict = access_now(AccessTarget((path,), Kind.WRITE, right), req).verdict
-    return verdict is Verdict.ALLOW or verdict is Verdict.PENDING
+class Hook(Protocol):
+    """The access hook's two synchronous questions
+    (:class:`serverio.site.service.Site`)."""
+
+    def access_now(
+        self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
+    ) -> Access: ...
+
+    def may(self, right: Right, path: str, user: str | None) -> bool: ...
+
+
+class _Asking:
+    """One page's questions: each right on a path, as ``req`` would ask."""
+
+    def __init__(self, hook: Hook, req: RequestFacts) -> None:
+        self.hook = hook
+        self.req = req
+        self._reader: str | bool | None = False  # not looked for yet
+
+    def reader(self) -> str | None:
+        """The user whose Basic credentials ``req`` sent, when the hook has
+        verified them within its window (the listing's own check, for a
+        protected folder); never a password check here."""
+        if self._reader is False:
+            folder = AccessTarget((match_path(self.req.target),), Kind.ENTRY)
+            self._reader = self.hook.access_now(folder, self.req).user or None
+        assert self._reader is not True
+        return self._reader
+
+    def may(self, path: str, right: Right) -> bool:
+        target = AccessTarget((path,), Kind.WRITE, right)
+        verdict = self.hook.access_now(target, self.req).verdict
+        if verdict is Verdict.PENDING:
+            # Basic credentials the hook would check with a password
+            # check: decided for the user they were verified as (none:
+            # not shown; the reader may still send the request).
+            user = self.reader()
+            return user is not None and self.hook.may(right, path, user)
+        return verdict is Verdict.ALLOW
 
 
 def page_rights(
-    access_now: AccessNow, req: RequestFacts, entries: Sequence[Entry], offer: PageRights
+    hook: Hook, req: RequestFacts, entries: Sequence[Entry], offer: PageRights
 ) -> PageRights:
     """The rights of ``offer`` (what the server's write features offer on
     this page) that the reader of ``req`` has on the listed folder and on
     each of its ``entries``.  The folder's ``delete`` is what most entries
     say, so that only the others carry their own (``odd``)."""
+    ask = _Asking(hook, req)
     folder = match_path(req.target)
-    upload = offer.upload and _may(access_now, req, folder, Right.UPLOAD)
-    mkdir = offer.mkdir and _may(access_now, req, folder, Right.MKDIR)
+    upload = offer.upload and ask.may(folder, Right.UPLOAD)
+    mkdir = offer.mkdir and ask.may(folder, Right.MKDIR)
     if not offer.delete or not entries:
         return PageRights(upload=upload, mkdir=mkdir)
     base = folder if folder.endswith("/") else folder + "/"
     yes = frozenset(
-        e.name
-        for e in entries
-        if _may(access_now, req, base + e.name + ("/" if e.is_dir else ""), Right.DELETE)
+        e.name for e in entries if ask.may(base + e.name + ("/" if e.is_dir else ""), Right.DELETE)
     )
     delete = 2 * len(yes) >= len(entries)
     odd = frozenset(e.name for e in entries if (e.name in yes) != delete)
