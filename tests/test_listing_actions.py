@@ -32,7 +32,7 @@ from serverio.http.target import parse_target
 from serverio.site.pagerights import page_rights
 from serverio.site.passwords import hash_password
 
-from .conftest import make_config
+from .conftest import make_config, memory_connection
 from .test_dav_members import client_for
 
 PASSWORD = "pw-of-the-test"
@@ -293,3 +293,36 @@ async def test_move_and_folder_delete_ask_the_delete_right(tree: Path, users: Pa
         assert (await send("DELETE", "/incoming/sub/", basic("bob"))).status == 204
     assert (tree / "incoming" / "new.txt").read_text() == "old"
     assert not (tree / "incoming" / "sub").exists()
+
+
+async def test_signed_in_through_the_login_page_with_allow_rules_alone(
+    tree: Path, users: Path, tmp_path: Path
+) -> None:
+    """Public reads, signed-in writes (--allow and --auth-file, no [[auth]]
+    rule): the login page signs alice in, and her session's page shows her
+    controls; anonymous sees none."""
+    from .test_login import cookies_of, sign_in
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 40)
+    cfg = make_config(
+        tree,
+        upload=True,
+        min_free_space=0,
+        auth_file=str(users),
+        secret_file=str(secret),
+        allow=(
+            "anonymous:read,list@/",
+            "anonymous:read,list@/private",
+            "bob:upload,delete@/private",
+        ),
+    )
+    (tree / "private").mkdir()
+    (tree / "private" / "plan.txt").write_text("PLAN")
+    async with memory_connection(cfg) as (client, _, _):
+        anon = await client.get("/private/")
+        assert anon.status == 200 and _table(anon.body) == "-"
+        session = await sign_in(client, "bob", PASSWORD)
+        page = await client.get("/private/", f"Cookie: serverio-session={session}\r\n")
+        assert _table(page.body) == "upload delete" and ACTIONS_SCRIPT.encode() in page.body
+        assert cookies_of(page) == {}
