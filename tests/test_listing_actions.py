@@ -118,7 +118,7 @@ class _Asked:
     def access_now(
         self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
     ) -> Access:
-        if target.kind is Kind.ENTRY:
+        if target.kind is Kind.ENTRY:  # verified credentials: their user
             return Access(Verdict.ALLOW, user=self.pending)
         key = (target.paths[0], target.needs)
         self.asked.append(key)

@@ -41,7 +41,8 @@ ACTIONS_CSS: Final = """\
 td.act{padding:.15rem 0;text-align:right}td.act button{min-height:1.75rem;padding:0 .5rem}
 dialog{color:var(--fg);background:var(--bg);border:1px solid var(--line);border-radius:8px;\
 width:min(26rem,calc(100% - 1rem))}dialog h2{font-size:1rem;margin:0 0 .75rem;\
-overflow-wrap:anywhere}dialog form,dialog p{display:flex;flex-wrap:wrap;gap:.5rem;margin:0 0 .75rem;align-items:end}
+overflow-wrap:anywhere}dialog form,dialog p{display:flex;flex-wrap:wrap;gap:.5rem;\
+margin:0 0 .75rem;align-items:end}
 dialog label{display:flex;flex-direction:column;flex:1 1 12rem}
 """
 

@@ -49,28 +49,23 @@ class _Asking:
     def __init__(self, hook: Hook, req: RequestFacts) -> None:
         self.hook = hook
         self.req = req
-        self._reader: str | bool | None = False  # not looked for yet
-
-    def reader(self) -> str | None:
-        """The user whose Basic credentials ``req`` sent, when the hook has
-        verified them within its window (the listing's own check, for a
-        protected folder); never a password check here."""
-        if self._reader is False:
-            folder = AccessTarget((match_path(self.req.target),), Kind.ENTRY)
-            self._reader = self.hook.access_now(folder, self.req).user or None
-        assert self._reader is not True
-        return self._reader
 
     def may(self, path: str, right: Right) -> bool:
-        target = AccessTarget((path,), Kind.WRITE, right)
-        verdict = self.hook.access_now(target, self.req).verdict
-        if verdict is Verdict.PENDING:
-            # Basic credentials the hook would check with a password
-            # check: decided for the user they were verified as (none:
-            # not shown; the reader may still send the request).
-            user = self.reader()
-            return user is not None and self.hook.may(right, path, user)
-        return verdict is Verdict.ALLOW
+        hook = self.hook
+        verdict = hook.access_now(AccessTarget((path,), Kind.WRITE, right), self.req).verdict
+        if verdict is not Verdict.PENDING:
+            return verdict is Verdict.ALLOW
+        # Basic credentials the hook would verify with a password check:
+        # shown only when it verified them within its window (the
+        # listing's own check), as a listed name is (Kind.ENTRY).  An
+        # [[access]] decision names their user, whose right is asked; an
+        # [[auth]] rule's users all have the same (its rule index).
+        seen = hook.access_now(AccessTarget((path,), Kind.ENTRY), self.req)
+        if not seen.allowed:
+            return False
+        if seen.user:
+            return hook.may(right, path, seen.user)
+        return seen.rule >= 0
 
 
 def page_rights(
