@@ -154,10 +154,7 @@ def test_icons_are_inline_symbols_by_type() -> None:
 
 def test_times_are_utc_in_a_time_element_for_the_script_to_localise() -> None:
     page = render_html((), [Entry("a", False, 1, 1_700_000_000)], ListingQuery()).decode()
-    assert (
-        '<time datetime="2023-11-14T22:13:20Z">2023-11-14<span> 22:13</span></time>'
-        in page
-    )
+    assert '<time datetime="2023-11-14T22:13:20Z">2023-11-14<span> 22:13</span></time>' in page
     assert 'id="tz">times in UTC' in page
 
 
