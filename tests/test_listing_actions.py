@@ -326,3 +326,12 @@ async def test_signed_in_through_the_login_page_with_allow_rules_alone(
         page = await client.get("/private/", f"Cookie: serverio-session={session}\r\n")
         assert _table(page.body) == "upload delete" and ACTIONS_SCRIPT.encode() in page.body
         assert cookies_of(page) == {}
+
+
+def test_the_rows_actions_stay_within_their_share_of_the_page_weight() -> None:
+    """The rows' script and style: at most 3 KiB of the 100-entry page's
+    60 KiB (tests/test_listing_page.py weighs the whole page)."""
+    from serverio.http.rowactions import ACTIONS_CSS
+
+    assert len((ACTIONS_SCRIPT + ACTIONS_CSS).encode()) <= 3 * 1024
+    assert "/*" not in ACTIONS_SCRIPT and "//" not in ACTIONS_SCRIPT.replace("://", "")
