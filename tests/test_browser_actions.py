@@ -58,7 +58,7 @@ def _watch(page: Any) -> list[str]:
 def _open(page: Any, name: str) -> Any:
     """The row's actions dialog, opened by its button."""
     page.get_by_role("button", name=f"Actions for {name}").click()
-    dialog = page.locator("dialog#act")
+    dialog = page.locator("dialog")
     dialog.wait_for(state="visible")
     return dialog
 
@@ -87,7 +87,7 @@ async def test_rename_move_delete_download_new_folder(tmp_path: Path, viewport: 
         # Every row has its labelled actions button; nothing sideways.
         buttons = page.locator("td.act button")
         assert buttons.count() == 7
-        assert page.locator("th.act").inner_text() == "Actions"
+        assert page.locator("th.act").get_attribute("aria-label") == "Actions"
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         box = buttons.first.bounding_box()
         assert box is not None and box["x"] + box["width"] <= width
@@ -97,6 +97,9 @@ async def test_rename_move_delete_download_new_folder(tmp_path: Path, viewport: 
         # Rename: a new name; the row follows, the file system too.
         dialog = _open(page, "draft 2.txt")
         assert dialog.locator("h2").inner_text() == "draft 2.txt"
+        assert dialog.get_attribute("aria-label") == "draft 2.txt"
+        # No share link without the login feature (no users).
+        assert not dialog.get_by_role("button", name="Share link").is_visible()
         shot(page, f"actions-dialog-{viewport}")
         assert axe_violations(page) == []
         field = dialog.get_by_label("New name")

@@ -88,15 +88,15 @@ async def test_sign_in_upload_share_sign_out(tmp_path: Path) -> None:
         assert page.get_by_role("button", name="Delete\u2026").is_visible()
         page.keyboard.press("Escape")
 
-        # A share link, made as a page would (the CSRF token from whoami).
-        made = page.evaluate(
-            """async () => { const w = await (await fetch('/.serverio/whoami')).json();
-            const r = await fetch('/.serverio/share', {method: 'POST', body:
-              new URLSearchParams({path: '/in/report.txt', csrf: w.csrf, expires: '600'})});
-            return [r.status, await r.json()]; }"""
-        )
-        assert made[0] == 201, made
-        link = made[1]["url"]
+        # A share link, made from the page (alice has the share right):
+        # the row's dialog asks the server, the status line shows it.
+        page.get_by_role("button", name="Actions for report.txt").click()
+        page.get_by_role("button", name="Share link").click()
+        page.wait_for_selector("#status:has-text('Share link: ')")
+        link = page.locator("#status").inner_text().split("Share link: ", 1)[1]
+        assert link.startswith(f"{base}/.serverio/s/"), link
+        # The status line wraps the long link: nothing scrolls sideways.
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
 
         # Sign out: the browser holds no session, an upload is refused.
         page.wait_for_selector("#sign-out")
@@ -111,6 +111,7 @@ async def test_sign_in_upload_share_sign_out(tmp_path: Path) -> None:
         assert page.locator("form.files").count() == 0
         assert page.locator("td.act button").count() == 0
         assert page.get_by_role("button", name="Actions for report.txt").count() == 0
+        assert page.locator("dialog").count() == 0  # no rows' script at all
         refused = page.evaluate(
             """async () => { const f = new FormData();
             f.append('file', new File(['late'], 'late.txt'));
@@ -127,7 +128,7 @@ async def test_sign_in_upload_share_sign_out(tmp_path: Path) -> None:
         page = bob.new_page()
         sign_in(page, "bob")
         assert page.locator("form.files").count() == 0
-        assert page.locator("td.act button").count() == 0
+        assert page.locator("td.act button").count() == 0  # no delete, no share
         status = page.evaluate(
             "async () => (await fetch('/in/report.txt', {method: 'DELETE'})).status"
         )

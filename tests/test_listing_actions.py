@@ -66,6 +66,12 @@ def test_each_form_with_its_own_right() -> None:
     assert "drop files" not in mkdir  # nothing to drop onto without upload
 
 
+def test_share_alone_sends_the_rows_script() -> None:
+    page = _page(PageRights(share=True))
+    assert '<table data-may="share">' in page and ACTIONS_SCRIPT in page
+    assert 'class="files"' not in page
+
+
 def test_delete_right_sends_the_rows_script_and_marks_the_odd_rows() -> None:
     every = _page(PageRights(delete=True))
     assert '<table data-may="delete">' in every and f"<script>{ACTIONS_SCRIPT}</script>" in every
@@ -150,6 +156,11 @@ def test_page_rights_ask_the_hook_on_the_folder_and_each_entry() -> None:
     every |= {(f"/s/{n}", Right.DELETE) for n in ("keep.txt", "old.txt", "d/")}
     assert page_rights(_Asked(every, pending="alice"), req, ENTRIES, ALL_RIGHTS) == ALL_RIGHTS
     assert page_rights(_Asked(every, pending="bob"), req, ENTRIES, ALL_RIGHTS) == PageRights()
+    # Share: a signed-in reader (the folder's ENTRY names them) with the right.
+    shares = _Asked({("/s/", Right.SHARE)}, pending="alice")
+    assert page_rights(shares, req, ENTRIES, PageRights(share=True)) == PageRights(share=True)
+    nobody = _Asked({("/s/", Right.SHARE)})  # anonymous: no user, no share link
+    assert page_rights(nobody, req, ENTRIES, PageRights(share=True)) == PageRights()
 
 
 # ------------------------------------------------------------ a server
@@ -314,7 +325,7 @@ async def test_signed_in_through_the_login_page_with_allow_rules_alone(
         allow=(
             "anonymous:read,list@/",
             "anonymous:read,list@/private",
-            "bob:upload,delete@/private",
+            "bob:upload,delete,share@/private",
         ),
     )
     (tree / "private").mkdir()
@@ -324,7 +335,9 @@ async def test_signed_in_through_the_login_page_with_allow_rules_alone(
         assert anon.status == 200 and _table(anon.body) == "-"
         session = await sign_in(client, "bob", PASSWORD)
         page = await client.get("/private/", f"Cookie: serverio-session={session}\r\n")
-        assert _table(page.body) == "upload delete" and ACTIONS_SCRIPT.encode() in page.body
+        assert _table(page.body) == "upload delete share" and ACTIONS_SCRIPT.encode() in page.body
+        # Share links need a signed-in user: an anonymous reader of a folder
+        # gets no share control even where anonymous may read.
         assert cookies_of(page) == {}
 
 

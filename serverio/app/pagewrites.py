@@ -33,7 +33,14 @@ from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, Hooks, WriteContent
 from ..upload.service import ALLOW_WRITES, Uploads
 
-__all__ = ["ALLOW_PAGE_WRITES", "PAGE_WRITE_METHODS", "Offer", "offered", "page_moves"]
+__all__ = [
+    "ALLOW_PAGE_WRITES",
+    "PAGE_WRITE_METHODS",
+    "Offer",
+    "offered",
+    "page_moves",
+    "with_share",
+]
 
 # --upload without --webdav: the uploads' methods and MOVE.
 PAGE_WRITE_METHODS = WRITE_METHODS | frozenset((b"MOVE",))
@@ -60,6 +67,18 @@ def offered(webdav: bool, at_dav: Callable[[tuple[str, ...]], bool] | None) -> O
         return lambda req, entries: _ROWS
     test = at_dav
     return lambda req, entries: _ROWS if test(req.target.segments) else _FORMS
+
+
+def with_share(offer: Offer | None) -> Offer:
+    """``offer`` (None: no write feature) and the share links the login
+    feature makes (``POST /.serverio/share``), whatever ``--upload`` says."""
+    if offer is None:
+        return lambda req, entries: _SHARE
+    test = offer
+    return lambda req, entries: dataclasses.replace(test(req, entries), share=True)
+
+
+_SHARE = PageRights(share=True)
 
 
 def _allow(target: Target) -> bytes:

@@ -45,7 +45,7 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..wire.h1 import keep_spellings
-from .pagewrites import Offer, offered, page_moves
+from .pagewrites import Offer, offered, page_moves, with_share
 
 if TYPE_CHECKING:
     from ..dav.service import DavService
@@ -274,8 +274,10 @@ class Services:
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
         offer = self.content.rights
+        if site.login is not None:
+            offer = with_share(offer)  # the login feature's share links, from the page
         if offer is not None:
-            # Each write control only where the access hook allows its right.
+            # Each control only where the access hook allows its right.
             self.content.rights = _asked(site, offer)
         if site.rules.auth or site.rules.access:
             # Access rules reach listed names and event paths too.

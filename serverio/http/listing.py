@@ -102,18 +102,20 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class PageRights:
     """What a listing page offers its reader: the access hook's answers
-    for this request (:meth:`serverio.site.service.Site.page_rights`), on
+    for this request (:func:`serverio.site.pagerights.page_rights`), on
     the listed folder (``upload``: the upload form and its script;
-    ``mkdir``: the new-folder form) and on its entries (``delete``: the
-    per-row delete, rename and move, which all remove the name where it
-    is).  ``odd``: the names whose delete right is not ``delete`` (each row
-    then carries its own).  A control is shown only with its right; the
-    server still decides every request the page makes."""
+    ``mkdir``: the new-folder form; ``share``: a signed-in reader's share
+    links of its entries) and on its entries (``delete``: the per-row
+    delete, rename and move, which all remove the name where it is).
+    ``odd``: the names whose delete right is not ``delete`` (each row then
+    carries its own).  A control is shown only with its right; the server
+    still decides every request the page makes."""
 
     upload: bool = False
     mkdir: bool = False
     delete: bool = False
     odd: frozenset[str] = frozenset()
+    share: bool = False
 
     @property
     def any(self) -> bool:
@@ -121,12 +123,17 @@ class PageRights:
 
     @property
     def rows(self) -> bool:
-        """May some entry be deleted (the rows' actions script)?"""
-        return self.delete or bool(self.odd)
+        """Has some row an action (the rows' actions script)?"""
+        return self.delete or bool(self.odd) or self.share
 
     def tokens(self) -> str:
         """The folder's rights as the page's ``data-may`` tokens."""
-        names = (("upload", self.upload), ("mkdir", self.mkdir), ("delete", self.delete))
+        names = (
+            ("upload", self.upload),
+            ("mkdir", self.mkdir),
+            ("delete", self.delete),
+            ("share", self.share),
+        )
         return " ".join(word for word, has in names if has)
 
     def key(self) -> bytes:

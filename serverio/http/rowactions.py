@@ -38,54 +38,62 @@ __all__ = ["ACTIONS_CSS", "ACTIONS_SCRIPT", "ACTIONS_SOURCE"]
 
 # Its part of the page's style (appended to serverio.http.pageassets.STYLE).
 ACTIONS_CSS: Final = """\
-td.act{padding:.15rem 0;text-align:right}td.act button{min-height:1.75rem;padding:0 .5rem}
-dialog{color:var(--fg);background:var(--bg);border:1px solid var(--line);border-radius:8px;\
-width:min(26rem,calc(100% - 1rem))}dialog h2{font-size:1rem;margin:0 0 .75rem;\
+td.act{padding:0}td.act button{min-height:1.75rem;padding:0 .5rem}
+dialog{border:1px solid var(--line);border-radius:8px;\
+width:26rem}dialog h2{font-size:1rem;margin-top:0;\
 overflow-wrap:anywhere}dialog form,dialog p{display:flex;flex-wrap:wrap;gap:.5rem;\
 margin:0 0 .75rem;align-items:end}
-dialog label{display:flex;flex-direction:column;flex:1 1 12rem}
+dialog label{display:grid;flex:1 1 12rem}#status{overflow-wrap:anywhere}
 """
 
 # E: make an element; ok(r): may the reader delete row r; seg(r): its
 # name's encoded segment (exact bytes, from the server's href); go: one
 # request, the status line says how it went.
-ACTIONS_SCRIPT: Final = """
+_SOURCE: Final = """
 (()=>{const d=document,S=self.serverio,T=d.querySelector("table[data-may]");if(!S||!T)return;
 const E=(t,p,x,a)=>{const e=Object.assign(d.createElement(t),a);if(x)e.textContent=x;
 p.append(e);return e},A=r=>r.querySelector("td.name a"),
-ok=r=>(r.dataset.may??T.dataset.may).split(" ").includes("delete"),
+ok=r=>/delete/.test(r.dataset.may??T.dataset.may),
 dir=r=>r.matches(".dir"),nm=r=>A(r).textContent.replace(/\\/$/,""),
 go=async(r,m,h,t)=>{try{await S.fetch(A(r).href,{method:m,headers:h});S.say(t);return 1}
-catch(e){}},mv=(r,u,t)=>go(r,"MOVE",{Destination:u+(dir(r)?"/":""),Overwrite:"F"},t),
+catch{}},mv=(r,u,t)=>go(r,"MOVE",{Destination:u+(dir(r)?"/":""),Overwrite:"F"},t),
 del=async r=>{const n=nm(r);confirm("Delete \u201c"+n+"\u201d"+(dir(r)?" and everything in it":
 "")+"? This cannot be undone.")&&await go(r,"DELETE",{},"Deleted "+n)&&r.remove()};let R,h="/";
-try{h=decodeURIComponent(location.pathname)}catch(e){}
-const D=E("dialog",d.body,"",{id:"act"}),H=E("h2",D,"",{id:"act-h"}),
+try{h=decodeURIComponent(location.pathname)}catch{}
+const D=E("dialog",d.body),H=E("h2",D),
 G=E("a",E("p",D),"Download",{download:""}),L=E("datalist",D,"",{id:"act-f"}),
 F=(x,b,p)=>{const f=E("form",D,"",{method:"dialog"}),
-i=E("input",E("label",f,x),"",{required:1,pattern:p,title:x});E("button",f,b);return[f,i]},
+i=E("input",E("label",f,x),"",{required:1,pattern:p});E("button",f,b);return[f,i]},
 [rf,ri]=F("New name (no /)","Rename","(?!\\\\.\\\\.?$)[^\\\\/]+"),
-[mf,mi]=F("Move to folder (/path/)","Move","(\\\\/(?!\\\\.\\\\.?(\\\\/|$))[^\\\\/]+)*\\\\/?"),
-B=E("p",D);
-D.setAttribute("aria-labelledby","act-h");mi.setAttribute("list","act-f");
-E("button",B,"Delete\\u2026",{type:"button",onclick:()=>{D.close();del(R)}});
-E("button",B,"Cancel",{type:"button",onclick:()=>D.close()});
+[mf,mi]=F("Move to folder","Move","(/(?!\\\\.\\\\.?(/|$))[^\\\\/]+)*/?"),
+B=E("p",D),sh=/share/.test(T.dataset.may),
+X=E("button",B,"Delete…",{onclick:()=>{D.close();del(R)}});
+E("button",B,"Share link",{hidden:!sh,onclick:async()=>{D.close();try{const r=R,
+w=await(await fetch("/.serverio/whoami")).json(),j=await(await S.fetch("/.serverio/share",
+{method:"POST",body:new URLSearchParams({path:decodeURIComponent(A(r).pathname),
+csrf:w.csrf})})).json();S.say("Share link: "+j.url)}catch{}}});
+E("button",B,"Cancel",{onclick:()=>D.close()});
+mi.setAttribute("list","act-f");
 rf.onsubmit=async()=>{const r=R,n=ri.value,a=A(r),s=dir(r)?"/":"";
-await mv(r,new URL(encodeURIComponent(n),location).href,"Renamed to "+n)&&
+await mv(r,location.pathname+encodeURIComponent(n),"Renamed to "+n)&&
 (a.href="./"+encodeURIComponent(n)+s,a.textContent=n+s)};
 mf.onsubmit=async()=>{const r=R,p=mi.value.replace(/\\/?$/,"/");
-await mv(r,location.origin+p.split("/").map(encodeURIComponent).join("/")+
+await mv(r,p.split("/").map(encodeURIComponent).join("/")+
 A(r).getAttribute("href").slice(2).replace(/\\/$/,""),"Moved "+nm(r)+" to "+p)&&r.remove()};
-E("span",E("th",T.tHead.rows[0],"",{className:"act"}),"Actions",{className:"sr"});
+E("th",T.tHead.rows[0],"",{className:"act",ariaLabel:"Actions"});
 for(const r of T.tBodies[0].rows){const c=E("td",r,"",{className:"act"});
-if(r.matches(".entry")&&ok(r))E("button",c,"\\u22ef",{type:"button",onclick:()=>{R=r;
-H.textContent=ri.value=nm(r);G.href=A(r).href;G.hidden=dir(r);mi.value=h;L.replaceChildren();
+r.matches(".entry")&&(sh||ok(r))&&E("button",c,"⋯",{ariaLabel:"Actions for "+nm(r),
+onclick:()=>{R=r;D.ariaLabel=H.textContent=ri.value=nm(r);G.href=A(r).href;G.hidden=dir(r);mi.value=h;
+rf.hidden=mf.hidden=X.hidden=!ok(r);L.replaceChildren();
 for(const x of S.rows())dir(x)&&x!==r&&E("option",L,"",{value:h+nm(x)+"/"});
-h>"/"&&E("option",L,"",{value:h.replace(/[^/]+\\/$/,"")});D.showModal()}})
-.setAttribute("aria-label","Actions for "+nm(r))}
+h>"/"&&E("option",L,"",{value:h.replace(/[^/]+\\/$/,"")});D.showModal()}})}
 d.addEventListener("keydown",e=>{const r=e.key=="Delete"&&d.activeElement.closest("tr.entry");
 r&&ok(r)&&(e.preventDefault(),del(r))})})();
 """
+
+# Sent as one line: every line of the source ends where a statement or an
+# expression may (never relying on a line break).
+ACTIONS_SCRIPT: Final = _SOURCE.replace("\n", "")
 
 
 def _sha256_source(text: str) -> str:

@@ -3,8 +3,9 @@
 The page shows a write control only where the reader has its right
 (issue 44: "the page shows only the actions the signed-in user has"):
 the upload form with ``upload`` on the listed folder, the new-folder form
-with ``mkdir`` there, each row's rename, move and delete with ``delete``
-on the row's own path (a rename and a move remove the name where it is,
+with ``mkdir`` there, a signed-in reader's share links with ``share``
+there, each row's rename, move and delete with ``delete`` on the row's
+own path (a rename and a move remove the name where it is,
 so they need what a ``DELETE`` needs; the destination's ``upload`` is
 asked when the ``MOVE`` is made).  Each answer is the one access hook's
 (:meth:`serverio.site.service.Site.access_now`), asked as the request
@@ -50,6 +51,12 @@ class _Asking:
         self.hook = hook
         self.req = req
 
+    def shares(self, folder: str) -> bool:
+        """May a signed-in reader make share links here (the login
+        feature's ``POST /.serverio/share`` needs a verified user)?"""
+        user = self.hook.access_now(AccessTarget((folder,), Kind.ENTRY), self.req).user
+        return bool(user) and self.hook.may(Right.SHARE, folder, user)
+
     def may(self, path: str, right: Right) -> bool:
         hook = self.hook
         verdict = hook.access_now(AccessTarget((path,), Kind.WRITE, right), self.req).verdict
@@ -79,12 +86,13 @@ def page_rights(
     folder = match_path(req.target)
     upload = offer.upload and ask.may(folder, Right.UPLOAD)
     mkdir = offer.mkdir and ask.may(folder, Right.MKDIR)
+    share = offer.share and bool(entries) and ask.shares(folder)
     if not offer.delete or not entries:
-        return PageRights(upload=upload, mkdir=mkdir)
+        return PageRights(upload=upload, mkdir=mkdir, share=share)
     base = folder if folder.endswith("/") else folder + "/"
     yes = frozenset(
         e.name for e in entries if ask.may(base + e.name + ("/" if e.is_dir else ""), Right.DELETE)
     )
     delete = 2 * len(yes) >= len(entries)
     odd = frozenset(e.name for e in entries if (e.name in yes) != delete)
-    return PageRights(upload=upload, mkdir=mkdir, delete=delete, odd=odd)
+    return PageRights(upload=upload, mkdir=mkdir, delete=delete, odd=odd, share=share)
