@@ -1,26 +1,32 @@
-"""The listing page's per-row actions: rename, move, delete, download (pure).
+"""The listing page's per-row actions: rename, move, delete, download,
+share (pure).
 
 A constant script (:data:`ACTIONS_SCRIPT`), allowed by its hash
 (:data:`ACTIONS_SOURCE`) under the listing's Content-Security-Policy (CSP
 Level 3 §8.4) like the page's other scripts; no name, path or header ever
 reaches its text.  The page sends it only when the reader may delete at
-least one of the listed names (the access hook's answer,
-:class:`serverio.http.listing.PageRights`); which rows it serves is read
-from the page: the table's ``data-may`` tokens (the folder's rights), or
-a row's own ``data-may`` where its delete right differs.
+least one of the listed names, or make share links of them (the access
+hook's answers, :class:`serverio.http.listing.PageRights`); which rows
+it serves is read from the page: the table's ``data-may`` tokens (the
+folder's rights), or a row's own ``data-may`` where its delete right
+differs.
 
-What it does (docs/reference/listing.md, "Actions"):
+What it does (docs/reference/page-actions.md):
 
-* a column of "Actions for NAME" buttons, one per row the reader may
-  delete, each opening one shared modal ``<dialog>`` (focus kept in it,
-  Escape closes) with the name, a ``download`` link (files), a rename
-  field, a move field (a folder path of this site, checked by its
-  ``pattern``; the folders of this page are offered) and Delete;
+* a column of "Actions for NAME" buttons, one per row with an action,
+  each opening one shared modal ``<dialog>`` (focus kept in it, Escape
+  closes) with the name, a ``download`` link (files), and with the delete
+  right a rename field, a move field (a folder path of this site, checked
+  by its ``pattern``; the folders of this page are offered) and Delete,
+  with the share right "Share link";
 * rename and move are one ``MOVE`` (RFC 4918 §9.9) with ``Destination``
-  and ``Overwrite: F`` (an existing name is never replaced: 412), delete
-  is ``DELETE`` after a confirmation naming what goes (a folder "and
-  everything in it"); the requests go through ``self.serverio.fetch``, so
-  a refusal's ``application/problem+json`` detail is the status line;
+  (an absolute path) and ``Overwrite: F`` (an existing name is never
+  replaced: 412), delete is ``DELETE`` after a confirmation naming what
+  goes (a folder "and everything in it"), a share link is the login
+  feature's ``POST /.serverio/share`` (with the CSRF token
+  ``/.serverio/whoami`` gives a session); the requests go through
+  ``self.serverio.fetch``, so a refusal's ``application/problem+json``
+  detail is the status line;
 * the Delete key on a focused row asks the same confirmation (the arrow
   keys and Enter are the page's script's).
 
