@@ -208,6 +208,12 @@ async def test_rename_move_delete_download_new_folder(tmp_path: Path, viewport: 
         assert page.url == f"{base}/work/docs/"
         assert page.locator("td.name a", has_text="notes.md").count() == 1
         shot(page, f"actions-after-{viewport}")
+        # The dark theme, the dialog open: axe again.
+        page.evaluate("localStorage.setItem('serverio-theme', 'dark')")
+        page.reload()
+        _open(page, "notes.md")
+        shot(page, f"actions-dialog-dark-{viewport}")
+        assert axe_violations(page) == []
         assert errors == []
         context.close()
 
