@@ -276,8 +276,10 @@ class Services:
         offer = self.content.rights
         if site.login is not None:
             offer = with_share(offer)  # the login feature's share links, from the page
-        if offer is not None:
-            # Each control only where the access hook allows its right.
+        rules = site.rules
+        if offer is not None and (rules.auth or rules.access or rules.writable or site.login):
+            # Each control only where the access hook allows its right
+            # (rules that decide nothing of it leave the offer as it is).
             self.content.rights = _asked(site, offer)
         if site.rules.auth or site.rules.access:
             # Access rules reach listed names and event paths too.
