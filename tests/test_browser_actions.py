@@ -203,6 +203,11 @@ async def test_rename_move_delete_download_new_folder(tmp_path: Path, viewport: 
         assert page.evaluate(active) == "docs/"
         ring = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
         assert ring == "solid"
+        # From a row's actions button too: the arrows go to the next row.
+        page.get_by_role("button", name="Actions for report.pdf").focus()
+        page.keyboard.press("ArrowUp")
+        assert page.evaluate(active) == "final (v2) \u00e9t\u00e9.txt"
+        page.locator("td.name a", has_text="docs/").focus()
         with page.expect_navigation():
             page.keyboard.press("Enter")
         assert page.url == f"{base}/work/docs/"

@@ -17,8 +17,9 @@ Content-Security-Policy (CSP Level 3 §8.4) and nothing else runs.
   ``application/problem+json`` and shows a problem's ``detail``),
   ``rows()`` (the table's entry rows).  The parts: the theme toggle, local
   times (the server writes UTC; the UTC time stays in the tooltip), the
-  progressive filter, keyboard navigation (arrow keys between rows, Home
-  and End; Enter follows the focused link natively).
+  progressive filter, keyboard navigation (arrow keys between rows, from
+  a row's link or its actions button, Home and End; Enter follows the
+  focused link natively).
 * :data:`UPLOAD_SCRIPT`: the upload form's resumable uploader
   (:mod:`serverio.http.uploader`).
 * :data:`ACTIONS_SCRIPT`: the rows' rename, move, delete and download
@@ -164,7 +165,7 @@ for(const[r,n]of rows)r.hidden=q!==""&&!n.includes(q)})}
 d.addEventListener("keydown",e=>{const k=e.key;if(e.altKey||e.ctrlKey||e.metaKey)return;
 if(!["ArrowDown","ArrowUp","Home","End"].includes(k))return;
 const a=d.activeElement,L=[...d.querySelectorAll("tbody tr:not([hidden]) td.name a")];
-const i=L.indexOf(a);
+const i=L.indexOf(a.closest("td.act")?a.closest("tr").querySelector("td.name a"):a);
 if(i<0&&a!==d.body&&a!==f)return;if(i<0&&(k==="Home"||k==="End"))return;e.preventDefault();
 const j=k==="Home"?0:k==="End"?L.length-1:i<0?0:
 Math.max(0,Math.min(L.length-1,i+(k==="ArrowDown"?1:-1)));
