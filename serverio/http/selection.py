@@ -39,9 +39,10 @@ reaches their text.  What they do is docs/reference/listing.md,
 The server decides every request (read, overwrite, upload, delete
 rights): the page only hides what the reader may not do.
 
-Rights are read from the page: a row's ``data-may`` tokens, else the
-table's (the folder's), else, on a page without them, the write actions'
-slot (``--upload`` without site rules: every right).
+Rights are read from the page (:class:`serverio.http.listing.PageRights`,
+the access hook's answers): a row's ``data-may`` tokens, else the
+table's (the folder's); ``delete`` and ``overwrite`` (on the text files
+the editor opens) are what these scripts look for.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ SELECT_CSS: Final = """\
 # need no type; ariaLabel is the reflected aria-label (ARIA 1.2 ARIAMixin).
 SELECT_SCRIPT: Final = """
 (()=>{const d=document,S=self.serverio,Q=(s,e=d)=>e.querySelector(s),T=Q("table"),B=Q(".bar");
-if(!S||!T||!B)return;const R=S.rows,W=Q("#actions")?"delete overwrite":"",
-may=S.may=(r,w)=>(r.dataset.may??T.dataset.may??W).split(" ").includes(w),
+if(!S||!T||!B)return;const R=S.rows,
+may=S.may=(r,w)=>(r.dataset.may??T.dataset.may??"").split(" ").includes(w),
 E=S.E=(t,p,x,a)=>{const e=Object.assign(d.createElement(t),a);if(x)e.textContent=x;
 p&&p.append(e);return e},nm=S.nm=r=>Q("td.name a",r).textContent.replace(/\\/$/,""),
 C=r=>Q(".sel input",r),L=()=>R().filter(r=>!r.hidden),X=S.X=()=>L().filter(r=>C(r).checked),
