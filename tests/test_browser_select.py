@@ -246,3 +246,60 @@ async def test_only_what_the_reader_may_do(tmp_path: Path) -> None:
     z = zipfile.ZipFile(io.BytesIO(saved.read_bytes()))
     got = {n: z.read(n) for n in z.namelist()}
     assert got == {"shared/a.txt": files["a.txt"], "shared/data.bin": files["data.bin"]}
+
+
+async def test_controls_follow_each_entrys_rights(tmp_path: Path) -> None:
+    """With access rules, as alice (Basic, verified by the folder's own
+    challenge): Edit only on the text file she may overwrite, and Delete
+    selected only while every selected row is one she may delete; the
+    editor's save goes through."""
+    from serverio.site.passwords import hash_password
+
+    root = tmp_path / "www"
+    team = root / "team"
+    team.mkdir(parents=True)
+    for name in ("edit.txt", "keep.txt", "plain.txt"):
+        (team / name).write_text(f"{name}\n")
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password('wonderland', 1000)}\n")
+    cfg = make_config(
+        root,
+        upload=True,
+        min_free_space=0,
+        auth_file=str(users),
+        allow=(
+            "alice:read,list,delete@/team",
+            "alice:read,list,delete,overwrite@/team/e*.txt",
+            "alice:read,list@/team/k*.txt",
+        ),
+    )
+
+    def drive(browser: Any) -> None:
+        page = browser.new_page(
+            viewport={"width": 1280, "height": 800},
+            http_credentials={"username": "alice", "password": "wonderland"},
+        )
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{base}/team/")
+        edits = page.eval_on_selector_all("button.ed", "els => els.map(e => e.ariaLabel)")
+        assert edits == ["Edit edit.txt"]
+        _box(page, "plain.txt").click()
+        delete = page.locator("#sel button", has_text="Delete selected")
+        assert delete.is_visible()
+        _box(page, "keep.txt").click()  # not hers to delete
+        assert delete.is_hidden()
+        _box(page, "keep.txt").click()
+        assert delete.is_visible()
+        page.locator('button[aria-label="Edit edit.txt"]').click()
+        page.wait_for_function("() => document.querySelector('#ed textarea').value !== ''")
+        page.locator("#ed textarea").fill("saved by alice\n")
+        page.locator("#ed button", has_text="Save").first.click()
+        page.wait_for_function("() => document.querySelector('#ed-s').textContent === 'Saved'")
+        assert errors == []
+
+    async with running_server(cfg) as (_, port):
+        base = f"http://127.0.0.1:{port}"
+        await in_browser(drive)
+    assert (team / "edit.txt").read_text() == "saved by alice\n"
+    assert (team / "keep.txt").read_text() == "keep.txt\n"

@@ -17,6 +17,7 @@ from pathlib import Path
 from serverio.http.listing import (
     Entry,
     ListingQuery,
+    PageRights,
     listing_csp,
     parse_listing_query,
     render_html,
@@ -187,3 +188,25 @@ async def test_without_the_overwrite_right_the_save_is_refused(tmp_path: Path) -
         r = await c.read_response()
         assert r.status == 403 and r.header("content-type") == "application/problem+json"
     assert (www / "notes.txt").read_bytes() == b"mine\n"
+
+
+def test_a_row_whose_rights_differ_carries_its_own_tokens() -> None:
+    entries = [
+        Entry("a.txt", False, 1, 0),
+        Entry("b.txt", False, 1, 0),
+        Entry("c.txt", False, 1, 0),
+    ]
+    rights = PageRights(
+        delete=True, odd=frozenset({"a.txt"}), overwrite=True, odd_overwrite=frozenset({"b.txt"})
+    )
+    page = render_html(("s",), entries, ListingQuery(), rights=rights).decode()
+    assert '<table data-may="delete overwrite">' in page
+    assert '<tr class="entry file" data-may="overwrite"><td class="name">' in page  # a.txt
+    assert page.count('data-may="delete"') == 1  # b.txt
+    assert '<tr class="entry file"><td class="name">' in page  # c.txt: the folder's
+    assert SELECT_SCRIPT in page
+    # Only the rows' share right: no selection script.
+    assert (
+        SELECT_SCRIPT
+        not in render_html(("s",), entries, ListingQuery(), rights=PageRights(share=True)).decode()
+    )
