@@ -166,21 +166,21 @@ async def test_select_download_delete_and_edit(tmp_path: Path, viewport: str) ->
         page.locator('button[aria-label="Edit notes.txt"]').click()
         dialog = page.locator("dialog#ed")
         area = dialog.locator("textarea")
-        page.wait_for_function("() => document.querySelector('#ed textarea').value.length > 0")
+        page.wait_for_function("() => document.querySelector('#ed textarea')?.value?.length > 0")
         assert area.input_value() == files["notes.txt"].decode()
         assert area.get_attribute("aria-label") == "Contents of notes.txt"
         shot(page, f"editor-{viewport}")
         assert axe_violations(page) == []
         area.fill("edited in the browser \u2713\n")
         dialog.locator("button", has_text="Save").first.click()
-        page.wait_for_function("() => document.querySelector('#ed-s').textContent === 'Saved'")
+        page.wait_for_function("() => document.querySelector('#ed-s')?.textContent === 'Saved'")
         assert (d / "notes.txt").read_bytes() == "edited in the browser \u2713\n".encode()
         # Another writer changes the file: this editor's ETag is stale.
         (d / "notes.txt").write_bytes(b"the other writer's version, longer\n")
         area.fill("my second edit\n")
         dialog.locator("button", has_text="Save").first.click()
         status = dialog.locator("#ed-s")
-        page.wait_for_function("() => document.querySelector('#ed-s').className === 'bad'")
+        page.wait_for_function("() => document.querySelector('#ed-s')?.className === 'bad'")
         assert "the file changed since you opened it" in status.inner_text()
         assert (d / "notes.txt").read_bytes() == b"the other writer's version, longer\n"
         shot(page, f"editor-conflict-{viewport}")
@@ -189,13 +189,13 @@ async def test_select_download_delete_and_edit(tmp_path: Path, viewport: str) ->
         answers.append("notes (mine).txt")
         dialog.locator("button", has_text="Save as copy").click()
         page.wait_for_function(
-            "() => document.querySelector('#ed-s').textContent.startsWith('Saved as')"
+            "() => document.querySelector('#ed-s')?.textContent?.startsWith('Saved as')"
         )
         assert (d / "notes (mine).txt").read_bytes() == b"my second edit\n"
         # Reload: the other writer's version (the edits were saved: no question).
         dialog.locator("button", has_text="Reload").click()
         page.wait_for_function(
-            "() => document.querySelector('#ed textarea').value.startsWith('the other')"
+            "() => document.querySelector('#ed textarea')?.value?.startsWith('the other')"
         )
         dialog.locator("button", has_text="Close").click()
         assert dialog.is_hidden()
@@ -292,10 +292,10 @@ async def test_controls_follow_each_entrys_rights(tmp_path: Path) -> None:
         _box(page, "keep.txt").click()
         assert delete.is_visible()
         page.locator('button[aria-label="Edit edit.txt"]').click()
-        page.wait_for_function("() => document.querySelector('#ed textarea').value !== ''")
+        page.wait_for_function("() => (document.querySelector('#ed textarea')?.value || '') !== ''")
         page.locator("#ed textarea").fill("saved by alice\n")
         page.locator("#ed button", has_text="Save").first.click()
-        page.wait_for_function("() => document.querySelector('#ed-s').textContent === 'Saved'")
+        page.wait_for_function("() => document.querySelector('#ed-s')?.textContent === 'Saved'")
         assert errors == []
 
     async with running_server(cfg) as (_, port):
