@@ -55,12 +55,13 @@ def test_the_list_is_the_precedence_rule(root: Path) -> None:
     plain = Server(make_config(root))
     assert _names(plain) == []  # a plain static server: the files alone
     many = make_config(root, upload=True, watch=True, proxy=("/api=http://127.0.0.1:9",))
-    assert _names(Server(many)) == ["resumable", "write", "reserved", "proxy"]
+    # Ahead of the uploads' step: the page's moves, resumable uploads.
+    assert _names(Server(many)) == ["page-moves", "resumable", "write", "reserved", "proxy"]
     # Site rules (a header rule): the site routes before the proxy, and
     # runs the reserved paths itself (before its access rules).
     sited = make_config(root, upload=True, watch=True, proxy=("/api=http://127.0.0.1:9",))
     sited = sited.evolve(headers=("X-A: 1",))
-    assert _names(Server(sited)) == ["resumable", "write", "site", "proxy"]
+    assert _names(Server(sited)) == ["page-moves", "resumable", "write", "site", "proxy"]
 
 
 def test_a_write_under_a_proxy_prefix_is_the_proxys(root: Path) -> None:
