@@ -75,7 +75,7 @@ class Archives(ListingView):
                 self.bounds,
                 visible,
                 prepared.real,
-                hide_rules(self.config.files.hide),
+                hide_rules(self.config.files.hide, self.config.files.hide_tables),
             )
             segments = req.target.segments
             name = archive_name(segments, self.root_name)

@@ -211,7 +211,7 @@ class ContentService:
         # account corner (http.listing.render_html's ``account``).
         self.account = False
         # --hide: names left out of listings and searches (serverio.fs.hide).
-        self.hide = hide_rules(config.files.hide)
+        self.hide = hide_rules(config.files.hide, config.files.hide_tables)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
