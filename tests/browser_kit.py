@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ __all__ = [
     "axe_violations",
     "in_browser",
     "needs_browser",
+    "poll",
     "shot",
 ]
 
@@ -70,12 +72,12 @@ needs_browser = [
 T = TypeVar("T")
 
 
-def _run(work: Callable[[Any], T]) -> T:
+def _run(work: Callable[[Any], T], args: tuple[str, ...]) -> T:
     assert _pw is not None and CHROMIUM is not None
     with _pw.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic"],
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", *args],
         )
         try:
             return work(browser)
@@ -83,12 +85,25 @@ def _run(work: Callable[[Any], T]) -> T:
             browser.close()
 
 
-async def in_browser(work: Callable[[Any], T], limit: float = 120) -> T:
-    """Run ``work(browser)`` (a Playwright ``Browser``) in a worker thread;
-    the trio loop keeps serving meanwhile.  Past ``limit`` seconds the test
-    fails (the thread is abandoned; Playwright's own 30 s step timeouts end it)."""
+async def in_browser(work: Callable[[Any], T], limit: float = 120, args: tuple[str, ...] = ()) -> T:
+    """Run ``work(browser)`` (a Playwright ``Browser``, launched with the
+    extra command-line ``args``) in a worker thread; the trio loop keeps
+    serving meanwhile (``trio.from_thread`` reaches it from ``work``).
+    Past ``limit`` seconds the test fails (the thread is abandoned;
+    Playwright's own 30 s step timeouts end it)."""
     with trio.fail_after(limit):
-        return await trio.to_thread.run_sync(_run, work, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(_run, work, args, abandon_on_cancel=True)
+
+
+def poll(predicate: Callable[[], object], limit: float = 5.0, what: str = "") -> None:
+    """In ``work``'s thread: wait (real seconds, at most ``limit``) until
+    ``predicate()`` is true: a page's or the server's state that has no
+    event to wait on (the server's counters are read, never changed)."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {limit} s: {what or predicate}")
+        time.sleep(0.02)
 
 
 def shot(page: Any, name: str) -> Path:
