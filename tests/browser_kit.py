@@ -30,7 +30,9 @@ __all__ = [
     "ARTIFACTS",
     "AXE_JS",
     "CHROMIUM",
+    "LIVE_STREAM_OPEN",
     "axe_violations",
+    "browser_test",
     "in_browser",
     "needs_browser",
     "poll",
@@ -69,7 +71,20 @@ needs_browser = [
     pytest.mark.skipif(_pw is None, reason="playwright is not installed (the [test] extra)"),
 ]
 
+# The live-reload script's state (serverio/live/script.py): its event
+# stream is open in the current document.  Browser tests that edit a file
+# wait for it: an edit before is published to no stream of that page.
+LIVE_STREAM_OPEN = "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
+
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def browser_test(fn: F) -> F:
+    """:data:`needs_browser` on one test (a module of other tests)."""
+    for mark in needs_browser:
+        fn = mark(fn)
+    return fn
 
 
 def _run(work: Callable[[Any], T], args: tuple[str, ...]) -> T:
