@@ -214,3 +214,34 @@ async def test_head_walks_nothing(tree: Path, gate: Gate) -> None:
     async with memory_connection(make_config(tree, work_workers=2)) as (client, _, _):
         r = await client.get("/?q=match", method="HEAD")
         assert r.status == 200 and r.body == b"" and gate.calls == 0
+
+
+@pytest.mark.slow
+async def test_a_search_over_100000_files_answers_within_its_bounds(tmp_path: Path) -> None:
+    """100,000 files in 200 folders: the default bounds (100,000 entries,
+    5 seconds) end the walk, the ending says which, and the answer comes
+    within --search-time (and a margin for a loaded machine)."""
+    import os
+    import time
+
+    root = tmp_path / "www"
+    for d in range(200):
+        folder = root / f"d{d:03}"
+        folder.mkdir(parents=True)
+        for f in range(500):
+            os.close(os.open(folder / f"file_{d * 500 + f}.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    cfg = make_config(root)
+    assert (cfg.content.search_max_entries, cfg.content.search_time) == (100_000, 5.0)
+    async with memory_connection(cfg) as (client, _, _):
+        started = time.monotonic()
+        r = await client.get("/?q=file_4242.*&format=json")
+        took = time.monotonic() - started
+    doc = json.loads(r.body)
+    print(f"\n100,000-file search: {took:.2f} s, {doc['visited']} entries, {doc['stopped']}")
+    assert doc["stopped"] in ("entries", "time") and doc["visited"] <= 100_000
+    if doc["stopped"] == "entries":
+        # 200 folders + 100,000 files: the entry bound ends it first.
+        assert doc["visited"] == 100_000
+        # A glob: that one name; its folder comes early in the walk.
+        assert [e["name"] for e in doc["entries"]] == ["d008/file_4242.txt"]
+    assert took < 5.0 + 3.0
