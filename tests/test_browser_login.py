@@ -15,7 +15,7 @@ from typing import Any
 
 from serverio.site.passwords import hash_password
 
-from .browser_kit import in_browser, needs_browser
+from .browser_kit import axe_violations, in_browser, needs_browser, shot
 from .conftest import make_config, running_server
 
 pytestmark = needs_browser
@@ -48,6 +48,9 @@ async def test_sign_in_upload_share_sign_out(tmp_path: Path) -> None:
         page.on("pageerror", lambda e: errors.append(str(e)))
         # The sign-in form, under its CSP (no script needed).
         page.goto(f"{base}/.serverio/login?next=/in/")
+        # The sign-in page: axe-core finds nothing serious or critical.
+        shot(page, "login")
+        assert axe_violations(page) == []
         page.fill("#user", "alice")
         page.fill("#password", PASSWORD)
         with page.expect_navigation():
