@@ -245,3 +245,36 @@ async def test_a_search_over_100000_files_answers_within_its_bounds(tmp_path: Pa
         # A glob: that one name; its folder comes early in the walk.
         assert [e["name"] for e in doc["entries"]] == ["d008/file_4242.txt"]
     assert took < 5.0 + 3.0
+
+
+async def test_a_full_pool_is_a_503_before_the_answer_and_busy_after(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder's own scan runs before the response starts: a full work
+    pool is the listing's 503.  Later, the walk ends with "busy" and a
+    complete body."""
+    from serverio.concurrency.blocking import PoolSaturated
+
+    real = search_mod.run_blocking
+    refuse = {"from": 1}
+    calls = [0]
+
+    async def saturated(pool: object, fn: object, *args: object) -> object:
+        calls[0] += 1
+        if fn is search_mod.scan_batch and calls[0] >= refuse["from"]:
+            raise PoolSaturated("work")
+        return await real(pool, fn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search_mod, "run_blocking", saturated)
+    cfg = make_config(tree, work_workers=2)
+    async with memory_connection(cfg) as (client, _, _):
+        r = await client.get("/?q=match&format=json")
+        assert r.status == 503 and r.header("retry-after") == "1"
+    calls[0], refuse["from"] = 0, 2
+    async with memory_connection(cfg) as (client, _, _):
+        doc = json.loads((await client.get("/?q=match&format=json")).body)
+        assert doc["stopped"] == "busy" and doc["truncated"] is True
+        assert [e["name"] for e in doc["entries"]] == ["a_match.txt"]
+        calls[0] = 0
+        page = await client.get("/?q=match", "Accept: text/html\r\n")
+        assert b"The search stopped because the work pool was full" in page.body

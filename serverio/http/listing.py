@@ -643,10 +643,10 @@ Hit = tuple[tuple[str, ...], Entry]
 # Why a streamed search ended before its walk did: the bound's name and
 # the option that sets it (named in every format's ending).
 SEARCH_STOPS: Final = {
-    "entries": "--search-max-entries",
-    "time": "--search-time",
-    "results": "--listing-max-entries",
-    "busy": "the work pool was full",
+    "entries": "at --search-max-entries",
+    "time": "at --search-time",
+    "results": "at --listing-max-entries",
+    "busy": "because the work pool was full",
 }
 SEARCH_TYPES: Final = {
     "html": b"text/html; charset=utf-8",
@@ -746,7 +746,8 @@ def search_tail(query: ListingQuery, *, found: int, visited: int, stopped: str) 
     page's scripts; JSON: ``], "truncated", "visited", "stopped"`` and the
     object's end (``stopped``: null or the bound's name); text: nothing
     when the walk ended, else an empty line (never a path) and a line
-    ``# search stopped at BOUND (N entries looked at)``."""
+    ``# search stopped at BOUND (N entries looked at)`` (or ``because the
+    work pool was full``)."""
     fmt = search_format(query)
     why = SEARCH_STOPS.get(stopped, "")
     if fmt == "json":
@@ -757,13 +758,13 @@ def search_tail(query: ListingQuery, *, found: int, visited: int, stopped: str) 
     if fmt == "text":
         if not stopped:
             return b""
-        return f"\n# search stopped at {why} ({visited} entries looked at)\n".encode("ascii")
+        return f"\n# search stopped {why} ({visited} entries looked at)\n".encode("ascii")
     esc = html.escape
     count = f"{found} {'match' if found == 1 else 'matches'}"
     notice = ""
     if stopped:
         notice = (
-            f'<p class="notice" role="status">The search stopped at {esc(why)} '
+            f'<p class="notice" role="status">The search stopped {esc(why)} '
             f"({visited} entries looked at): there may be more matches.</p>\n"
         )
     page = (
