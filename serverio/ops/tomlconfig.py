@@ -506,6 +506,22 @@ TABLES: dict[str, tuple[str, TableReader]] = {
 }
 
 
+def _dump_hide(args: argparse.Namespace) -> list[str]:
+    """The [[hide]] tables; with any, the --hide globs as the first one
+    (without a path: the same rule), since ``hide`` is one TOML key."""
+    lines: list[str] = []
+    tables = getattr(args, "hide_tables", ())
+    plain = getattr(args, "hide", None) or ()
+    if tables and plain:
+        tables = (("", tuple(plain)), *tables)
+    for folder, names in tables:
+        lines += ["", "[[hide]]"]
+        if folder:
+            lines.append(f"path = {_toml_str(folder)}")
+        lines.append(f"names = {_toml_value(list(names))}")
+    return lines
+
+
 def _dump_tables(args: argparse.Namespace) -> list[str]:
     lines: list[str] = []
     errors = getattr(args, "error_pages", ())
@@ -539,15 +555,6 @@ def _dump_tables(args: argparse.Namespace) -> list[str]:
     for glob, grants in getattr(args, "access", ()):
         pairs = ", ".join(f"{_toml_str(k)} = {_toml_value(list(v))}" for k, v in grants)
         lines += ["", "[[access]]", f"path = {_toml_str(glob)}", f"allow = {{ {pairs} }}"]
-    tables = getattr(args, "hide_tables", ())
-    plain = getattr(args, "hide", None) or ()
-    if tables and plain:
-        tables = (("", tuple(plain)), *tables)
-    for folder, names in tables:
-        lines += ["", "[[hide]]"]
-        if folder:
-            lines.append(f"path = {_toml_str(folder)}")
-        lines.append(f"names = {_toml_value(list(names))}")
     for name, members in getattr(args, "groups", ()):
         lines += ["", "[[group]]", f"name = {_toml_str(name)}"]
         lines.append(f"members = {_toml_value(list(members))}")
@@ -721,5 +728,5 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         else:
             lines.append(f"{key} = {_toml_value(value)}")
     # Tables last: every top-level key must come before the first table.
-    lines += _dump_tables(args)
+    lines += _dump_tables(args) + _dump_hide(args)
     return "\n".join(lines) + "\n"
