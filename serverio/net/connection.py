@@ -43,6 +43,7 @@ handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 
@@ -63,13 +64,14 @@ from ..pipeline.request import busy, client_for, failed
 from ..pipeline.stages import begin
 from ..wire.bodyframe import request_framing
 from ..wire.fasthead import FastRequest
-from ..wire.h1 import head_bytes, interim_bytes
+from ..wire.h1 import interim_bytes
 from ..wire.h1facts import Facts, request_facts
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1body import H1Body
-from .h1head import RECV_SIZE, Head, HeadReader
-from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, LAST, STREAM, SWITCHED, Lifetime
+from .h1events import serve_events
+from .h1head import Head, HeadReader
+from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, LAST, SWITCHED, Lifetime
 from .h1tunnel import serve_tunnel
 from .reqbody import BodyState, body_policy
 
@@ -563,80 +565,15 @@ class ConnectionTask:
         return await self.emitter.emit_stream(plan, body, close=close, ka10=ka10, chunked=chunked)
 
     async def _stream(self, plan: Plan, log: _LogFields) -> bool:
-        """A long-lived streaming body (the live-reload event stream);
-        False when ``--watch-max-streams`` streams are open already (nothing
-        was sent: the caller answers 503).
+        """The live-reload event stream (:func:`~serverio.net.h1events.serve_events`);
+        False past ``--watch-max-streams`` (nothing was sent: the caller
+        answers 503).  A drain cancels it through :attr:`_stream_scope`."""
 
-        The stream takes a slot of the live-reload budget
-        (:class:`~serverio.concurrency.broadcast.StreamSlots`) for as long
-        as it runs: the connection then no longer counts toward
-        ``--max-connections`` (the server's admission leaves slot holders
-        out), so open event streams never shut ordinary clients out.
-        The head goes out with ``Connection: close`` (the body ends when the
-        connection does), then the broadcaster writes through
-        :meth:`Emitter.send` (its write deadline applies: a client that
-        stops reading is closed ``write_timeout`` after a write stalls, the
-        heartbeat comment every 15 s being the write that notices) until
-        the client goes away, a write fails, or graceful shutdown cancels
-        the stream scope (:meth:`drain`).  No read deadline runs meanwhile:
-        the stream is exempt from the keep-alive timeout; the watcher task
-        below only notices the client leaving.
+        def scoped(scope: trio.CancelScope | None) -> None:
+            self._stream_scope = scope
 
-        Cancellation handling: the slot is given back in every case.
-        """
-        live = self.env.handler.hooks.events
-        emitter = self.emitter
-        head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
-        if live is None or not plan.send_body:
-            await emitter.send(head)
-            _log(self.env, log, 0)  # a HEAD: an ordinary response, logged and counted
-            return True
-        if not live.slots.take(self):
-            return False
-        sent = -len(head)  # the log's size is the body's, as for any response
-
-        async def send(data: bytes) -> None:
-            nonlocal sent
-            await emitter.send(data)
-            sent += len(data)
-
-        try:
-            self.life.lift()
-            self.life.to(STREAM)
-            stream = self.stream
-
-            async def watch(scope: trio.CancelScope) -> None:
-                try:
-                    while await stream.receive_some(RECV_SIZE):
-                        pass  # an event stream's client has nothing to say
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-                scope.cancel()
-
-            failure: Abort | trio.BrokenResourceError | trio.ClosedResourceError | None = None
-            with trio.CancelScope() as scope:
-                self._stream_scope = scope
-                if self.env.draining:
-                    scope.cancel()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(watch, nursery.cancel_scope)
-                    # A write that fails (the deadline: Abort; a reset) ends
-                    # the stream; it leaves the nursery bare, not wrapped in
-                    # an exception group, so that run() closes the
-                    # connection quietly as after any failed write.
-                    try:
-                        await live.serve_client(send, head)
-                    except (Abort, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                        failure = exc
-                        nursery.cancel_scope.cancel()
-            self._stream_scope = None
-            if failure is not None:
-                raise failure
-        finally:
-            live.slots.give(self)
-            _log(self.env, log, max(0, sent), counted=False)  # logged as it ends, however
-        self.env.stats.responses.completed += 1
-        return True
+        logged = functools.partial(_log, self.env, log)
+        return await serve_events(self.env, self.emitter, self.life, self, plan, logged, scoped)
 
     async def _switch(self, initial: bytes) -> None:
         """Serve the rest of the connection as HTTP/2.

@@ -443,8 +443,7 @@ class Handler:
                 memo = prepared.memo
                 if memo is not None:
                     hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
-                if state == "fresh":
-                    self.warm.keep(req, hit, prepared, now)
+                self.warm.keep(req, hit, prepared, now)  # answered from it while fresh
                 return _memoised(hit, self._followups(prepared, req, now))
 
         async def pooled(_: Prepared | None) -> Prepared:
