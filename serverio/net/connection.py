@@ -444,6 +444,7 @@ class ConnectionTask:
         assert isinstance(event, FastRequest | h11.Request)
         if event.http_version == b"2.0" and self._h2 is not None and _is_preface(event, requests):
             # Hand over the bytes h11 parsed plus what it buffered after them.
+            self._busy()
             await self._switch(_PREFACE_HEAD + reader.leftover)
             return _CLOSE
         requests += 1
