@@ -147,12 +147,13 @@ class WarmAnswers:
         if (
             not plan.shared
             or body is None
-            or body.pieces is not plan.body
             or prepared.fd >= 0
             or prepared.needs_followup
             or plan.status >= 400
         ):
             return
+        if body.pieces is not plan.body and (plan.send_body or body.pieces):
+            return  # not the plan's own literal body (a HEAD's is empty)
         answers = self._answers
         if len(answers) >= WARM_MAX:
             answers.clear()
