@@ -441,8 +441,8 @@ class ConnectionTask:
         t = type(event)
         if t is not FastRequest and t is not h11.Request:
             return _WAIT if event is h11.NEED_DATA else _CLOSE
-        assert isinstance(event, FastRequest | h11.Request)
-        if event.http_version == b"2.0" and self._h2 is not None and _is_preface(event, requests):
+        head: Head = event  # type: ignore[assignment]  # a head: tested just above
+        if head.http_version == b"2.0" and self._h2 is not None and _is_preface(head, requests):
             # Hand over the bytes h11 parsed plus what it buffered after them.
             self._busy()
             await self._switch(_PREFACE_HEAD + reader.leftover)
@@ -450,7 +450,7 @@ class ConnectionTask:
         requests += 1
         started = trio.current_time()
         now = time.time()
-        facts = event.facts if t is FastRequest else None  # type: ignore[union-attr]
+        facts = head.facts if type(head) is FastRequest else None
         content: H1Body | None = None
         client = peer
         try:
@@ -460,7 +460,7 @@ class ConnectionTask:
                 state, out = begin(env, facts[0], now)
                 self._busy()
             else:
-                facts, client, content, state, out = self._begin(event, peer, now)
+                facts, client, content, state, out = self._begin(head, peer, now)
             if not facts[0].keep_alive or requests >= env.config.conn.max_requests:
                 self.life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
             if type(out) is Final:
@@ -470,9 +470,9 @@ class ConnectionTask:
                 if content is not None:
                     # The content is read without the disconnect watcher
                     # (it would read the content as the next head).
-                    io = Io(client, _run_deferred, content, _raw(event))
+                    io = Io(client, _run_deferred, content, _raw(head))
                 else:
-                    io = Io(client, reader.wait_watching, None, _raw(event))
+                    io = Io(client, reader.wait_watching, None, _raw(head))
                 done = await drive(state, out, io)
                 if done is None:
                     env.stats.conns.cancelled += 1
@@ -485,8 +485,8 @@ class ConnectionTask:
             self._busy()
             if facts is None:
                 self.life.close_after()  # no request facts: the error is the last answer
-            answer = failed(env, exc, now, event.method == b"HEAD")
-        log = (client, event, answer.plan.status, started, now, *(facts or _NO_FACTS)[1:])
+            answer = failed(env, exc, now, head.method == b"HEAD")
+        log = (client, head, answer.plan.status, started, now, *(facts or _NO_FACTS)[1:])
         return await self._respond(answer, log, content, requests)
 
     def _begin(
