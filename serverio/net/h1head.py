@@ -1,15 +1,18 @@
 """The HTTP/1.1 head reader: request heads off one connection, under deadlines.
 
 One job: reading the client.  The next request head
-(:meth:`HeadReader.next_head`), with the keep-alive and head deadlines, and
-the request facts built from it (:func:`request_facts`); and, while an
-answer is prepared, the watch that reads ahead (pipelined bytes into the
-parser) and notices a client that leaves (:meth:`HeadReader.wait_watching`).
-One parser per request cycle, handed the bytes left over from the previous
-one (pipelining): the common head is read by
-a strict fast path (:mod:`serverio.wire.fasthead`) that gives exactly h11's
-result or defers to h11, which decides everything else, every rejection
-included.
+(:meth:`HeadReader.next_head`), with the keep-alive and head deadlines, a
+common one with its request facts (built by the parser as it reads it,
+:func:`serverio.wire.h1facts.request_facts`, named here too); and, while
+an answer is prepared, the watch that reads ahead (pipelined bytes into
+the parser) and notices a client that leaves
+(:meth:`HeadReader.wait_watching`).  One parser per connection
+(:class:`serverio.wire.fasthead.HeadParser`), which goes on to the next
+request cycle with the bytes past a head (pipelining): the common head is
+read by a strict fast path that gives exactly h11's result or defers to
+h11, which decides everything else, every rejection included.  Each read's
+bytes go to it in one call (:meth:`HeadParser.feed`), so that reading a
+request is one step into the codec layer.
 
 Three ways to a head, cheapest first; which one is the reader's business:
 
