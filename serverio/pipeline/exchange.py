@@ -131,6 +131,13 @@ class Fallback(Protocol):
 WriteRun = Callable[..., Awaitable[Any]]
 
 
+class Warm(Protocol):
+    """The precomputed answers of warm files
+    (:class:`serverio.pipeline.warm.WarmAnswers`)."""
+
+    def answer(self, req: RequestFacts, now: float) -> Final | None: ...
+
+
 class Files(Protocol):
     """What the step reads of the request handler
     (:class:`serverio.pipeline.handler.Handler`)."""
@@ -153,6 +160,9 @@ class Files(Protocol):
     def proxy(self) -> Fallback | None: ...
 
     def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+
+    @property
+    def warm(self) -> Warm: ...  # serverio.pipeline.warm.WarmAnswers
 
 
 class SiteSteps(Protocol):
@@ -430,6 +440,12 @@ def files(
     if machine.site is not None:
         assert state is not None  # the site stage took the request first
         return _respond(state._replace(stage=None, at=-1))
+    if not content:
+        # A warm file's precomputed answer (routing, the decision and the
+        # cache's memo done once per second): the warm path, one call.
+        warm = handler.warm.answer(req, now)
+        if warm is not None:
+            return state, warm
     plan = route(req, machine.config, now, handler.allow)
     if plan is not None:
         if plan.status >= 400:
