@@ -147,7 +147,8 @@ class Flows:
         # now: without it the upload is create-only, refused at once if the
         # target exists and committed with no-replace, so a file that
         # appears meanwhile is not overwritten either (docs: "Rights").
-        no_overwrite = await admit(AccessTarget((path,), Kind.WRITE, Right.OVERWRITE))
+        # A probe: its refusal is no denial (not counted, not logged).
+        no_overwrite = await admit(AccessTarget((path,), Kind.WRITE, Right.OVERWRITE, probe=True))
         if not tus:
             if has_preconditions(req) and not is_create_only(req):
                 # Validators are decided on the file at completion only for
@@ -182,7 +183,10 @@ class Flows:
         except WriteRefused as exc:
             self.quota.release(req.client, size)
             if no_overwrite is not None and exc.refusal is Refusal.EXISTS:
-                return no_overwrite  # the file exists and may not be replaced
+                # The file exists and may not be replaced: now a refusal,
+                # asked as one (counted and logged like any denial).
+                denied = await admit(AccessTarget((path,), Kind.WRITE, Right.OVERWRITE))
+                return denied or no_overwrite
             raise
         except BaseException:
             self.quota.release(req.client, size)

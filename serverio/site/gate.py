@@ -217,7 +217,7 @@ class Gate:
         if verdict is Verdict.ALLOW:
             return pending
         if verdict is not Verdict.PENDING:
-            if verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE:
+            if (verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE) and not target.probe:
                 self._refused(target, pending, user or _basic_user(authorization))
                 if self.rules.access:
                     # The refusal's problem names the right it lacked.
