@@ -419,6 +419,11 @@ class Site:
         not counted)."""
         self.gate.count(user, size)
 
+    def user_counts(self) -> dict[str, tuple[int, int, int]]:
+        """Per user of the users files: ``(requests, bytes, denied)`` (a
+        copy of the access hook's counters, for /metrics)."""
+        return {user: (c[0], c[1], c[2]) for user, c in self.gate.per_user.items()}
+
     def may(self, right: Right, path: str, user: str | None) -> bool:
         """May ``user`` (verified by the caller; None: an anonymous client)
         have ``right`` on ``path`` (a match path: ``/a/b``, ``/d/`` for a
