@@ -114,6 +114,10 @@ class Identities:
         self._opened: OrderedDict[str, tuple[str, str, str, int]] = OrderedDict()
         # A Cookie field as sent -> (its session's principal, expiry).
         self._by_field: dict[str, tuple[str, int]] = {}
+        # The last request asked about and its answer: the hook asks twice
+        # per request (its path, then what it resolved), listings once per
+        # name; the request is held (so never another one at its address).
+        self._last: tuple[RequestFacts | None, str | None] = (None, None)
 
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
         """``req`` with the principal its trusted header names in its
@@ -147,6 +151,14 @@ class Identities:
         auth = req.authorization
         if auth is not None or not req.extra:
             return auth
+        last = self._last
+        if last[0] is req:
+            return last[1]  # the same request, asked again (its time is this one's)
+        auth = self._from_cookie(req)
+        self._last = (req, auth)
+        return auth
+
+    def _from_cookie(self, req: RequestFacts) -> str | None:
         field = COOKIE.of(req)
         if field is None:
             return None

@@ -37,15 +37,7 @@ from ..observe.stats import Stats
 from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
-from .principal import (
-    MARK,
-    PASSWORD_TAGS,
-    SHARE_PREFIX,
-    Principal,
-    password_tag,
-    principal_of,
-    share_allows,
-)
+from .principal import MARK, Principal, password_tag, share_allows
 from .rights import rule_at
 from .rules import (
     AccessRule,
@@ -55,6 +47,7 @@ from .rules import (
     glob_below,
     parse_basic,
 )
+from .vouch import Vouchers
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
 
@@ -112,6 +105,9 @@ class Gate:
         # Per user of the users files: [requests, bytes, denied] (/metrics);
         # bounded: the names the files hold, nothing a client sends.
         self.per_user: dict[str, list[int]] = {u: [0, 0, 0] for u in _user_names(rules)}
+        # What each principal the login feature verified is worth (memoised).
+        self.vouchers = Vouchers(rules)
+        self._allows: dict[tuple[int, str], Access] = {}
 
     def rule(self, target: AccessTarget) -> AuthRule | None:
         """:func:`~serverio.site.access.rule_for`, memoised (bounded)."""
@@ -142,23 +138,30 @@ class Gate:
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
+        accepted: frozenset[int] | None = None
         if authorization is not None and authorization.startswith(MARK):
-            # What the login feature verified (serverio.site.principal): a
-            # share link's grant decides alone; a session's or a trusted
-            # header's user is decided on as a signed-in ``user`` (the
-            # access log and the per-user counters name it from there).
-            who = principal_of(authorization)
-            if who is not None and authorization.startswith(SHARE_PREFIX):
-                return _share_now(self.rules.canonical, target, who)
+            # What the login feature verified (serverio.site.principal),
+            # judged once per value (serverio.site.vouch): a share link's
+            # grant decides alone; a session's or a trusted header's user
+            # is decided on as a signed-in ``user`` under the rules whose
+            # users files accept them (the access log and the per-user
+            # counters name it from there).
+            marked = self.vouchers.of(authorization)
+            if marked.share is not None:
+                return _share_now(self.rules.canonical, target, marked.share)
             authorization = None
-            if who is not None and user is None and self._vouched(who):
-                user = who.user
+            if user is None and marked.user is not None:
+                user, accepted = marked.user, marked.accepted
         if not self.rules.access:
-            return self._auth_now(target, authorization, granted, user)
-        got = self._rights_now(target, authorization, granted, user)
+            return self._auth_now(target, authorization, granted, user, accepted)
+        users = self.rules.users
+        signed = user
+        if accepted is not None and (users is None or users.index not in accepted):
+            signed = None  # a session the users [[access]] rules name hold another hash for
+        got = self._rights_now(target, authorization, granted, signed)
         if got.verdict is not Verdict.ALLOW or not self.rules.auth:
             return got
-        rest = self._auth_now(target, authorization, granted, user)
+        rest = self._auth_now(target, authorization, granted, user, accepted)
         if rest.verdict is not Verdict.ALLOW:
             return rest
         return got if rest.rule < 0 else replace(rest, user=rest.user or got.user)
@@ -169,18 +172,21 @@ class Gate:
         authorization: str | None,
         granted: frozenset[int],
         user: str | None,
+        accepted: frozenset[int] | None = None,
     ) -> Access:
-        """The ``[[auth]]`` rules' part of :meth:`decide_now`."""
+        """The ``[[auth]]`` rules' part of :meth:`decide_now`.  ``accepted``:
+        the rules whose users files accept ``user`` (a session's:
+        serverio.site.vouch); None: every rule whose file names them."""
         kind = target.kind
         if target.tree:
-            return self._tree_now(target, authorization, granted, user)
+            return self._tree_now(target, authorization, granted, user, accepted)
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
         if kind is Kind.EVENT:
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
-        if user is not None and user in rule.users:
-            return Access(Verdict.ALLOW, rule.index, user=user)
+        if user is not None and user in rule.users and (accepted is None or rule.index in accepted):
+            return self._allowed(rule.index, user)
         if kind is Kind.ENTRY:
             if self._verified_for(rule, authorization):
                 return Access(Verdict.ALLOW, rule.index)
@@ -270,13 +276,13 @@ class Gate:
         elif _open_read(found, target):
             # The warm path: a read anyone may (no rights tuple, no hashing).
             known = user if user is not None else self._known(authorization, granted)
-            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+            return ALLOWED if not known else self._allowed(-1, known)
         rights = target.rights()
         if _all_allow(found, rights, None):
             # What anyone may: no credentials asked; a user already known
             # is still named (the log, the per-user counters).
             known = user if user is not None else self._known(authorization, granted)
-            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+            return ALLOWED if not known else self._allowed(-1, known)
         users = self.rules.users
         index = -1 if users is None else users.index
         if target.kind is Kind.EVENT:
@@ -289,7 +295,7 @@ class Gate:
             user = _basic_user(authorization) or None
         if user is not None:
             if _all_allow(found, rights, user):
-                return Access(Verdict.ALLOW, index, user=user)
+                return self._allowed(index, user)
             return Access(Verdict.FORBID, index, user=user)
         if users is None or target.kind is Kind.ENTRY:
             return Access(Verdict.CHALLENGE if users else Verdict.FORBID, index, "serverio")
@@ -361,6 +367,7 @@ class Gate:
         authorization: str | None,
         granted: frozenset[int],
         user: str | None = None,
+        accepted: frozenset[int] | None = None,
     ) -> Access:
         """:meth:`decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
         target: the rule of its own paths and every rule that can match
@@ -373,27 +380,16 @@ class Gate:
         for path in target.paths:
             rules.update((r.index, r) for r in rules_below(self.rules, path))
         for rule in rules.values():
-            if rule.index in granted or (user is not None and user in rule.users):
+            if rule.index in granted or (
+                user is not None
+                and user in rule.users
+                and (accepted is None or rule.index in accepted)
+            ):
                 continue
             if parse_basic(authorization) is None:
                 return Access(Verdict.CHALLENGE, rule.index, rule.realm)
             return Access(Verdict.PENDING, rule.index, rule.realm)
         return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
-
-    def _vouched(self, who: Principal) -> bool:
-        """Is a user the login feature verified still one of the users
-        files' (a session: with the password hash it was opened with, in
-        every file that names the user; a trusted header: named by one)?"""
-        rules = self.rules
-        files = [r.users for r in rules.auth]
-        if rules.users is not None:
-            files.append(rules.users.users)
-        stored = [f[who.user] for f in files if who.user in f]
-        if not stored:
-            return False
-        if who.via == "header":
-            return True
-        return all((PASSWORD_TAGS.get(h) or password_tag(h)) == who.tag for h in stored)
 
     async def check_password(
         self, user: str, password: str, peer: Callable[[], str]
@@ -494,6 +490,18 @@ class Gate:
             return Access(Verdict.ALLOW, rule.index, user=user)
         self.stats.site.auth_failures += 1
         return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+
+    def _allowed(self, index: int, user: str) -> Access:
+        """``Access(ALLOW, index, user=user)``, made once per rule and user
+        (immutable; a signed-in client's every request is allowed alike)."""
+        key = (index, user)
+        got = self._allows.get(key)
+        if got is None:
+            allows = self._allows
+            if len(allows) >= _RULES_MAX:
+                allows.clear()  # bounded: the users files' names, per rule
+            got = allows[key] = Access(Verdict.ALLOW, index, user=user)
+        return got
 
     def count(self, user: str, size: int) -> None:
         """One response to ``user`` of ``size`` bytes (a user of the users
