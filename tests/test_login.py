@@ -4,6 +4,7 @@ hostile cookies, forms and tokens."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -226,6 +227,50 @@ async def test_expired_tampered_and_foreign_sessions_are_anonymous(
         for bad in (expired, forged, wrong_tag, as_bob, share_as_session, tampered):
             r = await client.get("/private/plan.txt", f"Cookie: serverio-session={bad}\r\n")
             assert r.status == 401, bad
+
+
+def _alice_elsewhere(tree: Path, users: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A users file with a copy of alice's line, one with another hash
+    for "alice", and a folder for each (``copied``, ``others``)."""
+    line = next(x for x in users.read_text().splitlines() if x.startswith("alice:"))
+    copy = tmp_path / "copy.htpasswd"
+    copy.write_text(line + "\n")
+    other = tmp_path / "other.htpasswd"
+    other.write_text(f"alice:{hash_password('another-password', 1000)}\n")
+    for d in ("copied", "others"):
+        (tree / d).mkdir()
+        (tree / d / "x.txt").write_text(d.upper())
+    return copy, other
+
+
+async def test_a_session_stands_for_its_user_under_each_file_with_its_hash(
+    tree: Path, users: Path, secret: Path, tmp_path: Path
+) -> None:
+    """Sessions are judged per users file: a file that holds the very
+    hash alice signed in with accepts her session (a copy of her line in
+    another file too); a file naming "alice" with another hash (another
+    password: maybe another person) does not, and asks for its own
+    credentials.  (A session had to match every file naming the user: with
+    two passwords alice's session was anonymous everywhere.)"""
+    copy, other = _alice_elsewhere(tree, users, tmp_path)
+    auth = (
+        ("/private/**", str(users)),
+        ("/copied/**", str(copy)),
+        ("/others/**", str(other)),
+    )
+    cfg = make_config(tree, auth=auth, secret_file=str(secret))
+    async with memory_connection(cfg) as (client, _, _):
+        cookie = f"Cookie: serverio-session={await sign_in(client)}\r\n"
+        r = await client.get("/private/plan.txt", cookie)
+        assert (r.status, r.body) == (200, b"PLAN\n")
+        r = await client.get("/copied/x.txt", cookie)
+        assert (r.status, r.body) == (200, b"COPIED")
+        r = await client.get("/others/x.txt", cookie)
+        assert r.status == 401 and b"OTHERS" not in r.body
+        # That file's own password still works there, by Basic.
+        basic = base64.b64encode(b"alice:another-password").decode()
+        r = await client.get("/others/x.txt", f"Authorization: Basic {basic}\r\n")
+        assert (r.status, r.body) == (200, b"OTHERS")
 
 
 async def test_the_login_form_needs_its_csrf_token_and_cookie(
