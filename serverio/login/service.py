@@ -163,6 +163,7 @@ class Login:
         # attach changes a request: the trusted header's user, or a write's
         # session (accepted by the access hook: some users file holds its hash).
         self.attaches = self.users or pol.trusted_user_header is not None
+        self.reads = pol.trusted_user_header is not None  # a read's user is attached too
         vouchers = site.gate.vouchers
         self.identities.accepts = lambda auth: vouchers.of(auth).user is not None
         # The hook's two per-request calls, bound once (no wrapper call).

@@ -186,7 +186,8 @@ class Gate:
         if kind is Kind.EVENT:
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
         if user is not None and user in rule.users and (accepted is None or rule.index in accepted):
-            return self._allowed(rule.index, user)
+            got = self._allows.get((rule.index, user))
+            return got if got is not None else self._allowed(rule.index, user)
         if kind is Kind.ENTRY:
             if self._verified_for(rule, authorization):
                 return Access(Verdict.ALLOW, rule.index)
