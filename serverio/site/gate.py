@@ -55,6 +55,8 @@ AUTH_WORKERS = 2
 AUTH_QUEUE = 32
 _VERIFIED_MAX = 1024  # recently verified credentials kept
 _VERIFIED_TTL = 300.0  # seconds a verification is trusted
+# The kinds _open_read answers for (reads a memo of open kinds covers).
+_READ_KINDS = (Kind.REQUEST, Kind.RESERVED, Kind.FILE, Kind.SIDECAR, Kind.LISTING)
 _RULES_MAX = 4096  # memoised rule per target (targets are client input)
 
 log = logging.getLogger("serverio")
@@ -108,6 +110,11 @@ class Gate:
         # What each principal the login feature verified is worth (memoised).
         self.vouchers = Vouchers(rules)
         self._allows: dict[tuple[int, str], Access] = {}
+        # [[access]] rules and no [[auth]] one: per paths, the read kinds
+        # every rule deciding them gives anyone (decide_now's first test).
+        self._rights_only = bool(rules.access) and not rules.auth
+        self._opens: dict[tuple[str, ...], tuple[Kind, ...]] = {}
+        self._signed: dict[tuple[AccessTarget, str], Access] = {}  # _signed_rights
 
     def rule(self, target: AccessTarget) -> AuthRule | None:
         """:func:`~serverio.site.access.rule_for`, memoised (bounded)."""
@@ -135,6 +142,14 @@ class Gate:
         an EVENT only when no rule protects its path).  ``user``: a user
         the caller has verified (not by Basic credentials: a session, a
         trusted proxy's header); None: only ``authorization`` may name one."""
+        if authorization is None and user is None and self._rights_only:
+            # The warm anonymous read: a memo of the paths' open kinds.
+            if target.right is None and target.also is None:
+                kinds = self._opens.get(target.paths)
+                if kinds is None:
+                    kinds = self._open_kinds(target.paths)
+                if target.kind in kinds:
+                    return ALLOWED
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
@@ -158,7 +173,10 @@ class Gate:
         signed = user
         if accepted is not None and (users is None or users.index not in accepted):
             signed = None  # a session the users [[access]] rules name hold another hash for
-        got = self._rights_now(target, authorization, granted, signed)
+        if signed is not None and not target.tree:
+            got = self._signed_rights(target, signed)
+        else:
+            got = self._rights_now(target, authorization, granted, signed)
         if got.verdict is not Verdict.ALLOW or not self.rules.auth:
             return got
         rest = self._auth_now(target, authorization, granted, user, accepted)
@@ -179,7 +197,7 @@ class Gate:
         serverio.site.vouch); None: every rule whose file names them."""
         kind = target.kind
         if target.tree:
-            return self._tree_now(target, authorization, granted, user, accepted)
+            return _tree_now(self, target, authorization, granted, user, accepted)
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
@@ -206,10 +224,12 @@ class Gate:
         granted: frozenset[int],
         peer: Callable[[], str],
         user: str | None = None,
+        pending: Access | None = None,
     ) -> Access:
-        """The whole decision: :meth:`decide_now`, then for a pending one
-        the limiter, the cache of verified credentials and the password
-        check (the only wait).
+        """The whole decision: :meth:`decide_now` (``pending``: its answer,
+        when the caller has it), then for a pending one the limiter, the
+        cache of verified credentials and the password check (the only
+        wait).
 
         The limiter is asked before the cache (a client past its budget
         gets 429 even with the right password) and reserves the attempt
@@ -219,7 +239,8 @@ class Gate:
         away) is settled as a failure: its hash may still run in the
         abandoned thread, so it counts against the budget.
         """
-        pending = self.decide_now(target, authorization, granted, user)
+        if pending is None:
+            pending = self.decide_now(target, authorization, granted, user)
         verdict = pending.verdict
         if verdict is Verdict.ALLOW:
             return pending
@@ -304,6 +325,33 @@ class Gate:
             return Access(Verdict.CHALLENGE, index, users.realm)
         return Access(Verdict.PENDING, index, users.realm)
 
+    def _signed_rights(self, target: AccessTarget, user: str) -> Access:
+        """:meth:`_rights_now` for a verified ``user``: it depends on the
+        target and the user alone, so it is memoised (bounded: targets are
+        client input; a signed-in client's requests repeat theirs)."""
+        key = (target, user)
+        memo = self._signed
+        got = memo.get(key)
+        if got is None:
+            got = self._rights_now(target, None, frozenset(), user)
+            if len(memo) >= _RULES_MAX:
+                memo.clear()
+            memo[key] = got
+        return got
+
+    def _open_kinds(self, paths: tuple[str, ...]) -> tuple[Kind, ...]:
+        """The read kinds (a request path, a file, a sidecar, a listing) of
+        ``paths`` every deciding ``[[access]]`` rule lets an anonymous
+        client have, memoised (bounded): :func:`_open_read` per kind.  A
+        tuple: ``in`` finds an enum member by identity (a frozenset would
+        hash it, in Python)."""
+        found = self._decider(paths)
+        kinds = tuple(k for k in _READ_KINDS if _open_read(found, AccessTarget(paths, k)))
+        if len(self._opens) >= _RULES_MAX:
+            self._opens.clear()  # bounded: paths are client input
+        self._opens[paths] = kinds
+        return kinds
+
     def _below(self, paths: tuple[str, ...]) -> tuple[AccessRule | None, ...]:
         """The ``[[access]]`` rules that can decide a path below the
         collections ``paths`` names (a depth-infinity LOCK reaches members
@@ -342,55 +390,7 @@ class Gate:
         right = target.needs.value
         who = user or "anonymous"
         path = target.paths[0] if target.paths else "/"
-        log.log(level, "denied %s of %r to %s: %s", right, path, who, self._why(target, user))
-
-    def _why(self, target: AccessTarget, user: str | None) -> str:
-        """The rule that refused ``target`` to ``user``, for the log."""
-        kind = target.kind
-        if kind is Kind.WRITE and not write_allowed(self.rules, target):
-            return "no [[writable]] table allows it"
-        if self.rules.access:
-            rights = target.rights()
-            found = self._decider(target.paths)
-            if target.tree:
-                found = found + self._below(target.paths)
-            for rule in found:
-                if rule is None:
-                    return "no [[access]] rule matches"
-                if not any(r in rule.rights_of(user) for r in rights):
-                    return f"{rule.where} (path {rule.pattern!r})"
-        auth = self.rule(target)
-        return "an [[auth]] rule" if auth is None else f"[[auth]] path {auth.pattern!r}"
-
-    def _tree_now(
-        self,
-        target: AccessTarget,
-        authorization: str | None,
-        granted: frozenset[int],
-        user: str | None = None,
-        accepted: frozenset[int] | None = None,
-    ) -> Access:
-        """:meth:`decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
-        target: the rule of its own paths and every rule that can match
-        below them (:func:`~serverio.site.access.rules_below`), each as a
-        target of its own would be; the first that does not allow decides
-        (401 while credentials could pass it), else allowed under the first
-        rule.  Not memoised: a tree target is rare (a depth-infinity LOCK)."""
-        found = rule_for(self.rules, target)
-        rules = {} if found is None else {found.index: found}
-        for path in target.paths:
-            rules.update((r.index, r) for r in rules_below(self.rules, path))
-        for rule in rules.values():
-            if rule.index in granted or (
-                user is not None
-                and user in rule.users
-                and (accepted is None or rule.index in accepted)
-            ):
-                continue
-            if parse_basic(authorization) is None:
-                return Access(Verdict.CHALLENGE, rule.index, rule.realm)
-            return Access(Verdict.PENDING, rule.index, rule.realm)
-        return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
+        log.log(level, "denied %s of %r to %s: %s", right, path, who, _why(self, target, user))
 
     async def check_password(
         self, user: str, password: str, peer: Callable[[], str]
@@ -527,6 +527,54 @@ class Gate:
             return False
         seen = self._verified.get(self._credentials_key(rule, *creds))
         return seen is not None and trio.current_time() - seen < _VERIFIED_TTL
+
+
+def _tree_now(
+    gate: Gate,
+    target: AccessTarget,
+    authorization: str | None,
+    granted: frozenset[int],
+    user: str | None = None,
+    accepted: frozenset[int] | None = None,
+) -> Access:
+    """:meth:`Gate.decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
+    target: the rule of its own paths and every rule that can match
+    below them (:func:`~serverio.site.access.rules_below`), each as a
+    target of its own would be; the first that does not allow decides
+    (401 while credentials could pass it), else allowed under the first
+    rule.  Not memoised: a tree target is rare (a depth-infinity LOCK)."""
+    found = rule_for(gate.rules, target)
+    rules = {} if found is None else {found.index: found}
+    for path in target.paths:
+        rules.update((r.index, r) for r in rules_below(gate.rules, path))
+    for rule in rules.values():
+        if rule.index in granted or (
+            user is not None and user in rule.users and (accepted is None or rule.index in accepted)
+        ):
+            continue
+        if parse_basic(authorization) is None:
+            return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+        return Access(Verdict.PENDING, rule.index, rule.realm)
+    return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
+
+
+def _why(gate: Gate, target: AccessTarget, user: str | None) -> str:
+    """The rule of ``gate`` that refused ``target`` to ``user``, for the log."""
+    kind = target.kind
+    if kind is Kind.WRITE and not write_allowed(gate.rules, target):
+        return "no [[writable]] table allows it"
+    if gate.rules.access:
+        rights = target.rights()
+        found = gate._decider(target.paths)
+        if target.tree:
+            found = found + gate._below(target.paths)
+        for rule in found:
+            if rule is None:
+                return "no [[access]] rule matches"
+            if not any(r in rule.rights_of(user) for r in rights):
+                return f"{rule.where} (path {rule.pattern!r})"
+    auth = gate.rule(target)
+    return "an [[auth]] rule" if auth is None else f"[[auth]] path {auth.pattern!r}"
 
 
 def _basic_user(authorization: str | None) -> str:

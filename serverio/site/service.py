@@ -395,7 +395,11 @@ class Site:
         login = self.login
         if auth is None and login is not None and req.extra:
             auth = login.authorization(req)  # a session cookie's principal
-        return await self.gate.decide(target, auth, granted, client, user)
+        gate = self.gate
+        got = gate.decide_now(target, auth, granted, user)
+        if got.verdict is Verdict.ALLOW:
+            return got  # no wait (the warm path: no coroutine of the gate's)
+        return await gate.decide(target, auth, granted, client, user, got)
 
     def access_now(
         self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
