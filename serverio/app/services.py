@@ -262,7 +262,7 @@ class Services:
             site.login = login = Login(self.config, site, self.signer)
             # Its stage first in the list (serverio.pipeline.stages).
             hooks = self.handler.hooks
-            hooks = dataclasses.replace(hooks, first=(*hooks.first, LoginStage(login)))
+            hooks = dataclasses.replace(hooks, first=(*hooks.first, LoginStage(login, login.reads)))
             self.handler.hooks = self.hooks = hooks
             self.content.account = bool(users)  # the listings' account corner
         if self.proxy is not None:

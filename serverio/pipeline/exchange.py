@@ -183,6 +183,12 @@ class SiteSteps(Protocol):
 
     def count(self, user: str, size: int) -> None: ...
 
+    def user_counts(self) -> dict[str, tuple[int, int, int]]:
+        """What :meth:`count` and the access hook's refusals added up, per
+        user of the users files (the label set of /metrics stays bounded):
+        ``(requests, bytes, denied)``; a copy, read by the metrics."""
+        ...
+
 
 # The site rules as the layers above the pipeline name them (the
 # transports' shared environment holds them, and imports no feature).

@@ -164,16 +164,19 @@ class Reserved(Protocol):
     answers (``finish``)."""
 
     # Does :meth:`attach` ever change a request (a trusted user header is
-    # configured)?  False: the pipeline does not call it.
+    # configured, or users may sign in)?  False: the pipeline does not call it.
     attaches: bool
 
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
-        """``req`` with the principal its cookie or trusted header names
-        (``req`` itself when none).  Synchronous, no I/O: every request."""
+        """``req`` with the principal its trusted header names, or (a
+        request that changes something) its session cookie (``req`` itself
+        when none).  Synchronous, no I/O."""
         ...
 
     def names(self, req: RequestFacts) -> bool:
-        """Does ``req`` carry the trusted user header?  Synchronous, pure."""
+        """Does ``req`` carry what :meth:`attach` may make a principal of
+        (the trusted user header; a write's session cookie)?  Synchronous,
+        pure."""
         ...
 
     def authorization(self, req: RequestFacts) -> str | None:
