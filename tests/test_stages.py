@@ -9,6 +9,7 @@ driver would (the point of issue 42's "exchange as data").
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from serverio.pipeline.exchange import (
     Authenticate,
     Exchange,
     Final,
+    Phase,
     Stage,
     Step,
     Upstream,
@@ -80,10 +82,31 @@ def test_the_site_stage_hands_on_to_the_proxy_after_its_rules(root: Path) -> Non
     env = Server(cfg).env
     req = _req("/api/x")
     state, need = begin(env, req, 0.0)
-    assert type(need) is Authenticate and state is not None
-    # The event a driver would feed: the site's routing passed the request.
+    # Routed at once (a header rule: no password check due), no need of its own.
+    assert type(need) is Upstream and not need.authed and state is not None
+    stages = env.handler.stages
+    assert stages is not None
+    at = [s.name for s in stages].index("site")
+    # The event a driver feeds after an awaited routing (Authenticate):
+    # the site's routing passed the request under an auth rule.
+    state = Exchange(env, req, 0.0, Phase.STAGE, stage=stages[at], at=at)
     state, need = step(state, Ticket(None, req, protected=True, authed=True))
     assert type(need) is Upstream and need.authed
+
+
+def test_the_site_stage_awaits_the_routing_when_a_password_check_is_due(
+    root: Path, tmp_path: Path
+) -> None:
+    from serverio.site.passwords import hash_password
+
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password('pw', 1000)}\n")
+    cfg = make_config(root).evolve(auth=(("/**", str(users)),))
+    env = Server(cfg).env
+    basic = "Basic " + base64.b64encode(b"alice:pw").decode()
+    req = _req("/x", authorization=basic)
+    state, need = begin(env, req, 0.0)
+    assert type(need) is Authenticate and state is not None  # the driver awaits it
 
 
 def test_an_event_stream_past_its_budget_is_refused_by_the_stage(root: Path) -> None:

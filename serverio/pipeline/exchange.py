@@ -173,9 +173,19 @@ class SiteSteps(Protocol):
 
     async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket: ...
 
+    def route_now(self, req: RequestFacts, now: float) -> Ticket | None:
+        """:meth:`route`'s ticket when it needs no wait (None: the
+        :class:`Authenticate` need asks :meth:`route`)."""
+        ...
+
     async def admit(
         self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
     ) -> Access: ...
+
+    def admit_now(self, target: AccessTarget, ticket: Ticket) -> bool:
+        """:meth:`admit` when it needs no wait: True for an allow (recorded
+        in ``ticket``); False: the :class:`Admit` need asks :meth:`admit`."""
+        ...
 
     def respond_now(self, handler: Files, req: RequestFacts, now: float) -> Prepared | Pending: ...
 
@@ -582,11 +592,22 @@ def _resolved(state: Exchange, prepared: object) -> Step:
         if prepared.plan.status >= 400:
             prepared.plan = error_for(prepared.plan, req)
         return state, Final(prepared.plan, prepared.take_body(), None)
-    targets = _targets(prepared)
-    if not targets:
-        return state, _admitted(state, prepared)
-    state = state._replace(phase=Phase.ADMITTED, held=prepared, targets=targets[1:])
-    return state, Admit(targets[0], ticket)
+    return _admitting(state, prepared, _targets(prepared), ticket)
+
+
+def _admitting(
+    state: Exchange, prepared: Prepared, targets: tuple[AccessTarget, ...], ticket: Ticket
+) -> Step:
+    """The access hook on each of ``targets`` in turn: decided here while
+    the site allows without a wait (the warm read under rules: no need),
+    else the :class:`Admit` need of the first one it cannot."""
+    site = state.machine.site
+    assert site is not None
+    for at, target in enumerate(targets):
+        if not site.admit_now(target, ticket):
+            state = state._replace(phase=Phase.ADMITTED, held=prepared, targets=targets[at + 1 :])
+            return state, Admit(target, ticket)
+    return state, _admitted(state, prepared)
 
 
 def _admit(state: Exchange, refusal: object) -> Step:
@@ -600,8 +621,7 @@ def _admit(state: Exchange, refusal: object) -> Step:
         state = state._replace(held=None)
         return state, finished(state.machine.site, refusal, -1, state.ticket)
     if state.targets:
-        target, rest = state.targets[0], state.targets[1:]
-        return state._replace(targets=rest), Admit(target, ticket)
+        return _admitting(state._replace(held=None), prepared, state.targets, ticket)
     return state._replace(held=None), _admitted(state, prepared)
 
 

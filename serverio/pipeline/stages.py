@@ -210,6 +210,13 @@ class SiteStage(Stage):
         return True
 
     def enter(self, state: Exchange, claim: object) -> Step:
+        site = state.machine.site
+        assert site is not None
+        # Decided now when no password check is due (the warm read under
+        # rules: no need, no driver); else the site's routing is awaited.
+        ticket = site.route_now(state.req, state.now)
+        if ticket is not None:
+            return self.step(state, ticket)
         return state, Authenticate(state.req)
 
     def step(self, state: Exchange, event: object) -> Step:

@@ -391,15 +391,30 @@ class Site:
         Cancellation handling: the password check is the only wait; it may
         be abandoned like any pooled call, and then counts as a failure.
         """
+        got = self._access_now(target, req, granted, user)
+        if got.verdict is Verdict.ALLOW:
+            return got  # no wait (the warm path: no coroutine of the gate's)
+        return await self.gate.decide(target, self._authorization(req), granted, client, user, got)
+
+    def _authorization(self, req: RequestFacts) -> str | None:
+        """What ``req`` authenticates with: its Basic credentials, else a
+        session cookie's principal (the login feature's)."""
         auth = req.authorization
         login = self.login
         if auth is None and login is not None and req.extra:
             auth = login.authorization(req)  # a session cookie's principal
-        gate = self.gate
-        got = gate.decide_now(target, auth, granted, user)
-        if got.verdict is Verdict.ALLOW:
-            return got  # no wait (the warm path: no coroutine of the gate's)
-        return await gate.decide(target, auth, granted, client, user, got)
+        return auth
+
+    def _access_now(
+        self,
+        target: AccessTarget,
+        req: RequestFacts,
+        granted: frozenset[int],
+        user: str | None = None,
+    ) -> Access:
+        """:meth:`access`'s decision without waiting (``Verdict.PENDING``:
+        the password check is due, :meth:`access` waits for it)."""
+        return self.gate.decide_now(target, self._authorization(req), granted, user)
 
     def access_now(
         self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
@@ -460,13 +475,19 @@ class Site:
         (and closes) what it resolved.
         """
         access = await self.access(target, ticket.req, client, ticket.granted)
-        rule = access.rule
-        if access.allowed and rule >= 0 and rule not in ticket.granted:
-            ticket.granted = ticket.granted | {rule}
-            ticket.protected = ticket.authed = True
-        if access.user:
-            ticket.user = access.user
+        _record(ticket, access)
         return access
+
+    def admit_now(self, target: AccessTarget, ticket: Ticket) -> bool:
+        """:meth:`admit` when it needs no wait: True when the decision is
+        an allow without the password check (recorded in ``ticket`` as
+        :meth:`admit` does), else False: nothing is recorded, and
+        :meth:`admit` decides (a refusal's limiter and log are its)."""
+        access = self._access_now(target, ticket.req, ticket.granted)
+        if access.verdict is not Verdict.ALLOW:
+            return False
+        _record(ticket, access)
+        return True
 
     def visible_entries(
         self, req: RequestFacts, segments: tuple[str, ...], entries: list[Entry]
@@ -525,6 +546,37 @@ class Site:
     # ------------------------------------------------------------ step 1
 
     async def route(self, req: RequestFacts, now: float, client: Callable[[], str]) -> Ticket:
+        """Step 1 (the module doc): the answer the site gives ``req`` (a
+        preflight's, a refusal, a redirect...) or the request to serve,
+        in a :class:`Ticket`.  Cancellation handling: the password check
+        is the only wait (as :meth:`access`)."""
+        first = self._routed(req, now)
+        if type(first) is Ticket:
+            return first
+        plan, decision, target = first
+        access = await self.access(target, req, client)
+        return self._ticket(req, now, plan, decision, access)
+
+    def route_now(self, req: RequestFacts, now: float) -> Ticket | None:
+        """:meth:`route`'s answer when it needs no wait: the same ticket
+        when the access decision on the request path is an allow without
+        the password check (the warm anonymous read under rules), else
+        None (ask :meth:`route`, which decides it all again)."""
+        first = self._routed(req, now)
+        if type(first) is Ticket:
+            return first
+        plan, decision, target = first
+        access = self._access_now(target, req, frozenset())
+        if access.verdict is not Verdict.ALLOW:
+            return None  # a refusal or a password check: route's (its limiter, its log)
+        return self._ticket(req, now, plan, decision, access)
+
+    def _routed(
+        self, req: RequestFacts, now: float
+    ) -> Ticket | tuple[Plan | None, RouteDecision, AccessTarget]:
+        """The part of :meth:`route` before the access decision: a ticket
+        already (a preflight, the core's answer on a path no rule sees),
+        or the core's answer to keep, the rules' decision and its target."""
         rules = self.rules
         if rules.cors is not None:
             writes = self._write_methods(req.target) if rules.cors.writes else b""
@@ -540,9 +592,19 @@ class Site:
         # other path: an [[auth]] rule that matches them protects them.
         if plan is not None and not self._is_reserved(req.target):
             return Ticket(plan, req)
-        head = req.method == b"HEAD"
         decision, target = self._decision(req.target)
-        access = await self.access(target, req, client)
+        return plan, decision, target
+
+    def _ticket(
+        self,
+        req: RequestFacts,
+        now: float,
+        plan: Plan | None,
+        decision: RouteDecision,
+        access: Access,
+    ) -> Ticket:
+        """The part of :meth:`route` after the access decision."""
+        head = req.method == b"HEAD"
         if not access.allowed:
             # The challenge keeps its own Cache-Control: no-store.
             return Ticket(access_plan(access, now, head=head), req)
@@ -658,6 +720,18 @@ class Site:
         re-read; a read stuck in the filesystem is abandoned.
         """
         return self.finisher.running()
+
+
+def _record(ticket: Ticket, access: Access) -> None:
+    """An access decision on a resolved target, kept in ``ticket``: a rule
+    it passed (its responses are then private, its error pages shown) and
+    the user it knows."""
+    rule = access.rule
+    if access.allowed and rule >= 0 and rule not in ticket.granted:
+        ticket.granted = ticket.granted | {rule}
+        ticket.protected = ticket.authed = True
+    if access.user:
+        ticket.user = access.user
 
 
 class _Chained(Deferred):
