@@ -104,6 +104,7 @@ __all__ = [
     "TurnRun",
     "Upstream",
     "Write",
+    "access_targets",
     "files",
     "finished",
     "forwarded",
@@ -136,6 +137,10 @@ class Warm(Protocol):
     (:class:`serverio.pipeline.warm.WarmAnswers`)."""
 
     def answer(self, req: RequestFacts, now: float) -> Final | None: ...
+
+    def resolved(
+        self, req: RequestFacts, now: float
+    ) -> tuple[Final, tuple[AccessTarget, ...]] | None: ...
 
 
 class Files(Protocol):
@@ -453,9 +458,23 @@ def files(
     exchange so far (None from :func:`~serverio.pipeline.stages.begin`:
     the warm path makes none unless it must wait)."""
     handler = machine.handler
-    if machine.site is not None:
+    site = machine.site
+    if site is not None:
         assert state is not None  # the site stage took the request first
-        return _respond(state._replace(stage=None, at=-1))
+        ticket = state.ticket
+        if not content and ticket is not None and _anonymous(ticket, req):
+            # A warm file's precomputed answer stands in for the handler's;
+            # the access hook still decides what it serves, and the site
+            # finishes it (header rules, CORS) for this request.
+            warm = handler.warm.resolved(req, now)
+            if warm is not None and warm[0].plan.status == 200:  # a plain file's
+                final, targets = warm
+                for target in targets:
+                    if not site.admit_now(target, ticket):
+                        break  # the long way: the Admit need decides it
+                else:
+                    return state, finished(site, final.plan, -1, ticket)
+        return _respond(state._replace(phase=Phase.RESOLVED, stage=None, at=-1))
     if not content:
         # A warm file's precomputed answer (routing, the decision and the
         # cache's memo done once per second): the warm path, one call.
@@ -524,15 +543,30 @@ def forwarded(state: Exchange, got: object) -> Step:
 def _slot(state: Exchange, _: object) -> Step:
     """A descriptor slot is held: the handler's step that waited for it,
     or the handler asked again (an inline answer dropped for the slot)."""
-    state = state._replace(slotless=False)
     deferred = state.deferred
     if deferred is not None:
-        return state._replace(phase=Phase.RESOLVED, deferred=None), _waits_for(deferred)
-    return _respond(state)
+        state = state._replace(phase=Phase.RESOLVED, slotless=False, deferred=None)
+        return state, _waits_for(deferred)
+    return _respond(state._replace(phase=Phase.RESOLVED, slotless=False))
+
+
+def _anonymous(ticket: Ticket, req: RequestFacts) -> bool:
+    """May a warm answer stand in for the handler's under site rules?  Only
+    for a request with no credentials and no feature's field (a session
+    cookie, a trusted header, a share link's token), routed to the files
+    with no rule applying to it (an unconditional allow) and no user."""
+    return (
+        ticket.plan is None
+        and not ticket.protected
+        and not ticket.user
+        and req.authorization is None
+        and not req.extra
+    )
 
 
 def _respond(state: Exchange) -> Step:
-    """The handler's answer to the (routed) request."""
+    """The handler's answer to the (routed) request (``state``'s phase is
+    RESOLVED already)."""
     machine = state.machine
     site = machine.site
     req = state.req
@@ -541,8 +575,8 @@ def _respond(state: Exchange) -> Step:
     else:
         got = machine.handler.respond_now(req, state.now)
     if isinstance(got, Prepared):
-        return _resolved(state._replace(phase=Phase.RESOLVED), got)
-    return _deferred(state._replace(phase=Phase.RESOLVED), got)
+        return _resolved(state, got)
+    return _deferred(state, got)
 
 
 def _deferred(state: Exchange, deferred: Pending) -> Step:
@@ -592,7 +626,7 @@ def _resolved(state: Exchange, prepared: object) -> Step:
         if prepared.plan.status >= 400:
             prepared.plan = error_for(prepared.plan, req)
         return state, Final(prepared.plan, prepared.take_body(), None)
-    return _admitting(state, prepared, _targets(prepared), ticket)
+    return _admitting(state, prepared, access_targets(prepared), ticket)
 
 
 def _admitting(
@@ -631,7 +665,7 @@ def _admitted(state: Exchange, prepared: Prepared) -> Final:
     return finished(state.machine.site, prepared.plan, fd, state.ticket, None, chunks)
 
 
-def _targets(prepared: Prepared) -> tuple[AccessTarget, ...]:
+def access_targets(prepared: Prepared) -> tuple[AccessTarget, ...]:
     """What the access hook decides for a resolved answer: what it serves
     and, when that was reached through a symlink inside the root, its
     resolved target (both must pass).  An answer that resolved nothing (an

@@ -21,9 +21,13 @@ pooled, inside the validity window, ``--fs-cache-valid``; else the
 request goes the long way, which refreshes or waits), it must still be
 the cache's entry for the path, and the hit is counted.  The core's
 routing of a GET or HEAD depends on its path alone (the hidden paths),
-which the key holds.  The exchange asks only for a request without
-content and without site rules; a handler with a transform (live reload)
-keeps none.
+which the key holds.  The exchange asks for a request without content;
+under site rules only for an anonymous request (no credentials, no
+feature's field such as a cookie) the rules routed without a rule
+applying, and it still asks the access hook on what the answer serves
+(:meth:`WarmAnswers.resolved`) and finishes it with the rules (header
+rules, CORS): the warm answer stands in for the handler's alone.  A
+handler with a transform (live reload) keeps none.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ import trio
 
 from ..fs.filecache import UNTIMED, FileCache, window_state
 from ..fs.opener import ContainedRoot
+from ..http.access import AccessTarget
 from ..http.core import RequestFacts
 from ..model import CacheCandidate, CachedFile, Prepared
-from .exchange import Final
+from .exchange import Final, access_targets
 
 __all__ = ["WARM_IGNORED", "WARM_KEY_FIELDS", "WARM_MAX", "WarmAnswers"]
 
@@ -67,8 +72,8 @@ WARM_IGNORED: Constant[dict[str, str]] = {
     "has_body": "asked only for a request without content",
     "if_range": "read only with Range, which is in the key",
     "accept": "read for error pages and listings, not a file's 200",
-    "authorization": "the site rules' (asked without them only)",
-    "tls": "the site rules' (asked without them only)",
+    "authorization": "the site rules' (asked anonymous only under them, decided per request)",
+    "tls": "the site rules' (their finish, run per request)",
     "client": "set for a write step only",
     "extra": "the features' fields: read by their stages, asked before the files",
 }
@@ -80,8 +85,9 @@ WARM_MAX: Constant = 1024
 _key = operator.attrgetter(*WARM_KEY_FIELDS)
 
 # cache key, entry, the sidecar states the answer depends on (None: all the
-# entry's), the Date second, the answer.
-_Warm = tuple[str, CachedFile, Any, int, Final]
+# entry's), the Date second, the answer, and what the access hook decides
+# for it under site rules (serverio.pipeline.exchange.access_targets).
+_Warm = tuple[str, CachedFile, Any, int, Final, tuple[AccessTarget, ...]]
 
 
 class WarmAnswers:
@@ -119,7 +125,7 @@ class WarmAnswers:
         got = self._answers.get(_key(req))
         if got is None:
             return None
-        key, entry, sidecars, second, final = got
+        key, entry, sidecars, second, final, _ = got
         files = self._files
         if second != int(now) or files is None:
             return None
@@ -157,4 +163,19 @@ class WarmAnswers:
         answers = self._answers
         if len(answers) >= WARM_MAX:
             answers.clear()
-        answers[_key(req)] = (hit.key, hit.entry, hit.sidecars, int(now), Final(plan, body, None))
+        final = Final(plan, body, None)
+        targets = access_targets(prepared)
+        answers[_key(req)] = (hit.key, hit.entry, hit.sidecars, int(now), final, targets)
+
+    def resolved(
+        self, req: RequestFacts, now: float
+    ) -> tuple[Final, tuple[AccessTarget, ...]] | None:
+        """:meth:`answer`, with the targets the access hook must allow for
+        it (what the handler's answer served, and its resolved target
+        when reached through a link): the site rules' warm path, which
+        still decides the request path and each of these for the request
+        (:func:`serverio.pipeline.exchange.files`)."""
+        final = self.answer(req, now)
+        if final is None:
+            return None
+        return final, self._answers[_key(req)][5]
