@@ -466,9 +466,9 @@ def files(
             # A warm file's precomputed answer stands in for the handler's;
             # the access hook still decides what it serves, and the site
             # finishes it (header rules, CORS) for this request.
-            warm = handler.warm.resolved(req, now)
-            if warm is not None and warm[0].plan.status == 200:  # a plain file's
-                final, targets = warm
+            kept = handler.warm.resolved(req, now)
+            if kept is not None and kept[0].plan.status == 200:  # a plain file's
+                final, targets = kept
                 for target in targets:
                     if not site.admit_now(target, ticket):
                         break  # the long way: the Admit need decides it

@@ -551,7 +551,7 @@ class Site:
         in a :class:`Ticket`.  Cancellation handling: the password check
         is the only wait (as :meth:`access`)."""
         first = self._routed(req, now)
-        if type(first) is Ticket:
+        if isinstance(first, Ticket):
             return first
         plan, decision, target = first
         access = await self.access(target, req, client)
@@ -563,7 +563,7 @@ class Site:
         the password check (the warm anonymous read under rules), else
         None (ask :meth:`route`, which decides it all again)."""
         first = self._routed(req, now)
-        if type(first) is Ticket:
+        if isinstance(first, Ticket):
             return first
         plan, decision, target = first
         access = self._access_now(target, req, frozenset())
