@@ -79,6 +79,8 @@ class LaunchPlan:
     # URLs are SCHEME://127.0.0.1:PORT PREFIX PATH (granian serves files under a route).
     scheme: str = "http"
     prefix: str = ""
+    # serverio's --admin-bind port (/metrics), when the workload asks for it.
+    admin_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,9 +138,14 @@ def _serverio_plan(
         *tls,
         *spec.extra_args,
     ]
+    admin = free_port() if "admin" in spec.tags else None
+    if admin is not None:
+        argv += ["--admin-bind", f"{LOOPBACK}:{admin}"]
     if tls:
-        return LaunchPlan(argv=argv, cwd=cwd, env=launch.env, ready="tcp", scheme="https")
-    return LaunchPlan(argv=argv, cwd=cwd, env=launch.env)
+        return LaunchPlan(
+            argv=argv, cwd=cwd, env=launch.env, ready="tcp", scheme="https", admin_port=admin
+        )
+    return LaunchPlan(argv=argv, cwd=cwd, env=launch.env, admin_port=admin)
 
 
 def self_signed(workdir: Path) -> tuple[Path, Path] | str:
@@ -516,6 +523,10 @@ ASSETS_WORKLOADS = ("assets-c512", "assets-c4096")
 # (bench/workloads.py; tests/test_bench_proxy.py checks the lists agree).
 NOSIDECAR_WORKLOADS = ("assets-nosidecar-c512", "assets-nosidecar-c64")
 PROXY_WORKLOADS = ("proxy-1k-c64", "proxy-8m-c16", "proxy-1k-c512")
+TREE_WORKLOADS = ("many-files", "few-files")
+# serverio-bigcache's --file-cache-size: 100,000 files of 1 KiB plus the
+# cache's accounting overhead per entry (512 B) fit with room to spare.
+BIGCACHE_BYTES = 256 * 1024 * 1024
 
 # Benchmark settings applied to every server where its default would distort a
 # measurement: keep-alive >= 75 s and connection caps above the idle workload's
@@ -609,6 +620,16 @@ SERVERS: dict[str, ServerSpec] = {
             description="hypercorn trio worker + Starlette StaticFiles (h2c prior knowledge "
             "on the same port)",
             tags=frozenset({"h2"}),
+        ),
+        serverio_entry(
+            "serverio-bigcache",
+            "--fs-workers",
+            "0",
+            "--file-cache-size",
+            str(BIGCACHE_BYTES),
+            description="serverio-inline with a warm-file cache that holds every file of the "
+            "many-files workloads (many-files and few-files only)",
+            only_workloads=TREE_WORKLOADS,
         ),
         serverio_entry(
             "serverio-nocache",
@@ -760,6 +781,7 @@ class RunningServer:
     startup_s: float
     scheme: str = "http"
     prefix: str = ""
+    admin_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -893,6 +915,7 @@ def running(
                 time.monotonic() - started,
                 scheme=plan.scheme,
                 prefix=plan.prefix,
+                admin_port=plan.admin_port,
             )
         finally:
             terminate(proc)
