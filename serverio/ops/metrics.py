@@ -135,6 +135,9 @@ def caches_of(server: Server) -> dict[str, dict[str, int]]:
     """
     files: FileCache = server.files
     out = {"file": _cache_numbers(files.stats, files.size, len(files), files.capacity)}
+    meta = files.meta
+    if meta is not None:  # the files' metadata apart from their bytes
+        out["meta"] = _cache_numbers(meta.stats, meta.size, len(meta), meta.capacity_bytes)
     for value in vars(server.content).values():
         if isinstance(value, SingleFlightCache):
             out[value.name] = _cache_numbers(value.stats, value.size, len(value), value.capacity)
