@@ -192,7 +192,10 @@ async def test_watch_collector_looks_at_the_cache_size(root: Path) -> None:
             seen.append(entries)
             return False
 
-    srv = Server(make_config(root))
+    srv = Server(make_config(root, file_meta_entries=10))
+    assert srv.files.meta is not None
+    srv.files.meta.put("a", None)  # type: ignore[arg-type]  # only counted here
     with trio.move_on_after(0.05):
         await watch_collector(srv, Spy(), period=0.01)
-    assert seen and set(seen) == {len(srv.files)}
+    # The byte cache's entries and the metadata cache's.
+    assert seen and set(seen) == {len(srv.files) + 1}

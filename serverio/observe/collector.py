@@ -21,9 +21,12 @@ Two parts:
   the permanent generation (``gc.freeze``, Python 3.7+), which no
   collection traverses: done once after start-up (the modules, the
   configuration, the site's rules: nothing of it is garbage) and again
-  when the warm-file cache reaches a new high-water mark
-  (:meth:`Collector.grown`), so that its long-lived entries stop being
-  traversed by every full collection.  Frozen objects are still freed by
+  when the warm-file caches (bytes and metadata) reach a new high-water
+  mark of entries (:meth:`Collector.grown`), so that their long-lived
+  entries stop being traversed by every full collection.  A full cache
+  that replaces entries (more files than it holds) is not frozen again:
+  what full collections traverse then is at most the caches' entries
+  made since the last freeze.  Frozen objects are still freed by
   reference counting when dropped (an evicted cache entry is); only
   cyclic garbage present at the moment of a freeze would stay, which is
   why the warm request path is kept free of reference cycles (tested) and

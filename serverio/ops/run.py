@@ -201,14 +201,17 @@ async def watch_collector(
     server: Server, collector: Collector = COLLECTOR, period: float = _COLLECTOR_PERIOD
 ) -> None:
     """Every ``period`` seconds, let the collector freeze what the warm-file
-    cache grew by (:meth:`~serverio.observe.collector.Collector.grown`).
+    cache grew by (:meth:`~serverio.observe.collector.Collector.grown`):
+    its entries, with the files' metadata kept apart from their bytes.
 
     Cancellation handling: cancelled with the process's nursery; nothing
     is held between two looks (a freeze is synchronous).
     """
+    files = server.files
     while True:
         await trio.sleep(period)
-        collector.grown(len(server.files))
+        meta = files.meta
+        collector.grown(len(files) + (len(meta) if meta is not None else 0))
 
 
 async def _open(server: Server, admin: bool) -> trio.SocketListener | int | None:
