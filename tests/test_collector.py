@@ -102,6 +102,30 @@ def test_grown_freezes_on_new_high_water_marks_only(monkeypatch: pytest.MonkeyPa
     assert sum(c.grown(n) for n in range(0, 100_001, 64)) <= 30
 
 
+def test_tick_freezes_after_promotion_while_no_cycle_was_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    _spy_on_gc(monkeypatch, calls)
+    c = Collector()
+    assert not c.tick(10)  # no growth, nothing promoted
+    c.collections[1] += 1  # a generation-1 collection promoted objects
+    assert c.tick(10)
+    assert calls == ["collect(1,)", "freeze"]
+    assert not c.tick(10)  # nothing promoted since
+    c.collections[2] += 1
+    assert c.tick(10)
+    # Growth is still its own rule.
+    assert c.tick(5000) and c.freezes == 3
+    # Once a collection of generation 1 or 2 found cyclic garbage, only
+    # growth freezes (few), never promotion.
+    c.collected[2] = 1
+    c.collections[1] += 5
+    assert not c.tick(5000)
+    assert c.tick(10_000)
+    assert c.freezes == 4
+
+
 def test_metrics_render_collector_families() -> None:
     c = Collector(clock=_Clock())
     c._callback("start", {"generation": 2})
@@ -188,7 +212,7 @@ async def test_watch_collector_looks_at_the_cache_size(root: Path) -> None:
     seen: list[int] = []
 
     class Spy(Collector):
-        def grown(self, entries: int) -> bool:
+        def tick(self, entries: int) -> bool:
             seen.append(entries)
             return False
 

@@ -26,7 +26,15 @@ Two parts:
   entries stop being traversed by every full collection.  A full cache
   that replaces entries (more files than it holds) is not frozen again:
   what full collections traverse then is at most the caches' entries
-  made since the last freeze.  Frozen objects are still freed by
+  made since the last freeze.  Entries that change (the per-second
+  answer a warm entry memoises, a replaced entry) are new objects that
+  reach the oldest generation anyway, so :meth:`Collector.tick` also
+  freezes once per period after objects were promoted there (a
+  collection of generation 1 ran), as long as no collection of
+  generation 1 or 2 has ever found cyclic garbage in this process: a
+  serving process finds none (tested per request; 2,767 collections of a
+  100,000-file run found 0), and should one appear, only the growth rule
+  is left, whose freezes are few.  Frozen objects are still freed by
   reference counting when dropped (an evicted cache entry is); only
   cyclic garbage present at the moment of a freeze would stay, which is
   why the warm request path is kept free of reference cycles (tested) and
@@ -66,6 +74,7 @@ class Collector:
         self.uncollectable = [0] * GENERATIONS
         self.freezes = 0
         self._frozen_at = 0  # cache entries at the last freeze after growth
+        self._promoted_at = 0  # collections of generations 1-2 at the last freeze
 
     @property
     def installed(self) -> bool:
@@ -101,6 +110,7 @@ class Collector:
         """Move everything tracked now to the permanent generation."""
         gc.freeze()
         self.freezes += 1
+        self._promoted_at = self.collections[1] + self.collections[2]
 
     def after_start(self) -> None:
         """Start-up is done: collect what start-up left (once, before any
@@ -118,6 +128,23 @@ class Collector:
         if entries < self._frozen_at + step:
             return False
         self._frozen_at = entries
+        gc.collect(1)
+        self.freeze()
+        return True
+
+    def tick(self, entries: int) -> bool:
+        """Once per period (``watch_collector``): freeze after growth
+        (:meth:`grown`), or else after promotion into the oldest
+        generation while no cyclic garbage was ever found there or in
+        generation 1 (module docstring).  The young generations are
+        collected first, so nothing young is frozen unexamined.  Returns
+        whether it froze."""
+        if self.grown(entries):
+            return True
+        if self.collections[1] + self.collections[2] == self._promoted_at:
+            return False  # nothing reached generation 2 since the last freeze
+        if self.collected[1] or self.collected[2]:
+            return False  # cycles outlive young collections here: growth only
         gc.collect(1)
         self.freeze()
         return True

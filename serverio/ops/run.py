@@ -201,8 +201,9 @@ async def watch_collector(
     server: Server, collector: Collector = COLLECTOR, period: float = _COLLECTOR_PERIOD
 ) -> None:
     """Every ``period`` seconds, let the collector freeze what the warm-file
-    cache grew by (:meth:`~serverio.observe.collector.Collector.grown`):
-    its entries, with the files' metadata kept apart from their bytes.
+    cache grew by or what reached the oldest generation
+    (:meth:`~serverio.observe.collector.Collector.tick`; the cache's
+    entries counted with the files' metadata kept apart from their bytes).
 
     Cancellation handling: cancelled with the process's nursery; nothing
     is held between two looks (a freeze is synchronous).
@@ -211,7 +212,7 @@ async def watch_collector(
     while True:
         await trio.sleep(period)
         meta = files.meta
-        collector.grown(len(files) + (len(meta) if meta is not None else 0))
+        collector.tick(len(files) + (len(meta) if meta is not None else 0))
 
 
 async def _open(server: Server, admin: bool) -> trio.SocketListener | int | None:
