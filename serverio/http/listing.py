@@ -32,6 +32,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from .pageassets import (
+    ACTIONS_SCRIPT,
+    ACTIONS_SOURCE,
     HEAD_SCRIPT,
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
@@ -46,14 +48,17 @@ from .readme import Readme, render_readme
 from .target import quote_segment
 
 __all__ = [
+    "ALL_RIGHTS",
     "FILTER_MAX",
     "FORMATS",
     "LISTING_CSP",
     "LISTING_UPLOAD_CSP",
+    "NO_RIGHTS",
     "SORT_KEYS",
     "Entry",
     "Listing",
     "ListingQuery",
+    "PageRights",
     "entries_digest",
     "filter_entries",
     "json_text",
@@ -92,6 +97,55 @@ class Entry:
     # ("a/b"), looked for only when the site has auth rules, whose rules
     # then apply to it too (serverio.site.service.Site.visible_entries).
     real: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PageRights:
+    """What a listing page offers its reader: the access hook's answers
+    for this request (:func:`serverio.site.pagerights.page_rights`), on
+    the listed folder (``upload``: the upload form and its script;
+    ``mkdir``: the new-folder form; ``share``: a signed-in reader's share
+    links of its entries) and on its entries (``delete``: the per-row
+    delete, rename and move, which all remove the name where it is).
+    ``odd``: the names whose delete right is not ``delete`` (each row then
+    carries its own).  A control is shown only with its right; the server
+    still decides every request the page makes."""
+
+    upload: bool = False
+    mkdir: bool = False
+    delete: bool = False
+    odd: frozenset[str] = frozenset()
+    share: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.upload or self.mkdir or self.rows
+
+    @property
+    def rows(self) -> bool:
+        """Has some row an action (the rows' actions script)?"""
+        return self.delete or bool(self.odd) or self.share
+
+    def tokens(self) -> str:
+        """The folder's rights as the page's ``data-may`` tokens."""
+        names = (
+            ("upload", self.upload),
+            ("mkdir", self.mkdir),
+            ("delete", self.delete),
+            ("share", self.share),
+        )
+        return " ".join(word for word, has in names if has)
+
+    def key(self) -> bytes:
+        """What distinguishes two renders of the same entries."""
+        odd = b"/".join(sorted(n.encode("utf-8", "surrogatepass") for n in self.odd))
+        return b"+%s\0%s" % (self.tokens().encode("ascii"), odd)
+
+
+# No right: a read-only page.
+NO_RIGHTS: Final = PageRights()
+# --upload without site rules: every write right everywhere.
+ALL_RIGHTS: Final = PageRights(upload=True, mkdir=True, delete=True)
 
 
 # The representations of a listing: ?format= or Accept chooses.
@@ -243,7 +297,7 @@ def _time_cell(mtime: int | None) -> str:
     # tooltip; the time of day is its own span, hidden on narrow screens.
     return (
         f'<td class="time"><time datetime="{day}T{hour:02d}:{minute:02d}:{second:02d}Z">{day}'
-        f'<span class="h"> {hour:02d}:{minute:02d}</span></time></td>'
+        f"<span> {hour:02d}:{minute:02d}</span></time></td>"
     )
 
 
@@ -353,7 +407,7 @@ def _query_tail(query: ListingQuery) -> str:
     return f"&filter={quote_segment(query.filter)}" if query.filter else ""
 
 
-def _header_cells(query: ListingQuery, actions: bool) -> str:
+def _header_cells(query: ListingQuery) -> str:
     esc = html.escape
     heads = []
     for key, label, cls in (
@@ -368,12 +422,10 @@ def _header_cells(query: ListingQuery, actions: bool) -> str:
             sort = ' aria-sort="ascending"' if query.order == "asc" else ' aria-sort="descending"'
         href = esc(f"?sort={key}&order={order}{_query_tail(query)}")
         heads.append(f'<th class="{cls}"{sort}><a href="{href}">{label}</a>{arrow}</th>')
-    if actions:  # the write actions' column (filled by their script)
-        heads.append('<th class="act"><span class="sr">Actions</span></th>')
     return "".join(heads)
 
 
-def _row(e: Entry, act: str) -> str:
+def _row(e: Entry, may: str) -> str:
     if _PLAIN_NAME.fullmatch(e.name):
         href = "./" + e.name + ("/" if e.is_dir else "")
         shown = e.name + ("/" if e.is_dir else "")
@@ -387,22 +439,26 @@ def _row(e: Entry, act: str) -> str:
         size = f'<td class="size" title="{e.size} bytes">{human_size(e.size)}</td>'
     kind = "dir" if e.is_dir else "file"
     return (
-        f'<tr class="entry {kind}"><td class="name"><svg class="i" aria-hidden="true">'
+        f'<tr class="entry {kind}"{may}><td class="name"><svg aria-hidden="true">'
         f'<use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
-        f'<a href="{href}">{shown}</a></td>{size}{_time_cell(e.mtime)}{act}</tr>'
+        f'<a href="{href}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
     )
 
 
-def _rows(segments: Sequence[str], entries: Sequence[Entry], actions: bool) -> list[str]:
-    act = '<td class="act"></td>' if actions else ""
+def _rows(segments: Sequence[str], entries: Sequence[Entry], rights: PageRights) -> list[str]:
+    # The actions' cells are the actions script's (nothing to send for a
+    # row without script); a row whose delete right differs from the
+    # folder's says so (data-may, read by that script).
+    odd = rights.odd
+    mine = ' data-may=""' if rights.delete else ' data-may="delete"'
     rows = []
     if segments:
         rows.append(
-            '<tr class="dir up"><td class="name"><svg class="i" aria-hidden="true">'
+            '<tr class="dir up"><td class="name"><svg aria-hidden="true">'
             '<use href="#i-d"/></svg><a href="../">../</a></td>'
-            f'<td class="size"></td><td class="time"></td>{act}</tr>'
+            '<td class="size"></td><td class="time"></td></tr>'
         )
-    rows.extend(_row(e, act) for e in entries)
+    rows.extend(_row(e, mine if e.name in odd else "") for e in entries)
     return rows
 
 
@@ -447,17 +503,34 @@ def _toolbar(query: ListingQuery, archives: bool, actions: bool) -> str:
 # The upload form and the new-folder form: multipart POSTs to this page's
 # directory ("./"), answered 303 back here (serverio.upload.form).  The
 # field names are the form handler's (MKDIR_FIELD "mkdir"; files "file").
-_UPLOAD_FORMS: Final = (
-    '<section class="upload" aria-label="Upload">'
+# Each is shown only with its right (upload, mkdir).
+_UPLOAD_FORM: Final = (
     '<form class="files" method="post" action="./" enctype="multipart/form-data">'
     '<input type="file" name="file" multiple required aria-label="Files to upload">'
     '<button type="submit">Upload</button></form>'
+)
+_MKDIR_FORM: Final = (
     '<form class="mkdir" method="post" action="./" enctype="multipart/form-data">'
     '<input type="text" name="mkdir" required maxlength="255" placeholder="Folder name" '
     'aria-label="New folder name" autocomplete="off">'
     '<button type="submit">New folder</button></form>'
-    '<span class="hint">or drop files on the page</span></section>\n'
 )
+_DROP_HINT: Final = '<span class="hint">or drop files on the page</span>'
+_UPLOAD_FORMS: Final = (
+    '<section class="upload" aria-label="Upload">'
+    f"{_UPLOAD_FORM}{_MKDIR_FORM}{_DROP_HINT}</section>\n"
+)
+
+
+def _write_forms(rights: PageRights) -> str:
+    """The upload section: the forms the reader has the rights for."""
+    if rights.upload and rights.mkdir:
+        return _UPLOAD_FORMS
+    if rights.upload:
+        return f'<section class="upload" aria-label="Upload">{_UPLOAD_FORM}{_DROP_HINT}</section>\n'
+    if rights.mkdir:
+        return f'<section class="upload" aria-label="New folder">{_MKDIR_FORM}</section>\n'
+    return ""
 
 
 # The account corner (a server with users: the login feature's
@@ -479,14 +552,19 @@ f.append(i,b);n.append(f);}).catch(()=>{});})();
 """
 
 
-def listing_csp(upload: bool, account: bool) -> bytes:
+def listing_csp(upload: bool, account: bool, actions: bool = False) -> bytes:
     """The policy of a listing page: :data:`LISTING_CSP`, with the upload
-    script's hash (``upload``) and the account corner's (``account``; its
-    one fetch, to this origin, is what ``connect-src 'self'`` allows)."""
+    script's hash (``upload``), the row actions' (``actions``) and the
+    account corner's (``account``; its one fetch, to this origin, is what
+    ``connect-src 'self'`` allows)."""
     csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
-    if not account:
+    extra = b""
+    if actions:
+        extra += b" " + ACTIONS_SOURCE.encode("ascii")
+    if account:
+        extra += b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
+    if not extra:
         return csp
-    extra = b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
     return csp.replace(b"; img-src", extra + b"; img-src", 1)
 
 
@@ -504,11 +582,12 @@ def page_head(title: str) -> str:
     )
 
 
-def page_tail(upload: bool) -> str:
+def page_tail(upload: bool, actions: bool = False) -> str:
     """The scripts at the end of the body and the closing tags."""
     return (
         f"<script>{SCRIPT}</script>\n"
         + (f"<script>{UPLOAD_SCRIPT}</script>\n" if upload else "")
+        + (f"<script>{ACTIONS_SCRIPT}</script>\n" if actions else "")
         + "</body></html>\n"
     )
 
@@ -539,6 +618,7 @@ def render_html(
     actions: bool = False,
     title: str = "",
     account: bool = False,
+    rights: PageRights | None = None,
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
@@ -548,16 +628,21 @@ def render_html(
     section (:func:`serverio.http.readme.render_readme`), shown below the
     table.  ``archives`` (``--archives``): the toolbar offers the directory
     as a zip and a tar.gz (links only: the page's CSP allows no inline
-    handler, and none is needed).  ``upload``: the directory is writable
-    for this request (``--upload``, the access hook's answer): the upload
-    and new-folder forms and their drag-and-drop script (send it with
-    :data:`LISTING_UPLOAD_CSP`).  ``actions``: this request may change the
-    entries (delete, move): the toolbar's selection slot and a per-row
-    actions cell, left empty for the write actions' script.  ``title``
-    (``--title``): the heading and window title, before the path.
-    ``account``: the server has users: the account corner and its script
-    (send the page with :func:`listing_csp`).
+    handler, and none is needed).  ``rights``: what this request may do
+    here (:class:`PageRights`, the access hook's answers): with ``upload``
+    the upload form and its script, with ``mkdir`` the new-folder form,
+    with ``delete`` (every entry, or those ``odd`` names) the rows'
+    actions script (rename, move, delete, download) and the toolbar's
+    selection slot; the folder's rights are the table's ``data-may``
+    (send the page with :func:`listing_csp`).  Without ``rights``:
+    ``upload`` is the upload and new-folder rights, ``actions`` the
+    delete right on every entry.  ``title`` (``--title``): the heading
+    and window title, before the path.  ``account``: the server has
+    users: the account corner and its script.
     """
+    if rights is None:
+        rights = PageRights(upload=upload, mkdir=upload, delete=actions)
+    may = f' data-may="{rights.tokens()}"' if rights.any else ""
     esc = html.escape
     path = "/" + "".join(shown_name(s) + "/" for s in segments)
     heading = f"{esc(title)} \u2014 {esc(path)}" if title else f"Index of {esc(path)}"
@@ -574,14 +659,14 @@ def render_html(
         page_head(heading)
         + (_ACCOUNT if account else "")
         + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
-        f"{_toolbar(query, archives, actions)}{_UPLOAD_FORMS if upload else ''}"
+        f"{_toolbar(query, archives, rights.any)}{_write_forms(rights)}"
         f'{notice}<p id="status" role="status" aria-live="polite"></p>\n'
-        f"<table>\n<thead><tr>{_header_cells(query, actions)}</tr></thead>\n<tbody>\n"
-        + "\n".join(_rows(segments, entries, actions))
+        f"<table{may}>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
+        + "\n".join(_rows(segments, entries, rights))
         + f'\n</tbody></table>\n{readme}<footer>{count} \u00b7 <span id="tz">times in UTC</span>'
         "</footer>\n"
         + (f"<script>{_ACCOUNT_SCRIPT}</script>\n" if account else "")
-        + page_tail(upload)
+        + page_tail(rights.upload, rights.rows)
     )
     return page.encode("utf-8")
 
@@ -647,7 +732,7 @@ def _hit_row(rel: tuple[str, ...], e: Entry) -> str:
         size = f'<td class="size" title="{e.size} bytes">{human_size(e.size)}</td>'
     return (
         f'<tr class="entry {"dir" if e.is_dir else "file"}"><td class="name">'
-        f'<svg class="i" aria-hidden="true"><use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
+        f'<svg aria-hidden="true"><use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
         f'<a href="{_hit_href(rel, e.is_dir)}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
     )
 
@@ -711,7 +796,7 @@ def render_search(
         f"{_toolbar(query, archives, False)}"
         f'<p id="status" role="status" aria-live="polite">{found} for '
         f"\u201c{esc(query.q)}\u201d below this folder.</p>\n{notice}"
-        f"<table>\n<thead><tr>{_header_cells(query, False)}</tr></thead>\n<tbody>\n"
+        f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
         + "\n".join(_hit_row(rel, e) for rel, e in ordered)
         + f'\n</tbody></table>\n<footer>{found} \u00b7 <span id="tz">times in UTC</span>'
         "</footer>\n" + page_tail(False)
@@ -733,6 +818,7 @@ def render_listing(
     actions: bool = False,
     title: str = "",
     account: bool = False,
+    rights: PageRights | None = None,
 ) -> Listing:
     """Sort and render one listing: ``(body, content_type, etag)``.  Pure,
     but run in the ``work`` pool (:mod:`serverio.pipeline.content`):
@@ -760,5 +846,6 @@ def render_listing(
         actions=actions,
         title=title,
         account=account,
+        rights=rights,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)

@@ -52,9 +52,11 @@ from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
     LISTING_CSP,
+    NO_RIGHTS,
     Entry,
     Listing,
     ListingQuery,
+    PageRights,
     entries_digest,
     listing_csp,
     parse_listing_query,
@@ -204,10 +206,11 @@ class ContentService:
         self.visible: Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]] | None = (
             None
         )
-        # With --upload: may this request write into the listed directory
-        # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
-        # page shows the upload form.  None: read-only, never asked.
-        self.writable: Callable[[RequestFacts], bool] | None = None
+        # With --upload (or --webdav): what this request may do on the
+        # page: upload, new folder, delete / rename / move each entry (the
+        # access hook's answers, serverio.site.pagerights; without site
+        # rules what the write features offer).  None: read-only, never asked.
+        self.rights: Callable[[RequestFacts, list[Entry]], PageRights] | None = None
         # The server has users (the login feature): listings show the
         # account corner (http.listing.render_html's ``account``).
         self.account = False
@@ -501,13 +504,13 @@ class ContentService:
         readme = await self._readme(req, entries, query)
         if readme is not None:
             digest = with_readme(digest, readme.digest)
-        page = not (query.json or query.text)
-        upload = self.writable is not None and page and self.writable(req)
-        if upload:
-            # The page with the form is a render of its own.  Writable (the
-            # access hook's answer for --upload) is also delete and move
-            # here: the rows' actions cell and the toolbar's selection slot.
-            digest += b"+upload"
+        rights = NO_RIGHTS
+        if self.rights is not None and not (query.json or query.text):
+            # The page with write controls is a render of its own, one per
+            # set of rights (the forms, the rows' actions, data-may).
+            rights = self.rights(req, entries)
+            if rights.any:
+                digest += rights.key()
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         listing = self.listings.get(key)
         if listing is None:
@@ -520,10 +523,9 @@ class ContentService:
                 cfg.content.listing_max_entries,
                 hidden=cfg.files.hidden,
                 archives=cfg.content.archives,
-                upload=upload,
-                actions=upload,
                 title=cfg.content.title,
                 account=self.account,
+                rights=rights,
             )
 
             def make_job() -> Callable[[], Awaitable[Listing | None]]:
@@ -541,5 +543,5 @@ class ContentService:
                 listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
-        csp = listing_csp(upload, self.account)
+        csp = listing_csp(rights.upload, self.account, rights.rows)
         return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
