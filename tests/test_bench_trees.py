@@ -21,6 +21,8 @@ from bench.runner import Run
 from bench.servers import BIGCACHE_BYTES, SERVERS, TREE_WORKLOADS, HarnessEnv, ServerSpec
 from bench.workloads import WORKLOADS, probe
 from bench.wrk import random_tree_script, wrk_command
+from serverio import Server
+from serverio.fs import filecache as _filecache
 from serverio.ops.metrics import render
 
 from .conftest import make_config, running_server
@@ -184,3 +186,37 @@ def test_gc_figures_parsed_from_serverio_metrics_and_shown_under_the_table() -> 
         ],
     }
     assert "- collector, serverio-bigcache: 100 collections" in render_markdown(artifact)
+
+
+def test_callgrind_files_mode_is_its_own_workload() -> None:
+    from bench.callgrind import CallgrindError, mode_args
+
+    assert mode_args(files=500) == ["--files", "500"]
+    with pytest.raises(CallgrindError):
+        mode_args(h2_streams=1, files=500)
+
+
+def _files(root: Path, count: int) -> None:
+    for i in range(count):
+        (root / f"f{i:05d}.bin").write_bytes(i.to_bytes(4, "big") * 256)
+
+
+async def test_pair_files_mode_misses_the_bytes_and_hits_the_metadata(tmp_path: Path) -> None:
+    from bench.pair import FILES_CACHE_BYTES, run_files
+
+    _files(tmp_path, 100)
+    seen: list[Server] = []
+    real = Server.__init__
+
+    def spy(self: Server, *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        seen.append(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Server, "__init__", spy)
+        mp.setattr(_filecache, "RACY_SECONDS", -3600.0)  # just written counts as settled
+        assert await run_files(200, tmp_path, 100) > 0
+    files = seen[0].files
+    assert files.capacity == FILES_CACHE_BYTES and len(files) < 100
+    assert files.meta is not None and len(files.meta) == 100
+    assert files.meta.stats.hits >= 200  # every timed request: facts from the metadata
