@@ -672,7 +672,7 @@ class FilesPolicy:
     # "File metadata apart from the bytes"): entries, not bytes (a few
     # hundred bytes each); 0 = off.  Off too with --file-cache-size 0.
     file_meta_entries: int = setting(
-        32768,
+        16384,
         ("--file-meta-entries",),
         "small files whose facts and validators are kept apart from their bytes (0 = off)",
         "Blocking work",

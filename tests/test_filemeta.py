@@ -160,7 +160,7 @@ def test_option_metrics_and_off(root: Path) -> None:
         return Server(config_from_args(build_parser().parse_args([*args, "-d", str(root)])))
 
     srv = parse()
-    assert srv.files.meta is not None and srv.files.meta.capacity == 32768
+    assert srv.files.meta is not None and srv.files.meta.capacity == 16384
     assert caches_of(srv)["meta"]["entries"] == 0
     assert parse("--file-meta-entries", "5").files.meta.capacity == 5  # type: ignore[union-attr]
     assert parse("--file-meta-entries", "0").files.meta is None
