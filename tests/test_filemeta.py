@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, MetaCache, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import Plan
+from serverio.http.mime import guess_type
 from serverio.ops.cli import build_parser, config_from_args
 from serverio.ops.metrics import caches_of
 
@@ -68,9 +70,18 @@ def test_a_metadata_hit_makes_no_new_facts(
     cache, meta = meta_cache(root)
     run(request(), cfg, opener, cache)
     calls: list[str] = []
-    facts, guess = _prepare._facts, _prepare.guess_type
-    monkeypatch.setattr(_prepare, "_facts", lambda *a, **k: calls.append("facts") or facts(*a, **k))
-    monkeypatch.setattr(_prepare, "guess_type", lambda n: calls.append("type") or guess(n))
+    made_facts = _prepare._facts
+
+    def facts(*args: Any, **kwargs: Any) -> Any:
+        calls.append("facts")
+        return made_facts(*args, **kwargs)
+
+    def guess(name: str) -> str:
+        calls.append("type")
+        return guess_type(name)
+
+    monkeypatch.setattr(_prepare, "_facts", facts)
+    monkeypatch.setattr(_prepare, "guess_type", guess)
     for _ in range(3):
         assert run(request(), cfg, opener, cache).status == 200
     assert calls == [] and meta.stats.hits == 3
