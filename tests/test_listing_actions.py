@@ -154,6 +154,7 @@ def test_page_rights_ask_the_hook_on_the_folder_and_each_entry() -> None:
     # the user they were verified as (the folder's ENTRY names them).
     every = {("/s/", r) for r in (Right.UPLOAD, Right.MKDIR)}
     every |= {(f"/s/{n}", Right.DELETE) for n in ("keep.txt", "old.txt", "d/")}
+    every |= {(f"/s/{n}", Right.OVERWRITE) for n in ("keep.txt", "old.txt")}
     assert page_rights(_Asked(every, pending="alice"), req, ENTRIES, ALL_RIGHTS) == ALL_RIGHTS
     assert page_rights(_Asked(every, pending="bob"), req, ENTRIES, ALL_RIGHTS) == PageRights()
     # Share: a signed-in reader (the folder's ENTRY names them) with the right.
@@ -161,6 +162,16 @@ def test_page_rights_ask_the_hook_on_the_folder_and_each_entry() -> None:
     assert page_rights(shares, req, ENTRIES, PageRights(share=True)) == PageRights(share=True)
     nobody = _Asked({("/s/", Right.SHARE)})  # anonymous: no user, no share link
     assert page_rights(nobody, req, ENTRIES, PageRights(share=True)) == PageRights()
+    # Overwrite (the editor's save): asked of the text files it opens only,
+    # most say the folder's, the others their own.
+    edits = _Asked({("/s/old.txt", Right.OVERWRITE)})
+    got = page_rights(edits, req, ENTRIES, PageRights(overwrite=True))
+    assert got == PageRights(overwrite=True, odd_overwrite=frozenset({"keep.txt"}))
+    assert sorted(edits.asked) == [
+        ("/s/keep.txt", Right.OVERWRITE),
+        ("/s/old.txt", Right.OVERWRITE),
+    ]
+    assert got.row_tokens("keep.txt") == "" and got.row_tokens("old.txt") is None
 
 
 # ------------------------------------------------------------ a server
@@ -226,7 +237,7 @@ async def test_the_page_shows_each_user_only_their_controls(tree: Path, users: P
         assert ACTIONS_SOURCE.encode() not in alice.headers["content-security-policy"].encode()
         # bob: every control.
         bob = await send("GET", "/incoming/", basic("bob"))
-        assert _table(bob.body) == "upload mkdir delete"
+        assert _table(bob.body) == "upload mkdir delete overwrite"
         assert ACTIONS_SCRIPT.encode() in bob.body and b'class="mkdir"' in bob.body
         assert ACTIONS_SOURCE in bob.headers["content-security-policy"]
         assert b'data-may=""' not in bob.body  # no row differs

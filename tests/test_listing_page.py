@@ -126,7 +126,7 @@ def test_toolbar_on_top_with_archives_theme_and_title() -> None:
         'href="?archive=zip"'
     ) < page.index("<table>")
     assert 'id="theme"' in page and 'role="search"' in page
-    footer = page[page.index("<footer>") :]
+    footer = page[page.index("<footer>") : page.index("</footer>")]
     assert "archive" not in footer
 
 
@@ -136,7 +136,8 @@ def test_actions_slot_and_script_only_when_allowed() -> None:
     assert "data-may" not in plain and 'id="actions"' not in plain
     page = render_html(("s",), entries, ListingQuery(), upload=True, actions=True).decode()
     # The rows' cells are the actions script's: nothing per row is sent.
-    assert 'class="act"' not in page and '<table data-may="upload mkdir delete">' in page
+    assert 'class="act"' not in page
+    assert '<table data-may="upload mkdir delete overwrite">' in page
     assert 'id="actions"' in page and f"<script>{ACTIONS_SCRIPT}</script>" in page
 
 

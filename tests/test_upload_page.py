@@ -63,8 +63,11 @@ async def test_the_listing_shows_the_form_with_upload_and_not_without(root: Path
     async with memory_connection(upload_config(root)) as (client, _srv, _):
         r = await client.get("/noindex/")
         assert r.status == 200 and FORM in r.body.decode()
-        # The uploader's hash and the rows' actions' (delete, rename, move).
-        assert r.header("content-security-policy") == listing_csp(True, False, True).decode()
+        # The uploader's hash, the rows' actions' and the selection's.
+        assert (
+            r.header("content-security-policy")
+            == listing_csp(True, False, True, select=True).decode()
+        )
         j = await client.get("/noindex/?format=json")
         assert b"form" not in j.body
     async with memory_connection(make_config(root)) as (client, _srv, _):
@@ -113,7 +116,10 @@ async def test_no_form_with_webdav_and_its_post_is_405(root: Path) -> None:
     async with memory_connection(cfg) as (client, _srv, _):
         r = await client.get("/noindex/")
         assert r.status == 200 and FORM not in r.body.decode() and MKDIR not in r.body.decode()
-        assert '<table data-may="delete">' in r.body.decode()
-        assert r.header("content-security-policy") == listing_csp(False, False, True).decode()
+        assert '<table data-may="delete overwrite">' in r.body.decode()
+        assert (
+            r.header("content-security-policy")
+            == listing_csp(False, False, True, select=True).decode()
+        )
         post = await client.get("/noindex/", method="POST")
         assert post.status == 405

@@ -50,11 +50,13 @@ ALLOW_PAGE_WRITES = ALLOW_WRITES + b", MOVE"
 Offer = Callable[[RequestFacts, list[Entry]], PageRights]
 
 # With --webdav: the rows' actions only (the upload and new-folder forms
-# post, which is no WebDAV method: its locks would not guard them).
-_ROWS = PageRights(delete=True)
+# post, which is no WebDAV method: its locks would not guard them); the
+# editor's save is a PUT, a DAV method.
+_ROWS = PageRights(delete=True, overwrite=True)
 # Outside --webdav-prefix: the forms; rename and move would need a MOVE
-# whose Destination is outside WebDAV's namespace (502), so no row actions.
-_FORMS = PageRights(upload=True, mkdir=True)
+# whose Destination is outside WebDAV's namespace (502), so no row
+# actions; the editor's save is the uploads' PUT.
+_FORMS = PageRights(upload=True, mkdir=True, overwrite=True)
 
 
 def offered(webdav: bool, at_dav: Callable[[tuple[str, ...]], bool] | None) -> Offer:

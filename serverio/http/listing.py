@@ -45,6 +45,14 @@ from .pageassets import (
     sha256_source,
 )
 from .readme import Readme, render_readme
+from .selection import (
+    SELECT_SCRIPT,
+    SELECT_SOURCE,
+    TOOLS_ASSET,
+    TOOLS_QUERY,
+    TOOLS_SOURCE,
+    TOOLS_STYLE_SOURCE,
+)
 from .target import quote_segment
 
 __all__ = [
@@ -108,18 +116,33 @@ class PageRights:
     links of its entries) and on its entries (``delete``: the per-row
     delete, rename and move, which all remove the name where it is).
     ``odd``: the names whose delete right is not ``delete`` (each row then
-    carries its own).  A control is shown only with its right; the server
-    still decides every request the page makes."""
+    carries its own).  ``overwrite``: the text editor's save, on the
+    entries it opens (:mod:`serverio.http.selection`), with its own odd
+    names (``odd_overwrite``).  A control is shown only with its right;
+    the server still decides every request the page makes."""
 
     upload: bool = False
     mkdir: bool = False
     delete: bool = False
     odd: frozenset[str] = frozenset()
     share: bool = False
+    overwrite: bool = False
+    odd_overwrite: frozenset[str] = frozenset()
 
     @property
     def any(self) -> bool:
-        return self.upload or self.mkdir or self.rows
+        return self.upload or self.mkdir or self.rows or self.edits
+
+    @property
+    def edits(self) -> bool:
+        """May some entry be overwritten (the editor's Edit buttons)?"""
+        return self.overwrite or bool(self.odd_overwrite)
+
+    @property
+    def selects(self) -> bool:
+        """Has the selection's script something to offer beyond the
+        archives (a delete, an edit)?"""
+        return self.delete or bool(self.odd) or self.edits
 
     @property
     def rows(self) -> bool:
@@ -133,19 +156,35 @@ class PageRights:
             ("mkdir", self.mkdir),
             ("delete", self.delete),
             ("share", self.share),
+            ("overwrite", self.overwrite),
+        )
+        return " ".join(word for word, has in names if has)
+
+    def row_tokens(self, name: str) -> str | None:
+        """A row's own ``data-may`` tokens when its entry's delete or
+        overwrite right differs from the folder's (None: the folder's
+        apply).  A row's tokens replace the folder's for that row."""
+        odd, odd_w = name in self.odd, name in self.odd_overwrite
+        if not odd and not odd_w:
+            return None
+        names = (
+            ("delete", self.delete != odd),
+            ("share", self.share),
+            ("overwrite", self.overwrite != odd_w),
         )
         return " ".join(word for word, has in names if has)
 
     def key(self) -> bytes:
         """What distinguishes two renders of the same entries."""
         odd = b"/".join(sorted(n.encode("utf-8", "surrogatepass") for n in self.odd))
-        return b"+%s\0%s" % (self.tokens().encode("ascii"), odd)
+        odd_w = b"/".join(sorted(n.encode("utf-8", "surrogatepass") for n in self.odd_overwrite))
+        return b"+%s\0%s\0%s" % (self.tokens().encode("ascii"), odd, odd_w)
 
 
 # No right: a read-only page.
 NO_RIGHTS: Final = PageRights()
 # --upload without site rules: every write right everywhere.
-ALL_RIGHTS: Final = PageRights(upload=True, mkdir=True, delete=True)
+ALL_RIGHTS: Final = PageRights(upload=True, mkdir=True, delete=True, overwrite=True)
 
 
 # The representations of a listing: ?format= or Accept chooses.
@@ -162,6 +201,10 @@ class ListingQuery:
     # ?q= (or the search box's "Search subfolders"): a recursive search of
     # the tree below (serverio.fs.search), a name substring or glob.
     q: str = ""
+    # ?asset=tools: the script of the page's selection actions and text
+    # editor instead of the listing (serverio.http.selection: loaded when
+    # first used).
+    asset: bool = False
 
 
 # The longest ?filter= kept (characters; the rest is cut): a bound on the
@@ -203,6 +246,7 @@ def parse_listing_query(
         filter=needle,
         text=fmt == "text",
         q=q,
+        asset=params.get("asset") == TOOLS_QUERY,
     )
 
 
@@ -447,10 +491,9 @@ def _row(e: Entry, may: str) -> str:
 
 def _rows(segments: Sequence[str], entries: Sequence[Entry], rights: PageRights) -> list[str]:
     # The actions' cells are the actions script's (nothing to send for a
-    # row without script); a row whose delete right differs from the
-    # folder's says so (data-may, read by that script).
-    odd = rights.odd
-    mine = ' data-may=""' if rights.delete else ' data-may="delete"'
+    # row without script); a row whose delete or overwrite right differs
+    # from the folder's says so (data-may, read by the scripts).
+    odd = rights.odd | rights.odd_overwrite
     rows = []
     if segments:
         rows.append(
@@ -458,7 +501,10 @@ def _rows(segments: Sequence[str], entries: Sequence[Entry], rights: PageRights)
             '<use href="#i-d"/></svg><a href="../">../</a></td>'
             '<td class="size"></td><td class="time"></td></tr>'
         )
-    rows.extend(_row(e, mine if e.name in odd else "") for e in entries)
+    rows.extend(
+        _row(e, f' data-may="{rights.row_tokens(e.name)}"' if e.name in odd else "")
+        for e in entries
+    )
     return rows
 
 
@@ -552,17 +598,23 @@ f.append(i,b);n.append(f);}).catch(()=>{});})();
 """
 
 
-def listing_csp(upload: bool, account: bool, actions: bool = False) -> bytes:
+def listing_csp(upload: bool, account: bool, actions: bool = False, select: bool = False) -> bytes:
     """The policy of a listing page: :data:`LISTING_CSP`, with the upload
-    script's hash (``upload``), the row actions' (``actions``) and the
+    script's hash (``upload``), the row actions' (``actions``), the
     account corner's (``account``; its one fetch, to this origin, is what
-    ``connect-src 'self'`` allows)."""
+    ``connect-src 'self'`` allows) and the selection's (``select``: the
+    page has archives or write actions; its script, and the tools' script
+    and style it inserts when first used, :mod:`serverio.http.selection`)."""
     csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
     extra = b""
     if actions:
         extra += b" " + ACTIONS_SOURCE.encode("ascii")
     if account:
         extra += b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
+    if select:
+        extra += f" {SELECT_SOURCE} {TOOLS_SOURCE}".encode("ascii")
+        style = f" {TOOLS_STYLE_SOURCE}; script-src".encode("ascii")
+        csp = csp.replace(b"; script-src", style, 1)
     if not extra:
         return csp
     return csp.replace(b"; img-src", extra + b"; img-src", 1)
@@ -582,12 +634,14 @@ def page_head(title: str) -> str:
     )
 
 
-def page_tail(upload: bool, actions: bool = False) -> str:
-    """The scripts at the end of the body and the closing tags."""
+def page_tail(upload: bool, actions: bool = False, select: bool = False) -> str:
+    """The scripts at the end of the body and the closing tags
+    (``select``: the selection's, :mod:`serverio.http.selection`)."""
     return (
         f"<script>{SCRIPT}</script>\n"
         + (f"<script>{UPLOAD_SCRIPT}</script>\n" if upload else "")
         + (f"<script>{ACTIONS_SCRIPT}</script>\n" if actions else "")
+        + (f"<script>{SELECT_SCRIPT}</script>\n" if select else "")
         + "</body></html>\n"
     )
 
@@ -636,12 +690,14 @@ def render_html(
     selection slot; the folder's rights are the table's ``data-may``
     (send the page with :func:`listing_csp`).  Without ``rights``:
     ``upload`` is the upload and new-folder rights, ``actions`` the
-    delete right on every entry.  ``title`` (``--title``): the heading
+    delete right on every entry.  With ``archives`` or a delete right, the
+    selection's script (:mod:`serverio.http.selection`: its checkboxes
+    and toolbar, the editor's buttons).  ``title`` (``--title``): the heading
     and window title, before the path.  ``account``: the server has
     users: the account corner and its script.
     """
     if rights is None:
-        rights = PageRights(upload=upload, mkdir=upload, delete=actions)
+        rights = PageRights(upload=upload, mkdir=upload, delete=actions, overwrite=actions)
     may = f' data-may="{rights.tokens()}"' if rights.any else ""
     esc = html.escape
     path = "/" + "".join(shown_name(s) + "/" for s in segments)
@@ -666,7 +722,7 @@ def render_html(
         + f'\n</tbody></table>\n{readme}<footer>{count} \u00b7 <span id="tz">times in UTC</span>'
         "</footer>\n"
         + (f"<script>{_ACCOUNT_SCRIPT}</script>\n" if account else "")
-        + page_tail(rights.upload, rights.rows)
+        + page_tail(rights.upload, rights.rows, archives or rights.selects)
     )
     return page.encode("utf-8")
 
@@ -822,7 +878,10 @@ def render_listing(
 ) -> Listing:
     """Sort and render one listing: ``(body, content_type, etag)``.  Pure,
     but run in the ``work`` pool (:mod:`serverio.pipeline.content`):
-    formatting ten thousand rows never holds the event loop."""
+    formatting ten thousand rows never holds the event loop.  With
+    ``query.asset``: the page's tools script (the same for every folder)."""
+    if query.asset:
+        return TOOLS_ASSET, b"text/javascript; charset=utf-8", listing_etag(TOOLS_ASSET)
     ordered = sort_entries(filter_entries(entries, query.filter), query)
     if query.json:
         body = render_json(segments, ordered, truncated=truncated)

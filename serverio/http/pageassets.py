@@ -36,6 +36,7 @@ import hashlib
 from typing import Final
 
 from .rowactions import ACTIONS_CSS, ACTIONS_SCRIPT, ACTIONS_SOURCE
+from .selection import SELECT_CSS
 from .uploader import UPLOADER_SCRIPT
 
 __all__ = [
@@ -126,8 +127,9 @@ nav.account button{{font:inherit;padding:0 .4rem}}
 """
 
 # The exact text of the page's <style> element: the page's, then the row
-# actions' (serverio.http.rowactions).
-STYLE: Final = "\n" + _CSS + ACTIONS_CSS
+# actions' (serverio.http.rowactions) and the selection's
+# (serverio.http.selection).
+STYLE: Final = "\n" + _CSS + ACTIONS_CSS + SELECT_CSS
 
 HEAD_SCRIPT: Final = (
     '(()=>{try{const m=localStorage.getItem("serverio-theme");'

@@ -543,5 +543,10 @@ class ContentService:
                 listing = await run_blocking(work, render, readme)
         self.stats.content.listings += 1
         body, ctype, etag = listing
-        csp = listing_csp(rights.upload, self.account, rights.rows)
+        csp = listing_csp(
+            rights.upload,
+            self.account,
+            rights.rows,
+            select=rights.selects or cfg.content.archives,
+        )
         return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)

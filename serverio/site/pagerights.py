@@ -28,6 +28,8 @@ from typing import Protocol
 from ..http.access import Access, AccessTarget, Kind, Right, Verdict
 from ..http.core import RequestFacts
 from ..http.listing import Entry, PageRights
+from ..http.pageassets import icon_of
+from ..http.selection import EDITOR_MAX
 from .rules import match_path
 
 __all__ = ["Hook", "page_rights"]
@@ -87,12 +89,27 @@ def page_rights(
     upload = offer.upload and ask.may(folder, Right.UPLOAD)
     mkdir = offer.mkdir and ask.may(folder, Right.MKDIR)
     share = offer.share and bool(entries) and ask.shares(folder)
-    if not offer.delete or not entries:
-        return PageRights(upload=upload, mkdir=mkdir, share=share)
     base = folder if folder.endswith("/") else folder + "/"
+    delete, odd = _per_entry(ask, base, entries if offer.delete else (), Right.DELETE)
+    # The editor opens text files up to its limit (serverio.http.selection):
+    # only theirs is asked.
+    editable = [e for e in entries if _editable(e)] if offer.overwrite else []
+    overwrite, odd_w = _per_entry(ask, base, editable, Right.OVERWRITE)
+    return PageRights(upload, mkdir, delete, odd, share, overwrite, odd_w)
+
+
+def _editable(e: Entry) -> bool:
+    return not e.is_dir and 0 <= e.size <= EDITOR_MAX and icon_of(e.name, False) == "t"
+
+
+def _per_entry(
+    ask: _Asking, base: str, entries: Sequence[Entry], right: Right
+) -> tuple[bool, frozenset[str]]:
+    """``right`` on each entry: what most say, and the names that differ."""
+    if not entries:
+        return False, frozenset()
     yes = frozenset(
-        e.name for e in entries if ask.may(base + e.name + ("/" if e.is_dir else ""), Right.DELETE)
+        e.name for e in entries if ask.may(base + e.name + ("/" if e.is_dir else ""), right)
     )
-    delete = 2 * len(yes) >= len(entries)
-    odd = frozenset(e.name for e in entries if (e.name in yes) != delete)
-    return PageRights(upload=upload, mkdir=mkdir, delete=delete, odd=odd, share=share)
+    most = 2 * len(yes) >= len(entries)
+    return most, frozenset(e.name for e in entries if (e.name in yes) != most)
