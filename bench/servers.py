@@ -203,6 +203,19 @@ def _h11_floor_plan(
     return LaunchPlan(argv=argv, cwd=workdir)
 
 
+def _tls_floor_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if file is None:
+        return "the TLS floor answers with a single file; this workload requests several"
+    made = self_signed(workdir)
+    if isinstance(made, str):
+        return made
+    cert, key = made
+    argv = [env.python, str(BASELINES / "tls_floor.py"), str(cert), str(key), str(file), "0"]
+    return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, ready="tcp", scheme="https")
+
+
 def _stdlib_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
@@ -441,6 +454,19 @@ def _caddy_plan(
         # ({$VAR} is substituted when Caddy adapts the Caddyfile).
         conf = CADDYFILE_PRECOMPRESSED
         run_env |= {"BENCH_HOST": LOOPBACK, "BENCH_PORT": str(port), "BENCH_ROOT": str(root)}
+    elif "tls" in spec.tags:
+        made = self_signed(workdir)
+        if isinstance(made, str):
+            return made
+        conf = workdir / "Caddyfile"
+        site = CADDY_FILES.format(root=root) + f"\n    tls {made[0]} {made[1]}"
+        text = CADDYFILE.format(host=LOOPBACK, port=port, protocols="h1", site=site)
+        conf.write_text(text.replace(f"http://{LOOPBACK}:{port}", f"https://{LOOPBACK}:{port}"))
+        caddy = shutil.which("caddy") or "caddy"
+        argv = [caddy, "run", "--config", str(conf), "--adapter", "caddyfile", *spec.extra_args]
+        return LaunchPlan(
+            argv=argv, cwd=workdir, port=port, env=run_env, ready="tcp", scheme="https"
+        )
     else:
         conf = workdir / "Caddyfile"
         protocols = "h1 h2c" if "h2" in spec.tags else "h1"
@@ -502,6 +528,7 @@ KINDS: dict[str, Kind] = {
     "bare": Kind(_module_unavailable("trio", "h11"), _bare_plan),
     "relay-floor": Kind(_module_unavailable("trio"), _relay_plan),
     "h11-proxy-floor": Kind(_module_unavailable("trio", "h11"), _h11_floor_plan),
+    "tls-floor": Kind(_module_unavailable("trio"), _tls_floor_plan),
     "http.server": Kind(lambda env: None, _stdlib_plan),
     "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
     "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
@@ -723,8 +750,23 @@ SERVERS: dict[str, ServerSpec] = {
             "--fs-workers",
             "0",
             description="serverio-inline over TLS, HTTP/2 by ALPN (self-signed P-256)",
-            only_workloads=H2_WORKLOADS,
-            tags=("h2", "tls"),
+            only_workloads=(*H2_WORKLOADS, "1k-tls"),
+            tags=("h2", "tls", "tls-h1"),
+        ),
+        ServerSpec(
+            "caddy-tls",
+            "caddy",
+            description="Caddy file_server over TLS, HTTP/1.1 (self-signed P-256; 1k-tls only)",
+            tags=frozenset({"tls", "tls-h1"}),
+            only_workloads=frozenset({"1k-tls"}),
+        ),
+        ServerSpec(
+            "tls-floor",
+            "tls-floor",
+            description="a canned 1 KiB response per request head over trio's SSLStream "
+            "(bench/baselines/tls_floor.py): the floor of HTTP/1.1 over TLS on trio (1k-tls only)",
+            tags=frozenset({"tls-h1"}),
+            only_workloads=frozenset({"1k-tls"}),
         ),
         ServerSpec(
             "caddy-h2c",

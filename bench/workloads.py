@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import importlib
+import ssl
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -72,6 +73,9 @@ class Workload:
     # files (bench/fixtures.py tree_root) instead of the fixture, requested
     # at random (bench/wrk.py random_tree_script); 0: the fixture.
     tree: int = 0
+    # Over TLS (https://): the probe connects with TLS, accepting the
+    # servers' self-signed certificates.
+    tls: bool = False
 
     def request_paths(self) -> list[str]:
         return list(self.paths) or [self.path]
@@ -233,6 +237,13 @@ WORKLOADS: dict[str, Workload] = {
             )
             for name, count in (("many-files", 100_000), ("few-files", 1_000))
         ),
+        Workload(
+            "1k-tls",
+            "1 KiB over TLS (HTTP/1.1, self-signed P-256), 64 keep-alive connections",
+            tls=True,
+            server_tags=frozenset({"tls-h1"}),
+            skip_reason_for_others="HTTP/1.1 over TLS: serverio-tls, caddy-tls, tls-floor",
+        ),
         Workload("idle", "idle keep-alive connections: server RSS per connection", kind="idle"),
         Workload(
             "slow",
@@ -333,16 +344,28 @@ class ProbeResult:
     facts: dict[str, str] = field(default_factory=dict)
 
 
+def connection(port: int, tls: bool = False) -> http.client.HTTPConnection:
+    """A connection to the server on ``port``; with ``tls``, HTTPS that
+    accepts any certificate (the servers' throwaway self-signed ones)."""
+    if tls:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=10.0, context=insecure)
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+
+
 def _request(
     port: int,
     method: str,
     path: str,
     headers: tuple[tuple[str, str], ...] = (),
     conn: http.client.HTTPConnection | None = None,
+    tls: bool = False,
 ) -> tuple[int, dict[str, str], bytes]:
     own = conn is None
     if conn is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+        conn = connection(port, tls)
     try:
         conn.request(method, path, headers=dict(headers))
         resp = conn.getresponse()
@@ -451,7 +474,7 @@ def _probe(workload: Workload, port: int, fixture: Fixture, prefix: str = "") ->
         if status != 304:
             return ProbeResult(False, f"If-None-Match with its own ETag gave {status}, not 304")
         return ProbeResult(True, headers=cond, facts={"etag": etag})
-    status, headers, body = _request(port, "GET", path, workload.headers)
+    status, headers, body = _request(port, "GET", path, workload.headers, tls=workload.tls)
     if workload.feature == "range":
         want = expected[RANGE_START : RANGE_END + 1]
         if status != 206 or body != want:
