@@ -17,7 +17,7 @@ from typing import Any
 
 from serverio.site.passwords import hash_password
 
-from .browser_kit import in_browser, needs_browser
+from .browser_kit import axe_violations, in_browser, needs_browser, shot
 from .conftest import make_config, running_server
 
 pytestmark = needs_browser
@@ -71,6 +71,10 @@ async def test_sign_in_upload_share_sign_out(tmp_path: Path) -> None:
         assert page.locator("form.files").count() == 0
         assert page.locator("td.act button").count() == 0
         # The sign-in form, under its CSP (no script needed).
+        page.goto(f"{base}/.serverio/login?next=/in/")
+        # The sign-in page: axe-core finds nothing serious or critical.
+        shot(page, "login")
+        assert axe_violations(page) == []
         sign_in(page, "alice")
         assert page.locator("form.files").count() == 1
         # alice has the delete right here: each row's actions, with Delete.

@@ -157,7 +157,14 @@ async def test_the_page_at_phone_and_laptop_widths(tmp_path: Path, viewport: str
         with page.expect_navigation():
             page.locator("button[name=search]").click()
         assert "q=guide" in page.url or "search=1" in page.url
+        # The streamed results page, complete: its rows, then the count
+        # (sent after the last row) and the page's script (local times).
+        page.wait_for_selector("#status")
+        assert "for \u201cguide\u201d below this folder" in page.inner_text("#status")
+        assert page.locator("tbody tr.entry").count() >= 1
+        assert "local times" in page.locator("#tz").inner_text()
         shot(page, f"search-{viewport}")
+        assert axe_violations(page) == []
         assert errors == []
 
     async with running_server(cfg) as (_, port):

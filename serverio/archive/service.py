@@ -78,7 +78,7 @@ class Archives(ListingView):
                 self.bounds,
                 visible,
                 prepared.real,
-                hide_rules(self.config.files.hide),
+                hide_rules(self.config.files.hide, self.config.files.hide_tables),
                 only,
                 self.config.content.listing_max_entries,
             )

@@ -498,7 +498,7 @@ class _Listing:
                 self.scan.close()
                 self.scan = None
                 continue
-            hide = hide_rules(svc.config.files.hide)
+            hide = hide_rules(svc.config.files.hide, svc.config.files.hide_tables)
             if hide.active:  # --hide: not a member of a listing (still served by URL)
                 batch = [f for f in batch if not hide.hides(self.scan_path, f.name)]
             chunk = b"".join(self._responses(batch))

@@ -62,8 +62,11 @@ __all__ = [
     "LISTING_CSP",
     "LISTING_UPLOAD_CSP",
     "NO_RIGHTS",
+    "SEARCH_STOPS",
+    "SEARCH_TYPES",
     "SORT_KEYS",
     "Entry",
+    "Hit",
     "Listing",
     "ListingQuery",
     "PageRights",
@@ -79,8 +82,11 @@ __all__ = [
     "render_html",
     "render_json",
     "render_listing",
-    "render_search",
     "render_text",
+    "search_format",
+    "search_head",
+    "search_rows",
+    "search_tail",
     "shown_name",
     "sort_entries",
     "text_line",
@@ -775,6 +781,25 @@ Listing = tuple[bytes, bytes, str]
 # the last is the entry's) and the entry.
 Hit = tuple[tuple[str, ...], Entry]
 
+# Why a streamed search ended before its walk did: the bound's name and
+# the option that sets it (named in every format's ending).
+SEARCH_STOPS: Final = {
+    "entries": "at --search-max-entries",
+    "time": "at --search-time",
+    "results": "at --listing-max-entries",
+    "busy": "because the work pool was full",
+}
+SEARCH_TYPES: Final = {
+    "html": b"text/html; charset=utf-8",
+    "json": b"application/json",
+    "text": b"text/plain; charset=utf-8",
+}
+
+
+def search_format(query: ListingQuery) -> str:
+    """The representation a search answers in: ``json``, ``text`` or ``html``."""
+    return "json" if query.json else "text" if query.text else "html"
+
 
 def _hit_href(rel: tuple[str, ...], is_dir: bool) -> str:
     return "./" + "/".join(quote_segment(s) for s in rel) + ("/" if is_dir else "")
@@ -789,76 +814,107 @@ def _hit_row(rel: tuple[str, ...], e: Entry) -> str:
     return (
         f'<tr class="entry {"dir" if e.is_dir else "file"}"><td class="name">'
         f'<svg aria-hidden="true"><use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
-        f'<a href="{_hit_href(rel, e.is_dir)}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
+        f'<a href="{_hit_href(rel, e.is_dir)}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>\n'
     )
 
 
-def render_search(
-    segments: tuple[str, ...],
-    hits: Sequence[Hit],
-    query: ListingQuery,
-    *,
-    truncated: bool,
-    visited: int,
-    archives: bool = False,
-    title: str = "",
-) -> Listing:
-    """The answer to ``?q=`` below the folder at ``segments``: the hits in
-    natural order of their paths, as the query's format asks (HTML: the
-    listing's page, with a notice when the search was cut by its bounds;
-    JSON: ``{"path", "q", "truncated", "visited", "entries"}`` whose
-    entries are the listing's with ``name`` the path below the folder;
-    text: one path per line, folders with a trailing ``/``)."""
-    ordered = sorted(hits, key=lambda h: [natural_key(s) for s in h[0]])
-    if query.json:
-        doc = {
-            "path": "/" + "".join(json_text(s) + "/" for s in segments),
-            "q": query.q,
-            "truncated": truncated,
-            "visited": visited,
-            "entries": [
-                {
-                    "name": "/".join(json_text(s) for s in rel),
-                    "type": "dir" if e.is_dir else "file",
-                    "size": None if e.is_dir else e.size,
-                    "mtime": e.mtime,
-                    "href": _hit_href(rel, e.is_dir),
-                }
-                for rel, e in ordered
-            ],
-        }
-        body = json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
-        return body, b"application/json", listing_etag(body)
-    if query.text:
-        lines = (
-            "/".join(text_line(s) for s in rel) + ("/\n" if e.is_dir else "\n")
-            for rel, e in ordered
-        )
-        body = "".join(lines).encode("utf-8")
-        return body, b"text/plain; charset=utf-8", listing_etag(body)
+def _hit_json(rel: tuple[str, ...], e: Entry) -> str:
+    doc = {
+        "name": "/".join(json_text(s) for s in rel),
+        "type": "dir" if e.is_dir else "file",
+        "size": None if e.is_dir else e.size,
+        "mtime": e.mtime,
+        "href": _hit_href(rel, e.is_dir),
+    }
+    return json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
+
+
+def search_head(
+    segments: tuple[str, ...], query: ListingQuery, *, archives: bool = False, title: str = ""
+) -> bytes:
+    """The start of a streamed answer to ``?q=`` below the folder at
+    ``segments`` (pure), before any result.
+
+    HTML: the listing's page up to the opening of the results' table;
+    JSON: ``{"path", "q", "entries": [`` (the object is completed by
+    :func:`search_tail`, so the whole body is one JSON document); text:
+    nothing (one path per line follows)."""
+    fmt = search_format(query)
+    if fmt == "json":
+        path = "/" + "".join(json_text(s) + "/" for s in segments)
+        start = json.dumps({"path": path, "q": query.q}, ensure_ascii=True, separators=(",", ":"))
+        return (start[:-1] + ',"entries":[').encode("ascii")
+    if fmt == "text":
+        return b""
     esc = html.escape
     path = "/" + "".join(shown_name(s) + "/" for s in segments)
     heading = f"{esc(title)} \u2014 {esc(path)}" if title else f"Index of {esc(path)}"
-    found = f"{len(ordered)} {'match' if len(ordered) == 1 else 'matches'}"
-    notice = ""
-    if truncated:
-        notice = (
-            '<p class="notice" role="status">The search stopped at its bounds '
-            f"({visited} entries looked at): there may be more matches.</p>\n"
-        )
     page = (
         page_head(f"Search: {esc(query.q)} \u2014 {heading}")
         + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
         f"{_toolbar(query, archives, False)}"
-        f'<p id="status" role="status" aria-live="polite">{found} for '
-        f"\u201c{esc(query.q)}\u201d below this folder.</p>\n{notice}"
+        f'<p class="searching">Matches for \u201c{esc(query.q)}\u201d below this folder, '
+        "folder by folder as they are found:</p>\n"
         f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
-        + "\n".join(_hit_row(rel, e) for rel, e in ordered)
-        + f'\n</tbody></table>\n<footer>{found} \u00b7 <span id="tz">times in UTC</span>'
-        "</footer>\n" + page_tail(False)
     )
-    body = page.encode("utf-8")
-    return body, b"text/html; charset=utf-8", listing_etag(body)
+    return page.encode("utf-8")
+
+
+def search_rows(hits: Sequence[Hit], query: ListingQuery, *, first: bool) -> bytes:
+    """Results of a streamed search, in natural order of their paths
+    (pure): HTML table rows, JSON array members (``first``: no comma
+    before the first of the whole answer) whose ``name`` is the path below
+    the folder, or text lines (folders with a trailing ``/``)."""
+    ordered = sorted(hits, key=lambda h: [natural_key(s) for s in h[0]])
+    fmt = search_format(query)
+    if fmt == "json":
+        body = ",".join(_hit_json(rel, e) for rel, e in ordered)
+        return (body if first else "," + body).encode("ascii")
+    if fmt == "text":
+        return "".join(
+            "/".join(text_line(s) for s in rel) + ("/\n" if e.is_dir else "\n")
+            for rel, e in ordered
+        ).encode("utf-8")
+    return "".join(_hit_row(rel, e) for rel, e in ordered).encode("utf-8")
+
+
+def search_tail(query: ListingQuery, *, found: int, visited: int, stopped: str) -> bytes:
+    """The end of a streamed search (pure): how many matches, how many
+    entries were looked at, and whether the walk stopped at a bound
+    (``stopped``: a key of :data:`SEARCH_STOPS`, ``""`` when it ended).
+
+    HTML: the table's end, a notice naming the bound, the count and the
+    page's scripts; JSON: ``], "truncated", "visited", "stopped"`` and the
+    object's end (``stopped``: null or the bound's name); text: nothing
+    when the walk ended, else an empty line (never a path) and a line
+    ``# search stopped at BOUND (N entries looked at)`` (or ``because the
+    work pool was full``)."""
+    fmt = search_format(query)
+    why = SEARCH_STOPS.get(stopped, "")
+    if fmt == "json":
+        end = {"truncated": bool(stopped), "visited": visited, "stopped": stopped or None}
+        return ("]," + json.dumps(end, ensure_ascii=True, separators=(",", ":"))[1:] + "\n").encode(
+            "ascii"
+        )
+    if fmt == "text":
+        if not stopped:
+            return b""
+        return f"\n# search stopped {why} ({visited} entries looked at)\n".encode("ascii")
+    esc = html.escape
+    count = f"{found} {'match' if found == 1 else 'matches'}"
+    notice = ""
+    if stopped:
+        notice = (
+            f'<p class="notice" role="status">The search stopped {esc(why)} '
+            f"({visited} entries looked at): there may be more matches.</p>\n"
+        )
+    page = (
+        f"</tbody></table>\n{notice}"
+        f'<p id="status" role="status" aria-live="polite">{count} for '
+        f"\u201c{esc(query.q)}\u201d below this folder.</p>\n"
+        f'<footer>{count} \u00b7 <span id="tz">times in UTC</span></footer>\n' + page_tail(False)
+    )
+    return page.encode("utf-8")
 
 
 def render_listing(

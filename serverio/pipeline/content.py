@@ -51,7 +51,6 @@ from ..fs.readme import read_readme
 from ..http.codecs import compress_bytes
 from ..http.core import Plan, RequestFacts, decide_file, decide_generated
 from ..http.listing import (
-    LISTING_CSP,
     NO_RIGHTS,
     Entry,
     Listing,
@@ -69,7 +68,7 @@ from ..model import Body, Identity, Reason, errno_reason
 from ..model.decide import identity_fallback
 from ..model.reasons import reason_status
 from ..observe.stats import Stats
-from .search import search
+from .search import SearchStream, search_plan
 
 if TYPE_CHECKING:
     from ..model import Prepared
@@ -215,7 +214,7 @@ class ContentService:
         # account corner (http.listing.render_html's ``account``).
         self.account = False
         # --hide: names left out of listings and searches (serverio.fs.hide).
-        self.hide = hide_rules(config.files.hide)
+        self.hide = hide_rules(config.files.hide, config.files.hide_tables)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -436,6 +435,31 @@ class ContentService:
             self.work, read_readme, self.opener(), req.target.relpath, name, README_MAX
         )
 
+    async def _search(
+        self, prepared: Prepared, req: RequestFacts, query: ListingQuery, now: float
+    ) -> Plan:
+        """``?q=``: the recursive search (:mod:`serverio.pipeline.search`),
+        which walks from the folder by path, under the same containment;
+        its body, streamed as the walk finds results, goes on
+        ``prepared.chunks``.  The folder's first scan happens here, so a
+        full work pool is a 503 before anything is sent."""
+        # The folder's descriptor is not needed: closed in the work pool
+        # (or here, if the close never got a thread: OwnedFd's rule).
+        owned = OwnedFd(prepared.fd)
+        prepared.fd = -1
+        try:
+            await run_blocking(self.work, owned.release)
+        finally:
+            owned.release()
+        plan = search_plan(req, query, now, private=self.visible is not None)
+        if plan.send_body:
+            stream = SearchStream(
+                self.work, self.opener(), self.config, req, query, self.visible, self.hide
+            )
+            await stream.prime()
+            prepared.chunks = stream
+        return plan
+
     async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
         """Scan in the work pool (requester-owned: a 503 when saturated, like
         the fs pool); then the rendered body from the listing cache, or
@@ -449,21 +473,7 @@ class ContentService:
             accept_text=prefers_text(req.accept),
         )
         if query.q:
-            # ?q=: the recursive search (serverio.pipeline.search) walks from
-            # the folder by path, under the same containment.
-            # The folder's descriptor is not needed: closed in the work pool
-            # (or here, if the close never got a thread: OwnedFd's rule).
-            owned = OwnedFd(prepared.fd)
-            prepared.fd = -1
-            try:
-                await run_blocking(work, owned.release)
-            finally:
-                owned.release()
-            body, ctype, etag = await search(
-                work, self.opener(), cfg, req, query, self.visible, self.hide
-            )
-            csp = LISTING_CSP
-            return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
+            return await self._search(prepared, req, query, now)
         # The directory descriptor moves to the scan: the thread closes it.
         owned = OwnedFd(prepared.fd)
         prepared.fd = -1
