@@ -32,7 +32,11 @@ of the tree) runs each tree's own ``pair.py`` with ``plain`` (no rule),
 a protected area, as it was written before rights rules) or ``access``
 (``--allow 'anonymous:read,list@/'`` and a user's upload below
 ``/incoming``: the same site with rights rules; a tree before them
-refuses the option, so compare ``access`` here with ``auth`` there).
+refuses the option, so compare ``access`` here with ``auth`` there),
+``cookie`` (an ``[[auth]]`` rule over the whole site and a signed-in
+browser's session cookie) or ``cookie-access`` (reads for that user only,
+by ``--allow``; the same cookie): compare these with ``plain`` or ``auth``
+on a tree from before sessions.
 
 ``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
 instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
@@ -72,7 +76,7 @@ from typing import Any
 from bench import commits
 
 # bench/rulespair.py's modes (--rules), and the marker of that workload.
-RULES = ("plain", "auth", "access")
+RULES = ("plain", "auth", "access", "cookie", "cookie-access")
 _RULES_DRIVER = "@rulespair"
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
@@ -342,7 +346,8 @@ def add_parser(sub: Any) -> None:
         help="the warm GET under site rules, the same for every commit (bench/rulespair.py, "
         "this checkout's, runs each tree's own pair.py): plain (none), auth (an [[auth]] "
         "rule over /incoming/**), access (--allow anonymous:read,list@/ and a user's "
-        "upload below /incoming)",
+        "upload below /incoming), cookie (an [[auth]] rule over the site, a session cookie), "
+        "cookie-access (--allow alice:read,list@/, the same cookie)",
     )
 
 

@@ -247,6 +247,15 @@ def _failed(exc: OSError) -> Resolution:
     return Resolution(ERROR, reason, exc.errno, real=real)
 
 
+def _resolving(cfg: Config) -> bool:
+    """Are rules decided on where a symlink leads (auth rules, or
+    ``[[access]]`` / ``--allow``: :attr:`~serverio.config.UsersPolicy.rights`,
+    read here as its two fields: a property of the configuration is one
+    more layer entered per resolution)?"""
+    users = cfg.users
+    return bool(cfg.site.auth) or bool(users.access or users.allow)
+
+
 def resolve(
     look: Lookup,
     cfg: Config,
@@ -279,7 +288,7 @@ def resolve(
     warm-file cache (whose hits are decided on their path alone).
     """
     target = look.target
-    resolving = bool(cfg.site.auth) or cfg.users.rights
+    resolving = _resolving(cfg)
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -602,7 +611,7 @@ def _sidecars(
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
     relpath, real = file_path
-    resolving = bool(hop.cfg.site.auth) or hop.cfg.users.rights
+    resolving = _resolving(hop.cfg)
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted_for(hop.look, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,

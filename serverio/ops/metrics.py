@@ -182,13 +182,12 @@ _USER_KEYS = ("requests", "bytes", "denied")
 def _users_of(server: Server) -> dict[str, dict[str, int]]:
     """Per user of the users files: responses, their bytes, refusals (the
     access hook's counters; only the names the files hold: bounded)."""
-    site = server.env.site
-    gate = getattr(site, "gate", None)  # the site rules' (serverio.site.gate.Gate)
-    if gate is None:
+    site = server.env.site  # the exchange's SiteSteps: it names user_counts
+    if site is None:
         return {}
-    per_user: dict[str, list[int]] = gate.per_user
     return {
-        name: dict(zip(_USER_KEYS, counters, strict=True)) for name, counters in per_user.items()
+        name: dict(zip(_USER_KEYS, counts, strict=True))
+        for name, counts in site.user_counts().items()
     }
 
 
