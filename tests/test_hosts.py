@@ -22,7 +22,7 @@ import trio
 
 from serverio.config import Config
 from serverio.errors import ConfigError, HTTPError
-from serverio.http.core import RequestFacts
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.extra import HOST
 from serverio.http.hosts import HostRule, host_allowed, host_name, host_rule, misdirected_plan
 from serverio.http.target import parse_target
@@ -206,7 +206,7 @@ def test_a_served_host_is_remembered_a_refused_one_never_and_the_memory_is_bound
     req = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/"))
     rule = rule_of()
 
-    def asked(host: str) -> object:
+    def asked(host: str) -> Plan | None:
         return misdirected_plan(rule, replace(req, extra=(("host", host),)), 0.0)
 
     assert asked("127.0.0.1:8000") is None and rule.seen == {"127.0.0.1:8000"}

@@ -36,6 +36,7 @@ from serverio.pipeline.handler import Handler
 from serverio.pipeline.hooks import Hooks, Marks
 from serverio.pipeline.stages import ReservedStage, WriteStage, begin, onward
 from serverio.resumable import service as resumable_service
+from serverio.resumable.protocol import classify
 
 from .conftest import make_config
 
@@ -222,7 +223,7 @@ def test_a_plain_put_never_calls_into_resumable_uploads(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[RequestFacts] = []
-    real = resumable_service.classify
+    real = classify
 
     def counted(req: RequestFacts) -> object:
         calls.append(req)

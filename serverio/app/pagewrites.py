@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..fs.filecache import FileCache
@@ -30,18 +31,16 @@ from ..http.core import RequestFacts
 from ..http.listing import ALL_RIGHTS, Entry, PageRights
 from ..http.target import Target
 from ..pipeline.hooks import Hooks, WriteRoute
-from ..upload.service import ALLOW_WRITES, Uploads
+
+if TYPE_CHECKING:  # the uploads are imported only where they are on
+    from ..upload.service import Uploads
 
 __all__ = [
-    "ALLOW_PAGE_WRITES",
     "Offer",
     "offered",
     "page_moves",
     "with_share",
 ]
-
-# --upload without --webdav: the uploads' methods and MOVE (in Allow).
-ALLOW_PAGE_WRITES = ALLOW_WRITES + b", MOVE"
 
 # What the write features offer a listing request (its entries given).
 Offer = Callable[[RequestFacts, list[Entry]], PageRights]
@@ -81,7 +80,10 @@ _SHARE = PageRights(share=True)
 
 
 def _allow(target: Target) -> bytes:
-    return ALLOW_PAGE_WRITES
+    """--upload without --webdav: the uploads' methods and MOVE (in Allow)."""
+    from ..upload.service import ALLOW_WRITES  # loaded already: page_moves made the route
+
+    return ALLOW_WRITES + b", MOVE"
 
 
 def page_moves(

@@ -92,7 +92,11 @@ class Services:
             log_pipe if log_pipe.on_stderr else LogPipe(name="stderr", counts=self.stats.log)
         )
         self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
-        self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
+        self.files = FileCache(
+            config.files.file_cache_size,
+            config.files.small_file_size,
+            config.files.file_meta_entries,
+        )
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
         # The contained root, opened on first use (one RootOpener, or one
         # per mount: serverio.fs.mounts); every feature gets this callable.
