@@ -18,9 +18,8 @@ Read from the source, not run:
   the content follow-ups, the access hook): a new one is a decision,
   made here.
 
-A nested ``async def`` inside a reached function is work handed to the
-driver (a ``Deferred`` a :class:`Resolve` need carries), not a call: it is
-not followed.
+A nested ``async def`` inside a reached function is work handed to a
+job or the driver, not a call: it is not followed.
 """
 
 from __future__ import annotations
@@ -41,13 +40,12 @@ AWAITING = {
     "handler.py": {
         "watching_client",
         "client_gone",
-        "Deferred.run_watched",
-        "Deferred.run",
+        "run_watched",
         "Handler.running",
-        "Handler._plain",
-        "Handler._finish",
+        "Handler.fulfil",
+        "Handler._transformed",
+        "Handler._settled",
         "Handler._pooled",
-        "Handler._settle",
         "Handler._run_refresh",
     },
     "content.py": {
@@ -58,6 +56,9 @@ AWAITING = {
         "ContentService._digest",
         "ContentService._readme",
         "ContentService._listing",
+        "ContentService._search",
+        "ContentService._scan",
+        "ContentService._rendered",
     },
     # The recursive search (?q=): part of the Listing need's fulfilment,
     # awaited by ContentService._listing only.
@@ -205,7 +206,7 @@ def test_what_the_step_reaches_in_the_pipeline_is_synchronous() -> None:
     # The walk follows the step into the handler (the check can fail).
     assert "handler.py:Handler.respond_now" in reached
     assert "content.py:ContentService.finish_cached" in reached
-    assert "handler.py:Handler._followups" in reached
+    assert "handler.py:Handler.followups" in reached
     assert "stages.py:SiteStage.step" in reached
     awaiting = sorted(key for key, (_, func) in reached.items() if _awaits(func))
     assert awaiting == []

@@ -15,7 +15,7 @@ One task per connection.  Its parts have one job each:
   and drained (bounded) after the answer so that keep-alive survives;
 * :class:`ConnectionTask` (here): the loop — the TLS handshake, the
   request steps of :mod:`serverio.pipeline.request` (shared with HTTP/2),
-  the wait for a deferred answer while watching the client, keep-alive and
+  the wait for a step of the pipeline while watching the client, keep-alive and
   close (transitions of the lifetime's phase: BUSY goes on to the next
   request, LAST closes), the live-reload event stream, the switch to
   HTTP/2, the hand-over to a tunnel after a proxied 101
@@ -44,7 +44,7 @@ handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 import trio
@@ -52,11 +52,10 @@ import trio
 from ..errors import HTTPError
 from ..fs.body import Body, StreamBody
 from ..http.core import Plan, RequestFacts
-from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..pipeline.driver import Io, drive
 from ..pipeline.exchange import Final, Need
-from ..pipeline.handler import Deferred
+from ..pipeline.handler import R
 from ..pipeline.hooks import RawHead, TunnelBody
 from ..pipeline.request import busy, client_for, failed, record
 from ..pipeline.stages import begin
@@ -88,13 +87,10 @@ def _only_cancelled(exc: BaseException) -> bool:
     return False
 
 
-async def _run_deferred(deferred: Deferred) -> Prepared | None:
-    """How a request with content waits for the handler: just await it
-    (the disconnect watcher would read the content as the next head)."""
-    try:
-        return await deferred.run()
-    finally:
-        deferred.close()
+async def _run_at_once(run: Callable[[], Awaitable[R]], watch_late: bool) -> R | None:
+    """How a request with content waits for a step: just await it (the
+    disconnect watcher would read the content as the next head)."""
+    return await run()
 
 
 def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadReader) -> H1Body:
@@ -103,7 +99,7 @@ def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadRead
     :func:`request_framing` decides (400, or 501 for an unknown transfer
     coding; both close).  ``100 Continue`` is sent only when the handler
     pulls (RFC 9110 §10.1.1).  The request steps run with no disconnect
-    watcher meanwhile (:func:`_run_deferred`): the bytes it would read are
+    watcher meanwhile (:func:`_run_at_once`): the bytes it would read are
     the content; a client that leaves is noticed by the next pull or write."""
     framing = request_framing(event.headers, event.http_version)
     body = H1Body(
@@ -466,7 +462,7 @@ class ConnectionTask:
                     content = _content(event, env, self.emitter, reader)
                     # The content is read without the disconnect watcher
                     # (it would read the content as the next head).
-                    io = Io(client, _run_deferred, content, _raw(event))
+                    io = Io(client, _run_at_once, content, _raw(event))
                     life.lift()  # the body's own deadlines apply from here
                     state, out = begin(env, req, now, True)
                 else:
