@@ -133,9 +133,6 @@ def test_serverio_today_is_reported_and_not_a_failure(capsys: pytest.CaptureFixt
 KNOWN_OVER = {
     "serverio/net/connection.py:ConnectionTask",
     "serverio/net/connection.py:ConnectionTask._answer",
-    "serverio/ops/options.py:Option",
-    "serverio/pipeline/handler.py:Handler",
-    "serverio/pipeline/content.py:ContentService._listing",
     "serverio/proxy/routes.py:request_fields",
     "serverio/upload/service.py:Uploads.write",
 }
