@@ -100,6 +100,8 @@ __all__ = [
     "Failed",
     "FileSlot",
     "Final",
+    "FollowUp",
+    "HandlerNeed",
     "Listing",
     "Machine",
     "Need",
