@@ -156,6 +156,15 @@ def _job_maker(
     return make_job
 
 
+def _directory(prepared: Prepared) -> OwnedFd:
+    """The listed directory's descriptor, moved out of what ``prepared``
+    holds open (its ``Opened``) with no await: the caller owns it now."""
+    opened = prepared.opened
+    assert opened is not None
+    fd, opened.fd = opened.fd, -1
+    return OwnedFd(fd)
+
+
 def _errno_status(exc: OSError) -> int:
     """The status of a failed scan: the filesystem's reason, mapped by the
     one table (serverio.model.reasons); an unexpected errno is logged."""
@@ -276,8 +285,9 @@ class ContentService:
             self._start_etag_hash(prepared)
             todo = todo._replace(hash_job=False)
         if todo.listing:
+            # The directory went to the scan (or the search's close): a
+            # listing holds nothing open after it.
             plan = await self._listing(prepared, req, now)
-            prepared.close()  # the directory went to the scan: nothing is left
             return prepared._replace(plan=plan, opened=None, todo=None)
         if todo.compress:
             data = await self._compressed(prepared, todo)
@@ -495,7 +505,7 @@ class ContentService:
         from the folder by path, under the same containment.  The folder's
         descriptor is not needed: closed in the work pool (or here, if the
         close never got a thread: OwnedFd's rule)."""
-        owned = OwnedFd(prepared.take_fd())
+        owned = _directory(prepared)
         try:
             await run_blocking(self.work, owned.release)
         finally:
@@ -510,7 +520,7 @@ class ContentService:
         descriptor moves to the scan (the thread closes it).  A failed scan
         is its status, mapped in one place like every other error."""
         cfg = self.config
-        owned = OwnedFd(prepared.take_fd())
+        owned = _directory(prepared)
         try:
             return await run_blocking(
                 self.work,
