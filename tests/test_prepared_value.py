@@ -131,7 +131,7 @@ def test_a_listing_waits_as_a_listing_need_that_owns_the_directory(root: Path) -
         assert prepared.todo is not None and prepared.todo.listing
         assert got.holds and prepared.fd >= 0
         got.close()
-        assert not got.holds and prepared.fd == -1
+        assert prepared.fd == -1 and not prepared.holds
     finally:
         srv.opener.close()
 
