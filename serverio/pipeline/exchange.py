@@ -289,12 +289,11 @@ class Resolve(Need):
     ``boundary`` a range answer's multipart boundary), or, ``base`` not
     None, the hooks' transform of ``base``'s answer (live reload)."""
 
-    __slots__ = ("base", "boundary", "hit", "mono", "now", "req")
+    __slots__ = ("base", "boundary", "hit", "mono", "req")
 
     def __init__(
         self,
         req: RequestFacts,
-        now: float,
         boundary: str = "",
         mono: float = 0.0,
         hit: CacheCandidate | None = None,
@@ -302,7 +301,6 @@ class Resolve(Need):
         base: RequestFacts | None = None,
     ) -> None:
         self.req = req
-        self.now = now
         self.boundary = boundary
         self.mono = mono
         self.hit = hit

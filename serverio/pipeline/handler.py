@@ -330,7 +330,7 @@ class Handler:
         if self._transform is not None and transform:
             base = self._transform.base(req)
             if base is not None:
-                return Resolve(req, now, base=base)
+                return Resolve(req, base=base)
         boundary = next(self._boundaries) if req.range is not None else ""
         files = self._cache
         if self._inline:
@@ -389,7 +389,7 @@ class Handler:
                 if prepared.todo is None:
                     return prepared
                 return _memoised(hit, self.followups(prepared, req, now))
-        return Resolve(req, now, boundary, mono, hit)
+        return Resolve(req, boundary, mono, hit)
 
     def _answerable(self, hit: CacheCandidate) -> bool:
         """Can the candidate of an entry without the file's bytes answer now?
