@@ -46,7 +46,7 @@ AWAITING = {
         "Handler._transformed",
         "Handler._settled",
         "Handler._pooled",
-        "Handler._run_refresh",
+        "Revalidations._run",
     },
     "content.py": {
         "_nothing",
@@ -105,8 +105,9 @@ def _own_nodes(func: Func) -> list[ast.AST]:
 
 
 # What a receiver names, where the step and the handler call the pipeline's
-# own objects: ``machine.handler.respond_now``, ``self.content.finish_cached``.
-RECEIVERS = {"handler": "Handler", "content": "ContentService"}
+# own objects: ``machine.handler.respond_now``, ``self.content.finish_cached``,
+# ``self.revalidations.start``.
+RECEIVERS = {"handler": "Handler", "content": "ContentService", "revalidations": "Revalidations"}
 
 
 def _callees(key: str, func: Func, every: dict[str, tuple[str, Func]]) -> set[str]:
@@ -207,11 +208,12 @@ def test_what_the_step_reaches_in_the_pipeline_is_synchronous() -> None:
     assert "handler.py:Handler.respond_now" in reached
     assert "content.py:ContentService.finish_cached" in reached
     assert "handler.py:Handler.followups" in reached
+    assert "handler.py:Revalidations.start" in reached
     assert "stages.py:SiteStage.step" in reached
     awaiting = sorted(key for key, (_, func) in reached.items() if _awaits(func))
     assert awaiting == []
     # Of trio: the clock, and the Event of a background revalidation the
-    # warm path starts without waiting for it (Handler._refresh: the
+    # warm path starts without waiting for it (Revalidations.start: the
     # request is answered from the entry meanwhile).
     uses = {key: _trio_uses(func) for key, (_, func) in reached.items()}
     assert {key: u for key, u in uses.items() if u - {"current_time", "Event"}} == {}

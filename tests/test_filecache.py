@@ -399,12 +399,13 @@ async def test_pooled_expired_entry_is_not_served_without_revalidation(
     async with pooled_server(cfg) as (srv, client):
         assert (await client.get("/hello.txt")).body == b"hello world\n"
         (root / "hello.txt").write_text("HELLO WORLD\n")
-        jobs, srv.handler._jobs = srv.handler._jobs, None
+        revalidations = srv.handler.revalidations
+        jobs, revalidations.jobs = revalidations.jobs, None
         await trio.sleep(1.5)
         hops = srv.fs.stats.submitted
         assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
         assert srv.fs.stats.submitted == hops + 1
-        srv.handler._jobs = jobs
+        revalidations.jobs = jobs
 
 
 def test_cli_options(root: Path) -> None:

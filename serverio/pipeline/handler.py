@@ -76,6 +76,7 @@ __all__ = [
     "Closable",
     "Content",
     "Handler",
+    "Revalidations",
     "client_gone",
     "prepare",
     "run_watched",
@@ -255,8 +256,7 @@ class Handler:
         self._cache = files if files.enabled else None
         self._inline = fs.inline
         self.content = content
-        self._refreshes: dict[str, trio.Event] = {}
-        self._jobs: trio.Nursery | None = None
+        self.revalidations = Revalidations(fs, files, opener)
         # The multipart boundaries of range answers: unguessable, and
         # distinct within the server's life.
         prefix = "serverio-" + secrets.token_hex(6)
@@ -303,12 +303,12 @@ class Handler:
         """
         lifetime = self.hooks.running
         async with self.content.running(), trio.open_nursery() as jobs:
-            self._jobs = jobs
+            self.revalidations.jobs = jobs
             try:
                 async with lifetime() if lifetime is not None else nullcontext():
                     yield
             finally:
-                self._jobs = None
+                self.revalidations.jobs = None
                 jobs.cancel_scope.cancel()
 
     # ------------------------------------------------------------ entry
@@ -380,7 +380,8 @@ class Handler:
             state = window_state(hit.entry.checked, mono, self.config.files.fs_cache_valid)
             if state != "expired":
                 if state == "refresh":
-                    self._refresh(hit)  # in the background; this request does not wait
+                    # In the background; this request does not wait.
+                    self.revalidations.start(hit)
                 files.hit()
                 prepared = serve_cached(hit, req, self.config, now, boundary)
                 memo = prepared.memo
@@ -485,7 +486,7 @@ class Handler:
             # started before this request arrived, which is not fresh enough
             # when the window is (nearly) 0; the second one, shared with
             # everyone who waited, starts after.
-            refreshed = self._refresh(hit)
+            refreshed = self.revalidations.start(hit)
             for last in (False, True):
                 if refreshed is None or mono - hit.entry.checked <= valid:
                     break
@@ -493,7 +494,7 @@ class Handler:
                 if last or files.get(hit.key) is not hit.entry:
                     break  # waited enough, or the file changed: resolve it afresh
                 if mono - hit.entry.checked > valid:
-                    refreshed = self._refresh(hit)
+                    refreshed = self.revalidations.start(hit)
             if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
                 return _cached(files, hit, req, self.config, now, boundary)
         # One hop: the revalidation of the candidate (if any) or the full
@@ -516,25 +517,40 @@ class Handler:
             return _cached(files, hit, req, self.config, now, boundary)
         return decide(res, req, self.config, now, boundary)
 
-    # ------------------------------------------------------------ revalidation
 
-    def _refresh(self, hit: CacheCandidate) -> trio.Event | None:
-        """Revalidate a cached file through the pool, once at a time; the
-        Event is set when done (None: no job nursery to run it in)."""
-        done = self._refreshes.get(hit.key)
-        if done is None and self._jobs is not None:
-            done = self._refreshes[hit.key] = trio.Event()
-            self._jobs.start_soon(self._run_refresh, hit.key, hit.entry, done)
+class Revalidations:
+    """The warm-file cache's revalidation jobs: one at a time per file,
+    through the ``fs`` pool, in the handler's job nursery (``jobs``, set
+    while the server runs; None: no job can start).  A request that finds
+    an entry expired waits for the one under way instead of hopping itself
+    (a stampede of hops becomes one ``stat``)."""
+
+    __slots__ = ("_done", "_files", "_fs", "_opener", "jobs")
+
+    def __init__(self, fs: Pool, files: FileCache, opener: Callable[[], ContainedRoot]) -> None:
+        self._fs = fs
+        self._files = files
+        self._opener = opener
+        self._done: dict[str, trio.Event] = {}
+        self.jobs: trio.Nursery | None = None
+
+    def start(self, hit: CacheCandidate) -> trio.Event | None:
+        """Revalidate ``hit``'s file unless that is under way; the Event is
+        set when done (None: no job nursery to run it in)."""
+        done = self._done.get(hit.key)
+        if done is None and self.jobs is not None:
+            done = self._done[hit.key] = trio.Event()
+            self.jobs.start_soon(self._run, hit.key, hit.entry, done)
         return done
 
-    async def _run_refresh(self, key: str, entry: CachedFile, done: trio.Event) -> None:
+    async def _run(self, key: str, entry: CachedFile, done: trio.Event) -> None:
         """Cancellation handling: a refresh cancelled at shutdown abandons its
         thread like any pooled call; the thread only stamps or drops the
         entry, so nothing needs closing.  Waiters are woken either way."""
         try:
             await run_blocking(
-                self.fs,
-                self.files.revalidate,
+                self._fs,
+                self._files.revalidate,
                 key,
                 entry,
                 self._opener().stat,
@@ -547,7 +563,7 @@ class Handler:
             # entry just expires and requests resolve the file themselves.
             log.exception("internal error while revalidating a cached file")
         finally:
-            del self._refreshes[key]
+            del self._done[key]
             done.set()
 
 
