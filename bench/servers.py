@@ -509,7 +509,7 @@ KINDS: dict[str, Kind] = {
 
 # The HTTP/2 workloads (bench/workloads.py): entries that speak only HTTP/2
 # here are restricted to them.
-H2_WORKLOADS = ("1k-h2", "64k-h2", "assets-h2", "8m-h2")
+H2_WORKLOADS = ("1k-h2", "64k-h2", "64k-h2-c256", "assets-h2", "8m-h2")
 # The wrk many-assets workloads (bench/workloads.py ASSETS_WORKLOADS).
 ASSETS_WORKLOADS = ("assets-c512", "assets-c4096")
 # The no-sidecar many-assets workloads and the reverse-proxy workloads

@@ -246,6 +246,17 @@ WORKLOADS: dict[str, Workload] = {
                 **_H2,
             ),
             Workload(
+                "64k-h2-c256",
+                "64 KiB over HTTP/2, h2load -c 256 -m 8: 2,048 streams in flight "
+                "(the output memory a server holds per stream)",
+                kind="h2load",
+                path="/64k.bin",
+                file="64k.bin",
+                connections=256,
+                streams=8,
+                **_H2,
+            ),
+            Workload(
                 "assets-h2",
                 f"many assets: {ASSET_COUNT} files of 1-48 KiB round robin, 16 clients with "
                 "one HTTP/2 connection each, 32 streams (h2load -c 16 -m 32)",

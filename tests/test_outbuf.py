@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from serverio.net import outbuf
-from serverio.net.outbuf import GROW_STEP, SPARE_MAX, OutBuffer
+from serverio.net.outbuf import GROW_STEP, MAP_FROM, SPARE_MAX, OutBuffer
 
 
 @pytest.fixture(autouse=True)
@@ -125,3 +126,25 @@ def test_a_spare_too_small_is_left_for_another() -> None:
     buf = OutBuffer()
     buf.add(b"t" * (4 * GROW_STEP))
     assert len(outbuf._spares) == 1 and len(buf.data) == 4 * GROW_STEP
+
+
+def test_a_large_capacity_is_a_mapping_and_keeps_its_bytes_when_it_grows() -> None:
+    """Below MAP_FROM the buffer is heap memory; from MAP_FROM on it is an
+    anonymous mapping (given back to the system when dropped), and the
+    pending bytes move with each growth."""
+    buf = OutBuffer()
+    kinds: list[type] = []
+    buf.add(b"h" * 100)
+    kinds.append(type(buf.data))
+    buf.add(b"m" * MAP_FROM)
+    kinds.append(type(buf.data))
+    assert len(buf.data) >= MAP_FROM + 100
+    buf.add(b"g" * (3 * GROW_STEP))
+    kinds.append(type(buf.data))
+    assert kinds == [bytearray, mmap.mmap, mmap.mmap]
+    with buf.view() as view:
+        assert view.tobytes() == b"h" * 100 + b"m" * MAP_FROM + b"g" * (3 * GROW_STEP)
+    start = buf.reserve(8)
+    buf.data[start : start + 8] = b"reserved"
+    with buf.view() as view:
+        assert view.tobytes().endswith(b"reserved")

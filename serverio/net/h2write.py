@@ -56,20 +56,41 @@ __all__ = [
     "FRAME_CHUNK",
     "IDLE_KEEP",
     "OUT_BUDGET",
+    "OUT_FLOOR",
     "OUT_HIGH",
+    "OUT_TOTAL",
     "ROUND_QUANTUM",
     "Pread",
     "Preadv",
     "Writer",
+    "busy_writers",
     "response_fields",
 ]
 
 ROUND_QUANTUM = 262144  # DATA bytes per stream per round at most (one read, <= 16 frames)
 OUT_BUDGET = 524288  # the writer stops filling DATA frames at this many pending bytes
+OUT_TOTAL = 16777216  # ... or at its share of this, shared by the busy writers
+OUT_FLOOR = 32768  # a busy writer's share is never below this (two frames)
 OUT_HIGH = 2 * OUT_BUDGET  # the reader stops reading while more than this waits to be written
 WRITE_PIECE = 524288  # bytes per socket write; the write deadline moves after each
 IDLE_KEEP = 16384  # bytes of output buffer capacity a connection with no stream keeps
 _END_STREAM, _DATA = 0x1, 0x0
+
+# Writers with output pending or bodies queued, process-wide (all on the
+# trio thread: a plain counter).  Filling stops at each one's share of
+# OUT_TOTAL (between OUT_FLOOR and OUT_BUDGET), so the memory the output
+# buffers hold stays near OUT_TOTAL x 2 (a buffer being written while the
+# other fills) however many connections are busy: 2,048 HTTP/2 streams of
+# 64 KiB on 256 connections held ~1.5 MiB per connection at the full
+# budget; a few busy connections still get the full budget, whose large
+# rounds and writes move large bodies fastest.
+_busy = [0]
+
+
+def busy_writers() -> int:
+    """How many writers have output pending or bodies queued now."""
+    return _busy[0]
+
 
 Pread = Callable[[int, int, int], bytes]
 Preadv = Callable[[int, list[memoryview], int], int]
@@ -107,6 +128,7 @@ class Writer:
     """
 
     __slots__ = (
+        "_busy",
         "_conn",
         "_credit",
         "_moved",
@@ -163,6 +185,7 @@ class Writer:
         self.closed = False
         self.reading = True
         self.broken = False  # the socket failed
+        self._busy = False  # counted in _busy
 
     # ------------------------------------------------------------ queueing
 
@@ -245,7 +268,7 @@ class Writer:
         self, st: Stream, source: Body, pieces: list[bytes | FileSpan], total: int
     ) -> None:
         """Queue ``st``'s body (its HEADERS are out); frame it at once when
-        it fits in one frame and the output is under OUT_BUDGET."""
+        it fits in one frame and the output is under its budget."""
         st.to(SENDING)
         st.fd = source.fd
         self.queue(st, pieces, total)
@@ -264,7 +287,7 @@ class Writer:
             self._credit = 0
         sending[st.sid] = st
         self.pull()
-        if total <= FRAME_CHUNK and len(self.out) < OUT_BUDGET:
+        if total <= FRAME_CHUNK and len(self.out) < self.budget():
             self._frame(st)
             self.pull()
         else:
@@ -302,15 +325,26 @@ class Writer:
 
     # ------------------------------------------------------------ framing
 
-    def _frame(self, st: Stream) -> int:
+    def _frame(self, st: Stream, room: int = ROUND_QUANTUM) -> int:
         """One round's DATA for ``st``: at most ROUND_QUANTUM bytes of one
-        body piece (one positional read), in frames; returns the bytes sent."""
+        body piece (one positional read), and no more than ``room`` (the
+        budget left; at least one frame's worth), in frames; returns the
+        bytes sent."""
         try:
             window = self.frames.window(st.sid)
         except h2.exceptions.ProtocolError:
             self.sending.pop(st.sid, None)
             return 0
         n = min(window, ROUND_QUANTUM)
+        if room < ROUND_QUANTUM + ROUND_QUANTUM // FRAME_CHUNK * FRAME_HEAD.size:
+            # The body bytes that fit in ``room`` with their frame heads;
+            # not less than a frame (or the body's rest) unless nothing is
+            # pending, so a full budget waits for the write, not for tiny
+            # frames.
+            fits = room - -(-room // (FRAME_CHUNK + FRAME_HEAD.size)) * FRAME_HEAD.size
+            if fits < min(FRAME_CHUNK, st.remaining, n) and self.out:
+                return 0
+            n = min(n, max(fits, 1))
         if n <= 0:
             if not self.reading:
                 # The client's side reached EOF: no WINDOW_UPDATE can come
@@ -434,19 +468,34 @@ class Writer:
             st.progress.set()
         return 0
 
+    def budget(self) -> int:
+        """The pending bytes at which filling stops: this writer's share of
+        OUT_TOTAL among the busy writers, within OUT_FLOOR..OUT_BUDGET."""
+        share = OUT_TOTAL // (_busy[0] or 1)
+        return OUT_BUDGET if share >= OUT_BUDGET else max(share, OUT_FLOOR)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            _busy[0] += 1 if busy else -1
+
     def _fill(self) -> None:
-        """DATA frames round-robin until OUT_BUDGET bytes are pending."""
+        """DATA frames round-robin until the budget's bytes are pending."""
         sending = self.sending
         conn = self._conn
         out = self.out
-        while sending and len(out) < OUT_BUDGET:
+        if sending:
+            self._set_busy(True)
+        budget = self.budget()
+        while sending and len(out) < budget:
             moved = False
             for st in list(sending.values()):
-                if len(out) >= OUT_BUDGET:
+                room = budget - len(out)
+                if room <= 0:
                     break
                 if st.sid not in sending:
                     continue
-                if self._frame(st):
+                if self._frame(st, room):
                     moved = True
                     out.add(conn.data_to_send())
                     if st.sid in sending:  # to the back of the queue
@@ -467,6 +516,8 @@ class Writer:
                 if not self.closed:
                     self._fill()
                 if not self.out:
+                    if not self.sending:
+                        self._set_busy(False)
                     if not self.reading and not self.streams:
                         return
                     if not self.streams:
@@ -504,3 +555,5 @@ class Writer:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.broken = True
             cancel.cancel()
+        finally:
+            self._set_busy(False)  # however the task ends (a cancel too)

@@ -14,20 +14,29 @@ nothing in flight keeps at most ``keep`` bytes of capacity); up to
 ``SPARE_MAX`` large buffers are kept process-wide for the next connection
 that needs one, so the memory they hold is bounded by
 ``SPARE_MAX`` x the largest buffer a connection can need.
+
+Capacities of ``MAP_FROM`` and more are anonymous mappings (``mmap``), not
+heap memory: a large buffer dropped goes back to the operating system at
+once, where the allocator would keep a freed heap block (and the process's
+RSS) after a burst of busy connections; the mapping costs a system call per
+growth, which happens a few times per busy connection, not per write.
 """
 
 from __future__ import annotations
 
-__all__ = ["GROW_STEP", "SPARE_MAX", "OutBuffer"]
+import mmap
+
+__all__ = ["GROW_STEP", "MAP_FROM", "SPARE_MAX", "OutBuffer"]
 
 GROW_STEP = 65536  # bytes: the capacity grows in steps of this
 SPARE_MAX = 16  # large buffers kept for reuse, process-wide
+MAP_FROM = 131072  # capacities from here on are anonymous mappings (mmap)
 
 # Large buffers given back by idle connections (shrink), taken again by
 # the next one that needs room (_room): a connection that serves one large
 # body after another does not zero-fill and copy its buffers each time.
 # All of it runs on the trio thread, so a plain list needs no lock.
-_spares: list[bytearray] = []
+_spares: list[bytearray | mmap.mmap] = []
 
 
 class OutBuffer:
@@ -43,7 +52,7 @@ class OutBuffer:
     __slots__ = ("data", "size")
 
     def __init__(self) -> None:
-        self.data = bytearray()
+        self.data: bytearray | mmap.mmap = bytearray()
         self.size = 0
 
     def __len__(self) -> int:
@@ -62,7 +71,13 @@ class OutBuffer:
                 spare[: self.size] = memoryview(self.data)[: self.size]
                 self.data = spare
                 return
-        self.data += bytes(-(-end // GROW_STEP) * GROW_STEP - have)
+        cap = -(-end // GROW_STEP) * GROW_STEP
+        if cap < MAP_FROM and isinstance(self.data, bytearray):
+            self.data += bytes(cap - have)
+            return
+        grown = mmap.mmap(-1, cap)
+        grown[: self.size] = memoryview(self.data)[: self.size]
+        self.data = grown
 
     def add(self, chunk: bytes | bytearray | memoryview) -> None:
         """Append ``chunk``."""
