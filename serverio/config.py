@@ -76,6 +76,7 @@ __all__ = [
     "check_declared",
     "declared",
     "field_path",
+    "hide_glob_ok",
     "listener_http2",
     "normal_route",
     "parse_host_port",
@@ -611,6 +612,11 @@ class H2Policy:
         return self
 
 
+def hide_glob_ok(glob: str) -> bool:
+    """Is ``glob`` a usable ``--hide`` glob (non-empty, relative, no NUL)?"""
+    return bool(glob) and "\x00" not in glob and not glob.startswith("/") and len(glob) <= 1024
+
+
 @dataclass(frozen=True, slots=True)
 class FilesPolicy:
     """Which files are served and how (serverio.fs, the file decisions of http.core)."""
@@ -729,15 +735,21 @@ class FilesPolicy:
         kind="list",
         metavar="GLOB",
     )
+    # [[hide]] (TOML): (folder path glob or "" for every folder, (glob, ...)):
+    # the globs, as --hide's, left out only of the listings of the folders
+    # the path glob matches (checked by serverio.ops.tomlconfig, compiled
+    # by serverio.fs.hide).
+    hide_tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def validate(self) -> FilesPolicy:
         """Check the file options (ConfigError naming the option)."""
         check_declared(self)
         for glob in self.hide:
-            if not glob or "\x00" in glob or glob.startswith("/") or len(glob) > 1024:
+            if not hide_glob_ok(glob):
                 raise ConfigError(f"--hide {glob!r} must be a non-empty relative glob")
-        if len(self.hide) > 256:
-            raise ConfigError(f"--hide: at most 256 globs, got {len(self.hide)}")
+        total = len(self.hide) + sum(len(names) for _, names in self.hide_tables)
+        if total > 256:
+            raise ConfigError(f"--hide and [[hide]]: at most 256 globs, got {total}")
         for name in self.index:
             if not name or "/" in name or name in (".", "..") or "\x00" in name:
                 raise ConfigError(f"--index {name!r} must be a plain file name")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,9 +30,12 @@ __all__ = [
     "ARTIFACTS",
     "AXE_JS",
     "CHROMIUM",
+    "LIVE_STREAM_OPEN",
     "axe_violations",
+    "browser_test",
     "in_browser",
     "needs_browser",
+    "poll",
     "shot",
 ]
 
@@ -67,15 +71,28 @@ needs_browser = [
     pytest.mark.skipif(_pw is None, reason="playwright is not installed (the [test] extra)"),
 ]
 
+# The live-reload script's state (serverio/live/script.py): its event
+# stream is open in the current document.  Browser tests that edit a file
+# wait for it: an edit before is published to no stream of that page.
+LIVE_STREAM_OPEN = "!!(window.__serverioLiveReload && window.__serverioLiveReload.connected)"
+
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _run(work: Callable[[Any], T]) -> T:
+def browser_test(fn: F) -> F:
+    """:data:`needs_browser` on one test (a module of other tests)."""
+    for mark in needs_browser:
+        fn = mark(fn)
+    return fn
+
+
+def _run(work: Callable[[Any], T], args: tuple[str, ...]) -> T:
     assert _pw is not None and CHROMIUM is not None
     with _pw.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic"],
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", *args],
         )
         try:
             return work(browser)
@@ -83,12 +100,25 @@ def _run(work: Callable[[Any], T]) -> T:
             browser.close()
 
 
-async def in_browser(work: Callable[[Any], T], limit: float = 120) -> T:
-    """Run ``work(browser)`` (a Playwright ``Browser``) in a worker thread;
-    the trio loop keeps serving meanwhile.  Past ``limit`` seconds the test
-    fails (the thread is abandoned; Playwright's own 30 s step timeouts end it)."""
+async def in_browser(work: Callable[[Any], T], limit: float = 120, args: tuple[str, ...] = ()) -> T:
+    """Run ``work(browser)`` (a Playwright ``Browser``, launched with the
+    extra command-line ``args``) in a worker thread; the trio loop keeps
+    serving meanwhile (``trio.from_thread`` reaches it from ``work``).
+    Past ``limit`` seconds the test fails (the thread is abandoned;
+    Playwright's own 30 s step timeouts end it)."""
     with trio.fail_after(limit):
-        return await trio.to_thread.run_sync(_run, work, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(_run, work, args, abandon_on_cancel=True)
+
+
+def poll(predicate: Callable[[], object], limit: float = 5.0, what: str = "") -> None:
+    """In ``work``'s thread: wait (real seconds, at most ``limit``) until
+    ``predicate()`` is true: a page's or the server's state that has no
+    event to wait on (the server's counters are read, never changed)."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {limit} s: {what or predicate}")
+        time.sleep(0.02)
 
 
 def shot(page: Any, name: str) -> Path:

@@ -93,6 +93,14 @@ async def test_three_files_survive_a_dropped_network_and_a_reload(tmp_path: Path
             # Mid-way: nothing at any target name, the parts on disk hidden.
             seen["early"] = sorted(p.name for p in target.iterdir())
             seen["progress"] = {n: _progress_of(page, n) for n in files}
+            # The total: one bar over every file's bytes, and a summary.
+            seen["total"] = page.evaluate(
+                """() => { const b = document.querySelector('.uploads > p > progress');
+                   const rows = [...document.querySelectorAll('.uploads ul li progress')];
+                   return [b.value, b.max, b.getAttribute('aria-label'),
+                           b.parentElement.querySelector('span').textContent,
+                           rows.reduce((s, r) => s + r.value, 0)] }"""
+            )
             # The upload panel mid-way (rows, bars, buttons): axe-core finds
             # nothing serious or critical; a screenshot for the artefacts.
             seen["axe"] = axe_violations(page)
@@ -129,6 +137,12 @@ async def test_three_files_survive_a_dropped_network_and_a_reload(tmp_path: Path
     assert not [n for n in seen["early"] if not n.startswith(".")], seen["early"]
     assert any(n.startswith(".serverio-tmp-up-") for n in seen["early"])
     assert 0 < seen["progress"]["big.bin"] < len(files["big.bin"])
+    # In parallel: every file had bytes on their way when the network dropped.
+    assert all(v > 0 for v in seen["progress"].values()), seen["progress"]
+    value, top, label, summary, rows = seen["total"]
+    assert top == sum(len(d) for d in files.values()) and label == "All uploads"
+    assert value == rows > 0  # the sum of the rows' bars, read at once
+    assert summary.endswith(" \u00b7 3 of 3 left"), summary
     assert seen["axe"] == [], seen["axe"]
     assert "beforeunload" in seen["dialogs"]
     assert any("big.bin" in p for p in seen["pending"]), seen["pending"]

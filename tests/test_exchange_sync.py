@@ -60,9 +60,16 @@ AWAITING = {
         "ContentService._scan",
         "ContentService._rendered",
     },
-    # The recursive search (?q=): part of the Listing need's fulfilment,
-    # awaited by ContentService._listing only.
-    "search.py": {"search"},
+    # The recursive search (?q=): its first hop is part of the Listing
+    # need's fulfilment (ContentService._search awaits prime); the rest is
+    # a streamed body's source, pulled by the transport (the streamed-body
+    # seam, like an archive's).
+    "search.py": {
+        "SearchStream.prime",
+        "SearchStream.next_chunk",
+        "SearchStream._step",
+        "SearchStream._render",
+    },
 }
 
 Func = ast.FunctionDef | ast.AsyncFunctionDef

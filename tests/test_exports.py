@@ -122,6 +122,7 @@ PUBLIC: dict[str, tuple[str, ...] | None] = {
         "check_declared",
         "declared",
         "field_path",
+        "hide_glob_ok",
         "listener_http2",
         "normal_route",
         "parse_host_port",

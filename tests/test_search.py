@@ -55,20 +55,24 @@ def test_hide_rules_by_name_and_by_path() -> None:
     assert not HideRules(()).active
 
 
-async def test_search_finds_below_in_natural_order_as_html_json_and_text(tree: Path) -> None:
+async def test_search_finds_below_folder_by_folder_as_html_json_and_text(tree: Path) -> None:
     async with memory_connection(make_config(tree)) as (client, _, _):
-        doc = json.loads((await client.get("/docs/?q=report&format=json")).body)
+        r = await client.get("/docs/?q=report&format=json")
+        assert r.header("transfer-encoding") == "chunked" and r.header("etag") is None
+        doc = json.loads(r.body)
         names = [e["name"] for e in doc["entries"]]
-        # Below /docs/ only, dotfiles left out, the loop entered once.
+        # Below /docs/ only, dotfiles left out, the loop entered once;
+        # streamed as found: breadth first, each batch in natural order.
         assert names == [
-            "deep/er/Report final.PDF",
             "report_2.pdf",
             "report_10.pdf",
             "reports",
             "tmp/report.tmp",
+            "deep/er/Report final.PDF",
         ]
         assert doc["q"] == "report" and doc["truncated"] is False and doc["visited"] > 5
-        assert doc["entries"][0]["href"] == "./deep/er/Report%20final.PDF"
+        assert doc["stopped"] is None and doc["path"] == "/docs/"
+        assert doc["entries"][-1]["href"] == "./deep/er/Report%20final.PDF"
         glob = json.loads((await client.get("/?q=*.pdf&format=json")).body)
         assert "private/report-salaries.pdf" in [e["name"] for e in glob["entries"]]
         text = await client.get("/docs/?q=report_", "Accept: text/plain\r\n")
@@ -108,9 +112,18 @@ async def test_the_search_stops_at_its_entry_bound_and_says_so(tmp_path: Path) -
     async with memory_connection(cfg) as (client, _, _):
         doc = json.loads((await client.get("/?q=file&format=json")).body)
         assert doc["truncated"] is True and doc["visited"] <= 50
+        assert doc["stopped"] == "entries"
         assert 0 < len(doc["entries"]) <= 50
         page = await client.get("/?q=file", "Accept: text/html\r\n")
-        assert b"The search stopped at its bounds" in page.body
+        assert b"The search stopped at --search-max-entries" in page.body
+        assert page.body.endswith(b"</html>\n")
+        text = await client.get("/?q=file", "Accept: text/plain\r\n")
+        assert text.body.endswith(
+            b"\n\n# search stopped at --search-max-entries (50 entries looked at)\n"
+        )
+    async with memory_connection(make_config(root, listing_max_entries=7)) as (client, _, _):
+        doc = json.loads((await client.get("/?q=file&format=json")).body)
+        assert doc["stopped"] == "results" and len(doc["entries"]) == 7
     async with memory_connection(make_config(root)) as (client, _, _):
         doc = json.loads((await client.get("/?q=file&format=json")).body)
         assert doc["truncated"] is False and len(doc["entries"]) == 400
@@ -144,7 +157,7 @@ async def test_the_search_stops_at_its_time_bound_and_hostile_queries_stay_text(
 ) -> None:
     async with memory_connection(make_config(tree, search_time=1e-6)) as (client, _, _):
         doc = json.loads((await client.get("/?q=report&format=json")).body)
-        assert doc["truncated"] is True and doc["entries"] == []
+        assert doc["truncated"] is True and doc["stopped"] == "time"
     async with memory_connection(make_config(tree)) as (client, _, _):
         q = "%3Cscript%3Ealert(1)%3C%2Fscript%3E%22%27"
         page = await client.get(f"/?q={q}", "Accept: text/html\r\n")

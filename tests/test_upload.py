@@ -191,7 +191,8 @@ async def test_without_upload_writes_are_405_and_the_read_path_has_no_step(root:
     assert on.handler.write is not None
     async with memory_connection(upload_config(root), server=on) as (client, _srv, _):
         options = await client.get("/hello.txt", method="OPTIONS")
-        assert options.header("allow") == "GET, HEAD, OPTIONS, PUT, DELETE, POST"
+        # MOVE: the page's rename and move (serverio.app.pagewrites).
+        assert options.header("allow") == "GET, HEAD, OPTIONS, PUT, DELETE, POST, MOVE"
         post = b"POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx"
         status, hs, _ = await request(client, post)
         assert status == 405 and hs["allow"] == "GET, HEAD, OPTIONS, PUT, DELETE, POST"

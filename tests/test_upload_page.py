@@ -16,6 +16,7 @@ from serverio.http.listing import (
     LISTING_UPLOAD_CSP,
     Entry,
     ListingQuery,
+    listing_csp,
     render_html,
 )
 from serverio.site.passwords import hash_password
@@ -62,7 +63,11 @@ async def test_the_listing_shows_the_form_with_upload_and_not_without(root: Path
     async with memory_connection(upload_config(root)) as (client, _srv, _):
         r = await client.get("/noindex/")
         assert r.status == 200 and FORM in r.body.decode()
-        assert r.header("content-security-policy") == LISTING_UPLOAD_CSP.decode()
+        # The uploader's hash, the rows' actions' and the selection's.
+        assert (
+            r.header("content-security-policy")
+            == listing_csp(True, False, True, select=True).decode()
+        )
         j = await client.get("/noindex/?format=json")
         assert b"form" not in j.body
     async with memory_connection(make_config(root)) as (client, _srv, _):
@@ -105,11 +110,16 @@ async def test_under_an_auth_rule_the_form_needs_the_credentials(
 
 async def test_no_form_with_webdav_and_its_post_is_405(root: Path) -> None:
     """With --webdav the form is off (its POST is not a DAV method: the
-    WebDAV locks would not guard it); a POST goes the read path."""
+    WebDAV locks would not guard it); a POST goes the read path.  The
+    rows' actions stay (WebDAV's own MOVE and DELETE)."""
     cfg = upload_config(root, webdav=True)
     async with memory_connection(cfg) as (client, _srv, _):
         r = await client.get("/noindex/")
-        assert r.status == 200 and FORM not in r.body.decode()
-        assert r.header("content-security-policy") == LISTING_CSP.decode()
+        assert r.status == 200 and FORM not in r.body.decode() and MKDIR not in r.body.decode()
+        assert '<table data-may="delete overwrite">' in r.body.decode()
+        assert (
+            r.header("content-security-policy")
+            == listing_csp(False, False, True, select=True).decode()
+        )
         post = await client.get("/noindex/", method="POST")
         assert post.status == 405

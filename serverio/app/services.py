@@ -33,6 +33,7 @@ from ..fs.filecache import FileCache
 from ..fs.mounts import LazyRoot
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
+from ..http.listing import Entry, PageRights
 from ..net.connection import ConnectionTask
 from ..net.env import ConnectionEnv, Switched
 from ..net.order import ServeOrder
@@ -44,6 +45,7 @@ from ..pipeline.content import ContentService
 from ..pipeline.handler import Handler
 from ..pipeline.hooks import NO_HOOKS, Hooks
 from ..wire.h1 import keep_spellings
+from .pagewrites import Offer, offered, page_moves, with_share
 
 if TYPE_CHECKING:
     from ..dav.service import DavService
@@ -137,9 +139,9 @@ class Services:
             # --upload: the write step, with a pool of its own.
             self.uploads = Uploads(config, self.stats, self._root, self.files)
             self.pools.append(self.uploads.pool)
-            # The listing shows the upload form (without site rules the
+            # The listing shows the write controls (without site rules the
             # whole root is writable; _site() puts the access hook here).
-            self.content.writable = _always
+            self.content.rights = offered(False, None)
             self.hooks = dataclasses.replace(
                 self.hooks,
                 write=self.uploads.write,
@@ -148,6 +150,9 @@ class Services:
             )
             if config.uploads.webdav:
                 self._webdav(config, self.uploads)
+            else:
+                # The page's rename, move and folder delete (serverio.app.pagewrites).
+                self.hooks = page_moves(config, self._root, self.files, self.uploads, self.hooks)
             self._resumable(config, self.uploads)
         if config.content.archives:
             from ..archive.service import Archives
@@ -217,8 +222,9 @@ class Services:
                 self.hooks, write=dav.write, write_methods=DAV_METHODS, allow=dav.allow
             )
             # No upload form with --webdav: its POST is not one of the
-            # DAV methods, so WebDAV's locks would not guard it.
-            self.content.writable = None
+            # DAV methods, so WebDAV's locks would not guard it.  The rows'
+            # actions are DAV's MOVE and DELETE.
+            self.content.rights = offered(True, None)
         else:
             # --webdav-prefix: the DAV methods under it, the uploads'
             # (and their form) elsewhere (DavService.takes).
@@ -229,7 +235,7 @@ class Services:
                 write_takes=dav.takes,
                 allow=dav.allow,
             )
-            self.content.writable = _outside(dav, _always)
+            self.content.rights = offered(True, dav.at_dav)
 
     def _site(self) -> None:
         """Site rules, compiled once; ``env.site`` stays None (never
@@ -267,10 +273,14 @@ class Services:
             site.proxied = self.proxy.match  # no core 405/404 for a proxied path
         # Their threads are waited for, then abandoned, like the others.
         self.pools += [site.auth_pool, site.page_pool]
-        if self.uploads is not None and self.dav is None:
-            self.content.writable = site.may_write  # the form only where writes are allowed
-        elif self.dav is not None and self.config.uploads.webdav_prefix is not None:
-            self.content.writable = _outside(self.dav, site.may_write)
+        offer = self.content.rights
+        if site.login is not None:
+            offer = with_share(offer)  # the login feature's share links, from the page
+        rules = site.rules
+        if offer is not None and (rules.auth or rules.access or rules.writable or site.login):
+            # Each control only where the access hook allows its right
+            # (rules that decide nothing of it leave the offer as it is).
+            self.content.rights = _asked(site, offer)
         if site.rules.auth or site.rules.access:
             # Access rules reach listed names and event paths too.
             self.content.visible = site.visible_entries
@@ -358,18 +368,12 @@ def _both(first: Running | None, second: Running) -> Running:
     return running
 
 
-def _outside(
-    dav: DavService, writable: Callable[[RequestFacts], bool]
-) -> Callable[[RequestFacts], bool]:
-    """The upload form's test with ``--webdav-prefix``: never under the
-    prefix (its POST is no DAV method), ``writable`` elsewhere."""
+def _asked(site: Site, offer: Offer) -> Offer:
+    """The page's rights: what the write features ``offer``, each where
+    the site's access hook allows it (serverio.site.pagerights)."""
+    from ..site.pagerights import page_rights
 
-    def test(req: RequestFacts) -> bool:
-        return not dav.at_dav(req.target.segments) and writable(req)
+    def rights(req: RequestFacts, entries: list[Entry]) -> PageRights:
+        return page_rights(site, req, entries, offer(req, entries))
 
-    return test
-
-
-def _always(req: RequestFacts) -> bool:
-    """Every listed directory is writable (``--upload`` without site rules)."""
-    return True
+    return rights

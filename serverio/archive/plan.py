@@ -11,24 +11,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import parse_qsl
 
-from ..errors import HTTPError
+from ..errors import HTTPError, Problem
 from ..http.core import Plan, RequestFacts, common_fields
 from ..http.disposition import content_disposition
 from ..http.negotiate import parse_query
 
 __all__ = [
     "FORMATS",
+    "NAME_KEY",
     "QUERY_KEY",
+    "SELECT_MAX",
     "Bounds",
     "Member",
     "archive_format",
     "archive_name",
     "archive_plan",
     "check_bounds",
+    "missing_name",
+    "selected_names",
 ]
 
 QUERY_KEY: Final = "archive"
+
+# A selection (the listing page's "Download selected"): ?archive=zip&name=A
+# &name=B, each a name of the folder's listing; at most SELECT_MAX of them
+# (docs/reference/selection.md).  The request target's own bound (8 KiB)
+# usually ends a longer selection first: the page then asks for the whole
+# folder when every row is selected.
+NAME_KEY: Final = "name"
+SELECT_MAX: Final = 1000
+# A separator or NUL can never be part of one name in a folder (and "\\"
+# is one on Windows): such a "name" asks for something below or above.
+_NOT_IN_A_NAME: Final = ("/", "\\", "\0")
 
 # format -> (media type, file name suffix).  application/gzip: RFC 6713.
 FORMATS: Final[dict[str, tuple[bytes, str]]] = {
@@ -69,6 +85,65 @@ def archive_format(query: str | None) -> str | None:
     if value not in FORMATS:
         raise HTTPError(400, "unknown archive format")
     return value
+
+
+def _refused(name: str, rule: str) -> HTTPError:
+    shown = name if len(name) <= 80 else name[:80] + "\u2026"
+    return HTTPError(
+        400,
+        f"selection: {rule}",
+        problem=Problem(f"Not a name in this folder ({rule}): {shown!r}", (("name", shown),)),
+    )
+
+
+def selected_names(query: str | None) -> frozenset[str] | None:
+    """The names an archive request selects (``name``, repeated), or None
+    when it selects none (the whole folder).
+
+    Each value is percent-decoded once (UTF-8; a byte that is not UTF-8
+    stays the name's byte, ``surrogateescape``, as listed names are), and
+    must be one name of this folder: not empty, not ``.`` or ``..``, without
+    ``/``, ``\\`` or NUL (an encoded ``%2F`` decodes to ``/``: refused too).
+    A 400 names the rule; past :data:`SELECT_MAX` names, a 400 names the
+    limit.  Whether each name is in the folder's listing (for this client:
+    hidden, ``--hide`` and the access hook applied) is the walk's question
+    (:func:`serverio.archive.stream.walk`); repeats count once."""
+    if not query or NAME_KEY not in query:
+        return None
+    values = [
+        v
+        for k, v in parse_qsl(query, keep_blank_values=True, errors="surrogateescape")
+        if k == NAME_KEY
+    ]
+    if not values:
+        return None
+    if len(values) > SELECT_MAX:
+        raise HTTPError(
+            400,
+            "selection over its limit",
+            problem=Problem(
+                f"At most {SELECT_MAX} names in one selection; {len(values)} were sent.",
+                (("limit", SELECT_MAX), ("names", len(values))),
+            ),
+        )
+    for name in values:
+        if name in ("", ".", ".."):
+            raise _refused(name, "empty, . or ..")
+        if any(c in name for c in _NOT_IN_A_NAME):
+            raise _refused(name, "a separator or NUL")
+    return frozenset(values)
+
+
+def missing_name(name: str) -> HTTPError:
+    """The 404 of a selected name the folder's listing does not show this
+    client (absent, hidden, ``--hide``, a symlink out of the root, no
+    right): one answer for all, so it tells no more than the listing."""
+    shown = name if len(name) <= 80 else name[:80] + "\u2026"
+    return HTTPError(
+        404,
+        "selection: a name not in the listing",
+        problem=Problem(f"Not in this folder's listing: {shown!r}", (("name", shown),)),
+    )
 
 
 def archive_name(segments: tuple[str, ...], root_name: str) -> str:

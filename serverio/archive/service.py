@@ -3,8 +3,10 @@
 
 A GET or HEAD the handler resolved to a directory listing, with
 ``?archive=`` in its query, is answered here instead of the listing page:
-the format is checked (400 for an unknown one), the members walked (413
-past the bounds), and the answer is the plan of
+the format is checked (400 for an unknown one), a selection's names
+(``&name=``, :func:`~serverio.archive.plan.selected_names`: 400 for a
+name that is not one, 404 for one the listing does not show), the members
+walked (413 past the bounds), and the answer is the plan of
 :func:`serverio.archive.plan.archive_plan` with an
 :class:`~serverio.archive.stream.ArchiveStream` as its body.  The
 directory itself went through the pipeline's checks already (the hidden
@@ -27,7 +29,7 @@ from ..http.negotiate import parse_query
 from ..model import Opened, Prepared
 from ..pipeline.content import ContentService
 from ..pipeline.hooks import ListingView
-from .plan import QUERY_KEY, Bounds, archive_format, archive_name, archive_plan
+from .plan import QUERY_KEY, Bounds, archive_format, archive_name, archive_plan, selected_names
 from .stream import ArchiveStream, walk
 
 __all__ = ["Archives"]
@@ -62,6 +64,7 @@ class Archives(ListingView):
         try:
             fmt = archive_format(req.target.query)
             assert fmt is not None  # takes() saw the key
+            only = selected_names(req.target.query)  # 400 before any I/O
             top = OwnedFd(prepared.take_fd())
             opener = self.opener()
             visible = self.content.visible
@@ -74,7 +77,9 @@ class Archives(ListingView):
                 self.bounds,
                 visible,
                 prepared.real,
-                hide_rules(self.config.files.hide),
+                hide_rules(self.config.files.hide, self.config.files.hide_tables),
+                only,
+                self.config.content.listing_max_entries,
             )
             segments = req.target.segments
             name = archive_name(segments, self.root_name)

@@ -29,7 +29,7 @@ from ..http.core import RequestFacts
 from ..http.listing import Entry
 from ..model import BodyCut, errno_reason
 from ..model.reasons import reason_status
-from .plan import Bounds, Member, check_bounds
+from .plan import Bounds, Member, check_bounds, missing_name
 from .tarenc import TarEncoder
 from .walk import close_opened, close_read, open_member, read_span, scan_at
 from .zipenc import ZipEncoder, encode_name
@@ -57,6 +57,38 @@ class ArchiveCut(BodyCut):
     failed = True
 
 
+def _selected(entries: list[Entry], only: frozenset[str]) -> list[Entry]:
+    """The entries ``only`` names; a 404 for the first name (in sorted
+    order, so the answer is the same whatever the scan order) not among
+    them."""
+    kept = [e for e in entries if e.name in only]
+    if len(kept) != len(only):
+        missing = sorted(only - {e.name for e in kept})
+        raise missing_name(missing[0])
+    return kept
+
+
+def _add_members(
+    members: list[Member], rel: tuple[str, ...], entries: list[Entry], resolving: bool
+) -> tuple[list[tuple[str, ...]], int]:
+    """Append one directory's entries (names sorted) to ``members``; its
+    subdirectories and the bytes of its files.  ``resolving`` (auth
+    rules): each member keeps where it leads, checked again when opened."""
+    subdirs: list[tuple[str, ...]] = []
+    size = 0
+    for entry in sorted(entries, key=lambda e: e.name):
+        path = (*rel, entry.name)
+        mtime = float(entry.mtime or 0)
+        led = entry.real if resolving else False
+        if entry.is_dir:
+            members.append(Member(path, True, 0, mtime, led))
+            subdirs.append(path)
+        else:
+            members.append(Member(path, False, entry.size, mtime, led))
+            size += entry.size
+    return subdirs, size
+
+
 async def walk(
     fs: Pool,
     opener: ContainedRoot,
@@ -67,6 +99,8 @@ async def walk(
     visible: Visible | None,
     top_real: str | None = None,
     hide: HideRules = NO_HIDE,
+    only: frozenset[str] | None = None,
+    top_limit: int = 0,
 ) -> list[Member]:
     """The members under the requested directory (``top``: its descriptor,
     released here): each directory's entries (names sorted, directories
@@ -81,9 +115,13 @@ async def walk(
     where the top directory's own resolution led, None: no link), and
     that target is checked again when the member is opened.
 
-    Cancellation handling: each scan is a pooled call (abandoned threads
-    close their own directory descriptors); ``top`` is released in every
-    case.
+    ``only`` (a selection, :func:`~serverio.archive.plan.selected_names`):
+    the top members are these names, each an entry the listing shows this
+    client (else a 404), a folder with what it holds; the top scan reads
+    up to ``top_limit`` entries (the listing's bound) for them.
+
+    Cancellation handling: each scan is a pooled call (abandoned threads close
+    their own directory descriptors); ``top`` is released in every case.
     """
     base = req.target.segments
     top_led: str | bool | None = False if visible is None else top_real
@@ -100,6 +138,7 @@ async def walk(
         try:
             if first:
                 first = False
+                left = left if only is None else max(left, top_limit)
                 try:
                     scan = await run_blocking(
                         fs, scan_listing, top, opener, relpath, hidden, left, top_led
@@ -123,17 +162,10 @@ async def walk(
             entries = visible(req, segs, entries)
         if hide.active:  # --hide: left out of archives (still served by URL)
             entries = [e for e in entries if not hide.hides(relpath, e.name)]
-        subdirs: list[tuple[str, ...]] = []
-        for entry in sorted(entries, key=lambda e: e.name):
-            path = (*rel, entry.name)
-            mtime = float(entry.mtime or 0)
-            led = False if visible is None else entry.real
-            if entry.is_dir:
-                members.append(Member(path, True, 0, mtime, led))
-                subdirs.append(path)
-            else:
-                members.append(Member(path, False, entry.size, mtime, led))
-                total += entry.size
+        if only is not None and not rel:
+            entries = _selected(entries, only)
+        subdirs, size = _add_members(members, rel, entries, visible is not None)
+        total += size
         check_bounds(len(members), total, bounds)
         pending.extend(reversed(subdirs))
     return members

@@ -61,7 +61,7 @@ from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..site.rules import match_path
-from ..upload.decide import REFUSAL_STATUS, errno_status
+from ..upload.decide import REFUSAL_STATUS, errno_status, refusal_problem
 from ..upload.resolved import Resolving, resolved_target
 from ..upload.service import ALLOW_WRITES, CommitGate, Uploads
 from . import methods
@@ -201,7 +201,9 @@ class DavService(DavBase):
         try:
             return await step(req, content, now, admit)
         except WriteRefused as exc:
-            return error_plan(REFUSAL_STATUS[exc.refusal.value], now)
+            # The reason said as the uploads say it (a refused name names its rule).
+            value = exc.refusal.value
+            return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
         except TreeTooLarge:
             return error_plan(403, now)  # over --webdav-max-tree: nothing was changed
         except PoolSaturated:
@@ -496,7 +498,7 @@ class _Listing:
                 self.scan.close()
                 self.scan = None
                 continue
-            hide = hide_rules(svc.config.files.hide)
+            hide = hide_rules(svc.config.files.hide, svc.config.files.hide_tables)
             if hide.active:  # --hide: not a member of a listing (still served by URL)
                 batch = [f for f in batch if not hide.hides(self.scan_path, f.name)]
             chunk = b"".join(self._responses(batch))

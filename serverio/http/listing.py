@@ -32,6 +32,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from .pageassets import (
+    ACTIONS_SCRIPT,
+    ACTIONS_SOURCE,
     HEAD_SCRIPT,
     LISTING_CSP,
     LISTING_UPLOAD_CSP,
@@ -43,17 +45,31 @@ from .pageassets import (
     sha256_source,
 )
 from .readme import Readme, render_readme
+from .selection import (
+    SELECT_SCRIPT,
+    SELECT_SOURCE,
+    TOOLS_ASSET,
+    TOOLS_QUERY,
+    TOOLS_SOURCE,
+    TOOLS_STYLE_SOURCE,
+)
 from .target import quote_segment
 
 __all__ = [
+    "ALL_RIGHTS",
     "FILTER_MAX",
     "FORMATS",
     "LISTING_CSP",
     "LISTING_UPLOAD_CSP",
+    "NO_RIGHTS",
+    "SEARCH_STOPS",
+    "SEARCH_TYPES",
     "SORT_KEYS",
     "Entry",
+    "Hit",
     "Listing",
     "ListingQuery",
+    "PageRights",
     "entries_digest",
     "filter_entries",
     "json_text",
@@ -66,8 +82,11 @@ __all__ = [
     "render_html",
     "render_json",
     "render_listing",
-    "render_search",
     "render_text",
+    "search_format",
+    "search_head",
+    "search_rows",
+    "search_tail",
     "shown_name",
     "sort_entries",
     "text_line",
@@ -94,6 +113,86 @@ class Entry:
     real: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PageRights:
+    """What a listing page offers its reader: the access hook's answers
+    for this request (:func:`serverio.site.pagerights.page_rights`), on
+    the listed folder (``upload``: the upload form and its script;
+    ``mkdir``: the new-folder form; ``share``: a signed-in reader's share
+    links of its entries) and on its entries (``delete``: the per-row
+    delete, rename and move, which all remove the name where it is).
+    ``odd``: the names whose delete right is not ``delete`` (each row then
+    carries its own).  ``overwrite``: the text editor's save, on the
+    entries it opens (:mod:`serverio.http.selection`), with its own odd
+    names (``odd_overwrite``).  A control is shown only with its right;
+    the server still decides every request the page makes."""
+
+    upload: bool = False
+    mkdir: bool = False
+    delete: bool = False
+    odd: frozenset[str] = frozenset()
+    share: bool = False
+    overwrite: bool = False
+    odd_overwrite: frozenset[str] = frozenset()
+
+    @property
+    def any(self) -> bool:
+        return self.upload or self.mkdir or self.rows or self.edits
+
+    @property
+    def edits(self) -> bool:
+        """May some entry be overwritten (the editor's Edit buttons)?"""
+        return self.overwrite or bool(self.odd_overwrite)
+
+    @property
+    def selects(self) -> bool:
+        """Has the selection's script something to offer beyond the
+        archives (a delete, an edit)?"""
+        return self.delete or bool(self.odd) or self.edits
+
+    @property
+    def rows(self) -> bool:
+        """Has some row an action (the rows' actions script)?"""
+        return self.delete or bool(self.odd) or self.share
+
+    def tokens(self) -> str:
+        """The folder's rights as the page's ``data-may`` tokens."""
+        names = (
+            ("upload", self.upload),
+            ("mkdir", self.mkdir),
+            ("delete", self.delete),
+            ("share", self.share),
+            ("overwrite", self.overwrite),
+        )
+        return " ".join(word for word, has in names if has)
+
+    def row_tokens(self, name: str) -> str | None:
+        """A row's own ``data-may`` tokens when its entry's delete or
+        overwrite right differs from the folder's (None: the folder's
+        apply).  A row's tokens replace the folder's for that row."""
+        odd, odd_w = name in self.odd, name in self.odd_overwrite
+        if not odd and not odd_w:
+            return None
+        names = (
+            ("delete", self.delete != odd),
+            ("share", self.share),
+            ("overwrite", self.overwrite != odd_w),
+        )
+        return " ".join(word for word, has in names if has)
+
+    def key(self) -> bytes:
+        """What distinguishes two renders of the same entries."""
+        odd = b"/".join(sorted(n.encode("utf-8", "surrogatepass") for n in self.odd))
+        odd_w = b"/".join(sorted(n.encode("utf-8", "surrogatepass") for n in self.odd_overwrite))
+        return b"+%s\0%s\0%s" % (self.tokens().encode("ascii"), odd, odd_w)
+
+
+# No right: a read-only page.
+NO_RIGHTS: Final = PageRights()
+# --upload without site rules: every write right everywhere.
+ALL_RIGHTS: Final = PageRights(upload=True, mkdir=True, delete=True, overwrite=True)
+
+
 # The representations of a listing: ?format= or Accept chooses.
 FORMATS: Final = ("html", "json", "text")
 
@@ -108,6 +207,10 @@ class ListingQuery:
     # ?q= (or the search box's "Search subfolders"): a recursive search of
     # the tree below (serverio.fs.search), a name substring or glob.
     q: str = ""
+    # ?asset=tools: the script of the page's selection actions and text
+    # editor instead of the listing (serverio.http.selection: loaded when
+    # first used).
+    asset: bool = False
 
 
 # The longest ?filter= kept (characters; the rest is cut): a bound on the
@@ -149,6 +252,7 @@ def parse_listing_query(
         filter=needle,
         text=fmt == "text",
         q=q,
+        asset=params.get("asset") == TOOLS_QUERY,
     )
 
 
@@ -243,7 +347,7 @@ def _time_cell(mtime: int | None) -> str:
     # tooltip; the time of day is its own span, hidden on narrow screens.
     return (
         f'<td class="time"><time datetime="{day}T{hour:02d}:{minute:02d}:{second:02d}Z">{day}'
-        f'<span class="h"> {hour:02d}:{minute:02d}</span></time></td>'
+        f"<span> {hour:02d}:{minute:02d}</span></time></td>"
     )
 
 
@@ -353,7 +457,7 @@ def _query_tail(query: ListingQuery) -> str:
     return f"&filter={quote_segment(query.filter)}" if query.filter else ""
 
 
-def _header_cells(query: ListingQuery, actions: bool) -> str:
+def _header_cells(query: ListingQuery) -> str:
     esc = html.escape
     heads = []
     for key, label, cls in (
@@ -368,12 +472,10 @@ def _header_cells(query: ListingQuery, actions: bool) -> str:
             sort = ' aria-sort="ascending"' if query.order == "asc" else ' aria-sort="descending"'
         href = esc(f"?sort={key}&order={order}{_query_tail(query)}")
         heads.append(f'<th class="{cls}"{sort}><a href="{href}">{label}</a>{arrow}</th>')
-    if actions:  # the write actions' column (filled by their script)
-        heads.append('<th class="act"><span class="sr">Actions</span></th>')
     return "".join(heads)
 
 
-def _row(e: Entry, act: str) -> str:
+def _row(e: Entry, may: str) -> str:
     if _PLAIN_NAME.fullmatch(e.name):
         href = "./" + e.name + ("/" if e.is_dir else "")
         shown = e.name + ("/" if e.is_dir else "")
@@ -387,22 +489,28 @@ def _row(e: Entry, act: str) -> str:
         size = f'<td class="size" title="{e.size} bytes">{human_size(e.size)}</td>'
     kind = "dir" if e.is_dir else "file"
     return (
-        f'<tr class="entry {kind}"><td class="name"><svg class="i" aria-hidden="true">'
+        f'<tr class="entry {kind}"{may}><td class="name"><svg aria-hidden="true">'
         f'<use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
-        f'<a href="{href}">{shown}</a></td>{size}{_time_cell(e.mtime)}{act}</tr>'
+        f'<a href="{href}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
     )
 
 
-def _rows(segments: Sequence[str], entries: Sequence[Entry], actions: bool) -> list[str]:
-    act = '<td class="act"></td>' if actions else ""
+def _rows(segments: Sequence[str], entries: Sequence[Entry], rights: PageRights) -> list[str]:
+    # The actions' cells are the actions script's (nothing to send for a
+    # row without script); a row whose delete or overwrite right differs
+    # from the folder's says so (data-may, read by the scripts).
+    odd = rights.odd | rights.odd_overwrite
     rows = []
     if segments:
         rows.append(
-            '<tr class="dir up"><td class="name"><svg class="i" aria-hidden="true">'
+            '<tr class="dir up"><td class="name"><svg aria-hidden="true">'
             '<use href="#i-d"/></svg><a href="../">../</a></td>'
-            f'<td class="size"></td><td class="time"></td>{act}</tr>'
+            '<td class="size"></td><td class="time"></td></tr>'
         )
-    rows.extend(_row(e, act) for e in entries)
+    rows.extend(
+        _row(e, f' data-may="{rights.row_tokens(e.name)}"' if e.name in odd else "")
+        for e in entries
+    )
     return rows
 
 
@@ -447,17 +555,34 @@ def _toolbar(query: ListingQuery, archives: bool, actions: bool) -> str:
 # The upload form and the new-folder form: multipart POSTs to this page's
 # directory ("./"), answered 303 back here (serverio.upload.form).  The
 # field names are the form handler's (MKDIR_FIELD "mkdir"; files "file").
-_UPLOAD_FORMS: Final = (
-    '<section class="upload" aria-label="Upload">'
+# Each is shown only with its right (upload, mkdir).
+_UPLOAD_FORM: Final = (
     '<form class="files" method="post" action="./" enctype="multipart/form-data">'
     '<input type="file" name="file" multiple required aria-label="Files to upload">'
     '<button type="submit">Upload</button></form>'
+)
+_MKDIR_FORM: Final = (
     '<form class="mkdir" method="post" action="./" enctype="multipart/form-data">'
     '<input type="text" name="mkdir" required maxlength="255" placeholder="Folder name" '
     'aria-label="New folder name" autocomplete="off">'
     '<button type="submit">New folder</button></form>'
-    '<span class="hint">or drop files on the page</span></section>\n'
 )
+_DROP_HINT: Final = '<span class="hint">or drop files on the page</span>'
+_UPLOAD_FORMS: Final = (
+    '<section class="upload" aria-label="Upload">'
+    f"{_UPLOAD_FORM}{_MKDIR_FORM}{_DROP_HINT}</section>\n"
+)
+
+
+def _write_forms(rights: PageRights) -> str:
+    """The upload section: the forms the reader has the rights for."""
+    if rights.upload and rights.mkdir:
+        return _UPLOAD_FORMS
+    if rights.upload:
+        return f'<section class="upload" aria-label="Upload">{_UPLOAD_FORM}{_DROP_HINT}</section>\n'
+    if rights.mkdir:
+        return f'<section class="upload" aria-label="New folder">{_MKDIR_FORM}</section>\n'
+    return ""
 
 
 # The account corner (a server with users: the login feature's
@@ -479,14 +604,25 @@ f.append(i,b);n.append(f);}).catch(()=>{});})();
 """
 
 
-def listing_csp(upload: bool, account: bool) -> bytes:
+def listing_csp(upload: bool, account: bool, actions: bool = False, select: bool = False) -> bytes:
     """The policy of a listing page: :data:`LISTING_CSP`, with the upload
-    script's hash (``upload``) and the account corner's (``account``; its
-    one fetch, to this origin, is what ``connect-src 'self'`` allows)."""
+    script's hash (``upload``), the row actions' (``actions``), the
+    account corner's (``account``; its one fetch, to this origin, is what
+    ``connect-src 'self'`` allows) and the selection's (``select``: the
+    page has archives or write actions; its script, and the tools' script
+    and style it inserts when first used, :mod:`serverio.http.selection`)."""
     csp = LISTING_UPLOAD_CSP if upload else LISTING_CSP
-    if not account:
+    extra = b""
+    if actions:
+        extra += b" " + ACTIONS_SOURCE.encode("ascii")
+    if account:
+        extra += b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
+    if select:
+        extra += f" {SELECT_SOURCE} {TOOLS_SOURCE}".encode("ascii")
+        style = f" {TOOLS_STYLE_SOURCE}; script-src".encode("ascii")
+        csp = csp.replace(b"; script-src", style, 1)
+    if not extra:
         return csp
-    extra = b" " + sha256_source(_ACCOUNT_SCRIPT).encode("ascii")
     return csp.replace(b"; img-src", extra + b"; img-src", 1)
 
 
@@ -504,11 +640,14 @@ def page_head(title: str) -> str:
     )
 
 
-def page_tail(upload: bool) -> str:
-    """The scripts at the end of the body and the closing tags."""
+def page_tail(upload: bool, actions: bool = False, select: bool = False) -> str:
+    """The scripts at the end of the body and the closing tags
+    (``select``: the selection's, :mod:`serverio.http.selection`)."""
     return (
         f"<script>{SCRIPT}</script>\n"
         + (f"<script>{UPLOAD_SCRIPT}</script>\n" if upload else "")
+        + (f"<script>{ACTIONS_SCRIPT}</script>\n" if actions else "")
+        + (f"<script>{SELECT_SCRIPT}</script>\n" if select else "")
         + "</body></html>\n"
     )
 
@@ -539,6 +678,7 @@ def render_html(
     actions: bool = False,
     title: str = "",
     account: bool = False,
+    rights: PageRights | None = None,
 ) -> bytes:
     """The HTML page for the directory at ``segments`` (decoded names).
 
@@ -548,16 +688,23 @@ def render_html(
     section (:func:`serverio.http.readme.render_readme`), shown below the
     table.  ``archives`` (``--archives``): the toolbar offers the directory
     as a zip and a tar.gz (links only: the page's CSP allows no inline
-    handler, and none is needed).  ``upload``: the directory is writable
-    for this request (``--upload``, the access hook's answer): the upload
-    and new-folder forms and their drag-and-drop script (send it with
-    :data:`LISTING_UPLOAD_CSP`).  ``actions``: this request may change the
-    entries (delete, move): the toolbar's selection slot and a per-row
-    actions cell, left empty for the write actions' script.  ``title``
-    (``--title``): the heading and window title, before the path.
-    ``account``: the server has users: the account corner and its script
-    (send the page with :func:`listing_csp`).
+    handler, and none is needed).  ``rights``: what this request may do
+    here (:class:`PageRights`, the access hook's answers): with ``upload``
+    the upload form and its script, with ``mkdir`` the new-folder form,
+    with ``delete`` (every entry, or those ``odd`` names) the rows'
+    actions script (rename, move, delete, download) and the toolbar's
+    selection slot; the folder's rights are the table's ``data-may``
+    (send the page with :func:`listing_csp`).  Without ``rights``:
+    ``upload`` is the upload and new-folder rights, ``actions`` the
+    delete right on every entry.  With ``archives`` or a delete right, the
+    selection's script (:mod:`serverio.http.selection`: its checkboxes
+    and toolbar, the editor's buttons).  ``title`` (``--title``): the heading
+    and window title, before the path.  ``account``: the server has
+    users: the account corner and its script.
     """
+    if rights is None:
+        rights = PageRights(upload=upload, mkdir=upload, delete=actions, overwrite=actions)
+    may = f' data-may="{rights.tokens()}"' if rights.any else ""
     esc = html.escape
     path = "/" + "".join(shown_name(s) + "/" for s in segments)
     heading = f"{esc(title)} \u2014 {esc(path)}" if title else f"Index of {esc(path)}"
@@ -574,14 +721,14 @@ def render_html(
         page_head(heading)
         + (_ACCOUNT if account else "")
         + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
-        f"{_toolbar(query, archives, actions)}{_UPLOAD_FORMS if upload else ''}"
+        f"{_toolbar(query, archives, rights.any)}{_write_forms(rights)}"
         f'{notice}<p id="status" role="status" aria-live="polite"></p>\n'
-        f"<table>\n<thead><tr>{_header_cells(query, actions)}</tr></thead>\n<tbody>\n"
-        + "\n".join(_rows(segments, entries, actions))
+        f"<table{may}>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
+        + "\n".join(_rows(segments, entries, rights))
         + f'\n</tbody></table>\n{readme}<footer>{count} \u00b7 <span id="tz">times in UTC</span>'
         "</footer>\n"
         + (f"<script>{_ACCOUNT_SCRIPT}</script>\n" if account else "")
-        + page_tail(upload)
+        + page_tail(rights.upload, rights.rows, archives or rights.selects)
     )
     return page.encode("utf-8")
 
@@ -634,6 +781,25 @@ Listing = tuple[bytes, bytes, str]
 # the last is the entry's) and the entry.
 Hit = tuple[tuple[str, ...], Entry]
 
+# Why a streamed search ended before its walk did: the bound's name and
+# the option that sets it (named in every format's ending).
+SEARCH_STOPS: Final = {
+    "entries": "at --search-max-entries",
+    "time": "at --search-time",
+    "results": "at --listing-max-entries",
+    "busy": "because the work pool was full",
+}
+SEARCH_TYPES: Final = {
+    "html": b"text/html; charset=utf-8",
+    "json": b"application/json",
+    "text": b"text/plain; charset=utf-8",
+}
+
+
+def search_format(query: ListingQuery) -> str:
+    """The representation a search answers in: ``json``, ``text`` or ``html``."""
+    return "json" if query.json else "text" if query.text else "html"
+
 
 def _hit_href(rel: tuple[str, ...], is_dir: bool) -> str:
     return "./" + "/".join(quote_segment(s) for s in rel) + ("/" if is_dir else "")
@@ -647,77 +813,108 @@ def _hit_row(rel: tuple[str, ...], e: Entry) -> str:
         size = f'<td class="size" title="{e.size} bytes">{human_size(e.size)}</td>'
     return (
         f'<tr class="entry {"dir" if e.is_dir else "file"}"><td class="name">'
-        f'<svg class="i" aria-hidden="true"><use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
-        f'<a href="{_hit_href(rel, e.is_dir)}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>'
+        f'<svg aria-hidden="true"><use href="#i-{icon_of(e.name, e.is_dir)}"/></svg>'
+        f'<a href="{_hit_href(rel, e.is_dir)}">{shown}</a></td>{size}{_time_cell(e.mtime)}</tr>\n'
     )
 
 
-def render_search(
-    segments: tuple[str, ...],
-    hits: Sequence[Hit],
-    query: ListingQuery,
-    *,
-    truncated: bool,
-    visited: int,
-    archives: bool = False,
-    title: str = "",
-) -> Listing:
-    """The answer to ``?q=`` below the folder at ``segments``: the hits in
-    natural order of their paths, as the query's format asks (HTML: the
-    listing's page, with a notice when the search was cut by its bounds;
-    JSON: ``{"path", "q", "truncated", "visited", "entries"}`` whose
-    entries are the listing's with ``name`` the path below the folder;
-    text: one path per line, folders with a trailing ``/``)."""
-    ordered = sorted(hits, key=lambda h: [natural_key(s) for s in h[0]])
-    if query.json:
-        doc = {
-            "path": "/" + "".join(json_text(s) + "/" for s in segments),
-            "q": query.q,
-            "truncated": truncated,
-            "visited": visited,
-            "entries": [
-                {
-                    "name": "/".join(json_text(s) for s in rel),
-                    "type": "dir" if e.is_dir else "file",
-                    "size": None if e.is_dir else e.size,
-                    "mtime": e.mtime,
-                    "href": _hit_href(rel, e.is_dir),
-                }
-                for rel, e in ordered
-            ],
-        }
-        body = json.dumps(doc, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
-        return body, b"application/json", listing_etag(body)
-    if query.text:
-        lines = (
-            "/".join(text_line(s) for s in rel) + ("/\n" if e.is_dir else "\n")
-            for rel, e in ordered
-        )
-        body = "".join(lines).encode("utf-8")
-        return body, b"text/plain; charset=utf-8", listing_etag(body)
+def _hit_json(rel: tuple[str, ...], e: Entry) -> str:
+    doc = {
+        "name": "/".join(json_text(s) for s in rel),
+        "type": "dir" if e.is_dir else "file",
+        "size": None if e.is_dir else e.size,
+        "mtime": e.mtime,
+        "href": _hit_href(rel, e.is_dir),
+    }
+    return json.dumps(doc, ensure_ascii=True, separators=(",", ":"))
+
+
+def search_head(
+    segments: tuple[str, ...], query: ListingQuery, *, archives: bool = False, title: str = ""
+) -> bytes:
+    """The start of a streamed answer to ``?q=`` below the folder at
+    ``segments`` (pure), before any result.
+
+    HTML: the listing's page up to the opening of the results' table;
+    JSON: ``{"path", "q", "entries": [`` (the object is completed by
+    :func:`search_tail`, so the whole body is one JSON document); text:
+    nothing (one path per line follows)."""
+    fmt = search_format(query)
+    if fmt == "json":
+        path = "/" + "".join(json_text(s) + "/" for s in segments)
+        start = json.dumps({"path": path, "q": query.q}, ensure_ascii=True, separators=(",", ":"))
+        return (start[:-1] + ',"entries":[').encode("ascii")
+    if fmt == "text":
+        return b""
     esc = html.escape
     path = "/" + "".join(shown_name(s) + "/" for s in segments)
     heading = f"{esc(title)} \u2014 {esc(path)}" if title else f"Index of {esc(path)}"
-    found = f"{len(ordered)} {'match' if len(ordered) == 1 else 'matches'}"
-    notice = ""
-    if truncated:
-        notice = (
-            '<p class="notice" role="status">The search stopped at its bounds '
-            f"({visited} entries looked at): there may be more matches.</p>\n"
-        )
     page = (
         page_head(f"Search: {esc(query.q)} \u2014 {heading}")
         + f"<h1>{heading}</h1>\n{_crumbs(segments)}"
         f"{_toolbar(query, archives, False)}"
-        f'<p id="status" role="status" aria-live="polite">{found} for '
-        f"\u201c{esc(query.q)}\u201d below this folder.</p>\n{notice}"
-        f"<table>\n<thead><tr>{_header_cells(query, False)}</tr></thead>\n<tbody>\n"
-        + "\n".join(_hit_row(rel, e) for rel, e in ordered)
-        + f'\n</tbody></table>\n<footer>{found} \u00b7 <span id="tz">times in UTC</span>'
-        "</footer>\n" + page_tail(False)
+        f'<p class="searching">Matches for \u201c{esc(query.q)}\u201d below this folder, '
+        "folder by folder as they are found:</p>\n"
+        f"<table>\n<thead><tr>{_header_cells(query)}</tr></thead>\n<tbody>\n"
     )
-    body = page.encode("utf-8")
-    return body, b"text/html; charset=utf-8", listing_etag(body)
+    return page.encode("utf-8")
+
+
+def search_rows(hits: Sequence[Hit], query: ListingQuery, *, first: bool) -> bytes:
+    """Results of a streamed search, in natural order of their paths
+    (pure): HTML table rows, JSON array members (``first``: no comma
+    before the first of the whole answer) whose ``name`` is the path below
+    the folder, or text lines (folders with a trailing ``/``)."""
+    ordered = sorted(hits, key=lambda h: [natural_key(s) for s in h[0]])
+    fmt = search_format(query)
+    if fmt == "json":
+        body = ",".join(_hit_json(rel, e) for rel, e in ordered)
+        return (body if first else "," + body).encode("ascii")
+    if fmt == "text":
+        return "".join(
+            "/".join(text_line(s) for s in rel) + ("/\n" if e.is_dir else "\n")
+            for rel, e in ordered
+        ).encode("utf-8")
+    return "".join(_hit_row(rel, e) for rel, e in ordered).encode("utf-8")
+
+
+def search_tail(query: ListingQuery, *, found: int, visited: int, stopped: str) -> bytes:
+    """The end of a streamed search (pure): how many matches, how many
+    entries were looked at, and whether the walk stopped at a bound
+    (``stopped``: a key of :data:`SEARCH_STOPS`, ``""`` when it ended).
+
+    HTML: the table's end, a notice naming the bound, the count and the
+    page's scripts; JSON: ``], "truncated", "visited", "stopped"`` and the
+    object's end (``stopped``: null or the bound's name); text: nothing
+    when the walk ended, else an empty line (never a path) and a line
+    ``# search stopped at BOUND (N entries looked at)`` (or ``because the
+    work pool was full``)."""
+    fmt = search_format(query)
+    why = SEARCH_STOPS.get(stopped, "")
+    if fmt == "json":
+        end = {"truncated": bool(stopped), "visited": visited, "stopped": stopped or None}
+        return ("]," + json.dumps(end, ensure_ascii=True, separators=(",", ":"))[1:] + "\n").encode(
+            "ascii"
+        )
+    if fmt == "text":
+        if not stopped:
+            return b""
+        return f"\n# search stopped {why} ({visited} entries looked at)\n".encode("ascii")
+    esc = html.escape
+    count = f"{found} {'match' if found == 1 else 'matches'}"
+    notice = ""
+    if stopped:
+        notice = (
+            f'<p class="notice" role="status">The search stopped {esc(why)} '
+            f"({visited} entries looked at): there may be more matches.</p>\n"
+        )
+    page = (
+        f"</tbody></table>\n{notice}"
+        f'<p id="status" role="status" aria-live="polite">{count} for '
+        f"\u201c{esc(query.q)}\u201d below this folder.</p>\n"
+        f'<footer>{count} \u00b7 <span id="tz">times in UTC</span></footer>\n' + page_tail(False)
+    )
+    return page.encode("utf-8")
 
 
 def render_listing(
@@ -733,10 +930,14 @@ def render_listing(
     actions: bool = False,
     title: str = "",
     account: bool = False,
+    rights: PageRights | None = None,
 ) -> Listing:
     """Sort and render one listing: ``(body, content_type, etag)``.  Pure,
     but run in the ``work`` pool (:mod:`serverio.pipeline.content`):
-    formatting ten thousand rows never holds the event loop."""
+    formatting ten thousand rows never holds the event loop.  With
+    ``query.asset``: the page's tools script (the same for every folder)."""
+    if query.asset:
+        return TOOLS_ASSET, b"text/javascript; charset=utf-8", listing_etag(TOOLS_ASSET)
     ordered = sort_entries(filter_entries(entries, query.filter), query)
     if query.json:
         body = render_json(segments, ordered, truncated=truncated)
@@ -760,5 +961,6 @@ def render_listing(
         actions=actions,
         title=title,
         account=account,
+        rights=rights,
     )
     return body, b"text/html; charset=utf-8", listing_etag(body)

@@ -17,10 +17,13 @@ Content-Security-Policy (CSP Level 3 §8.4) and nothing else runs.
   ``application/problem+json`` and shows a problem's ``detail``),
   ``rows()`` (the table's entry rows).  The parts: the theme toggle, local
   times (the server writes UTC; the UTC time stays in the tooltip), the
-  progressive filter, keyboard navigation (arrow keys between rows, Home
-  and End; Enter follows the focused link natively).
+  progressive filter, keyboard navigation (arrow keys between rows, from
+  a row's link or its actions button, Home and End; Enter follows the
+  focused link natively).
 * :data:`UPLOAD_SCRIPT`: the upload form's resumable uploader
   (:mod:`serverio.http.uploader`).
+* :data:`ACTIONS_SCRIPT`: the rows' rename, move, delete and download
+  (:mod:`serverio.http.rowactions`), where the reader may delete.
 * :data:`SPRITE` and :func:`icon_of`: inline SVG icons by type (one
   ``<symbol>`` each, referenced by ``<use href="#...">``: same-document,
   nothing fetched).
@@ -32,9 +35,13 @@ import base64
 import hashlib
 from typing import Final
 
+from .rowactions import ACTIONS_CSS, ACTIONS_SCRIPT, ACTIONS_SOURCE
+from .selection import SELECT_CSS
 from .uploader import UPLOADER_SCRIPT
 
 __all__ = [
+    "ACTIONS_SCRIPT",
+    "ACTIONS_SOURCE",
     "HEAD_SCRIPT",
     "LISTING_CSP",
     "LISTING_UPLOAD_CSP",
@@ -84,9 +91,9 @@ th{{font-weight:600;color:var(--mute);white-space:nowrap}}
 tbody tr:hover{{background:var(--row)}}
 td.name{{width:100%;overflow-wrap:anywhere;word-break:normal}}
 td.name a{{display:inline}}
-.i{{width:1.1em;height:1.1em;vertical-align:-.2em;margin-right:.4em;fill:none;\
+td.name svg{{width:1.1em;height:1.1em;vertical-align:-.2em;margin-right:.4em;fill:none;\
 stroke:var(--mute);stroke-width:1.6}}
-.dir .i{{stroke:var(--link)}}
+.dir svg{{stroke:var(--link)}}
 td.size,td.time{{text-align:right;white-space:nowrap;color:var(--mute);\
 font-variant-numeric:tabular-nums}}
 th.size,th.time{{text-align:right}}
@@ -112,14 +119,17 @@ border-radius:4px}}
 .readme pre code{{padding:0;background:none}}.readme img{{max-width:100%}}
 .readme table{{width:auto}}.readme blockquote{{margin:0;padding-left:1rem;color:var(--mute);\
 border-left:3px solid var(--line)}}
-@media (max-width:40rem){{body{{padding:.75rem .5rem}}time .h{{display:none}}\
+@media (max-width:40rem){{body{{padding:.75rem .5rem}}time span{{display:none}}\
 th,td{{padding:.35rem .3rem}}}}
 @media (max-width:24rem){{.time{{display:none}}}}
 nav.account{{float:right;margin:0}}nav.account form{{display:inline;margin:0 0 0 .5rem}}
 nav.account button{{font:inherit;padding:0 .4rem}}
 """
 
-STYLE: Final = "\n" + _CSS  # the exact text of the page's <style> element
+# The exact text of the page's <style> element: the page's, then the row
+# actions' (serverio.http.rowactions) and the selection's
+# (serverio.http.selection).
+STYLE: Final = "\n" + _CSS + ACTIONS_CSS + SELECT_CSS
 
 HEAD_SCRIPT: Final = (
     '(()=>{try{const m=localStorage.getItem("serverio-theme");'
@@ -146,7 +156,7 @@ show(m);try{m==="auto"?localStorage.removeItem(K):localStorage.setItem(K,m)}catc
 const p=n=>String(n).padStart(2,"0");
 for(const t of d.querySelectorAll("time[datetime]")){const v=new Date(t.dateTime);
 if(isNaN(v))continue;t.title=t.dateTime.slice(0,16).replace("T"," ")+" UTC";
-const h=d.createElement("span");h.className="h";
+const h=d.createElement("span");
 h.textContent=" "+p(v.getHours())+":"+p(v.getMinutes());
 t.replaceChildren(v.getFullYear()+"-"+p(v.getMonth()+1)+"-"+p(v.getDate()),h)}
 const tz=d.getElementById("tz");if(tz)tz.textContent="local times (UTC in each tooltip)";
@@ -157,7 +167,7 @@ for(const[r,n]of rows)r.hidden=q!==""&&!n.includes(q)})}
 d.addEventListener("keydown",e=>{const k=e.key;if(e.altKey||e.ctrlKey||e.metaKey)return;
 if(!["ArrowDown","ArrowUp","Home","End"].includes(k))return;
 const a=d.activeElement,L=[...d.querySelectorAll("tbody tr:not([hidden]) td.name a")];
-const i=L.indexOf(a);
+const i=L.indexOf(a.closest("td.act")?a.closest("tr").querySelector("td.name a"):a);
 if(i<0&&a!==d.body&&a!==f)return;if(i<0&&(k==="Home"||k==="End"))return;e.preventDefault();
 const j=k==="Home"?0:k==="End"?L.length-1:i<0?0:
 Math.max(0,Math.min(L.length-1,i+(k==="ArrowDown"?1:-1)));

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from typing import Final
 
 __all__ = ["PARALLEL", "UPLOADER_SCRIPT", "UPLOADER_SOURCE"]
@@ -46,7 +47,8 @@ __all__ = ["PARALLEL", "UPLOADER_SCRIPT", "UPLOADER_SOURCE"]
 # Files uploaded at once (each its own chain of requests); the rest wait.
 PARALLEL: Final = 3
 
-UPLOADER_SCRIPT: Final = (
+# The source, with its comments; sent without them (the page's weight).
+_SOURCE: Final = (
     """
 (()=>{"use strict";const d=document,form=d.querySelector("form.files");
 if(!form||!self.fetch||!self.XMLHttpRequest)return;
@@ -184,6 +186,7 @@ t.st==="queued")){e.preventDefault();e.returnValue=""}});
 pending()})();
 """
 ).replace("@PARALLEL@", str(PARALLEL))
+UPLOADER_SCRIPT: Final = re.sub(r"/\*.*?\*/\n?", "", _SOURCE)
 
 
 def _sha256_source(text: str) -> str:

@@ -156,7 +156,8 @@ class Login:
         self.deny = DenyList(pol.share_deny_file, site.auth_pool)
         self.session_age = pol.session_max_age
         self.share_age = pol.share_max_age
-        self.users = bool(site.rules.auth)
+        # Users to sign in: an [[auth]] rule's, or those [[access]] rules name.
+        self.users = bool(site.rules.auth) or site.rules.users is not None
         self.attaches = pol.trusted_user_header is not None
         # The hook's two per-request calls, bound once (no wrapper call).
         self.attach = self.identities.attach

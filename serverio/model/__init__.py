@@ -188,7 +188,9 @@ class Body:
             if plan.send_body and plan.status in (200, 207) and not plan.body:
                 if fd >= 0:
                     close_fd(fd)
-                return StreamBody(chunks, None)
+                # A source that bounds its own pulls says so (a search, by
+                # --search-time); else the transport bounds each pull.
+                return StreamBody(chunks, None, bounded=getattr(chunks, "bounds_pulls", False))
             chunks.close()
         if not plan.send_body or not plan.body:
             if fd >= 0:

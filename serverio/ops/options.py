@@ -773,6 +773,12 @@ TABLES: tuple[Table, ...] = (
     ),
     Table("group", "groups", "[[group]]: name, members (users of --auth-file / --auth)"),
     Table(
+        "hide",
+        "hide_tables",
+        '[[hide]]: names = ["*.tmp", ...] (as --hide), path = folder glob (default: every '
+        "folder); not an access rule (docs/reference/hiding.md)",
+    ),
+    Table(
         "proxy",
         "proxy_routes",
         "[[proxy]]: prefix, upstream, strip-prefix, request/response headers to set and "

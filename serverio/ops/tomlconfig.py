@@ -36,7 +36,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import PROXY_HOST_MODES, parse_proxy_spec, proxy_route
+from ..config import PROXY_HOST_MODES, hide_glob_ok, parse_proxy_spec, proxy_route
 from ..errors import ConfigError
 from .options import OPTIONS, POSITIONALS, Toggle, by_dest
 from .options import TABLES as _TABLE_DECLARATIONS
@@ -154,6 +154,16 @@ def load(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
             value = [v for v in value if isinstance(v, dict)]
             if specs:
                 out["proxy"] = _typed(keys["proxy"], key, specs, path)
+            if not value:
+                continue
+        if key == "hide":
+            # One key, two spellings: ``hide = ["*.tmp"]`` (the --hide
+            # option) and ``[[hide]]`` tables (items that are tables).
+            items = value if isinstance(value, list) else [value]
+            globs = [v for v in items if not isinstance(v, dict)]
+            value = [v for v in items if isinstance(v, dict)]
+            if globs or not value:
+                out["hide"] = _typed(keys["hide"], key, globs, path)
             if not value:
                 continue
         if key in TABLES:
@@ -333,6 +343,35 @@ def _read_access(value: object, path: str) -> tuple[object, ...]:
     return tuple(out)
 
 
+def _read_hide(value: object, path: str) -> tuple[object, ...]:
+    """[[hide]] tables: ``names`` (globs as --hide's) and an optional
+    ``path`` (a folder glob, as [[access]]'s) -> (path or "", names)."""
+    out: list[object] = []
+    for i, item in enumerate(_table_list(value, "hide", path)):
+        where = f"{path}: [[hide]] #{i + 1}"
+        _only(item, ("path", "names"), where)
+        names = item.get("names")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"{where} key 'names' must be a non-empty array of globs")
+        for name in names:
+            if not hide_glob_ok(name):
+                raise ConfigError(
+                    f"{where} key 'names': {name!r} must be a non-empty relative glob "
+                    "(no leading '/')"
+                )
+        folder = ""
+        if "path" in item:
+            folder = _str(item, "path", where)
+            from ..site.rules import compile_glob  # only with [[hide]] path tables
+
+            try:
+                compile_glob(folder)
+            except ValueError as exc:
+                raise ConfigError(f"{where} key 'path': bad glob {folder!r}: {exc}") from None
+        out.append((folder, tuple(names)))
+    return tuple(out)
+
+
 def _read_group(value: object, path: str) -> tuple[object, ...]:
     out: list[object] = []
     for i, item in enumerate(_table_list(value, "group", path)):
@@ -452,6 +491,7 @@ _READERS: dict[str, TableReader] = {
     "writable": _read_writable,
     "access": _read_access,
     "group": _read_group,
+    "hide": _read_hide,
     "proxy": _read_proxy,
 }
 # Options whose TOML form is an array of tables: --mount ROUTE=DIR is
@@ -464,6 +504,22 @@ OPTION_TABLES: dict[str, TableReader] = {"mount": _read_mount}
 TABLES: dict[str, tuple[str, TableReader]] = {
     t.key: (t.field, _READERS[t.key]) for t in _TABLE_DECLARATIONS
 }
+
+
+def _dump_hide(args: argparse.Namespace) -> list[str]:
+    """The [[hide]] tables; with any, the --hide globs as the first one
+    (without a path: the same rule), since ``hide`` is one TOML key."""
+    lines: list[str] = []
+    tables = getattr(args, "hide_tables", ())
+    plain = getattr(args, "hide", None) or ()
+    if tables and plain:
+        tables = (("", tuple(plain)), *tables)
+    for folder, names in tables:
+        lines += ["", "[[hide]]"]
+        if folder:
+            lines.append(f"path = {_toml_str(folder)}")
+        lines.append(f"names = {_toml_value(list(names))}")
+    return lines
 
 
 def _dump_tables(args: argparse.Namespace) -> list[str]:
@@ -655,6 +711,11 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         opt = by_dest(action.dest)
         if value is None and _is_list(action) and opt is not None and opt.field_default:
             value = opt.field_default  # not given: the effective list is the default
+        if key == "hide" and getattr(args, "hide_tables", None):
+            # A TOML key is a list or tables, not both: the --hide globs are
+            # written as a [[hide]] table without a path (the same rule).
+            lines.append("# hide: see the [[hide]] tables")
+            continue
         if key == "proxy" and value and getattr(args, "proxy_routes", ()):
             # A TOML key is a list or tables, not both: the --proxy routes
             # are written as [[proxy]] tables too (the same routes).
@@ -667,5 +728,5 @@ def dump(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
         else:
             lines.append(f"{key} = {_toml_value(value)}")
     # Tables last: every top-level key must come before the first table.
-    lines += _dump_tables(args)
+    lines += _dump_tables(args) + _dump_hide(args)
     return "\n".join(lines) + "\n"

@@ -50,12 +50,13 @@ from ..fs.jobs import (
 from ..fs.opener import ContainedRoot
 from ..fs.readme import read_readme
 from ..http.codecs import compress_bytes
-from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.core import RequestFacts, decide_file, decide_generated
 from ..http.listing import (
-    LISTING_CSP,
+    NO_RIGHTS,
     Entry,
     Listing,
     ListingQuery,
+    PageRights,
     entries_digest,
     listing_csp,
     parse_listing_query,
@@ -64,11 +65,11 @@ from ..http.listing import (
 from ..http.negotiate import parse_query, prefers_json, prefers_text, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, Readme, with_readme
 from ..http.select import digest_applies
-from ..model import Body, FollowUps, Identity, Reason, errno_reason
+from ..model import Body, FollowUps, Identity, Opened, Reason, errno_reason
 from ..model.decide import identity_fallback
 from ..model.reasons import reason_status
 from ..observe.stats import Stats
-from .search import search
+from .search import SearchStream, search_plan
 
 if TYPE_CHECKING:
     from ..model import Prepared
@@ -214,15 +215,16 @@ class ContentService:
         self.visible: Callable[[RequestFacts, tuple[str, ...], list[Entry]], list[Entry]] | None = (
             None
         )
-        # With --upload: may this request write into the listed directory
-        # (the access hook's Kind.WRITE answer, serverio.upload)?  Then the
-        # page shows the upload form.  None: read-only, never asked.
-        self.writable: Callable[[RequestFacts], bool] | None = None
+        # With --upload (or --webdav): what this request may do on the
+        # page: upload, new folder, delete / rename / move each entry (the
+        # access hook's answers, serverio.site.pagerights; without site
+        # rules what the write features offer).  None: read-only, never asked.
+        self.rights: Callable[[RequestFacts, list[Entry]], PageRights] | None = None
         # The server has users (the login feature): listings show the
         # account corner (http.listing.render_html's ``account``).
         self.account = False
         # --hide: names left out of listings and searches (serverio.fs.hide).
-        self.hide = hide_rules(config.files.hide)
+        self.hide = hide_rules(config.files.hide, config.files.hide_tables)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -285,10 +287,7 @@ class ContentService:
             self._start_etag_hash(prepared)
             todo = todo._replace(hash_job=False)
         if todo.listing:
-            # The directory went to the scan (or the search's close): a
-            # listing holds nothing open after it.
-            plan = await self._listing(prepared, req, now)
-            return prepared._replace(plan=plan, opened=None, todo=None)
+            return await self._listing(prepared, req, now)
         if todo.compress:
             data = await self._compressed(prepared, todo)
             if data is not None:
@@ -452,11 +451,45 @@ class ContentService:
             self.work, read_readme, self.opener(), req.target.relpath, name, README_MAX
         )
 
-    async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
-        """Scan in the work pool (requester-owned: a 503 when saturated, like
-        the fs pool); then the rendered body from the listing cache, or
-        rendered once in the work pool for every identical request; then
-        decide on the trio thread.  ``?q=`` is a search instead."""
+    async def _search(
+        self, prepared: Prepared, req: RequestFacts, query: ListingQuery, now: float
+    ) -> Prepared:
+        """``?q=``: the recursive search (:mod:`serverio.pipeline.search`),
+        which walks from the folder by path, under the same containment;
+        its body, streamed as the walk finds results, is what the answer
+        holds open (its ``Opened``'s chunk source).  The folder's first scan
+        happens here, so a full work pool is a 503 before anything is sent.
+
+        Cancellation handling: a stream whose first scan did not finish is
+        closed before the cancellation propagates."""
+        # The folder's descriptor is not needed: closed in the work pool
+        # (or here, if the close never got a thread: OwnedFd's rule).
+        owned = _directory(prepared)
+        try:
+            await run_blocking(self.work, owned.release)
+        finally:
+            owned.release()
+        plan = search_plan(req, query, now, private=self.visible is not None)
+        if not plan.send_body:
+            return prepared._replace(plan=plan, opened=None, todo=None)
+        stream = SearchStream(
+            self.work, self.opener(), self.config, req, query, self.visible, self.hide
+        )
+        try:
+            await stream.prime()
+        except BaseException:
+            stream.close()
+            raise
+        return prepared._replace(plan=plan, opened=Opened(-1, stream), todo=None)
+
+    async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
+        """``prepared``, a directory to list, finished: scanned in the work
+        pool (requester-owned: a 503 when saturated, like the fs pool);
+        then the rendered body from the listing cache, or rendered once in
+        the work pool for every identical request; then decided on the
+        trio thread.  ``?q=`` is a search instead.  The directory's
+        descriptor goes to the scan (or the search's close): the answer
+        holds nothing open but a search's stream."""
         cfg = self.config
         query = parse_listing_query(
             parse_query(req.target.query),
@@ -470,13 +503,13 @@ class ContentService:
         readme = await self._readme(req, entries, query)
         if readme is not None:
             digest = with_readme(digest, readme.digest)
-        page = not (query.json or query.text)
-        upload = self.writable is not None and page and self.writable(req)
-        if upload:
-            # The page with the form is a render of its own.  Writable (the
-            # access hook's answer for --upload) is also delete and move
-            # here: the rows' actions cell and the toolbar's selection slot.
-            digest += b"+upload"
+        rights = NO_RIGHTS
+        if self.rights is not None and not (query.json or query.text):
+            # The page with write controls is a render of its own, one per
+            # set of rights (the forms, the rows' actions, data-may).
+            rights = self.rights(req, entries)
+            if rights.any:
+                digest += rights.key()
         segments = req.target.segments
         render = functools.partial(
             render_listing,
@@ -487,33 +520,21 @@ class ContentService:
             cfg.content.listing_max_entries,
             hidden=cfg.files.hidden,
             archives=cfg.content.archives,
-            upload=upload,
-            actions=upload,
             title=cfg.content.title,
             account=self.account,
+            rights=rights,
         )
         key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
         body, ctype, etag = await self._rendered(key, render, readme)
         self.stats.content.listings += 1
-        csp = listing_csp(upload, self.account)
-        return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
-
-    async def _search(
-        self, prepared: Prepared, req: RequestFacts, query: ListingQuery, now: float
-    ) -> Plan:
-        """``?q=``: the recursive search (serverio.pipeline.search) walks
-        from the folder by path, under the same containment.  The folder's
-        descriptor is not needed: closed in the work pool (or here, if the
-        close never got a thread: OwnedFd's rule)."""
-        owned = _directory(prepared)
-        try:
-            await run_blocking(self.work, owned.release)
-        finally:
-            owned.release()
-        body, ctype, etag = await search(
-            self.work, self.opener(), self.config, req, query, self.visible, self.hide
+        csp = listing_csp(
+            rights.upload,
+            self.account,
+            rights.rows,
+            select=rights.selects or cfg.content.archives,
         )
-        return decide_generated(req, self.config, now, body, ctype, etag, csp=LISTING_CSP)
+        plan = decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
+        return prepared._replace(plan=plan, opened=None, todo=None)
 
     async def _scan(self, prepared: Prepared, req: RequestFacts) -> Scan:
         """The directory's entries, scanned in the work pool; the directory

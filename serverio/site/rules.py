@@ -31,6 +31,7 @@ from typing import Final
 
 from ..config import ACTIVE_MODES
 from ..errors import ConfigError
+from ..fs.globs import compile_glob
 from ..http.access import Right
 from ..http.core import RequestFacts
 from ..http.extra import request_field
@@ -120,41 +121,6 @@ def _is_field_value(v: str) -> bool:
 
 
 # ------------------------------------------------------------------ globs
-
-
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """The regular expression for one glob (see the module docstring).
-
-    Raises ValueError with a short reason for a malformed pattern.
-    """
-    if not pattern or any(c in pattern for c in "\x00\r\n\\"):
-        raise ValueError("must be a non-empty path glob without NUL, CR, LF or backslash")
-    if pattern.startswith("**"):
-        pattern = "/" + pattern
-    if not pattern.startswith("/"):
-        raise ValueError("must start with '/' or '**'")
-    if pattern == "/":
-        return re.compile("/")
-    parts = pattern[1:].split("/")
-    out: list[str] = []
-    for i, seg in enumerate(parts):
-        if seg == "**":
-            out.append("(?:/[^/]*)*")
-            continue
-        if "**" in seg:
-            raise ValueError("'**' must be a whole path segment")
-        if seg == "" and i != len(parts) - 1:
-            raise ValueError("empty path segment ('//')")
-        piece = ["/"]
-        for c in seg:
-            if c == "*":
-                piece.append("[^/]*")
-            elif c == "?":
-                piece.append("[^/]")
-            else:
-                piece.append(re.escape(c))
-        out.append("".join(piece))
-    return re.compile("".join(out))
 
 
 def glob_below(pattern: str, collection: str) -> bool:
