@@ -32,7 +32,11 @@ of the tree) runs each tree's own ``pair.py`` with ``plain`` (no rule),
 a protected area, as it was written before rights rules) or ``access``
 (``--allow 'anonymous:read,list@/'`` and a user's upload below
 ``/incoming``: the same site with rights rules; a tree before them
-refuses the option, so compare ``access`` here with ``auth`` there).
+refuses the option, so compare ``access`` here with ``auth`` there),
+``cookie`` (an ``[[auth]]`` rule over the whole site and a signed-in
+browser's session cookie) or ``cookie-access`` (reads for that user only,
+by ``--allow``; the same cookie): compare these with ``plain`` or ``auth``
+on a tree from before sessions.
 
 ``--h2`` measures instructions per *stream* of a warm 1 KiB HTTP/2 GET
 instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
@@ -72,7 +76,7 @@ from typing import Any
 from bench import commits
 
 # bench/rulespair.py's modes (--rules), and the marker of that workload.
-RULES = ("plain", "auth", "access")
+RULES = ("plain", "auth", "access", "cookie", "cookie-access")
 _RULES_DRIVER = "@rulespair"
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
@@ -98,15 +102,23 @@ def total_ir(out_file: Path) -> int:
 
 
 def mode_args(
-    churn: int = 0, h2_streams: int = 0, assets: str = "", proxy: bool = False, login: str = ""
+    churn: int = 0,
+    h2_streams: int = 0,
+    assets: str = "",
+    proxy: bool = False,
+    login: str = "",
+    files: int = 0,
 ) -> list[str]:
     """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, the many
-    assets (``assets``: its variant), a proxied GET, or the warm HTTP/1.1
-    GET (none)."""
-    if sum(map(bool, (churn, h2_streams, assets, proxy, login))) > 1:
+    assets (``assets``: its variant), a proxied GET, many files (cold
+    bytes, warm metadata), or the warm HTTP/1.1 GET (none)."""
+    if sum(map(bool, (churn, h2_streams, assets, proxy, login, files))) > 1:
         raise CallgrindError(
-            "--churn, --h2, --assets, --proxy and --login are different workloads: choose one"
+            "--churn, --h2, --assets, --proxy, --login and --files are different workloads: "
+            "choose one"
         )
+    if files:
+        return ["--files", str(files)]
     if login:
         return ["--login", login]
     if assets:
@@ -313,6 +325,15 @@ def add_parser(sub: Any) -> None:
         "cookie) or cookie-public (the public file with the cookie)",
     )
     cg.add_argument(
+        "--files",
+        type=int,
+        default=0,
+        metavar="K",
+        help="instructions per GET of K distinct 1 KiB files round robin, more than the "
+        "warm-file cache holds: cold bytes, warm metadata (bench/pair.py --files; use counts "
+        "that are multiples of K)",
+    )
+    cg.add_argument(
         "--proxy",
         action="store_true",
         help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
@@ -325,7 +346,8 @@ def add_parser(sub: Any) -> None:
         help="the warm GET under site rules, the same for every commit (bench/rulespair.py, "
         "this checkout's, runs each tree's own pair.py): plain (none), auth (an [[auth]] "
         "rule over /incoming/**), access (--allow anonymous:read,list@/ and a user's "
-        "upload below /incoming)",
+        "upload below /incoming), cookie (an [[auth]] rule over the site, a session cookie), "
+        "cookie-access (--allow alice:read,list@/, the same cookie)",
     )
 
 
@@ -347,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     h2_streams = args.streams if args.h2 else 0
     try:
-        mode = mode_args(churn, h2_streams, args.assets, args.proxy, args.login)
+        mode = mode_args(churn, h2_streams, args.assets, args.proxy, args.login, args.files)
     except CallgrindError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
@@ -385,6 +407,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/request (assets, {args.assets})"
     elif args.proxy:
         unit = "Ir/proxied request"
+    elif args.files:
+        unit = f"Ir/request (files, {args.files} round robin)"
     elif args.login:
         unit = f"Ir/request (login, {args.login})"
     elif args.rules:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import importlib
+import os
 import random
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +163,54 @@ def sidecar_bytes(data: bytes) -> dict[str, bytes]:
         out[".br"] = brotli.compress(data, quality=9)
     out[".gz"] = gzip.compress(data, compresslevel=9, mtime=0)
     return out
+
+
+# The many-files workloads (issue 47): a site of TREE_FILES distinct 1 KiB
+# files in TREE_DIRS directories, requested at random.  Writing 100,000
+# files takes a while, so a tree is made once under the system's temporary
+# directory and reused by later runs (``tree_root``).
+TREE_DIRS = 100
+TREE_FILE_SIZE = KIB
+TREE_VERSION = 1  # bump when the layout or the bytes change
+
+
+def tree_name(index: int, count: int) -> str:
+    """The relative path of file ``index`` of a tree of ``count`` files:
+    ``dDD/fNNNNNN.bin``, the files spread evenly over TREE_DIRS directories."""
+    if not 0 <= index < count:
+        raise ValueError(f"file {index} is not in a tree of {count}")
+    return f"d{index % TREE_DIRS:02d}/f{index:06d}.bin"
+
+
+def tree_bytes(index: int, size: int = TREE_FILE_SIZE) -> bytes:
+    """File ``index``'s bytes: deterministic, distinct per file."""
+    return random.Random(index * 7919 + 20261206).randbytes(size)
+
+
+def tree_root(count: int, base: Path | None = None) -> Path:
+    """A tree of ``count`` files (``tree_name``, ``tree_bytes``), made once
+    under ``base`` (default: the temporary directory, ``serverio-bench-trees``)
+    and reused: it is built in a scratch directory and renamed into place
+    when complete, so an interrupted build is never reused."""
+    base = base or Path(tempfile.gettempdir()) / "serverio-bench-trees"
+    done = base / f"files-{count}-{TREE_FILE_SIZE}-v{TREE_VERSION}"
+    if done.is_dir():
+        return done
+    base.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{done.name}-", dir=base))
+    try:
+        for d in range(min(TREE_DIRS, count)):
+            (scratch / f"d{d:02d}").mkdir()
+        for i in range(count):
+            (scratch / tree_name(i, count)).write_bytes(tree_bytes(i))
+        os.rename(scratch, done)  # atomic: the tree is whole or absent
+    except FileExistsError:
+        shutil.rmtree(scratch, ignore_errors=True)  # another run finished first
+    except OSError as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):  # another run renamed first
+            raise
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return done

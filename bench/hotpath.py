@@ -12,7 +12,7 @@ times (the request of ``bench/pair.py``); under callgrind,
 Parts: ``parse-h11`` (a fresh ``h11.Connection``, the head, its fields and
 leftover, as serverio did per request before the fast path), ``parse-fast``
 (the same through ``serverio.wire.fasthead.HeadParser``), ``facts``
-(``serverio.net.h1head.request_facts``), ``decide`` (facts, ``route``,
+(``serverio.wire.h1facts.request_facts``), ``decide`` (facts, ``route``,
 ``Handler.respond_now`` on the warm cache and closing the result; minus
 ``facts`` is the decision), ``deadline`` (one move of a cancel scope's
 deadline), ``checkpoint`` (one trio scheduling round), ``hop`` (one
@@ -47,8 +47,8 @@ import trio
 from bench.pair import REQUEST
 from serverio import Config, Server
 from serverio.http.core import route
-from serverio.net.h1head import request_facts
 from serverio.wire.fasthead import HeadParser
+from serverio.wire.h1facts import request_facts
 
 PARTS = ("parse-h11", "parse-fast", "facts", "decide", "deadline", "checkpoint", "hop")
 
@@ -149,7 +149,7 @@ def profile(n: int) -> None:
             "fasthead.py", "__init__", "next_event", "receive_data", "trailing_data"
         )
         + cum("h11/_connection.py", "__init__", "next_event", "receive_data", "trailing_data"),
-        "facts (request_facts: parse_target, scan_fields)": cum("net/h1head.py", "request_facts"),
+        "facts (request_facts: parse_target, scan_fields)": cum("wire/h1facts.py", "request_facts"),
         "decision (route, Handler.respond_now)": cum("http/core.py", "route")
         + cum("pipeline/handler.py", "respond_now"),
         "emit (Emitter.emit, writev)": cum("net/emit.py", "emit"),

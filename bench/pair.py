@@ -38,6 +38,14 @@ serverio with ``--proxy /=UPSTREAM`` on the socketpair, the upstream the
 bare loop above serving the same file in a process of its own (valgrind
 does not follow it, so its work is not counted).
 
+``--files K`` (serverio only) measures the per-file cost instead: K
+distinct 1 KiB files (``fNNNNN.bin``) requested round robin with a
+warm-file cache of :data:`FILES_CACHE_BYTES`, which holds far fewer than
+K of them, so that every request misses the cached bytes (LRU over a
+round robin) while whatever serverio keeps per file apart from the bytes
+stays warm: the "cold bytes, warm metadata" path of the many-files
+workload (issue 47).  Use request counts that are multiples of K.
+
 ``--h2`` (serverio only) measures a warm 1 KiB HTTP/2 stream instead: one
 h2c connection (prior knowledge) over the socketpair, N ``GET /1k.bin``
 streams on it, ``--streams M`` at a time (default 1: each stream is
@@ -236,6 +244,37 @@ async def run(server: str, n: int, root: Path, upstream: str | None = None) -> f
     return elapsed / n * 1e6
 
 
+# --files: a warm-file cache of 64 KiB holds about 40 files of 1 KiB.
+FILES_CACHE_BYTES = 64 * 1024
+
+
+async def run_files(n: int, root: Path, count: int, meta_entries: int | None = None) -> float:
+    """N GETs of ``count`` distinct 1 KiB files round robin (``--files``);
+    ``meta_entries``: ``--file-meta-entries`` (None: serverio's default)."""
+    requests = [
+        f"GET /f{i:05d}.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\n\r\n".encode()
+        for i in range(count)
+    ]
+    cfg = Config.of(
+        directory=str(root),
+        access_log="off",
+        max_requests=10**9,
+        file_cache_size=FILES_CACHE_BYTES,
+        **({} if meta_entries is None else {"file_meta_entries": meta_entries}),
+    )
+    async with connected(cfg) as client:
+        for request in requests:  # every file seen once: the per-file state is warm
+            await client.send(request)
+            await read_response(client)
+        start = time.perf_counter()
+        for i in range(n):
+            await client.send(requests[i % count])
+            head = await read_response(client)
+            assert head.startswith(b"HTTP/1.1 200"), head
+        elapsed = time.perf_counter() - start
+    return elapsed / n * 1e6
+
+
 LOGIN_VARIANTS = ("anonymous", "cookie", "cookie-public")
 
 
@@ -338,6 +377,20 @@ def main() -> None:
     )
     p.add_argument("--h2", action="store_true", help="HTTP/2 streams on one h2c connection")
     p.add_argument(
+        "--files",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K distinct 1 KiB files round robin, more than the warm-file cache holds (serverio)",
+    )
+    p.add_argument(
+        "--meta-entries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --files: serverio's --file-meta-entries (default: its default; 0: off)",
+    )
+    p.add_argument(
         "--login",
         choices=LOGIN_VARIANTS,
         default="",
@@ -373,6 +426,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "1k.bin").write_bytes(bytes(range(256)) * 4)
+        for i in range(args.files):
+            (root / f"f{i:05d}.bin").write_bytes(i.to_bytes(4, "big") * 256)
         if args.login:  # the protected copy (run_login), settled like the other
             (root / "private").mkdir()
             (root / "private" / "1k.bin").write_bytes(bytes(range(256)) * 4)
@@ -384,6 +439,10 @@ def main() -> None:
         if args.churn:
             us = trio.run(run_churn, args.n, args.churn, root)
             print(f"serverio churn: {us:.1f} us per connection (client and server, one process)")
+            return
+        if args.files:
+            us = trio.run(run_files, args.n, root, args.files, args.meta_entries)
+            print(f"serverio files ({args.files}): {us:.1f} us per request (one process)")
             return
         if args.login:
             us = trio.run(run_login, args.n, root, args.login)

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.gcscrape import gc_line
+
 Artifact = dict[str, Any]
 
 
@@ -164,6 +166,17 @@ def group(artifact: Artifact) -> dict[str, list[dict[str, Any]]]:
     return by_workload
 
 
+def _gc_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """Under a table: each serverio's collector figures over the run
+    (bench/gcscrape.py), when the workload scraped them."""
+    out = []
+    for e in entries:
+        line = gc_line(e.get("summary", {}).get("gc", {}))
+        if line:
+            out.append(f"- collector, {e['server']}: {line}")
+    return ["", *out] if out else []
+
+
 def render_markdown(artifact: Artifact, reference: str | None = None) -> str:
     settings = artifact["settings"]
     machine = artifact["machine"]
@@ -212,6 +225,7 @@ def render_markdown(artifact: Artifact, reference: str | None = None) -> str:
             lines += _h2load_table(entries, reference)
         else:
             lines += _wrk_table(entries, reference)
+        lines += _gc_lines(entries)
     if note := _pool_vs_inline(by_workload):
         lines += ["", note]
     return "\n".join(lines)

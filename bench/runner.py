@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fixtures, report, slowfs
+from bench.gcscrape import scrape_gc
 from bench.idle import measure_idle, raise_nofile
 from bench.machine import machine_facts
 from bench.procstat import run_measured, tree_rss_kib
@@ -40,7 +41,13 @@ from bench.trials import (
     trial_line,
 )
 from bench.workloads import H2_ONLY_REASON, Workload, for_server, probe
-from bench.wrk import WrkParseError, parse_wrk_output, round_robin_script, wrk_command
+from bench.wrk import (
+    WrkParseError,
+    parse_wrk_output,
+    random_tree_script,
+    round_robin_script,
+    wrk_command,
+)
 
 SCHEMA = 1
 # File descriptors wrk and each server need beyond one per connection
@@ -84,6 +91,10 @@ class Run:
         if workload.precompressed:
             # Kinds with a sidecar-serving configuration switch to it.
             spec = replace(spec, tags=spec.tags | {"precompressed"})
+        if workload.tree and spec.kind == "serverio":
+            # An admin listener: the collector's pauses are scraped from
+            # /metrics after the trials (bench/gcscrape.py).
+            spec = replace(spec, tags=spec.tags | {"admin"})
         if workload.cores > 1:
             # nginx worker_processes 2, Caddy GOMAXPROCS=2 (bench/servers.py).
             spec = replace(spec, tags=spec.tags | {"cores2"})
@@ -175,13 +186,18 @@ class Run:
         return trial
 
     def wrk_script(self, rs: RunningServer, workload: Workload) -> str | None:
-        """For a workload of several paths, the round-robin Lua script for ``rs`` (its prefix)."""
-        if not workload.paths:
+        """For a workload of several paths, the round-robin Lua script for ``rs``
+        (its prefix); for a many-files workload, the random one."""
+        if not workload.paths and not workload.tree:
             return None
         script = self.tmp / "wrk-scripts" / f"{workload.name}-{rs.spec.name}.lua"
         if not script.exists():
             script.parent.mkdir(parents=True, exist_ok=True)
-            script.write_text(round_robin_script([rs.prefix + p for p in workload.paths]))
+            if workload.tree:
+                text = random_tree_script(workload.tree, fixtures.TREE_DIRS, rs.prefix)
+            else:
+                text = round_robin_script([rs.prefix + p for p in workload.paths])
+            script.write_text(text)
         return str(script)
 
     def run_wrk_workload(
@@ -190,10 +206,12 @@ class Run:
         specs: list[ServerSpec],
         root: Path,
         others: tuple[int, ...] = (),
+        fixture: fixtures.Fixture | None = None,
     ) -> list[Entry]:
         """Every server of ``specs`` on ``workload``: probe, warm-up, rotated
         trials.  ``others``: process trees whose CPU each trial also records
-        (the proxy workloads' upstream)."""
+        (the proxy workloads' upstream); ``fixture``: what the probe checks
+        against (default: the run's fixture)."""
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if nofile != resource.RLIM_INFINITY and nofile < workload.connections + NOFILE_HEADROOM:
             # wrk and the servers inherit this limit (raised by execute()).
@@ -214,7 +232,7 @@ class Run:
                 if rs is None:
                     continue
                 asked = for_server(workload, spec.tags)  # serverio-identity's Accept-Encoding
-                result = probe(asked, rs.port, self.fixture, rs.prefix)
+                result = probe(asked, rs.port, fixture or self.fixture, rs.prefix)
                 entry.probe = result.facts
                 if not result.ok:
                     entry.status, entry.reason = "skipped", result.reason
@@ -239,6 +257,12 @@ class Run:
                     trial["round"] = rnd + 1
                     entry.trials.append(trial)
                     log(f"  round {rnd + 1}/{self.opts.rounds} {name}: {trial_line(trial)}")
+            # The collector's figures over the whole run (serverio's /metrics).
+            collector = {
+                name: scrape_gc(rs.admin_port)
+                for name, (rs, _) in live.items()
+                if rs.admin_port is not None and rs.alive()
+            }
         for name in live:
             summarise_wrk(entries[name])
             summary = entries[name].summary
@@ -246,6 +270,8 @@ class Run:
             # RSS after the probe, before any load (the 8 MiB proxy target).
             summary["rss_before_load_mib"] = rss_before[name] / 1024
             summary["rss_growth_mib"] = summary["peak_rss_mib"] - rss_before[name] / 1024
+            if collector.get(name):
+                summary["gc"] = collector[name]
         return list(entries.values())
 
     @contextmanager
@@ -280,6 +306,15 @@ class Run:
             for entry in entries:
                 entry.probe["upstream"] = f"nginx at {url}, {' '.join(up.argv[:3])}"
             return entries
+
+    def run_tree(self, workload: Workload, specs: list[ServerSpec]) -> list[Entry]:
+        """A many-files workload: the servers serve a tree of ``workload.tree``
+        1 KiB files, made once and reused (bench/fixtures.py tree_root)."""
+        began = time.monotonic()
+        root = fixtures.tree_root(workload.tree)
+        log(f"  tree of {workload.tree:,} files at {root} ({time.monotonic() - began:.1f}s)")
+        tree = fixtures.Fixture(root=root, sizes={})
+        return self.run_wrk_workload(workload, specs, root, fixture=tree)
 
     # -- idle connections --------------------------------------------------------
 
@@ -355,6 +390,8 @@ class Run:
             entries += run_h2load_workload(self, workload, specs)
         elif workload.kind == "proxy":
             entries += self.run_proxy(workload, specs)
+        elif workload.tree:
+            entries += self.run_tree(workload, specs)
         elif workload.cores > 1:
             with self.unpinned(workload.cores):
                 entries += self.run_wrk_workload(workload, specs, self.fixture.root)

@@ -79,6 +79,8 @@ class LaunchPlan:
     # URLs are SCHEME://127.0.0.1:PORT PREFIX PATH (granian serves files under a route).
     scheme: str = "http"
     prefix: str = ""
+    # serverio's --admin-bind port (/metrics), when the workload asks for it.
+    admin_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,9 +138,14 @@ def _serverio_plan(
         *tls,
         *spec.extra_args,
     ]
+    admin = free_port() if "admin" in spec.tags else None
+    if admin is not None:
+        argv += ["--admin-bind", f"{LOOPBACK}:{admin}"]
     if tls:
-        return LaunchPlan(argv=argv, cwd=cwd, env=launch.env, ready="tcp", scheme="https")
-    return LaunchPlan(argv=argv, cwd=cwd, env=launch.env)
+        return LaunchPlan(
+            argv=argv, cwd=cwd, env=launch.env, ready="tcp", scheme="https", admin_port=admin
+        )
+    return LaunchPlan(argv=argv, cwd=cwd, env=launch.env, admin_port=admin)
 
 
 def self_signed(workdir: Path) -> tuple[Path, Path] | str:
@@ -194,6 +201,19 @@ def _h11_floor_plan(
     upstream = spec.upstream.removeprefix("http://")
     argv = [env.python, str(BASELINES / "h11_proxy_floor.py"), upstream, "0", *spec.extra_args]
     return LaunchPlan(argv=argv, cwd=workdir)
+
+
+def _tls_floor_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if file is None:
+        return "the TLS floor answers with a single file; this workload requests several"
+    made = self_signed(workdir)
+    if isinstance(made, str):
+        return made
+    cert, key = made
+    argv = [env.python, str(BASELINES / "tls_floor.py"), str(cert), str(key), str(file), "0"]
+    return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, ready="tcp", scheme="https")
 
 
 def _stdlib_plan(
@@ -434,6 +454,19 @@ def _caddy_plan(
         # ({$VAR} is substituted when Caddy adapts the Caddyfile).
         conf = CADDYFILE_PRECOMPRESSED
         run_env |= {"BENCH_HOST": LOOPBACK, "BENCH_PORT": str(port), "BENCH_ROOT": str(root)}
+    elif "tls" in spec.tags:
+        made = self_signed(workdir)
+        if isinstance(made, str):
+            return made
+        conf = workdir / "Caddyfile"
+        site = CADDY_FILES.format(root=root) + f"\n    tls {made[0]} {made[1]}"
+        text = CADDYFILE.format(host=LOOPBACK, port=port, protocols="h1", site=site)
+        conf.write_text(text.replace(f"http://{LOOPBACK}:{port}", f"https://{LOOPBACK}:{port}"))
+        caddy = shutil.which("caddy") or "caddy"
+        argv = [caddy, "run", "--config", str(conf), "--adapter", "caddyfile", *spec.extra_args]
+        return LaunchPlan(
+            argv=argv, cwd=workdir, port=port, env=run_env, ready="tcp", scheme="https"
+        )
     else:
         conf = workdir / "Caddyfile"
         protocols = "h1 h2c" if "h2" in spec.tags else "h1"
@@ -495,6 +528,7 @@ KINDS: dict[str, Kind] = {
     "bare": Kind(_module_unavailable("trio", "h11"), _bare_plan),
     "relay-floor": Kind(_module_unavailable("trio"), _relay_plan),
     "h11-proxy-floor": Kind(_module_unavailable("trio", "h11"), _h11_floor_plan),
+    "tls-floor": Kind(_module_unavailable("trio"), _tls_floor_plan),
     "http.server": Kind(lambda env: None, _stdlib_plan),
     "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
     "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
@@ -516,6 +550,10 @@ ASSETS_WORKLOADS = ("assets-c512", "assets-c4096")
 # (bench/workloads.py; tests/test_bench_proxy.py checks the lists agree).
 NOSIDECAR_WORKLOADS = ("assets-nosidecar-c512", "assets-nosidecar-c64")
 PROXY_WORKLOADS = ("proxy-1k-c64", "proxy-8m-c16", "proxy-1k-c512")
+TREE_WORKLOADS = ("many-files", "few-files")
+# serverio-bigcache's --file-cache-size: 100,000 files of 1 KiB plus the
+# cache's accounting overhead per entry (512 B) fit with room to spare.
+BIGCACHE_BYTES = 256 * 1024 * 1024
 
 # Benchmark settings applied to every server where its default would distort a
 # measurement: keep-alive >= 75 s and connection caps above the idle workload's
@@ -611,6 +649,16 @@ SERVERS: dict[str, ServerSpec] = {
             tags=frozenset({"h2"}),
         ),
         serverio_entry(
+            "serverio-bigcache",
+            "--fs-workers",
+            "0",
+            "--file-cache-size",
+            str(BIGCACHE_BYTES),
+            description="serverio-inline with a warm-file cache that holds every file of the "
+            "many-files workloads (many-files and few-files only)",
+            only_workloads=TREE_WORKLOADS,
+        ),
+        serverio_entry(
             "serverio-nocache",
             "--fs-workers",
             "0",
@@ -702,8 +750,23 @@ SERVERS: dict[str, ServerSpec] = {
             "--fs-workers",
             "0",
             description="serverio-inline over TLS, HTTP/2 by ALPN (self-signed P-256)",
-            only_workloads=H2_WORKLOADS,
-            tags=("h2", "tls"),
+            only_workloads=(*H2_WORKLOADS, "1k-tls"),
+            tags=("h2", "tls", "tls-h1"),
+        ),
+        ServerSpec(
+            "caddy-tls",
+            "caddy",
+            description="Caddy file_server over TLS, HTTP/1.1 (self-signed P-256; 1k-tls only)",
+            tags=frozenset({"tls", "tls-h1"}),
+            only_workloads=frozenset({"1k-tls"}),
+        ),
+        ServerSpec(
+            "tls-floor",
+            "tls-floor",
+            description="a canned 1 KiB response per request head over trio's SSLStream "
+            "(bench/baselines/tls_floor.py): the floor of HTTP/1.1 over TLS on trio (1k-tls only)",
+            tags=frozenset({"tls-h1"}),
+            only_workloads=frozenset({"1k-tls"}),
         ),
         ServerSpec(
             "caddy-h2c",
@@ -760,6 +823,7 @@ class RunningServer:
     startup_s: float
     scheme: str = "http"
     prefix: str = ""
+    admin_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -893,6 +957,7 @@ def running(
                 time.monotonic() - started,
                 scheme=plan.scheme,
                 prefix=plan.prefix,
+                admin_port=plan.admin_port,
             )
         finally:
             terminate(proc)

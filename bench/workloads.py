@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import importlib
+import ssl
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -21,10 +22,13 @@ from bench.fixtures import (
     LISTING_DIR,
     LISTING_ENTRIES,
     MANY_COUNT,
+    TREE_DIRS,
     Fixture,
     asset_paths,
     many_asset_paths,
     many_plain_paths,
+    tree_bytes,
+    tree_name,
 )
 
 Feature = Literal["plain", "etag", "range", "gzip", "listing", "assets"]
@@ -65,6 +69,13 @@ class Workload:
     # (the runner tags the spec "cores2": nginx worker_processes 2, Caddy
     # GOMAXPROCS=2; serverio's --workers 2 is in ``serverio_args``).
     cores: int = 1
+    # The many-files workloads: the servers serve a tree of this many 1 KiB
+    # files (bench/fixtures.py tree_root) instead of the fixture, requested
+    # at random (bench/wrk.py random_tree_script); 0: the fixture.
+    tree: int = 0
+    # Over TLS (https://): the probe connects with TLS, accepting the
+    # servers' self-signed certificates.
+    tls: bool = False
 
     def request_paths(self) -> list[str]:
         return list(self.paths) or [self.path]
@@ -215,6 +226,24 @@ WORKLOADS: dict[str, Workload] = {
                 ("proxy-1k-c512", "1 KiB, default limits (errors must be 0)", "1k.bin", 512),
             )
         ),
+        *(
+            Workload(
+                name,
+                f"{count:,} distinct 1 KiB files in {TREE_DIRS} directories, requested at "
+                "random (wrk Lua), 64 keep-alive connections",
+                path=f"/{tree_name(0, count)}",
+                file=None,
+                tree=count,
+            )
+            for name, count in (("many-files", 100_000), ("few-files", 1_000))
+        ),
+        Workload(
+            "1k-tls",
+            "1 KiB over TLS (HTTP/1.1, self-signed P-256), 64 keep-alive connections",
+            tls=True,
+            server_tags=frozenset({"tls-h1"}),
+            skip_reason_for_others="HTTP/1.1 over TLS: serverio-tls, caddy-tls, tls-floor",
+        ),
         Workload("idle", "idle keep-alive connections: server RSS per connection", kind="idle"),
         Workload(
             "slow",
@@ -315,16 +344,28 @@ class ProbeResult:
     facts: dict[str, str] = field(default_factory=dict)
 
 
+def connection(port: int, tls: bool = False) -> http.client.HTTPConnection:
+    """A connection to the server on ``port``; with ``tls``, HTTPS that
+    accepts any certificate (the servers' throwaway self-signed ones)."""
+    if tls:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=10.0, context=insecure)
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+
+
 def _request(
     port: int,
     method: str,
     path: str,
     headers: tuple[tuple[str, str], ...] = (),
     conn: http.client.HTTPConnection | None = None,
+    tls: bool = False,
 ) -> tuple[int, dict[str, str], bytes]:
     own = conn is None
     if conn is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+        conn = connection(port, tls)
     try:
         conn.request(method, path, headers=dict(headers))
         resp = conn.getresponse()
@@ -341,6 +382,8 @@ def probe(workload: Workload, port: int, fixture: Fixture, prefix: str = "") -> 
     ``prefix`` goes before every path (granian serves files under a route).
     """
     try:
+        if workload.tree:
+            return _probe_tree(workload, port, fixture, prefix)
         if workload.feature == "assets":
             return _probe_assets(workload, port, fixture, prefix)
         return _probe(workload, port, fixture, prefix)
@@ -396,6 +439,28 @@ def _probe_assets(workload: Workload, port: int, fixture: Fixture, prefix: str) 
     )
 
 
+def _probe_tree(workload: Workload, port: int, fixture: Fixture, prefix: str) -> ProbeResult:
+    """A spread of the tree's files on one keep-alive connection: 200 and
+    each file's bytes (bench/fixtures.py ``tree_bytes``: a damaged cached
+    tree fails too; ``fixture`` is the tree's root here)."""
+    count = workload.tree
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10.0)
+    try:
+        for index in sorted({0, 1, count // 3, count // 2, count - 1}):
+            name = tree_name(index, count)
+            status, _, body = _request(port, "GET", f"{prefix}/{name}", workload.headers, conn)
+            want = tree_bytes(index)
+            if status != 200 or body != want:
+                return ProbeResult(
+                    False,
+                    f"GET /{name} -> {status} with {len(body)} bytes, "
+                    f"expected 200 with {len(want)}",
+                )
+    finally:
+        conn.close()
+    return ProbeResult(True, facts={"files": str(count), "root": str(fixture.root)})
+
+
 def _probe(workload: Workload, port: int, fixture: Fixture, prefix: str = "") -> ProbeResult:
     path, file = prefix + workload.path, workload.file
     expected = fixture.path(file).read_bytes() if file else b""
@@ -409,7 +474,7 @@ def _probe(workload: Workload, port: int, fixture: Fixture, prefix: str = "") ->
         if status != 304:
             return ProbeResult(False, f"If-None-Match with its own ETag gave {status}, not 304")
         return ProbeResult(True, headers=cond, facts={"etag": etag})
-    status, headers, body = _request(port, "GET", path, workload.headers)
+    status, headers, body = _request(port, "GET", path, workload.headers, tls=workload.tls)
     if workload.feature == "range":
         want = expected[RANGE_START : RANGE_END + 1]
         if status != 206 or body != want:

@@ -186,3 +186,31 @@ def round_robin_script(paths: list[str]) -> str:
             raise ValueError(f"path not safe in a Lua string literal: {path!r}")
     items = "\n".join(f'    "{path}",' for path in paths)
     return ROUND_ROBIN_LUA.format(count=len(paths), items=items)
+
+
+RANDOM_TREE_LUA = """\
+-- Written by bench: GET one of {count} files chosen at random (uniformly)
+-- for every request: {prefix}/dDD/fNNNNNN.bin, DD = N mod {dirs}
+-- (bench/fixtures.py tree_name).  Formatted per request (100,000 requests
+-- could not be formatted once); wrk.format uses wrk.headers.
+local count, dirs, prefix = {count}, {dirs}, "{prefix}"
+
+function init(args)
+    math.randomseed({seed})
+end
+
+function request()
+    local i = math.random(0, count - 1)
+    return wrk.format("GET", string.format("%s/d%02d/f%06d.bin", prefix, i % dirs, i))
+end
+"""
+
+
+def random_tree_script(count: int, dirs: int, prefix: str = "", seed: int = 47) -> str:
+    """A wrk Lua script requesting the files of a ``count``-file tree
+    (bench/fixtures.py ``tree_name``) at random, under URL ``prefix``."""
+    if count < 1 or not 1 <= dirs <= 100:
+        raise ValueError(f"a tree of {count} files in {dirs} directories")
+    if prefix and not _LUA_SAFE_PATH.fullmatch(prefix):
+        raise ValueError(f"prefix not safe in a Lua string literal: {prefix!r}")
+    return RANDOM_TREE_LUA.format(count=count, dirs=dirs, prefix=prefix.rstrip("/"), seed=seed)

@@ -674,6 +674,18 @@ class FilesPolicy:
         parse="bytes",
         ge=0,
     )
+    # The files' metadata apart from their bytes (serverio.fs.filecache,
+    # "File metadata apart from the bytes"): entries, not bytes (a few
+    # hundred bytes each); 0 = off.  Off too with --file-cache-size 0.
+    file_meta_entries: int = setting(
+        16384,
+        ("--file-meta-entries",),
+        "small files whose facts and validators are kept apart from their bytes (0 = off)",
+        "Blocking work",
+        metavar="N",
+        parse="int",
+        ge=0,
+    )
     fs_cache_valid: float = setting(
         1.0,
         ("--fs-cache-valid",),

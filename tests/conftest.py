@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import socket
 import struct
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,16 @@ if sys.platform == "win32":
         pytest.skip("needs os.mkfifo (POSIX named pipes)")
 
     os.mkfifo = _no_fifo
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_collector() -> Iterator[None]:
+    """A serving process freezes its start-up objects out of the collector's
+    reach (serverio.observe.collector); a test that ran one gives them back,
+    so later tests' cyclic garbage is collected as usual."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture

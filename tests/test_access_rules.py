@@ -410,6 +410,39 @@ async def test_a_refusal_is_logged_with_its_rule_at_verbose(
     ], denied
 
 
+@pytest.mark.parametrize("proto", ["h1", "h2"])
+async def test_a_create_only_resumable_upload_counts_and_logs_no_denial(
+    tree: Path, users: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, proto: str
+) -> None:
+    """A resumable creation asks whether it may also replace (to know
+    whether the upload is create-only): for alice, without the overwrite
+    right, that question's "no" is an answer, not a refusal: her allowed
+    upload leaves the per-user "denied" counter at 0 and no "denied" line
+    at -v (both were 1 when the second question was an ordinary ask)."""
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 40)
+    cfg = _rules(tree, users, secret_file=str(secret), verbose=True)
+    srv = Server(cfg)
+    whole = {"Upload-Complete": "?1", "Content-Type": "application/octet-stream"}
+
+    def denials() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("denied")]
+
+    with caplog.at_level(logging.INFO, logger="serverio"):
+        async with client_for(cfg, proto, srv) as send:
+            r = await send("PUT", "/incoming/new.txt", {**whole, **basic("alice")}, b"alice's")
+            assert r.status == 201, r.status
+            assert (tree / "incoming" / "new.txt").read_text() == "alice's"
+            assert denials() == []
+            text = render(snapshot(srv))
+            assert 'serverio_user_denied_total{user="alice"} 0' in text, text
+            # A real refusal is still counted and logged: replacing needs overwrite.
+            r = await send("PUT", "/incoming/old.txt", {**whole, **basic("alice")}, b"alice's")
+            assert r.status == 403
+            assert len(denials()) == 1 and denials()[0].startswith("denied overwrite"), denials()
+            assert 'serverio_user_denied_total{user="alice"} 1' in render(snapshot(srv))
+
+
 def test_load_site_keeps_auth_file_for_users_only_with_rules(tree: Path, users: Path) -> None:
     """With rules, --auth-file names the users (no whole-site [[auth]] rule)."""
     site = load_site(_rules(tree, users))

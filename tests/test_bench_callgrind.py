@@ -86,7 +86,7 @@ def test_callgrind_h2_prints_instructions_per_stream(capsys: pytest.CaptureFixtu
     assert 50_000 < int(m[1].replace(",", "")) < 5_000_000
 
 
-@pytest.mark.parametrize("mode", ["plain", "auth", "access"])
+@pytest.mark.parametrize("mode", ["plain", "auth", "access", "cookie", "cookie-access"])
 def test_the_rules_driver_serves_the_warm_get_in_each_mode(tmp_path: Path, mode: str) -> None:
     """bench/rulespair.py (``callgrind --rules``), run as callgrind runs it:
     a copy outside the tree, the tree as working directory; the GET is

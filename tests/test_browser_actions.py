@@ -179,7 +179,12 @@ async def test_rename_move_delete_download_new_folder(tmp_path: Path, viewport: 
 
         # Declined: nothing goes.
         page.remove_listener("dialog", confirm)
-        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+
+        def decline(d: Any) -> None:
+            asked.append(d.message)
+            d.dismiss()
+
+        page.once("dialog", decline)
         page.locator("td.name a", has_text="taken.txt").focus()
         page.keyboard.press("Delete")  # the keyboard's delete asks too
         assert asked[-1] == "Delete \u201ctaken.txt\u201d? This cannot be undone."

@@ -118,6 +118,7 @@ async def test_tabs_share_one_stream_the_next_leader_takes_over_and_restarts_rec
     cfg = make_config(root, watch=True, shutdown_timeout=2).evolve(host="127.0.0.1", port=0)
     leader = "window.__serverioLiveReload.leader"
     value = "document.getElementById('v').textContent"
+    srv: Server  # bound below, before drive runs; drive rebinds it on a restart
 
     def streams(n: int) -> Callable[[], bool]:
         return lambda: srv.live is not None and len(srv.live.broadcast.subscribers) == n

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from serverio.net import emit as _connection
-from serverio.net import h1head as _h1head
+from serverio.wire import h1facts as _h1facts
 
 from .conftest import connect, make_config, running_server, wait_until
 
@@ -126,4 +126,4 @@ def test_a_warm_connection_close_answer_is_the_kept_alive_head_plus_connection_c
 def test_connection_field_tokens_are_split_and_lower_cased(
     value: bytes, tokens: set[bytes]
 ) -> None:
-    assert set(_h1head._tokens(value)) == tokens
+    assert set(_h1facts._tokens(value)) == tokens

@@ -70,6 +70,9 @@ AWAITING = {
         "SearchStream._step",
         "SearchStream._render",
     },
+    # The access hook a write step is handed without site rules
+    # (hooks.NO_RULES): the Admit coroutine's shape, deciding nothing.
+    "hooks.py": {"_no_rules"},
 }
 
 Func = ast.FunctionDef | ast.AsyncFunctionDef

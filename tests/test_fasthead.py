@@ -162,6 +162,71 @@ def test_head_parser_eof_before_a_head_is_h11s() -> None:
         p.next_event()
 
 
+def _fast(p: HeadParser) -> bool:
+    return p.fast  # (read afresh: the parser changes it as it goes)
+
+
+def test_head_parser_goes_on_to_the_next_cycle_with_the_bytes_past_a_head(root: Path) -> None:
+    # One parser per connection: asked again after a head, it starts the
+    # next cycle from what followed (pipelining), fast or through h11.
+    cfg = make_config(root)
+    folded = b"GET /b HTTP/1.1\r\nHost: t\r\nX: 1\r\n\r\n"
+    p = HeadParser(8192, b"", cfg)
+    first = p.feed(BASIC + folded + b"GET /c")
+    assert type(first) is FastRequest and first.target == b"/1k.bin"
+    assert p.fed == len(folded) + 6  # the bytes held past the head
+    second = p.next_head()
+    assert type(second) is FastRequest and second.target == b"/b"
+    assert p.next_head() is h11.NEED_DATA and p.fed == 6
+    # An incomplete head goes to h11 for the rest of its cycle (no facts:
+    # the connection builds them); the next cycle is the fast path's again.
+    third = p.feed(b" HTTP/1.0\r\n\r\nGET /d HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert type(third) is h11.Request and third.target == b"/c"
+    assert not _fast(p)
+    fourth = p.next_head()
+    assert type(fourth) is FastRequest and fourth.target == b"/d" and _fast(p)
+    assert fourth.facts is not None and fourth.facts[0].target.relpath == "d"
+    # The bytes past a request's content, handed back: a cycle from them.
+    p.restart(b"HEAD /e HTTP/1.0\r\n\r\n")
+    fifth = p.next_head()
+    assert type(fifth) is FastRequest and fifth.facts is not None
+    assert fifth.facts[0].keep_alive is False and p.trailing_data == (b"", False)
+
+
+def test_a_fast_head_comes_with_its_request_facts_given_the_config(root: Path) -> None:
+    cfg = make_config(root)
+    head = HeadParser(8192, BASIC, cfg, tls=True).next_head()
+    assert type(head) is FastRequest and head.facts is not None
+    facts, ka10, ua, referer, request_id = head.facts
+    assert (facts.method, facts.target.relpath, facts.tls, facts.keep_alive) == (
+        b"GET",
+        "1k.bin",
+        True,
+        True,
+    )
+    assert (ka10, ua, referer, request_id) == (False, "wrk", None, None)
+    plain = HeadParser(8192, BASIC).next_head()
+    assert type(plain) is FastRequest and plain.facts is None  # no config: no facts
+    # Facts that are an error are left for the connection, which answers it.
+    bad = HeadParser(8192, b"GET /%00 HTTP/1.1\r\nHost: t\r\n\r\n", cfg).next_head()
+    assert type(bad) is FastRequest and bad.facts is None
+
+
+def test_next_head_answers_h11_errors_and_a_whole_oversized_head() -> None:
+    from serverio.errors import HTTPError
+
+    with pytest.raises(HTTPError) as exc:
+        HeadParser(8192, b"GET / HTTP/1.1\r\nHost t\r\n\r\n").next_head()
+    assert exc.value.status == 400 and exc.value.close
+    # A whole head past the limit in one read: h11 takes it (its limit is
+    # for incomplete heads), the parser refuses it.
+    big = b"GET / HTTP/1.1\r\nHost: t\r\nX-Y: " + b"a" * 300 + b"\r\n\r\n"
+    with pytest.raises(HTTPError) as exc:
+        HeadParser(200, big).next_head()
+    assert exc.value.status == 431
+    assert type(HeadParser(400, big).next_head()) is FastRequest
+
+
 async def test_connection_serves_plain_gets_without_h11(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

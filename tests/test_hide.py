@@ -7,6 +7,7 @@ access rule."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import zipfile
@@ -69,7 +70,7 @@ def test_tables_load_beside_nothing_else_and_round_trip(root: Path, tmp_path: Pa
     assert cfg.files.hide == ("*.tmp", "private/*") and cfg.files.hide_tables == ()
 
 
-def _parse(conf: Path) -> object:
+def _parse(conf: Path) -> argparse.Namespace:
     return parse_with_config(build_parser(), ["--config", str(conf)])
 
 

@@ -22,7 +22,7 @@ import trio
 
 from serverio.config import Config
 from serverio.errors import ConfigError, HTTPError
-from serverio.http.core import RequestFacts
+from serverio.http.core import Plan, RequestFacts
 from serverio.http.extra import HOST
 from serverio.http.hosts import HostRule, host_allowed, host_name, host_rule, misdirected_plan
 from serverio.http.target import parse_target
@@ -200,6 +200,25 @@ def test_the_refusal_names_the_option() -> None:
         b"add --allowed-hosts attacker.example\n",
     )
     assert misdirected_plan(rule, req, 0.0) is None  # no Host at all
+
+
+def test_a_served_host_is_remembered_a_refused_one_never_and_the_memory_is_bounded() -> None:
+    req = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/"))
+    rule = rule_of()
+
+    def asked(host: str) -> Plan | None:
+        return misdirected_plan(rule, replace(req, extra=(("host", host),)), 0.0)
+
+    assert asked("127.0.0.1:8000") is None and rule.seen == {"127.0.0.1:8000"}
+    assert asked("127.0.0.1:8000") is None and len(rule.seen) == 1  # one look-up
+    for _ in range(2):  # refused each time, remembered never
+        plan = asked(EVIL)
+        assert plan is not None and plan.status == 421 and EVIL not in rule.seen
+    for i in range(200):  # a client choosing served names: a bounded memory
+        assert asked(f"10.0.{i // 250}.{i % 250}") is None
+    assert len(rule.seen) == 64
+    assert asked("10.0.0.199") is None  # served whether remembered or not
+    assert rule == rule_of()  # the memory is no part of the rule
 
 
 # ---------------------------------------------------------------- HTTP/1.1

@@ -4,6 +4,7 @@ hostile cookies, forms and tokens."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -226,6 +227,50 @@ async def test_expired_tampered_and_foreign_sessions_are_anonymous(
         for bad in (expired, forged, wrong_tag, as_bob, share_as_session, tampered):
             r = await client.get("/private/plan.txt", f"Cookie: serverio-session={bad}\r\n")
             assert r.status == 401, bad
+
+
+def _alice_elsewhere(tree: Path, users: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A users file with a copy of alice's line, one with another hash
+    for "alice", and a folder for each (``copied``, ``others``)."""
+    line = next(x for x in users.read_text().splitlines() if x.startswith("alice:"))
+    copy = tmp_path / "copy.htpasswd"
+    copy.write_text(line + "\n")
+    other = tmp_path / "other.htpasswd"
+    other.write_text(f"alice:{hash_password('another-password', 1000)}\n")
+    for d in ("copied", "others"):
+        (tree / d).mkdir()
+        (tree / d / "x.txt").write_text(d.upper())
+    return copy, other
+
+
+async def test_a_session_stands_for_its_user_under_each_file_with_its_hash(
+    tree: Path, users: Path, secret: Path, tmp_path: Path
+) -> None:
+    """Sessions are judged per users file: a file that holds the very
+    hash alice signed in with accepts her session (a copy of her line in
+    another file too); a file naming "alice" with another hash (another
+    password: maybe another person) does not, and asks for its own
+    credentials.  (A session had to match every file naming the user: with
+    two passwords alice's session was anonymous everywhere.)"""
+    copy, other = _alice_elsewhere(tree, users, tmp_path)
+    auth = (
+        ("/private/**", str(users)),
+        ("/copied/**", str(copy)),
+        ("/others/**", str(other)),
+    )
+    cfg = make_config(tree, auth=auth, secret_file=str(secret))
+    async with memory_connection(cfg) as (client, _, _):
+        cookie = f"Cookie: serverio-session={await sign_in(client)}\r\n"
+        r = await client.get("/private/plan.txt", cookie)
+        assert (r.status, r.body) == (200, b"PLAN\n")
+        r = await client.get("/copied/x.txt", cookie)
+        assert (r.status, r.body) == (200, b"COPIED")
+        r = await client.get("/others/x.txt", cookie)
+        assert r.status == 401 and b"OTHERS" not in r.body
+        # That file's own password still works there, by Basic.
+        basic = base64.b64encode(b"alice:another-password").decode()
+        r = await client.get("/others/x.txt", f"Authorization: Basic {basic}\r\n")
+        assert (r.status, r.body) == (200, b"OTHERS")
 
 
 async def test_the_login_form_needs_its_csrf_token_and_cookie(
@@ -731,3 +776,106 @@ async def test_a_drop_box_never_replaces_an_existing_file(
         r = await drop("a.txt", "REPLACED")
         assert r.status == 403, (r.status, r.body)
         assert (tree / "private" / "docs" / "a.txt").read_text() == "DOC-A\n"
+
+
+# ------------------------------------------------------------ WebDAV lock owners
+
+LOCKINFO = (
+    b'<?xml version="1.0" encoding="utf-8"?><D:lockinfo xmlns:D="DAV:">'
+    b"<D:lockscope><D:exclusive/></D:lockscope><D:locktype><D:write/></D:locktype>"
+    b"</D:lockinfo>"
+)
+
+
+async def dav(
+    client: HTTPClient, method: str, path: str, headers: str, body: bytes = b""
+) -> Response:
+    head = f"{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
+    await client.send_raw(head.encode() + body)
+    return await client.read_response()
+
+
+def basic_field(user: str, password: str) -> str:
+    return f"Authorization: Basic {base64.b64encode(f'{user}:{password}'.encode()).decode()}\r\n"
+
+
+async def _lock_belongs_to_alice(client: HTTPClient, signed_in: str) -> None:
+    """A LOCK taken by alice signed in otherwise than by Basic (``signed_in``:
+    her cookie or the trusted header) is hers: bob can neither use its token
+    nor UNLOCK it (403), alice by Basic can (one principal however she signed
+    in).  Its owner was nobody (the anonymous principal) before."""
+    r = await dav(client, "LOCK", "/private/plan.txt", signed_in, LOCKINFO)
+    assert r.status == 200, (r.status, r.body)
+    token = r.header("lock-token")
+    assert token is not None
+    bob = basic_field("bob", "builder")
+    r = await dav(client, "PUT", "/private/plan.txt", f"{bob}If: ({token})\r\n", b"BOB")
+    assert r.status == 423, r.status
+    r = await dav(client, "UNLOCK", "/private/plan.txt", f"{bob}Lock-Token: {token}\r\n")
+    assert r.status == 403, r.status
+    alice = basic_field("alice", PASSWORD)
+    r = await dav(client, "PUT", "/private/plan.txt", f"{alice}If: ({token})\r\n", b"ALICE")
+    assert r.status in (200, 204), r.status
+    r = await dav(client, "UNLOCK", "/private/plan.txt", f"{alice}Lock-Token: {token}\r\n")
+    assert r.status == 204, r.status
+
+
+async def test_a_signed_in_users_lock_is_theirs(tree: Path, users: Path, secret: Path) -> None:
+    cfg = config(tree, users, secret, webdav=True, upload=True, min_free_space=0)
+    async with memory_connection(cfg) as (client, _, _):
+        session = await sign_in(client)
+        await _lock_belongs_to_alice(client, f"Cookie: serverio-session={session}\r\n")
+    assert (tree / "private" / "plan.txt").read_text() == "ALICE"
+
+
+async def test_a_trusted_header_users_lock_is_theirs(tree: Path, users: Path, secret: Path) -> None:
+    cfg = config(
+        tree,
+        users,
+        secret,
+        webdav=True,
+        upload=True,
+        min_free_space=0,
+        trusted_user_header="remote-user",
+        trusted_proxies=("127.0.0.1",),
+    )
+    async with running_server(cfg) as (_, port):
+        c = await connect(port)
+        try:
+            await _lock_belongs_to_alice(c, "Remote-User: alice\r\n")
+        finally:
+            await c.stream.aclose()
+
+
+async def test_sign_in_with_access_rules_only(tree: Path, users: Path, secret: Path) -> None:
+    """--auth-file with --allow rules names the users the sign-in page
+    checks (no [[auth]] rule at all): alice signs in and her cookie carries
+    her rights (the form said "Wrong user or password." before)."""
+    allow = ("anonymous:read@/hello.txt", "alice:read,list@/private")
+    cfg = make_config(tree, auth_file=str(users), allow=allow, secret_file=str(secret))
+    async with memory_connection(cfg) as (client, _, _):
+        assert (await client.get("/private/plan.txt")).status == 401
+        session = await sign_in(client)
+        r = await client.get("/private/plan.txt", f"Cookie: serverio-session={session}\r\n")
+        assert (r.status, r.body) == (200, b"PLAN\n")
+
+
+def _new_password(users: Path) -> None:
+    users.write_text(f"alice:{hash_password('a-new-password', 1000)}\n")
+
+
+async def test_a_session_of_a_changed_password_shares_nothing(
+    tree: Path, users: Path, secret: Path
+) -> None:
+    """After alice's password changed (the users file, a restart), her old
+    cookie is nobody: no user in whoami, and no share link minted in her
+    name (the link endpoint took the cookie's user as signed in)."""
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        session = await sign_in(client)
+    _new_password(users)
+    async with memory_connection(config(tree, users, secret)) as (client, _, _):
+        jar = f"Cookie: serverio-session={session}\r\n"
+        assert json.loads((await client.get("/.serverio/whoami", jar)).body)["user"] is None
+        assert (await client.get("/private/plan.txt", jar)).status == 401
+        r = await share(client, session, "/private/plan.txt")
+        assert r.status == 401, (r.status, r.body)

@@ -337,3 +337,25 @@ async def test_admin_bind_off_loopback_warns_once_at_start(
         ]
     else:
         assert lines == []
+
+
+def test_per_user_counters_come_from_the_site_protocol(tmp_path: Path) -> None:
+    """The per-user counters are read through the exchange's SiteSteps
+    protocol (``user_counts``), not an attribute of one site class: a site
+    that implements the protocol only is counted (it was left out when
+    the metrics looked for a ``gate`` attribute)."""
+
+    class Counted:
+        def user_counts(self) -> dict[str, tuple[int, int, int]]:
+            return {"alice": (3, 1024, 1), "bob": (0, 0, 0)}
+
+    root = tmp_path / "root"
+    root.mkdir()
+    srv = Server(make_config(root))
+    assert "users" not in snapshot(srv) or snapshot(srv)["users"] == {}
+    srv.env.site = Counted()  # type: ignore[assignment]  # the protocol's one metrics method
+    got = samples(render(snapshot(srv)))
+    assert got[("serverio_user_requests_total", (("user", "alice"),))] == 3
+    assert got[("serverio_user_bytes_total", (("user", "alice"),))] == 1024
+    assert got[("serverio_user_denied_total", (("user", "alice"),))] == 1
+    assert got[("serverio_user_denied_total", (("user", "bob"),))] == 0

@@ -90,9 +90,9 @@ def server(tmp_path: Path) -> Server:
 
 
 def step(server: Server) -> Resumable:
-    got = server.services.hooks.write
-    assert got is not None
-    owner = getattr(got, "__self__", None)
+    # Its stage, ahead of the write step.
+    (route,) = [r for r in server.services.hooks.write_ahead if r.name == "resumable"]
+    owner = getattr(route.run, "__self__", None)
     assert isinstance(owner, Resumable)
     return owner
 

@@ -11,11 +11,14 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 import serverio.pipeline.search as search_mod
+from serverio.concurrency.blocking import run_blocking
+from serverio.fs.search import scan_batch
 
 from .conftest import make_config, memory_connection
 from .h2client import h2_memory
@@ -25,7 +28,7 @@ class Gate:
     """Holds every scan after the searched folder's own in its thread
     until :attr:`open` is set (a filesystem that blocks)."""
 
-    def __init__(self, real: Callable[..., list[object]]) -> None:
+    def __init__(self, real: Callable[..., Any]) -> None:
         self.real = real
         self.open = threading.Event()
         self.held = threading.Event()
@@ -43,7 +46,7 @@ class Gate:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
-    g = Gate(search_mod.scan_batch)
+    g = Gate(scan_batch)
     monkeypatch.setattr(search_mod, "scan_batch", g.scan)
     yield g
     g.open.set()
@@ -74,7 +77,9 @@ def _tasks() -> int:
     def count(task: trio.lowlevel.Task) -> int:
         return 1 + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
 
-    return count(trio.lowlevel.current_root_task())
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return count(root)
 
 
 async def _wait(predicate: Callable[[], bool]) -> None:
@@ -255,13 +260,13 @@ async def test_a_full_pool_is_a_503_before_the_answer_and_busy_after(
     complete body."""
     from serverio.concurrency.blocking import PoolSaturated
 
-    real = search_mod.run_blocking
+    real = run_blocking
     refuse = {"from": 1}
     calls = [0]
 
     async def saturated(pool: object, fn: object, *args: object) -> object:
         calls[0] += 1
-        if fn is search_mod.scan_batch and calls[0] >= refuse["from"]:
+        if fn is scan_batch and calls[0] >= refuse["from"]:
             raise PoolSaturated("work")
         return await real(pool, fn, *args)  # type: ignore[arg-type]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from serverio.app.server import Server
 from serverio.config import Config
 from serverio.fs.body import Body
@@ -29,8 +31,10 @@ from serverio.pipeline.exchange import (
     step,
 )
 from serverio.pipeline.handler import Handler
-from serverio.pipeline.hooks import Hooks
+from serverio.pipeline.hooks import Hooks, Marks
 from serverio.pipeline.stages import ReservedStage, WriteStage, begin, onward
+from serverio.resumable import service as resumable_service
+from serverio.resumable.protocol import classify
 
 from .conftest import make_config
 
@@ -52,12 +56,13 @@ def test_the_list_is_the_precedence_rule(root: Path) -> None:
     plain = Server(make_config(root))
     assert _names(plain) == []  # a plain static server: the files alone
     many = make_config(root, upload=True, watch=True, proxy=("/api=http://127.0.0.1:9",))
-    assert _names(Server(many)) == ["write", "reserved", "proxy"]
+    # Ahead of the uploads' step: the page's moves, resumable uploads.
+    assert _names(Server(many)) == ["page-moves", "resumable", "write", "reserved", "proxy"]
     # Site rules (a header rule): the site routes before the proxy, and
     # runs the reserved paths itself (before its access rules).
     sited = make_config(root, upload=True, watch=True, proxy=("/api=http://127.0.0.1:9",))
     sited = sited.evolve(headers=("X-A: 1",))
-    assert _names(Server(sited)) == ["write", "site", "proxy"]
+    assert _names(Server(sited)) == ["page-moves", "resumable", "write", "site", "proxy"]
 
 
 def test_a_write_under_a_proxy_prefix_is_the_proxys(root: Path) -> None:
@@ -164,3 +169,49 @@ def test_a_write_stage_adapter_takes_its_methods_where_it_answers(root: Path) ->
     assert WriteStage(_write, frozenset((b"OPTIONS",))).takes(preflight, 0.0)
     cors = replace(preflight, extra=(("access-control-request-method", "PUT"),))
     assert WriteStage(_write, frozenset((b"OPTIONS",))).takes(cors, 0.0) is None
+
+
+def test_a_write_stage_is_asked_only_of_a_request_with_its_marks() -> None:
+    # Marks are data the stage list tests: a request without them costs
+    # no call into the feature (its ``where``).
+    asked: list[RequestFacts] = []
+
+    def where(req: RequestFacts) -> bool:
+        asked.append(req)
+        return True
+
+    marks = Marks(frozenset(("upload-complete",)), (".serverio", "uploads"))
+    stage = WriteStage(_no_write, frozenset((b"PUT",)), where, None, marks, "ahead")
+    assert stage.name == "ahead"
+    assert stage.takes(_req("/a.bin", b"PUT"), 0.0) is None and asked == []
+    assert stage.takes(_req("/a.bin", b"GET", extra=(("upload-complete", "?1"),)), 0.0) is None
+    assert asked == []  # not one of its methods either
+    marked = _req("/a.bin", b"PUT", extra=(("host", "h"), ("upload-complete", "?1")))
+    assert stage.takes(marked, 0.0) is True
+    assert stage.takes(_req("/.serverio/uploads/t", b"PUT"), 0.0) is True
+    assert len(asked) == 2
+
+
+async def _no_write(req: RequestFacts, content: object, now: float, admit: object) -> Plan:
+    raise AssertionError("not run here")
+
+
+def test_a_plain_put_never_calls_into_resumable_uploads(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[RequestFacts] = []
+    real = classify
+
+    def counted(req: RequestFacts) -> object:
+        calls.append(req)
+        return real(req)
+
+    monkeypatch.setattr(resumable_service, "classify", counted)
+    env = Server(make_config(root, upload=True)).env
+    state, need = begin(env, _req("/x.bin", b"PUT"), 0.0)
+    assert type(need) is Write and state is not None and state.stage is not None
+    assert state.stage.name == "write" and calls == []
+    marked = _req("/x.bin", b"PUT", extra=(("upload-complete", "?0"),))
+    state, need = begin(env, marked, 0.0)
+    assert type(need) is Write and state is not None and state.stage is not None
+    assert state.stage.name == "resumable" and len(calls) == 1

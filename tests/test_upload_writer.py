@@ -27,8 +27,8 @@ import trio.lowlevel
 from serverio.fs import writer
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
-from serverio.http.access import AccessTarget
-from serverio.http.core import Plan, RequestFacts
+from serverio.http.access import AccessTarget, Right
+from serverio.http.core import Plan, RequestFacts, error_plan
 from serverio.http.target import WRITE_TEMP_PREFIX, parse_target
 from serverio.observe.stats import Stats
 from serverio.upload.service import Uploads
@@ -129,6 +129,39 @@ async def test_put_creates_then_replaces_atomically(rig: Rig) -> None:
     assert (rig.root / "new.txt").read_bytes() == b"three"
     assert rig.stats.writes.files == 2 and rig.stats.writes.bytes == 12
     await clean(rig, fds)
+
+
+async def test_a_small_put_costs_two_pool_hops(rig: Rig) -> None:
+    # The placement and its temporary in one hop, the content and the
+    # commit in the other (a third, for the temporary alone, is gone).
+    fds = open_fd_count()
+    for path, status in (("/two.txt", 201), ("/two.txt", 204)):
+        before = rig.up.pool.stats.completed
+        assert (await rig.run(put(path), Chunks([b"x" * 1024]))).status == status
+        assert rig.up.pool.stats.completed - before == 2
+    await clean(rig, fds)
+
+
+async def test_a_put_refused_after_its_placement_leaves_no_temporary(rig: Rig) -> None:
+    # The temporary is made with the placement; the one right asked once
+    # the file is placed (an overwrite here) and a failed precondition
+    # each refuse after it: it is removed, the old file stays.
+    fds = open_fd_count()
+    (rig.root / "kept.txt").write_bytes(b"old")
+    asked: list[AccessTarget] = []
+
+    async def no_overwrite(target: AccessTarget) -> Plan | None:
+        asked.append(target)
+        if target.also is None and target.right is Right.OVERWRITE:
+            return error_plan(403, 0.0)
+        return None
+
+    plan = await rig.up.write(put("/kept.txt"), Chunks([b"new"]), 0.0, no_overwrite)
+    assert plan.status == 403 and [t.right for t in asked] == [Right.UPLOAD, Right.OVERWRITE]
+    assert (await rig.run(put("/kept.txt", if_none_match="*"), Chunks([b"new"]))).status == 412
+    assert (rig.root / "kept.txt").read_bytes() == b"old"
+    await clean(rig, fds)
+    assert rig.stats.writes.temps_removed == 2
 
 
 async def test_delete_removes_a_file_and_refuses_directories(rig: Rig) -> None:
@@ -502,7 +535,9 @@ async def test_a_put_cancelled_at_any_checkpoint_leaves_old_or_new_never_a_tempo
             assert data == b"".join(parts)
 
     steps = await _cancelled_at_every_step(rig, make, check)
-    assert steps > 8  # every pull, every pool hop, the commit: each a checkpoint
+    # Every pull, every pool hop (the placement with its temporary, the
+    # last batch with the commit): each a checkpoint.
+    assert steps > 6
     assert rig.stats.writes.aborted >= steps - 2
 
 

@@ -22,29 +22,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..fs.filecache import FileCache
 from ..fs.opener import ContainedRoot
-from ..http.core import Plan, RequestFacts
+from ..http.core import RequestFacts
 from ..http.listing import ALL_RIGHTS, Entry, PageRights
 from ..http.target import Target
-from ..model import ChunkSource
-from ..pipeline.hooks import WRITE_METHODS, Admit, Hooks, WriteContent
-from ..upload.service import ALLOW_WRITES, Uploads
+from ..pipeline.hooks import Hooks, WriteRoute
+
+if TYPE_CHECKING:  # the uploads are imported only where they are on
+    from ..upload.service import Uploads
 
 __all__ = [
-    "ALLOW_PAGE_WRITES",
-    "PAGE_WRITE_METHODS",
     "Offer",
     "offered",
     "page_moves",
     "with_share",
 ]
-
-# --upload without --webdav: the uploads' methods and MOVE.
-PAGE_WRITE_METHODS = WRITE_METHODS | frozenset((b"MOVE",))
-ALLOW_PAGE_WRITES = ALLOW_WRITES + b", MOVE"
 
 # What the write features offer a listing request (its entries given).
 Offer = Callable[[RequestFacts, list[Entry]], PageRights]
@@ -84,7 +80,10 @@ _SHARE = PageRights(share=True)
 
 
 def _allow(target: Target) -> bytes:
-    return ALLOW_PAGE_WRITES
+    """--upload without --webdav: the uploads' methods and MOVE (in Allow)."""
+    from ..upload.service import ALLOW_WRITES  # loaded already: page_moves made the route
+
+    return ALLOW_WRITES + b", MOVE"
 
 
 def page_moves(
@@ -95,18 +94,21 @@ def page_moves(
     hooks: Hooks,
 ) -> Hooks:
     """``hooks`` (the uploads' write step) with ``MOVE`` and a folder's
-    ``DELETE`` answered by the WebDAV steps (no locks)."""
+    ``DELETE`` answered by the WebDAV steps (no locks): a write stage of
+    their own ahead of the uploads' (``Hooks.write_ahead``), asked only
+    for those two methods, so that a ``PUT`` never passes through here."""
     from ..dav.service import DavService
 
     dav = DavService(config, opener, files, uploads)
-    step = hooks.write
-    assert step is not None
+    route = WriteRoute(dav.write, _MOVES, _moves, None, "page-moves")
+    return dataclasses.replace(hooks, write_ahead=(*hooks.write_ahead, route), allow=_allow)
 
-    async def write(
-        req: RequestFacts, content: WriteContent, now: float, admit: Admit
-    ) -> Plan | tuple[Plan, ChunkSource]:
-        if req.method == b"MOVE" or (req.method == b"DELETE" and req.target.slash):
-            return await dav.write(req, content, now, admit)
-        return await step(req, content, now, admit)
 
-    return dataclasses.replace(hooks, write=write, write_methods=PAGE_WRITE_METHODS, allow=_allow)
+# The methods of the page's moves: MOVE, and DELETE (of a folder: _moves).
+_MOVES = frozenset((b"MOVE", b"DELETE"))
+
+
+def _moves(req: RequestFacts) -> bool:
+    """A ``MOVE``, or the ``DELETE`` of a folder (a path ending in ``/``);
+    a file's ``DELETE`` is the uploads' step's."""
+    return req.method == b"MOVE" or req.target.slash

@@ -92,7 +92,11 @@ class Services:
             log_pipe if log_pipe.on_stderr else LogPipe(name="stderr", counts=self.stats.log)
         )
         self.fs = Pool("fs", config.pools.fs_workers, config.pools.fs_queue)
-        self.files = FileCache(config.files.file_cache_size, config.files.small_file_size)
+        self.files = FileCache(
+            config.files.file_cache_size,
+            config.files.small_file_size,
+            config.files.file_meta_entries,
+        )
         self.work = Pool("work", config.pools.work_workers, config.pools.work_queue)
         # The contained root, opened on first use (one RootOpener, or one
         # per mount: serverio.fs.mounts); every feature gets this callable.
@@ -176,24 +180,20 @@ class Services:
         )
 
     def _resumable(self, config: Config, uploads: Uploads) -> None:
-        """Resumable uploads (the IETF draft and tus 1.0; serverio.resumable)
-        in front of the write step: its PATCH, the HEAD, DELETE and
-        OPTIONS of its upload resources, an IETF PUT with Upload-Complete,
-        a tus POST; every other write goes to the step it wraps.  Its
+        """Resumable uploads (the IETF draft and tus 1.0; serverio.resumable),
+        a write stage ahead of the write step: its PATCH, the HEAD, DELETE
+        and OPTIONS of its upload resources, an IETF PUT with
+        Upload-Complete, a tus POST; every other write goes to the write
+        step (a request without its marks never calls into it).  Its
         upload URLs are signed (Services.signer); its sweeper of expired
         uploads runs with the handler."""
         from ..resumable.service import Resumable
 
         hooks = self.hooks
-        assert hooks.write is not None
-        resumable = Resumable(
-            config, uploads, self.signer, hooks.write, hooks.write_methods, hooks.write_takes
-        )
+        resumable = Resumable(config, uploads, self.signer)
         self.hooks = dataclasses.replace(
             hooks,
-            write=resumable.write,
-            write_methods=resumable.methods,
-            write_takes=resumable.takes,
+            write_ahead=(*hooks.write_ahead, resumable.route()),
             running=_both(hooks.running, resumable.running),
         )
 
@@ -266,7 +266,7 @@ class Services:
             site.login = login = Login(self.config, site, self.signer)
             # Its stage first in the list (serverio.pipeline.stages).
             hooks = self.handler.hooks
-            hooks = dataclasses.replace(hooks, first=(*hooks.first, LoginStage(login)))
+            hooks = dataclasses.replace(hooks, first=(*hooks.first, LoginStage(login, login.reads)))
             self.handler.hooks = self.hooks = hooks
             self.content.account = bool(users)  # the listings' account corner
         if self.proxy is not None:

@@ -10,8 +10,12 @@ have its own (docs/features.md "Locking").
 
 Principal: the user name of the request's Basic credentials when it has
 them (the site's auth rules checked them before the guard is asked), else
-None: without authentication every client is the same principal, as
-RFC 4918 §6.4 allows a server to treat them.  Client: the key of the
+the user a session cookie or a trusted proxy's header names (the login
+feature attaches it to a write's request once the access hook accepts it:
+:func:`serverio.site.principal.user_of`), else None: without
+authentication every client is the same principal, as RFC 4918 §6.4
+allows a server to treat them.  A user is one principal however they
+signed in (Basic, the sign-in page, the proxy in front).  Client: the key of the
 request's address (:func:`serverio.site.gate.client_key` of
 ``RequestFacts.client``), which the table's per-client bound counts.
 """
@@ -27,6 +31,7 @@ import trio
 from ..errors import HTTPError
 from ..http.core import Plan, RequestFacts, error_plan
 from ..site.gate import client_key
+from ..site.principal import user_of
 from ..site.rules import parse_basic
 from .fields import DAV_IF, DEPTH, LOCK_TOKEN, TIMEOUT
 from .guard import Done, no_etag
@@ -81,7 +86,7 @@ def _tag_path(tag: str) -> LockPath | None:
 
 def _principal(req: RequestFacts) -> str | None:
     basic = parse_basic(req.authorization)
-    return basic[0] if basic is not None else None
+    return basic[0] if basic is not None else user_of(req.authorization)
 
 
 def _if_field(req: RequestFacts) -> IfField | None:

@@ -61,6 +61,23 @@ there, as for any attribute cache.
 
 Thread-safety: preparation runs in worker threads in pooled mode, so the
 LRU is guarded by a lock (uncontended in inline mode).
+
+File metadata apart from the bytes (:class:`MetaCache`): on a site with
+more small files than the byte cache holds, most requests miss it, and a
+miss used to work out the file's facts again (media type, the headers
+the file carries, the content hash its ETag is made of, a new
+:class:`~serverio.http.core.FileFacts`).  The metadata cache keeps those,
+keyed by path, bounded by *entries* (``--file-meta-entries``; an entry is
+about 750 bytes, a byte entry a whole file plus 512): a miss on bytes is then
+an open, an ``fstat`` and a read (or ``sendfile``) of the file, whose
+facts are taken from the entry when the ``fstat`` shows the same identity
+(device, inode, size, mtime and ctime in nanoseconds) the facts were made
+from.  Any other identity is a miss and the entry is replaced, so a change
+to the file can never be answered with old validators; the bytes always
+come from the descriptor just opened.  Only settled files (the racy rule
+above) of at most the small-file size (whose ETag is their content hash)
+are kept, and only for requests without a query (``?download`` changes
+the headers).
 """
 
 from __future__ import annotations
@@ -71,7 +88,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from ..http.core import FileFacts
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..model import CachedFile, Identity, Sidecar
 
@@ -81,7 +100,9 @@ __all__ = [
     "UNTIMED",
     "FileCache",
     "FileCacheStats",
+    "FileMeta",
     "HashStore",
+    "MetaCache",
     "identity",
     "window_state",
 ]
@@ -191,11 +212,14 @@ class FileCache:
     ``capacity == 0`` disables the cache.
     """
 
-    def __init__(self, capacity: int, max_entry: int) -> None:
+    def __init__(self, capacity: int, max_entry: int, meta_entries: int = 0) -> None:
         self.capacity = capacity
         self.max_entry = max_entry
         self.size = 0
         self.stats = FileCacheStats()
+        # The files' metadata apart from their bytes ("File metadata apart
+        # from the bytes" above); None: off.
+        self.meta = MetaCache(meta_entries) if meta_entries > 0 and capacity > 0 else None
         self._entries: OrderedDict[str, CachedFile] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -246,6 +270,8 @@ class FileCache:
             for suffix in _SIDECAR_SUFFIXES:
                 if key.endswith(suffix):
                     self._pop(key[: -len(suffix)])
+        if self.meta is not None:
+            self.meta.forget(key)
 
     def _pop(self, key: str) -> None:
         entry = self._entries.pop(key, None)
@@ -257,6 +283,8 @@ class FileCache:
         with self._lock:
             self._entries.clear()
             self.size = 0
+        if self.meta is not None:
+            self.meta.clear()
 
     def revalidate(
         self,
@@ -298,6 +326,85 @@ class FileCache:
                 _, dropped = self._entries.popitem(last=False)
                 self.size -= _cost(dropped)
                 self.stats.evicted += 1
+
+
+class FileMeta(NamedTuple):
+    """What a file's answer needs besides its bytes (see the module's
+    "File metadata apart from the bytes"): valid while the file has ``ident``."""
+
+    ident: Identity
+    facts: FileFacts
+    # The headers the file carries and whether it negotiates a coding
+    # (serverio.http.select.file_fields, for a request without a query).
+    extra: tuple[tuple[bytes, bytes], ...]
+    vary: bool
+
+
+class MetaCache:
+    """An LRU of :class:`FileMeta` by relative path, at most ``capacity``
+    entries (0: off).  Thread-safe (pooled mode resolves in threads)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.stats = FileCacheStats()
+        self._entries: OrderedDict[str, FileMeta] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size(self) -> int:
+        """The bytes accounted (an estimate: :data:`_META_COST` per entry)."""
+        return len(self._entries) * _META_COST
+
+    @property
+    def capacity_bytes(self) -> int:
+        """``capacity`` in the same accounting as :attr:`size`."""
+        return self.capacity * _META_COST
+
+    def valid(self, key: str, ident: Identity) -> FileMeta | None:
+        """The entry for ``key`` if it was made from a file of identity
+        ``ident`` (the ``fstat`` of the descriptor just opened); a
+        different one is dropped (the file changed)."""
+        with self._lock:
+            meta = self._entries.get(key)
+            if meta is None:
+                self.stats.misses += 1
+                return None
+            if meta.ident != ident:
+                del self._entries[key]
+                self.stats.stale += 1
+                self.stats.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.stats.hits += 1
+            return meta
+
+    def put(self, key: str, meta: FileMeta) -> None:
+        if self.capacity <= 0:
+            return
+        with self._lock:
+            self._entries[key] = meta
+            self._entries.move_to_end(key)
+            self.stats.stored += 1
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+                self.stats.evicted += 1
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+# The memory an entry of MetaCache holds: the key, the entry, the
+# identity and the facts with their ETag and hash (measured with
+# tracemalloc over 10,000 entries, CPython 3.11, 64-bit: about 750 bytes).
+_META_COST = 768
 
 
 # An mtime seen on this many distinct files is taken for a build tool's

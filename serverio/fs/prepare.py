@@ -76,7 +76,9 @@ from .filecache import (
     RACY_SECONDS,
     UNTIMED,
     FileCache,
+    FileMeta,
     HashStore,
+    MetaCache,
     identity,
     settled,
 )
@@ -245,6 +247,15 @@ def _failed(exc: OSError) -> Resolution:
     return Resolution(ERROR, reason, exc.errno, real=real)
 
 
+def _resolving(cfg: Config) -> bool:
+    """Are rules decided on where a symlink leads (auth rules, or
+    ``[[access]]`` / ``--allow``: :attr:`~serverio.config.UsersPolicy.rights`,
+    read here as its two fields: a property of the configuration is one
+    more layer entered per resolution)?"""
+    users = cfg.users
+    return bool(cfg.site.auth) or bool(users.access or users.allow)
+
+
 def resolve(
     look: Lookup,
     cfg: Config,
@@ -277,7 +288,7 @@ def resolve(
     warm-file cache (whose hits are decided on their path alone).
     """
     target = look.target
-    resolving = bool(cfg.site.auth) or cfg.users.rights
+    resolving = _resolving(cfg)
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -398,17 +409,24 @@ def _resolve_file(
     reps: list[Rep] = []  # owned here until the resolution is returned
     relpath, real = path
     try:
-        ctype = guess_type(relpath.rsplit("/", 1)[-1])
-        extra, vary = file_fields(look.download, cfg, relpath, ctype)
+        metas, ident, meta = _meta_for(look, cfg, cache, st, relpath, real)
+        if meta is not None:  # the same file as last time: its facts as they were
+            ctype, (extra, vary) = meta.facts.content_type, (meta.extra, meta.vary)
+        else:
+            ctype = guess_type(relpath.rsplit("/", 1)[-1])
+            extra, vary = file_fields(look.download, cfg, relpath, ctype)
         digest = look.digest
         negotiated = look.negotiates(vary)
-        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype)
+        known = meta.facts if meta is not None else None
+        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype, known)
         made = _main_rep(hop, fd, st, path, negotiated)
         if made is None:
             return Resolution(UNAVAILABLE)
         main, entry = made
         reps.append(main)
         fd = -1
+        if metas is not None and meta is None and _meta_keeps(main.facts, st, now):
+            metas.put(relpath, FileMeta(ident, main.facts, extra, vary))
         if entry is not None and not look.target.query:
             entry.headers = (extra, vary)  # computed once, here
         sidecars: dict[str, Rep] = {}
@@ -457,7 +475,10 @@ def _main_rep(
     relpath, real = path
     entry: CachedFile | None = None
     try:
-        facts, data = _facts(st, hop.ctype, cfg, hop.hashes, hop.now, fd)
+        if hop.known is not None:
+            facts, data = hop.known, None  # from the metadata cache, same identity
+        else:
+            facts, data = _facts(st, hop.ctype, cfg, hop.hashes, hop.now, fd)
         if (
             cache is not None
             and not look.digest
@@ -534,6 +555,42 @@ class _Hop(NamedTuple):
     mono: float
     hashes: HashStore | None
     ctype: str
+    # The file's facts from the metadata cache (its identity checked), or
+    # None: made from the fstat.
+    known: FileFacts | None = None
+
+
+def _meta_for(
+    look: Lookup,
+    cfg: Config,
+    cache: FileCache | None,
+    st: os.stat_result,
+    relpath: str,
+    real: str | None,
+) -> tuple[MetaCache | None, Identity, FileMeta | None]:
+    """The metadata cache that may keep this file's facts (None: not for
+    this request: no cache, a query, a symlink followed under auth rules,
+    a file larger than the small-file size), the file's identity and its
+    entry when it was made from that same identity (serverio.fs.filecache,
+    "File metadata apart from the bytes")."""
+    metas = cache.meta if cache is not None else None
+    ident = identity(st)
+    if (
+        metas is None
+        or look.target.query
+        or real is not None
+        or st.st_size > cfg.files.small_file_size
+        or relpath != look.target.relpath
+    ):
+        return None, ident, None
+    return metas, ident, metas.valid(relpath, ident)
+
+
+def _meta_keeps(facts: FileFacts, st: os.stat_result, now: float) -> bool:
+    """May these facts be kept for the file's identity?  Settled (a
+    same-tick rewrite could keep the identity: the racy rule of
+    serverio.fs.filecache) and complete (no content hash still to come)."""
+    return not facts.hash_pending and settled(st, now)
 
 
 def _sidecars(
@@ -554,7 +611,7 @@ def _sidecars(
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
     relpath, real = file_path
-    resolving = bool(hop.cfg.site.auth) or hop.cfg.users.rights
+    resolving = _resolving(hop.cfg)
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted_for(hop.look, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,

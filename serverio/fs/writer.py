@@ -61,6 +61,7 @@ __all__ = [
     "make_directory",
     "make_parents",
     "open_target",
+    "place_write",
     "require_free",
     "sweep",
     "writable_current",
@@ -239,6 +240,40 @@ def open_target(
     return place
 
 
+def place_write(
+    opener: ContainedRoot,
+    segments: tuple[str, ...],
+    hidden: bool,
+    min_free: int,
+    job: Callable[[Placement], WriteJob],
+    create: bool,
+) -> WriteJob:
+    """The start of a write in one blocking step: :func:`open_target`, the
+    job ``job`` makes on the placement, and, with ``create``, its
+    temporary (:meth:`WriteJob.create`) unless the name holds what may not
+    be replaced (``refusal``).  The caller decides its preconditions and
+    rights on ``job.place.current`` after; a refusal then removes the
+    temporary as any unfinished write's is removed (:meth:`WriteJob.discard`).
+
+    Cancellation handling: blocking, run in the ``write`` pool with
+    ``late_close=WriteJob.discard``, so an abandoned call's temporary is
+    removed and its descriptors closed when it returns.
+    """
+    place = open_target(opener, segments, hidden, min_free)
+    try:
+        made = job(place)
+    except BaseException:
+        place.close()
+        raise
+    if create and made.refusal is None:
+        try:
+            made.create()
+        except BaseException:
+            made.discard()
+            raise
+    return made
+
+
 def writable_current(current: os.stat_result | None) -> Refusal | None:
     """Why the thing at the name cannot be replaced (or deleted), or None."""
     if current is None or stat.S_ISREG(current.st_mode):
@@ -315,6 +350,10 @@ class WriteJob:
         min_free: int = 0,
     ) -> None:
         self.place = place
+        # Why the thing at the name may not be replaced (nor deleted): a
+        # directory, a symlink or special file (writable_current), judged
+        # when the job is placed; None: a file, or nothing there.
+        self.refusal = writable_current(place.current)
         # --min-free-space while the content arrives (0: no check): a write
         # that would leave less free is refused (NO_SPACE), the free space
         # looked at again after every _FREE_EVERY bytes (:meth:`_room`).

@@ -218,6 +218,12 @@ class AccessTarget:
     # Either right will do for now (a PUT before it knows whether its file
     # exists: UPLOAD also OVERWRITE); the caller asks again with the one.
     also: Right | None = None
+    # A question, not a request: the caller asks what the client may do
+    # (a resumable creation asking whether it may also replace, to know
+    # whether the upload is create-only) and acts on either answer.  Its
+    # refusal is an answer, not a denial: not counted in the per-user
+    # "denied" counter nor logged at -v.  The decision is the same.
+    probe: bool = False
 
     @property
     def needs(self) -> Right:

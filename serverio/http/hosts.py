@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from ..config import Config, parse_listen
@@ -73,6 +73,8 @@ _WILDCARDS: Final = frozenset({"", "0.0.0.0", "::"})
 # A DNS name has at most 253 characters (RFC 1035 §2.3.4); longer is not
 # repeated in the refusal's body.
 _NAME_MAX: Final = 253
+# Host values remembered as served per rule (HostRule.seen).
+_SEEN_MAX: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,10 @@ class HostRule:
 
     names: frozenset[str] = frozenset()
     domains: tuple[tuple[str, bool], ...] = ()
+    # Host values, as sent, found served: the next request with one is
+    # judged by one look-up (a keep-alive client sends the same Host every
+    # time).  At most _SEEN_MAX (clients choose them); not part of the rule.
+    seen: set[str] = field(default_factory=set, compare=False, repr=False)
 
 
 def _normal(name: str) -> str:
@@ -151,7 +157,14 @@ def misdirected_plan(rule: HostRule, req: RequestFacts, now: float) -> Plan | No
     the Host grammar lets it through (serverio.wire.fields: no space, no
     quote, no angle bracket), in a text/plain body with nosniff."""
     authority = HOST.of(req)
+    if authority is None:
+        return None  # no host named: answered (host_allowed)
+    seen = rule.seen
+    if authority in seen:
+        return None
     if host_allowed(rule, authority):
+        if len(seen) < _SEEN_MAX:
+            seen.add(authority)
         return None
     assert authority is not None
     name = host_name(authority)

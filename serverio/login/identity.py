@@ -19,7 +19,13 @@ is attacker input:
   ``session``): altered, expired, oversized, of another secret, or
   naming a user whose password hash changed since: anonymous, never an
   error.  Opened tokens are remembered (bounded, until they expire), so a
-  signed-in warm GET costs a dictionary lookup, not an HMAC.
+  signed-in warm GET costs a dictionary lookup, not an HMAC.  A read
+  (GET, HEAD) leaves the cookie where it is and the hook reads it
+  (:meth:`Identities.authorization`, no copy of the request); a request
+  that changes something gets the session's principal attached as the
+  trusted header's is (:meth:`Identities.attach`), when the access hook
+  accepts it (``accepts``: some users file still holds its hash), so
+  the write features see who it is (WebDAV names a lock's owner by it).
 
 A request without a cookie or the header pays one attribute test.
 """
@@ -46,6 +52,8 @@ __all__ = ["MAX_USER", "SESSION", "Identities", "peer_address", "session_digest"
 SESSION = "serverio-session"
 MAX_USER = 256
 _OPENED_MAX = 4096
+# The methods that read: their session is read where the hook asks.
+_READS = frozenset((b"GET", b"HEAD"))
 
 
 def session_digest(token: str) -> str:
@@ -110,15 +118,23 @@ class Identities:
         # The trusted header's field, registered for the scan to keep.
         self.field = request_field(header) if header is not None else None
         self._now = now
+        # Does the access hook accept a session's principal (some users
+        # file holds its hash)?  The login feature sets the site's test.
+        self.accepts: Callable[[str], bool] = lambda authorization: True
         # token -> (user, tag, authorization, expires): opened sessions, bounded.
         self._opened: OrderedDict[str, tuple[str, str, str, int]] = OrderedDict()
         # A Cookie field as sent -> (its session's principal, expiry).
         self._by_field: dict[str, tuple[str, int]] = {}
+        # The last request asked about and its answer: the hook asks twice
+        # per request (its path, then what it resolved), listings once per
+        # name; the request is held (so never another one at its address).
+        self._last: tuple[RequestFacts | None, str | None] = (None, None)
 
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
         """``req`` with the principal its trusted header names in its
-        ``authorization`` slot; ``req`` itself when none does (a session
-        cookie is read by :meth:`authorization`, when the hook asks)."""
+        ``authorization`` slot, else, for a request that changes something,
+        its accepted session's; ``req`` itself when none does (a read's
+        session cookie is read by :meth:`authorization`, when the hook asks)."""
         if not req.extra or req.authorization is not None:
             # No field a feature reads (every plain GET): one test; or
             # Basic (the hook checks it), or already attached.
@@ -129,13 +145,22 @@ class Identities:
             user = self.trusted_user(value, client) if value is not None else None
             if user is not None:
                 return _with_authorization(req, user_authorization(user, "header"))
+        if req.method not in _READS:
+            auth = self._from_cookie(req)
+            if auth is not None and self.accepts(auth):
+                return _with_authorization(req, auth)
         return req
 
     def names(self, req: RequestFacts) -> bool:
-        """Does ``req`` carry the trusted header (and no credentials of its
-        own)?  Then :meth:`attach` may give it a user.  Pure."""
+        """Does ``req`` carry what :meth:`attach` may make a user of: the
+        trusted header, or (a request that changes something) a session
+        cookie, and no credentials of its own?  Pure."""
+        if req.authorization is not None:
+            return False
         field = self.field
-        return field is not None and req.authorization is None and field.of(req) is not None
+        if field is not None and field.of(req) is not None:
+            return True
+        return req.method not in _READS and COOKIE.of(req) is not None
 
     def authorization(self, req: RequestFacts) -> str | None:
         """What the access hook reads of ``req``: its ``authorization`` (Basic,
@@ -147,6 +172,14 @@ class Identities:
         auth = req.authorization
         if auth is not None or not req.extra:
             return auth
+        last = self._last
+        if last[0] is req:
+            return last[1]  # the same request, asked again (its time is this one's)
+        auth = self._from_cookie(req)
+        self._last = (req, auth)
+        return auth
+
+    def _from_cookie(self, req: RequestFacts) -> str | None:
         field = COOKIE.of(req)
         if field is None:
             return None

@@ -59,6 +59,7 @@ from ..pipeline.hooks import WriteContent
 from ..signing import Signer, TokenError
 from ..site.principal import (
     MARK,
+    Principal,
     principal_of,
     share_authorization,
 )
@@ -156,9 +157,15 @@ class Login:
         self.deny = DenyList(pol.share_deny_file, site.auth_pool)
         self.session_age = pol.session_max_age
         self.share_age = pol.share_max_age
-        # Users to sign in: an [[auth]] rule's, or those [[access]] rules name.
+        # Users to sign in: an [[auth]] rule's, or those the [[access]]
+        # rules name (--auth-file / --auth with --allow).
         self.users = bool(site.rules.auth) or site.rules.users is not None
-        self.attaches = pol.trusted_user_header is not None
+        # attach changes a request: the trusted header's user, or a write's
+        # session (accepted by the access hook: some users file holds its hash).
+        self.attaches = self.users or pol.trusted_user_header is not None
+        self.reads = pol.trusted_user_header is not None  # a read's user is attached too
+        vouchers = site.gate.vouchers
+        self.identities.accepts = lambda auth: vouchers.of(auth).user is not None
         # The hook's two per-request calls, bound once (no wrapper call).
         self.attach = self.identities.attach
         self.names = self.identities.names
@@ -331,8 +338,18 @@ class Login:
         clear = clear_cookie(cookie_name(SESSION, req.tls), secure=req.tls)
         return pages.see_other(now, "/", [clear])
 
+    def _signed_in(self, req: RequestFacts) -> Principal | None:
+        """The user a session cookie or the trusted header names, when the
+        access hook accepts them (a session whose password changed since is
+        nobody: anonymous here as for every right)."""
+        auth = self.authorization(req)
+        who = principal_of(auth)
+        if who is None or not who.user or auth is None:
+            return None
+        return who if self.site.gate.vouchers.of(auth).user is not None else None
+
     def _whoami(self, req: RequestFacts, now: float) -> Plan:
-        who = principal_of(self.authorization(req))
+        who = self._signed_in(req)
         user: str | None = who.user if who is not None and who.user else None
         via = who.via if user is not None and who is not None else None
         if user is None:
@@ -346,8 +363,8 @@ class Login:
 
     async def _sharer(self, req: RequestFacts, client: Callable[[], str]) -> str | Plan:
         """Who asks for a link (a verified user), or the refusal."""
-        who = principal_of(self.authorization(req))
-        if who is not None and who.user:
+        who = self._signed_in(req)
+        if who is not None:
             return who.user
         basic = parse_basic(req.authorization)
         if basic is None:

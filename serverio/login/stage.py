@@ -39,16 +39,21 @@ __all__ = ["LoginStage"]
 # The first segment of the reserved paths (/.serverio/...): a request
 # elsewhere costs this one comparison.
 _RESERVED = (".serverio",)
+_READS = frozenset((b"GET", b"HEAD"))
 
 
 class LoginStage(Stage):
     """The login feature's reserved paths and the trusted header's user."""
 
-    __slots__ = ("login", "turn", "vouch")
+    __slots__ = ("login", "reads", "turn", "vouch")
     name = "login"
 
-    def __init__(self, login: Reserved) -> None:
+    def __init__(self, login: Reserved, reads: bool = True) -> None:
         self.login = login
+        # Can a read (GET, HEAD) be given a user here (a trusted header is
+        # configured)?  False: only a write's session is attached, and a
+        # signed-in GET costs a method test.
+        self.reads = reads
         # The two turns, bound once (takes hands one as its claim).
         self.turn: TurnRun = self._step
         self.vouch: TurnRun = self._attach
@@ -57,7 +62,12 @@ class LoginStage(Stage):
         login = self.login
         if req.target.segments[:1] == _RESERVED and login.takes(req):
             return self.turn
-        if req.extra and login.attaches and login.names(req):
+        if (
+            req.extra
+            and login.attaches
+            and (self.reads or req.method not in _READS)
+            and login.names(req)
+        ):
             return self.vouch  # the peer decides: the driver's client
         return None
 

@@ -43,6 +43,7 @@ handler (resolution, decision, follow-ups) -> :class:`Plan` -> bytes.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -51,21 +52,25 @@ import trio
 
 from ..errors import HTTPError
 from ..fs.body import Body, StreamBody
-from ..http.core import Plan, RequestFacts
+from ..http.core import Plan
 from ..observe.accesslog import AccessRecord
+from ..observe.responses import record
 from ..pipeline.driver import Io, drive
-from ..pipeline.exchange import Final, Need
+from ..pipeline.exchange import Exchange, Final, Need
 from ..pipeline.handler import R
 from ..pipeline.hooks import RawHead, TunnelBody
-from ..pipeline.request import busy, client_for, failed, record
+from ..pipeline.request import busy, client_for, failed
 from ..pipeline.stages import begin
 from ..wire.bodyframe import request_framing
-from ..wire.h1 import head_bytes, interim_bytes
+from ..wire.fasthead import FastRequest
+from ..wire.h1 import interim_bytes
+from ..wire.h1facts import Facts, request_facts
 from .emit import Abort, Emitter
 from .env import ConnectionEnv, Switched, SwitchFactory
 from .h1body import H1Body
-from .h1head import RECV_SIZE, Head, HeadReader, as_head, request_facts
-from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, LAST, STREAM, SWITCHED, Lifetime
+from .h1events import serve_events
+from .h1head import Head, HeadReader
+from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, LAST, SWITCHED, Lifetime
 from .h1tunnel import serve_tunnel
 from .reqbody import BodyState, body_policy
 
@@ -155,9 +160,18 @@ def _is_preface(event: Head, requests: int) -> bool:
 
 
 # What an access-log line of a response needs besides its size: client,
-# request head, status, start (trio time), start (wall clock), user agent,
-# referer, request id.
-_LogFields = tuple[Callable[[], str], Head, int, float, float, str | None, str | None, str | None]
+# request head, status, start (trio time), start (wall clock), whether it
+# is an HTTP/1.0 keep-alive (for the emit), user agent, referer, request id.
+_LogFields = tuple[
+    Callable[[], str], Head, int, float, float, bool, str | None, str | None, str | None
+]
+# The facts' access-log part when there are none (a head whose facts are an error).
+_NO_FACTS: tuple[None, bool, None, None, None] = (None, False, None, None, None)
+# What answering one request tells the loop besides the request count to
+# go on with: close the connection, or (the unscoped first step) wait for
+# the first head under the head deadline.
+_CLOSE = -1
+_WAIT = 0
 
 
 def _log(env: ConnectionEnv, f: _LogFields, size: int, user: str = "", **kind: bool) -> None:
@@ -165,7 +179,7 @@ def _log(env: ConnectionEnv, f: _LogFields, size: int, user: str = "", **kind: b
     did not end the ordinary way: cut off mid-body (``cut=True``: its bytes
     sent) or an event stream that ended (``counted=False``).  ``user``: the
     signed-in user the access hook named ("" for none)."""
-    client, event, status, started, now, ua, referer, request_id = f
+    client, event, status, started, now, _, ua, referer, request_id = f
     record(
         env,
         client,
@@ -220,10 +234,10 @@ class ConnectionTask:
         self.emitter = Emitter(
             stream, env.stats, cfg.conn.write_timeout, cfg.files.sendfile, self.life.lift
         )
-        self.reader = HeadReader(cfg, self.emitter, self.life, env.order)
         self._client = client
         # Over TLS (the request facts say so: --hsts is sent on TLS only).
         self._tls = isinstance(stream, trio.SSLStream)
+        self.reader = HeadReader(cfg, self.emitter, self.life, env.order, self._tls)
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
 
@@ -384,116 +398,131 @@ class ConnectionTask:
         deadline is due in it; a drain does not touch a connection with a
         request in flight either way.
         """
-        env = self.env
-        reader = self.reader
         peer = self._peer  # one bound method for the connection's requests
         while True:
-            try:
-                if unscoped:
-                    if requests:
-                        return requests  # the next request, under the scope
-                    if env.draining and env.cut_fresh:
-                        return None
-                    got = reader.head_now()
-                    if got is h11.NEED_DATA:
-                        return 0  # wait for it under the head deadline
-                    # A new connection's first request needs no yield for
-                    # fairness: its task has only just been scheduled, and
-                    # what it runs before its next checkpoint is bounded by
-                    # this one request.  Cancellation (abort, a cut
-                    # connection nursery) is still honoured here, without
-                    # the scheduling round of a full checkpoint.
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                    event = as_head(got)
-                    if event is not None:
-                        self.life.to(BUSY)  # from FIRST
-                else:
-                    event = await reader.next_head(requests > 0, env.draining, env.cut_fresh)
-            except HTTPError as exc:
-                await self._send_error(exc)
-                return None
-            if event is None:
-                return None
-            if (
-                event.http_version == b"2.0"
-                and self._h2 is not None
-                and _is_preface(event, requests)
-            ):
-                # Hand over the bytes h11 parsed plus what it buffered after them.
-                await self._switch(_PREFACE_HEAD + reader.leftover)
-                return None
-            requests += 1
-            if not await self._answer(event, requests, peer):
-                return None
-            reader.next_cycle()
+            if unscoped and requests:
+                return requests  # the next request, under the scope
+            got = await self._answer(requests, peer, unscoped)
+            if got <= 0:
+                return None if got == _CLOSE else 0  # 0: wait under the head deadline
+            requests = got
 
-    async def _answer(self, event: Head, requests: int, peer: Callable[[], str]) -> bool:
-        """Answer one request; False when the connection closes after it.
-        ``peer``: the connection's address lookup.
+    async def _answer(self, requests: int, peer: Callable[[], str], unscoped: bool) -> int:
+        """Read the next request and answer it: the connection's request
+        count to go on with, :data:`_CLOSE`, or :data:`_WAIT` (``unscoped``:
+        no whole head here yet).  ``peer``: the connection's address lookup.
+
+        Reading and the exchange's first step are one stretch: a common
+        head comes out of the parser with its request facts
+        (:class:`~serverio.wire.fasthead.HeadParser`), and the exchange
+        begins at once (:func:`~serverio.pipeline.stages.begin`: a warm
+        file is a precomputed Final); then the phase moves to BUSY (nothing
+        awaits in between).  A head h11 parsed, or whose facts are an
+        error, builds them here (:meth:`_begin`).
 
         Whether the connection outlives the answer is the lifetime's phase
         (:mod:`serverio.net.h1state`): every reason to close moves BUSY to
         LAST as it becomes known, a 101 moves to TUNNEL; still BUSY after
         the response: keep-alive."""
         env = self.env
-        cfg = env.config
         reader = self.reader
-        life = self.life
+        try:
+            if unscoped:
+                event = await reader.first_head(env.draining and env.cut_fresh)
+            else:
+                event = await reader.next_head(requests > 0, env.draining, env.cut_fresh)
+        except HTTPError as exc:
+            await self._send_error(exc)
+            return _CLOSE
+        t = type(event)
+        if t is not FastRequest and t is not h11.Request:
+            return _WAIT if event is h11.NEED_DATA else _CLOSE
+        head: Head = event  # type: ignore[assignment]  # a head: tested just above
+        if head.http_version == b"2.0" and self._h2 is not None and _is_preface(head, requests):
+            # Hand over the bytes h11 parsed plus what it buffered after them.
+            self._busy()
+            await self._switch(_PREFACE_HEAD + reader.leftover)
+            return _CLOSE
+        requests += 1
         started = trio.current_time()
         now = time.time()
-        ka10 = False
-        ua = referer = request_id = None
-        req: RequestFacts | None = None
-        body: Body | None = None
+        facts = head.facts if type(head) is FastRequest else None
         content: H1Body | None = None
         client = peer
-        # The request steps are the pipeline's (serverio.pipeline.request),
-        # shared with HTTP/2; facts, the wait, the emit and keep-alive
-        # are this connection's.
         try:
-            try:
-                req, ka10, ua, referer, request_id = request_facts(event, cfg, self._tls)
-                if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
-                    client = client_for(cfg, client, req)
-                if not req.keep_alive or requests >= cfg.conn.max_requests:
-                    life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
-                io: Io | None = None
-                if req.has_body:  # a request with content (never the GET path)
-                    content = _content(event, env, self.emitter, reader)
+            if facts is not None:  # the common head (no content): facts came with it
+                if env.config.site.proxy_networks:  # --trusted-proxies; else no call at all
+                    client = client_for(env.config, peer, facts[0])
+                state, out = begin(env, facts[0], now)
+                self._busy()
+            else:
+                facts, client, content, state, out = self._begin(head, peer, now)
+            if not facts[0].keep_alive or requests >= env.config.conn.max_requests:
+                self.life.close_after()  # RFC 9112 §9.3 (close, HTTP/1.0), --max-requests
+            if type(out) is Final:
+                answer = out
+            else:
+                assert state is not None and isinstance(out, Need)
+                if content is not None:
                     # The content is read without the disconnect watcher
                     # (it would read the content as the next head).
-                    io = Io(client, _run_at_once, content, _raw(event))
-                    life.lift()  # the body's own deadlines apply from here
-                    state, out = begin(env, req, now, True)
+                    io = Io(client, _run_at_once, content, _raw(head))
                 else:
-                    state, out = begin(env, req, now)
-                if type(out) is Final:
-                    answer = out
-                else:
-                    assert state is not None and isinstance(out, Need)
-                    if io is None:
-                        io = Io(client, reader.wait_watching, None, _raw(event))
-                    done = await drive(state, out, io)
-                    if done is None:
-                        env.stats.conns.cancelled += 1
-                        return False  # the client went away while we waited
-                    answer = done
-                # Can the connection outlive the rest (RFC 9112 §9.3)?
-                if content is not None and not content.keepable():
-                    life.close_after()
-            except HTTPError as exc:
-                if req is None:
-                    life.close_after()  # no request facts: the error is the last answer
-                answer = failed(env, exc, now, event.method == b"HEAD")
-            plan, body, ticket = answer
+                    io = Io(client, reader.wait_watching, None, _raw(head))
+                done = await drive(state, out, io)
+                if done is None:
+                    env.stats.conns.cancelled += 1
+                    return _CLOSE  # the client went away while we waited
+                answer = done
+            # Can the connection outlive the rest (RFC 9112 §9.3)?
+            if content is not None and not content.keepable():
+                self.life.close_after()
+        except HTTPError as exc:
+            self._busy()
+            if facts is None:
+                self.life.close_after()  # no request facts: the error is the last answer
+            answer = failed(env, exc, now, head.method == b"HEAD")
+        log = (client, head, answer.plan.status, started, now, *(facts or _NO_FACTS)[1:])
+        return await self._respond(answer, log, content, requests)
+
+    def _begin(
+        self, event: Head, peer: Callable[[], str], now: float
+    ) -> tuple[Facts, Callable[[], str], H1Body | None, Exchange | None, Need | Final]:
+        """The facts of a head h11 parsed (or whose facts are an error: it
+        is raised here), and the exchange's first step; a request with
+        content gets its body, read without the disconnect watcher."""
+        self._busy()
+        env = self.env
+        facts = request_facts(event, env.config, self._tls)
+        req = facts[0]
+        client = client_for(env.config, peer, req) if env.config.site.proxy_networks else peer
+        if not req.has_body:  # (a fast head never has content)
+            return (facts, client, None, *begin(env, req, now))
+        content = _content(event, env, self.emitter, self.reader)
+        self.life.lift()  # the body's own deadlines apply from here
+        return (facts, client, content, *begin(env, req, now, True))
+
+    async def _respond(
+        self, answer: Final, log: _LogFields, content: H1Body | None, requests: int
+    ) -> int:
+        """Send ``answer`` and log it; the request count to go on with (keep-alive)
+        or :data:`_CLOSE`.  The body is closed in every case (a literal body
+        owns nothing: its close would do nothing)."""
+        env = self.env
+        life = self.life
+        reader = self.reader
+        plan, body, ticket = answer
+        user = ticket.user if ticket is not None else ""
+        try:
             if plan.stream:
-                log = (client, event, plan.status, started, now, ua, referer, request_id)
                 if await self._stream(plan, log):
-                    return False
+                    return _CLOSE
                 # Past --watch-max-streams (decided by the reserved-paths
                 # stage, serverio.pipeline.stages.streamed; this is its
                 # safety net): a 503, sent and recorded like any other.
-                plan, body, _ = busy(env, ticket, now)
+                plan, body, _ = busy(env, ticket, log[4])
+                log = (log[0], log[1], plan.status, *log[3:])
+            event = log[1]
             chunked = event.http_version == b"1.1"
             if (
                 plan.close
@@ -509,21 +538,19 @@ class ConnectionTask:
                     sent = await serve_tunnel(self.emitter, life, plan, body, reader.leftover)
                 else:
                     close = life.phase is LAST
-                    sent = await self._send(plan, body, close, ka10 and not close, chunked)
+                    sent = await self._send(plan, body, close, log[5] and not close, chunked)
             except BaseException:  # cut off (client gone, write deadline, abort): logged "cut"
-                log = (client, event, plan.status, started, now, ua, referer, request_id)
-                _log(env, log, self.emitter.progress, ticket.user if ticket else "", cut=True)
+                _log(env, log, self.emitter.progress, user, cut=True)
                 raise
         finally:
-            if body is not None:
+            if body.fd >= 0 or type(body) is not Body:
                 body.close()
-        log = (client, event, plan.status, started, now, ua, referer, request_id)
-        _log(env, log, sent, ticket.user if ticket else "")
+        _log(env, log, sent, user)
         if life.phase is not BUSY:
-            return False  # LAST (close) or TUNNEL (the tunnel ended): no next request
-        if content is not None:
-            return await _drain(content, life, reader)
-        return True  # keep-alive
+            return _CLOSE  # LAST (close) or TUNNEL (the tunnel ended): no next request
+        if content is not None and not await _drain(content, life, reader):
+            return _CLOSE
+        return requests  # keep-alive
 
     async def _send(self, plan: Plan, body: Body, close: bool, ka10: bool, chunked: bool) -> int:
         """Write the answer; the bytes of its body sent."""
@@ -535,80 +562,15 @@ class ConnectionTask:
         return await self.emitter.emit_stream(plan, body, close=close, ka10=ka10, chunked=chunked)
 
     async def _stream(self, plan: Plan, log: _LogFields) -> bool:
-        """A long-lived streaming body (the live-reload event stream);
-        False when ``--watch-max-streams`` streams are open already (nothing
-        was sent: the caller answers 503).
+        """The live-reload event stream (:func:`~serverio.net.h1events.serve_events`);
+        False past ``--watch-max-streams`` (nothing was sent: the caller
+        answers 503).  A drain cancels it through :attr:`_stream_scope`."""
 
-        The stream takes a slot of the live-reload budget
-        (:class:`~serverio.concurrency.broadcast.StreamSlots`) for as long
-        as it runs: the connection then no longer counts toward
-        ``--max-connections`` (the server's admission leaves slot holders
-        out), so open event streams never shut ordinary clients out.
-        The head goes out with ``Connection: close`` (the body ends when the
-        connection does), then the broadcaster writes through
-        :meth:`Emitter.send` (its write deadline applies: a client that
-        stops reading is closed ``write_timeout`` after a write stalls, the
-        heartbeat comment every 15 s being the write that notices) until
-        the client goes away, a write fails, or graceful shutdown cancels
-        the stream scope (:meth:`drain`).  No read deadline runs meanwhile:
-        the stream is exempt from the keep-alive timeout; the watcher task
-        below only notices the client leaving.
+        def scoped(scope: trio.CancelScope | None) -> None:
+            self._stream_scope = scope
 
-        Cancellation handling: the slot is given back in every case.
-        """
-        live = self.env.handler.hooks.events
-        emitter = self.emitter
-        head = head_bytes(plan.status, plan.headers, close=True, keep_alive_10=False)
-        if live is None or not plan.send_body:
-            await emitter.send(head)
-            _log(self.env, log, 0)  # a HEAD: an ordinary response, logged and counted
-            return True
-        if not live.slots.take(self):
-            return False
-        sent = -len(head)  # the log's size is the body's, as for any response
-
-        async def send(data: bytes) -> None:
-            nonlocal sent
-            await emitter.send(data)
-            sent += len(data)
-
-        try:
-            self.life.lift()
-            self.life.to(STREAM)
-            stream = self.stream
-
-            async def watch(scope: trio.CancelScope) -> None:
-                try:
-                    while await stream.receive_some(RECV_SIZE):
-                        pass  # an event stream's client has nothing to say
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-                scope.cancel()
-
-            failure: Abort | trio.BrokenResourceError | trio.ClosedResourceError | None = None
-            with trio.CancelScope() as scope:
-                self._stream_scope = scope
-                if self.env.draining:
-                    scope.cancel()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(watch, nursery.cancel_scope)
-                    # A write that fails (the deadline: Abort; a reset) ends
-                    # the stream; it leaves the nursery bare, not wrapped in
-                    # an exception group, so that run() closes the
-                    # connection quietly as after any failed write.
-                    try:
-                        await live.serve_client(send, head)
-                    except (Abort, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                        failure = exc
-                        nursery.cancel_scope.cancel()
-            self._stream_scope = None
-            if failure is not None:
-                raise failure
-        finally:
-            live.slots.give(self)
-            _log(self.env, log, max(0, sent), counted=False)  # logged as it ends, however
-        self.env.stats.responses.completed += 1
-        return True
+        logged = functools.partial(_log, self.env, log)
+        return await serve_events(self.env, self.emitter, self.life, self, plan, logged, scoped)
 
     async def _switch(self, initial: bytes) -> None:
         """Serve the rest of the connection as HTTP/2.

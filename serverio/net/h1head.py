@@ -1,15 +1,18 @@
 """The HTTP/1.1 head reader: request heads off one connection, under deadlines.
 
 One job: reading the client.  The next request head
-(:meth:`HeadReader.next_head`), with the keep-alive and head deadlines, and
-the request facts built from it (:func:`request_facts`); and, while an
-answer is prepared, the watch that reads ahead (pipelined bytes into the
-parser) and notices a client that leaves (:meth:`HeadReader.wait_watching`).
-One parser per request cycle, handed the bytes left over from the previous
-one (pipelining): the common head is read by
-a strict fast path (:mod:`serverio.wire.fasthead`) that gives exactly h11's
-result or defers to h11, which decides everything else, every rejection
-included.
+(:meth:`HeadReader.next_head`), with the keep-alive and head deadlines, a
+common one with its request facts (built by the parser as it reads it,
+:func:`serverio.wire.h1facts.request_facts`, named here too); and, while
+an answer is prepared, the watch that reads ahead (pipelined bytes into
+the parser) and notices a client that leaves
+(:meth:`HeadReader.wait_watching`).  One parser per connection
+(:class:`serverio.wire.fasthead.HeadParser`), which goes on to the next
+request cycle with the bytes past a head (pipelining): the common head is
+read by a strict fast path that gives exactly h11's result or defers to
+h11, which decides everything else, every rejection included.  Each read's
+bytes go to it in one call (:meth:`HeadParser.feed`), so that reading a
+request is one step into the codec layer.
 
 Three ways to a head, cheapest first; which one is the reader's business:
 
@@ -26,22 +29,17 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
-from typing import Final
 
 import h11
 import trio
 
 from ..config import Config
-from ..errors import HTTPError
-from ..http.core import RequestFacts
-from ..http.target import parse_target
 from ..pipeline.handler import ClientGone, R, run_watched
 from ..wire.fasthead import FastRequest, HeadParser
-from ..wire.fields import scan_fields
+from ..wire.h1facts import request_facts
 from .emit import Emitter
-from .h1state import BUSY, HEAD, IDLE, Lifetime
+from .h1state import HEAD, IDLE, Lifetime
 from .order import ServeOrder
 
 __all__ = ["RECV_SIZE", "Head", "HeadReader", "request_facts"]
@@ -50,22 +48,6 @@ RECV_SIZE = 16384
 
 # A request head: from the fast path (serverio.wire.fasthead) or from h11.
 Head = h11.Request | FastRequest
-
-# The Connection values nearly every client sends, as received: their token
-# sets without the split (what _tokens computes for them).
-_SINGLE_TOKENS: Final[dict[bytes, frozenset[bytes]]] = {
-    b"close": frozenset({b"close"}),
-    b"keep-alive": frozenset({b"keep-alive"}),
-}
-_NO_TOKENS: Final[frozenset[bytes]] = frozenset()
-
-
-def _tokens(value: bytes) -> AbstractSet[bytes]:
-    """The Connection field's tokens, lower-cased (RFC 9110 §7.6.1)."""
-    known = _SINGLE_TOKENS.get(value)
-    if known is not None:
-        return known
-    return {t.strip().lower() for t in value.split(b",")}
 
 
 def as_head(event: object) -> Head | None:
@@ -76,59 +58,24 @@ def as_head(event: object) -> Head | None:
     return None
 
 
-def request_facts(
-    event: Head, cfg: Config, tls: bool = False
-) -> tuple[RequestFacts, bool, str | None, str | None, str | None]:
-    """Request facts, whether it is an HTTP/1.0 keep-alive, user agent,
-    referer, request id (X-Request-Id, for the access log only).  ``tls``:
-    the connection is TLS (the facts say so, for --hsts)."""
-    version = event.http_version
-    if version != b"1.1" and version != b"1.0":
-        raise HTTPError(505, "unsupported HTTP version", close=True)
-    target = parse_target(event.method, event.target, max_size=cfg.conn.max_target_size)
-    # The field mapping is shared with HTTP/2 (serverio.wire.fields);
-    # framing and Connection tokens are HTTP/1.1's own.
-    f = scan_fields(event.headers, keep_host=cfg.site.check_hosts)
-    has_body = f.nonzero_length
-    if f.chunked:
-        if f.content_length:
-            # RFC 9112 §6.1: both framings at once is how requests get
-            # smuggled; refuse rather than pick one.
-            raise HTTPError(400, "Content-Length with Transfer-Encoding", close=True)
-        has_body = True
-    connection = f.connection
-    tokens = _tokens(connection) if connection is not None else _NO_TOKENS
-    if version == b"1.1":
-        keep_alive = b"close" not in tokens
-        ka10 = False
-    else:
-        keep_alive = b"keep-alive" in tokens and b"close" not in tokens
-        ka10 = keep_alive
-    facts = RequestFacts(
-        method=event.method,
-        target=target,
-        # A body no longer closes the connection by itself: the connection
-        # drains it after the answer, or closes (serverio.net.connection).
-        keep_alive=keep_alive,
-        has_body=has_body,
-        tls=tls,
-        extra=f.extra,
-        **f.values,
-    )
-    return facts, ka10, f.user_agent, f.referer, f.request_id
-
-
 class HeadReader:
     """Reads one connection's request heads (its task only).
 
-    ``fed`` counts the bytes given to the current parser (its head-size
-    bound); ``peer_eof``: the client half-closed, nothing more can arrive.
+    ``parser`` is the connection's head parser: a fast head comes out of it
+    with its request facts (one call per read, :meth:`HeadParser.feed`);
+    its ``fed`` counts the bytes held for the next head (its head-size
+    bound).  ``peer_eof``: the client half-closed, nothing more can arrive.
     """
 
-    __slots__ = ("_conn", "_emitter", "_life", "_order", "_turn", "fed", "parser", "peer_eof")
+    __slots__ = ("_conn", "_emitter", "_life", "_order", "_turn", "parser", "peer_eof")
 
     def __init__(
-        self, cfg: Config, emitter: Emitter, life: Lifetime, order: ServeOrder | None
+        self,
+        cfg: Config,
+        emitter: Emitter,
+        life: Lifetime,
+        order: ServeOrder | None,
+        tls: bool = False,
     ) -> None:
         # The limits and deadlines read per request, bound once (not a hop
         # through Config per read).
@@ -137,27 +84,17 @@ class HeadReader:
         self._life = life
         self._order = order
         self._turn = order.new_turn() if order is not None else 0
-        self.fed = 0
-        self.parser = HeadParser(cfg.conn.max_head_size, b"")
+        self.parser = HeadParser(cfg.conn.max_head_size, b"", cfg, tls)
         self.peer_eof = False
-
-    def next_cycle(self) -> None:
-        """A new parser for the next request, holding the bytes left over
-        from this one (pipelining)."""
-        leftover = self.parser.trailing_data[0]
-        self.fed = len(leftover)
-        self.parser = HeadParser(self._conn.max_head_size, leftover)
 
     def resume(self, leftover: bytes) -> None:
         """After a request body read to its end: the next head starts from
-        the bytes read past it (a pipelined request; :meth:`next_cycle`
-        then hands them on)."""
-        self.parser = HeadParser(self._conn.max_head_size, leftover)
+        the bytes read past it (a pipelined request)."""
+        self.parser.restart(leftover)
 
     def feed(self, data: bytes | bytearray) -> None:
         """Bytes read for the parser by someone else (the disconnect
         watcher, while a response is prepared)."""
-        self.fed += len(data)
         self.parser.receive_data(data)
 
     @property
@@ -165,29 +102,13 @@ class HeadReader:
         """What the parser holds past the current head."""
         return self.parser.trailing_data[0]
 
-    def _parse(self) -> object:
-        """The next event (a request head, h11.NEED_DATA or another h11
-        event), with protocol errors mapped to HTTPError."""
-        parser = self.parser
-        try:
-            event = parser.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
-        t = type(event)
-        if t is FastRequest or t is h11.Request:
-            max_head = self._conn.max_head_size
-            if self.fed > max_head:
-                # h11 only limits *incomplete* heads; a whole oversized head
-                # in one read gets through, so count what it consumed.
-                if self.fed - len(parser.trailing_data[0]) > max_head:
-                    raise HTTPError(431, "request head too large", close=True)
-        return event
-
     def head_now(self) -> object:
         """The next event from what is buffered plus at most one
         non-blocking read (plain sockets): a head or another h11 event,
-        h11.NEED_DATA (not all here yet), or None at EOF."""
-        event: object = self._parse() if self.fed else h11.NEED_DATA
+        h11.NEED_DATA (not all here yet), or None at EOF.  Protocol errors
+        raise the HTTPError to answer."""
+        parser = self.parser
+        event: object = parser.next_head() if parser.fed else h11.NEED_DATA
         if event is h11.NEED_DATA:
             try:
                 data = os.read(self._emitter.fd, RECV_SIZE)
@@ -197,10 +118,28 @@ class HeadReader:
                 raise trio.BrokenResourceError from exc
             if not data:
                 return None
-            self.fed += len(data)  # (what feed() does, inline: once per request)
-            self.parser.receive_data(data)
-            event = self._parse()
+            event = parser.feed(data)
         return event
+
+    async def first_head(self, closing: bool) -> object:
+        """A new plain connection's first head if it is here at once (one
+        non-blocking read): the head, ``h11.NEED_DATA`` (wait for it under
+        the head deadline) or None (close: EOF, or ``closing``, a drain
+        that cuts fresh connections).
+
+        A new connection's first request needs no yield for fairness: its
+        task has only just been scheduled, and what it runs before its next
+        checkpoint is bounded by this one request.  Cancellation (abort, a
+        cut connection nursery) is still honoured here, without the
+        scheduling round of a full checkpoint."""
+        if closing:
+            return None
+        got = self.head_now()
+        if got is h11.NEED_DATA:
+            return got
+        await trio.lowlevel.checkpoint_if_cancelled()
+        t = type(got)  # (as_head, inline)
+        return got if t is FastRequest or t is h11.Request else None
 
     async def next_head(self, idle: bool, draining: bool, cut_fresh: bool) -> Head | None:
         """The next request head, or None when the connection should close
@@ -208,7 +147,7 @@ class HeadReader:
         answered on this connection before."""
         if draining and (idle or cut_fresh):
             return None
-        if self._emitter.fd >= 0 and self.fed and idle:
+        if self._emitter.fd >= 0 and self.parser.fed and idle:
             # Fast path, when the head is probably here already: bytes left
             # over from the previous request (pipelining).  No cancel scope,
             # no trio socket machinery; one checkpoint keeps the loop fair to
@@ -225,7 +164,8 @@ class HeadReader:
             if event is not h11.NEED_DATA:
                 self._life.lift()
                 await trio.lowlevel.checkpoint()
-                return as_head(event)
+                t = type(event)  # (as_head, inline)
+                return event if t is FastRequest or t is h11.Request else None  # type: ignore[return-value]
         return await self._wait(idle)
 
     async def _wait(self, idle: bool) -> Head | None:
@@ -237,14 +177,15 @@ class HeadReader:
         """
         conn = self._conn
         life = self._life
-        keepalive = idle and self.fed == 0
+        parser = self.parser
+        keepalive = idle and parser.fed == 0
         if keepalive:
             life.arm(IDLE, conn.keepalive_timeout)
         else:
             life.arm(HEAD, conn.head_timeout)
         emitter = self._emitter
         fd = emitter.fd
-        event: object = self._parse() if self.fed else h11.NEED_DATA
+        event: object = parser.next_head() if parser.fed else h11.NEED_DATA
         if event is h11.NEED_DATA and self.peer_eof:
             return None  # half-closed: no more requests can arrive
         order = self._order
@@ -284,16 +225,18 @@ class HeadReader:
                     self._turn = await order.wait_turn(self._turn)
             if not data:
                 return None
-            self.fed += len(data)  # (what feed() does, inline: once per request)
-            self.parser.receive_data(data)
-            event = self._parse()
+            # One call reads the head, and a common one's facts with it
+            # (serverio.wire.fasthead.HeadParser.feed).
+            event = parser.feed(data)
             if keepalive and event is h11.NEED_DATA:
                 # First bytes of the next request, but not the whole head:
                 # the head deadline starts now.
                 life.arm(HEAD, conn.head_timeout)
             keepalive = False
-        life.to(BUSY)
-        return as_head(event)
+        # The phase moves to BUSY when the connection begins the exchange
+        # (ConnectionTask._answer: nothing awaits in between).
+        t = type(event)  # (as_head, inline: no call back into this layer)
+        return event if t is FastRequest or t is h11.Request else None  # type: ignore[return-value]
 
     async def wait_watching(self, run: Callable[[], Awaitable[R]], watch_late: bool) -> R | None:
         """Await a step of the pipeline (``run()``) while watching the client.
@@ -335,7 +278,7 @@ class HeadReader:
             # Returns when the client is gone; never, after its EOF.
             nonlocal gone
             try:
-                while reader.fed <= limit and not reader.peer_eof:
+                while reader.parser.fed <= limit and not reader.peer_eof:
                     data = await stream.receive_some(RECV_SIZE)
                     if not data:
                         reader.peer_eof = True

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..concurrency.blocking import Pool, PoolStats
 from ..concurrency.flight import SingleFlightCache
 from ..fs.filecache import FileCache
+from ..observe.collector import GENERATIONS, gc_snapshot, merge_gc
 from ..observe.histogram import BUCKETS, Histogram
 
 if TYPE_CHECKING:
@@ -134,6 +135,9 @@ def caches_of(server: Server) -> dict[str, dict[str, int]]:
     """
     files: FileCache = server.files
     out = {"file": _cache_numbers(files.stats, files.size, len(files), files.capacity)}
+    meta = files.meta
+    if meta is not None:  # the files' metadata apart from their bytes
+        out["meta"] = _cache_numbers(meta.stats, meta.size, len(meta), meta.capacity_bytes)
     for value in vars(server.content).values():
         if isinstance(value, SingleFlightCache):
             out[value.name] = _cache_numbers(value.stats, value.size, len(value), value.capacity)
@@ -168,6 +172,7 @@ def snapshot(server: Server) -> Snapshot:
         "abandoned_threads": server.abandoned_threads,
         "histogram": {"counts": list(hist.counts), "sum": hist.sum},
         "users": _users_of(server),
+        "gc": gc_snapshot(),
     }
 
 
@@ -177,18 +182,18 @@ _USER_KEYS = ("requests", "bytes", "denied")
 def _users_of(server: Server) -> dict[str, dict[str, int]]:
     """Per user of the users files: responses, their bytes, refusals (the
     access hook's counters; only the names the files hold: bounded)."""
-    site = server.env.site
-    gate = getattr(site, "gate", None)  # the site rules' (serverio.site.gate.Gate)
-    if gate is None:
+    site = server.env.site  # the exchange's SiteSteps: it names user_counts
+    if site is None:
         return {}
-    per_user: dict[str, list[int]] = gate.per_user
     return {
-        name: dict(zip(_USER_KEYS, counters, strict=True)) for name, counters in per_user.items()
+        name: dict(zip(_USER_KEYS, counts, strict=True))
+        for name, counts in site.user_counts().items()
     }
 
 
 def merge(snaps: Iterable[Snapshot]) -> Snapshot:
     """Add snapshots together: counters and gauges sum, peaks take the max."""
+    collector: dict[str, Any] | None = None
     out: Snapshot = {
         "stats": {},
         "caches": {},
@@ -222,6 +227,9 @@ def merge(snaps: Iterable[Snapshot]) -> Snapshot:
         for i, c in enumerate(s["histogram"]["counts"]):
             counts[i] += c
         out["histogram"]["sum"] += s["histogram"]["sum"]
+        collector = merge_gc(collector, s.get("gc"))
+    if collector is not None:
+        out["gc"] = collector
     return out
 
 
@@ -242,6 +250,9 @@ def counters_only(s: Snapshot) -> Snapshot:
         "abandoned_threads": 0,
         "histogram": {"counts": list(s["histogram"]["counts"]), "sum": s["histogram"]["sum"]},
         "users": {n: dict(us) for n, us in s.get("users", {}).items()},
+        **(
+            {"gc": {k: v for k, v in s["gc"].items() if k != "frozen_objects"}} if "gc" in s else {}
+        ),
     }
 
 
@@ -357,5 +368,58 @@ def render(s: Snapshot, extra: Iterable[str] = ()) -> str:
         w.family(name, "counter", text)
         for user, us in sorted(users.items()):
             w.sample(name, us.get(key, 0), {"user": user})
+    _render_gc(w, s.get("gc"))
     w.lines.extend(extra)
     return "\n".join(w.lines) + "\n"
+
+
+# The collector's figures (serverio.observe.collector): per generation.
+_GC_FAMILIES = (
+    (
+        "collections",
+        "serverio_gc_collections_total",
+        "counter",
+        "Cyclic collections, by generation.",
+    ),
+    (
+        "pause_seconds",
+        "serverio_gc_pause_seconds_total",
+        "counter",
+        "Time the process was paused collecting, by generation.",
+    ),
+    (
+        "pause_longest_seconds",
+        "serverio_gc_pause_longest_seconds",
+        "gauge",
+        "Longest single collection since start, by generation.",
+    ),
+    (
+        "collected",
+        "serverio_gc_collected_total",
+        "counter",
+        "Unreachable objects found (cyclic garbage), by generation.",
+    ),
+    (
+        "uncollectable",
+        "serverio_gc_uncollectable_total",
+        "counter",
+        "Unreachable objects that could not be freed, by generation.",
+    ),
+)
+
+
+def _render_gc(w: _Writer, collector: dict[str, Any] | None) -> None:
+    if not collector:
+        return
+    for key, name, kind, help_text in _GC_FAMILIES:
+        w.family(name, kind, help_text)
+        values = collector.get(key, [0] * GENERATIONS)
+        for gen, value in enumerate(values):
+            w.sample(name, value, {"generation": str(gen)})
+    name = "serverio_gc_freezes_total"
+    w.family(name, "counter", "gc.freeze() calls: after start-up and after cache growth.")
+    w.sample(name, collector.get("freezes", 0))
+    if "frozen_objects" in collector:
+        name = "serverio_gc_frozen_objects"
+        w.family(name, "gauge", "Objects in the permanent generation (never traversed).")
+        w.sample(name, collector["frozen_objects"])

@@ -43,6 +43,7 @@ from ..app.server import Server, public_addresses
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import ConfigError
+from ..observe.collector import COLLECTOR, Collector
 from ..observe.logpipe import route_logging
 from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
@@ -64,6 +65,7 @@ __all__ = [
     "run_server",
     "summary_line",
     "url_host",
+    "watch_collector",
 ]
 
 # Exit statuses (docs/cli.md "Exit status"): 0 stopped on request, 1 a
@@ -162,6 +164,12 @@ async def run_server(
 
             await nursery.start(run)
             started = trio.current_time()
+            # Start-up is done: take what it made out of the collector's
+            # reach, then measure every collection from here on
+            # (serverio.observe.collector).
+            COLLECTOR.after_start()
+            COLLECTOR.install()
+            nursery.start_soon(watch_collector, server)
             if admin_listener is not None:
                 await nursery.start(
                     functools.partial(serve_admin, on_post=on_post), admin_listener, admin_handler
@@ -183,6 +191,28 @@ async def run_server(
         else:
             _summary(server, trio.current_time() - started)
     return 0
+
+
+# How often the warm-file cache's growth is looked at for a freeze.
+_COLLECTOR_PERIOD = 1.0
+
+
+async def watch_collector(
+    server: Server, collector: Collector = COLLECTOR, period: float = _COLLECTOR_PERIOD
+) -> None:
+    """Every ``period`` seconds, let the collector freeze what the warm-file
+    cache grew by or what reached the oldest generation
+    (:meth:`~serverio.observe.collector.Collector.tick`; the cache's
+    entries counted with the files' metadata kept apart from their bytes).
+
+    Cancellation handling: cancelled with the process's nursery; nothing
+    is held between two looks (a freeze is synchronous).
+    """
+    files = server.files
+    while True:
+        await trio.sleep(period)
+        meta = files.meta
+        collector.tick(len(files) + (len(meta) if meta is not None else 0))
 
 
 async def _open(server: Server, admin: bool) -> trio.SocketListener | int | None:

@@ -47,7 +47,8 @@ from .exchange import (
     step,
 )
 from .handler import Closable, Content, Handler
-from .hooks import NO_HEAD, Proxy, RawHead, Upload, WriteContent
+from .hooks import NO_HEAD, NO_RULES, Proxy, RawHead, Upload, WriteContent
+from .hooks import Admit as HookAdmit
 
 __all__ = ["NO_CONTENT", "Forwarded", "Io", "Wait", "access", "drive"]
 
@@ -218,7 +219,8 @@ async def access(
 
 async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
     """The write stage (``--upload``, ``--webdav``), handed the access hook
-    to ask on the target it resolves before it reads a byte of the content.
+    to ask on the target it resolves before it reads a byte of the content
+    (:data:`~serverio.pipeline.hooks.NO_RULES` without site rules).
 
     Cancellation handling: the stage removes what it created before the
     cancellation propagates (:mod:`serverio.upload.service`); nothing is
@@ -226,10 +228,12 @@ async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
     """
     req = dataclasses.replace(need.req, client=io.client())  # per-client budgets
     ticket = need.ticket
-    client = io.client
+    admit: HookAdmit = NO_RULES  # no site rules: nothing to decide
+    if machine.site is not None and ticket is not None:
+        client = io.client
 
-    async def admit(target: AccessTarget) -> Plan | None:
-        return await access(machine, target, ticket, now, client)
+        async def admit(target: AccessTarget) -> Plan | None:
+            return await access(machine, target, ticket, now, client)
 
     content: WriteContent = NO_CONTENT if io.content is None else io.content
     got: Plan | tuple[Plan, ChunkSource] = await need.run(req, content, now, admit)

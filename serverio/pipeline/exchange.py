@@ -134,6 +134,13 @@ class Fallback(Protocol):
 WriteRun = Callable[..., Awaitable[Any]]
 
 
+class Warm(Protocol):
+    """The precomputed answers of warm files
+    (:class:`serverio.pipeline.warm.WarmAnswers`)."""
+
+    def answer(self, req: RequestFacts, now: float) -> Final | None: ...
+
+
 class Files(Protocol):
     """What the step reads of the request handler
     (:class:`serverio.pipeline.handler.Handler`)."""
@@ -166,6 +173,9 @@ class Files(Protocol):
         finishes it."""
         ...
 
+    @property
+    def warm(self) -> Warm: ...  # serverio.pipeline.warm.WarmAnswers
+
 
 class SiteSteps(Protocol):
     """What the exchange asks of the site rules
@@ -188,6 +198,12 @@ class SiteSteps(Protocol):
     def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan: ...
 
     def count(self, user: str, size: int) -> None: ...
+
+    def user_counts(self) -> dict[str, tuple[int, int, int]]:
+        """What :meth:`count` and the access hook's refusals added up, per
+        user of the users files (the label set of /metrics stays bounded):
+        ``(requests, bytes, denied)``; a copy, read by the metrics."""
+        ...
 
 
 # The site rules as the layers above the pipeline name them (the
@@ -487,6 +503,12 @@ def files(
     if machine.site is not None:
         assert state is not None  # the site stage took the request first
         return _respond(state._replace(stage=None, at=-1))
+    if not content:
+        # A warm file's precomputed answer (routing, the decision and the
+        # cache's memo done once per second): the warm path, one call.
+        warm = handler.warm.answer(req, now)
+        if warm is not None:
+            return state, warm
     plan = route(req, machine.config, now, handler.allow)
     if plan is not None:
         if plan.status >= 400:

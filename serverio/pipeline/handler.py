@@ -69,6 +69,7 @@ from ..model.decide import cache_candidate, decide, needs_compressed, serve_cach
 from .content import ContentService
 from .exchange import Coding, Listing, Resolve
 from .hooks import NO_HOOKS, Hooks
+from .warm import WarmAnswers
 
 __all__ = [
     "BodyStep",
@@ -269,6 +270,15 @@ class Handler:
         # changes).
         # (serverio.pipeline.exchange.Stage: the exchange names the handler.)
         self.stages: tuple[Any, ...] | None = None
+        # The precomputed answers of warm files (the exchange asks them
+        # first; kept from this handler's plain cache hits).
+        self.warm = WarmAnswers(
+            self._cache,
+            self._inline,
+            config.files.fs_cache_valid,
+            self._opened_root,
+            enabled=hooks.transform is None,
+        )
 
     @property
     def receive(self) -> BodyStep | None:
@@ -284,6 +294,10 @@ class Handler:
         """The contained root (opened on first use by the server), kept."""
         root = self._root = self._opener()
         return root
+
+    def _opened_root(self) -> ContainedRoot:
+        """The contained root, opened now if it was not yet."""
+        return self._root if self._root is not None else self._opened()
 
     def forget_root(self) -> None:
         """The server closed its root: the next request asks for it again."""
@@ -351,7 +365,8 @@ class Handler:
                     if memo is not None:
                         hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
                     if prepared.todo is None:
-                        return prepared  # the warm path, without another call
+                        self.warm.keep(req, hit, prepared, now)
+                        return prepared
                     return _memoised(hit, self.followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
             root = self._root if self._root is not None else self._opened()
@@ -387,6 +402,7 @@ class Handler:
                 memo = prepared.memo
                 if memo is not None:
                     hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
+                self.warm.keep(req, hit, prepared, now)  # answered from it while fresh
                 if prepared.todo is None:
                     return prepared
                 return _memoised(hit, self.followups(prepared, req, now))

@@ -52,6 +52,11 @@ GET of a server without hooks makes exactly the calls it made before.
   with the access hook (:data:`Admit`) to ask on the target it
   resolves.  A CORS preflight (an OPTIONS with
   ``Access-Control-Request-Method``) is the site's, never the step's.
+* :attr:`Hooks.write_ahead`: writes answered ahead of :attr:`Hooks.write`
+  (resumable uploads, :mod:`serverio.resumable`), each a
+  :class:`WriteRoute` whose :class:`Marks` (request fields, a path
+  prefix) say which requests it may take at all: the stage list tests
+  them as data, so a plain PUT never calls into that feature.
 """
 
 from __future__ import annotations
@@ -71,12 +76,14 @@ from ..model import Body, ChunkSource, Prepared
 __all__ = [
     "NO_HEAD",
     "NO_HOOKS",
+    "NO_RULES",
     "WRITE_METHODS",
     "Admit",
     "EventSource",
     "Hooks",
     "Interim",
     "ListingView",
+    "Marks",
     "Proxy",
     "RawHead",
     "Reserved",
@@ -86,6 +93,7 @@ __all__ = [
     "TunnelBody",
     "Upload",
     "WriteContent",
+    "WriteRoute",
     "WriteStep",
     "interim_of",
 ]
@@ -156,16 +164,19 @@ class Reserved(Protocol):
     answers (``finish``)."""
 
     # Does :meth:`attach` ever change a request (a trusted user header is
-    # configured)?  False: the pipeline does not call it.
+    # configured, or users may sign in)?  False: the pipeline does not call it.
     attaches: bool
 
     def attach(self, req: RequestFacts, client: Callable[[], str]) -> RequestFacts:
-        """``req`` with the principal its cookie or trusted header names
-        (``req`` itself when none).  Synchronous, no I/O: every request."""
+        """``req`` with the principal its trusted header names, or (a
+        request that changes something) its session cookie (``req`` itself
+        when none).  Synchronous, no I/O."""
         ...
 
     def names(self, req: RequestFacts) -> bool:
-        """Does ``req`` carry the trusted user header?  Synchronous, pure."""
+        """Does ``req`` carry what :meth:`attach` may make a principal of
+        (the trusted user header; a write's session cookie)?  Synchronous,
+        pure."""
         ...
 
     def authorization(self, req: RequestFacts) -> str | None:
@@ -233,6 +244,17 @@ def interim_of(content: object) -> Interim | None:
 # send (serverio.pipeline.driver.access, on the step's resolved target).
 Admit = Callable[[AccessTarget], Awaitable["Plan | None"]]
 
+
+async def _no_rules(target: AccessTarget) -> Plan | None:
+    return None
+
+
+# The access hook of a server without site rules: there is nothing to
+# decide, every target is allowed.  The driver hands a write step this
+# very object then, so that the step may skip describing its targets
+# (``admit is NO_RULES``); calling it is right too (it allows).
+NO_RULES: Admit = _no_rules
+
 # The answer to a write (PUT, DELETE; WebDAV's methods): the step resolves
 # its target, asks ``Admit``, then writes; it always answers: a plan, or a
 # 200 / 207 plan with a body produced while it is sent (a ChunkSource the
@@ -246,6 +268,43 @@ WriteStep = Callable[
 # path); a step declares its own in Hooks.write_methods.  POST: the upload
 # form (a multipart/form-data POST to a directory).
 WRITE_METHODS: frozenset[bytes] = frozenset((b"PUT", b"DELETE", b"POST"))
+
+
+class Marks(NamedTuple):
+    """What a request must carry for a stage to be asked about it at all:
+    one of ``fields`` (request field names a feature registered,
+    :func:`serverio.http.extra.request_field`: the scan keeps them in
+    :attr:`~serverio.http.core.RequestFacts.extra`), or a path under
+    ``prefix`` (segments).  Plain data, tested by the stage list
+    (:mod:`serverio.pipeline.stages`) before the stage's own ``takes``:
+    a request that carries none of them costs no call into the feature."""
+
+    fields: frozenset[str]
+    prefix: tuple[str, ...] = ()
+
+    def on(self, req: RequestFacts) -> bool:
+        """Does ``req`` carry one of the marks?"""
+        prefix = self.prefix
+        if prefix and req.target.segments[: len(prefix)] == prefix:
+            return True
+        fields = self.fields
+        for name, _ in req.extra:
+            if name in fields:
+                return True
+        return False
+
+
+class WriteRoute(NamedTuple):
+    """A write answered ahead of :attr:`Hooks.write` (resumable uploads):
+    its step, the methods it answers, its test (asked only for those
+    methods, and only when ``marks`` are carried), its marks and its
+    stage's name."""
+
+    run: WriteStep
+    methods: frozenset[bytes]
+    takes: Callable[[RequestFacts], bool]
+    marks: Marks | None = None
+    name: str = "write"
 
 
 class ListingView(Protocol):
@@ -391,6 +450,8 @@ class Hooks:
     # every one (asked only for those methods: a GET pays nothing).  WebDAV
     # under a prefix answers its methods there only (--webdav-prefix).
     write_takes: Callable[[RequestFacts], bool] | None = None
+    # Writes answered ahead of ``write`` (resumable uploads), in order.
+    write_ahead: tuple[WriteRoute, ...] = ()
     # The methods a path allows, for the core's OPTIONS and 405 (RFC 9110
     # §10.2.1): the write feature's (None: read-only, GET, HEAD, OPTIONS).
     allow: Allow | None = None

@@ -16,8 +16,9 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
 3. an :class:`~serverio.errors.HTTPError` raised while the transport built
    the facts becomes its answer through :func:`failed`; :func:`busy` and
    :func:`finish` finish a plan the transport chose itself;
-4. :func:`record` counts the response, observes its duration and writes
-   the access-log line once the transport has sent it.
+4. :func:`record` (:mod:`serverio.observe.responses`'s, named here too)
+   counts the response, observes its duration and writes the access-log
+   line once the transport has sent it.
 
 What stays with the transport: parsing and facts, how it waits for a
 handler step, how it emits the :class:`~serverio.model.Body`, keep-alive
@@ -37,16 +38,15 @@ from collections.abc import Callable
 from typing import Final as Constant
 from typing import Protocol
 
-import trio
-
 from ..config import Config, IPNetwork
 from ..errors import HTTPError
 from ..http.access import Ticket
 from ..http.core import Plan, RequestFacts, http_error_plan
 from ..http.extra import request_field
 from ..http.forwarded import client_address
-from ..observe.accesslog import AccessLog, AccessRecord
+from ..observe.accesslog import AccessLog
 from ..observe.histogram import Histogram
+from ..observe.responses import record
 from ..observe.stats import Stats
 from .driver import NO_CONTENT, access
 from .exchange import Final, SiteSteps, finished, misdirected
@@ -140,62 +140,3 @@ def finish(deps: Deps, plan: Plan, ticket: Ticket | None) -> Final:
     """The answer for a plan the transport chose itself (the site's
     finishing rules apply to it as to any other)."""
     return finished(deps.site, plan, -1, ticket)
-
-
-def record(
-    deps: Deps,
-    client: Callable[[], str],
-    method: bytes,
-    target: bytes,
-    version: bytes,
-    status: int,
-    size: int,
-    started: float,
-    now: float,
-    user_agent: str | None,
-    referer: str | None,
-    request_id: str | None,
-    *,
-    counted: bool = True,
-    cut: bool = False,
-    user: str = "",
-) -> None:
-    """Count a response that was sent, observe its duration, log it.
-
-    ``cut``: the response was cut off after its head (``size`` is the body
-    bytes sent); it is logged with the marker but not counted as
-    completed.  ``counted=False``: log only (an event stream, counted as
-    it ended).  ``user``: the signed-in user the access hook named for it
-    (the log's user field; its per-user counters, for a user of the users
-    files).
-    """
-    elapsed = trio.current_time() - started
-    if counted and not cut:
-        stats = deps.stats.responses
-        stats.completed += 1
-        deps.response_times.observe(elapsed)
-        if status >= 500:
-            stats.server_errors += 1
-        elif status >= 400:
-            stats.client_errors += 1
-    if user and deps.site is not None:
-        deps.site.count(user, size)
-    log = deps.access_log
-    if log.enabled:
-        log.write(
-            AccessRecord(
-                client=client(),
-                method=method.decode("latin-1"),
-                target=target.decode("latin-1"),
-                version=version.decode("latin-1"),
-                status=status,
-                size=size,
-                duration=elapsed,
-                user_agent=user_agent,
-                referer=referer,
-                request_id=request_id,
-                cut=cut,
-                user=user or None,
-            ),
-            now,
-        )

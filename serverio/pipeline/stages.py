@@ -13,10 +13,12 @@ its order *is* the precedence rule:
    then the features' stages ahead of all others
    (:attr:`serverio.pipeline.hooks.Hooks.first`: the login feature's
    sign-in pages and share links, its trusted header's user);
-2. **write** (:class:`WriteStage`: uploads, ``--upload``; WebDAV,
-   ``--webdav``, only under ``--webdav-prefix`` when one is set): its
-   methods, but a CORS preflight (the site's) and a path a proxy route
-   takes (a write under a proxy prefix goes upstream).  It decides access
+2. **write** (:class:`WriteStage`: first the writes answered ahead of the
+   others, :attr:`~serverio.pipeline.hooks.Hooks.write_ahead`: resumable
+   uploads, for a request that carries their marks; then uploads,
+   ``--upload``; WebDAV, ``--webdav``, only under ``--webdav-prefix`` when
+   one is set): its methods, but a CORS preflight (the site's) and a path
+   a proxy route takes (a write under a proxy prefix goes upstream).  It decides access
    itself, on the target it resolves, through the one access hook; the
    site's routing (redirects, rewrites) does not apply to a write;
 3. **site rules** (:class:`SiteStage`): CORS preflight, the reserved
@@ -81,7 +83,7 @@ from .exchange import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .hooks import Hooks, Proxy, Router, WriteStep
+    from .hooks import Hooks, Marks, Proxy, Router, WriteStep
 
 __all__ = [
     "ProxyStage",
@@ -144,10 +146,11 @@ def onward(state: Exchange) -> Step:
 
 class WriteStage(Stage):
     """A write stage: a :data:`~serverio.pipeline.hooks.WriteStep` (uploads,
-    WebDAV) on its ``methods``, where ``where`` says (None: everywhere)."""
+    WebDAV, resumable uploads) on its ``methods``, where ``where`` says
+    (None: everywhere), for a request that carries ``marks`` (None: any;
+    tested here, as data, before ``where`` is called)."""
 
-    __slots__ = ("methods", "proxy", "run", "where")
-    name = "write"
+    __slots__ = ("marks", "methods", "name", "proxy", "run", "where")
 
     def __init__(
         self,
@@ -155,14 +158,21 @@ class WriteStage(Stage):
         methods: frozenset[bytes],
         where: Callable[[RequestFacts], bool] | None = None,
         proxy: Proxy | None = None,
+        marks: Marks | None = None,
+        name: str = "write",
     ) -> None:
+        self.name = name
         self.run = run
         self.methods = methods
         self.where = where
         self.proxy = proxy
+        self.marks = marks
 
     def takes(self, req: RequestFacts, now: float) -> object | None:
         if req.method not in self.methods:
+            return None
+        marks = self.marks
+        if marks is not None and not marks.on(req):
             return None
         if req.method == b"OPTIONS" and PREFLIGHT.of(req) is not None:
             return None  # a CORS preflight is the site's
@@ -305,6 +315,10 @@ def stages_of(handler: Files, *, site: bool) -> tuple[Stage, ...]:
     module docstring."""
     hooks: Hooks = handler.hooks
     stages: list[Stage] = list(hooks.first)
+    for ahead in hooks.write_ahead:
+        stages.append(
+            WriteStage(ahead.run, ahead.methods, ahead.takes, hooks.proxy, ahead.marks, ahead.name)
+        )
     if hooks.write is not None:
         stages.append(WriteStage(hooks.write, hooks.write_methods, hooks.write_takes, hooks.proxy))
     if site:

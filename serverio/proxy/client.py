@@ -141,6 +141,7 @@ class UpstreamConn:
     __slots__ = (
         "_eof",
         "_fast",
+        "_fresh",
         "_sock",
         "_tried",
         "closed",
@@ -166,6 +167,10 @@ class UpstreamConn:
         # The response's fast reader (serverio.wire.fastresponse) until it
         # defers to h11; None: h11 reads it all.
         self._fast: ResponseReader | None = None
+        # Bytes read for the fast reader and not yet handed to it: they go
+        # to it where its next event is read (buffered_event), so that a
+        # read costs one visit to the reader, not two.
+        self._fresh: bytes | None = None
 
     async def _send(self, data: bytes) -> None:
         """``data`` to the upstream.  Fast path: one non-blocking write of a
@@ -203,6 +208,7 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         self._fast = None
+        self._fresh = None
         self._tried = False
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=fields))
@@ -244,6 +250,7 @@ class UpstreamConn:
         conn = self.h11
         self.received = 0
         self._fast = None
+        self._fresh = None
         self._tried = False
         try:
             request = h11.Request(method=method, target=target, headers=fields, _parsed=checked)
@@ -278,6 +285,10 @@ class UpstreamConn:
         it, else None (no I/O, no checkpoint)."""
         fast = self._fast
         if fast is not None:
+            fresh = self._fresh
+            if fresh is not None:
+                self._fresh = None
+                fast.feed(fresh)
             event = fast.event()
             if event is not DEFER:
                 return event  # type: ignore[return-value]  # FastResponse, Data, EndOfMessage, None
@@ -309,9 +320,12 @@ class UpstreamConn:
         """The next event of the response, reading as needed.
         Cancellation handling: as :meth:`send_request`."""
         while True:
-            event = self.buffered_event()
-            if event is not None:
-                return event
+            # A fast reader that was handed nothing yet has no event to
+            # give (it is new with each exchange): straight to the read.
+            if self.received or self._eof or self._fast is None:
+                event = self.buffered_event()
+                if event is not None:
+                    return event
             data: bytes | bytearray
             try:
                 if self.received == 0 and self._sock is not None and not self._eof:
@@ -327,8 +341,19 @@ class UpstreamConn:
         self.received += len(data)
         if not data:
             self._eof = True
-        if self._fast is not None:
-            self._fast.feed(bytes(data))
+        fast = self._fast
+        if fast is not None:
+            # Handed to the reader by the next buffered_event (every read
+            # is followed by one); a second read before it joins the first,
+            # and the EOF is said after what came before it.
+            fresh = self._fresh
+            if data:
+                self._fresh = bytes(data) if fresh is None else fresh + data
+            else:
+                self._fresh = None
+                if fresh is not None:
+                    fast.feed(fresh)
+                fast.feed(b"")
         else:
             self.h11.receive_data(bytes(data))
 
@@ -456,6 +481,7 @@ class UpstreamConn:
         (h11 never saw it)."""
         if self._fast is not None:
             self._fast = None
+            self._fresh = None
             self.h11 = h11.Connection(h11.CLIENT)
         else:
             self.h11.start_next_cycle()

@@ -253,6 +253,48 @@ def own_cookie(crumb: bytes) -> bool:
     return name.startswith((b"serverio-", b"__Host-serverio-"))
 
 
+def _end_to_end(
+    out: Fields,
+    fields: Sequence[tuple[bytes, bytes]],
+    trusted: bool,
+    user_header: bytes | None,
+    own_cookies: bool,
+) -> dict[bytes, bytes]:
+    """Append to ``out`` the client's fields that go on upstream: no
+    hop-by-hop field (RFC 9110 §7.6.1: the fixed ones, those Connection
+    names, ``Proxy-*``), the Cookie lines joined into one (HTTP/2 may
+    split it, RFC 9113 §8.2.3) without serverio's own with
+    ``own_cookies``, the trusted user header only from a ``trusted``
+    peer.  Returns the forwarding fields serverio sets itself
+    (:data:`_SET_UP`), as the client sent them (lines joined)."""
+    named = _named_by_connection(fields)
+    cookies: list[bytes] = []
+    seen: dict[bytes, bytes] = {}
+    for name, value in fields:
+        # _hop, inline (once per field of every proxied request)
+        if name in HOP_BY_HOP or name in named or name.startswith(b"proxy-"):
+            continue
+        if name in _SET_UP:
+            if name not in seen:
+                seen[name] = value
+            else:
+                seen[name] += b", " + value
+            continue
+        if name == b"cookie":
+            if own_cookies:
+                value = b"; ".join(c.strip() for c in value.split(b";") if not own_cookie(c))
+                if not value:
+                    continue
+            cookies.append(value)
+            continue
+        if name == user_header and not trusted:
+            continue
+        out.append((name, value))
+    if cookies:
+        out.append((b"cookie", b"; ".join(cookies)))
+    return seen
+
+
 def request_fields(
     route: ProxyRoute,
     fields: Sequence[tuple[bytes, bytes]],
@@ -289,32 +331,8 @@ def request_fields(
     serverio's own cookies (its session, sign-in and share-password
     cookies, :func:`own_cookie`) are left out of ``Cookie``: an upstream
     never sees a token it could replay here."""
-    named = _named_by_connection(fields)
     out: Fields = [(b"host", route.authority.encode("ascii") if rewrite_host else host)]
-    cookies: list[bytes] = []
-    seen: dict[bytes, bytes] = {}
-    for name, value in fields:
-        # _hop, inline (once per field of every proxied request)
-        if name in HOP_BY_HOP or name in named or name.startswith(b"proxy-"):
-            continue
-        if name in _SET_UP:
-            if name not in seen:
-                seen[name] = value
-            else:
-                seen[name] += b", " + value
-            continue
-        if name == b"cookie":
-            if own_cookies:
-                value = b"; ".join(c.strip() for c in value.split(b";") if not own_cookie(c))
-                if not value:
-                    continue
-            cookies.append(value)  # HTTP/2 may split it (RFC 9113 §8.2.3)
-            continue
-        if name == user_header and not trusted:
-            continue
-        out.append((name, value))
-    if cookies:
-        out.append((b"cookie", b"; ".join(cookies)))
+    seen = _end_to_end(out, fields, trusted, user_header, own_cookies)
     fwd, xff, proto, real = _forwarding(peer, host, tls)
     if trusted:
         old = seen.get(b"forwarded")

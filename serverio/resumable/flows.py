@@ -105,6 +105,16 @@ class Quota:
             self.held[client] += size
 
 
+def _replace(path: str, probe: bool = False) -> AccessTarget:
+    """The overwrite right on ``path``.  A creation asks it first as a
+    probe (its "no" is no denial: not counted, not logged), to know whether
+    the upload may replace a file: without it the upload is create-only,
+    refused at once if the target exists and committed with no-replace, so
+    a file that appears meanwhile is not overwritten either (docs:
+    "Rights"); an existing target then asks it as the refusal it is."""
+    return AccessTarget((path,), Kind.WRITE, Right.OVERWRITE, probe=probe)
+
+
 class Flows:
     """Creation, append, offset retrieval and cancellation."""
 
@@ -143,11 +153,8 @@ class Flows:
         refusal = await admit(AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE))
         if refusal is not None:
             return refusal
-        # Whether the upload may replace a file (the overwrite right), asked
-        # now: without it the upload is create-only, refused at once if the
-        # target exists and committed with no-replace, so a file that
-        # appears meanwhile is not overwritten either (docs: "Rights").
-        no_overwrite = await admit(AccessTarget((path,), Kind.WRITE, Right.OVERWRITE))
+        # Without the overwrite right the upload is create-only (_replace).
+        no_overwrite = await admit(_replace(path, probe=True))
         if not tus:
             if has_preconditions(req) and not is_create_only(req):
                 # Validators are decided on the file at completion only for
@@ -182,7 +189,7 @@ class Flows:
         except WriteRefused as exc:
             self.quota.release(req.client, size)
             if no_overwrite is not None and exc.refusal is Refusal.EXISTS:
-                return no_overwrite  # the file exists and may not be replaced
+                return await admit(_replace(path)) or no_overwrite  # now a denial
             raise
         except BaseException:
             self.quota.release(req.client, size)

@@ -1,8 +1,12 @@
-"""Resumable uploads plugged into the write hook (``Hooks.write``).
+"""Resumable uploads: a write stage ahead of the uploads' (``Hooks.write_ahead``).
 
-:class:`Resumable` sits in front of the uploads' (or WebDAV's) write
-step: a request :func:`~serverio.resumable.protocol.classify` names as a
-resumable one is answered here, every other goes to the step it wraps.
+:class:`Resumable` answers the requests
+:func:`~serverio.resumable.protocol.classify` names as resumable ones; its
+stage (:meth:`Resumable.route`) comes before the uploads' (or WebDAV's)
+write step, which answers every other write.  Every resumable request
+carries :data:`MARKS` (an ``Upload-Complete`` or ``Tus-Resumable`` field,
+or a path under the upload resources' prefix): the stage list tests them
+as data, so a plain PUT, DELETE or form POST never calls in here.
 The decisions are :mod:`serverio.resumable.protocol`'s (pure); what is
 here is the order of the waits: the access hook on the *target* path
 (``Kind.WRITE``, ``"put"``, as a PUT asks it: creating, appending,
@@ -47,7 +51,7 @@ from ..http.access import AccessTarget, Kind, Right
 from ..http.core import Plan, RequestFacts, error_plan
 from ..http.target import Target, is_write_temp
 from ..model import ChunkSource
-from ..pipeline.hooks import Admit, WriteContent, WriteStep
+from ..pipeline.hooks import Admit, Marks, WriteContent, WriteRoute
 from ..signing import Signer, TokenError
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status
@@ -57,6 +61,7 @@ from ..upload.slots import PacedContent
 from .flows import Flows
 from .protocol import (
     PURPOSE,
+    RESOURCE_PREFIX,
     TUS_RESUMABLE,
     TUS_VERSION,
     Ask,
@@ -69,9 +74,18 @@ from .protocol import (
 )
 from .store import Busy, Held, Missing, open_upload, sweep_uploads
 
-__all__ = ["TAKEOVER_SECONDS", "Resumable"]
+__all__ = ["MARKS", "METHODS", "TAKEOVER_SECONDS", "Resumable"]
 
 log = logging.getLogger("serverio")
+
+# What every resumable request carries (classify answers None without):
+# the draft's Upload-Complete, tus's Tus-Resumable, or an upload
+# resource's path.  The registered names of the fields (protocol.py).
+MARKS: Final = Marks(frozenset(("upload-complete", "tus-resumable")), RESOURCE_PREFIX)
+# The methods of resumable requests (creation, append, offset, cancel,
+# discovery): a GET of an upload resource is not one of them (the read
+# path answers it).
+METHODS: Final = frozenset((b"PATCH", b"HEAD", b"OPTIONS", b"PUT", b"POST", b"DELETE"))
 
 # A flow run under a write slot.
 _Run = Callable[[RequestFacts, Ask, WriteContent, float, Admit], Awaitable[Plan]]
@@ -86,47 +100,33 @@ SWEEP_EVERY: Final = 600.0
 
 
 class Resumable(Flows):
-    """The resumable-upload step in front of ``inner`` (one per server)."""
+    """The resumable-upload write stage (one per server)."""
 
-    def __init__(
-        self,
-        config: Config,
-        uploads: Uploads,
-        signer: Signer,
-        inner: WriteStep,
-        methods: frozenset[bytes],
-        takes: Callable[[RequestFacts], bool] | None,
-    ) -> None:
+    def __init__(self, config: Config, uploads: Uploads, signer: Signer) -> None:
         pol = config.uploads
         res = config.resumable
         policy = Policy(pol.max_upload_size, res.upload_expiry, res.upload_chunk_size)
         super().__init__(config, uploads, signer, policy)
-        self.inner = inner
-        self.inner_methods = methods
-        self.inner_takes = takes
-        # The methods the wrapped hook answers: the inner step's, PATCH,
-        # and HEAD / OPTIONS of the upload resources (write_takes keeps
-        # every other HEAD and OPTIONS on the read path).
-        self.methods = methods | {b"PATCH", b"HEAD", b"OPTIONS", b"PUT", b"POST", b"DELETE"}
 
     # ------------------------------------------------------------ routing
 
+    def route(self) -> WriteRoute:
+        """Its write stage, ahead of the uploads' (:data:`METHODS`, for a
+        request with :data:`MARKS` that :meth:`takes`)."""
+        return WriteRoute(self.write, METHODS, self.takes, MARKS, "resumable")
+
     def takes(self, req: RequestFacts) -> bool:
-        """Does the wrapped hook answer ``req`` (one of :attr:`methods`)?"""
-        if classify(req) is not None:
-            return True
-        if req.method not in self.inner_methods:
-            return False
-        return self.inner_takes is None or self.inner_takes(req)
+        """Is ``req`` a resumable request (asked only for one of
+        :data:`METHODS` that carries :data:`MARKS`)?"""
+        return classify(req) is not None
 
     async def write(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit
     ) -> Plan | tuple[Plan, ChunkSource]:
-        """The answer to a resumable request, or the inner step's (a plan,
-        or WebDAV's streamed 207)."""
+        """The answer to a resumable request (one :meth:`takes` took)."""
         ask = classify(req)
         if ask is None:
-            return await self.inner(req, content, now, admit)
+            return error_plan(404, now)  # not one (the stage takes none such)
         if ask.tus and ask.op is not Op.OPTIONS and TUS_RESUMABLE.of(req) != TUS_VERSION:
             # tus 1.0 core: an unsupported Tus-Resumable is 412 with Tus-Version.
             return refusal_plan(Refuse(412, "tus version"), True, self.policy, now)

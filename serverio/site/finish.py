@@ -142,7 +142,8 @@ class Finisher:
         # --hsts goes on TLS responses only (RFC 6797 §7.2): part of the key.
         tls = req.tls if req is not None else False
         ops = self._header_ops(req, path, protected, tls)
-        origin = ORIGIN.of(req) if req is not None else None
+        # Origin matters only with CORS (its fields, the memo's key).
+        origin = ORIGIN.of(req) if req is not None and rules.cors is not None else None
         memo_key: tuple[int, str | None, bool] | None = None
         if plan.shared and plan.status < 400:  # an error's page depends on Accept
             memo_key = (id(plan), origin if self._vary_origin else None, tls)

@@ -37,15 +37,7 @@ from ..observe.stats import Stats
 from .access import rule_for, rules_below, write_allowed
 from .authlimit import Attempt, AuthLimiter, retry_after
 from .passwords import verify_padded
-from .principal import (
-    MARK,
-    PASSWORD_TAGS,
-    SHARE_PREFIX,
-    Principal,
-    password_tag,
-    principal_of,
-    share_allows,
-)
+from .principal import MARK, Principal, password_tag, share_allows
 from .rights import rule_at
 from .rules import (
     AccessRule,
@@ -55,6 +47,7 @@ from .rules import (
     glob_below,
     parse_basic,
 )
+from .vouch import Vouchers
 
 __all__ = ["AUTH_QUEUE", "AUTH_WORKERS", "Gate", "client_key"]
 
@@ -62,6 +55,8 @@ AUTH_WORKERS = 2
 AUTH_QUEUE = 32
 _VERIFIED_MAX = 1024  # recently verified credentials kept
 _VERIFIED_TTL = 300.0  # seconds a verification is trusted
+# The kinds _open_read answers for (reads a memo of open kinds covers).
+_READ_KINDS = (Kind.REQUEST, Kind.RESERVED, Kind.FILE, Kind.SIDECAR, Kind.LISTING)
 _RULES_MAX = 4096  # memoised rule per target (targets are client input)
 
 log = logging.getLogger("serverio")
@@ -112,6 +107,14 @@ class Gate:
         # Per user of the users files: [requests, bytes, denied] (/metrics);
         # bounded: the names the files hold, nothing a client sends.
         self.per_user: dict[str, list[int]] = {u: [0, 0, 0] for u in _user_names(rules)}
+        # What each principal the login feature verified is worth (memoised).
+        self.vouchers = Vouchers(rules)
+        self._allows: dict[tuple[int, str], Access] = {}
+        # [[access]] rules and no [[auth]] one: per paths, the read kinds
+        # every rule deciding them gives anyone (decide_now's first test).
+        self._rights_only = bool(rules.access) and not rules.auth
+        self._opens: dict[tuple[str, ...], tuple[Kind, ...]] = {}
+        self._signed: dict[tuple[AccessTarget, str], Access] = {}  # _signed_rights
 
     def rule(self, target: AccessTarget) -> AuthRule | None:
         """:func:`~serverio.site.access.rule_for`, memoised (bounded)."""
@@ -139,26 +142,44 @@ class Gate:
         an EVENT only when no rule protects its path).  ``user``: a user
         the caller has verified (not by Basic credentials: a session, a
         trusted proxy's header); None: only ``authorization`` may name one."""
+        if authorization is None and user is None and self._rights_only:
+            # The warm anonymous read: a memo of the paths' open kinds.
+            if target.right is None and target.also is None:
+                kinds = self._opens.get(target.paths)
+                if kinds is None:
+                    kinds = self._open_kinds(target.paths)
+                if target.kind in kinds:
+                    return ALLOWED
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
             return Access(Verdict.FORBID)  # not a writable path, or not for this method
+        accepted: frozenset[int] | None = None
         if authorization is not None and authorization.startswith(MARK):
-            # What the login feature verified (serverio.site.principal): a
-            # share link's grant decides alone; a session's or a trusted
-            # header's user is decided on as a signed-in ``user`` (the
-            # access log and the per-user counters name it from there).
-            who = principal_of(authorization)
-            if who is not None and authorization.startswith(SHARE_PREFIX):
-                return _share_now(self.rules.canonical, target, who)
+            # What the login feature verified (serverio.site.principal),
+            # judged once per value (serverio.site.vouch): a share link's
+            # grant decides alone; a session's or a trusted header's user
+            # is decided on as a signed-in ``user`` under the rules whose
+            # users files accept them (the access log and the per-user
+            # counters name it from there).
+            marked = self.vouchers.of(authorization)
+            if marked.share is not None:
+                return _share_now(self.rules.canonical, target, marked.share)
             authorization = None
-            if who is not None and user is None and self._vouched(who):
-                user = who.user
+            if user is None and marked.user is not None:
+                user, accepted = marked.user, marked.accepted
         if not self.rules.access:
-            return self._auth_now(target, authorization, granted, user)
-        got = self._rights_now(target, authorization, granted, user)
+            return self._auth_now(target, authorization, granted, user, accepted)
+        users = self.rules.users
+        signed = user
+        if accepted is not None and (users is None or users.index not in accepted):
+            signed = None  # a session the users [[access]] rules name hold another hash for
+        if signed is not None and not target.tree:
+            got = self._signed_rights(target, signed)
+        else:
+            got = self._rights_now(target, authorization, granted, signed)
         if got.verdict is not Verdict.ALLOW or not self.rules.auth:
             return got
-        rest = self._auth_now(target, authorization, granted, user)
+        rest = self._auth_now(target, authorization, granted, user, accepted)
         if rest.verdict is not Verdict.ALLOW:
             return rest
         return got if rest.rule < 0 else replace(rest, user=rest.user or got.user)
@@ -169,18 +190,22 @@ class Gate:
         authorization: str | None,
         granted: frozenset[int],
         user: str | None,
+        accepted: frozenset[int] | None = None,
     ) -> Access:
-        """The ``[[auth]]`` rules' part of :meth:`decide_now`."""
+        """The ``[[auth]]`` rules' part of :meth:`decide_now`.  ``accepted``:
+        the rules whose users files accept ``user`` (a session's:
+        serverio.site.vouch); None: every rule whose file names them."""
         kind = target.kind
         if target.tree:
-            return self._tree_now(target, authorization, granted, user)
+            return _tree_now(self, target, authorization, granted, user, accepted)
         rule = self.rule(target)
         if rule is None:
             return ALLOWED
         if kind is Kind.EVENT:
             return Access(Verdict.CHALLENGE, rule.index, rule.realm)
-        if user is not None and user in rule.users:
-            return Access(Verdict.ALLOW, rule.index, user=user)
+        if user is not None and user in rule.users and (accepted is None or rule.index in accepted):
+            got = self._allows.get((rule.index, user))
+            return got if got is not None else self._allowed(rule.index, user)
         if kind is Kind.ENTRY:
             if self._verified_for(rule, authorization):
                 return Access(Verdict.ALLOW, rule.index)
@@ -199,10 +224,12 @@ class Gate:
         granted: frozenset[int],
         peer: Callable[[], str],
         user: str | None = None,
+        pending: Access | None = None,
     ) -> Access:
-        """The whole decision: :meth:`decide_now`, then for a pending one
-        the limiter, the cache of verified credentials and the password
-        check (the only wait).
+        """The whole decision: :meth:`decide_now` (``pending``: its answer,
+        when the caller has it), then for a pending one the limiter, the
+        cache of verified credentials and the password check (the only
+        wait).
 
         The limiter is asked before the cache (a client past its budget
         gets 429 even with the right password) and reserves the attempt
@@ -212,12 +239,13 @@ class Gate:
         away) is settled as a failure: its hash may still run in the
         abandoned thread, so it counts against the budget.
         """
-        pending = self.decide_now(target, authorization, granted, user)
+        if pending is None:
+            pending = self.decide_now(target, authorization, granted, user)
         verdict = pending.verdict
         if verdict is Verdict.ALLOW:
             return pending
         if verdict is not Verdict.PENDING:
-            if verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE:
+            if (verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE) and not target.probe:
                 self._refused(target, pending, user or _basic_user(authorization))
                 if self.rules.access:
                     # The refusal's problem names the right it lacked.
@@ -270,13 +298,13 @@ class Gate:
         elif _open_read(found, target):
             # The warm path: a read anyone may (no rights tuple, no hashing).
             known = user if user is not None else self._known(authorization, granted)
-            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+            return ALLOWED if not known else self._allowed(-1, known)
         rights = target.rights()
         if _all_allow(found, rights, None):
             # What anyone may: no credentials asked; a user already known
             # is still named (the log, the per-user counters).
             known = user if user is not None else self._known(authorization, granted)
-            return ALLOWED if not known else Access(Verdict.ALLOW, user=known)
+            return ALLOWED if not known else self._allowed(-1, known)
         users = self.rules.users
         index = -1 if users is None else users.index
         if target.kind is Kind.EVENT:
@@ -289,13 +317,40 @@ class Gate:
             user = _basic_user(authorization) or None
         if user is not None:
             if _all_allow(found, rights, user):
-                return Access(Verdict.ALLOW, index, user=user)
+                return self._allowed(index, user)
             return Access(Verdict.FORBID, index, user=user)
         if users is None or target.kind is Kind.ENTRY:
             return Access(Verdict.CHALLENGE if users else Verdict.FORBID, index, "serverio")
         if parse_basic(authorization) is None:
             return Access(Verdict.CHALLENGE, index, users.realm)
         return Access(Verdict.PENDING, index, users.realm)
+
+    def _signed_rights(self, target: AccessTarget, user: str) -> Access:
+        """:meth:`_rights_now` for a verified ``user``: it depends on the
+        target and the user alone, so it is memoised (bounded: targets are
+        client input; a signed-in client's requests repeat theirs)."""
+        key = (target, user)
+        memo = self._signed
+        got = memo.get(key)
+        if got is None:
+            got = self._rights_now(target, None, frozenset(), user)
+            if len(memo) >= _RULES_MAX:
+                memo.clear()
+            memo[key] = got
+        return got
+
+    def _open_kinds(self, paths: tuple[str, ...]) -> tuple[Kind, ...]:
+        """The read kinds (a request path, a file, a sidecar, a listing) of
+        ``paths`` every deciding ``[[access]]`` rule lets an anonymous
+        client have, memoised (bounded): :func:`_open_read` per kind.  A
+        tuple: ``in`` finds an enum member by identity (a frozenset would
+        hash it, in Python)."""
+        found = self._decider(paths)
+        kinds = tuple(k for k in _READ_KINDS if _open_read(found, AccessTarget(paths, k)))
+        if len(self._opens) >= _RULES_MAX:
+            self._opens.clear()  # bounded: paths are client input
+        self._opens[paths] = kinds
+        return kinds
 
     def _below(self, paths: tuple[str, ...]) -> tuple[AccessRule | None, ...]:
         """The ``[[access]]`` rules that can decide a path below the
@@ -335,65 +390,7 @@ class Gate:
         right = target.needs.value
         who = user or "anonymous"
         path = target.paths[0] if target.paths else "/"
-        log.log(level, "denied %s of %r to %s: %s", right, path, who, self._why(target, user))
-
-    def _why(self, target: AccessTarget, user: str | None) -> str:
-        """The rule that refused ``target`` to ``user``, for the log."""
-        kind = target.kind
-        if kind is Kind.WRITE and not write_allowed(self.rules, target):
-            return "no [[writable]] table allows it"
-        if self.rules.access:
-            rights = target.rights()
-            found = self._decider(target.paths)
-            if target.tree:
-                found = found + self._below(target.paths)
-            for rule in found:
-                if rule is None:
-                    return "no [[access]] rule matches"
-                if not any(r in rule.rights_of(user) for r in rights):
-                    return f"{rule.where} (path {rule.pattern!r})"
-        auth = self.rule(target)
-        return "an [[auth]] rule" if auth is None else f"[[auth]] path {auth.pattern!r}"
-
-    def _tree_now(
-        self,
-        target: AccessTarget,
-        authorization: str | None,
-        granted: frozenset[int],
-        user: str | None = None,
-    ) -> Access:
-        """:meth:`decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
-        target: the rule of its own paths and every rule that can match
-        below them (:func:`~serverio.site.access.rules_below`), each as a
-        target of its own would be; the first that does not allow decides
-        (401 while credentials could pass it), else allowed under the first
-        rule.  Not memoised: a tree target is rare (a depth-infinity LOCK)."""
-        found = rule_for(self.rules, target)
-        rules = {} if found is None else {found.index: found}
-        for path in target.paths:
-            rules.update((r.index, r) for r in rules_below(self.rules, path))
-        for rule in rules.values():
-            if rule.index in granted or (user is not None and user in rule.users):
-                continue
-            if parse_basic(authorization) is None:
-                return Access(Verdict.CHALLENGE, rule.index, rule.realm)
-            return Access(Verdict.PENDING, rule.index, rule.realm)
-        return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
-
-    def _vouched(self, who: Principal) -> bool:
-        """Is a user the login feature verified still one of the users
-        files' (a session: with the password hash it was opened with, in
-        every file that names the user; a trusted header: named by one)?"""
-        rules = self.rules
-        files = [r.users for r in rules.auth]
-        if rules.users is not None:
-            files.append(rules.users.users)
-        stored = [f[who.user] for f in files if who.user in f]
-        if not stored:
-            return False
-        if who.via == "header":
-            return True
-        return all((PASSWORD_TAGS.get(h) or password_tag(h)) == who.tag for h in stored)
+        log.log(level, "denied %s of %r to %s: %s", right, path, who, _why(self, target, user))
 
     async def check_password(
         self, user: str, password: str, peer: Callable[[], str]
@@ -495,6 +492,18 @@ class Gate:
         self.stats.site.auth_failures += 1
         return Access(Verdict.CHALLENGE, rule.index, rule.realm)
 
+    def _allowed(self, index: int, user: str) -> Access:
+        """``Access(ALLOW, index, user=user)``, made once per rule and user
+        (immutable; a signed-in client's every request is allowed alike)."""
+        key = (index, user)
+        got = self._allows.get(key)
+        if got is None:
+            allows = self._allows
+            if len(allows) >= _RULES_MAX:
+                allows.clear()  # bounded: the users files' names, per rule
+            got = allows[key] = Access(Verdict.ALLOW, index, user=user)
+        return got
+
     def count(self, user: str, size: int) -> None:
         """One response to ``user`` of ``size`` bytes (a user of the users
         files; any other name is not counted: the labels stay bounded)."""
@@ -518,6 +527,54 @@ class Gate:
             return False
         seen = self._verified.get(self._credentials_key(rule, *creds))
         return seen is not None and trio.current_time() - seen < _VERIFIED_TTL
+
+
+def _tree_now(
+    gate: Gate,
+    target: AccessTarget,
+    authorization: str | None,
+    granted: frozenset[int],
+    user: str | None = None,
+    accepted: frozenset[int] | None = None,
+) -> Access:
+    """:meth:`Gate.decide_now` for a :attr:`~serverio.http.access.AccessTarget.tree`
+    target: the rule of its own paths and every rule that can match
+    below them (:func:`~serverio.site.access.rules_below`), each as a
+    target of its own would be; the first that does not allow decides
+    (401 while credentials could pass it), else allowed under the first
+    rule.  Not memoised: a tree target is rare (a depth-infinity LOCK)."""
+    found = rule_for(gate.rules, target)
+    rules = {} if found is None else {found.index: found}
+    for path in target.paths:
+        rules.update((r.index, r) for r in rules_below(gate.rules, path))
+    for rule in rules.values():
+        if rule.index in granted or (
+            user is not None and user in rule.users and (accepted is None or rule.index in accepted)
+        ):
+            continue
+        if parse_basic(authorization) is None:
+            return Access(Verdict.CHALLENGE, rule.index, rule.realm)
+        return Access(Verdict.PENDING, rule.index, rule.realm)
+    return Access(Verdict.ALLOW, next(iter(rules))) if rules else ALLOWED
+
+
+def _why(gate: Gate, target: AccessTarget, user: str | None) -> str:
+    """The rule of ``gate`` that refused ``target`` to ``user``, for the log."""
+    kind = target.kind
+    if kind is Kind.WRITE and not write_allowed(gate.rules, target):
+        return "no [[writable]] table allows it"
+    if gate.rules.access:
+        rights = target.rights()
+        found = gate._decider(target.paths)
+        if target.tree:
+            found = found + gate._below(target.paths)
+        for rule in found:
+            if rule is None:
+                return "no [[access]] rule matches"
+            if not any(r in rule.rights_of(user) for r in rights):
+                return f"{rule.where} (path {rule.pattern!r})"
+    auth = gate.rule(target)
+    return "an [[auth]] rule" if auth is None else f"[[auth]] path {auth.pattern!r}"
 
 
 def _basic_user(authorization: str | None) -> str:

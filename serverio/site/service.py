@@ -384,7 +384,11 @@ class Site:
         login = self.login
         if auth is None and login is not None and req.extra:
             auth = login.authorization(req)  # a session cookie's principal
-        return await self.gate.decide(target, auth, granted, client, user)
+        gate = self.gate
+        got = gate.decide_now(target, auth, granted, user)
+        if got.verdict is Verdict.ALLOW:
+            return got  # no wait (the warm path: no coroutine of the gate's)
+        return await gate.decide(target, auth, granted, client, user, got)
 
     def access_now(
         self, target: AccessTarget, req: RequestFacts | None, user: str | None = None
@@ -407,6 +411,11 @@ class Site:
         (the per-user counters of /metrics; a name no users file holds is
         not counted)."""
         self.gate.count(user, size)
+
+    def user_counts(self) -> dict[str, tuple[int, int, int]]:
+        """Per user of the users files: ``(requests, bytes, denied)`` (a
+        copy of the access hook's counters, for /metrics)."""
+        return {user: (c[0], c[1], c[2]) for user, c in self.gate.per_user.items()}
 
     def may(self, right: Right, path: str, user: str | None) -> bool:
         """May ``user`` (verified by the caller; None: an anonymous client)

@@ -99,16 +99,14 @@ def has_preconditions(req: RequestFacts) -> bool:
     )
 
 
-def _etag_fields(facts: FileFacts) -> list[tuple[bytes, bytes]]:
-    return [(b"etag", facts.etag.encode("ascii"))] if facts.etag else []
-
-
 def created_plan(facts: FileFacts, location: str, now: float, head: bool = False) -> Plan:
     """201 Created (RFC 9110 §15.3.2, §9.3.4) with the new file's ETag and
     ``Location`` (its absolute path)."""
     body = b"201 Created\n"
+    etag = facts.etag
     hs = common_fields(now)
-    hs.extend(_etag_fields(facts))
+    if etag:
+        hs.append((b"etag", etag.encode("ascii")))
     hs += [
         (b"location", location.encode("ascii")),
         (b"content-type", b"text/plain; charset=utf-8"),
@@ -119,8 +117,10 @@ def created_plan(facts: FileFacts, location: str, now: float, head: bool = False
 
 def replaced_plan(facts: FileFacts, now: float) -> Plan:
     """204 No Content with the new ETag (a replaced file, §9.3.4)."""
+    etag = facts.etag
     hs = common_fields(now)
-    hs.extend(_etag_fields(facts))
+    if etag:
+        hs.append((b"etag", etag.encode("ascii")))
     return Plan(204, tuple(hs), (), send_body=False)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..http.core import RequestFacts
 from ..http.extra import request_field
 
 __all__ = [
@@ -18,7 +17,6 @@ __all__ = [
     "ORIGIN",
     "REPR_DIGEST",
     "SEC_FETCH_SITE",
-    "digests",
 ]
 
 # The digests a PUT's content must match (RFC 9530 §2, §3): both name the
@@ -32,9 +30,3 @@ CONTENT_RANGE: Final = request_field("content-range")
 CONTENT_TYPE: Final = request_field("content-type")
 ORIGIN: Final = request_field("origin")
 SEC_FETCH_SITE: Final = request_field("sec-fetch-site")
-
-
-def digests(req: RequestFacts) -> str | None:
-    """Content-Digest and Repr-Digest as one list (None: neither sent)."""
-    got = [v for v in (CONTENT_DIGEST.of(req), REPR_DIGEST.of(req)) if v is not None]
-    return ", ".join(got) if got else None

@@ -25,6 +25,7 @@ other caches key on the file's identity, which a write changes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -40,22 +41,21 @@ from ..fs.mounts import mount_table
 from ..fs.opener import ContainedRoot
 from ..fs.prepare import stat_facts
 from ..fs.writer import (
-    Placement,
     WriteJob,
     WriteRefused,
     current_bytes,
     delete_file,
     make_parents,
-    open_target,
+    place_write,
     sweep,
-    writable_current,
 )
 from ..http.access import AccessTarget, Kind, Right
 from ..http.core import ALLOW, FileFacts, Plan, RequestFacts, content_digest, error_plan
+from ..http.extra import fields_of
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.target import Target, is_write_temp
 from ..observe.stats import Stats
-from ..pipeline.hooks import Admit, WriteContent
+from ..pipeline.hooks import NO_RULES, Admit, WriteContent
 from ..site.rules import match_path
 from ..writes.digest import DigestVerifier, parse_digests
 from .decide import (
@@ -71,7 +71,7 @@ from .decide import (
     replaced_plan,
     too_large_problem,
 )
-from .fields import CONTENT_RANGE, digests
+from .fields import CONTENT_DIGEST, CONTENT_RANGE, REPR_DIGEST
 from .form import post_form
 from .resolved import Resolving
 from .slots import ClientSlots, PacedContent, client_share
@@ -176,54 +176,38 @@ class Uploads:
         gate: CommitGate | None = None,
     ) -> Plan:
         """The answer to a PUT, DELETE or form POST (the pipeline's
-        ``write`` hook).  A POST must name a directory (405 otherwise), pass
-        the CSRF rule (:func:`~serverio.upload.decide.cross_site`, 403) and
-        the access hook on the directory (``Kind.WRITE``, ``"put"``); then
-        :func:`serverio.upload.form.post_form` writes it (asking the hook
-        again on each file's own path).  ``gate``: asked
+        ``write`` hook).  The request's own shape first (:meth:`_refused`:
+        nothing resolved, nothing asked); then the access hook on the
+        target (``Kind.WRITE``; none described without site rules, when
+        ``admit`` is :data:`~serverio.pipeline.hooks.NO_RULES`).  A form
+        POST is written by :func:`serverio.upload.form.post_form` (which
+        asks the hook again on each file's own path).  ``gate``: asked
         right before a PUT's or DELETE's commit (WebDAV's locks).
 
         Cancellation handling: see the class; a cancelled write leaves
         neither a temporary file nor a descriptor, and commits nothing
         it had not committed already.
         """
-        # The rules of where a symlink inside the root leads apply too.
-        admit = Resolving.wrap(admit, self.pool, self.opener, now, self.resolving)
-        target = req.target
-        if (not target.segments or target.slash) and req.method != b"POST":
-            return error_plan(409, now)  # a collection: not a file to write
-        if (target.hidden and not self.config.files.hidden) or is_write_temp(target.segments):
-            # A dot name anywhere in the path (RFC 8615's .well-known aside),
-            # or an upload's temporary: never written, even with --hidden.
-            return error_plan(403, now)
         form = req.method == b"POST"
-        if form:
-            if target.segments and not target.slash:
-                return error_plan(405, now, allow=ALLOW_WRITES)  # a form posts to a directory
-            if cross_site(req, self.write_origins):
-                return error_plan(403, now)  # the CSRF rule (docs/features.md "Uploads")
-        action = "delete" if req.method == b"DELETE" else "put"
-        path = match_path(target)
-        if action == "delete":
-            asked = AccessTarget((path,), Kind.WRITE, Right.DELETE)
-        elif form:
-            # The folder a form posts to: each file and new folder is asked
-            # again on its own path (serverio.upload.form).
-            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.MKDIR)
-        else:
-            # Whether the file exists is known once it is placed (_put asks
-            # again with the one right it needs); either will do until then.
-            asked = AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
-        refusal = await admit(asked)
-        if refusal is not None:
-            if action == "put":
-                self.stats.writes.aborted += 1
-            return refusal
-        if CONTENT_RANGE.of(req) is not None and req.method == b"PUT":
+        # The fields a write reads, in one pass (a PUT's Content-Range and
+        # digests), right after the shape's own look at the target.
+        refused = self._refused(req, form, now)
+        ranged, sent, represented = fields_of(req, CONTENT_RANGE, CONTENT_DIGEST, REPR_DIGEST)
+        if refused is not None:
+            return refused
+        if admit is not NO_RULES:
+            # The rules of where a symlink inside the root leads apply too.
+            admit = Resolving.wrap(admit, self.pool, self.opener, now, self.resolving)
+            refusal = await admit(_asked(req, form))
+            if refusal is not None:
+                if req.method != b"DELETE":
+                    self.stats.writes.aborted += 1
+                return refusal
+        if ranged is not None and req.method == b"PUT":
             # RFC 9110 §9.3.4: a server that allows PUT but not partial
             # PUT MUST answer 400 to one with Content-Range (``curl -C``):
             # else the part would replace the whole file.  Nothing read.
-            log.info("PUT %s refused: Content-Range (no partial PUT)", target.relpath)
+            log.info("PUT %s refused: Content-Range (no partial PUT)", req.target.relpath)
             self.stats.writes.aborted += 1
             return error_plan(400, now)
         pol = self.config.uploads
@@ -231,7 +215,7 @@ class Uploads:
             return error_plan(503, now, close=True)
         key = self.clients.take(req.client)
         if key is None:  # this client holds its share of the slots already
-            log.info("write to %s refused: --max-uploads-per-client", target.relpath)
+            log.info("write to %s refused: --max-uploads-per-client", req.target.relpath)
             return error_plan(503, now, close=True)
         if pol.min_upload_rate and content.declared != 0:
             content = PacedContent(content, pol.min_upload_rate)  # 408 when slower
@@ -239,22 +223,43 @@ class Uploads:
         try:
             if form:
                 return await post_form(self, req, content, now, admit)
-            if action == "put":
-                return await self._put(req, content, now, gate, admit)
-            return await self._delete(req, now, gate)
+            if req.method == b"DELETE":
+                return await self._delete(req, now, gate)
+            return await self._put(req, content, now, gate, admit, _digests(sent, represented))
         except WriteRefused as exc:
             value = exc.refusal.value
             return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
         except OSError as exc:
             status = errno_status(exc.errno)
             if status == 500:
-                log.error("write of %s failed: %s", target.relpath, exc)
+                log.error("write of %s failed: %s", req.target.relpath, exc)
             return error_plan(status, now)
         finally:
             self.in_flight -= 1
             self.clients.give(key)
 
-    async def _open(self, req: RequestFacts, need: int) -> Placement:
+    def _refused(self, req: RequestFacts, form: bool, now: float) -> Plan | None:
+        """The refusal a write gets for its own shape, before anything is
+        resolved or asked: a collection (409) or a form not posted to one
+        (405), a hidden name or an upload's temporary (403), a cross-site
+        form (403); else None."""
+        target = req.target
+        if (not target.segments or target.slash) and not form:
+            return error_plan(409, now)  # a collection: not a file to write
+        if (target.hidden and not self.config.files.hidden) or is_write_temp(target.segments):
+            # A dot name anywhere in the path (RFC 8615's .well-known aside),
+            # or an upload's temporary: never written, even with --hidden.
+            return error_plan(403, now)
+        if form:
+            if target.segments and not target.slash:
+                return error_plan(405, now, allow=ALLOW_WRITES)  # a form posts to a directory
+            if cross_site(req, self.write_origins):
+                return error_plan(403, now)  # the CSRF rule (docs/reference/uploads.md)
+        return None
+
+    async def _start(self, req: RequestFacts, need: int, create: bool) -> WriteJob:
+        """The write's job, placed (and with ``create`` its temporary made)
+        in one pool hop (:func:`serverio.fs.writer.place_write`)."""
         pol = self.config.uploads
         min_free = pol.min_free_space + need if pol.min_free_space else 0
         segments = req.target.segments
@@ -266,16 +271,27 @@ class Uploads:
             )
             if made:
                 self.changed("/".join(segments[:-1]))
-        place: Placement = await run_blocking(
-            self.pool,
-            open_target,
-            self.opener(),
-            req.target.segments,
-            self.config.files.hidden,
-            min_free,
-            late_close=Placement.close,
+        files = self.config.files
+        job = functools.partial(
+            WriteJob,
+            sync=not pol.no_fsync,
+            # Past this size the ETag carries no content hash (EtagPolicy).
+            hash_max=None if files.etag == "content" else files.small_file_size,
+            # --min-free-space as the body grows (a chunked one declares nothing).
+            min_free=pol.min_free_space,
         )
-        return place
+        placed: WriteJob = await run_blocking(
+            self.pool,
+            place_write,
+            self.opener(),
+            segments,
+            files.hidden,
+            min_free,
+            job,
+            create,
+            late_close=WriteJob.discard,
+        )
+        return placed
 
     async def step(self, job: WriteJob, fn: Callable[..., Any], *args: Any) -> Any:
         return await run_blocking(self.pool, job.run, fn, *args)
@@ -292,7 +308,7 @@ class Uploads:
     async def _checked(self, req: RequestFacts, job: WriteJob, now: float) -> Plan | None:
         """409 for a directory or special file, 412 for a failed
         precondition, else None."""
-        refusal = writable_current(job.place.current)
+        refusal = job.refusal
         if refusal is not None:
             value = refusal.value
             return error_plan(REFUSAL_STATUS[value], now, problem=refusal_problem(value))
@@ -309,36 +325,32 @@ class Uploads:
         now: float,
         gate: CommitGate | None,
         admit: Admit,
+        digests: str | None,
     ) -> Plan:
         limit = self.config.uploads.max_upload_size
         declared = content.declared
         if declared is not None and declared > limit:
             self.stats.writes.aborted += 1
             return error_plan(413, now, close=True, problem=too_large_problem(limit))
-        value = digests(req)
-        expected = {} if value is None else parse_digests([value.encode("latin-1")])
-        files = self.config.files
-        job = WriteJob(
-            await self._open(req, declared or 0),
-            sync=not self.config.uploads.no_fsync,
-            # Past this size the ETag carries no content hash (EtagPolicy).
-            hash_max=None if files.etag == "content" else files.small_file_size,
-            # --min-free-space as the body grows (a chunked one declares nothing).
-            min_free=self.config.uploads.min_free_space,
-        )
+        expected = {} if digests is None else parse_digests([digests.encode("latin-1")])
+        # Placed, and its temporary made, before a byte of content is read.
+        try:
+            job = await self._start(req, declared or 0, create=True)
+        except BaseException:
+            self.stats.writes.aborted += 1
+            raise
         committed = False
         try:
-            # The one right this PUT needs, now that its file is placed: a
-            # new name is an upload, an existing file an overwrite.
-            existing = job.place.current is not None
-            right = Right.OVERWRITE if existing else Right.UPLOAD
-            denied = await admit(AccessTarget((match_path(req.target),), Kind.WRITE, right))
-            if denied is not None:
-                return denied
+            if admit is not NO_RULES:
+                # The one right this PUT needs, now that its file is placed:
+                # a new name is an upload, an existing file an overwrite.
+                right = Right.UPLOAD if job.place.current is None else Right.OVERWRITE
+                denied = await admit(AccessTarget((match_path(req.target),), Kind.WRITE, right))
+                if denied is not None:
+                    return denied
             plan = await self._checked(req, job, now)
             if plan is not None:
                 return plan
-            await self.step(job, job.create)
             verifier = DigestVerifier(expected) if expected else None
             job.check = None if verifier is None else verifier.update
             # Chunks go to the pool in batches (_WRITE_BATCH); the last
@@ -367,9 +379,9 @@ class Uploads:
                 return error_plan(400, now)  # the content is not what its digest says
             committed = True
         finally:
-            if not committed:
+            if not committed:  # a committed job holds nothing any more
                 self.stats.writes.aborted += 1
-            await self.settle(job)
+                await self.settle(job)
         self.changed(req.target.relpath)
         writes = self.stats.writes
         writes.files += 1
@@ -381,7 +393,7 @@ class Uploads:
         return created_plan(facts, req.target.url_path(), now)
 
     async def _delete(self, req: RequestFacts, now: float, gate: CommitGate | None) -> Plan:
-        job = WriteJob(await self._open(req, 0))
+        job = await self._start(req, 0, create=False)
         try:
             if job.place.current is None:
                 return error_plan(404, now)
@@ -441,6 +453,29 @@ class Uploads:
         for suffix in SIDECAR_SUFFIX.values():
             if relpath.endswith(suffix):
                 self.files.forget(relpath[: -len(suffix)])
+
+
+def _asked(req: RequestFacts, form: bool) -> AccessTarget:
+    """The target a write asks the access hook about first, before its
+    file is placed."""
+    path = match_path(req.target)
+    if req.method == b"DELETE":
+        return AccessTarget((path,), Kind.WRITE, Right.DELETE)
+    if form:
+        # The folder a form posts to: each file and new folder is asked
+        # again on its own path (serverio.upload.form).
+        return AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.MKDIR)
+    # Whether the file exists is known once it is placed (_put asks again
+    # with the one right it needs); either will do until then.
+    return AccessTarget((path,), Kind.WRITE, Right.UPLOAD, also=Right.OVERWRITE)
+
+
+def _digests(sent: str | None, represented: str | None) -> str | None:
+    """Content-Digest and Repr-Digest as one list (RFC 9530 §2, §3: both
+    name the same bytes, a PUT's content has no content coding)."""
+    if sent is None:
+        return represented
+    return sent if represented is None else sent + ", " + represented
 
 
 class _Gated:

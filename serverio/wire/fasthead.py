@@ -27,9 +27,14 @@ body (no framing field), and h11's keep-alive rule (RFC 9112 §9.3:
 HTTP/1.1 unless ``Connection: close``; HTTP/1.0 never) is
 :attr:`FastRequest.keep_alive`.
 
-:class:`HeadParser` is one request cycle's parser built on it: it buffers
-bytes, tries the fast path, and creates an ``h11.Connection`` (fed the
-same bytes) only when the fast path defers.
+:class:`HeadParser` is a connection's request-head parser built on it:
+per request cycle it buffers bytes, tries the fast path, and creates an
+``h11.Connection`` (fed the same bytes) only when the fast path defers;
+asked for the next event after a head, it starts the next cycle with the
+bytes past that head (pipelining).  Given the server's configuration, it
+builds a fast head's request facts as it parses it
+(:func:`serverio.wire.h1facts.request_facts`): reading a common request
+is one call from the connection into this layer (:meth:`HeadParser.feed`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ import re
 from typing import Final
 
 import h11
+
+from ..config import Config
+from ..errors import HTTPError
+from .h1facts import Facts, request_facts
 
 __all__ = ["MAX_FIELDS", "FastRequest", "HeadParser", "parse_head"]
 
@@ -61,7 +70,7 @@ class FastRequest:
     """A request head accepted by the fast path: the attributes of the
     ``h11.Request`` h11 would have produced (``headers`` is a plain list)."""
 
-    __slots__ = ("headers", "http_version", "method", "size", "target")
+    __slots__ = ("facts", "headers", "http_version", "method", "size", "target")
 
     def __init__(
         self,
@@ -76,6 +85,10 @@ class FastRequest:
         self.http_version = http_version
         self.headers = headers
         self.size = size  # bytes of the head, blank line included
+        # Its request facts, built by the parser that read it when it was
+        # given the configuration (None: not built, or they are an error
+        # the connection meets again when it builds them itself).
+        self.facts: Facts | None = None
 
     @property
     def keep_alive(self) -> bool:
@@ -119,25 +132,42 @@ def parse_head(buf: bytes | bytearray, max_head: int) -> FastRequest | None:
 
 
 class HeadParser:
-    """One request cycle: the fast path first, h11 for everything else.
+    """A connection's request heads: the fast path first, h11 for everything else.
 
-    The interface is the part of ``h11.Connection`` a server reading one
-    request head per parser uses: :meth:`receive_data`, :meth:`next_event`
-    (once per cycle, up to the request head) and :attr:`trailing_data`.
-    Until the fast path defers, bytes are only buffered; then an
-    ``h11.Connection`` is created, given every byte received so far, and
-    answers from then on, so its results (events, errors, buffered bytes)
-    are exactly h11's.
+    The interface is the part of ``h11.Connection`` a server reading
+    request heads uses: :meth:`receive_data`, :meth:`next_event` and
+    :attr:`trailing_data`.  Per request cycle, until the fast path defers,
+    bytes are only buffered; then an ``h11.Connection`` is created, given
+    every byte received so far, and answers for the rest of the cycle, so
+    its results (events, errors, buffered bytes) are exactly h11's.  Once a
+    head was returned, the next :meth:`next_event` starts the next cycle
+    from the bytes past it (what a new parser given them would do: the
+    peer's EOF is the connection's to remember).
+
+    ``cfg`` (and ``tls``): the server's configuration, with which a fast
+    head's facts are built as it is parsed (:attr:`FastRequest.facts`).
+    :attr:`fed` counts the bytes held for the head being read (the
+    connection's head-size bound and the watcher's backpressure).
     """
 
-    __slots__ = ("_buf", "_closed", "_done", "_h11", "_max")
+    __slots__ = ("_buf", "_cfg", "_closed", "_done", "_h11", "_max", "_tls", "fed")
 
-    def __init__(self, max_head: int, leftover: bytes = b"") -> None:
+    def __init__(
+        self, max_head: int, leftover: bytes = b"", cfg: Config | None = None, tls: bool = False
+    ) -> None:
         self._max = max_head
+        self._cfg = cfg
+        self._tls = tls
+        self.restart(leftover)
+
+    def restart(self, leftover: bytes) -> None:
+        """A new cycle from ``leftover`` (the bytes read past a request's
+        content, or those past the last head)."""
         self._buf = leftover
         self._h11: h11.Connection | None = None
-        self._done = False  # the fast path returned the head; _buf is what follows
+        self._done = False  # the head was returned; _buf is what follows
         self._closed = False  # EOF received after that head
+        self.fed = len(leftover)
 
     @property
     def fast(self) -> bool:
@@ -146,6 +176,7 @@ class HeadParser:
 
     def receive_data(self, data: bytes | bytearray) -> None:
         """Buffer ``data``; ``b""`` is the peer's EOF, as for h11."""
+        self.fed += len(data)
         h = self._h11
         if h is None:
             if data:
@@ -164,20 +195,54 @@ class HeadParser:
         return h
 
     def next_event(self) -> object:
+        """The next request head, ``h11.NEED_DATA`` or another h11 event;
+        h11's errors as h11 raises them."""
+        if self._done:
+            self.restart(self.trailing_data[0])  # the next cycle
         h = self._h11
         if h is None:
-            if self._done:
-                raise RuntimeError("one request head per HeadParser")
             buf = self._buf
             if not buf:
                 return h11.NEED_DATA  # what h11 says for an empty, open buffer
             req = parse_head(buf, self._max)
             if req is not None:
                 self._done = True
-                self._buf = buf[req.size :]
+                self._buf = rest = buf[req.size :]
+                self.fed = len(rest)
+                cfg = self._cfg
+                if cfg is not None:
+                    try:
+                        req.facts = request_facts(req, cfg, self._tls)
+                    except HTTPError:
+                        pass  # the connection builds them again and answers the error
                 return req
             h = self._defer()
-        return h.next_event()
+        event = h.next_event()
+        if type(event) is h11.Request:
+            self._done = True
+        return event
+
+    def next_head(self) -> object:
+        """:meth:`next_event` for a server: h11's protocol errors as the
+        :class:`HTTPError` to answer (closing), and a head longer than the
+        limit refused (431: h11 only limits an *incomplete* head, so a
+        whole oversized head in one read would get through)."""
+        try:
+            event = self.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise HTTPError(exc.error_status_hint, str(exc), close=True) from None
+        if type(event) is h11.Request:
+            rest = len(self.trailing_data[0])
+            if self.fed - rest > self._max:
+                raise HTTPError(431, "request head too large", close=True)
+            self.fed = rest  # from now on: the bytes held past the head
+        return event
+
+    def feed(self, data: bytes | bytearray) -> object:
+        """:meth:`receive_data`, then :meth:`next_head`: one read's bytes,
+        and the head they complete (or ``h11.NEED_DATA``)."""
+        self.receive_data(data)
+        return self.next_head()
 
     @property
     def trailing_data(self) -> tuple[bytes, bool]:

@@ -206,7 +206,7 @@ class ResponseReader:
     event: a :class:`FastResponse`, ``h11.Data``, ``h11.EndOfMessage``,
     None (more bytes needed) or :data:`DEFER` (then :meth:`handoff`)."""
 
-    __slots__ = ("_buf", "_footer", "_left", "eof", "head", "leftover", "phase")
+    __slots__ = ("_buf", "_footer", "_left", "eof", "head", "leftover", "phase", "reusable")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -216,20 +216,16 @@ class ResponseReader:
         self._footer = False  # a chunk's data read, its CRLF not yet
         self.phase = HEAD  # changed only by _to (the TRANSITIONS table)
         self.leftover = False  # bytes after the end (the connection is not reused)
+        # The response read to its end by the fast path, nothing past it,
+        # and keep-alive (RFC 9112 §9.3): its connection may carry the next
+        # request.  Decided once, by the move to DONE (_end).
+        self.reusable = False
 
     def _to(self, new: FastPhase) -> None:
         """Move to ``new``; a transition the table does not list is a bug."""
         if new not in TRANSITIONS[self.phase]:
             raise RuntimeError(f"fast response reader phase {self.phase.name} -> {new.name}")
         self.phase = new
-
-    @property
-    def reusable(self) -> bool:
-        """The response read to its end by the fast path, nothing past it,
-        and keep-alive (RFC 9112 §9.3): its connection may carry the next
-        request."""
-        head = self.head
-        return self.phase is DONE and not self.leftover and head is not None and head.keep_alive
 
     def feed(self, data: bytes) -> None:
         if data:
@@ -320,6 +316,8 @@ class ResponseReader:
         self._to(DONE)
         self._buf = b""
         self.leftover = bool(rest)
+        head = self.head
+        self.reusable = not rest and head is not None and head.keep_alive
         return _END
 
     def _defer(self) -> _Defer:
