@@ -35,7 +35,7 @@ if _typing.TYPE_CHECKING:
     from .observe.accesslog import AccessLog, AccessRecord
     from .observe.stats import Stats
     from .ops.cli import main
-    from .pipeline.handler import Deferred, Handler, prepare
+    from .pipeline.handler import Handler, prepare
 
 # Each public name -> the module that defines it.
 _WHERE = {
@@ -67,7 +67,6 @@ _WHERE = {
     "AccessRecord": ".observe.accesslog",
     "Stats": ".observe.stats",
     "main": ".ops.cli",
-    "Deferred": ".pipeline.handler",
     "Handler": ".pipeline.handler",
     "prepare": ".pipeline.handler",
 }
@@ -96,7 +95,6 @@ __all__ = [
     "ConfigError",
     "ConnectionEnv",
     "ConnectionTask",
-    "Deferred",
     "FileFacts",
     "FileSpan",
     "HTTPError",

@@ -18,9 +18,8 @@ Read from the source, not run:
   the content follow-ups, the access hook): a new one is a decision,
   made here.
 
-A nested ``async def`` inside a reached function is work handed to the
-driver (a ``Deferred`` a :class:`Resolve` need carries), not a call: it is
-not followed.
+A nested ``async def`` inside a reached function is work handed to a
+job or the driver, not a call: it is not followed.
 """
 
 from __future__ import annotations
@@ -41,14 +40,13 @@ AWAITING = {
     "handler.py": {
         "watching_client",
         "client_gone",
-        "Deferred.run_watched",
-        "Deferred.run",
+        "run_watched",
         "Handler.running",
-        "Handler._plain",
-        "Handler._finish",
+        "Handler.fulfil",
+        "Handler._transformed",
+        "Handler._settled",
         "Handler._pooled",
-        "Handler._settle",
-        "Handler._run_refresh",
+        "Revalidations._run",
     },
     "content.py": {
         "_nothing",
@@ -59,6 +57,8 @@ AWAITING = {
         "ContentService._readme",
         "ContentService._listing",
         "ContentService._search",
+        "ContentService._scan",
+        "ContentService._rendered",
     },
     # The recursive search (?q=): its first hop is part of the Listing
     # need's fulfilment (ContentService._search awaits prime); the rest is
@@ -115,8 +115,9 @@ def _own_nodes(func: Func) -> list[ast.AST]:
 
 
 # What a receiver names, where the step and the handler call the pipeline's
-# own objects: ``machine.handler.respond_now``, ``self.content.finish_cached``.
-RECEIVERS = {"handler": "Handler", "content": "ContentService"}
+# own objects: ``machine.handler.respond_now``, ``self.content.finish_cached``,
+# ``self.revalidations.start``.
+RECEIVERS = {"handler": "Handler", "content": "ContentService", "revalidations": "Revalidations"}
 
 
 def _callees(key: str, func: Func, every: dict[str, tuple[str, Func]]) -> set[str]:
@@ -216,12 +217,13 @@ def test_what_the_step_reaches_in_the_pipeline_is_synchronous() -> None:
     # The walk follows the step into the handler (the check can fail).
     assert "handler.py:Handler.respond_now" in reached
     assert "content.py:ContentService.finish_cached" in reached
-    assert "handler.py:Handler._followups" in reached
+    assert "handler.py:Handler.followups" in reached
+    assert "handler.py:Revalidations.start" in reached
     assert "stages.py:SiteStage.step" in reached
     awaiting = sorted(key for key, (_, func) in reached.items() if _awaits(func))
     assert awaiting == []
     # Of trio: the clock, and the Event of a background revalidation the
-    # warm path starts without waiting for it (Handler._refresh: the
+    # warm path starts without waiting for it (Revalidations.start: the
     # request is answered from the entry meanwhile).
     uses = {key: _trio_uses(func) for key, (_, func) in reached.items()}
     assert {key: u for key, u in uses.items() if u - {"current_time", "Event"}} == {}

@@ -45,7 +45,6 @@ TOP_LEVEL: tuple[str, ...] = (
     "ConfigError",
     "ConnectionEnv",
     "ConnectionTask",
-    "Deferred",
     "FileFacts",
     "FileSpan",
     "HTTPError",

@@ -26,7 +26,7 @@ from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
-from serverio.model import CachedFile, Prepared
+from serverio.model import CachedFile, FollowUps, Prepared
 from serverio.model.decide import FLY
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
@@ -210,11 +210,13 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
     # No sidecar: gzip on the fly.  The entry records "no .gz" with the file.
     first = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
     # read whole from the file (the hop closed its descriptor)
-    assert first.compress == "gzip" and first.source is not None and first.fd == -1
+    assert first.todo is not None and first.todo.compress == "gzip"
+    assert first.todo.source is not None and first.fd == -1
     assert cache.stats.hits == 0
     first.close()
     second = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
-    assert second.compress == "gzip" and second.fd == -1  # from the cache
+    assert second.todo is not None and second.todo.compress == "gzip"
+    assert second.fd == -1  # from the cache
     assert cache.stats.hits == 1
     # A sidecar appears: the next request sees it (its stat is part of the hit).
     (root / "site.css.gz").write_bytes(b"\x1f\x8b" + b"\0" * 20)
@@ -235,7 +237,7 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
     # The sidecar goes stale (the file is newer): identity or on the fly again.
     os.utime(text, ns=(past + 2 * 10**9, past + 2 * 10**9))
     again = prepare(gz, cfg, opener, LATER, "", cache, 0.0)
-    assert again.compress == "gzip"
+    assert again.todo is not None and again.todo.compress == "gzip"
     again.close()
     # A coding never looked at with this file (br) is not guessed.
     br = request("/site.css", accept_encoding="br")
@@ -397,12 +399,13 @@ async def test_pooled_expired_entry_is_not_served_without_revalidation(
     async with pooled_server(cfg) as (srv, client):
         assert (await client.get("/hello.txt")).body == b"hello world\n"
         (root / "hello.txt").write_text("HELLO WORLD\n")
-        jobs, srv.handler._jobs = srv.handler._jobs, None
+        revalidations = srv.handler.revalidations
+        jobs, revalidations.jobs = revalidations.jobs, None
         await trio.sleep(1.5)
         hops = srv.fs.stats.submitted
         assert (await client.get("/hello.txt")).body == b"HELLO WORLD\n"
         assert srv.fs.stats.submitted == hops + 1
-        srv.handler._jobs = jobs
+        revalidations.jobs = jobs
 
 
 def test_cli_options(root: Path) -> None:
@@ -653,12 +656,14 @@ def test_a_large_file_without_usable_sidecars_is_kept_for_on_the_fly_codings(
     assert len(cache) == 0
     req = request("/big.css", accept_encoding="br, gzip")
     first = prepare(req, cfg, opener, LATER, "", cache, 0.0)
-    assert first.compress == "br" and first.fd >= 0  # compressed from the file
+    assert first.todo is not None and first.todo.compress == "br"
+    assert first.fd >= 0  # compressed from the file
     first.close()
     entry = cache.get("big.css")
     assert entry is not None and not entry.whole and entry.data == b""
     again = prepare(req, cfg, opener, LATER, "", cache, 0.0)
-    assert again.compress == "br" and again.fd >= 0 and cache.stats.hits == 0
+    assert again.todo is not None and again.todo.compress == "br"
+    assert again.fd >= 0 and cache.stats.hits == 0
     again.close()
 
 
@@ -804,7 +809,7 @@ async def test_a_compression_fallback_of_a_body_read_whole_is_identity(
             await client.get("/site.css")  # identity: the entry is made
         monkeypatch.setattr(srv.content.compressed, "get", lambda key: None)
 
-        async def saturated(prepared: Prepared, coding: str) -> bytes | None:
+        async def saturated(prepared: Prepared, todo: FollowUps) -> bytes | None:
             return None
 
         monkeypatch.setattr(srv.content, "_compressed", saturated)

@@ -183,23 +183,24 @@ async def test_reset_during_a_pooled_preparation_cancels_the_handler_call(root: 
     release = trio.Event()
     started = trio.Event()
 
-    async def slow_run(self: object) -> object:
+    async def slow_run(self: object, need: object, now: float) -> object:
         started.set()
         await release.wait()
         raise AssertionError("not reached: the stream is reset first")
 
+    from serverio.pipeline import exchange as exchange_mod
     from serverio.pipeline import handler as handler_mod
 
-    original = handler_mod.Deferred.run
-    handler_mod.Deferred.run = slow_run  # type: ignore[method-assign,assignment]
+    original = handler_mod.Handler.fulfil
+    handler_mod.Handler.fulfil = slow_run  # type: ignore[method-assign,assignment]
     closed: list[int] = []
-    original_close = handler_mod.Deferred.close
+    original_close = exchange_mod.Resolve.close
 
-    def close(self: handler_mod.Deferred) -> None:
+    def close(self: exchange_mod.Resolve) -> None:
         closed.append(1)
         original_close(self)
 
-    handler_mod.Deferred.close = close  # type: ignore[method-assign]
+    exchange_mod.Resolve.close = close  # type: ignore[method-assign]
     try:
         async with h2_memory(cfg, server=srv) as (client, _, conn):
             sid = client.request("/hello.txt")
@@ -209,14 +210,14 @@ async def test_reset_during_a_pooled_preparation_cancels_the_handler_call(root: 
             await client.flush()
             await wait_until(lambda: _in_flight(conn) == 0)
             ok = client.request("/data.bin")
-            handler_mod.Deferred.run = original  # type: ignore[method-assign]
+            handler_mod.Handler.fulfil = original  # type: ignore[method-assign]
             await client.flush()
             (r,) = await client.wait(ok)
     finally:
-        handler_mod.Deferred.run = original  # type: ignore[method-assign]
-        handler_mod.Deferred.close = original_close  # type: ignore[method-assign]
+        handler_mod.Handler.fulfil = original  # type: ignore[method-assign]
+        exchange_mod.Resolve.close = original_close  # type: ignore[method-assign]
         srv.opener.close()
-    assert closed  # the deferred step was closed when its stream was reset
+    assert closed  # the handler's need was closed when its stream was reset
     assert r.status == 200 and len(r.body) == 1024
 
 

@@ -256,7 +256,7 @@ def _sample_argv(opt: Option) -> list[str]:
         return [value]
     if opt.kind in ("list", "extend"):
         second = "4" if value == "3" else "192.0.2.7" if value.startswith("10.") else "z,y"
-        if opt.two_token:  # "-H NAME VALUE" is another form: give the one-token one
+        if opt.spelling.two_token:  # "-H NAME VALUE" is another form: give the one-token one
             value, second = f"X-A: {value}", f"X-B: {second}"
         return [opt.flags[-1], value, opt.flags[-1], second]
     return [opt.flags[-1], value]

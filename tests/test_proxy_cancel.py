@@ -19,7 +19,7 @@ from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
 from serverio.model import BodyCut, Prepared, StreamBody
 from serverio.observe.stats import ProxyStats
-from serverio.pipeline.handler import ClientGone, Deferred
+from serverio.pipeline.handler import ClientGone, run_watched
 from serverio.pipeline.hooks import RawHead
 from serverio.proxy.client import Pool
 from serverio.proxy.service import ProxyService
@@ -389,7 +389,7 @@ async def test_a_routes_own_deadlines_override_the_options(
 
 @asynccontextmanager
 async def _left_as_it_ended() -> AsyncIterator[None]:
-    """A transport's watch (Deferred.run_watched) whose client leaves just
+    """A transport's watch (handler.run_watched) whose client leaves just
     as the watched wait ends: the wait's result is in, then ClientGone."""
     yield
     raise ClientGone
@@ -400,11 +400,11 @@ async def _forward_watched(h: Harness, gone: Callable[[], Awaitable[None]] | Non
     watched wait ends (and, with ``gone``, when ``gone`` returns, for a
     wait that watches in its own task): the step must not go on."""
 
-    async def step(_: object) -> Prepared:
+    async def step() -> Prepared:
         await h.forward()
         raise AssertionError("the step goes on after the client left")
 
-    await Deferred(step, watch_late=True).run_watched(_left_as_it_ended, gone)
+    await run_watched(step, _left_as_it_ended, gone)
 
 
 async def test_a_connection_made_as_the_client_leaves_is_closed(

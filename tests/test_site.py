@@ -64,7 +64,7 @@ async def test_without_rules_the_engine_is_never_consulted(
     for name in ("header_ops", "apply_headers", "cors_headers"):
         monkeypatch.setattr(finish_mod, name, boom)
     monkeypatch.setattr(site_mod, "decide_route", boom)
-    for name in ("route", "respond_now", "admit", "access", "finish"):
+    for name in ("route", "alternative", "admit", "access", "finish"):
         monkeypatch.setattr(site_mod.Site, name, boom)
     async with memory_connection(make_config(root)) as (client, srv, _):
         assert srv.env.site is None

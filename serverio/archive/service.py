@@ -26,7 +26,7 @@ from ..fs.jobs import OwnedFd
 from ..fs.opener import ContainedRoot
 from ..http.core import RequestFacts
 from ..http.negotiate import parse_query
-from ..model import Prepared
+from ..model import Opened, Prepared
 from ..pipeline.content import ContentService
 from ..pipeline.hooks import ListingView
 from .plan import QUERY_KEY, Bounds, archive_format, archive_name, archive_plan, selected_names
@@ -65,8 +65,7 @@ class Archives(ListingView):
             fmt = archive_format(req.target.query)
             assert fmt is not None  # takes() saw the key
             only = selected_names(req.target.query)  # 400 before any I/O
-            top = OwnedFd(prepared.fd)
-            prepared.fd = -1
+            top = OwnedFd(prepared.take_fd())
             opener = self.opener()
             visible = self.content.visible
             members = await walk(
@@ -85,11 +84,12 @@ class Archives(ListingView):
             segments = req.target.segments
             name = archive_name(segments, self.root_name)
             plan = archive_plan(req, now, fmt, name, private=visible is not None)
-            answer = Prepared(plan, served=prepared.served, real=prepared.real)
+            opened = None
             if plan.send_body:
-                answer.chunks = ArchiveStream(
+                chunks = ArchiveStream(
                     self.fs, opener, members, fmt, name, "/".join(segments), self.bounds.size
                 )
-            return answer
+                opened = Opened(-1, chunks)
+            return Prepared(plan, opened, served=prepared.served, real=prepared.real)
         finally:
             prepared.close()

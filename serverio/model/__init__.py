@@ -15,9 +15,11 @@ status that is: a :class:`Reason` (and the errno, when one was raised),
 classified by :func:`errno_reason`.  The one reason -> status table is the
 HTTP layer's (:data:`serverio.model.reasons.REASON_STATUS`).
 
-Descriptors: a ``Rep``, a ``Resolution``, a ``Prepared`` and a ``Body`` each
-own the descriptors they hold until they hand them on, and close them with
-:func:`close_fd` (one place, so a test can count every close).
+Descriptors: a ``Rep``, a ``Resolution``, a ``Prepared``'s :class:`Opened`
+and a ``Body`` each own the descriptors they hold until they hand them on,
+and close them with :func:`close_fd` (one place, so a test can count every
+close).  A ``Prepared`` itself is an immutable value: what it holds open is
+its ``Opened``, which a new value made from it shares.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "DIRECTORY",
     "ERROR",
     "FILE",
+    "LIST",
     "LISTING",
     "NO_BODY",
     "UNAVAILABLE",
@@ -45,7 +48,9 @@ __all__ = [
     "CacheEntries",
     "CachedFile",
     "ChunkSource",
+    "FollowUps",
     "Identity",
+    "Opened",
     "Prepared",
     "Reason",
     "Rep",
@@ -425,48 +430,104 @@ class CacheCandidate(NamedTuple):
 # ------------------------------------------------------------------ prepared
 
 
-@dataclass(slots=True)
-class Prepared:
-    """A plan, and the open file it streams from (``fd == -1``: none).
+class Opened:
+    """What a :class:`Prepared` holds open: the descriptor its body or a
+    follow-up reads (-1: none) and a body produced while it is sent
+    (a folder archive, :mod:`serverio.archive`; None: none).
 
-    Follow-ups (finished by :class:`serverio.pipeline.content.ContentService` on the
-    trio side before the plan is carried out; ``needs_followup``):
+    The one mutable part of an answer in the making, like a :class:`Body`:
+    a resource, not a value.  Its holder hands it on whole (a new
+    ``Prepared`` made from an old one keeps the same ``Opened``), takes its
+    parts out (:meth:`take_fd`, :meth:`take_chunks`: the taker owns them),
+    or closes it; :meth:`close` is idempotent, so every owner along the
+    way may close it on its failure path without closing a descriptor
+    number twice."""
 
-    * ``listing``: ``fd`` is a directory to list; ``plan`` is a placeholder;
-    * ``compress``: a content coding to produce on the fly; ``plan`` is a
+    __slots__ = ("chunks", "fd")
+
+    def __init__(self, fd: int = -1, chunks: ChunkSource | None = None) -> None:
+        self.fd = fd
+        self.chunks = chunks
+
+    def take_fd(self) -> int:
+        """The descriptor, which the caller then owns (-1: none)."""
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def take_chunks(self) -> ChunkSource | None:
+        """The chunk source, which the caller then owns (None: none)."""
+        chunks, self.chunks = self.chunks, None
+        return chunks
+
+    def close(self) -> None:
+        """Close what is still held; the second and later calls do nothing."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            close_fd(fd)
+        chunks, self.chunks = self.chunks, None
+        if chunks is not None:
+            chunks.close()
+
+
+class FollowUps(NamedTuple):
+    """What a :class:`Prepared` still needs before it is sent (immutable:
+    finishing one makes a new value, :meth:`ContentService.finish
+    <serverio.pipeline.content.ContentService.finish>`); the exchange turns
+    what cannot be had from the caches into its ``Listing`` or ``Coding``
+    need (:mod:`serverio.pipeline.exchange`).
+
+    * ``listing``: the descriptor is a directory to list; the plan is a
+      placeholder;
+    * ``compress``: a content coding to produce on the fly; the plan is a
       placeholder, ``extra`` the headers the file response carries
-      (Content-Disposition);
+      (Content-Disposition), ``source`` the identity bytes when they are in
+      memory (the warm-file cache, or the read that just filled it: no
+      re-read), ``memo_key`` the key a plain request's finished answer is
+      memoised under (answered from the warm-file cache);
     * ``digest``: the algorithm of a Repr-Digest for the representation
-      ``plan`` serves: ``fd`` (kept open for it even when the body was read
-      in the hop) holds its bytes, ``facts`` their identity and ``coding``
-      their content coding (a sidecar's, or ``""``; after compression the
-      coding produced, with its bytes in ``data``).
-
-    Each flag is cleared when its follow-up is done.
+      the plan serves: the descriptor (kept open for it even when the body
+      was read in the hop) holds its bytes, the facts their identity and
+      ``coding`` their content coding (a sidecar's, or ``""``; after
+      compression the coding produced, with its bytes in ``data``);
+    * ``hash_job``: start the ETag hash job of a large file (from the
+      descriptor; nothing waits for it).
     """
 
-    plan: Plan
-    fd: int = -1
-    facts: FileFacts | None = field(default=None)
     listing: bool = False
     compress: str = ""
     extra: tuple[tuple[bytes, bytes], ...] = ()
+    source: bytes | None = None
+    memo_key: tuple[bytes, str] | None = None
     digest: str = ""
     coding: str = ""
-    data: bytes | None = None  # compressed body, once a follow-up produced it
-    # The identity bytes, when they are in memory (the warm-file cache, or
-    # the read that just filled it): a compression follow-up uses them
-    # instead of reading the file again.
-    source: bytes | None = None
+    data: bytes | None = None
     hash_job: bool = False
+
+
+# The follow-up of a directory to list.
+LIST: FollowUps = FollowUps(listing=True)
+
+
+class Prepared(NamedTuple):
+    """A plan, what it still needs (``todo``) and what it holds open
+    (``opened``: the descriptor it streams from, a chunk source; None:
+    nothing).  Immutable: a follow-up makes a new value
+    (``_replace``), handing ``opened`` on."""
+
+    plan: Plan
+    opened: Opened | None = None
+    facts: FileFacts | None = None
+    # The follow-ups still to do (None: none, the plan is final).
+    todo: FollowUps | None = None
     # A ready literal body source for ``plan`` (the warm memo's, shared:
     # a literal body owns nothing); used only while ``plan.body`` is still
     # the tuple it was made from.
     body: Body | None = None
     # What the answer's bytes come from, as the path a site rule's glob sees
     # ("/a/index.html"; a listed directory ends with "/", the root's listing
-    # is "/"); None when nothing was resolved (an error, a redirect).  The site's access rules
-    # are decided on it (serverio.site.service, "the resolved target").
+    # is "/"); None when nothing was resolved (an error, a redirect).  The
+    # site's access rules are decided on it (serverio.site.service, "the
+    # resolved target").
     served: str | None = None
     # Where ``served`` led through a symlink inside the root ("a/b", "" for
     # the root; serverio.http.access.resolved_path makes its match path):
@@ -479,38 +540,38 @@ class Prepared:
     # cache entry's ``plain`` (the decision itself mutates no cache):
     # ((method, coding), (second, plan, body)).
     memo: tuple[tuple[bytes, str], PlainMemo] | None = None
-    # A plain request answered from the warm-file cache by a coding made on
-    # the fly: the key its finished answer is to be memoised under (the
-    # compression follow-up makes ``memo``: the plan exists only then).
-    memo_key: tuple[bytes, str] | None = None
-    # A body produced while it is sent (a folder archive, serverio.archive);
-    # ``plan.body`` is then empty.  Owned here until take_body / take_chunks.
-    chunks: ChunkSource | None = None
 
     @property
-    def needs_followup(self) -> bool:
-        return self.listing or bool(self.compress) or bool(self.digest) or self.hash_job
+    def fd(self) -> int:
+        """The open descriptor (-1: none)."""
+        opened = self.opened
+        return -1 if opened is None else opened.fd
+
+    @property
+    def holds(self) -> bool:
+        """Does it hold something open (a descriptor, a chunk source)?"""
+        opened = self.opened
+        return opened is not None and (opened.fd >= 0 or opened.chunks is not None)
+
+    def take_fd(self) -> int:
+        """The descriptor, which the caller then owns (-1: none)."""
+        opened = self.opened
+        return -1 if opened is None else opened.take_fd()
 
     def close(self) -> None:
-        """Close the descriptor; safe to call again (the second call is a no-op)."""
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            close_fd(fd)
-        chunks = self.take_chunks()
-        if chunks is not None:
-            chunks.close()
-
-    def take_chunks(self) -> ChunkSource | None:
-        """The chunk source, which the caller then owns (None: none)."""
-        chunks, self.chunks = self.chunks, None
-        return chunks
+        """Close what it holds open; safe to call again (a no-op then)."""
+        opened = self.opened
+        if opened is not None:
+            opened.close()
 
     def take_body(self) -> Body:
-        """The finished response's body source; the descriptor moves to it
-        (this then holds nothing to close)."""
+        """The finished response's body source; what it held open moves to
+        it (this then holds nothing to close)."""
         body = self.body
         plan = self.plan
-        if body is not None and self.fd < 0 and body.pieces is plan.body and self.chunks is None:
-            return body
-        fd, self.fd = self.fd, -1
-        return Body.of(plan, fd, self.take_chunks())
+        opened = self.opened
+        if opened is None:
+            if body is not None and body.pieces is plan.body:
+                return body
+            return Body.of(plan)
+        return Body.of(plan, opened.take_fd(), opened.take_chunks())

@@ -53,12 +53,15 @@ from . import (
     CACHED,
     DIRECTORY,
     ERROR,
+    LIST,
     LISTING,
     UNAVAILABLE,
     Body,
     CacheCandidate,
     CachedFile,
     CacheEntries,
+    FollowUps,
+    Opened,
     Prepared,
     Resolution,
     Sidecar,
@@ -113,21 +116,18 @@ def decide(
         # directory descriptor goes with it.
         fd, res.fd = res.fd, -1
         served = "/" + req.target.relpath + "/" if req.target.segments else "/"
-        return Prepared(_placeholder(now), fd, listing=True, served=served, real=res.real)
+        return Prepared(_placeholder(now), Opened(fd), todo=LIST, served=served, real=res.real)
     if kind == UNAVAILABLE:
         return Prepared(_unavailable(now))
     assert kind != CACHED and res.file is not None
     try:
-        prepared = _decide_file(res, req, cfg, now, boundary)
+        return _decide_file(res, req, cfg, now, boundary, "/" + res.relpath)
     finally:
         res.close()  # whatever was not handed on
-    prepared.served = "/" + res.relpath
-    prepared.real = res.real
-    return prepared
 
 
 def _decide_file(
-    res: Resolution, req: RequestFacts, cfg: Config, now: float, boundary: str
+    res: Resolution, req: RequestFacts, cfg: Config, now: float, boundary: str, served: str
 ) -> Prepared:
     rep = res.file
     assert rep is not None
@@ -139,23 +139,22 @@ def _decide_file(
             # Serve the sidecar: its own length, identity, ETag.
             rep = res.sidecars[coding]
             if rep.shrank:
-                return Prepared(_unavailable(now))
+                return Prepared(_unavailable(now), served=served, real=res.real)
     facts = rep.facts
     if coding and not sidecar:
         pre = precondition_plan(req, facts, cfg, now, coding=coding, vary=True)
         if pre is not None:
-            return Prepared(pre)  # 304/412 without compressing anything
+            # 304/412 without compressing anything
+            return Prepared(pre, served=served, real=res.real)
         fd, rep.fd = rep.fd, -1
-        return Prepared(
-            _placeholder(now),
-            fd,
-            facts,
+        todo = FollowUps(
             compress=coding,
             extra=extra,
             source=rep.data,
             digest=digest,
             hash_job=facts.hash_pending and rep.hash_settled,
         )
+        return Prepared(_placeholder(now), Opened(fd), facts, todo, served=served, real=res.real)
     plan = decide_file(req, facts, cfg, now, boundary, coding=coding, vary=vary, extra=extra)
     if not digest_applies(plan):
         digest = ""
@@ -167,10 +166,14 @@ def _decide_file(
             plan = _slice_spans(rep.data, plan)  # read whole in the hop
         else:
             keep = True
-    prepared = Prepared(plan, facts=facts, coding=coding, digest=digest, hash_job=hash_job)
+    opened = None
     if keep:
-        prepared.fd, rep.fd = rep.fd, -1  # ownership moves to the caller
-    return prepared
+        opened = Opened(rep.fd)  # ownership moves to the caller
+        rep.fd = -1
+    if not (digest or hash_job):
+        return Prepared(plan, opened, facts, served=served, real=res.real)
+    todo = FollowUps(digest=digest, coding=coding, hash_job=hash_job)
+    return Prepared(plan, opened, facts, todo, served=served, real=res.real)
 
 
 def identity_fallback(prepared: Prepared, req: RequestFacts, cfg: Config, now: float) -> Plan:
@@ -178,13 +181,13 @@ def identity_fallback(prepared: Prepared, req: RequestFacts, cfg: Config, now: f
     the fly (a saturated work pool; identity is always acceptable, RFC 9110
     §12.5.3): streamed from the descriptor, or sliced from the bytes in
     memory when the hop read them whole and closed it; 503 with neither."""
-    facts = prepared.facts
-    assert facts is not None
-    plan = decide_file(req, facts, cfg, now, vary=True, extra=prepared.extra)
+    facts, todo = prepared.facts, prepared.todo
+    assert facts is not None and todo is not None
+    plan = decide_file(req, facts, cfg, now, vary=True, extra=todo.extra)
     if plan.needs_file and prepared.fd < 0:
-        if prepared.source is None:
+        if todo.source is None:
             return _unavailable(now)
-        plan = _slice_spans(prepared.source, plan)
+        plan = _slice_spans(todo.source, plan)
     return plan
 
 
@@ -297,9 +300,7 @@ def serve_cached(
     if plain:
         memo = hit.entry.plain.get(memo_key)
         if memo is not None and memo[0] == second:
-            return Prepared(
-                memo[1], facts=rep.facts, coding=hit.coding, body=memo[2], served="/" + hit.key
-            )
+            return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
     # Identity, or a precompressed sidecar (its own length, ETag).
     plan = decide_file(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
@@ -314,14 +315,9 @@ def serve_cached(
         # owns nothing and is shared like the plan.
         body = Body.of(plan)
         return Prepared(
-            plan,
-            facts=rep.facts,
-            coding=hit.coding,
-            body=body,
-            served="/" + hit.key,
-            memo=(memo_key, (second, plan, body)),
+            plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
         )
-    return Prepared(plan, facts=rep.facts, coding=hit.coding, served="/" + hit.key)
+    return Prepared(plan, None, rep.facts, served="/" + hit.key)
 
 
 def needs_compressed(hit: CacheCandidate) -> bool:
@@ -344,20 +340,15 @@ def _serve_on_the_fly(hit: CacheCandidate, req: RequestFacts, cfg: Config, now: 
         memo_key = (req.method, FLY + hit.coding)
         memo = hit.entry.plain.get(memo_key)
         if memo is not None and memo[0] == int(now):
-            return Prepared(
-                memo[1], facts=facts, coding=hit.coding, body=memo[2], served="/" + hit.key
-            )
+            return Prepared(memo[1], None, facts, None, memo[2], "/" + hit.key)
     else:
         pre = precondition_plan(req, facts, cfg, now, coding=hit.coding, vary=True)
         if pre is not None:
             return Prepared(pre, served="/" + hit.key)
-    return Prepared(
-        _placeholder(now),
-        -1,
-        facts,
+    todo = FollowUps(
         compress=hit.coding,
         extra=hit.extra,
         source=hit.entry.data if hit.entry.whole else None,
-        served="/" + hit.key,
         memo_key=memo_key,
     )
+    return Prepared(_placeholder(now), None, facts, todo, served="/" + hit.key)

@@ -15,7 +15,7 @@ One task per connection.  Its parts have one job each:
   and drained (bounded) after the answer so that keep-alive survives;
 * :class:`ConnectionTask` (here): the loop — the TLS handshake, the
   request steps of :mod:`serverio.pipeline.request` (shared with HTTP/2),
-  the wait for a deferred answer while watching the client, keep-alive and
+  the wait for a step of the pipeline while watching the client, keep-alive and
   close (transitions of the lifetime's phase: BUSY goes on to the next
   request, LAST closes), the live-reload event stream, the switch to
   HTTP/2, the hand-over to a tunnel after a proxied 101
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 import trio
@@ -53,12 +53,11 @@ import trio
 from ..errors import HTTPError
 from ..fs.body import Body, StreamBody
 from ..http.core import Plan
-from ..model import Prepared
 from ..observe.accesslog import AccessRecord
 from ..observe.responses import record
 from ..pipeline.driver import Io, drive
 from ..pipeline.exchange import Exchange, Final, Need
-from ..pipeline.handler import Deferred
+from ..pipeline.handler import R
 from ..pipeline.hooks import RawHead, TunnelBody
 from ..pipeline.request import busy, client_for, failed
 from ..pipeline.stages import begin
@@ -93,13 +92,10 @@ def _only_cancelled(exc: BaseException) -> bool:
     return False
 
 
-async def _run_deferred(deferred: Deferred) -> Prepared | None:
-    """How a request with content waits for the handler: just await it
-    (the disconnect watcher would read the content as the next head)."""
-    try:
-        return await deferred.run()
-    finally:
-        deferred.close()
+async def _run_at_once(run: Callable[[], Awaitable[R]], watch_late: bool) -> R | None:
+    """How a request with content waits for a step: just await it (the
+    disconnect watcher would read the content as the next head)."""
+    return await run()
 
 
 def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadReader) -> H1Body:
@@ -108,7 +104,7 @@ def _content(event: Head, env: ConnectionEnv, emitter: Emitter, reader: HeadRead
     :func:`request_framing` decides (400, or 501 for an unknown transfer
     coding; both close).  ``100 Continue`` is sent only when the handler
     pulls (RFC 9110 §10.1.1).  The request steps run with no disconnect
-    watcher meanwhile (:func:`_run_deferred`): the bytes it would read are
+    watcher meanwhile (:func:`_run_at_once`): the bytes it would read are
     the content; a client that leaves is noticed by the next pull or write."""
     framing = request_framing(event.headers, event.http_version)
     body = H1Body(
@@ -470,7 +466,7 @@ class ConnectionTask:
                 if content is not None:
                     # The content is read without the disconnect watcher
                     # (it would read the content as the next head).
-                    io = Io(client, _run_deferred, content, _raw(head))
+                    io = Io(client, _run_at_once, content, _raw(head))
                 else:
                     io = Io(client, reader.wait_watching, None, _raw(head))
                 done = await drive(state, out, io)

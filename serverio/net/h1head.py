@@ -35,8 +35,7 @@ import h11
 import trio
 
 from ..config import Config
-from ..model import Prepared
-from ..pipeline.handler import ClientGone, Deferred
+from ..pipeline.handler import ClientGone, R, run_watched
 from ..wire.fasthead import FastRequest, HeadParser
 from ..wire.h1facts import request_facts
 from .emit import Emitter
@@ -239,8 +238,8 @@ class HeadReader:
         t = type(event)  # (as_head, inline: no call back into this layer)
         return event if t is FastRequest or t is h11.Request else None  # type: ignore[return-value]
 
-    async def wait_watching(self, deferred: Deferred) -> Prepared | None:
-        """Await the handler's deferred step while watching the client.
+    async def wait_watching(self, run: Callable[[], Awaitable[R]], watch_late: bool) -> R | None:
+        """Await a step of the pipeline (``run()``) while watching the client.
 
         Returns None when the client went away meanwhile (the step was
         cancelled, or its result closed here).
@@ -264,11 +263,11 @@ class HeadReader:
         what it held; an abandoned pool hop is late-closed); a result that
         arrived anyway is closed here.  Exceptions from the step (such as
         PoolSaturated) are re-raised only if the client is still there.
-        The deferred step is closed in every case, so nothing it held can
-        leak even if it never ran.
+        What the step was handed is its caller's to close when this
+        returns None or raises (the driver closes its need).
         """
         self._life.lift()
-        result: Prepared | None = None
+        result: R | None = None
         error: Exception | None = None
         gone = False
         limit = self._conn.max_head_size
@@ -294,19 +293,16 @@ class HeadReader:
             await until_gone()
             scope.cancel()
 
-        try:
-            if deferred.watch_late:
-                result, error = await self._run_late(deferred, watch, until_gone)
-            else:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(watch, nursery.cancel_scope)
-                    try:
-                        result = await deferred.run()
-                    except Exception as exc:  # PoolSaturated and friends: re-raised below
-                        error = exc
-                    nursery.cancel_scope.cancel()
-        finally:
-            deferred.close()
+        if watch_late:
+            result, error = await self._run_late(run, watch, until_gone)
+        else:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                try:
+                    result = await run()
+                except Exception as exc:  # PoolSaturated and friends: re-raised below
+                    error = exc
+                nursery.cancel_scope.cancel()
         if gone:
             if result is not None:
                 result.close()
@@ -317,11 +313,11 @@ class HeadReader:
 
     async def _run_late(
         self,
-        deferred: Deferred,
+        run: Callable[[], Awaitable[R]],
         watch: Callable[[trio.CancelScope], Awaitable[None]],
         until_gone: Callable[[], Awaitable[None]],
-    ) -> tuple[Prepared | None, Exception | None]:
-        """``deferred`` (``watch_late``) with no cancel scope of its own;
+    ) -> tuple[R | None, Exception | None]:
+        """``run()`` (``watch_late``) with no cancel scope of its own;
         the watcher runs, in a nursery of its own, only around the waits
         the step wraps in :func:`~serverio.pipeline.handler.watching_client`
         (a nursery's exit is a scheduling round, a cancel scope's entry and
@@ -340,7 +336,7 @@ class HeadReader:
         block = functools.partial(_watched, watching, watch)
         here = functools.partial(_gone_here, watching, until_gone)
         try:
-            return await deferred.run_watched(block, here), None
+            return await run_watched(run, block, here), None
         except ClientGone:
             return None, None  # the watcher saw the client go (wait_watching's ``gone``)
         except Exception as exc:  # PoolSaturated and friends: the caller's

@@ -10,17 +10,16 @@ descriptors (``--h2-max-open-files``), and :func:`response_fields`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from ..errors import HTTPError
 from ..http.core import RequestFacts
 from ..http.target import parse_target
-from ..model import Prepared
 from ..pipeline.driver import Io, drive
 from ..pipeline.exchange import Final, Need
-from ..pipeline.handler import Deferred
+from ..pipeline.handler import R
 from ..pipeline.hooks import RawHead
 from ..pipeline.request import client_for, failed
 from ..pipeline.stages import begin
@@ -36,16 +35,13 @@ def _raw(st: Stream) -> RawHead:
     return RawHead(head.fields, b"2", head.authority)
 
 
-__all__ = ["StreamAnswer", "run_deferred"]
+__all__ = ["StreamAnswer", "run_at_once"]
 
 
-async def run_deferred(deferred: Deferred) -> Prepared:
-    """How a stream waits for the handler: just await it.  A reset
+async def run_at_once(run: Callable[[], Awaitable[R]], watch_late: bool) -> R:
+    """How a stream waits for a step: just await it.  A reset
     (RST_STREAM) cancels the stream's scope, which cancels this wait."""
-    try:
-        return await deferred.run()
-    finally:
-        deferred.close()
+    return await run()
 
 
 class StreamAnswer:
@@ -103,7 +99,7 @@ class StreamAnswer:
         descriptor.  At the cap the exchange runs ``slotless``: what needs
         no descriptor (a warm file, a small file, an error, a 304, the
         site's routing, a proxied or written answer) is answered without a
-        slot; before the handler's deferred part runs, or when an inline
+        slot; before the handler's need is awaited, or when an inline
         answer would hold a descriptor (dropped: the step is synchronous,
         so at most one such descriptor exists in the process), it raises
         the :class:`~serverio.pipeline.exchange.FileSlot` need, which waits
@@ -145,9 +141,9 @@ class StreamAnswer:
                     await self._files.acquire()
                     st.file_slot = True
 
-                io = Io(client, run_deferred, body, _raw(st), slot)
+                io = Io(client, run_at_once, body, _raw(st), slot)
                 done = await drive(state, out, io)
-                assert done is not None  # run_deferred never gives None
+                assert done is not None  # run_at_once never gives None
                 answer = done
         except HTTPError as exc:
             answer = failed(env, exc, now, st.head.method == b"HEAD")

@@ -44,7 +44,7 @@ needs no lock.
 Cancellation handling: each stream task runs in its own cancel scope.
 ``RST_STREAM`` from the client cancels exactly that scope: the handler call
 in progress is cancelled as for an HTTP/1.1 client that went away (the
-Deferred is closed, an abandoned pool hop is late-closed), the stream stops
+need is closed, an abandoned pool hop is late-closed), the stream stops
 being a body source before its ``Body`` is closed, once.  Shutdown
 (:meth:`H2Connection.drain`) sends GOAWAY with the last stream id handed to
 the handler, refuses later streams, and lets the in-flight ones finish;
@@ -445,7 +445,7 @@ class H2Connection:
                 st.to(ANSWERING)
                 # The request steps are the pipeline's (serverio.pipeline.request),
                 # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
-                # cancels the wait for a Deferred.
+                # cancels the wait for a need.
                 answer, fields, client = await self._answers.answer(st, now)
                 plan, body, ticket = answer
                 user = ticket.user if ticket is not None else ""

@@ -6,15 +6,18 @@
 Fairness: every stream with an open window gets at most ``ROUND_QUANTUM``
 bytes (256 KiB, in DATA frames of <= 16 KiB and <= the peer's
 SETTINGS_MAX_FRAME_SIZE) per round and moves to the back of the queue;
-filling stops at ``OUT_BUDGET`` pending bytes: one large file cannot
-starve the small responses on the same connection.  File spans are read
+filling stops at the connection's budget of pending bytes
+(``OUT_BUDGET``, or its share of ``OUT_TOTAL`` when many connections are
+busy: :meth:`Writer.budget`): one large file cannot starve the small
+responses on the same connection, and 2,048 streams of large bodies do
+not hold a round's worth of output each.  File spans are read
 with a positional read of at most one round's worth (no sendfile: the
 bytes go through framing, and TLS): where ``os.preadv`` exists, one
 scatter read straight into the output buffer between the frame heads,
 otherwise :func:`serverio.fs.reads.pread` and a copy.  The round is large
 because its fixed cost (a scheduling round, a write) dominates: 256 KiB
 rounds and writes moved 8 MiB bodies about 1.6x faster than 64 KiB ones.
-Filling goes up to ``OUT_BUDGET`` (two rounds), written in one piece; the
+Filling goes up to the budget (at most two rounds), written in one piece; the
 two :class:`~serverio.net.outbuf.OutBuffer` s keep their capacity between
 writes, so a round costs one copy by the kernel into memory that is
 already there and one copy out by the socket.  A body that fits in one

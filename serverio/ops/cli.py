@@ -42,11 +42,11 @@ __all__ = ["build_parser", "config_from_args", "main"]
 
 
 # The command-line spellings the declarations ask for (see _Parser).
-_TWO_TOKEN = frozenset(f for o in OPTIONS if o.two_token for f in o.flags)
+_TWO_TOKEN = frozenset(f for o in OPTIONS if o.spelling.two_token for f in o.flags)
 _EQUALS_ALIASES = tuple(
-    (o.equals_alias + "=", next(f for f in o.flags if f.startswith("--")) + "=")
+    (alias + "=", next(f for f in o.flags if f.startswith("--")) + "=")
     for o in OPTIONS
-    if o.equals_alias is not None
+    if (alias := o.spelling.equals_alias) is not None
 )
 
 
@@ -150,10 +150,11 @@ def _respell(argv: list[str]) -> list[str]:
     """The declared alternative spellings, rewritten to the parser's own.
 
     No option takes an optional value (a bare number after one would be
-    ambiguous with the port), but an ``equals_alias`` such as "--spa=FILE"
-    (one token, so unambiguous) is still accepted as "--spa-file=FILE"; and a
-    ``two_token`` option takes CPython http.server's "-H Name value" form: a
-    first token without ':' cannot be the one-token form.
+    ambiguous with the port), but a ``spelling.equals_alias`` such as
+    "--spa=FILE" (one token, so unambiguous) is still accepted as
+    "--spa-file=FILE"; and a ``spelling.two_token`` option takes CPython
+    http.server's "-H Name value" form: a first token without ':' cannot be
+    the one-token form.
     """
     out: list[str] = []
     i = 0

@@ -27,7 +27,8 @@ field (``kind="toggle"``: ``--http2`` / ``--no-http2``, giving both is an
 error), a plain flag that switches a valued setting on (``switch``:
 ``--spa`` for ``--spa-file``), a flag that sets other fields too (``sets``:
 ``-q`` turns the access log off), comma-separated lists (``split``) and
-http.server's two-token ``-H NAME VALUE`` (``two_token``).
+the spellings other servers taught (``spelling``: http.server's two-token
+``-H NAME VALUE``, ``--spa=FILE``, ``-p 8080``).
 
 The options that set no field (``--version``, ``-p``, ``--check``,
 ``--config``, ``--print-config``) are declared here (``_COMMANDS``).  The
@@ -42,7 +43,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..config import (
     POLICIES,
@@ -71,6 +72,7 @@ __all__ = [
     "Given",
     "Option",
     "PortOrProtocol",
+    "Spelling",
     "Table",
     "Toggle",
     "add_option",
@@ -108,6 +110,20 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
+class Spelling(NamedTuple):
+    """The command-line forms an option accepts beside argparse's own, as
+    other servers' users type them (serverio.ops.cli's _Parser rewrites
+    them before argparse parses)."""
+
+    two_token: bool = False  # "-H NAME VALUE" is "-H 'NAME: VALUE'"
+    equals_alias: str | None = None  # "--spa=FILE" (one token) is "--spa-file=FILE"
+    port_alias: bool = False  # "-p 8080": an integer value of the short flag is the port
+
+
+# argparse's forms only.
+ARGPARSE = Spelling()
+
+
 @dataclass(slots=True, eq=False)
 class Option:
     """One setting: where it lives in Config and how the command line spells it.
@@ -128,15 +144,13 @@ class Option:
     split: str | None = None  # a list whose items may hold several values
     switch: tuple[str, str, str] | None = None  # (flag, value it sets, help)
     sets: tuple[tuple[str, object], ...] = ()  # other fields set while this one is true
-    two_token: bool = False  # "-H NAME VALUE" is "-H 'NAME: VALUE'"
     merge: bool = False  # a list the file, env and command line add to (not replace)
-    equals_alias: str | None = None  # "--spa=FILE" (one token) is "--spa-file=FILE"
+    spelling: Spelling = ARGPARSE  # forms beside argparse's
     toml: bool = True  # False: command-line only (--config, --check ...)
     default: Any = MISSING  # only for options without a field
     default_factory: Callable[[], Any] | None = None  # computed at parse time (the cwd)
     default_text: str | None = None  # how --help states a default that is None/computed
     name: str | None = None  # the namespace attribute, where the flag's own is taken
-    port_alias: bool = False  # "-p 8080": an integer value of the short flag is the port
     fs_path: bool = False  # a filesystem path: in a --config file, relative to the file
 
     @property
@@ -349,7 +363,7 @@ def add_option(group: argparse._ActionsContainer, opt: Option) -> None:
         kw["choices"] = opt.choices
     if opt.name is not None:
         kw["dest"] = opt.name
-    if opt.port_alias:
+    if opt.spelling.port_alias:
         kw.update(action=PortOrProtocol, metavar="PORT|" + "|".join(opt.choices or ()))
     if opt.kind == "positional":
         # serverio [DIR] [PORT] (see POSITIONALS), and the port's own flag.
@@ -421,7 +435,7 @@ def _env_scalar(opt: Option, name: str, raw: str) -> Any:
 
 
 def _env_items(opt: Option, raw: str) -> list[str]:
-    parts = _HEADER_ITEM.split(raw) if opt.two_token else raw.split(",")
+    parts = _HEADER_ITEM.split(raw) if opt.spelling.two_token else raw.split(",")
     return [p.strip() for p in parts if p.strip()]
 
 
@@ -654,7 +668,7 @@ _COMMANDS = (
         "Where and what",
         choices=("HTTP/1.0", "HTTP/1.1"),
         default="HTTP/1.1",
-        port_alias=True,
+        spelling=Spelling(port_alias=True),
     ),
     _O(
         None,
@@ -722,6 +736,9 @@ def _option(name: str, d: Declared) -> Option:
     for bound in ("ge", "le", "gt", "cap"):
         more.pop(bound, None)  # checked by the policies' validate()
     parse = more.pop("parse", None)
+    two_token, alias = more.pop("two_token", False), more.pop("equals_alias", None)
+    if two_token or alias is not None:
+        more["spelling"] = Spelling(two_token, alias)
     if d.group not in GROUPS or (parse is not None and parse not in _PARSERS):
         # mypy --strict says so first (SettingKw); this is for untyped callers.
         raise TypeError(f"setting {name!r}: group {d.group!r} or parse {parse!r} is unknown")

@@ -40,6 +40,7 @@ from ..fs.filecache import HashStore
 from ..fs.hide import hide_rules
 from ..fs.jobs import (
     OwnedFd,
+    Scan,
     compress_file,
     hash_bytes,
     hash_file,
@@ -49,7 +50,7 @@ from ..fs.jobs import (
 from ..fs.opener import ContainedRoot
 from ..fs.readme import read_readme
 from ..http.codecs import compress_bytes
-from ..http.core import Plan, RequestFacts, decide_file, decide_generated
+from ..http.core import RequestFacts, decide_file, decide_generated
 from ..http.listing import (
     NO_RIGHTS,
     Entry,
@@ -64,7 +65,7 @@ from ..http.listing import (
 from ..http.negotiate import parse_query, prefers_json, prefers_text, repr_digest_field
 from ..http.readme import README_MAX, README_NAMES, Readme, with_readme
 from ..http.select import digest_applies
-from ..model import Body, Identity, Reason, errno_reason
+from ..model import Body, FollowUps, Identity, Opened, Reason, errno_reason
 from ..model.decide import identity_fallback
 from ..model.reasons import reason_status
 from ..observe.stats import Stats
@@ -156,6 +157,15 @@ def _job_maker(
     return make_job
 
 
+def _directory(prepared: Prepared) -> OwnedFd:
+    """The listed directory's descriptor, moved out of what ``prepared``
+    holds open (its ``Opened``) with no await: the caller owns it now."""
+    opened = prepared.opened
+    assert opened is not None
+    fd, opened.fd = opened.fd, -1
+    return OwnedFd(fd)
+
+
 def _errno_status(exc: OSError) -> int:
     """The status of a failed scan: the filesystem's reason, mapped by the
     one table (serverio.model.reasons); an unexpected errno is logged."""
@@ -232,78 +242,80 @@ class ContentService:
         ):
             yield
 
-    # A follow-up is done when its flag on the Prepared is cleared, so the
-    # two entry points below can hand over to each other: finish_cached()
-    # does what the caches can answer without waiting, finish() the rest.
+    # Finishing a follow-up makes a new Prepared (the value is immutable; its
+    # Opened, what it holds open, is handed on): finish_cached() does what
+    # the caches can answer without waiting, finish() the rest, from where
+    # the other stopped.
 
-    def finish_cached(self, prepared: Prepared, req: RequestFacts, now: float) -> bool:
-        """Finish the follow-ups from the caches alone (no await, no thread).
-
-        The hot path: a compressed or digest cache hit costs a dict lookup.
-        Returns False, with the finished steps cleared, when something must
-        wait (a listing scan, a cache miss); then call :meth:`finish`.
+    def finish_cached(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
+        """The follow-ups the caches alone can finish, done (no await, no
+        thread): the hot path, a compressed or digest cache hit costs a
+        dict lookup.  ``todo`` None in what it returns: finished; else
+        what must wait (a listing scan, a cache miss), for :meth:`finish`.
         """
-        if prepared.hash_job:
+        todo = prepared.todo
+        assert todo is not None
+        if todo.hash_job:
             self._start_etag_hash(prepared)
-        if prepared.listing:
-            return False
-        if prepared.compress:
-            data = self.compressed.get(self._compress_key(prepared))
+            todo = todo._replace(hash_job=False)
+        if todo.listing:
+            return prepared._replace(todo=todo)
+        if todo.compress:
+            data = self.compressed.get(self._compress_key(prepared, todo))
             if data is None:
-                return False
-            self._use_compressed(prepared, req, now, data)
-        if prepared.digest:
-            if digest_applies(prepared.plan):
-                digest = self.digests.get(self._digest_key(prepared))
-                if digest is None:
-                    return False
-                self._use_digest(prepared, digest)
-            prepared.digest = ""
-        self._done(prepared)
-        return True
+                return prepared._replace(todo=todo)
+            prepared, todo = self._use_compressed(prepared, todo, req, now, data)
+        if todo.digest and digest_applies(prepared.plan):
+            digest = self.digests.get(self._digest_key(prepared, todo))
+            if digest is None:
+                return prepared._replace(todo=todo)
+            prepared = self._use_digest(prepared, todo, digest)
+        return self._done(prepared)
 
-    async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> None:
-        """Carry out the remaining follow-ups on ``prepared``, replacing its plan.
+    async def finish(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
+        """``prepared`` with its remaining follow-ups carried out (``todo``
+        None): a new value, holding what ``prepared`` held open.
 
         Cancellation handling: the caller owns ``prepared`` and closes it
         if this raises (including Cancelled).  A cancelled wait on a cache
         job leaves the job running for others; a cancelled listing scan
         abandons its thread, which closes the directory descriptor.
         """
-        if prepared.hash_job:
+        todo = prepared.todo
+        assert todo is not None
+        if todo.hash_job:
             self._start_etag_hash(prepared)
-        if prepared.listing:
-            prepared.plan = await self._listing(prepared, req, now)
-            prepared.listing = False
-            return
-        if prepared.compress:
-            data = await self._compressed(prepared, prepared.compress)
+            todo = todo._replace(hash_job=False)
+        if todo.listing:
+            return await self._listing(prepared, req, now)
+        if todo.compress:
+            data = await self._compressed(prepared, todo)
             if data is not None:
-                self._use_compressed(prepared, req, now, data)
+                prepared, todo = self._use_compressed(prepared, todo, req, now, data)
             else:
                 # Saturated work pool (or the file changed): identity, which
                 # is always acceptable (RFC 9110 §12.5.3), rather than a 503.
                 self.stats.content.compress_fallbacks += 1
-                prepared.plan = identity_fallback(prepared, req, self.config, now)
-                prepared.compress = ""
-        if prepared.digest:
-            if digest_applies(prepared.plan):
-                digest = await self._digest(prepared)
-                if digest is None:
-                    self.stats.content.digest_omitted += 1
-                else:
-                    self._use_digest(prepared, digest)
-            prepared.digest = ""
-        self._done(prepared)
+                plan = identity_fallback(prepared._replace(todo=todo), req, self.config, now)
+                prepared, todo = prepared._replace(plan=plan), todo._replace(compress="")
+        if todo.digest and digest_applies(prepared.plan):
+            digest = await self._digest(prepared, todo)
+            if digest is None:
+                self.stats.content.digest_omitted += 1
+            else:
+                prepared = self._use_digest(prepared, todo, digest)
+        return self._done(prepared)
 
     def _use_compressed(
-        self, prepared: Prepared, req: RequestFacts, now: float, data: bytes
-    ) -> None:
+        self, prepared: Prepared, todo: FollowUps, req: RequestFacts, now: float, data: bytes
+    ) -> tuple[Prepared, FollowUps]:
+        """The answer in the coding produced (``data``), and what is left
+        to do: a digest of those bytes."""
         facts = prepared.facts
         assert facts is not None
-        coding = prepared.compress
+        coding = todo.compress
         self.stats.content.compressed_responses += 1
-        prepared.plan = decide_file(
+        plan = decide_file(
             req,
             facts,
             self.config,
@@ -311,25 +323,25 @@ class ContentService:
             coding=coding,
             data=data,
             vary=True,
-            extra=prepared.extra,
+            extra=todo.extra,
         )
-        prepared.coding = coding
-        prepared.data = data  # the representation a digest must describe
-        prepared.compress = ""
-        memo_key = prepared.memo_key
-        if memo_key is not None:
-            # A plain request answered from the warm-file cache: the same
-            # answer serves the rest of this second (serverio.model.decide,
-            # serve_cached); the handler stores the memo in the entry.
-            plan = prepared.plan = replace(prepared.plan, shared=True)
-            body = prepared.body = Body.of(plan)
-            prepared.memo = (memo_key, (int(now), plan, body))
+        # The representation a digest must describe.
+        todo = todo._replace(compress="", coding=coding, data=data)
+        memo_key = todo.memo_key
+        if memo_key is None:
+            return prepared._replace(plan=plan), todo
+        # A plain request answered from the warm-file cache: the same
+        # answer serves the rest of this second (serverio.model.decide,
+        # serve_cached); the handler stores the memo in the entry.
+        plan = replace(plan, shared=True)
+        body = Body.of(plan)
+        memo = (memo_key, (int(now), plan, body))
+        return prepared._replace(plan=plan, body=body, memo=memo), todo
 
     def _start_etag_hash(self, prepared: Prepared) -> None:
         """Start hashing a large file for its ETag, without waiting (one job
         per identity; the work pool bounds how many run).  Until it is done
         its responses carry no ETag (docs/features.md "Validators")."""
-        prepared.hash_job = False
         facts = prepared.facts
         assert facts is not None
         fd = prepared.fd
@@ -356,32 +368,37 @@ class ContentService:
         self.etag_jobs.start(ident, make_job)
 
     @staticmethod
-    def _use_digest(prepared: Prepared, digest: bytes) -> None:
+    def _use_digest(prepared: Prepared, todo: FollowUps, digest: bytes) -> Prepared:
         plan = prepared.plan
-        field = (b"repr-digest", repr_digest_field(prepared.digest, digest))
-        prepared.plan = replace(plan, headers=(*plan.headers, field))
+        field = (b"repr-digest", repr_digest_field(todo.digest, digest))
+        return prepared._replace(plan=replace(plan, headers=(*plan.headers, field)))
 
     @staticmethod
-    def _done(prepared: Prepared) -> None:
-        if not prepared.plan.needs_file:
-            prepared.close()  # kept open only for the follow-ups
+    def _done(prepared: Prepared) -> Prepared:
+        """Finished: no follow-up left; what was kept open only for the
+        follow-ups is closed."""
+        if prepared.opened is not None and not prepared.plan.needs_file:
+            prepared.close()
+            return prepared._replace(opened=None, todo=None)
+        return prepared._replace(todo=None)
 
     @staticmethod
-    def _compress_key(prepared: Prepared) -> CompressKey:
+    def _compress_key(prepared: Prepared, todo: FollowUps) -> CompressKey:
         facts = prepared.facts
         assert facts is not None
-        return (facts.key, prepared.compress)
+        return (facts.key, todo.compress)
 
     @staticmethod
-    def _digest_key(prepared: Prepared) -> DigestKey:
+    def _digest_key(prepared: Prepared, todo: FollowUps) -> DigestKey:
         facts = prepared.facts
         assert facts is not None
-        return (facts.key, prepared.coding, prepared.digest)
+        return (facts.key, todo.coding, todo.digest)
 
-    async def _compressed(self, prepared: Prepared, coding: str) -> bytes | None:
+    async def _compressed(self, prepared: Prepared, todo: FollowUps) -> bytes | None:
         facts = prepared.facts
         assert facts is not None
-        key = self._compress_key(prepared)
+        coding = todo.compress
+        key = self._compress_key(prepared, todo)
         hit = self.compressed.get(key)
         if hit is not None:
             return hit  # the hot path: no thread hop, no syscall
@@ -391,18 +408,17 @@ class ContentService:
         make_job = _job_maker(
             self.work,
             prepared.fd,
-            prepared.source,
+            todo.source,
             functools.partial(compress_bytes, coding),
             lambda owned: compress_file(owned, coding, size, mtime_ns),
         )
         return await self.compressed.get_or_run(key, make_job)
 
-    async def _digest(self, prepared: Prepared) -> bytes | None:
+    async def _digest(self, prepared: Prepared, todo: FollowUps) -> bytes | None:
         facts = prepared.facts
         assert facts is not None
-        algorithm = prepared.digest
-        data = prepared.data
-        key = self._digest_key(prepared)
+        algorithm = todo.digest
+        key = self._digest_key(prepared, todo)
         hit = self.digests.get(key)
         if hit is not None:
             return hit
@@ -412,7 +428,7 @@ class ContentService:
         make_job = _job_maker(
             self.work,
             prepared.fd,
-            data,
+            todo.data,
             functools.partial(hash_bytes, algorithm),
             lambda owned: hash_file(owned, algorithm, size, mtime_ns),
         )
@@ -437,36 +453,44 @@ class ContentService:
 
     async def _search(
         self, prepared: Prepared, req: RequestFacts, query: ListingQuery, now: float
-    ) -> Plan:
+    ) -> Prepared:
         """``?q=``: the recursive search (:mod:`serverio.pipeline.search`),
         which walks from the folder by path, under the same containment;
-        its body, streamed as the walk finds results, goes on
-        ``prepared.chunks``.  The folder's first scan happens here, so a
-        full work pool is a 503 before anything is sent."""
+        its body, streamed as the walk finds results, is what the answer
+        holds open (its ``Opened``'s chunk source).  The folder's first scan
+        happens here, so a full work pool is a 503 before anything is sent.
+
+        Cancellation handling: a stream whose first scan did not finish is
+        closed before the cancellation propagates."""
         # The folder's descriptor is not needed: closed in the work pool
         # (or here, if the close never got a thread: OwnedFd's rule).
-        owned = OwnedFd(prepared.fd)
-        prepared.fd = -1
+        owned = _directory(prepared)
         try:
             await run_blocking(self.work, owned.release)
         finally:
             owned.release()
         plan = search_plan(req, query, now, private=self.visible is not None)
-        if plan.send_body:
-            stream = SearchStream(
-                self.work, self.opener(), self.config, req, query, self.visible, self.hide
-            )
+        if not plan.send_body:
+            return prepared._replace(plan=plan, opened=None, todo=None)
+        stream = SearchStream(
+            self.work, self.opener(), self.config, req, query, self.visible, self.hide
+        )
+        try:
             await stream.prime()
-            prepared.chunks = stream
-        return plan
+        except BaseException:
+            stream.close()
+            raise
+        return prepared._replace(plan=plan, opened=Opened(-1, stream), todo=None)
 
-    async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Plan:
-        """Scan in the work pool (requester-owned: a 503 when saturated, like
-        the fs pool); then the rendered body from the listing cache, or
-        rendered once in the work pool for every identical request; then
-        decide on the trio thread."""
+    async def _listing(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
+        """``prepared``, a directory to list, finished: scanned in the work
+        pool (requester-owned: a 503 when saturated, like the fs pool);
+        then the rendered body from the listing cache, or rendered once in
+        the work pool for every identical request; then decided on the
+        trio thread.  ``?q=`` is a search instead.  The directory's
+        descriptor goes to the scan (or the search's close): the answer
+        holds nothing open but a search's stream."""
         cfg = self.config
-        work = self.work
         query = parse_listing_query(
             parse_query(req.target.query),
             accept_json=prefers_json(req.accept),
@@ -474,12 +498,53 @@ class ContentService:
         )
         if query.q:
             return await self._search(prepared, req, query, now)
-        # The directory descriptor moves to the scan: the thread closes it.
-        owned = OwnedFd(prepared.fd)
-        prepared.fd = -1
+        scan = await self._scan(prepared, req)
+        entries, digest = self._shown(req, scan)
+        readme = await self._readme(req, entries, query)
+        if readme is not None:
+            digest = with_readme(digest, readme.digest)
+        rights = NO_RIGHTS
+        if self.rights is not None and not (query.json or query.text):
+            # The page with write controls is a render of its own, one per
+            # set of rights (the forms, the rows' actions, data-may).
+            rights = self.rights(req, entries)
+            if rights.any:
+                digest += rights.key()
+        segments = req.target.segments
+        render = functools.partial(
+            render_listing,
+            segments,
+            entries,
+            query,
+            scan.truncated,
+            cfg.content.listing_max_entries,
+            hidden=cfg.files.hidden,
+            archives=cfg.content.archives,
+            title=cfg.content.title,
+            account=self.account,
+            rights=rights,
+        )
+        key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
+        body, ctype, etag = await self._rendered(key, render, readme)
+        self.stats.content.listings += 1
+        csp = listing_csp(
+            rights.upload,
+            self.account,
+            rights.rows,
+            select=rights.selects or cfg.content.archives,
+        )
+        plan = decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
+        return prepared._replace(plan=plan, opened=None, todo=None)
+
+    async def _scan(self, prepared: Prepared, req: RequestFacts) -> Scan:
+        """The directory's entries, scanned in the work pool; the directory
+        descriptor moves to the scan (the thread closes it).  A failed scan
+        is its status, mapped in one place like every other error."""
+        cfg = self.config
+        owned = _directory(prepared)
         try:
-            scan = await run_blocking(
-                work,
+            return await run_blocking(
+                self.work,
                 scan_listing,
                 owned,
                 self.opener(),
@@ -491,12 +556,16 @@ class ContentService:
                 False if self.visible is None else prepared.real,
             )
         except OSError as exc:
-            # The directory went away, or we ran out of descriptors: a
-            # status, mapped in one place like every other error.
+            # The directory went away, or we ran out of descriptors.
             raise HTTPError(_errno_status(exc), "directory scan failed") from None
         finally:
             owned.release()  # queued and cancelled, or refused: never claimed
-        segments = req.target.segments
+
+    def _shown(self, req: RequestFacts, scan: Scan) -> tuple[list[Entry], bytes]:
+        """The entries the listing shows, and their digest: ``--hide``'s
+        names and those the client may not see (the site's access rules)
+        left out; the digest of what is left keys the shared render (each
+        visible set its own)."""
         entries, digest = scan.entries, scan.digest
         hide = self.hide
         if hide.active:
@@ -506,57 +575,32 @@ class ContentService:
             if len(kept) != len(entries):
                 entries, digest = kept, entries_digest(kept, scan.truncated)
         if self.visible is not None:
-            # Names the client may not see are left out; the digest of what
-            # is left keys the shared render (each visible set its own).
-            kept = self.visible(req, segments, entries)
+            kept = self.visible(req, req.target.segments, entries)
             if len(kept) != len(entries):
                 entries, digest = kept, entries_digest(kept, scan.truncated)
-        readme = await self._readme(req, entries, query)
-        if readme is not None:
-            digest = with_readme(digest, readme.digest)
-        rights = NO_RIGHTS
-        if self.rights is not None and not (query.json or query.text):
-            # The page with write controls is a render of its own, one per
-            # set of rights (the forms, the rows' actions, data-may).
-            rights = self.rights(req, entries)
-            if rights.any:
-                digest += rights.key()
-        key: ListingKey = (scan.dev, scan.ino, segments, query, digest)
+        return entries, digest
+
+    async def _rendered(
+        self, key: ListingKey, render: Callable[[Readme | None], Listing], readme: Readme | None
+    ) -> Listing:
+        """The rendered listing from the cache, or rendered once in the
+        work pool for every identical request."""
+        work = self.work
         listing = self.listings.get(key)
+        if listing is not None:
+            return listing
+
+        def make_job() -> Callable[[], Awaitable[Listing | None]]:
+            async def job() -> Listing | None:
+                return await run_blocking(work, render, readme)
+
+            return job
+
+        listing = await self.listings.get_or_run(key, make_job)
         if listing is None:
-            render = functools.partial(
-                render_listing,
-                segments,
-                entries,
-                query,
-                scan.truncated,
-                cfg.content.listing_max_entries,
-                hidden=cfg.files.hidden,
-                archives=cfg.content.archives,
-                title=cfg.content.title,
-                account=self.account,
-                rights=rights,
-            )
-
-            def make_job() -> Callable[[], Awaitable[Listing | None]]:
-                async def job() -> Listing | None:
-                    return await run_blocking(work, render, readme)
-
-                return job
-
-            listing = await self.listings.get_or_run(key, make_job)
-            if listing is None:
-                # No shared render: the work pool refused it, or no job
-                # nursery runs (shutting down, or a bare ConnectionTask).
-                # Render for this request alone, requester-owned like the
-                # scan: a full pool is a 503 (PoolSaturated).
-                listing = await run_blocking(work, render, readme)
-        self.stats.content.listings += 1
-        body, ctype, etag = listing
-        csp = listing_csp(
-            rights.upload,
-            self.account,
-            rights.rows,
-            select=rights.selects or cfg.content.archives,
-        )
-        return decide_generated(req, cfg, now, body, ctype, etag, csp=csp)
+            # No shared render: the work pool refused it, or no job
+            # nursery runs (shutting down, or a bare ConnectionTask).
+            # Render for this request alone, requester-owned like the
+            # scan: a full pool is a 503 (PoolSaturated).
+            listing = await run_blocking(work, render, readme)
+        return listing

@@ -11,21 +11,23 @@ an :class:`Io`: what of the transport a need may use.
 
 Cancellation handling: a cancellation (the client gone on HTTP/2, a
 shutdown's cut) propagates out of the need's await; the state's held
-answer or deferred step is closed before it does, and a handler step
-handed to the transport's ``wait`` is closed by that wait in every case.
+answer or pending need, and the need under way, are closed before it
+does (closing a resolved answer is idempotent: its fulfiller may have
+closed it already).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple, cast
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 from ..errors import HTTPError
 from ..fs.body import Body
 from ..http.access import AccessTarget, Ticket, access_plan
 from ..http.core import Plan
-from ..model import ChunkSource, Prepared
+from ..model import ChunkSource
 from .exchange import (
     Admit,
     Authenticate,
@@ -44,16 +46,42 @@ from .exchange import (
     Write,
     step,
 )
-from .handler import Content, Deferred
+from .handler import Closable, Content, Handler
 from .hooks import NO_HEAD, NO_RULES, Proxy, RawHead, Upload, WriteContent
 from .hooks import Admit as HookAdmit
 
-__all__ = ["NO_CONTENT", "Io", "Wait", "access", "drive"]
+__all__ = ["NO_CONTENT", "Forwarded", "Io", "Wait", "access", "drive"]
+
+_R = TypeVar("_R", bound=Closable)
 
 
-# How a transport waits for a handler step: the finished Prepared, or None
-# when its client went away meanwhile (the step is closed either way).
-Wait = Callable[[Deferred], Awaitable[Prepared | None]]
+class Wait(Protocol):
+    """How a transport waits for a step of the pipeline: ``await
+    wait(run, watch_late)`` calls ``run()`` at once and returns its result,
+    or None when the client went away meanwhile (the step was cancelled,
+    or a result that arrived anyway was closed).  HTTP/1.1 watches its
+    socket for a disconnect meanwhile; with ``watch_late`` the step says
+    itself when (:func:`~serverio.pipeline.handler.watching_client`, around
+    each long wait: the proxy's exchange, whose pooled answer arrives at
+    once and should not pay for a watcher task).  HTTP/2 just awaits:
+    RST_STREAM cancels the stream."""
+
+    def __call__(
+        self, run: Callable[[], Awaitable[_R]], watch_late: bool, /
+    ) -> Awaitable[_R | None]:
+        """``run()``'s result, or None: the client went away."""
+        ...
+
+
+class Forwarded(NamedTuple):
+    """The proxy's answer as the transport's wait hands it back: closed
+    whole (its body) if the client left as it arrived."""
+
+    plan: Plan
+    body: Body
+
+    def close(self) -> None:
+        self.body.close()
 
 
 class Io(NamedTuple):
@@ -120,10 +148,18 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
         assert isinstance(need, Upstream)
         return await _upstream(need, state.now, io)
     if kind is Resolve or kind is Coding or kind is Listing:
-        # The handler's deferred part (its pool hop, a listing, a coding),
-        # awaited the transport's way (HTTP/1.1 watches its socket).
+        # The handler's part (its pool hop, a listing, a coding), awaited
+        # the transport's way (HTTP/1.1 watches its socket).  The need owns
+        # what it holds until the handler takes it over; on any failure it
+        # is closed here too (idempotent).
         assert isinstance(need, Resolve | Coding | Listing)
-        got = await io.wait(cast(Deferred, need.deferred))
+        handler = cast(Handler, machine.handler)
+        got = None
+        try:
+            got = await io.wait(functools.partial(handler.fulfil, need, state.now), False)
+        finally:
+            if got is None:
+                need.close()
         return _GONE if got is None else got
     if kind is Authenticate:
         assert isinstance(need, Authenticate) and machine.site is not None
@@ -206,8 +242,8 @@ async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
 
 async def _upstream(need: Upstream, now: float, io: Io) -> object:
     """A proxied request's answer (:meth:`serverio.pipeline.hooks.Proxy.forward`):
-    ``(Plan, Body)``, or gone.  The exchange runs as a Deferred through the
-    transport's ``wait``, so that a client that goes away cancels it as it
+    ``(Plan, Body)``, or gone.  The exchange runs through the transport's
+    ``wait``, so that a client that goes away cancels it as it
     cancels any handler step (HTTP/1.1's disconnect watcher, HTTP/2's
     RST_STREAM); the proxy asks for the client to be watched itself, before
     a wait that may be long (``watch_late``: a pooled exchange answered at
@@ -216,21 +252,14 @@ async def _upstream(need: Upstream, now: float, io: Io) -> object:
     Cancellation handling: the proxy closes what it holds if cancelled; an
     answer that arrived for a client already gone is closed here.
     """
-    got: list[tuple[Plan, Body]] = []
     proxy = cast("Proxy", need.proxy)
     content: Upload | None = io.content
 
-    async def forward(_: Prepared | None) -> Prepared:
-        answer = await proxy.forward(
+    async def forward() -> Forwarded:
+        plan, body = await proxy.forward(
             need.route, need.req, io.head, content, now, io.client, need.authed
         )
-        got.append(answer)
-        return Prepared(answer[0])  # the plan alone; the body stays in ``got``
+        return Forwarded(plan, body)
 
-    try:
-        if await io.wait(Deferred(forward, watch_late=True)) is None:
-            return _GONE
-        return got.pop()
-    finally:
-        for _, left in got:
-            left.close()
+    got = await io.wait(forward, True)
+    return _GONE if got is None else tuple(got)

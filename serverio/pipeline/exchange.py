@@ -28,9 +28,10 @@ The needs, and what their event is:
 :class:`Upstream`  the reverse proxy's exchange: ``(Plan, Body)``
 :class:`FileSlot`  an HTTP/2 connection's descriptor slot
                    (``--h2-max-open-files``): None
-:class:`Resolve`   the handler's deferred part (a pool hop, a shared
-                   revalidation, live reload's transform): the finished
-                   :class:`~serverio.model.Prepared`
+:class:`Resolve`   the handler's resolution that must wait (a pool hop,
+                   a shared revalidation, live reload's transform): the
+                   :class:`~serverio.model.Prepared` (its follow-ups,
+                   ``todo``, asked of the handler next)
 :class:`Listing`   a resolved directory's listing to scan and render (or
                    its archive form): the finished Prepared
 :class:`Coding`    a content coding to produce and/or a Repr-Digest for a
@@ -52,9 +53,19 @@ The order in which the stages take a request (the routing precedence) is
 the order of the stage list (:mod:`serverio.pipeline.stages`), documented
 once there and in docs/architecture.md ("The request machine").
 
+The handler's needs are data too: what to resolve (the request, the cache
+candidate), or the resolved :class:`~serverio.model.Prepared` a follow-up
+finishes; the driver fulfils them through the handler
+(:meth:`serverio.pipeline.handler.Handler.fulfil`).  A ``Prepared`` is an
+immutable value: a follow-up makes a new one.
+
 Ownership: a state holds at most one open thing (``held``, a resolved
-answer waiting for the access hook, or ``deferred``, a handler step
-waiting for a descriptor slot); :meth:`Exchange.close` releases it.  A
+answer waiting for the access hook, or ``pending``, a handler need
+waiting for a descriptor slot); :meth:`Exchange.close` releases it.
+A need that holds a resolved answer (:class:`Listing`, :class:`Coding`)
+owns it until its fulfiller takes it over; closing is idempotent (the
+answer's :class:`~serverio.model.Opened`), so the driver closes the need
+on every failure path.  A
 :class:`Final`'s body belongs to the transport, which closes it exactly
 once after emitting it (or failing to).
 """
@@ -79,7 +90,7 @@ from ..http.access import (
 from ..http.core import Allow, Plan, RequestFacts, http_error_plan, route
 from ..http.errorpage import error_for
 from ..http.hosts import HostRule, misdirected_plan
-from ..model import ChunkSource, Prepared
+from ..model import CacheCandidate, ChunkSource, Prepared
 
 __all__ = [
     "Admit",
@@ -89,10 +100,11 @@ __all__ = [
     "Failed",
     "FileSlot",
     "Final",
+    "FollowUp",
+    "HandlerNeed",
     "Listing",
     "Machine",
     "Need",
-    "Pending",
     "Phase",
     "Receive",
     "Resolve",
@@ -110,15 +122,6 @@ __all__ = [
     "misdirected",
     "step",
 ]
-
-
-class Pending(Protocol):
-    """A handler step still to run (:class:`serverio.pipeline.handler.Deferred`)."""
-
-    @property
-    def holds(self) -> bool: ...
-
-    def close(self) -> None: ...
 
 
 class Fallback(Protocol):
@@ -159,7 +162,16 @@ class Files(Protocol):
     @property
     def proxy(self) -> Fallback | None: ...
 
-    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
+    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Resolve | Listing | Coding:
+        """The answer at once, or the need it waits for."""
+        ...
+
+    def followups(
+        self, prepared: Prepared, req: RequestFacts, now: float
+    ) -> Prepared | Listing | Coding:
+        """A resolved answer finished from the caches, or the need that
+        finishes it."""
+        ...
 
     @property
     def warm(self) -> Warm: ...  # serverio.pipeline.warm.WarmAnswers
@@ -177,7 +189,11 @@ class SiteSteps(Protocol):
         self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
     ) -> Access: ...
 
-    def respond_now(self, handler: Files, req: RequestFacts, now: float) -> Prepared | Pending: ...
+    def alternative(self, req: RequestFacts, plan: Plan) -> RequestFacts | None:
+        """The request to answer instead of ``req`` when the handler's
+        ``plan`` for it calls for one (clean URLs, ``--trailing-slash
+        remove``), or None."""
+        ...
 
     def finish(self, plan: Plan, ticket: Ticket | None, pages: bool = True) -> Plan: ...
 
@@ -283,34 +299,72 @@ class FileSlot(Need):
 
 
 class Resolve(Need):
-    """The handler's deferred part (event: the finished Prepared)."""
+    """The handler's resolution that must wait (event: the resolved
+    Prepared): a pool hop for ``req`` (``hit``: the warm-file cache
+    candidate to revalidate, ``mono`` the trio clock it was found at,
+    ``boundary`` a range answer's multipart boundary), or, ``base`` not
+    None, the hooks' transform of ``base``'s answer (live reload)."""
 
-    __slots__ = ("deferred",)
+    __slots__ = ("base", "boundary", "hit", "mono", "req")
 
-    def __init__(self, deferred: Pending) -> None:
-        self.deferred = deferred
+    def __init__(
+        self,
+        req: RequestFacts,
+        boundary: str = "",
+        mono: float = 0.0,
+        hit: CacheCandidate | None = None,
+        *,
+        base: RequestFacts | None = None,
+    ) -> None:
+        self.req = req
+        self.boundary = boundary
+        self.mono = mono
+        self.hit = hit
+        self.base = base
+
+    holds = False  # nothing open yet
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
-class Listing(Need):
-    """A resolved directory's listing to scan and render, or its other form
-    (a folder archive): the handler's follow-up (event: the finished
+class FollowUp(Need):
+    """A follow-up on ``prepared``, the answer resolved for ``req``, which
+    the need owns until its fulfiller takes it over (event: the finished
     Prepared)."""
 
-    __slots__ = ("deferred",)
+    __slots__ = ("prepared", "req")
 
-    def __init__(self, deferred: Pending) -> None:
-        self.deferred = deferred
+    def __init__(self, prepared: Prepared, req: RequestFacts) -> None:
+        self.prepared = prepared
+        self.req = req
+
+    @property
+    def holds(self) -> bool:
+        """Does it hold something open (a descriptor)?"""
+        return self.prepared.holds
+
+    def close(self) -> None:
+        """Release the answer (idempotent)."""
+        self.prepared.close()
 
 
-class Coding(Need):
+class Listing(FollowUp):
+    """A resolved directory's listing to scan and render, or its other form
+    (a folder archive)."""
+
+    __slots__ = ()
+
+
+class Coding(FollowUp):
     """A content coding to produce on the fly and/or a representation
-    digest for a resolved file: the handler's follow-up (event: the
-    finished Prepared)."""
+    digest for a resolved file."""
 
-    __slots__ = ("deferred",)
+    __slots__ = ()
 
-    def __init__(self, deferred: Pending) -> None:
-        self.deferred = deferred
+
+# What the handler answers a need for.
+HandlerNeed = Resolve | Listing | Coding
 
 
 class Admit(Need):
@@ -406,19 +460,22 @@ class Exchange(NamedTuple):
     held: Prepared | None = None
     # The access targets still to ask after the current one (ADMITTED).
     targets: tuple[AccessTarget, ...] = ()
-    # A handler step waiting for a descriptor slot (SLOT).
-    deferred: Pending | None = None
+    # A handler need waiting for a descriptor slot (SLOT).
+    pending: HandlerNeed | None = None
     # The stage that took the request, and its place in the list (the
     # stages after it are asked when it hands the request on).
     stage: Stage | None = None
     at: int = -1
+    # The request the handler answers instead of ``req`` (the site's clean
+    # URL or slashless directory: SiteSteps.alternative); None: ``req``.
+    asked: RequestFacts | None = None
 
     def close(self) -> None:
         """Release what the state holds (idempotent)."""
         if self.held is not None:
             self.held.close()
-        if self.deferred is not None:
-            self.deferred.close()
+        if self.pending is not None:
+            self.pending.close()
 
 
 Step = tuple[Exchange, "Need | Final"]
@@ -466,7 +523,7 @@ def files(
     if type(got) is Prepared:
         # The warm path: a 200 pays one comparison (and a descriptor test
         # where the transport caps them).
-        if got.plan.status < 400 and not (slotless and got.fd >= 0):
+        if got.plan.status < 400 and not (slotless and got.opened is not None):
             return state, Final(got.plan, got.take_body(), None)
         if state is None:
             state = Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless)
@@ -474,7 +531,7 @@ def files(
     assert not isinstance(got, Prepared)
     if state is None:
         state = Exchange(machine, req, now, Phase.RESOLVED, None, content, slotless)
-    return _deferred(state._replace(stage=None), got)
+    return _waits(state._replace(stage=None), got)
 
 
 # ------------------------------------------------------------------ step
@@ -512,63 +569,66 @@ def forwarded(state: Exchange, got: object) -> Step:
 
 
 def _slot(state: Exchange, _: object) -> Step:
-    """A descriptor slot is held: the handler's step that waited for it,
-    or the handler asked again (an inline answer dropped for the slot)."""
+    """A descriptor slot is held: the handler's need that waited for it,
+    or the handler asked again (an answer dropped for the slot)."""
     state = state._replace(slotless=False)
-    deferred = state.deferred
-    if deferred is not None:
-        return state._replace(phase=Phase.RESOLVED, deferred=None), _waits_for(deferred)
+    pending = state.pending
+    if pending is not None:
+        return state._replace(phase=Phase.RESOLVED, pending=None), pending
     return _respond(state)
 
 
 def _respond(state: Exchange) -> Step:
     """The handler's answer to the (routed) request."""
-    machine = state.machine
-    site = machine.site
-    req = state.req
-    if site is not None:
-        got = site.respond_now(machine.handler, req, state.now)
-    else:
-        got = machine.handler.respond_now(req, state.now)
+    asked = state.asked
+    got = state.machine.handler.respond_now(state.req if asked is None else asked, state.now)
     if isinstance(got, Prepared):
         return _resolved(state._replace(phase=Phase.RESOLVED), got)
-    return _deferred(state._replace(phase=Phase.RESOLVED), got)
+    return _waits(state._replace(phase=Phase.RESOLVED), got)
 
 
-def _deferred(state: Exchange, deferred: Pending) -> Step:
+def _waits(state: Exchange, need: HandlerNeed) -> Step:
     """The handler must wait: a slot first where the transport caps
-    descriptors (the step keeps what it holds meanwhile only if it holds
-    nothing open), then :class:`Resolve`."""
+    descriptors (the state keeps the need meanwhile only if it holds
+    nothing open: else it is asked again once the slot is held), then
+    the need itself."""
     if state.slotless:
-        if deferred.holds:
-            deferred.close()  # asked again once the slot is held
+        if need.holds:
+            need.close()  # asked again once the slot is held
             return state._replace(phase=Phase.SLOT), FileSlot()
-        return state._replace(phase=Phase.SLOT, deferred=deferred), FileSlot()
-    return state._replace(phase=Phase.RESOLVED), _waits_for(deferred)
-
-
-def _waits_for(deferred: Pending) -> Need:
-    """What a handler step that must wait is: a follow-up on a resolved
-    answer (a listing, or a coding), or the resolution itself."""
-    listing = getattr(deferred, "listing", None)  # a FollowUp's
-    if listing is None:
-        return Resolve(deferred)
-    return Listing(deferred) if listing else Coding(deferred)
+        return state._replace(phase=Phase.SLOT, pending=need), FileSlot()
+    return state._replace(phase=Phase.RESOLVED), need
 
 
 def _resolved(state: Exchange, prepared: object) -> Step:
-    """What the handler resolved: ``--proxy-fallback`` for a 404, else the
+    """What the handler resolved: its follow-ups first (from the caches,
+    or the need that finishes them); the site's alternative request when
+    the answer calls for one; ``--proxy-fallback`` for a 404; else the
     access hook on it (with site rules), else the answer."""
     assert type(prepared) is Prepared
-    if state.slotless and (prepared.fd >= 0 or prepared.chunks is not None):
+    machine = state.machine
+    req = state.req
+    if prepared.todo is not None:
+        asked = state.asked
+        got = machine.handler.followups(prepared, req if asked is None else asked, state.now)
+        if type(got) is not Prepared:
+            assert isinstance(got, Listing | Coding)
+            return _waits(state, got)
+        prepared = got
+    site = machine.site
+    if site is not None and state.asked is None:
+        alt = site.alternative(req, prepared.plan)
+        if alt is not None:  # asked once: the alternative's answer is the answer
+            prepared.close()
+            return _respond(state._replace(asked=alt))
+    if state.slotless and prepared.holds:
         # An inline answer that holds a descriptor, with no slot: dropped,
         # and asked again once a slot is free (at most one such descriptor
         # exists meanwhile: this step is synchronous).
         prepared.close()
         return state._replace(phase=Phase.SLOT), FileSlot()
-    machine = state.machine
-    req = state.req
-    if prepared.plan.status >= 400:
+    plan = prepared.plan
+    if plan.status >= 400:
         proxy = machine.handler.proxy
         fallback = _fallback(proxy, prepared, req)
         if fallback is not None:  # the files answered 404: --proxy-fallback
@@ -578,10 +638,11 @@ def _resolved(state: Exchange, prepared: object) -> Step:
             need = Upstream(proxy, fallback, req, authed)
             return state._replace(phase=Phase.FORWARDED), need
     ticket = state.ticket
-    if machine.site is None or ticket is None:
-        if prepared.plan.status >= 400:
-            prepared.plan = error_for(prepared.plan, req)
-        return state, Final(prepared.plan, prepared.take_body(), None)
+    if site is None or ticket is None:
+        if plan.status >= 400:
+            plan = error_for(plan, req)
+            return state, Final(plan, prepared._replace(plan=plan).take_body(), None)
+        return state, Final(plan, prepared.take_body(), None)
     targets = _targets(prepared)
     if not targets:
         return state, _admitted(state, prepared)
@@ -606,8 +667,10 @@ def _admit(state: Exchange, refusal: object) -> Step:
 
 
 def _admitted(state: Exchange, prepared: Prepared) -> Final:
-    fd, prepared.fd = prepared.fd, -1
-    chunks = prepared.take_chunks()
+    opened = prepared.opened
+    if opened is None:
+        return finished(state.machine.site, prepared.plan, -1, state.ticket)
+    fd, chunks = opened.take_fd(), opened.take_chunks()
     return finished(state.machine.site, prepared.plan, fd, state.ticket, None, chunks)
 
 

@@ -1,14 +1,19 @@
-"""The request handler: the one trio-side place that orders a response's steps.
+"""The request handler: the one place that orders a response's steps.
 
 For a request no stage took and routing could not answer
 (``serverio.http.core.route``), the exchange's files step
 (:func:`serverio.pipeline.exchange.files`, the same for both transports)
 calls :meth:`Handler.respond_now`; it gets back either a finished
-:class:`~serverio.model.Prepared`, or a :class:`Deferred` (a
-:class:`FollowUp` for a listing or a coding) that the driver hands to the
-transport's wait (a need of the exchange), which awaits :meth:`Deferred.run`
-while it watches its client.  The
-order of the steps lives here and nowhere else:
+:class:`~serverio.model.Prepared`, or the need of the exchange that must be
+awaited first, as data: a :class:`~serverio.pipeline.exchange.Resolve` (a
+pool hop, a shared revalidation, live reload's transform), a
+:class:`~serverio.pipeline.exchange.Listing` or a
+:class:`~serverio.pipeline.exchange.Coding` (a follow-up on a resolved
+answer).  The driver fulfils it through :meth:`Handler.fulfil`, awaited the
+transport's way (HTTP/1.1 watches its client meanwhile), and feeds the
+result back to the step, which asks :meth:`Handler.followups` for what a
+resolved answer still needs.  The order of the steps lives here and
+nowhere else:
 
 1. **resolve** (:func:`serverio.fs.prepare.resolve`: facts and descriptors,
    no plan): inline with ``--fs-workers 0`` (a warm-file cache candidate
@@ -18,25 +23,24 @@ order of the steps lives here and nowhere else:
 2. **decide** (:mod:`serverio.model.decide`, pure, here on the trio
    thread after the hop); what it returns to memoise (``Prepared.memo``)
    is stored in the warm-file cache entry here, and the hit counted here;
-3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`):
-   a listing scan, on-the-fly compression, a representation digest, from
-   their caches when they can answer, in the ``work`` pool or a cache job
-   otherwise.
+3. **follow-ups** (:class:`~serverio.pipeline.content.ContentService`,
+   ``Prepared.todo``): a listing scan, on-the-fly compression, a
+   representation digest, from their caches when they can answer, in the
+   ``work`` pool or a cache job otherwise.  Each makes a new ``Prepared``
+   (the value is immutable; what it holds open, its
+   :class:`~serverio.model.Opened`, is handed on).
 
-The handler knows nothing of sockets, parsers or connections: what it needs
-from the transport is that ``run()`` is awaited at once and cancelled when
-the client goes away.
+The handler knows nothing of sockets, parsers or connections.
 
-Cancellation handling: :meth:`Deferred.run` may be cancelled at any await.
-A pool hop that was under way is abandoned and its result closed by the
-late-close path of :func:`~serverio.concurrency.blocking.run_blocking`
-(exactly once: :meth:`~serverio.model.Resolution.close`); the
-decision takes the resolution's descriptors over with no await; a
-``Prepared`` the handler holds while it waits for a
-follow-up is closed before the cancellation propagates; a wait on a shared
+Cancellation handling: :meth:`Handler.fulfil` may be cancelled at any
+await.  A pool hop that was under way is abandoned and its result closed by
+the late-close path of :func:`~serverio.concurrency.blocking.run_blocking`
+(exactly once: :meth:`~serverio.model.Resolution.close`); the decision
+takes the resolution's descriptors over with no await; a ``Prepared`` a
+follow-up holds is closed before the cancellation propagates (closing is
+idempotent: the driver closes the need's too); a wait on a shared
 revalidation or a cache job just stops (the job carries on for the other
-requests).  A ``Deferred`` that is never run must be closed
-(:meth:`Deferred.close`); the transport's wait does so in a ``finally``.
+requests).
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any, Protocol
+from itertools import count
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -62,18 +67,20 @@ from ..http.select import lookup
 from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
 from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
 from .content import ContentService
-from .hooks import NO_HOOKS, Hooks, Transform
+from .exchange import Coding, Listing, Resolve
+from .hooks import NO_HOOKS, Hooks
 from .warm import WarmAnswers
 
 __all__ = [
     "BodyStep",
     "ClientGone",
+    "Closable",
     "Content",
-    "Deferred",
-    "FollowUp",
     "Handler",
+    "Revalidations",
     "client_gone",
     "prepare",
+    "run_watched",
     "watching_client",
 ]
 
@@ -115,7 +122,7 @@ BodyStep = Callable[[RequestFacts, Content, float], Awaitable[Plan | None]]
 
 
 # The transport's "watch the client during this wait" while a late-watched
-# Deferred runs (HTTP/1.1's disconnect watcher, for the span of one wait);
+# step runs (run_watched) (HTTP/1.1's disconnect watcher, for the span of one wait);
 # None elsewhere (HTTP/2 needs none: RST_STREAM cancels the stream's task).
 # With it, the same watch run in the waiting task itself (client_gone).
 _Watch = Callable[[], AbstractAsyncContextManager[None]]
@@ -139,7 +146,7 @@ class ClientGone(BaseException):
 @asynccontextmanager
 async def watching_client() -> AsyncIterator[None]:
     """The client is watched while the block runs (nested: watched once; a
-    no-op outside a late-watched :class:`Deferred`).  A step that is about
+    no-op outside a late-watched step, :func:`run_watched`).  A step that is about
     to wait for long wraps the wait in it, so that a client that goes away
     meanwhile cancels the step; a step that never waits for long never
     pays for the watcher's task and nursery.
@@ -162,7 +169,7 @@ async def client_gone() -> None:
     ends by cancelling it (a pool slot handed over by cancelling the
     waiter's scope): the client is watched without the helper task and
     nursery of :func:`watching_client`.  Where the client is not watched
-    (outside a late-watched :class:`Deferred`, HTTP/2) or is already
+    (outside a late-watched step, HTTP/2) or is already
     watched (inside a :func:`watching_client` block), it sleeps until
     cancelled.
 
@@ -177,82 +184,32 @@ async def client_gone() -> None:
     raise ClientGone
 
 
-class Deferred:
-    """The part of a response that has to wait; await :meth:`run` once.
+class Closable(Protocol):
+    """What a transport's wait hands back: it closes one that arrived for
+    a client already gone (a :class:`~serverio.model.Prepared`, a proxied
+    answer)."""
 
-    It owns the ``Prepared`` it was created with (if any) until ``run``
-    takes it over; :meth:`close` releases it if ``run`` is never called.
+    def close(self) -> None: ...
 
-    ``watch_late``: the step says itself when the client must be watched
-    (:func:`watching_client`, around each long wait) instead of the
-    transport watching from the start.  A helper task and its nursery per
-    request cost more than a short step (the proxy's pooled exchange,
-    docs/performance.md "Reverse proxy"); a step that waits briefly never
-    pays them.
+
+R = TypeVar("R", bound=Closable)
+
+
+async def run_watched(
+    run: Callable[[], Awaitable[R]], watch: _Watch, gone: _Gone | None = None
+) -> R:
+    """``run()`` with ``watch`` behind this task's :func:`watching_client`
+    and ``gone`` (returns when the client has gone; sleeps forever if it
+    cannot watch here) behind its :func:`client_gone`: how a transport
+    runs a step that watches its client late (the proxy's exchange).
+
+    Cancellation handling: as ``run``'s; the watch is unset in every case.
     """
-
-    __slots__ = ("_held", "_step", "watch_late")
-
-    def __init__(
-        self,
-        step: Callable[[Prepared | None], Awaitable[Prepared]],
-        held: Prepared | None = None,
-        *,
-        watch_late: bool = False,
-    ) -> None:
-        self._step = step
-        self._held = held
-        self.watch_late = watch_late
-
-    async def run_watched(self, watch: _Watch, gone: _Gone | None = None) -> Prepared:
-        """:meth:`run` with ``watch`` behind this task's :func:`watching_client`
-        and ``gone`` (returns when the client has gone; sleeps forever if
-        it cannot watch here) behind its :func:`client_gone`."""
-        token = _WATCH.set((watch, gone))
-        try:
-            return await self.run()
-        finally:
-            _WATCH.reset(token)
-
-    async def run(self) -> Prepared:
-        """The finished response.  Raises :class:`~serverio.HTTPError` (such
-        as :class:`~serverio.PoolSaturated`) for an error answer.
-
-        Cancellation handling: see the module docstring; whatever the step
-        holds when it is cancelled is closed before this returns.
-        """
-        held, self._held = self._held, None
-        return await self._step(held)
-
-    @property
-    def holds(self) -> bool:
-        """Does it hold something open (a resolved answer for a follow-up)?"""
-        return self._held is not None
-
-    def close(self) -> None:
-        """Release what :meth:`run` would have taken over (idempotent)."""
-        held, self._held = self._held, None
-        if held is not None:
-            held.close()
-
-
-class FollowUp(Deferred):
-    """The follow-up a resolved answer still needs (a Deferred that holds
-    it): ``listing``, a directory listing to scan and render (or its other
-    form, a folder archive); else a coding to produce on the fly and/or a
-    representation digest (:class:`~serverio.pipeline.content.ContentService`)."""
-
-    __slots__ = ("listing",)
-
-    def __init__(
-        self,
-        step: Callable[[Prepared | None], Awaitable[Prepared]],
-        held: Prepared,
-        *,
-        listing: bool,
-    ) -> None:
-        super().__init__(step, held)
-        self.listing = listing
+    token = _WATCH.set((watch, gone))
+    try:
+        return await run()
+    finally:
+        _WATCH.reset(token)
 
 
 class Handler:
@@ -288,7 +245,6 @@ class Handler:
         # with writes or the proxy on, the DNS-rebinding rule.
         self.hosts = host_rule(config, socket.gethostname())
         self._transform = hooks.transform
-        self._listing_view = hooks.listing
         self._opener = opener
         # The opened root once asked for (the warm path then reads one
         # attribute, not a call through the server's lazy property);
@@ -301,10 +257,11 @@ class Handler:
         self._cache = files if files.enabled else None
         self._inline = fs.inline
         self.content = content
-        self._refreshes: dict[str, trio.Event] = {}
-        self._jobs: trio.Nursery | None = None
-        self._boundary_prefix = secrets.token_hex(6)
-        self._boundary_counter = 0
+        self.revalidations = Revalidations(fs, files, opener)
+        # The multipart boundaries of range answers: unguessable, and
+        # distinct within the server's life.
+        prefix = "serverio-" + secrets.token_hex(6)
+        self._boundaries = map(f"{prefix}{{:x}}".format, count(1))
         # The step for requests with content (None: answered as any other
         # request); see BodyStep.
         self._receive: BodyStep | None = None
@@ -360,34 +317,35 @@ class Handler:
         """
         lifetime = self.hooks.running
         async with self.content.running(), trio.open_nursery() as jobs:
-            self._jobs = jobs
+            self.revalidations.jobs = jobs
             try:
                 async with lifetime() if lifetime is not None else nullcontext():
                     yield
             finally:
-                self._jobs = None
+                self.revalidations.jobs = None
                 jobs.cancel_scope.cancel()
 
     # ------------------------------------------------------------ entry
 
     def respond_now(
         self, req: RequestFacts, now: float, transform: bool = True
-    ) -> Prepared | Deferred:
+    ) -> Prepared | Resolve | Listing | Coding:
         """As much of the response as can be had without waiting.
 
         Inline mode resolves here, on the event loop (that is what
         ``--fs-workers 0`` asks for); pooled mode answers here only from
         the warm-file cache inside its validity window.  What must wait is
-        returned as a :class:`Deferred`.  A request the hooks' transform
-        takes (:meth:`Transform.base`) is always deferred: its base is
-        resolved, then transformed.  ``transform=False``: the answer
-        without the transform (what the transform's base gets).
+        returned as the need the driver fulfils (:meth:`fulfil`).  A
+        request the hooks' transform takes (:meth:`Transform.base`) always
+        waits: its base is resolved, then transformed.
+        ``transform=False``: the answer without the transform (what the
+        transform's base gets).
         """
         if self._transform is not None and transform:
-            deferred = self._transforming(self._transform, req, now)
-            if deferred is not None:
-                return deferred
-        boundary = self._boundary() if req.range is not None else ""
+            base = self._transform.base(req)
+            if base is not None:
+                return Resolve(req, base=base)
+        boundary = next(self._boundaries) if req.range is not None else ""
         files = self._cache
         if self._inline:
             # Inline hits are revalidated by a stat every time: no trust
@@ -406,10 +364,10 @@ class Handler:
                     memo = prepared.memo
                     if memo is not None:
                         hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
-                    if not prepared.needs_followup:
+                    if prepared.todo is None:
                         self.warm.keep(req, hit, prepared, now)
                         return prepared
-                    return _memoised(hit, self._followups(prepared, req, now))
+                    return _memoised(hit, self.followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
             root = self._root if self._root is not None else self._opened()
             res = resolve(
@@ -423,9 +381,9 @@ class Handler:
                 hit,
             )
             prepared = decide(res, req, self.config, now, boundary)
-            if not prepared.needs_followup:
+            if prepared.todo is None:
                 return prepared
-            return self._followups(prepared, req, now)
+            return self.followups(prepared, req, now)
         mono = trio.current_time()
         hit = cache_candidate(files, req, self.config) if files is not None else None
         if hit is not None and not (hit.entry.whole or self._answerable(hit)):
@@ -437,19 +395,18 @@ class Handler:
             state = window_state(hit.entry.checked, mono, self.config.files.fs_cache_valid)
             if state != "expired":
                 if state == "refresh":
-                    self._refresh(hit)  # in the background; this request does not wait
+                    # In the background; this request does not wait.
+                    self.revalidations.start(hit)
                 files.hit()
                 prepared = serve_cached(hit, req, self.config, now, boundary)
                 memo = prepared.memo
                 if memo is not None:
                     hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
                 self.warm.keep(req, hit, prepared, now)  # answered from it while fresh
-                return _memoised(hit, self._followups(prepared, req, now))
-
-        async def pooled(_: Prepared | None) -> Prepared:
-            return await self._pooled(req, now, boundary, files, mono, hit)
-
-        return Deferred(pooled)
+                if prepared.todo is None:
+                    return prepared
+                return _memoised(hit, self.followups(prepared, req, now))
+        return Resolve(req, boundary, mono, hit)
 
     def _answerable(self, hit: CacheCandidate) -> bool:
         """Can the candidate of an entry without the file's bytes answer now?
@@ -459,85 +416,81 @@ class Handler:
             return True
         return self.content.compressed.get((hit.entry.facts.key, hit.coding)) is not None
 
-    # ------------------------------------------------------------ steps
-
-    def _transforming(self, transform: Transform, req: RequestFacts, now: float) -> Deferred | None:
-        base = transform.base(req)
-        if base is None:
-            return None
-
-        async def transformed(_: Prepared | None) -> Prepared:
-            got = await transform.apply(req, base, await self._plain(base, now), now)
-            if got is not None:
-                return got
-            return await self._plain(req, now)  # declined: the request as sent
-
-        return Deferred(transformed)
-
-    async def _plain(self, req: RequestFacts, now: float) -> Prepared:
-        """The untransformed answer, awaited.
-
-        Cancellation handling: the Deferred is closed in every case.
-        """
-        answer = self.respond_now(req, now, False)
-        if isinstance(answer, Prepared):
-            return answer
-        try:
-            return await answer.run()
-        finally:
-            answer.close()
-
-    def _boundary(self) -> str:
-        self._boundary_counter += 1
-        return f"serverio-{self._boundary_prefix}{self._boundary_counter:x}"
-
-    def _followups(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared | Deferred:
-        """Finish from the caches when they can answer; else defer."""
-        if not prepared.needs_followup:
+    def followups(
+        self, prepared: Prepared, req: RequestFacts, now: float
+    ) -> Prepared | Listing | Coding:
+        """A resolved answer finished from the caches when they can finish
+        it (``todo`` None: nothing to do); else what it must wait for: a
+        :class:`Listing` (a listing to scan and render, or its other form,
+        a folder archive) or a :class:`Coding` (a coding to produce, a
+        digest), which takes ``prepared`` over."""
+        todo = prepared.todo
+        if todo is None:
             return prepared
-        view = self._listing_view
-        if view is not None and prepared.listing and view.takes(req):
-
-            async def viewed(held: Prepared | None) -> Prepared:
-                assert held is not None
-                return await view.answer(req, held, now)
-
-            return FollowUp(viewed, prepared, listing=True)
+        if todo.listing:
+            return Listing(prepared, req)
         try:
-            if self.content.finish_cached(prepared, req, now):
-                return prepared
+            prepared = self.content.finish_cached(prepared, req, now)
+        except BaseException:
+            prepared.close()
+            raise
+        return prepared if prepared.todo is None else Coding(prepared, req)
+
+    # ------------------------------------------------------------ fulfillers
+
+    async def fulfil(self, need: Resolve | Listing | Coding, now: float) -> Prepared:
+        """What ``need`` waits for (the driver awaits it the transport's
+        way): a :class:`Resolve`'s resolved answer (whose follow-ups the
+        step asks :meth:`followups` for next; a transform's is finished),
+        a :class:`Listing`'s or a :class:`Coding`'s finished one.  Raises
+        :class:`~serverio.HTTPError` (such as
+        :class:`~serverio.PoolSaturated`) for an error answer.
+
+        Cancellation handling: see the module docstring; what the need
+        holds is closed before this raises.
+        """
+        if type(need) is Resolve:
+            if need.base is not None:
+                return await self._transformed(need.req, need.base, now)
+            return await self._pooled(need, now)
+        assert isinstance(need, Listing | Coding)
+        prepared, req = need.prepared, need.req
+        try:
+            view = self.hooks.listing
+            if type(need) is Listing and view is not None and view.takes(req):
+                return await view.answer(req, prepared, now)
+            return await self.content.finish(prepared, req, now)
         except BaseException:
             prepared.close()
             raise
 
-        async def finish(held: Prepared | None) -> Prepared:
-            assert held is not None
-            return await self._finish(held, req, now)
+    async def _transformed(self, req: RequestFacts, base: RequestFacts, now: float) -> Prepared:
+        """The hooks' transform of ``base``'s answer (live reload's
+        injection), or, declined, ``req`` answered as sent."""
+        transform = self._transform
+        assert transform is not None
+        got = await transform.apply(req, base, await self._settled(base, now), now)
+        if got is not None:
+            return got
+        return await self._settled(req, now)  # declined: the request as sent
 
-        # What is left: a listing to scan and render, or a coding (and a
-        # digest) to produce: the exchange names which (its Listing or
-        # Coding need).
-        return FollowUp(finish, prepared, listing=prepared.listing)
+    async def _settled(self, req: RequestFacts, now: float) -> Prepared:
+        """The untransformed answer, its needs fulfilled here, in turn.
 
-    async def _finish(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
-        try:
-            await self.content.finish(prepared, req, now)
-        except BaseException:
-            prepared.close()
-            raise
-        return prepared
+        Cancellation handling: what a need holds is closed by
+        :meth:`fulfil` before it raises.
+        """
+        got = self.respond_now(req, now, False)
+        while type(got) is not Prepared:
+            assert isinstance(got, Resolve | Listing | Coding)
+            got = self.followups(await self.fulfil(got, now), req, now)
+        return got
 
-    async def _pooled(
-        self,
-        req: RequestFacts,
-        now: float,
-        boundary: str,
-        files: FileCache | None,
-        mono: float,
-        hit: CacheCandidate | None,
-    ) -> Prepared:
+    async def _pooled(self, need: Resolve, now: float) -> Prepared:
         """Pooled mode past the window: wait for the shared revalidation of
         an expired entry (a stampede of hops becomes one stat), or hop."""
+        req, boundary, mono, hit = need.req, need.boundary, need.mono, need.hit
+        files = self._cache
         if hit is not None and needs_compressed(hit):
             # Its bytes would have to outlive the waits below in the
             # compression cache: resolve the file instead.
@@ -549,7 +502,7 @@ class Handler:
             # started before this request arrived, which is not fresh enough
             # when the window is (nearly) 0; the second one, shared with
             # everyone who waited, starts after.
-            refreshed = self._refresh(hit)
+            refreshed = self.revalidations.start(hit)
             for last in (False, True):
                 if refreshed is None or mono - hit.entry.checked <= valid:
                     break
@@ -557,10 +510,9 @@ class Handler:
                 if last or files.get(hit.key) is not hit.entry:
                     break  # waited enough, or the file changed: resolve it afresh
                 if mono - hit.entry.checked > valid:
-                    refreshed = self._refresh(hit)
+                    refreshed = self.revalidations.start(hit)
             if mono - hit.entry.checked <= valid and files.get(hit.key) is hit.entry:
-                prepared = _cached(files, hit, req, self.config, now, boundary)
-                return await self._settle(prepared, req, now)
+                return _cached(files, hit, req, self.config, now, boundary)
         # One hop: the revalidation of the candidate (if any) or the full
         # resolution; the decision runs here, on the event loop, after it.
         res = await run_blocking(
@@ -578,36 +530,43 @@ class Handler:
         )
         if res.kind == CACHED:
             assert files is not None and hit is not None
-            prepared = _cached(files, hit, req, self.config, now, boundary)
-        else:
-            prepared = decide(res, req, self.config, now, boundary)
-        return await self._settle(prepared, req, now)
+            return _cached(files, hit, req, self.config, now, boundary)
+        return decide(res, req, self.config, now, boundary)
 
-    async def _settle(self, prepared: Prepared, req: RequestFacts, now: float) -> Prepared:
-        answer = self._followups(prepared, req, now)
-        if isinstance(answer, Prepared):
-            return answer
-        return await answer.run()
 
-    # ------------------------------------------------------------ revalidation
+class Revalidations:
+    """The warm-file cache's revalidation jobs: one at a time per file,
+    through the ``fs`` pool, in the handler's job nursery (``jobs``, set
+    while the server runs; None: no job can start).  A request that finds
+    an entry expired waits for the one under way instead of hopping itself
+    (a stampede of hops becomes one ``stat``)."""
 
-    def _refresh(self, hit: CacheCandidate) -> trio.Event | None:
-        """Revalidate a cached file through the pool, once at a time; the
-        Event is set when done (None: no job nursery to run it in)."""
-        done = self._refreshes.get(hit.key)
-        if done is None and self._jobs is not None:
-            done = self._refreshes[hit.key] = trio.Event()
-            self._jobs.start_soon(self._run_refresh, hit.key, hit.entry, done)
+    __slots__ = ("_done", "_files", "_fs", "_opener", "jobs")
+
+    def __init__(self, fs: Pool, files: FileCache, opener: Callable[[], ContainedRoot]) -> None:
+        self._fs = fs
+        self._files = files
+        self._opener = opener
+        self._done: dict[str, trio.Event] = {}
+        self.jobs: trio.Nursery | None = None
+
+    def start(self, hit: CacheCandidate) -> trio.Event | None:
+        """Revalidate ``hit``'s file unless that is under way; the Event is
+        set when done (None: no job nursery to run it in)."""
+        done = self._done.get(hit.key)
+        if done is None and self.jobs is not None:
+            done = self._done[hit.key] = trio.Event()
+            self.jobs.start_soon(self._run, hit.key, hit.entry, done)
         return done
 
-    async def _run_refresh(self, key: str, entry: CachedFile, done: trio.Event) -> None:
+    async def _run(self, key: str, entry: CachedFile, done: trio.Event) -> None:
         """Cancellation handling: a refresh cancelled at shutdown abandons its
         thread like any pooled call; the thread only stamps or drops the
         entry, so nothing needs closing.  Waiters are woken either way."""
         try:
             await run_blocking(
-                self.fs,
-                self.files.revalidate,
+                self._fs,
+                self._files.revalidate,
                 key,
                 entry,
                 self._opener().stat,
@@ -620,13 +579,15 @@ class Handler:
             # entry just expires and requests resolve the file themselves.
             log.exception("internal error while revalidating a cached file")
         finally:
-            del self._refreshes[key]
+            del self._done[key]
             done.set()
 
 
-def _memoised(hit: CacheCandidate, answer: Prepared | Deferred) -> Prepared | Deferred:
+def _memoised(
+    hit: CacheCandidate, answer: Prepared | Listing | Coding
+) -> Prepared | Listing | Coding:
     """``answer``, with the memo its follow-up made from the caches (a coding
-    made on the fly: ``Prepared.memo_key``) stored in ``hit``'s entry."""
+    made on the fly: ``FollowUps.memo_key``) stored in ``hit``'s entry."""
     if type(answer) is Prepared:
         memo = answer.memo
         if memo is not None:

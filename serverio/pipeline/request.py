@@ -10,7 +10,7 @@ into :class:`~serverio.http.core.RequestFacts` (with the shared field scan,
    without awaiting (a warm-file cache hit: no await, no coroutine, no
    state object), else the exchange's state and its first need;
 2. :func:`serverio.pipeline.driver.drive` fulfils the needs (the site's
-   routing, the handler's deferred part, the access hook, the proxy, a
+   routing, the handler's waits, the access hook, the proxy, a
    write) until the step (:func:`serverio.pipeline.exchange.step`) returns
    the Final answer;
 3. an :class:`~serverio.errors.HTTPError` raised while the transport built

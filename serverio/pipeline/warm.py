@@ -147,8 +147,8 @@ class WarmAnswers:
         if (
             not plan.shared
             or body is None
-            or prepared.fd >= 0
-            or prepared.needs_followup
+            or prepared.opened is not None
+            or prepared.todo is not None
             or plan.status >= 400
         ):
             return

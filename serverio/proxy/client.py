@@ -26,6 +26,7 @@ import collections
 import functools
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from typing import Final
@@ -53,6 +54,19 @@ RECV_SIZE: Final = 65536
 # Plain sockets take os.write on POSIX (the upstream send's fast path, as
 # the client side's in net/emit.py); elsewhere trio's send_all does it all.
 _FD_IO: Final = os.name == "posix"
+
+# What h11 checks of a request line (RFC 9112 §3: a method is a token, a
+# request-target visible characters), for the head serverio writes itself
+# (UpstreamConn.start_request): the same grammar as h11's own
+# (h11._abnf.method, request_target).
+_METHOD: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+_TARGET: Final = re.compile(rb"[\x21-\x7e]+")
+# Fields that make a request more than a plain head for h11's state machine
+# (framing, a protocol switch, an expectation, the connection's persistence):
+# a request with one of them is serialised by h11.
+_STATEFUL: Final = frozenset(
+    {b"content-length", b"transfer-encoding", b"upgrade", b"connection", b"expect", b"te"}
+)
 
 # A response head: from the fast reader or from h11.
 Head = h11.Response | h11.InformationalResponse | FastResponse
@@ -144,6 +158,7 @@ class UpstreamConn:
         "_fresh",
         "_sock",
         "_tried",
+        "_unsent",
         "closed",
         "h11",
         "once",
@@ -171,6 +186,10 @@ class UpstreamConn:
         # to it where its next event is read (buffered_event), so that a
         # read costs one visit to the reader, not two.
         self._fresh: bytes | None = None
+        # A request head written without h11 (start_request's plain GET):
+        # what h11 is told, should its reader take over (_handoff); None:
+        # h11 sent the request, or none was sent.
+        self._unsent: tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None = None
 
     async def _send(self, data: bytes) -> None:
         """``data`` to the upstream.  Fast path: one non-blocking write of a
@@ -209,6 +228,7 @@ class UpstreamConn:
         self.received = 0
         self._fast = None
         self._fresh = None
+        self._unsent = None
         self._tried = False
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=fields))
@@ -247,21 +267,19 @@ class UpstreamConn:
         skips its own field regexes (``_parsed``: what h11's reader does
         with what it parsed); it still checks the method, the target and
         the framing fields."""
-        conn = self.h11
         self.received = 0
-        self._fast = None
         self._fresh = None
         self._tried = False
-        try:
-            request = h11.Request(method=method, target=target, headers=fields, _parsed=checked)
-            data = conn.send(request) + conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError as exc:
-            raise UpstreamError("framing", str(exc)) from None
-        if method != b"HEAD" and conn.our_state is h11.DONE:
-            # A complete request whose answer h11 would frame by its own
-            # fields (not HEAD, no protocol switch asked): the fast
-            # reader's case.
+        data = _plain_head(method, target, fields) if checked and method == b"GET" else None
+        if data is not None:
+            # A plain GET: the head h11 would write (Host first), written
+            # without h11, whose state stays IDLE; the response is the
+            # fast reader's (h11 is told of the request only if the fast
+            # reader hands over to it, _handoff).
+            self._unsent = (method, target, fields)
             self._fast = ResponseReader()
+        else:
+            data = self._h11_request(method, target, fields, checked)
         if self._sock is None or (fd := self._sock.fileno()) < 0:  # -1 once closed
             return data
         try:
@@ -271,6 +289,24 @@ class UpstreamConn:
         except OSError as exc:
             raise UpstreamError("reset", str(exc)) from None
         return data[n:]
+
+    def _h11_request(
+        self, method: bytes, target: bytes, fields: list[tuple[bytes, bytes]], checked: bool
+    ) -> bytes:
+        """A request without content serialised by h11 (``checked``: see
+        :meth:`start_request`); the fast reader reads its response when
+        h11 would frame it by its own fields (not HEAD, no switch asked)."""
+        conn = self.h11
+        self._fast = None
+        self._unsent = None
+        try:
+            request = h11.Request(method=method, target=target, headers=fields, _parsed=checked)
+            data = conn.send(request) + conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise UpstreamError("framing", str(exc)) from None
+        if method != b"HEAD" and conn.our_state is h11.DONE:
+            self._fast = ResponseReader()
+        return data
 
     async def send_rest(self, data: bytes) -> None:
         """What :meth:`start_request` left, with trio's waits.
@@ -312,6 +348,15 @@ class UpstreamConn:
         """The fast reader declined: h11 reads the rest (a fresh h11 for a
         body's rest: the connection is then never reused)."""
         self._fast = None
+        unsent = self._unsent
+        if unsent is not None:
+            # The request went out without h11: told now (its bytes are
+            # already sent), so that h11 frames the response by it.
+            self._unsent = None
+            method, target, fields = unsent
+            request = h11.Request(method=method, target=target, headers=fields, _parsed=True)
+            self.h11.send(request)
+            self.h11.send(h11.EndOfMessage())
         self.h11, fresh = fast.handoff(self.h11)
         if fresh:
             self.once = True
@@ -467,10 +512,14 @@ class UpstreamConn:
         """Both sides of the exchange complete and keep-alive (RFC 9112 §9.3),
         and the request did not ask to switch protocols (an upstream that
         declined may still hold state for it: such a connection is used once)."""
-        conn = self.h11
-        if self.once or conn.our_state is not h11.DONE:
+        if self.once:
             return False
         fast = self._fast
+        if self._unsent is not None:  # a plain GET h11 never saw: the fast reader's
+            return fast is not None and fast.reusable
+        conn = self.h11
+        if conn.our_state is not h11.DONE:
+            return False
         if fast is None:
             return conn.their_state is h11.DONE
         return fast.reusable  # read to its end, nothing past it, keep-alive
@@ -479,7 +528,12 @@ class UpstreamConn:
         """Ready for the next exchange (after a :attr:`reusable` one): h11's
         next cycle, or a new h11 when the fast reader read the response
         (h11 never saw it)."""
-        if self._fast is not None:
+        if self._unsent is not None:
+            # h11 never saw the exchange: still IDLE, ready as it is.
+            self._unsent = None
+            self._fast = None
+            self._fresh = None
+        elif self._fast is not None:
             self._fast = None
             self._fresh = None
             self.h11 = h11.Connection(h11.CLIENT)
@@ -490,6 +544,30 @@ class UpstreamConn:
         if not self.closed:
             self.closed = True
             close_stream(self.stream)
+
+
+def _plain_head(method: bytes, target: bytes, fields: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The head h11 writes for a request without content (its request line,
+    Host first, the other fields in order, the blank line; the request's
+    end adds nothing), when h11's state machine has nothing to note in it:
+    one Host, no field of :data:`_STATEFUL`; else None (h11 serialises it).
+    The fields' names and values are the caller's proof (``checked``: h11's
+    grammar, lowercase names); the request line is checked here as h11
+    checks it."""
+    host = None
+    for name, value in fields:
+        if name == b"host":
+            if host is not None:
+                return None  # h11's 400 for a second Host
+            host = value
+        elif name in _STATEFUL:
+            return None
+    if host is None or _METHOD.fullmatch(method) is None or _TARGET.fullmatch(target) is None:
+        return None
+    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, target, host)]
+    lines += [b"%s: %s\r\n" % field for field in fields if field[0] != b"host"]
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 def _both_framings(fields: Iterable[tuple[bytes, bytes]]) -> bool:

@@ -11,9 +11,10 @@ Per request, in this order (docs/features.md "Site rules"):
 1. :meth:`Site.route`: a CORS preflight; the core's method and hidden-path
    decisions; access (the request path *and* the path a rewrite or clean
    URL would serve); redirects; rewrites;
-2. :meth:`Site.respond_now`: the handler, retried once with the
-   ``.html`` file of a clean URL, or the directory of a
-   ``--trailing-slash remove`` path, when the first answer says so;
+2. :meth:`Site.alternative`: the request the handler is asked once more,
+   the ``.html`` file of a clean URL, or the directory of a
+   ``--trailing-slash remove`` path, when its first answer says so (the
+   exchange asks, :mod:`serverio.pipeline.exchange`);
 3. :meth:`Site.admit`: access again, on what the handler resolved (the
    pipeline's access hook, :func:`serverio.pipeline.request.access`);
 4. :meth:`Site.finish`: the error page for the status, then the header
@@ -36,11 +37,10 @@ import functools
 import ipaddress
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from types import ModuleType
-from typing import Any, Protocol
 
 from ..concurrency.blocking import Pool
 from ..config import Config
@@ -61,9 +61,7 @@ from ..http.plans import no_content_plan, redirect_plan
 from ..http.target import Target
 from ..live.protocol import csp_blocks_scripts, watch_csp
 from ..live.script import live_assets
-from ..model import Prepared
 from ..observe.stats import Stats
-from ..pipeline.handler import Deferred
 from ..pipeline.hooks import Reserved, Router
 from .access import write_allowed
 from .authlimit import FAILURE_BUDGET, FAILURE_WINDOW, AuthLimiter
@@ -86,7 +84,6 @@ from .rules import (
 __all__ = [
     "FAILURE_BUDGET",
     "FAILURE_WINDOW",
-    "Responder",
     "Site",
     "Ticket",
     "load_site",
@@ -95,14 +92,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("serverio")
-
-
-class Responder(Protocol):
-    """What :meth:`Site.respond_now` asks of the request handler
-    (:class:`serverio.pipeline.handler.Handler`): its answer now, a
-    Prepared or a Deferred."""
-
-    def respond_now(self, req: RequestFacts, now: float) -> Prepared | Any: ...
 
 
 _ROUTES_MAX = 4096
@@ -578,40 +567,14 @@ class Site:
 
     # ------------------------------------------------------------ step 2
 
-    def respond_now(self, handler: Responder, req: RequestFacts, now: float) -> Prepared | Deferred:
-        """The handler's answer, retried with the alternative target when
-        clean URLs or ``--trailing-slash remove`` call for one."""
-        answer = handler.respond_now(req, now)
+    def alternative(self, req: RequestFacts, plan: Plan) -> RequestFacts | None:
+        """The request to answer instead of ``req``, whose first answer is
+        ``plan``: a clean URL's ``.html`` file for a 404, a slashless
+        directory's index for its 301 under ``--trailing-slash remove``;
+        None (the answer stands)."""
         rules = self.rules
         if not rules.clean_urls and rules.trailing_slash != "remove":
-            return answer
-        if isinstance(answer, Prepared):
-            alt = self._alternative(req, answer.plan)
-            if alt is None:
-                return answer
-            answer.close()
-            retried: Prepared | Deferred = handler.respond_now(alt, now)
-            return retried
-        first: Deferred = answer
-
-        async def step(_: Prepared | None) -> Prepared:
-            prepared = await first.run()
-            alt = self._alternative(req, prepared.plan)
-            if alt is None:
-                return prepared
-            prepared.close()
-            again: Prepared | Deferred = handler.respond_now(alt, now)
-            if isinstance(again, Prepared):
-                return again
-            try:
-                return await again.run()
-            finally:
-                again.close()
-
-        return _Chained(step, first)
-
-    def _alternative(self, req: RequestFacts, plan: Plan) -> RequestFacts | None:
-        rules = self.rules
+            return None
         target = req.target
         if (
             plan.status == 404
@@ -658,29 +621,3 @@ class Site:
         re-read; a read stuck in the filesystem is abandoned.
         """
         return self.finisher.running()
-
-
-class _Chained(Deferred):
-    """A Deferred whose step owns another Deferred (closed with it)."""
-
-    __slots__ = ("_inner",)
-
-    def __init__(
-        self, step: Callable[[Prepared | None], Awaitable[Prepared]], inner: Deferred
-    ) -> None:
-        super().__init__(step)
-        self._inner = inner
-
-    async def run(self) -> Prepared:
-        try:
-            return await super().run()
-        finally:
-            self._inner.close()
-
-    @property
-    def holds(self) -> bool:
-        return self._inner.holds or super().holds
-
-    def close(self) -> None:
-        super().close()
-        self._inner.close()
