@@ -43,6 +43,16 @@ instead (``bench/pair.py --h2``: one h2c connection with prior knowledge
 over the socketpair, N streams on it, ``--streams M`` in flight at a time,
 default 1), client and server together.
 
+``--listing N`` measures instructions per HTML listing of a folder of N
+files (``GET /big/``, ``Accept: text/html``) with ``--listing-cache-size
+0``: the rendered-listings cache is the only memo of a listing (the
+directory is scanned on every request), so with it off every request
+scans, decides and renders.  ``--listing-mode rules`` adds ``--upload``
+and ``--allow`` rules (an anonymous reader; the page asks the access hook
+per entry which row actions to show).  As for ``--rules``,
+``bench/listingpair.py`` is this checkout's, run in each tree on that
+tree's own ``pair.py`` connection.
+
 Each serverio is measured with *its own* ``bench/pair.py``: the script drives
 serverio's connection class directly, whose shape the commit defines, so an
 old commit is run from its exported tree (bench/commits.py) with that tree as
@@ -78,6 +88,11 @@ from bench import commits
 # bench/rulespair.py's modes (--rules), and the marker of that workload.
 RULES = ("plain", "auth", "access", "cookie", "cookie-access")
 _RULES_DRIVER = "@rulespair"
+# bench/listingpair.py's modes (--listing N --listing-mode M), and its marker.
+LISTING_MODES = ("plain", "rules")
+_LISTING_DRIVER = "@listingpair"
+# Each copied out of this checkout and run in every tree (module docstring).
+_DRIVERS = {_RULES_DRIVER: "rulespair.py", _LISTING_DRIVER: "listingpair.py"}
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
@@ -153,15 +168,15 @@ def _argv(
     if not script.exists():
         raise CallgrindError(f"{subject.label} has no bench/pair.py")
     out = workdir / f"callgrind.{subject.label.replace('/', '_')}.{server}.{n}"
-    if mode and mode[0] == _RULES_DRIVER:
-        driver = workdir / "rulespair.py"
+    if mode and mode[0] in _DRIVERS:
+        driver = workdir / _DRIVERS[mode[0]]
         return [
             "valgrind",
             "--tool=callgrind",
             f"--callgrind-out-file={out}",
             python,
             str(driver),
-            mode[1],
+            *mode[1:],
             "-n",
             str(n),
         ], out
@@ -349,6 +364,24 @@ def add_parser(sub: Any) -> None:
         "upload below /incoming), cookie (an [[auth]] rule over the site, a session cookie), "
         "cookie-access (--allow alice:read,list@/, the same cookie)",
     )
+    cg.add_argument(
+        "--listing",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instructions per HTML listing (GET /big/, Accept: text/html) of a folder of N "
+        "files, with --listing-cache-size 0 so that every request scans and renders "
+        "(bench/listingpair.py, this checkout's, runs in each tree; use small counts, "
+        "e.g. -n 3,9)",
+    )
+    cg.add_argument(
+        "--listing-mode",
+        choices=LISTING_MODES,
+        default="plain",
+        help="with --listing: plain (default settings) or rules (--upload, --allow "
+        "anonymous:read,list@/ and alice:upload,delete@/; an anonymous reader: the page "
+        "asks the access hook per entry; a tree before --allow refuses it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -378,6 +411,9 @@ def run(args: argparse.Namespace) -> int:
     if args.rules and (mode or args.bare):
         print("callgrind: --rules is the warm HTTP/1.1 GET: no other workload", file=sys.stderr)
         return 2
+    if args.listing < 0 or (args.listing and (mode or args.bare or args.rules)):
+        print("callgrind: --listing N is a workload of its own (N > 0)", file=sys.stderr)
+        return 2
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serverio-callgrind-") as tmp:
         if args.rules:
@@ -385,6 +421,9 @@ def run(args: argparse.Namespace) -> int:
             # holds nothing but it, whichever tree it runs in.
             shutil.copy(commits.REPO / "bench" / "rulespair.py", Path(tmp) / "rulespair.py")
             mode = [_RULES_DRIVER, args.rules]
+        if args.listing:
+            shutil.copy(commits.REPO / "bench" / "listingpair.py", Path(tmp) / "listingpair.py")
+            mode = [_LISTING_DRIVER, args.listing_mode, "--entries", str(args.listing)]
         for subject in subs:
             precompile(subject, sys.executable)
             for server in servers:
@@ -413,6 +452,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/request (login, {args.login})"
     elif args.rules:
         unit = f"Ir/request (rules: {args.rules})"
+    elif args.listing:
+        unit = f"Ir/listing ({args.listing} entries, {args.listing_mode})"
     else:
         unit = "Ir/request"
     print(f"| serverio | server | {unit} (n={args.n[0]}..{args.n[1]}) | vs this checkout |")

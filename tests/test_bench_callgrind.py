@@ -108,3 +108,68 @@ def test_the_rules_driver_serves_the_warm_get_in_each_mode(tmp_path: Path, mode:
 def test_rules_with_another_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert _bench("callgrind", "--rules", "access", "--h2") == 2
     assert "--rules is the warm HTTP/1.1 GET" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["plain", "rules"])
+def test_the_listing_driver_serves_the_html_listing_in_each_mode(tmp_path: Path, mode: str) -> None:
+    """bench/listingpair.py (``callgrind --listing N``), run as callgrind
+    runs it: a copy outside the tree, the tree as working directory; each
+    listing of the folder of N files is a whole 200 (its length grows with
+    N: the page lists them all)."""
+    driver = tmp_path / "listingpair.py"
+    shutil.copy(Path(commits.REPO) / "bench" / "listingpair.py", driver)
+    lengths = []
+    for entries in (5, 40):
+        proc = subprocess.run(
+            [sys.executable, str(driver), mode, "--entries", str(entries), "-n", "3"],
+            cwd=commits.REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        m = re.search(
+            rf"serverio listing \({mode}, {entries} entries\): .* (\d+) bytes", proc.stdout
+        )
+        assert m is not None, proc.stdout
+        lengths.append(int(m[1]))
+    assert lengths[1] > lengths[0] + 35 * 40  # a row per file, each at least 40 bytes
+
+
+def test_the_listing_settings_turn_the_rendered_listings_cache_off(tmp_path: Path) -> None:
+    """Every measured request scans and renders: the listing cache (the
+    only memo of a listing) keeps nothing; ``rules`` adds the page's rights."""
+    from bench import listingpair
+
+    plain = listingpair.settings("plain", tmp_path / "users")
+    assert plain == {"listing_cache_size": 0}
+    rules = listingpair.settings("rules", tmp_path / "users")
+    assert rules["listing_cache_size"] == 0 and rules["upload"] is True
+    assert rules["allow"] == ("anonymous:read,list@/", "alice:upload,delete@/")
+    assert (tmp_path / "users").read_text().startswith("alice:")
+
+
+def test_the_listing_mode_runs_the_copied_driver(tmp_path: Path) -> None:
+    subject = callgrind.Subject("this checkout", commits.REPO, {})
+    mode = [callgrind._LISTING_DRIVER, "rules", "--entries", "30"]
+    argv, _ = callgrind._argv(subject, 3, "serverio", "python", tmp_path, mode)
+    assert argv[-6:] == [str(tmp_path / "listingpair.py"), "rules", "--entries", "30", "-n", "3"]
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_listing_with_another_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _bench("callgrind", "--listing", "100", "--h2") == 2
+    assert "--listing N is a workload of its own" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_callgrind_listing_prints_instructions_per_listing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _bench("callgrind", "--listing", "20", "-n", "1,3") == 0
+    out = capsys.readouterr().out
+    assert "Ir/listing (20 entries, plain) (n=1..3)" in out
+    m = re.search(r"^\| this checkout \| serverio \| ([\d,]+) \| \+0\.0% \|$", out, re.MULTILINE)
+    assert m is not None, out
+    assert 100_000 < int(m[1].replace(",", "")) < 500_000_000
