@@ -521,3 +521,44 @@ async def test_a_resumable_upload_needs_overwrite_to_replace_a_file(
         r = await send("PATCH", location, {**patch, **basic("alice")}, b"cd")
         assert r.status >= 400
         assert (tree / "incoming" / "late.txt").read_text() == "someone else's"
+
+
+def test_a_full_memo_of_open_reads_decides_the_asked_kind_alone(
+    tree: Path, users: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm anonymous read's memo of each path's open kinds is bounded.
+    Once full (a listing of more names than it holds, or a client's junk
+    paths) a new path is decided on the asked kind alone, the same answer
+    as with room, and the memo is neither cleared nor grown: a 10,000-name
+    listing no longer pays five checks per name on every view."""
+    from serverio.http.access import AccessTarget, Kind
+    from serverio.site import gate as gate_mod
+
+    cfg = make_config(
+        tree, auth_file=str(users), allow=("anonymous:read,list@/", "alice:read@/private")
+    )
+    fresh = load_site(cfg)
+    full = load_site(cfg)
+    assert fresh is not None and full is not None
+    monkeypatch.setattr(gate_mod, "_RULES_MAX", 8)
+    for i in range(8):
+        full.gate.decide_now(AccessTarget((f"/junk/{i}",), Kind.FILE), None, frozenset())
+    memo = dict(full.gate._opens)
+    assert len(memo) == 8
+    checks: list[Kind] = []
+    real = gate_mod._open_read
+
+    def counted(found: object, target: AccessTarget) -> bool:
+        checks.append(target.kind)
+        return real(found, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gate_mod, "_open_read", counted)
+    for path in ("/pub.txt", "/private/s.txt", "/dir/", "/private/"):
+        for kind in (Kind.FILE, Kind.LISTING, Kind.SIDECAR, Kind.WRITE):
+            target = AccessTarget((path,), kind)
+            want = fresh.gate.decide_now(target, None, frozenset()).verdict
+            checks.clear()
+            assert full.gate.decide_now(target, None, frozenset()).verdict == want, (path, kind)
+            if kind is not Kind.WRITE:  # the memo's question: the asked kind only
+                assert checks[:1] == [kind] and Kind.REQUEST not in checks, (path, kind)
+    assert full.gate._opens == memo  # kept whole, not cleared, not grown

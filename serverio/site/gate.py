@@ -146,9 +146,18 @@ class Gate:
             # The warm anonymous read: a memo of the paths' open kinds.
             if target.right is None and target.also is None:
                 kinds = self._opens.get(target.paths)
-                if kinds is None:
-                    kinds = self._open_kinds(target.paths)
-                if target.kind in kinds:
+                if kinds is not None:
+                    if target.kind in kinds:
+                        return ALLOWED
+                elif len(self._opens) < _RULES_MAX:
+                    if target.kind in self._open_kinds(target.paths):
+                        return ALLOWED
+                elif target.kind in _READ_KINDS and _open_read(
+                    self._decider(target.paths), AccessTarget(target.paths, target.kind)
+                ):
+                    # The memo is full (a listing of more names than it
+                    # holds, or client input): the asked kind alone, not
+                    # the five of a memo entry, and the memo kept.
                     return ALLOWED
         kind = target.kind
         if kind is Kind.WRITE and not write_allowed(self.rules, target):
@@ -342,14 +351,13 @@ class Gate:
     def _open_kinds(self, paths: tuple[str, ...]) -> tuple[Kind, ...]:
         """The read kinds (a request path, a file, a sidecar, a listing) of
         ``paths`` every deciding ``[[access]]`` rule lets an anonymous
-        client have, memoised (bounded): :func:`_open_read` per kind.  A
+        client have, memoised (the caller asks only while the memo has
+        room: at most ``_RULES_MAX`` entries): :func:`_open_read` per kind.  A
         tuple: ``in`` finds an enum member by identity (a frozenset would
         hash it, in Python)."""
         found = self._decider(paths)
         kinds = tuple(k for k in _READ_KINDS if _open_read(found, AccessTarget(paths, k)))
-        if len(self._opens) >= _RULES_MAX:
-            self._opens.clear()  # bounded: paths are client input
-        self._opens[paths] = kinds
+        self._opens[paths] = kinds  # bounded by the caller: paths are client input
         return kinds
 
     def _below(self, paths: tuple[str, ...]) -> tuple[AccessRule | None, ...]:
