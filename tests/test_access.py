@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -329,23 +330,28 @@ async def test_a_later_feature_asks_the_pipelines_hook_with_its_own_target(
             return RequestFacts(method, parse_target(method, b"/api"), authorization=auth)
 
         ticket = Ticket(None, req(None, b"HEAD"))
-        refusal = await request_mod.access(deps, target, ticket, NOW, peer)
+        refusal, after = await request_mod.access(deps, target, ticket, NOW, peer)
         assert refusal is not None and refusal.status == 401 and not refusal.send_body
         assert dict(refusal.headers)[b"www-authenticate"].startswith(b"Basic ")
-        assert not ticket.protected and not ticket.granted
+        assert after is not None and not after.protected and not after.granted
 
         ticket = Ticket(None, req(GOOD))
-        assert await request_mod.access(deps, target, ticket, NOW, peer) is None
-        assert ticket.protected and ticket.authed and ticket.granted == {0}
+        refusal, after = await request_mod.access(deps, target, ticket, NOW, peer)
+        assert refusal is None and after is not None
+        assert after.protected and after.authed and after.granted == {0}
+        # Tickets are immutable: the decision is recorded in a new one.
+        assert not ticket.protected and not ticket.granted
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ticket.user = "mallory"  # type: ignore[misc]
         # Another target, unprotected: allowed, nothing recorded.
         other = Ticket(None, req(None))
-        assert await request_mod.access(deps, served_target("/p/x"), other, NOW, peer) is None
-        assert not other.protected
+        got = await request_mod.access(deps, served_target("/p/x"), other, NOW, peer)
+        assert got == (None, other)
     # Without site rules the hook allows at once.
     async with memory_connection(make_config(tree)) as (_, srv, _):
         assert srv.env.site is None
-        got = await request_mod.access(srv.env, target, Ticket(None, req(None)), NOW, peer)
-        assert got is None
+        plain = Ticket(None, req(None))
+        assert await request_mod.access(srv.env, target, plain, NOW, peer) == (None, plain)
     await trio.lowlevel.checkpoint()
 
 

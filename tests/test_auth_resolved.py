@@ -27,7 +27,7 @@ import trio
 
 from serverio.fs import opener as opener_mod
 from serverio.fs.opener import RootOpener
-from serverio.http.access import ALLOWED, Access
+from serverio.http.access import ALLOWED, Access, Ticket
 from serverio.live.service import LiveReload
 from serverio.site import service as site_mod
 from serverio.site.passwords import hash_password
@@ -472,8 +472,10 @@ async def test_the_property_test_sees_a_leak_on_a_server_that_ignores_resolution
 ) -> None:
     # The harness itself can fail: with the resolved-target decision
     # switched off, a known bypass is reported as a leak.
-    async def allow(self: object, *a: object) -> Access:
-        return ALLOWED
+    async def allow(
+        self: object, target: object, ticket: Ticket, client: object
+    ) -> tuple[Access, Ticket]:
+        return ALLOWED, ticket
 
     monkeypatch.setattr(site_mod.Site, "admit", allow)
     www = tmp_path / "www"

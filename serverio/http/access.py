@@ -296,11 +296,15 @@ def access_paths(path: str) -> tuple[str, ...]:
     return (path,)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Ticket:
     """What :meth:`serverio.site.service.Site.route` decided: an answer
     (``plan``), or the request to serve (possibly rewritten);
-    ``protected``/``authed``: an auth rule applied / the client passed it."""
+    ``protected``/``authed``: an auth rule applied / the client passed it.
+
+    Immutable: the access hook's decision on a resolved target makes a new
+    ticket (:meth:`serverio.site.service.Site.admit`), which the exchange
+    keeps in its state."""
 
     plan: Plan | None
     req: RequestFacts

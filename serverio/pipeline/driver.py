@@ -30,6 +30,7 @@ from ..http.core import Plan
 from ..model import ChunkSource
 from .exchange import (
     Admit,
+    Admitted,
     Authenticate,
     Coding,
     Exchange,
@@ -44,6 +45,7 @@ from .exchange import (
     Turn,
     Upstream,
     Write,
+    Wrote,
     step,
 )
 from .handler import Closable, Content, Handler
@@ -166,7 +168,7 @@ async def _fulfil(state: Exchange, need: Need, io: Io) -> object:
         return await machine.site.route(need.req, state.now, io.client)
     if kind is Admit:
         assert isinstance(need, Admit)
-        return await access(machine, need.target, need.ticket, state.now, io.client)
+        return Admitted(*await access(machine, need.target, need.ticket, state.now, io.client))
     if kind is Write:
         assert isinstance(need, Write)
         return await _write(machine, need, state.now, io)
@@ -190,19 +192,20 @@ async def access(
     ticket: Ticket | None,
     now: float,
     client: Callable[[], str],
-) -> Plan | None:
+) -> tuple[Plan | None, Ticket | None]:
     """THE access hook: may ``ticket``'s client have ``target``?  None when
     it may (always, without site rules), else the refusal to send instead
     (401 with its challenge, 403, 429 with Retry-After, 503), made by the
-    pure layer (:func:`serverio.http.access.access_plan`).
+    pure layer (:func:`serverio.http.access.access_plan`); and the ticket
+    with the decision recorded (a new one: tickets are immutable).
 
     Every feature with a resolved target calls this instead of matching
     URLs itself: the pipeline for what the handler resolved (a file, a
     listing, a sidecar), a write, a proxy route, a mount or an archive
     member, with an :class:`~serverio.site.access.AccessTarget` of its own
     kind.  The decision is :meth:`serverio.site.service.Site.admit`; a rule
-    passed here is recorded in ``ticket`` (its responses are then private,
-    its error pages shown).
+    passed here is recorded in the ticket returned (its responses are then
+    private, its error pages shown).
 
     Cancellation handling: the password check is the only wait (in the
     site's ``auth`` pool, abandoned like any pooled call); the caller
@@ -210,11 +213,11 @@ async def access(
     """
     site = machine.site
     if site is None or ticket is None:
-        return None
-    got = await site.admit(target, ticket, client)
+        return None, ticket
+    got, ticket = await site.admit(target, ticket, client)
     if got.allowed:
-        return None
-    return access_plan(got, now, head=ticket.req.method == b"HEAD")
+        return None, ticket
+    return access_plan(got, now, head=ticket.req.method == b"HEAD"), ticket
 
 
 async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
@@ -233,11 +236,13 @@ async def _write(machine: Machine, need: Write, now: float, io: Io) -> object:
         client = io.client
 
         async def admit(target: AccessTarget) -> Plan | None:
-            return await access(machine, target, ticket, now, client)
+            nonlocal ticket  # each decision recorded, for the answer's ticket
+            refusal, ticket = await access(machine, target, ticket, now, client)
+            return refusal
 
     content: WriteContent = NO_CONTENT if io.content is None else io.content
     got: Plan | tuple[Plan, ChunkSource] = await need.run(req, content, now, admit)
-    return got
+    return Wrote(got, ticket)
 
 
 async def _upstream(need: Upstream, now: float, io: Io) -> object:

@@ -94,6 +94,7 @@ from ..model import CacheCandidate, ChunkSource, Prepared
 
 __all__ = [
     "Admit",
+    "Admitted",
     "Authenticate",
     "Coding",
     "Exchange",
@@ -116,6 +117,7 @@ __all__ = [
     "TurnRun",
     "Upstream",
     "Write",
+    "Wrote",
     "access_targets",
     "files",
     "finished",
@@ -197,11 +199,14 @@ class SiteSteps(Protocol):
 
     async def admit(
         self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
-    ) -> Access: ...
+    ) -> tuple[Access, Ticket]:
+        """The decision on a resolved target, and ``ticket`` with it
+        recorded (a new ticket: tickets are immutable)."""
+        ...
 
-    def admit_now(self, target: AccessTarget, ticket: Ticket) -> bool:
-        """:meth:`admit` when it needs no wait: True for an allow (recorded
-        in ``ticket``); False: the :class:`Admit` need asks :meth:`admit`."""
+    def admit_now(self, target: AccessTarget, ticket: Ticket) -> Ticket | None:
+        """:meth:`admit` when it needs no wait: the ticket with the allow
+        recorded; None: the :class:`Admit` need asks :meth:`admit`."""
         ...
 
     def alternative(self, req: RequestFacts, plan: Plan) -> RequestFacts | None:
@@ -383,13 +388,30 @@ HandlerNeed = Resolve | Listing | Coding
 
 
 class Admit(Need):
-    """The access hook on ``target`` (event: None, or the refusal's Plan)."""
+    """The access hook on ``target`` (event: :class:`Admitted`)."""
 
     __slots__ = ("target", "ticket")
 
     def __init__(self, target: AccessTarget, ticket: Ticket) -> None:
         self.target = target
         self.ticket = ticket
+
+
+class Admitted(NamedTuple):
+    """The access hook's answer on a target: the refusal to send (None:
+    allowed) and the ticket with the decision recorded."""
+
+    refusal: Plan | None
+    ticket: Ticket | None
+
+
+class Wrote(NamedTuple):
+    """A write stage's answer (a plan, or a plan and its streamed body)
+    and the ticket with the access hook's decisions on what it wrote
+    recorded (None without site rules)."""
+
+    answer: Plan | tuple[Plan, ChunkSource]
+    ticket: Ticket | None
 
 
 # A feature stage's own turn: (req, content or None, now, client) -> its event.
@@ -527,10 +549,12 @@ def files(
             if kept is not None and kept[0].plan.status == 200:  # a plain file's
                 final, targets = kept
                 for target in targets:
-                    if not site.admit_now(target, ticket):
+                    admitted = site.admit_now(target, ticket)
+                    if admitted is None:
                         break  # the long way: the Admit need decides it
+                    ticket = admitted
                 else:
-                    return state, finished(site, final.plan, -1, ticket)
+                    return state._replace(ticket=ticket), finished(site, final.plan, -1, ticket)
         return _respond(state._replace(phase=Phase.RESOLVED, stage=None, at=-1))
     if not content:
         # A warm file's precomputed answer (routing, the decision and the
@@ -700,17 +724,25 @@ def _admitting(
     site = state.machine.site
     assert site is not None
     for at, target in enumerate(targets):
-        if not site.admit_now(target, ticket):
-            state = state._replace(phase=Phase.ADMITTED, held=prepared, targets=targets[at + 1 :])
+        admitted = site.admit_now(target, ticket)
+        if admitted is None:
+            state = state._replace(
+                phase=Phase.ADMITTED, held=prepared, targets=targets[at + 1 :], ticket=ticket
+            )
             return state, Admit(target, ticket)
+        ticket = admitted
+    state = state._replace(ticket=ticket)
     return state, _admitted(state, prepared)
 
 
-def _admit(state: Exchange, refusal: object) -> Step:
-    """The access hook's decision on one target of what was resolved."""
+def _admit(state: Exchange, event: object) -> Step:
+    """The access hook's decision on one target of what was resolved: the
+    refusal (None: allowed) and the ticket with the decision recorded."""
     prepared = state.held
-    ticket = state.ticket
-    assert prepared is not None and ticket is not None
+    assert prepared is not None and type(event) is Admitted
+    refusal, ticket = event
+    assert ticket is not None  # an Admit need is raised only with site rules
+    state = state._replace(ticket=ticket)
     if refusal is not None:
         assert isinstance(refusal, Plan)
         prepared.close()

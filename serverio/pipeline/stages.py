@@ -74,6 +74,7 @@ from .exchange import (
     Step,
     Upstream,
     Write,
+    Wrote,
     files,
     finished,
     forwarded,
@@ -190,14 +191,18 @@ class WriteStage(Stage):
 
     def step(self, state: Exchange, event: object) -> Step:
         """The write's answer, finished by the site (its routing does not
-        apply: a write names the file it writes)."""
+        apply: a write names the file it writes), with the ticket its
+        access decisions made."""
+        assert type(event) is Wrote
+        answer, ticket = event
+        state = state._replace(ticket=ticket)
         chunks = None
-        if type(event) is tuple:
-            plan, chunks = event
+        if type(answer) is tuple:
+            plan, chunks = answer
         else:
-            assert isinstance(event, Plan)
-            plan = event
-        return state, finished(state.machine.site, plan, -1, state.ticket, state.req, chunks)
+            assert isinstance(answer, Plan)
+            plan = answer
+        return state, finished(state.machine.site, plan, -1, ticket, state.req, chunks)
 
 
 class SiteStage(Stage):

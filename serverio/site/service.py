@@ -450,11 +450,11 @@ class Site:
 
     async def admit(
         self, target: AccessTarget, ticket: Ticket, client: Callable[[], str]
-    ) -> Access:
+    ) -> tuple[Access, Ticket]:
         """:meth:`access` for what the handler resolved for ``ticket`` (the
         index file, the clean-URL or trailing-slash alternative, the SPA
-        file, a sidecar asked for by name, a listed directory); a rule
-        passed here is recorded in ``ticket``.
+        file, a sidecar asked for by name, a listed directory), and the
+        ticket with what it passed recorded (:func:`_record`).
 
         :meth:`route` decided on the request path first (so that a
         protected name's existence is not told by a 404 either); this is
@@ -464,19 +464,17 @@ class Site:
         (and closes) what it resolved.
         """
         access = await self.access(target, ticket.req, client, ticket.granted)
-        _record(ticket, access)
-        return access
+        return access, _record(ticket, access)
 
-    def admit_now(self, target: AccessTarget, ticket: Ticket) -> bool:
-        """:meth:`admit` when it needs no wait: True when the decision is
-        an allow without the password check (recorded in ``ticket`` as
-        :meth:`admit` does), else False: nothing is recorded, and
-        :meth:`admit` decides (a refusal's limiter and log are its)."""
+    def admit_now(self, target: AccessTarget, ticket: Ticket) -> Ticket | None:
+        """:meth:`admit` when it needs no wait: the ticket with the
+        decision recorded (as :meth:`admit` records it) when it is an allow
+        without the password check, else None: :meth:`admit` decides (a
+        refusal's limiter and log are its)."""
         access = self._access_now(target, ticket.req, ticket.granted)
         if access.verdict is not Verdict.ALLOW:
-            return False
-        _record(ticket, access)
-        return True
+            return None
+        return _record(ticket, access)
 
     def visible_entries(
         self, req: RequestFacts, segments: tuple[str, ...], entries: list[Entry]
@@ -685,13 +683,17 @@ class Site:
         return self.finisher.running()
 
 
-def _record(ticket: Ticket, access: Access) -> None:
-    """An access decision on a resolved target, kept in ``ticket``: a rule
+def _record(ticket: Ticket, access: Access) -> Ticket:
+    """``ticket`` with an access decision on a resolved target kept: a rule
     it passed (its responses are then private, its error pages shown) and
-    the user it knows."""
+    the user it knows; ``ticket`` itself when there is nothing to keep."""
     rule = access.rule
-    if access.allowed and rule >= 0 and rule not in ticket.granted:
-        ticket.granted = ticket.granted | {rule}
-        ticket.protected = ticket.authed = True
-    if access.user:
-        ticket.user = access.user
+    passed = access.allowed and rule >= 0 and rule not in ticket.granted
+    user = access.user if access.user and access.user != ticket.user else None
+    if not passed and user is None:
+        return ticket
+    if passed:
+        ticket = replace(ticket, granted=ticket.granted | {rule}, protected=True, authed=True)
+    if user is not None:
+        ticket = replace(ticket, user=user)
+    return ticket
