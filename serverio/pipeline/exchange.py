@@ -554,7 +554,9 @@ def files(
                         break  # the long way: the Admit need decides it
                     ticket = admitted
                 else:
-                    return state._replace(ticket=ticket), finished(site, final.plan, -1, ticket)
+                    if ticket is not state.ticket:  # a decision recorded
+                        state = state._replace(ticket=ticket)
+                    return state, finished(site, final.plan, -1, ticket)
         return _respond(state._replace(phase=Phase.RESOLVED, stage=None, at=-1))
     if not content:
         # A warm file's precomputed answer (routing, the decision and the
@@ -731,7 +733,8 @@ def _admitting(
             )
             return state, Admit(target, ticket)
         ticket = admitted
-    state = state._replace(ticket=ticket)
+    if ticket is not state.ticket:  # a decision recorded
+        state = state._replace(ticket=ticket)
     return state, _admitted(state, prepared)
 
 
@@ -742,7 +745,8 @@ def _admit(state: Exchange, event: object) -> Step:
     assert prepared is not None and type(event) is Admitted
     refusal, ticket = event
     assert ticket is not None  # an Admit need is raised only with site rules
-    state = state._replace(ticket=ticket)
+    if ticket is not state.ticket:  # a decision recorded
+        state = state._replace(ticket=ticket)
     if refusal is not None:
         assert isinstance(refusal, Plan)
         prepared.close()
