@@ -43,8 +43,6 @@ calls this: only answers with a status of 400 or more do.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import json
 from collections.abc import Sequence
@@ -53,6 +51,7 @@ from typing import Final
 
 from ..errors import Problem, reason_phrase
 from .core import Plan, RequestFacts, error_text
+from .hashsource import sha256_source
 from .listing import json_text, shown_name
 from .negotiate import prefers_html, prefers_problem
 from .target import quote_segment
@@ -109,16 +108,11 @@ code{overflow-wrap:anywhere}
 """
 
 
-def _sha256_source(text: str) -> str:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
-
-
 # The listing's policy without its script and images: nothing loads, the one
 # inline style is allowed by its hash (CSP Level 3 §8.4), no base, no form,
 # no framing.
 ERROR_CSP: Final = (
-    f"default-src 'none'; style-src {_sha256_source(_CSS)}; base-uri 'none'; "
+    f"default-src 'none'; style-src {sha256_source(_CSS)}; base-uri 'none'; "
     "form-action 'none'; frame-ancestors 'none'"
 ).encode("ascii")
 

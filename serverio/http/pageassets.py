@@ -31,10 +31,9 @@ Content-Security-Policy (CSP Level 3 §8.4) and nothing else runs.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Final
 
+from .hashsource import sha256_source
 from .rowactions import ACTIONS_CSS, ACTIONS_SCRIPT, ACTIONS_SOURCE
 from .selection import SELECT_CSS
 from .uploader import UPLOADER_SCRIPT
@@ -213,12 +212,6 @@ def icon_of(name: str, is_dir: bool) -> str:
     if dot <= 0:
         return "f"
     return _KIND_OF.get(name[dot + 1 :].lower(), "f")
-
-
-def sha256_source(text: str) -> str:
-    """A CSP hash-source for an inline element's exact text."""
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
 # The page loads nothing and allows only its own inline style and scripts,

@@ -36,9 +36,9 @@ It uses the page script's ``self.serverio`` (``say``, ``fetch``,
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Final
+
+from .hashsource import sha256_source
 
 __all__ = ["ACTIONS_CSS", "ACTIONS_SCRIPT", "ACTIONS_SOURCE"]
 
@@ -102,10 +102,5 @@ r&&ok(r)&&(e.preventDefault(),del(r))})})();
 ACTIONS_SCRIPT: Final = _SOURCE.replace("\n", "")
 
 
-def _sha256_source(text: str) -> str:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
-
-
 # The CSP hash-source that allows the script (its exact text).
-ACTIONS_SOURCE: Final = _sha256_source(ACTIONS_SCRIPT)
+ACTIONS_SOURCE: Final = sha256_source(ACTIONS_SCRIPT)

@@ -47,9 +47,9 @@ the editor opens) are what these scripts look for.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Final
+
+from .hashsource import sha256_source
 
 __all__ = [
     "EDITOR_MAX",
@@ -179,14 +179,9 @@ S.tools={zip,del,edit}})();
 )
 
 
-def _sha256_source(text: str) -> str:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
-
-
 # The CSP hash-sources that allow them (their exact texts).
-SELECT_SOURCE: Final = _sha256_source(SELECT_SCRIPT)
-TOOLS_SOURCE: Final = _sha256_source(TOOLS_SCRIPT)
-TOOLS_STYLE_SOURCE: Final = _sha256_source(TOOLS_CSS)
+SELECT_SOURCE: Final = sha256_source(SELECT_SCRIPT)
+TOOLS_SOURCE: Final = sha256_source(TOOLS_SCRIPT)
+TOOLS_STYLE_SOURCE: Final = sha256_source(TOOLS_CSS)
 # The tools as the listing serves them (?asset=tools).
 TOOLS_ASSET: Final = TOOLS_SCRIPT.encode("ascii")

@@ -37,10 +37,10 @@ only); :data:`UPLOADER_SOURCE` is its CSP hash-source.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from typing import Final
+
+from .hashsource import sha256_source
 
 __all__ = ["PARALLEL", "UPLOADER_SCRIPT", "UPLOADER_SOURCE"]
 
@@ -189,10 +189,5 @@ pending()})();
 UPLOADER_SCRIPT: Final = re.sub(r"/\*.*?\*/\n?", "", _SOURCE)
 
 
-def _sha256_source(text: str) -> str:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
-
-
 # The CSP hash-source that allows the script (its exact text).
-UPLOADER_SOURCE: Final = _sha256_source(UPLOADER_SCRIPT)
+UPLOADER_SOURCE: Final = sha256_source(UPLOADER_SCRIPT)

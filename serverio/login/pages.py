@@ -15,8 +15,6 @@ clients are problem details (RFC 9457, ``application/problem+json``).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import json
 from collections.abc import Sequence
@@ -25,6 +23,7 @@ from urllib.parse import quote
 
 from ..errors import reason_phrase
 from ..http.core import Plan, common_fields
+from ..http.hashsource import sha256_source
 
 __all__ = [
     "PAGE_CSP",
@@ -54,15 +53,10 @@ a{color:var(--link)}
 """
 
 
-def _sha256_source(text: str) -> str:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
-
-
 # Nothing loads, the one style by hash, no script; forms post to this
 # origin only; no framing (clickjacking a sign-in form), no base.
 PAGE_CSP: Final = (
-    f"default-src 'none'; style-src {_sha256_source(_CSS)}; base-uri 'none'; "
+    f"default-src 'none'; style-src {sha256_source(_CSS)}; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 ).encode("ascii")
 
