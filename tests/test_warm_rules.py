@@ -2,10 +2,11 @@
 with rules present): the site's routing and the access hook are decided in
 the exchange's step when no password check is due, and a warm file's
 precomputed answer (serverio/pipeline/warm.py) stands in for the handler's
-for an anonymous request the rules routed with no rule applying.  Every
-decision is still made per request: what the warm answer serves is asked of
-the access hook, and anything with credentials, a cookie, or a rule that
-is not an unconditional allow for anonymous goes the long way."""
+for a request the rules routed to the files without credentials of its
+own: anonymous, or signed in with a session cookie.  Every decision is
+still made per request: the session where the request path is decided,
+what the warm answer serves asked of the access hook for the principal;
+Basic credentials go the long way."""
 
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ async def test_a_list_only_right_never_reads_a_warm_file(root: Path, users: Path
 
 
 @pytest.mark.usefixtures("clock")
-async def test_a_protected_path_is_never_answered_warm(
+async def test_a_protected_path_with_basic_credentials_goes_the_long_way(
     root: Path, users: Path, asked: list[bytes]
 ) -> None:
     cfg = make_config(root).evolve(auth=(("/**", str(users)),))
@@ -145,3 +146,76 @@ async def test_a_protected_path_is_never_answered_warm(
             assert (await client.get("/hello.txt", BASIC)).status == 200
         assert len(asked) == 3  # a rule applied: each answer is the handler's
         assert (await client.get("/hello.txt")).status == 401
+
+
+def _session(users: Path, secret: bytes, expires: int, user: str = "alice") -> str:
+    """A session token as the sign-in page issues it (bound to ``user``'s hash)."""
+    from serverio.signing import Signer
+    from serverio.site.principal import password_tag
+
+    stored = dict(line.split(":", 1) for line in users.read_text().splitlines())[user]
+    return Signer(secret).sign("session", (user, password_tag(stored)), expires)
+
+
+async def test_a_signed_in_warm_get_is_the_precomputed_answer_decided_per_request(
+    root: Path, users: Path, tmp_path: Path, clock: list[float], asked: list[bytes]
+) -> None:
+    """A browser's session cookie on a protected site (issue 44's cookie
+    target): the warm answer stands in for the handler's, the same bytes
+    the long way gives (private: a rule passed), and the session is still
+    decided on each request: once it expires, nothing of the file."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"k" * 32)
+    cfg = make_config(root).evolve(auth=(("/**", str(users)),), secret_file=str(secret))
+    cookie = f"Cookie: serverio-session={_session(users, b'k' * 32, int(NOW) + 30)}\r\n"
+    async with memory_connection(cfg) as (client, srv, _):
+        long_way = await client.get("/hello.txt", cookie)
+        assert (long_way.status, long_way.body) == (200, b"hello world\n")
+        assert "private" in (long_way.header("cache-control") or "")
+        await client.get("/hello.txt", cookie)  # a hit: the answer is kept
+        hits = srv.files.stats.hits
+        asked.clear()
+        for _ in range(3):
+            got = await client.get("/hello.txt", cookie)
+            assert (got.status, got.raw_headers, got.body) == (
+                200,
+                long_way.raw_headers,
+                b"hello world\n",
+            )
+        assert asked == []  # the handler was not asked: the warm answer
+        assert srv.files.stats.hits == hits + 3
+        assert (await client.get("/hello.txt")).status == 401  # no cookie: no file
+        clock[0] = NOW + 31  # the session has expired (the same file is warm)
+        expired = await client.get("/hello.txt", cookie)
+        assert expired.status == 401 and b"hello world" not in expired.body
+
+
+def _add_bob(users: Path) -> None:
+    users.write_text(users.read_text() + f"bob:{hash_password('pw2', 1000)}\n")
+
+
+async def test_a_signed_in_user_without_the_right_never_reads_a_warm_file(
+    root: Path, users: Path, tmp_path: Path, clock: list[float]
+) -> None:
+    """bob's session under rules that let alice alone read: alice's reads
+    make (and keep) the warm answer; bob's, with the same file warm, are
+    refused each time (the access hook decides for the principal)."""
+    _add_bob(users)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"k" * 32)
+    cfg = make_config(root).evolve(
+        auth_file=str(users), allow=("alice:read,list@/",), secret_file=str(secret)
+    )
+    expires = int(NOW) + 3600
+    alice = f"Cookie: serverio-session={_session(users, b'k' * 32, expires)}\r\n"
+    bob = f"Cookie: serverio-session={_session(users, b'k' * 32, expires, 'bob')}\r\n"
+    async with memory_connection(cfg) as (client, _, _):
+        for _ in range(3):
+            got = await client.get("/hello.txt", alice)
+            assert (got.status, got.body) == (200, b"hello world\n")
+        for _ in range(2):
+            refused = await client.get("/hello.txt", bob)
+            assert refused.status in (401, 403) and b"hello world" not in refused.body
+        clock[0] = NOW + 3601
+        gone = await client.get("/hello.txt", alice)
+        assert gone.status in (401, 403) and b"hello world" not in gone.body

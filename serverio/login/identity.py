@@ -52,6 +52,7 @@ __all__ = ["MAX_USER", "SESSION", "Identities", "peer_address", "session_digest"
 SESSION = "serverio-session"
 MAX_USER = 256
 _OPENED_MAX = 4096
+_NEVER = float("inf")  # a field without a genuine session never gains one
 # The methods that read: their session is read where the hook asks.
 _READS = frozenset((b"GET", b"HEAD"))
 
@@ -123,8 +124,11 @@ class Identities:
         self.accepts: Callable[[str], bool] = lambda authorization: True
         # token -> (user, tag, authorization, expires): opened sessions, bounded.
         self._opened: OrderedDict[str, tuple[str, str, str, int]] = OrderedDict()
-        # A Cookie field as sent -> (its session's principal, expiry).
-        self._by_field: dict[str, tuple[str, int]] = {}
+        # A Cookie field as sent -> (its session's principal, expiry), or
+        # (None, _NEVER) for a field with no genuine session (a browser's
+        # other cookies, an expired or altered token: it stays so); one
+        # map per scheme, since the cookie's name differs over TLS.
+        self._by_field: tuple[dict[str, tuple[str | None, float]], ...] = ({}, {})
         # The last request asked about and its answer: the hook asks twice
         # per request (its path, then what it resolved), listings once per
         # name; the request is held (so never another one at its address).
@@ -183,16 +187,17 @@ class Identities:
         field = COOKIE.of(req)
         if field is None:
             return None
-        cached = self._by_field.get(field)
+        by_field = self._by_field[req.tls]
+        cached = by_field.get(field)
         if cached is not None and self._now() < cached[1]:
             return cached[0]
         token = cookie_value(field, cookie_name(SESSION, req.tls))
         got = self.open_session(token) if token is not None else None
-        if got is None:
-            return None
-        by_field = self._by_field
         if len(by_field) >= _OPENED_MAX:
-            by_field.clear()
+            by_field.clear()  # bounded: fields are client input
+        if got is None:
+            by_field[field] = (None, _NEVER)
+            return None
         by_field[field] = (got[2], got[3])
         return got[2]
 

@@ -541,7 +541,7 @@ def files(
     if site is not None:
         assert state is not None  # the site stage took the request first
         ticket = state.ticket
-        if not content and ticket is not None and _anonymous(ticket, req):
+        if not content and ticket is not None and _warm_ticket(ticket, req):
             # A warm file's precomputed answer stands in for the handler's;
             # the access hook still decides what it serves, and the site
             # finishes it (header rules, CORS) for this request.
@@ -633,18 +633,22 @@ def _slot(state: Exchange, _: object) -> Step:
     return _respond(state)
 
 
-def _anonymous(ticket: Ticket, req: RequestFacts) -> bool:
-    """May a warm answer stand in for the handler's under site rules?  Only
-    for a request with no credentials and no feature's field (a session
-    cookie, a trusted header, a share link's token), routed to the files
-    with no rule applying to it (an unconditional allow) and no user."""
-    return (
-        ticket.plan is None
-        and not ticket.protected
-        and not ticket.user
-        and req.authorization is None
-        and not req.extra
-    )
+def _warm_ticket(ticket: Ticket, req: RequestFacts) -> bool:
+    """May a warm answer stand in for the handler's under site rules?  For a
+    request the rules routed to the files (no rule's own answer) that sends
+    no credentials of its own: an anonymous one, or a signed-in browser's
+    (its session cookie names the ticket's user).  The handler's answer to
+    a GET does not depend on who asks (the key, serverio.pipeline.warm,
+    ignores ``authorization`` and ``extra``): what does is decided per
+    request around it, as on the long way -- the site stage admitted the
+    request path with the session as it is now (expired, altered or
+    revoked: refused there), :func:`files` asks the access hook on each
+    target the answer serves (an allow without a wait, else the long way),
+    and the site's finish marks it private for a rule it passed.  Basic
+    credentials (a password check may be due) and a share link's grant
+    (its ``authorization``; its answer is finished by the sign-in feature)
+    go the long way."""
+    return ticket.plan is None and req.authorization is None
 
 
 def _respond(state: Exchange) -> Step:

@@ -22,12 +22,15 @@ request goes the long way, which refreshes or waits), it must still be
 the cache's entry for the path, and the hit is counted.  The core's
 routing of a GET or HEAD depends on its path alone (the hidden paths),
 which the key holds.  The exchange asks for a request without content;
-under site rules only for an anonymous request (no credentials, no
-feature's field such as a cookie) the rules routed without a rule
-applying, and it still asks the access hook on what the answer serves
-(:meth:`WarmAnswers.resolved`) and finishes it with the rules (header
-rules, CORS): the warm answer stands in for the handler's alone.  A
-handler with a transform (live reload) keeps none.
+under site rules for one the rules routed to the files (no rule's own
+answer) that sends no credentials of its own: anonymous, or a signed-in
+browser's (a session cookie: the site stage decided the request path with
+it, as it is now).  It still asks the access hook on what the answer
+serves (:meth:`WarmAnswers.resolved`), for the request's principal, and
+finishes it with the rules (header rules, CORS, private for a rule
+passed): the warm answer stands in for the handler's alone.  Basic
+credentials and share links go the long way.  A handler with a transform
+(live reload) keeps none.
 """
 
 from __future__ import annotations
@@ -72,10 +75,10 @@ WARM_IGNORED: Constant[dict[str, str]] = {
     "has_body": "asked only for a request without content",
     "if_range": "read only with Range, which is in the key",
     "accept": "read for error pages and listings, not a file's 200",
-    "authorization": "the site rules' (asked anonymous only under them, decided per request)",
+    "authorization": "the site rules' (decided per request around the answer; Basic: the long way)",
     "tls": "the site rules' (their finish, run per request)",
     "client": "set for a write step only",
-    "extra": "the features' fields: read by their stages, asked before the files",
+    "extra": "the features' fields: read by their stages and the access hook, per request",
 }
 # Warm answers kept at most; cleared whole when full (the next plain hit
 # of each file refills it, as the head cache does).

@@ -142,6 +142,24 @@ class Gate:
         an EVENT only when no rule protects its path).  ``user``: a user
         the caller has verified (not by Basic credentials: a session, a
         trusted proxy's header); None: only ``authorization`` may name one."""
+        if user is None and authorization is not None and authorization.startswith(MARK):
+            # A principal the login feature verified: its allows are memoised
+            # (serverio.site.vouch.Vouchers.keep says why that is exact).
+            key = (target, authorization, granted)
+            vouchers = self.vouchers
+            got = vouchers.decided.get(key)
+            if got is None:
+                got = vouchers.keep(key, self._decide_now(target, authorization, granted, None))
+            return got
+        return self._decide_now(target, authorization, granted, user)
+
+    def _decide_now(
+        self,
+        target: AccessTarget,
+        authorization: str | None,
+        granted: frozenset[int],
+        user: str | None,
+    ) -> Access:
         if authorization is None and user is None and self._rights_only:
             # The warm anonymous read: a memo of the paths' open kinds.
             if target.right is None and target.also is None:
@@ -255,7 +273,7 @@ class Gate:
             return pending
         if verdict is not Verdict.PENDING:
             if (verdict is Verdict.FORBID or verdict is Verdict.CHALLENGE) and not target.probe:
-                self._refused(target, pending, user or _basic_user(authorization))
+                _refused(self, target, pending, user or _basic_user(authorization))
                 if self.rules.access:
                     # The refusal's problem names the right it lacked.
                     pending = replace(pending, right=target.needs.value)
@@ -387,19 +405,6 @@ class Gate:
         and the ``[[writable]]`` tables?  No credentials, no wait."""
         return self.decide_now(target, None, frozenset(), user).allowed
 
-    def _refused(self, target: AccessTarget, access: Access, user: str | None) -> None:
-        """Count and log (at -v) a refusal, naming the rule that decided it."""
-        counters = self.per_user.get(user) if user else None
-        if counters is not None and access.verdict is Verdict.FORBID:
-            counters[2] += 1
-        level = self._refusal_level
-        if not log.isEnabledFor(level):
-            return
-        right = target.needs.value
-        who = user or "anonymous"
-        path = target.paths[0] if target.paths else "/"
-        log.log(level, "denied %s of %r to %s: %s", right, path, who, _why(self, target, user))
-
     async def check_password(
         self, user: str, password: str, peer: Callable[[], str]
     ) -> tuple[Access, str]:
@@ -471,7 +476,7 @@ class Gate:
         wait = limiter.refusal(client, who, mono)
         if wait is not None:
             return Access(Verdict.THROTTLE, rule.index, retry_after=retry_after(wait))
-        key = self._credentials_key(rule, user, password)
+        key = _credentials_key(self._key, rule, user, password)
         seen = self._verified.get(key)
         if seen is not None and mono - seen < _VERIFIED_TTL:
             self._verified.move_to_end(key)
@@ -520,21 +525,36 @@ class Gate:
             counters[0] += 1
             counters[1] += size
 
-    def _credentials_key(self, rule: AuthRule, user: str, password: str) -> bytes:
-        return hmac.new(
-            self._key,
-            b"%d\0%s\0%s" % (rule.index, user.encode(), password.encode()),
-            hashlib.sha256,
-        ).digest()
-
     def _verified_for(self, rule: AuthRule, authorization: str | None) -> bool:
         """Were these credentials verified for ``rule`` recently?
         (No password check here: only the cache of verified credentials.)"""
         creds = parse_basic(authorization)
         if creds is None or creds[0] not in rule.users:
             return False
-        seen = self._verified.get(self._credentials_key(rule, *creds))
+        seen = self._verified.get(_credentials_key(self._key, rule, *creds))
         return seen is not None and trio.current_time() - seen < _VERIFIED_TTL
+
+
+def _refused(gate: Gate, target: AccessTarget, access: Access, user: str | None) -> None:
+    """Count and log (at -v) a refusal, naming the rule that decided it."""
+    counters = gate.per_user.get(user) if user else None
+    if counters is not None and access.verdict is Verdict.FORBID:
+        counters[2] += 1
+    level = gate._refusal_level
+    if not log.isEnabledFor(level):
+        return
+    right = target.needs.value
+    who = user or "anonymous"
+    path = target.paths[0] if target.paths else "/"
+    log.log(level, "denied %s of %r to %s: %s", right, path, who, _why(gate, target, user))
+
+
+def _credentials_key(key: bytes, rule: AuthRule, user: str, password: str) -> bytes:
+    """The verified-credentials cache's key (a MAC under the gate's own
+    ``key``: the cache holds no password)."""
+    return hmac.new(
+        key, b"%d\0%s\0%s" % (rule.index, user.encode(), password.encode()), hashlib.sha256
+    ).digest()
 
 
 def _tree_now(

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from ..http.access import Access, AccessTarget, Verdict
 from .principal import SHARE_PREFIX, Principal, password_tag, principal_of
 from .rules import SiteRules
 
@@ -54,7 +55,7 @@ _NOBODY = Marked(None, None, None)
 class Vouchers:
     """:meth:`of` for one server's users files."""
 
-    __slots__ = ("_files", "_memo")
+    __slots__ = ("_files", "_memo", "decided")
 
     def __init__(self, rules: SiteRules) -> None:
         # (rule index, users file) per [[auth]] rule, and the users the
@@ -64,6 +65,8 @@ class Vouchers:
             files.append((rules.users.index, rules.users.users))
         self._files = tuple(files)
         self._memo: dict[str, Marked] = {}
+        # The access hook's allows for such principals (:meth:`keep`).
+        self.decided: dict[tuple[AccessTarget, str, frozenset[int]], Access] = {}
 
     def of(self, authorization: str) -> Marked:
         """What ``authorization`` (a value in the login feature's scheme)
@@ -76,6 +79,21 @@ class Vouchers:
                 memo.clear()
             memo[authorization] = got
         return got
+
+    def keep(self, key: tuple[AccessTarget, str, frozenset[int]], access: Access) -> Access:
+        """``access``, the access hook's decision for ``key`` (a target, a
+        principal's value, the rules its ticket passed), kept in
+        :attr:`decided` when it allows: a function of the key alone, the
+        rules and users files being fixed for the process (a session's
+        expiry is the login feature's, which names no principal for an
+        expired one), so a signed-in browser's next request for the path
+        is decided with one lookup.  Bounded: targets are client input."""
+        if access.verdict is Verdict.ALLOW:
+            decided = self.decided
+            if len(decided) >= MEMO_MAX:
+                decided.clear()
+            decided[key] = access
+        return access
 
     def _judge(self, authorization: str) -> Marked:
         who = principal_of(authorization)
