@@ -123,15 +123,19 @@ def mode_args(
     proxy: bool = False,
     login: str = "",
     files: int = 0,
+    tls: bool = False,
 ) -> list[str]:
     """The ``bench/pair.py`` arguments of a mode: churn, HTTP/2, the many
     assets (``assets``: its variant), a proxied GET, many files (cold
-    bytes, warm metadata), or the warm HTTP/1.1 GET (none)."""
-    if sum(map(bool, (churn, h2_streams, assets, proxy, login, files))) > 1:
+    bytes, warm metadata), the warm GET over TLS, or the warm HTTP/1.1 GET
+    (none)."""
+    if sum(map(bool, (churn, h2_streams, assets, proxy, login, files, tls))) > 1:
         raise CallgrindError(
-            "--churn, --h2, --assets, --proxy, --login and --files are different workloads: "
-            "choose one"
+            "--churn, --h2, --assets, --proxy, --login, --files and --tls are different "
+            "workloads: choose one"
         )
+    if tls:
+        return ["--tls"]
     if files:
         return ["--files", str(files)]
     if login:
@@ -349,6 +353,13 @@ def add_parser(sub: Any) -> None:
         "that are multiples of K)",
     )
     cg.add_argument(
+        "--tls",
+        action="store_true",
+        help="instructions per warm 1 KiB GET over TLS (HTTP/1.1, client included); with "
+        "--bare also the floor of bench/baselines/tls_floor.py (a canned response per head "
+        "over the same trio.SSLStream)",
+    )
+    cg.add_argument(
         "--proxy",
         action="store_true",
         help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
@@ -402,12 +413,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     h2_streams = args.streams if args.h2 else 0
     try:
-        mode = mode_args(churn, h2_streams, args.assets, args.proxy, args.login, args.files)
+        mode = mode_args(
+            churn, h2_streams, args.assets, args.proxy, args.login, args.files, args.tls
+        )
     except CallgrindError as exc:
         print(f"callgrind: {exc}", file=sys.stderr)
         return 2
     # The bare trio+h11 loop speaks one HTTP/1.1 connection only.
     servers = ["serverio", *(["bare"] if args.bare and not mode else [])]
+    if args.tls and args.bare:
+        servers.append("tls-floor")  # the floor of the same path: TLS, no HTTP
     if args.rules and (mode or args.bare):
         print("callgrind: --rules is the warm HTTP/1.1 GET: no other workload", file=sys.stderr)
         return 2
@@ -427,7 +442,7 @@ def run(args: argparse.Namespace) -> int:
         for subject in subs:
             precompile(subject, sys.executable)
             for server in servers:
-                if server == "bare" and subject is not subs[0]:
+                if server != "serverio" and subject is not subs[0]:
                     continue  # the bare loop is the same program in every commit
                 print(f"callgrind: {subject.label} {server} n={args.n}", file=sys.stderr)
                 try:
@@ -446,6 +461,8 @@ def run(args: argparse.Namespace) -> int:
         unit = f"Ir/request (assets, {args.assets})"
     elif args.proxy:
         unit = "Ir/proxied request"
+    elif args.tls:
+        unit = "Ir/request (TLS, client included)"
     elif args.files:
         unit = f"Ir/request (files, {args.files} round robin)"
     elif args.login:

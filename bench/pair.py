@@ -55,6 +55,17 @@ once, so every later request is indexed as h2load's are; it only splits
 frames, counts DATA bytes and END_STREAM flags, acknowledges SETTINGS and
 returns connection-window credit.
 
+``--tls`` measures the warm 1 KiB GET over TLS instead (HTTP/1.1, a
+throwaway P-256 certificate made with openssl, TLS 1.3): serverio's
+ConnectionTask on a ``trio.SSLStream`` made as its listener makes it
+(:func:`serverio.net.tls.make_ssl_context`), or with ``--server
+tls-floor`` the floor of the ``1k-tls`` workload
+(``bench/baselines/tls_floor.py``: one canned response per request head
+over the same kind of stream).  The client's TLS (a ``trio.SSLStream``
+too) is counted for both, so the difference of the two figures is the
+difference of the servers (issue 47's TLS target is a ratio to that
+floor: compare its wall-clock figures in the harness).
+
 In every mode the wall clock (``time.time()``) stands still once the file
 has settled (:func:`freeze_wall_clock`): the once-a-second work serverio
 does (a new Date field, the memoised response per file and second, HPACK's
@@ -244,6 +255,63 @@ async def run(server: str, n: int, root: Path, upstream: str | None = None) -> f
     return elapsed / n * 1e6
 
 
+async def run_tls(server: str, n: int, root: Path, cert: Path, key: Path) -> float:
+    """``n`` warm GETs over TLS on one connection (see the module doc)."""
+    import ssl
+
+    from bench.baselines.tls_floor import answer, canned, context
+    from serverio.net.tls import make_ssl_context
+
+    a, b = socket.socketpair()
+    raw = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+    cfg = Config.of(
+        directory=str(root),
+        access_log="off",
+        max_requests=10**9,
+        certfile=str(cert),
+        keyfile=str(key),
+        fs_workers=0,
+    )
+    client_ctx = ssl.create_default_context()
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    client = trio.SSLStream(
+        trio.SocketStream(trio.socket.from_stdlib_socket(a)), client_ctx, server_hostname="x"
+    )
+    async with trio.open_nursery() as nursery:
+        if server == "serverio":
+            srv = Server(cfg.validate())
+            ctx = make_ssl_context(srv.config)
+            assert ctx is not None
+            stream = trio.SSLStream(raw, ctx, server_side=True, https_compatible=True)
+            nursery.start_soon(ConnectionTask(srv.env, stream, "127.0.0.1", http2=False).run)
+            expect = 1200
+        else:
+            response = canned((root / "1k.bin").read_bytes())
+            stream = trio.SSLStream(raw, context(str(cert), str(key)), server_side=True)
+            nursery.start_soon(answer, response, stream)
+            expect = 1024 + 40
+        await client.do_handshake()
+        # One checked answer first: the status, and the file's bytes last.
+        body, got_bytes = (root / "1k.bin").read_bytes(), b""
+        await client.send_all(REQUEST)
+        while len(got_bytes) < expect:
+            got_bytes += await client.receive_some(65536)
+        if not got_bytes.startswith(b"HTTP/1.1 200 ") or not got_bytes.endswith(body):
+            raise SystemExit(f"pair --tls: {server} answered {got_bytes[:40]!r}")
+        start = time.perf_counter()
+        for _ in range(n):
+            await client.send_all(REQUEST)
+            got = 0
+            while got < expect:
+                got += len(await client.receive_some(65536))
+        elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    raw.socket.close()
+    client.transport_stream.socket.close()
+    return elapsed / n * 1e6
+
+
 # --files: a warm-file cache of 64 KiB holds about 40 files of 1 KiB.
 FILES_CACHE_BYTES = 64 * 1024
 
@@ -358,7 +426,10 @@ def freeze_wall_clock() -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--server", choices=("serverio", "bare"), default="serverio")
+    p.add_argument("--server", choices=("serverio", "bare", "tls-floor"), default="serverio")
+    p.add_argument(
+        "--tls", action="store_true", help="HTTP/1.1 over TLS (serverio, or --server tls-floor)"
+    )
     p.add_argument("-n", type=int, default=20000)
     p.add_argument("--assets", action="store_true", help="many assets, negotiated (serverio)")
     p.add_argument(
@@ -454,6 +525,16 @@ def main() -> None:
                 f"serverio h2: {us:.1f} us per stream, {args.streams} in flight "
                 "(client and server, one process)"
             )
+            return
+        if args.tls or args.server == "tls-floor":
+            from bench.servers import self_signed
+
+            made = self_signed(root)
+            if isinstance(made, str):
+                sys.exit(f"pair --tls: {made}")
+            server = "serverio" if args.server == "serverio" else "tls-floor"
+            us = trio.run(run_tls, server, args.n, root, *made)
+            print(f"{server} over TLS: {us:.1f} us per request (client and server, one process)")
             return
         if args.proxy:
             with bare_upstream(root) as url:

@@ -38,6 +38,21 @@ def test_h2_pair_loop_gets_every_stream_whole(settled_root: Path, streams: int) 
     assert us > 0
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+@pytest.mark.parametrize("server", ["serverio", "tls-floor"])
+def test_the_tls_pair_serves_the_file_over_tls(
+    settled_root: Path, tmp_path: Path, server: str
+) -> None:
+    """``pair --tls`` (``callgrind --tls``): serverio's connection and the
+    floor each answer over TLS; run_tls checks the first answer's status
+    and bytes (SystemExit otherwise) and times the rest."""
+    from bench.servers import self_signed
+
+    made = self_signed(tmp_path)
+    assert not isinstance(made, str), made
+    assert trio.run(pair.run_tls, server, 20, settled_root, *made) > 0
+
+
 def test_h2_pair_loop_rejects_a_short_body(settled_root: Path) -> None:
     # The check the figure rests on: a size the server does not send fails.
     with pytest.raises(SystemExit, match="body bytes, expected"):
@@ -59,6 +74,9 @@ def test_mode_arguments_of_pair_py() -> None:
     assert callgrind.mode_args(h2_streams=1) == ["--h2", "--streams", "1"]
     assert callgrind.mode_args(assets="plain") == ["--assets", "--variant", "plain"]
     assert callgrind.mode_args(proxy=True) == ["--proxy"]
+    assert callgrind.mode_args(tls=True) == ["--tls"]
+    with pytest.raises(callgrind.CallgrindError):
+        callgrind.mode_args(tls=True, h2_streams=1)
     with pytest.raises(callgrind.CallgrindError):
         callgrind.mode_args(churn=8, proxy=True)
     with pytest.raises(callgrind.CallgrindError):
