@@ -219,3 +219,72 @@ async def test_a_signed_in_user_without_the_right_never_reads_a_warm_file(
         clock[0] = NOW + 3601
         gone = await client.get("/hello.txt", alice)
         assert gone.status in (401, 403) and b"hello world" not in gone.body
+
+
+def _private_tree(root: Path, users: Path, tmp_path: Path) -> tuple[Config, dict[str, str]]:
+    """A tree with a public folder, a private one and a link from the
+    public one into the private one; rights for anonymous (one file),
+    alice (everything) and bob (the public folder's listing: its paths
+    pass the request's check, what they serve does not);
+    the request headers of each way of asking (none, sessions, a stale
+    and an altered session, Basic)."""
+    (root / "private").mkdir()
+    (root / "private" / "s.txt").write_text("secret\n")
+    (root / "pub").mkdir()
+    (root / "pub" / "p.txt").write_text("public\n")
+    (root / "pub" / "ls.txt").symlink_to("../private/s.txt")
+    _add_bob(users)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"k" * 32)
+    cfg = make_config(root).evolve(
+        auth_file=str(users),
+        allow=(
+            "anonymous:read@/hello.txt",
+            "alice:read,list@/",
+            "alice:read,list@/pub",
+            "bob:list@/pub",
+        ),
+        secret_file=str(secret),
+    )
+    expires = int(NOW) + 3600
+    alice = _session(users, b"k" * 32, expires)
+    bob = _session(users, b"k" * 32, expires, "bob")
+    ways = {
+        "anonymous": "",
+        "alice": f"Cookie: serverio-session={alice}\r\n",
+        "bob": f"Cookie: other=1; serverio-session={bob}\r\n",
+        "stale": f"Cookie: serverio-session={_session(users, b'k' * 32, int(NOW) - 1)}\r\n",
+        "altered": f"Cookie: serverio-session={alice[:-2]}xx\r\n",
+        "basic": BASIC,
+    }
+    return cfg, ways
+
+
+@pytest.mark.usefixtures("clock")
+async def test_warm_answers_never_change_an_answer_whoever_asked_first(
+    root: Path, users: Path, tmp_path: Path
+) -> None:
+    """The oracle is each way of asking alone, on a fresh server (nothing
+    warm); then on one server every way asks every path three times in
+    turn, so that each answer is kept warm by some other principal's
+    request first: every status and body must be the fresh one."""
+    cfg, ways = _private_tree(root, users, tmp_path)
+    paths = ("/hello.txt", "/pub/p.txt", "/pub/ls.txt", "/private/s.txt")
+    fresh: dict[tuple[str, str], tuple[int, bytes]] = {}
+    for way, headers in ways.items():
+        for path in paths:
+            async with memory_connection(cfg) as (client, _, _):
+                got = await client.get(path, headers)
+                fresh[way, path] = (got.status, got.body)
+    assert fresh["alice", "/private/s.txt"] == (200, b"secret\n")
+    assert fresh["bob", "/pub/p.txt"][0] in (401, 403)  # a listing right reads no file
+    assert fresh["anonymous", "/hello.txt"] == (200, b"hello world\n")
+    assert fresh["alice", "/pub/p.txt"] == (200, b"public\n")
+    async with memory_connection(cfg) as (client, _, _):
+        for turn in range(3):
+            order = list(ways.items())
+            order = order[turn:] + order[:turn]  # a different first asker each turn
+            for path in paths:
+                for way, headers in order:
+                    got = await client.get(path, headers)
+                    assert (got.status, got.body) == fresh[way, path], (turn, way, path)
