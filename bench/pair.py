@@ -81,7 +81,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -243,27 +243,16 @@ async def run(server: str, n: int, root: Path, upstream: str | None = None) -> f
         else:
             nursery.start_soon(handle, stream, body)
             expect = 1024 + 40
-        elapsed = await timed(n, client.send, lambda: client.recv(65536), expect)
+        start = time.perf_counter()
+        for _ in range(n):
+            await client.send(REQUEST)
+            got = 0
+            while got < expect:
+                got += len(await client.recv(65536))
+        elapsed = time.perf_counter() - start
         nursery.cancel_scope.cancel()
     client.close()
     return elapsed / n * 1e6
-
-
-async def timed(
-    n: int,
-    send: Callable[[bytes], Awaitable[object]],
-    receive: Callable[[], Awaitable[bytes | bytearray]],
-    expect: int,
-) -> float:
-    """Seconds for ``n`` GETs in turn: each :data:`REQUEST` sent, then at
-    least ``expect`` bytes of its answer received."""
-    start = time.perf_counter()
-    for _ in range(n):
-        await send(REQUEST)
-        got = 0
-        while got < expect:
-            got += len(await receive())
-    return time.perf_counter() - start
 
 
 async def run_tls(server: str, n: int, root: Path, cert: Path, key: Path) -> float:
@@ -310,7 +299,13 @@ async def run_tls(server: str, n: int, root: Path, cert: Path, key: Path) -> flo
             got_bytes += await client.receive_some(65536)
         if not got_bytes.startswith(b"HTTP/1.1 200 ") or not got_bytes.endswith(body):
             raise SystemExit(f"pair --tls: {server} answered {got_bytes[:40]!r}")
-        elapsed = await timed(n, client.send_all, lambda: client.receive_some(65536), expect)
+        start = time.perf_counter()
+        for _ in range(n):
+            await client.send_all(REQUEST)
+            got = 0
+            while got < expect:
+                got += len(await client.receive_some(65536))
+        elapsed = time.perf_counter() - start
         nursery.cancel_scope.cancel()
     raw.socket.close()
     client.transport_stream.socket.close()
