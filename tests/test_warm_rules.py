@@ -288,3 +288,45 @@ async def test_warm_answers_never_change_an_answer_whoever_asked_first(
                 for way, headers in order:
                     got = await client.get(path, headers)
                     assert (got.status, got.body) == fresh[way, path], (turn, way, path)
+
+
+def _h2_fields(headers: str) -> list[tuple[str, str]]:
+    """The same way of asking as HTTP/2 fields (a Cookie split into its
+    crumbs, as RFC 9113 §8.2.3 lets a client send it)."""
+    out: list[tuple[str, str]] = []
+    for line in filter(None, headers.split("\r\n")):
+        name, _, value = line.partition(": ")
+        if name.lower() == "cookie":
+            out.extend(("cookie", crumb) for crumb in value.split("; "))
+        else:
+            out.append((name.lower(), value))
+    return out
+
+
+@pytest.mark.usefixtures("clock")
+async def test_warm_answers_never_change_an_answer_over_http2_either(
+    root: Path, users: Path, tmp_path: Path
+) -> None:
+    """The oracle above over HTTP/2 (the same exchange; cookies in crumbs):
+    every way of asking, three turns on one connection, against each one
+    alone on a fresh connection."""
+    from .h2client import h2_memory
+
+    cfg, ways = _private_tree(root, users, tmp_path)
+    paths = ("/hello.txt", "/pub/p.txt", "/pub/ls.txt", "/private/s.txt")
+    fresh: dict[tuple[str, str], tuple[int, bytes]] = {}
+    for way, headers in ways.items():
+        for path in paths:
+            async with h2_memory(cfg) as (h2, _, _):
+                got = await h2.get(path, _h2_fields(headers))
+                fresh[way, path] = (got.status, bytes(got.body))
+    assert fresh["alice", "/private/s.txt"] == (200, b"secret\n")
+    assert fresh["bob", "/pub/p.txt"][0] in (401, 403)
+    async with h2_memory(cfg) as (h2, _, _):
+        for turn in range(3):
+            order = list(ways.items())
+            order = order[turn:] + order[:turn]
+            for path in paths:
+                for way, headers in order:
+                    got = await h2.get(path, _h2_fields(headers))
+                    assert (got.status, bytes(got.body)) == fresh[way, path], (turn, way, path)
