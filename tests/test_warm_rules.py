@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -260,36 +261,6 @@ def _private_tree(root: Path, users: Path, tmp_path: Path) -> tuple[Config, dict
     return cfg, ways
 
 
-@pytest.mark.usefixtures("clock")
-async def test_warm_answers_never_change_an_answer_whoever_asked_first(
-    root: Path, users: Path, tmp_path: Path
-) -> None:
-    """The oracle is each way of asking alone, on a fresh server (nothing
-    warm); then on one server every way asks every path three times in
-    turn, so that each answer is kept warm by some other principal's
-    request first: every status and body must be the fresh one."""
-    cfg, ways = _private_tree(root, users, tmp_path)
-    paths = ("/hello.txt", "/pub/p.txt", "/pub/ls.txt", "/private/s.txt")
-    fresh: dict[tuple[str, str], tuple[int, bytes]] = {}
-    for way, headers in ways.items():
-        for path in paths:
-            async with memory_connection(cfg) as (client, _, _):
-                got = await client.get(path, headers)
-                fresh[way, path] = (got.status, got.body)
-    assert fresh["alice", "/private/s.txt"] == (200, b"secret\n")
-    assert fresh["bob", "/pub/p.txt"][0] in (401, 403)  # a listing right reads no file
-    assert fresh["anonymous", "/hello.txt"] == (200, b"hello world\n")
-    assert fresh["alice", "/pub/p.txt"] == (200, b"public\n")
-    async with memory_connection(cfg) as (client, _, _):
-        for turn in range(3):
-            order = list(ways.items())
-            order = order[turn:] + order[:turn]  # a different first asker each turn
-            for path in paths:
-                for way, headers in order:
-                    got = await client.get(path, headers)
-                    assert (got.status, got.body) == fresh[way, path], (turn, way, path)
-
-
 def _h2_fields(headers: str) -> list[tuple[str, str]]:
     """The same way of asking as HTTP/2 fields (a Cookie split into its
     crumbs, as RFC 9113 §8.2.3 lets a client send it)."""
@@ -303,30 +274,60 @@ def _h2_fields(headers: str) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.usefixtures("clock")
-async def test_warm_answers_never_change_an_answer_over_http2_either(
-    root: Path, users: Path, tmp_path: Path
-) -> None:
-    """The oracle above over HTTP/2 (the same exchange; cookies in crumbs):
-    every way of asking, three turns on one connection, against each one
-    alone on a fresh connection."""
-    from .h2client import h2_memory
+Ask = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 
+
+@asynccontextmanager
+async def _asker(cfg: Config, protocol: str) -> AsyncIterator[Ask]:
+    """One connection of ``protocol`` and a GET over it: (status, body) of
+    ``path`` asked with ``headers`` (HTTP/1.1 field lines)."""
+    if protocol == "h1":
+        async with memory_connection(cfg) as (client, _, _):
+
+            async def get1(path: str, headers: str) -> tuple[int, bytes]:
+                got = await client.get(path, headers)
+                return got.status, got.body
+
+            yield get1
+    else:
+        from .h2client import h2_memory
+
+        async with h2_memory(cfg) as (h2, _, _):
+
+            async def get2(path: str, headers: str) -> tuple[int, bytes]:
+                got = await h2.get(path, _h2_fields(headers))
+                return got.status, bytes(got.body)
+
+            yield get2
+
+
+@pytest.mark.usefixtures("clock")
+@pytest.mark.parametrize("protocol", ["h1", "h2"])
+async def test_warm_answers_never_change_an_answer_whoever_asked_first(
+    root: Path, users: Path, tmp_path: Path, protocol: str
+) -> None:
+    """The oracle is each way of asking alone, on a fresh connection of a
+    fresh server (nothing warm); then on one connection every way asks
+    every path three times in turn, so that each answer is kept warm by
+    some other principal's request first: every status and body must be
+    the fresh one.  Over HTTP/1.1 and HTTP/2 (the same exchange; cookies
+    in crumbs there)."""
     cfg, ways = _private_tree(root, users, tmp_path)
     paths = ("/hello.txt", "/pub/p.txt", "/pub/ls.txt", "/private/s.txt")
     fresh: dict[tuple[str, str], tuple[int, bytes]] = {}
     for way, headers in ways.items():
         for path in paths:
-            async with h2_memory(cfg) as (h2, _, _):
-                got = await h2.get(path, _h2_fields(headers))
-                fresh[way, path] = (got.status, bytes(got.body))
+            async with _asker(cfg, protocol) as get:
+                fresh[way, path] = await get(path, headers)
     assert fresh["alice", "/private/s.txt"] == (200, b"secret\n")
-    assert fresh["bob", "/pub/p.txt"][0] in (401, 403)
-    async with h2_memory(cfg) as (h2, _, _):
+    assert fresh["bob", "/pub/p.txt"][0] in (401, 403)  # a listing right reads no file
+    assert fresh["anonymous", "/hello.txt"] == (200, b"hello world\n")
+    assert fresh["alice", "/pub/p.txt"] == (200, b"public\n")
+    async with _asker(cfg, protocol) as get:
         for turn in range(3):
             order = list(ways.items())
-            order = order[turn:] + order[:turn]
+            order = order[turn:] + order[:turn]  # a different first asker each turn
             for path in paths:
                 for way, headers in order:
-                    got = await h2.get(path, _h2_fields(headers))
-                    assert (got.status, bytes(got.body)) == fresh[way, path], (turn, way, path)
+                    got = await get(path, headers)
+                    assert got == fresh[way, path], (turn, way, path)
