@@ -8,6 +8,7 @@ import os
 import socket
 import struct
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,10 +21,13 @@ import trio.testing
 import trustme
 
 from serverio import Config, Server
+from serverio.fs import filecache as _filecache
 from serverio.fs import mounts as _mounts
 from serverio.fs.opener import STRATEGIES, RootOpener
+from serverio.http.core import RequestFacts
 from serverio.net.connection import ConnectionTask
 from serverio.ops.options import env_names
+from serverio.pipeline.handler import Handler
 from testkit.simulation import open_fd_count as open_fd_count
 
 if sys.platform == "win32":
@@ -353,3 +357,34 @@ def extra(**fields: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(
         (_FIELD_NAMES.get(k, k.replace("_", "-")), v) for k, v in fields.items() if v is not None
     )
+
+
+# ------------------------------------------------------------ the warm path
+
+# The second the ``clock`` fixture freezes the wall clock at (the warm-path
+# tests: tests/test_warm_answers.py, tests/test_warm_rules.py).
+WARM_NOW = float(int(time.time()))
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """The wall clock, frozen at :data:`WARM_NOW` until the test moves it
+    (``clock[0] = ...``); every file is settled (cached at once)."""
+    now = [WARM_NOW]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)
+    yield now
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The targets Handler.respond_now was asked for (it still answers)."""
+    seen: list[bytes] = []
+    real = Handler.respond_now
+
+    def counting(self: Handler, req: RequestFacts, now: float, transform: bool = True) -> object:
+        seen.append(req.target.relpath.encode())
+        return real(self, req, now, transform)
+
+    monkeypatch.setattr(Handler, "respond_now", counting)
+    return seen

@@ -6,46 +6,18 @@ handler would give."""
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from serverio.fs import filecache as _filecache
 from serverio.http.core import RequestFacts
 from serverio.pipeline import warm as _warm
-from serverio.pipeline.handler import Handler
 from serverio.pipeline.warm import WARM_IGNORED, WARM_KEY_FIELDS
 
-from .conftest import make_config, memory_connection
+from .conftest import WARM_NOW, make_config, memory_connection
 from .h2client import h2_memory
 
-NOW = float(int(time.time()))
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """The wall clock, frozen at a second's start until the test moves it;
-    every file is settled (cached at once)."""
-    now = [NOW]
-    monkeypatch.setattr(time, "time", lambda: now[0])
-    monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)
-    yield now
-
-
-@pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The targets Handler.respond_now was asked for (it still answers)."""
-    seen: list[bytes] = []
-    real = Handler.respond_now
-
-    def counting(self: Handler, req: RequestFacts, now: float, transform: bool = True) -> object:
-        seen.append(req.target.relpath.encode())
-        return real(self, req, now, transform)
-
-    monkeypatch.setattr(Handler, "respond_now", counting)
-    return seen
+NOW = WARM_NOW  # the second the clock fixture freezes (tests/conftest.py)
 
 
 def test_the_key_and_the_ignored_facts_are_every_request_fact() -> None:

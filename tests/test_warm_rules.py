@@ -11,49 +11,23 @@ Basic credentials go the long way."""
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from serverio.config import Config
-from serverio.fs import filecache as _filecache
 from serverio.http.core import RequestFacts
 from serverio.http.target import parse_target
 from serverio.pipeline.exchange import Final
-from serverio.pipeline.handler import Handler
 from serverio.pipeline.stages import begin
 from serverio.site.passwords import hash_password
 
-from .conftest import make_config, memory_connection
+from .conftest import WARM_NOW, make_config, memory_connection
 
-NOW = float(int(time.time()))
+NOW = WARM_NOW  # the second the clock fixture freezes (tests/conftest.py)
 BASIC = "Authorization: Basic " + base64.b64encode(b"alice:pw").decode() + "\r\n"
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """The wall clock, frozen at a second's start; every file is settled."""
-    now = [NOW]
-    monkeypatch.setattr(time, "time", lambda: now[0])
-    monkeypatch.setattr(_filecache, "RACY_SECONDS", -3600.0)
-    yield now
-
-
-@pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The targets Handler.respond_now was asked for (it still answers)."""
-    seen: list[bytes] = []
-    real = Handler.respond_now
-
-    def counting(self: Handler, req: RequestFacts, now: float, transform: bool = True) -> object:
-        seen.append(req.target.relpath.encode())
-        return real(self, req, now, transform)
-
-    monkeypatch.setattr(Handler, "respond_now", counting)
-    return seen
 
 
 @pytest.fixture
