@@ -9,6 +9,7 @@ dates" rules of §13.1.3 and §13.1.4.
 from __future__ import annotations
 
 import calendar
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -54,14 +55,21 @@ def format_http_date(epoch_seconds: float) -> str:
     sec = int(epoch_seconds)
     if not MIN_HTTP_SECONDS <= sec <= MAX_HTTP_SECONDS:
         raise ValueError("time outside the range of an HTTP-date")
-    # Arithmetic, not time.gmtime: the C runtime's gmtime is platform
-    # bounded (Windows' refuses times before 1970 and after 3000 with
-    # OSError), while every instant of the four-digit years is valid here.
-    t = _EPOCH + timedelta(seconds=sec)
-    return (
-        f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year:04d} "
-        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} GMT"
-    )
+    # The day's part ("Sun, 06 Nov 1994") is a function of the day alone and
+    # memoised (every Last-Modified of a tree written the same day shares
+    # it); the time of day is arithmetic (floor division: before 1970 too).
+    day, rest = divmod(sec, 86_400)
+    return f"{_day_part(day)} {rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d} GMT"
+
+
+@functools.lru_cache(maxsize=1024)
+def _day_part(day: int) -> str:
+    """``Sun, 06 Nov 1994`` for the day ``day`` days after 1970-01-01 (UTC).
+    Arithmetic, not time.gmtime: the C runtime's gmtime is platform bounded
+    (Windows' refuses times before 1970 and after 3000 with OSError), while
+    every instant of the four-digit years is valid here."""
+    t = _EPOCH + timedelta(days=day)
+    return f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year:04d}"
 
 
 def _hms(s: str) -> tuple[int, int, int] | None:
