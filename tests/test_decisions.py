@@ -289,6 +289,31 @@ def test_plan_is_immutable() -> None:
     assert isinstance(plan.headers, tuple) and isinstance(plan.body, tuple)
 
 
+def test_plan_with_body_passes_every_other_field_on() -> None:
+    """Plan.with_body (the miss path's cheap replace) keeps every field but
+    the body: a plan whose every field differs from its default comes back
+    equal to what dataclasses.replace makes.  A field added to Plan fails
+    here until with_body passes it on."""
+    from serverio.errors import Problem
+    from serverio.http.core import FileSpan, Plan
+
+    values = {
+        "status": 206,
+        "headers": ((b"x", b"y"),),
+        "body": (FileSpan(3, 4),),
+        "send_body": False,
+        "close": True,
+        "shared": True,
+        "stream": True,
+        "problem": Problem("d"),
+    }
+    assert [f.name for f in dataclasses.fields(Plan)] == list(values)
+    plan = Plan(**values)  # type: ignore[arg-type]
+    for f in dataclasses.fields(Plan):
+        assert getattr(plan, f.name) != f.default, f.name
+    assert plan.with_body((b"abcd",)) == dataclasses.replace(plan, body=(b"abcd",))
+
+
 def test_conditional_fields_are_one_list() -> None:
     """CONDITIONAL_FIELDS is the one list of the request fields that make a
     GET conditional or partial: depends_on_method_only tests each of them,

@@ -193,12 +193,14 @@ def identity_fallback(prepared: Prepared, req: RequestFacts, cfg: Config, now: f
 
 def _slice_spans(data: bytes, plan: Plan) -> Plan:
     """The plan with its file spans replaced by slices of the whole file's ``data``."""
-    return replace(
-        plan,
-        body=tuple(
-            data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p
-            for p in plan.body
-        ),
+    body = plan.body
+    if len(body) == 1:
+        span = body[0]
+        if isinstance(span, FileSpan):
+            # One span (the whole file, or one range): no generator.
+            return plan.with_body((data[span.offset : span.offset + span.length],))
+    return plan.with_body(
+        tuple(data[p.offset : p.offset + p.length] if isinstance(p, FileSpan) else p for p in body)
     )
 
 
