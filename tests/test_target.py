@@ -297,3 +297,67 @@ def test_every_byte_string_is_one_segment_that_is_a_dot_only_if_its_bytes_are(
     assert seg not in (".", "..")
     assert ("\\" in seg) == (b"\\" in name)
     assert target.hidden == (name.startswith(b".") and name != b".well-known")
+
+
+# The plain-path shortcut (serverio.http.target._PLAIN_PATH) against the
+# general walk: the same Target, or the same refusal, for any target.
+_PIECES = st.sampled_from(
+    [
+        "/",
+        "//",
+        "a",
+        "Z",
+        "0",
+        "-",
+        "_",
+        "~",
+        ".",
+        "..",
+        ".well-known",
+        "%2F",
+        "%41",
+        "%",
+        "?",
+        "#",
+        "\\",
+        "x.y",
+        "é",
+        "\x00",
+        "*",
+        ":",
+    ]
+)
+
+
+def _outcome(parse, raw: bytes):  # type: ignore[no-untyped-def]
+    try:
+        return parse(raw)
+    except HTTPError as exc:
+        return ("refused", exc.status)
+
+
+@given(st.lists(_PIECES, max_size=12).map(lambda p: ("/" + "".join(p)).encode("utf-8")))
+@example(b"/a/b.txt")
+@example(b"/a/b/")
+@example(b"/.a")
+@example(b"/a/./b")
+@example(b"/a" * (MAX_SEGMENTS + 1))
+@example(b"/a/" * MAX_SEGMENTS)
+def test_plain_path_shortcut_agrees_with_the_walk(raw: bytes) -> None:
+    from serverio.http import target as t
+
+    fast = _outcome(lambda r: t._parse_target(b"GET", r, 8192), raw)
+    walk = _outcome(lambda r: t._parse_target_walk(b"GET", r), raw)
+    assert fast == walk
+
+
+def test_plain_path_shortcut_takes_the_common_paths() -> None:
+    """The shortcut matches what it is for (so the test above compares
+    both ways on them), and nothing with an escape, a dot at a segment's
+    start, an empty segment, a query or a fragment."""
+    from serverio.http.target import _PLAIN_PATH
+
+    for raw in (b"/a", b"/d07/f000123.bin", b"/docs/", b"/a-b_c~d/e.f.g"):
+        assert _PLAIN_PATH.fullmatch(raw), raw
+    for raw in (b"/", b"/.git", b"/a/../b", b"/a//b", b"/a%20b", b"/a?x", b"/a#f", b"/a\\b", b"a"):
+        assert not _PLAIN_PATH.fullmatch(raw), raw
