@@ -154,6 +154,7 @@ def _facts(
     now: float,
     fd: int = -1,
     data: bytes | None = None,
+    ident: Identity | None = None,
 ) -> tuple[FileFacts, bytes | None]:
     """The file's facts with what its ETag needs (serverio.http.core), and its
     whole content: ``data`` as given, or what this had to read for the hash
@@ -163,7 +164,9 @@ def _facts(
     this gathers: a stored hash of the same settled identity, the hash of
     ``data`` (or of the bytes read from ``fd``) for a small file, or, for a
     large one, ``hash_pending`` (the trio side computes it in the work
-    pool).  Raises :class:`_Shrank` if the file is shorter than ``st``.
+    pool).  ``ident``: ``st``'s identity when the caller has it (one tuple
+    shared by the caches that key on it).  Raises :class:`_Shrank` if the
+    file is shorter than ``st``.
     """
     policy = _policy(cfg.files.etag, cfg.files.small_file_size, cfg.source_date_epoch)
     size = st.st_size
@@ -178,7 +181,8 @@ def _facts(
     pending = False
     if wants_content_hash(size, synthetic, policy):
         ok = _hash_settled(st, now)
-        ident = identity(st)
+        if ident is None:
+            ident = identity(st)
         if hashes is not None and ok:
             # Also when the bytes are in hand (a small body read in the hop):
             # a stored hash of the same settled identity saves hashing them.
@@ -418,7 +422,7 @@ def _resolve_file(
         digest = look.digest
         negotiated = look.negotiates(vary)
         known = meta.facts if meta is not None else None
-        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype, known)
+        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype, ident, known)
         made = _main_rep(hop, fd, st, path, negotiated)
         if made is None:
             return Resolution(UNAVAILABLE)
@@ -478,7 +482,7 @@ def _main_rep(
         if hop.known is not None:
             facts, data = hop.known, None  # from the metadata cache, same identity
         else:
-            facts, data = _facts(st, hop.ctype, cfg, hop.hashes, hop.now, fd)
+            facts, data = _facts(st, hop.ctype, cfg, hop.hashes, hop.now, fd, ident=hop.ident)
         if (
             cache is not None
             and not look.digest
@@ -486,7 +490,7 @@ def _main_rep(
             and _cacheable(look, relpath, st, hop.now)
         ):
             # (A digest job reads from a descriptor: not from the cache.)
-            entry, data = _cache_entry(cache, fd, st, facts, data, hop.mono, negotiated)
+            entry, data = _cache_entry(cache, fd, st, facts, data, hop.mono, negotiated, hop.ident)
     except _Shrank:
         return None
     if data is None and look.wants_bytes and st.st_size <= cfg.files.small_file_size:
@@ -526,6 +530,7 @@ def _cache_entry(
     data: bytes | None,
     mono: float,
     negotiated: bool,
+    ident: Identity,
 ) -> tuple[CachedFile | None, bytes | None]:
     """The warm-file cache entry for a settled file, and its bytes (read here
     when the cache admits it whole): None when there is nothing to keep.
@@ -535,13 +540,13 @@ def _cache_entry(
             data = read_all(fd, st.st_size)
         if data is None:
             raise _Shrank
-        return CachedFile(identity(st), facts, data, mono), data
+        return CachedFile(ident, facts, data, mono), data
     if negotiated:
         # Too large to keep, but a built site's sidecars of it are often
         # small: keep those and the file's identity, so the next negotiated
         # request for it is answered from memory after the same stats as a
         # small file's.
-        return CachedFile(identity(st), facts, b"", mono, whole=False), data
+        return CachedFile(ident, facts, b"", mono, whole=False), data
     return None, data
 
 
@@ -555,6 +560,9 @@ class _Hop(NamedTuple):
     mono: float
     hashes: HashStore | None
     ctype: str
+    # The file's identity (its fstat's), made once for every cache keyed
+    # on it.
+    ident: Identity
     # The file's facts from the metadata cache (its identity checked), or
     # None: made from the fstat.
     known: FileFacts | None = None
