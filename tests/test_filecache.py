@@ -23,7 +23,7 @@ import trio.testing
 from serverio import Config, RequestFacts, Server, parse_target
 from serverio.fs import filecache as _filecache
 from serverio.fs import prepare as _prepare
-from serverio.fs.filecache import FileCache, StatAt, identity
+from serverio.fs.filecache import Doorkeeper, FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
 from serverio.model import CachedFile, FollowUps, Prepared
@@ -253,14 +253,49 @@ def test_lru_is_bounded_in_bytes(root: Path, opener: RootOpener) -> None:
     cache = new_cache(cfg, capacity=3100)  # two entries of 1000 B + 512 B overhead
     for i in range(3):
         run(request(f"/f{i}.bin"), cfg, opener, cache)
+    # Full: f2's first miss is remembered, not stored ("Admission when full").
+    assert len(cache) == 2 and cache.stats.evicted == 0 and cache.stats.stored == 2
+    run(request("/f2.bin"), cfg, opener, cache)  # asked again: stored, evicts f0
     assert len(cache) == 2 and cache.stats.evicted == 1 and cache.size <= 3100
     run(request("/f1.bin"), cfg, opener, cache)  # f1 hits and becomes newest
-    run(request("/f3.bin"), cfg, opener, cache)  # evicts f2, the oldest
     assert cache.stats.hits == 1
+    for _ in range(2):
+        run(request("/f3.bin"), cfg, opener, cache)  # the second evicts f2, the oldest
     run(request("/f1.bin"), cfg, opener, cache)
     assert cache.stats.hits == 2
     run(request("/f2.bin"), cfg, opener, cache)
     assert cache.stats.hits == 2  # f2 had been evicted
+
+
+def test_a_full_cache_stores_a_file_on_its_second_miss(root: Path, opener: RootOpener) -> None:
+    """Admission when full: with room, the first miss stores; once a store
+    would evict, only a file asked for again within the doorkeeper's span
+    is stored, and one asked for once in that span never evicts anything."""
+    cfg = make_config(root)
+    for i in range(6):
+        (root / f"g{i}.bin").write_bytes(bytes([i]) * 1000)
+    cache = new_cache(cfg, capacity=3100)
+    run(request("/g0.bin"), cfg, opener, cache)
+    run(request("/g1.bin"), cfg, opener, cache)
+    assert cache.stats.stored == 2  # room: stored at once
+    for i in range(2, 6):  # each asked for once: nothing evicted
+        run(request(f"/g{i}.bin"), cfg, opener, cache)
+    assert cache.stats.stored == 2 and cache.stats.evicted == 0
+    run(request("/g0.bin"), cfg, opener, cache)
+    assert cache.stats.hits == 1
+    run(request("/g4.bin"), cfg, opener, cache)  # the second miss: stored
+    assert cache.stats.stored == 3 and cache.stats.evicted == 1
+
+
+def test_doorkeeper_remembers_two_generations() -> None:
+    door = Doorkeeper(3)
+    assert [door.again(k) for k in ("a", "b", "a")] == [False, False, True]
+    assert not door.again("c")  # the third key: a new generation begins
+    assert not door.again("d")
+    assert door.again("a") and door.again("c")  # both generations are asked
+    for k in ("e", "f"):  # fills the generation after "d" (now: d, e, f)
+        door.again(k)
+    assert not door.again("a")  # two generations on: forgotten
 
 
 def test_drop_keeps_a_newer_entry(root: Path) -> None:

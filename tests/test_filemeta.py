@@ -147,12 +147,21 @@ def test_large_files_index_files_and_listings_are_not_kept(root: Path, opener: R
 def test_entries_are_bounded_least_recently_used_first(root: Path, opener: RootOpener) -> None:
     cfg = make_config(root)
     cache, meta = meta_cache(root, entries=2)
-    for name in ("data.bin", "hello.txt", "index.html", "data.bin"):
+    # Full, a file's facts are stored on its second miss ("Admission when
+    # full"): index.html's first miss evicts nothing.
+    for name in ("data.bin", "hello.txt", "index.html"):
         run(request(f"/{name}"), cfg, opener, cache)
-    assert len(meta) == 2 and meta.stats.evicted == 2
+    assert len(meta) == 2 and meta.stats.evicted == 0
+    for name in ("index.html", "data.bin", "data.bin"):
+        run(request(f"/{name}"), cfg, opener, cache)
+    # index.html's second miss evicted data.bin, data.bin's second hello.txt
+    assert len(meta) == 2 and meta.stats.evicted == 2 and meta.stats.hits == 0
     assert meta.size == 2 * (meta.capacity_bytes // meta.capacity)
     run(request("/index.html"), cfg, opener, cache)
-    assert meta.stats.hits == 1  # index.html and data.bin were kept
+    run(request("/data.bin"), cfg, opener, cache)
+    assert meta.stats.hits == 2  # index.html and data.bin were kept
+    run(request("/hello.txt"), cfg, opener, cache)
+    assert meta.stats.hits == 2  # hello.txt was evicted
 
 
 def test_forget_and_clear_drop_metadata(root: Path, opener: RootOpener) -> None:

@@ -78,6 +78,15 @@ come from the descriptor just opened.  Only settled files (the racy rule
 above) of at most the small-file size (whose ETag is their content hash)
 are kept, and only for requests without a query (``?download`` changes
 the headers).
+
+Admission when full (both caches): while a cache has room, every file
+it may keep is stored.  Once storing would evict, a file is stored only
+on its second miss within about the span the cache holds (the
+:class:`Doorkeeper`, TinyLFU's doorkeeper in its simplest form): on a
+site with more files than fit, requested at random, most files are asked
+for once in that span, and storing each would cost an entry built, an
+older one evicted and its memory given back, for no hit.  A file asked
+for again soon is kept as before, one miss later.
 """
 
 from __future__ import annotations
@@ -98,6 +107,7 @@ __all__ = [
     "RACY_SECONDS",
     "SHARED_MTIME_FILES",
     "UNTIMED",
+    "Doorkeeper",
     "FileCache",
     "FileCacheStats",
     "FileMeta",
@@ -203,6 +213,36 @@ class FileCacheStats:
     evicted: int = 0
 
 
+class Doorkeeper:
+    """The keys a full cache was asked to store, in two generations of at
+    most ``span`` each ("Admission when full" above): :meth:`again` says
+    whether a key was asked for within the last one to two generations,
+    and remembers it.  Kept as hashes (a collision admits a key early:
+    harmless); not thread-safe (its cache calls it under its lock)."""
+
+    __slots__ = ("_before", "_now", "span")
+
+    def __init__(self, span: int) -> None:
+        self.span = span
+        self._now: set[int] = set()
+        self._before: set[int] = set()
+
+    def again(self, key: str) -> bool:
+        h = hash(key)
+        if h in self._now or h in self._before:
+            return True
+        now = self._now
+        now.add(h)
+        if len(now) >= self.span:
+            self._before, self._now = now, set()
+        return False
+
+
+# The least generation of a doorkeeper (a cache of few entries still
+# remembers this many keys asked for).
+_DOOR_MIN = 1024
+
+
 class FileCache:
     """A byte-bounded LRU of :class:`CachedFile`, keyed by relative path.
 
@@ -222,6 +262,7 @@ class FileCache:
         self.meta = MetaCache(meta_entries) if meta_entries > 0 and capacity > 0 else None
         self._entries: OrderedDict[str, CachedFile] = OrderedDict()
         self._lock = threading.Lock()
+        self._door = Doorkeeper(_DOOR_MIN)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -233,6 +274,21 @@ class FileCache:
     def admits(self, size: int) -> bool:
         """Would a file of ``size`` bytes be kept?"""
         return size <= self.max_entry and size + _ENTRY_OVERHEAD <= self.capacity
+
+    def takes(self, key: str, size: int) -> bool:
+        """Is an entry for ``key``, a file of ``size`` bytes, worth making
+        now ("Admission when full" above)?  Yes while storing it would not
+        evict, for a key already held, or for one asked for again soon;
+        otherwise the key is remembered and the answer is no.  Asked once
+        per miss that could store, before the entry is built."""
+        with self._lock:
+            if self.size + size + _ENTRY_OVERHEAD <= self.capacity:
+                return True
+            if key in self._entries:
+                return True
+            door = self._door
+            door.span = max(_DOOR_MIN, len(self._entries))
+            return door.again(key)
 
     def get(self, key: str) -> CachedFile | None:
         """The entry for ``key`` (marked recently used), or None.  Not yet a hit:
@@ -349,6 +405,16 @@ class MetaCache:
         self.stats = FileCacheStats()
         self._entries: OrderedDict[str, FileMeta] = OrderedDict()
         self._lock = threading.Lock()
+        self._door = Doorkeeper(max(_DOOR_MIN, capacity))
+
+    def takes(self, key: str) -> bool:
+        """Is an entry for ``key`` worth making now ("Admission when full"
+        above)?  As :meth:`FileCache.takes`, full meaning ``capacity``
+        entries held."""
+        with self._lock:
+            if len(self._entries) < self.capacity or key in self._entries:
+                return True
+            return self._door.again(key)
 
     def __len__(self) -> int:
         return len(self._entries)

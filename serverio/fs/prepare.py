@@ -429,7 +429,12 @@ def _resolve_file(
         main, entry = made
         reps.append(main)
         fd = -1
-        if metas is not None and meta is None and _meta_keeps(main.facts, st, now):
+        if (
+            metas is not None
+            and meta is None
+            and _meta_keeps(main.facts, st, now)
+            and metas.takes(relpath)
+        ):
             metas.put(relpath, FileMeta(ident, main.facts, extra, vary))
         if entry is not None and not look.target.query:
             entry.headers = (extra, vary)  # computed once, here
@@ -488,6 +493,7 @@ def _main_rep(
             and not look.digest
             and real is None
             and _cacheable(look, relpath, st, hop.now)
+            and cache.takes(relpath, st.st_size)
         ):
             # (A digest job reads from a descriptor: not from the cache.)
             entry, data = _cache_entry(cache, fd, st, facts, data, hop.mono, negotiated, hop.ident)
