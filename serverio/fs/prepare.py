@@ -429,12 +429,7 @@ def _resolve_file(
         main, entry = made
         reps.append(main)
         fd = -1
-        if (
-            metas is not None
-            and meta is None
-            and _meta_keeps(main.facts, st, now)
-            and metas.takes(relpath)
-        ):
+        if metas is not None and meta is None and _meta_keeps(metas, relpath, main.facts, st, now):
             metas.put(relpath, FileMeta(ident, main.facts, extra, vary))
         if entry is not None and not look.target.query:
             entry.headers = (extra, vary)  # computed once, here
@@ -600,11 +595,14 @@ def _meta_for(
     return metas, ident, metas.valid(relpath, ident)
 
 
-def _meta_keeps(facts: FileFacts, st: os.stat_result, now: float) -> bool:
-    """May these facts be kept for the file's identity?  Settled (a
-    same-tick rewrite could keep the identity: the racy rule of
-    serverio.fs.filecache) and complete (no content hash still to come)."""
-    return not facts.hash_pending and settled(st, now)
+def _meta_keeps(
+    metas: MetaCache, relpath: str, facts: FileFacts, st: os.stat_result, now: float
+) -> bool:
+    """Are these facts kept for the file's identity?  Settled (a same-tick
+    rewrite could keep the identity: the racy rule of
+    serverio.fs.filecache), complete (no content hash still to come), and
+    taken by the cache (its admission when full)."""
+    return not facts.hash_pending and settled(st, now) and metas.takes(relpath)
 
 
 def _sidecars(
