@@ -290,10 +290,11 @@ def test_plan_is_immutable() -> None:
 
 
 def test_plan_with_body_passes_every_other_field_on() -> None:
-    """Plan.with_body (the miss path's cheap replace) keeps every field but
-    the body: a plan whose every field differs from its default comes back
-    equal to what dataclasses.replace makes.  A field added to Plan fails
-    here until with_body passes it on."""
+    """Plan.with_body and Plan.with_headers (the cheap replaces of the miss
+    path and of a redated memo) keep every other field: a plan whose every
+    field differs from its default comes back equal to what
+    dataclasses.replace makes.  A field added to Plan fails here until
+    both pass it on."""
     from serverio.errors import Problem
     from serverio.http.core import FileSpan, Plan
 
@@ -312,6 +313,8 @@ def test_plan_with_body_passes_every_other_field_on() -> None:
     for f in dataclasses.fields(Plan):
         assert getattr(plan, f.name) != f.default, f.name
     assert plan.with_body((b"abcd",)) == dataclasses.replace(plan, body=(b"abcd",))
+    fields = ((b"a", b"b"),)
+    assert plan.with_headers(fields) == dataclasses.replace(plan, headers=fields)
 
 
 def test_conditional_fields_are_one_list() -> None:

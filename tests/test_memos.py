@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
 from serverio.http import negotiate as _negotiate
 from serverio.http import target as _target
-from serverio.http.core import RequestFacts
+from serverio.http.core import Plan, RequestFacts, decide_file
 from serverio.http.negotiate import parse_accept_encoding, select_coding
 from serverio.http.target import parse_target
 from serverio.model.decide import cache_candidate, serve_cached
@@ -98,5 +101,52 @@ def test_plain_response_memo_only_for_served_methods(root: Path) -> None:
         # The caller stores it (serverio.pipeline.handler): prepare() does.
         prepare(get, cfg, opener, LATER, "", cache, 0.0).close()
         assert set(hit.entry.plain) == {(b"GET", "")}
+    finally:
+        opener.close()
+
+
+def test_a_plain_memo_is_redated_in_a_later_second(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain answer memoised in one second is redated in a later one
+    (only its Date changes), and equals the answer decided afresh then;
+    a clock set back before the file's mtime decides again (Last-Modified
+    becomes the Date, as sent_mtime says)."""
+    from serverio.model import decide as _decide
+
+    cfg = make_config(root)
+    cache = FileCache(1 << 20, cfg.files.small_file_size)
+    opener = RootOpener(str(root), follow_symlinks=False)
+    decided: list[object] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Plan:
+        decided.append(args)
+        return decide_file(*args, **kwargs)
+
+    try:
+        get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))
+        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()  # fill the cache
+        mtime = (root / "data.bin").stat().st_mtime_ns // 10**9
+        for method in (b"GET", b"HEAD"):
+            req = RequestFacts(method=method, target=parse_target(method, b"/data.bin"))
+            hit = cache_candidate(cache, req, cfg)
+            assert hit is not None
+            first = serve_cached(hit, req, cfg, LATER, "")
+            assert first.memo is not None
+            monkeypatch.setattr(_decide, "decide_file", counting)
+            for now in (LATER + 5.25, float(mtime), float(mtime - 10)):
+                hit.entry.plain[first.memo[0]] = first.memo[1]
+                decided.clear()
+                served = serve_cached(hit, req, cfg, now, "")
+                redone = bool(decided)
+                saved = dict(hit.entry.plain)
+                hit.entry.plain.clear()
+                fresh = serve_cached(hit, req, cfg, now, "")  # decided afresh
+                hit.entry.plain.update(saved)
+                assert served.plan == fresh.plan, now
+                assert served.memo is not None and served.memo[1][0] == int(now)
+                # Redated, not decided, unless the clock is before the mtime.
+                assert redone is (now < mtime), now
+            monkeypatch.undo()
     finally:
         opener.close()

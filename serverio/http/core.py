@@ -60,6 +60,7 @@ __all__ = [
     "parse_range",
     "precondition_plan",
     "read_only",
+    "redated",
     "route",
     "sent_mtime",
     "spa_fallback_applies",
@@ -220,6 +221,19 @@ class Plan:
             self.status,
             self.headers,
             body,
+            self.send_body,
+            self.close,
+            self.shared,
+            self.stream,
+            self.problem,
+        )
+
+    def with_headers(self, headers: tuple[tuple[bytes, bytes], ...]) -> Plan:
+        """This plan with ``headers`` in place of its own (as :meth:`with_body`)."""
+        return Plan(
+            self.status,
+            headers,
+            self.body,
             self.send_body,
             self.close,
             self.shared,
@@ -522,6 +536,18 @@ def _date(now: float) -> bytes:
         memo = (sec, format_http_date(sec).encode("ascii"))
         _DATE_MEMO[0] = memo
     return memo[1]
+
+
+def redated(plan: Plan, now: float) -> Plan:
+    """``plan`` with the ``Date`` of ``now`` (:func:`common_fields` put it
+    second), every other field as it is: the plan made at ``now`` for a
+    caller that knows no other field depends on the time (a plain answer
+    of a cached file whose Last-Modified :func:`sent_mtime` leaves as it
+    is: serverio.model.decide.serve_cached)."""
+    headers = plan.headers
+    if headers[1][0] != b"date":
+        raise ValueError("a plan without common_fields")
+    return plan.with_headers((headers[0], (b"date", _date(now)), *headers[2:]))
 
 
 def common_fields(now: float) -> list[tuple[bytes, bytes]]:

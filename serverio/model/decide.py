@@ -39,6 +39,7 @@ from ..http.core import (
     depends_on_method_only,
     error_plan,
     precondition_plan,
+    redated,
 )
 from ..http.select import (
     choice_depends_on,
@@ -284,10 +285,14 @@ def serve_cached(
     A plain request (no precondition, no range, no query: what browsers
     and benchmarks send most) gets the same response for the whole
     second of its Date header, so the plan and its serialised head are
-    memoised per method and second, with its literal body source.  Shared
-    plans are never mutated (they are frozen), and a literal body has
-    nothing to close: the transports only read them.  A new memo is not
-    stored here: it comes back as ``Prepared.memo`` for the caller to
+    memoised per method and second, with its literal body source.  In a
+    later second the memo is redated (:func:`~serverio.http.core.redated`)
+    rather than decided again: for a plain request of a cached file
+    nothing else in the plan depends on the time, as long as its
+    Last-Modified is the file's both then and now (:func:`_same_dated`).
+    Shared plans are never mutated (they are frozen), and a literal body
+    has nothing to close: the transports only read them.  A new memo is
+    not stored here: it comes back as ``Prepared.memo`` for the caller to
     store in ``hit.entry.plain``.
     """
     rep = hit.rep
@@ -301,8 +306,21 @@ def serve_cached(
     memo_key = (req.method, hit.coding)
     if plain:
         memo = hit.entry.plain.get(memo_key)
-        if memo is not None and memo[0] == second:
-            return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
+        if memo is not None:
+            if memo[0] == second:
+                return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
+            if _same_dated(rep.facts.mtime, memo[0], second):
+                plan, body = redated(memo[1], now), memo[2]
+                return Prepared(
+                    plan,
+                    None,
+                    rep.facts,
+                    None,
+                    body,
+                    "/" + hit.key,
+                    None,
+                    (memo_key, (second, plan, body)),
+                )
     # Identity, or a precompressed sidecar (its own length, ETag).
     plan = decide_file(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
@@ -320,6 +338,16 @@ def serve_cached(
             plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
         )
     return Prepared(plan, None, rep.facts, served="/" + hit.key)
+
+
+def _same_dated(mtime: int | None, then: int, second: int) -> bool:
+    """Does a plain answer made in second ``then`` differ from one made in
+    ``second`` by its Date alone?  Its Last-Modified is the file's
+    ``mtime`` in both (or absent in both): :func:`~serverio.http.core.sent_mtime`
+    puts the Date's second in place of an mtime later than it, so the
+    file's mtime must be at most both seconds (a clock set back past it
+    decides again)."""
+    return mtime is None or (mtime <= then and mtime <= second)
 
 
 def needs_compressed(hit: CacheCandidate) -> bool:
