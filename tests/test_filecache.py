@@ -288,14 +288,23 @@ def test_a_full_cache_stores_a_file_on_its_second_miss(root: Path, opener: RootO
 
 
 def test_doorkeeper_remembers_two_generations() -> None:
-    door = Doorkeeper(3)
-    assert [door.again(k) for k in ("a", "b", "a")] == [False, False, True]
-    assert not door.again("c")  # the third key: a new generation begins
-    assert not door.again("d")
-    assert door.again("a") and door.again("c")  # both generations are asked
-    for k in ("e", "f"):  # fills the generation after "d" (now: d, e, f)
+    door = Doorkeeper(3)  # keys are hashes: small ints, each its own bit
+    assert [door.again(k) for k in (1, 2, 1)] == [False, False, True]
+    assert not door.again(3)  # the third key: a new generation begins
+    assert not door.again(4)
+    assert door.again(1) and door.again(3)  # both generations are asked
+    for k in (5, 6):  # fills the generation after 4 (now: 4, 5, 6)
         door.again(k)
-    assert not door.again("a")  # two generations on: forgotten
+    assert not door.again(1)  # two generations on: forgotten
+
+
+def test_doorkeeper_memory_does_not_grow_with_the_keys() -> None:
+    """4 to 8 bytes per key of its span (two bitmaps of at least 16 bits a
+    key, rounded up to a power of two), however many keys it is asked about."""
+    door = Doorkeeper(16384)
+    for k in range(200_000):
+        door.again(k * 7919)
+    assert len(door._now[0]) + len(door._before[0]) <= 4 * 16384 * 2
 
 
 def test_drop_keeps_a_newer_entry(root: Path) -> None:

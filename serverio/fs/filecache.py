@@ -214,28 +214,48 @@ class FileCacheStats:
 
 
 class Doorkeeper:
-    """The keys a full cache was asked to store, in two generations of at
-    most ``span`` each ("Admission when full" above): :meth:`again` says
-    whether a key was asked for within the last one to two generations,
-    and remembers it.  Kept as hashes (a collision admits a key early:
-    harmless); not thread-safe (its cache calls it under its lock)."""
+    """The keys a full cache was asked to store, in two generations of
+    ``span`` keys each ("Admission when full" above): :meth:`again` says
+    whether a key's hash was seen within the last one to two generations,
+    and remembers it.  Each generation is a bitmap of 16 bits per key it
+    may hold (one bit per key: a key that shares a bit with another is
+    admitted early, at most about one in sixteen of them: harmless), so it
+    costs 4 to 8 bytes per key of ``span`` whatever the keys.  Not thread-safe
+    (its cache calls it under its lock)."""
 
-    __slots__ = ("_before", "_now", "span")
+    __slots__ = ("_before", "_count", "_now", "span")
 
     def __init__(self, span: int) -> None:
         self.span = span
-        self._now: set[int] = set()
-        self._before: set[int] = set()
+        self._count = 0
+        self._now = _bitmap(span)
+        self._before = _bitmap(0)
 
-    def again(self, key: str) -> bool:
-        h = hash(key)
-        if h in self._now or h in self._before:
+    def again(self, h: int) -> bool:
+        """Was the key of hash ``h`` seen recently?  Remembers it if not."""
+        bits, mask = self._now
+        i = h & mask
+        bit = 1 << (i & 7)
+        if bits[i >> 3] & bit:
             return True
-        now = self._now
-        now.add(h)
-        if len(now) >= self.span:
-            self._before, self._now = now, set()
+        old, old_mask = self._before
+        j = h & old_mask
+        if old[j >> 3] & (1 << (j & 7)):
+            return True
+        bits[i >> 3] |= bit
+        self._count += 1
+        if self._count >= self.span:  # a new generation, sized for the span now
+            self._before, self._now, self._count = self._now, _bitmap(self.span), 0
         return False
+
+
+def _bitmap(span: int) -> tuple[bytearray, int]:
+    """An empty generation for ``span`` keys: its bits (a power of two, at
+    least 16 per key and 1,024 in all) and the mask that indexes them."""
+    bits = 1024
+    while bits < 16 * span:
+        bits *= 2
+    return bytearray(bits // 8), bits - 1
 
 
 # The least generation of a doorkeeper (a cache of few entries still
@@ -288,7 +308,7 @@ class FileCache:
                 return True
             door = self._door
             door.span = max(_DOOR_MIN, len(self._entries))
-            return door.again(key)
+            return door.again(hash(key))
 
     def get(self, key: str) -> CachedFile | None:
         """The entry for ``key`` (marked recently used), or None.  Not yet a hit:
@@ -414,7 +434,7 @@ class MetaCache:
         with self._lock:
             if len(self._entries) < self.capacity or key in self._entries:
                 return True
-            return self._door.again(key)
+            return self._door.again(hash(key))
 
     def __len__(self) -> int:
         return len(self._entries)
