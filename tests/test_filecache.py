@@ -793,6 +793,7 @@ def test_a_stored_hash_is_used_when_the_bytes_are_already_read(
         return real(data)
 
     monkeypatch.setattr(_prepare, "content_digest", counting)
+    monkeypatch.setattr(_prepare, "_REHASH_MAX", 0)  # the sidecars may be tiny
     req = request("/big.css", accept_encoding="br;q=1, gzip;q=0.8")
     plans = []
     for _ in range(3):
@@ -804,6 +805,25 @@ def test_a_stored_hash_is_used_when_the_bytes_are_already_read(
     assert first >= 1
     prepare(req, cfg, opener, LATER, "", None, 0.0, hashes).close()
     assert len(hashed) == first  # nothing hashed again
+
+
+def test_a_tiny_file_s_hash_is_made_again_not_stored(root: Path, opener: RootOpener) -> None:
+    """A file of at most _REHASH_MAX bytes is hashed on each miss, not kept
+    in the hash store (hashing it costs what the store does, and each kept
+    hash holds memory); one byte more is kept.  The ETag is the same."""
+    cfg = make_config(root)
+    limit = _prepare._REHASH_MAX
+    (root / "tiny.bin").write_bytes(b"t" * limit)
+    (root / "small.bin").write_bytes(b"s" * (limit + 1))
+    hashes = _filecache.HashStore()
+    tags = []
+    for _ in range(2):
+        for name in ("tiny.bin", "small.bin"):
+            got = prepare(request(f"/{name}"), cfg, opener, LATER, "", None, 0.0, hashes)
+            tags.append(dict(got.plan.headers)[b"etag"])
+            got.close()
+    assert len(hashes) == 1  # small.bin's
+    assert tags[0] == tags[2] and tags[1] == tags[3]
 
 
 @pytest.mark.usefixtures("settled_files")

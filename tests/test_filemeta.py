@@ -148,11 +148,12 @@ def test_entries_are_bounded_least_recently_used_first(root: Path, opener: RootO
     cfg = make_config(root)
     cache, meta = meta_cache(root, entries=2)
     # Full, a file's facts are stored on its second miss ("Admission when
-    # full"): index.html's first miss evicts nothing.
+    # full", decided by the byte cache, full from the start here, which
+    # sees every miss): index.html's first miss evicts nothing.
     for name in ("data.bin", "hello.txt", "index.html"):
         run(request(f"/{name}"), cfg, opener, cache)
     assert len(meta) == 2 and meta.stats.evicted == 0
-    for name in ("index.html", "data.bin", "data.bin"):
+    for name in ("index.html", "data.bin"):
         run(request(f"/{name}"), cfg, opener, cache)
     # index.html's second miss evicted data.bin, data.bin's second hello.txt
     assert len(meta) == 2 and meta.stats.evicted == 2 and meta.stats.hits == 0
@@ -162,6 +163,23 @@ def test_entries_are_bounded_least_recently_used_first(root: Path, opener: RootO
     assert meta.stats.hits == 2  # index.html and data.bin were kept
     run(request("/hello.txt"), cfg, opener, cache)
     assert meta.stats.hits == 2  # hello.txt was evicted
+
+
+def test_both_full_caches_admit_a_file_at_the_same_miss(root: Path, opener: RootOpener) -> None:
+    """Admission when full is decided once per miss for both caches: a file
+    admitted to both has one identity and one set of facts in them."""
+    cfg = make_config(root)
+    for i in range(4):
+        (root / f"m{i}.bin").write_bytes(bytes([i]) * 1000)
+    cache = FileCache(3100, cfg.files.small_file_size, 2)  # two files in each
+    meta = cache.meta
+    assert meta is not None
+    for name in ("m0.bin", "m1.bin", "m2.bin", "m2.bin"):
+        run(request(f"/{name}"), cfg, opener, cache)
+    entry, kept = cache.get("m2.bin"), meta._entries.get("m2.bin")
+    assert entry is not None and kept is not None
+    assert entry.facts is kept.facts and entry.ident is kept.ident
+    assert cache.stats.stored == 3 and meta.stats.stored == 3
 
 
 def test_forget_and_clear_drop_metadata(root: Path, opener: RootOpener) -> None:

@@ -81,12 +81,15 @@ the headers).
 
 Admission when full (both caches): while a cache has room, every file
 it may keep is stored.  Once storing would evict, a file is stored only
-on its second miss within about the span the cache holds (the
+on its second miss within about the span the byte cache holds (the
 :class:`Doorkeeper`, TinyLFU's doorkeeper in its simplest form): on a
 site with more files than fit, requested at random, most files are asked
 for once in that span, and storing each would cost an entry built, an
 older one evicted and its memory given back, for no hit.  A file asked
-for again soon is kept as before, one miss later.
+for again soon is kept as before, one miss later.  The byte cache's
+doorkeeper decides once per miss for both caches, so that a file
+admitted to both is admitted at the same miss and its two entries share
+one identity and one set of facts.
 """
 
 from __future__ import annotations
@@ -425,16 +428,13 @@ class MetaCache:
         self.stats = FileCacheStats()
         self._entries: OrderedDict[str, FileMeta] = OrderedDict()
         self._lock = threading.Lock()
-        self._door = Doorkeeper(max(_DOOR_MIN, capacity))
 
-    def takes(self, key: str) -> bool:
-        """Is an entry for ``key`` worth making now ("Admission when full"
-        above)?  As :meth:`FileCache.takes`, full meaning ``capacity``
-        entries held."""
+    def has_room(self, key: str) -> bool:
+        """Would storing ``key`` evict nothing?  (When it would, the byte
+        cache's :meth:`FileCache.takes` decides for both caches: "Admission
+        when full" above.)"""
         with self._lock:
-            if len(self._entries) < self.capacity or key in self._entries:
-                return True
-            return self._door.again(hash(key))
+            return len(self._entries) < self.capacity or key in self._entries
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -146,6 +146,15 @@ def _hash_settled(st: os.stat_result, now: float) -> bool:
     return st.st_ctime_ns < int((now - RACY_SECONDS) * 1e9)
 
 
+# The content hash of a file of at most this many bytes is made again on
+# each miss rather than kept in the hash store: BLAKE2b of 1 KiB costs
+# about 1.7 µs here, as much as the store's lookup and store (1.3-1.6 µs),
+# and each hash kept holds about 350 bytes (its identity, the digest, the
+# LRU's node): 23 MiB for the 65,536 a site of many small files fills it
+# with.  Their facts, hash included, are still kept by the metadata cache.
+_REHASH_MAX = 1024
+
+
 def _facts(
     st: os.stat_result,
     content_type: str,
@@ -180,10 +189,11 @@ def _facts(
     digest: bytes | None = None
     pending = False
     if wants_content_hash(size, synthetic, policy):
-        ok = _hash_settled(st, now)
+        # Settled, and worth keeping (a tiny file's hash is made again).
+        keep = _hash_settled(st, now) and size > _REHASH_MAX
         if ident is None:
             ident = identity(st)
-        if hashes is not None and ok:
+        if hashes is not None and keep:
             # Also when the bytes are in hand (a small body read in the hop):
             # a stored hash of the same settled identity saves hashing them.
             digest = hashes.get(ident)
@@ -194,7 +204,7 @@ def _facts(
                     raise _Shrank
             if data is not None:
                 digest = content_digest(data)
-                if ok and hashes is not None:
+                if keep and hashes is not None:
                     hashes.put(ident, digest)
             else:
                 pending = True
@@ -422,14 +432,15 @@ def _resolve_file(
         digest = look.digest
         negotiated = look.negotiates(vary)
         known = meta.facts if meta is not None else None
-        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype, ident, known)
+        admit = _admits(cache, look, relpath, st)
+        hop = _Hop(look, cfg, now, cache, mono, hashes, ctype, ident, admit, known)
         made = _main_rep(hop, fd, st, path, negotiated)
         if made is None:
             return Resolution(UNAVAILABLE)
         main, entry = made
         reps.append(main)
         fd = -1
-        if metas is not None and meta is None and _meta_keeps(metas, relpath, main.facts, st, now):
+        if metas is not None and meta is None and _meta_keeps(metas, hop, main.facts, st):
             metas.put(relpath, FileMeta(ident, main.facts, extra, vary))
         if entry is not None and not look.target.query:
             entry.headers = (extra, vary)  # computed once, here
@@ -488,7 +499,7 @@ def _main_rep(
             and not look.digest
             and real is None
             and _cacheable(look, relpath, st, hop.now)
-            and cache.takes(relpath, st.st_size)
+            and hop.admit
         ):
             # (A digest job reads from a descriptor: not from the cache.)
             entry, data = _cache_entry(cache, fd, st, facts, data, hop.mono, negotiated, hop.ident)
@@ -564,6 +575,9 @@ class _Hop(NamedTuple):
     # The file's identity (its fstat's), made once for every cache keyed
     # on it.
     ident: Identity
+    # Admission when full (serverio.fs.filecache): this miss may store the
+    # file in a full cache (FileCache.takes, asked once for both caches).
+    admit: bool
     # The file's facts from the metadata cache (its identity checked), or
     # None: made from the fstat.
     known: FileFacts | None = None
@@ -595,14 +609,21 @@ def _meta_for(
     return metas, ident, metas.valid(relpath, ident)
 
 
-def _meta_keeps(
-    metas: MetaCache, relpath: str, facts: FileFacts, st: os.stat_result, now: float
-) -> bool:
+def _admits(cache: FileCache | None, look: Lookup, relpath: str, st: os.stat_result) -> bool:
+    """Admission when full (serverio.fs.filecache): may this miss store the
+    file in a full cache?  Decided once for both caches, and only for a
+    file the target names directly (nothing else is kept)."""
+    return cache is not None and relpath == look.target.relpath and cache.takes(relpath, st.st_size)
+
+
+def _meta_keeps(metas: MetaCache, hop: _Hop, facts: FileFacts, st: os.stat_result) -> bool:
     """Are these facts kept for the file's identity?  Settled (a same-tick
     rewrite could keep the identity: the racy rule of
     serverio.fs.filecache), complete (no content hash still to come), and
-    taken by the cache (its admission when full)."""
-    return not facts.hash_pending and settled(st, now) and metas.takes(relpath)
+    room in the cache or this miss admitted (admission when full)."""
+    if facts.hash_pending or not settled(st, hop.now):
+        return False
+    return hop.admit or metas.has_room(hop.look.target.relpath)
 
 
 def _sidecars(
