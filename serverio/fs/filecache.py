@@ -221,10 +221,10 @@ class Doorkeeper:
     ``span`` keys each ("Admission when full" above): :meth:`again` says
     whether a key's hash was seen within the last one to two generations,
     and remembers it.  Each generation is a bitmap of 16 bits per key it
-    may hold (one bit per key: a key that shares a bit with another is
-    admitted early, at most about one in sixteen of them: harmless), so it
-    costs 4 to 8 bytes per key of ``span`` whatever the keys.  Not thread-safe
-    (its cache calls it under its lock)."""
+    may hold (one bit per key: a key that shares a bit with another in
+    either generation is admitted early, at most about one in eight of
+    them: harmless), so it costs 4 to 8 bytes per key of ``span`` whatever
+    the keys.  Not thread-safe (its cache calls it under its lock)."""
 
     __slots__ = ("_before", "_count", "_now", "span")
 
