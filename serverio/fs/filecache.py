@@ -89,7 +89,8 @@ older one evicted and its memory given back, for no hit.  A file asked
 for again soon is kept as before, one miss later.  The byte cache's
 doorkeeper decides once per miss for both caches, so that a file
 admitted to both is admitted at the same miss and its two entries share
-one identity and one set of facts.
+one identity and one set of facts (so a full metadata cache still stores
+at once while the byte cache has room).
 """
 
 from __future__ import annotations
