@@ -7,6 +7,7 @@ values can hold, after a flood of distinct long client values.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,9 @@ def test_a_plain_memo_is_redated_in_a_later_second(
     """A plain answer memoised in one second is redated in a later one
     (only its Date changes), and equals the answer decided afresh then;
     a clock set back before the file's mtime decides again (Last-Modified
-    becomes the Date, as sent_mtime says)."""
+    becomes the Date, as sent_mtime says).  The redated answer replaces
+    the memo only when the entry already answered in that second
+    (``asked``): the first is neither kept nor shared."""
     from serverio.model import decide as _decide
 
     cfg = make_config(root)
@@ -137,6 +140,9 @@ def test_a_plain_memo_is_redated_in_a_later_second(
             for now in (LATER + 5.25, float(mtime), float(mtime - 10)):
                 hit.entry.plain[first.memo[0]] = first.memo[1]
                 decided.clear()
+                hit.entry.asked = int(now) - 1
+                lone = serve_cached(hit, req, cfg, now, "")
+                hit.entry.asked = int(now)
                 served = serve_cached(hit, req, cfg, now, "")
                 redone = bool(decided)
                 saved = dict(hit.entry.plain)
@@ -147,6 +153,10 @@ def test_a_plain_memo_is_redated_in_a_later_second(
                 assert served.memo is not None and served.memo[1][0] == int(now)
                 # Redated, not decided, unless the clock is before the mtime.
                 assert redone is (now < mtime), now
+                if not redone:
+                    # The entry's first answer of the second: this request's alone.
+                    assert lone.memo is None and not lone.plan.shared
+                    assert replace(lone.plan, shared=True) == served.plan
             monkeypatch.undo()
     finally:
         opener.close()

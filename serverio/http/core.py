@@ -228,15 +228,18 @@ class Plan:
             self.problem,
         )
 
-    def with_headers(self, headers: tuple[tuple[bytes, bytes], ...]) -> Plan:
-        """This plan with ``headers`` in place of its own (as :meth:`with_body`)."""
+    def with_headers(
+        self, headers: tuple[tuple[bytes, bytes], ...], shared: bool | None = None
+    ) -> Plan:
+        """This plan with ``headers`` in place of its own (as :meth:`with_body`),
+        and ``shared`` in place of its own unless None."""
         return Plan(
             self.status,
             headers,
             self.body,
             self.send_body,
             self.close,
-            self.shared,
+            self.shared if shared is None else shared,
             self.stream,
             self.problem,
         )
@@ -538,16 +541,17 @@ def _date(now: float) -> bytes:
     return memo[1]
 
 
-def redated(plan: Plan, now: float) -> Plan:
+def redated(plan: Plan, now: float, *, shared: bool | None = None) -> Plan:
     """``plan`` with the ``Date`` of ``now`` (:func:`common_fields` put it
     second), every other field as it is: the plan made at ``now`` for a
     caller that knows no other field depends on the time (a plain answer
     of a cached file whose Last-Modified :func:`sent_mtime` leaves as it
-    is: serverio.model.decide.serve_cached)."""
+    is: serverio.model.decide.serve_cached).  ``shared``: as
+    :meth:`Plan.with_headers`."""
     headers = plan.headers
     if headers[1][0] != b"date":
         raise ValueError("a plan without common_fields")
-    return plan.with_headers((headers[0], (b"date", _date(now)), *headers[2:]))
+    return plan.with_headers((headers[0], (b"date", _date(now)), *headers[2:]), shared)
 
 
 def common_fields(now: float) -> list[tuple[bytes, bytes]]:

@@ -392,6 +392,11 @@ class CachedFile:
     # that serverio.model.decide.cache_candidate made (``learned``), stored
     # by the handler, at most CHOICES_KEPT of them.
     choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(default_factory=dict)
+    # The Date second of the last answer made from this entry (set by the
+    # handler after each): a plain memo from an earlier second is replaced
+    # only by an answer made when the entry already answered in its second
+    # (serverio.model.decide.serve_cached).
+    asked: int = -1
 
 
 # Distinct Accept-Encoding values memoised per entry: browsers send a

@@ -290,6 +290,9 @@ def serve_cached(
     rather than decided again: for a plain request of a cached file
     nothing else in the plan depends on the time, as long as its
     Last-Modified is the file's both then and now (:func:`_same_dated`).
+    The redated plan replaces the memo only on the file's second answer
+    in that second (``hit.entry.asked``, the second of the entry's last
+    answer, which the caller sets); the first is this request's alone.
     Shared plans are never mutated (they are frozen), and a literal body
     has nothing to close: the transports only read them.  A new memo is
     not stored here: it comes back as ``Prepared.memo`` for the caller to
@@ -310,7 +313,23 @@ def serve_cached(
             if memo[0] == second:
                 return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
             if _same_dated(rep.facts.mtime, memo[0], second):
-                plan, body = redated(memo[1], now), memo[2]
+                body = memo[2]
+                if hit.entry.asked != second:
+                    # The file's first answer in this second: redated for
+                    # this request alone, neither kept nor shared.  A file
+                    # asked for less than once a second (a site of many
+                    # files) would otherwise replace its memo on every
+                    # request, and each layer that keeps a shared plan's
+                    # head or answer would keep one never asked for again.
+                    return Prepared(
+                        redated(memo[1], now, shared=False),
+                        None,
+                        rep.facts,
+                        None,
+                        body,
+                        "/" + hit.key,
+                    )
+                plan = redated(memo[1], now)
                 return Prepared(
                     plan,
                     None,

@@ -361,9 +361,7 @@ class Handler:
                 if files.revalidate(hit.key, hit.entry, root.stat, UNTIMED, hit.sidecars):
                     files.hit()
                     prepared = serve_cached(hit, req, self.config, now, boundary)
-                    memo = prepared.memo
-                    if memo is not None:
-                        hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
+                    _answered(hit, prepared, now)
                     if prepared.todo is None:
                         self.warm.keep(req, hit, prepared, now)
                         return prepared
@@ -399,9 +397,7 @@ class Handler:
                     self.revalidations.start(hit)
                 files.hit()
                 prepared = serve_cached(hit, req, self.config, now, boundary)
-                memo = prepared.memo
-                if memo is not None:
-                    hit.entry.plain[memo[0]] = memo[1]  # the decision stores nothing
+                _answered(hit, prepared, now)
                 self.warm.keep(req, hit, prepared, now)  # answered from it while fresh
                 if prepared.todo is None:
                     return prepared
@@ -620,10 +616,20 @@ def _cached(
     same without this call."""
     files.hit()
     prepared = serve_cached(hit, req, cfg, now, boundary)
-    memo = prepared.memo
-    if memo is not None:
-        hit.entry.plain[memo[0]] = memo[1]
+    _answered(hit, prepared, now)
     return prepared
+
+
+def _answered(hit: CacheCandidate, prepared: Prepared, now: float) -> None:
+    """The caller's step after :func:`~serverio.model.decide.serve_cached`
+    (the decision stores nothing): the plain memo it made stored in the
+    entry, and the second of this answer marked there (the memo is
+    replaced on a file's second answer in a second)."""
+    memo = prepared.memo
+    entry = hit.entry
+    if memo is not None:
+        entry.plain[memo[0]] = memo[1]
+    entry.asked = int(now)
 
 
 def prepare(
