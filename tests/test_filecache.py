@@ -21,9 +21,10 @@ import trio
 import trio.testing
 
 from serverio import Config, RequestFacts, Server, parse_target
+from serverio.doorkeeper import Doorkeeper
 from serverio.fs import filecache as _filecache
 from serverio.fs import prepare as _prepare
-from serverio.fs.filecache import Doorkeeper, FileCache, StatAt, identity
+from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
 from serverio.model import CachedFile, FollowUps, Prepared

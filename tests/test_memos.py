@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from serverio.errors import HTTPError
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
 from serverio.http import negotiate as _negotiate
@@ -28,33 +29,57 @@ from .conftest import make_config, memory_connection
 LATER = float(int(time.time()) + 3600)
 
 
+def _clear_target_memos() -> None:
+    for memo in _target._MEMOS.values():
+        memo.entries.clear()
+
+
+def _memoised_targets() -> int:
+    return sum(len(memo.entries) for memo in _target._MEMOS.values())
+
+
 async def test_distinct_long_methods_never_enter_the_target_memo(root: Path) -> None:
-    memo = _target._parse_target_memo
-    memo.cache_clear()
+    _clear_target_memos()
     async with memory_connection(make_config(root)) as (client, _, _):
         for i in range(300):
             method = f"X{i:04d}" + "M" * 15_000
             r = await client.get("/hello.txt", method=method)
             assert r.status == 405
         ok = await client.get("/hello.txt")
-    assert ok.status == 200 and ok.body == b"hello world\n"
-    assert memo.cache_info().currsize == 1  # only the GET
+        again = await client.get("/hello.txt")
+    assert ok.status == 200 and ok.body == b"hello world\n" and again.status == 200
+    assert _memoised_targets() == 1 and set(_target._MEMOS) == {b"GET", b"HEAD"}  # only the GET
 
 
 def test_target_memo_is_bounded_in_entries_and_key_size() -> None:
-    memo = _target._parse_target_memo
-    memo.cache_clear()
+    _clear_target_memos()
     for i in range(_target._MEMO_ENTRIES + 500):
         parse_target(b"GET", f"/p{i}".encode())
+        parse_target(b"GET", f"/p{i}".encode())  # the second parse stores it
+    assert 0 < _memoised_targets() <= _target._MEMO_ENTRIES
     long_target = b"/" + b"a" * 5000
-    assert parse_target(b"GET", long_target).segments == ("a" * 5000,)
-    assert parse_target(b"PROPFIND", b"/x").segments == ("x",)
-    info = memo.cache_info()
-    assert info.currsize == _target._MEMO_ENTRIES
-    memo.cache_clear()
-    parse_target(b"GET", long_target)
-    parse_target(b"PROPFIND", b"/x")
-    assert memo.cache_info().currsize == 0  # neither a long target nor another method
+    _clear_target_memos()
+    for _ in range(2):
+        assert parse_target(b"GET", long_target).segments == ("a" * 5000,)
+        assert parse_target(b"PROPFIND", b"/x").segments == ("x",)
+    assert _memoised_targets() == 0  # neither a long target nor another method
+
+
+def test_a_target_is_memoised_on_its_second_parse() -> None:
+    """Asked for once, a target is parsed and not kept (a site of many
+    files asked for at random); asked for again, it is kept and the next
+    parse is the memo's object.  A target over --max-target-size is a
+    414 whether memoised or not."""
+    _clear_target_memos()
+    first = parse_target(b"GET", b"/once/only.txt")
+    assert _memoised_targets() == 0
+    second = parse_target(b"GET", b"/once/only.txt")
+    assert second == first and second is not first
+    assert parse_target(b"GET", b"/once/only.txt") is second
+    assert _target._MEMOS[b"GET"].entries == {b"/once/only.txt": second}
+    with pytest.raises(HTTPError) as err:
+        parse_target(b"GET", b"/once/only.txt", max_size=8)
+    assert err.value.status == 414
 
 
 def test_accept_encoding_memo_is_bounded() -> None:
@@ -160,3 +185,27 @@ def test_a_plain_memo_is_redated_in_a_later_second(
             monkeypatch.undo()
     finally:
         opener.close()
+
+
+def test_a_representations_validator_fields_are_memoised_on_its_second_request() -> None:
+    """Last-Modified and ETag made per representation are kept from its
+    second request on (serverio.doorkeeper.AdmittedMemo), at most 4096
+    representations: a site of many files asked for at random keeps none
+    of those asked for once."""
+    from serverio.http import core as _core
+
+    tails = _core._VALIDATOR_TAILS.entries
+    tails.clear()
+    first = _core._validator_tail('"v1"', 1_700_000_000, None, b"")
+    assert first == (
+        (b"last-modified", b"Tue, 14 Nov 2023 22:13:20 GMT"),
+        (b"etag", b'"v1"'),
+    )
+    assert not tails
+    second = _core._validator_tail('"v1"', 1_700_000_000, None, b"")
+    assert second == first and tails == {('"v1"', 1_700_000_000, None, b""): second}
+    assert _core._validator_tail('"v1"', 1_700_000_000, None, b"") is second
+    for i in range(5_000):
+        for _ in range(2):
+            _core._validator_tail(f'"e{i}"', i, "no-cache", b"Accept-Encoding")
+    assert 0 < len(tails) <= 4096

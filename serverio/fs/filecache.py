@@ -82,7 +82,7 @@ the headers).
 Admission when full (both caches): while a cache has room, every file
 it may keep is stored.  Once storing would evict, a file is stored only
 on its second miss within about the span the byte cache holds (the
-:class:`Doorkeeper`, TinyLFU's doorkeeper in its simplest form): on a
+:class:`~serverio.doorkeeper.Doorkeeper`, TinyLFU's doorkeeper in its simplest form): on a
 site with more files than fit, requested at random, most files are asked
 for once in that span, and storing each would cost an entry built, an
 older one evicted and its memory given back, for no hit.  A file asked
@@ -103,6 +103,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..doorkeeper import Doorkeeper
 from ..http.core import FileFacts
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..model import CachedFile, Identity, Sidecar
@@ -111,7 +112,6 @@ __all__ = [
     "RACY_SECONDS",
     "SHARED_MTIME_FILES",
     "UNTIMED",
-    "Doorkeeper",
     "FileCache",
     "FileCacheStats",
     "FileMeta",
@@ -215,51 +215,6 @@ class FileCacheStats:
     stale: int = 0  # revalidation found the file changed or gone: dropped
     stored: int = 0
     evicted: int = 0
-
-
-class Doorkeeper:
-    """The keys a full cache was asked to store, in two generations of
-    ``span`` keys each ("Admission when full" above): :meth:`again` says
-    whether a key's hash was seen within the last one to two generations,
-    and remembers it.  Each generation is a bitmap of 16 bits per key it
-    may hold (one bit per key: a key that shares a bit with another in
-    either generation is admitted early, at most about one in eight of
-    them: harmless), so it costs 4 to 8 bytes per key of ``span`` whatever
-    the keys.  Not thread-safe (its cache calls it under its lock)."""
-
-    __slots__ = ("_before", "_count", "_now", "span")
-
-    def __init__(self, span: int) -> None:
-        self.span = span
-        self._count = 0
-        self._now = _bitmap(span)
-        self._before = _bitmap(0)
-
-    def again(self, h: int) -> bool:
-        """Was the key of hash ``h`` seen recently?  Remembers it if not."""
-        bits, mask = self._now
-        i = h & mask
-        bit = 1 << (i & 7)
-        if bits[i >> 3] & bit:
-            return True
-        old, old_mask = self._before
-        j = h & old_mask
-        if old[j >> 3] & (1 << (j & 7)):
-            return True
-        bits[i >> 3] |= bit
-        self._count += 1
-        if self._count >= self.span:  # a new generation, sized for the span now
-            self._before, self._now, self._count = self._now, _bitmap(self.span), 0
-        return False
-
-
-def _bitmap(span: int) -> tuple[bytearray, int]:
-    """An empty generation for ``span`` keys: its bits (a power of two, at
-    least 16 per key and 1,024 in all) and the mask that indexes them."""
-    bits = 1024
-    while bits < 16 * span:
-        bits *= 2
-    return bytearray(bits // 8), bits - 1
 
 
 # The least generation of a doorkeeper (a cache of few entries still

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..config import Config
+from ..doorkeeper import AdmittedMemo
 from ..errors import HTTPError, Problem, reason_phrase
 from .dates import format_http_date, http_seconds, parse_http_date
 from .target import Target, is_write_temp, quote_query
@@ -700,13 +701,31 @@ def _ascii(text: str) -> bytes:
     return text.encode("ascii")
 
 
-@functools.lru_cache(maxsize=4096)
+# Memoised per representation: formatting Last-Modified and encoding the
+# validators is the same work for every request of a file that has not
+# changed (its ETag changes when it does).  Pure, so the memo is too; a
+# representation enters it on its second request within about 4096 others
+# (serverio.doorkeeper: a site of many files asked for at random would
+# turn it over on every request).
+_VALIDATOR_TAILS: Final[
+    AdmittedMemo[tuple[str, int | None, str | None, bytes], tuple[tuple[bytes, bytes], ...]]
+] = AdmittedMemo(4096)
+
+
 def _validator_tail(
     etag: str, mtime: int | None, cache_control: str | None, vary: bytes
 ) -> tuple[tuple[bytes, bytes], ...]:
-    # Memoised per representation: formatting Last-Modified and encoding the
-    # validators is the same work for every request of a file that has not
-    # changed (its ETag changes when it does).  Pure, so the memo is too.
+    key = (etag, mtime, cache_control, vary)
+    tail = _VALIDATOR_TAILS.entries.get(key)
+    if tail is None:
+        tail = _validator_fields(etag, mtime, cache_control, vary)
+        _VALIDATOR_TAILS.offer(key, tail)
+    return tail
+
+
+def _validator_fields(
+    etag: str, mtime: int | None, cache_control: str | None, vary: bytes
+) -> tuple[tuple[bytes, bytes], ...]:
     hs = []
     if mtime is not None:
         hs.append((b"last-modified", format_http_date(mtime).encode("ascii")))

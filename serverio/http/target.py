@@ -44,12 +44,12 @@ Rules (RFC 9112 §3.2, RFC 3986 §2.1, §3.3):
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import quote
 
+from ..doorkeeper import AdmittedMemo
 from ..errors import HTTPError
 
 # The prefix of the temporary files an upload streams into
@@ -196,8 +196,16 @@ def _unquote_segment(raw: bytes) -> str:
 _MEMO_MAX_TARGET = 256  # longer targets are parsed every time (memo stays small)
 _MEMO_ENTRIES = 4096
 # Only methods we serve enter the memo: the method is client input of any
-# length, and every other method is answered 405 without a lookup.
-_MEMO_METHODS = frozenset({b"GET", b"HEAD"})
+# length, and every other method is answered 405 without a lookup.  One
+# memo per method, keyed by the target's bytes.  A target enters it on its
+# second parse within about _MEMO_ENTRIES others (serverio.doorkeeper): a
+# site of many files asked for at random would otherwise build an entry
+# and drop another per request, each a few objects more for the cyclic
+# collector to traverse.
+_MEMOS: Final[dict[bytes, AdmittedMemo[bytes, Target]]] = {
+    b"GET": AdmittedMemo(_MEMO_ENTRIES),
+    b"HEAD": AdmittedMemo(_MEMO_ENTRIES),
+}
 
 
 def parse_target(method: bytes, raw: bytes, *, max_size: int = 8192) -> Target:
@@ -207,17 +215,19 @@ def parse_target(method: bytes, raw: bytes, *, max_size: int = 8192) -> Target:
     Results for short targets of GET and HEAD are memoised (a pure function
     of its inputs, and :class:`Target` is immutable): a busy server sees the
     same few paths over and over.  Errors are never memoised; the memo holds
-    at most 4096 entries, each keyed by a known method and at most 256 bytes
-    of target, so a client cannot grow it.
+    at most 4096 entries per method, each keyed by at most 256 bytes of
+    target, so a client cannot grow it; a target enters it on its second
+    parse within about as many others.
     """
-    if len(raw) <= _MEMO_MAX_TARGET and method in _MEMO_METHODS:
-        return _parse_target_memo(method, bytes(raw), max_size)
-    return _parse_target(method, raw, max_size)
-
-
-@functools.lru_cache(maxsize=_MEMO_ENTRIES)
-def _parse_target_memo(method: bytes, raw: bytes, max_size: int) -> Target:
-    return _parse_target(method, raw, max_size)
+    memo = _MEMOS.get(method)
+    if memo is None or len(raw) > _MEMO_MAX_TARGET or len(raw) > max_size:
+        return _parse_target(method, raw, max_size)
+    raw = bytes(raw)
+    target = memo.entries.get(raw)
+    if target is None:
+        target = _parse_target(method, raw, max_size)
+        memo.offer(raw, target)
+    return target
 
 
 # The origin-form most requests use: non-empty segments of unreserved
