@@ -63,6 +63,7 @@ from . import (
     CacheEntries,
     FollowUps,
     Opened,
+    PlainMemo,
     Prepared,
     Resolution,
     Sidecar,
@@ -313,33 +314,7 @@ def serve_cached(
             if memo[0] == second:
                 return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
             if _same_dated(rep.facts.mtime, memo[0], second):
-                body = memo[2]
-                if hit.entry.asked != second:
-                    # The file's first answer in this second: redated for
-                    # this request alone, neither kept nor shared.  A file
-                    # asked for less than once a second (a site of many
-                    # files) would otherwise replace its memo on every
-                    # request, and each layer that keeps a shared plan's
-                    # head or answer would keep one never asked for again.
-                    return Prepared(
-                        redated(memo[1], now, shared=False),
-                        None,
-                        rep.facts,
-                        None,
-                        body,
-                        "/" + hit.key,
-                    )
-                plan = redated(memo[1], now)
-                return Prepared(
-                    plan,
-                    None,
-                    rep.facts,
-                    None,
-                    body,
-                    "/" + hit.key,
-                    None,
-                    (memo_key, (second, plan, body)),
-                )
+                return _redated(hit, memo, memo_key, now)
     # Identity, or a precompressed sidecar (its own length, ETag).
     plan = decide_file(
         req, rep.facts, cfg, now, boundary, coding=hit.coding, vary=hit.vary, extra=hit.extra
@@ -357,6 +332,29 @@ def serve_cached(
             plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
         )
     return Prepared(plan, None, rep.facts, served="/" + hit.key)
+
+
+def _redated(
+    hit: CacheCandidate, memo: PlainMemo, memo_key: tuple[bytes, str], now: float
+) -> Prepared:
+    """The plain answer ``memo`` (of an earlier second) redated to ``now``:
+    memoised in turn only when the entry already answered in this second.
+    The first answer of a second is this request's alone, neither kept nor
+    shared: a file asked for less than once a second (a site of many files)
+    would otherwise replace its memo on every request, and each layer that
+    keeps a shared plan's head or answer would keep one never asked for
+    again."""
+    rep = hit.rep
+    assert rep is not None
+    body = memo[2]
+    second = int(now)
+    if hit.entry.asked != second:
+        plan = redated(memo[1], now, shared=False)
+        return Prepared(plan, None, rep.facts, None, body, "/" + hit.key)
+    plan = redated(memo[1], now)
+    return Prepared(
+        plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
+    )
 
 
 def _same_dated(mtime: int | None, then: int, second: int) -> bool:
