@@ -41,6 +41,7 @@ STDLIB_ALLOWED = frozenset(
 # serverio modules the pure packages may use, themselves pure (checked too).
 SERVERIO_ALLOWED = frozenset(
     {
+        "serverio.doorkeeper",
         "serverio.errors",
         "serverio.fs.names",
         "serverio.fs.winpath",
