@@ -470,13 +470,16 @@ def test_plain_requests_share_one_plan_per_second(root: Path, opener: RootOpener
     run(request(), cfg, opener, cache)  # fill
     a = run(request(), cfg, opener, cache, now=LATER + 0.2)
     b = run(request(), cfg, opener, cache, now=LATER + 0.7)  # same second
-    # The next second: its first answer is that request's alone (redated,
-    # not shared, the memo kept as it was); the second replaces the memo.
-    lone = run(request(), cfg, opener, cache, now=LATER + 1.1)
+    # The next second: asked for in the one before, memoised at once.
     c = run(request(), cfg, opener, cache, now=LATER + 1.2)
-    d = run(request(), cfg, opener, cache, now=LATER + 1.3)
-    assert a is b and b is not c and lone is not c and c is d
-    assert not lone.shared and lone.headers == c.headers and lone.body == c.body
+    assert a is b and b is not c
+    # Two seconds later: its first answer is that request's alone (redated,
+    # not shared, the memo kept as it was); the second replaces the memo.
+    lone = run(request(), cfg, opener, cache, now=LATER + 3.1)
+    e = run(request(), cfg, opener, cache, now=LATER + 3.2)
+    f = run(request(), cfg, opener, cache, now=LATER + 3.3)
+    assert lone is not e and e is f and e is not c
+    assert not lone.shared and lone.headers == e.headers and lone.body == e.body
     # Shared, so the HTTP/1.1 side caches its head by identity: once per plan.
     assert a.shared and c.shared
     assert shared_head(a) is shared_head(b)

@@ -394,8 +394,8 @@ class CachedFile:
     choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(default_factory=dict)
     # The Date second of the last answer made from this entry (set by the
     # handler after each): a plain memo from an earlier second is replaced
-    # only by an answer made when the entry already answered in its second
-    # (serverio.model.decide.serve_cached).
+    # only by an answer made when the entry answered in its second or the
+    # one before (serverio.model.decide.serve_cached).
     asked: int = -1
 
 

@@ -291,9 +291,10 @@ def serve_cached(
     rather than decided again: for a plain request of a cached file
     nothing else in the plan depends on the time, as long as its
     Last-Modified is the file's both then and now (:func:`_same_dated`).
-    The redated plan replaces the memo only on the file's second answer
-    in that second (``hit.entry.asked``, the second of the entry's last
-    answer, which the caller sets); the first is this request's alone.
+    The redated plan replaces the memo only when the entry answered in
+    this second or the one before (``hit.entry.asked``, the second of its
+    last answer, which the caller sets); otherwise it is this request's
+    alone (:func:`_redated`).
     Shared plans are never mutated (they are frozen), and a literal body
     has nothing to close: the transports only read them.  A new memo is
     not stored here: it comes back as ``Prepared.memo`` for the caller to
@@ -338,17 +339,18 @@ def _redated(
     hit: CacheCandidate, memo: PlainMemo, memo_key: tuple[bytes, str], now: float
 ) -> Prepared:
     """The plain answer ``memo`` (of an earlier second) redated to ``now``:
-    memoised in turn only when the entry already answered in this second.
-    The first answer of a second is this request's alone, neither kept nor
-    shared: a file asked for less than once a second (a site of many files)
-    would otherwise replace its memo on every request, and each layer that
-    keeps a shared plan's head or answer would keep one never asked for
-    again."""
+    memoised in turn when the entry answered in this second or the one
+    before (a file asked for every second: what the memo is for).
+    Otherwise it is this request's alone, neither kept nor shared: a file
+    asked for less than once a second (a site of many files) would replace
+    its memo on every request, and each layer that keeps a shared plan's
+    head or answer would keep one never asked for again; asked for again
+    within the second, it is memoised then."""
     rep = hit.rep
     assert rep is not None
     body = memo[2]
     second = int(now)
-    if hit.entry.asked != second:
+    if hit.entry.asked < second - 1:
         plan = redated(memo[1], now, shared=False)
         return Prepared(plan, None, rep.facts, None, body, "/" + hit.key)
     plan = redated(memo[1], now)
