@@ -70,12 +70,13 @@ def _bitmap(span: int) -> tuple[bytearray, int]:
 
 
 class AdmittedMemo(Generic[K, V]):
-    """A memo of at most ``entries`` keys that stores a key on its second
-    :meth:`offer` within about ``entries`` others (a :class:`Doorkeeper`)
-    and is cleared whole when full: for pure functions asked with keys
-    that may be many and random.  ``entries`` is the dict itself, read
-    directly on a hit (one lookup, no call).  Thread-safe as dicts are;
-    its doorkeeper's races cost at most a key kept one offer later."""
+    """A memo of at most ``max_entries`` keys that stores a key on its
+    second :meth:`offer` within about ``max_entries`` others (a
+    :class:`Doorkeeper`) and is cleared whole when full: for pure
+    functions asked with keys that may be many and random.  ``entries``
+    is the dict itself, read directly on a hit (one lookup, no call).
+    Thread-safe as dicts are; its doorkeeper's races cost at most a key
+    kept one offer later."""
 
     __slots__ = ("_door", "_max", "entries")
 
