@@ -216,6 +216,15 @@ def _tls_floor_plan(
     return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, ready="tcp", scheme="https")
 
 
+def _files_floor_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if file is not None:
+        return "the files floor serves a tree (many-files, few-files)"
+    argv = [env.python, str(BASELINES / "files_floor.py"), str(root), "0", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir)
+
+
 def _stdlib_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan:
@@ -529,6 +538,7 @@ KINDS: dict[str, Kind] = {
     "relay-floor": Kind(_module_unavailable("trio"), _relay_plan),
     "h11-proxy-floor": Kind(_module_unavailable("trio", "h11"), _h11_floor_plan),
     "tls-floor": Kind(_module_unavailable("trio"), _tls_floor_plan),
+    "files-floor": Kind(_module_unavailable("trio"), _files_floor_plan),
     "http.server": Kind(lambda env: None, _stdlib_plan),
     "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
     "uvicorn": Kind(_peers_unavailable, _uvicorn_plan),
@@ -656,6 +666,14 @@ SERVERS: dict[str, ServerSpec] = {
             str(BIGCACHE_BYTES),
             description="serverio-inline with a warm-file cache that holds every file of the "
             "many-files workloads (many-files and few-files only)",
+            only_workloads=TREE_WORKLOADS,
+        ),
+        ServerSpec(
+            "files-floor",
+            "files-floor",
+            description="open, fstat, read and close per request head over trio's SocketStream "
+            "(bench/baselines/files_floor.py): the floor of an uncached small file on trio "
+            "(many-files and few-files only)",
             only_workloads=TREE_WORKLOADS,
         ),
         serverio_entry(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -220,3 +221,49 @@ async def test_pair_files_mode_misses_the_bytes_and_hits_the_metadata(tmp_path: 
     assert files.capacity == FILES_CACHE_BYTES and len(files) < 100
     assert files.meta is not None and len(files.meta) == 100
     assert files.meta.stats.hits >= 200  # every timed request: facts from the metadata
+
+
+def test_files_floor_serves_the_tree_and_passes_the_probe(tmp_path: Path) -> None:
+    """bench/baselines/files_floor.py (the floor of an uncached small file
+    on trio): only the tree workloads; each head gets its file's bytes in
+    order on one connection, a directory, a missing name and a dot-segment
+    a 404; the probe accepts it and refuses a damaged tree."""
+    from bench.servers import KINDS, running
+
+    spec = SERVERS["files-floor"]
+    assert set(spec.only_workloads or ()) == set(TREE_WORKLOADS)
+    root = fixtures.tree_root(1_000, tmp_path / "trees")
+    tree = fixtures.Fixture(root=root, sizes={})
+    assert KINDS["files-floor"].plan(spec, _env(), root, root / "x.bin", tmp_path) == (
+        "the files floor serves a tree (many-files, few-files)"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    plan = KINDS["files-floor"].plan(spec, _env(), root, None, work)
+    assert not isinstance(plan, str)
+    with running(spec, plan, work / "server.log", cpu=None, timeout_s=20) as rs:
+        result = probe(WORKLOADS["few-files"], rs.port, tree)
+        assert result.ok, result.reason
+        with socket.create_connection(("127.0.0.1", rs.port), timeout=10) as sock:
+            heads = [
+                f"GET /{fixtures.tree_name(i, 1_000)} HTTP/1.1\r\nHost: x\r\n\r\n" for i in (7, 8)
+            ]
+            heads += ["GET /d00 HTTP/1.1\r\n\r\n", "GET /d00/../d01/f000001.bin HTTP/1.1\r\n\r\n"]
+            heads += ["GET /nothing.bin HTTP/1.1\r\n\r\n"]
+            sock.sendall("".join(heads).encode())
+            want = [fixtures.tree_bytes(7), fixtures.tree_bytes(8)]
+            expected = b"".join(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body) + body
+                for body in want
+            )
+            expected += b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n" * 3
+            got = b""
+            while len(got) < len(expected):
+                chunk = sock.recv(65536)
+                assert chunk, got[-200:]
+                got += chunk
+            assert got == expected
+        (root / fixtures.tree_name(500, 1_000)).write_bytes(b"changed")
+        bad = probe(WORKLOADS["few-files"], rs.port, tree)
+    assert not bad.ok and "d00/f000500.bin" in bad.reason
