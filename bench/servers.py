@@ -674,7 +674,7 @@ SERVERS: dict[str, ServerSpec] = {
             description="open, fstat, read and close per request head over trio's SocketStream "
             "(bench/baselines/files_floor.py): the floor of an uncached small file on trio "
             "(many-files and few-files only)",
-            only_workloads=TREE_WORKLOADS,
+            only_workloads=frozenset(TREE_WORKLOADS),
         ),
         serverio_entry(
             "serverio-nocache",

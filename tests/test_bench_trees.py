@@ -231,7 +231,7 @@ def test_files_floor_serves_the_tree_and_passes_the_probe(tmp_path: Path) -> Non
     from bench.servers import KINDS, running
 
     spec = SERVERS["files-floor"]
-    assert set(spec.only_workloads or ()) == set(TREE_WORKLOADS)
+    assert spec.only_workloads == frozenset(TREE_WORKLOADS)
     root = fixtures.tree_root(1_000, tmp_path / "trees")
     tree = fixtures.Fixture(root=root, sizes={})
     assert KINDS["files-floor"].plan(spec, _env(), root, root / "x.bin", tmp_path) == (
