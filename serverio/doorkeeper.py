@@ -85,6 +85,11 @@ class AdmittedMemo(Generic[K, V]):
         self._door = Doorkeeper(max_entries)
         self.entries: dict[K, V] = {}
 
+    def clear(self) -> None:
+        """Forget every entry and every key offered."""
+        self.entries.clear()
+        self._door = Doorkeeper(self._max)
+
     def offer(self, key: K, value: V) -> None:
         """``value`` was just made for ``key``: keep it if ``key`` was
         offered recently."""

@@ -31,7 +31,7 @@ LATER = float(int(time.time()) + 3600)
 
 def _clear_target_memos() -> None:
     for memo in _target._MEMOS.values():
-        memo.entries.clear()
+        memo.clear()  # the entries and the keys seen (no early admission by a shared bit)
 
 
 def _memoised_targets() -> int:
@@ -181,7 +181,7 @@ def test_a_plain_memo_is_redated_in_a_later_second(
                 # Redated, not decided, unless the clock is before the mtime.
                 assert redone is (now < mtime), now
                 if not redone:
-                    # The entry's first answer of the second: this request's alone.
+                    # Not answered in this second or the one before: this request's alone.
                     assert lone.memo is None and not lone.plan.shared
                     assert replace(lone.plan, shared=True) == served.plan
             monkeypatch.undo()
@@ -196,8 +196,8 @@ def test_a_representations_validator_fields_are_memoised_on_its_second_request()
     of those asked for once."""
     from serverio.http import core as _core
 
+    _core._VALIDATOR_TAILS.clear()  # the entries and the keys seen
     tails = _core._VALIDATOR_TAILS.entries
-    tails.clear()
     first = _core._validator_tail('"v1"', 1_700_000_000, None, b"")
     assert first == (
         (b"last-modified", b"Tue, 14 Nov 2023 22:13:20 GMT"),

@@ -623,8 +623,9 @@ def _cached(
 def _answered(hit: CacheCandidate, prepared: Prepared, now: float) -> None:
     """The caller's step after :func:`~serverio.model.decide.serve_cached`
     (the decision stores nothing): the plain memo it made stored in the
-    entry, and the second of this answer marked there (the memo is
-    replaced on a file's second answer in a second)."""
+    entry, and the second of this answer marked there (a memo of an
+    earlier second is replaced only when the entry answered in this second
+    or the one before: serverio.model.decide._redated)."""
     memo = prepared.memo
     entry = hit.entry
     if memo is not None:
