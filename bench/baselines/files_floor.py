@@ -41,7 +41,7 @@ def read_file(root_fd: int, target: bytes) -> bytes | None:
     if not relative or any(seg in (b"", b".", b"..") for seg in relative.split(b"/")):
         return None
     try:
-        fd = os.open(relative, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root_fd)
+        fd = os.open(relative, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=root_fd)
     except OSError:
         return None
     try:
