@@ -23,6 +23,8 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from serverio.net.tlsstream import TLSStream
+
 from .browser_kit import in_browser, needs_browser
 from .conftest import make_config, running_server
 
@@ -68,9 +70,9 @@ def _record_handshake_failures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     it had opened speculatively, before the handshake finished), else the
     TLS error's reason (a version or cipher mismatch, not TLS at all)."""
     failures: list[str] = []
-    real = trio.SSLStream.do_handshake
+    real = TLSStream.do_handshake
 
-    async def recorded(self: trio.SSLStream[Any]) -> None:
+    async def recorded(self: TLSStream) -> None:
         try:
             await real(self)
         except trio.BrokenResourceError as exc:
@@ -81,7 +83,7 @@ def _record_handshake_failures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
                 failures.append(str(cause.reason))
             raise
 
-    monkeypatch.setattr(trio.SSLStream, "do_handshake", recorded)
+    monkeypatch.setattr(TLSStream, "do_handshake", recorded)
     return failures
 
 

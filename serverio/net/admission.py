@@ -33,6 +33,7 @@ from ..wire.h1 import Canned
 from .connection import ConnectionTask
 from .env import ConnectionEnv
 from .h1head import RECV_SIZE
+from .tlsstream import TLSStream
 
 __all__ = ["REJECT", "Admission", "reject_at_once"]
 
@@ -146,7 +147,7 @@ class Admission:
         else:
             if isinstance(peer, tuple) and peer:
                 client = str(peer[0])
-        wrapped = trio.SSLStream(stream, tls, server_side=True, https_compatible=True)
+        wrapped = TLSStream(stream, tls)
         return ConnectionTask(self.env, wrapped, client, http2=http2)
 
     async def _run(self, conn: ConnectionTask) -> None:

@@ -73,6 +73,7 @@ from .h1head import Head, HeadReader
 from .h1state import BUSY, CLOSED, DRAIN, HANDSHAKE, IDLE, LAST, SWITCHED, Lifetime
 from .h1tunnel import serve_tunnel
 from .reqbody import BodyState, body_policy
+from .tlsstream import TLSStream
 
 __all__ = ["H2_PREFACE", "ConnectionTask"]
 
@@ -236,7 +237,7 @@ class ConnectionTask:
         )
         self._client = client
         # Over TLS (the request facts say so: --hsts is sent on TLS only).
-        self._tls = isinstance(stream, trio.SSLStream)
+        self._tls = isinstance(stream, TLSStream)
         self.reader = HeadReader(cfg, self.emitter, self.life, env.order, self._tls)
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
@@ -319,7 +320,7 @@ class ConnectionTask:
         emitter = self.emitter
         try:
             tls = emitter.lazy_stream
-            if isinstance(tls, trio.SSLStream):
+            if isinstance(tls, TLSStream):
                 if not await self._handshake():
                     return
                 if self._h2 is not None and tls.selected_alpn_protocol() == "h2":
@@ -363,7 +364,7 @@ class ConnectionTask:
         """
         env = self.env
         stream = self.stream
-        assert isinstance(stream, trio.SSLStream)
+        assert isinstance(stream, TLSStream)
         life = self.life
         with trio.CancelScope() as scope:
             life.scope = scope

@@ -11,7 +11,11 @@ One job: write bytes under the write deadline ("time without progress",
 * File spans go out with ``os.sendfile`` (zero-copy) on plain sockets,
   otherwise through user space, at most :data:`BUFFER_CHUNK` bytes at a
   time (TLS, memory streams, platforms without sendfile).
-* Other streams (TLS, memory) only report completion, so they get
+* A TLS stream (:class:`~serverio.net.tlsstream.TLSStream`) is written
+  the same way: encrypted and handed to the socket in one call that needs
+  no scope when the socket takes it all; what it leaves is written under
+  the deadline, pushed forward by every write that takes bytes.
+* Other streams (memory, in tests) only report completion, so they get
   :data:`SEND_PIECE` bytes at a time and the deadline moves after each.
 
 The stream around an accepted socket is made lazily (:attr:`Emitter.stream`):
@@ -41,12 +45,13 @@ from ..http.core import FileSpan, Plan
 from ..model import BodyCut, ChunkSource
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
+from .tlsstream import TLSStream
 
 __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abort", "Emitter"]
 
 SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
 BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
-SEND_PIECE = 16384  # non-socket streams: progress granularity of the write deadline
+SEND_PIECE = 16384  # memory streams: progress granularity of the write deadline
 # A write this small goes out before the TCP options are set (see
 # Emitter.tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
 _UNTUNED_WRITE_MAX = 16384
@@ -101,6 +106,7 @@ class Emitter:
         "partial",
         "progress",
         "sock",
+        "tls",
         "use_sendfile",
     )
 
@@ -118,6 +124,8 @@ class Emitter:
         else:
             self.lazy_stream = stream
             self.sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # Over TLS, the stream that can write without waiting (see send).
+        self.tls = stream if isinstance(stream, TLSStream) else None
         # The raw fd for the fast paths (non-blocking read/write without
         # trio's socket machinery); -1 for streams that are not sockets.
         self.fd = self.sock.fileno() if self.sock is not None and SOCKET_FD_IO else -1
@@ -189,9 +197,10 @@ class Emitter:
         Fast path: one non-blocking ``write`` that takes everything (the
         common case for heads and small bodies) needs no scope and no wait.
         Otherwise, on a plain socket we drive ``sock.send`` ourselves so every
-        partial send pushes the deadline forward.  Other streams (TLS,
-        memory) only report completion, so we hand them SEND_PIECE bytes at
-        a time and push the deadline after each piece.
+        partial send pushes the deadline forward.  A TLS stream is written
+        the same way (``TLSStream.flush_within``).  Other streams (memory) only
+        report completion, so we hand them SEND_PIECE bytes at a time and
+        push the deadline after each piece.
 
         Cancellation handling: a cancelled write leaves the response cut
         short; the connection closes (nothing else is written on it).
@@ -209,6 +218,15 @@ class Emitter:
             if n == len(view):
                 return
             view = view[n:]
+        elif self.tls is not None:
+            if self.tls.send_nowait(view):
+                return  # encrypted and taken at once: no scope, no wait
+            self._before_wait()
+            self.partial = 0  # not known byte for byte (records add OpenSSL's overhead)
+            if not await self.tls.flush_within(self._timeout):
+                self._timeouts.write += 1
+                raise Abort
+            return
         self._before_wait()
         timeout = self._timeout
         total = len(data)
@@ -282,7 +300,7 @@ class Emitter:
                     raise trio.BrokenResourceError from exc
                 if n < total:
                     try:
-                        await self._send_rest(head, piece, n)
+                        await _send_rest(self, head, piece, n)
                     except BaseException:
                         self.progress = max(0, n - len(head))  # the access log's "cut" line
                         raise
@@ -410,16 +428,6 @@ class Emitter:
         self._timeouts.write += 1
         raise Abort
 
-    async def _send_rest(self, head: bytes, piece: bytes, n: int) -> None:
-        """What a partial writev of ``head`` and ``piece`` left after ``n``
-        bytes, through :meth:`send` (a shared piece is sliced as a view,
-        never copied)."""
-        if n < len(head):
-            await self.send(memoryview(head)[n:] if n else head)
-            await self.send(piece)
-        else:
-            await self.send(memoryview(piece)[n - len(head) :])
-
     async def send_pieces(self, pieces: list[bytes]) -> None:
         """Write the pieces in order: one ``writev`` when it takes them all.
 
@@ -524,3 +532,14 @@ class Emitter:
             offset += len(data)
             remaining -= len(data)
             self.progress += len(data)
+
+
+async def _send_rest(emitter: Emitter, head: bytes, piece: bytes, n: int) -> None:
+    """What a partial writev of ``head`` and ``piece`` left after ``n``
+    bytes, through :meth:`Emitter.send` (a shared piece is sliced as a
+    view, never copied)."""
+    if n < len(head):
+        await emitter.send(memoryview(head)[n:] if n else head)
+        await emitter.send(piece)
+    else:
+        await emitter.send(memoryview(piece)[n - len(head) :])

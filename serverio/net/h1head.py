@@ -58,6 +58,17 @@ def as_head(event: object) -> Head | None:
     return None
 
 
+def _read_now(fd: int) -> bytes | None:
+    """One non-blocking read of the socket ``fd``: None when nothing is
+    there yet; a reset is :class:`trio.BrokenResourceError`."""
+    try:
+        return os.read(fd, RECV_SIZE)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        raise trio.BrokenResourceError from exc
+
+
 class HeadReader:
     """Reads one connection's request heads (its task only).
 
@@ -196,10 +207,14 @@ class HeadReader:
         # needed; only a read that finds nothing waits.  With many
         # connections open the turn is taken in order (serverio.net.order),
         # otherwise one checkpoint.
-        turn_first = keepalive and fd >= 0 and order is not None and order.engaged
-        tried = turn_first or not keepalive or fd < 0
+        # Over TLS the same steps, with the stream's own non-blocking read
+        # (serverio.net.tlsstream: it decrypts what OpenSSL holds first).
+        tls = emitter.tls
+        direct = fd >= 0 or tls is not None
+        turn_first = keepalive and direct and order is not None and order.engaged
+        tried = turn_first or not keepalive or not direct
         while event is h11.NEED_DATA:
-            if fd >= 0:
+            if direct:
                 if turn_first:
                     turn_first = False
                     assert order is not None
@@ -207,16 +222,16 @@ class HeadReader:
                 elif not tried:
                     tried = True
                     await trio.lowlevel.checkpoint()
+                elif tls is not None:
+                    await tls.wait_readable()
                 else:
                     # Wait, then read once: trio's receive_some would first
                     # try a recv that we know returns EAGAIN.
                     await trio.lowlevel.wait_readable(fd)
-                try:
-                    data: bytes | bytearray = os.read(fd, RECV_SIZE)
-                except BlockingIOError:
+                got = _read_now(fd) if tls is None else tls.receive_nowait(RECV_SIZE)
+                if got is None:
                     continue  # not here yet (or a spurious wake-up): wait for it
-                except OSError as exc:
-                    raise trio.BrokenResourceError from exc
+                data: bytes | bytearray = got
             else:
                 data = await emitter.stream.receive_some(RECV_SIZE)
                 if data and keepalive and order is not None and order.engaged:

@@ -116,6 +116,7 @@ from .h2state import ANSWERING, DONE, STOPPED, Stream
 from .h2stream import send_stream
 from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer
 from .reqbody import body_policy
+from .tlsstream import TLSStream
 
 __all__ = ["FRAME_CHUNK", "OUT_BUDGET", "OUT_HIGH", "ROUND_QUANTUM", "H2Connection"]
 
@@ -167,7 +168,7 @@ class H2Connection:
             pread=pread,
             preadv=_PREADV,
         )
-        self._answers = StreamAnswer(env, client, isinstance(stream, trio.SSLStream))
+        self._answers = StreamAnswer(env, client, isinstance(stream, TLSStream))
         self._events = EventStreams(env, writer)
         self._read_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None

@@ -1,6 +1,7 @@
 """TLS: the server-side context and the bounded handshake.
 
-Accepted sockets are wrapped in :class:`trio.SSLStream`; the connection task
+Accepted sockets are wrapped in :class:`serverio.net.tlsstream.TLSStream`
+(OpenSSL's record layer over the non-blocking socket); the connection task
 then does the handshake under the head deadline (a client that opens a TCP
 connection and never finishes its hello is a slowloris like any other).
 Bodies of TLS connections always take the buffered path: sendfile cannot
