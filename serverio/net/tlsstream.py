@@ -199,21 +199,29 @@ class TLSStream(trio.abc.Stream):
         if self._closed:
             raise trio.ClosedResourceError("the TLS stream is closed")
         obj = self._obj
+        incoming = self._in
+        # Decrypt first only when OpenSSL has something to decrypt (bytes
+        # in the incoming BIO, or decrypted ones not read yet): otherwise
+        # the read would only raise SSLWantReadError (an exception per
+        # request, for nothing) and the socket is read first.
+        decrypt = incoming.pending or obj.pending()
         while True:
-            try:
-                data = obj.read(max_bytes)
-            except ssl.SSLWantReadError:
-                pass
-            except ssl.SSLZeroReturnError:
-                return b""  # the peer's close_notify
-            except ssl.SSLError as exc:
-                raise trio.BrokenResourceError(exc) from exc
-            else:
+            if decrypt:
+                try:
+                    data = obj.read(max_bytes)
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLZeroReturnError:
+                    return b""  # the peer's close_notify
+                except ssl.SSLError as exc:
+                    raise trio.BrokenResourceError(exc) from exc
+                else:
+                    if self._out.pending:
+                        self._write_out()  # a post-handshake message
+                    return data
                 if self._out.pending:
-                    self._write_out()  # a post-handshake message
-                return data
-            if self._out.pending:
-                self._write_out()
+                    self._write_out()
+            decrypt = True
             try:
                 raw = self._sock.recv(_RECV)
             except BlockingIOError:
@@ -222,7 +230,7 @@ class TLSStream(trio.abc.Stream):
                 raise trio.BrokenResourceError(exc) from exc
             if not raw:
                 return b""  # EOF without close_notify (https_compatible)
-            self._in.write(raw)
+            incoming.write(raw)
 
     async def wait_readable(self) -> None:
         """Wait until there is something to read: records already read
