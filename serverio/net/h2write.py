@@ -38,6 +38,7 @@ budget is earned here (:class:`~serverio.net.h2read.WindowAllowance`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import h2.connection
@@ -49,11 +50,12 @@ from ..fs.body import Body
 from ..http.core import FileSpan, Plan
 from ..observe.stats import Stats
 from ..wire.h2head import CONNECTION_SPECIFIC
-from .emit import SEND_PIECE
+from .emit import SEND_PIECE, SOCKET_FD_IO
 from .h2adapter import FRAME_CHUNK, FRAME_HEAD, Frames
 from .h2read import WindowAllowance
 from .h2state import COMPLETE, SENDING, STOPPED, Stream
 from .outbuf import OutBuffer
+from .tlsstream import TLSStream
 
 __all__ = [
     "FRAME_CHUNK",
@@ -115,6 +117,44 @@ def response_fields(
         if name not in CONNECTION_SPECIFIC:
             fields.append((name, value))
     return fields
+
+
+async def _write(stream: trio.abc.Stream, fd: int, whole: memoryview, stall: float) -> bool:
+    """Write ``whole`` to the connection; False when the write deadline
+    (``stall`` seconds without progress) passed first.
+
+    A write the socket takes whole needs no scope and no wait (the common
+    case: a few frames into an empty socket buffer): a plain socket
+    (``fd``) is written through its descriptor, a TLS stream encrypts and
+    writes at once (serverio.net.tlsstream).  What is left is written in
+    pieces of WRITE_PIECE (a short tail joined to the last piece), the
+    deadline moved after each.
+
+    Cancellation handling: a cancelled write leaves the output cut; the
+    connection ends (the writer cancels it).
+    """
+    view = whole
+    if fd >= 0:
+        try:
+            n = os.write(fd, whole)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:
+            raise trio.BrokenResourceError from exc
+        if n == len(whole):
+            return True
+        view = whole[n:]
+    elif isinstance(stream, TLSStream):
+        # All of it is OpenSSL's now: what the socket did not take is
+        # flushed under the deadline.
+        return stream.send_nowait(whole) or await stream.flush_within(stall)
+    with view, trio.CancelScope(deadline=trio.current_time() + stall) as scope:
+        while view:
+            n = len(view) if len(view) < 2 * WRITE_PIECE else WRITE_PIECE
+            await stream.send_all(view[:n])
+            view = view[n:]
+            scope.deadline = trio.current_time() + stall
+    return not scope.cancelled_caught
 
 
 class Writer:
@@ -513,6 +553,10 @@ class Writer:
         """The writer task: the only one that writes ``stream``."""
         responses = self._stats.responses  # bound once per connection
         timeout = self._timeout
+        # A plain socket is written through its descriptor (see _write).
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        fd = sock.fileno() if sock is not None and SOCKET_FD_IO else -1
+        wrote = False  # the last turn wrote, and may not have yielded
         try:
             while True:
                 self.pull()
@@ -529,25 +573,22 @@ class Writer:
                         self.out.shrink(IDLE_KEEP)
                         self._spare.shrink(IDLE_KEEP)
                     self.wake = trio.Event()
+                    wrote = False
                     await self.wake.wait()
                     continue
+                if wrote:
+                    # Writes in a row (a long body to a fast reader): the
+                    # other tasks run between two, as a write the socket
+                    # takes at once does not yield.
+                    await trio.lowlevel.checkpoint()
                 # Take the buffer whole (what is queued meanwhile goes into
-                # the other one) and write it in pieces of WRITE_PIECE, a
-                # short tail joined to the last piece, the deadline moved
-                # after each.
+                # the other one) and write it (_write: at once, or under
+                # the write deadline).
                 data = self.out
                 self.out = self._spare
-                whole = data.view()
-                view = whole
-                with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                    while view:
-                        n = len(view) if len(view) < 2 * WRITE_PIECE else WRITE_PIECE
-                        await stream.send_all(view[:n])
-                        view = view[n:]
-                        scope.deadline = trio.current_time() + timeout
-                view.release()
-                whole.release()
-                if scope.cancelled_caught:
+                with data.view() as whole:
+                    late = not await _write(stream, fd, whole, timeout)
+                if late:
                     self._stats.timeouts.write += 1
                     cancel.cancel()
                     return
@@ -555,6 +596,7 @@ class Writer:
                 data.clear()
                 self._spare = data
                 self.space.set()
+                wrote = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.broken = True
             cancel.cancel()
