@@ -141,3 +141,54 @@ def test_the_caching_decoder_still_refuses_an_oversized_list() -> None:
     dec.max_header_list_size = 100
     with pytest.raises(hpack.OversizedHeaderListError):
         dec.decode(block, raw=True)
+
+
+@pytest.mark.parametrize(
+    ("first", "remembered"),
+    [
+        (b"\x04", True),  # literal without indexing (§6.2.2): nghttp2's :path
+        (b"\x14", True),  # literal never indexed (§6.2.3)
+        (b"\x44", False),  # literal with incremental indexing (§6.2.1): the table changes
+    ],
+)
+def test_a_block_that_leaves_the_table_as_it_was_is_remembered(
+    monkeypatch: pytest.MonkeyPatch, first: bytes, remembered: bool
+) -> None:
+    """h2load's and curl's request block: ``:path`` as a literal (name
+    index 4, a raw 7-byte value), then indexed fields.  Decoded again only
+    when its decoding changed the table."""
+    calls = 0
+    real = hpack.Decoder.decode
+
+    def counted(self: hpack.Decoder, data: bytes, raw: bool = False) -> object:
+        nonlocal calls
+        calls += 1
+        return real(self, data, raw)
+
+    monkeypatch.setattr(hpack.Decoder, "decode", counted)
+    block = first + b"\x07/1k.bin" + b"\x86\x82"
+    dec = CachingDecoder()
+    expected = [(b":path", b"/1k.bin"), (b":scheme", b"http"), (b":method", b"GET")]
+    for _ in range(3):
+        assert [tuple(h) for h in dec.decode(block, raw=True)] == expected
+    assert calls == (1 if remembered else 3)
+
+
+def test_the_caching_decoder_agrees_with_hpack_on_unindexed_literals() -> None:
+    """Blocks mixing indexed fields, literals never indexed and literals
+    that index: every one decodes as a fresh hpack decoder decodes it."""
+    rng = random.Random(11)
+    enc = hpack.Encoder()
+    plain, caching = hpack.Decoder(), CachingDecoder()
+    paths = [b"/a", b"/b", b"/c" * 20]
+    for i in range(600):
+        if rng.random() < 0.02:
+            enc.header_table_size = rng.choice([256, 1024, 4096])
+        fields: list[tuple[bytes, bytes]] = [(b":method", b"GET")]
+        path = rng.choice(paths)
+        # A never-indexed :path (what the encoder sends for a sensitive field).
+        fields.append(hpack.NeverIndexedHeaderTuple(b":path", path))
+        if rng.random() < 0.3:
+            fields.append((b"x-n", b"%d" % rng.randrange(5)))  # indexed once, then looked up
+        block = enc.encode(fields, huffman=rng.random() < 0.5)
+        assert caching.decode(block, raw=True) == plain.decode(block, raw=True), i

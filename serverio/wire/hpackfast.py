@@ -25,9 +25,11 @@ Choices, all allowed by RFC 7541:
 
 :class:`CachingDecoder` is the ``hpack`` package's decoder with one
 addition for the requests: a client that repeats a request sends a block
-made only of one-byte indexed fields (h2load does, browsers nearly do),
-whose decoding changes nothing and depends only on the dynamic table.  Such
-a block's header list is remembered until the table changes.
+of indexed fields and literals without indexing (nghttp2's clients, h2load
+and curl, send ``:path`` as a literal that is never indexed; browsers
+index nearly everything), whose decoding changes nothing and depends only
+on the dynamic table.  Such a block's header list is remembered until the
+table changes.
 
 Pure: no I/O, no trio.
 """
@@ -54,7 +56,7 @@ _ENTRY_OVERHEAD = 32  # RFC 7541 §4.1
 # with these a connection holds at most ~16 x 1 KiB of header lists here.
 _CACHE_MAX = 16
 _CACHED_FIELDS_MAX = 1024  # bytes of names and values in a remembered list
-_CACHED_BLOCK_MAX = 64  # bytes of a remembered request block (64 indexed fields)
+_CACHED_BLOCK_MAX = 64  # bytes of a remembered request block
 
 
 def encode_integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
@@ -209,10 +211,6 @@ class FieldEncoder:
         return block
 
 
-# Bytes 0x81..0xfe: an indexed field (§6.1) whose index (1..126) fits the
-# 7-bit prefix.  A block of only these is a list of table look-ups.
-_ONE_BYTE_INDEXED = bytes(range(0x81, 0xFF))
-
 
 class _CountingTable(HeaderTable):
     """hpack's table, counting its changes (insertions, evictions, resizes)."""
@@ -257,11 +255,12 @@ class CachingDecoder(hpack.Decoder):
         self._cache: dict[bytes, list[hpack.HeaderTuple]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> Iterable[hpack.HeaderTuple]:
-        if not raw or len(data) > _CACHED_BLOCK_MAX or data.translate(None, _ONE_BYTE_INDEXED):
+        if not raw or len(data) > _CACHED_BLOCK_MAX:
             return super().decode(data, raw)
         table = self.header_table
         assert isinstance(table, _CountingTable)
-        state = (table.changes, self.max_header_list_size, self.max_allowed_table_size)
+        changes = table.changes
+        state = (changes, self.max_header_list_size, self.max_allowed_table_size)
         if state != self._state:
             self._cache.clear()
             self._state = state
@@ -270,7 +269,11 @@ class CachingDecoder(hpack.Decoder):
             return list(cached)
         headers = super().decode(data, raw)
         assert isinstance(headers, list)
-        if len(self._cache) >= _CACHE_MAX:
-            self._cache.clear()
-        self._cache[data] = list(headers)
+        if table.changes == changes:
+            # Its decoding left the table as it was (indexed fields and
+            # literals without indexing, §6.1, §6.2.2-3): it depends on the
+            # table alone, and the same table gives the same list again.
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[data] = list(headers)
         return headers
