@@ -53,6 +53,7 @@ REAL_SOCKET_SUITE = (
     "tests/test_bodies.py",
     "tests/test_listeners.py",
     "tests/test_tls.py",
+    "tests/test_tlsstream.py",
     "tests/test_h2_sockets.py",
     "tests/test_activation.py",
     "tests/test_workers.py",

@@ -112,7 +112,10 @@ async def test_fetch_and_a_websocket_through_the_proxy_across_edits(
         # A page edit: the page reloads, its new socket echoes.
         with page.expect_event("load", timeout=5000):
             page_file.write_text(_page(1))
-        _until(page, "document.getElementById('v').textContent === '1'")
+        # Null-safe: an edit can reload the page twice (two change events),
+        # and between a page's unload and the next one's parse there is no
+        # element to read.
+        _until(page, "document.getElementById('v')?.textContent === '1'")
         assert page.evaluate("window.__sameDocument") is None  # a new document
         _until(page, "window.__opened === 1")
         _echo(page, "after reload")
