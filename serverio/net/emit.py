@@ -262,21 +262,7 @@ class Emitter:
         Literal pieces are coalesced with the head into as few writes as
         possible; each file span is flushed before it and streamed itself.
         """
-        if not plan.shared or ka10:
-            head = head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
-        else:
-            # A shared plan's head comes from the HTTP/1.1 head cache
-            # (serverio.wire.h1.shared_head; its hit test inlined here).
-            hit = _cached_head(id(plan))
-            if hit is not None and hit[0] is plan.headers and hit[1] == plan.status:
-                head = hit[2]
-            else:
-                head = shared_head(plan)
-            if close:
-                # The cached head is head_bytes(close=False, keep_alive_10=False):
-                # the close variant is the same fields with Connection: close
-                # last, before the blank line (what head_bytes(close=True) writes).
-                head = head[:-2] + _CLOSE_END
+        head = _head(plan, close, ka10)
         stats = self._stats
         literal = body.pieces
         if len(literal) == 1 and self.fd >= 0:
@@ -307,6 +293,12 @@ class Emitter:
                 stats.bytes_sent += total
                 return len(piece)
         sent = self.progress = 0
+        if len(literal) == 1 and self.tls is not None and type(literal[0]) is bytes:
+            # Over TLS the same answer is one write, one record (send:
+            # encrypted and written at once when the socket takes it).
+            await self.send(head + literal[0])
+            stats.bytes_sent += len(head) + len(literal[0])
+            return len(literal[0])
         pieces = [head]
         if body.pieces:
             used_file = False
@@ -382,7 +374,7 @@ class Emitter:
             if chunk is None:
                 await self.send(head)
                 wrote, head = len(head), b""
-                chunk = await self._pull(source, within)
+                chunk = await _pull(self, source, within)
             while chunk:
                 if length is not None and sent + len(chunk) > length:
                     raise Abort  # past the declared length: never written
@@ -398,7 +390,7 @@ class Emitter:
                 head = b""
                 sent += len(chunk)
                 self.progress = body.sent = sent
-                chunk = await self._pull(source, within)
+                chunk = await _pull(self, source, within)
             if length is not None and sent != length:
                 raise Abort  # ended short of its Content-Length: a cut
             end = head + b"0\r\n\r\n" if framed else head  # the head of an empty body
@@ -408,25 +400,6 @@ class Emitter:
         finally:
             self._stats.bytes_sent += wrote
         return sent
-
-    async def _pull(self, source: ChunkSource, within: float | None) -> bytes:
-        """The source's next chunk; :class:`Abort` when it fails (a failed
-        cut, ``BodyCut.failed`` or any exception that is not a
-        :class:`BodyCut`, counts as ``truncated``), or makes none
-        ``within`` seconds (then counted as a write timeout: making a
-        chunk is the response's progress, and its pooled read is
-        abandoned)."""
-        try:
-            if within is None:
-                return await source.next_chunk()
-            with trio.move_on_after(within):
-                return await source.next_chunk()
-        except Exception as exc:
-            if not isinstance(exc, BodyCut) or exc.failed:
-                self._stats.truncated += 1
-            raise Abort from exc
-        self._timeouts.write += 1
-        raise Abort
 
     async def send_pieces(self, pieces: list[bytes]) -> None:
         """Write the pieces in order: one ``writev`` when it takes them all.
@@ -534,6 +507,24 @@ class Emitter:
             self.progress += len(data)
 
 
+def _head(plan: Plan, close: bool, ka10: bool) -> bytes:
+    """The plan's HTTP/1.1 head: a shared plan's from the head cache
+    (serverio.wire.h1.shared_head; its hit test inlined here)."""
+    if not plan.shared or ka10:
+        return head_bytes(plan.status, plan.headers, close=close, keep_alive_10=ka10)
+    hit = _cached_head(id(plan))
+    if hit is not None and hit[0] is plan.headers and hit[1] == plan.status:
+        head = hit[2]
+    else:
+        head = shared_head(plan)
+    if close:
+        # The cached head is head_bytes(close=False, keep_alive_10=False):
+        # the close variant is the same fields with Connection: close
+        # last, before the blank line (what head_bytes(close=True) writes).
+        head = head[:-2] + _CLOSE_END
+    return head
+
+
 async def _send_rest(emitter: Emitter, head: bytes, piece: bytes, n: int) -> None:
     """What a partial writev of ``head`` and ``piece`` left after ``n``
     bytes, through :meth:`Emitter.send` (a shared piece is sliced as a
@@ -543,3 +534,23 @@ async def _send_rest(emitter: Emitter, head: bytes, piece: bytes, n: int) -> Non
         await emitter.send(piece)
     else:
         await emitter.send(memoryview(piece)[n - len(head) :])
+
+
+async def _pull(emitter: Emitter, source: ChunkSource, within: float | None) -> bytes:
+    """A streamed body's next chunk (:meth:`Emitter.emit_stream`);
+    :class:`Abort` when it fails (a failed cut, ``BodyCut.failed`` or any
+    exception that is not a :class:`BodyCut`, counts as ``truncated``), or
+    makes none ``within`` seconds (then counted as a write timeout: making
+    a chunk is the response's progress, and its pooled read is
+    abandoned)."""
+    try:
+        if within is None:
+            return await source.next_chunk()
+        with trio.move_on_after(within):
+            return await source.next_chunk()
+    except Exception as exc:
+        if not isinstance(exc, BodyCut) or exc.failed:
+            emitter._stats.truncated += 1
+        raise Abort from exc
+    emitter._timeouts.write += 1
+    raise Abort

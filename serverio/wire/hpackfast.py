@@ -211,7 +211,6 @@ class FieldEncoder:
         return block
 
 
-
 class _CountingTable(HeaderTable):
     """hpack's table, counting its changes (insertions, evictions, resizes)."""
 
