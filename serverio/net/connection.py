@@ -585,7 +585,12 @@ class ConnectionTask:
         life.disarm()
         life.to(SWITCHED)
         self._switched = self._h2(self.env, self.stream, lambda: self.client, initial)
-        await self._switched.run()
+        try:
+            await self._switched.run()
+        finally:
+            # It holds a closure over this task (the client's address): no
+            # cycle between the two outlives the connection.
+            self._switched = None
 
     async def _send_error(self, exc: HTTPError) -> None:
         """Answer a request we could not parse, then close.

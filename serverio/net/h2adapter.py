@@ -69,6 +69,7 @@ __all__ = [
     "frames_for",
     "h2_version",
     "pending_header_bytes",
+    "release",
     "server_connection",
 ]
 
@@ -190,6 +191,18 @@ def direct_ok(conn: h2.connection.H2Connection) -> bool:
         and hasattr(conn, "state_machine")
         and callable(getattr(conn, "_get_stream_by_id", None))
     )
+
+
+def release(conn: h2.connection.H2Connection) -> None:
+    """Break h2's own reference cycle once the connection has ended: its
+    frame dispatch table holds bound methods of the connection itself, so
+    without this the connection object and everything it holds (streams,
+    settings, the HPACK tables) wait for the cyclic collector; frozen
+    while the connection was open (serverio.observe.collector), they would
+    never be freed.  No frame may be received after it."""
+    table = getattr(conn, "_frame_dispatch_table", None)
+    if isinstance(table, dict):
+        table.clear()
 
 
 def pending_header_bytes(conn: h2.connection.H2Connection) -> int:

@@ -106,7 +106,7 @@ from ..wire.h2head import MalformedRequest, parse_request_head
 from ..wire.hpackfast import FieldEncoder
 from .env import ConnectionEnv
 from .h1head import RECV_SIZE
-from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, server_connection
+from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, release, server_connection
 from .h2answer import StreamAnswer
 from .h2body import H2Body
 from .h2events import EventStreams
@@ -206,6 +206,19 @@ class H2Connection:
         self._phase = new
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            # No reference cycle outlives the connection: the reader names
+            # it as its sink, and h2's connection object holds a table of
+            # its own bound methods.  What a freeze of the collector caught
+            # while the connection was open is then freed by reference
+            # counting (serverio.observe.collector;
+            # tests/test_connection_garbage.py).
+            release(self._conn)
+            del self._reader
+
+    async def _run(self) -> None:
         env = self.env
         writer = self._writer
         env.stats.h2.connections += 1
