@@ -13,8 +13,11 @@ server's; the types it found are in the failure message.
 
 from __future__ import annotations
 
+import functools
 import gc
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -70,4 +73,44 @@ async def test_ended_connections_leave_no_cyclic_garbage(
             finally:
                 gc.enable()
     assert srv.stats.h2.connections == (16 if protocol == "h2" else 0)
+    assert found == 0, ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+
+
+async def test_proxied_exchanges_leave_no_cyclic_garbage(root: Path) -> None:
+    """The reverse proxy's side: client connections that end, and the
+    upstream connections of its pool (an upstream in a process of its
+    own, serverio serving the same files)."""
+    if shutil.which("h2load") is None:
+        pytest.skip("h2load is not installed (nghttp2-client)")
+    argv = [sys.executable, "-m", "serverio", "0", "-b", "127.0.0.1", "-d", str(root)]
+    async with trio.open_nursery() as nursery:
+        upstream = await nursery.start(
+            functools.partial(trio.run_process, argv, stdout=subprocess.PIPE, check=False)
+        )
+        try:
+            assert upstream.stdout is not None
+            line = b""
+            with trio.fail_after(20):
+                while b"http://" not in line:
+                    line += await upstream.stdout.receive_some(4096)
+            up = int(line.split(b"http://127.0.0.1:")[1].split(b"/")[0])
+            cfg = make_config(root, proxy=(f"/=http://127.0.0.1:{up}",))
+            async with running_server(cfg) as (srv, port):
+                get = ["h2load", "--h1", "-n", str(REQUESTS), "-c", "8", "-m", "1"]
+                get.append(f"http://127.0.0.1:{port}/hello.txt")
+                for run in ("warm-up", "measured"):
+                    if run == "measured":
+                        gc.collect()
+                        gc.disable()
+                    try:
+                        done = await trio.run_process(get, capture_stdout=True)
+                        assert f"{REQUESTS} succeeded".encode() in done.stdout
+                        await wait_until(lambda: not srv.admission.connections)
+                        if run == "measured":
+                            found, kinds = _found()
+                    finally:
+                        gc.enable()
+                assert srv.stats.proxy.requests >= 2 * REQUESTS
+        finally:
+            upstream.terminate()
     assert found == 0, ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())

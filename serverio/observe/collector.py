@@ -36,9 +36,12 @@ Two parts:
   100,000-file run found 0), and should one appear, only the growth rule
   is left, whose freezes are few.  Frozen objects are still freed by
   reference counting when dropped (an evicted cache entry is); only
-  cyclic garbage present at the moment of a freeze would stay, which is
-  why the warm request path is kept free of reference cycles (tested) and
-  why freezes after growth are few: each needs the cache a eighth larger
+  cyclic garbage present at the moment of a freeze would stay, and so
+  would a cycle among the objects of a connection open at that moment,
+  once the connection ends: which is why the warm request path and a
+  connection's objects (HTTP/1.1 and HTTP/2, plain and TLS, the proxy's)
+  are kept free of reference cycles (tests/test_cyclic_garbage.py,
+  tests/test_connection_garbage.py), and why freezes after growth are few: each needs the cache a eighth larger
   than at the last one, so a cache of N entries is frozen at most about
   ``log(N / 1024) / log(9 / 8)`` times over the life of the process.
 """
