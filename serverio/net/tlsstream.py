@@ -79,10 +79,6 @@ class TLSStream(trio.abc.Stream):
         """The protocol ALPN chose (RFC 7301), once the handshake is done."""
         return self._obj.selected_alpn_protocol()
 
-    def getpeername(self) -> object:
-        """The peer's address (the socket's ``getpeername``)."""
-        return self._sock.getpeername()
-
     # ------------------------------------------------------------ writing
 
     def send_nowait(self, data: bytes | bytearray | memoryview) -> bool:
