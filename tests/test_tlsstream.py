@@ -290,3 +290,50 @@ async def test_a_client_that_stops_reading_over_tls_meets_the_write_deadline(
         with trio.fail_after(15):
             await wait_until(lambda: srv.stats.timeouts.write == 1)
         await trio.aclose_forcefully(stream)
+
+
+class _EndlessRecords:
+    """A simulated peer (fake socket): records arrive as fast as they are
+    read, forever."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def recv(self, n: int) -> bytes:
+        self.reads += 1
+        assert self.reads < 1000, "receive_nowait never stopped reading"
+        return b"\x17" * 100
+
+
+class _NoApplicationData:
+    """A simulated OpenSSL object (fake): every record read so far carries
+    no application data (what key updates or empty records give)."""
+
+    def read(self, n: int) -> bytes:
+        raise ssl.SSLWantReadError("no application data")
+
+    def pending(self) -> int:
+        return 0
+
+
+async def test_simulated_records_without_data_give_the_loop_a_round(
+    ca: trustme.CA, cert_files: tuple[Path, Path]
+) -> None:
+    """A peer whose records carry no application data, sent as fast as
+    they are read, does not keep one call reading: it reports nothing yet
+    after a bounded number of socket reads, and the caller's wait is a
+    scheduling round."""
+    from serverio.net import tlsstream
+
+    async with _pair(ca, cert_files) as (server, _client):
+        peer = _EndlessRecords()
+        real = (server._sock, server._obj, server._in)
+        server._sock = peer  # type: ignore[assignment]
+        server._obj = _NoApplicationData()  # type: ignore[assignment]
+        server._in = ssl.MemoryBIO()  # what the fake peer sends piles up here
+        try:
+            assert server.receive_nowait(100) is None
+        finally:
+            # The real ones back, so that the pair closes its socket.
+            server._sock, server._obj, server._in = real
+        assert peer.reads == tlsstream._READS

@@ -52,6 +52,11 @@ import trio
 __all__ = ["TLSStream"]
 
 _RECV = 65536  # bytes of TLS records read from the socket at a time
+# Socket reads one receive_nowait makes at most before it reports nothing
+# yet: a peer sending records that carry no application data (key
+# updates, empty records) as fast as they are read gets a scheduling
+# round between every _READS of them, not the event loop.
+_READS = 8
 
 
 class TLSStream(trio.abc.Stream):
@@ -191,7 +196,9 @@ class TLSStream(trio.abc.Stream):
     def receive_nowait(self, max_bytes: int) -> bytes | None:
         """Decrypted bytes that are here now (at most ``max_bytes``); ``b""``
         at the end of the stream; None when none are here yet (then
-        :meth:`receive_some` waits for them)."""
+        :meth:`receive_some` waits for them), or when :data:`_READS`
+        socket reads brought none (then the wait returns at once, after
+        the other tasks ran)."""
         if self._closed:
             raise trio.ClosedResourceError("the TLS stream is closed")
         obj = self._obj
@@ -201,7 +208,7 @@ class TLSStream(trio.abc.Stream):
         # the read would only raise SSLWantReadError (an exception per
         # request, for nothing) and the socket is read first.
         decrypt = incoming.pending or obj.pending()
-        while True:
+        for _ in range(_READS):
             if decrypt:
                 try:
                     data = obj.read(max_bytes)
@@ -227,6 +234,7 @@ class TLSStream(trio.abc.Stream):
             if not raw:
                 return b""  # EOF without close_notify (https_compatible)
             incoming.write(raw)
+        return None  # _READS reads made no application data: the caller waits (one round)
 
     async def wait_readable(self) -> None:
         """Wait until there is something to read: records already read

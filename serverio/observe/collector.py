@@ -41,8 +41,9 @@ Two parts:
   once the connection ends: which is why the warm request path and a
   connection's objects (HTTP/1.1 and HTTP/2, plain and TLS, the proxy's)
   are kept free of reference cycles (tests/test_cyclic_garbage.py,
-  tests/test_connection_garbage.py), and why freezes after growth are few: each needs the cache a eighth larger
-  than at the last one, so a cache of N entries is frozen at most about
+  tests/test_connection_garbage.py), and why freezes after growth are
+  few: each needs the cache a eighth larger than at the last one, so a
+  cache of N entries is frozen at most about
   ``log(N / 1024) / log(9 / 8)`` times over the life of the process.
 """
 
