@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from serverio import Server
+
 from .conftest import make_config, running_server, wait_until
 
 REQUESTS = 64
@@ -39,6 +41,29 @@ def _found() -> tuple[int, Counter[str]]:
         gc.set_debug(0)
         gc.garbage.clear()
     return found, kinds
+
+
+async def _garbage_after_loads(srv: Server, argv: list[str]) -> tuple[int, Counter[str]]:
+    """Run the load ``argv`` twice (the first warms what is made once:
+    caches, first-use state), the collector off during the second; what
+    it finds once the connections of the second ended."""
+    for run in ("warm-up", "measured"):
+        if run == "measured":
+            gc.collect()
+            gc.disable()
+        try:
+            done = await trio.run_process(argv, capture_stdout=True)
+            assert f"{REQUESTS} succeeded".encode() in done.stdout, done.stdout[-400:]
+            await wait_until(lambda: not srv.admission.connections)
+            if run == "measured":
+                return _found()
+        finally:
+            gc.enable()
+    raise AssertionError("unreachable")
+
+
+def _named(kinds: Counter[str]) -> str:
+    return ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
 
 
 @pytest.mark.parametrize(
@@ -59,21 +84,9 @@ async def test_ended_connections_leave_no_cyclic_garbage(
         argv = ["h2load", "-n", str(REQUESTS), "-c", "8", "-m", "4"]
         argv += ["--h1"] if protocol == "h1" else []
         argv.append(f"{scheme}://127.0.0.1:{port}/hello.txt")
-        # A first run warms what is made once (caches, first-use state).
-        for run in ("warm-up", "measured"):
-            if run == "measured":
-                gc.collect()
-                gc.disable()
-            try:
-                done = await trio.run_process(argv, capture_stdout=True)
-                assert f"{REQUESTS} succeeded".encode() in done.stdout, done.stdout[-400:]
-                await wait_until(lambda: not srv.admission.connections)
-                if run == "measured":
-                    found, kinds = _found()
-            finally:
-                gc.enable()
+        found, kinds = await _garbage_after_loads(srv, argv)
     assert srv.stats.h2.connections == (16 if protocol == "h2" else 0)
-    assert found == 0, ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    assert found == 0, _named(kinds)
 
 
 async def test_proxied_exchanges_leave_no_cyclic_garbage(root: Path) -> None:
@@ -98,19 +111,8 @@ async def test_proxied_exchanges_leave_no_cyclic_garbage(root: Path) -> None:
             async with running_server(cfg) as (srv, port):
                 get = ["h2load", "--h1", "-n", str(REQUESTS), "-c", "8", "-m", "1"]
                 get.append(f"http://127.0.0.1:{port}/hello.txt")
-                for run in ("warm-up", "measured"):
-                    if run == "measured":
-                        gc.collect()
-                        gc.disable()
-                    try:
-                        done = await trio.run_process(get, capture_stdout=True)
-                        assert f"{REQUESTS} succeeded".encode() in done.stdout
-                        await wait_until(lambda: not srv.admission.connections)
-                        if run == "measured":
-                            found, kinds = _found()
-                    finally:
-                        gc.enable()
+                found, kinds = await _garbage_after_loads(srv, get)
                 assert srv.stats.proxy.requests >= 2 * REQUESTS
         finally:
             upstream.terminate()
-    assert found == 0, ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    assert found == 0, _named(kinds)
