@@ -7,8 +7,10 @@ ends, or every freeze under load would keep the connections open at that
 moment for the life of the process (an HTTP/2 connection's output
 buffers with them: h2load runs of 64 KiB at 2,048 streams left RSS 115,
 211, then 266 MiB after each run before the fix).  The clients are other
-processes (h2load), so everything the collector finds here is the
-server's; the types it found are in the failure message.
+processes (h2load, or a small Python client for the endings h2load
+cannot make: the server's keep-alive close, a failed TLS handshake, an
+event stream's client leaving), so everything the collector finds here
+is the server's; the types it found are in the failure message.
 """
 
 from __future__ import annotations
@@ -43,18 +45,22 @@ def _found() -> tuple[int, Counter[str]]:
     return found, kinds
 
 
-async def _garbage_after_loads(srv: Server, argv: list[str]) -> tuple[int, Counter[str]]:
-    """Run the load ``argv`` twice (the first warms what is made once:
+async def _garbage_after_loads(
+    srv: Server, argv: list[str], *, h2load: bool = True
+) -> tuple[int, Counter[str]]:
+    """Run the client ``argv`` twice (the first warms what is made once:
     caches, first-use state), the collector off during the second; what
-    it finds once the connections of the second ended."""
+    it finds once the connections of the second ended.  ``h2load``: the
+    client is h2load, whose every request must have succeeded."""
     for run in ("warm-up", "measured"):
         if run == "measured":
             gc.collect()
             gc.disable()
         try:
             done = await trio.run_process(argv, capture_stdout=True)
-            assert f"{REQUESTS} succeeded".encode() in done.stdout, done.stdout[-400:]
-            await wait_until(lambda: not srv.admission.connections)
+            if h2load:
+                assert f"{REQUESTS} succeeded".encode() in done.stdout, done.stdout[-400:]
+            await wait_until(lambda: not srv.admission.connections, limit=10)
             if run == "measured":
                 return _found()
         finally:
@@ -115,4 +121,52 @@ async def test_proxied_exchanges_leave_no_cyclic_garbage(root: Path) -> None:
                 assert srv.stats.proxy.requests >= 2 * REQUESTS
         finally:
             upstream.terminate()
+    assert found == 0, _named(kinds)
+
+
+# Other ways a connection ends, driven by a client in a process of its own
+# (argv: mode, port, connections): the server closes idle keep-alive
+# connections at their deadline; a plain-HTTP client meets a failed TLS
+# handshake; an event stream's client leaves after the stream's head.
+_CLIENT = r"""
+import socket, sys
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+for s in socks:
+    s.settimeout(20)
+    path = "/.serverio/events" if mode == "events" else "/hello.txt"
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+for s in socks:
+    got = b""
+    while b"\r\n\r\n" not in got:
+        data = s.recv(65536)
+        if not data:
+            break
+        got += data
+    if mode == "events":
+        assert b"text/event-stream" in got, got  # a stream, left after its head
+    elif mode == "idle":
+        assert got.startswith(b"HTTP/1.1 200 "), got
+        while s.recv(65536):  # the rest, then the server's close at its deadline
+            pass
+    s.close()
+"""
+
+
+@pytest.mark.parametrize("mode", ["idle", "not-tls", "events"])
+async def test_other_endings_leave_no_cyclic_garbage(
+    root: Path, cert_files: tuple[Path, Path], mode: str
+) -> None:
+    if mode == "not-tls":
+        certfile, keyfile = cert_files
+        cfg = make_config(root, certfile=str(certfile), keyfile=str(keyfile))
+    else:
+        cfg = make_config(root, keepalive_timeout=0.3, watch=mode == "events")
+    async with running_server(cfg) as (srv, port):
+        argv = [sys.executable, "-c", _CLIENT, mode, str(port), "8"]
+        found, kinds = await _garbage_after_loads(srv, argv, h2load=False)
+    if mode == "idle":
+        assert srv.stats.timeouts.keepalive == 16
+    elif mode == "not-tls":
+        assert srv.stats.conns.tls_handshake_failures == 16
     assert found == 0, _named(kinds)
