@@ -108,10 +108,11 @@ async def test_drain_of_an_idle_connection_goaway_then_finishing(
 async def test_client_eof_is_finishing_without_goaway(root: Path, steps: list[Step]) -> None:
     async with h2_memory(make_config(root)) as (client, _, conn):
         assert (await client.get("/hello.txt")).status == 200
+        h2conn = _h2(conn)  # (the connection task drops it once it ended)
         stream = client.stream
         assert isinstance(stream, trio.StapledStream)  # memory_stream_pair's
         await stream.send_stream.aclose()
-        await wait_until(lambda: _h2(conn)._phase == FINISHING)
+        await wait_until(lambda: h2conn._phase == FINISHING)
     assert steps == [(OPEN, FINISHING, False, False)]
 
 
