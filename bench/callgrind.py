@@ -357,7 +357,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="instructions per warm 1 KiB GET over TLS (HTTP/1.1, client included); with "
         "--bare also the floor of bench/baselines/tls_floor.py (a canned response per head "
-        "over the same trio.SSLStream)",
+        "over trio.SSLStream)",
     )
     cg.add_argument(
         "--proxy",

@@ -237,7 +237,7 @@ class ConnectionTask:
         )
         self._client = client
         # Over TLS (the request facts say so: --hsts is sent on TLS only).
-        self._tls = isinstance(stream, TLSStream)
+        self._tls = self.emitter.tls is not None
         self.reader = HeadReader(cfg, self.emitter, self.life, env.order, self._tls)
         self._stream_scope: trio.CancelScope | None = None  # an event stream's
         self._switched: Switched | None = None
@@ -319,8 +319,8 @@ class ConnectionTask:
         stats = self.env.stats.conns
         emitter = self.emitter
         try:
-            tls = emitter.lazy_stream
-            if isinstance(tls, TLSStream):
+            tls = emitter.tls
+            if tls is not None:
                 if not await self._handshake():
                     return
                 if self._h2 is not None and tls.selected_alpn_protocol() == "h2":

@@ -51,7 +51,8 @@ __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abor
 
 SENDFILE_CHUNK = 1 << 20  # one sendfile call at most, then let others run
 BUFFER_CHUNK = 65536  # buffered path: user-space bytes per transfer at most
-SEND_PIECE = 16384  # memory streams: progress granularity of the write deadline
+# The write deadline's unit of progress: a memory stream's write, an HTTP/2 body's DATA.
+SEND_PIECE = 16384
 # A write this small goes out before the TCP options are set (see
 # Emitter.tune): trio's TCP_NOTSENT_LOWAT (16 KiB) cannot limit it.
 _UNTUNED_WRITE_MAX = 16384
