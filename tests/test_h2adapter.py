@@ -24,6 +24,7 @@ from h2.errors import ErrorCodes
 
 from serverio.net import h2adapter
 from serverio.net.h2adapter import (
+    FRAME_HEAD,
     SUPPORTED,
     TESTED,
     DirectFrames,
@@ -136,6 +137,49 @@ def test_concurrent_stream_limit_is_left_to_serverio() -> None:
     conn.initiate_connection()
     assert conn.local_settings.max_concurrent_streams == 1
     assert conn.open_inbound_streams == 0
+
+
+def _late_frame_outcome(
+    server: h2.connection.H2Connection, frame: bytes
+) -> tuple[str, object, bytes]:
+    """What h2 makes of ``frame``: its error code, or its events and output."""
+    try:
+        events = server.receive_data(frame)
+    except h2.exceptions.ProtocolError as exc:
+        return ("error", exc.error_code, server.data_to_send())
+    return ("events", [type(e) for e in events], server.data_to_send())
+
+
+@pytest.mark.parametrize("how", ["reset", "ended"])
+def test_closed_streams_are_forgotten_in_sweeps_and_late_frames_meet_the_same_answer(
+    how: str,
+) -> None:
+    """h2 forgets closed streams only when asked how many are open; the
+    adapter asks it once SWEEP_AT streams are kept, so 200 streams answered
+    one after another never leave more than SWEEP_AT kept, and a late frame
+    on a closed stream is answered the same whether h2 still keeps it or
+    has forgotten it (h2: RST_STREAM STREAM_CLOSED, after a reset and
+    after both sides ended the stream)."""
+    outcomes: list[tuple[str, object, bytes]] = []
+    for streams in (1, 200):
+        client, server = _pair()
+        for i in range(streams):
+            sid = 1 + 2 * i
+            client.send_headers(sid, REQUEST, end_stream=True)
+            server.receive_data(client.data_to_send())
+            if how == "reset" and sid == 1:
+                server.reset_stream(sid)
+            else:
+                server.send_headers(sid, [(":status", "200")], end_stream=True)
+            client.receive_data(server.data_to_send())
+            assert len(server.streams) <= h2adapter.SWEEP_AT
+        assert (1 in server.streams) is (streams == 1)
+        late = FRAME_HEAD.pack(1 << 8 | 0x0, 0, 1) + b"x"  # one byte of DATA on stream 1
+        outcomes.append(_late_frame_outcome(server, late))
+    assert outcomes[0] == outcomes[1]
+    kind, _, out = outcomes[0]
+    assert kind == "events" and out[3] == 0x3  # RST_STREAM
+    assert out[9:] == ErrorCodes.STREAM_CLOSED.to_bytes(4, "big")
 
 
 def test_direct_frames_match_h2s_own() -> None:

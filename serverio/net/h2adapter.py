@@ -58,6 +58,7 @@ __all__ = [
     "FRAME_CHUNK",
     "FRAME_HEAD",
     "SUPPORTED",
+    "SWEEP_AT",
     "TESTED",
     "DirectFrames",
     "Frames",
@@ -74,6 +75,7 @@ __all__ = [
 ]
 
 FRAME_CHUNK = 16384  # DATA bytes per frame at most (the default SETTINGS_MAX_FRAME_SIZE)
+SWEEP_AT = 16  # h2 streams kept (open or closed) before the closed ones are forgotten
 
 # The h2 versions this module accepts ([low, high): pyproject's "h2>=4.1,<5"),
 # and those tests/test_h2adapter.py has been run against.
@@ -140,7 +142,15 @@ class ServerConnection(StreamLengthConnection):
 
     @property
     def open_inbound_streams(self) -> int:
-        _ = super().open_inbound_streams  # keeps h2's closed-stream clean-up
+        # h2 asks this for each new stream; its answer walks every stream it
+        # keeps and forgets the closed ones (remembering how each closed).
+        # That clean-up runs here once SWEEP_AT streams are kept, not for
+        # every stream: h2 itself forgets closed streams only when asked,
+        # so a closed stream still kept is a state h2 handles (a late frame
+        # on it is refused by the stream's state machine, as by the record
+        # of a forgotten one).
+        if len(self.streams) >= SWEEP_AT:
+            _ = super().open_inbound_streams
         return 0
 
 
