@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from serverio.errors import HTTPError
+from serverio.wire import h2head
 from serverio.wire.fields import scan_fields
-from serverio.wire.h2head import MalformedRequest, parse_request_head
+from serverio.wire.h2head import MalformedRequest, RequestHeads, parse_request_head
 
 BASE = [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/a"), (b":authority", b"h")]
 
@@ -58,6 +59,28 @@ def test_connect_needs_only_authority() -> None:
 def test_malformed_heads(headers: list[tuple[bytes, bytes]]) -> None:
     with pytest.raises(MalformedRequest):
         parse_request_head(headers)
+    heads = RequestHeads()
+    for _ in range(2):  # refused each time: a malformed block is never remembered
+        with pytest.raises(MalformedRequest):
+            heads.parse(headers)
+
+
+def test_remembered_heads_are_what_parsing_gives() -> None:
+    """A connection's RequestHeads gives, for a block it saw, the head
+    parsing gives (the same object again); a block over its size limit is
+    parsed each time; a full memory is cleared whole, never grown."""
+    heads = RequestHeads()
+    block = [*BASE, (b"accept", b"*/*")]
+    first = heads.parse(block)
+    assert first == parse_request_head(block)
+    assert heads.parse(list(block)) is first
+    other = heads.parse([*BASE[:2], (b":path", b"/b"), BASE[3]])
+    assert other.path == b"/b" and heads.parse(block) is first
+    large = [*BASE, (b"cookie", b"c" * h2head._KEPT_SIZE)]
+    assert heads.parse(large) is not heads.parse(large)
+    for i in range(3 * h2head._KEPT_MAX):
+        heads.parse([*BASE[:2], (b":path", b"/%d" % i), BASE[3]])
+        assert len(heads._kept) <= h2head._KEPT_MAX
 
 
 def test_te_trailers_is_allowed() -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "CONNECTION_SPECIFIC",
     "MalformedRequest",
     "RequestHead",
+    "RequestHeads",
     "parse_request_head",
     "path_bytes_ok",
 ]
@@ -135,3 +136,37 @@ def parse_request_head(headers: Sequence[tuple[bytes, bytes]]) -> RequestHead:
         content_length=length,
         size=size,
     )
+
+
+# What one connection's RequestHeads remembers at most: blocks of up to
+# _KEPT_SIZE bytes (as RFC 9113 §6.5.2 counts them), _KEPT_MAX of them
+# (cleared whole when full): at most ~16 KiB per connection.
+_KEPT_MAX = 16
+_KEPT_SIZE = 1024
+
+
+class RequestHeads:
+    """:func:`parse_request_head` for one connection's streams, remembering
+    the heads of small blocks by their fields.
+
+    Clients repeat a request's fields exactly (h2load, a page's reloads, a
+    download manager's ranges differ only where a field differs), and the
+    checks are a pure function of the fields, so a remembered head is the
+    one parsing would give; a malformed block is never remembered (it is
+    checked, and refused, each time)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[tuple[bytes, bytes], ...], RequestHead] = {}
+
+    def parse(self, headers: Sequence[tuple[bytes, bytes]]) -> RequestHead:
+        key = tuple(headers)
+        head = self._kept.get(key)
+        if head is None:
+            head = parse_request_head(key)
+            if head.size <= _KEPT_SIZE:
+                if len(self._kept) >= _KEPT_MAX:
+                    self._kept.clear()
+                self._kept[key] = head
+        return head
