@@ -4,17 +4,24 @@ one-step small response."""
 from __future__ import annotations
 
 import os
+import socket
+import struct
 from pathlib import Path
 
 import h2.settings
+import hpack
 import pytest
 import trio
+from h2.errors import ErrorCodes
 
 from serverio.fs.reads import pread
-from serverio.net import h2conn
+from serverio.http.core import Plan
+from serverio.net import h2answer, h2conn, h2write, outbuf
+from serverio.net.connection import H2_PREFACE
 from serverio.net.h2conn import H2Connection
+from serverio.net.h2state import Stream
 
-from .conftest import make_config
+from .conftest import make_config, running_server, wait_until
 from .h2client import h2_memory
 
 S = h2.settings.SettingCodes
@@ -32,13 +39,66 @@ class _Steps(trio.abc.Instrument):
             self.steps += 1
 
 
-async def test_a_small_response_is_served_in_one_step_of_its_stream_task(root: Path) -> None:
-    """HEADERS and the single DATA frame of a small body are framed by the
-    stream's task itself: it never waits for the writer, so it runs once."""
+def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    """One HTTP/2 frame (RFC 9113 §4.1)."""
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes((kind, flags))
+        + struct.pack(">I", sid)
+        + payload
+    )
+
+
+class _Spawned(trio.abc.Instrument):
+    """Names the tasks spawned while installed."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def test_a_small_warm_response_is_answered_by_the_reader_without_a_task(
+    root: Path,
+) -> None:
+    """A warm file whose whole body fits in one frame is answered where
+    its HEADERS are read: no stream task is spawned, nothing else runs for
+    it; every answer is whole, counted and logged."""
+    cfg = make_config(root)
+    spawned = _Spawned()
+    steps = _Steps("_serve_stream")
+    async with h2_memory(cfg) as (client, srv, _):
+        r = await client.get("/data.bin")  # warm-up: first-use work of the handler
+        assert r.status == 200
+        before = srv.stats.h2.streams, srv.stats.responses.completed
+        trio.lowlevel.add_instrument(spawned)
+        trio.lowlevel.add_instrument(steps)
+        try:
+            sids = [client.request("/data.bin") for _ in range(20)]
+            await client.flush()
+            rs = await client.wait(*sids)
+        finally:
+            trio.lowlevel.remove_instrument(spawned)
+            trio.lowlevel.remove_instrument(steps)
+        after = srv.stats.h2.streams, srv.stats.responses.completed
+    assert all(r.status == 200 and r.ended and len(r.body) == 1024 for r in rs)
+    assert not [n for n in spawned.names if "_serve_stream" in n]
+    assert steps.steps == 0
+    assert after[0] - before[0] == 20 and after[1] - before[1] == 20
+
+
+async def test_a_small_response_the_reader_leaves_is_framed_in_one_step_of_its_task(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the reader does not answer a stream itself (here: told it
+    cannot send at once), the stream's task frames HEADERS and the single
+    DATA frame itself: it never waits for the writer, so it runs once."""
+    monkeypatch.setattr(h2conn, "at_once", lambda writer, st, source: None)
     cfg = make_config(root)
     steps = _Steps("_serve_stream")
     async with h2_memory(cfg) as (client, _, _):
-        r = await client.get("/data.bin")  # warm-up: first-use work of the handler
+        r = await client.get("/data.bin")
         assert r.status == 200
         trio.lowlevel.add_instrument(steps)
         try:
@@ -49,6 +109,122 @@ async def test_a_small_response_is_served_in_one_step_of_its_stream_task(root: P
             trio.lowlevel.remove_instrument(steps)
     assert all(r.status == 200 and len(r.body) == 1024 for r in rs)
     assert steps.steps == 20
+
+
+async def test_a_body_larger_than_a_frame_gets_a_task(root: Path) -> None:
+    """A body that cannot go whole at once (300,000 bytes, 65,535-byte
+    windows) is sent by its stream's task, which waits for the windows."""
+    cfg = make_config(root)
+    spawned = _Spawned()
+    async with h2_memory(cfg) as (client, _, _):
+        await client.get("/big.bin")
+        trio.lowlevel.add_instrument(spawned)
+        try:
+            r = await client.get("/big.bin")
+        finally:
+            trio.lowlevel.remove_instrument(spawned)
+    assert r.status == 200 and bytes(r.body) == (root / "big.bin").read_bytes()
+    assert sum("_serve_stream" in n for n in spawned.names) == 1
+
+
+async def test_a_bug_in_the_readers_answer_resets_only_that_stream(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception in the answer the reader makes is the stream's
+    INTERNAL_ERROR, as in a stream task: the connection and the other
+    streams go on."""
+    cfg = make_config(root)
+    real = h2answer.StreamAnswer.start
+
+    def start(self: h2answer.StreamAnswer, st: Stream, now: float) -> h2answer.Started:
+        if st.head.path == b"/hello.txt":
+            raise RuntimeError("a bug")
+        return real(self, st, now)
+
+    monkeypatch.setattr(h2answer.StreamAnswer, "start", start)
+    async with h2_memory(cfg) as (client, srv, _):
+        bad = client.request("/hello.txt")
+        good = client.request("/data.bin")
+        await client.flush()
+        rb, rg = await client.wait(bad, good)
+        again = await client.get("/data.bin")
+        errors = srv.stats.conns.internal_errors
+    assert rb.reset == ErrorCodes.INTERNAL_ERROR and not rb.status
+    assert rg.status == 200 and again.status == 200 and len(again.body) == 1024
+    assert errors == 1
+    assert "internal error in an HTTP/2 stream" in caplog.text
+
+
+async def test_a_stream_reset_in_the_read_of_its_headers_gets_no_answer(root: Path) -> None:
+    """HEADERS and the client's RST_STREAM in one read: h2 has closed the
+    stream when the reader answers it, so nothing is sent on it (no frame
+    on a closed stream, RFC 9113 §5.1) and it is not logged; the
+    connection goes on."""
+    cfg = make_config(root)
+    async with h2_memory(cfg) as (client, srv, _):
+        await client.get("/data.bin")
+        before = srv.stats.responses.completed
+        sid = client.request("/data.bin")
+        client.conn.reset_stream(sid)
+        await client.flush()
+        r = await client.get("/hello.txt")
+        after = srv.stats.responses.completed
+        got = client.responses[sid]
+    assert r.status == 200 and client.goaway is None
+    assert not got.status and not got.body
+    assert after - before == 1
+
+
+@pytest.mark.slow
+async def test_answers_the_reader_makes_for_a_client_that_reads_nothing_stay_in_budget(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends 3,000 requests for a one-frame file in one go
+    and reads nothing (a real socket, which fills): the reader answers
+    while the output is under its budget, then hands the streams to tasks,
+    which wait for the writer; the pending output never goes past the
+    budget by more than a few answers (without the check, one read of
+    requests would queue ~48 MiB of answers)."""
+    (root / "frame.bin").write_bytes(b"f" * h2write.FRAME_CHUNK)
+    inline = [0]
+    real_now = h2write.Writer.respond_now
+
+    def respond_now(self: h2write.Writer, st: Stream, plan: Plan, data: bytes) -> bool:
+        inline[0] += 1
+        return real_now(self, st, plan, data)
+
+    most = [0]
+    real_add = outbuf.OutBuffer.add
+
+    def add(self: outbuf.OutBuffer, chunk: bytes | bytearray | memoryview) -> None:
+        real_add(self, chunk)
+        most[0] = max(most[0], len(self))
+
+    monkeypatch.setattr(h2write.Writer, "respond_now", respond_now)
+    monkeypatch.setattr(outbuf.OutBuffer, "add", add)
+    cfg = make_config(root)
+    encoder = hpack.Encoder()
+    fields = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"localhost")]
+    fields.append((b":path", b"/frame.bin"))
+    window = struct.pack(">HI", 0x4, 2**31 - 1)
+    async with running_server(cfg) as (_, port):
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with sock, trio.fail_after(20):
+            await sock.connect(("127.0.0.1", port))
+            out = bytearray(H2_PREFACE)
+            out += _frame(0x4, 0, 0, window)
+            out += _frame(0x8, 0, 0, struct.pack(">I", 2**31 - 1 - 65535))
+            for i in range(3000):
+                block = encoder.encode(fields)
+                out += _frame(0x1, 0x5, 1 + 2 * i, block)
+            view = memoryview(out)
+            while view:
+                view = view[await sock.send(view) :]
+            await wait_until(lambda: inline[0] > 0 and most[0] >= h2write.OUT_FLOOR)
+            await trio.sleep(0.5)  # the reader takes what else it would
+    assert inline[0] > 0
+    assert most[0] <= h2write.OUT_BUDGET + 4 * h2write.FRAME_CHUNK
 
 
 @pytest.mark.parametrize("direct", [True, False])

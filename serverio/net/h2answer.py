@@ -11,6 +11,7 @@ descriptors (``--h2-max-open-files``), and :func:`response_fields`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import trio
 
@@ -18,7 +19,7 @@ from ..errors import HTTPError
 from ..http.core import RequestFacts
 from ..http.target import parse_target
 from ..pipeline.driver import Io, drive
-from ..pipeline.exchange import Final, Need
+from ..pipeline.exchange import Exchange, Final, Need
 from ..pipeline.handler import R
 from ..pipeline.hooks import RawHead
 from ..pipeline.request import client_for, failed
@@ -26,6 +27,7 @@ from ..pipeline.stages import begin
 from ..wire.fields import Fields, check_host, scan_fields
 from ..wire.h2head import path_bytes_ok
 from .env import ConnectionEnv
+from .h2body import H2Body
 from .h2state import Stream
 
 
@@ -35,7 +37,21 @@ def _raw(st: Stream) -> RawHead:
     return RawHead(head.fields, b"2", head.authority)
 
 
-__all__ = ["StreamAnswer", "run_at_once"]
+__all__ = ["Started", "StreamAnswer", "run_at_once"]
+
+
+class Started(NamedTuple):
+    """A stream's exchange after its first step (:meth:`StreamAnswer.start`):
+    ``final`` when it needs no wait, else ``state`` and ``need`` to drive;
+    the request content a stage may read (None: none, or left unread), the
+    fields the access log reads and who the client is."""
+
+    final: Final | None
+    state: Exchange | None
+    need: Need | None
+    content: H2Body | None
+    fields: Fields | None
+    client: Callable[[], str]
 
 
 async def run_at_once(run: Callable[[], Awaitable[R]], watch_late: bool) -> R:
@@ -84,10 +100,46 @@ class StreamAnswer:
         )
         return facts, f
 
+    def start(self, st: Stream, now: float) -> Started:
+        """The exchange's first step (:func:`~serverio.pipeline.stages.begin`),
+        which awaits nothing: the answer when it needs no wait (a warm file,
+        an error, a 304), else the state and need :meth:`answer` drives.
+        A free descriptor slot is taken up front and given back at once
+        when the answer holds no descriptor (see :meth:`answer`)."""
+        env = self._env
+        cfg = env.config
+        fields: Fields | None = None
+        client = self._client
+        try:
+            req, fields = self.facts(st)
+            if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
+                client = client_for(cfg, self._client, req)
+            handler = env.handler
+            body = st.body
+            if body is not None and (
+                handler.receive is None
+                and handler.write is None
+                and handler.proxy is None
+                and not handler.hooks.stages  # a feature's stage may read it (a form)
+                and not handler.hooks.first
+            ):
+                body = None  # no stage reads it
+            slotless = not self._take_file_now(st)
+            state, out = begin(env, req, now, body is not None, slotless)
+        except HTTPError as exc:
+            state, out = None, failed(env, exc, now, st.head.method == b"HEAD")
+            body = None
+        if type(out) is Final:
+            if out.body.fd < 0:
+                self.give_file(st)
+            return Started(out, None, None, body, fields, client)
+        assert state is not None and isinstance(out, Need)
+        return Started(None, state, out, body, fields, client)
+
     async def answer(
-        self, st: Stream, now: float
+        self, st: Stream, first: Started
     ) -> tuple[Final, Fields | None, Callable[[], str]]:
-        """The exchange (:func:`~serverio.pipeline.exchange.begin`, then
+        """The exchange (:meth:`start`, then
         :func:`~serverio.pipeline.driver.drive`) under the connection's cap
         on body descriptors.
 
@@ -112,43 +164,23 @@ class StreamAnswer:
         :meth:`give_file` after its body is closed (the stream task's
         ``finally``).
         """
-        env = self._env
-        cfg = env.config
-        fields: Fields | None = None
-        client = self._client
-        try:
-            req, fields = self.facts(st)
-            if cfg.site.proxy_networks:  # --trusted-proxies; else no call at all
-                client = client_for(cfg, self._client, req)
-            handler = env.handler
-            body = st.body
-            if body is not None and (
-                handler.receive is None
-                and handler.write is None
-                and handler.proxy is None
-                and not handler.hooks.stages  # a feature's stage may read it (a form)
-                and not handler.hooks.first
-            ):
-                body = None  # no stage reads it
-            slotless = not self._take_file_now(st)
-            state, out = begin(env, req, now, body is not None, slotless)
-            if type(out) is Final:
-                answer = out
-            else:
-                assert state is not None and isinstance(out, Need)
+        answer, state, need, body, fields, client = first
+        if answer is None:
+            assert state is not None and need is not None
 
-                async def slot() -> None:
-                    await self._files.acquire()
-                    st.file_slot = True
+            async def slot() -> None:
+                await self._files.acquire()
+                st.file_slot = True
 
+            try:
                 io = Io(client, run_at_once, body, _raw(st), slot)
-                done = await drive(state, out, io)
+                done = await drive(state, need, io)
                 assert done is not None  # run_at_once never gives None
                 answer = done
-        except HTTPError as exc:
-            answer = failed(env, exc, now, st.head.method == b"HEAD")
-        if answer.body.fd < 0:
-            self.give_file(st)
+            except HTTPError as exc:
+                answer = failed(self._env, exc, state.now, st.head.method == b"HEAD")
+            if answer.body.fd < 0:
+                self.give_file(st)
         return answer, fields, client
 
     def _take_file_now(self, st: Stream) -> bool:

@@ -25,7 +25,8 @@ parts have one job each:
 * :class:`~serverio.net.h2events.EventStreams`: live-reload event streams;
 * :class:`H2Connection` (here): the loop — reading the socket under the
   idle deadline and backpressure, starting, refusing and resetting
-  streams, one task per stream, drain and close.
+  streams, answering in the reader a stream that needs no wait, one task
+  per other stream, drain and close.
 
 Tasks, all in the connection's nursery::
 
@@ -36,12 +37,18 @@ Tasks, all in the connection's nursery::
     one task per stream            RequestFacts -> route / Handler -> Plan;
                                    HEADERS, then waits while the writer
                                    sends its body
+                                   (none for a stream the client ended whose
+                                   answer awaits nothing and goes out whole
+                                   at once: the reader answers it,
+                                   _answer_now, as HTTP/1.1 answers a warm
+                                   request inline)
 
 Only the reader reads the socket and only the writer writes it; every h2
 call happens on the trio thread between checkpoints, so the state machine
 needs no lock.
 
-Cancellation handling: each stream task runs in its own cancel scope.
+Cancellation handling: each stream task runs in its own cancel scope (a
+stream the reader answers awaits nothing: there is nothing to cancel).
 ``RST_STREAM`` from the client cancels exactly that scope: the handler call
 in progress is cancelled as for an HTTP/1.1 client that went away (the
 need is closed, an abandoned pool hop is late-closed), the stream stops
@@ -91,6 +98,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Literal
 
 import h2.events
 import h2.exceptions
@@ -102,19 +110,19 @@ from ..fs.body import Body, StreamBody
 from ..fs.reads import pread
 from ..pipeline.request import busy, record
 from ..wire.fields import Fields
-from ..wire.h2head import MalformedRequest, parse_request_head
+from ..wire.h2head import MalformedRequest, RequestHeads
 from ..wire.hpackfast import FieldEncoder
 from .env import ConnectionEnv
 from .h1head import RECV_SIZE
 from .h2adapter import FRAME_CHUNK, direct_ok, frames_for, release, server_connection
-from .h2answer import StreamAnswer
+from .h2answer import Started, StreamAnswer
 from .h2body import H2Body
 from .h2events import EventStreams
 from .h2phase import BROKEN, CLOSED, DRAINING, FINISHING, OPEN, ConnPhase, check
 from .h2read import FrameReader
 from .h2state import ANSWERING, DONE, STOPPED, Stream
 from .h2stream import send_stream
-from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer
+from .h2write import OUT_BUDGET, OUT_HIGH, ROUND_QUANTUM, Preadv, Writer, at_once
 from .reqbody import body_policy
 from .tlsstream import TLSStream
 
@@ -150,6 +158,7 @@ class H2Connection:
         conn = server_connection(cfg.h2.h2_max_streams, cfg.conn.max_head_size, encoder)
         self._conn = conn
         self._streams: dict[int, Stream] = {}
+        self._heads = RequestHeads()  # the header blocks' checks (remembered)
         self._reader = FrameReader(
             conn,
             self,
@@ -364,7 +373,7 @@ class H2Connection:
                 self.calm()
             return
         try:
-            head = parse_request_head(ev.headers or [])
+            head = self._heads.parse(ev.headers or [])
         except MalformedRequest:
             stats.h2.stream_errors += 1
             conn.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
@@ -384,8 +393,47 @@ class H2Connection:
             )
             st.body.interim = partial(self._interim, st)
         self._streams[sid] = st
-        assert self._nursery is not None
-        self._nursery.start_soon(self._serve_stream, st)
+        started = trio.current_time()
+        now = time.time()
+        first = self._answer_now(st, started, now) if st.ended else None
+        if first is not False:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._serve_stream, st, started, now, first)
+
+    def _answer_now(self, st: Stream, started: float, now: float) -> Started | Literal[False]:
+        """Answer ``st`` here, in the reader, when its exchange awaits
+        nothing and its response goes out whole at once (a warm file, an
+        error, a 304: HTTP/1.1's inline answer), without a task or a
+        cancel scope of its own; False when it was (or it failed).
+        Otherwise the exchange's first step, for the stream's task.
+
+        Only for a stream the client ended: nothing of it is left to read.
+        What the task would do after its answer is done here, in the same
+        order: the body closed, the descriptor slot given back, the stream
+        done, the access log line, the lame duck's GOAWAY."""
+        body: Body | None = None
+        sent = False
+        try:
+            first = self._answers.start(st, now)
+            if first.final is None:
+                return first
+            plan, body, ticket = first.final
+            if plan.stream or type(body) is StreamBody or body.fd >= 0:
+                return first  # an event stream, a produced body, a descriptor
+            data = at_once(self._writer, st, body)
+            if data is None:
+                return first
+            st.to(ANSWERING)
+            sent = self._writer.respond_now(st, plan, data)
+        except Exception:
+            self._failed(st)  # nor may it end the reader it runs in here
+        self._release(st, body)
+        if sent:
+            user = ticket.user if ticket is not None else ""
+            _log(self.env, st, first.client, first.fields, started, now, user=user)
+        if self.env.draining:
+            self.drain()  # lame duck: the connection ends after this response
+        return False
 
     def data(self, sid: int, data: bytes, flow_controlled_length: int) -> None:
         st = self._streams.get(sid)
@@ -443,11 +491,14 @@ class H2Connection:
         self._writer.interim(st, status, fields)
         await trio.lowlevel.checkpoint()
 
-    async def _serve_stream(self, st: Stream) -> None:
+    async def _serve_stream(
+        self, st: Stream, started: float, now: float, first: Started | None
+    ) -> None:
+        """The stream's task: its answer (from ``first``, the exchange's
+        first step when the reader took it, else from the start), its
+        response, its access log line."""
         env = self.env
         writer = self._writer
-        started = trio.current_time()
-        now = time.time()
         body: Body | None = None
         fields: Fields | None = None
         client = self._client
@@ -460,14 +511,16 @@ class H2Connection:
                 # The request steps are the pipeline's (serverio.pipeline.request),
                 # shared with HTTP/1.1; an RST_STREAM cancels this scope, which
                 # cancels the wait for a need.
-                answer, fields, client = await self._answers.answer(st, now)
+                if first is None:
+                    first = self._answers.start(st, now)
+                answer, fields, client = await self._answers.answer(st, first)
                 plan, body, ticket = answer
                 user = ticket.user if ticket is not None else ""
                 if plan.stream:
                     # The client's address now: when the stream ends the
                     # connection may be gone, and its peer name with it.
                     peer = client()
-                    ended = partial(self._record_events, st, lambda: peer, fields, started, now)
+                    ended = partial(_log_events, env, st, lambda: peer, fields, started, now)
                     if await self._events.serve(st, plan, self._phase != OPEN, ended):
                         if env.draining:
                             self.drain()  # lame duck: the connection ends, as for any response
@@ -492,26 +545,34 @@ class H2Connection:
             # The request body's client went away (ClientGone) mid-pull.
             writer.reset(st, ErrorCodes.CANCEL)
         except Exception:
-            # A bug in one stream must not end the other streams.
-            env.stats.conns.internal_errors += 1
-            log.exception("internal error in an HTTP/2 stream (stream reset)")
-            writer.reset(st, ErrorCodes.INTERNAL_ERROR)
+            self._failed(st)
         finally:
-            writer.sending.pop(st.sid, None)  # before the fd closes
-            if body is not None:
-                body.close()
-            if st.body is not None:
-                st.body.abandon()  # what still arrives is acknowledged at once
-            self._answers.give_file(st)
-            self._stream_done(st)
+            self._release(st, body)
         if st.state in DONE:
-            self._record(st, client, fields, started, now, user=user)
+            _log(env, st, client, fields, started, now, user=user)
         elif st.status and (st.pieces or st.streaming):
             # Reset or failed mid-body (the client's RST_STREAM, the write
             # deadline, the abort): logged with the body bytes framed so
             # far and the "cut" marker, as HTTP/1.1 does.
             sent = st.streamed + sum(map(len, st.pieces[: st.index])) + st.offset
-            self._record(st, client, fields, started, now, sent, cut=True, user=user)
+            _log(env, st, client, fields, started, now, sent, cut=True, user=user)
+
+    def _failed(self, st: Stream) -> None:
+        """A bug in one stream must not end the other streams: logged,
+        counted, the stream reset INTERNAL_ERROR."""
+        self.env.stats.conns.internal_errors += 1
+        log.exception("internal error in an HTTP/2 stream (stream reset)")
+        self._writer.reset(st, ErrorCodes.INTERNAL_ERROR)
+
+    def _release(self, st: Stream, body: Body | None) -> None:
+        """What a stream holds, given back once it is answered (or failed)."""
+        self._writer.sending.pop(st.sid, None)  # before the fd closes
+        if body is not None:
+            body.close()
+        if st.body is not None:
+            st.body.abandon()  # what still arrives is acknowledged at once
+        self._answers.give_file(st)
+        self._stream_done(st)
 
     def _stream_done(self, st: Stream) -> None:
         self._streams.pop(st.sid, None)
@@ -524,50 +585,53 @@ class H2Connection:
                     self._read_scope.deadline = self._idle_deadline
         self._writer.kick()
 
-    def _record_events(
-        self,
-        st: Stream,
-        client: Callable[[], str],
-        fields: Fields | None,
-        started: float,
-        now: float,
-        sent: int,
-        counted: bool,
-    ) -> None:
-        """Log an event stream as it ends (``EventStreams.serve``): status,
-        the DATA bytes it sent, its duration; the line HTTP/1.1 writes."""
-        self._record(st, client, fields, started, now, sent, counted=counted)
 
-    def _record(
-        self,
-        st: Stream,
-        client: Callable[[], str],
-        fields: Fields | None,
-        started: float,
-        now: float,
-        size: int | None = None,
-        *,
-        cut: bool = False,
-        counted: bool = True,
-        user: str = "",
-    ) -> None:
-        """``size``: the body bytes sent (default: the whole body framed);
-        ``user``: the signed-in user ("" for none)."""
-        h = st.head
-        record(
-            self.env,
-            client,
-            h.method,
-            h.path or b"-",
-            b"2.0",
-            st.status,
-            st.streamed + sum(map(len, st.pieces)) if size is None else size,
-            started,
-            now,
-            fields.user_agent if fields is not None else None,
-            fields.referer if fields is not None else None,
-            fields.request_id if fields is not None else None,
-            cut=cut,
-            counted=counted,
-            user=user,
-        )
+def _log(
+    env: ConnectionEnv,
+    st: Stream,
+    client: Callable[[], str],
+    fields: Fields | None,
+    started: float,
+    now: float,
+    size: int | None = None,
+    *,
+    cut: bool = False,
+    counted: bool = True,
+    user: str = "",
+) -> None:
+    """A stream's access log line (``record``, as HTTP/1.1 writes it).
+    ``size``: the body bytes sent (default: the whole body framed);
+    ``user``: the signed-in user ("" for none)."""
+    h = st.head
+    record(
+        env,
+        client,
+        h.method,
+        h.path or b"-",
+        b"2.0",
+        st.status,
+        st.streamed + sum(map(len, st.pieces)) if size is None else size,
+        started,
+        now,
+        fields.user_agent if fields is not None else None,
+        fields.referer if fields is not None else None,
+        fields.request_id if fields is not None else None,
+        cut=cut,
+        counted=counted,
+        user=user,
+    )
+
+
+def _log_events(
+    env: ConnectionEnv,
+    st: Stream,
+    client: Callable[[], str],
+    fields: Fields | None,
+    started: float,
+    now: float,
+    sent: int,
+    counted: bool,
+) -> None:
+    """Log an event stream as it ends (``EventStreams.serve``): status,
+    the DATA bytes it sent, its duration; the line HTTP/1.1 writes."""
+    _log(env, st, client, fields, started, now, sent, counted=counted)

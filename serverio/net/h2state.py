@@ -88,7 +88,8 @@ FAILED: Final = StreamState.FAILED
 TRANSITIONS: Final[dict[StreamState, frozenset[StreamState]]] = {
     # A reset (or the connection's end) may come before the task runs.
     StreamState.NEW: frozenset({StreamState.ANSWERING, StreamState.RESET}),
-    # HEADERS with END_STREAM (no body, HEAD) complete it at once.
+    # HEADERS with END_STREAM (no body, HEAD), or HEADERS and a body framed
+    # whole at once (serverio.net.h2write.Writer.respond_now), complete it.
     StreamState.ANSWERING: frozenset(
         {StreamState.SENDING, StreamState.EVENTS, StreamState.COMPLETE, StreamState.RESET}
     ),

@@ -68,6 +68,7 @@ __all__ = [
     "Pread",
     "Preadv",
     "Writer",
+    "at_once",
     "busy_writers",
     "response_fields",
 ]
@@ -307,6 +308,31 @@ class Writer:
             self.reset(st, ErrorCodes.NO_ERROR)
         return False
 
+    def respond_now(self, st: Stream, plan: Plan, data: bytes) -> bool:
+        """HEADERS and ``data`` (what :meth:`at_once` gave: one DATA frame
+        at most, within the windows) now, without a wait: the stream goes
+        from ANSWERING to COMPLETE.  For a stream the client ended (no
+        request content left to refuse).  False: h2 had closed the stream
+        (a reset in the same read), nothing was sent."""
+        frames = self.frames
+        sid = st.sid
+        st.status = plan.status
+        try:
+            frames.headers(sid, response_fields(plan.status, plan.headers), not data)
+        except h2.exceptions.ProtocolError:
+            return False
+        if data:
+            # The HEADERS just went on an open stream: DATA may follow.
+            frames.data(sid, data, True)
+            st.pieces = [data]  # what the access log counts
+            self.allowance.earn(len(data))
+            # The connection's bodies made progress (as a round's end does).
+            self._moved = trio.current_time()
+            self._credit = 0
+        st.to(COMPLETE)
+        self.pull()
+        return True
+
     def send_body(
         self, st: Stream, source: Body, pieces: list[bytes | FileSpan], total: int
     ) -> None:
@@ -466,41 +492,16 @@ class Writer:
         scatter = self._scatter
         assert scatter is not None
         conn = self._conn
-        out = self.out
         if self.frames.pending():
-            out.add(conn.data_to_send())  # what h2 queued goes out first
+            self.out.add(conn.data_to_send())  # what h2 queued goes out first
         size = min(conn.max_outbound_frame_size, FRAME_CHUNK)
-        frames = -(-n // size)
-        start = out.reserve(frames * FRAME_HEAD.size + n)
-        buf = out.data
-        # The frame heads go in first (the last one carries END_STREAM if
-        # this round, read whole, ends the body); a short read drops them.
-        last_flags = _END_STREAM if st.remaining == n else 0
-        sid = st.sid
-        head = FRAME_HEAD.size
-        pack = FRAME_HEAD.pack_into
-        view = memoryview(buf)
-        parts = []
-        pos = start
-        for i in range(0, n, size):
-            k = n - i if n - i < size else size
-            pack(buf, pos, k << 8 | _DATA, last_flags if i + k >= n else 0, sid)
-            parts.append(view[pos + head : pos + head + k])
-            pos += head + k
-        try:
-            got = scatter(st.fd, parts, piece.offset + st.offset)
-        except OSError:
-            got = -1
-        finally:
-            # The slices go with the list; the buffer may grow again only
-            # once no view of it is left.
-            del parts
-            view.release()
-        if got != n:
-            out.truncate(start)
+        # The last frame carries END_STREAM if this round, read whole, ends the body.
+        last = _END_STREAM if st.remaining == n else 0
+        at = piece.offset + st.offset
+        if not _scatter_framed(self.out, scatter, st.fd, at, n, size, st.sid, last):
             return None
         end = self._advance(st, n, piece.length)
-        self.frames.account(sid, n, end)
+        self.frames.account(st.sid, n, end)
         self.allowance.earn(n)
         self._after_round(st, end)
         return n
@@ -602,3 +603,66 @@ class Writer:
             cancel.cancel()
         finally:
             self._set_busy(False)  # however the task ends (a cancel too)
+
+
+def at_once(writer: Writer, st: Stream, source: Body) -> bytes | None:
+    """The body of a response :meth:`Writer.respond_now` can send whole at
+    once (b"" for none): at most one frame of bytes in one piece (no
+    file span: no descriptor to keep), within the stream's and the
+    connection's windows, with the output under its budget (so a
+    client that reads nothing still holds at most one such answer
+    over it).  None: the stream's task sends it with :meth:`Writer.respond`."""
+    if st.state in STOPPED or writer.closed or len(writer.out) >= writer.budget():
+        return None
+    data = b""
+    for piece in source.pieces:
+        if len(piece):
+            if data or type(piece) is not bytes:
+                return None
+            data = piece
+    n = len(data)
+    if n > FRAME_CHUNK:
+        return None
+    if n:
+        try:
+            if writer.frames.window(st.sid) < n:
+                return None
+        except h2.exceptions.ProtocolError:
+            return None  # closed meanwhile: the task's respond finds it so
+    return data
+
+
+def _scatter_framed(
+    out: OutBuffer, scatter: Preadv, fd: int, offset: int, n: int, size: int, sid: int, last: int
+) -> bool:
+    """``n`` bytes of ``fd`` at ``offset`` read by one scatter read into
+    ``out`` between the heads of DATA frames of ``size`` bytes on ``sid``
+    (``last``: the last frame's flags); False, nothing added, when the
+    read came up short or failed."""
+    frames = -(-n // size)
+    start = out.reserve(frames * FRAME_HEAD.size + n)
+    buf = out.data
+    # The frame heads go in first; a short read drops them.
+    head = FRAME_HEAD.size
+    pack = FRAME_HEAD.pack_into
+    view = memoryview(buf)
+    parts = []
+    pos = start
+    for i in range(0, n, size):
+        k = n - i if n - i < size else size
+        pack(buf, pos, k << 8 | _DATA, last if i + k >= n else 0, sid)
+        parts.append(view[pos + head : pos + head + k])
+        pos += head + k
+    try:
+        got = scatter(fd, parts, offset)
+    except OSError:
+        got = -1
+    finally:
+        # The slices go with the list; the buffer may grow again only
+        # once no view of it is left.
+        del parts
+        view.release()
+    if got != n:
+        out.truncate(start)
+        return False
+    return True
