@@ -14,6 +14,7 @@ import pytest
 import trio
 from h2.errors import ErrorCodes
 
+from serverio.errors import HTTPError
 from serverio.fs.reads import pread
 from serverio.http.core import Plan
 from serverio.net import h2answer, h2conn, h2write, outbuf
@@ -333,3 +334,30 @@ async def test_a_file_that_shrinks_mid_body_resets_only_its_stream(root: Path) -
     assert len(r.body) <= 100_000
     assert truncated == 1
     assert again.status == 200 and len(again.body) == 1024
+
+
+async def test_a_repeated_head_gets_the_facts_it_got_before(root: Path) -> None:
+    """A stream's RequestFacts are made once per distinct head: the same
+    head (RequestHeads gives a repeated block's head again) with the same
+    request side gets the same facts; a head with content to follow, or
+    another head, gets its own; a refused head is refused each time."""
+    cfg = make_config(root)
+    async with h2_memory(cfg) as (client, _, conn):
+        await client.get("/data.bin")
+        h = getattr(conn, "_switched", None)
+        assert isinstance(h, H2Connection)
+        answers = h._answers
+        block = [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/data.bin")]
+        head = h._heads.parse(block)
+        assert h._heads.parse(list(block)) is head
+        facts, fields = answers.facts(Stream(101, head, True))
+        assert answers.facts(Stream(103, head, True)) == (facts, fields)
+        assert answers.facts(Stream(105, head, True))[0] is facts
+        with_body, _ = answers.facts(Stream(107, head, False))
+        assert with_body.has_body and not facts.has_body
+        other = h._heads.parse([*block[:2], (b":path", b"/hello.txt")])
+        assert answers.facts(Stream(109, other, True))[0].target.relpath != facts.target.relpath
+        bad = h._heads.parse([*block[:2], (b":path", b"/a\x7fb")])
+        for sid in (111, 113):
+            with pytest.raises(HTTPError):
+                answers.facts(Stream(sid, bad, True))

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import trio
 
+from ..config import Config
 from ..errors import HTTPError
 from ..http.core import RequestFacts
 from ..http.target import parse_target
@@ -25,7 +26,7 @@ from ..pipeline.hooks import RawHead
 from ..pipeline.request import client_for, failed
 from ..pipeline.stages import begin
 from ..wire.fields import Fields, check_host, scan_fields
-from ..wire.h2head import path_bytes_ok
+from ..wire.h2head import RequestHead, path_bytes_ok
 from .env import ConnectionEnv
 from .h2body import H2Body
 from .h2state import Stream
@@ -64,7 +65,7 @@ class StreamAnswer:
     """The answers of one connection's streams, under its cap on body
     descriptors (``--h2-max-open-files``)."""
 
-    __slots__ = ("_client", "_env", "_files", "_tls")
+    __slots__ = ("_client", "_env", "_files", "_last", "_tls")
 
     def __init__(self, env: ConnectionEnv, client: Callable[[], str], tls: bool) -> None:
         self._env = env
@@ -73,12 +74,22 @@ class StreamAnswer:
         # Body descriptors this connection holds at most (ops/fdlimit.py
         # counts 1 + this per connection); see answer.
         self._files = trio.Semaphore(env.config.h2.h2_max_open_files)
+        # The last facts made, with what they were made from (see facts).
+        self._last: tuple[RequestHead, bool, Config, RequestFacts, Fields] | None = None
 
     def facts(self, st: Stream) -> tuple[RequestFacts, Fields]:
         """The same RequestFacts an HTTP/1.1 request head gives, and the
         fields the access log reads."""
         head = st.head
         cfg = self._env.config
+        last = self._last
+        # The facts are a pure function of the head, whether content may
+        # follow, the configuration and the connection (TLS or not), and
+        # both are immutable: a stream with the same head (the same object:
+        # serverio.wire.h2head.RequestHeads gives a repeated block's head
+        # again) gets the same ones.  A refused head is never remembered.
+        if last is not None and last[0] is head and last[1] is st.open_body and last[2] is cfg:
+            return last[3], last[4]
         if head.size > cfg.conn.max_head_size:
             raise HTTPError(431, "request header list too large")
         if head.method == b"CONNECT" or head.path is None:
@@ -98,6 +109,7 @@ class StreamAnswer:
             extra=f.extra,
             **f.values,
         )
+        self._last = (head, st.open_body, cfg, facts, f)
         return facts, f
 
     def start(self, st: Stream, now: float) -> Started:
