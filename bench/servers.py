@@ -216,6 +216,15 @@ def _tls_floor_plan(
     return LaunchPlan(argv=[*argv, *spec.extra_args], cwd=workdir, ready="tcp", scheme="https")
 
 
+def _h2_floor_plan(
+    spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
+) -> LaunchPlan | str:
+    if file is None:
+        return "the HTTP/2 floor answers with a single file; this workload requests several"
+    argv = [env.python, str(BASELINES / "h2_floor.py"), str(file), "0", *spec.extra_args]
+    return LaunchPlan(argv=argv, cwd=workdir, ready="tcp")
+
+
 def _files_floor_plan(
     spec: ServerSpec, env: HarnessEnv, root: Path, file: Path | None, workdir: Path
 ) -> LaunchPlan | str:
@@ -538,6 +547,7 @@ KINDS: dict[str, Kind] = {
     "relay-floor": Kind(_module_unavailable("trio"), _relay_plan),
     "h11-proxy-floor": Kind(_module_unavailable("trio", "h11"), _h11_floor_plan),
     "tls-floor": Kind(_module_unavailable("trio"), _tls_floor_plan),
+    "h2-floor": Kind(_module_unavailable("trio", "h2"), _h2_floor_plan),
     "files-floor": Kind(_module_unavailable("trio"), _files_floor_plan),
     "http.server": Kind(lambda env: None, _stdlib_plan),
     "aiohttp": Kind(_peers_unavailable, _aiohttp_plan),
@@ -785,6 +795,14 @@ SERVERS: dict[str, ServerSpec] = {
             "(bench/baselines/tls_floor.py): the floor of HTTP/1.1 over TLS on trio (1k-tls only)",
             tags=frozenset({"tls-h1"}),
             only_workloads=frozenset({"1k-tls"}),
+        ),
+        ServerSpec(
+            "h2-floor",
+            "h2-floor",
+            description="a canned 1 KiB response per stream through the h2 library's public "
+            "calls on trio (bench/baselines/h2_floor.py): the floor of HTTP/2 with h2 (1k-h2 only)",
+            tags=frozenset({"h2"}),
+            only_workloads=frozenset({"1k-h2"}),
         ),
         ServerSpec(
             "caddy-h2c",
