@@ -18,6 +18,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.stream
+import hpack
 import pytest
 import trio
 from h2.errors import ErrorCodes
@@ -30,7 +31,9 @@ from serverio.net.h2adapter import (
     DirectFrames,
     LengthUncheckedStream,
     PublicFrames,
+    QuietConnection,
     ServerConnection,
+    StreamLengthConnection,
     direct_ok,
     h2_version,
     pending_header_bytes,
@@ -84,7 +87,15 @@ def test_the_private_names_exist() -> None:
     assert callable(h2.connection.H2Connection._get_stream_by_id)
     assert callable(h2.stream.H2Stream._initialize_content_length)
     assert callable(h2.stream.H2Stream._track_content_length)
+    for name in (
+        "_receive_frame",
+        "_prepare_for_sending",
+        "_stream_is_closed_by_reset",
+        "_stream_is_closed_by_end",
+    ):
+        assert callable(getattr(h2.connection.H2Connection, name))
     conn = server_connection(100, 8192, FieldEncoder())
+    assert isinstance(conn._frame_dispatch_table, dict)
     assert isinstance(conn._data_to_send, bytearray)
     assert hasattr(conn.incoming_buffer, "_headers_buffer")
     assert direct_ok(conn)
@@ -180,6 +191,57 @@ def test_closed_streams_are_forgotten_in_sweeps_and_late_frames_meet_the_same_an
     kind, _, out = outcomes[0]
     assert kind == "events" and out[3] == 0x3  # RST_STREAM
     assert out[9:] == ErrorCodes.STREAM_CLOSED.to_bytes(4, "big")
+
+
+def _frames(*frames: tuple[int, int, int, bytes]) -> bytes:
+    return b"".join(FRAME_HEAD.pack(len(p) << 8 | t, f, sid) + p for t, f, sid, p in frames)
+
+
+_BLOCK = hpack.Encoder().encode(REQUEST)
+_LATE = {
+    # (after, the frames then sent): stream 1 reset by the server, or
+    # ended both ways, or stream 3 answered and stream 1 never opened.
+    "data on a reset stream": ("reset", _frames((0x0, 0, 1, b"x"))),
+    "headers on a reset stream": ("reset", _frames((0x1, 0x5, 1, _BLOCK))),
+    "window update on a reset stream": ("reset", _frames((0x8, 0, 1, b"\0\0\0\1"))),
+    "data on an ended stream": ("ended", _frames((0x0, 0, 1, b"x"))),
+    "headers on an ended stream": ("ended", _frames((0x1, 0x5, 1, _BLOCK))),
+    "rst on an ended stream": ("ended", _frames((0x3, 0, 1, b"\0\0\0\x08"))),
+    "headers on a skipped stream id": ("skipped", _frames((0x1, 0x5, 1, _BLOCK))),
+    "data on a skipped stream id": ("skipped", _frames((0x0, 0, 1, b"x"))),
+    "a new stream": ("ended", _frames((0x1, 0x5, 5, _BLOCK))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LATE))
+@pytest.mark.parametrize("forgotten", [False, True])
+def test_the_quiet_frame_dispatch_answers_as_h2s_own(case: str, forgotten: bool) -> None:
+    """QuietConnection's _receive_frame (h2's without the trace line)
+    gives h2's own events, errors and output for each frame that takes
+    one of its branches: on a stream closed by a reset, by END_STREAM, or
+    implicitly (a skipped id), whether h2 still keeps the stream or has
+    forgotten it."""
+    outcomes = []
+    for server_cls in (StreamLengthConnection, QuietConnection):
+        client, server = _pair(server_cls)
+        after, late = _LATE[case]
+        first = 3 if after == "skipped" else 1
+        client.send_headers(first, REQUEST, end_stream=True)
+        server.receive_data(client.data_to_send())
+        if after == "reset":
+            server.reset_stream(first)
+        else:
+            server.send_headers(first, [(":status", "200")], end_stream=True)
+        server.data_to_send()
+        if forgotten:
+            _ = server.open_inbound_streams  # h2 forgets its closed streams
+            assert first not in server.streams
+        try:
+            got: object = [type(e) for e in server.receive_data(late)]
+        except h2.exceptions.ProtocolError as exc:
+            got = (type(exc), exc.error_code)
+        outcomes.append((got, server.data_to_send(), server.state_machine.state))
+    assert outcomes[0] == outcomes[1]
 
 
 def test_direct_frames_match_h2s_own() -> None:
