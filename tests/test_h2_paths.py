@@ -361,3 +361,19 @@ async def test_a_repeated_head_gets_the_facts_it_got_before(root: Path) -> None:
         for sid in (111, 113):
             with pytest.raises(HTTPError):
                 answers.facts(Stream(sid, bad, True))
+
+
+def test_response_fields_are_made_once_for_the_same_fields() -> None:
+    """The same field tuple and status give the same list again (a warm
+    plan's answers); another status or tuple a list of its own; a list
+    given (interim fields) is read each time, never remembered."""
+    plan_fields = ((b"Content-Type", b"text/plain"), (b"Connection", b"close"), (b"ETag", b'"1"'))
+    first = h2write.response_fields(200, plan_fields)
+    assert first == ((b":status", b"200"), (b"content-type", b"text/plain"), (b"etag", b'"1"'))
+    assert h2write.response_fields(200, plan_fields) is first
+    assert h2write.response_fields(304, plan_fields)[0] == (b":status", b"304")
+    assert h2write.response_fields(200, tuple(plan_fields)) == first
+    given = [(b"Link", b"</a>; rel=preload")]
+    assert h2write.response_fields(103, given) == ((b":status", b"103"), (b"link", given[0][1]))
+    given[0] = (b"Link", b"</b>; rel=preload")
+    assert h2write.response_fields(103, given)[1] == (b"link", b"</b>; rel=preload")

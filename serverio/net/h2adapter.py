@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 import h2
@@ -278,7 +279,7 @@ class PublicFrames:
     def __init__(self, conn: h2.connection.H2Connection) -> None:
         self.conn = conn
 
-    def headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+    def headers(self, sid: int, headers: Sequence[tuple[bytes, bytes]], end: bool) -> None:
         self.conn.send_headers(sid, headers, end_stream=end)
 
     def window(self, sid: int) -> int:
@@ -325,7 +326,7 @@ class DirectFrames:
         self.conn = conn
         self.encoder = encoder
 
-    def headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+    def headers(self, sid: int, headers: Sequence[tuple[bytes, bytes]], end: bool) -> None:
         """HEADERS (+ CONTINUATION, RFC 9113 §6.10) for a response."""
         conn = self.conn
         conn.state_machine.process_input(ConnectionInputs.SEND_HEADERS)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import h2.connection
 import h2.exceptions
@@ -102,21 +103,36 @@ Pread = Callable[[int, int, int], bytes]
 Preadv = Callable[[int, list[memoryview], int], int]
 
 
+# The last field list response_fields made, with the status and the
+# fields (a tuple: immutable) it was made from, held so that the identity
+# check cannot meet a recycled object: a warm file's plan, and its fields,
+# are shared by its answers of one second on every connection.
+_made: list[Any] = [None, 0, ()]
+
+
 def response_fields(
     status: int, headers: Sequence[tuple[bytes, bytes]]
-) -> list[tuple[bytes, bytes]]:
+) -> tuple[tuple[bytes, bytes], ...]:
     """The HEADERS field list of every HTTP/2 response (bodies, errors,
     event streams alike).
 
     ``:status`` (RFC 9113 §8.3.2), then the Plan's fields (the pure
     layer's common fields first: serverio.http.core.common_fields) with
     lower-case names (RFC 9113 §8.2.1), connection-specific ones left out
-    (§8.2.2).  Nothing is added here."""
-    fields = [(b":status", b"%d" % status)]
+    (§8.2.2).  Nothing is added here.  The same fields again (the same
+    tuple) give the same list."""
+    made = _made
+    if headers is made[0] and status == made[1]:
+        fields: tuple[tuple[bytes, bytes], ...] = made[2]
+        return fields
+    out = [(b":status", b"%d" % status)]
     for name, value in headers:
         name = name.lower()
         if name not in CONNECTION_SPECIFIC:
-            fields.append((name, value))
+            out.append((name, value))
+    fields = tuple(out)
+    if type(headers) is tuple:
+        made[:] = (headers, status, fields)
     return fields
 
 
