@@ -23,7 +23,10 @@ workload's Accept-Encoding: the compression cache's br) and ``identity``
 instead (``bench/pair.py --proxy``: serverio with ``--proxy /=UPSTREAM``
 over the socketpair; the upstream runs in a process of its own, which
 valgrind does not follow, so its work is not counted), client and server
-together.
+together; with ``--bare`` also the floor of
+``bench/baselines/h11_proxy_floor.py`` driven the same way (the least a
+trio proxy on h11 does per request: the issue's "proxied 1 KiB <= 1.2x
+the h11 floor").
 
 ``--rules MODE`` measures the warm GET under site rules given the same
 way to every commit: ``bench/rulespair.py`` (this checkout's, copied out
@@ -363,7 +366,8 @@ def add_parser(sub: Any) -> None:
         "--proxy",
         action="store_true",
         help="instructions per proxied 1 KiB GET (--proxy /=UPSTREAM; the upstream, a bare "
-        "trio+h11 loop in a process of its own, is not counted)",
+        "trio+h11 loop in a process of its own, is not counted); with --bare also the floor "
+        "of bench/baselines/h11_proxy_floor.py",
     )
     cg.add_argument(
         "--rules",
@@ -423,6 +427,8 @@ def run(args: argparse.Namespace) -> int:
     servers = ["serverio", *(["bare"] if args.bare and not mode else [])]
     if args.tls and args.bare:
         servers.append("tls-floor")  # the floor of the same path: TLS, no HTTP
+    if args.proxy and args.bare:
+        servers.append("h11-proxy-floor")  # the least a trio proxy on h11 does
     if args.rules and (mode or args.bare):
         print("callgrind: --rules is the warm HTTP/1.1 GET: no other workload", file=sys.stderr)
         return 2

@@ -33,10 +33,11 @@ connections in all: the per-connection work (accept, socket wrapping,
 task start, one request, close) on top of the request.  trio's
 batch-order coin is seeded so that two runs schedule alike.
 
-``--proxy`` (serverio only) measures a proxied ``GET /1k.bin`` instead:
-serverio with ``--proxy /=UPSTREAM`` on the socketpair, the upstream the
-bare loop above serving the same file in a process of its own (valgrind
-does not follow it, so its work is not counted).
+``--proxy`` measures a proxied ``GET /1k.bin`` instead: serverio with
+``--proxy /=UPSTREAM`` on the socketpair (or, with ``--server
+h11-proxy-floor``, the floor of bench/baselines/h11_proxy_floor.py), the
+upstream the bare loop above serving the same file in a process of its
+own (valgrind does not follow it, so its work is not counted).
 
 ``--files K`` (serverio only) measures the per-file cost instead: K
 distinct 1 KiB files (``fNNNNN.bin``) requested round robin with a
@@ -243,6 +244,13 @@ async def run(server: str, n: int, root: Path, upstream: str | None = None) -> f
             # head + body, at least (a proxied head is shorter: no ETag,
             # Last-Modified or Accept-Ranges of serverio's own)
             expect = 1100 if upstream else 1200
+        elif server == "h11-proxy-floor":
+            from bench.baselines.h11_proxy_floor import proxy as floor
+
+            assert upstream is not None
+            host, _, port = upstream.removeprefix("http://").rpartition(":")
+            nursery.start_soon(floor, (host, int(port)), stream)
+            expect = 1024 + 60  # the upstream's head, its hop-by-hop fields out, Via in
         else:
             nursery.start_soon(handle, stream, body)
             expect = 1024 + 40
@@ -255,6 +263,8 @@ async def run(server: str, n: int, root: Path, upstream: str | None = None) -> f
         elapsed = time.perf_counter() - start
         nursery.cancel_scope.cancel()
     client.close()
+    if srv.services.proxy is not None:
+        srv.services.proxy.close_idle()  # the pooled upstream connection
     return elapsed / n * 1e6
 
 
@@ -414,6 +424,8 @@ def bare_upstream(root: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def freeze_wall_clock() -> float:
@@ -436,7 +448,9 @@ def freeze_wall_clock() -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--server", choices=("serverio", "bare", "tls-floor"), default="serverio")
+    p.add_argument(
+        "--server", choices=("serverio", "bare", "tls-floor", "h11-proxy-floor"), default="serverio"
+    )
     p.add_argument(
         "--tls", action="store_true", help="HTTP/1.1 over TLS (serverio, or --server tls-floor)"
     )
@@ -546,10 +560,11 @@ def main() -> None:
             us = trio.run(run_tls, server, args.n, root, *made)
             print(f"{server} over TLS: {us:.1f} us per request (client and server, one process)")
             return
-        if args.proxy:
+        if args.proxy or args.server == "h11-proxy-floor":
+            server = "serverio" if args.server == "serverio" else "h11-proxy-floor"
             with bare_upstream(root) as url:
-                us = trio.run(run, "serverio", args.n, root, url)
-            print(f"serverio proxy: {us:.1f} us per proxied request (upstream not counted)")
+                us = trio.run(run, server, args.n, root, url)
+            print(f"{server} proxy: {us:.1f} us per proxied request (upstream not counted)")
             return
         us = trio.run(run, args.server, args.n, root)
     print(f"{args.server}: {us:.1f} us per request (client and server, one process)")

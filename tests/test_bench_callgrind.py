@@ -53,6 +53,23 @@ def test_the_tls_pair_serves_the_file_over_tls(
     assert trio.run(pair.run_tls, server, 20, settled_root, *made) > 0
 
 
+@pytest.mark.parametrize("server", ["serverio", "h11-proxy-floor"])
+def test_the_proxy_pair_forwards_through_serverio_and_the_floor(
+    settled_root: Path, server: str
+) -> None:
+    """``pair --proxy`` (``callgrind --proxy [--bare]``): serverio's proxy
+    and the h11 floor each forward 20 GETs to the bare upstream and back
+    over the socketpair (the loop reads each answer before the next
+    request; a proxy that answers nothing fails the deadline)."""
+
+    async def timed() -> float:
+        with trio.fail_after(20):
+            return await pair.run(server, 20, settled_root, url)
+
+    with pair.bare_upstream(settled_root) as url:
+        assert trio.run(timed) > 0
+
+
 def test_h2_pair_loop_rejects_a_short_body(settled_root: Path) -> None:
     # The check the figure rests on: a size the server does not send fails.
     with pytest.raises(SystemExit, match="body bytes, expected"):
