@@ -5,6 +5,7 @@ BUSY to LAST) and upgrade (a 101 hands the connection to its tunnel)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from serverio.net.h1state import (
     HEAD,
     IDLE,
     LAST,
+    SLACK,
     STREAM,
     SWITCHED,
     TRANSITIONS,
@@ -295,3 +297,36 @@ async def test_a_client_that_half_closed_while_it_waited_gets_the_last_answer(
         assert (r.status, r.body) == (200, b"ok") and r.header("connection") == "close"
         assert await _closed(client)
     assert steps[-1] == (BUSY, LAST)
+
+
+async def test_a_read_deadline_is_moved_only_past_its_slack(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Lifetime.arm leaves a deadline that is at most timeout x SLACK
+    sooner than asked (a keep-alive connection re-arms it per request);
+    one later than asked, or sooner by more, is moved; after a lift the
+    next arm sets it."""
+    life = Lifetime()
+    with trio.CancelScope() as scope:
+        life.scope = scope
+        start = trio.current_time()
+        life.arm(HEAD, 64)
+        life.to(BUSY)
+        life.arm(IDLE, 64)
+        assert scope.deadline == start + 64
+        await trio.sleep(0.5)  # within 64 s x 1/64
+        life.to(BUSY)
+        life.arm(IDLE, 64)
+        assert scope.deadline == start + 64  # left: 0.5 s sooner than asked
+        assert 0.5 <= 64 * SLACK
+        await trio.sleep(1.0)  # 1.5 s after it was set: past the slack
+        life.to(BUSY)
+        life.arm(IDLE, 64)
+        assert scope.deadline == start + 65.5
+        life.arm(HEAD, 10)  # sooner than the one there: moved
+        assert scope.deadline == start + 11.5
+        life.to(BUSY)
+        life.lift()
+        assert scope.deadline == math.inf
+        life.arm(IDLE, 64)
+        assert scope.deadline == start + 65.5
