@@ -509,4 +509,3 @@ async def test_a_directory_with_only_index_htm_serves_it(root: Path) -> None:
         r = await client.get("/old/")
         assert r.status == 200 and r.body == b"<p>old</p>\n"
         assert r.header("content-type") == "text/html; charset=utf-8"
-
