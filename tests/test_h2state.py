@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
 from serverio.net.h2state import (
     ANSWERING,
@@ -77,3 +78,18 @@ def test_stop(old: StreamState, failed: bool, after: StreamState) -> None:
     assert st.stop(failed) is True
     assert st.state is after and st.state in STOPPED
     assert st.stop() is False and st.state is after  # once
+
+
+async def test_a_streams_scope_is_made_on_first_use_and_kept() -> None:
+    """A stream the reader answers never needs a cancel scope: none is
+    made until asked for; once made it is the one every caller gets, and
+    a reset before the task entered it still cancels the task (a scope
+    cancelled before it is entered cancels on entry)."""
+    st = Stream(1, HEAD, True)
+    assert st._scope is None
+    scope = st.scope
+    assert st.scope is scope
+    scope.cancel()
+    with st.scope:
+        await trio.sleep_forever()
+    assert scope.cancelled_caught

@@ -113,6 +113,7 @@ class Stream:
     is sent, the writer's cursor into it."""
 
     __slots__ = (
+        "_scope",
         "body",
         "credit",
         "ended",
@@ -126,7 +127,6 @@ class Stream:
         "pieces",
         "progress",
         "remaining",
-        "scope",
         "sid",
         "state",
         "status",
@@ -143,7 +143,7 @@ class Stream:
         # The request content its DATA feeds (set by the connection when a
         # body may follow).
         self.body: H2Body | None = None
-        self.scope = trio.CancelScope()
+        self._scope: trio.CancelScope | None = None  # made on first use (see scope)
         self.status = 0
         self.pieces: list[bytes | FileSpan] = []
         self.index = 0
@@ -158,6 +158,16 @@ class Stream:
         # ``pieces`` is its current chunk, ``streamed`` the bytes before it.
         self.streaming = False
         self.streamed = 0
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """The cancel scope of the stream's task: what a reset cancels
+        (made on first use: a stream the reader answers has no task and
+        never needs one)."""
+        scope = self._scope
+        if scope is None:
+            scope = self._scope = trio.CancelScope()
+        return scope
 
     def to(self, new: StreamState) -> None:
         """Move to ``new``; a transition the table does not list is a bug."""
