@@ -21,6 +21,7 @@ import h2.stream
 import hpack
 import pytest
 import trio
+from h2.connection import ConnectionInputs, ConnectionState
 from h2.errors import ErrorCodes
 
 from serverio.net import h2adapter
@@ -96,6 +97,10 @@ def test_the_private_names_exist() -> None:
         assert callable(getattr(h2.connection.H2Connection, name))
     conn = server_connection(100, 8192, FieldEncoder())
     assert isinstance(conn._frame_dispatch_table, dict)
+    # The direct frame path skips the connection's no-op transitions.
+    table = conn.state_machine._transitions
+    for sent in (ConnectionInputs.SEND_HEADERS, ConnectionInputs.SEND_DATA):
+        assert table[(ConnectionState.SERVER_OPEN, sent)] == (None, ConnectionState.SERVER_OPEN)
     assert isinstance(conn._data_to_send, bytearray)
     assert hasattr(conn.incoming_buffer, "_headers_buffer")
     assert direct_ok(conn)

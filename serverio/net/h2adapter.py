@@ -111,6 +111,10 @@ if not SUPPORTED[0] <= h2_version()[:2] < SUPPORTED[1]:
 # 32-bit word), flags, stream id (the reserved bit is 0).
 FRAME_HEAD: Final = struct.Struct(">IBI")
 _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
+# An open server connection stays open on SEND_HEADERS and SEND_DATA, with
+# nothing else done (h2's connection state machine: (None, SERVER_OPEN);
+# tests/test_h2adapter.py pins it): the direct path skips that transition.
+_SERVER_OPEN: Final = h2.connection.ConnectionState.SERVER_OPEN
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 
 
@@ -329,7 +333,8 @@ class DirectFrames:
     def headers(self, sid: int, headers: Sequence[tuple[bytes, bytes]], end: bool) -> None:
         """HEADERS (+ CONTINUATION, RFC 9113 §6.10) for a response."""
         conn = self.conn
-        conn.state_machine.process_input(ConnectionInputs.SEND_HEADERS)
+        if conn.state_machine.state is not _SERVER_OPEN:
+            conn.state_machine.process_input(ConnectionInputs.SEND_HEADERS)
         machine = conn._get_stream_by_id(sid).state_machine
         machine.process_input(StreamInputs.SEND_HEADERS)
         if end:
@@ -386,7 +391,8 @@ class DirectFrames:
         ``send_data`` does (one transition per call, END_STREAM with the
         last)."""
         conn = self.conn
-        conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
+        if conn.state_machine.state is not _SERVER_OPEN:
+            conn.state_machine.process_input(ConnectionInputs.SEND_DATA)
         stream = conn.streams[sid]
         machine = stream.state_machine
         machine.process_input(StreamInputs.SEND_DATA)
