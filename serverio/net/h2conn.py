@@ -427,7 +427,7 @@ class H2Connection:
             sent = self._writer.respond_now(st, plan, data)
         except Exception:
             self._failed(st)  # nor may it end the reader it runs in here
-        self._release(st, body)
+        self._release(st, body, started)  # nothing awaited since
         if sent:
             user = ticket.user if ticket is not None else ""
             _log(self.env, st, first.client, first.fields, started, now, user=user)
@@ -564,20 +564,23 @@ class H2Connection:
         log.exception("internal error in an HTTP/2 stream (stream reset)")
         self._writer.reset(st, ErrorCodes.INTERNAL_ERROR)
 
-    def _release(self, st: Stream, body: Body | None) -> None:
-        """What a stream holds, given back once it is answered (or failed)."""
+    def _release(self, st: Stream, body: Body | None, now: float | None = None) -> None:
+        """What a stream holds, given back once it is answered (or failed);
+        ``now``: trio's time, when the caller has it."""
         self._writer.sending.pop(st.sid, None)  # before the fd closes
         if body is not None:
             body.close()
         if st.body is not None:
             st.body.abandon()  # what still arrives is acknowledged at once
         self._answers.give_file(st)
-        self._stream_done(st)
+        self._stream_done(st, now)
 
-    def _stream_done(self, st: Stream) -> None:
+    def _stream_done(self, st: Stream, now: float | None = None) -> None:
+        """``st`` is over (``now``: trio's time, when the caller has it)."""
         self._streams.pop(st.sid, None)
         if not self._streams:
-            self._idle_deadline = trio.current_time() + self.env.config.conn.keepalive_timeout
+            now = trio.current_time() if now is None else now
+            self._idle_deadline = now + self.env.config.conn.keepalive_timeout
             if self._read_scope is not None:
                 if self._phase == DRAINING:
                     self._read_scope.cancel()

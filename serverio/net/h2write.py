@@ -342,9 +342,12 @@ class Writer:
             frames.data(sid, data, True)
             st.pieces = [data]  # what the access log counts
             self.allowance.earn(len(data))
-            # The connection's bodies made progress (as a round's end does).
-            self._moved = trio.current_time()
-            self._credit = 0
+            if self.sending:
+                # Other bodies wait: this one's end is the connection's
+                # progress, as a round's end is (with none waiting, the
+                # next body queued starts the clock: queue).
+                self._moved = trio.current_time()
+                self._credit = 0
         st.to(COMPLETE)
         self.pull()
         return True
