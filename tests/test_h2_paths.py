@@ -23,7 +23,7 @@ from serverio.net.h2conn import H2Connection
 from serverio.net.h2state import Stream
 
 from .conftest import make_config, running_server, wait_until
-from .h2client import h2_memory
+from .h2client import H2Client, H2Response, h2_memory
 
 S = h2.settings.SettingCodes
 
@@ -60,6 +60,19 @@ class _Spawned(trio.abc.Instrument):
         self.names.append(task.name)
 
 
+async def _twenty(client: H2Client, *instruments: trio.abc.Instrument) -> list[H2Response]:
+    """Twenty GETs of /data.bin in flight at once, ``instruments`` installed meanwhile."""
+    for instrument in instruments:
+        trio.lowlevel.add_instrument(instrument)
+    try:
+        sids = [client.request("/data.bin") for _ in range(20)]
+        await client.flush()
+        return await client.wait(*sids)
+    finally:
+        for instrument in instruments:
+            trio.lowlevel.remove_instrument(instrument)
+
+
 async def test_a_small_warm_response_is_answered_by_the_reader_without_a_task(
     root: Path,
 ) -> None:
@@ -73,15 +86,7 @@ async def test_a_small_warm_response_is_answered_by_the_reader_without_a_task(
         r = await client.get("/data.bin")  # warm-up: first-use work of the handler
         assert r.status == 200
         before = srv.stats.h2.streams, srv.stats.responses.completed
-        trio.lowlevel.add_instrument(spawned)
-        trio.lowlevel.add_instrument(steps)
-        try:
-            sids = [client.request("/data.bin") for _ in range(20)]
-            await client.flush()
-            rs = await client.wait(*sids)
-        finally:
-            trio.lowlevel.remove_instrument(spawned)
-            trio.lowlevel.remove_instrument(steps)
+        rs = await _twenty(client, spawned, steps)
         after = srv.stats.h2.streams, srv.stats.responses.completed
     assert all(r.status == 200 and r.ended and len(r.body) == 1024 for r in rs)
     assert not [n for n in spawned.names if "_serve_stream" in n]
@@ -101,13 +106,7 @@ async def test_a_small_response_the_reader_leaves_is_framed_in_one_step_of_its_t
     async with h2_memory(cfg) as (client, _, _):
         r = await client.get("/data.bin")
         assert r.status == 200
-        trio.lowlevel.add_instrument(steps)
-        try:
-            sids = [client.request("/data.bin") for _ in range(20)]
-            await client.flush()
-            rs = await client.wait(*sids)
-        finally:
-            trio.lowlevel.remove_instrument(steps)
+        rs = await _twenty(client, steps)
     assert all(r.status == 200 and len(r.body) == 1024 for r in rs)
     assert steps.steps == 20
 
