@@ -84,8 +84,8 @@ class StreamAnswer:
         cfg = self._env.config
         last = self._last
         # The facts are a pure function of the head, whether content may
-        # follow, the configuration and the connection (TLS or not), and
-        # both are immutable: a stream with the same head (the same object:
+        # follow, the configuration and the connection (TLS or not), all
+        # immutable, and so are the facts: a stream with the same head (the same object:
         # serverio.wire.h2head.RequestHeads gives a repeated block's head
         # again) gets the same ones.  A refused head is never remembered.
         if last is not None and last[0] is head and last[1] is st.open_body and last[2] is cfg:

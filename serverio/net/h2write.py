@@ -103,7 +103,7 @@ Pread = Callable[[int, int, int], bytes]
 Preadv = Callable[[int, list[memoryview], int], int]
 
 
-# The last field list response_fields made, with the status and the
+# The last field tuple response_fields made, with the status and the
 # fields (a tuple: immutable) it was made from, held so that the identity
 # check cannot meet a recycled object: a warm file's plan, and its fields,
 # are shared by its answers of one second on every connection.
@@ -120,7 +120,7 @@ def response_fields(
     layer's common fields first: serverio.http.core.common_fields) with
     lower-case names (RFC 9113 §8.2.1), connection-specific ones left out
     (§8.2.2).  Nothing is added here.  The same fields again (the same
-    tuple) give the same list."""
+    tuple object) and status give the same result again."""
     made = _made
     if headers is made[0] and status == made[1]:
         fields: tuple[tuple[bytes, bytes], ...] = made[2]
