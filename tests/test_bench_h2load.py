@@ -153,4 +153,6 @@ async def test_real_h2load_report_and_log_parse(root: Path, tmp_path: Path) -> N
     result = parse_h2load_output(done.stdout.decode(), percentiles)
     assert result.protocol == "h2c" and result.succeeded == 200 and result.error_count == 0
     assert result.status["2xx"] == 200 and srv.stats.h2.streams == 200
-    assert 0 < result.p50_ms <= result.p99_ms <= result.latency_max_ms + 0.001
+    # h2load prints its maximum with two decimals (3.612 ms as "3.61ms");
+    # the log's times are microseconds: the two agree to 0.01 ms.
+    assert 0 < result.p50_ms <= result.p99_ms <= result.latency_max_ms + 0.01
