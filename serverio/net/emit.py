@@ -42,9 +42,10 @@ import trio
 from ..fs.body import Body, StreamBody
 from ..fs.reads import pread
 from ..http.core import FileSpan, Plan
-from ..model import BodyCut, ChunkSource
+from ..model import ChunkSource
 from ..observe.stats import Stats
 from ..wire.h1 import SHARED_HEADS, head_bytes, shared_head
+from .pull import Ended, pull_chunk
 from .tlsstream import TLSStream
 
 __all__ = ["BUFFER_CHUNK", "SENDFILE_CHUNK", "SEND_PIECE", "SOCKET_FD_IO", "Abort", "Emitter"]
@@ -538,20 +539,10 @@ async def _send_rest(emitter: Emitter, head: bytes, piece: bytes, n: int) -> Non
 
 
 async def _pull(emitter: Emitter, source: ChunkSource, within: float | None) -> bytes:
-    """A streamed body's next chunk (:meth:`Emitter.emit_stream`);
-    :class:`Abort` when it fails (a failed cut, ``BodyCut.failed`` or any
-    exception that is not a :class:`BodyCut`, counts as ``truncated``), or
-    makes none ``within`` seconds (then counted as a write timeout: making
-    a chunk is the response's progress, and its pooled read is
-    abandoned)."""
-    try:
-        if within is None:
-            return await source.next_chunk()
-        with trio.move_on_after(within):
-            return await source.next_chunk()
-    except Exception as exc:
-        if not isinstance(exc, BodyCut) or exc.failed:
-            emitter._stats.truncated += 1
-        raise Abort from exc
-    emitter._timeouts.write += 1
-    raise Abort
+    """A streamed body's next chunk (:meth:`Emitter.emit_stream`,
+    :func:`serverio.net.pull.pull_chunk`); :class:`Abort` when there is
+    none (cut, failed or stalled: the response cannot be completed)."""
+    got = await pull_chunk(source, within, emitter._stats, emitter._timeouts)
+    if isinstance(got, Ended):
+        raise Abort
+    return got

@@ -34,14 +34,14 @@ with its size and the ``cut`` marker as a file's is.
 from __future__ import annotations
 
 import h2.exceptions
-import trio
 from h2.errors import ErrorCodes
 
 from ..http.core import Plan
-from ..model import BodyCut, ChunkSource, StreamBody
+from ..model import StreamBody
 from ..observe.stats import Stats
 from .h2state import COMPLETE, SENDING, STOPPED, Stream
 from .h2write import Writer, response_fields
+from .pull import Ended, pull_chunk
 
 __all__ = ["send_stream"]
 
@@ -72,11 +72,14 @@ async def send_stream(
     length = body.length
     within = None if body.bounded else write_timeout
     while True:
-        got = await _pulled(source, within, stats)
+        got = await pull_chunk(source, within, stats.responses, stats.timeouts)
         if st.state in STOPPED:
             return False  # reset while the chunk was made
-        if isinstance(got, ErrorCodes):
-            writer.reset(st, got, failed=got == ErrorCodes.INTERNAL_ERROR)
+        if isinstance(got, Ended):
+            # A failed source is INTERNAL_ERROR; a cut, or no chunk in
+            # time (a stalled filesystem is no progress either), CANCEL.
+            failed = got is Ended.FAILED
+            writer.reset(st, ErrorCodes.INTERNAL_ERROR if failed else ErrorCodes.CANCEL, failed)
             return False
         if length is not None and (
             st.streamed + len(got) > length or (not got and st.streamed != length)
@@ -107,23 +110,3 @@ async def send_stream(
     if not st.ended:
         writer.reset(st, ErrorCodes.NO_ERROR)  # RFC 9113 §8.1: answered in full
     return False
-
-
-async def _pulled(source: ChunkSource, within: float | None, stats: Stats) -> bytes | ErrorCodes:
-    """The source's next chunk, or the stream's reset code: CANCEL for a
-    cut (:class:`BodyCut`) or no chunk ``within`` seconds (a stalled
-    filesystem is no progress either; its read is abandoned),
-    INTERNAL_ERROR for a failed one (``BodyCut.failed``, any other
-    exception: counted as ``truncated``)."""
-    try:
-        if within is None:
-            return await source.next_chunk()
-        with trio.move_on_after(within):
-            return await source.next_chunk()
-    except Exception as exc:
-        if isinstance(exc, BodyCut) and not exc.failed:
-            return ErrorCodes.CANCEL
-        stats.responses.truncated += 1
-        return ErrorCodes.INTERNAL_ERROR
-    stats.timeouts.write += 1
-    return ErrorCodes.CANCEL
