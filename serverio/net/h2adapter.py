@@ -21,13 +21,16 @@ h2 upgrade is checked in one module (tests/test_h2adapter.py pins them):
   every received frame.
 * :class:`ServerConnection` adds that h2 leaves the concurrent-stream
   limit to serverio (a stream past it is refused, a stream error, not
-  h2's connection-level ``TooManyStreamsError``), and
+  h2's connection-level ``TooManyStreamsError``; h2's clean-up of its
+  closed ``streams`` runs once :data:`SWEEP_AT` are kept), and
   :func:`server_connection` installs serverio's HPACK encoder and
   decoder (``encoder``/``decoder`` attributes).
 * :class:`DirectFrames`: HEADERS and DATA written straight into h2's
   output buffer (``_data_to_send``) after driving its connection and
   stream state machines (``state_machine``, ``_get_stream_by_id``,
-  ``streams``) and windows exactly as ``send_headers``/``send_data`` do;
+  ``streams``) and windows exactly as ``send_headers``/``send_data`` do
+  (the connection's SEND_HEADERS/SEND_DATA transition skipped while it is
+  SERVER_OPEN, where h2's table makes it a no-op);
   :class:`PublicFrames` is the same interface over the public calls, used
   when this h2 lacks those internals (:func:`direct_ok`).
 * :func:`pending_header_bytes`: the size of a header block still being
