@@ -203,10 +203,11 @@ def test_recorder_scope_is_the_span_of_handler_respond_now() -> None:
 
 @pytest.fixture(scope="module")
 def traced() -> dict[str, Any]:
-    """``python -m bench trace --json --warm 2`` on the working tree."""
+    """``python -m bench trace --json --warm 3`` on the working tree (the
+    GET's third answer is the first kept warm: serverio.model.decide.serve_cached)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert _bench("trace", "--json", "--warm", "2") == 0
+        assert _bench("trace", "--json", "--warm", "3") == 0
     result: dict[str, Any] = json.loads(out.getvalue())
     return result
 

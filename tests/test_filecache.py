@@ -468,18 +468,20 @@ def test_plain_requests_share_one_plan_per_second(root: Path, opener: RootOpener
     cfg = make_config(root)
     cache = new_cache(cfg)
     run(request(), cfg, opener, cache)  # fill
+    # The entry's first answer in a second is that request's alone (memoised
+    # for redating, not shared); from the second one on, one shared plan.
+    first = run(request(), cfg, opener, cache, now=LATER + 0.1)
     a = run(request(), cfg, opener, cache, now=LATER + 0.2)
     b = run(request(), cfg, opener, cache, now=LATER + 0.7)  # same second
-    # The next second: asked for in the one before, memoised at once.
-    c = run(request(), cfg, opener, cache, now=LATER + 1.2)
-    assert a is b and b is not c
-    # Two seconds later: its first answer is that request's alone (redated,
-    # not shared, the memo kept as it was); the second replaces the memo.
-    lone = run(request(), cfg, opener, cache, now=LATER + 3.1)
-    e = run(request(), cfg, opener, cache, now=LATER + 3.2)
-    f = run(request(), cfg, opener, cache, now=LATER + 3.3)
-    assert lone is not e and e is f and e is not c
-    assert not lone.shared and lone.headers == e.headers and lone.body == e.body
+    assert not first.shared and first.headers == a.headers and a is b
+    # The next second, and two seconds later: the same (even a file asked
+    # for every second is redated for its first request alone).
+    for at in (1, 3):
+        lone = run(request(), cfg, opener, cache, now=LATER + at + 0.1)
+        c = run(request(), cfg, opener, cache, now=LATER + at + 0.2)
+        d = run(request(), cfg, opener, cache, now=LATER + at + 0.3)
+        assert lone is not c and c is d and c is not a
+        assert not lone.shared and lone.headers == c.headers and lone.body == c.body
     # Shared, so the HTTP/1.1 side caches its head by identity: once per plan.
     assert a.shared and c.shared
     assert shared_head(a) is shared_head(b)

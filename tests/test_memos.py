@@ -138,8 +138,9 @@ def test_a_plain_memo_is_redated_in_a_later_second(
     (only its Date changes), and equals the answer decided afresh then;
     a clock set back before the file's mtime decides again (Last-Modified
     becomes the Date, as sent_mtime says).  The redated answer replaces
-    the memo only when the entry answered in that second or the one
-    before (``asked``); otherwise it is neither kept nor shared."""
+    the memo only when the entry already answered in that second
+    (``asked``); otherwise, even when it answered in the second before,
+    it is neither kept nor shared."""
     from serverio.model import decide as _decide
 
     cfg = make_config(root)
@@ -167,8 +168,9 @@ def test_a_plain_memo_is_redated_in_a_later_second(
                 decided.clear()
                 hit.entry.asked = int(now) - 2
                 lone = serve_cached(hit, req, cfg, now, "")
-                hit.entry.asked = int(now) - 1  # asked for every second: memoised
-                assert serve_cached(hit, req, cfg, now, "").memo is not None or now < mtime
+                hit.entry.asked = int(now) - 1  # answered the second before: still its own
+                before = serve_cached(hit, req, cfg, now, "")
+                assert (before.memo is None and not before.plan.shared) or now < mtime
                 hit.entry.asked = int(now)
                 served = serve_cached(hit, req, cfg, now, "")
                 redone = bool(decided)
@@ -178,6 +180,7 @@ def test_a_plain_memo_is_redated_in_a_later_second(
                 hit.entry.plain.update(saved)
                 assert served.plan == fresh.plan, now
                 assert served.memo is not None and served.memo[1][0] == int(now)
+                assert served.plan.shared  # answered in this second already: shared
                 # Redated, not decided, unless the clock is before the mtime.
                 assert redone is (now < mtime), now
                 if not redone:
@@ -185,6 +188,34 @@ def test_a_plain_memo_is_redated_in_a_later_second(
                     assert lone.memo is None and not lone.plan.shared
                     assert replace(lone.plan, shared=True) == served.plan
             monkeypatch.undo()
+    finally:
+        opener.close()
+
+
+def test_a_first_decision_is_shared_from_its_second_answer_in_a_second(root: Path) -> None:
+    """An entry's first answer is memoised (a later second redates it)
+    but not shared: no transport caches its head and the warm path keeps
+    no answer for it (a file asked for once).  Asked again in the same
+    second, the memo's plan is shared, the same answer otherwise."""
+    cfg = make_config(root)
+    cache = FileCache(1 << 20, cfg.files.small_file_size)
+    opener = RootOpener(str(root), follow_symlinks=False)
+    try:
+        get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))
+        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()  # fill the cache
+        hit = cache_candidate(cache, get, cfg)
+        assert hit is not None and hit.entry.asked != int(LATER)
+        first = serve_cached(hit, get, cfg, LATER + 0.25, "")
+        assert first.memo is not None and not first.plan.shared
+        hit.entry.plain[first.memo[0]] = first.memo[1]
+        hit.entry.asked = int(LATER)  # what the handler's _answered sets
+        second = serve_cached(hit, get, cfg, LATER + 0.5, "")
+        assert second.plan.shared and second.memo is not None
+        assert replace(first.plan, shared=True) == second.plan
+        assert second.body is first.body  # the memo's literal body, not made again
+        hit.entry.plain[second.memo[0]] = second.memo[1]
+        third = serve_cached(hit, get, cfg, LATER + 0.75, "")
+        assert third.plan is second.plan and third.memo is None  # the shared memo itself
     finally:
         opener.close()
 

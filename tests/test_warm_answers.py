@@ -35,7 +35,13 @@ async def test_a_warm_get_is_the_precomputed_answer_byte_for_byte(
 ) -> None:
     async with memory_connection(make_config(root)) as (client, srv, _):
         first = await client.get("/hello.txt")  # resolved, put in the cache
-        second = await client.get("/hello.txt")  # a hit: the answer is kept
+        # The entry's first answer in this second is its own (memoised,
+        # not shared: a file asked for once leaves no warm answer); the
+        # second is shared and kept (serverio.model.decide.serve_cached).
+        await client.get("/hello.txt")
+        assert len(srv.handler.warm) == 0
+        second = await client.get("/hello.txt")
+        assert len(srv.handler.warm) == 1
         hits = srv.files.stats.hits
         asked.clear()
         for _ in range(3):
@@ -45,12 +51,13 @@ async def test_a_warm_get_is_the_precomputed_answer_byte_for_byte(
                 second.raw_headers,
                 b"hello world\n",
             )
-        head = await client.get("/hello.txt", method="HEAD")
-        head_again = await client.get("/hello.txt", method="HEAD")
+        heads = [await client.get("/hello.txt", method="HEAD") for _ in range(3)]
     assert first.raw_headers == second.raw_headers
-    assert asked == [b"hello.txt"]  # the HEAD's first answer only
-    assert head_again.raw_headers == head.raw_headers and head_again.body == b""
-    assert srv.files.stats.hits == hits + 5  # still counted as cache hits
+    # The HEAD's first answer only: shared at once, as the entry has
+    # answered in this second (``asked`` is the entry's, for every method).
+    assert asked == [b"hello.txt"]
+    assert all(h.raw_headers == heads[0].raw_headers and h.body == b"" for h in heads)
+    assert srv.files.stats.hits == hits + 6  # still counted as cache hits
     assert len(srv.handler.warm) == 2  # GET and HEAD
 
 
@@ -70,14 +77,19 @@ async def test_a_new_second_asks_the_handler_again(
     root: Path, clock: list[float], asked: list[bytes]
 ) -> None:
     async with memory_connection(make_config(root)) as (client, _, _):
-        await client.get("/hello.txt")
-        before = (await client.get("/hello.txt")).header("date")
+        for _ in range(3):  # resolved, answered, shared and kept
+            before = (await client.get("/hello.txt")).header("date")
         asked.clear()
         clock[0] += 1.0
         after = await client.get("/hello.txt")
         again = await client.get("/hello.txt")
-    assert asked == [b"hello.txt"]  # the new second's Date: decided once more
-    assert after.header("date") != before and again.header("date") == after.header("date")
+        third = await client.get("/hello.txt")
+    # The new second's Date: redated for the first request alone (a file
+    # asked for once in a second keeps nothing), then memoised, shared and
+    # kept; the third is the warm answer.
+    assert asked == [b"hello.txt"] * 2
+    assert after.header("date") != before
+    assert again.header("date") == third.header("date") == after.header("date")
 
 
 @pytest.mark.usefixtures("clock")
@@ -86,6 +98,7 @@ async def test_what_differs_in_the_key_is_asked_of_the_handler(
 ) -> None:
     async with memory_connection(make_config(root)) as (client, _, _):
         await client.get("/data.bin")
+        await client.get("/data.bin")  # the entry's first answer in this second: its own
         plain = await client.get("/data.bin")
         etag = plain.header("etag")
         assert etag is not None
@@ -131,6 +144,7 @@ async def test_http2_gets_the_same_warm_answer(root: Path, asked: list[bytes]) -
     # made is given to an HTTP/2 stream of the same server.
     async with memory_connection(make_config(root)) as (client, srv, _):
         await client.get("/hello.txt")
+        await client.get("/hello.txt")  # the entry's first answer in this second: its own
         h1 = await client.get("/hello.txt")
         asked.clear()
         async with h2_memory(srv.config, server=srv) as (h2, _, _):

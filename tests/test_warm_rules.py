@@ -48,7 +48,8 @@ async def test_an_anonymous_warm_get_under_rules_is_the_precomputed_answer(
     cfg = _allow(root, users, "anonymous:read,list@/", "alice:upload@/incoming")
     async with memory_connection(cfg) as (client, srv, _):
         await client.get("/hello.txt")
-        second = await client.get("/hello.txt")  # a hit: the answer is kept
+        await client.get("/hello.txt")  # a hit, the entry's first answer: its own
+        second = await client.get("/hello.txt")  # shared: the answer is kept
         hits = srv.files.stats.hits
         asked.clear()
         for _ in range(3):
@@ -147,7 +148,8 @@ async def test_a_signed_in_warm_get_is_the_precomputed_answer_decided_per_reques
         long_way = await client.get("/hello.txt", cookie)
         assert (long_way.status, long_way.body) == (200, b"hello world\n")
         assert "private" in (long_way.header("cache-control") or "")
-        await client.get("/hello.txt", cookie)  # a hit: the answer is kept
+        await client.get("/hello.txt", cookie)  # a hit, the entry's first answer: its own
+        await client.get("/hello.txt", cookie)  # shared: the answer is kept
         hits = srv.files.stats.hits
         asked.clear()
         for _ in range(3):

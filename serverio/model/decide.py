@@ -291,10 +291,12 @@ def serve_cached(
     rather than decided again: for a plain request of a cached file
     nothing else in the plan depends on the time, as long as its
     Last-Modified is the file's both then and now (:func:`_same_dated`).
-    The redated plan replaces the memo only when the entry answered in
-    this second or the one before (``hit.entry.asked``, the second of its
-    last answer, which the caller sets); otherwise it is this request's
-    alone (:func:`_redated`).
+    A plan is memoised as shared (its head cached by the transport, its
+    answer kept by the warm path) only once the entry answered in this
+    second (``hit.entry.asked``, the second of its last answer, which the
+    caller sets): a first decision is memoised unshared and shared on the
+    second ask, a redated plan is this request's alone until then
+    (:func:`_redated`).
     Shared plans are never mutated (they are frozen), and a literal body
     has nothing to close: the transports only read them.  A new memo is
     not stored here: it comes back as ``Prepared.memo`` for the caller to
@@ -313,7 +315,13 @@ def serve_cached(
         memo = hit.entry.plain.get(memo_key)
         if memo is not None:
             if memo[0] == second:
-                return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
+                if memo[1].shared:
+                    return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
+                # Made this second for the entry's first answer: asked
+                # again, it is shared from now on.
+                return _memoised(
+                    hit, memo[1].with_headers(memo[1].headers, True), memo[2], memo_key, second
+                )
             if _same_dated(rep.facts.mtime, memo[0], second):
                 return _redated(hit, memo, memo_key, now)
     # Identity, or a precompressed sidecar (its own length, ETag).
@@ -323,40 +331,55 @@ def serve_cached(
     if plan.needs_file:
         plan = _slice_spans(rep.data, plan)
     if plain:
-        # Shared by this second's plain requests: the HTTP/1.1 side caches
-        # its head by identity (serverio.wire.h1.shared_head).
-        plan = replace(plan, shared=True)
+        # Memoised (a later second redates it), and shared by this
+        # second's plain requests when the entry already answered in this
+        # second (the HTTP/1.1 side caches a shared plan's head by
+        # identity, serverio.wire.h1.shared_head; the warm path keeps its
+        # answer): an entry's first answer in a second is its own (see
+        # _redated).
+        if hit.entry.asked == second:
+            plan = replace(plan, shared=True)
         # Its body source is literal (the spans were sliced from memory),
         # owns nothing and is shared like the plan.
-        body = Body.of(plan)
-        return Prepared(
-            plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
-        )
+        return _memoised(hit, plan, Body.of(plan), memo_key, second)
     return Prepared(plan, None, rep.facts, served="/" + hit.key)
+
+
+def _memoised(
+    hit: CacheCandidate, plan: Plan, body: Body, memo_key: tuple[bytes, str], second: int
+) -> Prepared:
+    """The plain answer ``plan`` with its literal ``body``, the memo
+    (``Prepared.memo``) of its entry for ``second``."""
+    rep = hit.rep
+    assert rep is not None
+    return Prepared(
+        plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
+    )
 
 
 def _redated(
     hit: CacheCandidate, memo: PlainMemo, memo_key: tuple[bytes, str], now: float
 ) -> Prepared:
     """The plain answer ``memo`` (of an earlier second) redated to ``now``:
-    memoised in turn when the entry answered in this second or the one
-    before (a file asked for every second: what the memo is for).
-    Otherwise it is this request's alone, neither kept nor shared: a file
-    asked for less than once a second (a site of many files) would replace
-    its memo on every request, and each layer that keeps a shared plan's
-    head or answer would keep one never asked for again; asked for again
-    within the second, it is memoised then."""
+    memoised in turn, and shared, when the entry already answered in this
+    second (a file asked for more than once a second: what the memo is
+    for).  Otherwise it is this request's alone, neither kept nor shared:
+    a file asked for less often (a site of many files) would replace its
+    memo on most of its requests, and each layer that keeps a shared
+    plan's head or answer would keep one seldom asked for again, objects
+    that outlive the collector's young generation only to die in the next
+    (the collector's pauses, docs/performance.md); asked for again within
+    the second, it is memoised then.  (The entry's previous second was
+    the rule before: a site of 100,000 files asked for at random kept
+    about 2.5 times as many.)"""
     rep = hit.rep
     assert rep is not None
     body = memo[2]
     second = int(now)
-    if hit.entry.asked < second - 1:
+    if hit.entry.asked != second:
         plan = redated(memo[1], now, shared=False)
         return Prepared(plan, None, rep.facts, None, body, "/" + hit.key)
-    plan = redated(memo[1], now)
-    return Prepared(
-        plan, None, rep.facts, None, body, "/" + hit.key, None, (memo_key, (second, plan, body))
-    )
+    return _memoised(hit, redated(memo[1], now, shared=True), body, memo_key, second)
 
 
 def _same_dated(mtime: int | None, then: int, second: int) -> bool:
