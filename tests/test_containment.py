@@ -374,6 +374,8 @@ def counting(srv: Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenCount
     monkeypatch.setattr(os, "readlink", counted(os.readlink))
     if _fsopen._syscall is not None:
         monkeypatch.setattr(_fsopen, "_syscall", counted(_fsopen._syscall))
+        # The per-request openat2 (RootOpener._openat2) goes through this one.
+        monkeypatch.setattr(_fsopen, "_syscall_bare", counted(_fsopen._syscall_bare))
     yield counts
 
 

@@ -127,6 +127,18 @@ if _PLATFORM.startswith("linux"):
 
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 
+# The same syscall(2) without argtypes, for the open of every request that
+# misses the caches: its caller passes ready ctypes values (each a long, a
+# pointer or the path's bytes), so nothing is converted per call (argtypes'
+# conversions cost about 1 µs of a 5 µs open here; a Python int would go
+# as a C int, so none is passed).
+_syscall_bare: Any = None
+_OPENAT2_ARGS: tuple[Any, ...] = ()
+if _syscall is not None:
+    _syscall_bare = _libc["syscall"]
+    _syscall_bare.restype = ctypes.c_long
+    _OPENAT2_ARGS = (ctypes.c_long(_SYS_OPENAT2), ctypes.c_size_t(_HOW_SIZE))
+
 
 class Unreached(OSError):
     """:meth:`RootOpener.open_resolved` failed (any errno: ENOENT, ENOTDIR,
@@ -245,6 +257,12 @@ class RootOpener:
         if not hidden:
             resolve |= _RESOLVE_NO_SYMLINKS
         self._how = _OpenHow(OPEN_FLAGS, 0, resolve)
+        # _openat2's ready arguments (see _syscall_bare): the root's
+        # descriptor as a long (set once opened, -1 once closed) and a
+        # pointer to each open_how.
+        self._root_arg = ctypes.c_long(-1)
+        self._how_ref = ctypes.byref(self._how)
+        self._how_resolved_ref = ctypes.byref(self._how_resolved)
         self.stat: Callable[[str], os.stat_result]
         """``os.stat`` of a relative path under the root (follows symlinks:
         callers compare identities with a file opened under containment)."""
@@ -259,12 +277,13 @@ class RootOpener:
             self.strategy = strategy
             return
         self.root_fd = os.open(self.root, os.O_RDONLY | _DIRECTORY | _flag("O_CLOEXEC"))
+        self._root_arg = ctypes.c_long(self.root_fd)
         self.stat = functools.partial(os.stat, dir_fd=self.root_fd)
         self.lstat = functools.partial(os.stat, dir_fd=self.root_fd, follow_symlinks=False)
         if strategy is None:
             strategy = "openat2" if self._probe_openat2() else "walk"
         elif strategy == "openat2" and not self._probe_openat2():
-            os.close(self.root_fd)
+            self.close()
             raise OSError(errno.ENOSYS, "openat2 is not available")
         self.strategy = strategy
 
@@ -279,6 +298,7 @@ class RootOpener:
 
     def close(self) -> None:
         if self.root_fd >= 0:
+            self._root_arg = ctypes.c_long(-1)  # never a number the closed one may get again
             os.close(self.root_fd)
             self.root_fd = -1
 
@@ -294,7 +314,7 @@ class RootOpener:
         if self.follow_symlinks:
             return os.open(relpath, OPEN_FLAGS, dir_fd=self.root_fd)
         if self.strategy == "openat2":
-            fd = self._openat2(relpath, self._how)
+            fd = self._openat2(relpath, self._how_ref)
             if fd >= 0:
                 return fd
         return self._walk(relpath)[0]
@@ -330,23 +350,22 @@ class RootOpener:
                 raise _unreached_following(exc, self.root, self._root_parts, relpath) from None
             return fd, _real_below(self.root, self._root_parts, relpath)
         if self.strategy == "openat2":
-            fd = self._openat2(relpath, self._how_resolved)
+            fd = self._openat2(relpath, self._how_resolved_ref)
             if fd >= 0:
                 return fd, None
         return self._walk(relpath, report=True)
 
-    def _openat2(self, relpath: str, how: _OpenHow) -> int:
-        """One ``openat2`` under the root: the descriptor, or -1 when the
-        walk must decide (EXDEV: an escape, or an absolute symlink that may
-        point back inside; ELOOP: a symlink under ``RESOLVE_NO_SYMLINKS``,
-        or a loop).  Any other error is raised."""
-        assert _syscall is not None
-        fd = _syscall(
-            _SYS_OPENAT2,
-            self.root_fd,
-            relpath.encode("utf-8", "surrogateescape"),
-            ctypes.byref(how),
-            _HOW_SIZE,
+    def _openat2(self, relpath: str, how: Any) -> int:
+        """One ``openat2`` under the root with the ``open_how`` that ``how``
+        points to (``self._how_ref`` or ``self._how_resolved_ref``): the
+        descriptor, or -1 when the walk must decide (EXDEV: an escape, or
+        an absolute symlink that may point back inside; ELOOP: a symlink
+        under ``RESOLVE_NO_SYMLINKS``, or a loop).  Any other error is
+        raised."""
+        assert _syscall_bare is not None
+        number, size = _OPENAT2_ARGS
+        fd = _syscall_bare(
+            number, self._root_arg, relpath.encode("utf-8", "surrogateescape"), how, size
         )
         if fd >= 0:
             return int(fd)
