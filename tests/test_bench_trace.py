@@ -18,6 +18,7 @@ import pytest
 
 from bench import cli, commits, trace
 from bench.trace import Step, Summary, summarize
+from serverio.model.decide import SHARE_AFTER
 
 
 def _bench(*argv: str) -> int:
@@ -203,11 +204,13 @@ def test_recorder_scope_is_the_span_of_handler_respond_now() -> None:
 
 @pytest.fixture(scope="module")
 def traced() -> dict[str, Any]:
-    """``python -m bench trace --json --warm 3`` on the working tree (the
-    GET's third answer is the first kept warm: serverio.model.decide.serve_cached)."""
+    """``python -m bench trace --json --warm N`` on the working tree, N
+    the answers before the GET's first warm one (the resolution,
+    SHARE_AFTER answers of its own, the shared one:
+    serverio.model.decide.serve_cached)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert _bench("trace", "--json", "--warm", "3") == 0
+        assert _bench("trace", "--json", "--warm", str(SHARE_AFTER + 2)) == 0
     result: dict[str, Any] = json.loads(out.getvalue())
     return result
 

@@ -28,7 +28,7 @@ from serverio.fs.filecache import FileCache, StatAt, identity
 from serverio.fs.opener import RootOpener
 from serverio.http.core import FileFacts, Plan, content_digest
 from serverio.model import CachedFile, FollowUps, Prepared
-from serverio.model.decide import FLY
+from serverio.model.decide import FLY, SHARE_AFTER
 from serverio.net import emit as _connection
 from serverio.net.connection import ConnectionTask
 from serverio.ops.cli import build_parser, config_from_args
@@ -232,6 +232,8 @@ def test_negotiation_from_the_cache_follows_the_sidecars(root: Path, opener: Roo
     hits = cache.stats.hits
     assert as_tuple(run(gz, cfg, opener, cache)) == fresh(gz)
     assert cache.stats.hits == hits + 1
+    for _ in range(SHARE_AFTER):  # until the entry is popular in this second
+        run(gz, cfg, opener, cache)
     assert run(gz, cfg, opener, cache) is run(gz, cfg, opener, cache)  # memoised
     # Identity still answers a request without Accept-Encoding.
     assert dict(run(request("/site.css"), cfg, opener, cache).headers)[b"content-length"] == b"1600"
@@ -468,20 +470,22 @@ def test_plain_requests_share_one_plan_per_second(root: Path, opener: RootOpener
     cfg = make_config(root)
     cache = new_cache(cfg)
     run(request(), cfg, opener, cache)  # fill
-    # The entry's first answer in a second is that request's alone (memoised
-    # for redating, not shared); from the second one on, one shared plan.
-    first = run(request(), cfg, opener, cache, now=LATER + 0.1)
+    # The entry's first SHARE_AFTER answers in a second are their own (one
+    # memo for redating, not shared); from the next one on, one shared plan.
+    own = [run(request(), cfg, opener, cache, now=LATER + 0.1) for _ in range(SHARE_AFTER)]
     a = run(request(), cfg, opener, cache, now=LATER + 0.2)
     b = run(request(), cfg, opener, cache, now=LATER + 0.7)  # same second
-    assert not first.shared and first.headers == a.headers and a is b
+    assert all(not p.shared and p.headers == a.headers for p in own) and a is b
     # The next second, and two seconds later: the same (even a file asked
-    # for every second is redated for its first request alone).
+    # for every second is redated for its first requests alone).
     for at in (1, 3):
-        lone = run(request(), cfg, opener, cache, now=LATER + at + 0.1)
+        lone = [
+            run(request(), cfg, opener, cache, now=LATER + at + 0.1) for _ in range(SHARE_AFTER)
+        ]
         c = run(request(), cfg, opener, cache, now=LATER + at + 0.2)
         d = run(request(), cfg, opener, cache, now=LATER + at + 0.3)
-        assert lone is not c and c is d and c is not a
-        assert not lone.shared and lone.headers == c.headers and lone.body == c.body
+        assert c is d and c is not a and all(p is not c for p in lone)
+        assert all(not p.shared and p.headers == c.headers and p.body == c.body for p in lone)
     # Shared, so the HTTP/1.1 side caches its head by identity: once per plan.
     assert a.shared and c.shared
     assert shared_head(a) is shared_head(b)

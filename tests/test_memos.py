@@ -21,7 +21,7 @@ from serverio.http import target as _target
 from serverio.http.core import Plan, RequestFacts, decide_file
 from serverio.http.negotiate import parse_accept_encoding, select_coding
 from serverio.http.target import parse_target
-from serverio.model.decide import cache_candidate, serve_cached
+from serverio.model.decide import SHARE_AFTER, cache_candidate, serve_cached
 from serverio.pipeline.handler import prepare
 
 from .conftest import make_config, memory_connection
@@ -138,9 +138,10 @@ def test_a_plain_memo_is_redated_in_a_later_second(
     (only its Date changes), and equals the answer decided afresh then;
     a clock set back before the file's mtime decides again (Last-Modified
     becomes the Date, as sent_mtime says).  The redated answer replaces
-    the memo only when the entry already answered in that second
-    (``asked``); otherwise, even when it answered in the second before,
-    it is neither kept nor shared."""
+    the memo only when the entry is popular in that second (SHARE_AFTER
+    answers made in it: ``asked``, ``answers``); otherwise, even when it
+    answered in the second before or fewer times in this one, it is
+    neither kept nor shared."""
     from serverio.model import decide as _decide
 
     cfg = make_config(root)
@@ -166,12 +167,13 @@ def test_a_plain_memo_is_redated_in_a_later_second(
             for now in (LATER + 5.25, float(mtime), float(mtime - 10)):
                 hit.entry.plain[first.memo[0]] = first.memo[1]
                 decided.clear()
-                hit.entry.asked = int(now) - 2
+                hit.entry.asked, hit.entry.answers = int(now) - 2, 1
                 lone = serve_cached(hit, req, cfg, now, "")
-                hit.entry.asked = int(now) - 1  # answered the second before: still its own
-                before = serve_cached(hit, req, cfg, now, "")
-                assert (before.memo is None and not before.plan.shared) or now < mtime
-                hit.entry.asked = int(now)
+                for asked, answers in ((int(now) - 1, 50), (int(now), SHARE_AFTER - 1)):
+                    hit.entry.asked, hit.entry.answers = asked, answers  # not popular now
+                    before = serve_cached(hit, req, cfg, now, "")
+                    assert (before.memo is None and not before.plan.shared) or now < mtime
+                hit.entry.asked, hit.entry.answers = int(now), SHARE_AFTER
                 served = serve_cached(hit, req, cfg, now, "")
                 redone = bool(decided)
                 saved = dict(hit.entry.plain)
@@ -192,11 +194,13 @@ def test_a_plain_memo_is_redated_in_a_later_second(
         opener.close()
 
 
-def test_a_first_decision_is_shared_from_its_second_answer_in_a_second(root: Path) -> None:
+def test_a_first_decision_is_shared_once_its_entry_is_popular(root: Path) -> None:
     """An entry's first answer is memoised (a later second redates it)
     but not shared: no transport caches its head and the warm path keeps
-    no answer for it (a file asked for once).  Asked again in the same
-    second, the memo's plan is shared, the same answer otherwise."""
+    no answer for it (a file asked for once).  Asked for again in the same
+    second, the same unshared memo answers until the entry has made
+    SHARE_AFTER answers in it; then the memo's plan is shared, the same
+    answer otherwise."""
     cfg = make_config(root)
     cache = FileCache(1 << 20, cfg.files.small_file_size)
     opener = RootOpener(str(root), follow_symlinks=False)
@@ -208,14 +212,21 @@ def test_a_first_decision_is_shared_from_its_second_answer_in_a_second(root: Pat
         first = serve_cached(hit, get, cfg, LATER + 0.25, "")
         assert first.memo is not None and not first.plan.shared
         hit.entry.plain[first.memo[0]] = first.memo[1]
-        hit.entry.asked = int(LATER)  # what the handler's _answered sets
-        second = serve_cached(hit, get, cfg, LATER + 0.5, "")
-        assert second.plan.shared and second.memo is not None
-        assert replace(first.plan, shared=True) == second.plan
-        assert second.body is first.body  # the memo's literal body, not made again
-        hit.entry.plain[second.memo[0]] = second.memo[1]
+        for answers in range(1, SHARE_AFTER):
+            hit.entry.asked, hit.entry.answers = int(LATER), answers  # as _answered sets them
+            again = serve_cached(hit, get, cfg, LATER + 0.3, "")
+            assert again.plan is first.plan and again.memo is None
+        hit.entry.answers = SHARE_AFTER
+        shared = serve_cached(hit, get, cfg, LATER + 0.5, "")
+        assert shared.plan.shared and shared.memo is not None
+        assert replace(first.plan, shared=True) == shared.plan
+        assert shared.body is first.body  # the memo's literal body, not made again
+        hit.entry.plain[shared.memo[0]] = shared.memo[1]
         third = serve_cached(hit, get, cfg, LATER + 0.75, "")
-        assert third.plan is second.plan and third.memo is None  # the shared memo itself
+        assert third.plan is shared.plan and third.memo is None  # the shared memo itself
+        # A first decision made when the entry is popular is shared at once.
+        hit.entry.plain.clear()
+        assert serve_cached(hit, get, cfg, LATER + 0.8, "").plan.shared
     finally:
         opener.close()
 

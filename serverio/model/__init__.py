@@ -392,11 +392,12 @@ class CachedFile:
     # that serverio.model.decide.cache_candidate made (``learned``), stored
     # by the handler, at most CHOICES_KEPT of them.
     choices: dict[str, tuple[str, CachedFile, tuple[Sidecar, ...]]] = field(default_factory=dict)
-    # The Date second of the last answer made from this entry (set by the
-    # handler after each): a plain memo from an earlier second is replaced
-    # only by an answer made when the entry answered in its second or the
-    # one before (serverio.model.decide.serve_cached).
+    # The Date second of the last answer made from this entry and how many
+    # it made in that second (set by the handler after each): a plain plan
+    # is memoised as shared only once the entry is popular in its second
+    # (serverio.model.decide.popular, serve_cached).
     asked: int = -1
+    answers: int = 0
 
 
 # Distinct Accept-Encoding values memoised per entry: browsers send a

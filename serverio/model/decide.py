@@ -28,6 +28,7 @@ layer.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Final as Constant
 
 from ..config import Config
 from ..http.core import (
@@ -292,11 +293,11 @@ def serve_cached(
     nothing else in the plan depends on the time, as long as its
     Last-Modified is the file's both then and now (:func:`_same_dated`).
     A plan is memoised as shared (its head cached by the transport, its
-    answer kept by the warm path) only once the entry answered in this
-    second (``hit.entry.asked``, the second of its last answer, which the
-    caller sets): a first decision is memoised unshared and shared on the
-    second ask, a redated plan is this request's alone until then
-    (:func:`_redated`).
+    answer kept by the warm path) only from the entry's answer after
+    :data:`SHARE_AFTER` answers in the same second (``hit.entry.asked``
+    and ``hit.entry.answers``, which the caller sets: :func:`popular`): a
+    first decision is memoised unshared, a redated plan is the request's
+    alone until then (:func:`_redated`).
     Shared plans are never mutated (they are frozen), and a literal body
     has nothing to close: the transports only read them.  A new memo is
     not stored here: it comes back as ``Prepared.memo`` for the caller to
@@ -315,13 +316,12 @@ def serve_cached(
         memo = hit.entry.plain.get(memo_key)
         if memo is not None:
             if memo[0] == second:
-                if memo[1].shared:
-                    return Prepared(memo[1], None, rep.facts, None, memo[2], "/" + hit.key)
-                # Made this second for the entry's first answer: asked
-                # again, it is shared from now on.
-                return _memoised(
-                    hit, memo[1].with_headers(memo[1].headers, True), memo[2], memo_key, second
-                )
+                shared = memo[1]
+                if shared.shared or not popular(hit.entry, second):
+                    return Prepared(shared, None, rep.facts, None, memo[2], "/" + hit.key)
+                # Made this second unshared; asked for often enough since.
+                shared = shared.with_headers(shared.headers, True)
+                return _memoised(hit, shared, memo[2], memo_key, second)
             if _same_dated(rep.facts.mtime, memo[0], second):
                 return _redated(hit, memo, memo_key, now)
     # Identity, or a precompressed sidecar (its own length, ETag).
@@ -332,12 +332,10 @@ def serve_cached(
         plan = _slice_spans(rep.data, plan)
     if plain:
         # Memoised (a later second redates it), and shared by this
-        # second's plain requests when the entry already answered in this
-        # second (the HTTP/1.1 side caches a shared plan's head by
-        # identity, serverio.wire.h1.shared_head; the warm path keeps its
-        # answer): an entry's first answer in a second is its own (see
-        # _redated).
-        if hit.entry.asked == second:
+        # second's plain requests once the entry is popular in it (the
+        # HTTP/1.1 side caches a shared plan's head by identity,
+        # serverio.wire.h1.shared_head; the warm path keeps its answer).
+        if popular(hit.entry, second):
             plan = replace(plan, shared=True)
         # Its body source is literal (the spans were sliced from memory),
         # owns nothing and is shared like the plan.
@@ -361,25 +359,37 @@ def _redated(
     hit: CacheCandidate, memo: PlainMemo, memo_key: tuple[bytes, str], now: float
 ) -> Prepared:
     """The plain answer ``memo`` (of an earlier second) redated to ``now``:
-    memoised in turn, and shared, when the entry already answered in this
-    second (a file asked for more than once a second: what the memo is
-    for).  Otherwise it is this request's alone, neither kept nor shared:
-    a file asked for less often (a site of many files) would replace its
-    memo on most of its requests, and each layer that keeps a shared
-    plan's head or answer would keep one seldom asked for again, objects
-    that outlive the collector's young generation only to die in the next
-    (the collector's pauses, docs/performance.md); asked for again within
-    the second, it is memoised then.  (The entry's previous second was
-    the rule before: a site of 100,000 files asked for at random kept
-    about 2.5 times as many.)"""
+    memoised in turn, and shared, when the entry is popular in this second
+    (:func:`popular`: a file asked for several times a second, what the
+    memo is for).  Otherwise it is this request's alone, neither kept nor
+    shared: a file asked for less often (a site of many files) would
+    replace its memo on most of its requests, and each layer that keeps a
+    shared plan's head or answer would keep one seldom asked for again:
+    objects that outlive the collector's young generation only to die in
+    the next (the collector's pauses, docs/performance.md)."""
     rep = hit.rep
     assert rep is not None
     body = memo[2]
     second = int(now)
-    if hit.entry.asked != second:
+    if not popular(hit.entry, second):
         plan = redated(memo[1], now, shared=False)
         return Prepared(plan, None, rep.facts, None, body, "/" + hit.key)
     return _memoised(hit, redated(memo[1], now, shared=True), body, memo_key, second)
+
+
+# Answers an entry makes in one second before its plain plan is memoised
+# as shared (serve_cached).  A file asked for at random among 100,000 at
+# 17,000 requests a second (0.17 times a second each, Poisson arrivals)
+# makes a shared plan for one answer in 236 (P(n >= 3) per answer); from
+# its second answer it made one in 13 (P(n >= 2)).  A file asked for 24
+# times a second (1,000 files at that rate) answers 2 of them unshared.
+SHARE_AFTER: Constant = 2
+
+
+def popular(entry: CachedFile, second: int) -> bool:
+    """Has ``entry`` made :data:`SHARE_AFTER` answers in ``second``
+    already (``asked``, ``answers``: set by the caller after each)?"""
+    return entry.asked == second and entry.answers >= SHARE_AFTER
 
 
 def _same_dated(mtime: int | None, then: int, second: int) -> bool:

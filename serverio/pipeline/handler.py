@@ -623,14 +623,19 @@ def _cached(
 def _answered(hit: CacheCandidate, prepared: Prepared, now: float) -> None:
     """The caller's step after :func:`~serverio.model.decide.serve_cached`
     (the decision stores nothing): the plain memo it made stored in the
-    entry, and the second of this answer marked there (a memo of an
-    earlier second is replaced only when the entry answered in this second
-    or the one before: serverio.model.decide._redated)."""
+    entry, and this answer counted in the entry's second (a plan is
+    memoised as shared once the entry is popular in its second:
+    serverio.model.decide.popular)."""
     memo = prepared.memo
     entry = hit.entry
     if memo is not None:
         entry.plain[memo[0]] = memo[1]
-    entry.asked = int(now)
+    second = int(now)
+    if entry.asked == second:
+        entry.answers += 1
+    else:
+        entry.asked = second
+        entry.answers = 1
 
 
 def prepare(
