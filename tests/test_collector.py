@@ -10,7 +10,8 @@ import pytest
 import trio
 
 from serverio import Server
-from serverio.observe.collector import COLLECTOR, Collector, merge_gc
+from serverio.observe import collector as _collector
+from serverio.observe.collector import COLLECTOR, YOUNG_MAX, Collector, merge_gc, young_objects
 from serverio.ops.metrics import counters_only, merge, render, snapshot
 from serverio.ops.run import run_server, watch_collector
 
@@ -73,6 +74,7 @@ def _spy_on_gc(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
 
     monkeypatch.setattr(gc, "collect", collect)
     monkeypatch.setattr(gc, "freeze", freeze)
+    monkeypatch.setattr(_collector, "young_objects", lambda: 0)
 
 
 def test_after_start_collects_then_freezes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,6 +126,52 @@ def test_tick_freezes_after_promotion_while_no_cycle_was_found(
     assert not c.tick(5000)
     assert c.tick(10_000)
     assert c.freezes == 4
+
+
+def test_tick_collects_young_generations_over_their_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    _spy_on_gc(monkeypatch, calls)
+    c = Collector()
+    young = [YOUNG_MAX]
+    monkeypatch.setattr(_collector, "young_objects", lambda: young[0])
+    assert not c.tick(10) and calls == []  # at the bound: left to CPython's schedule
+    young[0] = YOUNG_MAX + 1
+
+    def collect(*args: int) -> int:
+        calls.append(f"collect{args}")
+        c.collections[args[0]] += 1  # as the callback counts it
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
+    # Collected once, which promoted objects: frozen with no second collection.
+    assert c.tick(10) and calls == ["collect(1,)", "freeze"]
+    # Once cyclic garbage was found in an older generation: collected, not frozen.
+    c.collected[1] = 1
+    calls.clear()
+    assert not c.tick(10) and calls == ["collect(1,)"]
+
+
+def test_a_stalled_allocation_count_is_collected_by_the_tick() -> None:
+    """CPython collects generation 0 when allocations outnumber
+    deallocations by its threshold: a process that frees an old object
+    for each new one it keeps (a full cache replacing its entries) never
+    gets there, and its young generation grows without bound.  The tick
+    collects it (its objects then reach the oldest generation)."""
+    gc.collect()
+    old = [[i] for i in range(3 * YOUNG_MAX)]
+    gc.collect()  # now in the oldest generation
+    young = []
+    try:
+        for i in range(3 * YOUNG_MAX):
+            young.append([i])  # one more tracked object kept...
+            old.pop()  # ...and one freed: the count does not move
+        assert young_objects() > 2 * YOUNG_MAX  # no collection came
+        Collector().tick(0)
+        assert young_objects() < YOUNG_MAX
+    finally:
+        del young
 
 
 def test_metrics_render_collector_families() -> None:
@@ -209,7 +257,7 @@ async def test_run_server_measures_and_freezes_after_start(
         COLLECTOR.uninstall()
     assert installed == [True]
     # Once, after start-up, before any request (watch_collector may freeze
-    # again later, once a second, after a promotion).
+    # again later, each tenth of a second, after a promotion).
     assert before == ["freeze"]
 
 

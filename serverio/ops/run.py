@@ -193,8 +193,9 @@ async def run_server(
     return 0
 
 
-# How often the warm-file cache's growth is looked at for a freeze.
-_COLLECTOR_PERIOD = 1.0
+# How often the warm-file cache's growth, the promotions into the oldest
+# generation and the young generations' size are looked at (Collector.tick).
+_COLLECTOR_PERIOD = 0.1
 
 
 async def watch_collector(
