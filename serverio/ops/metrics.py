@@ -417,7 +417,11 @@ def _render_gc(w: _Writer, collector: dict[str, Any] | None) -> None:
         for gen, value in enumerate(values):
             w.sample(name, value, {"generation": str(gen)})
     name = "serverio_gc_freezes_total"
-    w.family(name, "counter", "gc.freeze() calls: after start-up and after cache growth.")
+    w.family(
+        name,
+        "counter",
+        "gc.freeze() calls: after start-up, cache growth and promotion to the oldest generation.",
+    )
     w.sample(name, collector.get("freezes", 0))
     if "frozen_objects" in collector:
         name = "serverio_gc_frozen_objects"
