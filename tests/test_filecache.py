@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -308,6 +309,27 @@ def test_doorkeeper_memory_does_not_grow_with_the_keys() -> None:
     for k in range(200_000):
         door.again(k * 7919)
     assert len(door._now[0]) + len(door._before[0]) <= 4 * 16384 * 2
+
+
+def test_doorkeeper_grown_past_its_bitmap_starts_again_sized() -> None:
+    """A cache fills with its doorkeeper made for 1,024 keys, then asks
+    it about a span of 10,922: a generation still sized for 1,024 would
+    fill up and admit most keys asked for once.  Resized, a random walk
+    over 100,000 keys is admitted about as often as it repeats within
+    the span (21% measured)."""
+    rng = random.Random(47)
+    door = Doorkeeper(1024)
+    door.resize(1024)  # the same span: nothing dropped
+    assert door.again(12345) is False and door.again(12345) is True
+    door.resize(10_922)
+    assert len(door._now[0]) * 8 >= 16 * 10_922
+    # 64-bit random keys, each asked for once: admitted only where its bit
+    # is another key's (at most about one in eight).
+    admitted = sum(door.again(rng.getrandbits(64)) for _ in range(40_000))
+    assert admitted < 0.1 * 40_000
+    keys = [rng.getrandbits(64) for _ in range(100_000)]
+    admitted = sum(door.again(rng.choice(keys)) for _ in range(40_000))
+    assert admitted < 0.3 * 40_000
 
 
 def test_drop_keeps_a_newer_entry(root: Path) -> None:

@@ -266,7 +266,7 @@ class FileCache:
             if key in self._entries:
                 return True
             door = self._door
-            door.span = max(_DOOR_MIN, len(self._entries))
+            door.resize(max(_DOOR_MIN, len(self._entries)))
             return door.again(hash(key))
 
     def get(self, key: str) -> CachedFile | None:
