@@ -7,12 +7,15 @@ values can hold, after a flood of distinct long client values.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from serverio.config import Config
 from serverio.errors import HTTPError
 from serverio.fs.filecache import FileCache
 from serverio.fs.opener import RootOpener
@@ -27,6 +30,21 @@ from serverio.pipeline.handler import prepare
 from .conftest import make_config, memory_connection
 
 LATER = float(int(time.time()) + 3600)
+
+
+@contextmanager
+def _data_bin_cached(root: Path) -> Iterator[tuple[Config, FileCache, RootOpener, RequestFacts]]:
+    """The configuration, a warm-file cache holding ``/data.bin`` (filled by
+    one GET of it), the opener and that GET's facts."""
+    cfg = make_config(root)
+    cache = FileCache(1 << 20, cfg.files.small_file_size)
+    opener = RootOpener(str(root), follow_symlinks=False)
+    try:
+        get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))
+        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()  # fill the cache
+        yield cfg, cache, opener, get
+    finally:
+        opener.close()
 
 
 def _clear_target_memos() -> None:
@@ -103,12 +121,7 @@ def test_accept_encoding_memo_is_bounded() -> None:
 
 
 def test_plain_response_memo_only_for_served_methods(root: Path) -> None:
-    cfg = make_config(root)
-    cache = FileCache(1 << 20, cfg.files.small_file_size)
-    opener = RootOpener(str(root), follow_symlinks=False)
-    try:
-        get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))
-        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()  # fill the cache
+    with _data_bin_cached(root) as (cfg, cache, opener, get):
         for i in range(50):
             method = f"M{i}".encode() * 1000
             req = RequestFacts(method=method, target=parse_target(method, b"/data.bin"))
@@ -127,8 +140,6 @@ def test_plain_response_memo_only_for_served_methods(root: Path) -> None:
         # The caller stores it (serverio.pipeline.handler): prepare() does.
         prepare(get, cfg, opener, LATER, "", cache, 0.0).close()
         assert set(hit.entry.plain) == {(b"GET", "")}
-    finally:
-        opener.close()
 
 
 def test_a_plain_memo_is_redated_in_a_later_second(
@@ -144,18 +155,13 @@ def test_a_plain_memo_is_redated_in_a_later_second(
     neither kept nor shared."""
     from serverio.model import decide as _decide
 
-    cfg = make_config(root)
-    cache = FileCache(1 << 20, cfg.files.small_file_size)
-    opener = RootOpener(str(root), follow_symlinks=False)
     decided: list[object] = []
 
     def counting(*args: Any, **kwargs: Any) -> Plan:
         decided.append(args)
         return decide_file(*args, **kwargs)
 
-    try:
-        get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))
-        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()  # fill the cache
+    with _data_bin_cached(root) as (cfg, cache, _, _):
         mtime = (root / "data.bin").stat().st_mtime_ns // 10**9
         for method in (b"GET", b"HEAD"):
             req = RequestFacts(method=method, target=parse_target(method, b"/data.bin"))
@@ -190,8 +196,6 @@ def test_a_plain_memo_is_redated_in_a_later_second(
                     assert lone.memo is None and not lone.plan.shared
                     assert replace(lone.plan, shared=True) == served.plan
             monkeypatch.undo()
-    finally:
-        opener.close()
 
 
 def test_a_first_decision_is_shared_once_its_entry_is_popular(root: Path) -> None:
@@ -201,12 +205,7 @@ def test_a_first_decision_is_shared_once_its_entry_is_popular(root: Path) -> Non
     second, the same unshared memo answers until the entry has made
     SHARE_AFTER answers in it; then the memo's plan is shared, the same
     answer otherwise."""
-    cfg = make_config(root)
-    cache = FileCache(1 << 20, cfg.files.small_file_size)
-    opener = RootOpener(str(root), follow_symlinks=False)
-    try:
-        get = RequestFacts(method=b"GET", target=parse_target(b"GET", b"/data.bin"))
-        prepare(get, cfg, opener, LATER, "", cache, 0.0).close()  # fill the cache
+    with _data_bin_cached(root) as (cfg, cache, _, get):
         hit = cache_candidate(cache, get, cfg)
         assert hit is not None and hit.entry.asked != int(LATER)
         first = serve_cached(hit, get, cfg, LATER + 0.25, "")
@@ -227,8 +226,6 @@ def test_a_first_decision_is_shared_once_its_entry_is_popular(root: Path) -> Non
         # A first decision made when the entry is popular is shared at once.
         hit.entry.plain.clear()
         assert serve_cached(hit, get, cfg, LATER + 0.8, "").plan.shared
-    finally:
-        opener.close()
 
 
 def test_a_representations_validator_fields_are_memoised_on_its_second_request() -> None:
