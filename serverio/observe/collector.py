@@ -31,8 +31,8 @@ Two parts:
   reach the oldest generation anyway, so :meth:`Collector.tick` also
   freezes once per period (a tenth of a second) after objects were
   promoted there (a collection of generation 1 ran), as long as no
-  collection of
-  generation 1 or 2 has ever found cyclic garbage in this process: a
+  collection of generation 1 or 2 has ever found cyclic garbage in this
+  process: a
   serving process finds none (tested per request; 2,767 collections of a
   100,000-file run found 0), and should one appear, only the growth rule
   is left, whose freezes are few.  Frozen objects are still freed by

@@ -202,7 +202,8 @@ async def watch_collector(
     server: Server, collector: Collector = COLLECTOR, period: float = _COLLECTOR_PERIOD
 ) -> None:
     """Every ``period`` seconds, let the collector freeze what the warm-file
-    cache grew by or what reached the oldest generation
+    cache grew by or what reached the oldest generation, and collect the
+    young generations grown past their bound
     (:meth:`~serverio.observe.collector.Collector.tick`; the cache's
     entries counted with the files' metadata kept apart from their bytes).
 
