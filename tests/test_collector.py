@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import gc
+import itertools
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from serverio import Server
 from serverio.observe import collector as _collector
-from serverio.observe.collector import COLLECTOR, YOUNG_MAX, Collector, merge_gc, young_objects
+from serverio.observe.collector import (
+    COLLECTOR,
+    YOUNG_IDLE,
+    YOUNG_MAX,
+    Collector,
+    merge_gc,
+    young_objects,
+)
 from serverio.ops.metrics import counters_only, merge, render, snapshot
 from serverio.ops.run import run_server, watch_collector
 
@@ -276,3 +285,35 @@ async def test_watch_collector_looks_at_the_cache_size(root: Path) -> None:
         await watch_collector(srv, Spy(), period=0.01)
     # The byte cache's entries and the metadata cache's.
     assert seen and set(seen) == {len(srv.files) + 1}
+
+
+async def test_watch_collector_looks_less_often_while_idle(
+    root: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Ten looks a second while the process makes objects or collects, one
+    a second once a look finds it idle (no collection since the one
+    before, fewer than YOUNG_IDLE young objects)."""
+    times: list[float] = []
+    busy = [True]
+
+    class Spy(Collector):
+        def tick(self, entries: int) -> bool:
+            times.append(trio.current_time())
+            self.young = YOUNG_IDLE * 4 if busy[0] else YOUNG_IDLE - 1
+            return False
+
+    srv = Server(make_config(root))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_collector, srv, Spy(), 0.1, 1.0)
+        await trio.sleep(1.05)
+        assert len(times) == 10  # busy: every 0.1 s
+        busy[0] = False
+        await trio.sleep(3.0)  # one more look at 0.1 s finds it idle
+        assert 3 <= len(times) - 10 <= 4
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(times[10:])]
+        assert gaps and set(gaps[1:]) == {1.0}
+        busy[0] = True  # busy again: seen at the next look, then every 0.1 s
+        await trio.sleep(1.5)
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(times[-4:])]
+        assert set(gaps) == {0.1}
+        nursery.cancel_scope.cancel()

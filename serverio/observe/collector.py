@@ -29,7 +29,8 @@ Two parts:
   made since the last freeze.  Entries that change (the per-second
   answer a warm entry memoises, a replaced entry) are new objects that
   reach the oldest generation anyway, so :meth:`Collector.tick` also
-  freezes once per period (a tenth of a second) after objects were
+  freezes once per period (a tenth of a second; a second while idle,
+  serverio.ops.run.watch_collector) after objects were
   promoted there (a collection of generation 1 ran), as long as no
   collection of generation 1 or 2 has ever found cyclic garbage in this
   process: a
@@ -68,6 +69,7 @@ from typing import Any
 __all__ = [
     "COLLECTOR",
     "GENERATIONS",
+    "YOUNG_IDLE",
     "YOUNG_MAX",
     "Collector",
     "gc_snapshot",
@@ -85,6 +87,10 @@ _GROWTH_DIVISOR = 8
 # (Collector.tick): about what CPython's own schedule leaves there at its
 # collections of generation 1 under 64 connections of warm requests.
 YOUNG_MAX = 4096
+# Objects in the young generations below which a process that collected
+# nothing since the last tick is idle (an idle server holds about 60):
+# its next tick comes after the idle period (serverio.ops.run.watch_collector).
+YOUNG_IDLE = 256
 
 
 def young_objects() -> int:
@@ -108,6 +114,7 @@ class Collector:
         self.freezes = 0
         self._frozen_at = 0  # cache entries at the last freeze after growth
         self._promoted_at = 0  # collections of generations 1-2 at the last freeze
+        self.young = 0  # objects in generations 0-1 at the last tick
 
     @property
     def installed(self) -> bool:
@@ -176,7 +183,8 @@ class Collector:
         whether it froze."""
         if self.grown(entries):
             return True
-        collected = young_objects() > YOUNG_MAX
+        self.young = young_objects()
+        collected = self.young > YOUNG_MAX
         if collected:
             gc.collect(1)
         if self.collections[1] + self.collections[2] == self._promoted_at:

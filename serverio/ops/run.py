@@ -43,7 +43,7 @@ from ..app.server import Server, public_addresses
 from ..concurrency.blocking import Pool, run_blocking
 from ..config import Config
 from ..errors import ConfigError
-from ..observe.collector import COLLECTOR, Collector
+from ..observe.collector import COLLECTOR, YOUNG_IDLE, Collector
 from ..observe.logpipe import route_logging
 from .lan import network_urls
 from .metrics import SUMMARY_CACHE_KEYS, caches_of, render, snapshot
@@ -194,27 +194,41 @@ async def run_server(
 
 
 # How often the warm-file cache's growth, the promotions into the oldest
-# generation and the young generations' size are looked at (Collector.tick).
+# generation and the young generations' size are looked at (Collector.tick),
+# and how often while idle.
 _COLLECTOR_PERIOD = 0.1
+_COLLECTOR_IDLE_PERIOD = 1.0
 
 
 async def watch_collector(
-    server: Server, collector: Collector = COLLECTOR, period: float = _COLLECTOR_PERIOD
+    server: Server,
+    collector: Collector = COLLECTOR,
+    period: float = _COLLECTOR_PERIOD,
+    idle_period: float = _COLLECTOR_IDLE_PERIOD,
 ) -> None:
     """Every ``period`` seconds, let the collector freeze what the warm-file
     cache grew by or what reached the oldest generation, and collect the
     young generations grown past their bound
     (:meth:`~serverio.observe.collector.Collector.tick`; the cache's
     entries counted with the files' metadata kept apart from their bytes).
+    After a look that found the process idle (no collection since the one
+    before, fewer than :data:`~serverio.observe.collector.YOUNG_IDLE`
+    young objects), the next comes after ``idle_period``: an idle server
+    wakes once a second for this, a busy one ten times.
 
     Cancellation handling: cancelled with the process's nursery; nothing
     is held between two looks (a freeze is synchronous).
     """
     files = server.files
+    wait = period
+    seen = sum(collector.collections)
     while True:
-        await trio.sleep(period)
+        await trio.sleep(wait)
         meta = files.meta
         collector.tick(len(files) + (len(meta) if meta is not None else 0))
+        now_seen = sum(collector.collections)
+        idle = now_seen == seen and collector.young < YOUNG_IDLE
+        wait, seen = (idle_period if idle else period), now_seen
 
 
 async def _open(server: Server, admin: bool) -> trio.SocketListener | int | None:
