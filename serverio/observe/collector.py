@@ -8,7 +8,7 @@ proportion to everything long-lived: a warm-file cache of 100,000 entries
 made full collections of hundreds of milliseconds (issue 47: a p99 of
 463-489 ms that ``gc.disable()`` brought back to 16-19 ms).
 
-Two parts:
+Three parts:
 
 * :class:`Collector` measures every collection through ``gc.callbacks``
   (Python 3.3+: called with ``"start"`` and ``"stop"`` around each
@@ -30,13 +30,13 @@ Two parts:
   answer a warm entry memoises, a replaced entry) are new objects that
   reach the oldest generation anyway, so :meth:`Collector.tick` also
   freezes once per period (a tenth of a second; a second while idle,
-  serverio.ops.run.watch_collector) after objects were
-  promoted there (a collection of generation 1 ran), as long as no
-  collection of generation 1 or 2 has ever found cyclic garbage in this
-  process: a
+  serverio.ops.run.watch_collector) after objects were promoted there
+  (a collection of generation 1 ran), as long as no collection of
+  generation 1 or 2 has ever found cyclic garbage in this process: a
   serving process finds none (tested per request; 2,767 collections of a
   100,000-file run found 0), and should one appear, only the growth rule
-  is left, whose freezes are few.  Frozen objects are still freed by
+  freezes from then on, and its freezes are few (the young generations
+  are still collected past their bound).  Frozen objects are still freed by
   reference counting when dropped (an evicted cache entry is); only
   cyclic garbage present at the moment of a freeze would stay, and so
   would a cycle among the objects of a connection open at that moment,
