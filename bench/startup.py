@@ -24,8 +24,10 @@ that compiles every module it imports.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -56,6 +58,19 @@ def _reap(proc: subprocess.Popen[Any]) -> float:
     return float(usage.ru_utime + usage.ru_stime)
 
 
+def _kill(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` without reaping it. ``Popen.kill`` polls first (so as
+    not to signal a recycled pid), and a poll that finds the child already
+    gone reaps it: ``wait4`` would then fail with ECHILD and lose the CPU
+    figure. An unreaped child's pid cannot be recycled, so signalling it
+    directly is safe; where ``wait4`` is missing, ``Popen.kill`` it is."""
+    if sys.platform == "win32" or not hasattr(os, "wait4"):
+        proc.kill()
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+
+
 def first_answer(python: str, tree: Path, root: Path) -> tuple[float, float]:
     """Seconds from exec of a plain static start to a client's ``200``,
     and the CPU seconds the server process used."""
@@ -84,7 +99,7 @@ def first_answer(python: str, tree: Path, root: Path) -> tuple[float, float]:
         if not data.startswith(b"HTTP/1.1 200"):
             raise SystemExit(f"startup: {tree} answered {data[:40]!r}")
     finally:
-        proc.kill()
+        _kill(proc)
         proc.stdout.close()  # type: ignore[union-attr]
         cpu = _reap(proc)
     return took, cpu

@@ -3,7 +3,9 @@ the floor (``import trio, h11``), interleaved (docs/performance.md "Start-up")."
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +42,19 @@ def test_a_tree_that_never_serves_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "serverio" / "__main__.py").write_text("print('no server here')\n")
     with pytest.raises(SystemExit, match="no Serving line"):
         startup.measure([("broken", tmp_path)], 1, sys.executable)
+
+
+@pytest.mark.skipif(not hasattr(os, "waitid"), reason="needs waitid(WNOWAIT) to hold the exit")
+def test_a_server_that_already_exited_is_still_reaped_with_its_cpu() -> None:
+    # The race CI once lost: the child exits between its last line and the
+    # kill. ``Popen.kill`` polls first, the poll reaps, and wait4 then fails
+    # with ECHILD. waitid(WNOWAIT) waits for the exit without reaping, so
+    # the kill here always finds a zombie.
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    startup._kill(proc)
+    assert startup._reap(proc) >= 0.0
+    assert proc.returncode == 0
 
 
 def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
