@@ -44,8 +44,9 @@ is read (bytes, link targets) before and after each request:
   holder could write that path;
 * no answer is a 5xx and no upload temporary is left.
 
-One known gap is exempted (:meth:`Oracle.via_member_link`) and held by a
-strict xfail: a LOCK is not decided on the targets of links below it.
+A depth-infinity LOCK is decided on the targets of the links below it
+too (``test_a_lock_over_a_link_member_is_decided_on_its_target``, once a
+strict xfail: the test found it).
 
 Bounded: 60 examples by default (``SERVERIO_RIGHTS_EXAMPLES`` for a hunt,
 with ``--hypothesis-seed``), at most eight requests each, 20 s per example,
@@ -335,21 +336,6 @@ class Oracle:
             return None
         return os.path.relpath(real, top).replace(os.sep, "/")
 
-    def via_member_link(self, top: str, url: str) -> bool:
-        """Does ``url`` (below collection ``top``) reach through a link
-        below ``top``, or is ``top`` a link to nothing (its target moved
-        away)?  A depth-infinity LOCK of ``top`` is not yet decided on such
-        a link's target (``test_a_lock_over_a_link_member_...``; a dangling
-        link has no target to decide on until one is made there)."""
-        real_top = self.resolve(top)
-        real = self.resolve(url)
-        if real_top is None or real is None:
-            return False
-        if real_top != top.strip("/") and not (self.root / real_top).is_dir():
-            return True
-        tail = url[len(top.rstrip("/")) :].strip("/")
-        return real != "/".join(p for p in (real_top, tail) if p)
-
     def may_write(self, who: str, url: str, action: str = "put") -> bool:
         """``who`` may ``action`` at ``url``: its rules and its target's."""
         is_dir = url.endswith("/")
@@ -478,8 +464,7 @@ def _check_answer(oracle: Oracle, op: Op, r: Answer, before: dict[str, Entry]) -
         top = op.url if op.url.endswith("/") else op.url + "/"
         for u in _UNIVERSE:
             if u.startswith(top) and u != top and not oracle.may_write(op.who, u):
-                if not oracle.via_member_link(top, u):  # the known gap (below)
-                    bad.append(f"LOCK {op.url} granted over {u}")
+                bad.append(f"LOCK {op.url} granted over {u}")
     # (A PUT at a link's own name is 409 whatever its locks: a write never
     # goes through the last name; a lock there keeps out only the link's
     # own DELETE, MOVE.)
@@ -488,12 +473,7 @@ def _check_answer(oracle: Oracle, op: Op, r: Answer, before: dict[str, Entry]) -
         holders = [
             who
             for who, url, depth, _ in oracle.locks
-            if url == op.url
-            or (
-                depth == "i"
-                and op.url.startswith(url.rstrip("/") + "/")
-                and not oracle.via_member_link(url, op.url)
-            )
+            if url == op.url or (depth == "i" and op.url.startswith(url.rstrip("/") + "/"))
         ]
         if holders and not any(oracle.may_write(w, op.url) for w in holders):
             bad.append(f"PUT 423 from a lock by {holders}, who could not write it")
@@ -622,18 +602,15 @@ def test_no_protected_byte_is_read_written_moved_or_deleted_without_rights(
     check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (found by the property test): a depth-infinity LOCK is "
-    "decided on the rules that can match below its URL, not on the targets of "
-    "the in-root links below it",
-)
 async def test_a_lock_over_a_link_member_is_decided_on_its_target(tmp_path: Path) -> None:
-    """``c/lf -> ../a/b/x.txt`` with ``[[auth]] path = "/a/b/**"``: an
-    anonymous ``LOCK /c/`` (depth infinity) covers ``/c/lf``, so alice's PUT
-    through the link is 423 until the lock expires (her PUT of
-    ``/a/b/x.txt`` itself is not).  When this passes, drop the xfail and
-    :meth:`Oracle.via_member_link`'s exemptions."""
+    """``c/lf -> ../a/b/x.txt`` and ``pub/la -> ../a`` with ``[[auth]]
+    path = "/a/b/**"``: an anonymous ``LOCK /c/`` or ``LOCK /pub/``
+    (depth infinity) would cover ``/c/lf`` and ``/pub/la/b/x.txt``, alice's
+    file, and keep her out of them (her PUT through the directory link was
+    423 until the lock expired): both are refused (401) like a lock of
+    ``/a/b/``.  Her PUT at the file link's own name is 409 whatever the
+    locks (a write never goes through the last name); the one through the
+    directory link writes ``a/b/x.txt`` (204)."""
     case = Case(
         "dav",
         "h1",
@@ -657,7 +634,7 @@ async def test_a_lock_over_a_link_member_is_decided_on_its_target(tmp_path: Path
             method, target, body = _request(op, b"<M9>")
             statuses.append((await send(method, target, _headers(op), body)).status)
     srv.opener.close()
-    assert statuses == [401, 401, 204, 204], statuses
+    assert statuses == [401, 401, 409, 204], statuses
 
 
 @pytest.mark.parametrize("proto", ["h1", "h2"])

@@ -62,7 +62,7 @@ from ..model import ChunkSource
 from ..pipeline.hooks import WRITE_METHODS, Admit, WriteContent
 from ..site.rules import match_path
 from ..upload.decide import REFUSAL_STATUS, errno_status, refusal_problem
-from ..upload.resolved import Resolving, resolved_target
+from ..upload.resolved import Resolving, linked_below, resolved_target
 from ..upload.service import ALLOW_WRITES, CommitGate, Uploads
 from . import methods
 from .answers import (
@@ -372,6 +372,9 @@ class DavService(DavBase):
             )
             if refusal is not None:
                 return refusal
+            refusal = await self._lock_links(target, admit)
+            if refusal is not None:
+                return refusal
         path = rel(target.segments)
         small = self.config.files.small_file_size
         found = await run_blocking(self.pool, lookup, self.opener(), path, small)
@@ -389,6 +392,33 @@ class DavService(DavBase):
             return await self.etag(target.segments)
 
         return await self.guard.lock(req, body, path, found is not None, now, create, etag)
+
+    async def _lock_links(self, target: Target, admit: Admit) -> Plan | None:
+        """A new depth-infinity LOCK covers what the in-root links below
+        the collection lead to (:func:`~serverio.upload.resolved.linked_below`):
+        the client must be able to lock each there too, or an anonymous
+        lock of ``/c/`` would keep ``/c/lf -> ../a/b/x.txt``'s owner out of
+        ``/c/lf``.  Only where rules can refuse (``[[auth]]``, ``[[access]]``,
+        ``[[writable]]``): without them every client may lock everything.
+
+        Cancellation handling: the walk is one pooled call (abandoned on
+        cancel: its thread closes its own descriptors); nothing is locked
+        before it and the answers of the access hook are in.  Past
+        ``--webdav-max-tree`` it raises :class:`TreeTooLarge` (403)."""
+        uploads = self.uploads
+        if not uploads.resolving:
+            return None
+        limit = self.config.uploads.webdav_max_tree
+        led = await run_blocking(
+            uploads.pool, linked_below, self.opener(), rel(target.segments), limit
+        )
+        for path in led:
+            refusal = await admit(
+                AccessTarget((path,), Kind.WRITE, Right.LOCK, tree=path.endswith("/"))
+            )
+            if refusal is not None:
+                return refusal
+        return None
 
     async def _unlock(
         self, req: RequestFacts, content: WriteContent, now: float, admit: Admit

@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import replace
 
 from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
+from ..fs.davtree import TreeTooLarge
 from ..fs.opener import ContainedRoot, Unreached
 from ..http.access import AccessTarget, Kind, resolved_path
 from ..http.core import Plan, error_plan
 from ..pipeline.hooks import Admit
 from .decide import errno_status
 
-__all__ = ["Resolving", "resolved_target"]
+__all__ = ["Resolving", "linked_below", "resolved_target"]
 
 # What the resolution may meet that the write itself then answers (404,
 # 409, 403): nothing there, or a path containment refuses.
@@ -92,6 +94,100 @@ def resolved_target(opener: ContainedRoot, path: str, itself: bool) -> str | Non
     if parent is None:
         return None
     return resolved_path(f"{parent}/{segments[-1]}" if parent else segments[-1], is_dir)
+
+
+def linked_below(opener: ContainedRoot, relpath: str, limit: int) -> list[str]:
+    """The match paths the in-root symlinks below collection ``relpath``
+    lead to (``/a/b/x.txt``, ``/a/`` for a directory), the links in the
+    directories they lead to included: every resource a depth-infinity
+    LOCK of the collection would cover that its own path's rules do not
+    name (a lock is on the URL namespace, RFC 4918 §7.4, and
+    ``/c/lf -> ../a/b/x.txt`` makes ``/c/lf`` the resource
+    ``/a/b/x.txt``).  Empty when ``relpath`` is no directory (or missing).
+
+    Each directory is scanned once by where it really is (a link back to
+    an ancestor ends there); a link that leaves the root, or through a
+    hidden name (EXDEV), or loops (ELOOP), leads to nothing served and is
+    skipped; a dangling one (ENOENT, ENOTDIR past the link) is decided on
+    how far it got (:class:`~serverio.fs.opener.Unreached`), as a write's
+    target is.
+    Every entry scanned counts: :class:`~serverio.fs.davtree.TreeTooLarge`
+    past ``limit`` (``--webdav-max-tree``), as for the other tree methods.
+
+    Blocking: run in the ``write`` pool.  Each directory descriptor is
+    closed once scanned, before the next is opened.
+    """
+    try:
+        fd, real = opener.open_resolved(relpath or ".")
+    except OSError:
+        return []  # nothing there (or refused): no member to lock
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            return []
+    finally:
+        os.close(fd)
+    top = relpath if real is None else real
+    led: list[str] = []
+    seen = {top}
+    pending = [top]
+    count = 0
+    while pending:
+        here = pending.pop()
+        for name, is_link, is_dir in _scan(opener, here):
+            count += 1
+            if count > limit:
+                raise TreeTooLarge
+            member = f"{here}/{name}" if here else name
+            if is_dir:
+                if member not in seen:  # below a real directory: real too
+                    seen.add(member)
+                    pending.append(member)
+            elif is_link:
+                target = _led_to(opener, member)
+                if target is None:
+                    continue
+                real_path, real_dir = target
+                led.append(resolved_path(real_path, real_dir))
+                if real_dir and real_path not in seen:
+                    seen.add(real_path)
+                    pending.append(real_path)
+    return led
+
+
+def _scan(opener: ContainedRoot, relpath: str) -> list[tuple[str, bool, bool]]:
+    """The entries of the real directory ``relpath``: (name, is a symlink,
+    is a directory not through a link); none when it cannot be opened."""
+    try:
+        fd = opener.open(relpath or ".")
+    except OSError:
+        return []
+    try:
+        source: int | str = fd if opener.root_fd >= 0 else opener.directory_path(relpath, fd)
+        with os.scandir(source) as it:
+            return [(e.name, e.is_symlink(), e.is_dir(follow_symlinks=False)) for e in it]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _led_to(opener: ContainedRoot, relpath: str) -> tuple[str, bool] | None:
+    """Where the symlink ``relpath`` leads below the root and whether that
+    is a directory; how far it got when nothing is there; None when it
+    leaves the root, passes a hidden name or loops (nothing served)."""
+    try:
+        fd, real = opener.open_resolved(relpath)
+    except Unreached as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return exc.path, False  # dangling: a file made there would be covered
+        return None
+    except OSError:
+        return None
+    try:
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    return (relpath if real is None else real), is_dir
 
 
 class Resolving:
