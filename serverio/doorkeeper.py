@@ -9,7 +9,13 @@ and one asked for again soon is kept one ask later.  Used by the
 warm-file caches (serverio.fs.filecache, "Admission when full") and the
 memos of pure functions (:class:`AdmittedMemo`: the request-target's,
 serverio.http.target, and a file's validator fields, serverio.http.core).
-Pure: no I/O.
+A full warm-file cache asks one question more before it stores a key
+its doorkeeper has seen again: is it asked for at least as often as the
+entry it would evict (:class:`FrequencySketch`, TinyLFU's admission)?  A
+random walk over many more files than fit keeps passing the doorkeeper
+(a file asked for twice within two of its generations); the sketch stops
+most of those stores, while a file asked for more often than the least
+recently used one still gets in.  Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["AdmittedMemo", "Doorkeeper"]
+__all__ = ["AdmittedMemo", "Doorkeeper", "FrequencySketch"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -80,6 +86,105 @@ def _bitmap(span: int) -> tuple[bytearray, int]:
     while bits < 16 * span:
         bits *= 2
     return bytearray(bits // 8), bits - 1
+
+
+# The sketch's counters: 4 bits' worth, one byte each (saturating at 15).
+_COUNT_MAX = 15
+# Halving every counter at once: a byte's new value, by its old one.
+_HALVED = bytes(i >> 1 for i in range(256))
+# Odd 64-bit multipliers for the rows' indexes (Fibonacci hashing): each
+# row takes the top bits of the hash times its own constant.
+_ROWS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
+_MASK64 = (1 << 64) - 1
+
+
+class FrequencySketch:
+    """How often keys were counted lately, approximately: a count-min
+    sketch of four rows of small counters, halved all at once after ten
+    times ``span`` counts (so that a key's old popularity fades).  An
+    estimate is the least of its four counters: never below the key's
+    own count since the last halving (at most 15), above it only where
+    other keys share all four counters.  Each row has ``span`` counters,
+    rounded up to a power of two (at least 1,024): 4 to 8 bytes per key of
+    ``span`` in all, however many keys are counted.  Not synchronised:
+    the warm-file cache counts under its lock.
+
+    TinyLFU (Einziger, Friedman, Manes: "TinyLFU: A Highly Efficient
+    Cache Admission Policy", 2017): a candidate is stored in a full cache
+    only if its estimate is at least its victim's.
+    """
+
+    __slots__ = ("_adds", "_bits", "_counts", "_sample", "span")
+
+    def __init__(self, span: int) -> None:
+        self.span = span
+        self._bits = 10
+        self._counts = bytearray(0)
+        self._adds = 0
+        self._sample = 1
+        self._reset(span)
+
+    def _reset(self, span: int) -> None:
+        """Empty rows sized for ``span``."""
+        width = 1024
+        while width < span:
+            width *= 2
+        self.span = span
+        self._bits = width.bit_length() - 1
+        self._counts = bytearray(4 * width)
+        self._adds = 0
+        self._sample = 10 * max(span, 1)
+
+    @property
+    def width(self) -> int:
+        """Counters per row."""
+        return 1 << self._bits
+
+    def _slots(self, h: int) -> tuple[int, int, int, int]:
+        shift = 64 - self._bits
+        width = 1 << self._bits
+        h &= _MASK64
+        a, b, c, d = _ROWS
+        return (
+            ((h * a) & _MASK64) >> shift,
+            width + (((h * b) & _MASK64) >> shift),
+            2 * width + (((h * c) & _MASK64) >> shift),
+            3 * width + (((h * d) & _MASK64) >> shift),
+        )
+
+    def estimate(self, h: int) -> int:
+        """The count of the key of hash ``h`` (an upper bound, at most 15)."""
+        counts = self._counts
+        i, j, k, m = self._slots(h)
+        return min(counts[i], counts[j], counts[k], counts[m])
+
+    def add(self, h: int) -> int:
+        """Count the key of hash ``h`` once; its estimate after."""
+        counts = self._counts
+        least = _COUNT_MAX
+        for i in self._slots(h):
+            n = counts[i]
+            if n < _COUNT_MAX:
+                n += 1
+                counts[i] = n
+            if n < least:
+                least = n
+        self._adds += 1
+        if self._adds >= self._sample:
+            # Age: every count halved at once (one C call over the rows).
+            self._counts = bytearray(counts.translate(_HALVED))
+            self._adds = 0
+        return least
+
+    def resize(self, span: int) -> None:
+        """Follow a new ``span`` (the cache's entries now): when it outgrows
+        the rows, counting starts again with rows sized for it (what was
+        counted is dropped, as the doorkeeper's generations are)."""
+        if span > self.width:
+            self._reset(span)
+        else:
+            self.span = span
+            self._sample = 10 * max(span, 1)
 
 
 class AdmittedMemo(Generic[K, V]):

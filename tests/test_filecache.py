@@ -22,7 +22,7 @@ import trio
 import trio.testing
 
 from serverio import Config, RequestFacts, Server, parse_target
-from serverio.doorkeeper import Doorkeeper
+from serverio.doorkeeper import Doorkeeper, FrequencySketch
 from serverio.fs import filecache as _filecache
 from serverio.fs import prepare as _prepare
 from serverio.fs.filecache import FileCache, StatAt, identity
@@ -942,3 +942,90 @@ async def test_a_large_file_s_on_the_fly_coding_in_pooled_mode(
         await trio.sleep(1.5)  # past the window
         later = await client.get("/big.css", "Accept-Encoding: gzip\r\n")
         assert later.body == first.body and srv.fs.stats.submitted == hops + 1
+
+
+def test_the_sketch_counts_saturates_and_halves() -> None:
+    """A key's estimate is at least its own count (at most 15); after ten
+    times the span's counts every counter is halved at once."""
+    sketch = FrequencySketch(1024)
+    assert [sketch.add(7) for _ in range(3)] == [1, 2, 3]
+    assert sketch.estimate(7) == 3 and sketch.estimate(8) == 0
+    for _ in range(20):
+        sketch.add(9)
+    assert sketch.estimate(9) == 15  # saturated
+    for k in range(10 * 1024 - 23 - 1):  # the rest of the sample, one short
+        sketch.add(1_000_000 + k)
+    assert sketch.estimate(7) >= 3
+    sketch.add(2_000_000)  # the sample's last count: halved
+    assert sketch.estimate(9) == 7 and 1 <= sketch.estimate(7) <= 7
+
+
+def test_the_sketch_memory_follows_its_span_not_its_keys() -> None:
+    """4 to 8 bytes per key of its span (rows rounded up to a power of
+    two, at least 1,024), however many keys are counted; resized past its
+    rows, it starts again sized."""
+    sketch = FrequencySketch(10_922)
+    for k in range(200_000):
+        sketch.add(k * 7919)
+    assert sketch.width == 16384 and len(sketch._counts) == 4 * 16384
+    sketch.resize(5000)  # smaller: kept
+    assert sketch.width == 16384
+    sketch.add(42)
+    sketch.resize(20_000)
+    assert sketch.width == 32768 and sketch.estimate(42) == 0
+
+
+def _entry(root: Path, data: bytes) -> CachedFile:
+    st = (root / "data.bin").stat()
+    facts = FileFacts(len(data), st.st_mtime_ns, st.st_dev, st.st_ino, "a/b")
+    return CachedFile(identity(st), facts, data, 0.0)
+
+
+def test_a_full_cache_keeps_an_entry_asked_for_more_often_than_the_candidate(
+    root: Path,
+) -> None:
+    """TinyLFU: past the doorkeeper, a candidate is stored only if it was
+    asked for at least as often as the entry it would evict (the least
+    recently used)."""
+    cache = FileCache(2 * (1000 + 512), 65536)
+    for key in ("a", "b"):
+        assert cache.takes(key, 1000)  # room
+        cache.put(key, _entry(root, b"x" * 1000))
+    for _ in range(4):  # "c" asked for again and again: counted each time
+        cache.takes("c", 1000)
+    assert cache.takes("c", 1000)  # as often as "a" (0) or more: stored
+    cache.put("c", _entry(root, b"x" * 1000))
+    assert "a" not in cache._entries  # "a" was the least recently used
+    # Now "b" is the victim; "d" asked for twice counts 1, "b" 0: stored.
+    assert not cache.takes("d", 1000)  # the doorkeeper's first sight
+    assert cache.takes("d", 1000)
+    cache.put("d", _entry(root, b"x" * 1000))
+    # The victim is "c" (counted 5); "e" asked for twice counts 1: kept out.
+    assert not cache.takes("e", 1000)
+    assert not cache.takes("e", 1000)
+    assert cache.get("c") is not None
+
+
+def test_a_random_walk_over_ten_times_the_cache_rarely_evicts(root: Path) -> None:
+    """The many-files walk (100,000 keys at random, a full cache of 10,922
+    entries): the doorkeeper alone stored on about one request in five
+    (19.5% measured); with the sketch, 2-6 in a hundred once settled (the
+    entries stored while there was room were never counted, so the first
+    candidates past the doorkeeper evict them), and the hits stay what a
+    uniform walk gets, about the cache's share of the keys."""
+    rng = random.Random(47)
+    cache = FileCache(10_922 * (1024 + 512), 65536)
+    entry = _entry(root, b"x" * 1024)
+    keys = [f"d{i % 100:02d}/f{i:06d}.bin" for i in range(100_000)]
+    stored = hits = 0
+    for n in range(400_000):
+        key = rng.choice(keys)
+        if cache.get(key) is not None:
+            hits += n >= 300_000
+            continue
+        if cache.takes(key, 1024):
+            cache.put(key, entry)
+            stored += n >= 300_000
+    assert len(cache) == 10_922
+    assert stored < 5_000, stored  # of the last 100,000 requests
+    assert 9_000 < hits < 13_000, hits

@@ -82,15 +82,25 @@ the headers).
 Admission when full (both caches): while a cache has room, every file
 it may keep is stored.  Once storing would evict, a file is stored only
 on its second miss within about the span the byte cache holds (the
-:class:`~serverio.doorkeeper.Doorkeeper`, TinyLFU's doorkeeper in its simplest form): on a
-site with more files than fit, requested at random, most files are asked
-for once in that span, and storing each would cost an entry built, an
-older one evicted and its memory given back, for no hit.  A file asked
-for again soon is kept as before, one miss later.  The byte cache's
-doorkeeper decides once per miss for both caches, so that a file
+:class:`~serverio.doorkeeper.Doorkeeper`, TinyLFU's doorkeeper), and then
+only if it was asked for at least as often lately as the entry it would
+evict, the least recently used (a
+:class:`~serverio.doorkeeper.FrequencySketch` of the misses that passed
+the doorkeeper: TinyLFU's admission).  On a site with more files than
+fit, requested at random, most files are asked for once in that span,
+and storing each would cost an entry built, an older one evicted and its
+memory given back, for no hit; the doorkeeper alone still stored on
+about one request in five of a uniform walk over ten times the cache,
+the sketch on two to six in a hundred, with the same hits (and the
+collector's work of those entries: the CPU per request of the harness's
+many-files run stayed within its noise, docs/history/perf-round3.md).  A file asked for more
+often than what it would replace is kept as before, one miss later.
+The byte cache decides once per miss for both caches, so that a file
 admitted to both is admitted at the same miss and its two entries share
 one identity and one set of facts (so a full metadata cache still stores
-at once while the byte cache has room).
+at once while the byte cache has room).  Hits are not counted: the
+victim's count is its misses before it was stored, halved with every
+count's as the sketch ages.
 """
 
 from __future__ import annotations
@@ -103,7 +113,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..doorkeeper import Doorkeeper
+from ..doorkeeper import Doorkeeper, FrequencySketch
 from ..http.core import FileFacts
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..model import CachedFile, Identity, Sidecar
@@ -242,6 +252,7 @@ class FileCache:
         self._entries: OrderedDict[str, CachedFile] = OrderedDict()
         self._lock = threading.Lock()
         self._door = Doorkeeper(_DOOR_MIN)
+        self._sketch = FrequencySketch(_DOOR_MIN)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -257,17 +268,29 @@ class FileCache:
     def takes(self, key: str, size: int) -> bool:
         """Is an entry for ``key``, a file of ``size`` bytes, worth making
         now ("Admission when full" above)?  Yes while storing it would not
-        evict, for a key already held, or for one asked for again soon;
-        otherwise the key is remembered and the answer is no.  Asked once
-        per miss that could store, before the entry is built."""
+        evict, for a key already held, or for one asked for again soon and
+        at least as often as the least recently used entry (the first of
+        those a large file would evict); otherwise the key is remembered
+        (or counted) and the answer is no.  Asked once per miss that could
+        store, before the entry is built."""
         with self._lock:
             if self.size + size + _ENTRY_OVERHEAD <= self.capacity:
                 return True
             if key in self._entries:
                 return True
+            span = max(_DOOR_MIN, len(self._entries))
             door = self._door
-            door.resize(max(_DOOR_MIN, len(self._entries)))
-            return door.again(hash(key))
+            door.resize(span)
+            h = hash(key)
+            if not door.again(h):
+                return False
+            # Asked for again: stored if asked for at least as often as
+            # the entry it would evict, the least recently used (TinyLFU).
+            sketch = self._sketch
+            sketch.resize(span)
+            ours = sketch.add(h)
+            victim = next(iter(self._entries), None)
+            return victim is None or ours >= sketch.estimate(hash(victim))
 
     def get(self, key: str) -> CachedFile | None:
         """The entry for ``key`` (marked recently used), or None.  Not yet a hit:
