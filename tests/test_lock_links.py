@@ -12,12 +12,14 @@ the root or lead nowhere, the tree limit, and no walk without rules.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import trio
 
 from serverio import Server
+from serverio.config import Config
 from serverio.fs.davtree import TreeTooLarge
 from serverio.fs.opener import RootOpener
 from serverio.upload import resolved as resolved_mod
@@ -37,23 +39,25 @@ def _tree(root: Path) -> None:
     (root / "pub").mkdir()
 
 
-def _opener(root: Path, strategy: str) -> RootOpener:
-    return RootOpener(str(root), follow_symlinks=False, strategy=strategy)
+@contextmanager
+def _opened(root: Path, strategy: str) -> Iterator[RootOpener]:
+    opener = RootOpener(str(root), follow_symlinks=False, strategy=strategy)
+    try:
+        yield opener
+    finally:
+        opener.close()
 
 
 def test_links_below_a_collection_and_below_their_targets(tmp_path: Path, strategy: str) -> None:
     _tree(tmp_path)
     os.symlink("../a/b/x.txt", tmp_path / "c" / "lf")  # a file link
     os.symlink("../c", tmp_path / "pub" / "lc")  # a directory link, with a link inside
-    opener = _opener(tmp_path, strategy)
-    try:
+    with _opened(tmp_path, strategy) as opener:
         assert sorted(linked_below(opener, "pub", 100)) == ["/a/b/x.txt", "/c/"]
         assert linked_below(opener, "c", 100) == ["/a/b/x.txt"]
         assert linked_below(opener, "a", 100) == []  # no link below
         # The root: every link, each target once scanned.
         assert sorted(linked_below(opener, "", 100)) == ["/a/b/x.txt", "/c/"]
-    finally:
-        opener.close()
 
 
 def test_a_collection_reached_through_a_link_is_walked_where_it_is(
@@ -62,23 +66,17 @@ def test_a_collection_reached_through_a_link_is_walked_where_it_is(
     _tree(tmp_path)
     os.symlink("../a/b/x.txt", tmp_path / "c" / "lf")
     os.symlink("../c", tmp_path / "pub" / "lc")
-    opener = _opener(tmp_path, strategy)
-    try:
+    with _opened(tmp_path, strategy) as opener:
         assert linked_below(opener, "pub/lc", 100) == ["/a/b/x.txt"]
-    finally:
-        opener.close()
 
 
 def test_a_link_back_to_an_ancestor_ends_the_walk(tmp_path: Path, strategy: str) -> None:
     _tree(tmp_path)
     os.symlink("..", tmp_path / "a" / "up")  # a/up -> the root
     os.symlink("../..", tmp_path / "a" / "b" / "top")  # a/b/top -> the root
-    opener = _opener(tmp_path, strategy)
-    try:
+    with _opened(tmp_path, strategy) as opener:
         # Each directory scanned once: a handful of entries, not a loop.
         assert sorted(linked_below(opener, "a", 20)) == ["/", "/"]
-    finally:
-        opener.close()
 
 
 def test_links_out_of_the_root_are_skipped_and_dangling_ones_decided_where_they_got(
@@ -93,36 +91,27 @@ def test_links_out_of_the_root_are_skipped_and_dangling_ones_decided_where_they_
     os.symlink("../a/b/gone.txt", root / "pub" / "gone")  # dangling, inside
     os.symlink("l2", root / "pub" / "l1")  # a loop
     os.symlink("l1", root / "pub" / "l2")
-    opener = _opener(root, strategy)
-    try:
+    with _opened(root, strategy) as opener:
         assert linked_below(opener, "pub", 100) == ["/a/b/gone.txt"]
-    finally:
-        opener.close()
 
 
 def test_not_a_collection_or_nothing_there_covers_no_link(tmp_path: Path, strategy: str) -> None:
     _tree(tmp_path)
     os.symlink("../a/b/x.txt", tmp_path / "c" / "lf")
-    opener = _opener(tmp_path, strategy)
-    try:
+    with _opened(tmp_path, strategy) as opener:
         assert linked_below(opener, "c/z.txt", 100) == []
         assert linked_below(opener, "c/lf", 100) == []  # a link to a file
         assert linked_below(opener, "missing", 100) == []
-    finally:
-        opener.close()
 
 
 def test_the_walk_is_bounded_by_the_tree_limit(tmp_path: Path, strategy: str) -> None:
     _tree(tmp_path)
     for i in range(5):
         (tmp_path / "c" / f"f{i}").write_text("")
-    opener = _opener(tmp_path, strategy)
-    try:
+    with _opened(tmp_path, strategy) as opener:
         assert linked_below(opener, "c", 6) == []  # z.txt and five more: six entries
         with pytest.raises(TreeTooLarge):
             linked_below(opener, "c", 5)
-    finally:
-        opener.close()
 
 
 def _users(tmp_path: Path) -> Path:
@@ -141,6 +130,20 @@ _LOCK_BODY = (
 _LOCK_HEADERS = {"Depth": "infinity", "Timeout": "Second-60"}
 
 
+async def _lock_statuses(cfg: Config, *targets: str) -> list[int]:
+    """The statuses of a depth-infinity LOCK of each of ``targets``, in
+    turn, on one fresh server."""
+    srv = Server(cfg)
+    statuses = []
+    try:
+        async with client_for(cfg, "h1", srv) as send:
+            for target in targets:
+                statuses.append((await send("LOCK", target, _LOCK_HEADERS, _LOCK_BODY)).status)
+    finally:
+        srv.opener.close()
+    return statuses
+
+
 async def test_a_lock_over_a_link_to_a_protected_file_is_refused_over_the_tree_limit_403(
     tmp_path: Path,
 ) -> None:
@@ -148,29 +151,13 @@ async def test_a_lock_over_a_link_to_a_protected_file_is_refused_over_the_tree_l
     root.mkdir()
     _tree(root)
     os.symlink("../a/b/x.txt", root / "c" / "lf")
-    users = _users(tmp_path)
-    cfg = make_config(
-        root, webdav=True, upload=True, auth=(("/a/b/**", str(users)),), webdav_max_tree=100
-    )
-    srv = Server(cfg)
-    try:
-        async with client_for(cfg, "h1", srv) as send:
-            r = await send("LOCK", "/c/", _LOCK_HEADERS, _LOCK_BODY)
-            assert r.status == 401  # /c/lf is alice's /a/b/x.txt
-            r = await send("LOCK", "/a/", _LOCK_HEADERS, _LOCK_BODY)
-            assert r.status == 401  # the rules below /a/ (already so)
-    finally:
-        srv.opener.close()
-    cfg = make_config(
-        root, webdav=True, upload=True, auth=(("/a/b/**", str(users)),), webdav_max_tree=1
-    )
-    srv = Server(cfg)
-    try:
-        async with client_for(cfg, "h1", srv) as send:
-            r = await send("LOCK", "/c/", _LOCK_HEADERS, _LOCK_BODY)
-            assert r.status == 403  # two entries below /c/: over --webdav-max-tree
-    finally:
-        srv.opener.close()
+    auth = (("/a/b/**", str(_users(tmp_path))),)
+    cfg = make_config(root, webdav=True, upload=True, auth=auth, webdav_max_tree=100)
+    # /c/lf is alice's /a/b/x.txt; /a/ has her rule below it (already so).
+    assert await _lock_statuses(cfg, "/c/", "/a/") == [401, 401]
+    cfg = make_config(root, webdav=True, upload=True, auth=auth, webdav_max_tree=1)
+    # Two entries below /c/: over --webdav-max-tree.
+    assert await _lock_statuses(cfg, "/c/") == [403]
 
 
 async def test_without_rules_a_lock_walks_nothing(
@@ -187,12 +174,6 @@ async def test_without_rules_a_lock_walks_nothing(
 
     monkeypatch.setattr("serverio.dav.service.linked_below", spy)
     cfg = make_config(tmp_path, webdav=True, upload=True, webdav_max_tree=1)
-    srv = Server(cfg)
-    try:
-        async with client_for(cfg, "h1", srv) as send:
-            r = await send("LOCK", "/c/", _LOCK_HEADERS, _LOCK_BODY)
-            assert r.status == 200, r.status  # not walked: no tree limit either
-    finally:
-        srv.opener.close()
+    # Not walked: no tree limit either.
+    assert await _lock_statuses(cfg, "/c/") == [200]
     assert walked == []
-    await trio.lowlevel.checkpoint()
