@@ -250,3 +250,23 @@ def test_a_representations_validator_fields_are_memoised_on_its_second_request()
         for _ in range(2):
             _core._validator_tail(f'"e{i}"', i, "no-cache", b"Accept-Encoding")
     assert 0 < len(tails) <= 4096
+
+
+def test_last_modified_values_are_memoised_by_second_and_bounded() -> None:
+    """A tree's files share few mtimes: a representation the validator
+    memo does not hold (a site of many files) still finds its
+    Last-Modified formatted; the memo stays bounded and exact."""
+    from serverio.http import core as _core
+    from serverio.http.dates import format_http_date
+
+    _core._LAST_MODIFIED.clear()
+    _core._validator_fields('"a"', 1_700_000_000, None, b"")
+    value = _core._LAST_MODIFIED[1_700_000_000]
+    assert value == b"Tue, 14 Nov 2023 22:13:20 GMT"
+    # Another file of the same second: the same bytes object.
+    fields = _core._validator_fields('"b"', 1_700_000_000, None, b"")
+    assert fields[0] == (b"last-modified", value) and fields[0][1] is value
+    for sec in range(0, 3 * _core._LAST_MODIFIED_MAX * 7, 7):
+        got = _core._validator_fields('"c"', sec, None, b"")
+        assert got[0] == (b"last-modified", format_http_date(sec).encode("ascii"))
+        assert len(_core._LAST_MODIFIED) <= _core._LAST_MODIFIED_MAX

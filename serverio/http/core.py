@@ -712,6 +712,14 @@ _VALIDATOR_TAILS: Final[
 ] = AdmittedMemo(4096)
 
 
+# Last-Modified values by second: the files of a tree share few mtimes (a
+# checkout, an unpacked archive, a build write thousands in a second), so
+# a representation missing from _VALIDATOR_TAILS (a site of many files)
+# still finds its date formatted.  Cleared whole when full.
+_LAST_MODIFIED: Final[dict[int, bytes]] = {}
+_LAST_MODIFIED_MAX: Final = 4096
+
+
 def _validator_tail(
     etag: str, mtime: int | None, cache_control: str | None, vary: bytes
 ) -> tuple[tuple[bytes, bytes], ...]:
@@ -728,7 +736,12 @@ def _validator_fields(
 ) -> tuple[tuple[bytes, bytes], ...]:
     hs = []
     if mtime is not None:
-        hs.append((b"last-modified", format_http_date(mtime).encode("ascii")))
+        value = _LAST_MODIFIED.get(mtime)
+        if value is None:
+            if len(_LAST_MODIFIED) >= _LAST_MODIFIED_MAX:
+                _LAST_MODIFIED.clear()
+            value = _LAST_MODIFIED[mtime] = format_http_date(mtime).encode("ascii")
+        hs.append((b"last-modified", value))
     if etag:  # none while a large file's content hash is being computed
         hs.append((b"etag", etag.encode("ascii")))
     if cache_control is not None:
