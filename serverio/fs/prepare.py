@@ -23,6 +23,12 @@ touches trio.  It also fills the warm-file cache
 revalidates a candidate entry handed to it (one ``stat``) so that the
 pooled path stays at one hop.
 
+:func:`resolve_direct` is the same work for the request asked most on a
+site of many files, a plain GET or HEAD of a small file the byte cache
+does not hold, in one function (inline mode): equal to :func:`resolve`
+followed by the decision, answer for answer and store for store
+(tests/test_direct.py), without its layers.
+
 What it cannot serve it says *why*: a :class:`~serverio.model.Reason` (not
 found, a name containment refused, not a regular file, an errno's), never
 an HTTP status; :data:`serverio.model.reasons.REASON_STATUS` maps reasons
@@ -41,6 +47,7 @@ import functools
 import logging
 import os
 import stat
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..config import Config
@@ -54,6 +61,7 @@ from ..http.core import (
 from ..http.mime import guess_type
 from ..http.negotiate import SIDECAR_SUFFIX
 from ..http.select import Lookup, choose_coding_for, file_fields, sidecars_wanted_for
+from ..http.target import Target
 from ..model import (
     CACHED,
     DIRECTORY,
@@ -63,6 +71,7 @@ from ..model import (
     UNAVAILABLE,
     CacheCandidate,
     CachedFile,
+    Direct,
     Identity,
     Reason,
     Rep,
@@ -85,7 +94,7 @@ from .filecache import (
 from .opener import ContainedRoot, Unreached
 from .reads import read_all
 
-__all__ = ["resolve", "stat_facts"]
+__all__ = ["follows_links", "resolve", "resolve_direct", "stat_facts"]
 
 log = logging.getLogger("serverio")
 
@@ -261,7 +270,7 @@ def _failed(exc: OSError) -> Resolution:
     return Resolution(ERROR, reason, exc.errno, real=real)
 
 
-def _resolving(cfg: Config) -> bool:
+def follows_links(cfg: Config) -> bool:
     """Are rules decided on where a symlink leads (auth rules, or
     ``[[access]]`` / ``--allow``: :attr:`~serverio.config.UsersPolicy.rights`,
     read here as its two fields: a property of the configuration is one
@@ -302,7 +311,7 @@ def resolve(
     warm-file cache (whose hits are decided on their path alone).
     """
     target = look.target
-    resolving = _resolving(cfg)
+    resolving = follows_links(cfg)
     if cache is not None:
         if hit is not None and cache.revalidate(hit.key, hit.entry, opener.stat, mono):
             return Resolution(CACHED)
@@ -320,35 +329,41 @@ def _resolve_path(
     cache: FileCache | None,
     mono: float,
     hashes: HashStore | None,
+    opened: tuple[int, os.stat_result] | None = None,
 ) -> Resolution:
     """:func:`resolve` past the warm-file cache: open the target under
     containment (or the ``--spa`` file standing in for a missing one) and
     answer for what it is: a file, a directory's index file, a listing, or
-    why not.  ``resolving``: the site has auth rules (:func:`_open`)."""
+    why not.  ``resolving``: the site has auth rules (:func:`_open`).
+    ``opened``: the target already opened (no auth rules) and its
+    ``fstat``, handed over by :func:`resolve_direct` (the descriptor is
+    this call's)."""
     target = look.target
-    fd = -1
+    fd = -1 if opened is None else opened[0]
+    real: str | None = None
     try:
-        try:
-            fd, real = _open(opener, target.relpath, resolving)
-        except OSError as exc:
-            # SPA fallback: only for a path that is really missing (not one
-            # refused by containment: EXDEV, ELOOP), and only if the SPA
-            # file itself opens under the same containment.  The opener
-            # never looks outside the root, so ENOENT/ENOTDIR from it means
-            # missing inside: no further open is needed to tell.
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not look.spa:
-                raise
-            assert cfg.content.spa is not None
-            # Under mounts, the SPA file of the mount that matched.
-            spa = opener.spa_path(target.relpath, cfg.content.spa)
-            opened = None if spa is None else _open_file(opener, spa, resolving)
-            if opened is None or spa is None:
-                raise
-            spa_fd, spa_st, spa_real = opened  # ownership moves to _resolve_file
-            return _resolve_file(
-                look, cfg, opener, now, spa_fd, spa_st, (spa, spa_real), hashes=hashes
-            )
-        st = winstat.fstat(fd)
+        if opened is None:
+            try:
+                fd, real = _open(opener, target.relpath, resolving)
+            except OSError as exc:
+                # SPA fallback: only for a path that is really missing (not
+                # one refused by containment: EXDEV, ELOOP), and only if the
+                # SPA file itself opens under the same containment.  The
+                # opener never looks outside the root, so ENOENT/ENOTDIR
+                # from it means missing inside: no further open is needed.
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or not look.spa:
+                    raise
+                assert cfg.content.spa is not None
+                # Under mounts, the SPA file of the mount that matched.
+                spa = opener.spa_path(target.relpath, cfg.content.spa)
+                spa_opened = None if spa is None else _open_file(opener, spa, resolving)
+                if spa_opened is None or spa is None:
+                    raise
+                spa_fd, spa_st, spa_real = spa_opened  # ownership moves to _resolve_file
+                return _resolve_file(
+                    look, cfg, opener, now, spa_fd, spa_st, (spa, spa_real), hashes=hashes
+                )
+        st = winstat.fstat(fd) if opened is None else opened[1]
         relpath = target.relpath
         if stat.S_ISDIR(st.st_mode):
             if not target.slash and target.segments:
@@ -376,6 +391,131 @@ def _resolve_path(
         return _resolve_file(
             look, cfg, opener, now, file_fd, st, (relpath, real), cache, mono, hashes
         )
+    except OSError as exc:
+        return _failed(exc)
+    finally:
+        if fd >= 0:
+            close_fd(fd)
+
+
+def resolve_direct(
+    target: Target,
+    wants_bytes: bool,
+    negotiable: bool,
+    cfg: Config,
+    opener: ContainedRoot,
+    now: float,
+    cache: FileCache | None = None,
+    hashes: HashStore | None = None,
+    general: Callable[[], Lookup] | None = None,
+) -> Direct | Resolution | None:
+    """:func:`resolve` in one function, for the request it is asked most: a
+    plain GET or HEAD (no precondition, Range, query or digest:
+    :func:`~serverio.http.select.direct_applies`) of a small regular file
+    the target names, answered with identity.  Blocking; inline mode only
+    (the caller's check).
+
+    The same steps as :func:`resolve` past the warm-file cache, without
+    its layers (the lookup, the hop's record, the representation, the
+    resolution and their closes: a third of a miss's Python, measured in
+    docs/history/perf-round3.md): the miss counted, the contained open,
+    the ``fstat``, the facts (from the metadata cache when its identity
+    matches), admission and the stores into both caches, the read.  It
+    returns the :class:`~serverio.model.Direct` read (the descriptor
+    closed), or a :class:`~serverio.model.Resolution` for the decision
+    to answer as :func:`resolve`'s: an ERROR or UNAVAILABLE one, or, for
+    what is more than a small file's read (a directory, a file over the
+    small-file size), :func:`resolve`'s own from the descriptor already
+    open (``general`` makes the request's
+    :class:`~serverio.http.select.Lookup` then; without it, None).  None
+    before anything is opened for a coding to negotiate: the caller
+    resolves the request the general way.  ``target``: the request's
+    (segments, no slash, no query); ``wants_bytes``: a GET (a HEAD reads
+    only what its ETag needs); ``negotiable``: the request sends
+    Accept-Encoding.  Never with auth rules (the caller's check:
+    the general way says where a symlink led).  A test holds every answer,
+    cache store and count equal to :func:`resolve`'s
+    (tests/test_direct.py).
+    """
+    relpath = target.relpath
+    ctype = guess_type(relpath.rsplit("/", 1)[-1])
+    extra, vary = file_fields(False, cfg, relpath, ctype)
+    if vary and negotiable:
+        return None  # the sidecars and codings: the general way
+    found = _direct(
+        relpath, ctype, extra, vary, wants_bytes, cfg, opener, now, cache, hashes, general
+    )
+    if found is not None and cache is not None:
+        cache.miss()  # as resolve() counts a path that names a file (not when declined)
+    return found
+
+
+def _direct(
+    relpath: str,
+    ctype: str,
+    extra: tuple[tuple[bytes, bytes], ...],
+    vary: bool,
+    wants_bytes: bool,
+    cfg: Config,
+    opener: ContainedRoot,
+    now: float,
+    cache: FileCache | None,
+    hashes: HashStore | None,
+    general: Callable[[], Lookup] | None,
+) -> Direct | Resolution | None:
+    """:func:`resolve_direct` past the request's checks."""
+    try:
+        fd = opener.open(relpath)
+    except OSError as exc:
+        return _failed(exc)  # (no --spa fallback for it: direct_applies)
+    try:
+        st = winstat.fstat(fd)
+        size = st.st_size
+        if stat.S_ISDIR(st.st_mode) or (
+            stat.S_ISREG(st.st_mode) and size > cfg.files.small_file_size
+        ):
+            # A redirect, an index file or a listing; a file streamed from
+            # its descriptor: the general way, from this descriptor.
+            if general is None:
+                return None
+            handed, fd = fd, -1
+            return _resolve_path(
+                general(), cfg, opener, now, False, cache, UNTIMED, hashes, (handed, st)
+            )
+        if not stat.S_ISREG(st.st_mode):
+            return Resolution(ERROR, Reason.NOT_REGULAR)
+        # _meta_for, _admits, _main_rep and _meta_keeps, for this case.
+        metas = cache.meta if cache is not None else None
+        ident = identity(st)
+        meta = metas.valid(relpath, ident) if metas is not None else None
+        admit = cache is not None and cache.takes(relpath, size)
+        data: bytes | None = None
+        if meta is not None:  # the same file as last time: its facts as they were
+            facts, extra, vary = meta.facts, meta.extra, meta.vary
+        else:
+            facts, data = _facts(st, ctype, cfg, hashes, now, fd, ident=ident)
+        entry: CachedFile | None = None
+        if cache is not None and admit and settled(st, now):
+            entry, data = _cache_entry(cache, fd, st, facts, data, UNTIMED, False, ident)
+        if data is None and wants_bytes:
+            data = read_all(fd, size)
+            if data is None:
+                return Resolution(UNAVAILABLE)
+        if (
+            metas is not None
+            and meta is None
+            and not facts.hash_pending
+            and settled(st, now)
+            and (admit or metas.has_room(relpath))
+        ):
+            metas.put(relpath, FileMeta(ident, facts, extra, vary))
+        if entry is not None:
+            assert cache is not None
+            entry.headers = (extra, vary)
+            cache.put(relpath, entry)
+        return Direct(relpath, facts, data, extra, vary)
+    except _Shrank:
+        return Resolution(UNAVAILABLE)
     except OSError as exc:
         return _failed(exc)
     finally:
@@ -644,7 +784,7 @@ def _sidecars(
     resolved path plus its suffix): one a symlink leads elsewhere is
     ignored, as its bytes are decided on the file's rules."""
     relpath, real = file_path
-    resolving = _resolving(hop.cfg)
+    resolving = follows_links(hop.cfg)
     sidecars: dict[str, Rep] = {}
     wanted = sidecars_wanted_for(hop.look, hop.cfg)
     # Stated before the sidecars are looked for (serverio.fs.filecache,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from ..config import Config
 from .active import active_fields
 from .codecs import CODECS
-from .core import Plan, RequestFacts, spa_fallback_applies
+from .core import Plan, RequestFacts, depends_on_method_only, spa_fallback_applies
 from .disposition import content_disposition, download_matches
 from .mime import is_compressible
 from .negotiate import (
@@ -57,6 +57,7 @@ __all__ = [
     "choose_coding_for",
     "digest_algorithm",
     "digest_applies",
+    "direct_applies",
     "file_fields",
     "file_headers",
     "lookup",
@@ -221,6 +222,27 @@ def lookup(req: RequestFacts, cfg: Config) -> Lookup:
         download=_asks_download(req.target),
         accept=parse_accept_encoding(req.accept_encoding) if negotiable else None,
         digest=digest_algorithm(req, cfg),
+    )
+
+
+def direct_applies(req: RequestFacts, cfg: Config) -> bool:
+    """May ``req`` be resolved the direct way
+    (:func:`serverio.fs.prepare.resolve_direct`)?  A GET or HEAD of a path
+    that names a file (no trailing slash), with no precondition, Range or
+    query (:func:`~serverio.http.core.depends_on_method_only`) and no
+    Repr-Digest to send, that the ``--spa`` file may not stand in for
+    (:func:`~serverio.http.core.spa_fallback_applies`): what its
+    :func:`lookup` would leave to the file's facts alone.  (A coding to
+    negotiate is the file's to say: resolve_direct declines then.)"""
+    target = req.target
+    method = req.method
+    return (
+        (method == b"GET" or method == b"HEAD")
+        and bool(target.segments)
+        and not target.slash
+        and depends_on_method_only(req)
+        and not digest_algorithm(req, cfg)
+        and not spa_fallback_applies(req, cfg)
     )
 
 

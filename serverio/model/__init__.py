@@ -48,6 +48,7 @@ __all__ = [
     "CacheEntries",
     "CachedFile",
     "ChunkSource",
+    "Direct",
     "FollowUps",
     "Identity",
     "Opened",
@@ -326,6 +327,19 @@ class Resolution:
             self.file.close()
         for rep in self.sidecars.values():
             rep.close()
+
+
+class Direct(NamedTuple):
+    """A small regular file read by the direct resolution
+    (:func:`serverio.fs.prepare.resolve_direct`, for a plain GET or HEAD
+    answered with identity): what :func:`serverio.model.decide.decide_direct`
+    needs, no descriptor (it is closed before this is made)."""
+
+    relpath: str  # the path served, as the target named it
+    facts: FileFacts
+    data: bytes | None  # the whole file (a GET's); None for a HEAD
+    extra: tuple[tuple[bytes, bytes], ...]  # as Resolution.extra
+    vary: bool  # as Resolution.vary
 
 
 # ------------------------------------------------------------------ warm-file cache

@@ -62,6 +62,7 @@ from . import (
     CacheCandidate,
     CachedFile,
     CacheEntries,
+    Direct,
     FollowUps,
     Opened,
     PlainMemo,
@@ -75,6 +76,7 @@ __all__ = [
     "FLY",
     "cache_candidate",
     "decide",
+    "decide_direct",
     "identity_fallback",
     "needs_compressed",
     "serve_cached",
@@ -127,6 +129,20 @@ def decide(
         return _decide_file(res, req, cfg, now, boundary, "/" + res.relpath)
     finally:
         res.close()  # whatever was not handed on
+
+
+def decide_direct(found: Direct, req: RequestFacts, cfg: Config, now: float) -> Prepared:
+    """The response for a small file the direct resolution read
+    (:func:`serverio.fs.prepare.resolve_direct`): :func:`decide`'s for the
+    same file, request and moment (identity, no digest, nothing held open:
+    its bytes were read, or it is a HEAD)."""
+    facts = found.facts
+    plan = decide_file(req, facts, cfg, now, vary=found.vary, extra=found.extra)
+    if plan.needs_file:
+        data = found.data
+        assert data is not None  # a GET's bytes are read (Direct.data)
+        plan = _slice_spans(data, plan)
+    return Prepared(plan, None, facts, served="/" + found.relpath)
 
 
 def _decide_file(

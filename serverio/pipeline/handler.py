@@ -51,6 +51,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
+from functools import partial
 from itertools import count
 from typing import Any, Protocol, TypeVar
 
@@ -60,12 +61,12 @@ from ..concurrency.blocking import Pool, PoolSaturated, run_blocking
 from ..config import Config
 from ..fs.filecache import UNTIMED, FileCache, HashStore, window_state
 from ..fs.opener import ContainedRoot
-from ..fs.prepare import resolve
+from ..fs.prepare import follows_links, resolve, resolve_direct
 from ..http.core import Plan, RequestFacts, read_only
 from ..http.hosts import host_rule
-from ..http.select import lookup
-from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Prepared, Resolution
-from ..model.decide import cache_candidate, decide, needs_compressed, serve_cached
+from ..http.select import direct_applies, lookup
+from ..model import CACHED, CHOICES_KEPT, CacheCandidate, CachedFile, Direct, Prepared, Resolution
+from ..model.decide import cache_candidate, decide, decide_direct, needs_compressed, serve_cached
 from .content import ContentService
 from .exchange import Coding, Listing, Resolve
 from .hooks import NO_HOOKS, Hooks
@@ -244,7 +245,6 @@ class Handler:
         # The Host names answered (serverio.http.hosts; None: any, no call):
         # with writes or the proxy on, the DNS-rebinding rule.
         self.hosts = host_rule(config, socket.gethostname())
-        self._transform = hooks.transform
         self._opener = opener
         # The opened root once asked for (the warm path then reads one
         # attribute, not a call through the server's lazy property);
@@ -256,6 +256,12 @@ class Handler:
         # two attributes instead of calling into fs/ and concurrency/.
         self._cache = files if files.enabled else None
         self._inline = fs.inline
+        # The direct resolution of a plain small-file miss
+        # (serverio.fs.prepare.resolve_direct): inline only (pooled mode
+        # resolves in one hop anyway), and never under auth rules (the
+        # general way says where a symlink led).  A test turns it off to
+        # hold the two ways equal (tests/test_direct.py).
+        self.direct = fs.inline and not follows_links(config)
         self.content = content
         self.revalidations = Revalidations(fs, files, opener)
         # The multipart boundaries of range answers: unguessable, and
@@ -341,8 +347,9 @@ class Handler:
         ``transform=False``: the answer without the transform (what the
         transform's base gets).
         """
-        if self._transform is not None and transform:
-            base = self._transform.base(req)
+        live = self.hooks.transform
+        if live is not None and transform:
+            base = live.base(req)
             if base is not None:
                 return Resolve(req, base=base)
         boundary = next(self._boundaries) if req.range is not None else ""
@@ -368,6 +375,9 @@ class Handler:
                     return _memoised(hit, self.followups(prepared, req, now))
             hit = None  # stale or not answerable: resolve afresh (the miss is counted there)
             root = self._root if self._root is not None else self._opened()
+            direct = self.direct and direct_applies(req, self.config)
+            if direct and (got := self._direct(req, now, root)) is not None:
+                return got
             res = resolve(
                 lookup(req, self.config),
                 self.config,
@@ -403,6 +413,35 @@ class Handler:
                     return prepared
                 return _memoised(hit, self.followups(prepared, req, now))
         return Resolve(req, boundary, mono, hit)
+
+    def _direct(
+        self, req: RequestFacts, now: float, root: ContainedRoot
+    ) -> Prepared | Listing | Coding | None:
+        """A plain miss resolved the direct way
+        (:func:`~serverio.fs.prepare.resolve_direct`) and decided, or None
+        where it declines before opening anything: the general way
+        answers."""
+        cfg = self.config
+        found = resolve_direct(
+            req.target,
+            req.method == b"GET",
+            req.accept_encoding is not None,
+            cfg,
+            root,
+            now,
+            self._cache,
+            self.content.hashes,
+            partial(lookup, req, cfg),
+        )
+        if type(found) is Direct:
+            return decide_direct(found, req, cfg, now)
+        if found is None:
+            return None
+        # An error, a file that shrank, or what the general way made of a
+        # directory or a large file (resolve_direct): decided as it is.
+        assert isinstance(found, Resolution)
+        prepared = decide(found, req, cfg, now)
+        return prepared if prepared.todo is None else self.followups(prepared, req, now)
 
     def _answerable(self, hit: CacheCandidate) -> bool:
         """Can the candidate of an entry without the file's bytes answer now?
@@ -463,7 +502,7 @@ class Handler:
     async def _transformed(self, req: RequestFacts, base: RequestFacts, now: float) -> Prepared:
         """The hooks' transform of ``base``'s answer (live reload's
         injection), or, declined, ``req`` answered as sent."""
-        transform = self._transform
+        transform = self.hooks.transform
         assert transform is not None
         got = await transform.apply(req, base, await self._settled(base, now), now)
         if got is not None:
