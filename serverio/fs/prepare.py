@@ -417,7 +417,7 @@ def resolve_direct(
 
     The same steps as :func:`resolve` past the warm-file cache, without
     its layers (the lookup, the hop's record, the representation, the
-    resolution and their closes: a third of a miss's Python, measured in
+    resolution and their closes: a sixth of the handler's time on a miss,
     docs/history/perf-round3.md): the miss counted, the contained open,
     the ``fstat``, the facts (from the metadata cache when its identity
     matches), admission and the stores into both caches, the read.  It

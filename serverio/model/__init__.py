@@ -337,7 +337,7 @@ class Direct(NamedTuple):
 
     relpath: str  # the path served, as the target named it
     facts: FileFacts
-    data: bytes | None  # the whole file (a GET's); None for a HEAD
+    data: bytes | None  # the whole file: a GET's, or read for its ETag's hash; else None
     extra: tuple[tuple[bytes, bytes], ...]  # as Resolution.extra
     vary: bool  # as Resolution.vary
 
