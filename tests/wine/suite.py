@@ -10,7 +10,10 @@
    listener) and must exit with status 0.
 2. **The real-socket suite** (tests/sim_suite.py ``REAL_SOCKET_SUITE``) under
    Windows CPython, one pytest per file so a hang costs one file, each test's
-   outcome recorded as it happens (tests/wine/outcomes.py).
+   outcome recorded as it happens (tests/wine/outcomes.py).  A test that
+   failed on one of Wine's own faults (its CreateProcess's internal error)
+   runs once more, alone; the rerun's outcome stands (at most
+   :data:`MAX_WINE_RERUNS` a run: more stay failed).
 3. **Containment and the other platform-facing pure suites**
    (:data:`CONTAINMENT`): the opener's ``windows`` strategy on real
    ``ntpath``, drive letters, ``\\``, device names, short names, streams,
@@ -37,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -62,6 +66,10 @@ CONTAINMENT: Final = (
     # users file inside the root), and auth on the resolved target.
     "tests/test_auth_resolved.py",
 )
+
+# Tests rerun after a Wine fault (rerun_wine_faults); more than this in one
+# run is no passing fault of the emulator.
+MAX_WINE_RERUNS: Final = 3
 
 # One file's whole run (the per-test bound is --timeout below).
 FILE_TIMEOUT: Final = 900.0
@@ -178,16 +186,19 @@ def _read_outcomes(path: Path) -> list[dict[str, str]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def run_file(prefix: Path, test_file: str, tmp: Path) -> dict[str, dict[str, str]]:
-    """One test file under the Windows interpreter; its tests' outcomes."""
-    out = tmp / (test_file.replace("/", "_") + ".jsonl")
-    basetemp = tmp / ("t-" + Path(test_file).stem)  # this file's children run in it
+def run_file(
+    prefix: Path, test_file: str, tmp: Path, tests: Sequence[str] = (), tag: str = ""
+) -> dict[str, dict[str, str]]:
+    """One test file under the Windows interpreter; its tests' outcomes.
+    ``tests``: only these node ids of it (a rerun, named by ``tag``)."""
+    out = tmp / (test_file.replace("/", "_") + tag + ".jsonl")
+    basetemp = tmp / ("t-" + Path(test_file).stem + tag)  # this file's children run in it
     t0 = time.monotonic()
     code = wineprefix.python(
         prefix,
         ["-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.wine.outcomes", "-q", "-rfEs",
          f"--basetemp={wineprefix.windows_path(basetemp)}",
-         f"--timeout={TEST_TIMEOUT}", "-o", "faulthandler_timeout=0", test_file],
+         f"--timeout={TEST_TIMEOUT}", "-o", "faulthandler_timeout=0", *(tests or [test_file])],
         env={"SERVERIO_WINE_OUTCOMES": wineprefix.windows_path(out)},
         cwd=REPO, timeout=FILE_TIMEOUT,
     )  # fmt: skip
@@ -231,11 +242,38 @@ def run_file(prefix: Path, test_file: str, tmp: Path) -> dict[str, dict[str, str
 
 
 def run_files(prefix: Path, files: list[str], tmp: Path, jobs: int) -> dict[str, dict[str, str]]:
-    """The files, ``jobs`` at a time (each its own pytest and temp tree)."""
+    """The files, ``jobs`` at a time (each its own pytest and temp tree),
+    then the tests that failed on a Wine fault run once more."""
     results: dict[str, dict[str, str]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         for got in pool.map(lambda f: run_file(prefix, f, tmp), files):
             results.update(got)
+    return rerun_wine_faults(prefix, results, tmp)
+
+
+def rerun_wine_faults(
+    prefix: Path, results: dict[str, dict[str, str]], tmp: Path
+) -> dict[str, dict[str, str]]:
+    """Run once more, alone, each test that failed on one of Wine's own
+    faults (tests/wine/outcomes.py ``WINE_FAULTS``: the emulator's
+    CreateProcess, not serverio), at most :data:`MAX_WINE_RERUNS` of them
+    (more is no passing fault: they stay failed).  The rerun's outcome
+    stands, logged with the fault it replaces; a second fault fails."""
+    faulted = sorted(name for name, rec in results.items() if rec.get("wine_fault"))
+    if not faulted:
+        return results
+    if len(faulted) > MAX_WINE_RERUNS:
+        _log(f"{len(faulted)} tests failed on a Wine fault: over {MAX_WINE_RERUNS}, not rerun")
+        return results
+    for name in faulted:
+        test_file = name.split("::", 1)[0]
+        _log(f"{name}: failed on a Wine fault ({results[name].get('when', '')}); run again")
+        got = run_file(prefix, test_file, tmp, [name], tag="-rerun")
+        rec = dict(got.get(name) or {"test": name, "outcome": "failed", "when": "rerun: no record"})
+        rec.pop("wine_fault", None)
+        rec["rerun"] = "after a Wine fault"
+        results[name] = rec
+        _log(f"{name}: rerun {rec['outcome']}")
     return results
 
 
