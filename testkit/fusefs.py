@@ -69,6 +69,9 @@ DISABLE_ENV = "SERVERIO_NO_FUSE"
 
 _CONTROL_TIMEOUT = 10.0
 _POLL_INTERVAL = 0.005
+# How long no call must start, after the shutdown released calls, before
+# the unmount (SlowFS.close).
+_QUIET = 0.2
 
 
 class SlowFSError(RuntimeError):
@@ -315,9 +318,16 @@ class SlowFS:
             if sock is not None and proc is not None and proc.poll() is None:
                 # Never unmount with calls parked in the gate.
                 with contextlib.suppress(SlowFSError, TimeoutError, ValueError):
+                    busy = not _idle(self.stats())
                     self._command("shutdown")
-                    # let released calls finish before the unmount (bounded)
-                    self.wait_until(_idle, timeout=2.0, what="idle filesystem")
+                    # Let released calls finish before the unmount (bounded),
+                    # and the calls they lead to: a read released at its
+                    # open makes its READ a moment later, which an unmount
+                    # in between would fail with ENOTCONN.
+                    if busy:
+                        self._wait_quiet(_QUIET, timeout=2.0)
+                    else:
+                        self.wait_until(_idle, timeout=2.0, what="idle filesystem")
             force_unmount(self.mountpoint)
         finally:
             self._sock = None
@@ -413,6 +423,24 @@ class SlowFS:
                 return stats
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"timed out after {timeout}s waiting for {what}; stats={stats}")
+            time.sleep(_POLL_INTERVAL)
+
+    def _wait_quiet(self, quiet: float, timeout: float) -> None:
+        """Poll :meth:`stats` until the filesystem is idle and no call has
+        started for ``quiet`` seconds; TimeoutError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        last: tuple[int, ...] | None = None
+        since = time.monotonic()
+        while True:
+            stats = self.stats()
+            calls = tuple(stats[f"{op}_calls"] for op in KNOWN_OPS)
+            now = time.monotonic()
+            if not _idle(stats) or calls != last:
+                last, since = calls, now
+            elif now - since >= quiet:
+                return
+            if now >= deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for a quiet filesystem")
             time.sleep(_POLL_INTERVAL)
 
     def wait_blocked(self, n: int, timeout: float = 10.0) -> None:
