@@ -60,7 +60,10 @@ def test_a_wine_fault_is_run_again_and_its_rerun_stands(
         prefix: Path, test_file: str, tmp: Path, tests: list[str], tag: str
     ) -> dict[str, dict[str, str]]:
         asked.append((test_file, list(tests), tag))
-        return {name: {"test": name, "outcome": rerun[name], "when": "call"} for name in tests}
+        got = {name: {"test": name, "outcome": rerun[name], "when": "call"} for name in tests}
+        if test_file == "t.py":  # the rerun leaked a child: that is a failure of its own
+            got["t.py::<leaked child 7>"] = {"test": "t.py", "outcome": "failed", "when": "leak"}
+        return got
 
     monkeypatch.setattr(suite, "run_file", run_file)
     got = suite.rerun_wine_faults(
@@ -72,6 +75,7 @@ def test_a_wine_fault_is_run_again_and_its_rerun_stands(
     assert got["u.py::b"]["outcome"] == "failed"  # failed again: it stays failed
     assert got["v.py::c"]["outcome"] == "failed"  # not a Wine fault: never rerun
     assert got["t.py::fine"]["outcome"] == "passed"
+    assert got["t.py::<leaked child 7> (rerun)"]["outcome"] == "failed"
 
 
 def test_too_many_wine_faults_are_not_rerun(

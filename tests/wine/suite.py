@@ -269,6 +269,9 @@ def rerun_wine_faults(
         test_file = name.split("::", 1)[0]
         _log(f"{name}: failed on a Wine fault ({results[name].get('when', '')}); run again")
         got = run_file(prefix, test_file, tmp, [name], tag="-rerun")
+        for other, extra in got.items():  # the rerun's own failures (a leaked child, its exit)
+            if other != name and extra["outcome"] in ("failed", "error"):
+                results[other + " (rerun)"] = extra
         rec = dict(got.get(name) or {"test": name, "outcome": "failed", "when": "rerun: no record"})
         rec.pop("wine_fault", None)
         rec["rerun"] = "after a Wine fault"
