@@ -484,7 +484,7 @@ def _direct(
             )
         if not stat.S_ISREG(st.st_mode):
             return Resolution(ERROR, Reason.NOT_REGULAR)
-        # _meta_for, _admits, _main_rep and _meta_keeps, for this case.
+        # _meta_for, _admits and _main_rep, for this case.
         metas = cache.meta if cache is not None else None
         ident = identity(st)
         meta = metas.valid(relpath, ident) if metas is not None else None
@@ -501,14 +501,8 @@ def _direct(
             data = read_all(fd, size)
             if data is None:
                 return Resolution(UNAVAILABLE)
-        if (
-            metas is not None
-            and meta is None
-            and not facts.hash_pending
-            and settled(st, now)
-            and (admit or metas.has_room(relpath))
-        ):
-            metas.put(relpath, FileMeta(ident, facts, extra, vary))
+        if (keeper := _meta_keeper(metas, meta, relpath, admit, facts, st, now)) is not None:
+            keeper.put(relpath, FileMeta(ident, facts, extra, vary))
         if entry is not None:
             assert cache is not None
             entry.headers = (extra, vary)
@@ -580,8 +574,8 @@ def _resolve_file(
         main, entry = made
         reps.append(main)
         fd = -1
-        if metas is not None and meta is None and _meta_keeps(metas, hop, main.facts, st):
-            metas.put(relpath, FileMeta(ident, main.facts, extra, vary))
+        if (keeper := _meta_keeper(metas, meta, relpath, admit, main.facts, st, now)) is not None:
+            keeper.put(relpath, FileMeta(ident, main.facts, extra, vary))
         if entry is not None and not look.target.query:
             entry.headers = (extra, vary)  # computed once, here
         sidecars: dict[str, Rep] = {}
@@ -756,14 +750,26 @@ def _admits(cache: FileCache | None, look: Lookup, relpath: str, st: os.stat_res
     return cache is not None and relpath == look.target.relpath and cache.takes(relpath, st.st_size)
 
 
-def _meta_keeps(metas: MetaCache, hop: _Hop, facts: FileFacts, st: os.stat_result) -> bool:
-    """Are these facts kept for the file's identity?  Settled (a same-tick
+def _meta_keeper(
+    metas: MetaCache | None,
+    meta: FileMeta | None,
+    key: str,
+    admit: bool,
+    facts: FileFacts,
+    st: os.stat_result,
+    now: float,
+) -> MetaCache | None:
+    """``metas`` if these facts are to be stored there (under ``key``),
+    which did not have them (``meta`` None: :func:`_meta_for`, whose
+    ``metas`` is None but for the file the target names); else None.
+    Settled (a same-tick
     rewrite could keep the identity: the racy rule of
     serverio.fs.filecache), complete (no content hash still to come), and
-    room in the cache or this miss admitted (admission when full)."""
-    if facts.hash_pending or not settled(st, hop.now):
-        return False
-    return hop.admit or metas.has_room(hop.look.target.relpath)
+    room in the cache or this miss admitted (``admit``: admission when
+    full)."""
+    if metas is None or meta is not None or facts.hash_pending or not settled(st, now):
+        return None
+    return metas if admit or metas.has_room(key) else None
 
 
 def _sidecars(
