@@ -17,6 +17,7 @@ from serverio.site import passwords as passwords_mod
 from serverio.site import service as site_mod
 from serverio.site.authlimit import (
     BACKOFF_CAP,
+    CLIENT_BUDGET,
     FAILURE_BUDGET,
     FAILURE_WINDOW,
     IN_FLIGHT,
@@ -125,7 +126,44 @@ def test_tables_are_bounded_and_eviction_keeps_the_recent() -> None:
             # The attacker keeps trying (and being refused): still remembered.
             assert lim.refusal("attacker", "alice", 0.0) is not None
     assert lim.refusal("attacker", "alice", 0.0) is not None
-    assert len(lim) <= 2 * 4096
+    assert len(lim) <= 3 * 4096
+
+
+def test_one_password_over_many_names_meets_the_client_budget() -> None:
+    """Password spraying: one wrong password for each of 300 names from one
+    client is one failure per name, under every per-user rule; the client's
+    own budget lets CLIENT_BUDGET through in the window, then refuses any
+    name until its oldest failure leaves the window.  Other clients are not
+    affected, and a success gives its reservation back."""
+    lim = AuthLimiter()
+    let_through = [_fail(lim, "a", f"user{i}", 0.0) for i in range(300)]
+    assert let_through.count(True) == CLIENT_BUDGET
+    assert let_through[:CLIENT_BUDGET] == [True] * CLIENT_BUDGET
+    assert lim.reserve("a", "alice", 1.0) == pytest.approx(FAILURE_WINDOW - 1.0)
+    assert lim.client_refusal("a", 1.0) == pytest.approx(FAILURE_WINDOW - 1.0)
+    assert isinstance(lim.reserve("b", "user1", 1.0), Attempt)
+    assert lim.client_refusal("a", FAILURE_WINDOW + 0.5) is None
+    got = lim.reserve("a", "alice", FAILURE_WINDOW + 0.5)
+    assert isinstance(got, Attempt)
+    lim.settle(got, failed=False)  # the right password: not counted
+    fresh = AuthLimiter()
+    for i in range(CLIENT_BUDGET - 1):
+        assert _fail(fresh, "c", f"user{i}", 0.0)
+    ok = fresh.reserve("c", "alice", 0.0)
+    assert isinstance(ok, Attempt)
+    fresh.settle(ok, failed=False)
+    assert fresh.client_refusal("c", 0.0) is None
+    assert _fail(fresh, "c", "bob", 0.0)
+    assert fresh.client_refusal("c", 0.0) is not None
+
+
+def test_workers_divide_the_client_budget() -> None:
+    for n in (1, 2, 4, 7):
+        lims = [AuthLimiter(processes=n) for _ in range(n)]
+        let_through = sum(
+            _fail(lim, "a", f"user{i}", 0.0) for lim in lims for i in range(2 * CLIENT_BUDGET)
+        )
+        assert CLIENT_BUDGET - n < let_through <= CLIENT_BUDGET, n
 
 
 async def test_long_user_names_are_kept_small(root: Path, tmp_path: Path) -> None:
@@ -253,6 +291,30 @@ async def test_a_shared_address_does_not_lock_out_other_users(
         assert await _attempts(site, [("203.0.113.1", "alice", f"x{i}")]) == [401]
     assert await _attempts(site, [("203.0.113.1", "bob", "builder")]) == [200]
     assert await _attempts(site, [("203.0.113.1", "alice", "wonderland")]) == [429]
+
+
+async def test_spraying_from_a_shared_address_stops_at_the_client_budget(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One password tried on many names from one address (each name one
+    failure, the per-user rules never met) is verified CLIENT_BUDGET times
+    in the window, then 429 for any name, a real user's too.  Alice, signed
+    in from that address before (her credentials verified and cached), is
+    not held back; another address is not either."""
+    _counting_verify(monkeypatch)
+    site = _site(root, tmp_path)
+    assert await _attempts(site, [("203.0.113.9", "alice", "wonderland")]) == [200]
+    statuses: list[int] = []
+    with trio.fail_after(60):
+        for i in range(CLIENT_BUDGET + 20):
+            statuses += await _attempts(site, [("203.0.113.9", f"name{i}", "Summer2026!")])
+    assert statuses[:CLIENT_BUDGET] == [401] * CLIENT_BUDGET
+    # A 401 is a verified guess (the dummy hash for an unknown name), a
+    # 429 one refused before any hash.
+    assert set(statuses[CLIENT_BUDGET:]) == {429}
+    assert await _attempts(site, [("203.0.113.9", "bob", "builder")]) == [429]
+    assert await _attempts(site, [("203.0.113.9", "alice", "wonderland")]) == [200]
+    assert await _attempts(site, [("198.51.100.9", "bob", "builder")]) == [200]
 
 
 async def test_spread_guessing_meets_the_per_user_backoff(

@@ -23,7 +23,13 @@ The rules, per worker process:
   real user still gets in while someone else guesses from elsewhere.  A
   user's count is forgotten after ``forget`` seconds without a failure;
 * **per client**: at most ``in_flight`` verifications at once; another one
-  is refused at once (Retry-After 1);
+  is refused at once (Retry-After 1); and at most ``client_budget``
+  failures in any ``window`` seconds, whatever the users (a sliding log),
+  then every new verification of that client is refused until the oldest
+  failure leaves the window: one password tried for many names (password
+  spraying) meets no per-user rule, since each name sees one failure.
+  Credentials already verified (the caller's cache) are not held back, so
+  the users behind a shared address who are signed in stay signed in;
 * **bounded memory**: each table keeps at most ``max_entries`` entries;
   past that the least recently used ones are dropped (never the whole
   table), so an attacker who wants his own entries forgotten must first
@@ -33,7 +39,8 @@ The rules, per worker process:
 With ``processes`` N > 1 (``--workers N``: each process has its own
 limiter, and a client's connections may reach any of them) the budgets are
 divided: ``max(1, budget // N)`` per process, so N processes together let
-at most ``max(budget, N)`` failures per (client, user) through per window.
+at most ``max(budget, N)`` failures per (client, user) through per window
+(and the same for ``client_budget`` per client).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from typing import TypeVar
 __all__ = [
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "CLIENT_BUDGET",
     "FAILURE_BUDGET",
     "FAILURE_WINDOW",
     "IN_FLIGHT",
@@ -62,6 +70,11 @@ V = TypeVar("V")
 
 FAILURE_BUDGET = 10  # failures per (client, user) ...
 FAILURE_WINDOW = 60.0  # ... in any window of this many seconds
+# Failures per client, any users, in the same window: ten users behind one
+# address each spending their own budget, or one client trying a password
+# on 100 names a minute (a hash of 0.1-0.4 s and two in flight allowed
+# 300-1,200 before).
+CLIENT_BUDGET = 100
 USER_FREE = 10  # failures per user (from any client) before its backoff starts
 BACKOFF_BASE = 1.0  # seconds, doubled per failure past USER_FREE ...
 BACKOFF_CAP = 60.0  # ... up to this
@@ -95,6 +108,7 @@ class AuthLimiter:
         self,
         *,
         budget: int = FAILURE_BUDGET,
+        client_budget: int = CLIENT_BUDGET,
         window: float = FAILURE_WINDOW,
         user_free: int = USER_FREE,
         base: float = BACKOFF_BASE,
@@ -105,6 +119,7 @@ class AuthLimiter:
         processes: int = 1,
     ) -> None:
         self.budget = max(1, budget // processes)
+        self.client_budget = max(1, client_budget // processes)
         self.user_free = max(1, user_free // processes)
         self.window = window
         self.base = base
@@ -115,6 +130,8 @@ class AuthLimiter:
         # (client, user) -> reservation times, oldest first, at most budget.
         self._pairs: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
         self._users: OrderedDict[str, _User] = OrderedDict()
+        # client -> reservation times (any user), oldest first, at most client_budget.
+        self._clients: OrderedDict[str, deque[float]] = OrderedDict()
         self._in_flight: dict[str, int] = {}
 
     # ------------------------------------------------------------ queries
@@ -141,9 +158,26 @@ class AuthLimiter:
     def in_flight(self, client: str) -> int:
         return self._in_flight.get(client, 0)
 
+    def client_refusal(self, client: str, now: float) -> float | None:
+        """Seconds ``client`` must wait before any new verification, whatever
+        the user (its failures over all users: ``client_budget``), or None."""
+        log = self._clients.get(client)
+        if log is None:
+            return None
+        horizon = now - self.window
+        while log and log[0] <= horizon:
+            log.popleft()
+        if not log:
+            del self._clients[client]
+            return None
+        if len(log) < self.client_budget:
+            return None
+        self._clients.move_to_end(client)  # refused and still trying: stays recent
+        return log[0] + self.window - now
+
     def __len__(self) -> int:
-        """Entries held (every table): bounded by 2 * max_entries + in-flight clients."""
-        return len(self._pairs) + len(self._users) + len(self._in_flight)
+        """Entries held (every table): bounded by 3 * max_entries + in-flight clients."""
+        return len(self._pairs) + len(self._users) + len(self._clients) + len(self._in_flight)
 
     # ------------------------------------------------------------ updates
 
@@ -153,8 +187,17 @@ class AuthLimiter:
         if self._in_flight.get(client, 0) >= self.max_in_flight:
             return 1.0
         wait = self.refusal(client, user, now)
+        if wait is None:
+            wait = self.client_refusal(client, now)
         if wait is not None:
             return wait
+        log = self._clients.get(client)
+        if log is None:
+            log = self._clients[client] = deque()
+            _trim(self._clients, self.max_entries)
+        else:
+            self._clients.move_to_end(client)
+        log.append(now)
         key = (client, user)
         pair = self._pairs.get(key)
         if pair is None:
@@ -193,6 +236,14 @@ class AuthLimiter:
             self._in_flight.pop(attempt.client, None)
         if failed:
             return
+        log = self._clients.get(attempt.client)
+        if log is not None:
+            try:
+                log.remove(attempt.at)
+            except ValueError:
+                pass  # aged out or evicted meanwhile
+            if not log:
+                del self._clients[attempt.client]
         pair = self._pairs.get((attempt.client, attempt.user))
         if pair is not None:
             try:
