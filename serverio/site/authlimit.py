@@ -161,16 +161,8 @@ class AuthLimiter:
     def client_refusal(self, client: str, now: float) -> float | None:
         """Seconds ``client`` must wait before any new verification, whatever
         the user (its failures over all users: ``client_budget``), or None."""
-        log = self._clients.get(client)
-        if log is None:
-            return None
-        horizon = now - self.window
-        while log and log[0] <= horizon:
-            log.popleft()
-        if not log:
-            del self._clients[client]
-            return None
-        if len(log) < self.client_budget:
+        log = _live(self._clients, client, now - self.window)
+        if log is None or len(log) < self.client_budget:
             return None
         self._clients.move_to_end(client)  # refused and still trying: stays recent
         return log[0] + self.window - now
@@ -191,21 +183,8 @@ class AuthLimiter:
             wait = self.client_refusal(client, now)
         if wait is not None:
             return wait
-        log = self._clients.get(client)
-        if log is None:
-            log = self._clients[client] = deque()
-            _trim(self._clients, self.max_entries)
-        else:
-            self._clients.move_to_end(client)
-        log.append(now)
-        key = (client, user)
-        pair = self._pairs.get(key)
-        if pair is None:
-            pair = self._pairs[key] = deque()
-            _trim(self._pairs, self.max_entries)
-        else:
-            self._pairs.move_to_end(key)
-        pair.append(now)
+        _log(self._clients, client, now, self.max_entries)
+        _log(self._pairs, (client, user), now, self.max_entries)
         u = self._users.get(user)
         if u is None:
             u = self._users[user] = _User()
@@ -236,22 +215,8 @@ class AuthLimiter:
             self._in_flight.pop(attempt.client, None)
         if failed:
             return
-        log = self._clients.get(attempt.client)
-        if log is not None:
-            try:
-                log.remove(attempt.at)
-            except ValueError:
-                pass  # aged out or evicted meanwhile
-            if not log:
-                del self._clients[attempt.client]
-        pair = self._pairs.get((attempt.client, attempt.user))
-        if pair is not None:
-            try:
-                pair.remove(attempt.at)
-            except ValueError:
-                pass  # aged out or evicted meanwhile
-            if not pair:
-                del self._pairs[(attempt.client, attempt.user)]
+        _unlog(self._clients, attempt.client, attempt.at)
+        _unlog(self._pairs, (attempt.client, attempt.user), attempt.at)
         u = self._users.get(attempt.user)
         if u is not None and u.failures > 0:
             u.failures -= 1
@@ -259,17 +224,7 @@ class AuthLimiter:
     # ------------------------------------------------------------ helpers
 
     def _pair(self, client: str, user: str, now: float) -> deque[float] | None:
-        key = (client, user)
-        pair = self._pairs.get(key)
-        if pair is None:
-            return None
-        horizon = now - self.window
-        while pair and pair[0] <= horizon:
-            pair.popleft()
-        if not pair:
-            del self._pairs[key]
-            return None
-        return pair
+        return _live(self._pairs, (client, user), now - self.window)
 
     def _user(self, user: str, now: float) -> _User | None:
         u = self._users.get(user)
@@ -277,6 +232,44 @@ class AuthLimiter:
             del self._users[user]
             return None
         return u
+
+
+def _live(logs: OrderedDict[K, deque[float]], key: K, horizon: float) -> deque[float] | None:
+    """``key``'s log of reservation times after ``horizon`` (older ones
+    dropped), or None (the entry removed when nothing is left)."""
+    log = logs.get(key)
+    if log is None:
+        return None
+    while log and log[0] <= horizon:
+        log.popleft()
+    if not log:
+        del logs[key]
+        return None
+    return log
+
+
+def _log(logs: OrderedDict[K, deque[float]], key: K, at: float, max_entries: int) -> None:
+    """Append reservation time ``at`` to ``key``'s log, the most recently used."""
+    log = logs.get(key)
+    if log is None:
+        log = logs[key] = deque()
+        _trim(logs, max_entries)
+    else:
+        logs.move_to_end(key)
+    log.append(at)
+
+
+def _unlog(logs: OrderedDict[K, deque[float]], key: K, at: float) -> None:
+    """Give back the reservation made at ``at`` (a success, or nothing verified)."""
+    log = logs.get(key)
+    if log is None:
+        return
+    try:
+        log.remove(at)
+    except ValueError:
+        pass  # aged out or evicted meanwhile
+    if not log:
+        del logs[key]
 
 
 def _trim(table: OrderedDict[K, V], n: int) -> None:
