@@ -72,6 +72,14 @@ PATHS = (
     "/a.txt?download",
     "/route",
     "/page.html.gz",
+    # Symlinks in and out of the root (--follow-symlinks generated), a
+    # FIFO, dotfiles (which the routing refuses before either way is
+    # asked, unless --hidden): the same answer whichever way resolves them.
+    "/link.txt",  # a symlink to a.txt, inside the root
+    "/out.txt",  # a symlink out of the root
+    "/.secret",
+    "/sub/.env",
+    "/fifo",
 )
 HEADERS = (
     "",  # the plain request, most of the direct way's: weighted
@@ -96,6 +104,8 @@ SETTINGS = st.fixed_dictionaries(
         "download": st.sampled_from([(), ("*.css",)]),
         "digest": st.booleans(),
         "upload": st.booleans(),
+        "hidden": st.booleans(),
+        "follow_symlinks": st.booleans(),
     }
 )
 # A request: path, method, extra header; or a change to the tree.
@@ -120,6 +130,15 @@ def _write_tree(root: Path) -> None:
     old = time.time() - 3600
     for name in FILES:
         os.utime(root / name, (old, old))
+    for name in (".secret", "sub/.env"):
+        (root / name).write_bytes(b"TOKEN=hunter2\n")
+        os.utime(root / name, (old, old))
+    outside = root.parent / f"{root.name}-outside.txt"
+    outside.write_bytes(b"outside the root\n")
+    (root / "link.txt").symlink_to("a.txt")
+    (root / "out.txt").symlink_to(outside)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(root / "fifo")
 
 
 def _change(root: Path, name: str, how: str) -> None:
